@@ -1,0 +1,154 @@
+# Makefile - builds, tests, runs and installs ratelimitd.
+#
+# On a fresh Debian machine as root, `make run` and `make check` first
+# install whatever build and test packages are missing (apt-get), generate
+# and run ./configure, then build.  Objects go to build/ (build-address/,
+# build-undefined/ with SANITIZER=address|undefined), so sanitizer builds
+# never mix with the normal one.
+
+.DEFAULT_GOAL := all
+SHELL := /bin/bash
+
+# Packages: what building needs, and what the tests need on top.
+DEPS_BUILD = gcc make autoconf automake pkg-config libmicrohttpd-dev \
+	libhiredis-dev libjansson-dev libyaml-dev
+DEPS_TEST = check libcurl4-openssl-dev redis-server nginx curl
+
+# The test packages come along whenever a test goal is asked for.
+WITH_TEST_DEPS ?= $(if $(filter check unit integration bench,$(MAKECMDGOALS)),1)
+
+ifneq ($(filter-out deps configure distclean clean,$(or $(MAKECMDGOALS),all)),)
+-include config.mk
+endif
+
+SANITIZER ?=
+BUILD := build$(if $(SANITIZER),-$(SANITIZER))
+
+WARN = -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+	-Wformat=2 -Wwrite-strings -Wvla -Wno-format-nonliteral
+ifeq ($(ENABLE_WERROR),yes)
+WARN += -Werror
+endif
+HARDEN = -fstack-protector-strong -D_FORTIFY_SOURCE=2
+OPT = -O2 -g
+ifneq ($(SANITIZER),)
+OPT = -O1 -g -fno-omit-frame-pointer -fsanitize=$(SANITIZER) \
+	-fno-sanitize-recover=all
+SAN_LDFLAGS = -fsanitize=$(SANITIZER)
+endif
+
+CPPFLAGS += -D_GNU_SOURCE -Isrc -I$(BUILD) \
+	-DRL_VERSION='"$(PACKAGE_VERSION)"'
+CFLAGS ?=
+CFLAGS += -std=c11 -pthread $(OPT) $(WARN) $(HARDEN)
+LDFLAGS += -pthread -Wl,-z,relro,-z,now $(SAN_LDFLAGS)
+
+LIB_CFLAGS = $(MHD_CFLAGS) $(HIREDIS_CFLAGS) $(JANSSON_CFLAGS) $(YAML_CFLAGS)
+LIBS = $(MHD_LIBS) $(HIREDIS_LIBS) $(JANSSON_LIBS) $(YAML_LIBS) -lm
+
+# Every source but main.c goes into librl.a, which the tests link too.
+CORE_SRC = $(filter-out src/main.c,$(wildcard src/*.c))
+CORE_OBJ = $(patsubst src/%.c,$(BUILD)/%.o,$(CORE_SRC)) $(BUILD)/lua_scripts.o
+LUA = $(sort $(wildcard lua/*.lua))
+
+UNIT_SRC = $(sort $(wildcard tests/unit/check_*.c))
+UNIT_BIN = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+INTEG_SRC = $(sort $(wildcard tests/integration/check_*.c))
+INTEG_BIN = $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(INTEG_SRC))
+INTEG_HELPERS = $(filter-out $(INTEG_SRC),$(wildcard tests/integration/*.c))
+INTEG_HDRS = $(wildcard tests/integration/*.h)
+
+.PHONY: all run check unit integration deps clean distclean \
+	install bench
+
+all: $(BUILD)/ratelimitd
+
+$(BUILD)/%.o: src/%.c $(wildcard src/*.h) config.mk | $(BUILD)/tests
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LIB_CFLAGS) -c -o $@ $<
+
+# The Lua scripts are compiled into the binary as C strings, one per file:
+# lua/ratelimit.lua => const char rl_lua_ratelimit[].
+$(BUILD)/lua_scripts.c: $(LUA) Makefile | $(BUILD)/tests
+	@{ echo '/* Generated from lua/*.lua by the Makefile; do not edit. */'; \
+	for f in $(LUA); do \
+		n=$$(basename $$f .lua | tr -c 'A-Za-z0-9_\n' _); \
+		echo "extern const char rl_lua_$$n[];"; \
+		echo "const char rl_lua_$$n[] ="; \
+		sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/\t"/' \
+			-e 's/$$/\\n"/' $$f; \
+		echo ';'; \
+	done; } > $@
+
+$(BUILD)/lua_scripts.o: $(BUILD)/lua_scripts.c
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-missing-prototypes -c -o $@ $<
+
+$(BUILD)/librl.a: $(CORE_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/ratelimitd: $(BUILD)/main.o $(BUILD)/librl.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+$(BUILD)/tests:
+	mkdir -p $@
+
+$(BUILD)/tests/check_%: tests/unit/check_%.c $(BUILD)/librl.a
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LIB_CFLAGS) $(CHECK_CFLAGS) \
+		$(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LIBS)
+
+$(INTEG_BIN): $(BUILD)/tests/check_%: tests/integration/check_%.c \
+		$(INTEG_HELPERS) $(INTEG_HDRS) $(BUILD)/librl.a
+	$(CC) $(CPPFLAGS) -Itests/integration $(CFLAGS) $(LIB_CFLAGS) \
+		$(CHECK_CFLAGS) $(CURL_CFLAGS) $(LDFLAGS) -o $@ $< \
+		$(INTEG_HELPERS) $(BUILD)/librl.a $(CHECK_LIBS) $(CURL_LIBS) \
+		$(LIBS)
+
+# --- set-up -----------------------------------------------------------
+
+# Install missing Debian packages when we can (root with apt-get).
+deps:
+	@missing=""; for p in $(DEPS_BUILD) $(if $(filter 1,$(WITH_TEST_DEPS)),$(DEPS_TEST)); do \
+		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | \
+		grep -q '^install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing:$$missing"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y -qq --no-install-recommends $$missing \
+			>/dev/null || exit 1; \
+		else \
+			echo "missing packages:$$missing (run as root, or install them)"; \
+		fi; \
+	fi
+
+configure: configure.ac
+	@$(MAKE) --no-print-directory deps WITH_TEST_DEPS=$(WITH_TEST_DEPS)
+	autoreconf -fi
+
+config.mk: configure config.mk.in
+	@$(MAKE) --no-print-directory deps WITH_TEST_DEPS=$(WITH_TEST_DEPS)
+	./configure --quiet
+
+# --- targets ------------------------------------------------------------
+
+run: deps $(BUILD)/ratelimitd
+	exec $(BUILD)/ratelimitd -c conf/ratelimitd.yaml
+
+check: deps
+	@$(MAKE) --no-print-directory unit integration
+
+unit: $(UNIT_BIN)
+	@set -e; for t in $(UNIT_BIN); do \
+		echo "== $$t"; CK_DEFAULT_TIMEOUT=60 $$t; done
+
+integration: $(BUILD)/ratelimitd $(INTEG_BIN)
+	@set -e; for t in $(INTEG_BIN); do \
+		echo "== $$t"; RATELIMITD_BIN=$(abspath $(BUILD)/ratelimitd) \
+		RATELIMITD_SRCDIR=$(CURDIR) CK_DEFAULT_TIMEOUT=120 $$t; done
+
+clean:
+	rm -rf build build-*
+
+distclean: clean
+	rm -rf config.mk config.log config.status configure aclocal.m4 \
+		autom4te.cache

@@ -1,0 +1,121 @@
+/*
+ * backend.h - the one small interface between a decision and the store that
+ * keeps the counters.  Two stores implement it: the in-process memory store
+ * (backend_memory.c) and Redis (backend_redis.c).  decide.c uses it for the
+ * main backend and, with on_backend_error: local, for the fallback.
+ *
+ * A call hands over every rule that applies to one request at once, so a
+ * store can evaluate them atomically: either every non-shadow check allows
+ * and each allowing check records its cost, or nothing is recorded at all.
+ * Batching several requests into one Redis round trip, or routing keys to
+ * cluster nodes, happens behind this interface; callers only see a blocking
+ * call that returns within the backend's timeout.
+ */
+#ifndef RL_BACKEND_H
+#define RL_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rules.h"
+
+/* One applying rule of one request.  Everything is borrowed for the call. */
+struct rl_check {
+	enum rl_algorithm algorithm;
+	int64_t limit;		/* >= 1 */
+	int64_t window_ms;	/* >= 1 */
+	int64_t cost;		/* 0 <= cost <= limit; 0 records nothing */
+	bool shadow;		/* never denies the request */
+	const char *key;	/* full store key: "<prefix><rule>:{<key>}" */
+	size_t keylen;
+};
+
+/* What one check would do, filled by the backend. */
+struct rl_result {
+	bool allowed;		/* this rule alone admits the request */
+	int64_t remaining;	/* units left after this request (if admitted
+				 * overall), else left now; >= 0 */
+	int64_t reset_ms;	/* until the whole limit is free again */
+	int64_t retry_after_ms;	/* 0 if allowed; else until it would be */
+};
+
+enum backend_error_kind {
+	BACKEND_ERR_NONE = 0,
+	BACKEND_ERR_CONNECT,	/* cannot connect / pool exhausted */
+	BACKEND_ERR_TIMEOUT,	/* no answer within the timeout */
+	BACKEND_ERR_PROTOCOL,	/* unexpected reply, script error */
+	BACKEND_ERR_FULL,	/* memory store at max_keys */
+	BACKEND_ERR_CIRCUIT_OPEN	/* not tried: too many recent failures */
+};
+
+struct backend;
+
+struct backend_ops {
+	/* Evaluate n checks atomically (see above); results in out[0..n-1].
+	 * *all_allowed is true iff every non-shadow check allows, in which
+	 * case the cost was recorded for each allowing check.  Returns 0, or
+	 * -1 with *kind and a message in err (nothing is known to be
+	 * recorded).  Any thread, concurrently. */
+	int (*decide)(struct backend *b, const struct rl_check *checks,
+	    size_t n, struct rl_result *out, bool *all_allowed,
+	    enum backend_error_kind *kind, char *err, size_t errlen);
+	/* True iff the backend answers now (a PING within the timeout for
+	 * Redis).  Any thread. */
+	bool (*is_ready)(struct backend *b);
+	/* Free everything; no call may be in flight. */
+	void (*free)(struct backend *b);
+};
+
+struct backend {
+	const struct backend_ops *ops;
+	const char *name;	/* "memory", "redis" */
+};
+
+static inline int backend_decide(struct backend *b,
+    const struct rl_check *checks, size_t n, struct rl_result *out,
+    bool *all_allowed, enum backend_error_kind *kind, char *err,
+    size_t errlen)
+{
+	return b->ops->decide(b, checks, n, out, all_allowed, kind, err,
+	    errlen);
+}
+
+static inline bool backend_is_ready(struct backend *b)
+{
+	return b->ops->is_ready(b);
+}
+
+/* backend_free(NULL) does nothing. */
+static inline void backend_free(struct backend *b)
+{
+	if (b != NULL)
+		b->ops->free(b);
+}
+
+const char *backend_error_kind_name(enum backend_error_kind kind);
+
+/*
+ * The in-process store.  max_keys bounds the number of live keys (expired
+ * keys are reclaimed first; a full store answers BACKEND_ERR_FULL).  clock
+ * returns microseconds on a monotonic-enough scale; NULL means
+ * util_realtime_us.  Returns a new backend, or NULL (OOM).
+ */
+typedef int64_t (*backend_clock_fn)(void *arg);
+struct backend *backend_memory_new(int64_t max_keys, backend_clock_fn clock,
+    void *clock_arg);
+/* Live keys now (for tests and metrics).  Any thread. */
+size_t backend_memory_key_count(struct backend *b);
+
+struct redis_config;
+/*
+ * The Redis store: a pool of pool_size connections to rc->url, each call
+ * bounded by rc->timeout_ms.  Connections are made lazily and remade after
+ * errors, so this succeeds with Redis down.  Returns a new backend, or NULL
+ * with a message in err (bad URL, unreadable password_file, OOM).
+ * rc is copied.
+ */
+struct backend *backend_redis_new(const struct redis_config *rc, char *err,
+    size_t errlen);
+
+#endif

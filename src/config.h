@@ -1,0 +1,93 @@
+/*
+ * config.h - the YAML rules file (CONTRACT 2) as an immutable snapshot.
+ *
+ * config_load() parses and validates a whole file with libyaml and returns a
+ * new struct config, or NULL with "FILE:LINE:COL: message" in err.  Nothing
+ * is changed on failure, which is what lets a reload keep the old rules.
+ * A loaded config is never modified again (config_apply_env() runs before it
+ * is published); readers hold a reference (config_ref/config_unref), so a
+ * request in flight finishes on the snapshot it started with while a reload
+ * swaps in the next one.
+ */
+#ifndef RL_CONFIG_H
+#define RL_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "log.h"
+#include "rules.h"
+
+#define RL_DEFAULT_CONFIG_PATH "/etc/ratelimitd/ratelimitd.yaml"
+
+enum rl_backend_kind { RL_BACKEND_MEMORY, RL_BACKEND_REDIS };
+enum rl_on_error { RL_ON_ERROR_ALLOW, RL_ON_ERROR_DENY, RL_ON_ERROR_LOCAL };
+enum rl_log_format { RL_LOG_LOGFMT, RL_LOG_JSON };
+
+struct redis_config {
+	char *url;		/* redis://[user:pass@]host:port[/db], unix:///p */
+	char **cluster;		/* "host:port" seed nodes; ncluster > 0 => cluster */
+	size_t ncluster;
+	int pool_size;		/* 1..1024, default 8 */
+	int64_t timeout_ms;	/* default 50 */
+	char *key_prefix;	/* default "rl:" */
+	char *password_file;	/* NULL or a file whose first line is the password */
+};
+
+struct memory_config {
+	int64_t max_keys;	/* default 1000000; full => backend error */
+};
+
+struct config {
+	char *path;			/* the file it was loaded from */
+
+	char *listen;			/* default "127.0.0.1:8080" */
+	int threads;			/* 1..1024, default 4 */
+	int64_t max_body_bytes;		/* default 16384 */
+	int64_t shutdown_timeout_ms;	/* default 10000 */
+	enum log_level log_level;	/* default info */
+	enum rl_log_format log_format;	/* default logfmt */
+	bool access_log;		/* default false */
+
+	enum rl_backend_kind backend;	/* default memory */
+	struct redis_config redis;
+	struct memory_config memory;
+	bool backend_required;		/* default false */
+	enum rl_on_error on_backend_error;	/* default allow */
+
+	int auth_deny_status;		/* default 429; 400..599 */
+
+	struct rule *rules;		/* array of nrules, in file order */
+	size_t nrules;
+
+	int refs;			/* atomic; see config_ref() */
+};
+
+/* Load and validate path.  Returns a new config with one reference, or NULL
+ * with "FILE:LINE:COL: message" (or "FILE: message" when there is no
+ * position, e.g. the file cannot be opened) in err.  Any thread. */
+struct config *config_load(const char *path, char *err, size_t errlen);
+
+/* The same for YAML text already in memory; `name` stands for FILE in
+ * messages.  Used by config_load() and the unit tests. */
+struct config *config_load_string(const char *name, const char *text,
+    size_t len, char *err, size_t errlen);
+
+/* Apply RATELIMITD_LISTEN, RATELIMITD_REDIS_URL and RATELIMITD_LOG_LEVEL from
+ * the environment (CONTRACT 1).  Call before the config is shared.
+ * Returns 0, or -1 with "RATELIMITD_X: message" in err. */
+int config_apply_env(struct config *c, char *err, size_t errlen);
+
+/* Take one more reference / drop one; the last unref frees.  Any thread.
+ * config_unref(NULL) does nothing. */
+struct config *config_ref(struct config *c);
+void config_unref(struct config *c);
+
+/* Rule by name, or NULL.  Borrowed for the life of c. */
+const struct rule *config_find_rule(const struct config *c, const char *name);
+
+const char *config_backend_name(enum rl_backend_kind kind);
+const char *config_on_error_name(enum rl_on_error e);
+
+#endif

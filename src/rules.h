@@ -1,0 +1,134 @@
+/*
+ * rules.h - the pure part of a rule: request attributes, match patterns and
+ * key templates.  No I/O, no HTTP, no Redis: config.c compiles patterns and
+ * templates once at load, http.c fills attributes, decide.c asks which rules
+ * apply and renders their keys.
+ *
+ * Patterns (CONTRACT 2) match a whole value, case-sensitively:
+ *   "POST"          exact
+ *   "/login*"       glob, '*' any run of bytes (also '/'), '?' one byte
+ *   "~^/v[0-9]+/"   POSIX extended regex, searched (unanchored) in the value
+ * Templates render "${name}" from attributes; any other byte is literal, and
+ * "$$" is a literal '$'.  A name is [A-Za-z0-9_.-]+.
+ */
+#ifndef RL_RULES_H
+#define RL_RULES_H
+
+#include <regex.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define RL_MAX_KEY_BYTES 512	/* rendered key; longer => key_too_long */
+
+/* A flat map of string attributes.  Owns copies of names and values.
+ * Small (tens of entries), so lookups are a linear scan.  One thread. */
+struct attr {
+	char *name;
+	char *value;
+};
+
+struct attrs {
+	struct attr *v;
+	size_t n, cap;
+};
+
+/* Set name=value (copies both), replacing an existing value.  0 or -1 (OOM). */
+int attrs_set(struct attrs *a, const char *name, const char *value);
+int attrs_setn(struct attrs *a, const char *name, const char *value,
+    size_t valuelen);
+/* Borrowed pointer valid until the attribute is replaced or cleared, or NULL. */
+const char *attrs_get(const struct attrs *a, const char *name);
+/* Free every entry; *a is then empty and reusable. */
+void attrs_clear(struct attrs *a);
+
+enum pattern_kind { PATTERN_EXACT, PATTERN_GLOB, PATTERN_REGEX };
+
+struct pattern {
+	enum pattern_kind kind;
+	char *text;		/* owned; for REGEX without the leading '~' */
+	regex_t re;		/* compiled iff kind == PATTERN_REGEX */
+};
+
+/* Compile src into *p.  Returns 0, or -1 with a message in err (e.g. the
+ * regcomp error).  *p owns its memory until pattern_free(). */
+int pattern_compile(struct pattern *p, const char *src, char *err,
+    size_t errlen);
+/* True iff value matches.  Thread-safe (regexec on a shared regex_t is). */
+bool pattern_matches(const struct pattern *p, const char *value);
+void pattern_free(struct pattern *p);
+
+/* Pure glob matcher used by PATTERN_GLOB, exposed for tests. */
+bool glob_match(const char *pat, const char *s);
+
+struct template_part {
+	bool is_attr;		/* true: text is an attribute name */
+	char *text;		/* owned */
+	size_t len;
+};
+
+struct key_template {
+	struct template_part *parts;
+	size_t nparts;
+	char *source;		/* owned copy of the template text */
+};
+
+/* Compile "${ip}:${header.x-user}" into *t.  0, or -1 with err for an
+ * unterminated "${", an empty or invalid name.  Owns memory until
+ * template_free(). */
+int template_compile(struct key_template *t, const char *src, char *err,
+    size_t errlen);
+void template_free(struct key_template *t);
+
+enum render_result {
+	RENDER_OK = 0,
+	RENDER_MISSING = 1,	/* an attribute is absent: rule does not apply */
+	RENDER_TOO_LONG = 2	/* longer than buflen - 1 bytes */
+};
+
+/* Render t with attributes into buf (NUL-terminated), length in *outlen.
+ * Thread-safe: t is read only. */
+enum render_result template_render(const struct key_template *t,
+    const struct attrs *a, char *buf, size_t buflen, size_t *outlen);
+
+/* One entry of a rule's match: attribute `attr` must exist and match. */
+struct rule_match {
+	char *attr;		/* owned */
+	struct pattern pattern;
+};
+
+enum rl_algorithm {
+	RL_ALG_SLIDING_LOG = 0,
+	RL_ALG_SLIDING_WINDOW,
+	RL_ALG_FIXED_WINDOW,
+	RL_ALG_TOKEN_BUCKET
+};
+
+/* "sliding_log" etc.  0 or -1. */
+int rl_algorithm_parse(const char *s, enum rl_algorithm *out);
+const char *rl_algorithm_name(enum rl_algorithm alg);
+
+/* A compiled rule.  Owned by its struct config; read-only once loaded. */
+struct rule {
+	char *name;			/* [A-Za-z0-9_.-]+, unique */
+	struct rule_match *match;	/* every entry must match */
+	size_t nmatch;
+	struct key_template *key;	/* NULL: one counter for the rule */
+	int64_t limit;			/* >= 1 */
+	int64_t window_ms;		/* >= 1 */
+	enum rl_algorithm algorithm;
+	int64_t cost;			/* default cost, >= 0 */
+	bool shadow;
+	size_t index;			/* position in config->rules */
+};
+
+/* True iff every match entry's attribute is present and matches. */
+bool rule_matches(const struct rule *r, const struct attrs *a);
+
+/* Free everything a rule owns (not the struct itself). */
+void rule_free_contents(struct rule *r);
+
+/* True iff s is a valid rule name: non-empty [A-Za-z0-9_.-]+. */
+bool rule_name_is_valid(const char *s);
+
+#endif

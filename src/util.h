@@ -1,0 +1,52 @@
+/*
+ * util.h - small helpers shared by every module: the allocation wrapper,
+ * duration parsing, bounded string copies and clocks.
+ *
+ * Allocation goes through rl_malloc() and friends so that unit tests can
+ * make the n-th allocation fail (rl_alloc_fail_after) and check the error
+ * paths.  None of these functions keeps state besides that test hook.
+ */
+#ifndef RL_UTIL_H
+#define RL_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* malloc/calloc/realloc/strdup that return NULL on failure (never abort).
+ * rl_free(NULL) does nothing.  Any thread. */
+void *rl_malloc(size_t n);
+void *rl_calloc(size_t n, size_t size);
+void *rl_realloc(void *p, size_t n);
+char *rl_strdup(const char *s);
+char *rl_strndup(const char *s, size_t n);
+void rl_free(void *p);
+
+/* Test hook: after `n` more successful allocations, every allocation fails.
+ * n < 0 switches the failure off (the default). */
+void rl_alloc_fail_after(long n);
+
+/* Parse a duration: a non-negative integer followed by ms, s, m, h or d
+ * ("250ms", "10s", "1m", "1h", "1d").  Stores milliseconds in *out_ms.
+ * Returns 0, or -1 for anything else (empty, no unit, overflow). */
+int util_parse_duration_ms(const char *s, int64_t *out_ms);
+
+/* Parse a whole decimal integer (optional leading '-') into *out.
+ * Returns 0, or -1 if s is not entirely an integer or overflows. */
+int util_parse_int64(const char *s, int64_t *out);
+
+/* Copy at most dstlen-1 bytes of src and NUL-terminate; returns strlen(src)
+ * like OpenBSD strlcpy, so a result >= dstlen means truncation. */
+size_t util_strlcpy(char *dst, const char *src, size_t dstlen);
+
+/* CLOCK_MONOTONIC and CLOCK_REALTIME in microseconds.  Any thread. */
+int64_t util_monotonic_us(void);
+int64_t util_realtime_us(void);
+
+/* Ceiling division for non-negative a and positive b. */
+static inline int64_t util_ceil_div(int64_t a, int64_t b)
+{
+	return a <= 0 ? 0 : (a + b - 1) / b;
+}
+
+#endif
