@@ -11,6 +11,7 @@
 #define RL_LOG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 enum log_level { LOG_LEVEL_DEBUG, LOG_LEVEL_INFO, LOG_LEVEL_WARN, LOG_LEVEL_ERROR };
 
@@ -18,6 +19,9 @@ enum log_level { LOG_LEVEL_DEBUG, LOG_LEVEL_INFO, LOG_LEVEL_WARN, LOG_LEVEL_ERRO
 void log_set_level(enum log_level level);
 enum log_level log_get_level(void);
 bool log_enabled(enum log_level level);
+
+/* Write JSON objects instead of logfmt lines.  Any thread. */
+void log_set_json(bool json);
 
 /* Parse "debug" | "info" | "warn" | "error".  Returns 0 or -1. */
 int log_level_parse(const char *s, enum log_level *out);
@@ -31,7 +35,11 @@ void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void fatalx(const char *fmt, ...)
     __attribute__((format(printf, 1, 2), noreturn));
 
-/* Raw line of already formatted logfmt fields (the access log). */
-void log_line(enum log_level level, const char *fields);
+/*
+ * A line with extra fields after msg: keys[i]=vals[i] (values are quoted
+ * and escaped as needed).  Used for the access log.
+ */
+void log_fields(enum log_level level, const char *msg,
+    const char *const *keys, const char *const *vals, size_t n);
 
 #endif

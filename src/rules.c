@@ -1,0 +1,360 @@
+/*
+ * rules.c - attributes, match patterns and key templates: the pure part of
+ * rule evaluation (see rules.h).  Everything here is compiled once when a
+ * config is loaded and only read afterwards, so the per-request work is a
+ * few string comparisons and one bounded copy per rule.
+ */
+#include "rules.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "util.h"
+
+/* --- attributes ------------------------------------------------------- */
+
+int
+attrs_setn(struct attrs *a, const char *name, const char *value,
+    size_t valuelen)
+{
+	char *v;
+	size_t i;
+
+	if ((v = rl_strndup(value, valuelen)) == NULL)
+		return -1;
+	for (i = 0; i < a->n; i++) {
+		if (strcmp(a->v[i].name, name) == 0) {
+			rl_free(a->v[i].value);
+			a->v[i].value = v;
+			return 0;
+		}
+	}
+	if (a->n == a->cap) {
+		size_t cap = a->cap == 0 ? 16 : a->cap * 2;
+		struct attr *nv = rl_realloc(a->v, cap * sizeof(*nv));
+
+		if (nv == NULL)
+			goto fail_value;
+		a->v = nv;
+		a->cap = cap;
+	}
+	if ((a->v[a->n].name = rl_strdup(name)) == NULL)
+		goto fail_value;
+	a->v[a->n++].value = v;
+	return 0;
+
+fail_value:
+	rl_free(v);
+	return -1;
+}
+
+int
+attrs_set(struct attrs *a, const char *name, const char *value)
+{
+	return attrs_setn(a, name, value, strlen(value));
+}
+
+const char *
+attrs_get(const struct attrs *a, const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < a->n; i++)
+		if (strcmp(a->v[i].name, name) == 0)
+			return a->v[i].value;
+	return NULL;
+}
+
+void
+attrs_clear(struct attrs *a)
+{
+	size_t i;
+
+	for (i = 0; i < a->n; i++) {
+		rl_free(a->v[i].name);
+		rl_free(a->v[i].value);
+	}
+	rl_free(a->v);
+	a->v = NULL;
+	a->n = a->cap = 0;
+}
+
+/* --- patterns --------------------------------------------------------- */
+
+/*
+ * Iterative glob with one backtrack point: on a mismatch after a '*', the
+ * star absorbs one more byte.  Linear-ish, no recursion, no allocation.
+ */
+bool
+glob_match(const char *pat, const char *s)
+{
+	const char *star = NULL, *resume = NULL;
+
+	while (*s != '\0') {
+		if (*pat == '*') {
+			star = ++pat;
+			resume = s;
+		} else if (*pat == '?' || *pat == *s) {
+			pat++;
+			s++;
+		} else if (star != NULL) {
+			pat = star;
+			s = ++resume;
+		} else
+			return false;
+	}
+	while (*pat == '*')
+		pat++;
+	return *pat == '\0';
+}
+
+int
+pattern_compile(struct pattern *p, const char *src, char *err, size_t errlen)
+{
+	int rc;
+
+	memset(p, 0, sizeof(*p));
+	if (src[0] == '~') {
+		p->kind = PATTERN_REGEX;
+		src++;
+	} else if (strpbrk(src, "*?") != NULL)
+		p->kind = PATTERN_GLOB;
+	else
+		p->kind = PATTERN_EXACT;
+	if ((p->text = rl_strdup(src)) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	if (p->kind != PATTERN_REGEX)
+		return 0;
+	if ((rc = regcomp(&p->re, src, REG_EXTENDED | REG_NOSUB)) != 0) {
+		char msg[128];
+
+		regerror(rc, &p->re, msg, sizeof(msg));
+		snprintf(err, errlen, "bad regex \"%s\": %s", src, msg);
+		rl_free(p->text);
+		p->text = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+bool
+pattern_matches(const struct pattern *p, const char *value)
+{
+	switch (p->kind) {
+	case PATTERN_EXACT:
+		return strcmp(p->text, value) == 0;
+	case PATTERN_GLOB:
+		return glob_match(p->text, value);
+	case PATTERN_REGEX:
+		return regexec(&p->re, value, 0, NULL, 0) == 0;
+	}
+	return false;
+}
+
+void
+pattern_free(struct pattern *p)
+{
+	if (p->text != NULL && p->kind == PATTERN_REGEX)
+		regfree(&p->re);
+	rl_free(p->text);
+	p->text = NULL;
+}
+
+/* --- key templates ---------------------------------------------------- */
+
+static bool
+is_name_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+	    (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+}
+
+static int
+template_add(struct key_template *t, bool is_attr, const char *text,
+    size_t len)
+{
+	struct template_part *np;
+
+	np = rl_realloc(t->parts, (t->nparts + 1) * sizeof(*np));
+	if (np == NULL)
+		return -1;
+	t->parts = np;
+	if ((np[t->nparts].text = rl_strndup(text, len)) == NULL)
+		return -1;
+	np[t->nparts].is_attr = is_attr;
+	np[t->nparts].len = len;
+	t->nparts++;
+	return 0;
+}
+
+int
+template_compile(struct key_template *t, const char *src, char *err,
+    size_t errlen)
+{
+	const char *p = src, *lit = src;
+
+	memset(t, 0, sizeof(*t));
+	if ((t->source = rl_strdup(src)) == NULL)
+		goto oom;
+	while (*p != '\0') {
+		const char *name, *end;
+
+		if (p[0] != '$' || (p[1] != '{' && p[1] != '$')) {
+			p++;
+			continue;
+		}
+		/* Flush the literal before "$$" (keeping one '$') or "${". */
+		if (p[1] == '$') {
+			if (template_add(t, false, lit, (size_t)(p - lit) + 1))
+				goto oom;
+			lit = p += 2;
+			continue;
+		}
+		if (p > lit && template_add(t, false, lit, (size_t)(p - lit)))
+			goto oom;
+		name = p + 2;
+		for (end = name; is_name_char(*end); end++)
+			;
+		if (*end != '}') {
+			snprintf(err, errlen, *end == '\0' ?
+			    "key template \"%s\": unterminated \"${\"" :
+			    "key template \"%s\": bad attribute name", src);
+			goto fail;
+		}
+		if (end == name) {
+			snprintf(err, errlen,
+			    "key template \"%s\": empty attribute name", src);
+			goto fail;
+		}
+		if (template_add(t, true, name, (size_t)(end - name)))
+			goto oom;
+		lit = p = end + 1;
+	}
+	if (p > lit && template_add(t, false, lit, (size_t)(p - lit)))
+		goto oom;
+	return 0;
+
+oom:
+	snprintf(err, errlen, "out of memory");
+fail:
+	template_free(t);
+	return -1;
+}
+
+void
+template_free(struct key_template *t)
+{
+	size_t i;
+
+	for (i = 0; i < t->nparts; i++)
+		rl_free(t->parts[i].text);
+	rl_free(t->parts);
+	rl_free(t->source);
+	memset(t, 0, sizeof(*t));
+}
+
+enum render_result
+template_render(const struct key_template *t, const struct attrs *a,
+    char *buf, size_t buflen, size_t *outlen)
+{
+	size_t off = 0, i;
+	enum render_result rc = RENDER_OK;
+
+	for (i = 0; i < t->nparts; i++) {
+		const char *s = t->parts[i].text;
+		size_t n = t->parts[i].len;
+
+		if (t->parts[i].is_attr) {
+			if ((s = attrs_get(a, s)) == NULL)
+				return RENDER_MISSING;
+			n = strlen(s);
+		}
+		/* Keep scanning after overflow: a missing attribute wins. */
+		if (rc == RENDER_OK && off + n < buflen) {
+			memcpy(buf + off, s, n);
+			off += n;
+		} else
+			rc = RENDER_TOO_LONG;
+	}
+	if (buflen > 0)
+		buf[off < buflen ? off : buflen - 1] = '\0';
+	*outlen = off;
+	return rc;
+}
+
+/* --- rules ------------------------------------------------------------ */
+
+static const char *const algorithm_names[] = {
+	[RL_ALG_SLIDING_LOG] = "sliding_log",
+	[RL_ALG_SLIDING_WINDOW] = "sliding_window",
+	[RL_ALG_FIXED_WINDOW] = "fixed_window",
+	[RL_ALG_TOKEN_BUCKET] = "token_bucket",
+};
+
+int
+rl_algorithm_parse(const char *s, enum rl_algorithm *out)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(algorithm_names) / sizeof(*algorithm_names);
+	    i++) {
+		if (strcmp(s, algorithm_names[i]) == 0) {
+			*out = (enum rl_algorithm)i;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+const char *
+rl_algorithm_name(enum rl_algorithm alg)
+{
+	if ((unsigned)alg >= sizeof(algorithm_names) / sizeof(*algorithm_names))
+		return "?";
+	return algorithm_names[alg];
+}
+
+bool
+rule_matches(const struct rule *r, const struct attrs *a)
+{
+	size_t i;
+
+	for (i = 0; i < r->nmatch; i++) {
+		const char *v = attrs_get(a, r->match[i].attr);
+
+		if (v == NULL || !pattern_matches(&r->match[i].pattern, v))
+			return false;
+	}
+	return true;
+}
+
+void
+rule_free_contents(struct rule *r)
+{
+	size_t i;
+
+	for (i = 0; i < r->nmatch; i++) {
+		rl_free(r->match[i].attr);
+		pattern_free(&r->match[i].pattern);
+	}
+	rl_free(r->match);
+	if (r->key != NULL) {
+		template_free(r->key);
+		rl_free(r->key);
+	}
+	rl_free(r->name);
+	memset(r, 0, sizeof(*r));
+}
+
+bool
+rule_name_is_valid(const char *s)
+{
+	if (*s == '\0')
+		return false;
+	for (; *s != '\0'; s++)
+		if (!is_name_char(*s))
+			return false;
+	return true;
+}

@@ -1,0 +1,168 @@
+/*
+ * util.c - the allocation wrapper, duration and integer parsing, strlcpy and
+ * clocks.  See util.h.
+ *
+ * The allocation wrapper exists for one reason: tests set
+ * rl_alloc_fail_after(n) and walk every error path that an out-of-memory
+ * condition can take, the way hiredis's test suite does.
+ */
+#include "util.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static long alloc_budget = -1;	/* < 0: never fail */
+
+void
+rl_alloc_fail_after(long n)
+{
+	__atomic_store_n(&alloc_budget, n, __ATOMIC_SEQ_CST);
+}
+
+/* True if this allocation should fail (test hook). */
+static bool
+alloc_should_fail(void)
+{
+	long b = __atomic_load_n(&alloc_budget, __ATOMIC_RELAXED);
+
+	if (b < 0)
+		return false;
+	if (b == 0)
+		return true;
+	__atomic_sub_fetch(&alloc_budget, 1, __ATOMIC_SEQ_CST);
+	return false;
+}
+
+void *
+rl_malloc(size_t n)
+{
+	if (alloc_should_fail())
+		return NULL;
+	return malloc(n == 0 ? 1 : n);
+}
+
+void *
+rl_calloc(size_t n, size_t size)
+{
+	if (alloc_should_fail())
+		return NULL;
+	return calloc(n == 0 ? 1 : n, size == 0 ? 1 : size);
+}
+
+void *
+rl_realloc(void *p, size_t n)
+{
+	if (alloc_should_fail())
+		return NULL;
+	return realloc(p, n == 0 ? 1 : n);
+}
+
+char *
+rl_strdup(const char *s)
+{
+	return rl_strndup(s, strlen(s));
+}
+
+char *
+rl_strndup(const char *s, size_t n)
+{
+	char *p;
+
+	if ((p = rl_malloc(n + 1)) == NULL)
+		return NULL;
+	memcpy(p, s, n);
+	p[n] = '\0';
+	return p;
+}
+
+void
+rl_free(void *p)
+{
+	free(p);
+}
+
+int
+util_parse_int64(const char *s, int64_t *out)
+{
+	char *end;
+	long long v;
+
+	if (s == NULL || *s == '\0' || (*s != '-' && (*s < '0' || *s > '9')))
+		return -1;
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno != 0 || *end != '\0')
+		return -1;
+	*out = v;
+	return 0;
+}
+
+int
+util_parse_duration_ms(const char *s, int64_t *out_ms)
+{
+	static const struct {
+		const char *suffix;
+		int64_t ms;
+	} units[] = {
+		{ "ms", 1 }, { "s", 1000 }, { "m", 60000 },
+		{ "h", 3600000 }, { "d", 86400000 },
+	};
+	const char *p = s;
+	int64_t v = 0;
+	size_t i;
+
+	if (s == NULL || *p < '0' || *p > '9')
+		return -1;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		if (v > (INT64_MAX - 9) / 10)
+			return -1;
+		v = v * 10 + (*p - '0');
+	}
+	for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		if (strcmp(p, units[i].suffix) != 0)
+			continue;
+		if (v > INT64_MAX / units[i].ms)
+			return -1;
+		*out_ms = v * units[i].ms;
+		return 0;
+	}
+	return -1;
+}
+
+size_t
+util_strlcpy(char *dst, const char *src, size_t dstlen)
+{
+	size_t n = strlen(src);
+
+	if (dstlen > 0) {
+		size_t c = n < dstlen - 1 ? n : dstlen - 1;
+
+		memcpy(dst, src, c);
+		dst[c] = '\0';
+	}
+	return n;
+}
+
+static int64_t
+clock_us(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t
+util_monotonic_us(void)
+{
+	return clock_us(CLOCK_MONOTONIC);
+}
+
+int64_t
+util_realtime_us(void)
+{
+	return clock_us(CLOCK_REALTIME);
+}
