@@ -1,0 +1,84 @@
+/*
+ * decide.h - turns one request (attributes, an optional forced rule and
+ * cost) into one decision under one config snapshot: which rules apply,
+ * their keys, one atomic backend call, the failure policy, and the deciding
+ * rule (CONTRACT 4-6).  No HTTP here; http.c maps a decision to a response.
+ */
+#ifndef RL_DECIDE_H
+#define RL_DECIDE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "config.h"
+#include "rules.h"
+
+/* What a request asks.  Everything borrowed for the call. */
+struct decide_request {
+	const struct attrs *attrs;
+	const char *rule;	/* evaluate only this rule (skip match); or NULL */
+	int64_t cost;		/* -1: each rule's own default cost */
+};
+
+enum decide_status {
+	DECIDE_OK = 0,
+	DECIDE_UNKNOWN_RULE,		/* 400 unknown_rule */
+	DECIDE_COST_EXCEEDS_LIMIT,	/* 400 cost_exceeds_limit */
+	DECIDE_KEY_TOO_LONG,		/* 400 key_too_long */
+	DECIDE_BACKEND_UNAVAILABLE,	/* 503, on_backend_error: deny */
+	DECIDE_INTERNAL			/* 500, out of memory */
+};
+
+/* Outcome of one applying rule, for metrics and the access log. */
+enum decide_rule_result {
+	DECIDE_RULE_ALLOWED,
+	DECIDE_RULE_DENIED,		/* denied, or not recorded: another denied */
+	DECIDE_RULE_SHADOW_DENIED,	/* a shadow rule that would deny */
+	DECIDE_RULE_DEGRADED,		/* answered without the backend */
+	DECIDE_RULE_ERROR		/* backend failed, policy deny */
+};
+
+#define DECIDE_MESSAGE_MAX 256
+
+struct decision {
+	enum decide_status status;
+	char message[DECIDE_MESSAGE_MAX];	/* for status != DECIDE_OK */
+
+	bool allowed;
+	bool degraded;		/* the backend failed; policy allow or local */
+	enum backend_error_kind backend_error;	/* when the backend failed */
+	const struct rule *rule;	/* deciding rule, NULL if none applies;
+					 * borrowed from the config snapshot */
+	int64_t limit, remaining, reset_ms, retry_after_ms;
+	bool shadow;		/* the deciding rule is a shadow rule */
+};
+
+/*
+ * Called once per applying rule after the decision, e.g. to count it.
+ * May be NULL.
+ */
+typedef void (*decide_rule_fn)(const struct rule *r,
+    enum decide_rule_result result, void *arg);
+
+/* The long-lived parts a decision needs.  Borrowed; set up by main.c. */
+struct decider {
+	struct backend *backend;	/* the configured store */
+	struct backend *local;		/* in-process store for
+					 * on_backend_error: local; may be NULL */
+	decide_rule_fn on_rule;
+	void *on_rule_arg;
+};
+
+/*
+ * Decide req under cfg.  Fills *out; returns 0 when a decision (allowed or
+ * denied, possibly degraded) was made, -1 when out->status says why not.
+ * A request that fails validation never touches a backend.  Any thread.
+ */
+int decide(const struct decider *d, const struct config *cfg,
+    const struct decide_request *req, struct decision *out);
+
+/* Stable names: "unknown_rule", ... for the JSON error field. */
+const char *decide_status_code(enum decide_status s);
+
+#endif

@@ -1,0 +1,747 @@
+/*
+ * http.c - the HTTP front end on libmicrohttpd (see http.h).
+ *
+ * libmicrohttpd runs `threads` worker threads, each with its own event loop
+ * over its connections (MHD_OPTION_THREAD_POOL_SIZE); HTTP/1.1 keep-alive is
+ * its default.  A request is handled in the thread that read it: the body is
+ * gathered (bounded by max_body_bytes), turned into attributes, decided, and
+ * answered with JSON and the RateLimit headers.  The listening socket is
+ * bound by http_listen() so that a port in use is a clear start-up error and
+ * unix sockets work the same way as TCP.
+ */
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "log.h"
+#include "metrics.h"
+#include "util.h"
+
+#define JSON_TYPE "application/json"
+
+enum endpoint { EP_ACQUIRE, EP_AUTH };
+
+struct http_server {
+	struct MHD_Daemon *mhd;
+	int listen_fd;
+	pthread_mutex_t lock;		/* guards cfg */
+	struct config *cfg;
+	const struct decider *decider;
+	struct metrics *metrics;
+	int inflight;			/* atomic */
+};
+
+/* Per-request state, from the first call of the handler to completion. */
+struct request {
+	enum endpoint ep;
+	struct config *cfg;		/* the snapshot this request uses */
+	char *body;
+	size_t len, cap;
+	bool too_large;
+};
+
+/* --- listening -------------------------------------------------------- */
+
+int
+http_listen(const char *listen_s, char *err, size_t errlen)
+{
+	struct addrinfo hints, *res = NULL;
+	char host[256];
+	const char *port;
+	int fd = -1, one = 1, rc;
+
+	if (strncmp(listen_s, "unix:", 5) == 0) {
+		struct sockaddr_un sun;
+		const char *path = listen_s + 5;
+		struct stat st;
+
+		memset(&sun, 0, sizeof(sun));
+		sun.sun_family = AF_UNIX;
+		if (*path == '\0' || strlen(path) >= sizeof(sun.sun_path)) {
+			snprintf(err, errlen, "%s: bad unix socket path",
+			    listen_s);
+			return -1;
+		}
+		util_strlcpy(sun.sun_path, path, sizeof(sun.sun_path));
+		if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+			goto syserr;
+		if (stat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+			unlink(path);
+		if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 ||
+		    listen(fd, 1024) < 0)
+			goto syserr;
+		return fd;
+	}
+
+	/* "host:port" or "[v6]:port". */
+	if (listen_s[0] == '[') {
+		const char *end = strchr(listen_s, ']');
+
+		if (end == NULL || end[1] != ':' ||
+		    (size_t)(end - listen_s) > sizeof(host))
+			goto bad;
+		memcpy(host, listen_s + 1, (size_t)(end - listen_s - 1));
+		host[end - listen_s - 1] = '\0';
+		port = end + 2;
+	} else {
+		const char *colon = strrchr(listen_s, ':');
+
+		if (colon == NULL || (size_t)(colon - listen_s) >= sizeof(host))
+			goto bad;
+		memcpy(host, listen_s, (size_t)(colon - listen_s));
+		host[colon - listen_s] = '\0';
+		port = colon + 1;
+	}
+	if (*port == '\0')
+		goto bad;
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+	if ((rc = getaddrinfo(host[0] != '\0' ? host : NULL, port, &hints,
+	    &res)) != 0) {
+		snprintf(err, errlen, "%s: %s", listen_s, gai_strerror(rc));
+		return -1;
+	}
+	if ((fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC,
+	    0)) < 0)
+		goto syserr;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (res->ai_family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	if (bind(fd, res->ai_addr, res->ai_addrlen) < 0 ||
+	    listen(fd, 1024) < 0)
+		goto syserr;
+	freeaddrinfo(res);
+	return fd;
+
+bad:
+	snprintf(err, errlen,
+	    "%s: expected host:port, [v6]:port or unix:/path", listen_s);
+	return -1;
+syserr:
+	snprintf(err, errlen, "%s: %s", listen_s, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	if (res != NULL)
+		freeaddrinfo(res);
+	return -1;
+}
+
+/* --- snapshot --------------------------------------------------------- */
+
+void
+http_server_set_config(struct http_server *s, struct config *cfg)
+{
+	struct config *old;
+
+	config_ref(cfg);
+	pthread_mutex_lock(&s->lock);
+	old = s->cfg;
+	s->cfg = cfg;
+	pthread_mutex_unlock(&s->lock);
+	config_unref(old);
+}
+
+struct config *
+http_server_get_config(struct http_server *s)
+{
+	struct config *c;
+
+	pthread_mutex_lock(&s->lock);
+	c = config_ref(s->cfg);
+	pthread_mutex_unlock(&s->lock);
+	return c;
+}
+
+/* --- responses -------------------------------------------------------- */
+
+static enum MHD_Result
+respond(struct http_server *s, struct MHD_Connection *conn, int status,
+    const char *type, const char *body, size_t len,
+    struct MHD_Response *prepared)
+{
+	struct MHD_Response *r = prepared;
+	enum MHD_Result ret;
+
+	if (r == NULL)
+		r = MHD_create_response_from_buffer(len, (void *)(uintptr_t)body,
+		    MHD_RESPMEM_MUST_COPY);
+	if (r == NULL)
+		return MHD_NO;
+	if (type != NULL)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+	ret = MHD_queue_response(conn, (unsigned)status, r);
+	MHD_destroy_response(r);
+	metrics_http_response(s->metrics, status);
+	return ret;
+}
+
+static enum MHD_Result
+respond_error(struct http_server *s, struct MHD_Connection *conn,
+    int status, const char *code, const char *fmt, ...)
+{
+	char msg[512], *text;
+	json_t *o;
+	va_list ap;
+	enum MHD_Result ret;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	o = json_pack("{s:s, s:s}", "error", code, "message", msg);
+	text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	if (text == NULL)
+		return respond(s, conn, 500, NULL, "", 0, NULL);
+	ret = respond(s, conn, status, JSON_TYPE, text, strlen(text), NULL);
+	free(text);
+	return ret;
+}
+
+static void
+add_header_i64(struct MHD_Response *r, const char *name, int64_t v)
+{
+	char buf[32];
+
+	snprintf(buf, sizeof(buf), "%lld", (long long)v);
+	MHD_add_response_header(r, name, buf);
+}
+
+/* The RateLimit headers of CONTRACT 5 for the deciding rule. */
+static void
+add_rate_headers(struct MHD_Response *r, const struct decision *d)
+{
+	char buf[RL_MAX_KEY_BYTES];
+	int64_t reset_s = util_ceil_div(d->reset_ms, 1000);
+
+	if (d->rule == NULL)
+		return;
+	snprintf(buf, sizeof(buf), "\"%s\";q=%lld;w=%lld", d->rule->name,
+	    (long long)d->limit,
+	    (long long)util_ceil_div(d->rule->window_ms, 1000));
+	MHD_add_response_header(r, "RateLimit-Policy", buf);
+	snprintf(buf, sizeof(buf), "\"%s\";r=%lld;t=%lld", d->rule->name,
+	    (long long)d->remaining, (long long)reset_s);
+	MHD_add_response_header(r, "RateLimit", buf);
+	add_header_i64(r, "X-RateLimit-Limit", d->limit);
+	add_header_i64(r, "X-RateLimit-Remaining", d->remaining);
+	add_header_i64(r, "X-RateLimit-Reset", reset_s);
+	if (!d->allowed) {
+		int64_t ra = util_ceil_div(d->retry_after_ms, 1000);
+
+		add_header_i64(r, MHD_HTTP_HEADER_RETRY_AFTER, ra < 1 ? 1 : ra);
+	}
+}
+
+/* Answer a decision: JSON for /acquire, an empty body for /auth. */
+static enum MHD_Result
+respond_decision(struct http_server *s, struct MHD_Connection *conn,
+    const struct request *rq, const struct decision *d)
+{
+	struct MHD_Response *r;
+	char body[RL_MAX_KEY_BYTES + 256];
+	int status, n = 0;
+
+	if (d->status != DECIDE_OK) {
+		int code = d->status == DECIDE_BACKEND_UNAVAILABLE ? 503 :
+		    d->status == DECIDE_INTERNAL ? 500 : 400;
+
+		return respond_error(s, conn, code,
+		    decide_status_code(d->status), "%s", d->message);
+	}
+	if (rq->ep == EP_AUTH)
+		status = d->allowed ? 200 : rq->cfg->auth_deny_status;
+	else
+		status = d->allowed ? 200 : 429;
+	if (rq->ep == EP_ACQUIRE && d->rule != NULL) {
+		/* Rule names are [A-Za-z0-9_.-]+: nothing to escape. */
+		n = snprintf(body, sizeof(body), "{\"allowed\":%s,"
+		    "\"rule\":\"%s\",\"limit\":%lld,\"remaining\":%lld,"
+		    "\"reset_ms\":%lld,\"retry_after_ms\":%lld,"
+		    "\"shadow\":%s%s}", d->allowed ? "true" : "false",
+		    d->rule->name, (long long)d->limit,
+		    (long long)d->remaining, (long long)d->reset_ms,
+		    (long long)d->retry_after_ms, d->shadow ? "true" : "false",
+		    d->degraded ? ",\"degraded\":true" : "");
+	} else if (rq->ep == EP_ACQUIRE) {
+		n = snprintf(body, sizeof(body), "{\"allowed\":true,"
+		    "\"rule\":null,\"limit\":null,\"remaining\":null,"
+		    "\"reset_ms\":0,\"retry_after_ms\":0,\"shadow\":false%s}",
+		    d->degraded ? ",\"degraded\":true" : "");
+	}
+	r = MHD_create_response_from_buffer((size_t)n, body,
+	    MHD_RESPMEM_MUST_COPY);
+	if (r == NULL)
+		return MHD_NO;
+	add_rate_headers(r, d);
+	return respond(s, conn, status, rq->ep == EP_ACQUIRE ? JSON_TYPE :
+	    NULL, NULL, 0, r);
+}
+
+/* --- attributes ------------------------------------------------------- */
+
+/*
+ * The JSON body of /acquire into attributes, the forced rule and the cost.
+ * Returns 0, or -1 after answering the error itself.
+ */
+static int
+acquire_attrs(struct http_server *s, struct MHD_Connection *conn,
+    const struct request *rq, struct attrs *a, char **rule, int64_t *cost,
+    enum MHD_Result *ret)
+{
+	json_t *root, *v;
+	json_error_t jerr;
+	const char *name;
+	char num[32];
+	int rc = -1;
+
+	*cost = -1;
+	*rule = NULL;
+	if (rq->len == 0)
+		return 0;	/* no body: no attributes */
+	root = json_loadb(rq->body, rq->len, JSON_REJECT_DUPLICATES, &jerr);
+	if (root == NULL) {
+		*ret = respond_error(s, conn, 400, "invalid_json",
+		    "line %d column %d: %s", jerr.line, jerr.column, jerr.text);
+		return -1;
+	}
+	if (!json_is_object(root)) {
+		*ret = respond_error(s, conn, 400, "invalid_json",
+		    "the body must be a JSON object");
+		goto done;
+	}
+	json_object_foreach(root, name, v) {
+		const char *val = NULL;
+		size_t vlen = 0;
+
+		if (strcmp(name, "cost") == 0) {
+			if (!json_is_integer(v) || json_integer_value(v) < 0) {
+				*ret = respond_error(s, conn, 400,
+				    "invalid_cost",
+				    "cost must be an integer >= 0");
+				goto done;
+			}
+			*cost = json_integer_value(v);
+			continue;
+		}
+		if (strcmp(name, "rule") == 0) {
+			if (!json_is_string(v)) {
+				*ret = respond_error(s, conn, 400,
+				    "unknown_rule", "rule must be a string");
+				goto done;
+			}
+			if ((*rule = rl_strdup(json_string_value(v))) == NULL)
+				goto oom;
+			continue;
+		}
+		switch (json_typeof(v)) {
+		case JSON_STRING:
+			val = json_string_value(v);
+			vlen = json_string_length(v);
+			break;
+		case JSON_INTEGER:
+			vlen = (size_t)snprintf(num, sizeof(num), "%lld",
+			    (long long)json_integer_value(v));
+			val = num;
+			break;
+		case JSON_TRUE:
+		case JSON_FALSE:
+			val = json_is_true(v) ? "true" : "false";
+			vlen = strlen(val);
+			break;
+		case JSON_NULL:
+			continue;	/* null: the attribute is absent */
+		default:
+			*ret = respond_error(s, conn, 400, "invalid_attribute",
+			    "attribute \"%s\" must be a string, integer or "
+			    "boolean", name);
+			goto done;
+		}
+		if (memchr(val, '\0', vlen) != NULL) {
+			*ret = respond_error(s, conn, 400, "invalid_attribute",
+			    "attribute \"%s\" contains a NUL byte", name);
+			goto done;
+		}
+		if (attrs_setn(a, name, val, vlen) < 0)
+			goto oom;
+	}
+	rc = 0;
+	goto done;
+
+oom:
+	*ret = respond_error(s, conn, 500, "internal_error", "out of memory");
+done:
+	if (rc < 0) {
+		rl_free(*rule);
+		*rule = NULL;
+	}
+	json_decref(root);
+	return rc;
+}
+
+struct header_walk {
+	struct attrs *a;
+	int failed;
+};
+
+static enum MHD_Result
+collect_header(void *cls, enum MHD_ValueKind kind, const char *key,
+    const char *value)
+{
+	struct header_walk *w = cls;
+	char name[256];
+	size_t i, n;
+
+	(void)kind;
+	n = util_strlcpy(name, "header.", sizeof(name));
+	for (i = 0; key[i] != '\0' && n + 1 < sizeof(name); i++, n++)
+		name[n] = (char)tolower((unsigned char)key[i]);
+	name[n] = '\0';
+	if (attrs_set(w->a, name, value != NULL ? value : "") < 0)
+		w->failed = 1;
+	return MHD_YES;
+}
+
+/* First non-empty of headers h1, h2, else fallback (may be NULL). */
+static const char *
+first_of(const struct attrs *a, const char *h1, const char *h2,
+    const char *fallback)
+{
+	const char *v;
+
+	if ((v = attrs_get(a, h1)) != NULL && *v != '\0')
+		return v;
+	if (h2 != NULL && (v = attrs_get(a, h2)) != NULL && *v != '\0')
+		return v;
+	return fallback;
+}
+
+/* The attributes of a proxied request (CONTRACT 3, /auth).  0 or -1. */
+static int
+auth_attrs(struct MHD_Connection *conn, const char *url, const char *method,
+    struct attrs *a)
+{
+	struct header_walk w = { a, 0 };
+	const union MHD_ConnectionInfo *ci;
+	char peer[INET6_ADDRSTRLEN] = "", ip[INET6_ADDRSTRLEN + 1];
+	const char *v;
+	size_t n;
+
+	MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_header, &w);
+	if (w.failed)
+		return -1;
+	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	if (ci != NULL && ci->client_addr != NULL) {
+		const struct sockaddr *sa = ci->client_addr;
+
+		if (sa->sa_family == AF_INET)
+			inet_ntop(AF_INET,
+			    &((const struct sockaddr_in *)sa)->sin_addr, peer,
+			    sizeof(peer));
+		else if (sa->sa_family == AF_INET6)
+			inet_ntop(AF_INET6,
+			    &((const struct sockaddr_in6 *)sa)->sin6_addr,
+			    peer, sizeof(peer));
+	}
+	v = first_of(a, "header.x-original-method", "header.x-forwarded-method",
+	    method);
+	if (attrs_set(a, "method", v) < 0)
+		return -1;
+	v = first_of(a, "header.x-original-uri", "header.x-forwarded-uri",
+	    url);
+	if (attrs_setn(a, "path", v, strcspn(v, "?")) < 0)
+		return -1;
+	if ((v = first_of(a, "header.x-forwarded-host", "header.host",
+	    NULL)) != NULL && attrs_set(a, "host", v) < 0)
+		return -1;
+	if ((v = first_of(a, "header.x-real-ip", NULL, NULL)) == NULL &&
+	    (v = first_of(a, "header.x-forwarded-for", NULL, NULL)) != NULL) {
+		/* The first hop: up to the first comma, spaces trimmed. */
+		while (*v == ' ' || *v == '\t')
+			v++;
+		n = strcspn(v, ", \t");
+		if (n > 0 && n < sizeof(ip)) {
+			memcpy(ip, v, n);
+			ip[n] = '\0';
+			v = ip;
+		} else
+			v = NULL;
+	}
+	if (v == NULL && peer[0] != '\0')
+		v = peer;
+	if (v != NULL && attrs_set(a, "ip", v) < 0)
+		return -1;
+	return 0;
+}
+
+/* --- handlers --------------------------------------------------------- */
+
+static enum MHD_Result
+handle_decision(struct http_server *s, struct MHD_Connection *conn,
+    struct request *rq, const char *url, const char *method)
+{
+	struct attrs a = { 0 };
+	struct decide_request dr = { .attrs = &a, .cost = -1 };
+	struct decision d;
+	char *rule = NULL;
+	enum MHD_Result ret = MHD_NO;
+
+	if (rq->too_large)
+		return respond_error(s, conn, 413, "body_too_large",
+		    "the body is larger than %lld bytes",
+		    (long long)rq->cfg->max_body_bytes);
+	if (rq->ep == EP_ACQUIRE) {
+		if (acquire_attrs(s, conn, rq, &a, &rule, &dr.cost, &ret) < 0)
+			goto done;
+		dr.rule = rule;
+	} else if (auth_attrs(conn, url, method, &a) < 0) {
+		ret = respond_error(s, conn, 500, "internal_error",
+		    "out of memory");
+		goto done;
+	}
+	decide(s->decider, rq->cfg, &dr, &d);
+	ret = respond_decision(s, conn, rq, &d);
+	if (rq->cfg->access_log && log_enabled(LOG_LEVEL_INFO)) {
+		char lim[24], rem[24], retry[24];
+		const char *k[] = { "endpoint", "allowed", "rule", "limit",
+		    "remaining", "retry_after_ms", "degraded" };
+		const char *v[] = { rq->ep == EP_ACQUIRE ? "acquire" : "auth",
+		    d.status != DECIDE_OK ? decide_status_code(d.status) :
+		    d.allowed ? "true" : "false",
+		    d.rule != NULL ? d.rule->name : "", lim, rem, retry,
+		    d.degraded ? "true" : "false" };
+
+		snprintf(lim, sizeof(lim), "%lld", (long long)d.limit);
+		snprintf(rem, sizeof(rem), "%lld", (long long)d.remaining);
+		snprintf(retry, sizeof(retry), "%lld",
+		    (long long)d.retry_after_ms);
+		log_fields(LOG_LEVEL_INFO, "decision", k, v, 7);
+	}
+done:
+	rl_free(rule);
+	attrs_clear(&a);
+	return ret;
+}
+
+static enum MHD_Result
+handle_simple(struct http_server *s, struct MHD_Connection *conn,
+    const char *url)
+{
+	struct config *cfg;
+	char *text;
+	size_t len;
+	bool ready;
+	enum MHD_Result ret;
+
+	if (strcmp(url, "/healthz") == 0)
+		return respond(s, conn, 200, "text/plain", "ok\n", 3, NULL);
+	if (strcmp(url, "/readyz") == 0) {
+		cfg = http_server_get_config(s);
+		ready = cfg != NULL && backend_is_ready(s->decider->backend);
+		config_unref(cfg);
+		return ready ?
+		    respond(s, conn, 200, "text/plain", "ready\n", 6, NULL) :
+		    respond(s, conn, 503, "text/plain", "not ready\n", 10,
+		    NULL);
+	}
+	/* /metrics */
+	if (metrics_render(s->metrics, &text, &len) < 0)
+		return respond_error(s, conn, 500, "internal_error",
+		    "out of memory");
+	ret = respond(s, conn, 200, "text/plain; version=0.0.4; charset=utf-8",
+	    text, len, NULL);
+	rl_free(text);
+	return ret;
+}
+
+static enum MHD_Result
+access_handler(void *cls, struct MHD_Connection *conn, const char *url,
+    const char *method, const char *version, const char *upload_data,
+    size_t *upload_data_size, void **con_cls)
+{
+	struct http_server *s = cls;
+	struct request *rq = *con_cls;
+	bool is_get;
+
+	(void)version;
+	if (rq == NULL) {
+		enum endpoint ep;
+		const char *cl;
+
+		is_get = strcmp(method, "GET") == 0 ||
+		    strcmp(method, "HEAD") == 0;
+		if (strcmp(url, "/acquire") == 0)
+			ep = EP_ACQUIRE;
+		else if (strcmp(url, "/auth") == 0 ||
+		    strncmp(url, "/auth/", 6) == 0)
+			ep = EP_AUTH;
+		else if (strcmp(url, "/healthz") == 0 ||
+		    strcmp(url, "/readyz") == 0 || strcmp(url, "/metrics") == 0)
+			return is_get ? handle_simple(s, conn, url) :
+			    respond_error(s, conn, 405, "method_not_allowed",
+			    "%s %s: use GET", method, url);
+		else
+			return respond_error(s, conn, 404, "not_found",
+			    "no endpoint %s", url);
+		if (ep == EP_ACQUIRE && strcmp(method, "POST") != 0)
+			return respond_error(s, conn, 405, "method_not_allowed",
+			    "%s /acquire: use POST", method);
+		if ((rq = rl_calloc(1, sizeof(*rq))) == NULL)
+			return MHD_NO;
+		rq->ep = ep;
+		rq->cfg = http_server_get_config(s);
+		__atomic_add_fetch(&s->inflight, 1, __ATOMIC_SEQ_CST);
+		*con_cls = rq;
+		cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+		    MHD_HTTP_HEADER_CONTENT_LENGTH);
+		if (ep == EP_ACQUIRE && cl != NULL &&
+		    strtoull(cl, NULL, 10) > (unsigned long long)
+		    rq->cfg->max_body_bytes)
+			rq->too_large = true;
+		return MHD_YES;
+	}
+	if (*upload_data_size > 0) {
+		size_t n = *upload_data_size;
+
+		*upload_data_size = 0;
+		if (rq->ep != EP_ACQUIRE || rq->too_large)
+			return MHD_YES;		/* discard */
+		if (rq->len + n > (size_t)rq->cfg->max_body_bytes) {
+			rq->too_large = true;
+			return MHD_YES;
+		}
+		if (rq->len + n > rq->cap) {
+			size_t cap = rq->cap == 0 ? 1024 : rq->cap;
+			char *nb;
+
+			while (cap < rq->len + n)
+				cap *= 2;
+			if ((nb = rl_realloc(rq->body, cap)) == NULL)
+				return MHD_NO;
+			rq->body = nb;
+			rq->cap = cap;
+		}
+		memcpy(rq->body + rq->len, upload_data, n);
+		rq->len += n;
+		return MHD_YES;
+	}
+	return handle_decision(s, conn, rq, url, method);
+}
+
+static void
+request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+    enum MHD_RequestTerminationCode toe)
+{
+	struct http_server *s = cls;
+	struct request *rq = *con_cls;
+
+	(void)conn;
+	(void)toe;
+	if (rq == NULL)
+		return;
+	config_unref(rq->cfg);
+	rl_free(rq->body);
+	rl_free(rq);
+	*con_cls = NULL;
+	__atomic_sub_fetch(&s->inflight, 1, __ATOMIC_SEQ_CST);
+}
+
+static void
+mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	char msg[512];
+	size_t n;
+
+	(void)cls;
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	n = strlen(msg);
+	while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+		msg[--n] = '\0';
+	log_debug("http: %s", msg);
+}
+
+/* --- life cycle ------------------------------------------------------- */
+
+struct http_server *
+http_server_start(int listen_fd, struct config *cfg,
+    const struct decider *decider, struct metrics *metrics, char *err,
+    size_t errlen)
+{
+	struct http_server *s;
+	unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
+	    MHD_USE_ITC | MHD_USE_ERROR_LOG;
+
+	if ((s = rl_calloc(1, sizeof(*s))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		close(listen_fd);
+		return NULL;
+	}
+	pthread_mutex_init(&s->lock, NULL);
+	s->cfg = config_ref(cfg);
+	s->decider = decider;
+	s->metrics = metrics;
+	s->listen_fd = listen_fd;
+	s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, access_handler, s,
+	    MHD_OPTION_LISTEN_SOCKET, listen_fd,
+	    MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)cfg->threads,
+	    MHD_OPTION_NOTIFY_COMPLETED, request_completed, s,
+	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)60,
+	    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+	    MHD_OPTION_END);
+	if (s->mhd == NULL) {
+		snprintf(err, errlen, "%s: cannot start the HTTP server",
+		    cfg->listen);
+		close(listen_fd);
+		config_unref(s->cfg);
+		pthread_mutex_destroy(&s->lock);
+		rl_free(s);
+		return NULL;
+	}
+	return s;
+}
+
+void
+http_server_quiesce(struct http_server *s)
+{
+	int fd;
+
+	if (s->listen_fd < 0)
+		return;
+	if ((fd = MHD_quiesce_daemon(s->mhd)) >= 0)
+		close(fd);
+	s->listen_fd = -1;
+}
+
+int
+http_server_inflight(struct http_server *s)
+{
+	return __atomic_load_n(&s->inflight, __ATOMIC_SEQ_CST);
+}
+
+void
+http_server_stop(struct http_server *s)
+{
+	if (s == NULL)
+		return;
+	MHD_stop_daemon(s->mhd);	/* closes the socket unless quiesced */
+	config_unref(s->cfg);
+	pthread_mutex_destroy(&s->lock);
+	rl_free(s);
+}

@@ -1,0 +1,57 @@
+/*
+ * http.h - the HTTP front end (CONTRACT 3 and 5) on libmicrohttpd: POST
+ * /acquire, /auth, /healthz, /readyz, /metrics.
+ *
+ * The server holds the current config snapshot.  Each request takes a
+ * reference to the snapshot when it starts and drops it when it completes,
+ * so http_server_set_config() (a reload) never changes the rules under a
+ * request in flight.
+ */
+#ifndef RL_HTTP_H
+#define RL_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "decide.h"
+
+struct http_server;
+
+/* Counts and renders what http.c observes; see metrics.h.  May be NULL. */
+struct metrics;
+
+/*
+ * Bind and listen on `listen` ("host:port", "[v6]:port", "unix:/path").
+ * Returns the socket, or -1 with a message in err ("127.0.0.1:8080: address
+ * already in use").  A stale unix socket file is replaced.  Start-up only.
+ */
+int http_listen(const char *listen, char *err, size_t errlen);
+
+/*
+ * Start serving on listen_fd (ownership passes to the server) with
+ * cfg->threads worker threads.  Takes one reference to cfg.  The decider and
+ * metrics are borrowed for the server's life.  Returns the server, or NULL
+ * with a message in err.
+ */
+struct http_server *http_server_start(int listen_fd, struct config *cfg,
+    const struct decider *decider, struct metrics *metrics, char *err,
+    size_t errlen);
+
+/* Publish a new snapshot (takes one reference; drops the old one). */
+void http_server_set_config(struct http_server *s, struct config *cfg);
+
+/* The current snapshot with one reference for the caller. */
+struct config *http_server_get_config(struct http_server *s);
+
+/* Stop accepting connections; requests in progress go on. */
+void http_server_quiesce(struct http_server *s);
+
+/* Requests being processed now. */
+int http_server_inflight(struct http_server *s);
+
+/* Stop every thread, close every connection, free.  NULL does nothing. */
+void http_server_stop(struct http_server *s);
+
+#endif

@@ -1,0 +1,48 @@
+/*
+ * metrics.h - counters and histograms for GET /metrics, rendered in the
+ * Prometheus text exposition format 0.0.4.
+ *
+ * Every metrics_* recording function may be called from any thread at any
+ * rate: counters are atomics, and the per-rule table is read-mostly.  A
+ * NULL struct metrics * makes every function a no-op, so modules and tests
+ * need not care whether metrics are on.
+ */
+#ifndef RL_METRICS_H
+#define RL_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "decide.h"
+
+struct metrics;
+
+/* New, empty metrics; NULL on OOM.  metrics_free(NULL) does nothing. */
+struct metrics *metrics_new(void);
+void metrics_free(struct metrics *m);
+
+/* One HTTP response with this status. */
+void metrics_http_response(struct metrics *m, int status);
+
+/* One applying rule's outcome (a decide_rule_fn; arg is the metrics). */
+void metrics_rule_decision(const struct rule *r,
+    enum decide_rule_result result, void *arg);
+
+/* One backend call that took `usec` microseconds and failed with `kind`
+ * (BACKEND_ERR_NONE for success). */
+void metrics_backend_call(struct metrics *m, const char *backend,
+    int64_t usec, enum backend_error_kind kind);
+
+/* Connections of the Redis pool in use now (a gauge). */
+void metrics_pool_in_use(struct metrics *m, int delta);
+
+/* One config reload, successful or not. */
+void metrics_reload(struct metrics *m, bool ok);
+
+/* Render everything into a new NUL-terminated buffer (*out, caller frees
+ * with rl_free) of *len bytes.  0 or -1 (OOM). */
+int metrics_render(struct metrics *m, char **out, size_t *len);
+
+#endif
