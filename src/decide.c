@@ -115,6 +115,24 @@ pick_deciding(const struct applying *ap, const struct rl_check *checks,
 	out->shadow = ap[best].rule->shadow;
 }
 
+/* backend_decide(), timed for the on_backend hook. */
+static int
+timed_decide(const struct decider *d, struct backend *b,
+    const struct rl_check *checks, size_t n, struct rl_result *res,
+    bool *all_allowed, enum backend_error_kind *kind, char *err,
+    size_t errlen)
+{
+	int64_t start = d->on_backend != NULL ? util_monotonic_us() : 0;
+	int rc;
+
+	*kind = BACKEND_ERR_NONE;
+	rc = backend_decide(b, checks, n, res, all_allowed, kind, err, errlen);
+	if (d->on_backend != NULL)
+		d->on_backend(b->name, util_monotonic_us() - start,
+		    rc == 0 ? BACKEND_ERR_NONE : *kind, d->hook_arg);
+	return rc;
+}
+
 static void
 report(const struct decider *d, const struct applying *ap,
     const struct rl_check *checks, const struct rl_result *res, size_t n,
@@ -134,7 +152,7 @@ report(const struct decider *d, const struct applying *ap,
 			r = DECIDE_RULE_DENIED;
 		else
 			r = forced;
-		d->on_rule(ap[i].rule, r, d->on_rule_arg);
+		d->on_rule(ap[i].rule, r, d->hook_arg);
 	}
 }
 
@@ -223,7 +241,7 @@ decide(const struct decider *d, const struct config *cfg,
 		checks[i].key = ap[i].key;
 	}
 
-	if (backend_decide(d->backend, checks, n, res, &all_allowed, &kind,
+	if (timed_decide(d, d->backend, checks, n, res, &all_allowed, &kind,
 	    err, sizeof(err)) == 0) {
 		pick_deciding(ap, checks, res, n, all_allowed, out);
 		report(d, ap, checks, res, n, all_allowed,
@@ -240,7 +258,7 @@ decide(const struct decider *d, const struct config *cfg,
 	case RL_ON_ERROR_LOCAL:
 		degraded = true;
 		if (d->local != NULL && d->local != d->backend &&
-		    backend_decide(d->local, checks, n, res, &all_allowed,
+		    timed_decide(d, d->local, checks, n, res, &all_allowed,
 		    &kind, err, sizeof(err)) == 0) {
 			pick_deciding(ap, checks, res, n, all_allowed, out);
 			out->degraded = true;

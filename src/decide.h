@@ -61,13 +61,18 @@ struct decision {
 typedef void (*decide_rule_fn)(const struct rule *r,
     enum decide_rule_result result, void *arg);
 
+/* Called after each backend call with its duration; may be NULL. */
+typedef void (*decide_backend_fn)(const char *backend, int64_t usec,
+    enum backend_error_kind kind, void *arg);
+
 /* The long-lived parts a decision needs.  Borrowed; set up by main.c. */
 struct decider {
 	struct backend *backend;	/* the configured store */
 	struct backend *local;		/* in-process store for
 					 * on_backend_error: local; may be NULL */
 	decide_rule_fn on_rule;
-	void *on_rule_arg;
+	decide_backend_fn on_backend;
+	void *hook_arg;			/* passed to both hooks */
 };
 
 /*

@@ -1,0 +1,290 @@
+/*
+ * main.c - ratelimitd: command line, start-up, signals and reload, shutdown.
+ *
+ *   ratelimitd [-c FILE] [--check] [--version] [--help]
+ *
+ * Start-up is the only place that may exit on an error, with one clear line
+ * (a bad file, a port in use, a required backend that does not answer).
+ * Afterwards the main thread only waits for signals: SIGHUP reloads the
+ * rules (a bad file keeps the old ones), SIGTERM/SIGINT stop accepting,
+ * let requests in flight finish within shutdown_timeout, and exit 0.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "config.h"
+#include "decide.h"
+#include "http.h"
+#include "log.h"
+#include "metrics.h"
+#include "notify.h"
+#include "util.h"
+
+#ifndef RL_VERSION
+#define RL_VERSION "unknown"
+#endif
+
+struct daemon {
+	const char *path;
+	struct config *cfg;		/* the config the daemon started with */
+	struct backend *backend;
+	struct backend *local;
+	struct metrics *metrics;
+	struct decider decider;
+	struct http_server *http;
+};
+
+static void
+usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: ratelimitd [-c FILE] [--check] [--version] [--help]\n"
+	    "  -c, --config FILE  the YAML rules file (default %s)\n"
+	    "      --check        validate FILE, print \"ok: N rules\", exit\n"
+	    "  -V, --version      print the version and exit\n"
+	    "  -h, --help         this text\n"
+	    "environment: RATELIMITD_LISTEN, RATELIMITD_REDIS_URL, "
+	    "RATELIMITD_LOG_LEVEL\n", RL_DEFAULT_CONFIG_PATH);
+}
+
+/* Load path and apply the environment.  NULL with err on failure. */
+static struct config *
+load(const char *path, char *err, size_t errlen)
+{
+	struct config *c;
+
+	if ((c = config_load(path, err, errlen)) == NULL)
+		return NULL;
+	if (config_apply_env(c, err, errlen) < 0) {
+		config_unref(c);
+		return NULL;
+	}
+	return c;
+}
+
+static void
+apply_logging(const struct config *c)
+{
+	log_set_level(c->log_level);
+	log_set_json(c->log_format == RL_LOG_JSON);
+}
+
+static void
+on_backend(const char *backend, int64_t usec, enum backend_error_kind kind,
+    void *arg)
+{
+	metrics_backend_call(arg, backend, usec, kind);
+}
+
+/* Settings a reload cannot change, named so the log can say so. */
+static void
+warn_restart_needed(const struct config *old, const struct config *c)
+{
+	if (strcmp(old->listen, c->listen) != 0)
+		log_warnx("reload: listen changed; it applies after a restart");
+	if (old->threads != c->threads)
+		log_warnx("reload: threads changed; it applies after a restart");
+	if (old->backend != c->backend ||
+	    strcmp(old->redis.url, c->redis.url) != 0 ||
+	    old->redis.pool_size != c->redis.pool_size ||
+	    old->redis.timeout_ms != c->redis.timeout_ms ||
+	    old->redis.ncluster != c->redis.ncluster)
+		log_warnx("reload: backend settings changed; they apply after "
+		    "a restart");
+}
+
+static void
+reload(struct daemon *d)
+{
+	struct config *c, *cur;
+	char err[512];
+
+	notify_send("RELOADING=1");
+	if ((c = load(d->path, err, sizeof(err))) == NULL) {
+		log_error("reload failed, keeping the old rules: %s", err);
+		metrics_reload(d->metrics, false);
+		notify_send("READY=1\nSTATUS=reload failed");
+		return;
+	}
+	cur = http_server_get_config(d->http);
+	warn_restart_needed(cur, c);
+	config_unref(cur);
+	apply_logging(c);
+	http_server_set_config(d->http, c);
+	log_info("reloaded %s: %zu rules", d->path, c->nrules);
+	config_unref(c);
+	metrics_reload(d->metrics, true);
+	notify_send("READY=1\nSTATUS=serving");
+}
+
+/* Stop accepting, wait for requests in flight (bounded), stop. */
+static void
+shut_down(struct daemon *d)
+{
+	struct config *c = http_server_get_config(d->http);
+	int64_t deadline = util_monotonic_us() + c->shutdown_timeout_ms * 1000;
+	struct timespec tick = { 0, 10 * 1000 * 1000 };
+	int left;
+
+	config_unref(c);
+	notify_send("STOPPING=1");
+	http_server_quiesce(d->http);
+	while ((left = http_server_inflight(d->http)) > 0 &&
+	    util_monotonic_us() < deadline)
+		nanosleep(&tick, NULL);
+	if (left > 0)
+		log_warnx("shutdown: %d requests still in flight after "
+		    "shutdown_timeout", left);
+	http_server_stop(d->http);
+	d->http = NULL;
+}
+
+/* Make the backends the config asks for.  0 or -1 with err. */
+static int
+make_backends(struct daemon *d, char *err, size_t errlen)
+{
+	const struct config *c = d->cfg;
+
+	if (c->backend == RL_BACKEND_REDIS) {
+		d->backend = backend_redis_new(&c->redis, err, errlen);
+		if (d->backend == NULL)
+			return -1;
+		if (c->on_backend_error == RL_ON_ERROR_LOCAL)
+			d->local = backend_memory_new(c->memory.max_keys, NULL,
+			    NULL);
+	} else
+		d->backend = backend_memory_new(c->memory.max_keys, NULL,
+		    NULL);
+	if (d->backend == NULL || (c->on_backend_error == RL_ON_ERROR_LOCAL &&
+	    c->backend == RL_BACKEND_REDIS && d->local == NULL)) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	if (c->backend_required && !backend_is_ready(d->backend)) {
+		snprintf(err, errlen, "backend %s does not answer and "
+		    "backend_required is true", config_backend_name(c->backend));
+		return -1;
+	}
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "check", no_argument, NULL, 'C' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct daemon d = { .path = RL_DEFAULT_CONFIG_PATH };
+	char err[512];
+	sigset_t sigs;
+	bool check_only = false, running = true;
+	int ch, fd, sig, status = 1;
+
+	while ((ch = getopt_long(argc, argv, "c:Vh", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'c':
+			d.path = optarg;
+			break;
+		case 'C':
+			check_only = true;
+			break;
+		case 'V':
+			printf("ratelimitd %s\n", RL_VERSION);
+			return 0;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 1;
+		}
+	}
+	if (optind != argc) {
+		usage(stderr);
+		return 1;
+	}
+
+	if ((d.cfg = load(d.path, err, sizeof(err))) == NULL) {
+		fprintf(stderr, "%s\n", err);
+		return 1;
+	}
+	if (check_only) {
+		printf("ok: %zu rules\n", d.cfg->nrules);
+		config_unref(d.cfg);
+		return 0;
+	}
+	apply_logging(d.cfg);
+
+	/* Signals are taken by sigwait() below, never by handlers; every
+	 * thread started from here on inherits the mask. */
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGHUP);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+
+	if ((d.metrics = metrics_new()) == NULL) {
+		fprintf(stderr, "ratelimitd: out of memory\n");
+		goto out;
+	}
+	if (make_backends(&d, err, sizeof(err)) < 0) {
+		fprintf(stderr, "ratelimitd: %s\n", err);
+		goto out;
+	}
+	d.decider = (struct decider){
+		.backend = d.backend, .local = d.local,
+		.on_rule = metrics_rule_decision, .on_backend = on_backend,
+		.hook_arg = d.metrics,
+	};
+	if ((fd = http_listen(d.cfg->listen, err, sizeof(err))) < 0) {
+		fprintf(stderr, "ratelimitd: %s\n", err);
+		goto out;
+	}
+	d.http = http_server_start(fd, d.cfg, &d.decider, d.metrics, err,
+	    sizeof(err));
+	if (d.http == NULL) {
+		fprintf(stderr, "ratelimitd: %s\n", err);
+		goto out;
+	}
+	log_info("ratelimitd %s listening on %s: %zu rules, backend %s, "
+	    "%d threads", RL_VERSION, d.cfg->listen, d.cfg->nrules,
+	    config_backend_name(d.cfg->backend), d.cfg->threads);
+	notify_send("READY=1\nSTATUS=serving");
+
+	while (running) {
+		if (sigwait(&sigs, &sig) != 0)
+			continue;
+		switch (sig) {
+		case SIGHUP:
+			reload(&d);
+			break;
+		case SIGTERM:
+		case SIGINT:
+			log_info("%s: shutting down", strsignal(sig));
+			running = false;
+			break;
+		}
+	}
+	shut_down(&d);
+	log_info("stopped");
+	status = 0;
+out:
+	http_server_stop(d.http);
+	backend_free(d.local);
+	backend_free(d.backend);
+	metrics_free(d.metrics);
+	config_unref(d.cfg);
+	return status;
+}
