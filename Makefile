@@ -69,7 +69,7 @@ $(BUILD)/%.o: src/%.c $(wildcard src/*.h) config.mk | $(BUILD)/tests
 # The Lua scripts are compiled into the binary as C strings, one per file:
 # lua/ratelimit.lua => const char rl_lua_ratelimit[].
 $(BUILD)/lua_scripts.c: $(LUA) Makefile | $(BUILD)/tests
-	@{ echo '/* Generated from lua/*.lua by the Makefile; do not edit. */'; \
+	@{ echo '/* Generated from the scripts in lua/ by the Makefile. */'; \
 	for f in $(LUA); do \
 		n=$$(basename $$f .lua | tr -c 'A-Za-z0-9_\n' _); \
 		echo "extern const char rl_lua_$$n[];"; \
