@@ -1,0 +1,374 @@
+/*
+ * check_decide.c - unit tests of decide.c with a scripted fake backend: the
+ * pure decision logic (which rules apply, validation before any backend
+ * call, the deciding rule, the failure policy, the hooks).  The real stores
+ * are tested in check_backend_memory.c and check_backend_redis.c.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decide.h"
+#include "util.h"
+
+/* A backend that answers from a script and remembers what it was asked. */
+struct fake {
+	struct backend base;
+	int calls;
+	int fail;			/* answer -1 with BACKEND_ERR_TIMEOUT */
+	size_t n;			/* checks in the last call */
+	char keys[4][600];
+	int64_t costs[4];
+	struct rl_result answer[4];	/* what to answer, by position */
+};
+
+static int
+fake_decide(struct backend *b, const struct rl_check *checks, size_t n,
+    struct rl_result *out, bool *all_allowed, enum backend_error_kind *kind,
+    char *err, size_t errlen)
+{
+	struct fake *f = (struct fake *)b;
+	size_t i;
+
+	f->calls++;
+	if (f->fail) {
+		*kind = BACKEND_ERR_TIMEOUT;
+		snprintf(err, errlen, "timeout");
+		return -1;
+	}
+	f->n = n;
+	*all_allowed = true;
+	for (i = 0; i < n && i < 4; i++) {
+		snprintf(f->keys[i], sizeof(f->keys[i]), "%.*s",
+		    (int)checks[i].keylen, checks[i].key);
+		f->costs[i] = checks[i].cost;
+		out[i] = f->answer[i];
+		if (!out[i].allowed && !checks[i].shadow)
+			*all_allowed = false;
+	}
+	return 0;
+}
+
+static bool
+fake_ready(struct backend *b)
+{
+	return !((struct fake *)b)->fail;
+}
+
+static void
+fake_free(struct backend *b)
+{
+	(void)b;
+}
+
+static const struct backend_ops fake_ops = {
+	fake_decide, fake_ready, fake_free
+};
+
+static struct fake main_be, local_be;
+static struct rule rules[3];
+static struct config cfg;
+static struct decider dec;
+static int hook_calls[5];
+
+static void
+on_rule(const struct rule *r, enum decide_rule_result res, void *arg)
+{
+	(void)r;
+	(void)arg;
+	hook_calls[res]++;
+}
+
+static void
+add_rule(size_t i, const char *name, const char *match_attr,
+    const char *pattern, const char *key, int64_t limit, bool shadow)
+{
+	struct rule *r = &rules[i];
+	char err[256];
+
+	memset(r, 0, sizeof(*r));
+	r->name = rl_strdup(name);
+	r->limit = limit;
+	r->window_ms = 60000;
+	r->cost = 1;
+	r->shadow = shadow;
+	r->index = i;
+	if (match_attr != NULL) {
+		r->match = rl_calloc(1, sizeof(*r->match));
+		r->match->attr = rl_strdup(match_attr);
+		ck_assert_int_eq(pattern_compile(&r->match->pattern, pattern,
+		    err, sizeof(err)), 0);
+		r->nmatch = 1;
+	}
+	if (key != NULL) {
+		r->key = rl_calloc(1, sizeof(*r->key));
+		ck_assert_int_eq(template_compile(r->key, key, err,
+		    sizeof(err)), 0);
+	}
+}
+
+static void
+setup(void)
+{
+	memset(&main_be, 0, sizeof(main_be));
+	memset(&local_be, 0, sizeof(local_be));
+	main_be.base = (struct backend){ &fake_ops, "fake" };
+	local_be.base = (struct backend){ &fake_ops, "local" };
+	memset(hook_calls, 0, sizeof(hook_calls));
+	add_rule(0, "login", "path", "/login*", "${ip}", 5, false);
+	add_rule(1, "global", NULL, NULL, NULL, 100, false);
+	add_rule(2, "watch", "path", "/login*", "${user}", 2, true);
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.rules = rules;
+	cfg.nrules = 3;
+	cfg.redis.key_prefix = (char *)"rl:";
+	cfg.on_backend_error = RL_ON_ERROR_ALLOW;
+	dec = (struct decider){ .backend = &main_be.base,
+	    .local = &local_be.base, .on_rule = on_rule };
+}
+
+static void
+teardown(void)
+{
+	size_t i;
+
+	for (i = 0; i < 3; i++)
+		rule_free_contents(&rules[i]);
+}
+
+static const struct config *
+cfg_ptr(void)
+{
+	return &cfg;
+}
+
+START_TEST(test_applying_rules_and_keys)
+{
+	struct attrs a = { 0 };
+	struct decide_request rq = { &a, NULL, -1 };
+	struct decision d;
+
+	attrs_set(&a, "path", "/login");
+	attrs_set(&a, "ip", "10.0.0.1");
+	main_be.answer[0] = (struct rl_result){ true, 4, 60000, 0 };
+	main_be.answer[1] = (struct rl_result){ true, 99, 60000, 0 };
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	/* "watch" needs ${user}: it does not apply. */
+	ck_assert_uint_eq(main_be.n, 2);
+	ck_assert_str_eq(main_be.keys[0], "rl:login:{10.0.0.1}");
+	ck_assert_str_eq(main_be.keys[1], "rl:global:{}");
+	ck_assert(d.allowed);
+	ck_assert_str_eq(d.rule->name, "login");	/* least remaining */
+	ck_assert_int_eq(d.remaining, 4);
+	ck_assert_int_eq(d.limit, 5);
+	ck_assert_int_eq(d.retry_after_ms, 0);
+	ck_assert_int_eq(hook_calls[DECIDE_RULE_ALLOWED], 2);
+	attrs_clear(&a);
+}
+END_TEST
+
+START_TEST(test_no_rule_applies)
+{
+	struct attrs a = { 0 };
+	struct decide_request rq = { &a, NULL, -1 };
+	struct decision d;
+
+	cfg.nrules = 1;		/* only "login", which needs a path */
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert(d.allowed);
+	ck_assert_ptr_null(d.rule);
+	ck_assert_int_eq(main_be.calls, 0);
+}
+END_TEST
+
+START_TEST(test_denied_picks_largest_retry)
+{
+	struct attrs a = { 0 };
+	struct decide_request rq = { &a, NULL, -1 };
+	struct decision d;
+
+	attrs_set(&a, "path", "/login");
+	attrs_set(&a, "ip", "10.0.0.1");
+	main_be.answer[0] = (struct rl_result){ false, 0, 30000, 2000 };
+	main_be.answer[1] = (struct rl_result){ false, 0, 60000, 7000 };
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert(!d.allowed);
+	ck_assert_str_eq(d.rule->name, "global");
+	ck_assert_int_eq(d.retry_after_ms, 7000);
+	ck_assert_int_eq(hook_calls[DECIDE_RULE_DENIED], 2);
+	attrs_clear(&a);
+}
+END_TEST
+
+START_TEST(test_shadow_never_denies)
+{
+	struct attrs a = { 0 };
+	struct decide_request rq = { &a, NULL, -1 };
+	struct decision d;
+
+	attrs_set(&a, "path", "/login");
+	attrs_set(&a, "ip", "10.0.0.1");
+	attrs_set(&a, "user", "bob");
+	main_be.answer[0] = (struct rl_result){ true, 3, 1000, 0 };
+	main_be.answer[1] = (struct rl_result){ true, 50, 1000, 0 };
+	main_be.answer[2] = (struct rl_result){ false, 0, 1000, 500 };
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert(d.allowed);
+	ck_assert_str_eq(d.rule->name, "watch");
+	ck_assert(d.shadow);
+	ck_assert_int_eq(d.retry_after_ms, 0);
+	ck_assert_int_eq(hook_calls[DECIDE_RULE_SHADOW_DENIED], 1);
+	ck_assert_int_eq(hook_calls[DECIDE_RULE_ALLOWED], 2);
+	attrs_clear(&a);
+}
+END_TEST
+
+START_TEST(test_forced_rule_and_cost)
+{
+	struct attrs a = { 0 };
+	struct decide_request rq = { &a, "login", 3 };
+	struct decision d;
+
+	/* Forcing skips match, but the key still needs ${ip}. */
+	attrs_set(&a, "ip", "1.2.3.4");
+	main_be.answer[0] = (struct rl_result){ true, 2, 1000, 0 };
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert_uint_eq(main_be.n, 1);
+	ck_assert_str_eq(main_be.keys[0], "rl:login:{1.2.3.4}");
+	ck_assert_int_eq(main_be.costs[0], 3);
+
+	rq.rule = "nope";
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), -1);
+	ck_assert_int_eq(d.status, DECIDE_UNKNOWN_RULE);
+	ck_assert_str_eq(decide_status_code(d.status), "unknown_rule");
+	ck_assert_int_eq(main_be.calls, 1);
+	attrs_clear(&a);
+}
+END_TEST
+
+START_TEST(test_validation_before_backend)
+{
+	struct attrs a = { 0 };
+	struct decide_request rq = { &a, NULL, 6 };
+	struct decision d;
+	char big[600];
+
+	attrs_set(&a, "path", "/login");
+	attrs_set(&a, "ip", "10.0.0.1");
+	/* cost 6 > login's limit 5, though global (100) would take it. */
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), -1);
+	ck_assert_int_eq(d.status, DECIDE_COST_EXCEEDS_LIMIT);
+	memset(big, 'a', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	attrs_set(&a, "ip", big);
+	rq.cost = -1;
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), -1);
+	ck_assert_int_eq(d.status, DECIDE_KEY_TOO_LONG);
+	ck_assert_int_eq(main_be.calls, 0);
+	attrs_clear(&a);
+}
+END_TEST
+
+START_TEST(test_policy_allow_deny_local)
+{
+	struct attrs a = { 0 };
+	struct decide_request rq = { &a, NULL, -1 };
+	struct decision d;
+
+	cfg.nrules = 2;
+	attrs_set(&a, "path", "/login");
+	attrs_set(&a, "ip", "10.0.0.1");
+	main_be.fail = 1;
+
+	cfg.on_backend_error = RL_ON_ERROR_ALLOW;
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert(d.allowed);
+	ck_assert(d.degraded);
+	ck_assert_ptr_null(d.rule);
+	ck_assert_int_eq(d.backend_error, BACKEND_ERR_TIMEOUT);
+	ck_assert_int_eq(hook_calls[DECIDE_RULE_DEGRADED], 2);
+
+	cfg.on_backend_error = RL_ON_ERROR_DENY;
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), -1);
+	ck_assert_int_eq(d.status, DECIDE_BACKEND_UNAVAILABLE);
+	ck_assert_int_eq(hook_calls[DECIDE_RULE_ERROR], 2);
+
+	cfg.on_backend_error = RL_ON_ERROR_LOCAL;
+	local_be.answer[0] = (struct rl_result){ false, 0, 9000, 9000 };
+	local_be.answer[1] = (struct rl_result){ true, 10, 9000, 0 };
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert_int_eq(local_be.calls, 1);
+	ck_assert(!d.allowed);
+	ck_assert(d.degraded);
+	ck_assert_str_eq(d.rule->name, "login");
+	ck_assert_int_eq(d.retry_after_ms, 9000);
+
+	/* The local store failing too falls back to allow. */
+	local_be.fail = 1;
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert(d.allowed);
+	ck_assert(d.degraded);
+	attrs_clear(&a);
+}
+END_TEST
+
+START_TEST(test_many_rules_heap_path)
+{
+	struct rule many[20];
+	struct config c = cfg;
+	struct attrs a = { 0 };
+	struct decide_request rq = { &a, NULL, -1 };
+	struct decision d;
+	char name[16];
+	size_t i;
+
+	for (i = 0; i < 20; i++) {
+		memset(&many[i], 0, sizeof(many[i]));
+		snprintf(name, sizeof(name), "r%zu", i);
+		many[i].name = rl_strdup(name);
+		many[i].limit = 10;
+		many[i].window_ms = 1000;
+		many[i].cost = 1;
+	}
+	c.rules = many;
+	c.nrules = 20;
+	main_be.answer[0] = (struct rl_result){ true, 9, 1000, 0 };
+	ck_assert_int_eq(decide(&dec, &c, &rq, &d), 0);
+	ck_assert_int_eq(main_be.calls, 1);
+	ck_assert_str_eq(main_be.keys[3], "rl:r3:{}");
+	for (i = 0; i < 20; i++)
+		rule_free_contents(&many[i]);
+}
+END_TEST
+
+static Suite *
+decide_suite(void)
+{
+	Suite *s = suite_create("decide");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_applying_rules_and_keys);
+	tcase_add_test(tc, test_no_rule_applies);
+	tcase_add_test(tc, test_denied_picks_largest_retry);
+	tcase_add_test(tc, test_shadow_never_denies);
+	tcase_add_test(tc, test_forced_rule_and_cost);
+	tcase_add_test(tc, test_validation_before_backend);
+	tcase_add_test(tc, test_policy_allow_deny_local);
+	tcase_add_test(tc, test_many_rules_heap_path);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr = srunner_create(decide_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
