@@ -61,6 +61,12 @@ INTEG_HDRS = $(wildcard tests/integration/*.h)
 .PHONY: all run check unit integration deps clean distclean \
 	install bench
 
+# make install [PREFIX=/usr/local] [DESTDIR=...]; the config always goes to
+# $(SYSCONFDIR)/ratelimitd, where the daemon looks by default.
+PREFIX ?= $(or $(prefix),/usr/local)
+SYSCONFDIR ?= /etc
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+
 all: $(BUILD)/ratelimitd
 
 $(BUILD)/%.o: src/%.c $(wildcard src/*.h) config.mk | $(BUILD)/tests
@@ -145,6 +151,20 @@ integration: $(BUILD)/ratelimitd $(INTEG_BIN)
 	@set -e; for t in $(INTEG_BIN); do \
 		echo "== $$t"; RATELIMITD_BIN=$(abspath $(BUILD)/ratelimitd) \
 		RATELIMITD_SRCDIR=$(CURDIR) CK_DEFAULT_TIMEOUT=120 $$t; done
+
+install: $(BUILD)/ratelimitd
+	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)$(SYSCONFDIR)/ratelimitd \
+		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(PREFIX)/share/man/man8
+	install -m 0755 $(BUILD)/ratelimitd $(DESTDIR)$(PREFIX)/sbin/ratelimitd
+	test -e $(DESTDIR)$(SYSCONFDIR)/ratelimitd/ratelimitd.yaml || \
+		install -m 0644 conf/ratelimitd.yaml \
+		$(DESTDIR)$(SYSCONFDIR)/ratelimitd/ratelimitd.yaml
+	sed -e 's|/usr/local/sbin/|$(PREFIX)/sbin/|g' \
+		-e 's|/etc/ratelimitd/|$(SYSCONFDIR)/ratelimitd/|g' \
+		systemd/ratelimitd.service > $(DESTDIR)$(UNITDIR)/ratelimitd.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/ratelimitd.service
+	install -m 0644 docs/man/ratelimitd.8 \
+		$(DESTDIR)$(PREFIX)/share/man/man8/ratelimitd.8
 
 clean:
 	rm -rf build build-*
