@@ -1,0 +1,332 @@
+-- ratelimit.lua - every rule of one request, evaluated atomically on Redis.
+--
+-- This is the Redis half of docs/algorithms.md; src/limiter.c is the C half.
+-- Both follow that page to the letter, including the order of the double
+-- arithmetic, so that a request gets the same answer from either store.
+-- backend_redis.c loads the script with SCRIPT LOAD and runs it with EVALSHA.
+--
+-- KEYS[i]  the full key of check i: "<prefix><rule>:{<key>}", untouched.
+-- ARGV     five values per check, in KEYS order:
+--            algorithm  0 sliding_log, 1 sliding_window, 2 fixed_window,
+--                       3 token_bucket (enum rl_algorithm)
+--            limit      L >= 1
+--            window_ms  >= 1
+--            cost       0 <= c <= L
+--            shadow     0 or 1
+-- Reply    a flat array of integers:
+--            all_allowed, then per check: allowed, remaining, reset_ms,
+--            retry_after_ms.
+--
+-- Phase 1 checks every rule and records nothing (dropping expired state is
+-- allowed).  Phase 2 runs only if every non-shadow check allows, and then
+-- records the cost of each check that allows and has c > 0.  Only recorded
+-- keys get a new TTL; keys that are only read keep theirs.
+--
+-- Time is the server's: TIME, in microseconds.  Calling TIME before writing
+-- needs effects replication, the default since Redis 5 and the only mode
+-- since 7, so no redis.replicate_commands() is called: the target is Redis
+-- >= 6.2.  Microsecond epochs (~1.7e15) are exact in Lua's doubles (< 2^53),
+-- but Lua's tostring() would print them with 14 digits, so every number
+-- that goes back to Redis is formatted explicitly.
+--
+-- A key holding the wrong type (the rule's algorithm changed on a reload)
+-- is deleted and the rule starts fresh: the first command on each key runs
+-- under redis.pcall, so this costs nothing on the common path.
+
+local B = 20            -- sliding_window buckets per window
+local ZADD_CHUNK = 1000 -- members per ZADD (keeps unpack() well under Lua's
+                        -- C stack limit for large costs)
+
+local function ceil_ms(x)
+  if x <= 0 then
+    return 0
+  end
+  return math.floor((x + 999) / 1000)
+end
+
+local function int(x)
+  return string.format('%d', x)
+end
+
+-- Run a read on key; on WRONGTYPE drop the key and run it again.
+local function first(cmd, key, ...)
+  local r = redis.pcall(cmd, key, ...)
+  if type(r) == 'table' and r.err then
+    if string.find(r.err, 'WRONGTYPE', 1, true) == nil then
+      error(r)
+    end
+    redis.call('DEL', key)
+    r = redis.call(cmd, key, ...)
+  end
+  return r
+end
+
+-- Each algorithm has three steps on a check table `s` (key, L, W, c, now):
+-- check (phase 1: sets s.allowed, and s.retry when denied), record (phase 2,
+-- only when recording) and finish (sets s.remaining and s.reset, and gives
+-- recorded keys their TTL).  s.recorded tells whether record ran.
+
+-- sliding_log: a sorted set, score = time of the unit in microseconds.
+--
+-- Members must be unique per unit, also for two units in one microsecond.
+-- A unit recorded at time T is named "T.n".  Invariant: the members with
+-- score T are exactly T.1 .. T.m.  Additions keep it (record() appends
+-- T.(m+1) .. T.(m+c) with m = ZCOUNT(T, T)), and so does expiry, because
+-- ZREMRANGEBYSCORE removes all members of one score or none of them.
+-- Hence a new name is never taken.
+local sliding_log = {}
+
+function sliding_log.check(s)
+  first('ZREMRANGEBYSCORE', s.key, '-inf', int(s.now - s.W))
+  s.used = redis.call('ZCARD', s.key)
+  s.allowed = s.used + s.c <= s.L
+  if not s.allowed then
+    local k = s.used + s.c - s.L
+    local r = redis.call('ZRANGE', s.key, int(k - 1), int(k - 1),
+      'WITHSCORES')
+    s.retry = ceil_ms(tonumber(r[2]) + s.W - s.now)
+  end
+end
+
+function sliding_log.record(s)
+  local now = int(s.now)
+  local m = redis.call('ZCOUNT', s.key, now, now)
+  local args = {}
+  for j = 1, s.c do
+    args[#args + 1] = now
+    args[#args + 1] = now .. '.' .. int(m + j)
+    if #args >= 2 * ZADD_CHUNK or j == s.c then
+      redis.call('ZADD', s.key, unpack(args))
+      args = {}
+    end
+  end
+  s.used = s.used + s.c
+end
+
+function sliding_log.finish(s)
+  s.remaining = math.max(0, s.L - s.used)
+  s.reset = 0
+  if s.used > 0 then
+    local r = redis.call('ZRANGE', s.key, '-1', '-1', 'WITHSCORES')
+    s.reset = ceil_ms(tonumber(r[2]) + s.W - s.now)
+  end
+  if s.recorded then
+    -- W after the newest unit; ceil_ms(W) unless the clock went back.
+    redis.call('PEXPIRE', s.key, int(math.max(1, s.reset)))
+  end
+end
+
+-- fixed_window: a hash {s = window start, n = count}.
+local fixed_window = {}
+
+function fixed_window.check(s)
+  local r = first('HMGET', s.key, 's', 'n')
+  s.s_now = s.now - math.fmod(s.now, s.W)
+  s.n = tonumber(r[2]) or 0
+  if tonumber(r[1]) ~= s.s_now then
+    s.n = 0
+    s.stale = true
+  end
+  s.allowed = s.n + s.c <= s.L
+  if not s.allowed then
+    s.retry = ceil_ms(s.s_now + s.W - s.now)
+  end
+end
+
+function fixed_window.record(s)
+  if s.stale then
+    -- A past window, or another algorithm's hash: start a clean one.
+    redis.call('DEL', s.key)
+    redis.call('HSET', s.key, 's', int(s.s_now), 'n', int(s.c))
+  else
+    redis.call('HINCRBY', s.key, 'n', int(s.c))
+  end
+  s.n = s.n + s.c
+end
+
+function fixed_window.finish(s)
+  s.remaining = math.max(0, s.L - s.n)
+  s.reset = 0
+  if s.n > 0 then
+    s.reset = ceil_ms(s.s_now + s.W - s.now)
+  end
+  if s.recorded then
+    redis.call('PEXPIRE', s.key,
+      int(math.max(1, ceil_ms(s.s_now + s.W - s.now))))
+  end
+end
+
+-- token_bucket (GCRA): a string holding tat, a double in microseconds,
+-- written with %.17g so that it reads back bit for bit.
+local token_bucket = {}
+
+function token_bucket.check(s)
+  local tat = tonumber(first('GET', s.key))
+  if tat ~= nil and (tat ~= tat or tat == math.huge or tat == -math.huge) then
+    tat = nil
+  end
+  local inc = s.c * s.W / s.L
+  local base = s.now
+  if tat ~= nil and tat > s.now then
+    base = tat
+  end
+  s.base = base
+  s.new_tat = base + inc
+  s.allowed = s.new_tat - s.now <= s.W + 1
+  if not s.allowed then
+    s.retry = math.max(1, ceil_ms(math.ceil(s.new_tat - s.W - s.now)))
+  end
+end
+
+function token_bucket.record(s)
+  -- Written with its TTL in finish().
+end
+
+function token_bucket.finish(s)
+  local t = s.base
+  if s.recorded then
+    t = s.new_tat
+  end
+  local rem = math.floor((s.W + 1 - (t - s.now)) * s.L / s.W)
+  s.remaining = math.min(s.L, math.max(0, rem))
+  s.reset = ceil_ms(math.ceil(t - s.now))
+  if s.recorded then
+    redis.call('SET', s.key, string.format('%.17g', s.new_tat), 'PX',
+      int(math.max(1, s.reset)))
+  end
+end
+
+-- sliding_window: a hash bucket index -> count, B buckets per window.
+local sliding_window = {}
+
+function sliding_window.check(s)
+  local G = s.W / B
+  local i = (s.now - math.fmod(s.now, G)) / G
+  local h = first('HGETALL', s.key)
+  local counts, old_fields = {}, {}
+  for j = 1, #h, 2 do
+    local b, v = tonumber(h[j]), tonumber(h[j + 1])
+    if b == nil or v == nil or b ~= math.floor(b) or b < i - B then
+      -- Expired, or not ours (another algorithm's hash).
+      old_fields[#old_fields + 1] = h[j]
+    else
+      counts[b] = v
+    end
+  end
+  if #old_fields > 0 then
+    redis.call('HDEL', s.key, unpack(old_fields))
+  end
+  local full = 0
+  for j = i - B + 1, i do
+    full = full + (counts[j] or 0)
+  end
+  local old = counts[i - B] or 0
+  local f = ((i + 1) * G - s.now) / G
+  s.G, s.i, s.counts = G, i, counts
+  s.est = full + old * f
+  s.allowed = s.est + s.c <= s.L
+  if s.allowed then
+    return
+  end
+  -- Walk forward through bucket boundaries with no new traffic.
+  local c, L, t = s.c, s.L, nil
+  for _ = 0, B do
+    if full + c <= L then
+      if old > 0 then
+        t = (i + 1) * G - G * (L - c - full) / old
+        if t < s.now then
+          t = s.now
+        end
+      else
+        t = s.now
+      end
+      break
+    end
+    old = counts[i - B + 1] or 0
+    full = full - old
+    i = i + 1
+  end
+  s.retry = math.max(1, ceil_ms(math.ceil(t - s.now)))
+end
+
+function sliding_window.record(s)
+  redis.call('HINCRBY', s.key, int(s.i), int(s.c))
+  s.counts[s.i] = (s.counts[s.i] or 0) + s.c
+  s.est = s.est + s.c
+end
+
+function sliding_window.finish(s)
+  s.remaining = math.max(0, math.floor(s.L - s.est))
+  local newest = nil
+  for b, v in pairs(s.counts) do
+    if v > 0 and (newest == nil or b > newest) then
+      newest = b
+    end
+  end
+  s.reset = 0
+  if newest ~= nil then
+    s.reset = ceil_ms((newest + 1) * s.G + s.W - s.now)
+  end
+  if s.recorded then
+    redis.call('PEXPIRE', s.key, int(ceil_ms(s.W + s.G)))
+  end
+end
+
+local ALGORITHMS = {
+  [0] = sliding_log, [1] = sliding_window, [2] = fixed_window,
+  [3] = token_bucket
+}
+
+-- Main.
+local n = #KEYS
+if #ARGV ~= 5 * n then
+  return redis.error_reply('ratelimit.lua: need 5 ARGV per key')
+end
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+
+local checks = {}
+for k = 1, n do
+  local a = (k - 1) * 5
+  local alg = ALGORITHMS[tonumber(ARGV[a + 1])]
+  local L, wms = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local c, shadow = tonumber(ARGV[a + 4]), ARGV[a + 5] == '1'
+  if alg == nil or L == nil or wms == nil or c == nil or L < 1 or
+      wms < 1 or c < 0 or c > L then
+    return redis.error_reply('ratelimit.lua: bad arguments for key ' .. k)
+  end
+  checks[k] = {alg = alg, key = KEYS[k], L = L, W = wms * 1000, c = c,
+    shadow = shadow, now = now, retry = 0, recorded = false}
+end
+
+-- Phase 1: check.
+local all = true
+for k = 1, n do
+  local s = checks[k]
+  s.alg.check(s)
+  if not s.allowed and not s.shadow then
+    all = false
+  end
+end
+
+-- Phase 2: record.
+if all then
+  for k = 1, n do
+    local s = checks[k]
+    if s.allowed and s.c > 0 then
+      s.alg.record(s)
+      s.recorded = true
+    end
+  end
+end
+
+local reply = {all and 1 or 0}
+for k = 1, n do
+  local s = checks[k]
+  s.alg.finish(s)
+  reply[#reply + 1] = s.allowed and 1 or 0
+  reply[#reply + 1] = math.floor(s.remaining)
+  reply[#reply + 1] = math.floor(s.reset)
+  reply[#reply + 1] = s.allowed and 0 or math.floor(s.retry)
+end
+return reply

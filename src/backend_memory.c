@@ -1,0 +1,579 @@
+/*
+ * backend_memory.c - the in-process store behind backend.h: `backend:
+ * memory` for a single instance, and the local fallback of
+ * on_backend_error: local.  Every key's state lives in a hash table in this
+ * process and is run through limiter.c, so the answers are those of
+ * docs/algorithms.md, the same as the Redis store's.
+ *
+ * DESIGN
+ *
+ * Keys are spread over MEMORY_STRIPES stripes, each a mutex and a chained
+ * hash table of its own, by the top bits of a keyed SipHash-2-4 of the key
+ * bytes (keys come from clients, so the hash is seeded at random to keep
+ * chains short whatever keys they send).  One decide() call locks the
+ * distinct stripes of its keys in ascending order, so calls never deadlock,
+ * and holds them for the whole call: phase 1 on every check, phase 2 only
+ * if every non-shadow check allows, the results, unlock.  That makes the
+ * call atomic against every other call that shares one of its keys.  The
+ * clock is read once, after locking, so the times recorded under one stripe
+ * never go back (with a clock that does not).
+ *
+ * All memory a call may need (new entries, a grown sliding_log ring) is
+ * allocated before anything is recorded; on failure the call records
+ * nothing and answers -1.
+ *
+ * Each entry caches the expiry of its state (limiter_expiry(): from then on
+ * the state changes no answer, like a Redis TTL).  Expired entries are
+ * reclaimed on lookup (reset in place), by a sweep of two hash chains of
+ * the stripe on every insert (so a stripe is swept in full every
+ * nbuckets / 2 inserts and expired entries never outnumber live ones by
+ * much), by deleting a state left empty at the end of a call (cost 0 on a
+ * new key stores nothing), and by a full sweep when the store is at
+ * max_keys or when backend_memory_key_count() is asked.  While a call uses
+ * an entry its expiry is MEMORY_PINNED, so no sweep frees it under it.
+ */
+#include "backend.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "limiter.h"
+#include "util.h"
+
+#define MEMORY_STRIPE_BITS 6
+#define MEMORY_STRIPES (1 << MEMORY_STRIPE_BITS)	/* 64: a uint64_t mask */
+#define MEMORY_INITIAL_BUCKETS 16	/* per stripe, a power of two */
+#define MEMORY_SWEEP_CHAINS 2		/* chains swept per insert */
+#define MEMORY_SMALL_CALL 16		/* checks handled without malloc */
+#define MEMORY_PINNED INT64_MAX		/* expiry of an entry in use */
+
+struct memory_entry {
+	struct memory_entry *next;	/* hash chain */
+	uint64_t hash;
+	int64_t expires;		/* limiter_expiry(), or MEMORY_PINNED */
+	struct limiter_state state;
+	size_t keylen;
+	char key[];			/* keylen bytes, not NUL-terminated */
+};
+
+struct memory_stripe {
+	pthread_mutex_t lock;
+	struct memory_entry **buckets;	/* nbuckets chains */
+	size_t nbuckets;		/* a power of two */
+	size_t count;			/* entries in this stripe */
+	size_t sweep;			/* next chain to sweep */
+};
+
+/* A stripe on cache lines of its own, so locking one stripe does not slow
+ * down its neighbours. */
+union memory_stripe_slot {
+	struct memory_stripe s;
+	char pad[128];
+};
+_Static_assert(sizeof(struct memory_stripe) <= 128, "stripe padding");
+
+struct memory_backend {
+	struct backend base;		/* first: a struct backend * is one */
+	backend_clock_fn clock;
+	void *clock_arg;
+	int64_t max_keys;		/* < 1: no bound */
+	atomic_llong nkeys;		/* entries in every stripe */
+	uint64_t seed[2];		/* SipHash key */
+	union memory_stripe_slot stripes[MEMORY_STRIPES];
+};
+
+/* What one decide() call knows about one of its checks. */
+struct memory_slot {
+	struct limiter_params params;
+	uint64_t hash;
+	struct memory_entry *entry;
+	bool allowed;
+};
+
+/* Outcomes of one locked attempt at a call. */
+enum memory_attempt {
+	MEMORY_OK = 0,
+	MEMORY_ERROR = -1,	/* kind and err are set */
+	MEMORY_FULL = -2	/* at max_keys: sweep everything and retry */
+};
+
+const char *
+backend_error_kind_name(enum backend_error_kind kind)
+{
+	switch (kind) {
+	case BACKEND_ERR_NONE:
+		return "none";
+	case BACKEND_ERR_CONNECT:
+		return "connect";
+	case BACKEND_ERR_TIMEOUT:
+		return "timeout";
+	case BACKEND_ERR_PROTOCOL:
+		return "protocol";
+	case BACKEND_ERR_FULL:
+		return "full";
+	case BACKEND_ERR_CIRCUIT_OPEN:
+		return "circuit_open";
+	}
+	return "unknown";
+}
+
+/* --- hashing ----------------------------------------------------------- */
+
+#define ROTL64(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND do {							\
+	v0 += v1; v1 = ROTL64(v1, 13); v1 ^= v0; v0 = ROTL64(v0, 32);	\
+	v2 += v3; v3 = ROTL64(v3, 16); v3 ^= v2;			\
+	v0 += v3; v3 = ROTL64(v3, 21); v3 ^= v0;			\
+	v2 += v1; v1 = ROTL64(v1, 17); v1 ^= v2; v2 = ROTL64(v2, 32);	\
+} while (0)
+
+/* SipHash-2-4 (Aumasson and Bernstein) of len bytes under key k. */
+static uint64_t
+memory_siphash(const uint64_t k[2], const unsigned char *in, size_t len)
+{
+	uint64_t v0 = UINT64_C(0x736f6d6570736575) ^ k[0];
+	uint64_t v1 = UINT64_C(0x646f72616e646f6d) ^ k[1];
+	uint64_t v2 = UINT64_C(0x6c7967656e657261) ^ k[0];
+	uint64_t v3 = UINT64_C(0x7465646279746573) ^ k[1];
+	uint64_t m, last = (uint64_t)len << 56;
+	size_t i, j, tail = len & 7;
+
+	for (i = 0; i + 8 <= len; i += 8) {
+		m = 0;
+		for (j = 0; j < 8; j++)
+			m |= (uint64_t)in[i + j] << (8 * j);
+		v3 ^= m;
+		SIPROUND;
+		SIPROUND;
+		v0 ^= m;
+	}
+	for (j = 0; j < tail; j++)
+		last |= (uint64_t)in[i + j] << (8 * j);
+	v3 ^= last;
+	SIPROUND;
+	SIPROUND;
+	v0 ^= last;
+	v2 ^= 0xff;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	return v0 ^ v1 ^ v2 ^ v3;
+}
+
+static unsigned
+memory_stripe_of(uint64_t hash)
+{
+	return (unsigned)(hash >> (64 - MEMORY_STRIPE_BITS));
+}
+
+/* --- one stripe (its lock held) ---------------------------------------- */
+
+static struct memory_entry *
+memory_lookup(struct memory_stripe *st, uint64_t hash, const char *key,
+    size_t keylen)
+{
+	struct memory_entry *e;
+
+	for (e = st->buckets[hash & (st->nbuckets - 1)]; e != NULL;
+	    e = e->next)
+		if (e->hash == hash && e->keylen == keylen &&
+		    memcmp(e->key, key, keylen) == 0)
+			return e;
+	return NULL;
+}
+
+static void
+memory_entry_free(struct memory_backend *m, struct memory_stripe *st,
+    struct memory_entry *e)
+{
+	limiter_state_clear(&e->state);
+	rl_free(e);
+	st->count--;
+	atomic_fetch_sub(&m->nkeys, 1);
+}
+
+/* Unlink and free e. */
+static void
+memory_remove(struct memory_backend *m, struct memory_stripe *st,
+    struct memory_entry *e)
+{
+	struct memory_entry **pp = &st->buckets[e->hash & (st->nbuckets - 1)];
+
+	while (*pp != e)
+		pp = &(*pp)->next;
+	*pp = e->next;
+	memory_entry_free(m, st, e);
+}
+
+/* Free the expired entries of chain `b`. */
+static void
+memory_sweep_chain(struct memory_backend *m, struct memory_stripe *st,
+    size_t b, int64_t now)
+{
+	struct memory_entry **pp = &st->buckets[b], *e;
+
+	while ((e = *pp) != NULL) {
+		if (e->expires <= now) {
+			*pp = e->next;
+			memory_entry_free(m, st, e);
+		} else {
+			pp = &e->next;
+		}
+	}
+}
+
+/* Double the table when it is fuller than one entry per chain.  Best
+ * effort: without memory the chains just get longer. */
+static void
+memory_maybe_grow(struct memory_stripe *st)
+{
+	struct memory_entry **nb, *e, *next;
+	size_t n = st->nbuckets * 2, b;
+
+	if (st->count <= st->nbuckets || n > SIZE_MAX / sizeof(*nb))
+		return;
+	if ((nb = rl_calloc(n, sizeof(*nb))) == NULL)
+		return;
+	for (b = 0; b < st->nbuckets; b++) {
+		for (e = st->buckets[b]; e != NULL; e = next) {
+			next = e->next;
+			e->next = nb[e->hash & (n - 1)];
+			nb[e->hash & (n - 1)] = e;
+		}
+	}
+	rl_free(st->buckets);
+	st->buckets = nb;
+	st->nbuckets = n;
+	st->sweep = 0;
+}
+
+/*
+ * A new, pinned, empty entry for key in st.  Returns MEMORY_OK, MEMORY_FULL
+ * (max_keys reached) or MEMORY_ERROR (out of memory, with err).
+ */
+static enum memory_attempt
+memory_insert(struct memory_backend *m, struct memory_stripe *st,
+    const struct rl_check *c, const struct memory_slot *slot, int64_t now,
+    struct memory_entry **out, char *err, size_t errlen)
+{
+	struct memory_entry *e;
+	size_t k;
+
+	for (k = 0; k < MEMORY_SWEEP_CHAINS; k++) {
+		memory_sweep_chain(m, st, st->sweep, now);
+		st->sweep = (st->sweep + 1) & (st->nbuckets - 1);
+	}
+	if (atomic_fetch_add(&m->nkeys, 1) >= m->max_keys &&
+	    m->max_keys > 0) {
+		atomic_fetch_sub(&m->nkeys, 1);
+		return MEMORY_FULL;
+	}
+	if (c->keylen > SIZE_MAX - sizeof(*e) ||
+	    (e = rl_malloc(sizeof(*e) + c->keylen)) == NULL) {
+		atomic_fetch_sub(&m->nkeys, 1);
+		snprintf(err, errlen, "memory store: out of memory "
+		    "(new key of %zu bytes)", c->keylen);
+		return MEMORY_ERROR;
+	}
+	e->hash = slot->hash;
+	e->expires = MEMORY_PINNED;
+	limiter_state_init(&e->state, c->algorithm);
+	e->keylen = c->keylen;
+	memcpy(e->key, c->key, c->keylen);
+	e->next = st->buckets[e->hash & (st->nbuckets - 1)];
+	st->buckets[e->hash & (st->nbuckets - 1)] = e;
+	st->count++;
+	memory_maybe_grow(st);
+	*out = e;
+	return MEMORY_OK;
+}
+
+/* --- a call ------------------------------------------------------------ */
+
+static void
+memory_lock_mask(struct memory_backend *m, uint64_t mask)
+{
+	unsigned i;
+
+	for (i = 0; i < MEMORY_STRIPES; i++)
+		if (mask & (UINT64_C(1) << i))
+			pthread_mutex_lock(&m->stripes[i].s.lock);
+}
+
+static void
+memory_unlock_mask(struct memory_backend *m, uint64_t mask)
+{
+	unsigned i;
+
+	for (i = MEMORY_STRIPES; i-- > 0;)
+		if (mask & (UINT64_C(1) << i))
+			pthread_mutex_unlock(&m->stripes[i].s.lock);
+}
+
+/* Free every expired entry of every stripe, one stripe locked at a time. */
+static void
+memory_sweep_all(struct memory_backend *m)
+{
+	struct memory_stripe *st;
+	unsigned i;
+	size_t b;
+	int64_t now;
+
+	for (i = 0; i < MEMORY_STRIPES; i++) {
+		st = &m->stripes[i].s;
+		pthread_mutex_lock(&st->lock);
+		now = m->clock(m->clock_arg);
+		for (b = 0; b < st->nbuckets; b++)
+			memory_sweep_chain(m, st, b, now);
+		pthread_mutex_unlock(&st->lock);
+	}
+}
+
+/*
+ * One call with its stripes locked: find or create the entries, phase 1,
+ * phase 2 if every non-shadow check allows, results.  Whatever happens, the
+ * entries' expiries are brought up to date and empty ones are freed.
+ */
+static enum memory_attempt
+memory_attempt(struct memory_backend *m, const struct rl_check *checks,
+    struct memory_slot *slots, size_t n, struct rl_result *out,
+    bool *all_allowed, char *err, size_t errlen)
+{
+	enum memory_attempt rc = MEMORY_OK;
+	struct memory_stripe *st;
+	struct memory_entry *e;
+	uint64_t mask = 0;
+	int64_t now;
+	size_t i, j;
+	bool all = true;
+
+	for (i = 0; i < n; i++) {
+		slots[i].entry = NULL;
+		mask |= UINT64_C(1) << memory_stripe_of(slots[i].hash);
+	}
+	memory_lock_mask(m, mask);
+	now = m->clock(m->clock_arg);
+
+	for (i = 0; i < n && rc == MEMORY_OK; i++) {
+		st = &m->stripes[memory_stripe_of(slots[i].hash)].s;
+		e = memory_lookup(st, slots[i].hash, checks[i].key,
+		    checks[i].keylen);
+		if (e == NULL) {
+			rc = memory_insert(m, st, &checks[i], &slots[i], now,
+			    &e, err, errlen);
+			if (rc != MEMORY_OK)
+				break;
+		} else if (e->expires <= now) {
+			limiter_state_clear(&e->state);	/* as if absent */
+		}
+		e->expires = MEMORY_PINNED;
+		slots[i].entry = e;
+	}
+	for (i = 0; i < n && rc == MEMORY_OK; i++) {
+		if (limiter_check(&slots[i].entry->state, &slots[i].params,
+		    now, checks[i].cost, &slots[i].allowed, err, errlen) == -1)
+			rc = MEMORY_ERROR;
+		else if (!slots[i].allowed && !checks[i].shadow)
+			all = false;
+	}
+	if (rc == MEMORY_OK) {
+		for (i = 0; i < n && all; i++)
+			if (slots[i].allowed)
+				limiter_record(&slots[i].entry->state,
+				    &slots[i].params, now, checks[i].cost);
+		for (i = 0; i < n; i++)
+			limiter_result(&slots[i].entry->state,
+			    &slots[i].params, now, checks[i].cost,
+			    slots[i].allowed, &out[i]);
+		*all_allowed = all;
+	}
+
+	/* Unpin; free what is empty (a key may appear in several checks). */
+	for (i = 0; i < n; i++)
+		if ((e = slots[i].entry) != NULL)
+			e->expires = limiter_expiry(&e->state,
+			    &slots[i].params);
+	for (i = 0; i < n; i++) {
+		if ((e = slots[i].entry) == NULL || e->expires > now)
+			continue;
+		for (j = i; j < n; j++)
+			if (slots[j].entry == e)
+				slots[j].entry = NULL;
+		memory_remove(m, &m->stripes[memory_stripe_of(e->hash)].s, e);
+	}
+	memory_unlock_mask(m, mask);
+	return rc;
+}
+
+static int
+memory_decide(struct backend *b, const struct rl_check *checks, size_t n,
+    struct rl_result *out, bool *all_allowed, enum backend_error_kind *kind,
+    char *err, size_t errlen)
+{
+	struct memory_backend *m = (struct memory_backend *)b;
+	struct memory_slot small[MEMORY_SMALL_CALL], *slots = small;
+	enum memory_attempt rc;
+	char why[128];
+	size_t i;
+	int ret = -1;
+
+	*all_allowed = false;
+	if (n > MEMORY_SMALL_CALL &&
+	    (slots = rl_calloc(n, sizeof(*slots))) == NULL) {
+		*kind = BACKEND_ERR_FULL;
+		snprintf(err, errlen, "memory store: out of memory "
+		    "(call of %zu checks)", n);
+		return -1;
+	}
+	for (i = 0; i < n; i++) {
+		const struct rl_check *c = &checks[i];
+
+		if (limiter_params_set(&slots[i].params, c->algorithm,
+		    c->limit, c->window_ms, why, sizeof(why)) == -1 ||
+		    c->cost < 0 || c->cost > c->limit ||
+		    c->key == NULL) {
+			*kind = BACKEND_ERR_PROTOCOL;
+			snprintf(err, errlen, "memory store: invalid check "
+			    "%zu (limit %lld, window %lld ms, cost %lld)", i,
+			    (long long)c->limit, (long long)c->window_ms,
+			    (long long)c->cost);
+			goto free_slots;
+		}
+		slots[i].hash = memory_siphash(m->seed,
+		    (const unsigned char *)c->key, c->keylen);
+	}
+
+	rc = memory_attempt(m, checks, slots, n, out, all_allowed, err,
+	    errlen);
+	if (rc == MEMORY_FULL) {
+		memory_sweep_all(m);
+		rc = memory_attempt(m, checks, slots, n, out, all_allowed,
+		    err, errlen);
+	}
+	if (rc == MEMORY_FULL) {
+		*kind = BACKEND_ERR_FULL;
+		snprintf(err, errlen, "memory store full: %lld keys "
+		    "(max_keys)", (long long)m->max_keys);
+	} else if (rc == MEMORY_ERROR) {
+		*kind = BACKEND_ERR_FULL;	/* out of memory: cannot store */
+	} else {
+		*kind = BACKEND_ERR_NONE;
+		ret = 0;
+	}
+free_slots:
+	if (slots != small)
+		rl_free(slots);
+	return ret;
+}
+
+static bool
+memory_is_ready(struct backend *b)
+{
+	(void)b;
+	return true;
+}
+
+static void
+memory_free(struct backend *b)
+{
+	struct memory_backend *m = (struct memory_backend *)b;
+	struct memory_stripe *st;
+	struct memory_entry *e, *next;
+	size_t i, k;
+
+	if (m == NULL)
+		return;
+	for (i = 0; i < MEMORY_STRIPES; i++) {
+		st = &m->stripes[i].s;
+		for (k = 0; st->buckets != NULL && k < st->nbuckets; k++) {
+			for (e = st->buckets[k]; e != NULL; e = next) {
+				next = e->next;
+				limiter_state_clear(&e->state);
+				rl_free(e);
+			}
+		}
+		rl_free(st->buckets);
+		pthread_mutex_destroy(&st->lock);
+	}
+	rl_free(m);
+}
+
+static const struct backend_ops memory_ops = {
+	.decide = memory_decide,
+	.is_ready = memory_is_ready,
+	.free = memory_free,
+};
+
+static int64_t
+memory_realtime(void *arg)
+{
+	(void)arg;
+	return util_realtime_us();
+}
+
+/* A random SipHash key; without getrandom(), a weaker mix of clocks and
+ * addresses (still different per process). */
+static void
+memory_seed(uint64_t seed[2])
+{
+	if (getrandom(seed, 2 * sizeof(seed[0]), GRND_NONBLOCK) ==
+	    (ssize_t)(2 * sizeof(seed[0])))
+		return;
+	seed[0] = (uint64_t)util_realtime_us() * UINT64_C(0x9e3779b97f4a7c15);
+	seed[1] = ((uint64_t)util_monotonic_us() ^ (uint64_t)(uintptr_t)seed) *
+	    UINT64_C(0xbf58476d1ce4e5b9);
+}
+
+struct backend *
+backend_memory_new(int64_t max_keys, backend_clock_fn clock, void *clock_arg)
+{
+	struct memory_backend *m;
+	struct memory_stripe *st;
+	size_t i;
+
+	if ((m = rl_calloc(1, sizeof(*m))) == NULL)
+		return NULL;
+	m->base.ops = &memory_ops;
+	m->base.name = "memory";
+	m->clock = clock != NULL ? clock : memory_realtime;
+	m->clock_arg = clock_arg;
+	m->max_keys = max_keys;
+	atomic_init(&m->nkeys, 0);
+	memory_seed(m->seed);
+	for (i = 0; i < MEMORY_STRIPES; i++) {
+		st = &m->stripes[i].s;
+		st->buckets = rl_calloc(MEMORY_INITIAL_BUCKETS,
+		    sizeof(*st->buckets));
+		if (st->buckets == NULL ||
+		    pthread_mutex_init(&st->lock, NULL) != 0) {
+			rl_free(st->buckets);
+			st->buckets = NULL;
+			goto free_stripes;
+		}
+		st->nbuckets = MEMORY_INITIAL_BUCKETS;
+	}
+	return &m->base;
+
+free_stripes:
+	while (i-- > 0) {
+		rl_free(m->stripes[i].s.buckets);
+		pthread_mutex_destroy(&m->stripes[i].s.lock);
+	}
+	rl_free(m);
+	return NULL;
+}
+
+size_t
+backend_memory_key_count(struct backend *b)
+{
+	struct memory_backend *m = (struct memory_backend *)b;
+	long long n;
+
+	memory_sweep_all(m);
+	n = atomic_load(&m->nkeys);
+	return n < 0 ? 0 : (size_t)n;
+}

@@ -1,0 +1,628 @@
+/*
+ * limiter.c - sliding_log, fixed_window, token_bucket and sliding_window on
+ * one key's state, exactly as docs/algorithms.md defines them.  This is the
+ * in-process twin of lua/ratelimit.lua: the memory store (and the local
+ * fallback when Redis fails) must give the same answers as Redis for the
+ * same history and clock, so every formula below is the page's formula, in
+ * the page's order.  See limiter.h for the call sequence.
+ *
+ * DESIGN
+ *
+ * Time is an int64_t in microseconds.  Where the page computes on doubles
+ * (token_bucket, sliding_window's estimate and retry) we convert each
+ * integer operand to double and write the expression in the page's order;
+ * every integer involved stays below 2^53 (limiter_params_set() bounds the
+ * limit and the window), so the conversions are exact and the roundings are
+ * those of Lua's doubles.  This relies on C11 mode: -std=c11 turns GCC's
+ * floating-point contraction (FMA) off, which Lua does not do either.  Where
+ * the page uses fmod(now, X) we use now % X: for 0 <= now < 2^53 both are
+ * exact and equal.
+ *
+ * sliding_log keeps runs (t, n) of units admitted at the same microsecond
+ * in a ring buffer sorted by t, oldest at head.  A run is one allocation
+ * slot for any cost, so memory is O(min(L, distinct times in the window)).
+ * The ring grows by doubling (capped at L runs) in phase 1, when a request
+ * is admitted and the ring is full, so phase 2 never allocates; it shrinks
+ * by halves when it is less than a quarter full.  Times normally arrive in
+ * order and are appended; a clock that steps back inserts in place, so "the
+ * k-th oldest unit" stays right.
+ *
+ * sliding_window keeps the B + 1 counts of buckets newest-B .. newest in a
+ * small heap array indexed by bucket index mod B + 1 (allocated on the
+ * first record, so fixed_window and token_bucket keys stay small).  Phase 1
+ * moves the ring to the current bucket i and drops every bucket outside
+ * i-B .. i, older or newer: newer ones exist only after the clock stepped
+ * back or the window changed (bucket indexes then mean other times).
+ *
+ * The expiry of a state is the moment its history stops changing answers;
+ * it is a function of the state and the parameters only, not of `now`.
+ */
+#include "limiter.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "util.h"
+
+#define SW_B LIMITER_SW_BUCKETS
+#define SW_SLOTS (LIMITER_SW_BUCKETS + 1)
+#define LOG_MIN_CAP 4
+
+/* ceil_ms(x) of docs/algorithms.md: microseconds to milliseconds, rounded
+ * up; 0 for x <= 0. */
+static int64_t
+ceil_ms(int64_t x)
+{
+	return x <= 0 ? 0 : (x + 999) / 1000;
+}
+
+/* ceil() of a double that is a small time difference, as an integer. */
+static int64_t
+ceil_us(double x)
+{
+	return (int64_t)ceil(x);
+}
+
+int
+limiter_params_set(struct limiter_params *p, enum rl_algorithm alg,
+    int64_t limit, int64_t window_ms, char *err, size_t errlen)
+{
+	if (limit < 1 || limit > LIMITER_MAX_LIMIT) {
+		snprintf(err, errlen, "limit %lld out of range 1..%lld",
+		    (long long)limit, (long long)LIMITER_MAX_LIMIT);
+		return -1;
+	}
+	if (window_ms < 1 || window_ms > LIMITER_MAX_WINDOW_MS) {
+		snprintf(err, errlen, "window %lld ms out of range 1..%lld",
+		    (long long)window_ms, (long long)LIMITER_MAX_WINDOW_MS);
+		return -1;
+	}
+	switch (alg) {
+	case RL_ALG_SLIDING_LOG:
+	case RL_ALG_SLIDING_WINDOW:
+	case RL_ALG_FIXED_WINDOW:
+	case RL_ALG_TOKEN_BUCKET:
+		break;
+	default:
+		snprintf(err, errlen, "unknown algorithm %d", (int)alg);
+		return -1;
+	}
+	p->algorithm = alg;
+	p->limit = limit;
+	p->window_us = window_ms * 1000;
+	return 0;
+}
+
+void
+limiter_state_init(struct limiter_state *s, enum rl_algorithm alg)
+{
+	memset(s, 0, sizeof(*s));
+	s->algorithm = alg;
+	if (alg == RL_ALG_TOKEN_BUCKET)
+		s->u.bucket.tat = -HUGE_VAL;
+}
+
+void
+limiter_state_clear(struct limiter_state *s)
+{
+	if (s->algorithm == RL_ALG_SLIDING_LOG)
+		rl_free(s->u.log.runs);
+	else if (s->algorithm == RL_ALG_SLIDING_WINDOW)
+		rl_free(s->u.window.counts);
+	limiter_state_init(s, s->algorithm);
+}
+
+/* --- sliding_log ------------------------------------------------------- */
+
+/* The k-th run from the oldest (k < len, or k < cap when inserting). */
+static struct limiter_run *
+log_at(const struct limiter_state *s, size_t k)
+{
+	return &s->u.log.runs[(s->u.log.head + k) % s->u.log.cap];
+}
+
+/* Move the runs to a new buffer of cap slots (cap >= len). */
+static int
+log_resize(struct limiter_state *s, size_t cap)
+{
+	struct limiter_run *runs;
+	size_t k;
+
+	if (cap > SIZE_MAX / sizeof(*runs))
+		return -1;
+	if ((runs = rl_malloc(cap * sizeof(*runs))) == NULL)
+		return -1;
+	for (k = 0; k < s->u.log.len; k++)
+		runs[k] = *log_at(s, k);
+	rl_free(s->u.log.runs);
+	s->u.log.runs = runs;
+	s->u.log.cap = cap;
+	s->u.log.head = 0;
+	return 0;
+}
+
+/* Drop units with t <= now - W; give back memory the ring no longer needs
+ * (best effort: a failed shrink keeps the larger ring). */
+static void
+log_expire(struct limiter_state *s, const struct limiter_params *p,
+    int64_t now)
+{
+	int64_t edge = now - p->window_us;
+	struct limiter_run *r;
+
+	while (s->u.log.len > 0 && (r = log_at(s, 0))->t <= edge) {
+		s->u.log.used -= r->n;
+		s->u.log.head = (s->u.log.head + 1) % s->u.log.cap;
+		s->u.log.len--;
+	}
+	if (s->u.log.cap > LOG_MIN_CAP && s->u.log.len < s->u.log.cap / 4)
+		(void)log_resize(s, s->u.log.cap / 2);
+}
+
+static int
+log_check(struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t cost, bool *allowed, char *err, size_t errlen)
+{
+	size_t cap;
+
+	log_expire(s, p, now);
+	/* used + c <= L, without overflow */
+	*allowed = cost <= p->limit - s->u.log.used;
+	if (!*allowed || cost == 0 || s->u.log.len < s->u.log.cap)
+		return 0;
+	/* Room for one more run.  Admitted means used + cost <= L with
+	 * cost >= 1, so len <= used < L and min(2 * cap, L) > len. */
+	cap = s->u.log.cap == 0 ? LOG_MIN_CAP : 2 * s->u.log.cap;
+	if ((uint64_t)cap > (uint64_t)p->limit)
+		cap = (size_t)p->limit;
+	if (log_resize(s, cap) == -1) {
+		snprintf(err, errlen, "out of memory (sliding_log of %zu runs)",
+		    cap);
+		return -1;
+	}
+	return 0;
+}
+
+static void
+log_record(struct limiter_state *s, int64_t now, int64_t cost)
+{
+	size_t k = s->u.log.len, j;
+	struct limiter_run *r;
+
+	/* Usually now >= the newest unit: append or merge at the tail. */
+	while (k > 0 && log_at(s, k - 1)->t > now)
+		k--;
+	if (k > 0 && (r = log_at(s, k - 1))->t == now) {
+		r->n += cost;
+	} else {
+		assert(s->u.log.len < s->u.log.cap);
+		for (j = s->u.log.len; j > k; j--)
+			*log_at(s, j) = *log_at(s, j - 1);
+		r = log_at(s, k);
+		r->t = now;
+		r->n = cost;
+		s->u.log.len++;
+	}
+	s->u.log.used += cost;
+}
+
+static void
+log_result(const struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t cost, bool allowed, struct rl_result *out)
+{
+	int64_t used = s->u.log.used, k, acc = 0;
+	size_t j;
+
+	out->remaining = used >= p->limit ? 0 : p->limit - used;
+	out->reset_ms = s->u.log.len == 0 ? 0 :
+	    ceil_ms(log_at(s, s->u.log.len - 1)->t + p->window_us - now);
+	if (allowed)
+		return;
+	/* The k-th oldest unit must expire, k = used + c - L (1 <= k <= used
+	 * since the request was denied and c <= L). */
+	k = used - p->limit + cost;
+	for (j = 0; j < s->u.log.len; j++) {
+		acc += log_at(s, j)->n;
+		if (acc >= k) {
+			out->retry_after_ms = ceil_ms(log_at(s, j)->t +
+			    p->window_us - now);
+			return;
+		}
+	}
+	/* Not reached unless cost > L, which callers refuse. */
+	out->retry_after_ms = 1;
+}
+
+static int64_t
+log_expiry(const struct limiter_state *s, const struct limiter_params *p)
+{
+	if (s->u.log.len == 0)
+		return INT64_MIN;
+	return log_at(s, s->u.log.len - 1)->t + p->window_us;
+}
+
+/* --- fixed_window ------------------------------------------------------ */
+
+/* s_now = now - fmod(now, W) */
+static int64_t
+fixed_start(const struct limiter_params *p, int64_t now)
+{
+	return now - now % p->window_us;
+}
+
+/* The count of the current window. */
+static int64_t
+fixed_count(const struct limiter_state *s, const struct limiter_params *p,
+    int64_t now)
+{
+	return s->u.fixed.start == fixed_start(p, now) ? s->u.fixed.n : 0;
+}
+
+static void
+fixed_check(struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t cost, bool *allowed)
+{
+	int64_t start = fixed_start(p, now);
+
+	if (s->u.fixed.start != start) {
+		s->u.fixed.start = start;
+		s->u.fixed.n = 0;
+	}
+	*allowed = cost <= p->limit - s->u.fixed.n;
+}
+
+static void
+fixed_result(const struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, bool allowed, struct rl_result *out)
+{
+	int64_t n = fixed_count(s, p, now);
+	int64_t left = ceil_ms(fixed_start(p, now) + p->window_us - now);
+
+	out->remaining = n >= p->limit ? 0 : p->limit - n;
+	out->reset_ms = n > 0 ? left : 0;
+	if (!allowed)
+		out->retry_after_ms = left;
+}
+
+static int64_t
+fixed_expiry(const struct limiter_state *s, const struct limiter_params *p)
+{
+	return s->u.fixed.n > 0 ? s->u.fixed.start + p->window_us : INT64_MIN;
+}
+
+/* --- token_bucket (GCRA) ----------------------------------------------- */
+
+/* base = max(tat, now); tat absent (-HUGE_VAL) gives now. */
+static double
+bucket_base(const struct limiter_state *s, int64_t now)
+{
+	double tat = s->u.bucket.tat, dnow = (double)now;
+
+	return tat > dnow ? tat : dnow;
+}
+
+/* new_tat = base + c * W / L */
+static double
+bucket_new_tat(const struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t cost)
+{
+	double inc = (double)cost * (double)p->window_us / (double)p->limit;
+
+	return bucket_base(s, now) + inc;
+}
+
+static void
+bucket_check(const struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t cost, bool *allowed)
+{
+	double new_tat = bucket_new_tat(s, p, now, cost);
+
+	*allowed = new_tat - (double)now <= (double)p->window_us + 1;
+}
+
+static void
+bucket_result(const struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t cost, bool allowed, struct rl_result *out)
+{
+	/* t = new_tat if recorded, else base: after a record tat = new_tat
+	 * > now, so both are max(tat, now) of the state after the call. */
+	double t = bucket_base(s, now);
+	double w = (double)p->window_us, dnow = (double)now;
+	double rem = floor((w + 1 - (t - dnow)) * (double)p->limit / w);
+	int64_t retry;
+
+	if (rem <= 0)
+		out->remaining = 0;
+	else if (rem >= (double)p->limit)
+		out->remaining = p->limit;
+	else
+		out->remaining = (int64_t)rem;
+	out->reset_ms = ceil_ms(ceil_us(t - dnow));
+	if (!allowed) {
+		retry = ceil_ms(ceil_us(bucket_new_tat(s, p, now, cost) - w -
+		    dnow));
+		out->retry_after_ms = retry < 1 ? 1 : retry;
+	}
+}
+
+static int64_t
+bucket_expiry(const struct limiter_state *s)
+{
+	if (s->u.bucket.tat == -HUGE_VAL)
+		return INT64_MIN;
+	return ceil_us(s->u.bucket.tat);
+}
+
+/* --- sliding_window ---------------------------------------------------- */
+
+static int64_t
+sw_granule(const struct limiter_params *p)
+{
+	return p->window_us / SW_B;	/* G; W is a multiple of 1000 */
+}
+
+static size_t
+sw_slot(int64_t j)
+{
+	return (size_t)(((j % SW_SLOTS) + SW_SLOTS) % SW_SLOTS);
+}
+
+/* The count of bucket j, 0 unless the ring holds it. */
+static int64_t
+sw_count(const struct limiter_state *s, int64_t j)
+{
+	if (s->u.window.counts == NULL || j > s->u.window.newest ||
+	    j < s->u.window.newest - SW_B)
+		return 0;
+	return s->u.window.counts[sw_slot(j)];
+}
+
+/* Move the ring to hold i-B .. i, dropping every other bucket. */
+static void
+sw_expire(struct limiter_state *s, int64_t i)
+{
+	int64_t kept[SW_SLOTS], j;
+
+	if (s->u.window.counts != NULL && s->u.window.newest != i) {
+		memset(kept, 0, sizeof(kept));
+		for (j = i - SW_B; j <= i; j++)
+			kept[sw_slot(j)] = sw_count(s, j);
+		memcpy(s->u.window.counts, kept, sizeof(kept));
+	}
+	s->u.window.newest = i;
+}
+
+/* The page's full, old, f and est = full + old * f at now. */
+struct sw_view {
+	int64_t i, full, old;
+	double est;
+};
+
+static void
+sw_view(const struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, struct sw_view *v)
+{
+	int64_t g = sw_granule(p), j;
+	double f;
+
+	v->i = now / g;		/* (now - fmod(now, G)) / G */
+	v->full = 0;
+	for (j = v->i - SW_B + 1; j <= v->i; j++)
+		v->full += sw_count(s, j);
+	v->old = sw_count(s, v->i - SW_B);
+	f = (double)((v->i + 1) * g - now) / (double)g;
+	v->est = (double)v->full + (double)v->old * f;
+}
+
+static int
+sw_check(struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t cost, bool *allowed, char *err, size_t errlen)
+{
+	struct sw_view v;
+
+	sw_expire(s, now / sw_granule(p));
+	sw_view(s, p, now, &v);
+	*allowed = v.est + (double)cost <= (double)p->limit;
+	if (*allowed && cost > 0 && s->u.window.counts == NULL) {
+		s->u.window.counts = rl_calloc(SW_SLOTS, sizeof(int64_t));
+		if (s->u.window.counts == NULL) {
+			snprintf(err, errlen,
+			    "out of memory (sliding_window counts)");
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static void
+sw_record(struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t cost)
+{
+	int64_t i = now / sw_granule(p);
+
+	assert(s->u.window.counts != NULL && s->u.window.newest == i);
+	s->u.window.counts[sw_slot(i)] += cost;
+}
+
+/* retry_after when denied: step through bucket boundaries with no new
+ * traffic until full + c <= L, then solve est(t) + c = L in that bucket. */
+static int64_t
+sw_retry(const struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t cost, const struct sw_view *v)
+{
+	int64_t g = sw_granule(p), L = p->limit;
+	int64_t i = v->i, full = v->full, old = v->old, b, step, retry;
+	double t = (double)now;
+
+	for (step = 0; step <= SW_B; step++) {
+		b = (i + 1) * g;
+		if (cost <= L - full) {		/* full + c <= L */
+			if (old > 0) {
+				t = (double)b - (double)g *
+				    (double)(L - cost - full) / (double)old;
+				if (t < (double)now)
+					t = (double)now;
+			}
+			break;
+		}
+		old = sw_count(s, i - SW_B + 1);
+		full -= old;
+		i++;
+	}
+	retry = ceil_ms(ceil_us(t - (double)now));
+	return retry < 1 ? 1 : retry;
+}
+
+static void
+sw_result(const struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t cost, bool allowed, struct rl_result *out)
+{
+	struct sw_view v;
+	double rem;
+	int64_t j;
+
+	sw_view(s, p, now, &v);	/* est' includes c iff it was recorded */
+	rem = floor((double)p->limit - v.est);
+	out->remaining = rem <= 0 ? 0 : (int64_t)rem;
+	out->reset_ms = 0;
+	for (j = v.i; j >= v.i - SW_B; j--) {
+		if (sw_count(s, j) > 0) {
+			out->reset_ms = ceil_ms((j + 1) * sw_granule(p) +
+			    p->window_us - now);
+			break;
+		}
+	}
+	if (!allowed)
+		out->retry_after_ms = sw_retry(s, p, now, cost, &v);
+}
+
+static int64_t
+sw_expiry(const struct limiter_state *s, const struct limiter_params *p)
+{
+	int64_t j;
+
+	for (j = s->u.window.newest; j >= s->u.window.newest - SW_B; j--)
+		if (sw_count(s, j) > 0)
+			return (j + 1) * sw_granule(p) + p->window_us;
+	return INT64_MIN;
+}
+
+/* --- the interface ----------------------------------------------------- */
+
+int
+limiter_check(struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t cost, bool *allowed, char *err, size_t errlen)
+{
+	if (s->algorithm != p->algorithm) {
+		limiter_state_clear(s);
+		limiter_state_init(s, p->algorithm);
+	}
+	switch (p->algorithm) {
+	case RL_ALG_SLIDING_LOG:
+		return log_check(s, p, now, cost, allowed, err, errlen);
+	case RL_ALG_FIXED_WINDOW:
+		fixed_check(s, p, now, cost, allowed);
+		return 0;
+	case RL_ALG_TOKEN_BUCKET:
+		bucket_check(s, p, now, cost, allowed);
+		return 0;
+	case RL_ALG_SLIDING_WINDOW:
+		return sw_check(s, p, now, cost, allowed, err, errlen);
+	}
+	snprintf(err, errlen, "unknown algorithm %d", (int)p->algorithm);
+	return -1;
+}
+
+void
+limiter_record(struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t cost)
+{
+	if (cost <= 0)
+		return;
+	switch (p->algorithm) {
+	case RL_ALG_SLIDING_LOG:
+		log_record(s, now, cost);
+		break;
+	case RL_ALG_FIXED_WINDOW:
+		s->u.fixed.n += cost;
+		break;
+	case RL_ALG_TOKEN_BUCKET:
+		s->u.bucket.tat = bucket_new_tat(s, p, now, cost);
+		break;
+	case RL_ALG_SLIDING_WINDOW:
+		sw_record(s, p, now, cost);
+		break;
+	}
+}
+
+void
+limiter_result(const struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t cost, bool allowed, struct rl_result *out)
+{
+	out->allowed = allowed;
+	out->remaining = 0;
+	out->reset_ms = 0;
+	out->retry_after_ms = 0;
+	switch (p->algorithm) {
+	case RL_ALG_SLIDING_LOG:
+		log_result(s, p, now, cost, allowed, out);
+		break;
+	case RL_ALG_FIXED_WINDOW:
+		fixed_result(s, p, now, allowed, out);
+		break;
+	case RL_ALG_TOKEN_BUCKET:
+		bucket_result(s, p, now, cost, allowed, out);
+		break;
+	case RL_ALG_SLIDING_WINDOW:
+		sw_result(s, p, now, cost, allowed, out);
+		break;
+	}
+}
+
+int64_t
+limiter_expiry(const struct limiter_state *s, const struct limiter_params *p)
+{
+	if (s->algorithm != p->algorithm)
+		return INT64_MIN;	/* the next check resets it anyway */
+	switch (p->algorithm) {
+	case RL_ALG_SLIDING_LOG:
+		return log_expiry(s, p);
+	case RL_ALG_FIXED_WINDOW:
+		return fixed_expiry(s, p);
+	case RL_ALG_TOKEN_BUCKET:
+		return bucket_expiry(s);
+	case RL_ALG_SLIDING_WINDOW:
+		return sw_expiry(s, p);
+	}
+	return INT64_MIN;
+}
+
+size_t
+limiter_state_bytes(const struct limiter_state *s)
+{
+	size_t n = sizeof(*s);
+
+	if (s->algorithm == RL_ALG_SLIDING_LOG)
+		n += s->u.log.cap * sizeof(struct limiter_run);
+	else if (s->algorithm == RL_ALG_SLIDING_WINDOW &&
+	    s->u.window.counts != NULL)
+		n += SW_SLOTS * sizeof(int64_t);
+	return n;
+}
+
+int
+limiter_take(struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t cost, struct rl_result *out, char *err,
+    size_t errlen)
+{
+	bool allowed;
+
+	if (limiter_check(s, p, now, cost, &allowed, err, errlen) == -1)
+		return -1;
+	if (allowed)
+		limiter_record(s, p, now, cost);
+	limiter_result(s, p, now, cost, allowed, out);
+	return 0;
+}

@@ -1,0 +1,146 @@
+/*
+ * limiter.h - the four algorithms of docs/algorithms.md applied to one key's
+ * state, for the in-process store (backend_memory.c, and the fallback of
+ * on_backend_error: local).  The Redis store runs the same algorithms as Lua;
+ * both follow docs/algorithms.md to the letter, including the order of the
+ * double arithmetic, so a request gets the same answer from either store.
+ *
+ * Pure: no locks, no I/O, no clock (the caller passes `now`, microseconds,
+ * 0 <= now < 2^53), no global state.  One store call on one key is:
+ *
+ *	limiter_check()   phase 1: expire, check; records nothing
+ *	limiter_record()  phase 2: only if the request is admitted overall
+ *	limiter_result()  remaining, reset_ms, retry_after_ms after the call
+ *	limiter_expiry()  from when on the state changes no answer (reclaim)
+ *
+ * limiter_take() is the three in one for a rule evaluated alone.
+ *
+ * Threads: a state is plain data.  The caller serialises every call on one
+ * state (the memory store holds the lock of the state's stripe); different
+ * states may be used from different threads at once.
+ */
+#ifndef RL_LIMITER_H
+#define RL_LIMITER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "rules.h"
+
+#define LIMITER_SW_BUCKETS 20	/* B of sliding_window */
+/* Counts and times stay exact in doubles below 2^53 (the Lua side has only
+ * doubles), which bounds the limit and the window. */
+#define LIMITER_MAX_LIMIT (INT64_C(1) << 53)
+#define LIMITER_MAX_WINDOW_MS INT64_C(1000000000000)	/* ~31 years */
+
+/* A rule's parameters as the algorithms see them.  Fill with
+ * limiter_params_set(). */
+struct limiter_params {
+	enum rl_algorithm algorithm;
+	int64_t limit;		/* L, 1 .. LIMITER_MAX_LIMIT */
+	int64_t window_us;	/* W = window_ms * 1000 */
+};
+
+/* sliding_log: `n` units admitted at the same microsecond `t`. */
+struct limiter_run {
+	int64_t t;
+	int64_t n;
+};
+
+/*
+ * One key's state.  The fields are private to limiter.c; they are in the
+ * header so that a store can embed a state in its own entries.  A state may
+ * own heap memory (sliding_log runs, sliding_window counts): release it with
+ * limiter_state_clear().  A state built by one algorithm and then used with
+ * another is reset first, and one built under another limit or window keeps
+ * its history (docs/algorithms.md says how each algorithm reads it).
+ */
+struct limiter_state {
+	enum rl_algorithm algorithm;	/* the algorithm that built it */
+	union {
+		struct {		/* sliding_log: ring of runs, by t */
+			struct limiter_run *runs;
+			size_t cap, head, len;
+			int64_t used;	/* sum of n over the runs */
+		} log;
+		struct {		/* fixed_window */
+			int64_t start;	/* s */
+			int64_t n;
+		} fixed;
+		struct {		/* token_bucket */
+			double tat;	/* -HUGE_VAL: absent */
+		} bucket;
+		struct {		/* sliding_window */
+			int64_t *counts;	/* B + 1 slots, or NULL */
+			int64_t newest;	/* slots hold newest-B .. newest */
+		} window;
+	} u;
+};
+
+/* Validate limit (1 .. LIMITER_MAX_LIMIT) and window_ms
+ * (1 .. LIMITER_MAX_WINDOW_MS) and fill *p.  Returns 0, or -1 with a
+ * message in err. */
+int limiter_params_set(struct limiter_params *p, enum rl_algorithm alg,
+    int64_t limit, int64_t window_ms, char *err, size_t errlen);
+
+/* Make *s an empty state of algorithm alg.  Owns nothing yet. */
+void limiter_state_init(struct limiter_state *s, enum rl_algorithm alg);
+
+/* Free what *s owns and make it empty again (same algorithm).  Safe on an
+ * initialised state any number of times. */
+void limiter_state_clear(struct limiter_state *s);
+
+/*
+ * Phase 1 for a request of `cost` (0 <= cost <= p->limit) at `now`: reset
+ * the state if it was built by another algorithm, drop what has expired,
+ * and set *allowed to whether the rule alone admits the request.  When it
+ * does and cost > 0, the memory limiter_record() needs is allocated here,
+ * so that recording cannot fail.  Returns 0, or -1 with a message in err
+ * (out of memory: nothing recorded, the state is still valid).
+ */
+int limiter_check(struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t cost, bool *allowed, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+/*
+ * Phase 2: record `cost` at `now`.  Only right after limiter_check() on the
+ * same state with the same p, now and cost said *allowed; cannot fail.
+ * cost 0 records nothing.
+ */
+void limiter_record(struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t cost);
+
+/*
+ * The results of the call at `now` (after limiter_check() and, if the
+ * request was admitted, limiter_record()): out->allowed = allowed (phase 1's
+ * answer), remaining, reset_ms and retry_after_ms as docs/algorithms.md
+ * defines them.  Whether the cost was recorded is read from the state.
+ */
+void limiter_result(const struct limiter_state *s,
+    const struct limiter_params *p, int64_t now, int64_t cost, bool allowed,
+    struct rl_result *out);
+
+/*
+ * The time (microseconds) from which on *s no longer changes any answer
+ * under p, i.e. the TTL of docs/algorithms.md as an absolute time;
+ * INT64_MIN for an empty state.  A store may discard the state at any
+ * now >= the expiry, and must treat it as absent from then on.
+ */
+int64_t limiter_expiry(const struct limiter_state *s,
+    const struct limiter_params *p);
+
+/* Bytes used by *s: the struct and the heap memory it owns. */
+size_t limiter_state_bytes(const struct limiter_state *s);
+
+/*
+ * One rule alone: limiter_check(), limiter_record() if allowed, then
+ * limiter_result() into *out.  Returns 0, or -1 with a message in err
+ * (out of memory; nothing recorded).
+ */
+int limiter_take(struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t cost, struct rl_result *out, char *err,
+    size_t errlen) __attribute__((warn_unused_result));
+
+#endif

@@ -1,0 +1,702 @@
+/*
+ * metrics.c - the counters behind GET /metrics and their rendering in the
+ * Prometheus text exposition format 0.0.4 (see metrics.h).
+ *
+ * Recording happens on the request path of every worker thread, so it must
+ * be cheap and never block for long: every counter is a relaxed C11 atomic,
+ * and the only lock is a reader-writer lock around the per-rule table, taken
+ * for reading on every decision and for writing only the first time a rule
+ * name is seen.  Rendering is rare (one scrape every few seconds) and builds
+ * a fresh buffer without stopping recorders; a scrape is not a consistent
+ * snapshot across series, only each series is monotonic.
+ *
+ * DESIGN
+ * Rules are keyed by name, not by struct rule pointer: a reload builds new
+ * rules with the same names, and their counters must carry on.  The table
+ * is open addressing over entries that are allocated once and never moved
+ * or freed before metrics_free(), so a recorder may bump an entry's counter
+ * after dropping the read lock.  Names of rules removed by a reload stay
+ * (Prometheus handles series that stop moving).  The table is capped at
+ * METRICS_MAX_RULES names; later names all count into rule="_other", so a
+ * stream of reloads with ever-new names cannot grow memory without bound.
+ *
+ * Label values are escaped per the format (backslash, double quote,
+ * newline) and bytes that are not valid UTF-8 become U+FFFD, because one bad
+ * byte makes Prometheus reject the whole scrape.  Config validation keeps
+ * rule names to [A-Za-z0-9_.-], but this file does not rely on it.
+ *
+ * Histogram buckets are stored per bucket (not cumulative) in microseconds,
+ * with one slot above the largest bound; rendering sums them up, and _count
+ * and the +Inf bucket are both that same sum, so they always agree.
+ */
+#include "metrics.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rules.h"
+#include "util.h"
+
+#ifndef RL_VERSION
+#define RL_VERSION "unknown"
+#endif
+
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
+    "metrics counters must be lock-free atomics");
+
+#define METRICS_MAX_RULES	10000	/* distinct names before "_other" */
+#define METRICS_OTHER_RULE	"_other"
+#define METRICS_MIN_SLOTS	64
+
+#define METRICS_NRESULTS	5	/* enum decide_rule_result */
+#define METRICS_NKINDS		6	/* enum backend_error_kind, with NONE */
+#define METRICS_NBOUNDS		13
+#define METRICS_NBUCKETS	(METRICS_NBOUNDS + 1)	/* + above the last */
+#define METRICS_HTTP_MIN	100
+#define METRICS_HTTP_MAX	599
+
+/* One rule name's decisions; never moves once created. */
+struct metrics_rule {
+	atomic_ullong n[METRICS_NRESULTS];
+	uint32_t hash;
+	char name[];
+};
+
+struct metrics_backend {
+	atomic_ullong bucket[METRICS_NBUCKETS];	/* per bucket, microseconds */
+	atomic_ullong sum_us;
+	atomic_ullong errors[METRICS_NKINDS];	/* [BACKEND_ERR_NONE] unused */
+};
+
+struct metrics {
+	/* The rule table.  lock guards these fields, not the counters. */
+	pthread_rwlock_t lock;
+	struct metrics_rule **slots;	/* open addressing; NULL = empty */
+	size_t nslots;			/* 0 or a power of two */
+	struct metrics_rule **order;	/* insertion order, for rendering */
+	size_t nrules, order_cap;
+	struct metrics_rule *other;	/* set once the table is full */
+
+	struct metrics_backend backend[2];	/* by metrics_backend_names */
+	atomic_llong pool_in_use;
+	atomic_ullong reloads[2];		/* [0] failure, [1] success */
+	atomic_int last_reload_ok;
+	atomic_ullong http[METRICS_HTTP_MAX - METRICS_HTTP_MIN + 1];
+	int64_t start_us;			/* realtime, at metrics_new() */
+};
+
+static const char *const metrics_result_names[METRICS_NRESULTS] = {
+	[DECIDE_RULE_ALLOWED] = "allowed",
+	[DECIDE_RULE_DENIED] = "denied",
+	[DECIDE_RULE_SHADOW_DENIED] = "shadow_denied",
+	[DECIDE_RULE_DEGRADED] = "degraded",
+	[DECIDE_RULE_ERROR] = "error",
+};
+
+static const char *const metrics_backend_names[2] = { "redis", "memory" };
+
+/*
+ * Our own copy of the kind names rather than backend_error_kind_name(): the
+ * label values are part of the metrics' interface and should not change
+ * with a log message, and this keeps metrics.o linkable on its own.
+ */
+static const char *const metrics_kind_names[METRICS_NKINDS] = {
+	[BACKEND_ERR_NONE] = "none",
+	[BACKEND_ERR_CONNECT] = "connect",
+	[BACKEND_ERR_TIMEOUT] = "timeout",
+	[BACKEND_ERR_PROTOCOL] = "protocol",
+	[BACKEND_ERR_FULL] = "full",
+	[BACKEND_ERR_CIRCUIT_OPEN] = "circuit_open",
+};
+
+/* Upper bounds (le) in microseconds, and as printed in seconds. */
+static const uint64_t metrics_bounds_us[METRICS_NBOUNDS] = {
+	100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000,
+	250000, 500000, 1000000
+};
+static const char *const metrics_bounds_le[METRICS_NBOUNDS] = {
+	"0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01",
+	"0.025", "0.05", "0.1", "0.25", "0.5", "1"
+};
+
+struct metrics *
+metrics_new(void)
+{
+	struct metrics *m;
+	pthread_rwlockattr_t attr;
+	int rc;
+
+	if ((m = rl_calloc(1, sizeof(*m))) == NULL)
+		return NULL;
+	if (pthread_rwlockattr_init(&attr) != 0)
+		goto free_m;
+	/*
+	 * glibc prefers readers by default; with every request taking the
+	 * read lock, the one writer adding a new rule name could starve.
+	 */
+	pthread_rwlockattr_setkind_np(&attr,
+	    PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	rc = pthread_rwlock_init(&m->lock, &attr);
+	pthread_rwlockattr_destroy(&attr);
+	if (rc != 0)
+		goto free_m;
+	atomic_store(&m->last_reload_ok, 1);
+	m->start_us = util_realtime_us();
+	return m;
+
+free_m:
+	rl_free(m);
+	return NULL;
+}
+
+void
+metrics_free(struct metrics *m)
+{
+	size_t i;
+
+	if (m == NULL)
+		return;
+	for (i = 0; i < m->nrules; i++)
+		rl_free(m->order[i]);
+	rl_free(m->order);
+	rl_free(m->slots);
+	pthread_rwlock_destroy(&m->lock);
+	rl_free(m);
+}
+
+void
+metrics_http_response(struct metrics *m, int status)
+{
+	if (m == NULL || status < METRICS_HTTP_MIN || status > METRICS_HTTP_MAX)
+		return;
+	atomic_fetch_add_explicit(&m->http[status - METRICS_HTTP_MIN], 1,
+	    memory_order_relaxed);
+}
+
+/* ---- the rule table ------------------------------------------------- */
+
+/* FNV-1a: short names, no adversary worth a keyed hash (names come from
+ * the config, and the table is capped anyway). */
+static uint32_t
+metrics_hash(const char *s)
+{
+	uint32_t h = 2166136261u;
+
+	for (; *s != '\0'; s++) {
+		h ^= (unsigned char)*s;
+		h *= 16777619u;
+	}
+	return h;
+}
+
+/* The entry for name, or NULL.  Caller holds the lock (either mode). */
+static struct metrics_rule *
+rule_find(const struct metrics *m, const char *name, uint32_t h)
+{
+	struct metrics_rule *e;
+	size_t i, mask;
+
+	if (m->nslots == 0)
+		return NULL;
+	mask = m->nslots - 1;
+	for (i = h & mask; (e = m->slots[i]) != NULL; i = (i + 1) & mask)
+		if (e->hash == h && strcmp(e->name, name) == 0)
+			return e;
+	return NULL;
+}
+
+static void
+rule_place(struct metrics_rule **slots, size_t nslots, struct metrics_rule *e)
+{
+	size_t i, mask = nslots - 1;
+
+	for (i = e->hash & mask; slots[i] != NULL; i = (i + 1) & mask)
+		;
+	slots[i] = e;
+}
+
+/* Make room for one more entry (load <= 1/2).  0 or -1 (OOM).  Write lock. */
+static int
+rule_reserve(struct metrics *m)
+{
+	struct metrics_rule **slots, **order;
+	size_t i, nslots, cap;
+
+	if ((m->nrules + 1) * 2 > m->nslots) {
+		nslots = m->nslots == 0 ? METRICS_MIN_SLOTS : m->nslots * 2;
+		if ((slots = rl_calloc(nslots, sizeof(*slots))) == NULL)
+			return -1;
+		for (i = 0; i < m->nrules; i++)
+			rule_place(slots, nslots, m->order[i]);
+		rl_free(m->slots);
+		m->slots = slots;
+		m->nslots = nslots;
+	}
+	if (m->nrules == m->order_cap) {
+		cap = m->order_cap == 0 ? METRICS_MIN_SLOTS : m->order_cap * 2;
+		order = rl_realloc(m->order, cap * sizeof(*order));
+		if (order == NULL)
+			return -1;
+		m->order = order;
+		m->order_cap = cap;
+	}
+	return 0;
+}
+
+/* Add a new entry for name (not in the table).  NULL on OOM.  Write lock. */
+static struct metrics_rule *
+rule_add(struct metrics *m, const char *name, uint32_t h)
+{
+	struct metrics_rule *e;
+	size_t len = strlen(name);
+
+	if (rule_reserve(m) < 0)
+		return NULL;
+	if ((e = rl_calloc(1, sizeof(*e) + len + 1)) == NULL)
+		return NULL;
+	e->hash = h;
+	memcpy(e->name, name, len + 1);
+	rule_place(m->slots, m->nslots, e);
+	m->order[m->nrules++] = e;
+	return e;
+}
+
+/*
+ * The slow path: name was not found under the read lock.  Takes the write
+ * lock, looks again (another thread may have added it), and adds it, or
+ * falls back to "_other" when the table is full.  NULL on OOM: that one
+ * count is lost, which beats failing a request over metrics.
+ */
+static struct metrics_rule *
+rule_get_slow(struct metrics *m, const char *name, uint32_t h)
+{
+	struct metrics_rule *e;
+
+	if (pthread_rwlock_wrlock(&m->lock) != 0)
+		return NULL;
+	if ((e = rule_find(m, name, h)) != NULL)
+		goto unlock;
+	if (m->nrules < METRICS_MAX_RULES) {
+		e = rule_add(m, name, h);
+		goto unlock;
+	}
+	if (m->other == NULL) {
+		/* A real rule may be named "_other"; then it shares. */
+		h = metrics_hash(METRICS_OTHER_RULE);
+		if ((e = rule_find(m, METRICS_OTHER_RULE, h)) == NULL)
+			e = rule_add(m, METRICS_OTHER_RULE, h);
+		m->other = e;
+	}
+	e = m->other;
+unlock:
+	pthread_rwlock_unlock(&m->lock);
+	return e;
+}
+
+void
+metrics_rule_decision(const struct rule *r, enum decide_rule_result result,
+    void *arg)
+{
+	struct metrics *m = arg;
+	struct metrics_rule *e;
+	uint32_t h;
+
+	if (m == NULL || r == NULL || r->name == NULL ||
+	    (unsigned)result >= METRICS_NRESULTS)
+		return;
+	h = metrics_hash(r->name);
+	if (pthread_rwlock_rdlock(&m->lock) != 0)
+		return;
+	/* m->other is only set once no new name can be added. */
+	if ((e = rule_find(m, r->name, h)) == NULL)
+		e = m->other;
+	pthread_rwlock_unlock(&m->lock);
+	if (e == NULL && (e = rule_get_slow(m, r->name, h)) == NULL)
+		return;
+	atomic_fetch_add_explicit(&e->n[result], 1, memory_order_relaxed);
+}
+
+/* ---- backends, pool, reloads ---------------------------------------- */
+
+void
+metrics_backend_call(struct metrics *m, const char *backend, int64_t usec,
+    enum backend_error_kind kind)
+{
+	struct metrics_backend *b = NULL;
+	uint64_t us;
+	size_t i;
+
+	if (m == NULL || backend == NULL)
+		return;
+	for (i = 0; i < 2; i++)
+		if (strcmp(backend, metrics_backend_names[i]) == 0)
+			b = &m->backend[i];
+	if (b == NULL)
+		return;
+	us = usec < 0 ? 0 : (uint64_t)usec;
+	for (i = 0; i < METRICS_NBOUNDS && us > metrics_bounds_us[i]; i++)
+		;
+	atomic_fetch_add_explicit(&b->bucket[i], 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&b->sum_us, us, memory_order_relaxed);
+	if (kind != BACKEND_ERR_NONE && (unsigned)kind < METRICS_NKINDS)
+		atomic_fetch_add_explicit(&b->errors[kind], 1,
+		    memory_order_relaxed);
+}
+
+void
+metrics_pool_in_use(struct metrics *m, int delta)
+{
+	if (m == NULL)
+		return;
+	atomic_fetch_add_explicit(&m->pool_in_use, delta,
+	    memory_order_relaxed);
+}
+
+void
+metrics_reload(struct metrics *m, bool ok)
+{
+	if (m == NULL)
+		return;
+	atomic_fetch_add_explicit(&m->reloads[ok ? 1 : 0], 1,
+	    memory_order_relaxed);
+	atomic_store_explicit(&m->last_reload_ok, ok ? 1 : 0,
+	    memory_order_relaxed);
+}
+
+/* ---- rendering ------------------------------------------------------ */
+
+/* A growing output buffer; after the first OOM every append is a no-op. */
+struct metrics_buf {
+	char *p;
+	size_t len, cap;
+	bool oom;
+};
+
+/* Room for `more` bytes plus the NUL.  false on OOM. */
+static bool
+buf_reserve(struct metrics_buf *b, size_t more)
+{
+	size_t cap;
+	char *p;
+
+	if (b->oom)
+		return false;
+	if (more < b->cap - b->len)
+		return true;
+	cap = b->cap == 0 ? 4096 : b->cap;
+	while (more >= cap - b->len) {
+		if (cap > SIZE_MAX / 2)
+			goto oom;
+		cap *= 2;
+	}
+	if ((p = rl_realloc(b->p, cap)) == NULL)
+		goto oom;
+	b->p = p;
+	b->cap = cap;
+	return true;
+
+oom:
+	b->oom = true;
+	return false;
+}
+
+static void
+buf_add(struct metrics_buf *b, const char *s, size_t n)
+{
+	if (!buf_reserve(b, n))
+		return;
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+}
+
+static void
+buf_puts(struct metrics_buf *b, const char *s)
+{
+	buf_add(b, s, strlen(s));
+}
+
+static void __attribute__((format(printf, 2, 3)))
+buf_printf(struct metrics_buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (!buf_reserve(b, 64))
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;		/* not for our formats; drop the piece */
+	if ((size_t)n >= b->cap - b->len) {
+		if (!buf_reserve(b, (size_t)n))
+			return;
+		va_start(ap, fmt);
+		vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+		va_end(ap);
+	}
+	b->len += (size_t)n;
+}
+
+/* Length of the valid UTF-8 sequence at s (1-4), or 0 if it is not one.
+ * Reads no further than a NUL. */
+static size_t
+utf8_len(const unsigned char *s)
+{
+	unsigned char lo = 0x80, hi = 0xbf;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		return (s[1] & 0xc0) == 0x80 ? 2 : 0;
+	if (s[0] >= 0xe0 && s[0] <= 0xef) {
+		if (s[0] == 0xe0)
+			lo = 0xa0;	/* overlong */
+		if (s[0] == 0xed)
+			hi = 0x9f;	/* surrogates */
+		if (s[1] < lo || s[1] > hi || (s[2] & 0xc0) != 0x80)
+			return 0;
+		return 3;
+	}
+	if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+		if (s[0] == 0xf0)
+			lo = 0x90;	/* overlong */
+		if (s[0] == 0xf4)
+			hi = 0x8f;	/* above U+10FFFF */
+		if (s[1] < lo || s[1] > hi || (s[2] & 0xc0) != 0x80 ||
+		    (s[3] & 0xc0) != 0x80)
+			return 0;
+		return 4;
+	}
+	return 0;
+}
+
+/* A label value between double quotes, escaped. */
+static void
+buf_label_value(struct metrics_buf *b, const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t n;
+
+	buf_add(b, "\"", 1);
+	while (*p != '\0') {
+		if (*p == '\\')
+			buf_add(b, "\\\\", 2);
+		else if (*p == '"')
+			buf_add(b, "\\\"", 2);
+		else if (*p == '\n')
+			buf_add(b, "\\n", 2);
+		else if ((n = utf8_len(p)) == 0)
+			buf_add(b, "\xef\xbf\xbd", 3);	/* U+FFFD */
+		else {
+			buf_add(b, (const char *)p, n);
+			p += n;
+			continue;
+		}
+		p++;
+	}
+	buf_add(b, "\"", 1);
+}
+
+static void
+buf_family(struct metrics_buf *b, const char *name, const char *type,
+    const char *help)
+{
+	buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* Microseconds as exact decimal seconds: 1234567 => "1.234567". */
+static void
+buf_seconds(struct metrics_buf *b, uint64_t us)
+{
+	buf_printf(b, "%" PRIu64 ".%06" PRIu64, us / 1000000, us % 1000000);
+}
+
+static void
+render_build_info(struct metrics_buf *b)
+{
+	buf_family(b, "ratelimitd_build_info", "gauge",
+	    "Build information; the value is always 1.");
+	buf_puts(b, "ratelimitd_build_info{version=");
+	buf_label_value(b, RL_VERSION);
+	buf_puts(b, "} 1\n");
+}
+
+static void
+render_http(struct metrics_buf *b, struct metrics *m)
+{
+	unsigned long long n;
+	size_t i;
+
+	buf_family(b, "ratelimitd_http_responses_total", "counter",
+	    "HTTP responses sent, by status code.");
+	for (i = 0; i <= METRICS_HTTP_MAX - METRICS_HTTP_MIN; i++) {
+		n = atomic_load_explicit(&m->http[i], memory_order_relaxed);
+		if (n != 0)
+			buf_printf(b, "ratelimitd_http_responses_total"
+			    "{code=\"%zu\"} %llu\n", i + METRICS_HTTP_MIN, n);
+	}
+}
+
+/* Copy the rule entries' pointers (stable until metrics_free) so that
+ * formatting runs without the lock.  0 or -1. */
+static int
+rules_snapshot(struct metrics *m, struct metrics_rule ***out, size_t *n)
+{
+	int rc = 0;
+
+	*out = NULL;
+	*n = 0;
+	if (pthread_rwlock_rdlock(&m->lock) != 0)
+		return -1;
+	if (m->nrules > 0) {
+		*out = rl_malloc(m->nrules * sizeof(**out));
+		if (*out == NULL)
+			rc = -1;
+		else {
+			memcpy(*out, m->order, m->nrules * sizeof(**out));
+			*n = m->nrules;
+		}
+	}
+	pthread_rwlock_unlock(&m->lock);
+	return rc;
+}
+
+static void
+render_decisions(struct metrics_buf *b, struct metrics_rule **rules,
+    size_t nrules)
+{
+	size_t i, j;
+
+	buf_family(b, "ratelimitd_decisions_total", "counter",
+	    "Outcomes of applying rules, by rule and result.");
+	for (i = 0; i < nrules; i++) {
+		for (j = 0; j < METRICS_NRESULTS; j++) {
+			buf_puts(b, "ratelimitd_decisions_total{rule=");
+			buf_label_value(b, rules[i]->name);
+			buf_printf(b, ",result=\"%s\"} %llu\n",
+			    metrics_result_names[j],
+			    atomic_load_explicit(&rules[i]->n[j],
+			    memory_order_relaxed));
+		}
+	}
+}
+
+static void
+render_backends(struct metrics_buf *b, struct metrics *m)
+{
+	const char *hname = "ratelimitd_backend_request_duration_seconds";
+	const char *ename = "ratelimitd_backend_errors_total";
+	struct metrics_backend *be;
+	unsigned long long cum;
+	size_t i, j;
+
+	buf_family(b, hname, "histogram",
+	    "Duration of backend calls in seconds, failed ones included.");
+	for (i = 0; i < 2; i++) {
+		be = &m->backend[i];
+		cum = 0;
+		for (j = 0; j < METRICS_NBUCKETS; j++) {
+			cum += atomic_load_explicit(&be->bucket[j],
+			    memory_order_relaxed);
+			buf_printf(b, "%s_bucket{backend=\"%s\",le=\"%s\"} "
+			    "%llu\n", hname, metrics_backend_names[i],
+			    j < METRICS_NBOUNDS ? metrics_bounds_le[j] : "+Inf",
+			    cum);
+		}
+		buf_printf(b, "%s_sum{backend=\"%s\"} ", hname,
+		    metrics_backend_names[i]);
+		buf_seconds(b, atomic_load_explicit(&be->sum_us,
+		    memory_order_relaxed));
+		buf_printf(b, "\n%s_count{backend=\"%s\"} %llu\n", hname,
+		    metrics_backend_names[i], cum);
+	}
+
+	buf_family(b, ename, "counter",
+	    "Failed backend calls, by backend and kind of error.");
+	for (i = 0; i < 2; i++)
+		for (j = BACKEND_ERR_NONE + 1; j < METRICS_NKINDS; j++)
+			buf_printf(b, "%s{backend=\"%s\",kind=\"%s\"} %llu\n",
+			    ename, metrics_backend_names[i],
+			    metrics_kind_names[j],
+			    atomic_load_explicit(&m->backend[i].errors[j],
+			    memory_order_relaxed));
+
+	buf_family(b, "ratelimitd_redis_pool_in_use", "gauge",
+	    "Connections of the Redis pool in use now.");
+	buf_printf(b, "ratelimitd_redis_pool_in_use %lld\n",
+	    atomic_load_explicit(&m->pool_in_use, memory_order_relaxed));
+}
+
+static void
+render_reloads(struct metrics_buf *b, struct metrics *m)
+{
+	buf_family(b, "ratelimitd_config_reloads_total", "counter",
+	    "Config reloads, by result.");
+	buf_printf(b, "ratelimitd_config_reloads_total{result=\"success\"} "
+	    "%llu\n", atomic_load_explicit(&m->reloads[1],
+	    memory_order_relaxed));
+	buf_printf(b, "ratelimitd_config_reloads_total{result=\"failure\"} "
+	    "%llu\n", atomic_load_explicit(&m->reloads[0],
+	    memory_order_relaxed));
+	buf_family(b, "ratelimitd_config_last_reload_success", "gauge",
+	    "1 if the last config reload succeeded or none was tried, else 0.");
+	buf_printf(b, "ratelimitd_config_last_reload_success %d\n",
+	    atomic_load_explicit(&m->last_reload_ok, memory_order_relaxed));
+}
+
+/*
+ * Render every family into a new buffer.  m == NULL renders build_info
+ * alone: a valid document that still says which version answers.  Counters
+ * of known label sets (rules seen, both backends, every error kind, both
+ * reload results) are rendered even at 0, so rate() works from the first
+ * scrape; HTTP codes only once seen, as 500 zero series would be noise.
+ * The caller frees *out with rl_free.  0, or -1 (OOM; *out is NULL).
+ * Any thread.
+ */
+int
+metrics_render(struct metrics *m, char **out, size_t *len)
+{
+	struct metrics_buf b = { 0 };
+	struct metrics_rule **rules = NULL;
+	size_t nrules = 0;
+
+	if (out == NULL)
+		return -1;
+	*out = NULL;
+	if (len != NULL)
+		*len = 0;
+	if (!buf_reserve(&b, 0))
+		goto oom;
+	render_build_info(&b);
+	if (m != NULL) {
+		if (rules_snapshot(m, &rules, &nrules) < 0)
+			goto oom;
+		buf_family(&b, "ratelimitd_start_time_seconds", "gauge",
+		    "Start time of the process in seconds since the epoch.");
+		buf_puts(&b, "ratelimitd_start_time_seconds ");
+		buf_seconds(&b, m->start_us < 0 ? 0 : (uint64_t)m->start_us);
+		buf_puts(&b, "\n");
+		render_http(&b, m);
+		render_decisions(&b, rules, nrules);
+		render_backends(&b, m);
+		render_reloads(&b, m);
+	}
+	if (b.oom)
+		goto oom;
+	rl_free(rules);
+	*out = b.p;
+	if (len != NULL)
+		*len = b.len;
+	return 0;
+
+oom:
+	rl_free(rules);
+	rl_free(b.p);
+	return -1;
+}

@@ -1,0 +1,988 @@
+/*
+ * harness.c - processes, ports, Redis and HTTP for the integration tests;
+ * see harness.h for what each function promises and for how processes are
+ * kept track of across Check's forked tests.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "harness.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+enum proc_kind { PROC_REDIS = 'r', PROC_DAEMON = 'd' };
+
+/* The processes this process started and has not stopped yet. */
+struct proc {
+	pid_t pid;
+	pid_t owner;
+	int kind;
+	char log[H_PATH_MAX];
+};
+
+#define MAX_PROCS 64
+static struct proc procs[MAX_PROCS];
+
+static char tmpdir[H_PATH_MAX];
+static char registry[H_PATH_MAX + 32];
+static pid_t runner_pid;
+static int last_redis_port;
+static struct h_daemon *current_daemon;
+static unsigned file_seq;
+
+/* --- small helpers ---------------------------------------------------- */
+
+long long h_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void h_sleep_ms(long long ms)
+{
+	struct timespec ts;
+
+	if (ms <= 0)
+		return;
+	ts.tv_sec = ms / 1000;
+	ts.tv_nsec = (ms % 1000) * 1000000;
+	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+		;
+}
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	ck_assert_msg(f != NULL, "cannot write %s: %s", path, strerror(errno));
+	fputs(text, f);
+	ck_assert_msg(fclose(f) == 0, "cannot write %s", path);
+}
+
+void h_print_file(const char *title, const char *path)
+{
+	char buf[4096];
+	size_t n;
+	FILE *f = fopen(path, "r");
+
+	fprintf(stderr, "----- %s (%s) -----\n", title, path);
+	if (f == NULL) {
+		fprintf(stderr, "(cannot open: %s)\n", strerror(errno));
+	} else {
+		while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+			fwrite(buf, 1, n, stderr);
+		fclose(f);
+	}
+	fprintf(stderr, "----- end of %s -----\n", title);
+}
+
+/* A fresh path in the temporary directory: <tmpdir>/<stem>-<pid>-<n><ext>. */
+static void tmp_path(char *out, size_t outlen, const char *stem,
+    const char *ext)
+{
+	int n = snprintf(out, outlen, "%s/%s-%ld-%u%s", h_tmpdir(), stem,
+	    (long)getpid(), file_seq++, ext);
+
+	ck_assert_msg(n > 0 && (size_t)n < outlen, "path too long");
+}
+
+/* --- the process registry ---------------------------------------------- */
+
+static void registry_append(const char *line)
+{
+	int fd = open(registry, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC,
+	    0600);
+
+	if (fd < 0)
+		return;
+	/* One write with O_APPEND: lines from several processes never mix. */
+	if (write(fd, line, strlen(line)) < 0)
+		fprintf(stderr, "harness: registry: %s\n", strerror(errno));
+	close(fd);
+}
+
+static void proc_add(pid_t pid, int kind, const char *log)
+{
+	char line[H_PATH_MAX + 64];
+	size_t i;
+
+	for (i = 0; i < MAX_PROCS; i++) {
+		if (procs[i].pid == 0) {
+			procs[i].pid = pid;
+			procs[i].owner = getpid();
+			procs[i].kind = kind;
+			snprintf(procs[i].log, sizeof(procs[i].log), "%s",
+			    log);
+			break;
+		}
+	}
+	snprintf(line, sizeof(line), "S %ld %c %s\n", (long)pid, kind, log);
+	registry_append(line);
+	if (i == MAX_PROCS)
+		ck_abort_msg("harness: more than %d processes", MAX_PROCS);
+}
+
+static void proc_del(pid_t pid)
+{
+	char line[64];
+	size_t i;
+
+	for (i = 0; i < MAX_PROCS; i++)
+		if (procs[i].pid == pid)
+			procs[i].pid = 0;
+	snprintf(line, sizeof(line), "E %ld\n", (long)pid);
+	registry_append(line);
+}
+
+/* Wait for pid for at most ms; returns true and the status if it ended. */
+static bool wait_pid(pid_t pid, long long ms, int *status)
+{
+	long long end = h_now_ms() + ms;
+	pid_t w;
+
+	for (;;) {
+		w = waitpid(pid, status, WNOHANG);
+		if (w == pid)
+			return true;
+		if (w < 0 && errno == ECHILD) {
+			/* Not (or no longer) our child: wait for it to go. */
+			if (kill(pid, 0) != 0) {
+				*status = -1;
+				return true;
+			}
+		}
+		if (h_now_ms() >= end)
+			return false;
+		h_sleep_ms(10);
+	}
+}
+
+/* SIGTERM, wait up to ms, then SIGKILL.  Returns the wait status, or -1
+ * if it had to be killed or the status is unknown. */
+static int terminate(pid_t pid, long long ms)
+{
+	int status = -1;
+
+	if (kill(pid, SIGTERM) != 0 && errno == ESRCH) {
+		if (!wait_pid(pid, 100, &status))
+			status = -1;
+		return status;
+	}
+	if (wait_pid(pid, ms, &status))
+		return status;
+	kill(pid, SIGKILL);
+	wait_pid(pid, 2000, &status);
+	return -1;
+}
+
+static void describe_status(int status, char *buf, size_t len)
+{
+	if (status == -1)
+		snprintf(buf, len, "killed by the harness or unknown");
+	else if (WIFEXITED(status))
+		snprintf(buf, len, "exit status %d", WEXITSTATUS(status));
+	else if (WIFSIGNALED(status))
+		snprintf(buf, len, "killed by signal %d (%s)", WTERMSIG(status),
+		    strsignal(WTERMSIG(status)));
+	else
+		snprintf(buf, len, "wait status %d", status);
+}
+
+void h_reap_orphans(void)
+{
+	struct orphan {
+		long pid;
+		int kind;
+		char log[H_PATH_MAX];
+	} *o = NULL;
+	size_t n = 0, cap = 0, i, j;
+	char line[H_PATH_MAX + 64], st[96];
+	FILE *f;
+
+	if (getpid() != runner_pid || registry[0] == '\0')
+		return;
+	f = fopen(registry, "r");
+	if (f == NULL)
+		return;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		long pid;
+		char kind, log[H_PATH_MAX];
+
+		if (sscanf(line, "S %ld %c %511s", &pid, &kind, log) == 3) {
+			if (n == cap) {
+				cap = cap ? cap * 2 : 16;
+				o = realloc(o, cap * sizeof(*o));
+				if (o == NULL)
+					abort();
+			}
+			o[n].pid = pid;
+			o[n].kind = kind;
+			snprintf(o[n].log, sizeof(o[n].log), "%s", log);
+			n++;
+		} else if (sscanf(line, "E %ld", &pid) == 1) {
+			for (j = 0; j < n; j++)
+				if (o[j].pid == pid)
+					o[j].pid = 0;
+		}
+	}
+	fclose(f);
+	for (i = 0; i < n; i++) {
+		bool mine = false;
+
+		if (o[i].pid == 0)
+			continue;
+		for (j = 0; j < MAX_PROCS; j++)
+			if (procs[j].pid == (pid_t)o[i].pid)
+				mine = true;
+		if (mine)
+			continue;	/* the runner's own, still in use */
+		describe_status(terminate((pid_t)o[i].pid, 5000), st,
+		    sizeof(st));
+		fprintf(stderr, "harness: %s pid %ld was left running by a "
+		    "failed test; stopped (%s)\n",
+		    o[i].kind == PROC_DAEMON ? "ratelimitd" : "redis-server",
+		    o[i].pid, st);
+		if (o[i].kind == PROC_DAEMON)
+			h_print_file("ratelimitd log", o[i].log);
+		snprintf(line, sizeof(line), "E %ld\n", o[i].pid);
+		registry_append(line);
+	}
+	free(o);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag,
+    struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+static void at_exit(void)
+{
+	size_t i;
+
+	/* Whatever this process started and still runs (a test that
+	 * returned without stopping, or the runner's shared servers). */
+	for (i = 0; i < MAX_PROCS; i++) {
+		if (procs[i].pid != 0 && procs[i].owner == getpid()) {
+			terminate(procs[i].pid, 5000);
+			proc_del(procs[i].pid);
+		}
+	}
+	if (getpid() != runner_pid)
+		return;
+	h_reap_orphans();
+	if (getenv("RATELIMITD_KEEP_TMP") != NULL)
+		fprintf(stderr, "harness: kept %s\n", tmpdir);
+	else if (tmpdir[0] != '\0')
+		nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+void h_init(void)
+{
+	const char *base = getenv("TMPDIR");
+	const char *bin = getenv("RATELIMITD_BIN");
+
+	if (bin == NULL || *bin == '\0') {
+		fprintf(stderr, "RATELIMITD_BIN is not set (run `make "
+		    "integration`)\n");
+		exit(1);
+	}
+	if (access(bin, X_OK) != 0) {
+		fprintf(stderr, "RATELIMITD_BIN=%s: %s\n", bin,
+		    strerror(errno));
+		exit(1);
+	}
+	if (base == NULL || *base == '\0')
+		base = "/tmp";
+	if (strlen(base) > H_PATH_MAX - 128) {
+		fprintf(stderr, "TMPDIR is too long\n");
+		exit(1);
+	}
+	snprintf(tmpdir, sizeof(tmpdir), "%s/rl-itest-XXXXXX", base);
+	if (mkdtemp(tmpdir) == NULL) {
+		fprintf(stderr, "mkdtemp %s: %s\n", tmpdir, strerror(errno));
+		exit(1);
+	}
+	snprintf(registry, sizeof(registry), "%s/processes", tmpdir);
+	runner_pid = getpid();
+	/* Orphans of failed tests become our children, so we can wait for
+	 * them by PID. */
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+		fprintf(stderr, "harness: PR_SET_CHILD_SUBREAPER: %s\n",
+		    strerror(errno));
+	if (curl_global_init(CURL_GLOBAL_ALL) != 0) {
+		fprintf(stderr, "curl_global_init failed\n");
+		exit(1);
+	}
+	atexit(at_exit);
+}
+
+const char *h_tmpdir(void)
+{
+	ck_assert_msg(tmpdir[0] != '\0', "h_init() was not called");
+	return tmpdir;
+}
+
+int h_free_port(void)
+{
+	struct sockaddr_in sa;
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int port;
+
+	ck_assert_msg(fd >= 0, "socket: %s", strerror(errno));
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	sa.sin_port = 0;
+	ck_assert_msg(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0,
+	    "bind: %s", strerror(errno));
+	ck_assert_msg(getsockname(fd, (struct sockaddr *)&sa, &len) == 0,
+	    "getsockname: %s", strerror(errno));
+	port = ntohs(sa.sin_port);
+	close(fd);
+	return port;
+}
+
+/* fork and exec argv with stdout/stderr to log; registered at once. */
+static pid_t spawn(char *const argv[], const char *log, int kind)
+{
+	pid_t parent = getpid();
+	pid_t pid = fork();
+	sigset_t none;
+	int fd;
+
+	ck_assert_msg(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		/* Never outlive the process that started us. */
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		if (getppid() != parent)
+			_exit(127);
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		signal(SIGTERM, SIG_DFL);
+		signal(SIGINT, SIG_DFL);
+		signal(SIGHUP, SIG_DFL);
+		signal(SIGPIPE, SIG_DFL);
+		signal(SIGALRM, SIG_DFL);
+		fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		if (fd < 0)
+			_exit(126);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		fd = open("/dev/null", O_RDONLY);
+		if (fd >= 0)
+			dup2(fd, 0);
+		for (fd = 3; fd < 1024; fd++)
+			close(fd);
+		unsetenv("RATELIMITD_LISTEN");
+		unsetenv("RATELIMITD_REDIS_URL");
+		unsetenv("RATELIMITD_LOG_LEVEL");
+		execvp(argv[0], argv);
+		dprintf(2, "harness: exec %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	proc_add(pid, kind, log);
+	return pid;
+}
+
+/* --- redis-server ------------------------------------------------------ */
+
+static bool redis_pings(int port)
+{
+	struct timeval tv = { 0, 200000 };
+	redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+	redisReply *rep;
+	bool ok = false;
+
+	if (c == NULL)
+		return false;
+	if (!c->err) {
+		redisSetTimeout(c, tv);
+		rep = redisCommand(c, "PING");
+		ok = rep != NULL && rep->type == REDIS_REPLY_STATUS &&
+		    strcmp(rep->str, "PONG") == 0;
+		if (rep != NULL)
+			freeReplyObject(rep);
+	}
+	redisFree(c);
+	return ok;
+}
+
+void h_redis_start(struct h_redis *r)
+{
+	char conf[2 * H_PATH_MAX + 256];
+	char *argv[3];
+	long long end;
+	int status, attempt;
+	bool fixed = r->port != 0;
+
+	for (attempt = 0; attempt < 3; attempt++) {
+		if (!fixed)
+			r->port = h_free_port();
+		tmp_path(r->conf, sizeof(r->conf), "redis", ".conf");
+		tmp_path(r->log, sizeof(r->log), "redis", ".log");
+		snprintf(conf, sizeof(conf),
+		    "port %d\nbind 127.0.0.1\nsave \"\"\nappendonly no\n"
+		    "daemonize no\ndir %s\nlogfile \"%s\"\n",
+		    r->port, h_tmpdir(), r->log);
+		write_file(r->conf, conf);
+		argv[0] = (char *)"redis-server";
+		argv[1] = r->conf;
+		argv[2] = NULL;
+		r->pid = spawn(argv, r->log, PROC_REDIS);
+		r->owner = getpid();
+		end = h_now_ms() + 5000;
+		while (h_now_ms() < end) {
+			if (redis_pings(r->port)) {
+				last_redis_port = r->port;
+				return;
+			}
+			if (waitpid(r->pid, &status, WNOHANG) == r->pid)
+				break;	/* e.g. the port was taken */
+			h_sleep_ms(20);
+		}
+		h_print_file("redis-server log", r->log);
+		terminate(r->pid, 2000);
+		proc_del(r->pid);
+		r->pid = 0;
+		if (fixed)
+			break;
+	}
+	ck_abort_msg("redis-server did not answer PING on port %d", r->port);
+}
+
+void h_redis_stop(struct h_redis *r)
+{
+	if (r->ctx != NULL && r->ctx_pid == getpid())
+		redisFree(r->ctx);
+	r->ctx = NULL;
+	if (r->pid == 0 || r->owner != getpid())
+		return;
+	terminate(r->pid, 5000);
+	proc_del(r->pid);
+	r->pid = 0;
+}
+
+redisContext *h_redis_ctx(struct h_redis *r)
+{
+	struct timeval tv = { 2, 0 };
+
+	if (r->ctx != NULL && r->ctx_pid == getpid() && !r->ctx->err)
+		return r->ctx;
+	if (r->ctx != NULL && r->ctx_pid == getpid())
+		redisFree(r->ctx);
+	/* A context inherited from another process is dropped, not freed:
+	 * its socket belongs to that process's conversation. */
+	r->ctx = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+	r->ctx_pid = getpid();
+	ck_assert_msg(r->ctx != NULL && !r->ctx->err,
+	    "cannot connect to redis on port %d: %s", r->port,
+	    r->ctx ? r->ctx->errstr : "out of memory");
+	redisSetTimeout(r->ctx, tv);
+	return r->ctx;
+}
+
+static redisReply *redis_vcmd(struct h_redis *r, const char *fmt,
+    va_list ap)
+{
+	redisContext *c = h_redis_ctx(r);
+	redisReply *rep = redisvCommand(c, fmt, ap);
+
+	ck_assert_msg(rep != NULL, "redis %s: %s", fmt, c->errstr);
+	if (rep->type == REDIS_REPLY_ERROR) {
+		char msg[256];
+
+		snprintf(msg, sizeof(msg), "%s", rep->str);
+		freeReplyObject(rep);
+		ck_abort_msg("redis %s: %s", fmt, msg);
+	}
+	return rep;
+}
+
+static redisReply *redis_cmd(struct h_redis *r, const char *fmt, ...)
+{
+	va_list ap;
+	redisReply *rep;
+
+	va_start(ap, fmt);
+	rep = redis_vcmd(r, fmt, ap);
+	va_end(ap);
+	return rep;
+}
+
+long long h_redis_int(struct h_redis *r, const char *fmt, ...)
+{
+	va_list ap;
+	redisReply *rep;
+	long long v;
+
+	va_start(ap, fmt);
+	rep = redis_vcmd(r, fmt, ap);
+	va_end(ap);
+	if (rep->type != REDIS_REPLY_INTEGER) {
+		freeReplyObject(rep);
+		ck_abort_msg("redis %s: not an integer reply", fmt);
+	}
+	v = rep->integer;
+	freeReplyObject(rep);
+	return v;
+}
+
+void h_redis_flush(struct h_redis *r)
+{
+	freeReplyObject(redis_cmd(r, "FLUSHALL"));
+	freeReplyObject(redis_cmd(r, "CONFIG RESETSTAT"));
+}
+
+long long h_redis_script_calls(struct h_redis *r)
+{
+	static const char *const names[] = { "eval", "evalsha", "eval_ro",
+		"evalsha_ro", "fcall", "fcall_ro" };
+	redisReply *rep = redis_cmd(r, "INFO commandstats");
+	long long sum = 0;
+	const char *p;
+	size_t i;
+
+	ck_assert_msg(rep->type == REDIS_REPLY_STRING ||
+	    rep->type == REDIS_REPLY_STATUS, "INFO: unexpected reply");
+	for (p = rep->str; p != NULL && *p != '\0';) {
+		const char *eol = strchr(p, '\n');
+
+		if (strncmp(p, "cmdstat_", 8) == 0) {
+			const char *name = p + 8;
+			const char *colon = strchr(name, ':');
+			const char *calls = colon ? strstr(colon, "calls=")
+			    : NULL;
+
+			for (i = 0; colon && calls &&
+			    i < sizeof(names) / sizeof(names[0]); i++)
+				if ((size_t)(colon - name) ==
+				    strlen(names[i]) &&
+				    strncasecmp(name, names[i],
+				    strlen(names[i])) == 0)
+					sum += atoll(calls + 6);
+		}
+		p = eol ? eol + 1 : NULL;
+	}
+	freeReplyObject(rep);
+	return sum;
+}
+
+/* --- the daemon ----------------------------------------------------------- */
+
+/* yaml with every %PORT% and %REDIS_PORT% replaced; caller frees. */
+static char *substitute(const char *yaml, int port, int redis_port)
+{
+	static const struct {
+		const char *name;
+		size_t len;
+	} ph[] = { { "%PORT%", 6 }, { "%REDIS_PORT%", 12 } };
+	size_t cap = strlen(yaml) * 2 + 64, n = 0, i;
+	char *out = malloc(cap);
+	const char *p = yaml;
+
+	ck_assert_msg(out != NULL, "out of memory");
+	while (*p != '\0') {
+		bool done = false;
+
+		if (n + 16 >= cap) {
+			cap *= 2;
+			out = realloc(out, cap);
+			ck_assert_msg(out != NULL, "out of memory");
+		}
+		for (i = 0; i < 2 && !done; i++) {
+			if (strncmp(p, ph[i].name, ph[i].len) == 0) {
+				n += (size_t)sprintf(out + n, "%d",
+				    i == 0 ? port : redis_port);
+				p += ph[i].len;
+				done = true;
+			}
+		}
+		if (!done)
+			out[n++] = *p++;
+	}
+	out[n] = '\0';
+	return out;
+}
+
+static long healthz_status(int port)
+{
+	struct h_resp r = { 0 };
+	CURL *c = curl_easy_init();
+	long status = 0;
+
+	if (c == NULL)
+		return 0;
+	if (h_request(c, port, &r, "GET", "/healthz", NULL, 0, NULL) == 0)
+		status = r.status;
+	h_resp_free(&r);
+	curl_easy_cleanup(c);
+	return status;
+}
+
+static bool log_mentions(const char *path, const char *what)
+{
+	char buf[8192];
+	size_t n;
+	FILE *f = fopen(path, "r");
+
+	if (f == NULL)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	return strcasestr(buf, what) != NULL;
+}
+
+void h_daemon_start(struct h_daemon *d, const char *yaml)
+{
+	const char *bin = getenv("RATELIMITD_BIN");
+	char *argv[4], *text;
+	char st[96];
+	long long end;
+	int status, attempt;
+
+	ck_assert_msg(bin != NULL, "RATELIMITD_BIN is not set");
+	if (d->redis_port == 0)
+		d->redis_port = last_redis_port;
+	for (attempt = 0; attempt < 3; attempt++) {
+		d->port = h_free_port();
+		tmp_path(d->conf, sizeof(d->conf), "ratelimitd", ".yaml");
+		tmp_path(d->log, sizeof(d->log), "ratelimitd", ".log");
+		text = substitute(yaml, d->port, d->redis_port);
+		write_file(d->conf, text);
+		free(text);
+		argv[0] = (char *)bin;
+		argv[1] = (char *)"-c";
+		argv[2] = d->conf;
+		argv[3] = NULL;
+		d->pid = spawn(argv, d->log, PROC_DAEMON);
+		d->owner = getpid();
+		end = h_now_ms() + 5000;
+		status = -1;
+		while (h_now_ms() < end) {
+			if (healthz_status(d->port) == 200) {
+				current_daemon = d;
+				return;
+			}
+			if (waitpid(d->pid, &status, WNOHANG) == d->pid)
+				break;
+			h_sleep_ms(20);
+		}
+		if (status != -1) {
+			/* It exited.  A port taken since h_free_port()
+			 * is worth another try; anything else is not. */
+			proc_del(d->pid);
+			d->pid = 0;
+			if (log_mentions(d->log, "in use"))
+				continue;
+			describe_status(status, st, sizeof(st));
+		} else {
+			terminate(d->pid, 2000);
+			proc_del(d->pid);
+			d->pid = 0;
+			snprintf(st, sizeof(st), "no 200 from /healthz in 5 s");
+		}
+		h_print_file("ratelimitd config", d->conf);
+		h_print_file("ratelimitd log", d->log);
+		ck_abort_msg("ratelimitd -c %s did not start: %s", d->conf,
+		    st);
+	}
+	ck_abort_msg("ratelimitd: no free port after 3 attempts");
+}
+
+void h_daemon_stop(struct h_daemon *d)
+{
+	char st[96];
+	int status;
+
+	if (d->pid == 0 || d->owner != getpid())
+		return;
+	status = terminate(d->pid, 8000);
+	proc_del(d->pid);
+	d->pid = 0;
+	if (current_daemon == d)
+		current_daemon = NULL;
+	if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+		return;
+	describe_status(status, st, sizeof(st));
+	h_print_file("ratelimitd log", d->log);
+	ck_abort_msg("ratelimitd on port %d, stopped with SIGTERM: %s "
+	    "(expected exit status 0)", d->port, st);
+}
+
+struct h_daemon *h_daemon_current(void)
+{
+	ck_assert_msg(current_daemon != NULL, "no daemon is running");
+	return current_daemon;
+}
+
+void h_test_teardown(void)
+{
+	char st[96];
+	int status;
+	size_t i;
+
+	for (i = 0; i < MAX_PROCS; i++) {
+		struct proc p = procs[i];
+
+		if (p.pid == 0 || p.owner != getpid())
+			continue;
+		status = terminate(p.pid, 8000);
+		proc_del(p.pid);
+		if (p.kind != PROC_DAEMON)
+			continue;
+		if (status != -1 && WIFEXITED(status) &&
+		    WEXITSTATUS(status) == 0)
+			continue;
+		describe_status(status, st, sizeof(st));
+		h_print_file("ratelimitd log", p.log);
+		ck_abort_msg("ratelimitd pid %ld, stopped with SIGTERM: %s",
+		    (long)p.pid, st);
+	}
+	current_daemon = NULL;
+}
+
+/* --- HTTP ----------------------------------------------------------------- */
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
+{
+	struct h_resp *r = arg;
+	size_t n = size * nmemb;
+
+	if (r->len + n + 1 > r->cap) {
+		size_t cap = r->cap ? r->cap : 1024;
+		char *p;
+
+		while (r->len + n + 1 > cap)
+			cap *= 2;
+		p = realloc(r->body, cap);
+		if (p == NULL)
+			return 0;
+		r->body = p;
+		r->cap = cap;
+	}
+	memcpy(r->body + r->len, data, n);
+	r->len += n;
+	r->body[r->len] = '\0';
+	return n;
+}
+
+static void free_headers(struct h_resp *r)
+{
+	size_t i;
+
+	for (i = 0; i < r->nhdr; i++) {
+		free(r->hdr[i].name);
+		free(r->hdr[i].value);
+	}
+	r->nhdr = 0;
+}
+
+static size_t on_header(char *data, size_t size, size_t nmemb, void *arg)
+{
+	struct h_resp *r = arg;
+	size_t n = size * nmemb, nl, vs, ve;
+	const char *colon;
+
+	if (n >= 5 && memcmp(data, "HTTP/", 5) == 0) {
+		free_headers(r);	/* a new (e.g. after 100) response */
+		return n;
+	}
+	colon = memchr(data, ':', n);
+	if (colon == NULL)
+		return n;
+	nl = (size_t)(colon - data);
+	vs = nl + 1;
+	ve = n;
+	while (vs < ve && (data[vs] == ' ' || data[vs] == '\t'))
+		vs++;
+	while (ve > vs && (data[ve - 1] == '\r' || data[ve - 1] == '\n' ||
+	    data[ve - 1] == ' ' || data[ve - 1] == '\t'))
+		ve--;
+	if (r->nhdr == r->hdrcap) {
+		size_t cap = r->hdrcap ? r->hdrcap * 2 : 16;
+		struct h_header *h = realloc(r->hdr, cap * sizeof(*h));
+
+		if (h == NULL)
+			return 0;
+		r->hdr = h;
+		r->hdrcap = cap;
+	}
+	r->hdr[r->nhdr].name = strndup(data, nl);
+	r->hdr[r->nhdr].value = strndup(data + vs, ve - vs);
+	if (r->hdr[r->nhdr].name == NULL || r->hdr[r->nhdr].value == NULL)
+		return 0;
+	r->nhdr++;
+	return n;
+}
+
+int h_request(CURL *curl, int port, struct h_resp *out, const char *method,
+    const char *path, const char *body, size_t len,
+    const char *const *headers)
+{
+	struct curl_slist *hl = NULL, *t;
+	char url[H_PATH_MAX + 64];
+	CURLcode rc;
+	int ret = -1;
+	size_t i;
+
+	h_resp_free(out);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+	/* Reset keeps the live connections: that is the keep-alive. */
+	curl_easy_reset(curl);
+	curl_easy_setopt(curl, CURLOPT_URL, url);
+	curl_easy_setopt(curl, CURLOPT_NOPROXY, "*");
+	curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
+	curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 5000L);
+	curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, out->err);
+	curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(curl, CURLOPT_WRITEDATA, out);
+	curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(curl, CURLOPT_HEADERDATA, out);
+	t = curl_slist_append(hl, "Expect:");
+	if (t != NULL)
+		hl = t;
+	if (strcmp(method, "GET") == 0 && body == NULL) {
+		curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
+	} else if (strcmp(method, "HEAD") == 0) {
+		curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+	} else {
+		curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body ? body : "");
+		curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE,
+		    (curl_off_t)(body ? len : 0));
+		if (strcmp(method, "POST") != 0)
+			curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+		t = curl_slist_append(hl, "Content-Type: application/json");
+		if (t != NULL)
+			hl = t;
+	}
+	for (i = 0; headers != NULL && headers[i] != NULL; i++) {
+		t = curl_slist_append(hl, headers[i]);
+		if (t != NULL)
+			hl = t;
+	}
+	curl_easy_setopt(curl, CURLOPT_HTTPHEADER, hl);
+	rc = curl_easy_perform(curl);
+	if (rc == CURLE_OK) {
+		curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &out->status);
+		curl_easy_getinfo(curl, CURLINFO_NUM_CONNECTS,
+		    &out->num_connects);
+		ret = 0;
+	} else if (out->err[0] == '\0') {
+		snprintf(out->err, sizeof(out->err), "%s",
+		    curl_easy_strerror(rc));
+	}
+	if (out->body == NULL)
+		on_body((char *)"", 0, 0, out);
+	curl_easy_setopt(curl, CURLOPT_HTTPHEADER, NULL);
+	curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, NULL);
+	curl_slist_free_all(hl);
+	return ret;
+}
+
+CURL *h_curl_new(void)
+{
+	CURL *c = curl_easy_init();
+
+	ck_assert_msg(c != NULL, "curl_easy_init failed");
+	return c;
+}
+
+void h_http(struct h_resp *out, const char *method, const char *url_path,
+    const char *body, const char *const *headers)
+{
+	struct h_daemon *d = h_daemon_current();
+	CURL *c = h_curl_new();
+	int rc = h_request(c, d->port, out, method, url_path, body,
+	    body ? strlen(body) : 0, headers);
+
+	curl_easy_cleanup(c);
+	ck_assert_msg(rc == 0, "%s %s: %s", method, url_path, out->err);
+}
+
+const char *h_resp_header(const struct h_resp *r, const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < r->nhdr; i++)
+		if (strcasecmp(r->hdr[i].name, name) == 0)
+			return r->hdr[i].value;
+	return NULL;
+}
+
+size_t h_resp_header_count(const struct h_resp *r, const char *name)
+{
+	size_t i, n = 0;
+
+	for (i = 0; i < r->nhdr; i++)
+		if (strcasecmp(r->hdr[i].name, name) == 0)
+			n++;
+	return n;
+}
+
+void h_resp_free(struct h_resp *r)
+{
+	free_headers(r);
+	free(r->hdr);
+	free(r->body);
+	if (r->json != NULL)
+		json_decref(r->json);
+	memset(r, 0, sizeof(*r));
+}
+
+json_t *h_json(struct h_resp *r)
+{
+	json_error_t e;
+
+	if (r->json == NULL && r->body != NULL)
+		r->json = json_loadb(r->body, r->len, 0, &e);
+	return r->json;
+}
+
+json_t *h_json_get(struct h_resp *r, const char *field)
+{
+	json_t *j = h_json(r);
+
+	return json_is_object(j) ? json_object_get(j, field) : NULL;
+}
+
+long long h_json_int(struct h_resp *r, const char *field)
+{
+	json_t *v = h_json_get(r, field);
+
+	ck_assert_msg(json_is_integer(v), "field \"%s\" is not an integer "
+	    "in %s", field, r->body ? r->body : "(no body)");
+	return (long long)json_integer_value(v);
+}
+
+const char *h_json_str(struct h_resp *r, const char *field)
+{
+	json_t *v = h_json_get(r, field);
+
+	return json_is_string(v) ? json_string_value(v) : NULL;
+}

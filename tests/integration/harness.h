@@ -1,0 +1,176 @@
+/*
+ * harness.h - what the integration tests use to drive ratelimitd from the
+ * outside, as a user would: a private temporary directory, free loopback
+ * ports, a real redis-server, the daemon binary itself ($RATELIMITD_BIN)
+ * started on a YAML file, and HTTP requests through libcurl.
+ *
+ * Process ownership.  Tests run in Check's fork mode: every test is a child
+ * of the runner, and a failed ck_assert ends that child with _exit(1), so
+ * neither its atexit handlers nor its teardown run.  To still stop every
+ * process by PID, the runner is a child subreaper (PR_SET_CHILD_SUBREAPER)
+ * and every start is written to a registry file in the temporary directory;
+ * a stop crosses it out.  h_reap_orphans(), run by the runner after each
+ * TCase and at exit, stops (SIGTERM, then SIGKILL) and waits for each
+ * process that was started and never stopped, and prints the daemon's log:
+ * such a process belongs to a test that failed.  Every process also gets
+ * PR_SET_PDEATHSIG, so nothing outlives a runner killed from outside.
+ *
+ * Functions that can fail call ck_abort_msg(), so they belong in tests and
+ * fixtures; h_request() is the exception (it is for worker threads).
+ */
+#ifndef RL_HARNESS_H
+#define RL_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include <curl/curl.h>
+#include <hiredis/hiredis.h>
+#include <jansson.h>
+
+#define H_PATH_MAX 512
+
+/* Call once at the top of main(), before any test or thread: creates the
+ * temporary directory, makes this process the subreaper, initialises
+ * libcurl, and registers the at-exit clean-up.  Exits 1 with a message if
+ * RATELIMITD_BIN is unset or the directory cannot be made. */
+void h_init(void);
+
+/* The test run's private directory (mkdtemp under $TMPDIR or /tmp), removed
+ * with everything in it when the runner exits.  Borrowed, static. */
+const char *h_tmpdir(void);
+
+/* A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0,
+ * getsockname, close).  Aborts the test if no socket can be had. */
+int h_free_port(void);
+
+/* Milliseconds on CLOCK_MONOTONIC, and a sleep in milliseconds. */
+long long h_now_ms(void);
+void h_sleep_ms(long long ms);
+
+/* --- redis-server ------------------------------------------------------ */
+
+struct h_redis {
+	int port;		/* in: 0 = pick a free one; out: the port */
+	pid_t pid;		/* 0 when not running */
+	pid_t owner;		/* the process that started it */
+	char conf[H_PATH_MAX];
+	char log[H_PATH_MAX];
+	redisContext *ctx;	/* this process's connection, see h_redis_ctx */
+	pid_t ctx_pid;
+};
+
+/* Write a redis.conf into the temporary directory (port, bind 127.0.0.1,
+ * save "", appendonly no), start redis-server on it and wait until PING
+ * answers (at most 5 s).  r->port may preset the port (to restart on the
+ * same one).  The last started server is the default for h_daemon_start. */
+void h_redis_start(struct h_redis *r);
+
+/* SIGTERM by PID and waitpid; closes this process's connection.  Does
+ * nothing if r is not running. */
+void h_redis_stop(struct h_redis *r);
+
+/* A connection for direct inspection, made on first use in each process
+ * (a forked test never shares a socket with the runner). */
+redisContext *h_redis_ctx(struct h_redis *r);
+
+/* Run a command (hiredis format) that answers an integer, and return it. */
+long long h_redis_int(struct h_redis *r, const char *fmt, ...);
+
+/* FLUSHALL, and CONFIG RESETSTAT so command counts start from zero. */
+void h_redis_flush(struct h_redis *r);
+
+/* Sum of "calls" in INFO commandstats over the script commands: eval,
+ * evalsha, eval_ro, evalsha_ro, fcall, fcall_ro. */
+long long h_redis_script_calls(struct h_redis *r);
+
+/* --- the daemon ----------------------------------------------------------- */
+
+struct h_daemon {
+	int redis_port;		/* in: %REDIS_PORT%; 0 = the last h_redis */
+	int port;		/* out: %PORT% */
+	pid_t pid;
+	pid_t owner;
+	char conf[H_PATH_MAX];
+	char log[H_PATH_MAX];
+};
+
+/* Write yaml, with "%PORT%" and "%REDIS_PORT%" substituted, to a file in
+ * the temporary directory, start "$RATELIMITD_BIN -c FILE" with stdout and
+ * stderr going to a log file, and wait until GET /healthz answers 200 (at
+ * most 5 s).  On failure print the log to stderr and abort the test.
+ * The RATELIMITD_* environment overrides are cleared for the daemon. */
+void h_daemon_start(struct h_daemon *d, const char *yaml);
+
+/* SIGTERM, waitpid (at most 8 s, then SIGKILL), and assert that it exited
+ * with status 0; the log is printed when it did not. */
+void h_daemon_stop(struct h_daemon *d);
+
+/* The daemon that h_http() talks to: the last one started here. */
+struct h_daemon *h_daemon_current(void);
+
+/* Print a file to stderr between two marker lines. */
+void h_print_file(const char *title, const char *path);
+
+/* Runner side: stop, wait for and report every registered process that
+ * was started and not stopped (see the top of this file).  Harmless in a
+ * test process (it does nothing there).  Usable as an unchecked teardown. */
+void h_reap_orphans(void);
+
+/* Checked teardown: stop whatever this test started and did not stop. */
+void h_test_teardown(void);
+
+/* --- HTTP ----------------------------------------------------------------- */
+
+struct h_header {
+	char *name;
+	char *value;
+};
+
+struct h_resp {
+	long status;		/* 0 if the transfer failed */
+	struct h_header *hdr;	/* of the final response */
+	size_t nhdr, hdrcap;
+	char *body;		/* NUL-terminated */
+	size_t len, cap;
+	long num_connects;	/* CURLINFO_NUM_CONNECTS */
+	json_t *json;		/* parsed on demand by h_json() */
+	char err[CURL_ERROR_SIZE];
+};
+
+/* One request on an existing easy handle (so connections are reused),
+ * to http://127.0.0.1:port/path.  method is sent as is; body (len bytes,
+ * may be NULL) goes with Content-Type: application/json; headers is a
+ * NULL-terminated list of "Name: value" or NULL.  Fills *out (which must be
+ * zeroed or h_resp_free'd).  Returns 0, or -1 with out->err set.  Touches
+ * no global state: callable from several threads, one handle each. */
+int h_request(CURL *curl, int port, struct h_resp *out, const char *method,
+    const char *path, const char *body, size_t len,
+    const char *const *headers);
+
+/* A new easy handle for h_request(); aborts the test on failure. */
+CURL *h_curl_new(void);
+
+/* One request to h_daemon_current() on a fresh handle; body is a C string
+ * or NULL.  Aborts the test if the transfer fails (not on any status). */
+void h_http(struct h_resp *out, const char *method, const char *url_path,
+    const char *body, const char *const *headers);
+
+/* Value of the first header called name (any case), or NULL. */
+const char *h_resp_header(const struct h_resp *r, const char *name);
+/* How many headers are called name (any case). */
+size_t h_resp_header_count(const struct h_resp *r, const char *name);
+
+void h_resp_free(struct h_resp *r);
+
+/* The body as JSON (parsed once, owned by r), or NULL if it is not JSON. */
+json_t *h_json(struct h_resp *r);
+/* The field of a JSON object body, or NULL if absent or not an object. */
+json_t *h_json_get(struct h_resp *r, const char *field);
+/* The integer field; aborts the test if it is not an integer. */
+long long h_json_int(struct h_resp *r, const char *field);
+/* The string field, or NULL if it is absent or not a string. */
+const char *h_json_str(struct h_resp *r, const char *field);
+
+#endif

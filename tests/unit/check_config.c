@@ -1,0 +1,1002 @@
+/*
+ * check_config.c - unit tests for config.c: the YAML rules file.
+ *
+ * Most cases load text with config_load_string() under the name "t.yaml"
+ * and compare the whole error message, position included, since the
+ * "FILE:LINE:COL: message" line is what an operator sees from --check.
+ * Files on disk are used only for config_load() itself.  Every test runs in
+ * its own process (Check's fork mode), so setenv() and the allocation
+ * failure hook never leak from one test into another.
+ */
+#include <check.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "rules.h"
+#include "util.h"
+
+#define ERRLEN 512
+
+static struct config *
+load(const char *text, char *err)
+{
+	err[0] = '\0';
+	return config_load_string("t.yaml", text, strlen(text), err, ERRLEN);
+}
+
+/* Load text that must fail, and check the whole message. */
+static void
+expect_error(const char *text, const char *want)
+{
+	char err[ERRLEN];
+	struct config *c = load(text, err);
+
+	ck_assert_msg(c == NULL, "loaded, wanted: %s\n--- text:\n%s", want,
+	    text);
+	ck_assert_str_eq(err, want);
+}
+
+/* Load text that must fail with a message starting with prefix. */
+static void
+expect_error_prefix(const char *text, const char *prefix)
+{
+	char err[ERRLEN];
+	struct config *c = load(text, err);
+
+	ck_assert_msg(c == NULL, "loaded, wanted: %s", prefix);
+	ck_assert_msg(strncmp(err, prefix, strlen(prefix)) == 0,
+	    "got \"%s\", wanted a message starting \"%s\"", err, prefix);
+}
+
+static struct config *
+expect_ok(const char *text)
+{
+	char err[ERRLEN];
+	struct config *c = load(text, err);
+
+	ck_assert_msg(c != NULL, "failed: %s\n--- text:\n%s", err, text);
+	return c;
+}
+
+/* A config using every key, none at its default. */
+static const char rich[] =
+    "listen: \"unix:/run/ratelimitd.sock\"\n"
+    "threads: 16\n"
+    "max_body_bytes: 1024\n"
+    "shutdown_timeout: 30s\n"
+    "log_level: debug\n"
+    "log_format: json\n"
+    "access_log: true\n"
+    "backend: redis\n"
+    "backend_required: true\n"
+    "redis:\n"
+    "  url: \"redis://:pw@redis.local:6380/2\"\n"
+    "  cluster: [\"10.0.0.1:7000\", \"10.0.0.2:7001\", \"[::1]:7002\"]\n"
+    "  pool_size: 32\n"
+    "  timeout: 250ms\n"
+    "  key_prefix: \"\"\n"
+    "  password_file: /etc/ratelimitd/redis.pass\n"
+    "memory:\n"
+    "  max_keys: 5000\n"
+    "on_backend_error: local\n"
+    "auth:\n"
+    "  deny_status: 403\n"
+    "rules:\n"
+    "  - name: login-per-ip\n"
+    "    match:\n"
+    "      method: POST\n"
+    "      path: \"/login*\"\n"
+    "      host: \"~^api\\\\.\"\n"
+    "    key: \"${ip}:${header.x-user}\"\n"
+    "    limit: 5\n"
+    "    window: 1m\n"
+    "    algorithm: fixed_window\n"
+    "    cost: 2\n"
+    "    shadow: true\n"
+    "  - name: global\n"
+    "    limit: \"1000\"\n"
+    "    window: 1d\n"
+    "    algorithm: token_bucket\n"
+    "  - name: v2.window_rule\n"
+    "    match: {}\n"
+    "    limit: 1000000000\n"
+    "    window: 366d\n"
+    "    algorithm: sliding_window\n"
+    "    cost: 0\n";
+
+/* --- loading ----------------------------------------------------------- */
+
+START_TEST(test_shipped_config)
+{
+	const char *dir = getenv("RATELIMITD_SRCDIR");
+	char path[4096], err[ERRLEN];
+	const struct rule *r;
+	struct config *c;
+
+	snprintf(path, sizeof(path), "%s/conf/ratelimitd.yaml",
+	    dir != NULL ? dir : ".");
+	c = config_load(path, err, sizeof(err));
+	ck_assert_msg(c != NULL, "%s", err);
+	ck_assert_str_eq(c->path, path);
+	ck_assert_str_eq(c->listen, "127.0.0.1:8080");
+	ck_assert_int_eq(c->backend, RL_BACKEND_MEMORY);
+	ck_assert_uint_ge(c->nrules, 3);
+	ck_assert_uint_le(c->nrules, 4);
+
+	r = config_find_rule(c, "login-per-ip");
+	ck_assert_ptr_nonnull(r);
+	ck_assert_ptr_nonnull(r->key);
+	ck_assert_uint_eq(r->nmatch, 2);
+	r = config_find_rule(c, "api-per-key");
+	ck_assert_ptr_nonnull(r);
+	ck_assert_str_eq(r->key->source, "${header.x-api-key}");
+	r = config_find_rule(c, "global");
+	ck_assert_ptr_nonnull(r);
+	ck_assert_ptr_null(r->key);
+	ck_assert_uint_eq(r->nmatch, 0);
+	ck_assert(c->rules[c->nrules - 1].shadow);
+	config_unref(c);
+}
+END_TEST
+
+START_TEST(test_defaults)
+{
+	static const char *const empties[] = {
+		"", "\n\n", "# nothing but a comment\n", "---\n", "--- ~\n",
+		"null\n", "---\n...\n",
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(empties) / sizeof(empties[0]); i++) {
+		struct config *c = expect_ok(empties[i]);
+
+		ck_assert_str_eq(c->path, "t.yaml");
+		ck_assert_str_eq(c->listen, "127.0.0.1:8080");
+		ck_assert_int_eq(c->threads, 4);
+		ck_assert_int_eq(c->max_body_bytes, 16384);
+		ck_assert_int_eq(c->shutdown_timeout_ms, 10000);
+		ck_assert_int_eq(c->log_level, LOG_LEVEL_INFO);
+		ck_assert_int_eq(c->log_format, RL_LOG_LOGFMT);
+		ck_assert(!c->access_log);
+		ck_assert_int_eq(c->backend, RL_BACKEND_MEMORY);
+		ck_assert(!c->backend_required);
+		ck_assert_str_eq(c->redis.url, "redis://127.0.0.1:6379/0");
+		ck_assert_ptr_null(c->redis.cluster);
+		ck_assert_uint_eq(c->redis.ncluster, 0);
+		ck_assert_int_eq(c->redis.pool_size, 8);
+		ck_assert_int_eq(c->redis.timeout_ms, 50);
+		ck_assert_str_eq(c->redis.key_prefix, "rl:");
+		ck_assert_ptr_null(c->redis.password_file);
+		ck_assert_int_eq(c->memory.max_keys, 1000000);
+		ck_assert_int_eq(c->on_backend_error, RL_ON_ERROR_ALLOW);
+		ck_assert_int_eq(c->auth_deny_status, 429);
+		ck_assert_ptr_null(c->rules);
+		ck_assert_uint_eq(c->nrules, 0);
+		ck_assert_int_eq(c->refs, 1);
+		config_unref(c);
+	}
+}
+END_TEST
+
+START_TEST(test_null_sections)
+{
+	struct config *c;
+
+	/* A key with nothing after it is an empty section. */
+	c = expect_ok("redis:\nmemory: ~\nauth:\nrules:\n");
+	ck_assert_uint_eq(c->nrules, 0);
+	ck_assert_int_eq(c->redis.pool_size, 8);
+	config_unref(c);
+
+	c = expect_ok("rules: []\nredis:\n  cluster: []\n");
+	ck_assert_uint_eq(c->nrules, 0);
+	ck_assert_uint_eq(c->redis.ncluster, 0);
+	config_unref(c);
+}
+END_TEST
+
+START_TEST(test_every_key)
+{
+	struct config *c = expect_ok(rich);
+	const struct rule *r;
+
+	ck_assert_str_eq(c->listen, "unix:/run/ratelimitd.sock");
+	ck_assert_int_eq(c->threads, 16);
+	ck_assert_int_eq(c->max_body_bytes, 1024);
+	ck_assert_int_eq(c->shutdown_timeout_ms, 30000);
+	ck_assert_int_eq(c->log_level, LOG_LEVEL_DEBUG);
+	ck_assert_int_eq(c->log_format, RL_LOG_JSON);
+	ck_assert(c->access_log);
+	ck_assert_int_eq(c->backend, RL_BACKEND_REDIS);
+	ck_assert(c->backend_required);
+	ck_assert_str_eq(c->redis.url, "redis://:pw@redis.local:6380/2");
+	ck_assert_uint_eq(c->redis.ncluster, 3);
+	ck_assert_str_eq(c->redis.cluster[0], "10.0.0.1:7000");
+	ck_assert_str_eq(c->redis.cluster[1], "10.0.0.2:7001");
+	ck_assert_str_eq(c->redis.cluster[2], "[::1]:7002");
+	ck_assert_int_eq(c->redis.pool_size, 32);
+	ck_assert_int_eq(c->redis.timeout_ms, 250);
+	ck_assert_str_eq(c->redis.key_prefix, "");
+	ck_assert_str_eq(c->redis.password_file,
+	    "/etc/ratelimitd/redis.pass");
+	ck_assert_int_eq(c->memory.max_keys, 5000);
+	ck_assert_int_eq(c->on_backend_error, RL_ON_ERROR_LOCAL);
+	ck_assert_int_eq(c->auth_deny_status, 403);
+	ck_assert_uint_eq(c->nrules, 3);
+
+	r = &c->rules[0];
+	ck_assert_str_eq(r->name, "login-per-ip");
+	ck_assert_uint_eq(r->index, 0);
+	ck_assert_uint_eq(r->nmatch, 3);
+	ck_assert_str_eq(r->match[0].attr, "method");
+	ck_assert_int_eq(r->match[0].pattern.kind, PATTERN_EXACT);
+	ck_assert_str_eq(r->match[1].attr, "path");
+	ck_assert_int_eq(r->match[1].pattern.kind, PATTERN_GLOB);
+	ck_assert_str_eq(r->match[2].attr, "host");
+	ck_assert_int_eq(r->match[2].pattern.kind, PATTERN_REGEX);
+	ck_assert_ptr_nonnull(r->key);
+	ck_assert_str_eq(r->key->source, "${ip}:${header.x-user}");
+	ck_assert_int_eq(r->limit, 5);
+	ck_assert_int_eq(r->window_ms, 60000);
+	ck_assert_int_eq(r->algorithm, RL_ALG_FIXED_WINDOW);
+	ck_assert_int_eq(r->cost, 2);
+	ck_assert(r->shadow);
+
+	r = &c->rules[1];
+	ck_assert_str_eq(r->name, "global");
+	ck_assert_uint_eq(r->index, 1);
+	ck_assert_uint_eq(r->nmatch, 0);
+	ck_assert_ptr_null(r->key);
+	ck_assert_int_eq(r->limit, 1000);	/* a quoted "1000" is fine */
+	ck_assert_int_eq(r->window_ms, 86400000);
+	ck_assert_int_eq(r->algorithm, RL_ALG_TOKEN_BUCKET);
+	ck_assert_int_eq(r->cost, 1);		/* the default */
+	ck_assert(!r->shadow);
+
+	r = &c->rules[2];
+	ck_assert_str_eq(r->name, "v2.window_rule");
+	ck_assert_uint_eq(r->index, 2);
+	ck_assert_int_eq(r->limit, 1000000000);
+	ck_assert_int_eq(r->window_ms, INT64_C(366) * 86400000);
+	ck_assert_int_eq(r->algorithm, RL_ALG_SLIDING_WINDOW);
+	ck_assert_int_eq(r->cost, 0);
+	config_unref(c);
+}
+END_TEST
+
+START_TEST(test_rule_defaults_and_matching)
+{
+	struct config *c = expect_ok(
+	    "rules:\n"
+	    "  - name: login\n"
+	    "    match:\n"
+	    "      method: POST\n"
+	    "      path: \"/login*\"\n"
+	    "    key: \"${ip}\"\n"
+	    "    limit: 5\n"
+	    "    window: 250ms\n");
+	const struct rule *r = config_find_rule(c, "login");
+	struct attrs a = { NULL, 0, 0 };
+	char buf[RL_MAX_KEY_BYTES + 1];
+	size_t len;
+
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(r->algorithm, RL_ALG_SLIDING_LOG);
+	ck_assert_int_eq(r->cost, 1);
+	ck_assert(!r->shadow);
+	ck_assert_int_eq(r->window_ms, 250);
+
+	/* The compiled patterns and template work as rules.c says. */
+	ck_assert_int_eq(attrs_set(&a, "method", "POST"), 0);
+	ck_assert_int_eq(attrs_set(&a, "path", "/login/form"), 0);
+	ck_assert(rule_matches(r, &a));
+	ck_assert_int_eq(template_render(r->key, &a, buf, sizeof(buf), &len),
+	    RENDER_MISSING);
+	ck_assert_int_eq(attrs_set(&a, "ip", "10.1.2.3"), 0);
+	ck_assert_int_eq(template_render(r->key, &a, buf, sizeof(buf), &len),
+	    RENDER_OK);
+	ck_assert_str_eq(buf, "10.1.2.3");
+	ck_assert_int_eq(attrs_set(&a, "method", "GET"), 0);
+	ck_assert(!rule_matches(r, &a));
+	attrs_clear(&a);
+	config_unref(c);
+}
+END_TEST
+
+START_TEST(test_find_and_names)
+{
+	struct config *c = expect_ok(rich);
+
+	ck_assert_ptr_eq(config_find_rule(c, "global"), &c->rules[1]);
+	ck_assert_ptr_eq(config_find_rule(c, "login-per-ip"), &c->rules[0]);
+	ck_assert_ptr_null(config_find_rule(c, "nope"));
+	ck_assert_ptr_null(config_find_rule(c, ""));
+	ck_assert_ptr_null(config_find_rule(c, NULL));
+	ck_assert_ptr_null(config_find_rule(NULL, "global"));
+	config_unref(c);
+
+	ck_assert_str_eq(config_backend_name(RL_BACKEND_MEMORY), "memory");
+	ck_assert_str_eq(config_backend_name(RL_BACKEND_REDIS), "redis");
+	ck_assert_str_eq(config_on_error_name(RL_ON_ERROR_ALLOW), "allow");
+	ck_assert_str_eq(config_on_error_name(RL_ON_ERROR_DENY), "deny");
+	ck_assert_str_eq(config_on_error_name(RL_ON_ERROR_LOCAL), "local");
+}
+END_TEST
+
+START_TEST(test_aliases)
+{
+	/* Anchors and aliases are plain YAML; they resolve to the value. */
+	struct config *c = expect_ok(
+	    "threads: &n 8\n"
+	    "redis:\n"
+	    "  pool_size: *n\n"
+	    "rules:\n"
+	    "  - &base {name: a, limit: 3, window: 1s}\n"
+	    "  - {name: b, limit: 3, window: 1s}\n");
+
+	ck_assert_int_eq(c->threads, 8);
+	ck_assert_int_eq(c->redis.pool_size, 8);
+	ck_assert_uint_eq(c->nrules, 2);
+	config_unref(c);
+
+	/* The same rule twice through an alias is a duplicate name. */
+	expect_error(
+	    "rules:\n"
+	    "  - &r {name: a, limit: 3, window: 1s}\n"
+	    "  - *r\n",
+	    "t.yaml:2:15: duplicate rule name \"a\"");
+}
+END_TEST
+
+/* --- errors ------------------------------------------------------------ */
+
+/* Each case: the text, then the whole expected message. */
+static const struct {
+	const char *text;
+	const char *want;
+} error_cases[] = {
+	/* unknown keys */
+	{ "listen: \"x:1\"\nlimt: 5\n",
+	  "t.yaml:2:1: unknown key \"limt\"" },
+	{ "rules:\n  - name: a\n    limt: 5\n",
+	  "t.yaml:3:5: unknown key \"limt\" in rule" },
+	{ "redis:\n  urll: x\n",
+	  "t.yaml:2:3: unknown key \"urll\" in redis" },
+	{ "memory:\n  keys: 5\n",
+	  "t.yaml:2:3: unknown key \"keys\" in memory" },
+	{ "auth:\n  status: 403\n",
+	  "t.yaml:2:3: unknown key \"status\" in auth" },
+	{ "\"thr\\neads\": 5\n",
+	  "t.yaml:1:1: unknown key \"thr\\x0aeads\"" },
+	{ "\"threads\\0x\": 5\n",
+	  "t.yaml:1:1: expected a key name" },
+	{ "[a]: 5\n",
+	  "t.yaml:1:1: expected a key name" },
+	{ "~: 5\n",
+	  "t.yaml:1:1: expected a key name" },
+
+	/* wrong node types */
+	{ "hello\n",
+	  "t.yaml:1:1: expected a mapping of settings at the top level" },
+	{ "- a\n- b\n",
+	  "t.yaml:1:1: expected a mapping of settings at the top level" },
+	{ "threads: [1]\n",
+	  "t.yaml:1:10: threads: expected an integer from 1 to 1024" },
+	{ "listen: {host: a}\n",
+	  "t.yaml:1:9: listen: expected a string" },
+	{ "listen:\n",
+	  "t.yaml:1:8: listen: expected a string" },
+	{ "listen: \"\"\n",
+	  "t.yaml:1:9: listen: must not be empty" },
+	{ "listen: \"a\\0b\"\n",
+	  "t.yaml:1:9: listen: contains a NUL byte" },
+	{ "redis: 5\n",
+	  "t.yaml:1:8: redis: expected a mapping" },
+	{ "redis: [a]\n",
+	  "t.yaml:1:8: redis: expected a mapping" },
+	{ "rules: {}\n",
+	  "t.yaml:1:8: rules: expected a sequence of rules" },
+	{ "rules: login\n",
+	  "t.yaml:1:8: rules: expected a sequence of rules" },
+	{ "rules:\n  - 5\n",
+	  "t.yaml:2:5: rules: each rule must be a mapping" },
+	{ "rules:\n  - [name, a]\n",
+	  "t.yaml:2:5: rules: each rule must be a mapping" },
+	{ "rules:\n  - name: [a]\n",
+	  "t.yaml:2:11: name: expected a string" },
+	{ "rules:\n  - name: a\n    limit: 1\n    window: 1s\n"
+	  "    match: [path]\n",
+	  "t.yaml:5:12: match: expected a mapping of attribute: pattern" },
+	{ "rules:\n  - name: a\n    limit: 1\n    window: 1s\n"
+	  "    match:\n      path: [a]\n",
+	  "t.yaml:6:13: match.path: expected a pattern string" },
+	{ "rules:\n  - name: a\n    limit: 1\n    window: 1s\n"
+	  "    match:\n      path:\n",
+	  "t.yaml:6:12: match.path: expected a pattern string" },
+	{ "rules:\n  - name: a\n    limit: 1\n    window: 1s\n"
+	  "    key: {a: b}\n",
+	  "t.yaml:5:10: key: expected a string" },
+	{ "redis:\n  cluster: \"a:1\"\n",
+	  "t.yaml:2:12: redis.cluster: expected a sequence of \"host:port\" "
+	  "strings" },
+	{ "redis:\n  cluster: [[a]]\n",
+	  "t.yaml:2:13: redis.cluster: expected a sequence of \"host:port\" "
+	  "strings" },
+
+	/* integers */
+	{ "threads: four\n",
+	  "t.yaml:1:10: threads: expected an integer from 1 to 1024" },
+	{ "threads: 4.0\n",
+	  "t.yaml:1:10: threads: expected an integer from 1 to 1024" },
+	{ "threads: 0x10\n",
+	  "t.yaml:1:10: threads: expected an integer from 1 to 1024" },
+	{ "threads: \" 4\"\n",
+	  "t.yaml:1:10: threads: expected an integer from 1 to 1024" },
+	{ "threads: 0\n",
+	  "t.yaml:1:10: threads: expected an integer from 1 to 1024" },
+	{ "threads: 1025\n",
+	  "t.yaml:1:10: threads: expected an integer from 1 to 1024" },
+	{ "threads: 99999999999999999999\n",
+	  "t.yaml:1:10: threads: expected an integer from 1 to 1024" },
+	{ "max_body_bytes: 67108865\n",
+	  "t.yaml:1:17: max_body_bytes: expected an integer from 1 to "
+	  "67108864" },
+	{ "redis:\n  pool_size: 0\n",
+	  "t.yaml:2:14: redis.pool_size: expected an integer from 1 to 1024" },
+	{ "memory:\n  max_keys: 0\n",
+	  "t.yaml:2:13: memory.max_keys: expected an integer of at least 1" },
+	{ "auth:\n  deny_status: 200\n",
+	  "t.yaml:2:16: auth.deny_status: expected an integer from 400 to "
+	  "599" },
+	{ "auth:\n  deny_status: 600\n",
+	  "t.yaml:2:16: auth.deny_status: expected an integer from 400 to "
+	  "599" },
+	{ "rules:\n  - name: a\n    limit: 0\n    window: 1s\n",
+	  "t.yaml:3:12: limit: expected an integer from 1 to 1000000000" },
+	{ "rules:\n  - name: a\n    limit: -5\n    window: 1s\n",
+	  "t.yaml:3:12: limit: expected an integer from 1 to 1000000000" },
+	{ "rules:\n  - name: a\n    limit: 1000000001\n    window: 1s\n",
+	  "t.yaml:3:12: limit: expected an integer from 1 to 1000000000" },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n    cost: -1\n",
+	  "t.yaml:5:11: cost: expected an integer from 0 to 1000000000" },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n    cost: 6\n",
+	  "t.yaml:5:11: cost: 6 is larger than limit 5" },
+
+	/* durations */
+	{ "shutdown_timeout: 10 s\n",
+	  "t.yaml:1:19: shutdown_timeout: expected a duration such as 250ms, "
+	  "10s, 1m, 1h or 1d" },
+	{ "shutdown_timeout: 1.5s\n",
+	  "t.yaml:1:19: shutdown_timeout: expected a duration such as 250ms, "
+	  "10s, 1m, 1h or 1d" },
+	{ "shutdown_timeout: -1s\n",
+	  "t.yaml:1:19: shutdown_timeout: expected a duration such as 250ms, "
+	  "10s, 1m, 1h or 1d" },
+	{ "shutdown_timeout: 10sec\n",
+	  "t.yaml:1:19: shutdown_timeout: expected a duration such as 250ms, "
+	  "10s, 1m, 1h or 1d" },
+	{ "shutdown_timeout: 10\n",
+	  "t.yaml:1:19: shutdown_timeout: \"10\" has no unit; add one of ms, "
+	  "s, m, h or d (e.g. 10s)" },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 60\n",
+	  "t.yaml:4:13: window: \"60\" has no unit; add one of ms, s, m, h or "
+	  "d (e.g. 60s)" },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: \"60\"\n",
+	  "t.yaml:4:13: window: \"60\" has no unit; add one of ms, s, m, h or "
+	  "d (e.g. 60s)" },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 0ms\n",
+	  "t.yaml:4:13: window: expected a duration from 1ms to 366d" },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 367d\n",
+	  "t.yaml:4:13: window: expected a duration from 1ms to 366d" },
+	{ "redis:\n  timeout: 0s\n",
+	  "t.yaml:2:12: redis.timeout: expected a duration of at least 1ms" },
+
+	/* booleans and enumerations */
+	{ "access_log: yes\n",
+	  "t.yaml:1:13: access_log: expected true or false" },
+	{ "backend_required: 1\n",
+	  "t.yaml:1:19: backend_required: expected true or false" },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    shadow: True\n",
+	  "t.yaml:5:13: shadow: expected true or false" },
+	{ "log_level: verbose\n",
+	  "t.yaml:1:12: log_level: expected debug, info, warn or error" },
+	{ "log_level: INFO\n",
+	  "t.yaml:1:12: log_level: expected debug, info, warn or error" },
+	{ "log_format: text\n",
+	  "t.yaml:1:13: log_format: expected logfmt or json" },
+	{ "backend: etcd\n",
+	  "t.yaml:1:10: backend: expected memory or redis" },
+	{ "on_backend_error: maybe\n",
+	  "t.yaml:1:19: on_backend_error: expected allow, deny or local" },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    algorithm: leaky_bucket\n",
+	  "t.yaml:5:16: algorithm: expected sliding_log, sliding_window, "
+	  "fixed_window or token_bucket" },
+
+	/* rules */
+	{ "rules:\n  - name: login\n    limit: 5\n    window: 1s\n"
+	  "  - name: other\n    limit: 5\n    window: 1s\n"
+	  "  - name: login\n    limit: 9\n    window: 1s\n",
+	  "t.yaml:8:11: duplicate rule name \"login\"" },
+	{ "rules:\n  - name: \"log in\"\n    limit: 5\n    window: 1s\n",
+	  "t.yaml:2:11: bad rule name \"log in\": use letters, digits, '_', "
+	  "'.' and '-'" },
+	{ "rules:\n  - name: \"a/b\"\n",
+	  "t.yaml:2:11: bad rule name \"a/b\": use letters, digits, '_', '.' "
+	  "and '-'" },
+	{ "rules:\n  - name: \"\"\n",
+	  "t.yaml:2:11: bad rule name \"\": use letters, digits, '_', '.' "
+	  "and '-'" },
+	{ "rules:\n  - limit: 5\n    window: 1s\n",
+	  "t.yaml:2:5: rule is missing \"name\"" },
+	{ "rules:\n  - name: a\n    window: 1s\n",
+	  "t.yaml:2:5: rule \"a\" is missing \"limit\"" },
+	{ "rules:\n  - name: a\n    limit: 5\n",
+	  "t.yaml:2:5: rule \"a\" is missing \"window\"" },
+	{ "rules:\n  - {}\n",
+	  "t.yaml:2:5: rule is missing \"name\"" },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    key: \"${ip\"\n",
+	  "t.yaml:5:10: key template \"${ip\": unterminated \"${\"" },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    key: \"${}\"\n",
+	  "t.yaml:5:10: key template \"${}\": empty attribute name" },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    key: \"\"\n",
+	  "t.yaml:5:10: key: must not be empty (leave it out for one counter "
+	  "per rule)" },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    key: \"${header.X-Api-Key}\"\n",
+	  "t.yaml:5:10: key: attribute \"header.X-Api-Key\" is never present: "
+	  "header names are lower-case" },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    match:\n      header.User-Agent: \"curl*\"\n",
+	  "t.yaml:6:7: match: attribute \"header.User-Agent\" is never "
+	  "present: header names are lower-case" },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    match:\n      \"a b\": x\n",
+	  "t.yaml:6:7: match: bad attribute name \"a b\"" },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    match:\n      ~: x\n",
+	  "t.yaml:6:7: expected a key name in match" },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    match:\n      path: /a\n      path: /b\n",
+	  "t.yaml:7:7: duplicate key \"path\" in match" },
+
+	/* duplicate keys */
+	{ "threads: 2\nthreads: 3\n",
+	  "t.yaml:2:1: duplicate key \"threads\"" },
+	{ "redis:\n  pool_size: 2\n  pool_size: 3\n",
+	  "t.yaml:3:3: duplicate key \"pool_size\" in redis" },
+	{ "rules:\n  - name: a\n    limit: 5\n    limit: 6\n",
+	  "t.yaml:4:5: duplicate key \"limit\" in rule" },
+	{ "{threads: 2, threads: 2}\n",
+	  "t.yaml:1:14: duplicate key \"threads\"" },
+
+	/* cluster seeds and the Redis URL */
+	{ "redis:\n  cluster: [\"10.0.0.1\"]\n",
+	  "t.yaml:2:13: redis.cluster: expected \"host:port\", got "
+	  "\"10.0.0.1\"" },
+	{ "redis:\n  cluster: [\":7000\"]\n",
+	  "t.yaml:2:13: redis.cluster: expected \"host:port\", got \":7000\"" },
+	{ "redis:\n  cluster: [\"a:1\", \"b:70000\"]\n",
+	  "t.yaml:2:20: redis.cluster: expected \"host:port\", got "
+	  "\"b:70000\"" },
+	{ "redis:\n  password_file: \"\"\n",
+	  "t.yaml:2:18: redis.password_file: must not be empty" },
+
+	/* documents */
+	{ "threads: 2\n---\nthreads: 3\n",
+	  "t.yaml:3:1: only one YAML document is allowed" },
+};
+
+START_TEST(test_errors)
+{
+	expect_error(error_cases[_i].text, error_cases[_i].want);
+}
+END_TEST
+
+/* Messages that quote other modules' or libraries' text: check the
+ * position and our part only. */
+START_TEST(test_error_prefixes)
+{
+	/* A bad regex, with regerror's text after it. */
+	expect_error_prefix(
+	    "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	    "    match:\n      path: \"~(\"\n",
+	    "t.yaml:6:13: bad regex \"(\": ");
+	/* YAML syntax errors come from libyaml, at its problem mark. */
+	expect_error_prefix("a: b: c\n",
+	    "t.yaml:1:5: mapping values are not allowed");
+	expect_error_prefix("threads: [1, 2\n", "t.yaml:2:1: ");
+	expect_error_prefix("listen: 'abc\n", "t.yaml:2:1: found unexpected "
+	    "end of stream");
+	expect_error_prefix("rules:\n  - name: a\n   limit: 5\n",
+	    "t.yaml:3:4: ");
+	expect_error_prefix("threads: *nope\n", "t.yaml:1:10: ");
+	/* Bad UTF-8 is placed by counting lines up to its offset. */
+	expect_error_prefix("threads: 2\nlisten: \"\xff\"\n",
+	    "t.yaml:2:10: invalid");
+	/* A syntax error in a later document still wins. */
+	expect_error_prefix("threads: 2\n---\n: : :\n[\n", "t.yaml:");
+	/* The URL is checked now, and its password never shown. */
+	expect_error_prefix("redis:\n  url: \"redis://u:secret@h:99999\"\n",
+	    "t.yaml:2:8: redis.url: ");
+	{
+		char err[ERRLEN];
+
+		ck_assert_ptr_null(load("redis:\n  url: \"redis://u:secret@h:"
+		    "99999\"\n", err));
+		ck_assert_ptr_null(strstr(err, "secret"));
+		ck_assert_ptr_null(load("redis:\n  url: \"http://h\"\n", err));
+		ck_assert_msg(strncmp(err, "t.yaml:2:8: redis.url: ", 23) == 0,
+		    "%s", err);
+	}
+}
+END_TEST
+
+START_TEST(test_long_value_in_message)
+{
+	char text[2048], err[ERRLEN];
+	char name[600];
+
+	memset(name, 'x', sizeof(name) - 1);
+	name[sizeof(name) - 1] = '\0';
+	name[0] = ' ';
+	snprintf(text, sizeof(text), "rules:\n  - name: \"%s\"\n", name);
+	ck_assert_ptr_null(load(text, err));
+	/* Quoted user text is cut short; the message stays one line. */
+	ck_assert(strlen(err) < 200);
+	ck_assert_ptr_nonnull(strstr(err, "...\""));
+	ck_assert_ptr_null(strchr(err, '\n'));
+}
+END_TEST
+
+START_TEST(test_small_error_buffer)
+{
+	char err[12];
+	struct config *c;
+
+	c = config_load_string("t.yaml", "threads: 0\n", 11, err, sizeof(err));
+	ck_assert_ptr_null(c);
+	ck_assert_str_eq(err, "t.yaml:1:10");
+	c = config_load_string("t.yaml", "threads: 0\n", 11, NULL, 0);
+	ck_assert_ptr_null(c);
+}
+END_TEST
+
+START_TEST(test_text_not_terminated)
+{
+	/* Only len bytes are read: the text need not end in NUL. */
+	static const char text[] = "threads: 7\nthreads: 8\n";
+	char err[ERRLEN];
+	struct config *c;
+
+	c = config_load_string("t.yaml", text, 11, err, sizeof(err));
+	ck_assert_msg(c != NULL, "%s", err);
+	ck_assert_int_eq(c->threads, 7);
+	config_unref(c);
+	c = config_load_string("t.yaml", NULL, 0, err, sizeof(err));
+	ck_assert_ptr_nonnull(c);
+	config_unref(c);
+}
+END_TEST
+
+/* --- files ------------------------------------------------------------- */
+
+START_TEST(test_load_file)
+{
+	char path[] = "/tmp/check_config_XXXXXX", err[ERRLEN], want[128];
+	struct config *c;
+	FILE *f;
+	int fd;
+
+	fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	f = fdopen(fd, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(rich, f);
+	fclose(f);
+	c = config_load(path, err, sizeof(err));
+	ck_assert_msg(c != NULL, "%s", err);
+	ck_assert_str_eq(c->path, path);
+	ck_assert_uint_eq(c->nrules, 3);
+	config_unref(c);
+
+	/* Errors name the file. */
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("threads: 2\nbogus: 1\n", f);
+	fclose(f);
+	ck_assert_ptr_null(config_load(path, err, sizeof(err)));
+	snprintf(want, sizeof(want), "%s:2:1: unknown key \"bogus\"", path);
+	ck_assert_str_eq(err, want);
+	unlink(path);
+
+	ck_assert_ptr_null(config_load(path, err, sizeof(err)));
+	snprintf(want, sizeof(want), "%s: cannot open: No such file or "
+	    "directory", path);
+	ck_assert_str_eq(err, want);
+}
+END_TEST
+
+START_TEST(test_load_big_file)
+{
+	/* Larger than the first read buffer, to walk the growth path. */
+	char path[] = "/tmp/check_config_XXXXXX", err[ERRLEN];
+	struct config *c;
+	FILE *f;
+	int fd, i;
+
+	fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	f = fdopen(fd, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("rules:\n", f);
+	for (i = 0; i < 2000; i++)
+		fprintf(f, "  - {name: r%d, limit: %d, window: 1s}\n", i,
+		    i + 1);
+	fclose(f);
+	c = config_load(path, err, sizeof(err));
+	unlink(path);
+	ck_assert_msg(c != NULL, "%s", err);
+	ck_assert_uint_eq(c->nrules, 2000);
+	ck_assert_int_eq(config_find_rule(c, "r1999")->limit, 2000);
+	ck_assert_uint_eq(config_find_rule(c, "r1999")->index, 1999);
+	config_unref(c);
+}
+END_TEST
+
+START_TEST(test_load_directory)
+{
+	char err[ERRLEN];
+
+	ck_assert_ptr_null(config_load("/tmp", err, sizeof(err)));
+	ck_assert_str_eq(err, "/tmp: cannot read: Is a directory");
+}
+END_TEST
+
+/* --- environment ------------------------------------------------------- */
+
+START_TEST(test_env_overrides)
+{
+	struct config *c = expect_ok("listen: \"127.0.0.1:1\"\n"
+	    "log_level: warn\n");
+	char err[ERRLEN];
+
+	/* Nothing set: nothing changes. */
+	unsetenv("RATELIMITD_LISTEN");
+	unsetenv("RATELIMITD_REDIS_URL");
+	unsetenv("RATELIMITD_LOG_LEVEL");
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), 0);
+	ck_assert_str_eq(c->listen, "127.0.0.1:1");
+	ck_assert_int_eq(c->log_level, LOG_LEVEL_WARN);
+
+	setenv("RATELIMITD_LISTEN", "0.0.0.0:9090", 1);
+	setenv("RATELIMITD_REDIS_URL", "redis://cache:6379/1", 1);
+	setenv("RATELIMITD_LOG_LEVEL", "debug", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), 0);
+	ck_assert_str_eq(c->listen, "0.0.0.0:9090");
+	ck_assert_str_eq(c->redis.url, "redis://cache:6379/1");
+	ck_assert_int_eq(c->log_level, LOG_LEVEL_DEBUG);
+	config_unref(c);
+}
+END_TEST
+
+START_TEST(test_env_errors)
+{
+	struct config *c = expect_ok("listen: \"127.0.0.1:1\"\n");
+	char err[ERRLEN];
+
+	/* A bad value anywhere changes nothing at all. */
+	setenv("RATELIMITD_LISTEN", "0.0.0.0:9090", 1);
+	setenv("RATELIMITD_LOG_LEVEL", "loud", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), -1);
+	ck_assert_str_eq(err, "RATELIMITD_LOG_LEVEL: expected debug, info, "
+	    "warn or error");
+	ck_assert_str_eq(c->listen, "127.0.0.1:1");
+	ck_assert_int_eq(c->log_level, LOG_LEVEL_INFO);
+	unsetenv("RATELIMITD_LOG_LEVEL");
+
+	setenv("RATELIMITD_LISTEN", "", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), -1);
+	ck_assert_str_eq(err, "RATELIMITD_LISTEN: must not be empty");
+	unsetenv("RATELIMITD_LISTEN");
+
+	setenv("RATELIMITD_REDIS_URL", "", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), -1);
+	ck_assert_str_eq(err, "RATELIMITD_REDIS_URL: must not be empty");
+	setenv("RATELIMITD_REDIS_URL", "redis://u:hunter2@h:0", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), -1);
+	ck_assert_msg(strncmp(err, "RATELIMITD_REDIS_URL: ", 22) == 0, "%s",
+	    err);
+	ck_assert_ptr_null(strstr(err, "hunter2"));
+	ck_assert_str_eq(c->redis.url, "redis://127.0.0.1:6379/0");
+	config_unref(c);
+}
+END_TEST
+
+START_TEST(test_env_oom)
+{
+	struct config *c = expect_ok("");
+	char err[ERRLEN];
+	long n;
+	int rc = -1;
+
+	setenv("RATELIMITD_LISTEN", "0.0.0.0:9090", 1);
+	setenv("RATELIMITD_REDIS_URL", "redis://cache:6379/1", 1);
+	for (n = 0; n < 100 && rc != 0; n++) {
+		rl_alloc_fail_after(n);
+		rc = config_apply_env(c, err, sizeof(err));
+		rl_alloc_fail_after(-1);
+		if (rc != 0) {
+			ck_assert_ptr_nonnull(strstr(err, "out of memory"));
+			ck_assert_str_eq(c->listen, "127.0.0.1:8080");
+		}
+	}
+	ck_assert_int_eq(rc, 0);
+	ck_assert_str_eq(c->listen, "0.0.0.0:9090");
+	config_unref(c);
+}
+END_TEST
+
+/* --- references -------------------------------------------------------- */
+
+START_TEST(test_refcount)
+{
+	struct config *c = expect_ok(rich);
+
+	ck_assert_int_eq(c->refs, 1);
+	ck_assert_ptr_eq(config_ref(c), c);
+	ck_assert_ptr_eq(config_ref(c), c);
+	ck_assert_int_eq(c->refs, 3);
+	config_unref(c);
+	config_unref(c);
+	ck_assert_int_eq(c->refs, 1);
+	ck_assert_str_eq(c->rules[0].name, "login-per-ip");
+	config_unref(c);	/* frees: the sanitizer build checks */
+	config_unref(NULL);
+	ck_assert_ptr_null(config_ref(NULL));
+}
+END_TEST
+
+static void *
+ref_worker(void *arg)
+{
+	struct config *c = arg;
+	int i;
+
+	for (i = 0; i < 100000; i++)
+		config_unref(config_ref(c));
+	return NULL;
+}
+
+START_TEST(test_refcount_threads)
+{
+	struct config *c = expect_ok(rich);
+	pthread_t t[4];
+	size_t i;
+
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(pthread_create(&t[i], NULL, ref_worker, c), 0);
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+	ck_assert_int_eq(c->refs, 1);
+	config_unref(c);
+}
+END_TEST
+
+/* --- allocation failure ------------------------------------------------ */
+
+/*
+ * Make the n-th allocation fail for n = 0, 1, ... until a load gets through:
+ * every earlier attempt must fail cleanly with "out of memory" (and, in the
+ * sanitizer build, leak nothing).
+ */
+START_TEST(test_alloc_failure)
+{
+	char err[ERRLEN];
+	struct config *c = NULL;
+	long n;
+
+	for (n = 0; n < 10000; n++) {
+		err[0] = '\0';
+		rl_alloc_fail_after(n);
+		c = config_load_string("t.yaml", rich, strlen(rich), err,
+		    sizeof(err));
+		rl_alloc_fail_after(-1);
+		if (c != NULL)
+			break;
+		ck_assert_str_eq(err, "t.yaml: out of memory");
+	}
+	ck_assert_ptr_nonnull(c);
+	ck_assert_int_gt(n, 20);	/* the loop did walk error paths */
+	ck_assert_uint_eq(c->nrules, 3);
+	config_unref(c);
+
+	/* Also through config_load and its read buffer. */
+	{
+		const char *dir = getenv("RATELIMITD_SRCDIR");
+		char path[4096];
+
+		snprintf(path, sizeof(path), "%s/conf/ratelimitd.yaml",
+		    dir != NULL ? dir : ".");
+		for (n = 0; n < 10000; n++) {
+			rl_alloc_fail_after(n);
+			c = config_load(path, err, sizeof(err));
+			rl_alloc_fail_after(-1);
+			if (c != NULL)
+				break;
+			ck_assert_ptr_nonnull(strstr(err, ": out of memory"));
+		}
+		ck_assert_ptr_nonnull(c);
+		config_unref(c);
+	}
+}
+END_TEST
+
+static Suite *
+config_suite(void)
+{
+	Suite *s = suite_create("config");
+	TCase *tc;
+
+	tc = tcase_create("load");
+	tcase_add_test(tc, test_shipped_config);
+	tcase_add_test(tc, test_defaults);
+	tcase_add_test(tc, test_null_sections);
+	tcase_add_test(tc, test_every_key);
+	tcase_add_test(tc, test_rule_defaults_and_matching);
+	tcase_add_test(tc, test_find_and_names);
+	tcase_add_test(tc, test_aliases);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("errors");
+	tcase_add_loop_test(tc, test_errors, 0,
+	    (int)(sizeof(error_cases) / sizeof(error_cases[0])));
+	tcase_add_test(tc, test_error_prefixes);
+	tcase_add_test(tc, test_long_value_in_message);
+	tcase_add_test(tc, test_small_error_buffer);
+	tcase_add_test(tc, test_text_not_terminated);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("files");
+	tcase_add_test(tc, test_load_file);
+	tcase_add_test(tc, test_load_big_file);
+	tcase_add_test(tc, test_load_directory);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("env");
+	tcase_add_test(tc, test_env_overrides);
+	tcase_add_test(tc, test_env_errors);
+	tcase_add_test(tc, test_env_oom);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("refs");
+	tcase_add_test(tc, test_refcount);
+	tcase_add_test(tc, test_refcount_threads);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("oom");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_alloc_failure);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr = srunner_create(config_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
