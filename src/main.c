@@ -5,8 +5,8 @@
  *
  * Start-up is the only place that may exit on an error, with one clear line
  * (a bad file, a port in use, a required backend that does not answer).
- * Afterwards the main thread only waits for signals: SIGHUP reloads the
- * rules (a bad file keeps the old ones), SIGTERM/SIGINT stop accepting,
+ * Afterwards the main thread only waits for signals: SIGHUP, or a change of
+ * the file on disk (watch.c), reloads the rules (a bad file keeps the old ones), SIGTERM/SIGINT stop accepting,
  * let requests in flight finish within shutdown_timeout, and exit 0.
  */
 #include <errno.h>
@@ -26,6 +26,7 @@
 #include "metrics.h"
 #include "notify.h"
 #include "util.h"
+#include "watch.h"
 
 #ifndef RL_VERSION
 #define RL_VERSION "unknown"
@@ -39,7 +40,16 @@ struct daemon {
 	struct metrics *metrics;
 	struct decider decider;
 	struct http_server *http;
+	struct watch *watch;
 };
+
+/* The file changed on disk: reload through the same path as SIGHUP. */
+static void
+on_file_change(void *arg)
+{
+	(void)arg;
+	kill(getpid(), SIGHUP);
+}
 
 static void
 usage(FILE *f)
@@ -258,6 +268,10 @@ main(int argc, char **argv)
 		fprintf(stderr, "ratelimitd: %s\n", err);
 		goto out;
 	}
+	d.watch = watch_start(d.path, 200, on_file_change, NULL, err,
+	    sizeof(err));
+	if (d.watch == NULL)
+		log_warnx("reload on file change is off: %s", err);
 	log_info("ratelimitd %s listening on %s: %zu rules, backend %s, "
 	    "%d threads", RL_VERSION, d.cfg->listen, d.cfg->nrules,
 	    config_backend_name(d.cfg->backend), d.cfg->threads);
@@ -277,10 +291,13 @@ main(int argc, char **argv)
 			break;
 		}
 	}
+	watch_stop(d.watch);
+	d.watch = NULL;
 	shut_down(&d);
 	log_info("stopped");
 	status = 0;
 out:
+	watch_stop(d.watch);
 	http_server_stop(d.http);
 	backend_free(d.local);
 	backend_free(d.backend);
