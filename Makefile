@@ -12,7 +12,8 @@ SHELL := /bin/bash
 # Packages: what building needs, and what the tests need on top.
 DEPS_BUILD = gcc make autoconf automake pkg-config libmicrohttpd-dev \
 	libhiredis-dev libjansson-dev libyaml-dev
-DEPS_TEST = check libcurl4-openssl-dev redis-server nginx curl
+DEPS_TEST = check libcurl4-openssl-dev redis-server nginx curl systemd \
+	prometheus
 
 # The test packages come along whenever a test goal is asked for.
 WITH_TEST_DEPS ?= $(if $(filter check unit integration bench,$(MAKECMDGOALS)),1)
@@ -147,10 +148,17 @@ unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do \
 		echo "== $$t"; CK_DEFAULT_TIMEOUT=60 $$t; done
 
+# Check binaries against the real daemon, then the shell checks of the
+# platform files (tests/platform/*.sh), which need no daemon build flags.
+PLATFORM_TESTS = $(sort $(wildcard tests/platform/*.sh))
+
 integration: $(BUILD)/ratelimitd $(INTEG_BIN)
 	@set -e; for t in $(INTEG_BIN); do \
 		echo "== $$t"; RATELIMITD_BIN=$(abspath $(BUILD)/ratelimitd) \
 		RATELIMITD_SRCDIR=$(CURDIR) CK_DEFAULT_TIMEOUT=120 $$t; done
+	@set -e; for t in $(PLATFORM_TESTS); do \
+		echo "== $$t"; RATELIMITD_BIN=$(abspath $(BUILD)/ratelimitd) \
+		RATELIMITD_SRCDIR=$(CURDIR) bash $$t; done
 
 install: $(BUILD)/ratelimitd
 	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)$(SYSCONFDIR)/ratelimitd \
