@@ -233,8 +233,11 @@ yaml_error(struct loader *ld, const yaml_parser_t *p)
 				mark.column++;
 			}
 		}
-		errat(ld, mark, "%s (byte 0x%02x)", problem,
-		    (unsigned)p->problem_value & 0xff);
+		if (p->problem_value >= 0)
+			errat(ld, mark, "%s (0x%02x)", problem,
+			    (unsigned)p->problem_value);
+		else
+			errat(ld, mark, "%s", problem);
 		return;
 	default:
 		if (p->context != NULL)
@@ -770,7 +773,7 @@ parse_match(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 	    p < v->data.mapping.pairs.top; p++) {
 		yaml_node_t *k = yaml_document_get_node(ld->doc, p->key);
 		yaml_node_t *pv = yaml_document_get_node(ld->doc, p->value);
-		struct rule_match m = { NULL };
+		struct rule_match m = { 0 };
 		const char *attr, *src;
 
 		if ((attr = key_name(ld, k, what)) == NULL ||
@@ -1135,8 +1138,9 @@ config_load(const char *path, char *err, size_t errlen)
 		if (len == cap) {
 			if (cap >= MAX_FILE_BYTES) {
 				if (err != NULL && errlen > 0)
-					snprintf(err, errlen, "%s: larger than "
-					    "%d MiB", path, MAX_FILE_BYTES >> 20);
+					snprintf(err, errlen, "%s: larger "
+					    "than %d MiB", path,
+					    MAX_FILE_BYTES >> 20);
 				goto out;
 			}
 			cap = cap == 0 ? 8192 : cap * 2;
