@@ -206,8 +206,11 @@ function sliding_window.check(s)
   local counts, old_fields = {}, {}
   for j = 1, #h, 2 do
     local b, v = tonumber(h[j]), tonumber(h[j + 1])
-    if b == nil or v == nil or b ~= math.floor(b) or b < i - B then
-      -- Expired, or not ours (another algorithm's hash).
+    if b == nil or v == nil or b ~= math.floor(b) or b < i - B or
+        b > i then
+      -- Expired; from the future (the clock stepped back, or a reload
+      -- changed W and the indexes mean other times); or not a bucket at
+      -- all (another algorithm's hash).  None of them counts anywhere.
       old_fields[#old_fields + 1] = h[j]
     else
       counts[b] = v

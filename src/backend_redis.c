@@ -132,25 +132,6 @@ struct redis_backend {
 	atomic_long suppressed[REDIS_NKINDS];
 };
 
-static const char *redis_kind_name(enum backend_error_kind kind)
-{
-	switch (kind) {
-	case BACKEND_ERR_NONE:
-		return "none";
-	case BACKEND_ERR_CONNECT:
-		return "connect";
-	case BACKEND_ERR_TIMEOUT:
-		return "timeout";
-	case BACKEND_ERR_PROTOCOL:
-		return "protocol";
-	case BACKEND_ERR_FULL:
-		return "full";
-	case BACKEND_ERR_CIRCUIT_OPEN:
-		return "circuit_open";
-	}
-	return "unknown";
-}
-
 /* Log msg at most once a second per kind.  Any thread, lock-free. */
 static void redis_log_failure(struct redis_backend *rb,
     enum backend_error_kind kind, const char *msg)
@@ -167,12 +148,12 @@ static void redis_log_failure(struct redis_backend *rb,
 	}
 	held = atomic_exchange(&rb->suppressed[kind], 0);
 	if (held > 0)
-		log_warnx("redis %s: %s (kind=%s; %ld more like it in the "
-		    "last second)", rb->shown_url, msg,
-		    redis_kind_name(kind), held);
+		log_warnx("redis %s: %s (kind=%s; %ld similar lines "
+		    "suppressed)", rb->shown_url, msg,
+		    backend_error_kind_name(kind), held);
 	else
 		log_warnx("redis %s: %s (kind=%s)", rb->shown_url, msg,
-		    redis_kind_name(kind));
+		    backend_error_kind_name(kind));
 }
 
 static struct timeval redis_tv(int64_t us)
@@ -363,11 +344,24 @@ static redisReply *redis_conn_command(struct redis_conn *c,
 	if (r == NULL) {
 		*kind = c->ctx->err != 0 ? redis_io_kind(c->ctx, saved_errno) :
 		    BACKEND_ERR_CONNECT;
-		snprintf(err, errlen, "%s: %s", argv[0],
+		snprintf(err, errlen, "%s%s%s: %s", argv[0],
+		    argc > 1 && strcmp(argv[0], "SCRIPT") == 0 ? " " : "",
+		    argc > 1 && strcmp(argv[0], "SCRIPT") == 0 ? argv[1] : "",
 		    c->ctx->err != 0 ? c->ctx->errstr : "no reply");
 		redis_conn_close(c);
 	}
 	return r;
+}
+
+/* The kind of an error reply.  Authentication errors mean the password
+ * changed or is missing: nothing works until the configuration changes,
+ * so they count as connect errors, like a failed AUTH. */
+static enum backend_error_kind redis_reply_kind(const redisReply *r)
+{
+	if (r->type == REDIS_REPLY_ERROR && (strncmp(r->str, "NOAUTH", 6) == 0
+	    || strncmp(r->str, "WRONGPASS", 9) == 0))
+		return BACKEND_ERR_CONNECT;
+	return BACKEND_ERR_PROTOCOL;
 }
 
 /* Run a command that must answer +OK (AUTH, SELECT).  0 or -1. */
@@ -414,7 +408,7 @@ static int redis_conn_load_script(struct redis_conn *c, int64_t deadline_us,
 		memcpy(c->sha, r->str, REDIS_SHA_LEN + 1);
 		rc = 0;
 	} else {
-		*kind = BACKEND_ERR_PROTOCOL;
+		*kind = redis_reply_kind(r);
 		snprintf(err, errlen, "SCRIPT LOAD: %s",
 		    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
 		redis_conn_close(c);
@@ -514,7 +508,9 @@ static int redis_args_build(struct redis_args *a,
 	a->argc = (int)argc;
 
 	a->argv[0] = "EVALSHA";
+	a->lens[0] = 7;
 	a->argv[1] = NULL;
+	a->lens[1] = 0;
 	a->argv[2] = num;
 	a->lens[2] = (size_t)snprintf(num, REDIS_NUM_MAX, "%zu", n);
 	num += REDIS_NUM_MAX;
@@ -634,11 +630,8 @@ again:
 		goto again;
 	}
 	if (redis_reply_parse(r, n, out, all_allowed, err, errlen) == -1) {
-		*kind = BACKEND_ERR_PROTOCOL;
-		/* NOAUTH/WRONGPASS: the server changed; authenticate anew. */
-		if (r->type == REDIS_REPLY_ERROR &&
-		    (strncmp(r->str, "NOAUTH", 6) == 0 ||
-		    strncmp(r->str, "WRONGPASS", 9) == 0))
+		/* NOAUTH: the server changed; authenticate anew. */
+		if ((*kind = redis_reply_kind(r)) == BACKEND_ERR_CONNECT)
 			redis_conn_close(c);
 		goto out_put;
 	}
@@ -652,7 +645,7 @@ out_args:
 	rl_free(a.argv);
 out_circuit:
 	redis_circuit_leave(rb, trial, outcome);
-	if (rc == -1 && outcome == REDIS_OUTCOME_FAIL)
+	if (rc == -1)
 		redis_log_failure(rb, *kind, err);
 	return rc;
 }

@@ -1,0 +1,1129 @@
+/*
+ * check_backend_redis.c - the Redis store (backend_redis.c and
+ * lua/ratelimit.lua) against a real redis-server, through backend.h only.
+ *
+ * The binary starts its own redis-server once, in an unchecked fixture: a
+ * free loopback port, a redis.conf in a mkdtemp() directory, fork/exec, wait
+ * for PING; the teardown kills it by PID and removes the directory.  Each
+ * test (forked by Check) starts from FLUSHALL and inspects the server with
+ * its own hiredis connection.  Failure cases use sockets made here: a port
+ * nobody listens on (refused) and a listener that never accepts (timeout).
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "backend.h"
+#include "config.h"
+#include "util.h"
+
+#define TEST_PASSWORD "t3st-pass"
+
+static char tmpdir[48];
+static int redis_port;
+static pid_t redis_pid = -1;
+static char redis_url[64];
+
+/* ---- the server ------------------------------------------------------ */
+
+static int free_port(void)
+{
+	struct sockaddr_in sa;
+	socklen_t len = sizeof(sa);
+	int fd, port;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if ((fd = socket(AF_INET, SOCK_STREAM, 0)) == -1 ||
+	    bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == -1 ||
+	    getsockname(fd, (struct sockaddr *)&sa, &len) == -1) {
+		perror("free_port");
+		exit(1);
+	}
+	port = ntohs(sa.sin_port);
+	close(fd);
+	return port;
+}
+
+static redisContext *direct(void)
+{
+	struct timeval tv = { 2, 0 };
+	redisContext *c = redisConnectWithTimeout("127.0.0.1", redis_port,
+	    tv);
+
+	if (c == NULL || c->err != 0) {
+		if (c != NULL)
+			redisFree(c);
+		return NULL;
+	}
+	return c;
+}
+
+static bool redis_answers(void)
+{
+	redisContext *c = direct();
+	redisReply *r;
+	bool ok = false;
+
+	if (c == NULL)
+		return false;
+	if ((r = redisCommand(c, "PING")) != NULL) {
+		ok = r->type == REDIS_REPLY_STATUS;
+		freeReplyObject(r);
+	}
+	redisFree(c);
+	return ok;
+}
+
+static void start_redis(void)
+{
+	char conf[128], logf[128];
+	FILE *f;
+	int i;
+
+	strcpy(tmpdir, "/tmp/check_backend_redis.XXXXXX");
+	if (mkdtemp(tmpdir) == NULL) {
+		perror("mkdtemp");
+		exit(1);
+	}
+	redis_port = free_port();
+	snprintf(redis_url, sizeof(redis_url), "redis://127.0.0.1:%d",
+	    redis_port);
+	snprintf(conf, sizeof(conf), "%s/redis.conf", tmpdir);
+	snprintf(logf, sizeof(logf), "%s/redis.log", tmpdir);
+	if ((f = fopen(conf, "w")) == NULL) {
+		perror(conf);
+		exit(1);
+	}
+	fprintf(f, "port %d\nbind 127.0.0.1\nsave \"\"\nappendonly no\n"
+	    "dir %s\nlogfile %s\ndaemonize no\nunixsocket %s/redis.sock\n"
+	    "unixsocketperm 700\n", redis_port, tmpdir, logf, tmpdir);
+	fclose(f);
+
+	if ((redis_pid = fork()) == -1) {
+		perror("fork");
+		exit(1);
+	}
+	if (redis_pid == 0) {
+		/* Die with the test binary, whatever kills it. */
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		execlp("redis-server", "redis-server", conf, (char *)NULL);
+		fprintf(stderr, "\n*** check_backend_redis: cannot run "
+		    "redis-server: %s (apt-get install redis-server)\n\n",
+		    strerror(errno));
+		_exit(127);
+	}
+	for (i = 0; i < 500; i++) {
+		int status;
+
+		if (redis_answers())
+			return;
+		if (waitpid(redis_pid, &status, WNOHANG) == redis_pid) {
+			fprintf(stderr, "\n*** check_backend_redis: "
+			    "redis-server exited (status %d); see %s\n\n",
+			    status, logf);
+			exit(1);
+		}
+		usleep(10000);
+	}
+	fprintf(stderr, "\n*** check_backend_redis: redis-server on port %d "
+	    "did not answer PING within 5 s\n\n", redis_port);
+	kill(redis_pid, SIGKILL);
+	exit(1);
+}
+
+static void stop_redis(void)
+{
+	char path[128];
+
+	if (redis_pid > 0) {
+		kill(redis_pid, SIGTERM);
+		waitpid(redis_pid, NULL, 0);
+		redis_pid = -1;
+	}
+	snprintf(path, sizeof(path), "%s/redis.conf", tmpdir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/redis.log", tmpdir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/password", tmpdir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/redis.sock", tmpdir);
+	unlink(path);
+	rmdir(tmpdir);
+}
+
+/* ---- helpers --------------------------------------------------------- */
+
+static redisReply *cmd(const char *fmt, ...)
+{
+	redisContext *c = direct();
+	redisReply *r;
+	va_list ap;
+
+	ck_assert_msg(c != NULL, "no direct connection to redis");
+	va_start(ap, fmt);
+	r = redisvCommand(c, fmt, ap);
+	va_end(ap);
+	ck_assert_msg(r != NULL, "direct command failed: %s", c->errstr);
+	redisFree(c);
+	return r;
+}
+
+static long long cmd_int(const char *fmt, const char *key)
+{
+	redisReply *r = cmd(fmt, key);
+	long long v;
+
+	ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "%s: reply type %d",
+	    fmt, r->type);
+	v = r->integer;
+	freeReplyObject(r);
+	return v;
+}
+
+static void cmd_ok(const char *fmt, ...)
+{
+	redisContext *c = direct();
+	redisReply *r;
+	va_list ap;
+
+	ck_assert(c != NULL);
+	va_start(ap, fmt);
+	r = redisvCommand(c, fmt, ap);
+	va_end(ap);
+	ck_assert_msg(r != NULL && r->type != REDIS_REPLY_ERROR, "%s: %s",
+	    fmt, r != NULL ? r->str : c->errstr);
+	freeReplyObject(r);
+	redisFree(c);
+}
+
+/* Undo what a failed test may have left: a password, an ACL user. */
+static void reset_server(void)
+{
+	redisContext *c = direct();
+	redisReply *r;
+
+	ck_assert(c != NULL);
+	r = redisCommand(c, "AUTH %s", TEST_PASSWORD);
+	freeReplyObject(r);
+	r = redisCommand(c, "CONFIG SET requirepass %s", "");
+	freeReplyObject(r);
+	r = redisCommand(c, "ACL DELUSER alice");
+	freeReplyObject(r);
+	r = redisCommand(c, "FLUSHALL");
+	ck_assert(r != NULL && r->type == REDIS_REPLY_STATUS);
+	freeReplyObject(r);
+	redisFree(c);
+}
+
+static void setup(void)
+{
+	reset_server();
+}
+
+static void teardown(void)
+{
+	reset_server();
+}
+
+static struct backend *new_backend_full(const char *url, int pool,
+    int64_t timeout_ms, const char *password_file)
+{
+	struct redis_config rc;
+	struct backend *b;
+	char err[256];
+
+	memset(&rc, 0, sizeof(rc));
+	rc.url = (char *)url;
+	rc.pool_size = pool;
+	rc.timeout_ms = timeout_ms;
+	rc.key_prefix = (char *)"rl:";
+	rc.password_file = (char *)password_file;
+	b = backend_redis_new(&rc, err, sizeof(err));
+	ck_assert_msg(b != NULL, "backend_redis_new: %s", err);
+	ck_assert_str_eq(b->name, "redis");
+	return b;
+}
+
+static struct backend *new_backend(void)
+{
+	return new_backend_full(redis_url, 4, 1000, NULL);
+}
+
+static struct rl_check mk(enum rl_algorithm alg, int64_t limit,
+    int64_t window_ms, int64_t cost, bool shadow, const char *key)
+{
+	struct rl_check c;
+
+	c.algorithm = alg;
+	c.limit = limit;
+	c.window_ms = window_ms;
+	c.cost = cost;
+	c.shadow = shadow;
+	c.key = key;
+	c.keylen = strlen(key);
+	return c;
+}
+
+/* decide() that must succeed; returns all_allowed. */
+static bool decide_ok(struct backend *b, const struct rl_check *checks,
+    size_t n, struct rl_result *out)
+{
+	enum backend_error_kind kind = BACKEND_ERR_NONE;
+	char err[256] = "";
+	bool all = false;
+
+	ck_assert_msg(backend_decide(b, checks, n, out, &all, &kind, err,
+	    sizeof(err)) == 0, "decide: kind %d: %s", (int)kind, err);
+	ck_assert_int_eq(kind, BACKEND_ERR_NONE);
+	return all;
+}
+
+static bool decide1(struct backend *b, struct rl_check c,
+    struct rl_result *out)
+{
+	return decide_ok(b, &c, 1, out);
+}
+
+/* decide() that must fail; returns the kind. */
+static enum backend_error_kind decide_fail(struct backend *b,
+    struct rl_check c, char *err, size_t errlen)
+{
+	enum backend_error_kind kind = BACKEND_ERR_NONE;
+	struct rl_result out;
+	bool all = true;
+
+	err[0] = '\0';
+	ck_assert_int_eq(backend_decide(b, &c, 1, &out, &all, &kind, err,
+	    errlen), -1);
+	ck_assert_int_ne(kind, BACKEND_ERR_NONE);
+	ck_assert(err[0] != '\0');
+	return kind;
+}
+
+static int64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
+
+	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+		;
+}
+
+/* ---- sliding_log ----------------------------------------------------- */
+
+START_TEST(test_sliding_log_limit_then_deny)
+{
+	const char *key = "rl:login-per-ip:{1.2.3.4}";
+	struct backend *b = new_backend();
+	struct rl_result r;
+	long long pttl;
+	int i;
+
+	for (i = 0; i < 3; i++) {
+		ck_assert(decide1(b, mk(RL_ALG_SLIDING_LOG, 3, 1000, 1, false,
+		    key), &r));
+		ck_assert(r.allowed);
+		ck_assert_int_eq(r.remaining, 2 - i);
+		ck_assert_int_eq(r.retry_after_ms, 0);
+		ck_assert(r.reset_ms > 990 && r.reset_ms <= 1000);
+	}
+	ck_assert(!decide1(b, mk(RL_ALG_SLIDING_LOG, 3, 1000, 1, false, key),
+	    &r));
+	ck_assert(!r.allowed);
+	ck_assert_int_eq(r.remaining, 0);
+	ck_assert_msg(r.retry_after_ms > 0 && r.retry_after_ms <= 1000,
+	    "retry %lld", (long long)r.retry_after_ms);
+	ck_assert(r.reset_ms >= r.retry_after_ms && r.reset_ms <= 1000);
+
+	/* The key is exactly the caller's, a sorted set of 3 units. */
+	ck_assert_int_eq(cmd_int("EXISTS %s", key), 1);
+	ck_assert_int_eq(cmd_int("ZCARD %s", key), 3);
+	pttl = cmd_int("PTTL %s", key);
+	ck_assert_msg(pttl > 0 && pttl <= 1000, "pttl %lld", pttl);
+	ck_assert_int_eq(cmd_int("DBSIZE", NULL), 1);
+
+	/* After the window, everything is free again. */
+	sleep_ms((int)r.retry_after_ms + 5);
+	ck_assert(decide1(b, mk(RL_ALG_SLIDING_LOG, 3, 1000, 1, false, key),
+	    &r));
+	backend_free(b);
+}
+END_TEST
+
+START_TEST(test_sliding_log_unique_members)
+{
+	const char *key = "rl:bulk:{k}";
+	struct backend *b = new_backend();
+	struct rl_result r;
+	int64_t t0, dt;
+	int i;
+
+	ck_assert(decide1(b, mk(RL_ALG_SLIDING_LOG, 10, 60000, 5, false, key),
+	    &r));
+	ck_assert_int_eq(r.remaining, 5);
+	ck_assert_int_eq(cmd_int("ZCARD %s", key), 5);
+	cmd_ok("DEL %s", key);
+
+	/* 1,000 rapid requests, several per microsecond on a fast
+	 * machine: one member each. */
+	t0 = now_us();
+	for (i = 0; i < 1000; i++)
+		ck_assert(decide1(b, mk(RL_ALG_SLIDING_LOG, 1000000, 60000, 1,
+		    false, key), &r));
+	dt = now_us() - t0;
+	ck_assert_int_eq(cmd_int("ZCARD %s", key), 1000);
+	ck_assert_int_eq(r.remaining, 1000000 - 1000);
+	fprintf(stderr, "decide() round trip, sliding_log, 1 rule: %.1f us "
+	    "(mean of 1000)\n", (double)dt / 1000.0);
+	backend_free(b);
+}
+END_TEST
+
+START_TEST(test_sliding_log_large_cost)
+{
+	const char *key = "rl:big:{k}";
+	struct backend *b = new_backend();
+	struct rl_result r;
+
+	/* More units than one ZADD takes (chunks of 1,000). */
+	ck_assert(decide1(b, mk(RL_ALG_SLIDING_LOG, 5000, 60000, 2500, false,
+	    key), &r));
+	ck_assert(decide1(b, mk(RL_ALG_SLIDING_LOG, 5000, 60000, 2500, false,
+	    key), &r));
+	ck_assert_int_eq(r.remaining, 0);
+	ck_assert_int_eq(cmd_int("ZCARD %s", key), 5000);
+	ck_assert(!decide1(b, mk(RL_ALG_SLIDING_LOG, 5000, 60000, 1, false,
+	    key), &r));
+	ck_assert(r.retry_after_ms > 59000 && r.retry_after_ms <= 60000);
+	backend_free(b);
+}
+END_TEST
+
+/* ---- several rules --------------------------------------------------- */
+
+START_TEST(test_all_or_nothing)
+{
+	const char *ka = "rl:a:{x}", *kb = "rl:b:{x}", *kc = "rl:c:{x}";
+	const char *kd = "rl:d:{x}", *ke = "rl:e:{x}";
+	struct backend *b = new_backend();
+	struct rl_check ch[5];
+	struct rl_result r[5];
+	redisReply *rep;
+
+	/* Fill b. */
+	ck_assert(decide1(b, mk(RL_ALG_SLIDING_LOG, 1, 60000, 1, false, kb),
+	    r));
+	ck_assert_int_eq(cmd_int("ZCARD %s", kb), 1);
+
+	ch[0] = mk(RL_ALG_SLIDING_LOG, 10, 60000, 1, false, ka);
+	ch[1] = mk(RL_ALG_SLIDING_LOG, 1, 60000, 1, false, kb);
+	ch[2] = mk(RL_ALG_FIXED_WINDOW, 10, 3600000, 1, false, kc);
+	ch[3] = mk(RL_ALG_TOKEN_BUCKET, 10, 60000, 1, false, kd);
+	ch[4] = mk(RL_ALG_SLIDING_WINDOW, 10, 60000, 1, false, ke);
+	ck_assert(!decide_ok(b, ch, 5, r));
+	ck_assert(r[0].allowed && r[2].allowed && r[3].allowed &&
+	    r[4].allowed);
+	ck_assert(!r[1].allowed);
+	ck_assert(r[1].retry_after_ms > 0);
+	/* Nothing recorded: remaining is the full limit, keys absent. */
+	ck_assert_int_eq(r[0].remaining, 10);
+	ck_assert_int_eq(r[2].remaining, 10);
+	ck_assert_int_eq(r[3].remaining, 10);
+	ck_assert_int_eq(r[4].remaining, 10);
+	ck_assert_int_eq(cmd_int("ZCARD %s", ka), 0);
+	rep = cmd("HGETALL %s", kc);
+	ck_assert_int_eq(rep->elements, 0);
+	freeReplyObject(rep);
+	ck_assert_int_eq(cmd_int("EXISTS %s", kd), 0);
+	ck_assert_int_eq(cmd_int("EXISTS %s", ke), 0);
+	ck_assert_int_eq(cmd_int("ZCARD %s", kb), 1);
+
+	/* Without the full rule, every one records. */
+	ck_assert(decide_ok(b, ch + 2, 3, r));
+	ck_assert_int_eq(r[0].remaining, 9);
+	ck_assert_int_eq(r[1].remaining, 9);
+	ck_assert_int_eq(r[2].remaining, 9);
+	rep = cmd("HGET %s n", kc);
+	ck_assert_str_eq(rep->str, "1");
+	freeReplyObject(rep);
+	ck_assert_int_eq(cmd_int("EXISTS %s", kd), 1);
+	ck_assert_int_eq(cmd_int("EXISTS %s", ke), 1);
+	backend_free(b);
+}
+END_TEST
+
+START_TEST(test_shadow)
+{
+	const char *kn = "rl:normal:{x}", *ks = "rl:shadow:{x}";
+	struct backend *b = new_backend();
+	struct rl_check ch[2];
+	struct rl_result r[2];
+
+	ch[0] = mk(RL_ALG_SLIDING_LOG, 10, 60000, 1, false, kn);
+	ch[1] = mk(RL_ALG_SLIDING_LOG, 2, 60000, 1, true, ks);
+	/* The shadow rule allows twice and records... */
+	ck_assert(decide_ok(b, ch, 2, r));
+	ck_assert(decide_ok(b, ch, 2, r));
+	ck_assert_int_eq(cmd_int("ZCARD %s", ks), 2);
+	/* ...then would deny: the request passes, the shadow key does not
+	 * grow, the normal one does. */
+	ck_assert(decide_ok(b, ch, 2, r));
+	ck_assert(r[0].allowed);
+	ck_assert(!r[1].allowed);
+	ck_assert(r[1].retry_after_ms > 0);
+	ck_assert_int_eq(r[1].remaining, 0);
+	ck_assert_int_eq(cmd_int("ZCARD %s", ks), 2);
+	ck_assert_int_eq(cmd_int("ZCARD %s", kn), 3);
+	ck_assert_int_eq(r[0].remaining, 7);
+
+	/* A non-shadow denial stops the shadow rule recording too. */
+	cmd_ok("DEL %s", ks);
+	ch[0] = mk(RL_ALG_SLIDING_LOG, 3, 60000, 1, false, kn);
+	ck_assert(!decide_ok(b, ch, 2, r));
+	ck_assert(!r[0].allowed && r[1].allowed);
+	ck_assert_int_eq(cmd_int("EXISTS %s", ks), 0);
+	backend_free(b);
+}
+END_TEST
+
+START_TEST(test_cost_zero_leaves_no_key)
+{
+	static const char *keys[] = {
+		"rl:z0:{k}", "rl:z1:{k}", "rl:z2:{k}", "rl:z3:{k}"
+	};
+	struct backend *b = new_backend();
+	struct rl_result r;
+	int alg;
+
+	for (alg = 0; alg < 4; alg++) {
+		ck_assert(decide1(b, mk((enum rl_algorithm)alg, 5, 60000, 0,
+		    false, keys[alg]), &r));
+		ck_assert(r.allowed);
+		ck_assert_int_eq(r.remaining, 5);
+		ck_assert_int_eq(r.reset_ms, 0);
+		ck_assert_int_eq(r.retry_after_ms, 0);
+		ck_assert_int_eq(cmd_int("EXISTS %s", keys[alg]), 0);
+	}
+	/* Cost 0 reports usage without adding to it. */
+	ck_assert(decide1(b, mk(RL_ALG_SLIDING_LOG, 5, 60000, 2, false,
+	    keys[0]), &r));
+	ck_assert(decide1(b, mk(RL_ALG_SLIDING_LOG, 5, 60000, 0, false,
+	    keys[0]), &r));
+	ck_assert_int_eq(r.remaining, 3);
+	ck_assert(r.reset_ms > 59000);
+	ck_assert_int_eq(cmd_int("ZCARD %s", keys[0]), 2);
+	backend_free(b);
+}
+END_TEST
+
+/* ---- the other algorithms -------------------------------------------- */
+
+START_TEST(test_fixed_window)
+{
+	const char *key = "rl:fw:{k}";
+	struct backend *b = new_backend();
+	struct rl_result r;
+	redisReply *rep;
+	long long pttl;
+
+	/* An hour-long window: crossing its edge mid-test is unlikely. */
+	ck_assert(decide1(b, mk(RL_ALG_FIXED_WINDOW, 2, 3600000, 1, false,
+	    key), &r));
+	ck_assert_int_eq(r.remaining, 1);
+	ck_assert(decide1(b, mk(RL_ALG_FIXED_WINDOW, 2, 3600000, 1, false,
+	    key), &r));
+	ck_assert_int_eq(r.remaining, 0);
+	ck_assert(!decide1(b, mk(RL_ALG_FIXED_WINDOW, 2, 3600000, 1, false,
+	    key), &r));
+	ck_assert(!r.allowed);
+	ck_assert(r.retry_after_ms > 0 && r.retry_after_ms <= 3600000);
+	ck_assert_int_eq(r.reset_ms, r.retry_after_ms);
+	rep = cmd("HGET %s n", key);
+	ck_assert_str_eq(rep->str, "2");
+	freeReplyObject(rep);
+	rep = cmd("HGET %s s", key);
+	ck_assert(rep->type == REDIS_REPLY_STRING);
+	ck_assert(strtoll(rep->str, NULL, 10) % 3600000000LL == 0);
+	freeReplyObject(rep);
+	pttl = cmd_int("PTTL %s", key);
+	ck_assert(pttl > 0 && pttl <= 3600000);
+	ck_assert(pttl >= r.reset_ms - 50);
+	backend_free(b);
+}
+END_TEST
+
+START_TEST(test_token_bucket)
+{
+	const char *key = "rl:tb:{k}";
+	struct backend *b = new_backend();
+	struct rl_result r;
+	redisReply *rep;
+	long long pttl;
+	double tat;
+	int i;
+
+	/* Burst 3, one token per 20 s. */
+	for (i = 0; i < 3; i++) {
+		ck_assert(decide1(b, mk(RL_ALG_TOKEN_BUCKET, 3, 60000, 1,
+		    false, key), &r));
+		ck_assert_int_eq(r.remaining, 2 - i);
+		ck_assert(r.reset_ms > 20000 * (i + 1) - 100 &&
+		    r.reset_ms <= 20000 * (i + 1));
+	}
+	ck_assert(!decide1(b, mk(RL_ALG_TOKEN_BUCKET, 3, 60000, 1, false,
+	    key), &r));
+	ck_assert_int_eq(r.remaining, 0);
+	ck_assert_msg(r.retry_after_ms > 19900 && r.retry_after_ms <= 20000,
+	    "retry %lld", (long long)r.retry_after_ms);
+	rep = cmd("GET %s", key);
+	ck_assert(rep->type == REDIS_REPLY_STRING);
+	tat = strtod(rep->str, NULL);
+	ck_assert(tat > 1e15);
+	freeReplyObject(rep);
+	pttl = cmd_int("PTTL %s", key);
+	ck_assert(pttl > 59000 && pttl <= 60000);
+	backend_free(b);
+}
+END_TEST
+
+START_TEST(test_sliding_window)
+{
+	const char *key = "rl:sw:{k}";
+	struct backend *b = new_backend();
+	struct rl_result r;
+	redisReply *rep;
+	long long pttl;
+	int i;
+
+	for (i = 0; i < 3; i++) {
+		ck_assert(decide1(b, mk(RL_ALG_SLIDING_WINDOW, 3, 60000, 1,
+		    false, key), &r));
+		ck_assert_int_eq(r.remaining, 2 - i);
+		/* Reset: the end of the current 3 s bucket plus W. */
+		ck_assert(r.reset_ms > 60000 && r.reset_ms <= 63000);
+	}
+	ck_assert(!decide1(b, mk(RL_ALG_SLIDING_WINDOW, 3, 60000, 1, false,
+	    key), &r));
+	ck_assert_int_eq(r.remaining, 0);
+	ck_assert(r.retry_after_ms > 0 && r.retry_after_ms <= 63000);
+	rep = cmd("HGETALL %s", key);
+	ck_assert(rep->elements == 2 || rep->elements == 4);
+	freeReplyObject(rep);
+	pttl = cmd_int("PTTL %s", key);
+	ck_assert(pttl > 62000 && pttl <= 63000);
+
+	/* A bucket from the future (the clock stepped back, or W changed)
+	 * counts nowhere and is dropped; so is one long gone. */
+	cmd_ok("DEL %s", key);
+	cmd_ok("HSET %s 99999999999 7 1 7", key);
+	ck_assert(decide1(b, mk(RL_ALG_SLIDING_WINDOW, 3, 60000, 0, false,
+	    key), &r));
+	ck_assert_int_eq(r.remaining, 3);
+	ck_assert_int_eq(r.reset_ms, 0);
+	ck_assert_int_eq(cmd_int("EXISTS %s", key), 0);
+	backend_free(b);
+}
+END_TEST
+
+/* ---- recovery -------------------------------------------------------- */
+
+START_TEST(test_noscript_recovery)
+{
+	const char *key = "rl:ns:{k}";
+	struct backend *b = new_backend_full(redis_url, 1, 1000, NULL);
+	struct rl_result r;
+
+	ck_assert(decide1(b, mk(RL_ALG_SLIDING_LOG, 5, 60000, 1, false, key),
+	    &r));
+	cmd_ok("SCRIPT FLUSH");
+	ck_assert(decide1(b, mk(RL_ALG_SLIDING_LOG, 5, 60000, 1, false, key),
+	    &r));
+	ck_assert_int_eq(r.remaining, 3);
+	cmd_ok("SCRIPT FLUSH");
+	ck_assert(decide1(b, mk(RL_ALG_SLIDING_LOG, 5, 60000, 1, false, key),
+	    &r));
+	ck_assert_int_eq(r.remaining, 2);
+	backend_free(b);
+}
+END_TEST
+
+START_TEST(test_wrong_type_recovery)
+{
+	const char *key = "rl:wt:{k}";
+	struct backend *b = new_backend();
+	struct rl_result r;
+	redisReply *rep;
+	int alg;
+
+	/* The rule's algorithm changes on each reload: every store type
+	 * meets every other one. */
+	cmd_ok("SET %s garbage", key);
+	for (alg = 0; alg < 4; alg++) {
+		ck_assert(decide1(b, mk((enum rl_algorithm)alg, 5, 60000, 1,
+		    false, key), &r));
+		ck_assert_int_eq(r.remaining, 4);
+		ck_assert(decide1(b, mk((enum rl_algorithm)alg, 5, 60000, 1,
+		    false, key), &r));
+		ck_assert_int_eq(r.remaining, 3);
+	}
+	rep = cmd("TYPE %s", key);
+	ck_assert_str_eq(rep->str, "string");
+	freeReplyObject(rep);
+	/* sliding_window after fixed_window: both hashes.  The fixed
+	 * window's fields are not counts and are dropped. */
+	cmd_ok("DEL %s", key);
+	ck_assert(decide1(b, mk(RL_ALG_FIXED_WINDOW, 5, 60000, 2, false, key),
+	    &r));
+	ck_assert(decide1(b, mk(RL_ALG_SLIDING_WINDOW, 5, 60000, 1, false,
+	    key), &r));
+	ck_assert_int_eq(r.remaining, 4);
+	rep = cmd("HGETALL %s", key);
+	ck_assert_int_eq(rep->elements, 2);
+	freeReplyObject(rep);
+	/* ...and back: a clean fixed window. */
+	ck_assert(decide1(b, mk(RL_ALG_FIXED_WINDOW, 5, 60000, 1, false, key),
+	    &r));
+	ck_assert_int_eq(r.remaining, 4);
+	rep = cmd("HGETALL %s", key);
+	ck_assert_int_eq(rep->elements, 4);
+	freeReplyObject(rep);
+	/* A token bucket string that is not a number starts fresh. */
+	cmd_ok("SET %s nan", key);
+	ck_assert(decide1(b, mk(RL_ALG_TOKEN_BUCKET, 5, 60000, 1, false, key),
+	    &r));
+	ck_assert_int_eq(r.remaining, 4);
+	backend_free(b);
+}
+END_TEST
+
+/* ---- failures -------------------------------------------------------- */
+
+/* A listener that completes handshakes (the kernel does) and never reads. */
+static int silent_listener(int *port)
+{
+	struct sockaddr_in sa;
+	socklen_t len = sizeof(sa);
+	int fd;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(fd, 64), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+	*port = ntohs(sa.sin_port);
+	return fd;
+}
+
+START_TEST(test_timeout)
+{
+	struct backend *b;
+	char url[128], err[256];
+	int port, fd = silent_listener(&port);
+	int64_t t0, dt;
+	int i;
+
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+	b = new_backend_full(url, 1, 200, NULL);
+	for (i = 0; i < 2; i++) {
+		t0 = now_us();
+		ck_assert_int_eq(decide_fail(b, mk(RL_ALG_SLIDING_LOG, 5,
+		    1000, 1, false, "rl:t:{k}"), err, sizeof(err)),
+		    BACKEND_ERR_TIMEOUT);
+		dt = now_us() - t0;
+		ck_assert_msg(dt >= 190000 && dt <= 300000, "took %lld us",
+		    (long long)dt);
+	}
+	t0 = now_us();
+	ck_assert(!backend_is_ready(b));
+	dt = now_us() - t0;
+	ck_assert_msg(dt <= 300000, "is_ready took %lld us", (long long)dt);
+	backend_free(b);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_connection_refused)
+{
+	struct backend *b;
+	char url[128], err[256];
+	int64_t t0;
+
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", free_port());
+	b = new_backend_full(url, 2, 200, NULL);
+	t0 = now_us();
+	ck_assert_int_eq(decide_fail(b, mk(RL_ALG_SLIDING_LOG, 5, 1000, 1,
+	    false, "rl:t:{k}"), err, sizeof(err)), BACKEND_ERR_CONNECT);
+	ck_assert(now_us() - t0 < 100000);
+	ck_assert_msg(strstr(err, "refused") != NULL, "%s", err);
+	ck_assert(!backend_is_ready(b));
+	backend_free(b);
+
+	snprintf(url, sizeof(url), "unix://%s/nonexistent.sock", tmpdir);
+	b = new_backend_full(url, 1, 200, NULL);
+	ck_assert_int_eq(decide_fail(b, mk(RL_ALG_SLIDING_LOG, 5, 1000, 1,
+	    false, "rl:t:{k}"), err, sizeof(err)), BACKEND_ERR_CONNECT);
+	backend_free(b);
+}
+END_TEST
+
+START_TEST(test_circuit_breaker)
+{
+	const char *key = "rl:cb:{k}";
+	struct rl_check c = mk(RL_ALG_SLIDING_LOG, 100, 60000, 1, false, key);
+	struct backend *b = new_backend_full(redis_url, 2, 200, NULL);
+	struct rl_result r;
+	char err[256];
+	int64_t t0;
+	int i;
+
+	/* Redis answers, but every call fails (NOAUTH). */
+	cmd_ok("CONFIG SET requirepass %s", TEST_PASSWORD);
+	for (i = 0; i < 5; i++)
+		ck_assert_int_eq(decide_fail(b, c, err, sizeof(err)),
+		    BACKEND_ERR_CONNECT);
+	/* Open: fail fast, Redis untouched. */
+	t0 = now_us();
+	for (i = 0; i < 100; i++)
+		ck_assert_int_eq(decide_fail(b, c, err, sizeof(err)),
+		    BACKEND_ERR_CIRCUIT_OPEN);
+	ck_assert(now_us() - t0 < 20000);
+
+	/* Half-open after 100 ms: one trial, which fails: open for 200. */
+	sleep_ms(110);
+	ck_assert_int_eq(decide_fail(b, c, err, sizeof(err)),
+	    BACKEND_ERR_CONNECT);
+	ck_assert_int_eq(decide_fail(b, c, err, sizeof(err)),
+	    BACKEND_ERR_CIRCUIT_OPEN);
+	sleep_ms(110);
+	ck_assert_int_eq(decide_fail(b, c, err, sizeof(err)),
+	    BACKEND_ERR_CIRCUIT_OPEN);
+
+	/* Redis is fixed; the next trial closes the circuit. */
+	{
+		redisContext *d = direct();
+		redisReply *rep;
+
+		ck_assert(d != NULL);
+		rep = redisCommand(d, "AUTH %s", TEST_PASSWORD);
+		freeReplyObject(rep);
+		rep = redisCommand(d, "CONFIG SET requirepass %s", "");
+		ck_assert(rep != NULL && rep->type == REDIS_REPLY_STATUS);
+		freeReplyObject(rep);
+		redisFree(d);
+	}
+	sleep_ms(100);
+	ck_assert(decide1(b, c, &r));
+	for (i = 0; i < 10; i++)
+		ck_assert(decide1(b, c, &r));
+	ck_assert_int_eq(r.remaining, 89);
+	backend_free(b);
+}
+END_TEST
+
+START_TEST(test_circuit_refused_backoff_caps)
+{
+	struct backend *b;
+	char url[128], err[256];
+	struct rl_check c = mk(RL_ALG_SLIDING_LOG, 5, 1000, 1, false,
+	    "rl:t:{k}");
+	int i, trials = 0;
+	int64_t t0;
+
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", free_port());
+	b = new_backend_full(url, 1, 100, NULL);
+	for (i = 0; i < 5; i++)
+		ck_assert_int_eq(decide_fail(b, c, err, sizeof(err)),
+		    BACKEND_ERR_CONNECT);
+	/* Backoffs 100, 200, 400, 800 ms: in 1.6 s at most 4 trials. */
+	t0 = now_us();
+	while (now_us() - t0 < 1600000) {
+		if (decide_fail(b, c, err, sizeof(err)) ==
+		    BACKEND_ERR_CONNECT)
+			trials++;
+		sleep_ms(5);
+	}
+	ck_assert_msg(trials >= 3 && trials <= 4, "%d trials", trials);
+	ck_assert(!backend_is_ready(b));
+	backend_free(b);
+}
+END_TEST
+
+START_TEST(test_is_ready)
+{
+	struct backend *b = new_backend();
+	struct backend *bad;
+	char url[128];
+
+	ck_assert(backend_is_ready(b));
+	ck_assert(backend_is_ready(b));
+	backend_free(b);
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", free_port());
+	bad = new_backend_full(url, 1, 100, NULL);
+	ck_assert(!backend_is_ready(bad));
+	backend_free(bad);
+}
+END_TEST
+
+/* ---- configuration --------------------------------------------------- */
+
+START_TEST(test_auth)
+{
+	const char *key = "rl:auth:{k}";
+	struct rl_check c = mk(RL_ALG_SLIDING_LOG, 5, 60000, 1, false, key);
+	struct rl_result r;
+	struct backend *b;
+	char url[128], err[256], pwfile[128];
+	FILE *f;
+
+	cmd_ok("ACL SETUSER alice on >alicepw ~* +@all");
+	cmd_ok("CONFIG SET requirepass %s", TEST_PASSWORD);
+
+	/* Password only. */
+	snprintf(url, sizeof(url), "redis://:%s@127.0.0.1:%d",
+	    TEST_PASSWORD, redis_port);
+	b = new_backend_full(url, 1, 1000, NULL);
+	ck_assert(backend_is_ready(b));
+	ck_assert(decide1(b, c, &r));
+	backend_free(b);
+
+	/* User and password (ACL). */
+	snprintf(url, sizeof(url), "redis://alice:alicepw@127.0.0.1:%d",
+	    redis_port);
+	b = new_backend_full(url, 1, 1000, NULL);
+	ck_assert(decide1(b, c, &r));
+	ck_assert_int_eq(r.remaining, 3);
+	backend_free(b);
+
+	/* Wrong password: a connect error that never shows the secret. */
+	snprintf(url, sizeof(url), "redis://alice:wrongpw@127.0.0.1:%d",
+	    redis_port);
+	b = new_backend_full(url, 1, 1000, NULL);
+	ck_assert_int_eq(decide_fail(b, c, err, sizeof(err)),
+	    BACKEND_ERR_CONNECT);
+	ck_assert_msg(strstr(err, "AUTH") != NULL, "%s", err);
+	ck_assert(strstr(err, "wrongpw") == NULL);
+	ck_assert(!backend_is_ready(b));
+	backend_free(b);
+
+	/* No password at all. */
+	b = new_backend_full(redis_url, 1, 1000, NULL);
+	ck_assert_int_eq(decide_fail(b, c, err, sizeof(err)),
+	    BACKEND_ERR_CONNECT);
+	ck_assert_msg(strstr(err, "NOAUTH") != NULL, "%s", err);
+	ck_assert(!backend_is_ready(b));
+	backend_free(b);
+
+	/* The password from password_file, the user from the URL. */
+	snprintf(pwfile, sizeof(pwfile), "%s/password", tmpdir);
+	f = fopen(pwfile, "w");
+	ck_assert(f != NULL);
+	fputs("alicepw\n", f);
+	fclose(f);
+	snprintf(url, sizeof(url), "redis://alice@127.0.0.1:%d", redis_port);
+	b = new_backend_full(url, 1, 1000, pwfile);
+	ck_assert(decide1(b, c, &r));
+	ck_assert_int_eq(r.remaining, 2);
+	backend_free(b);
+	/* And for the default user. */
+	f = fopen(pwfile, "w");
+	ck_assert(f != NULL);
+	fputs(TEST_PASSWORD "\n", f);
+	fclose(f);
+	b = new_backend_full(redis_url, 1, 1000, pwfile);
+	ck_assert(decide1(b, c, &r));
+	backend_free(b);
+	unlink(pwfile);
+}
+END_TEST
+
+START_TEST(test_select_db_and_unix_url_errors)
+{
+	const char *key = "rl:db:{k}";
+	struct redis_config rc;
+	struct rl_result r;
+	struct backend *b;
+	char url[128], err[256];
+	redisReply *rep;
+
+	snprintf(url, sizeof(url), "%s/3", redis_url);
+	b = new_backend_full(url, 1, 1000, NULL);
+	ck_assert(decide1(b, mk(RL_ALG_SLIDING_LOG, 5, 60000, 1, false, key),
+	    &r));
+	backend_free(b);
+	ck_assert_int_eq(cmd_int("EXISTS %s", key), 0);
+	{
+		redisContext *d = direct();
+
+		rep = redisCommand(d, "SELECT 3");
+		freeReplyObject(rep);
+		rep = redisCommand(d, "ZCARD %s", key);
+		ck_assert_int_eq(rep->integer, 1);
+		freeReplyObject(rep);
+		redisFree(d);
+	}
+
+	/* Bad configurations fail at creation, without the secret. */
+	memset(&rc, 0, sizeof(rc));
+	rc.pool_size = 1;
+	rc.timeout_ms = 50;
+	rc.url = (char *)"redis://u:sekrit@h:99999";
+	ck_assert_ptr_null(backend_redis_new(&rc, err, sizeof(err)));
+	ck_assert(strstr(err, "sekrit") == NULL);
+	ck_assert(strstr(err, "port") != NULL);
+	rc.url = (char *)"redis://alice@h";
+	ck_assert_ptr_null(backend_redis_new(&rc, err, sizeof(err)));
+	ck_assert(strstr(err, "password") != NULL);
+	rc.password_file = (char *)"/nonexistent/pw";
+	ck_assert_ptr_null(backend_redis_new(&rc, err, sizeof(err)));
+	ck_assert(strstr(err, "/nonexistent/pw") != NULL);
+	rc.password_file = NULL;
+	rc.url = (char *)"redis://h";
+	rc.ncluster = 1;
+	ck_assert_ptr_null(backend_redis_new(&rc, err, sizeof(err)));
+	ck_assert(strstr(err, "cluster") != NULL);
+}
+END_TEST
+
+START_TEST(test_unix_socket)
+{
+	const char *key = "rl:unix:{k}";
+	struct backend *b;
+	struct rl_result r;
+	char url[160], sock[128];
+	int i;
+
+	/* The server listens there too (see start_redis). */
+	snprintf(sock, sizeof(sock), "%s/redis.sock", tmpdir);
+	snprintf(url, sizeof(url), "unix://%s?db=2", sock);
+	b = new_backend_full(url, 1, 1000, NULL);
+	for (i = 0; i < 3; i++)
+		ck_assert(decide1(b, mk(RL_ALG_SLIDING_LOG, 5, 60000, 1,
+		    false, key), &r));
+	ck_assert_int_eq(r.remaining, 2);
+	backend_free(b);
+	ck_assert_int_eq(cmd_int("EXISTS %s", key), 0);	/* db 0 */
+}
+END_TEST
+
+/* ---- concurrency ----------------------------------------------------- */
+
+struct hammer {
+	struct backend *b;
+	int allowed;
+	int errors;
+};
+
+static void *hammer_run(void *arg)
+{
+	struct hammer *h = arg;
+	struct rl_check c = mk(RL_ALG_SLIDING_LOG, 1000, 60000, 1, false,
+	    "rl:hammer:{k}");
+	enum backend_error_kind kind;
+	struct rl_result r;
+	char err[256];
+	bool all;
+	int i;
+
+	for (i = 0; i < 500; i++) {
+		if (backend_decide(h->b, &c, 1, &r, &all, &kind, err,
+		    sizeof(err)) == -1)
+			h->errors++;
+		else if (all)
+			h->allowed++;
+	}
+	return NULL;
+}
+
+START_TEST(test_threads_share_the_pool)
+{
+	struct backend *b = new_backend_full(redis_url, 4, 2000, NULL);
+	struct hammer h[8];
+	pthread_t t[8];
+	int i, allowed = 0, errors = 0;
+
+	for (i = 0; i < 8; i++) {
+		h[i].b = b;
+		h[i].allowed = h[i].errors = 0;
+		ck_assert_int_eq(pthread_create(&t[i], NULL, hammer_run,
+		    &h[i]), 0);
+	}
+	for (i = 0; i < 8; i++) {
+		pthread_join(t[i], NULL);
+		allowed += h[i].allowed;
+		errors += h[i].errors;
+	}
+	ck_assert_int_eq(errors, 0);
+	ck_assert_int_eq(allowed, 1000);
+	ck_assert_int_eq(cmd_int("ZCARD %s", "rl:hammer:{k}"), 1000);
+	backend_free(b);
+}
+END_TEST
+
+static Suite *backend_redis_suite(void)
+{
+	Suite *s = suite_create("backend_redis");
+	TCase *tc = tcase_create("redis");
+
+	tcase_add_unchecked_fixture(tc, start_redis, stop_redis);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_sliding_log_limit_then_deny);
+	tcase_add_test(tc, test_sliding_log_unique_members);
+	tcase_add_test(tc, test_sliding_log_large_cost);
+	tcase_add_test(tc, test_all_or_nothing);
+	tcase_add_test(tc, test_shadow);
+	tcase_add_test(tc, test_cost_zero_leaves_no_key);
+	tcase_add_test(tc, test_fixed_window);
+	tcase_add_test(tc, test_token_bucket);
+	tcase_add_test(tc, test_sliding_window);
+	tcase_add_test(tc, test_noscript_recovery);
+	tcase_add_test(tc, test_wrong_type_recovery);
+	tcase_add_test(tc, test_timeout);
+	tcase_add_test(tc, test_connection_refused);
+	tcase_add_test(tc, test_circuit_breaker);
+	tcase_add_test(tc, test_circuit_refused_backoff_caps);
+	tcase_add_test(tc, test_is_ready);
+	tcase_add_test(tc, test_auth);
+	tcase_add_test(tc, test_select_db_and_unix_url_errors);
+	tcase_add_test(tc, test_unix_socket);
+	tcase_add_test(tc, test_threads_share_the_pool);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(backend_redis_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
