@@ -118,4 +118,8 @@ struct redis_config;
 struct backend *backend_redis_new(const struct redis_config *rc, char *err,
     size_t errlen);
 
+/* Count pool use in m (borrowed; set before the first call).  Start-up. */
+struct metrics;
+void backend_redis_set_metrics(struct backend *b, struct metrics *m);
+
 #endif

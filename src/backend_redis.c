@@ -75,6 +75,7 @@
 #include "backend.h"
 #include "config.h"
 #include "log.h"
+#include "metrics.h"
 #include "redis_url.h"
 #include "util.h"
 
@@ -127,6 +128,8 @@ struct redis_backend {
 	int failures;			/* consecutive */
 	int64_t backoff_ms;		/* of the next opening */
 	int64_t open_until_us;		/* monotonic; when OPEN */
+
+	struct metrics *metrics;	/* borrowed; may be NULL */
 
 	_Atomic int64_t last_log_us[REDIS_NKINDS];	/* INT64_MIN: never */
 	atomic_long suppressed[REDIS_NKINDS];
@@ -274,6 +277,8 @@ static struct redis_conn *redis_pool_get(struct redis_backend *rb,
 	c = &rb->conns[rb->idle[--rb->nidle]];
 out_unlock:
 	pthread_mutex_unlock(&rb->mu);
+	if (c != NULL)
+		metrics_pool_in_use(rb->metrics, 1);
 	return c;
 }
 
@@ -288,6 +293,7 @@ static void redis_pool_put(struct redis_backend *rb, struct redis_conn *c,
 	rb->idle[rb->nidle++] = (size_t)(c - rb->conns);
 	pthread_cond_signal(&rb->cv);
 	pthread_mutex_unlock(&rb->mu);
+	metrics_pool_in_use(rb->metrics, -1);
 }
 
 /* ---- commands -------------------------------------------------------- */
@@ -803,4 +809,10 @@ out_free:
 oom:
 	snprintf(err, errlen, "redis: out of memory");
 	return NULL;
+}
+
+void
+backend_redis_set_metrics(struct backend *b, struct metrics *m)
+{
+	((struct redis_backend *)b)->metrics = m;
 }

@@ -166,6 +166,7 @@ make_backends(struct daemon *d, char *err, size_t errlen)
 		d->backend = backend_redis_new(&c->redis, err, errlen);
 		if (d->backend == NULL)
 			return -1;
+		backend_redis_set_metrics(d->backend, d->metrics);
 		if (c->on_backend_error == RL_ON_ERROR_LOCAL)
 			d->local = backend_memory_new(c->memory.max_keys, NULL,
 			    NULL);
