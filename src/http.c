@@ -35,7 +35,9 @@
 
 #define JSON_TYPE "application/json"
 
-enum endpoint { EP_ACQUIRE, EP_AUTH };
+enum endpoint {
+	EP_ACQUIRE, EP_AUTH, EP_SIMPLE, EP_BAD_METHOD, EP_NOT_FOUND
+};
 
 struct http_server {
 	struct MHD_Daemon *mhd;
@@ -464,6 +466,10 @@ auth_attrs(struct MHD_Connection *conn, const char *url, const char *method,
 	    method);
 	if (attrs_set(a, "method", v) < 0)
 		return -1;
+	/* Envoy's ext_authz sends the original path behind path_prefix:
+	 * /auth/login is a check of /login. */
+	if (strncmp(url, "/auth/", 6) == 0)
+		url += 5;
 	v = first_of(a, "header.x-original-uri", "header.x-forwarded-uri",
 	    url);
 	if (attrs_setn(a, "path", v, strcspn(v, "?")) < 0)
@@ -571,6 +577,28 @@ handle_simple(struct http_server *s, struct MHD_Connection *conn,
 	return ret;
 }
 
+/* Which endpoint a request is for; errors are answered after the body. */
+static enum endpoint
+route(const char *url, const char *method)
+{
+	bool is_get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+
+	if (strcmp(url, "/acquire") == 0)
+		return strcmp(method, "POST") == 0 ? EP_ACQUIRE :
+		    EP_BAD_METHOD;
+	if (strcmp(url, "/auth") == 0 || strncmp(url, "/auth/", 6) == 0)
+		return EP_AUTH;
+	if (strcmp(url, "/healthz") == 0 || strcmp(url, "/readyz") == 0 ||
+	    strcmp(url, "/metrics") == 0)
+		return is_get ? EP_SIMPLE : EP_BAD_METHOD;
+	return EP_NOT_FOUND;
+}
+
+/*
+ * libmicrohttpd calls this once when the headers are in, once per piece of
+ * body, and once at the end.  Everything is answered in the last call: a
+ * response queued earlier would make it close the connection.
+ */
 static enum MHD_Result
 access_handler(void *cls, struct MHD_Connection *conn, const char *url,
     const char *method, const char *version, const char *upload_data,
@@ -578,40 +606,20 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 {
 	struct http_server *s = cls;
 	struct request *rq = *con_cls;
-	bool is_get;
 
 	(void)version;
 	if (rq == NULL) {
-		enum endpoint ep;
 		const char *cl;
 
-		is_get = strcmp(method, "GET") == 0 ||
-		    strcmp(method, "HEAD") == 0;
-		if (strcmp(url, "/acquire") == 0)
-			ep = EP_ACQUIRE;
-		else if (strcmp(url, "/auth") == 0 ||
-		    strncmp(url, "/auth/", 6) == 0)
-			ep = EP_AUTH;
-		else if (strcmp(url, "/healthz") == 0 ||
-		    strcmp(url, "/readyz") == 0 || strcmp(url, "/metrics") == 0)
-			return is_get ? handle_simple(s, conn, url) :
-			    respond_error(s, conn, 405, "method_not_allowed",
-			    "%s %s: use GET", method, url);
-		else
-			return respond_error(s, conn, 404, "not_found",
-			    "no endpoint %s", url);
-		if (ep == EP_ACQUIRE && strcmp(method, "POST") != 0)
-			return respond_error(s, conn, 405, "method_not_allowed",
-			    "%s /acquire: use POST", method);
 		if ((rq = rl_calloc(1, sizeof(*rq))) == NULL)
 			return MHD_NO;
-		rq->ep = ep;
+		rq->ep = route(url, method);
 		rq->cfg = http_server_get_config(s);
 		__atomic_add_fetch(&s->inflight, 1, __ATOMIC_SEQ_CST);
 		*con_cls = rq;
 		cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 		    MHD_HTTP_HEADER_CONTENT_LENGTH);
-		if (ep == EP_ACQUIRE && cl != NULL &&
+		if (rq->ep == EP_ACQUIRE && cl != NULL &&
 		    strtoull(cl, NULL, 10) > (unsigned long long)
 		    rq->cfg->max_body_bytes)
 			rq->too_large = true;
@@ -642,7 +650,20 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 		rq->len += n;
 		return MHD_YES;
 	}
-	return handle_decision(s, conn, rq, url, method);
+	switch (rq->ep) {
+	case EP_ACQUIRE:
+	case EP_AUTH:
+		return handle_decision(s, conn, rq, url, method);
+	case EP_SIMPLE:
+		return handle_simple(s, conn, url);
+	case EP_BAD_METHOD:
+		return respond_error(s, conn, 405, "method_not_allowed",
+		    "%s %s: use %s", method, url,
+		    strcmp(url, "/acquire") == 0 ? "POST" : "GET");
+	case EP_NOT_FOUND:
+		break;
+	}
+	return respond_error(s, conn, 404, "not_found", "no endpoint %s", url);
 }
 
 static void
