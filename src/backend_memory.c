@@ -22,14 +22,16 @@
  * allocated before anything is recorded; on failure the call records
  * nothing and answers -1.
  *
- * Each entry caches the expiry of its state (limiter_expiry(): from then on
- * the state changes no answer, like a Redis TTL).  Expired entries are
+ * Each entry has an expiry, set like the Redis store's TTL: when a call
+ * records in it, to limiter_expiry() (from then on the state changes no
+ * answer); a call that only reads leaves it alone.  Expired entries are
  * reclaimed on lookup (reset in place), by a sweep of two hash chains of
  * the stripe on every insert (so a stripe is swept in full every
  * nbuckets / 2 inserts and expired entries never outnumber live ones by
  * much), by deleting a state left empty at the end of a call (cost 0 on a
  * new key stores nothing), and by a full sweep when the store is at
- * max_keys or when backend_memory_key_count() is asked.  While a call uses
+ * max_keys (at most once a second) or when backend_memory_key_count() is
+ * asked.  While a call uses
  * an entry its expiry is MEMORY_PINNED, so no sweep frees it under it.
  */
 #include "backend.h"
@@ -44,11 +46,13 @@
 #include "util.h"
 
 #define MEMORY_STRIPE_BITS 6
-#define MEMORY_STRIPES (1 << MEMORY_STRIPE_BITS)	/* 64: a uint64_t mask */
+#define MEMORY_STRIPES (1 << MEMORY_STRIPE_BITS)	/* 64: a uint64_t */
 #define MEMORY_INITIAL_BUCKETS 16	/* per stripe, a power of two */
 #define MEMORY_SWEEP_CHAINS 2		/* chains swept per insert */
 #define MEMORY_SMALL_CALL 16		/* checks handled without malloc */
 #define MEMORY_PINNED INT64_MAX		/* expiry of an entry in use */
+#define MEMORY_FULL_SWEEP_US 1000000	/* at most one full sweep a second
+					 * when the store is full */
 
 struct memory_entry {
 	struct memory_entry *next;	/* hash chain */
@@ -81,6 +85,7 @@ struct memory_backend {
 	void *clock_arg;
 	int64_t max_keys;		/* < 1: no bound */
 	atomic_llong nkeys;		/* entries in every stripe */
+	atomic_llong last_full_sweep;	/* clock time of the last one */
 	uint64_t seed[2];		/* SipHash key */
 	union memory_stripe_slot stripes[MEMORY_STRIPES];
 };
@@ -90,7 +95,11 @@ struct memory_slot {
 	struct limiter_params params;
 	uint64_t hash;
 	struct memory_entry *entry;
+	int64_t prev_expires;	/* the entry's expiry before the call;
+				 * INT64_MIN: new or reset; MEMORY_PINNED:
+				 * an earlier slot of the call has it */
 	bool allowed;
+	bool recorded;
 };
 
 /* Outcomes of one locked attempt at a call. */
@@ -334,6 +343,25 @@ memory_sweep_all(struct memory_backend *m)
 }
 
 /*
+ * True if a full sweep may run now: at most one per MEMORY_FULL_SWEEP_US,
+ * so that a store full of live keys does not walk every key on every
+ * request for a new one (a key that expired meanwhile may then wait up to
+ * that long to be reclaimed).
+ */
+static bool
+memory_may_sweep_all(struct memory_backend *m)
+{
+	long long last = atomic_load(&m->last_full_sweep);
+	int64_t now = m->clock(m->clock_arg);
+
+	if (last != (long long)INT64_MIN && now >= last &&
+	    now - last < MEMORY_FULL_SWEEP_US)
+		return false;
+	return atomic_compare_exchange_strong(&m->last_full_sweep, &last,
+	    (long long)now);
+}
+
+/*
  * One call with its stripes locked: find or create the entries, phase 1,
  * phase 2 if every non-shadow check allows, results.  Whatever happens, the
  * entries' expiries are brought up to date and empty ones are freed.
@@ -353,6 +381,7 @@ memory_attempt(struct memory_backend *m, const struct rl_check *checks,
 
 	for (i = 0; i < n; i++) {
 		slots[i].entry = NULL;
+		slots[i].recorded = false;
 		mask |= UINT64_C(1) << memory_stripe_of(slots[i].hash);
 	}
 	memory_lock_mask(m, mask);
@@ -367,8 +396,12 @@ memory_attempt(struct memory_backend *m, const struct rl_check *checks,
 			    &e, err, errlen);
 			if (rc != MEMORY_OK)
 				break;
+			slots[i].prev_expires = INT64_MIN;
 		} else if (e->expires <= now) {
 			limiter_state_clear(&e->state);	/* as if absent */
+			slots[i].prev_expires = INT64_MIN;
+		} else {
+			slots[i].prev_expires = e->expires;
 		}
 		e->expires = MEMORY_PINNED;
 		slots[i].entry = e;
@@ -381,24 +414,37 @@ memory_attempt(struct memory_backend *m, const struct rl_check *checks,
 			all = false;
 	}
 	if (rc == MEMORY_OK) {
-		for (i = 0; i < n && all; i++)
-			if (slots[i].allowed)
+		for (i = 0; i < n && all; i++) {
+			if (slots[i].allowed && checks[i].cost > 0) {
 				limiter_record(&slots[i].entry->state,
 				    &slots[i].params, now, checks[i].cost);
+				slots[i].recorded = true;
+			}
+		}
 		for (i = 0; i < n; i++)
 			limiter_result(&slots[i].entry->state,
 			    &slots[i].params, now, checks[i].cost,
-			    slots[i].allowed, &out[i]);
+			    slots[i].allowed, slots[i].recorded, &out[i]);
 		*all_allowed = all;
 	}
 
-	/* Unpin; free what is empty (a key may appear in several checks). */
+	/*
+	 * Unpin.  As in Redis, a key gets a new expiry only when recorded in,
+	 * keeps its own when only read, and goes when its state is empty.  A
+	 * key may appear in several checks.
+	 */
 	for (i = 0; i < n; i++)
-		if ((e = slots[i].entry) != NULL)
+		if ((e = slots[i].entry) != NULL &&
+		    slots[i].prev_expires != MEMORY_PINNED)
+			e->expires = slots[i].prev_expires;
+	for (i = 0; i < n; i++)
+		if ((e = slots[i].entry) != NULL && slots[i].recorded)
 			e->expires = limiter_expiry(&e->state,
 			    &slots[i].params);
 	for (i = 0; i < n; i++) {
-		if ((e = slots[i].entry) == NULL || e->expires > now)
+		if ((e = slots[i].entry) == NULL ||
+		    (e->expires > now && limiter_expiry(&e->state,
+		    &slots[i].params) != INT64_MIN))
 			continue;
 		for (j = i; j < n; j++)
 			if (slots[j].entry == e)
@@ -449,7 +495,7 @@ memory_decide(struct backend *b, const struct rl_check *checks, size_t n,
 
 	rc = memory_attempt(m, checks, slots, n, out, all_allowed, err,
 	    errlen);
-	if (rc == MEMORY_FULL) {
+	if (rc == MEMORY_FULL && memory_may_sweep_all(m)) {
 		memory_sweep_all(m);
 		rc = memory_attempt(m, checks, slots, n, out, all_allowed,
 		    err, errlen);
@@ -459,7 +505,7 @@ memory_decide(struct backend *b, const struct rl_check *checks, size_t n,
 		snprintf(err, errlen, "memory store full: %lld keys "
 		    "(max_keys)", (long long)m->max_keys);
 	} else if (rc == MEMORY_ERROR) {
-		*kind = BACKEND_ERR_FULL;	/* out of memory: cannot store */
+		*kind = BACKEND_ERR_FULL;	/* out of memory */
 	} else {
 		*kind = BACKEND_ERR_NONE;
 		ret = 0;
@@ -543,6 +589,7 @@ backend_memory_new(int64_t max_keys, backend_clock_fn clock, void *clock_arg)
 	m->clock_arg = clock_arg;
 	m->max_keys = max_keys;
 	atomic_init(&m->nkeys, 0);
+	atomic_init(&m->last_full_sweep, (long long)INT64_MIN);
 	memory_seed(m->seed);
 	for (i = 0; i < MEMORY_STRIPES; i++) {
 		st = &m->stripes[i].s;

@@ -13,10 +13,10 @@
  * integer operand to double and write the expression in the page's order;
  * every integer involved stays below 2^53 (limiter_params_set() bounds the
  * limit and the window), so the conversions are exact and the roundings are
- * those of Lua's doubles.  This relies on C11 mode: -std=c11 turns GCC's
- * floating-point contraction (FMA) off, which Lua does not do either.  Where
- * the page uses fmod(now, X) we use now % X: for 0 <= now < 2^53 both are
- * exact and equal.
+ * those of Lua's doubles.  Lua runs each operation as its own VM step, so
+ * it never fuses a multiply and an add; neither may we: ISO mode (-std=c11)
+ * keeps GCC at -ffp-contract=off.  Where the page uses fmod(now, X) we use
+ * now % X: for 0 <= now < 2^53 both are exact and equal.
  *
  * sliding_log keeps runs (t, n) of units admitted at the same microsecond
  * in a ring buffer sorted by t, oldest at head.  A run is one allocation
@@ -394,7 +394,16 @@ sw_expire(struct limiter_state *s, int64_t i)
 	s->u.window.newest = i;
 }
 
-/* The page's full, old, f and est = full + old * f at now. */
+/* f = ((i+1)*G - now) / G, the part of bucket i-B still in the window. */
+static double
+sw_fraction(const struct limiter_params *p, int64_t now, int64_t i)
+{
+	int64_t g = sw_granule(p);
+
+	return (double)((i + 1) * g - now) / (double)g;
+}
+
+/* The page's full, old and est = full + old * f at now. */
 struct sw_view {
 	int64_t i, full, old;
 	double est;
@@ -405,15 +414,13 @@ sw_view(const struct limiter_state *s, const struct limiter_params *p,
     int64_t now, struct sw_view *v)
 {
 	int64_t g = sw_granule(p), j;
-	double f;
 
 	v->i = now / g;		/* (now - fmod(now, G)) / G */
 	v->full = 0;
 	for (j = v->i - SW_B + 1; j <= v->i; j++)
 		v->full += sw_count(s, j);
 	v->old = sw_count(s, v->i - SW_B);
-	f = (double)((v->i + 1) * g - now) / (double)g;
-	v->est = (double)v->full + (double)v->old * f;
+	v->est = (double)v->full + (double)v->old * sw_fraction(p, now, v->i);
 }
 
 static int
@@ -477,14 +484,22 @@ sw_retry(const struct limiter_state *s, const struct limiter_params *p,
 
 static void
 sw_result(const struct limiter_state *s, const struct limiter_params *p,
-    int64_t now, int64_t cost, bool allowed, struct rl_result *out)
+    int64_t now, int64_t cost, bool allowed, bool recorded,
+    struct rl_result *out)
 {
 	struct sw_view v;
-	double rem;
+	double est, rem;
 	int64_t j;
 
-	sw_view(s, p, now, &v);	/* est' includes c iff it was recorded */
-	rem = floor((double)p->limit - v.est);
+	sw_view(s, p, now, &v);
+	est = v.est;
+	if (recorded) {
+		/* est' = est + c, with est of phase 1 (bucket i without c). */
+		est = (double)(v.full - cost) + (double)v.old *
+		    sw_fraction(p, now, v.i);
+		est = est + (double)cost;
+	}
+	rem = floor((double)p->limit - est);
 	out->remaining = rem <= 0 ? 0 : (int64_t)rem;
 	out->reset_ms = 0;
 	for (j = v.i; j >= v.i - SW_B; j--) {
@@ -559,7 +574,8 @@ limiter_record(struct limiter_state *s, const struct limiter_params *p,
 
 void
 limiter_result(const struct limiter_state *s, const struct limiter_params *p,
-    int64_t now, int64_t cost, bool allowed, struct rl_result *out)
+    int64_t now, int64_t cost, bool allowed, bool recorded,
+    struct rl_result *out)
 {
 	out->allowed = allowed;
 	out->remaining = 0;
@@ -576,7 +592,7 @@ limiter_result(const struct limiter_state *s, const struct limiter_params *p,
 		bucket_result(s, p, now, cost, allowed, out);
 		break;
 	case RL_ALG_SLIDING_WINDOW:
-		sw_result(s, p, now, cost, allowed, out);
+		sw_result(s, p, now, cost, allowed, recorded, out);
 		break;
 	}
 }
@@ -623,6 +639,6 @@ limiter_take(struct limiter_state *s, const struct limiter_params *p,
 		return -1;
 	if (allowed)
 		limiter_record(s, p, now, cost);
-	limiter_result(s, p, now, cost, allowed, out);
+	limiter_result(s, p, now, cost, allowed, allowed, out);
 	return 0;
 }

@@ -113,20 +113,23 @@ void limiter_record(struct limiter_state *s, const struct limiter_params *p,
     int64_t now, int64_t cost);
 
 /*
- * The results of the call at `now` (after limiter_check() and, if the
- * request was admitted, limiter_record()): out->allowed = allowed (phase 1's
- * answer), remaining, reset_ms and retry_after_ms as docs/algorithms.md
- * defines them.  Whether the cost was recorded is read from the state.
+ * The results of the call at `now`, after limiter_check() and, if the
+ * request was admitted overall, limiter_record(): out->allowed = allowed
+ * (phase 1's answer), and remaining, reset_ms and retry_after_ms as
+ * docs/algorithms.md defines them.  recorded: limiter_record() ran in this
+ * call (sliding_window's est' is phase 1's est + c, in that order).
  */
 void limiter_result(const struct limiter_state *s,
     const struct limiter_params *p, int64_t now, int64_t cost, bool allowed,
-    struct rl_result *out);
+    bool recorded, struct rl_result *out);
 
 /*
  * The time (microseconds) from which on *s no longer changes any answer
- * under p, i.e. the TTL of docs/algorithms.md as an absolute time;
- * INT64_MIN for an empty state.  A store may discard the state at any
- * now >= the expiry, and must treat it as absent from then on.
+ * under p: the TTL of docs/algorithms.md as an absolute time.  INT64_MIN
+ * iff the state is empty (or was built by another algorithm than p's).
+ * Like Redis, a store sets a key's expiry when it records in it, keeps it
+ * when a call only reads, deletes an empty state, and treats a state as
+ * absent from its expiry on.
  */
 int64_t limiter_expiry(const struct limiter_state *s,
     const struct limiter_params *p);
