@@ -21,7 +21,7 @@
 
 struct applying {
 	const struct rule *rule;
-	char *key;		/* points into the key arena */
+	size_t keyoff;		/* the key's offset in the key arena */
 	size_t keylen;
 };
 
@@ -221,9 +221,8 @@ decide(const struct decider *d, const struct config *cfg,
 			goto done;
 		}
 		ap[n].rule = r;
+		ap[n].keyoff = off;	/* the arena may still move */
 		ap[n].keylen = len;
-		/* Keys are offsets until the arena stops moving. */
-		ap[n].key = (char *)(uintptr_t)off;
 		checks[n] = (struct rl_check){
 			.algorithm = r->algorithm, .limit = r->limit,
 			.window_ms = r->window_ms, .cost = cost,
@@ -236,10 +235,8 @@ decide(const struct decider *d, const struct config *cfg,
 		rc = 0;
 		goto done;
 	}
-	for (i = 0; i < n; i++) {
-		ap[i].key = arena + (uintptr_t)ap[i].key;
-		checks[i].key = ap[i].key;
-	}
+	for (i = 0; i < n; i++)
+		checks[i].key = arena + ap[i].keyoff;
 
 	if (timed_decide(d, d->backend, checks, n, res, &all_allowed, &kind,
 	    err, sizeof(err)) == 0) {
