@@ -180,3 +180,22 @@ clean:
 distclean: clean
 	rm -rf config.mk config.log config.status configure aclocal.m4 \
 		autom4te.cache
+
+# --- bench: accuracy and memory of the algorithms --------------------------
+
+# make accuracy: bench/accuracy.c replays synthetic traces through the C
+# limiter and an exact sliding log (pure, a few seconds).  make bench: that,
+# then bench/memory.sh, which starts its own redis-server and prints MEMORY
+# USAGE of each algorithm's key at full use.  docs/algorithms.md "Measured"
+# holds the results.
+.PHONY: accuracy
+
+accuracy: $(BUILD)/bench/accuracy
+	$(BUILD)/bench/accuracy
+
+$(BUILD)/bench/accuracy: bench/accuracy.c $(BUILD)/librl.a
+	mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LIB_CFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+bench: accuracy
+	bash bench/memory.sh

@@ -1,0 +1,441 @@
+/*
+ * check_vectors_redis.c - the shared test vectors of
+ * tests/vectors/algorithms.txt run through lua/ratelimit.lua on a real
+ * redis-server.  tests/unit/check_vectors.c runs the same file through the
+ * memory store; both passing is what "the memory store and Redis give the
+ * same answers" means in practice.  The file's header comment defines its
+ * format.
+ *
+ * The script is the one compiled into the daemon (rl_lua_ratelimit from
+ * librl.a).  It takes its time from `redis.call('TIME')`, so for each step
+ * this test runs, with EVAL, a copy of that text whose line
+ *	local time = redis.call('TIME')
+ * is replaced by `local time = {'<sec>', '<usec>'}` with the step's time.
+ * The line must be there exactly once: a refactor of the script that moves
+ * it fails here, loudly, instead of testing the real clock by accident.
+ *
+ * Each step's EVAL runs in MULTI/EXEC together with a PERSIST of the
+ * scenario's keys.  The script's TTLs are meant for real time; the steps'
+ * times are not real, and a PEXPIRE of 1 ms (fixed_window near the end of
+ * its window, 1 ms windows) could otherwise go off between two steps.  By
+ * docs/algorithms.md a key's state stops changing answers when its TTL is
+ * up, so keeping it must not change any answer; the memory store, which
+ * does drop states at their expiry, is held to the same numbers.
+ *
+ * The parser below is the twin of the one in tests/unit/check_vectors.c
+ * (the unit and the integration suites link separately); a format change
+ * must go to both.
+ */
+#include <check.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "rules.h"
+
+#define VEC_FILE "tests/vectors/algorithms.txt"
+#define TIME_LINE "local time = redis.call('TIME')\n"
+
+extern const char rl_lua_ratelimit[];
+
+#define VEC_MAX_RULES 8
+#define VEC_MAX_TOKENS (4 + 5 * VEC_MAX_RULES)
+
+/* --- the vector file ---------------------------------------------------- */
+
+struct vec_rule {
+	enum rl_algorithm alg;
+	int64_t limit;
+	int64_t window_ms;
+	bool shadow;
+};
+
+struct vec_result {
+	bool allowed;
+	int64_t remaining, reset_ms, retry_after_ms;
+};
+
+struct vec_step {
+	int line;
+	int64_t t;		/* microseconds after the scenario's epoch */
+	int64_t cost;
+	struct vec_result want[VEC_MAX_RULES];
+};
+
+struct vec_scenario {
+	char name[64];
+	int line;
+	int64_t epoch;
+	size_t nrules;
+	struct vec_rule rules[VEC_MAX_RULES];
+	size_t nsteps, cap;
+	struct vec_step *steps;
+};
+
+static struct vec_scenario *scenarios;
+static size_t nscenarios;
+static char vec_path[1024];
+
+static bool parse_int(const char *s, int64_t *out)
+{
+	char *end;
+	long long v;
+
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno != 0 || end == s || *end != '\0')
+		return false;
+	*out = v;
+	return true;
+}
+
+/* ALGORITHM LIMIT WINDOW_MS [shadow] from tok[0..n-1]; returns the number
+ * of tokens used, or -1. */
+static int parse_rule(char **tok, int n, struct vec_rule *r)
+{
+	if (n < 3 || rl_algorithm_parse(tok[0], &r->alg) == -1 ||
+	    !parse_int(tok[1], &r->limit) || !parse_int(tok[2],
+	    &r->window_ms) || r->limit < 1 || r->window_ms < 1)
+		return -1;
+	r->shadow = n > 3 && strcmp(tok[3], "shadow") == 0;
+	return r->shadow ? 4 : 3;
+}
+
+static int parse_scenario(char **tok, int n, struct vec_scenario *sc)
+{
+	int used, k;
+
+	if (n < 5 || strlen(tok[1]) >= sizeof(sc->name))
+		return -1;
+	strcpy(sc->name, tok[1]);
+	if ((used = parse_rule(tok + 2, n - 2, &sc->rules[0])) == -1)
+		return -1;
+	sc->nrules = 1;
+	k = 2 + used;
+	if (k == n)
+		return 0;
+	if (k + 2 != n || strcmp(tok[k], "epoch") != 0 ||
+	    !parse_int(tok[k + 1], &sc->epoch) || sc->epoch < 0)
+		return -1;
+	return 0;
+}
+
+/* T COST -> A R S Y [| A R S Y ...] */
+static int parse_step(char **tok, int n, const struct vec_scenario *sc,
+    struct vec_step *st)
+{
+	int64_t v[4];
+	size_t r;
+	int k = 3, j;
+
+	if (n < 3 || !parse_int(tok[0], &st->t) || st->t < 0 ||
+	    !parse_int(tok[1], &st->cost) || st->cost < 0 ||
+	    strcmp(tok[2], "->") != 0)
+		return -1;
+	for (r = 0; r < sc->nrules; r++) {
+		if (r > 0 && (k >= n || strcmp(tok[k++], "|") != 0))
+			return -1;
+		for (j = 0; j < 4; j++)
+			if (k >= n || !parse_int(tok[k++], &v[j]))
+				return -1;
+		if (v[0] != 0 && v[0] != 1)
+			return -1;
+		st->want[r].allowed = v[0] == 1;
+		st->want[r].remaining = v[1];
+		st->want[r].reset_ms = v[2];
+		st->want[r].retry_after_ms = v[3];
+	}
+	return k == n ? 0 : -1;
+}
+
+/* Read the whole file into scenarios[]; on error print FILE:LINE and
+ * exit 1 (a broken vector file is not a test failure to shrug off). */
+static void vec_load(const char *path)
+{
+	char line[1024], *tok[VEC_MAX_TOKENS], *p, *save;
+	struct vec_scenario *sc = NULL;
+	FILE *f;
+	int lineno = 0, n;
+	const char *what = NULL;
+
+	if ((f = fopen(path, "r")) == NULL) {
+		fprintf(stderr, "%s: %s\n", path, strerror(errno));
+		exit(EXIT_FAILURE);
+	}
+	while (fgets(line, sizeof(line), f) != NULL) {
+		lineno++;
+		if ((p = strchr(line, '#')) != NULL)
+			*p = '\0';
+		n = 0;
+		for (p = strtok_r(line, " \t\r\n", &save); p != NULL &&
+		    n < VEC_MAX_TOKENS; p = strtok_r(NULL, " \t\r\n", &save))
+			tok[n++] = p;
+		if (n == 0)
+			continue;
+		if (strcmp(tok[0], "scenario") == 0) {
+			scenarios = realloc(scenarios, (nscenarios + 1) *
+			    sizeof(*scenarios));
+			if (scenarios == NULL)
+				goto oom;
+			sc = &scenarios[nscenarios++];
+			memset(sc, 0, sizeof(*sc));
+			sc->line = lineno;
+			if (parse_scenario(tok, n, sc) == -1) {
+				what = "bad scenario line";
+				goto bad;
+			}
+		} else if (strcmp(tok[0], "rule") == 0) {
+			if (sc == NULL || sc->nsteps > 0 ||
+			    sc->nrules == VEC_MAX_RULES ||
+			    parse_rule(tok + 1, n - 1,
+			    &sc->rules[sc->nrules]) != n - 1) {
+				what = "bad rule line (or after a step)";
+				goto bad;
+			}
+			sc->nrules++;
+		} else {
+			if (sc == NULL) {
+				what = "a step before any scenario";
+				goto bad;
+			}
+			if (sc->nsteps == sc->cap) {
+				sc->cap = sc->cap == 0 ? 16 : 2 * sc->cap;
+				sc->steps = realloc(sc->steps, sc->cap *
+				    sizeof(*sc->steps));
+				if (sc->steps == NULL)
+					goto oom;
+			}
+			memset(&sc->steps[sc->nsteps], 0, sizeof(*sc->steps));
+			sc->steps[sc->nsteps].line = lineno;
+			if (parse_step(tok, n, sc,
+			    &sc->steps[sc->nsteps]) == -1) {
+				what = "bad step line";
+				goto bad;
+			}
+			sc->nsteps++;
+		}
+	}
+	fclose(f);
+	if (nscenarios == 0) {
+		fprintf(stderr, "%s: no scenarios\n", path);
+		exit(EXIT_FAILURE);
+	}
+	return;
+bad:
+	fprintf(stderr, "%s:%d: %s\n", path, lineno, what);
+	exit(EXIT_FAILURE);
+oom:
+	fprintf(stderr, "%s:%d: out of memory\n", path, lineno);
+	exit(EXIT_FAILURE);
+}
+
+/* --- the runner --------------------------------------------------------- */
+
+static struct h_redis redis;
+
+/* The script split around TIME_LINE (at start-up, in the runner). */
+static char *script_head, *script_tail;
+
+static void split_script(void)
+{
+	const char *s = rl_lua_ratelimit, *at, *again;
+	size_t n = strlen(TIME_LINE);
+
+	at = strstr(s, TIME_LINE);
+	again = at != NULL ? strstr(at + n, TIME_LINE) : NULL;
+	if (at == NULL || (at != s && at[-1] != '\n') || again != NULL) {
+		fprintf(stderr, "lua/ratelimit.lua: the line \"%.*s\" is %s; "
+		    "this test replaces it to set the script's time\n",
+		    (int)n - 1, TIME_LINE, at == NULL ? "gone" :
+		    again != NULL ? "there twice" : "not a whole line");
+		exit(EXIT_FAILURE);
+	}
+	script_head = strndup(s, (size_t)(at - s));
+	script_tail = strdup(at + n);
+	if (script_head == NULL || script_tail == NULL) {
+		fprintf(stderr, "out of memory\n");
+		exit(EXIT_FAILURE);
+	}
+}
+
+/* The script with its time fixed at now (microseconds).  Free it. */
+static char *script_at(int64_t now)
+{
+	char *text;
+
+	if (asprintf(&text, "%slocal time = {'%" PRId64 "', '%" PRId64
+	    "'}\n%s", script_head, now / 1000000, now % 1000000,
+	    script_tail) == -1)
+		ck_abort_msg("out of memory");
+	return text;
+}
+
+/* Read one reply of a pipeline; abort on a transport error. */
+static redisReply *get_reply(redisContext *c)
+{
+	void *rep = NULL;
+
+	ck_assert_msg(redisGetReply(c, &rep) == REDIS_OK && rep != NULL,
+	    "redis: %s", c->errstr);
+	return rep;
+}
+
+/* Run one step: MULTI, EVAL, PERSIST of every key, EXEC; return EXEC's
+ * first element (EVAL's reply) in *out, to free with the returned reply. */
+static redisReply *run_step(redisContext *c, const struct vec_scenario *sc,
+    char keys[][96], int64_t now, int64_t cost, redisReply **out)
+{
+	const char *argv[3 + 6 * VEC_MAX_RULES];
+	size_t argl[3 + 6 * VEC_MAX_RULES];
+	char nums[VEC_MAX_RULES][5][24], nkeys[8];
+	char *text = script_at(now);
+	redisReply *rep, *exec;
+	size_t r, n = 0, j;
+	int argc = 0;
+
+	snprintf(nkeys, sizeof(nkeys), "%zu", sc->nrules);
+	argv[argc++] = "EVAL";
+	argv[argc++] = text;
+	argv[argc++] = nkeys;
+	for (r = 0; r < sc->nrules; r++)
+		argv[argc++] = keys[r];
+	for (r = 0; r < sc->nrules; r++) {
+		snprintf(nums[r][0], sizeof(nums[r][0]), "%d",
+		    (int)sc->rules[r].alg);
+		snprintf(nums[r][1], sizeof(nums[r][1]), "%" PRId64,
+		    sc->rules[r].limit);
+		snprintf(nums[r][2], sizeof(nums[r][2]), "%" PRId64,
+		    sc->rules[r].window_ms);
+		snprintf(nums[r][3], sizeof(nums[r][3]), "%" PRId64, cost);
+		snprintf(nums[r][4], sizeof(nums[r][4]), "%d",
+		    sc->rules[r].shadow ? 1 : 0);
+		for (j = 0; j < 5; j++)
+			argv[argc++] = nums[r][j];
+	}
+	for (j = 0; j < (size_t)argc; j++)
+		argl[j] = strlen(argv[j]);
+
+	redisAppendCommand(c, "MULTI");
+	redisAppendCommandArgv(c, argc, argv, argl);
+	for (r = 0; r < sc->nrules; r++) {
+		redisAppendCommand(c, "PERSIST %s", keys[r]);
+		n++;
+	}
+	redisAppendCommand(c, "EXEC");
+	free(text);
+	for (j = 0; j < n + 2; j++) {
+		rep = get_reply(c);	/* +OK, then +QUEUED each */
+		ck_assert_msg(rep->type == REDIS_REPLY_STATUS, "redis: %s",
+		    rep->type == REDIS_REPLY_ERROR ? rep->str :
+		    "unexpected reply in MULTI");
+		freeReplyObject(rep);
+	}
+	exec = get_reply(c);
+	ck_assert_msg(exec->type == REDIS_REPLY_ARRAY &&
+	    exec->elements == n + 1, "redis: EXEC did not answer %zu "
+	    "replies", n + 1);
+	*out = exec->element[0];
+	return exec;
+}
+
+START_TEST(test_scenario)
+{
+	const struct vec_scenario *sc = &scenarios[_i];
+	char keys[VEC_MAX_RULES][96];
+	redisContext *c = h_redis_ctx(&redis);
+	redisReply *exec, *rep;
+	bool want_all;
+	size_t s, r;
+
+	for (r = 0; r < sc->nrules; r++)
+		snprintf(keys[r], sizeof(keys[r]), "vec:%s:%zu", sc->name, r);
+	for (s = 0; s < sc->nsteps; s++) {
+		const struct vec_step *st = &sc->steps[s];
+		long long got[4];
+		size_t j;
+
+		exec = run_step(c, sc, keys, sc->epoch + st->t, st->cost,
+		    &rep);
+		ck_assert_msg(rep->type == REDIS_REPLY_ARRAY &&
+		    rep->elements == 1 + 4 * sc->nrules,
+		    "%s:%d (%s): the script answered %s", vec_path,
+		    st->line, sc->name, rep->type == REDIS_REPLY_ERROR ?
+		    rep->str : "not an array of 1 + 4n");
+		for (j = 0; j < rep->elements; j++)
+			ck_assert_msg(rep->element[j]->type ==
+			    REDIS_REPLY_INTEGER, "%s:%d: element %zu of the "
+			    "reply is not an integer", vec_path, st->line, j);
+		want_all = true;
+		for (r = 0; r < sc->nrules; r++) {
+			const struct vec_result *w = &st->want[r];
+
+			if (!sc->rules[r].shadow && !w->allowed)
+				want_all = false;
+			for (j = 0; j < 4; j++)
+				got[j] = rep->element[1 + 4 * r + j]->integer;
+			ck_assert_msg(got[0] == (w->allowed ? 1 : 0) &&
+			    got[1] == w->remaining && got[2] == w->reset_ms &&
+			    got[3] == w->retry_after_ms,
+			    "%s:%d (%s, rule %zu, %s): got %lld %lld %lld "
+			    "%lld, want %d %" PRId64 " %" PRId64 " %" PRId64,
+			    vec_path, st->line, sc->name, r + 1,
+			    rl_algorithm_name(sc->rules[r].alg), got[0],
+			    got[1], got[2], got[3], (int)w->allowed,
+			    w->remaining, w->reset_ms, w->retry_after_ms);
+		}
+		ck_assert_msg(rep->element[0]->integer == (want_all ? 1 : 0),
+		    "%s:%d (%s): all_allowed %lld, want %d", vec_path,
+		    st->line, sc->name, rep->element[0]->integer,
+		    (int)want_all);
+		freeReplyObject(exec);
+	}
+}
+END_TEST
+
+/* --- fixtures and main -------------------------------------------------- */
+
+static void start_redis(void)
+{
+	if (redis.pid == 0)
+		h_redis_start(&redis);
+}
+
+static void flush_redis(void)
+{
+	h_redis_flush(&redis);
+}
+
+int main(void)
+{
+	const char *dir = getenv("RATELIMITD_SRCDIR");
+	Suite *s = suite_create("vectors_redis");
+	TCase *tc = tcase_create("redis");
+	SRunner *sr;
+	int failed;
+
+	h_init();
+	snprintf(vec_path, sizeof(vec_path), "%s%s%s", dir != NULL ? dir : "",
+	    dir != NULL ? "/" : "", VEC_FILE);
+	vec_load(vec_path);
+	split_script();
+	tcase_add_unchecked_fixture(tc, start_redis, h_reap_orphans);
+	tcase_add_checked_fixture(tc, flush_redis, h_test_teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_loop_test(tc, test_scenario, 0, (int)nscenarios);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	h_redis_stop(&redis);
+	printf("%zu scenarios from %s\n", nscenarios, vec_path);
+	free(script_head);
+	free(script_tail);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
