@@ -719,12 +719,14 @@ http_server_start(int listen_fd, struct config *cfg,
 	s->decider = decider;
 	s->metrics = metrics;
 	s->listen_fd = listen_fd;
+	/* The logger first: MHD logs with its own, to stderr, until it
+	 * has seen this option. */
 	s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, access_handler, s,
+	    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 	    MHD_OPTION_LISTEN_SOCKET, listen_fd,
 	    MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)cfg->threads,
 	    MHD_OPTION_NOTIFY_COMPLETED, request_completed, s,
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)60,
-	    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 	    MHD_OPTION_END);
 	if (s->mhd == NULL) {
 		snprintf(err, errlen, "%s: cannot start the HTTP server",

@@ -149,9 +149,15 @@ shut_down(struct daemon *d)
 	while ((left = http_server_inflight(d->http)) > 0 &&
 	    util_monotonic_us() < deadline)
 		nanosleep(&tick, NULL);
-	if (left > 0)
+	if (left > 0) {
+		/* Their workers may be blocked in a backend call, which
+		 * nothing interrupts, and MHD_stop_daemon() would wait for
+		 * them: leave without them. */
 		log_warnx("shutdown: %d requests still in flight after "
-		    "shutdown_timeout", left);
+		    "shutdown_timeout; exiting without them", left);
+		log_info("stopped");
+		_exit(0);
+	}
 	http_server_stop(d->http);
 	d->http = NULL;
 }
