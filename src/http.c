@@ -1,11 +1,15 @@
 /*
  * http.c - the HTTP front end on libmicrohttpd (see http.h).
  *
- * libmicrohttpd runs `threads` worker threads, each with its own event loop
- * over its connections (MHD_OPTION_THREAD_POOL_SIZE); HTTP/1.1 keep-alive is
- * its default.  A request is handled in the thread that read it: the body is
- * gathered (bounded by max_body_bytes), turned into attributes, decided, and
- * answered with JSON and the RateLimit headers.  The listening socket is
+ * libmicrohttpd runs `threads` threads, each with its own event loop over
+ * its connections (MHD_OPTION_THREAD_POOL_SIZE); HTTP/1.1 keep-alive is its
+ * default.  The body is gathered (bounded by max_body_bytes) and turned into
+ * attributes in the event loop.  A decision on a store that may block
+ * (Redis) is not made there: the connection is suspended, a worker thread
+ * decides, and resumes it, so one slow backend call never delays the other
+ * connections of that loop, /healthz included.  A store that never blocks
+ * (memory) is asked inline.  Then the answer: JSON and the RateLimit
+ * headers.  The listening socket is
  * bound by http_listen() so that a port in use is a clear start-up error and
  * unix sockets work the same way as TCP.
  */
@@ -36,7 +40,7 @@
 #define JSON_TYPE "application/json"
 
 enum endpoint {
-	EP_ACQUIRE, EP_AUTH, EP_SIMPLE, EP_BAD_METHOD, EP_NOT_FOUND
+	EP_ACQUIRE, EP_AUTH, EP_READY, EP_SIMPLE, EP_BAD_METHOD, EP_NOT_FOUND
 };
 
 struct http_server {
@@ -47,15 +51,38 @@ struct http_server {
 	const struct decider *decider;
 	struct metrics *metrics;
 	int inflight;			/* atomic */
+
+	/* Decisions that may block (Redis) run on these workers while their
+	 * connection is suspended, so a slow backend never stalls the event
+	 * loop that also serves other connections and /healthz. */
+	pthread_t *workers;
+	int nworkers;
+	pthread_mutex_t qlock;
+	pthread_cond_t qcond;
+	struct request *qhead, *qtail;
+	bool qstop;
 };
 
 /* Per-request state, from the first call of the handler to completion. */
+enum request_state { RQ_READING, RQ_QUEUED, RQ_DECIDED };
+
 struct request {
 	enum endpoint ep;
+	enum request_state state;
 	struct config *cfg;		/* the snapshot this request uses */
 	char *body;
 	size_t len, cap;
 	bool too_large;
+
+	/* What decide() takes and gives, kept here while the connection is
+	 * suspended and a worker decides. */
+	struct MHD_Connection *conn;
+	struct attrs attrs;
+	char *rule;
+	struct decide_request dr;
+	struct decision decision;
+	bool ready;			/* EP_READY: the backend answered */
+	struct request *next;		/* in the work queue */
 };
 
 /* --- listening -------------------------------------------------------- */
@@ -499,74 +526,148 @@ auth_attrs(struct MHD_Connection *conn, const char *url, const char *method,
 
 /* --- handlers --------------------------------------------------------- */
 
+static void
+log_access(const struct request *rq)
+{
+	const struct decision *d = &rq->decision;
+	char lim[24], rem[24], retry[24];
+	const char *k[] = { "endpoint", "allowed", "rule", "limit",
+	    "remaining", "retry_after_ms", "degraded" };
+	const char *v[] = { rq->ep == EP_ACQUIRE ? "acquire" : "auth",
+	    d->status != DECIDE_OK ? decide_status_code(d->status) :
+	    d->allowed ? "true" : "false",
+	    d->rule != NULL ? d->rule->name : "", lim, rem, retry,
+	    d->degraded ? "true" : "false" };
+
+	lim[0] = rem[0] = '\0';
+	if (d->rule != NULL) {
+		snprintf(lim, sizeof(lim), "%lld", (long long)d->limit);
+		snprintf(rem, sizeof(rem), "%lld", (long long)d->remaining);
+	}
+	snprintf(retry, sizeof(retry), "%lld", (long long)d->retry_after_ms);
+	log_fields(LOG_LEVEL_INFO, "decision", k, v, 7);
+}
+
+/* A decided request: answer it and log it. */
+static enum MHD_Result
+finish_decision(struct http_server *s, struct MHD_Connection *conn,
+    struct request *rq)
+{
+	enum MHD_Result ret = respond_decision(s, conn, rq, &rq->decision);
+
+	if (rq->cfg->access_log && log_enabled(LOG_LEVEL_INFO))
+		log_access(rq);
+	return ret;
+}
+
+static void *
+worker_main(void *arg)
+{
+	struct http_server *s = arg;
+	struct request *rq;
+
+	for (;;) {
+		pthread_mutex_lock(&s->qlock);
+		while (s->qhead == NULL && !s->qstop)
+			pthread_cond_wait(&s->qcond, &s->qlock);
+		if ((rq = s->qhead) == NULL) {
+			pthread_mutex_unlock(&s->qlock);
+			return NULL;
+		}
+		if ((s->qhead = rq->next) == NULL)
+			s->qtail = NULL;
+		pthread_mutex_unlock(&s->qlock);
+
+		if (rq->ep == EP_READY)
+			rq->ready = backend_is_ready(s->decider->backend);
+		else
+			decide(s->decider, rq->cfg, &rq->dr, &rq->decision);
+		rq->state = RQ_DECIDED;
+		MHD_resume_connection(rq->conn);
+	}
+}
+
+/* Hand rq to the workers; its connection sleeps until it is decided. */
+static void
+enqueue(struct http_server *s, struct request *rq)
+{
+	rq->state = RQ_QUEUED;
+	rq->next = NULL;
+	MHD_suspend_connection(rq->conn);
+	pthread_mutex_lock(&s->qlock);
+	if (s->qtail != NULL)
+		s->qtail->next = rq;
+	else
+		s->qhead = rq;
+	s->qtail = rq;
+	pthread_cond_signal(&s->qcond);
+	pthread_mutex_unlock(&s->qlock);
+}
+
+/*
+ * The last call for /acquire or /auth: gather attributes, then decide here
+ * (a store that never blocks) or on a worker.  Called again after a worker
+ * resumed the connection, with rq->state == RQ_DECIDED.
+ */
 static enum MHD_Result
 handle_decision(struct http_server *s, struct MHD_Connection *conn,
     struct request *rq, const char *url, const char *method)
 {
-	struct attrs a = { 0 };
-	struct decide_request dr = { .attrs = &a, .cost = -1 };
-	struct decision d;
-	char *rule = NULL;
 	enum MHD_Result ret = MHD_NO;
 
+	if (rq->state == RQ_DECIDED)
+		return finish_decision(s, conn, rq);
 	if (rq->too_large)
 		return respond_error(s, conn, 413, "body_too_large",
 		    "the body is larger than %lld bytes",
 		    (long long)rq->cfg->max_body_bytes);
+	rq->dr.attrs = &rq->attrs;
+	rq->dr.cost = -1;
 	if (rq->ep == EP_ACQUIRE) {
-		if (acquire_attrs(s, conn, rq, &a, &rule, &dr.cost, &ret) < 0)
-			goto done;
-		dr.rule = rule;
-	} else if (auth_attrs(conn, url, method, &a) < 0) {
-		ret = respond_error(s, conn, 500, "internal_error",
+		if (acquire_attrs(s, conn, rq, &rq->attrs, &rq->rule,
+		    &rq->dr.cost, &ret) < 0)
+			return ret;
+		rq->dr.rule = rq->rule;
+	} else if (auth_attrs(conn, url, method, &rq->attrs) < 0)
+		return respond_error(s, conn, 500, "internal_error",
 		    "out of memory");
-		goto done;
+	if (s->nworkers > 0) {
+		rq->conn = conn;
+		enqueue(s, rq);
+		return MHD_YES;
 	}
-	decide(s->decider, rq->cfg, &dr, &d);
-	ret = respond_decision(s, conn, rq, &d);
-	if (rq->cfg->access_log && log_enabled(LOG_LEVEL_INFO)) {
-		char lim[24], rem[24], retry[24];
-		const char *k[] = { "endpoint", "allowed", "rule", "limit",
-		    "remaining", "retry_after_ms", "degraded" };
-		const char *v[] = { rq->ep == EP_ACQUIRE ? "acquire" : "auth",
-		    d.status != DECIDE_OK ? decide_status_code(d.status) :
-		    d.allowed ? "true" : "false",
-		    d.rule != NULL ? d.rule->name : "", lim, rem, retry,
-		    d.degraded ? "true" : "false" };
+	decide(s->decider, rq->cfg, &rq->dr, &rq->decision);
+	return finish_decision(s, conn, rq);
+}
 
-		snprintf(lim, sizeof(lim), "%lld", (long long)d.limit);
-		snprintf(rem, sizeof(rem), "%lld", (long long)d.remaining);
-		snprintf(retry, sizeof(retry), "%lld",
-		    (long long)d.retry_after_ms);
-		log_fields(LOG_LEVEL_INFO, "decision", k, v, 7);
+/* /readyz: the backend's PING may block, so it goes to a worker too. */
+static enum MHD_Result
+handle_ready(struct http_server *s, struct MHD_Connection *conn,
+    struct request *rq)
+{
+	if (rq->state != RQ_DECIDED) {
+		if (s->nworkers > 0) {
+			rq->conn = conn;
+			enqueue(s, rq);
+			return MHD_YES;
+		}
+		rq->ready = backend_is_ready(s->decider->backend);
 	}
-done:
-	rl_free(rule);
-	attrs_clear(&a);
-	return ret;
+	return rq->ready ?
+	    respond(s, conn, 200, "text/plain", "ready\n", 6, NULL) :
+	    respond(s, conn, 503, "text/plain", "not ready\n", 10, NULL);
 }
 
 static enum MHD_Result
 handle_simple(struct http_server *s, struct MHD_Connection *conn,
     const char *url)
 {
-	struct config *cfg;
 	char *text;
 	size_t len;
-	bool ready;
 	enum MHD_Result ret;
 
 	if (strcmp(url, "/healthz") == 0)
 		return respond(s, conn, 200, "text/plain", "ok\n", 3, NULL);
-	if (strcmp(url, "/readyz") == 0) {
-		cfg = http_server_get_config(s);
-		ready = cfg != NULL && backend_is_ready(s->decider->backend);
-		config_unref(cfg);
-		return ready ?
-		    respond(s, conn, 200, "text/plain", "ready\n", 6, NULL) :
-		    respond(s, conn, 503, "text/plain", "not ready\n", 10,
-		    NULL);
-	}
 	/* /metrics */
 	if (metrics_render(s->metrics, &text, &len) < 0)
 		return respond_error(s, conn, 500, "internal_error",
@@ -588,8 +689,9 @@ route(const char *url, const char *method)
 		    EP_BAD_METHOD;
 	if (strcmp(url, "/auth") == 0 || strncmp(url, "/auth/", 6) == 0)
 		return EP_AUTH;
-	if (strcmp(url, "/healthz") == 0 || strcmp(url, "/readyz") == 0 ||
-	    strcmp(url, "/metrics") == 0)
+	if (strcmp(url, "/readyz") == 0)
+		return is_get ? EP_READY : EP_BAD_METHOD;
+	if (strcmp(url, "/healthz") == 0 || strcmp(url, "/metrics") == 0)
 		return is_get ? EP_SIMPLE : EP_BAD_METHOD;
 	return EP_NOT_FOUND;
 }
@@ -654,6 +756,8 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 	case EP_ACQUIRE:
 	case EP_AUTH:
 		return handle_decision(s, conn, rq, url, method);
+	case EP_READY:
+		return handle_ready(s, conn, rq);
 	case EP_SIMPLE:
 		return handle_simple(s, conn, url);
 	case EP_BAD_METHOD:
@@ -679,6 +783,8 @@ request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		return;
 	config_unref(rq->cfg);
 	rl_free(rq->body);
+	rl_free(rq->rule);
+	attrs_clear(&rq->attrs);
 	rl_free(rq);
 	*con_cls = NULL;
 	__atomic_sub_fetch(&s->inflight, 1, __ATOMIC_SEQ_CST);
@@ -700,14 +806,42 @@ mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* --- life cycle ------------------------------------------------------- */
 
+/* Stop and join the first n workers; the queue is drained first. */
+static void
+workers_stop(struct http_server *s, int n)
+{
+	int i;
+
+	pthread_mutex_lock(&s->qlock);
+	s->qstop = true;
+	pthread_cond_broadcast(&s->qcond);
+	pthread_mutex_unlock(&s->qlock);
+	for (i = 0; i < n; i++)
+		pthread_join(s->workers[i], NULL);
+	rl_free(s->workers);
+	s->workers = NULL;
+	s->nworkers = 0;
+}
+
+static void
+server_free(struct http_server *s)
+{
+	workers_stop(s, s->nworkers);
+	config_unref(s->cfg);
+	pthread_cond_destroy(&s->qcond);
+	pthread_mutex_destroy(&s->qlock);
+	pthread_mutex_destroy(&s->lock);
+	rl_free(s);
+}
+
 struct http_server *
 http_server_start(int listen_fd, struct config *cfg,
-    const struct decider *decider, struct metrics *metrics, char *err,
-    size_t errlen)
+    const struct decider *decider, int workers, struct metrics *metrics,
+    char *err, size_t errlen)
 {
 	struct http_server *s;
 	unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
-	    MHD_USE_ITC | MHD_USE_ERROR_LOG;
+	    MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
 
 	if ((s = rl_calloc(1, sizeof(*s))) == NULL) {
 		snprintf(err, errlen, "out of memory");
@@ -715,10 +849,26 @@ http_server_start(int listen_fd, struct config *cfg,
 		return NULL;
 	}
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->qlock, NULL);
+	pthread_cond_init(&s->qcond, NULL);
 	s->cfg = config_ref(cfg);
 	s->decider = decider;
 	s->metrics = metrics;
 	s->listen_fd = listen_fd;
+	if (workers > 0 &&
+	    (s->workers = rl_calloc((size_t)workers, sizeof(pthread_t))) ==
+	    NULL) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	for (; s->nworkers < workers; s->nworkers++) {
+		if ((errno = pthread_create(&s->workers[s->nworkers], NULL,
+		    worker_main, s)) != 0) {
+			snprintf(err, errlen, "worker thread: %s",
+			    strerror(errno));
+			goto fail;
+		}
+	}
 	/* The logger first: MHD logs with its own, to stderr, until it
 	 * has seen this option. */
 	s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, access_handler, s,
@@ -731,13 +881,14 @@ http_server_start(int listen_fd, struct config *cfg,
 	if (s->mhd == NULL) {
 		snprintf(err, errlen, "%s: cannot start the HTTP server",
 		    cfg->listen);
-		close(listen_fd);
-		config_unref(s->cfg);
-		pthread_mutex_destroy(&s->lock);
-		rl_free(s);
-		return NULL;
+		goto fail;
 	}
 	return s;
+
+fail:
+	close(listen_fd);
+	server_free(s);
+	return NULL;
 }
 
 void
@@ -763,8 +914,8 @@ http_server_stop(struct http_server *s)
 {
 	if (s == NULL)
 		return;
+	/* Workers first: they resume connections of the daemon. */
+	workers_stop(s, s->nworkers);
 	MHD_stop_daemon(s->mhd);	/* closes the socket unless quiesced */
-	config_unref(s->cfg);
-	pthread_mutex_destroy(&s->lock);
-	rl_free(s);
+	server_free(s);
 }

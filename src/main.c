@@ -269,7 +269,11 @@ main(int argc, char **argv)
 		fprintf(stderr, "ratelimitd: %s\n", err);
 		goto out;
 	}
-	d.http = http_server_start(fd, d.cfg, &d.decider, d.metrics, err,
+	/* Redis calls block: enough workers to keep the pool busy while
+	 * others queue.  The memory store never blocks: decide inline. */
+	d.http = http_server_start(fd, d.cfg, &d.decider,
+	    d.cfg->backend == RL_BACKEND_REDIS ?
+	    d.cfg->redis.pool_size + d.cfg->threads : 0, d.metrics, err,
 	    sizeof(err));
 	if (d.http == NULL) {
 		fprintf(stderr, "ratelimitd: %s\n", err);

@@ -1,0 +1,1196 @@
+/*
+ * check_ops.c - ratelimitd as an operator meets it: Redis failing in the
+ * ways it fails (refusing, hanging, paused, killed under load, asking for a
+ * password), reloads (SIGHUP, a rename over the file, a ConfigMap symlink
+ * swap, a bad file), /metrics checked by promtool, SIGTERM under load, and
+ * the log (JSON, levels, access log, no secrets).  CONTRACT.md sections 1
+ * and 6 and docs/configuration.md are the reference.
+ *
+ * Every daemon runs one rule, x, keyed by the JSON field "user", so each
+ * test picks its counters by naming users (ops.h has the helpers).  The
+ * time bound: a request may take redis.timeout plus MARGIN_MS, however
+ * Redis fails and whatever other connections are waiting for.
+ *
+ * Two things the harness does not do are done without touching it:
+ *  - a daemon with another environment or command line: the harness runs
+ *    "$RATELIMITD_BIN -c FILE", so ops_wrap_daemon() points RATELIMITD_BIN
+ *    at an sh script that sets things up and execs the real binary (same
+ *    PID, so the harness still tracks and stops it);
+ *  - HTTP that reports libcurl's own result, for the shutdown test to tell
+ *    a refused connection from a cut answer: post_raw().
+ */
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "ops.h"
+
+#define TIMEOUT_MS	OPS_TIMEOUT_MS	/* redis.timeout, mostly */
+#define MARGIN_MS	150	/* what a request may take beyond it */
+#define LOAD_THREADS	4
+
+/* Assert every recorded request of the workers was a degraded 200 that
+ * took at most TIMEOUT_MS + MARGIN_MS. */
+static void assert_all_degraded_and_quick(const struct ops_worker *w, int n)
+{
+	size_t k, total = 0;
+	int i;
+
+	for (i = 0; i < n; i++) {
+		for (k = 0; k < w[i].n; k++, total++) {
+			const struct ops_sample *s = &w[i].s[k];
+
+			ck_assert_msg(s->status == 200 && s->degraded,
+			    "request %zu of thread %d: status %ld, degraded "
+			    "%d; expected a degraded 200", k, i, s->status,
+			    s->degraded);
+		}
+	}
+	ck_assert_msg(total > 0, "no request was made");
+	ck_assert_msg(ops_load_max_ms(w, n) < TIMEOUT_MS + MARGIN_MS,
+	    "a request took %lld ms; redis.timeout is %d ms",
+	    ops_load_max_ms(w, n), TIMEOUT_MS);
+}
+
+/* =====================================================================
+ * 1. Backend failure policy
+ * ===================================================================== */
+
+/* Redis refuses connections: allow => degraded 200s, quickly; /readyz 503. */
+START_TEST(test_policy_allow_refused)
+{
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	long long ms;
+	int i;
+
+	ops_start(&d, ops_closed_port(),
+	    &(struct ops_conf){ .policy = "allow" });
+	for (i = 0; i < 8; i++) {
+		ops_acquire_timed(&r, "a", &ms);
+		ck_assert_int_eq(r.status, 200);
+		ck_assert_msg(ops_is_degraded(&r), "not degraded: %s", r.body);
+		ck_assert_msg(json_is_true(h_json_get(&r, "allowed")), "%s",
+		    r.body);
+		ck_assert_msg(ms < TIMEOUT_MS + MARGIN_MS, "took %lld ms", ms);
+		h_resp_free(&r);
+	}
+	ck_assert_int_eq(ops_get("/readyz", &ms), 503);
+	ck_assert_msg(ms < TIMEOUT_MS + MARGIN_MS, "/readyz took %lld ms", ms);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* Redis refuses connections: deny => 503 backend_unavailable. */
+START_TEST(test_policy_deny_refused)
+{
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	long long ms;
+	int i;
+
+	ops_start(&d, ops_closed_port(),
+	    &(struct ops_conf){ .policy = "deny" });
+	for (i = 0; i < 8; i++) {
+		ops_acquire_timed(&r, "a", &ms);
+		ck_assert_int_eq(r.status, 503);
+		ck_assert_str_eq(h_json_str(&r, "error"),
+		    "backend_unavailable");
+		ck_assert_ptr_nonnull(h_json_str(&r, "message"));
+		ck_assert_msg(ms < TIMEOUT_MS + MARGIN_MS, "took %lld ms", ms);
+		h_resp_free(&r);
+	}
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* Redis refuses connections: local => the in-process limiter decides
+ * (limit 2: two 200s, then 429), every answer marked degraded. */
+START_TEST(test_policy_local_refused)
+{
+	static const long want_status[] = { 200, 200, 429, 429 };
+	static const long long want_remaining[] = { 1, 0, 0, 0 };
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	long long ms;
+	int i;
+
+	ops_start(&d, ops_closed_port(),
+	    &(struct ops_conf){ .policy = "local" });
+	for (i = 0; i < 4; i++) {
+		ops_acquire_timed(&r, "l", &ms);
+		ck_assert_msg(r.status == want_status[i], "request %d: status "
+		    "%ld, expected %ld: %s", i + 1, r.status, want_status[i],
+		    r.body);
+		ck_assert_msg(ops_is_degraded(&r), "not degraded: %s", r.body);
+		ck_assert_str_eq(h_json_str(&r, "rule"), "x");
+		ck_assert_int_eq(h_json_int(&r, "limit"), 2);
+		ck_assert_int_eq(h_json_int(&r, "remaining"),
+		    want_remaining[i]);
+		ck_assert_msg(ms < TIMEOUT_MS + MARGIN_MS, "took %lld ms", ms);
+		h_resp_free(&r);
+	}
+	/* Another user has its own local counter. */
+	ops_acquire(&r, "m");
+	ck_assert_int_eq(r.status, 200);
+	h_resp_free(&r);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* Redis accepts and never answers: every request, /readyz included,
+ * still ends within the timeout, also from several threads at once. */
+START_TEST(test_policy_silent_redis)
+{
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	struct ops_worker *w;
+	long long ms;
+	int port, fd = ops_silent_listener(&port), i;
+
+	ops_start(&d, port, &(struct ops_conf){ .policy = "allow" });
+	for (i = 0; i < 3; i++) {
+		ops_acquire_timed(&r, "a", &ms);
+		ck_assert_int_eq(r.status, 200);
+		ck_assert_msg(ops_is_degraded(&r), "not degraded: %s", r.body);
+		ck_assert_msg(ms < TIMEOUT_MS + MARGIN_MS, "took %lld ms", ms);
+		h_resp_free(&r);
+	}
+	w = ops_load_start(LOAD_THREADS, 5000, 6, 0);
+	ops_load_join(w, LOAD_THREADS);
+	assert_all_degraded_and_quick(w, LOAD_THREADS);
+	free(w);
+	ck_assert_int_eq(ops_get("/readyz", &ms), 503);
+	ck_assert_msg(ms < TIMEOUT_MS + MARGIN_MS, "/readyz took %lld ms", ms);
+	h_daemon_stop(&d);
+	close(fd);
+}
+END_TEST
+
+/* The same with on_backend_error: deny. */
+START_TEST(test_policy_silent_redis_deny)
+{
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	long long ms;
+	int port, fd = ops_silent_listener(&port), i;
+
+	ops_start(&d, port, &(struct ops_conf){ .policy = "deny" });
+	for (i = 0; i < 8; i++) {
+		ops_acquire_timed(&r, "a", &ms);
+		ck_assert_int_eq(r.status, 503);
+		ck_assert_str_eq(h_json_str(&r, "error"),
+		    "backend_unavailable");
+		ck_assert_msg(ms < TIMEOUT_MS + MARGIN_MS, "took %lld ms", ms);
+		h_resp_free(&r);
+	}
+	h_daemon_stop(&d);
+	close(fd);
+}
+END_TEST
+
+/* A hanging Redis and more clients than connections: the wait for a free
+ * connection is part of the same deadline. */
+START_TEST(test_policy_silent_redis_small_pool)
+{
+	struct h_daemon d = { 0 };
+	struct ops_worker *w;
+	int port, fd = ops_silent_listener(&port);
+
+	ops_start(&d, port,
+	    &(struct ops_conf){ .redis_extra = "  pool_size: 2\n" });
+	w = ops_load_start(2 * LOAD_THREADS, 5000, 10, 0);
+	ops_load_join(w, 2 * LOAD_THREADS);
+	assert_all_degraded_and_quick(w, 2 * LOAD_THREADS);
+	free(w);
+	h_daemon_stop(&d);
+	close(fd);
+}
+END_TEST
+
+/* A real Redis that stops answering (SIGSTOP) under load and resumes. */
+START_TEST(test_redis_paused_under_load)
+{
+	struct h_redis red = { 0 };
+	struct h_daemon d = { 0 };
+	struct ops_worker *w;
+
+	h_redis_start(&red);
+	ops_start(&d, red.port, &(struct ops_conf){ .limit = 1000000 });
+	ck_assert(ops_wait_not_degraded("load", 2000));
+	w = ops_load_start(LOAD_THREADS, 2000, 0, 5);
+	h_sleep_ms(500);
+	ck_assert(kill(red.pid, SIGSTOP) == 0);
+	h_sleep_ms(1000);
+	ck_assert(kill(red.pid, SIGCONT) == 0);
+	ops_load_join(w, LOAD_THREADS);
+	ck_assert_msg(ops_load_max_ms(w, LOAD_THREADS) < TIMEOUT_MS + MARGIN_MS,
+	    "a request took %lld ms while Redis was paused; redis.timeout "
+	    "is %d ms", ops_load_max_ms(w, LOAD_THREADS), TIMEOUT_MS);
+	free(w);
+	ck_assert_msg(ops_wait_not_degraded("after", 8000),
+	    "still degraded 8 s after Redis resumed");
+	h_daemon_stop(&d);
+	h_redis_stop(&red);
+}
+END_TEST
+
+#define HOL_CONNS	5	/* keep-alive connections ... */
+#define HOL_THREADS	4	/* ... on this many HTTP worker threads */
+#define HOL_TIMEOUT_MS	200
+
+/*
+ * A request that waits on Redis holds up no other connection while worker
+ * threads are free.  Five keep-alive connections to four worker threads:
+ * for each pair, /readyz (which always asks the hanging Redis, circuit or
+ * not) runs on one while /healthz goes on the other.  If a pair turns out
+ * to wait on each other, two /acquire on that pair must still each end
+ * within the timeout.  Only two requests are ever in flight.
+ */
+START_TEST(test_no_head_of_line_blocking)
+{
+	static const char body[] = "{\"user\":\"h\"}";
+	struct h_daemon d = { 0 };
+	struct ops_call slow, fast;
+	CURL *c[HOL_CONNS];
+	long long health_ms = 0, first_ms, second_ms;
+	int port, fd = ops_silent_listener(&port), i, j, si = -1, sj = -1;
+
+	ops_start(&d, port, &(struct ops_conf){ .threads = HOL_THREADS,
+	    .timeout_ms = HOL_TIMEOUT_MS });
+	for (i = 0; i < HOL_CONNS; i++) {
+		c[i] = h_curl_new();
+		ops_call_start(&fast, c[i], "GET", "/healthz", NULL);
+		ops_call_finish(&fast);
+		h_resp_free(&fast.r);
+	}
+	for (i = 0; i < HOL_CONNS && si < 0; i++) {
+		for (j = i + 1; j < HOL_CONNS && si < 0; j++) {
+			ops_call_start(&slow, c[i], "GET", "/readyz", NULL);
+			h_sleep_ms(50);
+			ops_call_start(&fast, c[j], "GET", "/healthz", NULL);
+			health_ms = ops_call_finish(&fast);
+			ops_call_finish(&slow);
+			ck_assert_int_eq(fast.r.status, 200);
+			ck_assert_int_eq(fast.r.num_connects, 0);
+			ck_assert_int_eq(slow.r.status, 503);
+			if (health_ms > MARGIN_MS) {
+				si = i;
+				sj = j;
+			}
+			h_resp_free(&slow.r);
+			h_resp_free(&fast.r);
+		}
+	}
+	if (si >= 0) {
+		ops_call_start(&slow, c[si], "POST", "/acquire", body);
+		h_sleep_ms(20);
+		ops_call_start(&fast, c[sj], "POST", "/acquire", body);
+		second_ms = ops_call_finish(&fast);
+		first_ms = ops_call_finish(&slow);
+		h_resp_free(&slow.r);
+		h_resp_free(&fast.r);
+		ck_assert_msg(second_ms < HOL_TIMEOUT_MS + MARGIN_MS,
+		    "POST /acquire took %lld ms (redis.timeout %d ms): it "
+		    "waited for a /acquire on another connection (%lld ms), "
+		    "with only 2 requests in flight and %d worker threads",
+		    second_ms, HOL_TIMEOUT_MS, first_ms, HOL_THREADS);
+		ck_assert_msg(health_ms <= MARGIN_MS, "GET /healthz took %lld "
+		    "ms behind a /readyz on another connection", health_ms);
+	}
+	for (i = 0; i < HOL_CONNS; i++)
+		curl_easy_cleanup(c[i]);
+	h_daemon_stop(&d);
+	close(fd);
+}
+END_TEST
+
+/* Kill -9 a real Redis under load, restart it on the same port: no
+ * request waits past the timeout, the daemon lives, answers in the outage
+ * are degraded, and afterwards Redis decides again by itself. */
+START_TEST(test_redis_killed_under_load)
+{
+	struct h_redis red = { 0 };
+	struct h_daemon d = { 0 };
+	struct ops_worker *w;
+	long long killed_at, back_at;
+	size_t k, before = 0, during = 0;
+	int i;
+
+	h_redis_start(&red);
+	ops_start(&d, red.port, &(struct ops_conf){ .policy = "allow",
+	    .limit = 1000000 });
+	ck_assert(ops_wait_not_degraded("load", 2000));
+	w = ops_load_start(LOAD_THREADS, 3000, 0, 5);
+
+	h_sleep_ms(1000);
+	killed_at = h_now_ms();
+	ck_assert(kill(red.pid, SIGKILL) == 0);
+	h_redis_stop(&red);		/* reaps it */
+	h_sleep_ms(200);
+	ck_assert_int_eq(ops_get("/readyz", NULL), 503);
+	h_sleep_ms(800);
+	back_at = h_now_ms();
+	h_redis_start(&red);		/* the same port */
+
+	ops_load_join(w, LOAD_THREADS);
+	ck_assert_msg(ops_is_running(d.pid), "the daemon died");
+	for (i = 0; i < LOAD_THREADS; i++) {
+		for (k = 0; k < w[i].n; k++) {
+			const struct ops_sample *s = &w[i].s[k];
+
+			ck_assert_msg(s->status == 200, "thread %d request "
+			    "%zu (at %lld ms): status %ld, expected 200", i,
+			    k, s->t0 - killed_at, s->status);
+			if (s->t1 < killed_at) {
+				before++;
+				ck_assert_msg(!s->degraded, "degraded before "
+				    "Redis was killed");
+			}
+			if (s->t0 > killed_at && s->t1 < back_at) {
+				during++;
+				ck_assert_msg(s->degraded, "not degraded "
+				    "while Redis was down (at %lld ms)",
+				    s->t0 - killed_at);
+			}
+		}
+	}
+	ck_assert_msg(before > 0 && during > 0, "%zu requests before the "
+	    "kill, %zu during the outage", before, during);
+	ck_assert_msg(ops_load_max_ms(w, LOAD_THREADS) < TIMEOUT_MS + MARGIN_MS,
+	    "a request took %lld ms; redis.timeout is %d ms",
+	    ops_load_max_ms(w, LOAD_THREADS), TIMEOUT_MS);
+	free(w);
+
+	ck_assert_msg(ops_wait_not_degraded("after", 8000),
+	    "still degraded 8 s after Redis came back");
+	ck_assert_int_eq(ops_poll_status("/readyz", 200, 2000), 200);
+	h_daemon_stop(&d);
+	h_redis_stop(&red);
+}
+END_TEST
+
+/* =====================================================================
+ * 2. Reload
+ * ===================================================================== */
+
+static const struct ops_conf reload_conf = { .memory = true, .limit = 1 };
+
+/* SIGHUP reloads (counted, logged); with a changed file, the new limit. */
+START_TEST(test_reload_sighup)
+{
+	struct h_daemon d = { 0 };
+	struct ops_conf c = reload_conf;
+	char yaml[4096], *log;
+
+	ops_start(&d, 0, &c);
+	ck_assert_int_eq(ops_current_limit(), 1);
+	ck_assert(kill(d.pid, SIGHUP) == 0);
+	ck_assert_msg(ops_wait_metric("ratelimitd_config_reloads_total"
+	    "{result=\"success\"}", 1, 2000) == 1, "SIGHUP did not reload");
+	log = ops_slurp(d.log);
+	ck_assert_msg(strstr(log, "reloaded") != NULL, "log: %s", log);
+	free(log);
+
+	c.limit = 3;
+	ops_render_for(&d, &c, yaml, sizeof(yaml));
+	ops_write_file(d.conf, yaml);
+	ck_assert(kill(d.pid, SIGHUP) == 0);
+	ck_assert_int_eq(ops_wait_limit(3, 2000), 3);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* A file replaced by rename (how editors and config tools write) is
+ * reloaded without a signal. */
+START_TEST(test_reload_rename)
+{
+	struct h_daemon d = { 0 };
+	struct ops_conf c = reload_conf;
+	char yaml[4096];
+
+	ops_start(&d, 0, &c);
+	ck_assert_int_eq(ops_current_limit(), 1);
+	c.limit = 4;
+	ops_render_for(&d, &c, yaml, sizeof(yaml));
+	ops_replace_file(d.conf, yaml);
+	ck_assert_int_eq(ops_wait_limit(4, 2000), 4);
+	c.limit = 5;		/* and again: the watch survives */
+	ops_render_for(&d, &c, yaml, sizeof(yaml));
+	ops_replace_file(d.conf, yaml);
+	ck_assert_int_eq(ops_wait_limit(5, 2000), 5);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* Put text into dir/..<version>/ratelimitd.yaml. */
+static void cm_version(const char *dir, const char *version,
+    const char *text)
+{
+	char p[H_PATH_MAX + 64];
+
+	snprintf(p, sizeof(p), "%s/%s", dir, version);
+	ck_assert_msg(mkdir(p, 0755) == 0, "mkdir %s: %s", p, strerror(errno));
+	snprintf(p, sizeof(p), "%s/%s/ratelimitd.yaml", dir, version);
+	ops_write_file(p, text);
+}
+
+/* Point dir/..data at version the way the kubelet does: a new symlink,
+ * renamed over the old one. */
+static void cm_swap(const char *dir, const char *version)
+{
+	char tmp[H_PATH_MAX + 32], data[H_PATH_MAX + 32];
+
+	snprintf(tmp, sizeof(tmp), "%s/..data_tmp", dir);
+	snprintf(data, sizeof(data), "%s/..data", dir);
+	ck_assert(symlink(version, tmp) == 0);
+	ck_assert_msg(rename(tmp, data) == 0, "rename: %s", strerror(errno));
+}
+
+/* A ConfigMap volume: dir/ratelimitd.yaml -> ..data/ratelimitd.yaml,
+ * ..data -> ..v1; an update swaps ..data to a new version directory. */
+START_TEST(test_reload_configmap)
+{
+	struct h_daemon d = { 0 };
+	struct ops_conf c = reload_conf;
+	char dir[H_PATH_MAX], link[H_PATH_MAX + 32], pre[3 * H_PATH_MAX];
+	char yaml[4096];
+
+	ops_tmp_name(dir, sizeof(dir), "configmap");
+	ck_assert(mkdir(dir, 0755) == 0);
+	snprintf(link, sizeof(link), "%s/..v1", dir);
+	ck_assert(mkdir(link, 0755) == 0);
+	snprintf(link, sizeof(link), "%s/..data", dir);
+	ck_assert(symlink("..v1", link) == 0);
+	snprintf(link, sizeof(link), "%s/ratelimitd.yaml", dir);
+	ck_assert(symlink("..data/ratelimitd.yaml", link) == 0);
+	/* The daemon reads the harness's file through the volume. */
+	snprintf(pre, sizeof(pre), "cp \"$2\" '%s/..v1/ratelimitd.yaml' && "
+	    "set -- -c '%s'", dir, link);
+	ops_wrap_daemon(pre);
+	ops_start(&d, 0, &c);
+	ck_assert_int_eq(ops_current_limit(), 1);
+
+	c.limit = 6;
+	ops_render_for(&d, &c, yaml, sizeof(yaml));
+	cm_version(dir, "..v2", yaml);
+	cm_swap(dir, "..v2");
+	ck_assert_int_eq(ops_wait_limit(6, 2000), 6);
+
+	c.limit = 7;
+	ops_render_for(&d, &c, yaml, sizeof(yaml));
+	cm_version(dir, "..v3", yaml);
+	cm_swap(dir, "..v3");
+	ck_assert_int_eq(ops_wait_limit(7, 2000), 7);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* A file with a syntax error: rejected, the old rules stay, the log says
+ * FILE:LINE:COL, and the failure counter goes up by exactly one. */
+START_TEST(test_reload_bad_file)
+{
+	static const char failures[] =
+	    "ratelimitd_config_reloads_total{result=\"failure\"}";
+	struct h_daemon d = { 0 };
+	char yaml[4096], where[H_PATH_MAX + 32], *log;
+	int bad_line = 0;
+	double before;
+	const char *p;
+
+	ops_start(&d, 0, &reload_conf);
+	ck_assert_int_eq(ops_current_limit(), 1);
+	before = ops_metric(failures);
+	ck_assert_msg(before == 0, "%s is %g before any reload", failures,
+	    before);
+
+	/* The good file, then a key indented to no level: an error at
+	 * column 3 of the line after the last. */
+	ops_render_for(&d, &reload_conf, yaml, sizeof(yaml));
+	for (p = yaml; *p != '\0'; p++)
+		bad_line += *p == '\n';
+	bad_line++;
+	strcat(yaml, "  oops: 1\n");
+	ops_replace_file(d.conf, yaml);
+	ck_assert_msg(ops_wait_metric(failures, 1, 2000) == 1,
+	    "the bad file was not counted as a failed reload");
+	h_sleep_ms(500);
+	ck_assert_msg(ops_metric(failures) == 1, "failures: %g, expected 1",
+	    ops_metric(failures));
+	ck_assert_msg(ops_metric("ratelimitd_config_last_reload_success") == 0,
+	    "last_reload_success is not 0 after a failure");
+	ck_assert_int_eq(ops_current_limit(), 1);
+
+	log = ops_slurp(d.log);
+	snprintf(where, sizeof(where), "%s:%d:3: ", d.conf, bad_line);
+	ck_assert_msg(strstr(log, where) != NULL, "the log does not say "
+	    "\"%s\":\n%s", where, log);
+	free(log);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* =====================================================================
+ * 3. Metrics
+ * ===================================================================== */
+
+START_TEST(test_metrics)
+{
+	struct h_redis red = { 0 };
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	const char *ctype;
+	int i, allowed = 0, denied = 0;
+
+	h_redis_start(&red);
+	ops_start(&d, red.port, &(struct ops_conf){ .limit = 3 });
+	for (i = 0; i < 5; i++) {
+		ops_acquire(&r, "m");
+		ck_assert_msg(!ops_is_degraded(&r), "%s", r.body);
+		allowed += r.status == 200;
+		denied += r.status == 429;
+		h_resp_free(&r);
+	}
+	ck_assert_int_eq(allowed, 3);
+	ck_assert_int_eq(denied, 2);
+
+	ops_scrape(&r);
+	ctype = h_resp_header(&r, "Content-Type");
+	ck_assert_msg(ctype != NULL && strstr(ctype, "version=0.0.4") != NULL,
+	    "Content-Type: %s", ctype ? ctype : "(none)");
+	ops_promtool_check(r.body);
+	ck_assert_int_eq(ops_metric_in(r.body, "ratelimitd_decisions_total"
+	    "{rule=\"x\",result=\"allowed\"}"), allowed);
+	ck_assert_int_eq(ops_metric_in(r.body, "ratelimitd_decisions_total"
+	    "{rule=\"x\",result=\"denied\"}"), denied);
+	ck_assert_int_eq(ops_metric_in(r.body, "ratelimitd_http_responses_total"
+	    "{code=\"429\"}"), denied);
+	ck_assert_int_ge(ops_metric_in(r.body, "ratelimitd_backend_request_"
+	    "duration_seconds_count{backend=\"redis\"}"), 5);
+	ck_assert_int_eq(ops_metric_in(r.body, "ratelimitd_backend_errors_total"
+	    "{backend=\"redis\",kind=\"connect\"}"), 0);
+	h_resp_free(&r);
+
+	h_redis_stop(&red);
+	for (i = 0; i < 3; i++) {
+		ops_acquire(&r, "m");
+		ck_assert_msg(r.status == 200 && ops_is_degraded(&r), "%s",
+		    r.body);
+		h_resp_free(&r);
+	}
+	ops_scrape(&r);
+	ops_promtool_check(r.body);
+	ck_assert_int_ge(ops_metric_in(r.body, "ratelimitd_backend_errors_total"
+	    "{backend=\"redis\",kind=\"connect\"}"), 1);
+	ck_assert_int_eq(ops_metric_in(r.body, "ratelimitd_decisions_total"
+	    "{rule=\"x\",result=\"degraded\"}"), 3);
+	ck_assert_int_eq(ops_metric_in(r.body, "ratelimitd_decisions_total"
+	    "{rule=\"x\",result=\"allowed\"}"), allowed);
+	h_resp_free(&r);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* =====================================================================
+ * 4. Shutdown
+ * ===================================================================== */
+
+/* How one request of the shutdown test ended. */
+struct outcome {
+	long long t1;
+	CURLcode rc;
+	long status;
+	bool json_ok;		/* a JSON object with "allowed" */
+};
+
+struct client {
+	pthread_t thread;
+	int port;
+	bool fresh;		/* a new connection for every request */
+	atomic_bool *stop;
+	struct outcome o[8192];
+	size_t n;
+};
+
+static size_t sink(char *data, size_t size, size_t nmemb, void *arg)
+{
+	char *buf = arg;
+	size_t n = size * nmemb, have = strlen(buf);
+
+	if (have + n < 4096) {
+		memcpy(buf + have, data, n);
+		buf[have + n] = '\0';
+	}
+	return n;
+}
+
+/* POST /acquire, reporting libcurl's own result. */
+static void post_raw(CURL *c, int port, bool fresh, struct outcome *o)
+{
+	static const char body[] = "{\"user\":\"s\"}";
+	char url[64], resp[4096] = "";
+	json_t *j;
+
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/acquire", port);
+	curl_easy_reset(c);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 5000L);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(c, CURLOPT_FORBID_REUSE, fresh ? 1L : 0L);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, resp);
+	o->status = 0;
+	o->rc = curl_easy_perform(c);
+	o->t1 = h_now_ms();
+	if (o->rc == CURLE_OK)
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &o->status);
+	j = json_loads(resp, 0, NULL);
+	o->json_ok = json_is_object(j) &&
+	    json_is_boolean(json_object_get(j, "allowed"));
+	json_decref(j);
+}
+
+static void *client_main(void *arg)
+{
+	struct client *cl = arg;
+	CURL *c = curl_easy_init();
+
+	while (c != NULL && !atomic_load(cl->stop) &&
+	    cl->n < sizeof(cl->o) / sizeof(cl->o[0])) {
+		post_raw(c, cl->port, cl->fresh, &cl->o[cl->n]);
+		if (cl->o[cl->n++].rc != CURLE_OK)
+			h_sleep_ms(5);
+	}
+	if (c != NULL)
+		curl_easy_cleanup(c);
+	return NULL;
+}
+
+/* A connection error, as opposed to a broken or partial answer. */
+static bool is_connection_error(CURLcode rc)
+{
+	return rc == CURLE_COULDNT_CONNECT || rc == CURLE_GOT_NOTHING ||
+	    rc == CURLE_RECV_ERROR || rc == CURLE_SEND_ERROR;
+}
+
+/* SIGTERM under load: exit 0 within shutdown_timeout + 1 s, and every
+ * client saw a whole answer or, after the signal, a connection error. */
+START_TEST(test_sigterm_under_load)
+{
+	struct h_daemon d = { 0 };
+	struct client *cl = calloc(LOAD_THREADS, sizeof(*cl));
+	atomic_bool stop = false;
+	long long sig_at, took;
+	size_t k, ok_before = 0, refused_after = 0;
+	int i;
+
+	ck_assert(cl != NULL);
+	ops_start(&d, 0,
+	    &(struct ops_conf){ .memory = true, .limit = 1000000 });
+	for (i = 0; i < LOAD_THREADS; i++) {
+		cl[i].port = d.port;
+		cl[i].fresh = i % 2 == 1;
+		cl[i].stop = &stop;
+		ck_assert(pthread_create(&cl[i].thread, NULL, client_main,
+		    &cl[i]) == 0);
+	}
+	h_sleep_ms(300);
+	sig_at = h_now_ms();
+	ck_assert(kill(d.pid, SIGTERM) == 0);
+	took = ops_exit_time_ms(d.pid, 2000 + 1000);
+	h_sleep_ms(200);
+	atomic_store(&stop, true);
+	for (i = 0; i < LOAD_THREADS; i++)
+		pthread_join(cl[i].thread, NULL);
+	ck_assert_msg(took >= 0, "still running 3 s after SIGTERM "
+	    "(shutdown_timeout 2s)");
+	h_daemon_stop(&d);		/* asserts exit status 0 */
+
+	for (i = 0; i < LOAD_THREADS; i++) {
+		for (k = 0; k < cl[i].n; k++) {
+			const struct outcome *o = &cl[i].o[k];
+
+			if (o->rc == CURLE_OK) {
+				ck_assert_msg(o->status == 200 && o->json_ok,
+				    "client %d request %zu: status %ld, "
+				    "body %s JSON", i, k, o->status,
+				    o->json_ok ? "is" : "is not");
+				ok_before += o->t1 < sig_at;
+				continue;
+			}
+			ck_assert_msg(is_connection_error(o->rc),
+			    "client %d request %zu, %lld ms after SIGTERM: %s "
+			    "(%d)", i, k, o->t1 - sig_at,
+			    curl_easy_strerror(o->rc), o->rc);
+			ck_assert_msg(o->t1 >= sig_at, "client %d request "
+			    "%zu: %s before SIGTERM", i, k,
+			    curl_easy_strerror(o->rc));
+			refused_after += o->rc == CURLE_COULDNT_CONNECT;
+		}
+	}
+	ck_assert_msg(ok_before > 0, "no request was answered before SIGTERM");
+	ck_assert_msg(refused_after > 0, "no client saw the listener close");
+	free(cl);
+}
+END_TEST
+
+/* A request in flight (waiting on a Redis that never answers) when
+ * SIGTERM comes is finished, not cut. */
+START_TEST(test_sigterm_finishes_in_flight)
+{
+	struct h_daemon d = { 0 };
+	struct ops_call q;
+	CURL *c = h_curl_new();
+	long long took;
+	int port, fd = ops_silent_listener(&port);
+
+	ops_start(&d, port, &(struct ops_conf){ .timeout_ms = 600 });
+	ops_call_start(&q, c, "POST", "/acquire", "{\"user\":\"q\"}");
+	h_sleep_ms(200);
+	ck_assert(kill(d.pid, SIGTERM) == 0);
+	took = ops_exit_time_ms(d.pid, 2000 + 1000);
+	ops_call_finish(&q);
+	ck_assert_msg(took >= 0, "still running 3 s after SIGTERM");
+	h_daemon_stop(&d);
+	ck_assert_msg(q.r.status == 200 && ops_is_degraded(&q.r),
+	    "the request in flight got status %ld (%s), expected a "
+	    "degraded 200", q.r.status, q.r.status ? q.r.body : q.r.err);
+	h_resp_free(&q.r);
+	curl_easy_cleanup(c);
+	close(fd);
+}
+END_TEST
+
+/* Requests that outlast shutdown_timeout do not hold the exit up: it comes
+ * within shutdown_timeout + 1 s, still with status 0. */
+START_TEST(test_sigterm_bounded_by_shutdown_timeout)
+{
+	struct h_daemon d = { 0 };
+	struct ops_call q;
+	CURL *c = h_curl_new();
+	long long took;
+	int port, fd = ops_silent_listener(&port);
+
+	ops_start(&d, port, &(struct ops_conf){ .timeout_ms = 4000,
+	    .shutdown = "500ms" });
+	ops_call_start(&q, c, "POST", "/acquire", "{\"user\":\"q\"}");
+	h_sleep_ms(200);
+	ck_assert(kill(d.pid, SIGTERM) == 0);
+	took = ops_exit_time_ms(d.pid, 500 + 1000);
+	ops_call_finish(&q);
+	h_resp_free(&q.r);
+	curl_easy_cleanup(c);
+	ck_assert_msg(took >= 0, "still running 1.5 s after SIGTERM with "
+	    "shutdown_timeout 500ms (a request was waiting on Redis, "
+	    "redis.timeout 4s)");
+	h_daemon_stop(&d);
+	close(fd);
+}
+END_TEST
+
+/* =====================================================================
+ * 5. Logs
+ * ===================================================================== */
+
+/* Make the daemon log a bit of everything: decisions (allowed, denied,
+ * degraded), an error answer, /readyz, a good and a bad reload. */
+static void exercise_logging(struct h_daemon *d, const struct ops_conf *c)
+{
+	struct h_resp r = { 0 };
+	char yaml[4096];
+	int i;
+
+	for (i = 0; i < 4; i++) {
+		ops_acquire(&r, "log");
+		h_resp_free(&r);
+	}
+	h_http(&r, "POST", "/acquire", "{\"user\":", NULL);
+	h_resp_free(&r);
+	(void)ops_get("/readyz", NULL);
+	ck_assert(kill(d->pid, SIGHUP) == 0);
+	ck_assert(ops_wait_metric("ratelimitd_config_reloads_total"
+	    "{result=\"success\"}", 1, 2000) == 1);
+	ops_render_for(d, c, yaml, sizeof(yaml));
+	strcat(yaml, "rules: [\"unterminated\n");
+	ops_replace_file(d->conf, yaml);
+	ck_assert(ops_wait_metric("ratelimitd_config_reloads_total"
+	    "{result=\"failure\"}", 1, 2000) == 1);
+}
+
+/* log_format: json => every line is a JSON object with ts, level, msg. */
+START_TEST(test_log_json)
+{
+	static const char *const levels[] = { "debug", "info", "warn",
+		"error" };
+	struct ops_conf c = { .policy = "allow", .extra = "log_format: json\n"
+	    "log_level: debug\naccess_log: true\n" };
+	struct h_daemon d = { 0 };
+	char *log, *line, *save = NULL;
+	int nlines = 0, nwarn = 0;
+	size_t i;
+
+	ops_start(&d, ops_closed_port(), &c);
+	exercise_logging(&d, &c);
+	h_daemon_stop(&d);
+
+	log = ops_slurp(d.log);
+	for (line = strtok_r(log, "\n", &save); line != NULL;
+	    line = strtok_r(NULL, "\n", &save), nlines++) {
+		json_error_t e;
+		json_t *j = json_loads(line, 0, &e);
+		const char *lv;
+		bool known = false;
+
+		ck_assert_msg(json_is_object(j), "not a JSON object (%s): %s",
+		    e.text, line);
+		ck_assert_msg(json_is_string(json_object_get(j, "ts")) &&
+		    json_is_string(json_object_get(j, "msg")) &&
+		    json_is_string(json_object_get(j, "level")),
+		    "ts, level or msg missing: %s", line);
+		lv = json_string_value(json_object_get(j, "level"));
+		for (i = 0; i < sizeof(levels) / sizeof(levels[0]); i++)
+			known |= strcmp(lv, levels[i]) == 0;
+		ck_assert_msg(known, "unknown level: %s", line);
+		nwarn += strcmp(lv, "warn") == 0;
+		json_decref(j);
+	}
+	ck_assert_msg(nlines >= 8 && nwarn > 0, "only %d lines, %d warn",
+	    nlines, nwarn);
+	free(log);
+}
+END_TEST
+
+/* The value of level= in a logfmt line, copied into out. */
+static void logfmt_level(const char *line, char *out, size_t len)
+{
+	const char *p = strstr(line, " level=");
+	size_t n = 0;
+
+	out[0] = '\0';
+	if (p == NULL)
+		return;
+	for (p += 7; p[n] != '\0' && p[n] != ' ' && n + 1 < len; n++)
+		out[n] = p[n];
+	out[n] = '\0';
+}
+
+/* log_level: warn => warnings and errors only. */
+START_TEST(test_log_level_warn)
+{
+	struct ops_conf c = { .policy = "allow", .extra = "log_level: warn\n" };
+	struct h_daemon d = { 0 };
+	char *log, *line, *save = NULL, lv[16];
+	int nwarn = 0;
+
+	ops_start(&d, ops_closed_port(), &c);
+	exercise_logging(&d, &c);
+	h_daemon_stop(&d);
+
+	log = ops_slurp(d.log);
+	for (line = strtok_r(log, "\n", &save); line != NULL;
+	    line = strtok_r(NULL, "\n", &save)) {
+		logfmt_level(line, lv, sizeof(lv));
+		ck_assert_msg(strcmp(lv, "warn") == 0 ||
+		    strcmp(lv, "error") == 0, "below warn: %s", line);
+		nwarn += strcmp(lv, "warn") == 0;
+	}
+	ck_assert_msg(nwarn > 0, "no warning was logged at all");
+	free(log);
+}
+END_TEST
+
+/* access_log: true => one line per decision, /acquire and /auth. */
+START_TEST(test_access_log)
+{
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	long long end;
+	int i, n;
+
+	ops_start(&d, 0, &(struct ops_conf){ .memory = true,
+	    .extra = "access_log: true\n" });
+	for (i = 0; i < 3; i++) {
+		ops_acquire(&r, "acc");
+		ck_assert_int_eq(r.status, i < 2 ? 200 : 429);
+		h_resp_free(&r);
+	}
+	h_http(&r, "GET", "/auth", NULL, NULL);
+	ck_assert_int_eq(r.status, 200);
+	h_resp_free(&r);
+	end = h_now_ms() + 1000;
+	while ((n = ops_count_in_file(d.log, "msg=\"decision\"")) < 4 &&
+	    h_now_ms() < end)
+		h_sleep_ms(20);
+	ck_assert_msg(n == 4, "%d access log lines for 4 decisions", n);
+	ck_assert_int_eq(ops_count_in_file(d.log, "allowed=\"false\""), 1);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* The Redis password is never logged: not on connect errors, not on
+ * reloads, not in a config error about the URL. */
+START_TEST(test_log_hides_password)
+{
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	struct ops_conf c = { .url = "redis://:s3cret@127.0.0.1:%REDIS_PORT%/0",
+	    .extra = "log_level: debug\naccess_log: true\n" };
+	char yaml[4096], shown[64], *log;
+	int i, port = ops_closed_port();
+
+	ops_start(&d, port, &c);
+	for (i = 0; i < 8; i++) {
+		ops_acquire(&r, "pw");
+		ck_assert(ops_is_degraded(&r));
+		h_resp_free(&r);
+		(void)ops_get("/readyz", NULL);
+		h_sleep_ms(i == 3 ? 1100 : 0);	/* past the log's limit */
+	}
+	c.url = "redis://:s3cret@127.0.0.1:99999/0";	/* bad port */
+	ops_render_for(&d, &c, yaml, sizeof(yaml));
+	ops_replace_file(d.conf, yaml);
+	ck_assert(ops_wait_metric("ratelimitd_config_reloads_total"
+	    "{result=\"failure\"}", 1, 2000) == 1);
+	c.url = "redis://:s3cret2@127.0.0.1:%REDIS_PORT%/0";
+	ops_render_for(&d, &c, yaml, sizeof(yaml));
+	ops_replace_file(d.conf, yaml);
+	ck_assert(ops_wait_metric("ratelimitd_config_reloads_total"
+	    "{result=\"success\"}", 1, 2000) == 1);
+	h_daemon_stop(&d);
+
+	log = ops_slurp(d.log);
+	snprintf(shown, sizeof(shown), "127.0.0.1:%d", port);
+	ck_assert_msg(strstr(log, shown) != NULL, "the log never names "
+	    "Redis at %s:\n%s", shown, log);
+	ck_assert_msg(strstr(log, "s3cret") == NULL, "the password is in "
+	    "the log:\n%s", log);
+	free(log);
+}
+END_TEST
+
+/* =====================================================================
+ * 6. Redis authentication
+ * ===================================================================== */
+
+/* Redis decided (not degraded) for user, keeping its counter in database
+ * db, and /readyz is 200. */
+static void assert_redis_decides_in(struct h_redis *red, int db,
+    const char *user)
+{
+	struct h_resp r = { 0 };
+	char key[128];
+
+	ops_acquire(&r, user);
+	ck_assert_msg(r.status == 200 && !ops_is_degraded(&r) &&
+	    h_json_str(&r, "rule") != NULL, "status %ld: %s", r.status,
+	    r.body);
+	h_resp_free(&r);
+	snprintf(key, sizeof(key), "rl:x:{%s}", user);
+	ops_redis_ok(red, "SELECT %d", db);
+	ck_assert_msg(h_redis_int(red, "EXISTS %s", key) == 1, "no key %s "
+	    "in database %d", key, db);
+	ck_assert_int_eq(ops_get("/readyz", NULL), 200);
+}
+
+static void assert_redis_decides(struct h_redis *red, const char *user)
+{
+	assert_redis_decides_in(red, 0, user);
+}
+
+/* A Redis on which the default user needs password pass; our own
+ * connection (made first) stays authenticated. */
+static void redis_with_password(struct h_redis *red, const char *pass)
+{
+	h_redis_start(red);
+	(void)h_redis_ctx(red);
+	ops_redis_ok(red, "CONFIG SET requirepass %s", pass);
+}
+
+START_TEST(test_auth_requirepass)
+{
+	struct h_redis red = { 0 };
+	struct h_daemon d = { 0 };
+
+	redis_with_password(&red, "pass");
+	ops_start(&d, red.port, &(struct ops_conf){
+	    .url = "redis://:pass@127.0.0.1:%REDIS_PORT%/0" });
+	assert_redis_decides(&red, "rp");
+	h_daemon_stop(&d);
+	h_redis_stop(&red);
+}
+END_TEST
+
+/* A password with URL delimiters in it, percent-encoded, and a database
+ * other than 0. */
+START_TEST(test_auth_encoded_password_and_db)
+{
+	struct h_redis red = { 0 };
+	struct h_daemon d = { 0 };
+
+	redis_with_password(&red, "p@ss:w/rd");
+	ops_start(&d, red.port, &(struct ops_conf){
+	    .url = "redis://:p%40ss%3Aw%2Frd@127.0.0.1:%REDIS_PORT%/3" });
+	assert_redis_decides_in(&red, 3, "enc");
+	h_daemon_stop(&d);
+	h_redis_stop(&red);
+}
+END_TEST
+
+START_TEST(test_auth_acl_user)
+{
+	struct h_redis red = { 0 };
+	struct h_daemon d = { 0 };
+
+	redis_with_password(&red, "other");
+	ops_redis_ok(&red, "ACL SETUSER rl on >pw ~* +@all");
+	ops_start(&d, red.port, &(struct ops_conf){
+	    .url = "redis://rl:pw@127.0.0.1:%REDIS_PORT%/0" });
+	assert_redis_decides(&red, "acl");
+	h_daemon_stop(&d);
+	h_redis_stop(&red);
+}
+END_TEST
+
+START_TEST(test_auth_password_file)
+{
+	struct h_redis red = { 0 };
+	struct h_daemon d = { 0 };
+	char pw[H_PATH_MAX], extra[2 * H_PATH_MAX];
+
+	redis_with_password(&red, "filepass");
+	ops_tmp_name(pw, sizeof(pw), "redis-password");
+	ops_write_file(pw, "filepass\n");
+	snprintf(extra, sizeof(extra), "  password_file: \"%s\"\n", pw);
+	ops_start(&d, red.port, &(struct ops_conf){ .redis_extra = extra });
+	assert_redis_decides(&red, "pf");
+	h_daemon_stop(&d);
+	h_redis_stop(&red);
+}
+END_TEST
+
+/* RATELIMITD_REDIS_URL wins over the file's redis.url. */
+START_TEST(test_auth_env_url)
+{
+	struct h_redis red = { 0 };
+	struct h_daemon d = { 0 };
+	char pre[256];
+
+	redis_with_password(&red, "envpass");
+	snprintf(pre, sizeof(pre), "RATELIMITD_REDIS_URL="
+	    "'redis://:envpass@127.0.0.1:%d/0'\nexport RATELIMITD_REDIS_URL",
+	    red.port);
+	ops_wrap_daemon(pre);
+	ops_start(&d, ops_closed_port(), &(struct ops_conf){ 0 });
+	assert_redis_decides(&red, "env");
+	h_daemon_stop(&d);
+	h_redis_stop(&red);
+}
+END_TEST
+
+/* A wrong password: not ready, decisions degraded, counted as errors. */
+START_TEST(test_auth_wrong_password)
+{
+	struct h_redis red = { 0 };
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	long long ms;
+	int i;
+
+	redis_with_password(&red, "right");
+	ops_start(&d, red.port, &(struct ops_conf){
+	    .url = "redis://:wrong@127.0.0.1:%REDIS_PORT%/0" });
+	ck_assert_int_eq(ops_get("/readyz", NULL), 503);
+	for (i = 0; i < 3; i++) {
+		ops_acquire_timed(&r, "wp", &ms);
+		ck_assert_msg(r.status == 200 && ops_is_degraded(&r), "status "
+		    "%ld: %s", r.status, r.body);
+		ck_assert_msg(ms < TIMEOUT_MS + MARGIN_MS, "took %lld ms", ms);
+		h_resp_free(&r);
+	}
+	ck_assert_int_eq(h_redis_int(&red, "DBSIZE"), 0);
+	ck_assert_int_ge(ops_metric("ratelimitd_backend_errors_total"
+	    "{backend=\"redis\",kind=\"connect\"}"), 1);
+	h_daemon_stop(&d);
+	h_redis_stop(&red);
+}
+END_TEST
+
+/* --- the runner ------------------------------------------------------- */
+
+static TCase *tcase(Suite *s, const char *name)
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_add_unchecked_fixture(tc, NULL, h_reap_orphans);
+	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
+	tcase_set_timeout(tc, 60);
+	suite_add_tcase(s, tc);
+	return tc;
+}
+
+int main(void)
+{
+	Suite *s = suite_create("ops");
+	TCase *tc;
+	SRunner *sr;
+	int failed;
+
+	h_init();
+	ops_init();
+
+	tc = tcase(s, "backend_failure");
+	tcase_add_test(tc, test_policy_allow_refused);
+	tcase_add_test(tc, test_policy_deny_refused);
+	tcase_add_test(tc, test_policy_local_refused);
+	tcase_add_test(tc, test_policy_silent_redis);
+	tcase_add_test(tc, test_policy_silent_redis_deny);
+	tcase_add_test(tc, test_policy_silent_redis_small_pool);
+	tcase_add_test(tc, test_redis_paused_under_load);
+	tcase_add_test(tc, test_no_head_of_line_blocking);
+	tcase_add_test(tc, test_redis_killed_under_load);
+
+	tc = tcase(s, "reload");
+	tcase_add_test(tc, test_reload_sighup);
+	tcase_add_test(tc, test_reload_rename);
+	tcase_add_test(tc, test_reload_configmap);
+	tcase_add_test(tc, test_reload_bad_file);
+
+	tc = tcase(s, "metrics");
+	tcase_add_test(tc, test_metrics);
+
+	tc = tcase(s, "shutdown");
+	tcase_add_test(tc, test_sigterm_under_load);
+	tcase_add_test(tc, test_sigterm_finishes_in_flight);
+	tcase_add_test(tc, test_sigterm_bounded_by_shutdown_timeout);
+
+	tc = tcase(s, "logs");
+	tcase_add_test(tc, test_log_json);
+	tcase_add_test(tc, test_log_level_warn);
+	tcase_add_test(tc, test_access_log);
+	tcase_add_test(tc, test_log_hides_password);
+
+	tc = tcase(s, "redis_auth");
+	tcase_add_test(tc, test_auth_requirepass);
+	tcase_add_test(tc, test_auth_encoded_password_and_db);
+	tcase_add_test(tc, test_auth_acl_user);
+	tcase_add_test(tc, test_auth_password_file);
+	tcase_add_test(tc, test_auth_env_url);
+	tcase_add_test(tc, test_auth_wrong_password);
+
+	sr = srunner_create(s);
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
