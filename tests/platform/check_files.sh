@@ -34,7 +34,7 @@ src=$RATELIMITD_SRCDIR
 bin=$RATELIMITD_BIN
 # Under `make integration` these carry the outer make's options (say
 # SANITIZER=address) into the builds below, which must be plain ones.
-unset MAKEFLAGS MAKELEVEL MFLAGS MAKEOVERRIDES
+unset MAKEFLAGS MAKELEVEL MFLAGS MAKEOVERRIDES SANITIZER BUILD
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/rl-platform-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
