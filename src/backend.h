@@ -93,7 +93,23 @@ static inline void backend_free(struct backend *b)
 		b->ops->free(b);
 }
 
-const char *backend_error_kind_name(enum backend_error_kind kind);
+/* Stable names ("connect", ...) for logs and metric labels. */
+static inline const char *
+backend_error_kind_name(enum backend_error_kind kind)
+{
+	static const char *const names[] = {
+		[BACKEND_ERR_NONE] = "none",
+		[BACKEND_ERR_CONNECT] = "connect",
+		[BACKEND_ERR_TIMEOUT] = "timeout",
+		[BACKEND_ERR_PROTOCOL] = "protocol",
+		[BACKEND_ERR_FULL] = "full",
+		[BACKEND_ERR_CIRCUIT_OPEN] = "circuit_open",
+	};
+
+	if ((unsigned)kind >= sizeof(names) / sizeof(names[0]))
+		return "unknown";
+	return names[kind];
+}
 
 /*
  * The in-process store.  max_keys bounds the number of live keys (expired

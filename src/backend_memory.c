@@ -109,26 +109,6 @@ enum memory_attempt {
 	MEMORY_FULL = -2	/* at max_keys: sweep everything and retry */
 };
 
-const char *
-backend_error_kind_name(enum backend_error_kind kind)
-{
-	switch (kind) {
-	case BACKEND_ERR_NONE:
-		return "none";
-	case BACKEND_ERR_CONNECT:
-		return "connect";
-	case BACKEND_ERR_TIMEOUT:
-		return "timeout";
-	case BACKEND_ERR_PROTOCOL:
-		return "protocol";
-	case BACKEND_ERR_FULL:
-		return "full";
-	case BACKEND_ERR_CIRCUIT_OPEN:
-		return "circuit_open";
-	}
-	return "unknown";
-}
-
 /* --- hashing ----------------------------------------------------------- */
 
 #define ROTL64(x, b) (((x) << (b)) | ((x) >> (64 - (b))))

@@ -55,7 +55,7 @@
 static int64_t
 ceil_ms(int64_t x)
 {
-	return x <= 0 ? 0 : (x + 999) / 1000;
+	return util_ceil_div(x, 1000);
 }
 
 /* ceil() of a double that is a small time difference, as an integer. */

@@ -99,20 +99,6 @@ static const char *const metrics_result_names[METRICS_NRESULTS] = {
 
 static const char *const metrics_backend_names[2] = { "redis", "memory" };
 
-/*
- * Our own copy of the kind names rather than backend_error_kind_name(): the
- * label values are part of the metrics' interface and should not change
- * with a log message, and this keeps metrics.o linkable on its own.
- */
-static const char *const metrics_kind_names[METRICS_NKINDS] = {
-	[BACKEND_ERR_NONE] = "none",
-	[BACKEND_ERR_CONNECT] = "connect",
-	[BACKEND_ERR_TIMEOUT] = "timeout",
-	[BACKEND_ERR_PROTOCOL] = "protocol",
-	[BACKEND_ERR_FULL] = "full",
-	[BACKEND_ERR_CIRCUIT_OPEN] = "circuit_open",
-};
-
 /* Upper bounds (le) in microseconds, and as printed in seconds. */
 static const uint64_t metrics_bounds_us[METRICS_NBOUNDS] = {
 	100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000,
@@ -623,7 +609,7 @@ render_backends(struct metrics_buf *b, struct metrics *m)
 		for (j = BACKEND_ERR_NONE + 1; j < METRICS_NKINDS; j++)
 			buf_printf(b, "%s{backend=\"%s\",kind=\"%s\"} %llu\n",
 			    ename, metrics_backend_names[i],
-			    metrics_kind_names[j],
+			    backend_error_kind_name(j),
 			    atomic_load_explicit(&m->backend[i].errors[j],
 			    memory_order_relaxed));
 
