@@ -38,7 +38,10 @@ OPT = -O1 -g -fno-omit-frame-pointer -fsanitize=$(SANITIZER) \
 SAN_LDFLAGS = -fsanitize=$(SANITIZER)
 endif
 
-CPPFLAGS += -D_GNU_SOURCE -Isrc -I$(BUILD) \
+# src/ is grouped by layer: front/ (protocols), core/ (the pure decision
+# core), store/ (memory and Redis), base/ (logging, metrics, utilities).
+SRC_DIRS = src/front src/core src/store src/base
+CPPFLAGS += -D_GNU_SOURCE -Isrc $(addprefix -I,$(SRC_DIRS)) -I$(BUILD) \
 	-DRL_VERSION='"$(PACKAGE_VERSION)"'
 CFLAGS ?=
 CFLAGS += -std=c11 -pthread $(OPT) $(WARN) $(HARDEN)
@@ -48,8 +51,9 @@ LIB_CFLAGS = $(MHD_CFLAGS) $(HIREDIS_CFLAGS) $(JANSSON_CFLAGS) $(YAML_CFLAGS)
 LIBS = $(MHD_LIBS) $(HIREDIS_LIBS) $(JANSSON_LIBS) $(YAML_LIBS) -lm
 
 # Every source but main.c goes into librl.a, which the tests link too.
-CORE_SRC = $(filter-out src/main.c,$(wildcard src/*.c))
+CORE_SRC = $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.c))
 CORE_OBJ = $(patsubst src/%.c,$(BUILD)/%.o,$(CORE_SRC)) $(BUILD)/lua_scripts.o
+HDRS = $(wildcard src/*/*.h)
 LUA = $(sort $(wildcard lua/*.lua))
 
 UNIT_SRC = $(sort $(wildcard tests/unit/check_*.c))
@@ -70,7 +74,8 @@ UNITDIR ?= $(PREFIX)/lib/systemd/system
 
 all: $(BUILD)/ratelimitd
 
-$(BUILD)/%.o: src/%.c $(wildcard src/*.h) config.mk | $(BUILD)/tests
+$(BUILD)/%.o: src/%.c $(HDRS) config.mk | $(BUILD)/tests
+	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LIB_CFLAGS) -c -o $@ $<
 
 # The Lua scripts are compiled into the binary as C strings, one per file:

@@ -1,6 +1,6 @@
 -- ratelimit.lua - every rule of one request, evaluated atomically on Redis.
 --
--- This is the Redis half of docs/algorithms.md; src/limiter.c is the C half.
+-- This is the Redis half of docs/algorithms.md; src/core/limiter.c is the C half.
 -- Both follow that page to the letter, including the order of the double
 -- arithmetic, so that a request gets the same answer from either store.
 -- backend_redis.c loads the script with SCRIPT LOAD and runs it with EVALSHA.
