@@ -694,11 +694,32 @@ static const struct field memory_fields[] = {
 	    1, INT64_MAX, NULL },
 };
 
-/* auth.deny_status lives in struct config itself. */
+static int
+parse_client_ip(struct loader *ld, const char *what, yaml_node_t *v,
+    void *dst)
+{
+	int i = parse_enum(ld, what, v, client_ip_source_names,
+	    CLIENT_IP_NSOURCES,
+	    "auto, x-real-ip, x-forwarded-for or peer");
+
+	if (i < 0)
+		return -1;
+	*(enum client_ip_source *)dst = (enum client_ip_source)i;
+	return 0;
+}
+
+/* The auth section lives in struct config itself. */
+#define AU(f) offsetof(struct config, f)
 static const struct field auth_fields[] = {
-	{ "deny_status", F_INT, offsetof(struct config, auth_deny_status),
-	    400, 599, NULL },
+	{ "deny_status",      F_INT,    AU(auth_deny_status), 400, 599, NULL },
+	{ "xff_trusted_hops", F_INT,    AU(auth_ip.xff_trusted_hops), 0, 64,
+	    NULL },
+	{ "client_ip",        F_CUSTOM, AU(auth_ip.source), 0, 0,
+	    parse_client_ip },
+	{ "ipv6_prefix",      F_INT,    AU(auth_ip.ipv6_prefix), 1, 128,
+	    NULL },
 };
+#undef AU
 
 static const struct schema redis_schema = {
 	"redis", "redis.", redis_fields, NELEM(redis_fields)
@@ -1044,6 +1065,9 @@ config_new(const char *path)
 	c->backend_required = false;
 	c->on_backend_error = RL_ON_ERROR_ALLOW;
 	c->auth_deny_status = 429;
+	c->auth_ip.source = CLIENT_IP_AUTO;
+	c->auth_ip.xff_trusted_hops = 0;
+	c->auth_ip.ipv6_prefix = 64;
 	if ((c->path = rl_strdup(path)) == NULL ||
 	    (c->listen = rl_strdup("127.0.0.1:8080")) == NULL ||
 	    (c->redis.url = rl_strdup("redis://127.0.0.1:6379/0")) == NULL ||

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "client_ip.h"
 #include "log.h"
 #include "rules.h"
 
@@ -57,6 +58,9 @@ struct config {
 	enum rl_on_error on_backend_error;	/* default allow */
 
 	int auth_deny_status;		/* default 429; 400..599 */
+	struct client_ip_policy auth_ip;	/* xff_trusted_hops 0,
+						 * client_ip auto,
+						 * ipv6_prefix 64 */
 
 	struct rule *rules;		/* array of nrules, in file order */
 	size_t nrules;

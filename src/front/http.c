@@ -33,8 +33,10 @@
 #include <jansson.h>
 #include <microhttpd.h>
 
+#include "client_ip.h"
 #include "log.h"
 #include "metrics.h"
+#include "request_json.h"
 #include "util.h"
 
 #define JSON_TYPE "application/json"
@@ -326,6 +328,9 @@ respond_decision(struct http_server *s, struct MHD_Connection *conn,
 
 /* --- attributes ------------------------------------------------------- */
 
+/* The fields of /acquire that are not attributes (CONTRACT 3). */
+static const char *const acquire_reserved[] = { "cost", "rule", NULL };
+
 /*
  * The JSON body of /acquire into attributes, the forced rule and the cost.
  * Returns 0, or -1 after answering the error itself.
@@ -335,93 +340,34 @@ acquire_attrs(struct http_server *s, struct MHD_Connection *conn,
     const struct request *rq, struct attrs *a, char **rule, int64_t *cost,
     enum MHD_Result *ret)
 {
-	json_t *root, *v;
-	json_error_t jerr;
-	const char *name;
-	char num[32];
+	struct request_error e;
+	json_t *fields;
+	const char *r = NULL;
 	int rc = -1;
 
 	*cost = -1;
 	*rule = NULL;
-	if (rq->len == 0)
-		return 0;	/* no body: no attributes */
-	root = json_loadb(rq->body, rq->len, JSON_REJECT_DUPLICATES, &jerr);
-	if (root == NULL) {
-		*ret = respond_error(s, conn, 400, "invalid_json",
-		    "line %d column %d: %s", jerr.line, jerr.column, jerr.text);
+	if (request_json_parse(rq->body, rq->len, acquire_reserved, 0, a,
+	    &fields, &e) < 0) {
+		*ret = respond_error(s, conn, e.status, e.code, "%s",
+		    e.message);
 		return -1;
 	}
-	if (!json_is_object(root)) {
-		*ret = respond_error(s, conn, 400, "invalid_json",
-		    "the body must be a JSON object");
+	if (request_json_int(fields, "cost", 0, INT64_MAX, "invalid_cost",
+	    cost, &e) < 0 ||
+	    request_json_string(fields, "rule", "unknown_rule", &r, &e) < 0) {
+		*ret = respond_error(s, conn, e.status, e.code, "%s",
+		    e.message);
 		goto done;
 	}
-	json_object_foreach(root, name, v) {
-		const char *val = NULL;
-		size_t vlen = 0;
-
-		if (strcmp(name, "cost") == 0) {
-			if (!json_is_integer(v) || json_integer_value(v) < 0) {
-				*ret = respond_error(s, conn, 400,
-				    "invalid_cost",
-				    "cost must be an integer >= 0");
-				goto done;
-			}
-			*cost = json_integer_value(v);
-			continue;
-		}
-		if (strcmp(name, "rule") == 0) {
-			if (!json_is_string(v)) {
-				*ret = respond_error(s, conn, 400,
-				    "unknown_rule", "rule must be a string");
-				goto done;
-			}
-			if ((*rule = rl_strdup(json_string_value(v))) == NULL)
-				goto oom;
-			continue;
-		}
-		switch (json_typeof(v)) {
-		case JSON_STRING:
-			val = json_string_value(v);
-			vlen = json_string_length(v);
-			break;
-		case JSON_INTEGER:
-			vlen = (size_t)snprintf(num, sizeof(num), "%lld",
-			    (long long)json_integer_value(v));
-			val = num;
-			break;
-		case JSON_TRUE:
-		case JSON_FALSE:
-			val = json_is_true(v) ? "true" : "false";
-			vlen = strlen(val);
-			break;
-		case JSON_NULL:
-			continue;	/* null: the attribute is absent */
-		default:
-			*ret = respond_error(s, conn, 400, "invalid_attribute",
-			    "attribute \"%s\" must be a string, integer or "
-			    "boolean", name);
-			goto done;
-		}
-		if (memchr(val, '\0', vlen) != NULL) {
-			*ret = respond_error(s, conn, 400, "invalid_attribute",
-			    "attribute \"%s\" contains a NUL byte", name);
-			goto done;
-		}
-		if (attrs_setn(a, name, val, vlen) < 0)
-			goto oom;
+	if (r != NULL && (*rule = rl_strdup(r)) == NULL) {
+		*ret = respond_error(s, conn, 500, "internal_error",
+		    "out of memory");
+		goto done;
 	}
 	rc = 0;
-	goto done;
-
-oom:
-	*ret = respond_error(s, conn, 500, "internal_error", "out of memory");
 done:
-	if (rc < 0) {
-		rl_free(*rule);
-		*rule = NULL;
-	}
-	json_decref(root);
+	json_decref(fields);
 	return rc;
 }
 
@@ -438,12 +384,35 @@ collect_header(void *cls, enum MHD_ValueKind kind, const char *key,
 	char name[256];
 	size_t i, n;
 
+	const char *old;
+
 	(void)kind;
 	n = util_strlcpy(name, "header.", sizeof(name));
 	for (i = 0; key[i] != '\0' && n + 1 < sizeof(name); i++, n++)
 		name[n] = (char)tolower((unsigned char)key[i]);
 	name[n] = '\0';
-	if (attrs_set(w->a, name, value != NULL ? value : "") < 0)
+	if (value == NULL)
+		value = "";
+	if ((old = attrs_get(w->a, name)) != NULL) {
+		/* A header sent several times is one comma-separated list
+		 * (RFC 9110 5.3): X-Forwarded-For from several proxies
+		 * must not replace each other. */
+		size_t ol = strlen(old), vl = strlen(value);
+		char *joined = rl_malloc(ol + vl + 2);
+
+		if (joined == NULL) {
+			w->failed = 1;
+			return MHD_NO;
+		}
+		memcpy(joined, old, ol);
+		joined[ol] = ',';
+		memcpy(joined + ol + 1, value, vl + 1);
+		if (attrs_set(w->a, name, joined) < 0)
+			w->failed = 1;
+		rl_free(joined);
+		return w->failed ? MHD_NO : MHD_YES;
+	}
+	if (attrs_set(w->a, name, value) < 0)
 		w->failed = 1;
 	return MHD_YES;
 }
@@ -464,14 +433,13 @@ first_of(const struct attrs *a, const char *h1, const char *h2,
 
 /* The attributes of a proxied request (CONTRACT 3, /auth).  0 or -1. */
 static int
-auth_attrs(struct MHD_Connection *conn, const char *url, const char *method,
-    struct attrs *a)
+auth_attrs(struct MHD_Connection *conn, const struct config *cfg,
+    const char *url, const char *method, struct attrs *a)
 {
 	struct header_walk w = { a, 0 };
 	const union MHD_ConnectionInfo *ci;
-	char peer[INET6_ADDRSTRLEN] = "", ip[INET6_ADDRSTRLEN + 1];
+	char peer[INET6_ADDRSTRLEN] = "", ip[CLIENT_IP_MAX];
 	const char *v;
-	size_t n;
 
 	MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_header, &w);
 	if (w.failed)
@@ -504,22 +472,10 @@ auth_attrs(struct MHD_Connection *conn, const char *url, const char *method,
 	if ((v = first_of(a, "header.x-forwarded-host", "header.host",
 	    NULL)) != NULL && attrs_set(a, "host", v) < 0)
 		return -1;
-	if ((v = first_of(a, "header.x-real-ip", NULL, NULL)) == NULL &&
-	    (v = first_of(a, "header.x-forwarded-for", NULL, NULL)) != NULL) {
-		/* The first hop: up to the first comma, spaces trimmed. */
-		while (*v == ' ' || *v == '\t')
-			v++;
-		n = strcspn(v, ", \t");
-		if (n > 0 && n < sizeof(ip)) {
-			memcpy(ip, v, n);
-			ip[n] = '\0';
-			v = ip;
-		} else
-			v = NULL;
-	}
-	if (v == NULL && peer[0] != '\0')
-		v = peer;
-	if (v != NULL && attrs_set(a, "ip", v) < 0)
+	if (client_ip_pick(&cfg->auth_ip, attrs_get(a, "header.x-real-ip"),
+	    attrs_get(a, "header.x-forwarded-for"),
+	    peer[0] != '\0' ? peer : NULL, ip, sizeof(ip)) == 0 &&
+	    attrs_set(a, "ip", ip) < 0)
 		return -1;
 	return 0;
 }
@@ -628,7 +584,7 @@ handle_decision(struct http_server *s, struct MHD_Connection *conn,
 		    &rq->dr.cost, &ret) < 0)
 			return ret;
 		rq->dr.rule = rq->rule;
-	} else if (auth_attrs(conn, url, method, &rq->attrs) < 0)
+	} else if (auth_attrs(conn, rq->cfg, url, method, &rq->attrs) < 0)
 		return respond_error(s, conn, 500, "internal_error",
 		    "out of memory");
 	if (s->nworkers > 0) {

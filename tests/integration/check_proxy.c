@@ -515,6 +515,7 @@ static const char nginx_daemon_yaml[] =
 	"backend: memory\n"
 	"auth:\n"
 	"  deny_status: 403\n"
+	"  client_ip: x-real-ip\n"
 	"rules:\n"
 	"  - name: api-per-ip\n"
 	"    match:\n"

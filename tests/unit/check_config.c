@@ -85,6 +85,9 @@ static const char rich[] =
     "on_backend_error: local\n"
     "auth:\n"
     "  deny_status: 403\n"
+    "  client_ip: x-forwarded-for\n"
+    "  xff_trusted_hops: 2\n"
+    "  ipv6_prefix: 56\n"
     "rules:\n"
     "  - name: login-per-ip\n"
     "    match:\n"
@@ -174,6 +177,9 @@ START_TEST(test_defaults)
 		ck_assert_int_eq(c->memory.max_keys, 1000000);
 		ck_assert_int_eq(c->on_backend_error, RL_ON_ERROR_ALLOW);
 		ck_assert_int_eq(c->auth_deny_status, 429);
+		ck_assert_int_eq(c->auth_ip.source, CLIENT_IP_AUTO);
+		ck_assert_int_eq(c->auth_ip.xff_trusted_hops, 0);
+		ck_assert_int_eq(c->auth_ip.ipv6_prefix, 64);
 		ck_assert_ptr_null(c->rules);
 		ck_assert_uint_eq(c->nrules, 0);
 		ck_assert_int_eq(c->refs, 1);
@@ -226,6 +232,9 @@ START_TEST(test_every_key)
 	ck_assert_int_eq(c->memory.max_keys, 5000);
 	ck_assert_int_eq(c->on_backend_error, RL_ON_ERROR_LOCAL);
 	ck_assert_int_eq(c->auth_deny_status, 403);
+	ck_assert_int_eq(c->auth_ip.source, CLIENT_IP_XFF);
+	ck_assert_int_eq(c->auth_ip.xff_trusted_hops, 2);
+	ck_assert_int_eq(c->auth_ip.ipv6_prefix, 56);
 	ck_assert_uint_eq(c->nrules, 3);
 
 	r = &c->rules[0];
@@ -455,6 +464,18 @@ static const struct {
 	{ "auth:\n  deny_status: 600\n",
 	  "t.yaml:2:16: auth.deny_status: expected an integer from 400 to "
 	  "599" },
+	{ "auth:\n  client_ip: first\n",
+	  "t.yaml:2:14: auth.client_ip: expected auto, x-real-ip, "
+	  "x-forwarded-for or peer" },
+	{ "auth:\n  xff_trusted_hops: -1\n",
+	  "t.yaml:2:21: auth.xff_trusted_hops: expected an integer from 0 "
+	  "to 64" },
+	{ "auth:\n  ipv6_prefix: 0\n",
+	  "t.yaml:2:16: auth.ipv6_prefix: expected an integer from 1 to "
+	  "128" },
+	{ "auth:\n  ipv6_prefix: 129\n",
+	  "t.yaml:2:16: auth.ipv6_prefix: expected an integer from 1 to "
+	  "128" },
 	{ "rules:\n  - name: a\n    limit: 0\n    window: 1s\n",
 	  "t.yaml:3:12: limit: expected an integer from 1 to 1000000000" },
 	{ "rules:\n  - name: a\n    limit: -5\n    window: 1s\n",

@@ -1,0 +1,177 @@
+/*
+ * request_json.c - JSON request bodies into attributes (see request_json.h).
+ *
+ * jansson parses the whole body (bounded by max_body_bytes before it gets
+ * here) with JSON_REJECT_DUPLICATES, so a name given twice is an error
+ * rather than a choice between two values.  Without JSON_ALLOW_NUL jansson
+ * refuses "\u0000" in strings; values are checked for NUL bytes all the
+ * same, since one would cut a key short.
+ */
+#include "request_json.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+int
+request_error_set(struct request_error *e, int status, const char *code,
+    const char *fmt, ...)
+{
+	va_list ap;
+
+	e->status = status;
+	e->code = code;
+	va_start(ap, fmt);
+	vsnprintf(e->message, sizeof(e->message), fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static bool
+is_reserved(const char *const *reserved, const char *name)
+{
+	if (reserved == NULL)
+		return false;
+	for (; *reserved != NULL; reserved++)
+		if (strcmp(*reserved, name) == 0)
+			return true;
+	return false;
+}
+
+/* The attribute text of v into val/vlen (num is scratch).  0, or -1 for a
+ * type that is no attribute; *skip for null. */
+static int
+attr_text(json_t *v, char *num, size_t numlen, const char **val,
+    size_t *vlen, bool *skip)
+{
+	*skip = false;
+	switch (json_typeof(v)) {
+	case JSON_STRING:
+		*val = json_string_value(v);
+		*vlen = json_string_length(v);
+		return 0;
+	case JSON_INTEGER:
+		*vlen = (size_t)snprintf(num, numlen, "%lld",
+		    (long long)json_integer_value(v));
+		*val = num;
+		return 0;
+	case JSON_TRUE:
+		*val = "true";
+		*vlen = 4;
+		return 0;
+	case JSON_FALSE:
+		*val = "false";
+		*vlen = 5;
+		return 0;
+	case JSON_NULL:
+		*skip = true;
+		return 0;
+	default:
+		return -1;
+	}
+}
+
+int
+request_json_parse(const char *body, size_t len,
+    const char *const *reserved, size_t max_attrs, struct attrs *a,
+    json_t **fields, struct request_error *e)
+{
+	json_t *root = NULL, *v;
+	json_error_t jerr;
+	const char *name;
+	char num[32];
+	size_t nattrs = 0;
+
+	if ((*fields = json_object()) == NULL)
+		goto oom;
+	if (len == 0)
+		return 0;	/* no body: no attributes */
+	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (root == NULL) {
+		request_error_set(e, 400, "invalid_json",
+		    "line %d column %d: %s", jerr.line, jerr.column,
+		    jerr.text);
+		goto fail;
+	}
+	if (!json_is_object(root)) {
+		request_error_set(e, 400, "invalid_json",
+		    "the body must be a JSON object");
+		goto fail;
+	}
+	json_object_foreach(root, name, v) {
+		const char *val = NULL;
+		size_t vlen = 0;
+		bool skip;
+
+		if (is_reserved(reserved, name)) {
+			if (json_object_set(*fields, name, v) != 0)
+				goto oom;
+			continue;
+		}
+		if (attr_text(v, num, sizeof(num), &val, &vlen, &skip) < 0) {
+			request_error_set(e, 400, "invalid_attribute",
+			    "attribute \"%.64s\" must be a string, integer "
+			    "or boolean", name);
+			goto fail;
+		}
+		if (skip)
+			continue;	/* null: the attribute is absent */
+		if (memchr(val, '\0', vlen) != NULL) {
+			request_error_set(e, 400, "invalid_attribute",
+			    "attribute \"%.64s\" contains a NUL byte", name);
+			goto fail;
+		}
+		if (max_attrs > 0 && ++nattrs > max_attrs) {
+			request_error_set(e, 400, "too_many_attributes",
+			    "more than %zu attributes", max_attrs);
+			goto fail;
+		}
+		if (attrs_setn(a, name, val, vlen) < 0)
+			goto oom;
+	}
+	json_decref(root);
+	return 0;
+
+oom:
+	request_error_set(e, 500, "internal_error", "out of memory");
+fail:
+	json_decref(root);
+	json_decref(*fields);
+	*fields = NULL;
+	return -1;
+}
+
+int
+request_json_int(const json_t *fields, const char *name, int64_t min,
+    int64_t max, const char *code, int64_t *out, struct request_error *e)
+{
+	json_t *v = json_object_get(fields, name);
+	json_int_t i;
+
+	if (v == NULL)
+		return 0;
+	if (!json_is_integer(v) || (i = json_integer_value(v)) < min ||
+	    i > max)
+		return request_error_set(e, 400, code,
+		    "%s must be an integer from %lld to %lld", name,
+		    (long long)min, (long long)max);
+	*out = i;
+	return 0;
+}
+
+int
+request_json_string(const json_t *fields, const char *name,
+    const char *code, const char **out, struct request_error *e)
+{
+	json_t *v = json_object_get(fields, name);
+
+	if (v == NULL)
+		return 0;
+	if (!json_is_string(v) ||
+	    memchr(json_string_value(v), '\0', json_string_length(v)) != NULL)
+		return request_error_set(e, 400, code,
+		    "%s must be a string", name);
+	*out = json_string_value(v);
+	return 0;
+}

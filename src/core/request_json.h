@@ -1,0 +1,63 @@
+/*
+ * request_json.h - a JSON request body into attributes (CONTRACT 3).
+ *
+ * Every JSON endpoint (/acquire, /record, /stats, /release, ...) takes a
+ * flat object: its top-level strings, integers and booleans are the
+ * request's attributes; `null` means absent; a few names are reserved by
+ * the endpoint (`cost`, `rule`, `value`, ...) and are not attributes.  This
+ * module does that split once for all of them, so no endpoint parses
+ * untrusted JSON its own way, and the fuzzers have one pure target.
+ *
+ * Pure: no I/O; jansson only.  Any thread.
+ */
+#ifndef RL_REQUEST_JSON_H
+#define RL_REQUEST_JSON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "rules.h"
+
+#define REQUEST_ERROR_MAX 256
+
+/* Why a body was refused: a CONTRACT error code and a message for people. */
+struct request_error {
+	const char *code;	/* "invalid_json", "invalid_attribute", ... */
+	int status;		/* 400, or 500 for out of memory */
+	char message[REQUEST_ERROR_MAX];
+};
+
+/*
+ * Parse body (len bytes; len 0 counts as "{}") into attributes added to
+ * *a, at most max_attrs of them (0: no bound; past it
+ * `too_many_attributes`).  Fields whose names are in `reserved` (a
+ * NULL-terminated list, may be NULL) are not attributes: they are moved,
+ * unchecked, into a new object in *fields (never NULL on success; the
+ * caller json_decref()s it) for the endpoint to read with the helpers
+ * below.  Returns 0, or -1 with *e set (invalid_json,
+ * invalid_attribute, too_many_attributes, or internal_error on OOM); *a
+ * may then hold some attributes, which the caller clears as usual.
+ */
+int request_json_parse(const char *body, size_t len,
+    const char *const *reserved, size_t max_attrs, struct attrs *a,
+    json_t **fields, struct request_error *e);
+
+/*
+ * Reserved-field readers: each reads `name` from fields (the object of
+ * request_json_parse).  A missing field leaves *out as it is and returns
+ * 0; a field of the wrong type or range returns -1 with *e set to `code`.
+ */
+/* An integer in [min, max]. */
+int request_json_int(const json_t *fields, const char *name, int64_t min,
+    int64_t max, const char *code, int64_t *out, struct request_error *e);
+/* A string without NUL bytes; *out is borrowed from fields. */
+int request_json_string(const json_t *fields, const char *name,
+    const char *code, const char **out, struct request_error *e);
+
+/* Set *e (printf-style message).  Returns -1, for `return` chains. */
+int request_error_set(struct request_error *e, int status, const char *code,
+    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+#endif

@@ -1,0 +1,209 @@
+/*
+ * check_request_json.c - unit tests of request_json.c: JSON bodies into
+ * attributes and reserved fields (CONTRACT 3, 5).
+ */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "request_json.h"
+#include "util.h"
+
+static const char *const reserved[] = { "cost", "rule", NULL };
+
+/* Parse text; returns the rc, fills *a and *fields. */
+static int
+parse(const char *text, size_t max, struct attrs *a, json_t **fields,
+    struct request_error *e)
+{
+	memset(e, 0, sizeof(*e));
+	return request_json_parse(text, strlen(text), reserved, max, a,
+	    fields, e);
+}
+
+START_TEST(test_attributes_and_reserved)
+{
+	struct attrs a = { 0 };
+	struct request_error e;
+	json_t *f;
+	int64_t cost = -1;
+	const char *rule = NULL;
+
+	ck_assert_int_eq(parse("{\"ip\":\"10.0.0.1\",\"n\":-42,\"ok\":true,"
+	    "\"no\":false,\"gone\":null,\"cost\":3,\"rule\":\"r1\"}", 0, &a,
+	    &f, &e), 0);
+	ck_assert_uint_eq(a.n, 4);
+	ck_assert_str_eq(attrs_get(&a, "ip"), "10.0.0.1");
+	ck_assert_str_eq(attrs_get(&a, "n"), "-42");
+	ck_assert_str_eq(attrs_get(&a, "ok"), "true");
+	ck_assert_str_eq(attrs_get(&a, "no"), "false");
+	ck_assert_ptr_null(attrs_get(&a, "gone"));
+	ck_assert_ptr_null(attrs_get(&a, "cost"));
+	ck_assert_ptr_null(attrs_get(&a, "rule"));
+	ck_assert_int_eq(request_json_int(f, "cost", 0, 100, "invalid_cost",
+	    &cost, &e), 0);
+	ck_assert_int_eq(cost, 3);
+	ck_assert_int_eq(request_json_string(f, "rule", "unknown_rule",
+	    &rule, &e), 0);
+	ck_assert_str_eq(rule, "r1");
+	json_decref(f);
+	attrs_clear(&a);
+}
+END_TEST
+
+START_TEST(test_empty_body)
+{
+	struct attrs a = { 0 };
+	struct request_error e;
+	json_t *f = NULL;
+	int64_t cost = -1;
+
+	ck_assert_int_eq(request_json_parse("", 0, reserved, 0, &a, &f, &e),
+	    0);
+	ck_assert_ptr_nonnull(f);
+	ck_assert_uint_eq(a.n, 0);
+	/* Absent reserved fields leave the default. */
+	ck_assert_int_eq(request_json_int(f, "cost", 0, 100, "invalid_cost",
+	    &cost, &e), 0);
+	ck_assert_int_eq(cost, -1);
+	json_decref(f);
+}
+END_TEST
+
+static const struct {
+	const char *body;
+	const char *code;
+} bad_cases[] = {
+	{ "{", "invalid_json" },
+	{ "[1,2]", "invalid_json" },
+	{ "\"x\"", "invalid_json" },
+	{ "{\"a\":1,\"a\":2}", "invalid_json" },	/* duplicate name */
+	{ "{\"a\":\"x\\u0000y\"}", "invalid_json" },	/* NUL refused */
+	{ "{\"a\":{\"b\":1}}", "invalid_attribute" },
+	{ "{\"a\":[1]}", "invalid_attribute" },
+	{ "{\"a\":1.5}", "invalid_attribute" },
+	{ "{\"a\":1,\"b\":2,\"c\":3}", "too_many_attributes" },
+};
+
+START_TEST(test_bad_bodies)
+{
+	struct attrs a = { 0 };
+	struct request_error e;
+	json_t *f = (json_t *)1;
+
+	ck_assert_int_eq(parse(bad_cases[_i].body, 2, &a, &f, &e), -1);
+	ck_assert_ptr_null(f);
+	ck_assert_int_eq(e.status, 400);
+	ck_assert_msg(strcmp(e.code, bad_cases[_i].code) == 0,
+	    "%s: got %s, want %s", bad_cases[_i].body, e.code,
+	    bad_cases[_i].code);
+	ck_assert_int_gt(strlen(e.message), 0);
+	attrs_clear(&a);
+}
+END_TEST
+
+/* Reserved fields are not attributes and count against no bound. */
+START_TEST(test_bound_counts_attributes_only)
+{
+	struct attrs a = { 0 };
+	struct request_error e;
+	json_t *f;
+
+	ck_assert_int_eq(parse("{\"a\":1,\"b\":null,\"cost\":1,\"rule\":\"x\","
+	    "\"c\":2}", 2, &a, &f, &e), 0);
+	ck_assert_uint_eq(a.n, 2);
+	json_decref(f);
+	attrs_clear(&a);
+}
+END_TEST
+
+START_TEST(test_reserved_readers)
+{
+	struct attrs a = { 0 };
+	struct request_error e;
+	json_t *f;
+	int64_t cost = 7;
+	const char *rule = NULL;
+
+	ck_assert_int_eq(parse("{\"cost\":-1,\"rule\":5}", 0, &a, &f, &e),
+	    0);
+	ck_assert_int_eq(request_json_int(f, "cost", 0, 100, "invalid_cost",
+	    &cost, &e), -1);
+	ck_assert_str_eq(e.code, "invalid_cost");
+	ck_assert_int_eq(cost, 7);
+	ck_assert_int_eq(request_json_string(f, "rule", "unknown_rule",
+	    &rule, &e), -1);
+	ck_assert_str_eq(e.code, "unknown_rule");
+	json_decref(f);
+
+	ck_assert_int_eq(parse("{\"cost\":\"3\"}", 0, &a, &f, &e), 0);
+	ck_assert_int_eq(request_json_int(f, "cost", 0, 100, "invalid_cost",
+	    &cost, &e), -1);
+	json_decref(f);
+	ck_assert_int_eq(parse("{\"cost\":101}", 0, &a, &f, &e), 0);
+	ck_assert_int_eq(request_json_int(f, "cost", 0, 100, "invalid_cost",
+	    &cost, &e), -1);
+	json_decref(f);
+	attrs_clear(&a);
+}
+END_TEST
+
+/* Every allocation failure is an internal_error, never a crash or leak. */
+START_TEST(test_oom)
+{
+	const char *body = "{\"ip\":\"10.0.0.1\",\"user\":\"u\",\"cost\":1}";
+	long n;
+	int ok = 0;
+
+	for (n = 0; n < 40; n++) {
+		struct attrs a = { 0 };
+		struct request_error e;
+		json_t *f = NULL;
+		int rc;
+
+		rl_alloc_fail_after(n);
+		rc = request_json_parse(body, strlen(body), reserved, 0, &a,
+		    &f, &e);
+		rl_alloc_fail_after(-1);
+		if (rc == 0) {
+			ok++;
+			ck_assert_uint_eq(a.n, 2);
+			json_decref(f);
+		} else {
+			ck_assert_str_eq(e.code, "internal_error");
+			ck_assert_int_eq(e.status, 500);
+		}
+		attrs_clear(&a);
+	}
+	ck_assert_int_gt(ok, 0);
+}
+END_TEST
+
+static Suite *
+request_json_suite(void)
+{
+	Suite *s = suite_create("request_json");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_test(tc, test_attributes_and_reserved);
+	tcase_add_test(tc, test_empty_body);
+	tcase_add_loop_test(tc, test_bad_bodies, 0,
+	    sizeof(bad_cases) / sizeof(bad_cases[0]));
+	tcase_add_test(tc, test_bound_counts_attributes_only);
+	tcase_add_test(tc, test_reserved_readers);
+	tcase_add_test(tc, test_oom);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr = srunner_create(request_json_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
