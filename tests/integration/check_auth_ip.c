@@ -1,5 +1,5 @@
 /*
- * check_client_ip.c - the `ip` attribute of /auth through the real daemon
+ * check_auth_ip.c - the `ip` attribute of /auth through the real daemon
  * (CONTRACT 3, 8): X-Forwarded-For counted from the right, repeated
  * headers as one list, auth.client_ip and IPv6 networks.  Each case runs a
  * daemon on the memory store with one rule keyed on ${ip}, limit 1, so the
