@@ -60,6 +60,10 @@ UNIT_SRC = $(sort $(wildcard tests/unit/check_*.c))
 UNIT_BIN = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 INTEG_SRC = $(sort $(wildcard tests/integration/check_*.c))
 INTEG_BIN = $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(INTEG_SRC))
+# Unit and integration binaries share $(BUILD)/tests/: one name each.
+ifneq ($(filter $(notdir $(UNIT_SRC)),$(notdir $(INTEG_SRC))),)
+$(error tests/unit and tests/integration both have $(filter $(notdir $(UNIT_SRC)),$(notdir $(INTEG_SRC))))
+endif
 INTEG_HELPERS = $(filter-out $(INTEG_SRC),$(wildcard tests/integration/*.c))
 INTEG_HDRS = $(wildcard tests/integration/*.h)
 
