@@ -766,6 +766,11 @@ parse_rule_name(struct loader *ld, const char *what, yaml_node_t *v,
 		    "and '-'", quote(q, s));
 		return -1;
 	}
+	if (strlen(s) > RL_MAX_NAME_BYTES) {
+		errf(ld, v, "rule name %s is longer than %d bytes",
+		    quote(q, s), RL_MAX_NAME_BYTES);
+		return -1;
+	}
 	return parse_string(ld, what, v, false, dst);
 }
 
@@ -937,6 +942,15 @@ parse_rule(struct loader *ld, yaml_node_t *v, const struct config *c,
 	if (r->cost > r->limit) {
 		errf(ld, seen[RF_COST], "cost: %" PRId64 " is larger than "
 		    "limit %" PRId64, r->cost, r->limit);
+		return -1;
+	}
+	/* GCRA spaces units window/limit apart on a microsecond clock: a
+	 * smaller step would round to 0 and admit without bound. */
+	if (r->algorithm == RL_ALG_TOKEN_BUCKET &&
+	    r->limit > r->window_ms * 1000) {
+		errf(ld, seen[RF_LIMIT], "limit: token_bucket needs at least "
+		    "1us of window per unit (limit <= %" PRId64 " for this "
+		    "window)", r->window_ms * 1000);
 		return -1;
 	}
 	for (i = 0; i < r->index; i++) {

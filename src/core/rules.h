@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #define RL_MAX_KEY_BYTES 512	/* rendered key; longer => key_too_long */
+#define RL_MAX_NAME_BYTES 128	/* rule and stat names */
 
 /* A flat map of string attributes.  Owns copies of names and values.
  * Small (tens of entries), so lookups are a linear scan.  One thread. */

@@ -22,6 +22,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,38 +247,94 @@ respond_error(struct http_server *s, struct MHD_Connection *conn,
 	return ret;
 }
 
-static void
-add_header_i64(struct MHD_Response *r, const char *name, int64_t v)
+/*
+ * printf into stack (cap bytes) when it fits, else into a new allocation of
+ * the exact size: a rule name or other data of any length is never cut or
+ * read past.  Returns the text (free it with fmt_free(text, stack)) and its
+ * length in *len, or NULL (OOM, or a format error).
+ */
+static char *
+vfmt_buf(char *stack, size_t cap, size_t *len, const char *fmt, va_list ap)
 {
-	char buf[32];
+	va_list again;
+	char *p;
+	int n;
 
-	snprintf(buf, sizeof(buf), "%lld", (long long)v);
-	MHD_add_response_header(r, name, buf);
+	va_copy(again, ap);
+	n = vsnprintf(stack, cap, fmt, ap);
+	if (n < 0 || (size_t)n < cap) {
+		va_end(again);
+		*len = n < 0 ? 0 : (size_t)n;
+		return n < 0 ? NULL : stack;
+	}
+	*len = (size_t)n;
+	if ((p = rl_malloc((size_t)n + 1)) != NULL)
+		vsnprintf(p, (size_t)n + 1, fmt, again);
+	va_end(again);
+	return p;
+}
+
+static char * __attribute__((format(printf, 4, 5)))
+fmt_buf(char *stack, size_t cap, size_t *len, const char *fmt, ...)
+{
+	va_list ap;
+	char *p;
+
+	va_start(ap, fmt);
+	p = vfmt_buf(stack, cap, len, fmt, ap);
+	va_end(ap);
+	return p;
+}
+
+static void
+fmt_free(char *text, const char *stack)
+{
+	if (text != stack)
+		rl_free(text);
+}
+
+/* Add a header of any length; false when out of memory. */
+static bool __attribute__((format(printf, 3, 4)))
+add_header_fmt(struct MHD_Response *r, const char *name, const char *fmt,
+    ...)
+{
+	char stack[256], *text;
+	va_list ap;
+	size_t len;
+	bool ok;
+
+	va_start(ap, fmt);
+	text = vfmt_buf(stack, sizeof(stack), &len, fmt, ap);
+	va_end(ap);
+	if (text == NULL)
+		return false;
+	ok = MHD_add_response_header(r, name, text) == MHD_YES;
+	fmt_free(text, stack);
+	return ok;
 }
 
 /* The RateLimit headers of CONTRACT 5 for the deciding rule. */
 static void
 add_rate_headers(struct MHD_Response *r, const struct decision *d)
 {
-	char buf[RL_MAX_KEY_BYTES];
 	int64_t reset_s = util_ceil_div(d->reset_ms, 1000);
 
 	if (d->rule == NULL)
 		return;
-	snprintf(buf, sizeof(buf), "\"%s\";q=%lld;w=%lld", d->rule->name,
-	    (long long)d->limit,
+	add_header_fmt(r, "RateLimit-Policy", "\"%s\";q=%lld;w=%lld",
+	    d->rule->name, (long long)d->limit,
 	    (long long)util_ceil_div(d->rule->window_ms, 1000));
-	MHD_add_response_header(r, "RateLimit-Policy", buf);
-	snprintf(buf, sizeof(buf), "\"%s\";r=%lld;t=%lld", d->rule->name,
+	add_header_fmt(r, "RateLimit", "\"%s\";r=%lld;t=%lld", d->rule->name,
 	    (long long)d->remaining, (long long)reset_s);
-	MHD_add_response_header(r, "RateLimit", buf);
-	add_header_i64(r, "X-RateLimit-Limit", d->limit);
-	add_header_i64(r, "X-RateLimit-Remaining", d->remaining);
-	add_header_i64(r, "X-RateLimit-Reset", reset_s);
+	add_header_fmt(r, "X-RateLimit-Limit", "%lld", (long long)d->limit);
+	add_header_fmt(r, "X-RateLimit-Remaining", "%lld",
+	    (long long)d->remaining);
+	add_header_fmt(r, "X-RateLimit-Reset", "%lld", (long long)reset_s);
 	if (!d->allowed) {
 		int64_t ra = util_ceil_div(d->retry_after_ms, 1000);
 
-		add_header_i64(r, MHD_HTTP_HEADER_RETRY_AFTER, ra < 1 ? 1 : ra);
+		add_header_fmt(r, MHD_HTTP_HEADER_RETRY_AFTER, "%lld",
+		    (long long)(ra < 1 ? 1 : ra));
 	}
 }
 
@@ -287,8 +344,9 @@ respond_decision(struct http_server *s, struct MHD_Connection *conn,
     const struct request *rq, const struct decision *d)
 {
 	struct MHD_Response *r;
-	char body[RL_MAX_KEY_BYTES + 256];
-	int status, n = 0;
+	char stack[512], *body = stack;
+	size_t n = 0;
+	int status;
 
 	if (d->status != DECIDE_OK) {
 		int code = d->status == DECIDE_BACKEND_UNAVAILABLE ? 503 :
@@ -303,7 +361,7 @@ respond_decision(struct http_server *s, struct MHD_Connection *conn,
 		status = d->allowed ? 200 : 429;
 	if (rq->ep == EP_ACQUIRE && d->rule != NULL) {
 		/* Rule names are [A-Za-z0-9_.-]+: nothing to escape. */
-		n = snprintf(body, sizeof(body), "{\"allowed\":%s,"
+		body = fmt_buf(stack, sizeof(stack), &n, "{\"allowed\":%s,"
 		    "\"rule\":\"%s\",\"limit\":%lld,\"remaining\":%lld,"
 		    "\"reset_ms\":%lld,\"retry_after_ms\":%lld,"
 		    "\"shadow\":%s%s}", d->allowed ? "true" : "false",
@@ -312,21 +370,22 @@ respond_decision(struct http_server *s, struct MHD_Connection *conn,
 		    (long long)d->retry_after_ms, d->shadow ? "true" : "false",
 		    d->degraded ? ",\"degraded\":true" : "");
 	} else if (rq->ep == EP_ACQUIRE) {
-		n = snprintf(body, sizeof(body), "{\"allowed\":true,"
+		body = fmt_buf(stack, sizeof(stack), &n, "{\"allowed\":true,"
 		    "\"rule\":null,\"limit\":null,\"remaining\":null,"
 		    "\"reset_ms\":0,\"retry_after_ms\":0,\"shadow\":false%s}",
 		    d->degraded ? ",\"degraded\":true" : "");
 	}
-	r = MHD_create_response_from_buffer((size_t)n, body,
-	    MHD_RESPMEM_MUST_COPY);
+	if (body == NULL)
+		return respond_error(s, conn, 500, "internal_error",
+		    "out of memory");
+	r = MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_COPY);
+	fmt_free(body, stack);
 	if (r == NULL)
 		return MHD_NO;
 	add_rate_headers(r, d);
 	return respond(s, conn, status, rq->ep == EP_ACQUIRE ? JSON_TYPE :
 	    NULL, NULL, 0, r);
 }
-
-/* --- attributes ------------------------------------------------------- */
 
 /* The fields of /acquire that are not attributes (CONTRACT 3). */
 static const char *const acquire_reserved[] = { "cost", "rule", NULL };

@@ -913,6 +913,44 @@ START_TEST(test_sliding_not_fixed)
 }
 END_TEST
 
+/*
+ * The longest rule name the config takes (128 bytes) comes back whole in
+ * the body and in both RateLimit headers.  The answers used to be printed
+ * into fixed stack buffers: a long name was cut from the headers and the
+ * body was read past its buffer.
+ */
+START_TEST(test_long_rule_name)
+{
+	static const char name[] = "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn";
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	char yaml[1024], want[512];
+	int i;
+
+	snprintf(yaml, sizeof(yaml), "%s"
+	    "rules:\n"
+	    "  - name: %s\n"
+	    "    limit: 1\n"
+	    "    window: 1m\n", memory_head, name);
+	h_daemon_start(&d, yaml);
+	for (i = 0; i < 2; i++) {
+		h_http(&r, "POST", "/acquire", "{}", NULL);
+		ck_assert_int_eq(r.status, i == 0 ? 200 : 429);
+		ck_assert_ptr_nonnull(h_json_str(&r, "rule"));
+		ck_assert_str_eq(h_json_str(&r, "rule"), name);
+		snprintf(want, sizeof(want), "\"%s\";q=1;w=60", name);
+		ck_assert_str_eq(or_none(h_resp_header(&r, "RateLimit-Policy")),
+		    want);
+		snprintf(want, sizeof(want), "\"%s\";r=0;t=", name);
+		ck_assert_msg(strncmp(or_none(h_resp_header(&r, "RateLimit")),
+		    want, strlen(want)) == 0, "RateLimit: %s",
+		    or_none(h_resp_header(&r, "RateLimit")));
+		h_resp_free(&r);
+	}
+	h_daemon_stop(&d);
+}
+END_TEST
+
 static long poll_status(const char *path, long want, long long ms)
 {
 	struct h_resp r = { 0 };
@@ -1018,6 +1056,7 @@ int main(void)
 	mem = backend_tcase("memory", false);
 	red = backend_tcase("redis", true);
 	tcase_add_test(red, test_readyz_follows_redis);
+	tcase_add_test(mem, test_long_rule_name);
 	suite_add_tcase(s, mem);
 	suite_add_tcase(s, red);
 	sr = srunner_create(s);

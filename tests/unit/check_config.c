@@ -476,6 +476,12 @@ static const struct {
 	{ "auth:\n  ipv6_prefix: 129\n",
 	  "t.yaml:2:16: auth.ipv6_prefix: expected an integer from 1 to "
 	  "128" },
+	{ "rules:\n  - name: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n    limit: 1\n    window: 1s\n",
+	  "t.yaml:2:11: rule name \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...\" is longer than 128 bytes" },
+	{ "rules:\n  - name: a\n    algorithm: token_bucket\n"
+	  "    limit: 1001\n    window: 1ms\n",
+	  "t.yaml:4:12: limit: token_bucket needs at least 1us of window "
+	  "per unit (limit <= 1000 for this window)" },
 	{ "rules:\n  - name: a\n    limit: 0\n    window: 1s\n",
 	  "t.yaml:3:12: limit: expected an integer from 1 to 1000000000" },
 	{ "rules:\n  - name: a\n    limit: -5\n    window: 1s\n",
