@@ -93,21 +93,11 @@ on_backend(const char *backend, int64_t usec, enum backend_error_kind kind,
 	metrics_backend_call(arg, backend, usec, kind);
 }
 
-/* Settings a reload cannot change, named so the log can say so. */
 static void
-warn_restart_needed(const struct config *old, const struct config *c)
+warn_start_only(const char *key, void *arg)
 {
-	if (strcmp(old->listen, c->listen) != 0)
-		log_warnx("reload: listen changed; it applies after a restart");
-	if (old->threads != c->threads)
-		log_warnx("reload: threads changed; it applies after a restart");
-	if (old->backend != c->backend ||
-	    strcmp(old->redis.url, c->redis.url) != 0 ||
-	    old->redis.pool_size != c->redis.pool_size ||
-	    old->redis.timeout_ms != c->redis.timeout_ms ||
-	    old->redis.ncluster != c->redis.ncluster)
-		log_warnx("reload: backend settings changed; they apply after "
-		    "a restart");
+	(void)arg;
+	log_warnx("reload: %s changed; it applies after a restart", key);
 }
 
 static void
@@ -124,7 +114,7 @@ reload(struct daemon *d)
 		return;
 	}
 	cur = http_server_get_config(d->http);
-	warn_restart_needed(cur, c);
+	config_start_only_changes(cur, c, warn_start_only, NULL);
 	config_unref(cur);
 	apply_logging(c);
 	http_server_set_config(d->http, c);
@@ -173,14 +163,14 @@ make_backends(struct daemon *d, char *err, size_t errlen)
 		if (d->backend == NULL)
 			return -1;
 		backend_redis_set_metrics(d->backend, d->metrics);
-		if (c->on_backend_error == RL_ON_ERROR_LOCAL)
-			d->local = backend_memory_new(c->memory.max_keys, NULL,
-			    NULL);
+		/* Always there, so that a reload to on_backend_error:
+		 * local works; it holds nothing until it is used. */
+		d->local = backend_memory_new(c->memory.max_keys, NULL, NULL);
 	} else
 		d->backend = backend_memory_new(c->memory.max_keys, NULL,
 		    NULL);
-	if (d->backend == NULL || (c->on_backend_error == RL_ON_ERROR_LOCAL &&
-	    c->backend == RL_BACKEND_REDIS && d->local == NULL)) {
+	if (d->backend == NULL || (c->backend == RL_BACKEND_REDIS &&
+	    d->local == NULL)) {
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}

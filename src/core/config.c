@@ -66,12 +66,21 @@ enum field_type {
 	F_CUSTOM	/* parse(); compound fields get the whole object */
 };
 
+/* Flags of a key (struct field.flags). */
+#define F_START_ONLY	0x1	/* applies at the next start, not on reload */
+#define F_CMP_ENUM	0x2	/* F_CUSTOM holding an enum (compared as int) */
+#define F_CMP_LIST	0x4	/* F_CUSTOM at a `char **v; size_t n;` pair */
+
+struct schema;
+
 struct field {
 	const char *name;
 	enum field_type type;
 	size_t off;
 	int64_t min, max;
 	field_parse_fn parse;
+	unsigned flags;			/* F_START_ONLY, F_CMP_* */
+	const struct schema *sub;	/* a section: its own keys at off */
 };
 
 /* The keys one mapping may hold. */
@@ -598,7 +607,8 @@ parse_cluster(struct loader *ld, const char *what, yaml_node_t *v,
     void *dst)
 {
 	static const char expect[] = "a sequence of \"host:port\" strings";
-	struct redis_config *rc = dst;
+	struct redis_config *rc = (struct redis_config *)((char *)dst -
+	    offsetof(struct redis_config, cluster));
 	yaml_node_item_t *it;
 	size_t n;
 
@@ -680,18 +690,22 @@ parse_redis_url(struct loader *ld, const char *what, yaml_node_t *v,
 #define RO(f) offsetof(struct redis_config, f)
 static const struct field redis_fields[] = {
 	{ "url",           F_CUSTOM,   RO(url),           0, 0,
-	    parse_redis_url },
-	{ "cluster",       F_CUSTOM,   0,                 0, 0, parse_cluster },
-	{ "pool_size",     F_INT,      RO(pool_size),     1, 1024, NULL },
-	{ "timeout",       F_DURATION, RO(timeout_ms),    1, INT64_MAX, NULL },
-	{ "key_prefix",    F_STRING0,  RO(key_prefix),    0, 0, NULL },
-	{ "password_file", F_STRING,   RO(password_file), 0, 0, NULL },
+	    parse_redis_url, F_START_ONLY, NULL },
+	{ "cluster",       F_CUSTOM,   RO(cluster),       0, 0,
+	    parse_cluster, F_START_ONLY | F_CMP_LIST, NULL },
+	{ "pool_size",     F_INT,      RO(pool_size),     1, 1024, NULL,
+	    F_START_ONLY, NULL },
+	{ "timeout",       F_DURATION, RO(timeout_ms),    1, DAY_MS, NULL,
+	    F_START_ONLY, NULL },
+	{ "key_prefix",    F_STRING0,  RO(key_prefix),    0, 0, NULL, 0, NULL },
+	{ "password_file", F_STRING,   RO(password_file), 0, 0, NULL,
+	    F_START_ONLY, NULL },
 };
 #undef RO
 
 static const struct field memory_fields[] = {
 	{ "max_keys", F_INT64, offsetof(struct memory_config, max_keys),
-	    1, INT64_MAX, NULL },
+	    1, INT64_MAX, NULL, F_START_ONLY, NULL },
 };
 
 static int
@@ -711,13 +725,14 @@ parse_client_ip(struct loader *ld, const char *what, yaml_node_t *v,
 /* The auth section lives in struct config itself. */
 #define AU(f) offsetof(struct config, f)
 static const struct field auth_fields[] = {
-	{ "deny_status",      F_INT,    AU(auth_deny_status), 400, 599, NULL },
+	{ "deny_status",      F_INT,    AU(auth_deny_status), 400, 599, NULL,
+	    0, NULL },
 	{ "xff_trusted_hops", F_INT,    AU(auth_ip.xff_trusted_hops), 0, 64,
-	    NULL },
+	    NULL, 0, NULL },
 	{ "client_ip",        F_CUSTOM, AU(auth_ip.source), 0, 0,
-	    parse_client_ip },
+	    parse_client_ip, 0, NULL },
 	{ "ipv6_prefix",      F_INT,    AU(auth_ip.ipv6_prefix), 1, 128,
-	    NULL },
+	    NULL, 0, NULL },
 };
 #undef AU
 
@@ -892,18 +907,20 @@ enum { RF_NAME, RF_MATCH, RF_KEY, RF_LIMIT, RF_WINDOW, RF_ALGORITHM,
 #define RU(f) offsetof(struct rule, f)
 static const struct field rule_fields[] = {
 	[RF_NAME] =      { "name",      F_CUSTOM,   RU(name), 0, 0,
-	    parse_rule_name },
-	[RF_MATCH] =     { "match",     F_CUSTOM,   0, 0, 0, parse_match },
-	[RF_KEY] =       { "key",       F_CUSTOM,   RU(key), 0, 0, parse_key },
+	    parse_rule_name, 0, NULL },
+	[RF_MATCH] =     { "match",     F_CUSTOM,   0, 0, 0, parse_match, 0,
+	    NULL },
+	[RF_KEY] =       { "key",       F_CUSTOM,   RU(key), 0, 0, parse_key, 0,
+	    NULL },
 	[RF_LIMIT] =     { "limit",     F_INT64,    RU(limit), 1, MAX_LIMIT,
-	    NULL },
+	    NULL, 0, NULL },
 	[RF_WINDOW] =    { "window",    F_DURATION, RU(window_ms), 1,
-	    366 * DAY_MS, NULL },
+	    366 * DAY_MS, NULL, 0, NULL },
 	[RF_ALGORITHM] = { "algorithm", F_CUSTOM,   RU(algorithm), 0, 0,
-	    parse_algorithm },
+	    parse_algorithm, 0, NULL },
 	[RF_COST] =      { "cost",      F_INT64,    RU(cost), 0, MAX_LIMIT,
-	    NULL },
-	[RF_SHADOW] =    { "shadow",    F_BOOL,     RU(shadow), 0, 0, NULL },
+	    NULL, 0, NULL },
+	[RF_SHADOW] =    { "shadow",    F_BOOL,     RU(shadow), 0, 0, NULL, 0, NULL },
 };
 #undef RU
 
@@ -1001,36 +1018,114 @@ parse_rules(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 
 #define CO(f) offsetof(struct config, f)
 static const struct field top_fields[] = {
-	{ "listen",           F_STRING,   CO(listen),         0, 0, NULL },
-	{ "threads",          F_INT,      CO(threads),        1, 1024, NULL },
+	{ "listen",           F_STRING,   CO(listen),         0, 0, NULL,
+	    F_START_ONLY, NULL },
+	{ "threads",          F_INT,      CO(threads),        1, 1024, NULL,
+	    F_START_ONLY, NULL },
 	{ "max_body_bytes",   F_INT64,    CO(max_body_bytes), 1, 64 << 20,
-	    NULL },
+	    NULL, 0, NULL },
 	{ "shutdown_timeout", F_DURATION, CO(shutdown_timeout_ms),
-	    0, INT64_MAX, NULL },
+	    0, DAY_MS, NULL, 0, NULL },
 	{ "log_level",        F_CUSTOM,   CO(log_level),      0, 0,
-	    parse_log_level },
+	    parse_log_level, 0, NULL },
 	{ "log_format",       F_CUSTOM,   CO(log_format),     0, 0,
-	    parse_log_format },
-	{ "access_log",       F_BOOL,     CO(access_log),     0, 0, NULL },
+	    parse_log_format, 0, NULL },
+	{ "access_log",       F_BOOL,     CO(access_log),     0, 0, NULL, 0, NULL },
 	{ "backend",          F_CUSTOM,   CO(backend),        0, 0,
-	    parse_backend },
-	{ "backend_required", F_BOOL,     CO(backend_required), 0, 0, NULL },
+	    parse_backend, F_START_ONLY | F_CMP_ENUM, NULL },
+	{ "backend_required", F_BOOL,     CO(backend_required), 0, 0, NULL, 0, NULL },
 	{ "redis",            F_CUSTOM,   CO(redis),          0, 0,
-	    parse_redis },
+	    parse_redis, 0, &redis_schema },
 	{ "memory",           F_CUSTOM,   CO(memory),         0, 0,
-	    parse_memory },
+	    parse_memory, 0, &memory_schema },
 	{ "on_backend_error", F_CUSTOM,   CO(on_backend_error), 0, 0,
-	    parse_on_error },
+	    parse_on_error, 0, NULL },
 	{ "auth",             F_CUSTOM,   0,                  0, 0,
-	    parse_auth },
+	    parse_auth, 0, NULL },
 	{ "rules",            F_CUSTOM,   0,                  0, 0,
-	    parse_rules },
+	    parse_rules, 0, NULL },
 };
 #undef CO
 
 static const struct schema top_schema = {
 	NULL, "", top_fields, NELEM(top_fields)
 };
+
+/* Does key f differ between the structs at a and b? */
+static bool
+field_differs(const struct field *f, const char *a, const char *b)
+{
+	const void *x = a + f->off, *y = b + f->off;
+	const char *const *la, *const *lb;
+	size_t na, nb, i;
+
+	if (f->flags & F_CMP_LIST) {
+		la = *(const char *const *const *)x;
+		lb = *(const char *const *const *)y;
+		na = *(const size_t *)(const void *)((const char *)x +
+		    sizeof(char **));
+		nb = *(const size_t *)(const void *)((const char *)y +
+		    sizeof(char **));
+		if (na != nb)
+			return true;
+		for (i = 0; i < na; i++)
+			if (strcmp(la[i], lb[i]) != 0)
+				return true;
+		return false;
+	}
+	if (f->flags & F_CMP_ENUM)
+		return *(const int *)x != *(const int *)y;
+	switch (f->type) {
+	case F_STRING:
+	case F_STRING0:
+	case F_CUSTOM:		/* custom strings (redis.url) */
+		x = *(const char *const *)x;
+		y = *(const char *const *)y;
+		if (x == NULL || y == NULL)
+			return x != y;
+		return strcmp(x, y) != 0;
+	case F_INT:
+		return *(const int *)x != *(const int *)y;
+	case F_INT64:
+	case F_DURATION:
+		return *(const int64_t *)x != *(const int64_t *)y;
+	case F_BOOL:
+		return *(const bool *)x != *(const bool *)y;
+	}
+	return false;
+}
+
+static size_t
+schema_start_changes(const struct schema *s, const char *a, const char *b,
+    void (*fn)(const char *key, void *arg), void *arg)
+{
+	char path[64];
+	size_t i, n = 0;
+
+	for (i = 0; i < s->nfields; i++) {
+		const struct field *f = &s->fields[i];
+
+		if (f->sub != NULL)
+			n += schema_start_changes(f->sub, a + f->off,
+			    b + f->off, fn, arg);
+		else if ((f->flags & F_START_ONLY) &&
+		    field_differs(f, a, b)) {
+			snprintf(path, sizeof(path), "%s%s",
+			    s->prefix != NULL ? s->prefix : "", f->name);
+			fn(path, arg);
+			n++;
+		}
+	}
+	return n;
+}
+
+size_t
+config_start_only_changes(const struct config *old, const struct config *c,
+    void (*fn)(const char *key, void *arg), void *arg)
+{
+	return schema_start_changes(&top_schema, (const char *)old,
+	    (const char *)c, fn, arg);
+}
 
 _Static_assert(NELEM(top_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
 _Static_assert(NELEM(rule_fields) <= MAX_FIELDS, "raise MAX_FIELDS");

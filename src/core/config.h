@@ -88,6 +88,16 @@ int config_apply_env(struct config *c, char *err, size_t errlen);
 struct config *config_ref(struct config *c);
 void config_unref(struct config *c);
 
+/*
+ * The keys that apply only at the next start (the config key table flags
+ * them: listen, threads, backend, redis.url, ...) and differ between old
+ * and c: fn(key, arg) once for each, key like "redis.pool_size".  Returns
+ * how many.  Used by a reload to say what it did not apply.  Any thread.
+ */
+size_t config_start_only_changes(const struct config *old,
+    const struct config *c, void (*fn)(const char *key, void *arg),
+    void *arg);
+
 /* Rule by name, or NULL.  Borrowed for the life of c. */
 const struct rule *config_find_rule(const struct config *c, const char *name);
 

@@ -409,6 +409,52 @@ START_TEST(test_reload_sighup)
 }
 END_TEST
 
+/*
+ * A reload to on_backend_error: local takes effect at once: with Redis
+ * refusing, the in-process limiter decides (limit 2: 200, 200, 429), where
+ * it used to answer every request as `allow` because the local store was
+ * only made when the daemon started with `local`.  A start-only key changed
+ * in the same reload is named in the log.
+ */
+START_TEST(test_reload_to_local)
+{
+	static const long want[] = { 200, 200, 429 };
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	struct ops_conf c = { .policy = "allow" };
+	char yaml[4096], *log;
+	int i;
+
+	ops_start(&d, ops_closed_port(), &c);
+	ops_acquire(&r, "r");
+	ck_assert_int_eq(r.status, 200);
+	ck_assert(ops_is_degraded(&r));
+	h_resp_free(&r);
+
+	c.policy = "local";
+	c.threads = 3;
+	ops_render_for(&d, &c, yaml, sizeof(yaml));
+	ops_write_file(d.conf, yaml);
+	ck_assert(kill(d.pid, SIGHUP) == 0);
+	ck_assert_msg(ops_wait_metric("ratelimitd_config_reloads_total"
+	    "{result=\"success\"}", 1, 2000) >= 1, "no reload");
+	for (i = 0; i < 3; i++) {
+		ops_acquire(&r, "r");
+		ck_assert_msg(r.status == want[i], "request %d: status %ld, "
+		    "expected %ld: %s", i + 1, r.status, want[i], r.body);
+		ck_assert(ops_is_degraded(&r));
+		h_resp_free(&r);
+	}
+	log = ops_slurp(d.log);
+	ck_assert_msg(strstr(log, "reload: threads changed; it applies after "
+	    "a restart") != NULL, "log: %s", log);
+	ck_assert_msg(strstr(log, "on_backend_error changed") == NULL,
+	    "log: %s", log);
+	free(log);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 /* A file replaced by rename (how editors and config tools write) is
  * reloaded without a signal. */
 START_TEST(test_reload_rename)
@@ -1161,6 +1207,7 @@ int main(void)
 
 	tc = tcase(s, "reload");
 	tcase_add_test(tc, test_reload_sighup);
+	tcase_add_test(tc, test_reload_to_local);
 	tcase_add_test(tc, test_reload_rename);
 	tcase_add_test(tc, test_reload_configmap);
 	tcase_add_test(tc, test_reload_bad_file);

@@ -520,7 +520,7 @@ static const struct {
 	{ "rules:\n  - name: a\n    limit: 5\n    window: 367d\n",
 	  "t.yaml:4:13: window: expected a duration from 1ms to 366d" },
 	{ "redis:\n  timeout: 0s\n",
-	  "t.yaml:2:12: redis.timeout: expected a duration of at least 1ms" },
+	  "t.yaml:2:12: redis.timeout: expected a duration from 1ms to 1d" },
 
 	/* booleans and enumerations */
 	{ "access_log: yes\n",
@@ -967,6 +967,64 @@ START_TEST(test_alloc_failure)
 }
 END_TEST
 
+static void
+collect_key(const char *key, void *arg)
+{
+	char *buf = arg;
+
+	strcat(buf, key);
+	strcat(buf, " ");
+}
+
+/* The keys a reload cannot apply come from the key table's flags: each
+ * changed one is named once, and keys a reload does apply never are. */
+START_TEST(test_start_only_changes)
+{
+	struct config *a, *b;
+	char keys[512];
+
+	a = expect_ok("listen: \"127.0.0.1:1\"\nthreads: 2\n"
+	    "backend: redis\nredis:\n  url: \"redis://h:1/0\"\n"
+	    "  cluster: [\"a:1\", \"b:2\"]\n  pool_size: 4\n"
+	    "  key_prefix: \"x:\"\n"
+	    "on_backend_error: allow\nmax_body_bytes: 100\n");
+	/* Only reloadable keys differ. */
+	b = expect_ok("listen: \"127.0.0.1:1\"\nthreads: 2\n"
+	    "backend: redis\nredis:\n  url: \"redis://h:1/0\"\n"
+	    "  cluster: [\"a:1\", \"b:2\"]\n  pool_size: 4\n"
+	    "  key_prefix: \"y:\"\n"
+	    "on_backend_error: local\nmax_body_bytes: 200\n"
+	    "auth:\n  client_ip: peer\n");
+	keys[0] = '\0';
+	ck_assert_uint_eq(config_start_only_changes(a, b, collect_key, keys),
+	    0);
+	ck_assert_str_eq(keys, "");
+	config_unref(b);
+	/* Every start-only key differs. */
+	b = expect_ok("listen: \"127.0.0.1:2\"\nthreads: 3\n"
+	    "backend: memory\nredis:\n  url: \"redis://h:2/0\"\n"
+	    "  cluster: [\"a:1\", \"c:2\"]\n  pool_size: 5\n"
+	    "  timeout: 1s\n  password_file: /p\n"
+	    "memory:\n  max_keys: 7\n");
+	ck_assert_uint_eq(config_start_only_changes(a, b, collect_key, keys),
+	    9);
+	ck_assert_str_eq(keys, "listen threads backend redis.url "
+	    "redis.cluster redis.pool_size redis.timeout redis.password_file "
+	    "memory.max_keys ");
+	config_unref(b);
+	/* A shorter cluster list is a change too. */
+	b = expect_ok("listen: \"127.0.0.1:1\"\nthreads: 2\n"
+	    "backend: redis\nredis:\n  url: \"redis://h:1/0\"\n"
+	    "  cluster: [\"a:1\"]\n  pool_size: 4\n");
+	keys[0] = '\0';
+	ck_assert_uint_eq(config_start_only_changes(a, b, collect_key, keys),
+	    1);
+	ck_assert_str_eq(keys, "redis.cluster ");
+	config_unref(b);
+	config_unref(a);
+}
+END_TEST
+
 static Suite *
 config_suite(void)
 {
@@ -976,6 +1034,7 @@ config_suite(void)
 	tc = tcase_create("load");
 	tcase_add_test(tc, test_shipped_config);
 	tcase_add_test(tc, test_defaults);
+	tcase_add_test(tc, test_start_only_changes);
 	tcase_add_test(tc, test_null_sections);
 	tcase_add_test(tc, test_every_key);
 	tcase_add_test(tc, test_rule_defaults_and_matching);
