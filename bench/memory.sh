@@ -11,8 +11,9 @@
 #
 # The calls are the daemon's: EVALSHA of the script with one key and ARGV
 # algorithm, limit, window_ms, cost, shadow (backend_redis.c sends the
-# same).  Units go in with cost 1 up to L = 1,000 and in chunks of cost
-# 1,000 above (sliding_log still adds one sorted-set member per unit).
+# same).  sliding_log keeps one sorted-set member per admitted call, so its
+# units go in with cost 1, its worst case (one member per unit); the other
+# algorithms get cost 1 up to L = 1,000 and chunks of cost 1,000 above.
 # sliding_log, fixed_window and token_bucket use a 1 h window, so nothing
 # expires while the key fills.  sliding_window keeps at most B + 1 = 21
 # bucket fields, which only a spread of requests over a whole window fills,
@@ -130,7 +131,8 @@ fill() {
     echo 1000
     return
   fi
-  if [ "$L" -le 1000 ]; then chunk=1; else chunk=1000; fi
+  if [ "$L" -le 1000 ] || [ "$alg" = sliding_log ]; then chunk=1
+  else chunk=1000; fi
   calls=$((L / chunk))
   for k in $(seq "$calls"); do
     echo "EVALSHA $sha 1 $key $n $L 3600000 $chunk 0"

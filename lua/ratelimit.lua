@@ -34,8 +34,6 @@
 -- under redis.pcall, so this costs nothing on the common path.
 
 local B = 20            -- sliding_window buckets per window
-local ZADD_CHUNK = 1000 -- members per ZADD (keeps unpack() well under Lua's
-                        -- C stack limit for large costs)
 
 local function ceil_ms(x)
   if x <= 0 then
@@ -66,52 +64,82 @@ end
 -- only when recording) and finish (sets s.remaining and s.reset, and gives
 -- recorded keys their TTL).  s.recorded tells whether record ran.
 
--- sliding_log: a sorted set, score = time of the unit in microseconds.
+-- sliding_log: a sorted set of runs, one member per recorded request.
 --
--- Members must be unique per unit, also for two units in one microsecond.
--- A unit recorded at time T is named "T.n".  Invariant: the members with
--- score T are exactly T.1 .. T.m.  Additions keep it (record() appends
--- T.(m+1) .. T.(m+c) with m = ZCOUNT(T, T)), and so does expiry, because
--- ZREMRANGEBYSCORE removes all members of one score or none of them.
--- Hence a new name is never taken.
+-- A run is the c units of one call, recorded at one time T (the score, in
+-- microseconds).  Its member is "<end>:<n>": n = c, and end = the units
+-- admitted on the key so far, this run included (1, 2, ... while the key
+-- lives).  end grows with every record and so is unique, and records are
+-- made at max(now, newest) so that ends grow with scores too.  Then the
+-- units in the log are the ones numbered first .. newest_end with
+-- first = oldest_end - oldest_n + 1, and every step reads at most a few
+-- members, whatever the cost: the work of one call is O(log runs).
+-- A key written before runs (members "T.n", one per unit) is turned into
+-- one run of all its units at its newest time, which only waits longer.
 local sliding_log = {}
+
+local function log_member(r, i)
+  local e, n = string.match(r[i], '^(%d+):(%d+)$')
+  return tonumber(e), tonumber(n), tonumber(r[i + 1])
+end
 
 function sliding_log.check(s)
   first('ZREMRANGEBYSCORE', s.key, '-inf', int(s.now - s.W))
-  s.used = redis.call('ZCARD', s.key)
+  local new = redis.call('ZRANGE', s.key, '-1', '-1', 'WITHSCORES')
+  s.used, s.last_end, s.last_t = 0, 0, nil
+  if #new > 0 then
+    local e, n, t = log_member(new, 1)
+    if e == nil then
+      local m = redis.call('ZCARD', s.key)
+      redis.call('DEL', s.key)
+      redis.call('ZADD', s.key, int(t), int(m) .. ':' .. int(m))
+      e, n = m, m
+    end
+    local old = redis.call('ZRANGE', s.key, '0', '0', 'WITHSCORES')
+    local oe, on = log_member(old, 1)
+    s.first = oe - on + 1
+    s.used = e - s.first + 1
+    s.last_end, s.last_t = e, t
+  end
   s.allowed = s.used + s.c <= s.L
   if not s.allowed then
-    local k = s.used + s.c - s.L
-    local r = redis.call('ZRANGE', s.key, int(k - 1), int(k - 1),
-      'WITHSCORES')
-    s.retry = ceil_ms(tonumber(r[2]) + s.W - s.now)
+    -- The unit numbered first + k - 1 must expire, k = used + c - L: find
+    -- the oldest run whose end reaches it (runs sorted by end and score).
+    local want = s.first + (s.used + s.c - s.L) - 1
+    local lo, hi = 0, redis.call('ZCARD', s.key) - 1
+    local t
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      local r = redis.call('ZRANGE', s.key, int(mid), int(mid))
+      if tonumber(string.match(r[1], '^(%d+):')) >= want then
+        hi = mid
+      else
+        lo = mid + 1
+      end
+    end
+    t = redis.call('ZRANGE', s.key, int(lo), int(lo), 'WITHSCORES')[2]
+    s.retry = ceil_ms(tonumber(t) + s.W - s.now)
   end
 end
 
 function sliding_log.record(s)
-  local now = int(s.now)
-  local m = redis.call('ZCOUNT', s.key, now, now)
-  local args = {}
-  for j = 1, s.c do
-    args[#args + 1] = now
-    args[#args + 1] = now .. '.' .. int(m + j)
-    if #args >= 2 * ZADD_CHUNK or j == s.c then
-      redis.call('ZADD', s.key, unpack(args))
-      args = {}
-    end
+  local t = s.now
+  if s.last_t ~= nil and s.last_t > t then
+    t = s.last_t
   end
+  redis.call('ZADD', s.key, int(t), int(s.last_end + s.c) .. ':' .. int(s.c))
   s.used = s.used + s.c
+  s.last_t = t
 end
 
 function sliding_log.finish(s)
   s.remaining = math.max(0, s.L - s.used)
   s.reset = 0
   if s.used > 0 then
-    local r = redis.call('ZRANGE', s.key, '-1', '-1', 'WITHSCORES')
-    s.reset = ceil_ms(tonumber(r[2]) + s.W - s.now)
+    s.reset = ceil_ms(s.last_t + s.W - s.now)
   end
   if s.recorded then
-    -- W after the newest unit; ceil_ms(W) unless the clock went back.
+    -- W after the newest run; ceil_ms(W) unless the clock went back.
     redis.call('PEXPIRE', s.key, int(math.max(1, s.reset)))
   end
 end

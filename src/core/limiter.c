@@ -23,9 +23,9 @@
  * slot for any cost, so memory is O(min(L, distinct times in the window)).
  * The ring grows by doubling (capped at L runs) in phase 1, when a request
  * is admitted and the ring is full, so phase 2 never allocates; it shrinks
- * by halves when it is less than a quarter full.  Times normally arrive in
- * order and are appended; a clock that steps back inserts in place, so "the
- * k-th oldest unit" stays right.
+ * by halves when it is less than a quarter full.  Units are recorded at
+ * max(now, newest), as the page says: runs are only ever appended or added
+ * to the newest one, also when the clock steps back.
  *
  * sliding_window keeps the B + 1 counts of buckets newest-B .. newest in a
  * small heap array indexed by bucket index mod B + 1 (allocated on the
@@ -188,19 +188,15 @@ log_check(struct limiter_state *s, const struct limiter_params *p,
 static void
 log_record(struct limiter_state *s, int64_t now, int64_t cost)
 {
-	size_t k = s->u.log.len, j;
 	struct limiter_run *r;
 
-	/* Usually now >= the newest unit: append or merge at the tail. */
-	while (k > 0 && log_at(s, k - 1)->t > now)
-		k--;
-	if (k > 0 && (r = log_at(s, k - 1))->t == now) {
+	/* Units are recorded at max(now, newest): a clock that went back
+	 * adds to the newest run, so runs stay sorted by time. */
+	if (s->u.log.len > 0 && (r = log_at(s, s->u.log.len - 1))->t >= now) {
 		r->n += cost;
 	} else {
 		assert(s->u.log.len < s->u.log.cap);
-		for (j = s->u.log.len; j > k; j--)
-			*log_at(s, j) = *log_at(s, j - 1);
-		r = log_at(s, k);
+		r = log_at(s, s->u.log.len);
 		r->t = now;
 		r->n = cost;
 		s->u.log.len++;

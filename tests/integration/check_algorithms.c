@@ -8,7 +8,10 @@
  *     sliding_log still denies;
  *   - token_bucket gives back exactly one request per window / limit;
  *   - sliding_window under steady 2x overload admits within the bound
- *     docs/algorithms.md gives.
+ *     docs/algorithms.md gives;
+ *   - on Redis, a sliding_log call of cost 1,000,000 is one member of the
+ *     sorted set, not a million (one client used to block Redis for
+ *     seconds and fill its memory with one request).
  * Timed steps keep at least 150 ms away from every boundary or expiry they
  * depend on, and a test fails as "too slow" rather than guess when the
  * machine could not keep the schedule.
@@ -38,20 +41,22 @@ static const char redis_head[] =
 	"  key_prefix: \"alg:\"\n"
 	"on_backend_error: deny\n";
 
-#define RULE(name, alg, limit) \
+#define RULE_W(name, alg, limit, window) \
 	"  - name: " name "\n" \
 	"    match:\n" \
 	"      t: " name "\n" \
 	"    limit: " #limit "\n" \
-	"    window: 1s\n" \
+	"    window: " window "\n" \
 	"    algorithm: " alg "\n"
+#define RULE(name, alg, limit) RULE_W(name, alg, limit, "1s")
 
 static const char rules_yaml[] =
 	"rules:\n"
 	RULE("fw", "fixed_window", 2)
 	RULE("sl", "sliding_log", 2)
 	RULE("tb", "token_bucket", 5)
-	RULE("sw", "sliding_window", 20);
+	RULE("sw", "sliding_window", 20)
+	RULE_W("big", "sliding_log", 1000000, "60s");
 
 #define SW_LIMIT 20
 #define SW_BUCKET_MAX 4	/* admitted in a 50 ms bucket at 40/s, jitter */
@@ -287,6 +292,46 @@ START_TEST(test_sliding_window_overload)
 }
 END_TEST
 
+/*
+ * sliding_log, limit 1,000,000: one call of cost 1,000,000 is admitted and
+ * leaves a sorted set of one member; the next unit is denied until that
+ * run leaves the window; a denied call records nothing.  Before runs, the
+ * same call added a million members (about 115 MB, seconds of Redis).
+ */
+START_TEST(test_log_large_cost)
+{
+	static const char body[] = "{\"t\":\"big\",\"cost\":1000000}";
+	struct conn c;
+	redisReply *keys, *mem;
+	long long retry;
+
+	conn_open(&c);
+	ck_assert_msg(h_request(c.curl, c.d.port, &c.r, "POST", "/acquire",
+	    body, strlen(body), NULL) == 0, "cost 1e6: %s", c.r.err);
+	ck_assert_msg(c.r.status == 200, "cost 1e6: status %ld, expected 200 "
+	    "(body %s)", c.r.status, c.r.body);
+	ck_assert_int_eq(h_json_int(&c.r, "remaining"), 0);
+	ck_assert_msg(!acquire(&c, "big", &retry, "one more unit"),
+	    "one more unit: allowed past the limit of 1,000,000");
+	ck_assert_msg(retry > 59000 && retry <= 60000, "one more unit: "
+	    "retry_after_ms %lld, expected about the 60 s window", retry);
+
+	keys = redisCommand(h_redis_ctx(&redis), "KEYS alg:big:*");
+	ck_assert_msg(keys != NULL && keys->type == REDIS_REPLY_ARRAY &&
+	    keys->elements == 1, "expected one key alg:big:*");
+	ck_assert_int_eq(h_redis_int(&redis, "ZCARD %s",
+	    keys->element[0]->str), 1);
+	mem = redisCommand(h_redis_ctx(&redis), "MEMORY USAGE %s SAMPLES 0",
+	    keys->element[0]->str);
+	ck_assert_msg(mem != NULL && mem->type == REDIS_REPLY_INTEGER &&
+	    mem->integer < 1024, "MEMORY USAGE of the key: %lld bytes, "
+	    "expected < 1 KiB", mem != NULL ? mem->integer : -1);
+	freeReplyObject(mem);
+	freeReplyObject(keys);
+	conn_close(&c);
+}
+END_TEST
+
 /* --- fixtures and main -------------------------------------------------- */
 
 static void use_memory_backend(void)
@@ -318,6 +363,8 @@ static TCase *backend_tcase(const char *name, bool with_redis)
 	tcase_add_test(tc, test_fixed_vs_sliding_at_boundary);
 	tcase_add_test(tc, test_token_bucket_one_more);
 	tcase_add_test(tc, test_sliding_window_overload);
+	if (with_redis)
+		tcase_add_test(tc, test_log_large_cost);
 	return tc;
 }
 

@@ -277,10 +277,10 @@ START_TEST(test_log_clock_back)
 	/* the clock stepped back 2 ms; reset still from the newest unit:
 	 * ceil_ms(T0 + 5 ms + 1 s - (T0 + 3 ms)) = 1002 */
 	ck_take(&s, &p, T0 + 3 * MS, 1, true, 0, 1002, 0);
-	/* k = 1: the oldest unit is T0 + 3 ms, not the first recorded:
-	 * retry = ceil_ms(T0 + 3 ms + 1 s - (T0 + 6 ms)) = 997;
-	 * reset = ceil_ms(T0 + 5 ms + 1 s - (T0 + 6 ms)) = 999 */
-	ck_take(&s, &p, T0 + 6 * MS, 1, false, 0, 999, 997);
+	/* The second unit was recorded at max(now, newest) = T0 + 5 ms, so
+	 * k = 1 finds both at T0 + 5 ms:
+	 * retry = reset = ceil_ms(T0 + 5 ms + 1 s - (T0 + 6 ms)) = 999 */
+	ck_take(&s, &p, T0 + 6 * MS, 1, false, 0, 999, 999);
 	ck_assert_int_eq(limiter_expiry(&s, &p), T0 + 5 * MS + SEC);
 	limiter_state_clear(&s);
 }
