@@ -83,12 +83,16 @@ $(BUILD)/%.o: src/%.c $(HDRS) config.mk | $(BUILD)/tests
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LIB_CFLAGS) -c -o $@ $<
 
 # The Lua scripts are compiled into the binary as C strings, one per file:
-# lua/ratelimit.lua => const char rl_lua_ratelimit[].
+# lua/ratelimit.lua => const char rl_lua_ratelimit[], and its SHA1 as Redis
+# computes it (the text as compiled: every line ends in a newline) in
+# rl_lua_ratelimit_sha[], for EVALSHA before any SCRIPT LOAD answered.
 $(BUILD)/lua_scripts.c: $(LUA) Makefile | $(BUILD)/tests
 	@{ echo '/* Generated from the scripts in lua/ by the Makefile. */'; \
 	for f in $(LUA); do \
 		n=$$(basename $$f .lua | tr -c 'A-Za-z0-9_\n' _); \
-		echo "extern const char rl_lua_$$n[];"; \
+		echo "extern const char rl_lua_$$n[], rl_lua_$${n}_sha[];"; \
+		echo "const char rl_lua_$${n}_sha[] = \"$$(awk 1 $$f | \
+			sha1sum | cut -c1-40)\";"; \
 		echo "const char rl_lua_$$n[] ="; \
 		sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/\t"/' \
 			-e 's/$$/\\n"/' $$f; \

@@ -5,22 +5,30 @@
 -- arithmetic, so that a request gets the same answer from either store.
 -- backend_redis.c loads the script with SCRIPT LOAD and runs it with EVALSHA.
 --
+-- One call carries one request or several (a batch); each request is
+-- evaluated on its own, all-or-nothing, in order.
+--
 -- KEYS[i]  the full key of check i: "<prefix><rule>:{<key>}", untouched.
--- ARGV     five values per check, in KEYS order:
+--          The checks of request 1 come first, then those of request 2...
+-- ARGV     for a batch of R requests: R, then the number of checks of each
+--          request (R values, each >= 1), then five values per check;
+--          for one request the count may be left out: just five values per
+--          check, in KEYS order:
 --            algorithm  0 sliding_log, 1 sliding_window, 2 fixed_window,
 --                       3 token_bucket (enum rl_algorithm)
 --            limit      L >= 1
 --            window_ms  >= 1
 --            cost       0 <= c <= L
 --            shadow     0 or 1
--- Reply    a flat array of integers:
+-- Reply    a flat array of integers, per request in order:
 --            all_allowed, then per check: allowed, remaining, reset_ms,
 --            retry_after_ms.
 --
--- Phase 1 checks every rule and records nothing (dropping expired state is
--- allowed).  Phase 2 runs only if every non-shadow check allows, and then
--- records the cost of each check that allows and has c > 0.  Only recorded
--- keys get a new TTL; keys that are only read keep theirs.
+-- Per request, phase 1 checks every rule and records nothing (dropping
+-- expired state is allowed).  Phase 2 runs only if every non-shadow check
+-- of the request allows, and then records the cost of each check that
+-- allows and has c > 0.  Only recorded keys get a new TTL; keys that are
+-- only read keep theirs.
 --
 -- Time is the server's: TIME, in microseconds.  Calling TIME before writing
 -- needs effects replication, the default since Redis 5 and the only mode
@@ -64,16 +72,19 @@ end
 -- only when recording) and finish (sets s.remaining and s.reset, and gives
 -- recorded keys their TTL).  s.recorded tells whether record ran.
 
--- sliding_log: a sorted set of runs, one member per recorded request.
+-- sliding_log: a sorted set of runs, one member per recorded time.
 --
--- A run is the c units of one call, recorded at one time T (the score, in
--- microseconds).  Its member is "<end>:<n>": n = c, and end = the units
--- admitted on the key so far, this run included (1, 2, ... while the key
--- lives).  end grows with every record and so is unique, and records are
--- made at max(now, newest) so that ends grow with scores too.  Then the
--- units in the log are the ones numbered first .. newest_end with
--- first = oldest_end - oldest_n + 1, and every step reads at most a few
--- members, whatever the cost: the work of one call is O(log runs).
+-- A run is the units recorded at one time T (the score, in microseconds):
+-- one call's c units, or those of several calls of one batch (they share
+-- the script's clock).  Its member is "<end>:<n>": n its units, and end =
+-- the units admitted on the key so far, this run included (1, 2, ... while
+-- the key lives).  Records are made at max(now, newest), so scores, and
+-- ends with them, only grow: a record at the newest run's time replaces
+-- that member by a merged one, so no two members share a score, and ranks
+-- follow time and end alike.  Then the units in the log are the ones
+-- numbered first .. newest_end with first = oldest_end - oldest_n + 1, and
+-- every step reads at most a few members, whatever the cost: the work of
+-- one call is O(log runs).
 -- A key written before runs (members "T.n", one per unit) is turned into
 -- one run of all its units at its newest time, which only waits longer.
 local sliding_log = {}
@@ -86,7 +97,7 @@ end
 function sliding_log.check(s)
   first('ZREMRANGEBYSCORE', s.key, '-inf', int(s.now - s.W))
   local new = redis.call('ZRANGE', s.key, '-1', '-1', 'WITHSCORES')
-  s.used, s.last_end, s.last_t = 0, 0, nil
+  s.used, s.last_end, s.last_n, s.last_t = 0, 0, 0, nil
   if #new > 0 then
     local e, n, t = log_member(new, 1)
     if e == nil then
@@ -99,7 +110,7 @@ function sliding_log.check(s)
     local oe, on = log_member(old, 1)
     s.first = oe - on + 1
     s.used = e - s.first + 1
-    s.last_end, s.last_t = e, t
+    s.last_end, s.last_n, s.last_t = e, n, t
   end
   s.allowed = s.used + s.c <= s.L
   if not s.allowed then
@@ -123,11 +134,13 @@ function sliding_log.check(s)
 end
 
 function sliding_log.record(s)
-  local t = s.now
-  if s.last_t ~= nil and s.last_t > t then
-    t = s.last_t
+  local t, n = s.now, s.c
+  if s.last_t ~= nil and s.last_t >= t then
+    -- The newest run's time: merge into it.
+    t, n = s.last_t, s.last_n + s.c
+    redis.call('ZREM', s.key, int(s.last_end) .. ':' .. int(s.last_n))
   end
-  redis.call('ZADD', s.key, int(t), int(s.last_end + s.c) .. ':' .. int(s.c))
+  redis.call('ZADD', s.key, int(t), int(s.last_end + s.c) .. ':' .. int(n))
   s.used = s.used + s.c
   s.last_t = t
 end
@@ -308,17 +321,73 @@ local ALGORITHMS = {
   [3] = token_bucket
 }
 
+-- One request: checks[first .. last], all-or-nothing on its own.  Appends
+-- its all_allowed and 4 fields per check to reply.
+local function request(checks, first, last, reply)
+  -- Phase 1: check.
+  local all = true
+  for k = first, last do
+    local s = checks[k]
+    s.alg.check(s)
+    if not s.allowed and not s.shadow then
+      all = false
+    end
+  end
+
+  -- Phase 2: record.
+  if all then
+    for k = first, last do
+      local s = checks[k]
+      if s.allowed and s.c > 0 then
+        s.alg.record(s)
+        s.recorded = true
+      end
+    end
+  end
+
+  reply[#reply + 1] = all and 1 or 0
+  for k = first, last do
+    local s = checks[k]
+    s.alg.finish(s)
+    reply[#reply + 1] = s.allowed and 1 or 0
+    reply[#reply + 1] = math.floor(s.remaining)
+    reply[#reply + 1] = math.floor(s.reset)
+    reply[#reply + 1] = s.allowed and 0 or math.floor(s.retry)
+  end
+end
+
 -- Main.
 local n = #KEYS
-if #ARGV ~= 5 * n then
-  return redis.error_reply('ratelimit.lua: need 5 ARGV per key')
+local counts, base
+if #ARGV == 5 * n then
+  counts, base = {n}, 0
+else
+  local R = tonumber(ARGV[1])
+  if R == nil or R < 1 or #ARGV ~= 1 + R + 5 * n then
+    return redis.error_reply('ratelimit.lua: need 5 ARGV per key, or ' ..
+      'a request count, the checks of each request and 5 ARGV per key')
+  end
+  counts, base = {}, 1 + R
+  local total = 0
+  for r = 1, R do
+    counts[r] = tonumber(ARGV[1 + r])
+    if counts[r] == nil or counts[r] < 1 then
+      return redis.error_reply('ratelimit.lua: bad check count for ' ..
+        'request ' .. r)
+    end
+    total = total + counts[r]
+  end
+  if total ~= n then
+    return redis.error_reply('ratelimit.lua: check counts do not add ' ..
+      'up to the keys')
+  end
 end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 
 local checks = {}
 for k = 1, n do
-  local a = (k - 1) * 5
+  local a = base + (k - 1) * 5
   local alg = ALGORITHMS[tonumber(ARGV[a + 1])]
   local L, wms = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local c, shadow = tonumber(ARGV[a + 4]), ARGV[a + 5] == '1'
@@ -330,34 +399,12 @@ for k = 1, n do
     shadow = shadow, now = now, retry = 0, recorded = false}
 end
 
--- Phase 1: check.
-local all = true
-for k = 1, n do
-  local s = checks[k]
-  s.alg.check(s)
-  if not s.allowed and not s.shadow then
-    all = false
-  end
-end
-
--- Phase 2: record.
-if all then
-  for k = 1, n do
-    local s = checks[k]
-    if s.allowed and s.c > 0 then
-      s.alg.record(s)
-      s.recorded = true
-    end
-  end
-end
-
-local reply = {all and 1 or 0}
-for k = 1, n do
-  local s = checks[k]
-  s.alg.finish(s)
-  reply[#reply + 1] = s.allowed and 1 or 0
-  reply[#reply + 1] = math.floor(s.remaining)
-  reply[#reply + 1] = math.floor(s.reset)
-  reply[#reply + 1] = s.allowed and 0 or math.floor(s.retry)
+-- The requests one after the other, in order: a later one sees what an
+-- earlier one recorded, as if each had been its own call.
+local reply = {}
+local first = 1
+for r = 1, #counts do
+  request(checks, first, first + counts[r] - 1, reply)
+  first = first + counts[r]
 end
 return reply

@@ -7,9 +7,15 @@
  * A call hands over every rule that applies to one request at once, so a
  * store can evaluate them atomically: either every non-shadow check allows
  * and each allowing check records its cost, or nothing is recorded at all.
- * Batching several requests into one Redis round trip, or routing keys to
- * cluster nodes, happens behind this interface; callers only see a blocking
- * call that returns within the backend's timeout.
+ *
+ * Calls are asynchronous: the caller fills a struct backend_call with the
+ * checks, a deadline and a completion function, and submits it; the store
+ * runs the completion exactly once, with the results or an error, by the
+ * deadline.  The memory store completes every call inside submit (it never
+ * blocks: b->completes_inline).  Redis completes calls on its own I/O
+ * thread, and batches the calls that arrive together into one script call
+ * (backend_redis.c).  backend_decide() and backend_is_ready() wrap a call
+ * for callers that may block (tests, tools).
  */
 #ifndef RL_BACKEND_H
 #define RL_BACKEND_H
@@ -49,41 +55,65 @@ enum backend_error_kind {
 	BACKEND_ERR_CIRCUIT_OPEN	/* not tried: too many recent failures */
 };
 
+#define BACKEND_ERR_MAX 200
+
+struct backend_call;
+typedef void (*backend_done_fn)(struct backend_call *call);
+
+/*
+ * One call: a request's checks, or (n == 0) a readiness probe, which asks
+ * whether the store answers now (a PING on Redis).  The caller owns the
+ * struct and everything it points to, and keeps them alive and unchanged
+ * until done runs; done may free them.
+ */
+struct backend_call {
+	/* Set by the caller. */
+	const struct rl_check *checks;
+	size_t n;
+	struct rl_result *out;		/* n results */
+	int64_t deadline_us;		/* monotonic: the call fails by then;
+					 * 0: the store's timeout from now */
+	backend_done_fn done;
+	void *arg;			/* the caller's */
+
+	/* Set by the store before done runs.  rc is 0 with out[] and
+	 * all_allowed: true iff every non-shadow check allows, in which case
+	 * the cost was recorded for each allowing check.  rc is -1 with kind
+	 * and err when the call failed (nothing is known to be recorded). */
+	int rc;
+	bool all_allowed;
+	enum backend_error_kind kind;
+	char err[BACKEND_ERR_MAX];
+
+	/* The store's own, while the call is in its hands. */
+	struct backend_call *q_next, *q_prev;
+	void *q_batch;
+	int64_t q_start_us;
+	bool q_trial;
+};
+
 struct backend;
 
 struct backend_ops {
-	/* Evaluate n checks atomically (see above); results in out[0..n-1].
-	 * *all_allowed is true iff every non-shadow check allows, in which
-	 * case the cost was recorded for each allowing check.  Returns 0, or
-	 * -1 with *kind and a message in err (nothing is known to be
-	 * recorded).  Any thread, concurrently. */
-	int (*decide)(struct backend *b, const struct rl_check *checks,
-	    size_t n, struct rl_result *out, bool *all_allowed,
-	    enum backend_error_kind *kind, char *err, size_t errlen);
-	/* True iff the backend answers now (a PING within the timeout for
-	 * Redis).  Any thread. */
-	bool (*is_ready)(struct backend *b);
-	/* Free everything; no call may be in flight. */
+	/* Take call; run call->done(call) exactly once, inside this function
+	 * or later on the store's thread, by call->deadline_us.  Any thread,
+	 * concurrently. */
+	void (*submit)(struct backend *b, struct backend_call *call);
+	/* Stop the store's threads, answering every call in its hands (as
+	 * failed), then free everything.  No submit may run meanwhile or
+	 * after. */
 	void (*free)(struct backend *b);
 };
 
 struct backend {
 	const struct backend_ops *ops;
 	const char *name;	/* "memory", "redis" */
+	bool completes_inline;	/* done always runs inside submit */
 };
 
-static inline int backend_decide(struct backend *b,
-    const struct rl_check *checks, size_t n, struct rl_result *out,
-    bool *all_allowed, enum backend_error_kind *kind, char *err,
-    size_t errlen)
+static inline void backend_submit(struct backend *b, struct backend_call *call)
 {
-	return b->ops->decide(b, checks, n, out, all_allowed, kind, err,
-	    errlen);
-}
-
-static inline bool backend_is_ready(struct backend *b)
-{
-	return b->ops->is_ready(b);
+	b->ops->submit(b, call);
 }
 
 /* backend_free(NULL) does nothing. */
@@ -92,6 +122,18 @@ static inline void backend_free(struct backend *b)
 	if (b != NULL)
 		b->ops->free(b);
 }
+
+/*
+ * The blocking forms, for callers that may wait (tests, tools; not the
+ * event loops): evaluate n checks within the store's timeout.
+ * backend_decide returns 0 with out[] and *all_allowed, or -1 with *kind
+ * and a message in err.  Any thread.
+ */
+int backend_decide(struct backend *b, const struct rl_check *checks,
+    size_t n, struct rl_result *out, bool *all_allowed,
+    enum backend_error_kind *kind, char *err, size_t errlen);
+/* True iff the store answers a probe within its timeout.  Any thread. */
+bool backend_is_ready(struct backend *b);
 
 /* Stable names ("connect", ...) for logs and metric labels. */
 static inline const char *

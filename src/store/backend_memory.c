@@ -496,11 +496,18 @@ free_slots:
 	return ret;
 }
 
-static bool
-memory_is_ready(struct backend *b)
+/* Every call completes here: the store never blocks.  A probe (n == 0)
+ * always succeeds. */
+static void
+memory_submit(struct backend *b, struct backend_call *call)
 {
-	(void)b;
-	return true;
+	call->all_allowed = true;
+	call->kind = BACKEND_ERR_NONE;
+	call->err[0] = '\0';
+	call->rc = call->n == 0 ? 0 : memory_decide(b, call->checks, call->n,
+	    call->out, &call->all_allowed, &call->kind, call->err,
+	    sizeof(call->err));
+	call->done(call);
 }
 
 static void
@@ -529,8 +536,7 @@ memory_free(struct backend *b)
 }
 
 static const struct backend_ops memory_ops = {
-	.decide = memory_decide,
-	.is_ready = memory_is_ready,
+	.submit = memory_submit,
 	.free = memory_free,
 };
 
@@ -565,6 +571,7 @@ backend_memory_new(int64_t max_keys, backend_clock_fn clock, void *clock_arg)
 		return NULL;
 	m->base.ops = &memory_ops;
 	m->base.name = "memory";
+	m->base.completes_inline = true;
 	m->clock = clock != NULL ? clock : memory_realtime;
 	m->clock_arg = clock_arg;
 	m->max_keys = max_keys;

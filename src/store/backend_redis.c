@@ -1,74 +1,63 @@
 /*
- * backend_redis.c - the Redis store behind backend.h.  One decide() call is
- * one EVALSHA of lua/ratelimit.lua, which evaluates every rule of a request
- * atomically on the server with the server's clock (docs/algorithms.md).
- * This file only moves the checks to Redis and the results back, and keeps
- * a failing Redis from slowing the daemon down.
+ * backend_redis.c - the Redis store behind backend.h.  A request's checks
+ * are evaluated by lua/ratelimit.lua, atomically on the server with the
+ * server's clock (docs/algorithms.md); this file moves calls to Redis and
+ * results back, batches what arrives together, and keeps a failing Redis
+ * from slowing the daemon down.
  *
  * DESIGN
  *
- * Pool.  pool_size blocking hiredis connections, each used by one caller at
- * a time.  A mutex guards a stack of idle slots; a caller with none free
- * waits on a condition variable (CLOCK_MONOTONIC) until its deadline, then
- * fails with "pool exhausted".  Slots are connected lazily, outside the
- * mutex, and any I/O error or timeout frees the connection, because a late
- * reply would desynchronise it; the next user of the slot reconnects.
+ * One I/O thread owns every connection (redis_conn.c) and an epoll set.
+ * backend_submit() puts a call on a queue under a mutex and wakes the
+ * thread through an eventfd; it never touches a socket.  Each turn of the
+ * loop takes every call queued since the last turn and sends them as
+ * batches: up to REDIS_BATCH_CALLS requests in one EVALSHA (the script
+ * evaluates them one after the other, each all-or-nothing on its own;
+ * redis_script.c encodes and decodes), each batch on the connection with
+ * the fewest commands in flight, then writes each connection's buffer
+ * with one write(2).  Under load calls queue while the thread works, so
+ * batches grow by themselves; alone, a call leaves at once.
  *
- * Timeouts.  Each call has one deadline, now + timeout_ms, shared by the
- * wait for a slot, the connect, AUTH/SELECT/SCRIPT LOAD and the EVALSHA.
- * Before each command the socket's SO_RCVTIMEO/SO_SNDTIMEO (redisSetTimeout)
- * is lowered to what is left; it is only reset when it is off by more than
- * a millisecond, so the common path costs no extra system call.  A read or
- * write that times out fails with EAGAIN, which is how BACKEND_ERR_TIMEOUT
- * is told from a refused or broken connection (BACKEND_ERR_CONNECT).  Host
- * names are resolved by getaddrinfo() inside hiredis, which the deadline
- * does not bound: use an address or a local resolver.
+ * Deadlines.  A call carries its own deadline (set when its request
+ * arrived).  The thread keeps the calls in its hands in a list sorted by
+ * deadline and sleeps no longer than the first; a call past its deadline
+ * fails at once with BACKEND_ERR_TIMEOUT, and its part of a late reply is
+ * dropped.  A call whose script may have run is never sent again (it
+ * would count twice): a closed connection fails its calls.  NOSCRIPT means
+ * the script did not run, so the batch is sent again once, after SCRIPT
+ * LOAD.  A connection whose oldest command is older than the timeout is
+ * closed (everything on it has failed by then), and so is a connect that
+ * takes longer.
  *
- * Script loading.  Each new connection runs SCRIPT LOAD with the script
- * text compiled into the binary and keeps the SHA1 it answers, so no SHA-1
- * code is needed here.  A NOSCRIPT reply (SCRIPT FLUSH, a failover to a
- * replica without the script) loads it again and retries once.
+ * Script.  Every new connection queues AUTH, SELECT and SCRIPT LOAD ahead
+ * of the first call; EVALSHA uses the SHA1 the Makefile computed from the
+ * script text, so no call waits for the handshake.
  *
- * Circuit breaker.  After REDIS_CB_THRESHOLD consecutive failures the
- * circuit opens: calls fail at once with BACKEND_ERR_CIRCUIT_OPEN, without
- * touching Redis or the pool.  After a backoff (100 ms, doubling on every
- * failed trial up to 5 s) it half-opens: exactly one caller goes through as
+ * Circuit breaker.  After REDIS_CB_THRESHOLD consecutive failed calls the
+ * circuit opens: calls fail at once with BACKEND_ERR_CIRCUIT_OPEN, inside
+ * submit, without queueing.  After a backoff (100 ms, doubling on every
+ * failed trial up to 5 s) it half-opens: exactly one call goes through as
  * a trial while the others still fail fast.  Success anywhere closes the
- * circuit and resets the backoff.  A caller that found the pool exhausted
- * says nothing about Redis and neither counts nor spends the trial.
- * is_ready() bypasses the circuit: /readyz reports Redis as it is.
+ * circuit and resets the backoff.  Readiness probes bypass the circuit:
+ * /readyz reports Redis as it is.
  *
  * Failures are logged with log_warnx at most once a second per kind, with a
  * count of the lines held back; the URL appears only redacted.
  *
- * Later: auto-pipelining.  decide() is a blocking call that hands over a
- * whole request, so a pipelining layer fits behind it unchanged: callers
- * would enqueue their EVALSHA (already one per request) on a shared
- * connection and wait on a per-call condition for their reply, while one
- * writer flushes whatever has queued since the last flush in one write(2)
- * and one reader hands replies back in order (Redis answers in order).  The
- * pool would shrink to a few such connections, the deadline and error
- * classification stay per call, and a timeout would fail every call queued
- * on that connection, as a broken connection does now.
- *
- * hiredis writes with write(2), so a peer that closed its end raises
- * SIGPIPE: backend_redis_new() ignores SIGPIPE if it still has its default
- * disposition (the daemon does not want it either).
- *
  * Cluster mode (redis.cluster) is not implemented yet; backend_redis_new()
- * refuses it.  Each key is its own {hash tag}, so the keys of one request
- * usually live on different slots: routing will need one EVALSHA per node
- * (atomic per node only) or rules that share a tag.
+ * refuses it.  The pieces are separate for it: a connection set per node,
+ * the script's encoding, and (to come) routing of each batch by slot.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/time.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
@@ -76,28 +65,23 @@
 #include "config.h"
 #include "log.h"
 #include "metrics.h"
+#include "redis_conn.h"
+#include "redis_script.h"
 #include "redis_url.h"
 #include "util.h"
 
-/* lua/ratelimit.lua, turned into a C string by the Makefile. */
-extern const char rl_lua_ratelimit[];
+/* lua/ratelimit.lua and its SHA1, made by the Makefile. */
+extern const char rl_lua_ratelimit[], rl_lua_ratelimit_sha[];
 
 #define REDIS_CB_THRESHOLD	5	/* consecutive failures to open */
 #define REDIS_CB_BACKOFF_MIN_MS	100
 #define REDIS_CB_BACKOFF_MAX_MS	5000
 #define REDIS_LOG_INTERVAL_US	1000000	/* one line per kind per second */
-#define REDIS_TIMEOUT_SLACK_US	1000	/* socket timeout vs. deadline */
-#define REDIS_SHA_LEN		40
-#define REDIS_ARGS_PER_CHECK	5
-#define REDIS_FIELDS_PER_CHECK	4
-#define REDIS_NUM_MAX		24	/* an int64 in decimal, and a NUL */
 #define REDIS_NKINDS		(BACKEND_ERR_CIRCUIT_OPEN + 1)
-
-struct redis_conn {
-	redisContext *ctx;		/* NULL: connect on next use */
-	char sha[REDIS_SHA_LEN + 1];	/* the script's SHA1 on this server */
-	int64_t timeout_us;		/* socket timeout set on ctx, -1 none */
-};
+#define REDIS_BATCH_CALLS	64	/* requests in one EVALSHA */
+#define REDIS_BATCH_KEYS	512	/* keys in one EVALSHA */
+#define REDIS_RECONNECT_US	100000	/* between connects of one slot */
+#define REDIS_EVFD_TAG		UINT64_MAX
 
 enum redis_circuit {
 	REDIS_CIRCUIT_CLOSED,
@@ -111,19 +95,48 @@ enum redis_outcome {
 	REDIS_OUTCOME_NEUTRAL		/* says nothing about Redis */
 };
 
+/* One connection and what the loop knows of it. */
+struct redis_slot {
+	struct redis_conn *conn;
+	int reg_fd;			/* registered with epoll, or -1 */
+	uint64_t reg_gen;
+	uint32_t reg_events;
+	int64_t next_connect_us;	/* no new connect before */
+	bool busy;			/* counted in the pool gauge */
+};
+
+/* One EVALSHA (or PING, for a probe) in flight. */
+struct redis_batch {
+	struct redis_backend *rb;
+	struct redis_slot *slot;
+	size_t ncalls, live;		/* live: calls not answered yet */
+	bool probe, resent;
+	struct backend_call *calls[REDIS_BATCH_CALLS];	/* NULL: answered */
+	size_t counts[REDIS_BATCH_CALLS];
+};
+
 struct redis_backend {
 	struct backend base;		/* first: we are a struct backend */
 	struct redis_url url;
 	char *shown_url;		/* redacted, for messages */
 	int64_t timeout_us;
+	struct redis_conn_config ccfg;
 
-	pthread_mutex_t mu;		/* guards the pool and the circuit */
-	pthread_cond_t cv;		/* a slot was returned */
-	struct redis_conn *conns;	/* nconns slots */
-	size_t nconns;
-	size_t *idle;			/* stack of idle slot indices */
-	size_t nidle;
+	struct redis_slot *slots;
+	size_t nslots;
 
+	pthread_t thread;
+	bool thread_started;
+	int epfd, evfd;
+
+	pthread_mutex_t qmu;		/* guards the submission queue */
+	struct backend_call *qhead, *qtail;
+	bool stopping;
+
+	/* The I/O thread's: calls sent or about to be, by deadline. */
+	struct backend_call *fhead, *ftail;
+
+	pthread_mutex_t mu;		/* guards the circuit */
 	enum redis_circuit circuit;
 	int failures;			/* consecutive */
 	int64_t backoff_ms;		/* of the next opening */
@@ -157,15 +170,6 @@ static void redis_log_failure(struct redis_backend *rb,
 	else
 		log_warnx("redis %s: %s (kind=%s)", rb->shown_url, msg,
 		    backend_error_kind_name(kind));
-}
-
-static struct timeval redis_tv(int64_t us)
-{
-	struct timeval tv;
-
-	tv.tv_sec = (time_t)(us / 1000000);
-	tv.tv_usec = (suseconds_t)(us % 1000000);
-	return tv;
 }
 
 /* ---- circuit breaker ------------------------------------------------- */
@@ -247,490 +251,536 @@ static void redis_circuit_leave(struct redis_backend *rb, bool trial,
 		    rb->shown_url);
 }
 
-/* ---- pool ------------------------------------------------------------ */
 
-static void redis_conn_close(struct redis_conn *c)
+/* ---- calls in flight ------------------------------------------------- */
+
+/* Keep the call in the deadline-sorted list (nearly always at the end). */
+static void
+flight_add(struct redis_backend *rb, struct backend_call *call)
 {
-	if (c->ctx != NULL)
-		redisFree(c->ctx);
-	c->ctx = NULL;
-	c->sha[0] = '\0';
-	c->timeout_us = -1;
-}
+	struct backend_call *at = rb->ftail;
 
-/* Take an idle slot, waiting until deadline_us (monotonic) at most.
- * Returns it, or NULL when the pool stayed exhausted. */
-static struct redis_conn *redis_pool_get(struct redis_backend *rb,
-    int64_t deadline_us)
-{
-	struct redis_conn *c = NULL;
-	struct timespec ts;
-
-	ts.tv_sec = (time_t)(deadline_us / 1000000);
-	ts.tv_nsec = (long)(deadline_us % 1000000) * 1000;
-	pthread_mutex_lock(&rb->mu);
-	while (rb->nidle == 0) {
-		if (util_monotonic_us() >= deadline_us)
-			goto out_unlock;
-		(void)pthread_cond_timedwait(&rb->cv, &rb->mu, &ts);
-	}
-	c = &rb->conns[rb->idle[--rb->nidle]];
-out_unlock:
-	pthread_mutex_unlock(&rb->mu);
-	if (c != NULL)
-		metrics_pool_in_use(rb->metrics, 1);
-	return c;
-}
-
-/* Give a slot back; a broken one is closed first (outside the mutex: the
- * slot is still ours). */
-static void redis_pool_put(struct redis_backend *rb, struct redis_conn *c,
-    bool broken)
-{
-	if (broken)
-		redis_conn_close(c);
-	pthread_mutex_lock(&rb->mu);
-	rb->idle[rb->nidle++] = (size_t)(c - rb->conns);
-	pthread_cond_signal(&rb->cv);
-	pthread_mutex_unlock(&rb->mu);
-	metrics_pool_in_use(rb->metrics, -1);
-}
-
-/* ---- commands -------------------------------------------------------- */
-
-/* Classify a failed hiredis call on ctx; errno as it was right after. */
-static enum backend_error_kind redis_io_kind(const redisContext *ctx,
-    int saved_errno)
-{
-	if (ctx->err != REDIS_ERR_IO)
-		return BACKEND_ERR_CONNECT;	/* EOF, or a broken stream */
-	if (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK ||
-	    saved_errno == ETIMEDOUT || saved_errno == EINPROGRESS)
-		return BACKEND_ERR_TIMEOUT;
-	/* errno may have moved on; hiredis kept strerror's text. */
-	if (strcmp(ctx->errstr, strerror(EAGAIN)) == 0 ||
-	    strcmp(ctx->errstr, strerror(ETIMEDOUT)) == 0)
-		return BACKEND_ERR_TIMEOUT;
-	return BACKEND_ERR_CONNECT;
-}
-
-/*
- * Run one command on a connected slot within deadline_us.  Returns the
- * reply (the caller frees it; it may be an error reply), or NULL with *kind
- * and err set and, if anything was sent, the connection closed.
- */
-static redisReply *redis_conn_command(struct redis_conn *c,
-    int64_t deadline_us, int argc, const char **argv, const size_t *lens,
-    enum backend_error_kind *kind, char *err, size_t errlen)
-{
-	int64_t left = deadline_us - util_monotonic_us();
-	redisReply *r;
-	int saved_errno;
-
-	if (left <= 0) {
-		/* Nothing sent: the connection stays usable. */
-		*kind = BACKEND_ERR_TIMEOUT;
-		snprintf(err, errlen, "%s: no time left", argv[0]);
-		return NULL;
-	}
-	if (c->timeout_us < 0 || left < c->timeout_us - REDIS_TIMEOUT_SLACK_US
-	    || left > c->timeout_us + REDIS_TIMEOUT_SLACK_US) {
-		if (redisSetTimeout(c->ctx, redis_tv(left)) != REDIS_OK) {
-			*kind = BACKEND_ERR_CONNECT;
-			snprintf(err, errlen, "set socket timeout: %s",
-			    c->ctx->errstr);
-			redis_conn_close(c);
-			return NULL;
-		}
-		c->timeout_us = left;
-	}
-	errno = 0;
-	r = redisCommandArgv(c->ctx, argc, argv, lens);
-	saved_errno = errno;
-	if (r == NULL) {
-		*kind = c->ctx->err != 0 ? redis_io_kind(c->ctx, saved_errno) :
-		    BACKEND_ERR_CONNECT;
-		snprintf(err, errlen, "%s%s%s: %s", argv[0],
-		    argc > 1 && strcmp(argv[0], "SCRIPT") == 0 ? " " : "",
-		    argc > 1 && strcmp(argv[0], "SCRIPT") == 0 ? argv[1] : "",
-		    c->ctx->err != 0 ? c->ctx->errstr : "no reply");
-		redis_conn_close(c);
-	}
-	return r;
-}
-
-/* The kind of an error reply.  Authentication errors mean the password
- * changed or is missing: nothing works until the configuration changes,
- * so they count as connect errors, like a failed AUTH. */
-static enum backend_error_kind redis_reply_kind(const redisReply *r)
-{
-	if (r->type == REDIS_REPLY_ERROR && (strncmp(r->str, "NOAUTH", 6) == 0
-	    || strncmp(r->str, "WRONGPASS", 9) == 0))
-		return BACKEND_ERR_CONNECT;
-	return BACKEND_ERR_PROTOCOL;
-}
-
-/* Run a command that must answer +OK (AUTH, SELECT).  0 or -1. */
-static int redis_conn_expect_ok(struct redis_conn *c, int64_t deadline_us,
-    int argc, const char **argv, enum backend_error_kind *kind, char *err,
-    size_t errlen)
-{
-	size_t lens[3];
-	redisReply *r;
-	int i, rc = -1;
-
-	for (i = 0; i < argc; i++)
-		lens[i] = strlen(argv[i]);
-	if ((r = redis_conn_command(c, deadline_us, argc, argv, lens, kind,
-	    err, errlen)) == NULL)
-		return -1;
-	if (r->type == REDIS_REPLY_STATUS && strcmp(r->str, "OK") == 0)
-		rc = 0;
-	else {
-		/* Wrong credentials or database: nothing works until the
-		 * configuration changes, so report it as a connect error. */
-		*kind = BACKEND_ERR_CONNECT;
-		snprintf(err, errlen, "%s failed: %s", argv[0],
-		    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-		redis_conn_close(c);
-	}
-	freeReplyObject(r);
-	return rc;
-}
-
-/* SCRIPT LOAD the script on c and keep its SHA1.  0 or -1 (closed). */
-static int redis_conn_load_script(struct redis_conn *c, int64_t deadline_us,
-    enum backend_error_kind *kind, char *err, size_t errlen)
-{
-	const char *argv[3] = { "SCRIPT", "LOAD", rl_lua_ratelimit };
-	size_t lens[3] = { 6, 4, strlen(rl_lua_ratelimit) };
-	redisReply *r;
-	int rc = -1;
-
-	if ((r = redis_conn_command(c, deadline_us, 3, argv, lens, kind, err,
-	    errlen)) == NULL)
-		return -1;
-	if (r->type == REDIS_REPLY_STRING && r->len == REDIS_SHA_LEN) {
-		memcpy(c->sha, r->str, REDIS_SHA_LEN + 1);
-		rc = 0;
-	} else {
-		*kind = redis_reply_kind(r);
-		snprintf(err, errlen, "SCRIPT LOAD: %s",
-		    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-		redis_conn_close(c);
-	}
-	freeReplyObject(r);
-	return rc;
-}
-
-/* Make sure c is connected, authenticated, on its database and has the
- * script.  0, or -1 with *kind and err (c closed). */
-static int redis_conn_ensure(struct redis_backend *rb, struct redis_conn *c,
-    int64_t deadline_us, enum backend_error_kind *kind, char *err,
-    size_t errlen)
-{
-	int64_t left;
-	int saved_errno;
-	char db[REDIS_NUM_MAX];
-
-	if (c->ctx != NULL)
-		return 0;
-	if ((left = deadline_us - util_monotonic_us()) <= 0) {
-		*kind = BACKEND_ERR_TIMEOUT;
-		snprintf(err, errlen, "connect: no time left");
-		return -1;
-	}
-	errno = 0;
-	if (rb->url.is_unix)
-		c->ctx = redisConnectUnixWithTimeout(rb->url.path,
-		    redis_tv(left));
+	while (at != NULL && at->deadline_us > call->deadline_us)
+		at = at->q_prev;
+	call->q_prev = at;
+	call->q_next = at != NULL ? at->q_next : rb->fhead;
+	if (call->q_next != NULL)
+		call->q_next->q_prev = call;
 	else
-		c->ctx = redisConnectWithTimeout(rb->url.host, rb->url.port,
-		    redis_tv(left));
-	saved_errno = errno;
-	if (c->ctx == NULL) {
-		*kind = BACKEND_ERR_CONNECT;
-		snprintf(err, errlen, "connect: out of memory");
-		return -1;
-	}
-	if (c->ctx->err != 0) {
-		*kind = redis_io_kind(c->ctx, saved_errno);
-		snprintf(err, errlen, "connect: %s", c->ctx->errstr);
-		redis_conn_close(c);
-		return -1;
-	}
-	c->timeout_us = -1;
-	c->sha[0] = '\0';
-	if (rb->url.password != NULL) {
-		const char *auth[3] = { "AUTH", NULL, NULL };
-		int n = 1;
-
-		if (rb->url.user != NULL)
-			auth[n++] = rb->url.user;
-		auth[n++] = rb->url.password;
-		if (redis_conn_expect_ok(c, deadline_us, n, auth, kind, err,
-		    errlen) == -1)
-			return -1;
-	}
-	if (rb->url.db != 0) {
-		const char *sel[2] = { "SELECT", db };
-
-		snprintf(db, sizeof(db), "%" PRId64, rb->url.db);
-		if (redis_conn_expect_ok(c, deadline_us, 2, sel, kind, err,
-		    errlen) == -1)
-			return -1;
-	}
-	return redis_conn_load_script(c, deadline_us, kind, err, errlen);
+		rb->ftail = call;
+	if (at != NULL)
+		at->q_next = call;
+	else
+		rb->fhead = call;
 }
 
-/* ---- decide ---------------------------------------------------------- */
-
-/* The EVALSHA arguments for n checks; argv[1] (the SHA) is set per
- * connection.  One allocation; rl_free(a->argv) frees it. */
-struct redis_args {
-	const char **argv;
-	size_t *lens;
-	int argc;
-};
-
-static int redis_args_build(struct redis_args *a,
-    const struct rl_check *checks, size_t n)
+static void
+flight_remove(struct redis_backend *rb, struct backend_call *call)
 {
-	size_t argc = 3 + n + n * REDIS_ARGS_PER_CHECK, i, j;
-	size_t nums = 1 + n * REDIS_ARGS_PER_CHECK;
-	char *num;
-	void *mem;
-	int64_t v[REDIS_ARGS_PER_CHECK];
-
-	if (n > (size_t)(INT32_MAX / 8))
-		return -1;
-	mem = rl_malloc(argc * (sizeof(char *) + sizeof(size_t)) +
-	    nums * REDIS_NUM_MAX);
-	if (mem == NULL)
-		return -1;
-	a->argv = mem;
-	a->lens = (size_t *)(a->argv + argc);
-	num = (char *)(a->lens + argc);
-	a->argc = (int)argc;
-
-	a->argv[0] = "EVALSHA";
-	a->lens[0] = 7;
-	a->argv[1] = NULL;
-	a->lens[1] = 0;
-	a->argv[2] = num;
-	a->lens[2] = (size_t)snprintf(num, REDIS_NUM_MAX, "%zu", n);
-	num += REDIS_NUM_MAX;
-	for (i = 0; i < n; i++) {
-		a->argv[3 + i] = checks[i].key;
-		a->lens[3 + i] = checks[i].keylen;
-		v[0] = (int64_t)checks[i].algorithm;
-		v[1] = checks[i].limit;
-		v[2] = checks[i].window_ms;
-		v[3] = checks[i].cost;
-		v[4] = checks[i].shadow ? 1 : 0;
-		for (j = 0; j < REDIS_ARGS_PER_CHECK; j++) {
-			size_t k = 3 + n + i * REDIS_ARGS_PER_CHECK + j;
-
-			a->argv[k] = num;
-			a->lens[k] = (size_t)snprintf(num, REDIS_NUM_MAX,
-			    "%" PRId64, v[j]);
-			num += REDIS_NUM_MAX;
-		}
-	}
-	return 0;
+	if (call->q_prev != NULL)
+		call->q_prev->q_next = call->q_next;
+	else
+		rb->fhead = call->q_next;
+	if (call->q_next != NULL)
+		call->q_next->q_prev = call->q_prev;
+	else
+		rb->ftail = call->q_prev;
+	call->q_next = call->q_prev = NULL;
 }
 
-/* Turn the script's reply into results.  0, or -1 with err. */
-static int redis_reply_parse(const redisReply *r, size_t n,
-    struct rl_result *out, bool *all_allowed, char *err, size_t errlen)
+/* Answer call: out of the list and its batch, the circuit told, done.
+ * rc 0 means out[] and all_allowed are filled in already. */
+static void
+call_finish(struct redis_backend *rb, struct backend_call *call, int rc,
+    enum backend_error_kind kind, const char *err)
+{
+	struct redis_batch *b = call->q_batch;
+	size_t i;
+
+	flight_remove(rb, call);
+	if (b != NULL) {
+		for (i = 0; i < b->ncalls; i++)
+			if (b->calls[i] == call)
+				b->calls[i] = NULL;
+		b->live--;
+		call->q_batch = NULL;
+	}
+	call->rc = rc;
+	call->kind = rc == 0 ? BACKEND_ERR_NONE : kind;
+	if (rc != 0) {
+		snprintf(call->err, sizeof(call->err), "redis: %s", err);
+		redis_log_failure(rb, kind, err);
+	}
+	if (call->n > 0)
+		redis_circuit_leave(rb, call->q_trial, rc == 0 ?
+		    REDIS_OUTCOME_OK : REDIS_OUTCOME_FAIL);
+	call->done(call);
+}
+
+/* Fail every call of b that is still waiting. */
+static void
+batch_fail(struct redis_batch *b, enum backend_error_kind kind,
+    const char *err)
 {
 	size_t i;
 
-	if (r->type == REDIS_REPLY_ERROR) {
-		snprintf(err, errlen, "script: %s", r->str);
-		return -1;
-	}
-	if (r->type != REDIS_REPLY_ARRAY ||
-	    r->elements != 1 + n * REDIS_FIELDS_PER_CHECK) {
-		snprintf(err, errlen, "script: unexpected reply (type %d, %zu "
-		    "elements)", r->type, r->type == REDIS_REPLY_ARRAY ?
-		    r->elements : (size_t)0);
-		return -1;
-	}
-	for (i = 0; i < r->elements; i++) {
-		if (r->element[i]->type != REDIS_REPLY_INTEGER ||
-		    r->element[i]->integer < 0) {
-			snprintf(err, errlen, "script: element %zu is not a "
-			    "non-negative integer", i);
-			return -1;
-		}
-	}
-	*all_allowed = r->element[0]->integer == 1;
-	for (i = 0; i < n; i++) {
-		redisReply **e = r->element + 1 + i * REDIS_FIELDS_PER_CHECK;
-
-		out[i].allowed = e[0]->integer == 1;
-		out[i].remaining = e[1]->integer;
-		out[i].reset_ms = e[2]->integer;
-		out[i].retry_after_ms = e[3]->integer;
-	}
-	return 0;
+	for (i = 0; i < b->ncalls; i++)
+		if (b->calls[i] != NULL)
+			call_finish(b->rb, b->calls[i], -1, kind, err);
 }
 
-static int redis_decide(struct backend *b, const struct rl_check *checks,
-    size_t n, struct rl_result *out, bool *all_allowed,
-    enum backend_error_kind *kind, char *err, size_t errlen)
-{
-	struct redis_backend *rb = (struct redis_backend *)b;
-	struct redis_args a;
-	struct redis_conn *c;
-	redisReply *r = NULL;
-	int64_t deadline;
-	bool trial, retried = false;
-	enum redis_outcome outcome = REDIS_OUTCOME_FAIL;
-	int rc = -1;
+/* ---- connections ----------------------------------------------------- */
 
-	*kind = BACKEND_ERR_NONE;
-	*all_allowed = false;
-	if (n == 0) {
-		*all_allowed = true;
-		return 0;
+static void
+slot_busy(struct redis_backend *rb, struct redis_slot *s)
+{
+	bool busy = redis_conn_pending(s->conn) > 0;
+
+	if (busy != s->busy) {
+		metrics_pool_in_use(rb->metrics, busy ? 1 : -1);
+		s->busy = busy;
 	}
-	if (redis_circuit_enter(rb, &trial) == -1) {
-		*kind = BACKEND_ERR_CIRCUIT_OPEN;
-		snprintf(err, errlen, "redis: circuit open after repeated "
-		    "failures");
+}
+
+/* The connection for the next batch: the open one with the fewest
+ * commands in flight, else one that may connect now; NULL if none. */
+static struct redis_slot *
+slot_pick(struct redis_backend *rb, int64_t now)
+{
+	struct redis_slot *best = NULL, *closed = NULL;
+	size_t i, pend, best_pend = SIZE_MAX;
+
+	for (i = 0; i < rb->nslots; i++) {
+		struct redis_slot *s = &rb->slots[i];
+
+		if (redis_conn_state(s->conn) == REDIS_CONN_CLOSED) {
+			if (closed == NULL && now >= s->next_connect_us)
+				closed = s;
+			continue;
+		}
+		pend = redis_conn_pending(s->conn);
+		if (pend < best_pend) {
+			best = s;
+			best_pend = pend;
+		}
+	}
+	if (best != NULL && (best_pend == 0 || closed == NULL))
+		return best;
+	/* Busy everywhere: open another connection if one is free. */
+	return closed != NULL ? closed : best;
+}
+
+static void batch_reply(void *arg, redisReply *r, const char *err);
+
+/* SCRIPT LOAD after NOSCRIPT: its answer matters not (a failure shows in
+ * the EVALSHA behind it). */
+static void
+batch_reply_ignore(void *arg, redisReply *r, const char *err)
+{
+	(void)arg;
+	(void)r;
+	(void)err;
+}
+
+/* Send b on a connection.  0, or -1 with err (nothing sent; b intact). */
+static int
+batch_send(struct redis_backend *rb, struct redis_batch *b, char *err,
+    size_t errlen)
+{
+	struct redis_script_args a;
+	struct redis_slot *s;
+	bool was_closed;
+	int rc;
+
+	if ((s = slot_pick(rb, util_monotonic_us())) == NULL) {
+		snprintf(err, errlen, "no connection (reconnecting: %s)",
+		    redis_conn_last_error(rb->slots[0].conn));
 		return -1;
 	}
-	deadline = util_monotonic_us() + rb->timeout_us;
-	if (redis_args_build(&a, checks, n) == -1) {
-		*kind = BACKEND_ERR_PROTOCOL;
-		snprintf(err, errlen, "redis: out of memory");
-		outcome = REDIS_OUTCOME_NEUTRAL;
-		goto out_circuit;
+	was_closed = redis_conn_state(s->conn) == REDIS_CONN_CLOSED;
+	if (was_closed)
+		s->next_connect_us = util_monotonic_us() + REDIS_RECONNECT_US;
+	if (b->probe) {
+		const char *argv[1] = { "PING" };
+		size_t lens[1] = { 4 };
+
+		rc = redis_conn_send(s->conn, 1, argv, lens, batch_reply, b,
+		    err, errlen);
+	} else {
+		if (redis_script_encode(b->calls, b->ncalls,
+		    rl_lua_ratelimit_sha, &a) == -1) {
+			snprintf(err, errlen, "out of memory");
+			return -1;
+		}
+		rc = redis_conn_send(s->conn, a.argc, a.argv, a.lens,
+		    batch_reply, b, err, errlen);
+		redis_script_args_free(&a);
 	}
-	if ((c = redis_pool_get(rb, deadline)) == NULL) {
-		*kind = BACKEND_ERR_CONNECT;
-		snprintf(err, errlen, "redis: pool exhausted (%zu "
-		    "connections busy)", rb->nconns);
-		outcome = REDIS_OUTCOME_NEUTRAL;
-		goto out_args;
+	if (rc == 0) {
+		b->slot = s;
+		slot_busy(rb, s);
 	}
-again:
-	if (redis_conn_ensure(rb, c, deadline, kind, err, errlen) == -1)
-		goto out_put;
-	a.argv[1] = c->sha;
-	a.lens[1] = REDIS_SHA_LEN;
-	if ((r = redis_conn_command(c, deadline, a.argc, a.argv, a.lens, kind,
-	    err, errlen)) == NULL)
-		goto out_put;
-	if (r->type == REDIS_REPLY_ERROR && !retried &&
-	    strncmp(r->str, "NOSCRIPT", 8) == 0) {
-		/* Flushed, or a new server behind the same address. */
-		freeReplyObject(r);
-		r = NULL;
-		retried = true;
-		if (redis_conn_load_script(c, deadline, kind, err,
-		    errlen) == -1)
-			goto out_put;
-		goto again;
-	}
-	if (redis_reply_parse(r, n, out, all_allowed, err, errlen) == -1) {
-		/* NOAUTH: the server changed; authenticate anew. */
-		if ((*kind = redis_reply_kind(r)) == BACKEND_ERR_CONNECT)
-			redis_conn_close(c);
-		goto out_put;
-	}
-	rc = 0;
-	outcome = REDIS_OUTCOME_OK;
-out_put:
-	if (r != NULL)
-		freeReplyObject(r);
-	redis_pool_put(rb, c, false);
-out_args:
-	rl_free(a.argv);
-out_circuit:
-	redis_circuit_leave(rb, trial, outcome);
-	if (rc == -1)
-		redis_log_failure(rb, *kind, err);
 	return rc;
 }
 
-static bool redis_is_ready(struct backend *b)
+/* Drop the answered calls from b, so it can be encoded again. */
+static void
+batch_compact(struct redis_batch *b)
 {
-	struct redis_backend *rb = (struct redis_backend *)b;
-	const char *argv[1] = { "PING" };
-	size_t lens[1] = { 4 };
-	enum backend_error_kind kind = BACKEND_ERR_NONE;
-	int64_t deadline = util_monotonic_us() + rb->timeout_us;
-	struct redis_conn *c;
-	redisReply *r;
-	char err[256];
-	bool ok = false;
+	size_t i, n = 0;
 
-	if ((c = redis_pool_get(rb, deadline)) == NULL)
-		return false;
-	if (redis_conn_ensure(rb, c, deadline, &kind, err, sizeof(err)) == -1)
-		goto out_put;
-	r = redis_conn_command(c, deadline, 1, argv, lens, &kind, err,
-	    sizeof(err));
-	if (r == NULL)
-		goto out_put;
-	ok = r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
-	if (!ok) {
-		kind = BACKEND_ERR_PROTOCOL;
-		snprintf(err, sizeof(err), "PING: %s",
-		    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+	for (i = 0; i < b->ncalls; i++) {
+		if (b->calls[i] == NULL)
+			continue;
+		b->calls[n] = b->calls[i];
+		b->counts[n++] = b->counts[i];
 	}
-	freeReplyObject(r);
-out_put:
-	redis_pool_put(rb, c, false);
-	if (!ok)
-		redis_log_failure(rb, kind, err);
-	return ok;
+	b->ncalls = n;
 }
 
-static void redis_free(struct backend *b)
+static bool
+is_error(const redisReply *r, const char *prefix)
+{
+	return r->type == REDIS_REPLY_ERROR &&
+	    strncmp(r->str, prefix, strlen(prefix)) == 0;
+}
+
+/* The reply to a batch, or NULL with err when its connection closed. */
+static void
+batch_reply(void *arg, redisReply *r, const char *err)
+{
+	struct redis_batch *b = arg;
+	struct redis_backend *rb = b->rb;
+	struct redis_slot *s = b->slot;
+	char msg[BACKEND_ERR_MAX];
+	size_t i;
+
+	if (r == NULL) {
+		snprintf(msg, sizeof(msg), "connection lost: %s", err);
+		batch_fail(b, BACKEND_ERR_CONNECT, msg);
+		goto out;
+	}
+	if (b->live == 0)
+		goto out;		/* every call timed out already */
+	if (b->probe) {
+		bool ok = r->type == REDIS_REPLY_STATUS &&
+		    strcmp(r->str, "PONG") == 0;
+
+		snprintf(msg, sizeof(msg), "PING: %s",
+		    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+		for (i = 0; i < b->ncalls; i++)
+			if (b->calls[i] != NULL)
+				call_finish(rb, b->calls[i], ok ? 0 : -1,
+				    BACKEND_ERR_PROTOCOL, msg);
+		goto out;
+	}
+	if (is_error(r, "NOSCRIPT") && !b->resent) {
+		/* The script did not run: load it and send the calls still
+		 * waiting once more, on any connection. */
+		const char *argv[3] = { "SCRIPT", "LOAD", rl_lua_ratelimit };
+		size_t lens[3] = { 6, 4, strlen(rl_lua_ratelimit) };
+
+		b->resent = true;
+		batch_compact(b);
+		if (redis_conn_send(s->conn, 3, argv, lens, batch_reply_ignore,
+		    NULL, msg, sizeof(msg)) == 0 &&
+		    batch_send(rb, b, msg, sizeof(msg)) == 0) {
+			slot_busy(rb, s);
+			return;
+		}
+		batch_fail(b, BACKEND_ERR_CONNECT, msg);
+		goto out;
+	}
+	if (is_error(r, "NOAUTH") || is_error(r, "WRONGPASS")) {
+		/* The server changed under us: authenticate anew. */
+		snprintf(msg, sizeof(msg), "script: %s", r->str);
+		batch_fail(b, BACKEND_ERR_CONNECT, msg);
+		redis_conn_close(s->conn, msg);
+		goto out;
+	}
+	if (redis_script_decode(r, b->calls, b->counts, b->ncalls, msg,
+	    sizeof(msg)) == -1) {
+		batch_fail(b, BACKEND_ERR_PROTOCOL, msg);
+		goto out;
+	}
+	for (i = 0; i < b->ncalls; i++)
+		if (b->calls[i] != NULL)
+			call_finish(rb, b->calls[i], 0, BACKEND_ERR_NONE, "");
+out:
+	if (s != NULL)
+		slot_busy(rb, s);
+	rl_free(b);
+}
+
+/* ---- the I/O thread -------------------------------------------------- */
+
+/* Send what was submitted since the last turn, as batches. */
+static void
+dispatch(struct redis_backend *rb, struct backend_call *list)
+{
+	struct redis_batch *b = NULL, *probe = NULL;
+	struct backend_call *call, *next;
+	char err[BACKEND_ERR_MAX];
+	size_t keys = 0;
+
+	for (call = list; call != NULL; call = next) {
+		struct redis_batch **into = call->n == 0 ? &probe : &b;
+
+		next = call->q_next;
+		flight_add(rb, call);
+		if (*into != NULL && ((*into)->ncalls == REDIS_BATCH_CALLS ||
+		    (call->n > 0 && keys + call->n > REDIS_BATCH_KEYS &&
+		    keys > 0))) {
+			if (batch_send(rb, *into, err, sizeof(err)) == -1) {
+				batch_fail(*into, BACKEND_ERR_CONNECT, err);
+				rl_free(*into);
+			}
+			*into = NULL;
+		}
+		if (*into == NULL) {
+			if ((*into = rl_calloc(1, sizeof(**into))) == NULL) {
+				call_finish(rb, call, -1, BACKEND_ERR_PROTOCOL,
+				    "out of memory");
+				continue;
+			}
+			(*into)->rb = rb;
+			(*into)->probe = call->n == 0;
+			if (call->n > 0)
+				keys = 0;
+		}
+		(*into)->calls[(*into)->ncalls] = call;
+		(*into)->counts[(*into)->ncalls++] = call->n;
+		(*into)->live++;
+		call->q_batch = *into;
+		keys += call->n;
+	}
+	if (b != NULL && batch_send(rb, b, err, sizeof(err)) == -1) {
+		batch_fail(b, BACKEND_ERR_CONNECT, err);
+		rl_free(b);
+	}
+	if (probe != NULL && batch_send(rb, probe, err, sizeof(err)) == -1) {
+		batch_fail(probe, BACKEND_ERR_CONNECT, err);
+		rl_free(probe);
+	}
+}
+
+/* Fail calls past their deadline and close connections that hang; return
+ * how long the loop may sleep (ms, -1 for ever). */
+static int
+expire(struct redis_backend *rb)
+{
+	int64_t now = util_monotonic_us(), next = INT64_MAX, t;
+	char msg[BACKEND_ERR_MAX];
+	size_t i;
+
+	while (rb->fhead != NULL && rb->fhead->deadline_us <= now) {
+		snprintf(msg, sizeof(msg), "no answer within %" PRId64 " ms",
+		    rb->timeout_us / 1000);
+		call_finish(rb, rb->fhead, -1, BACKEND_ERR_TIMEOUT, msg);
+	}
+	if (rb->fhead != NULL)
+		next = rb->fhead->deadline_us;
+	for (i = 0; i < rb->nslots; i++) {
+		struct redis_conn *c = rb->slots[i].conn;
+
+		if ((t = redis_conn_connect_deadline_us(c)) <= now) {
+			redis_conn_close(c, "connect: timed out");
+			slot_busy(rb, &rb->slots[i]);
+		} else if (t < next)
+			next = t;
+		t = redis_conn_oldest_us(c);
+		if (t != INT64_MAX && t + rb->timeout_us <= now) {
+			redis_conn_close(c, "no reply within the timeout");
+			slot_busy(rb, &rb->slots[i]);
+		} else if (t != INT64_MAX && t + rb->timeout_us < next)
+			next = t + rb->timeout_us;
+	}
+	if (next == INT64_MAX)
+		return -1;
+	return next <= now ? 0 : (int)((next - now + 999) / 1000);
+}
+
+/* Register each connection's socket with epoll as it is now. */
+static void
+watch_sockets(struct redis_backend *rb)
+{
+	struct epoll_event ev;
+	size_t i;
+
+	for (i = 0; i < rb->nslots; i++) {
+		struct redis_slot *s = &rb->slots[i];
+		int fd = redis_conn_fd(s->conn);
+		uint64_t gen = redis_conn_generation(s->conn);
+		uint32_t want = EPOLLIN |
+		    (redis_conn_wants_write(s->conn) ? EPOLLOUT : 0);
+
+		if (fd != s->reg_fd || gen != s->reg_gen) {
+			/* A closed socket left the set by itself. */
+			s->reg_fd = -1;
+			if (fd < 0)
+				continue;
+			memset(&ev, 0, sizeof(ev));
+			ev.events = want;
+			ev.data.u64 = i;
+			if (epoll_ctl(rb->epfd, EPOLL_CTL_ADD, fd, &ev) == -1) {
+				redis_conn_close(s->conn, "epoll_ctl failed");
+				continue;
+			}
+			s->reg_fd = fd;
+			s->reg_gen = gen;
+			s->reg_events = want;
+		} else if (fd >= 0 && want != s->reg_events) {
+			memset(&ev, 0, sizeof(ev));
+			ev.events = want;
+			ev.data.u64 = i;
+			(void)epoll_ctl(rb->epfd, EPOLL_CTL_MOD, fd, &ev);
+			s->reg_events = want;
+		}
+	}
+}
+
+static void *
+redis_thread(void *arg)
+{
+	struct redis_backend *rb = arg;
+	struct epoll_event evs[32];
+	struct backend_call *list;
+	uint64_t count;
+	bool stop = false;
+	int n, i, wait_ms = -1;
+	size_t k;
+
+	while (!stop) {
+		n = epoll_wait(rb->epfd, evs, 32, wait_ms);
+		for (i = 0; i < n; i++) {
+			if (evs[i].data.u64 == REDIS_EVFD_TAG) {
+				(void)!read(rb->evfd, &count, sizeof(count));
+				continue;
+			}
+			k = (size_t)evs[i].data.u64;
+			redis_conn_io(rb->slots[k].conn);
+			slot_busy(rb, &rb->slots[k]);
+		}
+		pthread_mutex_lock(&rb->qmu);
+		list = rb->qhead;
+		rb->qhead = rb->qtail = NULL;
+		stop = rb->stopping;
+		pthread_mutex_unlock(&rb->qmu);
+		if (list != NULL) {
+			dispatch(rb, list);
+			/* One write per connection for the whole turn. */
+			for (k = 0; k < rb->nslots; k++) {
+				if (redis_conn_state(rb->slots[k].conn) ==
+				    REDIS_CONN_UP &&
+				    redis_conn_wants_write(rb->slots[k].conn)) {
+					redis_conn_io(rb->slots[k].conn);
+					slot_busy(rb, &rb->slots[k]);
+				}
+			}
+		}
+		wait_ms = expire(rb);
+		watch_sockets(rb);
+	}
+	/* Stopping: nothing is submitted any more; answer what is left. */
+	for (k = 0; k < rb->nslots; k++) {
+		redis_conn_close(rb->slots[k].conn, "shutting down");
+		slot_busy(rb, &rb->slots[k]);
+	}
+	while (rb->fhead != NULL)
+		call_finish(rb, rb->fhead, -1, BACKEND_ERR_CONNECT,
+		    "shutting down");
+	return NULL;
+}
+
+/* ---- the backend ----------------------------------------------------- */
+
+static void
+redis_submit(struct backend *b, struct backend_call *call)
 {
 	struct redis_backend *rb = (struct redis_backend *)b;
+	uint64_t one = 1;
+	bool wake;
+
+	call->q_next = call->q_prev = NULL;
+	call->q_batch = NULL;
+	call->q_trial = false;
+	call->all_allowed = false;
+	call->err[0] = '\0';
+	call->q_start_us = util_monotonic_us();
+	if (call->deadline_us == 0)
+		call->deadline_us = call->q_start_us + rb->timeout_us;
+	if (call->n > 0 && redis_circuit_enter(rb, &call->q_trial) == -1) {
+		call->rc = -1;
+		call->kind = BACKEND_ERR_CIRCUIT_OPEN;
+		snprintf(call->err, sizeof(call->err), "redis: circuit open "
+		    "after repeated failures");
+		call->done(call);
+		return;
+	}
+	pthread_mutex_lock(&rb->qmu);
+	if (rb->stopping) {
+		pthread_mutex_unlock(&rb->qmu);
+		call->rc = -1;
+		call->kind = BACKEND_ERR_CONNECT;
+		snprintf(call->err, sizeof(call->err), "redis: shutting down");
+		if (call->n > 0)
+			redis_circuit_leave(rb, call->q_trial,
+			    REDIS_OUTCOME_NEUTRAL);
+		call->done(call);
+		return;
+	}
+	wake = rb->qhead == NULL;
+	if (rb->qtail != NULL)
+		rb->qtail->q_next = call;
+	else
+		rb->qhead = call;
+	rb->qtail = call;
+	pthread_mutex_unlock(&rb->qmu);
+	/* One wake-up per turn: later calls find the queue non-empty. */
+	if (wake)
+		(void)!write(rb->evfd, &one, sizeof(one));
+}
+
+static void
+redis_free(struct backend *b)
+{
+	struct redis_backend *rb = (struct redis_backend *)b;
+	uint64_t one = 1;
 	size_t i;
 
 	if (rb == NULL)
 		return;
-	for (i = 0; i < rb->nconns; i++)
-		redis_conn_close(&rb->conns[i]);
-	pthread_cond_destroy(&rb->cv);
+	if (rb->thread_started) {
+		pthread_mutex_lock(&rb->qmu);
+		rb->stopping = true;
+		pthread_mutex_unlock(&rb->qmu);
+		(void)!write(rb->evfd, &one, sizeof(one));
+		pthread_join(rb->thread, NULL);
+	}
+	for (i = 0; rb->slots != NULL && i < rb->nslots; i++)
+		redis_conn_free(rb->slots[i].conn, "shutting down");
+	if (rb->epfd >= 0)
+		close(rb->epfd);
+	if (rb->evfd >= 0)
+		close(rb->evfd);
 	pthread_mutex_destroy(&rb->mu);
-	rl_free(rb->conns);
-	rl_free(rb->idle);
+	pthread_mutex_destroy(&rb->qmu);
+	rl_free(rb->slots);
 	rl_free(rb->shown_url);
 	redis_url_free(&rb->url);
 	rl_free(rb);
 }
 
 static const struct backend_ops redis_ops = {
-	.decide = redis_decide,
-	.is_ready = redis_is_ready,
+	.submit = redis_submit,
 	.free = redis_free,
 };
 
-/* Ignore SIGPIPE unless someone already chose what it does. */
-static void redis_ignore_sigpipe(void)
-{
-	struct sigaction sa;
-
-	if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL &&
-	    !(sa.sa_flags & SA_SIGINFO)) {
-		sa.sa_handler = SIG_IGN;
-		(void)sigaction(SIGPIPE, &sa, NULL);
-	}
-}
-
-struct backend *backend_redis_new(const struct redis_config *rc, char *err,
-    size_t errlen)
+struct backend *
+backend_redis_new(const struct redis_config *rc, char *err, size_t errlen)
 {
 	struct redis_backend *rb;
-	pthread_condattr_t ca;
+	struct epoll_event ev;
 	size_t i, shown_len;
 
 	if (rc->ncluster > 0) {
@@ -743,71 +793,72 @@ struct backend *backend_redis_new(const struct redis_config *rc, char *err,
 		    "timeout >= 1ms");
 		return NULL;
 	}
-	if ((rb = rl_calloc(1, sizeof(*rb))) == NULL)
-		goto oom;
+	if ((rb = rl_calloc(1, sizeof(*rb))) == NULL) {
+		snprintf(err, errlen, "redis: out of memory");
+		return NULL;
+	}
 	rb->base.ops = &redis_ops;
 	rb->base.name = "redis";
+	rb->base.completes_inline = false;
 	rb->timeout_us = rc->timeout_ms * 1000;
 	rb->circuit = REDIS_CIRCUIT_CLOSED;
 	rb->backoff_ms = REDIS_CB_BACKOFF_MIN_MS;
+	rb->epfd = rb->evfd = -1;
+	pthread_mutex_init(&rb->mu, NULL);
+	pthread_mutex_init(&rb->qmu, NULL);
 	for (i = 0; i < REDIS_NKINDS; i++) {
 		atomic_init(&rb->last_log_us[i], INT64_MIN);
 		atomic_init(&rb->suppressed[i], 0);
 	}
 	if (redis_url_parse(rc->url, &rb->url, err, errlen) == -1)
-		goto out_free;
+		goto fail;
 	if (rb->url.password == NULL && rc->password_file != NULL &&
 	    redis_read_password_file(rc->password_file, &rb->url.password,
 	    err, errlen) == -1)
-		goto out_url;
+		goto fail;
 	if (rb->url.user != NULL && rb->url.password == NULL) {
 		snprintf(err, errlen, "redis URL: user name without a "
 		    "password (add :pass or a password_file)");
-		goto out_url;
+		goto fail;
 	}
 	shown_len = redis_url_redact(rc->url, NULL, 0) + 1;
 	if ((rb->shown_url = rl_malloc(shown_len)) == NULL)
-		goto oom_url;
+		goto oom;
 	(void)redis_url_redact(rc->url, rb->shown_url, shown_len);
 
-	rb->nconns = (size_t)rc->pool_size;
-	rb->conns = rl_calloc(rb->nconns, sizeof(*rb->conns));
-	rb->idle = rl_calloc(rb->nconns, sizeof(*rb->idle));
-	if (rb->conns == NULL || rb->idle == NULL)
-		goto oom_url;
-	for (i = 0; i < rb->nconns; i++) {
-		rb->conns[i].timeout_us = -1;
-		rb->idle[rb->nconns - 1 - i] = i;
+	rb->ccfg.url = &rb->url;
+	rb->ccfg.script = rl_lua_ratelimit;
+	rb->ccfg.connect_timeout_us = rb->timeout_us;
+	rb->nslots = (size_t)rc->pool_size;
+	if ((rb->slots = rl_calloc(rb->nslots, sizeof(*rb->slots))) == NULL)
+		goto oom;
+	for (i = 0; i < rb->nslots; i++) {
+		rb->slots[i].reg_fd = -1;
+		if ((rb->slots[i].conn = redis_conn_new(&rb->ccfg)) == NULL)
+			goto oom;
 	}
-	rb->nidle = rb->nconns;
-
-	if (pthread_condattr_init(&ca) != 0)
-		goto oom_url;
-	if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 ||
-	    pthread_cond_init(&rb->cv, &ca) != 0) {
-		pthread_condattr_destroy(&ca);
-		goto oom_url;
+	if ((rb->epfd = epoll_create1(EPOLL_CLOEXEC)) == -1 ||
+	    (rb->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) == -1) {
+		snprintf(err, errlen, "redis: %s", strerror(errno));
+		goto fail;
 	}
-	pthread_condattr_destroy(&ca);
-	if (pthread_mutex_init(&rb->mu, NULL) != 0) {
-		pthread_cond_destroy(&rb->cv);
-		goto oom_url;
+	memset(&ev, 0, sizeof(ev));
+	ev.events = EPOLLIN;
+	ev.data.u64 = REDIS_EVFD_TAG;
+	if (epoll_ctl(rb->epfd, EPOLL_CTL_ADD, rb->evfd, &ev) == -1 ||
+	    (errno = pthread_create(&rb->thread, NULL, redis_thread, rb)) !=
+	    0) {
+		snprintf(err, errlen, "redis: I/O thread: %s",
+		    strerror(errno));
+		goto fail;
 	}
-	redis_ignore_sigpipe();
+	rb->thread_started = true;
 	return &rb->base;
 
-oom_url:
-	snprintf(err, errlen, "redis: out of memory");
-out_url:
-	rl_free(rb->conns);
-	rl_free(rb->idle);
-	rl_free(rb->shown_url);
-	redis_url_free(&rb->url);
-out_free:
-	rl_free(rb);
-	return NULL;
 oom:
 	snprintf(err, errlen, "redis: out of memory");
+fail:
+	redis_free(&rb->base);
 	return NULL;
 }
 

@@ -704,27 +704,6 @@ static void check_subset(struct h_resp *r, const char *expected,
 	free(text);
 }
 
-/* The units a sliding_log key holds: the sum of n over its members
- * "<end>:<n>", one per recorded call (docs/algorithms.md). */
-static long long log_units(const char *key, const char *ctx)
-{
-	redisReply *rep = redisCommand(h_redis_ctx(&redis), "ZRANGE %s 0 -1",
-	    key);
-	long long units = 0, end, n;
-	size_t i;
-
-	ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_ARRAY,
-	    "%s: ZRANGE %s failed", ctx, key);
-	for (i = 0; i < rep->elements; i++) {
-		ck_assert_msg(sscanf(rep->element[i]->str, "%lld:%lld", &end,
-		    &n) == 2 && n >= 1 && end >= n, "%s: %s: member %s is not "
-		    "<end>:<n>", ctx, key, rep->element[i]->str);
-		units += n;
-	}
-	freeReplyObject(rep);
-	return units;
-}
-
 static void check_redis_key(const struct step *s, const char *ctx)
 {
 	char *rkey = expand(s->rkey, NULL);
@@ -734,7 +713,7 @@ static void check_redis_key(const struct step *s, const char *ctx)
 
 	snprintf(key, sizeof(key), "%s%s", KEY_PREFIX, rkey);
 	snprintf(rule, sizeof(rule), "%.*s", (int)rl, rkey);
-	units = log_units(key, ctx);
+	units = h_redis_log_units(&redis, key);
 	ck_assert_msg(units == s->units, "%s: %s holds %lld units, expected "
 	    "%lld", ctx, key, units, s->units);
 	if (s->units > 0) {

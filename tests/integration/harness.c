@@ -551,6 +551,28 @@ long long h_redis_int(struct h_redis *r, const char *fmt, ...)
 	return v;
 }
 
+long long h_redis_log_units(struct h_redis *r, const char *key)
+{
+	redisReply *rep = redis_cmd(r, "ZRANGE %s 0 -1", key);
+	long long units = 0, end, n;
+	size_t i;
+
+	if (rep->type != REDIS_REPLY_ARRAY) {
+		freeReplyObject(rep);
+		ck_abort_msg("ZRANGE %s: not an array", key);
+	}
+	for (i = 0; i < rep->elements; i++) {
+		if (sscanf(rep->element[i]->str, "%lld:%lld", &end, &n) != 2 ||
+		    n < 1 || end < n) {
+			freeReplyObject(rep);
+			ck_abort_msg("%s: a member is not <end>:<n>", key);
+		}
+		units += n;
+	}
+	freeReplyObject(rep);
+	return units;
+}
+
 void h_redis_flush(struct h_redis *r)
 {
 	freeReplyObject(redis_cmd(r, "FLUSHALL"));

@@ -78,6 +78,11 @@ redisContext *h_redis_ctx(struct h_redis *r);
 /* Run a command (hiredis format) that answers an integer, and return it. */
 long long h_redis_int(struct h_redis *r, const char *fmt, ...);
 
+/* The units a sliding_log key holds: the sum of n over its members
+ * "<end>:<n>" (docs/algorithms.md); 0 for no key.  Fails the test on a
+ * member of another form. */
+long long h_redis_log_units(struct h_redis *r, const char *key);
+
 /* FLUSHALL, and CONFIG RESETSTAT so command counts start from zero. */
 void h_redis_flush(struct h_redis *r);
 

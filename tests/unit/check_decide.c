@@ -50,10 +50,18 @@ fake_decide(struct backend *b, const struct rl_check *checks, size_t n,
 	return 0;
 }
 
-static bool
-fake_ready(struct backend *b)
+/* Every call answered inside submit, as the memory store does. */
+static void
+fake_submit(struct backend *b, struct backend_call *call)
 {
-	return !((struct fake *)b)->fail;
+	if (call->n == 0) {
+		call->rc = ((struct fake *)b)->fail ? -1 : 0;
+		call->kind = BACKEND_ERR_TIMEOUT;
+	} else
+		call->rc = fake_decide(b, call->checks, call->n, call->out,
+		    &call->all_allowed, &call->kind, call->err,
+		    sizeof(call->err));
+	call->done(call);
 }
 
 static void
@@ -63,7 +71,7 @@ fake_free(struct backend *b)
 }
 
 static const struct backend_ops fake_ops = {
-	fake_decide, fake_ready, fake_free
+	fake_submit, fake_free
 };
 
 static struct fake main_be, local_be;
@@ -113,8 +121,8 @@ setup(void)
 {
 	memset(&main_be, 0, sizeof(main_be));
 	memset(&local_be, 0, sizeof(local_be));
-	main_be.base = (struct backend){ &fake_ops, "fake" };
-	local_be.base = (struct backend){ &fake_ops, "local" };
+	main_be.base = (struct backend){ &fake_ops, "fake", true };
+	local_be.base = (struct backend){ &fake_ops, "local", true };
 	memset(hook_calls, 0, sizeof(hook_calls));
 	add_rule(0, "login", "path", "/login*", "${ip}", 5, false);
 	add_rule(1, "global", NULL, NULL, NULL, 100, false);

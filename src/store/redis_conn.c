@@ -1,0 +1,543 @@
+/*
+ * redis_conn.c - one pipelined, non-blocking Redis connection (see
+ * redis_conn.h).
+ *
+ * DESIGN
+ *
+ * A connection is a socket, an output buffer of formatted commands not yet
+ * written, hiredis's reply reader, and a ring of the commands waiting for a
+ * reply (function, argument, time queued).  Redis answers in order, so the
+ * n-th reply belongs to the n-th entry of the ring.  Nothing waits here:
+ * the owner's event loop calls redis_conn_io() when the socket is ready
+ * and redis_conn_send() appends; the write happens on the next io, so all
+ * the commands queued in one turn of the loop leave in one write(2).
+ *
+ * Closing fails every entry of the ring with NULL and a reason: a command
+ * in flight may or may not have run, and the owner must not send it again.
+ * The ring is moved aside before the callbacks run, so a callback may send
+ * on the same connection (which then connects anew).
+ *
+ * Host names are resolved with getaddrinfo() on the owner's thread when a
+ * connection is made; the connect itself never blocks.
+ */
+#include "redis_conn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "util.h"
+
+#define REDIS_CONN_READ_CHUNK	16384
+#define REDIS_CONN_RING_MIN	16
+
+struct redis_pending {
+	redis_reply_fn fn;
+	void *arg;
+	int64_t queued_us;
+};
+
+struct redis_conn {
+	const struct redis_conn_config *cfg;
+	enum redis_conn_state state;
+	int fd;
+	uint64_t generation;
+	int64_t connect_deadline_us;
+	redisReader *reader;
+
+	char *out;			/* formatted commands to write */
+	size_t out_off, out_len, out_cap;
+
+	struct redis_pending *ring;	/* commands waiting for a reply */
+	size_t head, count, cap;
+
+	char last_error[160];
+};
+
+/* ---- the ring of commands in flight ---------------------------------- */
+
+static int
+ring_push(struct redis_conn *c, redis_reply_fn fn, void *arg)
+{
+	if (c->count == c->cap) {
+		size_t cap = c->cap == 0 ? REDIS_CONN_RING_MIN : 2 * c->cap, i;
+		struct redis_pending *r = rl_calloc(cap, sizeof(*r));
+
+		if (r == NULL)
+			return -1;
+		for (i = 0; i < c->count; i++)
+			r[i] = c->ring[(c->head + i) % c->cap];
+		rl_free(c->ring);
+		c->ring = r;
+		c->cap = cap;
+		c->head = 0;
+	}
+	c->ring[(c->head + c->count) % c->cap] = (struct redis_pending){
+		.fn = fn, .arg = arg, .queued_us = util_monotonic_us(),
+	};
+	c->count++;
+	return 0;
+}
+
+static struct redis_pending
+ring_pop(struct redis_conn *c)
+{
+	struct redis_pending p = c->ring[c->head];
+
+	c->head = (c->head + 1) % c->cap;
+	c->count--;
+	return p;
+}
+
+/* ---- output buffer --------------------------------------------------- */
+
+static int
+out_append(struct redis_conn *c, const char *data, size_t len)
+{
+	if (c->out_off > 0 && c->out_off == c->out_len)
+		c->out_off = c->out_len = 0;
+	if (c->out_len + len > c->out_cap) {
+		size_t cap = c->out_cap == 0 ? 4096 : c->out_cap;
+		char *nb;
+
+		if (c->out_off > 0) {
+			memmove(c->out, c->out + c->out_off,
+			    c->out_len - c->out_off);
+			c->out_len -= c->out_off;
+			c->out_off = 0;
+		}
+		while (cap < c->out_len + len)
+			cap *= 2;
+		if (cap != c->out_cap) {
+			if ((nb = rl_realloc(c->out, cap)) == NULL)
+				return -1;
+			c->out = nb;
+			c->out_cap = cap;
+		}
+	}
+	memcpy(c->out + c->out_len, data, len);
+	c->out_len += len;
+	return 0;
+}
+
+/* Format one command into the output buffer and remember fn for its
+ * reply.  0 or -1 (OOM; nothing queued). */
+static int
+queue_command(struct redis_conn *c, int argc, const char **argv,
+    const size_t *lens, redis_reply_fn fn, void *arg)
+{
+	char *cmd = NULL;
+	int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
+	size_t before = c->out_len;
+
+	if (len < 0 || cmd == NULL)
+		return -1;
+	if (out_append(c, cmd, (size_t)len) == -1) {
+		redisFreeCommand(cmd);
+		return -1;
+	}
+	redisFreeCommand(cmd);
+	if (ring_push(c, fn, arg) == -1) {
+		c->out_len = before;
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- life cycle ------------------------------------------------------ */
+
+struct redis_conn *
+redis_conn_new(const struct redis_conn_config *cfg)
+{
+	struct redis_conn *c = rl_calloc(1, sizeof(*c));
+
+	if (c == NULL)
+		return NULL;
+	c->cfg = cfg;
+	c->fd = -1;
+	c->state = REDIS_CONN_CLOSED;
+	return c;
+}
+
+void
+redis_conn_close(struct redis_conn *c, const char *why)
+{
+	struct redis_pending *ring = c->ring;
+	size_t head = c->head, count = c->count, cap = c->cap, i;
+
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+	c->state = REDIS_CONN_CLOSED;
+	if (c->reader != NULL)
+		redisReaderFree(c->reader);
+	c->reader = NULL;
+	c->out_off = c->out_len = 0;
+	if (why != NULL && *why != '\0')
+		snprintf(c->last_error, sizeof(c->last_error), "%s", why);
+	c->ring = NULL;
+	c->head = c->count = c->cap = 0;
+	for (i = 0; i < count; i++) {
+		struct redis_pending *p = &ring[(head + i) % cap];
+
+		p->fn(p->arg, NULL, c->last_error);
+	}
+	rl_free(ring);
+}
+
+void
+redis_conn_free(struct redis_conn *c, const char *why)
+{
+	if (c == NULL)
+		return;
+	redis_conn_close(c, why);
+	rl_free(c->out);
+	rl_free(c);
+}
+
+/* ---- the handshake --------------------------------------------------- */
+
+/* AUTH and SELECT must answer +OK, SCRIPT LOAD the script's SHA1: else
+ * nothing works on this connection, and it closes with the reason. */
+static void
+handshake_check(struct redis_conn *c, const char *what, redisReply *r)
+{
+	char why[160];
+
+	if (r == NULL)
+		return;		/* closing already */
+	if (r->type == REDIS_REPLY_ERROR) {
+		snprintf(why, sizeof(why), "%s failed: %s", what, r->str);
+		redis_conn_close(c, why);
+	}
+}
+
+static void
+auth_reply(void *arg, redisReply *r, const char *err)
+{
+	(void)err;
+	handshake_check(arg, "AUTH", r);
+}
+
+static void
+select_reply(void *arg, redisReply *r, const char *err)
+{
+	(void)err;
+	handshake_check(arg, "SELECT", r);
+}
+
+static void
+load_reply(void *arg, redisReply *r, const char *err)
+{
+	(void)err;
+	handshake_check(arg, "SCRIPT LOAD", r);
+}
+
+static int
+queue_handshake(struct redis_conn *c)
+{
+	const struct redis_url *u = c->cfg->url;
+	const char *argv[3];
+	size_t lens[3];
+	char db[24];
+	int n = 0, i;
+
+	if (u->password != NULL) {
+		argv[n++] = "AUTH";
+		if (u->user != NULL)
+			argv[n++] = u->user;
+		argv[n++] = u->password;
+		for (i = 0; i < n; i++)
+			lens[i] = strlen(argv[i]);
+		if (queue_command(c, n, argv, lens, auth_reply, c) == -1)
+			return -1;
+	}
+	if (u->db != 0) {
+		snprintf(db, sizeof(db), "%" PRId64, u->db);
+		argv[0] = "SELECT";
+		argv[1] = db;
+		lens[0] = 6;
+		lens[1] = strlen(db);
+		if (queue_command(c, 2, argv, lens, select_reply, c) == -1)
+			return -1;
+	}
+	if (c->cfg->script != NULL) {
+		argv[0] = "SCRIPT";
+		argv[1] = "LOAD";
+		argv[2] = c->cfg->script;
+		lens[0] = 6;
+		lens[1] = 4;
+		lens[2] = strlen(c->cfg->script);
+		if (queue_command(c, 3, argv, lens, load_reply, c) == -1)
+			return -1;
+	}
+	return 0;
+}
+
+/* Start a non-blocking connect and queue the handshake.  0 or -1 (err). */
+static int
+conn_open(struct redis_conn *c, char *err, size_t errlen)
+{
+	const struct redis_url *u = c->cfg->url;
+	struct addrinfo hints, *res = NULL, *ai;
+	char port[8];
+	int fd = -1, rc, one = 1, saved = 0;
+
+	if (u->is_unix) {
+		struct sockaddr_un sun;
+
+		memset(&sun, 0, sizeof(sun));
+		sun.sun_family = AF_UNIX;
+		if (strlen(u->path) >= sizeof(sun.sun_path)) {
+			snprintf(err, errlen, "connect: unix path too long");
+			return -1;
+		}
+		util_strlcpy(sun.sun_path, u->path, sizeof(sun.sun_path));
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+		    0);
+		if (fd < 0 || (connect(fd, (struct sockaddr *)&sun,
+		    sizeof(sun)) < 0 && errno != EINPROGRESS &&
+		    errno != EAGAIN)) {
+			snprintf(err, errlen, "connect: %s", strerror(errno));
+			if (fd >= 0)
+				close(fd);
+			return -1;
+		}
+	} else {
+		memset(&hints, 0, sizeof(hints));
+		hints.ai_family = AF_UNSPEC;
+		hints.ai_socktype = SOCK_STREAM;
+		hints.ai_flags = AI_NUMERICSERV;
+		snprintf(port, sizeof(port), "%d", u->port);
+		if ((rc = getaddrinfo(u->host, port, &hints, &res)) != 0) {
+			snprintf(err, errlen, "connect: %s: %s", u->host,
+			    gai_strerror(rc));
+			return -1;
+		}
+		for (ai = res; ai != NULL; ai = ai->ai_next) {
+			fd = socket(ai->ai_family, ai->ai_socktype |
+			    SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+			if (fd < 0) {
+				saved = errno;
+				continue;
+			}
+			if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ||
+			    errno == EINPROGRESS)
+				break;
+			saved = errno;
+			close(fd);
+			fd = -1;
+		}
+		freeaddrinfo(res);
+		if (fd < 0) {
+			snprintf(err, errlen, "connect: %s", strerror(saved));
+			return -1;
+		}
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
+		    sizeof(one));
+	}
+	if ((c->reader = redisReaderCreate()) == NULL) {
+		close(fd);
+		snprintf(err, errlen, "connect: out of memory");
+		return -1;
+	}
+	c->fd = fd;
+	c->generation++;
+	c->state = REDIS_CONN_CONNECTING;
+	c->connect_deadline_us = util_monotonic_us() +
+	    c->cfg->connect_timeout_us;
+	if (queue_handshake(c) == -1) {
+		redis_conn_close(c, "connect: out of memory");
+		snprintf(err, errlen, "connect: out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- sending and receiving ------------------------------------------- */
+
+int
+redis_conn_send(struct redis_conn *c, int argc, const char **argv,
+    const size_t *lens, redis_reply_fn fn, void *arg, char *err,
+    size_t errlen)
+{
+	if (c->state == REDIS_CONN_CLOSED && conn_open(c, err, errlen) == -1) {
+		snprintf(c->last_error, sizeof(c->last_error), "%s", err);
+		return -1;
+	}
+	if (queue_command(c, argc, argv, lens, fn, arg) == -1) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+/* Write what is buffered.  0, or -1 after closing. */
+static int
+conn_write(struct redis_conn *c)
+{
+	char why[160];
+	ssize_t w;
+
+	while (c->out_off < c->out_len) {
+		w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+		    MSG_NOSIGNAL);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return 0;
+			snprintf(why, sizeof(why), "write: %s",
+			    strerror(errno));
+			redis_conn_close(c, why);
+			return -1;
+		}
+		c->out_off += (size_t)w;
+	}
+	c->out_off = c->out_len = 0;
+	return 0;
+}
+
+/* Read what is there and hand back every complete reply.  Returns the
+ * number of replies; the connection may be closed afterwards. */
+static size_t
+conn_read(struct redis_conn *c)
+{
+	char buf[REDIS_CONN_READ_CHUNK], why[160];
+	struct redis_pending p;
+	size_t replies = 0;
+	void *reply;
+	ssize_t n;
+
+	for (;;) {
+		n = recv(c->fd, buf, sizeof(buf), 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return replies;
+		if (n <= 0) {
+			snprintf(why, sizeof(why), "%s", n == 0 ?
+			    "connection closed by the server" :
+			    strerror(errno));
+			redis_conn_close(c, why);
+			return replies;
+		}
+		if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
+			redis_conn_close(c, "reply reader: out of memory");
+			return replies;
+		}
+		for (;;) {
+			reply = NULL;
+			if (redisReaderGetReply(c->reader, &reply) !=
+			    REDIS_OK) {
+				snprintf(why, sizeof(why), "protocol: %s",
+				    c->reader->errstr);
+				redis_conn_close(c, why);
+				return replies;
+			}
+			if (reply == NULL)
+				break;
+			if (c->count == 0) {
+				freeReplyObject(reply);
+				redis_conn_close(c, "protocol: a reply "
+				    "nobody asked for");
+				return replies;
+			}
+			p = ring_pop(c);
+			p.fn(p.arg, reply, NULL);
+			freeReplyObject(reply);
+			replies++;
+			/* A callback may have closed us. */
+			if (c->state == REDIS_CONN_CLOSED)
+				return replies;
+		}
+		if ((size_t)n < sizeof(buf))
+			return replies;
+	}
+}
+
+size_t
+redis_conn_io(struct redis_conn *c)
+{
+	char why[160];
+	socklen_t len = sizeof(int);
+	int soerr = 0;
+
+	if (c->state == REDIS_CONN_CLOSED)
+		return 0;
+	if (c->state == REDIS_CONN_CONNECTING) {
+		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0)
+			soerr = errno;
+		if (soerr == EINPROGRESS || soerr == EALREADY)
+			return 0;
+		if (soerr != 0) {
+			snprintf(why, sizeof(why), "connect: %s",
+			    strerror(soerr));
+			redis_conn_close(c, why);
+			return 0;
+		}
+		c->state = REDIS_CONN_UP;
+	}
+	if (conn_write(c) == -1)
+		return 0;
+	return conn_read(c);
+}
+
+/* ---- state ----------------------------------------------------------- */
+
+int
+redis_conn_fd(const struct redis_conn *c)
+{
+	return c->fd;
+}
+
+bool
+redis_conn_wants_write(const struct redis_conn *c)
+{
+	return c->state == REDIS_CONN_CONNECTING || c->out_off < c->out_len;
+}
+
+enum redis_conn_state
+redis_conn_state(const struct redis_conn *c)
+{
+	return c->state;
+}
+
+uint64_t
+redis_conn_generation(const struct redis_conn *c)
+{
+	return c->generation;
+}
+
+size_t
+redis_conn_pending(const struct redis_conn *c)
+{
+	return c->count;
+}
+
+int64_t
+redis_conn_oldest_us(const struct redis_conn *c)
+{
+	return c->count == 0 ? INT64_MAX : c->ring[c->head].queued_us;
+}
+
+int64_t
+redis_conn_connect_deadline_us(const struct redis_conn *c)
+{
+	return c->state == REDIS_CONN_CONNECTING ? c->connect_deadline_us :
+	    INT64_MAX;
+}
+
+const char *
+redis_conn_last_error(const struct redis_conn *c)
+{
+	return c->last_error;
+}

@@ -1,0 +1,129 @@
+/*
+ * redis_script.c - batches to EVALSHA arguments and replies to results,
+ * as lua/ratelimit.lua's header defines them (see redis_script.h).
+ */
+#include "redis_script.h"
+
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "util.h"
+
+#define ARGS_PER_CHECK	5
+#define FIELDS_PER_CHECK 4
+#define NUM_MAX		24	/* an int64 in decimal, and a NUL */
+
+/* Put v in decimal at *num as argument k. */
+static void
+put_num(struct redis_script_args *a, size_t k, char **num, int64_t v)
+{
+	a->argv[k] = *num;
+	a->lens[k] = (size_t)snprintf(*num, NUM_MAX, "%" PRId64, v);
+	*num += NUM_MAX;
+}
+
+int
+redis_script_encode(struct backend_call *const *calls, size_t ncalls,
+    const char *sha, struct redis_script_args *a)
+{
+	size_t nkeys = 0, argc, nums, i, j, k, key, arg;
+	char *num;
+	void *mem;
+
+	for (i = 0; i < ncalls; i++)
+		nkeys += calls[i]->n;
+	/* EVALSHA sha nkeys, keys, R, counts, 5 per check */
+	argc = 3 + nkeys + 1 + ncalls + nkeys * ARGS_PER_CHECK;
+	nums = 2 + ncalls + nkeys * ARGS_PER_CHECK;
+	if (ncalls == 0 || argc > (size_t)INT32_MAX / 2)
+		return -1;
+	mem = rl_malloc(argc * (sizeof(char *) + sizeof(size_t)) +
+	    nums * NUM_MAX);
+	if (mem == NULL)
+		return -1;
+	a->argv = mem;
+	a->lens = (size_t *)(a->argv + argc);
+	num = (char *)(a->lens + argc);
+	a->argc = (int)argc;
+
+	a->argv[0] = "EVALSHA";
+	a->lens[0] = 7;
+	a->argv[1] = sha;
+	a->lens[1] = strlen(sha);
+	put_num(a, 2, &num, (int64_t)nkeys);
+	arg = 3 + nkeys;
+	put_num(a, arg++, &num, (int64_t)ncalls);
+	for (i = 0; i < ncalls; i++)
+		put_num(a, arg++, &num, (int64_t)calls[i]->n);
+	key = 3;
+	for (i = 0; i < ncalls; i++) {
+		for (j = 0; j < calls[i]->n; j++) {
+			const struct rl_check *c = &calls[i]->checks[j];
+
+			a->argv[key] = c->key;
+			a->lens[key++] = c->keylen;
+			k = arg;
+			put_num(a, k++, &num, (int64_t)c->algorithm);
+			put_num(a, k++, &num, c->limit);
+			put_num(a, k++, &num, c->window_ms);
+			put_num(a, k++, &num, c->cost);
+			put_num(a, k++, &num, c->shadow ? 1 : 0);
+			arg = k;
+		}
+	}
+	return 0;
+}
+
+void
+redis_script_args_free(struct redis_script_args *a)
+{
+	rl_free(a->argv);
+	a->argv = NULL;
+}
+
+int
+redis_script_decode(const redisReply *r, struct backend_call *const *calls,
+    const size_t *counts, size_t ncalls, char *err, size_t errlen)
+{
+	size_t want = 0, i, j, at;
+
+	if (r->type == REDIS_REPLY_ERROR) {
+		snprintf(err, errlen, "script: %s", r->str);
+		return -1;
+	}
+	for (i = 0; i < ncalls; i++)
+		want += 1 + counts[i] * FIELDS_PER_CHECK;
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != want) {
+		snprintf(err, errlen, "script: unexpected reply (type %d, %zu "
+		    "elements, expected %zu)", r->type,
+		    r->type == REDIS_REPLY_ARRAY ? r->elements : (size_t)0,
+		    want);
+		return -1;
+	}
+	for (i = 0; i < r->elements; i++) {
+		if (r->element[i]->type != REDIS_REPLY_INTEGER ||
+		    r->element[i]->integer < 0) {
+			snprintf(err, errlen, "script: element %zu is not a "
+			    "non-negative integer", i);
+			return -1;
+		}
+	}
+	for (i = 0, at = 0; i < ncalls; i++) {
+		struct backend_call *c = calls[i];
+		redisReply **e = r->element + at;
+
+		at += 1 + counts[i] * FIELDS_PER_CHECK;
+		if (c == NULL)
+			continue;
+		c->all_allowed = e[0]->integer == 1;
+		for (j = 0; j < counts[i]; j++, e += FIELDS_PER_CHECK) {
+			c->out[j].allowed = e[1]->integer == 1;
+			c->out[j].remaining = e[2]->integer;
+			c->out[j].reset_ms = e[3]->integer;
+			c->out[j].retry_after_ms = e[4]->integer;
+		}
+	}
+	return 0;
+}

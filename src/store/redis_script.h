@@ -1,0 +1,45 @@
+/*
+ * redis_script.h - lua/ratelimit.lua's calling convention: a batch of
+ * requests into the arguments of one EVALSHA, and its reply back into each
+ * request's results.  No I/O: the Redis store (backend_redis.c) sends what
+ * this builds, and tests and fuzzers can drive it alone.
+ *
+ * Thread: any; nothing is shared.
+ */
+#ifndef RL_REDIS_SCRIPT_H
+#define RL_REDIS_SCRIPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <hiredis/hiredis.h>
+
+#include "backend.h"
+
+/* The arguments of one EVALSHA, in one allocation (argv, lens, and the
+ * numbers they point to); keys and the SHA are borrowed from the caller. */
+struct redis_script_args {
+	const char **argv;
+	size_t *lens;
+	int argc;
+};
+
+/*
+ * EVALSHA sha nkeys keys... R n_1..n_R args... for the calls[0..ncalls-1]
+ * (each with n >= 1 checks), borrowed until the args are freed.  Returns 0,
+ * or -1 (out of memory, or too many arguments).
+ */
+int redis_script_encode(struct backend_call *const *calls, size_t ncalls,
+    const char *sha, struct redis_script_args *a);
+void redis_script_args_free(struct redis_script_args *a);
+
+/*
+ * Check the reply to a batch of ncalls requests with counts[i] checks each,
+ * then fill out[] and all_allowed of every calls[i] that is not NULL (a
+ * NULL call was answered already; its part of the reply is skipped).
+ * Returns 0, or -1 with a message in err and no call touched.
+ */
+int redis_script_decode(const redisReply *r, struct backend_call *const *calls,
+    const size_t *counts, size_t ncalls, char *err, size_t errlen);
+
+#endif
