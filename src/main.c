@@ -21,12 +21,17 @@
 #include "backend.h"
 #include "config.h"
 #include "decide.h"
+#include "deny_cache.h"
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
 #include "notify.h"
 #include "util.h"
 #include "watch.h"
+
+/* Keys denied lately, kept to answer repeat requests without Redis: at
+ * most this many, each with a copy of its key (under 1 KiB). */
+#define DENY_CACHE_SLOTS 4096
 
 #ifndef RL_VERSION
 #define RL_VERSION "unknown"
@@ -37,6 +42,7 @@ struct daemon {
 	struct config *cfg;		/* the config the daemon started with */
 	struct backend *backend;
 	struct backend *local;
+	struct deny_cache *deny;
 	struct metrics *metrics;
 	struct decider decider;
 	struct http_server *http;
@@ -118,6 +124,9 @@ reload(struct daemon *d)
 	config_unref(cur);
 	apply_logging(c);
 	http_server_set_config(d->http, c);
+	/* Limits may have changed: forget what the old rules denied. */
+	if (d->deny != NULL)
+		deny_cache_clear(d->deny);
 	log_info("reloaded %s: %zu rules", d->path, c->nrules);
 	config_unref(c);
 	metrics_reload(d->metrics, true);
@@ -166,11 +175,12 @@ make_backends(struct daemon *d, char *err, size_t errlen)
 		/* Always there, so that a reload to on_backend_error:
 		 * local works; it holds nothing until it is used. */
 		d->local = backend_memory_new(c->memory.max_keys, NULL, NULL);
+		d->deny = deny_cache_new(DENY_CACHE_SLOTS);
 	} else
 		d->backend = backend_memory_new(c->memory.max_keys, NULL,
 		    NULL);
 	if (d->backend == NULL || (c->backend == RL_BACKEND_REDIS &&
-	    d->local == NULL)) {
+	    (d->local == NULL || d->deny == NULL))) {
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
@@ -250,8 +260,9 @@ main(int argc, char **argv)
 		fprintf(stderr, "ratelimitd: %s\n", err);
 		goto out;
 	}
+	metrics_set_deny_cache(d.metrics, d.deny);
 	d.decider = (struct decider){
-		.backend = d.backend, .local = d.local,
+		.backend = d.backend, .local = d.local, .deny = d.deny,
 		.on_rule = metrics_rule_decision, .on_backend = on_backend,
 		.hook_arg = d.metrics,
 	};
@@ -259,11 +270,7 @@ main(int argc, char **argv)
 		fprintf(stderr, "ratelimitd: %s\n", err);
 		goto out;
 	}
-	/* Redis calls block: enough workers to keep the pool busy while
-	 * others queue.  The memory store never blocks: decide inline. */
-	d.http = http_server_start(fd, d.cfg, &d.decider,
-	    d.cfg->backend == RL_BACKEND_REDIS ?
-	    d.cfg->redis.pool_size + d.cfg->threads : 0, d.metrics, err,
+	d.http = http_server_start(fd, d.cfg, &d.decider, d.metrics, err,
 	    sizeof(err));
 	if (d.http == NULL) {
 		fprintf(stderr, "ratelimitd: %s\n", err);
@@ -302,6 +309,7 @@ out:
 	http_server_stop(d.http);
 	backend_free(d.local);
 	backend_free(d.backend);
+	deny_cache_free(d.deny);
 	metrics_free(d.metrics);
 	config_unref(d.cfg);
 	return status;

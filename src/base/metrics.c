@@ -31,6 +31,8 @@
  */
 #include "metrics.h"
 
+#include "deny_cache.h"
+
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -83,6 +85,7 @@ struct metrics {
 
 	struct metrics_backend backend[2];	/* by metrics_backend_names */
 	atomic_llong pool_in_use;
+	const struct deny_cache *deny;		/* borrowed; may be NULL */
 	atomic_ullong reloads[2];		/* [0] failure, [1] success */
 	atomic_int last_reload_ok;
 	atomic_ullong http[METRICS_HTTP_MAX - METRICS_HTTP_MIN + 1];
@@ -331,6 +334,13 @@ metrics_backend_call(struct metrics *m, const char *backend, int64_t usec,
 	if (kind != BACKEND_ERR_NONE && (unsigned)kind < METRICS_NKINDS)
 		atomic_fetch_add_explicit(&b->errors[kind], 1,
 		    memory_order_relaxed);
+}
+
+void
+metrics_set_deny_cache(struct metrics *m, const struct deny_cache *dc)
+{
+	if (m != NULL)
+		m->deny = dc;
 }
 
 void
@@ -614,9 +624,15 @@ render_backends(struct metrics_buf *b, struct metrics *m)
 			    memory_order_relaxed));
 
 	buf_family(b, "ratelimitd_redis_pool_in_use", "gauge",
-	    "Connections of the Redis pool in use now.");
+	    "Connections to Redis with calls in flight now.");
 	buf_printf(b, "ratelimitd_redis_pool_in_use %lld\n",
 	    atomic_load_explicit(&m->pool_in_use, memory_order_relaxed));
+
+	buf_family(b, "ratelimitd_deny_cache_hits_total", "counter",
+	    "Requests denied from the deny cache, without a store call.");
+	buf_printf(b, "ratelimitd_deny_cache_hits_total %llu\n",
+	    m->deny != NULL ? (unsigned long long)deny_cache_hits(m->deny) :
+	    0ULL);
 }
 
 static void

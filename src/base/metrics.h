@@ -35,8 +35,12 @@ void metrics_rule_decision(const struct rule *r,
 void metrics_backend_call(struct metrics *m, const char *backend,
     int64_t usec, enum backend_error_kind kind);
 
-/* Connections of the Redis pool in use now (a gauge). */
+/* Connections to Redis with calls in flight now (a gauge). */
 void metrics_pool_in_use(struct metrics *m, int delta);
+
+/* Render the deny cache's hits (borrowed; set before serving). */
+struct deny_cache;
+void metrics_set_deny_cache(struct metrics *m, const struct deny_cache *dc);
 
 /* One config reload, successful or not. */
 void metrics_reload(struct metrics *m, bool ok);

@@ -7,13 +7,26 @@
  * so a bad request never touches the store and a good one is evaluated
  * all-or-nothing.  The failure policy (CONTRACT 6) is applied here, the same
  * for every backend.
+ *
+ * A job holds what the store call borrows (checks, results, keys) from
+ * prepare to completion: one allocation, with room for DECIDE_STACK_RULES
+ * checks inside it, the keys in an arena of their own.
+ *
+ * The deny cache (deny_cache.c) is asked in prepare, for stores that do not
+ * answer inline: if any non-shadow check's key was denied lately for a cost
+ * no larger, the request is denied as the store would, with the time left.
+ * It learns in completion from every check the store denied by itself,
+ * with the time the call was sent (the store decided later) and the retry
+ * less its rounding up to a millisecond.
  */
 #include "decide.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "deny_cache.h"
 #include "util.h"
 
 /* Requests with few applying rules (nearly all) use the stack. */
@@ -23,6 +36,25 @@ struct applying {
 	const struct rule *rule;
 	size_t keyoff;		/* the key's offset in the key arena */
 	size_t keylen;
+};
+
+struct decide_job {
+	const struct decider *d;
+	const struct config *cfg;
+	struct decision *out;
+	decide_done_fn done;
+	void *arg;
+	struct backend_call call;
+	bool on_local;		/* the call went to the local store */
+	int64_t req_deadline_us;
+	size_t n;
+	struct applying *ap;
+	struct rl_check *checks;
+	struct rl_result *res;
+	char *arena;
+	struct applying ap_small[DECIDE_STACK_RULES];
+	struct rl_check ck_small[DECIDE_STACK_RULES];
+	struct rl_result rs_small[DECIDE_STACK_RULES];
 };
 
 const char *
@@ -115,24 +147,6 @@ pick_deciding(const struct applying *ap, const struct rl_check *checks,
 	out->shadow = ap[best].rule->shadow;
 }
 
-/* backend_decide(), timed for the on_backend hook. */
-static int
-timed_decide(const struct decider *d, struct backend *b,
-    const struct rl_check *checks, size_t n, struct rl_result *res,
-    bool *all_allowed, enum backend_error_kind *kind, char *err,
-    size_t errlen)
-{
-	int64_t start = d->on_backend != NULL ? util_monotonic_us() : 0;
-	int rc;
-
-	*kind = BACKEND_ERR_NONE;
-	rc = backend_decide(b, checks, n, res, all_allowed, kind, err, errlen);
-	if (d->on_backend != NULL)
-		d->on_backend(b->name, util_monotonic_us() - start,
-		    rc == 0 ? BACKEND_ERR_NONE : *kind, d->hook_arg);
-	return rc;
-}
-
 static void
 report(const struct decider *d, const struct applying *ap,
     const struct rl_check *checks, const struct rl_result *res, size_t n,
@@ -156,39 +170,207 @@ report(const struct decider *d, const struct applying *ap,
 	}
 }
 
-int
-decide(const struct decider *d, const struct config *cfg,
-    const struct decide_request *req, struct decision *out)
+static void
+job_free(struct decide_job *job)
 {
-	struct applying ap_stack[DECIDE_STACK_RULES], *ap = ap_stack;
-	struct rl_check ck_stack[DECIDE_STACK_RULES], *checks = ck_stack;
-	struct rl_result rs_stack[DECIDE_STACK_RULES], *res = rs_stack;
-	char *arena = NULL;
+	if (job == NULL)
+		return;
+	if (job->ap != job->ap_small) {
+		rl_free(job->ap);
+		rl_free(job->checks);
+		rl_free(job->res);
+	}
+	rl_free(job->arena);
+	rl_free(job);
+}
+
+/* Ceiling of us / 1000 for us > 0, else 0. */
+static int64_t
+us_to_ms(int64_t us)
+{
+	return us <= 0 ? 0 : (us + 999) / 1000;
+}
+
+/*
+ * Deny from the deny cache: 1 with *out filled when a non-shadow check's
+ * key is denied for this cost, else 0.
+ */
+static int
+deny_cached(const struct decider *d, struct decide_job *job)
+{
+	int64_t now = util_monotonic_us(), until, reset, best_until = 0;
+	int64_t best_reset = 0;
+	size_t i, best = 0;
+	bool hit = false;
+
+	for (i = 0; i < job->n; i++) {
+		const struct rl_check *c = &job->checks[i];
+
+		if (c->shadow || c->cost == 0 || !deny_cache_get(d->deny,
+		    c->key, c->keylen, c->cost, now, &until, &reset))
+			continue;
+		if (!hit || until > best_until) {
+			best = i;
+			best_until = until;
+			best_reset = reset;
+		}
+		hit = true;
+	}
+	if (!hit)
+		return 0;
+	job->out->allowed = false;
+	job->out->rule = job->ap[best].rule;
+	job->out->limit = job->ap[best].rule->limit;
+	job->out->remaining = 0;
+	/* The store's own retry was rounded up; so is what is left. */
+	job->out->retry_after_ms = us_to_ms(best_until - now) + 1;
+	job->out->reset_ms = us_to_ms(best_reset - now);
+	if (job->out->reset_ms < job->out->retry_after_ms)
+		job->out->reset_ms = job->out->retry_after_ms;
+	job->out->shadow = false;
+	report(d, job->ap, job->checks, NULL, job->n, false,
+	    DECIDE_RULE_DENIED);
+	return 1;
+}
+
+/* Teach the deny cache what the store denied. */
+static void
+deny_learn(const struct decider *d, const struct decide_job *job)
+{
+	int64_t sent = job->call.q_start_us;
+	size_t i;
+
+	for (i = 0; i < job->n; i++) {
+		const struct rl_check *c = &job->checks[i];
+		const struct rl_result *r = &job->res[i];
+
+		if (c->shadow || c->cost == 0 || r->allowed ||
+		    r->retry_after_ms < 2)
+			continue;
+		deny_cache_put(d->deny, c->key, c->keylen, c->cost,
+		    sent + (r->retry_after_ms - 1) * 1000,
+		    sent + (r->reset_ms - 1) * 1000);
+	}
+}
+
+/* Finish: the decision is final; free the job, then tell the caller. */
+static void
+job_finish(struct decide_job *job)
+{
+	decide_done_fn done = job->done;
+	void *arg = job->arg;
+
+	job_free(job);
+	done(arg);
+}
+
+static void job_call_done(struct backend_call *call);
+
+static void
+job_submit(struct decide_job *job, struct backend *b)
+{
+	memset(&job->call, 0, sizeof(job->call));
+	job->call.checks = job->checks;
+	job->call.n = job->n;
+	job->call.out = job->res;
+	job->call.deadline_us = job->on_local ? 0 :
+	    job->req_deadline_us;
+	job->call.done = job_call_done;
+	job->call.arg = job;
+	backend_submit(b, &job->call);
+}
+
+/* The store answered (or failed): complete the decision. */
+static void
+job_call_done(struct backend_call *call)
+{
+	struct decide_job *job = call->arg;
+	const struct decider *d = job->d;
+	struct decision *out = job->out;
+	struct backend *b = job->on_local ? d->local : d->backend;
+
+	if (d->on_backend != NULL)
+		d->on_backend(b->name, util_monotonic_us() - call->q_start_us,
+		    call->rc == 0 ? BACKEND_ERR_NONE : call->kind,
+		    d->hook_arg);
+	if (call->rc == 0) {
+		pick_deciding(job->ap, job->checks, job->res, job->n,
+		    call->all_allowed, out);
+		out->degraded = job->on_local;
+		report(d, job->ap, job->checks, job->res, job->n,
+		    call->all_allowed, job->on_local ? DECIDE_RULE_DEGRADED :
+		    DECIDE_RULE_ALLOWED);
+		if (!call->all_allowed && !job->on_local && d->deny != NULL &&
+		    !b->completes_inline)
+			deny_learn(d, job);
+		job_finish(job);
+		return;
+	}
+	if (!job->on_local) {
+		out->backend_error = call->kind;
+		switch (job->cfg->on_backend_error) {
+		case RL_ON_ERROR_DENY:
+			report(d, job->ap, job->checks, NULL, job->n, false,
+			    DECIDE_RULE_ERROR);
+			fail(out, DECIDE_BACKEND_UNAVAILABLE, "%s", call->err);
+			job_finish(job);
+			return;
+		case RL_ON_ERROR_LOCAL:
+			if (d->local != NULL && d->local != d->backend) {
+				job->on_local = true;
+				job_submit(job, d->local);
+				return;
+			}
+			break;
+		case RL_ON_ERROR_ALLOW:
+			break;
+		}
+	}
+	/* Policy allow, or the local store failed too: allow. */
+	out->degraded = true;
+	report(d, job->ap, job->checks, NULL, job->n, true,
+	    DECIDE_RULE_DEGRADED);
+	job_finish(job);
+}
+
+int
+decide_prepare(const struct decider *d, const struct config *cfg,
+    const struct decide_request *req, struct decision *out,
+    struct decide_job **jobp)
+{
+	struct decide_job *job;
 	size_t nrules, n = 0, i, keymax, off = 0;
 	const struct rule *forced = NULL;
-	enum backend_error_kind kind = BACKEND_ERR_NONE;
-	char err[DECIDE_MESSAGE_MAX - 8];
-	bool all_allowed = false, degraded = false;
-	int rc = -1;
 
+	*jobp = NULL;
 	memset(out, 0, sizeof(*out));
 	out->allowed = true;
 	if (req->rule != NULL) {
 		if ((forced = config_find_rule(cfg, req->rule)) == NULL)
 			return fail(out, DECIDE_UNKNOWN_RULE,
-			    "no rule named \"%s\"", req->rule);
+			    "no rule named \"%s\"", req->rule), 0;
 		nrules = 1;
 	} else
 		nrules = cfg->nrules;
 	if (nrules == 0)
 		return 0;
 
+	if ((job = rl_calloc(1, sizeof(*job))) == NULL)
+		goto oom;
+	job->d = d;
+	job->cfg = cfg;
+	job->out = out;
+	job->req_deadline_us = req->deadline_us;
+	job->ap = job->ap_small;
+	job->checks = job->ck_small;
+	job->res = job->rs_small;
 	keymax = strlen(cfg->redis.key_prefix) + RL_MAX_KEY_BYTES + 4;
 	if (nrules > DECIDE_STACK_RULES) {
-		ap = rl_calloc(nrules, sizeof(*ap));
-		checks = rl_calloc(nrules, sizeof(*checks));
-		res = rl_calloc(nrules, sizeof(*res));
-		if (ap == NULL || checks == NULL || res == NULL)
+		job->ap = rl_calloc(nrules, sizeof(*job->ap));
+		job->checks = rl_calloc(nrules, sizeof(*job->checks));
+		job->res = rl_calloc(nrules, sizeof(*job->res));
+		if (job->ap == NULL || job->checks == NULL ||
+		    job->res == NULL)
 			goto oom;
 	}
 
@@ -202,28 +384,29 @@ decide(const struct decider *d, const struct config *cfg,
 
 		if (forced == NULL && !rule_matches(r, req->attrs))
 			continue;
-		if ((na = rl_realloc(arena, off + need)) == NULL)
+		if ((na = rl_realloc(job->arena, off + need)) == NULL)
 			goto oom;
-		arena = na;
-		rr = render_key(cfg, r, req->attrs, arena + off, need, &len);
+		job->arena = na;
+		rr = render_key(cfg, r, req->attrs, job->arena + off, need,
+		    &len);
 		if (rr == RENDER_MISSING)
 			continue;
 		if (rr == RENDER_TOO_LONG) {
 			fail(out, DECIDE_KEY_TOO_LONG,
 			    "rule \"%s\": the key is longer than 512 bytes",
 			    r->name);
-			goto done;
+			goto settled;
 		}
 		if (cost > r->limit) {
 			fail(out, DECIDE_COST_EXCEEDS_LIMIT,
 			    "cost is larger than the limit of rule \"%s\"",
 			    r->name);
-			goto done;
+			goto settled;
 		}
-		ap[n].rule = r;
-		ap[n].keyoff = off;	/* the arena may still move */
-		ap[n].keylen = len;
-		checks[n] = (struct rl_check){
+		job->ap[n].rule = r;
+		job->ap[n].keyoff = off;	/* the arena may still move */
+		job->ap[n].keylen = len;
+		job->checks[n] = (struct rl_check){
 			.algorithm = r->algorithm, .limit = r->limit,
 			.window_ms = r->window_ms, .cost = cost,
 			.shadow = r->shadow, .keylen = len,
@@ -231,58 +414,73 @@ decide(const struct decider *d, const struct config *cfg,
 		off += len + 1;
 		n++;
 	}
-	if (n == 0) {
-		rc = 0;
-		goto done;
-	}
+	if (n == 0)
+		goto settled;
+	job->n = n;
 	for (i = 0; i < n; i++)
-		checks[i].key = arena + ap[i].keyoff;
-
-	if (timed_decide(d, d->backend, checks, n, res, &all_allowed, &kind,
-	    err, sizeof(err)) == 0) {
-		pick_deciding(ap, checks, res, n, all_allowed, out);
-		report(d, ap, checks, res, n, all_allowed,
-		    DECIDE_RULE_ALLOWED);
-		rc = 0;
-		goto done;
-	}
-	out->backend_error = kind;
-	switch (cfg->on_backend_error) {
-	case RL_ON_ERROR_DENY:
-		report(d, ap, checks, NULL, n, false, DECIDE_RULE_ERROR);
-		fail(out, DECIDE_BACKEND_UNAVAILABLE, "%s", err);
-		goto done;
-	case RL_ON_ERROR_LOCAL:
-		degraded = true;
-		if (d->local != NULL && d->local != d->backend &&
-		    timed_decide(d, d->local, checks, n, res, &all_allowed,
-		    &kind, err, sizeof(err)) == 0) {
-			pick_deciding(ap, checks, res, n, all_allowed, out);
-			out->degraded = true;
-			report(d, ap, checks, res, n, all_allowed,
-			    DECIDE_RULE_DEGRADED);
-			rc = 0;
-			goto done;
-		}
-		/* The local store failed too: allow. */
-		__attribute__((fallthrough));
-	case RL_ON_ERROR_ALLOW:
-		degraded = true;
-		break;
-	}
-	out->degraded = degraded;
-	report(d, ap, checks, NULL, n, true, DECIDE_RULE_DEGRADED);
-	rc = 0;
-	goto done;
+		job->checks[i].key = job->arena + job->ap[i].keyoff;
+	if (d->deny != NULL && !d->backend->completes_inline &&
+	    deny_cached(d, job))
+		goto settled;
+	*jobp = job;
+	return 1;
 
 oom:
 	fail(out, DECIDE_INTERNAL, "out of memory");
-done:
-	if (ap != ap_stack) {
-		rl_free(ap);
-		rl_free(checks);
-		rl_free(res);
+settled:
+	job_free(job);
+	return 0;
+}
+
+void
+decide_run(struct decide_job *job, decide_done_fn done, void *arg)
+{
+	job->done = done;
+	job->arg = arg;
+	job->on_local = false;
+	job_submit(job, job->d->backend);
+}
+
+void
+decide_cancel(struct decide_job *job)
+{
+	job_free(job);
+}
+
+struct decide_wait {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool done;
+};
+
+static void
+decide_wait_done(void *arg)
+{
+	struct decide_wait *w = arg;
+
+	pthread_mutex_lock(&w->mu);
+	w->done = true;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+int
+decide(const struct decider *d, const struct config *cfg,
+    const struct decide_request *req, struct decision *out)
+{
+	struct decide_wait w = { .done = false };
+	struct decide_job *job;
+
+	if (decide_prepare(d, cfg, req, out, &job) == 1) {
+		pthread_mutex_init(&w.mu, NULL);
+		pthread_cond_init(&w.cv, NULL);
+		decide_run(job, decide_wait_done, &w);
+		pthread_mutex_lock(&w.mu);
+		while (!w.done)
+			pthread_cond_wait(&w.cv, &w.mu);
+		pthread_mutex_unlock(&w.mu);
+		pthread_cond_destroy(&w.cv);
+		pthread_mutex_destroy(&w.mu);
 	}
-	rl_free(arena);
-	return rc;
+	return out->status == DECIDE_OK ? 0 : -1;
 }

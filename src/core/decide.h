@@ -2,7 +2,16 @@
  * decide.h - turns one request (attributes, an optional forced rule and
  * cost) into one decision under one config snapshot: which rules apply,
  * their keys, one atomic backend call, the failure policy, and the deciding
- * rule (CONTRACT 4-6).  No HTTP here; http.c maps a decision to a response.
+ * rule (CONTRACT 4-6).  No HTTP here; the front ends map a decision to
+ * their answer.  Every front end takes this one path.
+ *
+ * A decision has two halves.  decide_prepare() does everything that needs
+ * no store: the rules that apply, their keys and costs, the checks, and the
+ * deny cache; it answers at once when that settles it.  Otherwise it gives
+ * a job, and decide_run() hands the job to the store and completes the
+ * decision when the store answers (the failure policy, the local store,
+ * the deciding rule), then tells the caller.  With Redis that completion
+ * runs on the store's I/O thread, so no thread waits for Redis.
  */
 #ifndef RL_DECIDE_H
 #define RL_DECIDE_H
@@ -19,6 +28,8 @@ struct decide_request {
 	const struct attrs *attrs;
 	const char *rule;	/* evaluate only this rule (skip match); or NULL */
 	int64_t cost;		/* -1: each rule's own default cost */
+	int64_t deadline_us;	/* monotonic; 0: the store's timeout from
+				 * now.  Set from the request's arrival. */
 };
 
 enum decide_status {
@@ -65,20 +76,50 @@ typedef void (*decide_rule_fn)(const struct rule *r,
 typedef void (*decide_backend_fn)(const char *backend, int64_t usec,
     enum backend_error_kind kind, void *arg);
 
+struct deny_cache;
+
 /* The long-lived parts a decision needs.  Borrowed; set up by main.c. */
 struct decider {
 	struct backend *backend;	/* the configured store */
 	struct backend *local;		/* in-process store for
 					 * on_backend_error: local; may be NULL */
+	struct deny_cache *deny;	/* keys denied lately; may be NULL.
+					 * Used only for a store that does not
+					 * answer inline. */
 	decide_rule_fn on_rule;
 	decide_backend_fn on_backend;
 	void *hook_arg;			/* passed to both hooks */
 };
 
+struct decide_job;
+typedef void (*decide_done_fn)(void *arg);
+
 /*
- * Decide req under cfg.  Fills *out; returns 0 when a decision (allowed or
- * denied, possibly degraded) was made, -1 when out->status says why not.
- * A request that fails validation never touches a backend.  Any thread.
+ * The first half.  Returns 0 when *out is final already (a validation
+ * error, no rule applies, or a denial from the deny cache), else 1 with a
+ * job for decide_run().  A request that fails validation never touches a
+ * store.  cfg, req's strings and out are borrowed until the decision is
+ * final.  Any thread.
+ */
+int decide_prepare(const struct decider *d, const struct config *cfg,
+    const struct decide_request *req, struct decision *out,
+    struct decide_job **job);
+
+/*
+ * The second half: one store call for the job, then *out is final and
+ * done(arg) runs, exactly once: inside this call when the store answers
+ * inline (d->backend->completes_inline) or fails at once, else later on
+ * the store's thread.  The job is freed before done runs.
+ */
+void decide_run(struct decide_job *job, decide_done_fn done, void *arg);
+
+/* Drop a job that will not run (the caller answers otherwise). */
+void decide_cancel(struct decide_job *job);
+
+/*
+ * Both halves, waiting for the store (tests, tools).  Fills *out; returns
+ * 0 when a decision (allowed or denied, possibly degraded) was made, -1
+ * when out->status says why not.  Any thread that may block.
  */
 int decide(const struct decider *d, const struct config *cfg,
     const struct decide_request *req, struct decision *out);

@@ -4,14 +4,22 @@
  * libmicrohttpd runs `threads` threads, each with its own event loop over
  * its connections (MHD_OPTION_THREAD_POOL_SIZE); HTTP/1.1 keep-alive is its
  * default.  The body is gathered (bounded by max_body_bytes) and turned into
- * attributes in the event loop.  A decision on a store that may block
- * (Redis) is not made there: the connection is suspended, a worker thread
- * decides, and resumes it, so one slow backend call never delays the other
- * connections of that loop, /healthz included.  A store that never blocks
- * (memory) is asked inline.  Then the answer: JSON and the RateLimit
- * headers.  The listening socket is
- * bound by http_listen() so that a port in use is a clear start-up error and
- * unix sockets work the same way as TCP.
+ * attributes in the event loop, and decide_prepare() runs there.  When the
+ * store must be asked and does not answer inline (Redis), the connection
+ * is suspended and the job handed to the store; its completion, on the
+ * store's I/O thread, resumes the connection, and the loop answers.  No
+ * thread waits for Redis, and a slow call never delays the other
+ * connections of a loop, /healthz included.  The memory store answers
+ * inline.  Then the answer: JSON and the RateLimit headers.
+ *
+ * Shutdown: once quiesced, answers carry "Connection: close" so that
+ * keep-alive clients go; http_server_stop() then answers new requests at
+ * once (503) and waits until every suspended request was resumed and
+ * answered (each store call completes by its deadline) before it stops
+ * libmicrohttpd, which must not stop with connections suspended.
+ *
+ * The listening socket is bound by http_listen() so that a port in use is
+ * a clear start-up error and unix sockets work the same way as TCP.
  */
 #include "http.h"
 
@@ -29,6 +37,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -41,6 +50,11 @@
 #include "util.h"
 
 #define JSON_TYPE "application/json"
+#define HTTP_CONN_MEMORY (16 * 1024)	/* per connection, see start */
+/* The longest a stop waits for suspended requests: past every store
+ * deadline (redis.timeout is at most a day, but a store fails its calls
+ * at once when it stops). */
+#define HTTP_STOP_WAIT_US (30 * 1000000LL)
 
 enum endpoint {
 	EP_ACQUIRE, EP_AUTH, EP_READY, EP_SIMPLE, EP_BAD_METHOD, EP_NOT_FOUND
@@ -54,38 +68,33 @@ struct http_server {
 	const struct decider *decider;
 	struct metrics *metrics;
 	int inflight;			/* atomic */
-
-	/* Decisions that may block (Redis) run on these workers while their
-	 * connection is suspended, so a slow backend never stalls the event
-	 * loop that also serves other connections and /healthz. */
-	pthread_t *workers;
-	int nworkers;
-	pthread_mutex_t qlock;
-	pthread_cond_t qcond;
-	struct request *qhead, *qtail;
-	bool qstop;
+	int suspended;			/* atomic: waiting for the store */
+	bool draining;			/* atomic: quiesced; close after each
+					 * answer */
+	bool stopping;			/* atomic: suspend nothing more */
 };
 
 /* Per-request state, from the first call of the handler to completion. */
-enum request_state { RQ_READING, RQ_QUEUED, RQ_DECIDED };
+enum request_state { RQ_READING, RQ_WAITING, RQ_DECIDED };
 
 struct request {
 	enum endpoint ep;
 	enum request_state state;
+	struct http_server *s;
 	struct config *cfg;		/* the snapshot this request uses */
+	int64_t arrived_us;
 	char *body;
 	size_t len, cap;
 	bool too_large;
 
-	/* What decide() takes and gives, kept here while the connection is
-	 * suspended and a worker decides. */
+	/* What decide takes and gives, kept here while the connection is
+	 * suspended and the store decides. */
 	struct MHD_Connection *conn;
 	struct attrs attrs;
 	char *rule;
 	struct decide_request dr;
 	struct decision decision;
-	bool ready;			/* EP_READY: the backend answered */
-	struct request *next;		/* in the work queue */
+	struct backend_call probe;	/* EP_READY */
 };
 
 /* --- listening -------------------------------------------------------- */
@@ -219,6 +228,9 @@ respond(struct http_server *s, struct MHD_Connection *conn, int status,
 		return MHD_NO;
 	if (type != NULL)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+	if (__atomic_load_n(&s->draining, __ATOMIC_ACQUIRE))
+		MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION,
+		    "close");
 	ret = MHD_queue_response(conn, (unsigned)status, r);
 	MHD_destroy_response(r);
 	metrics_http_response(s->metrics, status);
@@ -575,69 +587,84 @@ finish_decision(struct http_server *s, struct MHD_Connection *conn,
 	return ret;
 }
 
-static void *
-worker_main(void *arg)
+/*
+ * Suspend rq's connection until the store answers; false when the server
+ * is stopping (then nothing is suspended).  Counted first, so that
+ * http_server_stop() never misses a suspension that is under way.
+ */
+static bool
+suspend(struct http_server *s, struct request *rq)
 {
-	struct http_server *s = arg;
-	struct request *rq;
-
-	for (;;) {
-		pthread_mutex_lock(&s->qlock);
-		while (s->qhead == NULL && !s->qstop)
-			pthread_cond_wait(&s->qcond, &s->qlock);
-		if ((rq = s->qhead) == NULL) {
-			pthread_mutex_unlock(&s->qlock);
-			return NULL;
-		}
-		if ((s->qhead = rq->next) == NULL)
-			s->qtail = NULL;
-		pthread_mutex_unlock(&s->qlock);
-
-		if (rq->ep == EP_READY)
-			rq->ready = backend_is_ready(s->decider->backend);
-		else
-			decide(s->decider, rq->cfg, &rq->dr, &rq->decision);
-		rq->state = RQ_DECIDED;
-		MHD_resume_connection(rq->conn);
+	__atomic_add_fetch(&s->suspended, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) {
+		__atomic_sub_fetch(&s->suspended, 1, __ATOMIC_SEQ_CST);
+		return false;
 	}
+	rq->state = RQ_WAITING;
+	MHD_suspend_connection(rq->conn);
+	return true;
 }
 
-/* Hand rq to the workers; its connection sleeps until it is decided. */
+/* The store answered (any thread): wake the connection.  The loop then
+ * calls the handler again, which answers and uncounts it. */
 static void
-enqueue(struct http_server *s, struct request *rq)
+resume(void *arg)
 {
-	rq->state = RQ_QUEUED;
-	rq->next = NULL;
-	MHD_suspend_connection(rq->conn);
-	pthread_mutex_lock(&s->qlock);
-	if (s->qtail != NULL)
-		s->qtail->next = rq;
-	else
-		s->qhead = rq;
-	s->qtail = rq;
-	pthread_cond_signal(&s->qcond);
-	pthread_mutex_unlock(&s->qlock);
+	struct request *rq = arg;
+
+	rq->state = RQ_DECIDED;
+	MHD_resume_connection(rq->conn);
+}
+
+static void
+probe_done(struct backend_call *call)
+{
+	resume(call->arg);
+}
+
+/* Called again after a resume: the request is no longer suspended. */
+static void
+resumed(struct http_server *s)
+{
+	__atomic_sub_fetch(&s->suspended, 1, __ATOMIC_SEQ_CST);
+}
+
+static void
+inline_done(void *arg)
+{
+	(void)arg;
+}
+
+static void
+probe_inline_done(struct backend_call *call)
+{
+	(void)call;
 }
 
 /*
- * The last call for /acquire or /auth: gather attributes, then decide here
- * (a store that never blocks) or on a worker.  Called again after a worker
- * resumed the connection, with rq->state == RQ_DECIDED.
+ * The last call for /acquire or /auth: gather attributes, decide what can
+ * be decided here, and hand the rest to the store.  Called again after the
+ * store's answer resumed the connection, with rq->state == RQ_DECIDED.
  */
 static enum MHD_Result
 handle_decision(struct http_server *s, struct MHD_Connection *conn,
     struct request *rq, const char *url, const char *method)
 {
 	enum MHD_Result ret = MHD_NO;
+	struct decide_job *job;
 
-	if (rq->state == RQ_DECIDED)
+	if (rq->state == RQ_DECIDED) {
+		resumed(s);
 		return finish_decision(s, conn, rq);
+	}
 	if (rq->too_large)
 		return respond_error(s, conn, 413, "body_too_large",
 		    "the body is larger than %lld bytes",
 		    (long long)rq->cfg->max_body_bytes);
 	rq->dr.attrs = &rq->attrs;
 	rq->dr.cost = -1;
+	rq->dr.deadline_us = rq->cfg->backend == RL_BACKEND_REDIS ?
+	    rq->arrived_us + rq->cfg->redis.timeout_ms * 1000 : 0;
 	if (rq->ep == EP_ACQUIRE) {
 		if (acquire_attrs(s, conn, rq, &rq->attrs, &rq->rule,
 		    &rq->dr.cost, &ret) < 0)
@@ -646,29 +673,48 @@ handle_decision(struct http_server *s, struct MHD_Connection *conn,
 	} else if (auth_attrs(conn, rq->cfg, url, method, &rq->attrs) < 0)
 		return respond_error(s, conn, 500, "internal_error",
 		    "out of memory");
-	if (s->nworkers > 0) {
-		rq->conn = conn;
-		enqueue(s, rq);
-		return MHD_YES;
+	if (decide_prepare(s->decider, rq->cfg, &rq->dr, &rq->decision,
+	    &job) == 0)
+		return finish_decision(s, conn, rq);
+	if (s->decider->backend->completes_inline) {
+		decide_run(job, inline_done, NULL);
+		return finish_decision(s, conn, rq);
 	}
-	decide(s->decider, rq->cfg, &rq->dr, &rq->decision);
-	return finish_decision(s, conn, rq);
+	rq->conn = conn;
+	if (!suspend(s, rq)) {
+		decide_cancel(job);
+		return respond_error(s, conn, 503, "shutting_down",
+		    "the server is shutting down");
+	}
+	decide_run(job, resume, rq);
+	return MHD_YES;
 }
 
-/* /readyz: the backend's PING may block, so it goes to a worker too. */
+/* /readyz: a probe of the store, answered when it answers. */
 static enum MHD_Result
 handle_ready(struct http_server *s, struct MHD_Connection *conn,
     struct request *rq)
 {
-	if (rq->state != RQ_DECIDED) {
-		if (s->nworkers > 0) {
-			rq->conn = conn;
-			enqueue(s, rq);
+	if (rq->state == RQ_DECIDED) {
+		resumed(s);
+	} else {
+		memset(&rq->probe, 0, sizeof(rq->probe));
+		rq->probe.deadline_us = 0;
+		rq->probe.done = probe_done;
+		rq->probe.arg = rq;
+		rq->conn = conn;
+		if (s->decider->backend->completes_inline) {
+			rq->probe.done = probe_inline_done;
+			backend_submit(s->decider->backend, &rq->probe);
+		} else {
+			if (!suspend(s, rq))
+				return respond(s, conn, 503, "text/plain",
+				    "not ready\n", 10, NULL);
+			backend_submit(s->decider->backend, &rq->probe);
 			return MHD_YES;
 		}
-		rq->ready = backend_is_ready(s->decider->backend);
 	}
-	return rq->ready ?
+	return rq->probe.rc == 0 ?
 	    respond(s, conn, 200, "text/plain", "ready\n", 6, NULL) :
 	    respond(s, conn, 503, "text/plain", "not ready\n", 10, NULL);
 }
@@ -731,6 +777,8 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 		if ((rq = rl_calloc(1, sizeof(*rq))) == NULL)
 			return MHD_NO;
 		rq->ep = route(url, method);
+		rq->s = s;
+		rq->arrived_us = util_monotonic_us();
 		rq->cfg = http_server_get_config(s);
 		__atomic_add_fetch(&s->inflight, 1, __ATOMIC_SEQ_CST);
 		*con_cls = rq;
@@ -821,38 +869,18 @@ mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* --- life cycle ------------------------------------------------------- */
 
-/* Stop and join the first n workers; the queue is drained first. */
-static void
-workers_stop(struct http_server *s, int n)
-{
-	int i;
-
-	pthread_mutex_lock(&s->qlock);
-	s->qstop = true;
-	pthread_cond_broadcast(&s->qcond);
-	pthread_mutex_unlock(&s->qlock);
-	for (i = 0; i < n; i++)
-		pthread_join(s->workers[i], NULL);
-	rl_free(s->workers);
-	s->workers = NULL;
-	s->nworkers = 0;
-}
-
 static void
 server_free(struct http_server *s)
 {
-	workers_stop(s, s->nworkers);
 	config_unref(s->cfg);
-	pthread_cond_destroy(&s->qcond);
-	pthread_mutex_destroy(&s->qlock);
 	pthread_mutex_destroy(&s->lock);
 	rl_free(s);
 }
 
 struct http_server *
 http_server_start(int listen_fd, struct config *cfg,
-    const struct decider *decider, int workers, struct metrics *metrics,
-    char *err, size_t errlen)
+    const struct decider *decider, struct metrics *metrics, char *err,
+    size_t errlen)
 {
 	struct http_server *s;
 	unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
@@ -864,34 +892,22 @@ http_server_start(int listen_fd, struct config *cfg,
 		return NULL;
 	}
 	pthread_mutex_init(&s->lock, NULL);
-	pthread_mutex_init(&s->qlock, NULL);
-	pthread_cond_init(&s->qcond, NULL);
 	s->cfg = config_ref(cfg);
 	s->decider = decider;
 	s->metrics = metrics;
 	s->listen_fd = listen_fd;
-	if (workers > 0 &&
-	    (s->workers = rl_calloc((size_t)workers, sizeof(pthread_t))) ==
-	    NULL) {
-		snprintf(err, errlen, "out of memory");
-		goto fail;
-	}
-	for (; s->nworkers < workers; s->nworkers++) {
-		if ((errno = pthread_create(&s->workers[s->nworkers], NULL,
-		    worker_main, s)) != 0) {
-			snprintf(err, errlen, "worker thread: %s",
-			    strerror(errno));
-			goto fail;
-		}
-	}
 	/* The logger first: MHD logs with its own, to stderr, until it
-	 * has seen this option. */
+	 * has seen this option.  A connection's memory holds its request
+	 * headers and the answer's: HTTP_CONN_MEMORY covers the headers
+	 * proxies send to /auth (8 KiB), and is what 1,000 idle keep-alive
+	 * connections cost at most (the default is 32 KiB). */
 	s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, access_handler, s,
 	    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 	    MHD_OPTION_LISTEN_SOCKET, listen_fd,
 	    MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)cfg->threads,
 	    MHD_OPTION_NOTIFY_COMPLETED, request_completed, s,
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)60,
+	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,
 	    MHD_OPTION_END);
 	if (s->mhd == NULL) {
 		snprintf(err, errlen, "%s: cannot start the HTTP server",
@@ -911,6 +927,7 @@ http_server_quiesce(struct http_server *s)
 {
 	int fd;
 
+	__atomic_store_n(&s->draining, true, __ATOMIC_RELEASE);
 	if (s->listen_fd < 0)
 		return;
 	if ((fd = MHD_quiesce_daemon(s->mhd)) >= 0)
@@ -927,10 +944,27 @@ http_server_inflight(struct http_server *s)
 void
 http_server_stop(struct http_server *s)
 {
+	struct timespec tick = { 0, 1000 * 1000 };
+	int64_t give_up;
+
 	if (s == NULL)
 		return;
-	/* Workers first: they resume connections of the daemon. */
-	workers_stop(s, s->nworkers);
+	/* Suspend nothing more, and let every suspended request be resumed
+	 * and answered: each store call ends by its deadline, and
+	 * libmicrohttpd must not stop with connections suspended. */
+	__atomic_store_n(&s->draining, true, __ATOMIC_RELEASE);
+	__atomic_store_n(&s->stopping, true, __ATOMIC_SEQ_CST);
+	give_up = util_monotonic_us() + HTTP_STOP_WAIT_US;
+	while (__atomic_load_n(&s->suspended, __ATOMIC_SEQ_CST) > 0 &&
+	    util_monotonic_us() < give_up)
+		nanosleep(&tick, NULL);
+	if (__atomic_load_n(&s->suspended, __ATOMIC_SEQ_CST) > 0) {
+		log_warnx("shutdown: %d requests still wait for the store; "
+		    "exiting without them",
+		    __atomic_load_n(&s->suspended, __ATOMIC_SEQ_CST));
+		log_info("stopped");
+		_exit(0);
+	}
 	MHD_stop_daemon(s->mhd);	/* closes the socket unless quiesced */
 	server_free(s);
 }

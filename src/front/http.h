@@ -31,14 +31,14 @@ int http_listen(const char *listen, char *err, size_t errlen);
 
 /*
  * Start serving on listen_fd (ownership passes to the server) with
- * cfg->threads event-loop threads and `workers` threads for decisions that
- * may block (0: decide inline, for a store that never blocks).  Takes one
- * reference to cfg.  The decider and metrics are borrowed for the server's
- * life.  Returns the server, or NULL with a message in err.
+ * cfg->threads event-loop threads.  Takes one reference to cfg.  The
+ * decider and metrics are borrowed for the server's life (the decider's
+ * stores must outlive it).  Returns the server, or NULL with a message in
+ * err.
  */
 struct http_server *http_server_start(int listen_fd, struct config *cfg,
-    const struct decider *decider, int workers, struct metrics *metrics,
-    char *err, size_t errlen);
+    const struct decider *decider, struct metrics *metrics, char *err,
+    size_t errlen);
 
 /* Publish a new snapshot (takes one reference; drops the old one). */
 void http_server_set_config(struct http_server *s, struct config *cfg);
@@ -46,13 +46,15 @@ void http_server_set_config(struct http_server *s, struct config *cfg);
 /* The current snapshot with one reference for the caller. */
 struct config *http_server_get_config(struct http_server *s);
 
-/* Stop accepting connections; requests in progress go on. */
+/* Stop accepting connections; requests in progress go on, and every
+ * answer from now on closes its connection. */
 void http_server_quiesce(struct http_server *s);
 
 /* Requests being processed now. */
 int http_server_inflight(struct http_server *s);
 
-/* Stop every thread, close every connection, free.  NULL does nothing. */
+/* Answer what waits for the store, stop every thread, close every
+ * connection, free.  NULL does nothing. */
 void http_server_stop(struct http_server *s);
 
 #endif

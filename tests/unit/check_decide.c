@@ -154,7 +154,7 @@ cfg_ptr(void)
 START_TEST(test_applying_rules_and_keys)
 {
 	struct attrs a = { 0 };
-	struct decide_request rq = { &a, NULL, -1 };
+	struct decide_request rq = { &a, NULL, -1, 0 };
 	struct decision d;
 
 	attrs_set(&a, "path", "/login");
@@ -179,7 +179,7 @@ END_TEST
 START_TEST(test_no_rule_applies)
 {
 	struct attrs a = { 0 };
-	struct decide_request rq = { &a, NULL, -1 };
+	struct decide_request rq = { &a, NULL, -1, 0 };
 	struct decision d;
 
 	cfg.nrules = 1;		/* only "login", which needs a path */
@@ -193,7 +193,7 @@ END_TEST
 START_TEST(test_denied_picks_largest_retry)
 {
 	struct attrs a = { 0 };
-	struct decide_request rq = { &a, NULL, -1 };
+	struct decide_request rq = { &a, NULL, -1, 0 };
 	struct decision d;
 
 	attrs_set(&a, "path", "/login");
@@ -212,7 +212,7 @@ END_TEST
 START_TEST(test_shadow_never_denies)
 {
 	struct attrs a = { 0 };
-	struct decide_request rq = { &a, NULL, -1 };
+	struct decide_request rq = { &a, NULL, -1, 0 };
 	struct decision d;
 
 	attrs_set(&a, "path", "/login");
@@ -235,7 +235,7 @@ END_TEST
 START_TEST(test_forced_rule_and_cost)
 {
 	struct attrs a = { 0 };
-	struct decide_request rq = { &a, "login", 3 };
+	struct decide_request rq = { &a, "login", 3, 0 };
 	struct decision d;
 
 	/* Forcing skips match, but the key still needs ${ip}. */
@@ -258,7 +258,7 @@ END_TEST
 START_TEST(test_validation_before_backend)
 {
 	struct attrs a = { 0 };
-	struct decide_request rq = { &a, NULL, 6 };
+	struct decide_request rq = { &a, NULL, 6, 0 };
 	struct decision d;
 	char big[600];
 
@@ -281,7 +281,7 @@ END_TEST
 START_TEST(test_policy_allow_deny_local)
 {
 	struct attrs a = { 0 };
-	struct decide_request rq = { &a, NULL, -1 };
+	struct decide_request rq = { &a, NULL, -1, 0 };
 	struct decision d;
 
 	cfg.nrules = 2;
@@ -326,7 +326,7 @@ START_TEST(test_many_rules_heap_path)
 	struct rule many[20];
 	struct config c = cfg;
 	struct attrs a = { 0 };
-	struct decide_request rq = { &a, NULL, -1 };
+	struct decide_request rq = { &a, NULL, -1, 0 };
 	struct decision d;
 	char name[16];
 	size_t i;

@@ -1,0 +1,54 @@
+/*
+ * deny_cache.h - keys the store denied lately, so that requests that are
+ * sure to be denied again are answered without a store call.
+ *
+ * A key denied with retry_after R for cost c stays denied for any request
+ * of cost >= c until R has passed: units only leave the window with time,
+ * and other traffic can only push that time later.  So an entry can only
+ * say "denied" where the store would say so too, if the time it is given
+ * is no later than when the store decided (decide.c passes the time the
+ * call was sent, and R less the millisecond rounding).
+ *
+ * A fixed table of slots, direct-mapped by a hash of the key: a new key
+ * replaces whatever held its slot, so memory is bounded by the number of
+ * slots and the key length, whatever keys clients send.  Entries of shadow
+ * rules are never put (decide.c); a reload clears the table.
+ *
+ * Thread: any, concurrently (striped mutexes).  Pure: no I/O.
+ */
+#ifndef RL_DENY_CACHE_H
+#define RL_DENY_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct deny_cache;
+
+/* A table of `slots` entries (rounded up to a power of two); NULL on OOM.
+ * deny_cache_free(NULL) does nothing. */
+struct deny_cache *deny_cache_new(size_t slots);
+void deny_cache_free(struct deny_cache *dc);
+
+/* Forget every entry. */
+void deny_cache_clear(struct deny_cache *dc);
+
+/*
+ * Remember that key, for cost, is denied until until_us, and its whole
+ * limit is free again at reset_us (both on the caller's clock).
+ */
+void deny_cache_put(struct deny_cache *dc, const char *key, size_t keylen,
+    int64_t cost, int64_t until_us, int64_t reset_us);
+
+/*
+ * Is key denied for cost at now_us?  True with the times of its entry in
+ * *until_us and *reset_us; false if there is no live entry, or it is for a
+ * larger cost.
+ */
+bool deny_cache_get(struct deny_cache *dc, const char *key, size_t keylen,
+    int64_t cost, int64_t now_us, int64_t *until_us, int64_t *reset_us);
+
+/* Lookups that answered true, since the start. */
+uint64_t deny_cache_hits(const struct deny_cache *dc);
+
+#endif
