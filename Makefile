@@ -13,7 +13,7 @@ SHELL := /bin/bash
 DEPS_BUILD = gcc make autoconf automake pkg-config libmicrohttpd-dev \
 	libhiredis-dev libjansson-dev libyaml-dev
 DEPS_TEST = check libcurl4-openssl-dev redis-server nginx curl systemd \
-	prometheus
+	prometheus wrk
 
 # The test packages come along whenever a test goal is asked for.
 WITH_TEST_DEPS ?= $(if $(filter check unit integration bench,$(MAKECMDGOALS)),1)
@@ -194,13 +194,15 @@ distclean: clean
 	rm -rf config.mk config.log config.status configure aclocal.m4 \
 		autom4te.cache
 
-# --- bench: accuracy and memory of the algorithms --------------------------
+# --- bench: speed, accuracy and memory --------------------------------------
 
 # make accuracy: bench/accuracy.c replays synthetic traces through the C
 # limiter and an exact sliding log (pure, a few seconds).  make bench: that,
 # then bench/memory.sh, which starts its own redis-server and prints MEMORY
-# USAGE of each algorithm's key at full use.  docs/algorithms.md "Measured"
-# holds the results.
+# USAGE of each algorithm's key at full use (docs/algorithms.md "Measured"
+# holds the results), then bench/speed.sh: the daemon under wrk beside
+# redis-benchmark and nginx, in one run, ratios printed and written to
+# bench/results/ (BENCH_SECONDS per run, default 10).
 .PHONY: accuracy
 
 accuracy: $(BUILD)/bench/accuracy
@@ -210,5 +212,8 @@ $(BUILD)/bench/accuracy: bench/accuracy.c $(BUILD)/librl.a
 	mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LIB_CFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
 
-bench: accuracy
+BENCH_SECONDS ?= 10
+
+bench: accuracy $(BUILD)/ratelimitd
 	bash bench/memory.sh
+	DURATION=$(BENCH_SECONDS) RATELIMITD=$(BUILD)/ratelimitd bash bench/speed.sh

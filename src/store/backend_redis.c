@@ -82,6 +82,10 @@ extern const char rl_lua_ratelimit[], rl_lua_ratelimit_sha[];
 #define REDIS_BATCH_KEYS	512	/* keys in one EVALSHA */
 #define REDIS_RECONNECT_US	100000	/* between connects of one slot */
 #define REDIS_EVFD_TAG		UINT64_MAX
+/* Script calls in flight at once.  Redis runs one script at a time, so
+ * more would only wait there; calls that arrive meanwhile wait here and
+ * leave together, in one call, when one comes back. */
+#define REDIS_WINDOW		8
 
 enum redis_circuit {
 	REDIS_CIRCUIT_CLOSED,
@@ -133,8 +137,11 @@ struct redis_backend {
 	struct backend_call *qhead, *qtail;
 	bool stopping;
 
-	/* The I/O thread's: calls sent or about to be, by deadline. */
+	/* The I/O thread's: calls sent or about to be, by deadline; calls
+	 * held back while the window of script calls is full (FIFO). */
 	struct backend_call *fhead, *ftail;
+	struct backend_call *hhead, *htail;
+	size_t batches_out;		/* script calls in flight */
 
 	pthread_mutex_t mu;		/* guards the circuit */
 	enum redis_circuit circuit;
@@ -417,6 +424,8 @@ batch_send(struct redis_backend *rb, struct redis_batch *b, char *err,
 		redis_script_args_free(&a);
 	}
 	if (rc == 0) {
+		if (b->slot == NULL && !b->probe)
+			rb->batches_out++;
 		b->slot = s;
 		slot_busy(rb, s);
 	}
@@ -509,6 +518,8 @@ batch_reply(void *arg, redisReply *r, const char *err)
 out:
 	if (s != NULL)
 		slot_busy(rb, s);
+	if (!b->probe)
+		rb->batches_out--;
 	rl_free(b);
 }
 
@@ -528,6 +539,12 @@ dispatch(struct redis_backend *rb, struct backend_call *list)
 
 		next = call->q_next;
 		flight_add(rb, call);
+		if (call->deadline_us <= util_monotonic_us()) {
+			call_finish(rb, call, -1, BACKEND_ERR_TIMEOUT,
+			    "no answer within the timeout (never sent: "
+			    "Redis was busy)");
+			continue;
+		}
 		if (*into != NULL && ((*into)->ncalls == REDIS_BATCH_CALLS ||
 		    (call->n > 0 && keys + call->n > REDIS_BATCH_KEYS &&
 		    keys > 0))) {
@@ -578,8 +595,20 @@ expire(struct redis_backend *rb)
 		    rb->timeout_us / 1000);
 		call_finish(rb, rb->fhead, -1, BACKEND_ERR_TIMEOUT, msg);
 	}
+	/* Held back past the deadline: never sent. */
+	while (rb->hhead != NULL && rb->hhead->deadline_us <= now) {
+		struct backend_call *call = rb->hhead;
+
+		if ((rb->hhead = call->q_next) == NULL)
+			rb->htail = NULL;
+		flight_add(rb, call);
+		call_finish(rb, call, -1, BACKEND_ERR_TIMEOUT, "no answer "
+		    "within the timeout (never sent: Redis was busy)");
+	}
 	if (rb->fhead != NULL)
 		next = rb->fhead->deadline_us;
+	if (rb->hhead != NULL && rb->hhead->deadline_us < next)
+		next = rb->hhead->deadline_us;
 	for (i = 0; i < rb->nslots; i++) {
 		struct redis_conn *c = rb->slots[i].conn;
 
@@ -663,10 +692,20 @@ redis_thread(void *arg)
 		}
 		pthread_mutex_lock(&rb->qmu);
 		list = rb->qhead;
+		if (list != NULL) {
+			if (rb->htail != NULL)
+				rb->htail->q_next = list;
+			else
+				rb->hhead = list;
+			rb->htail = rb->qtail;
+		}
 		rb->qhead = rb->qtail = NULL;
 		stop = rb->stopping;
 		pthread_mutex_unlock(&rb->qmu);
-		if (list != NULL) {
+		if (rb->hhead != NULL && (rb->batches_out < REDIS_WINDOW ||
+		    stop)) {
+			list = rb->hhead;
+			rb->hhead = rb->htail = NULL;
 			dispatch(rb, list);
 			/* One write per connection for the whole turn. */
 			for (k = 0; k < rb->nslots; k++) {

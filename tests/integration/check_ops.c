@@ -738,19 +738,30 @@ static bool is_connection_error(CURLcode rc)
 }
 
 /* SIGTERM under load: exit 0 within shutdown_timeout + 1 s, and every
- * client saw a whole answer or, after the signal, a connection error. */
+ * client saw a whole answer or, after the signal, a connection error or a
+ * 503.  Run 0 on the memory store; runs 1-3 on Redis, half the clients on
+ * keep-alive connections, where decisions wait for the Redis thread
+ * (libmicrohttpd used to abort when stopped with such requests
+ * suspended, in about half of the runs). */
 START_TEST(test_sigterm_under_load)
 {
+	struct h_redis red = { 0 };
 	struct h_daemon d = { 0 };
 	struct client *cl = calloc(LOAD_THREADS, sizeof(*cl));
 	atomic_bool stop = false;
 	long long sig_at, took;
 	size_t k, ok_before = 0, refused_after = 0;
 	int i;
+	bool on_redis = _i > 0;
 
 	ck_assert(cl != NULL);
-	ops_start(&d, 0,
-	    &(struct ops_conf){ .memory = true, .limit = 1000000 });
+	if (on_redis) {
+		h_redis_start(&red);
+		ops_start(&d, red.port,
+		    &(struct ops_conf){ .limit = 1000000 });
+	} else
+		ops_start(&d, 0,
+		    &(struct ops_conf){ .memory = true, .limit = 1000000 });
 	for (i = 0; i < LOAD_THREADS; i++) {
 		cl[i].port = d.port;
 		cl[i].fresh = i % 2 == 1;
@@ -774,6 +785,9 @@ START_TEST(test_sigterm_under_load)
 		for (k = 0; k < cl[i].n; k++) {
 			const struct outcome *o = &cl[i].o[k];
 
+			if (o->rc == CURLE_OK && o->status == 503 &&
+			    o->t1 >= sig_at)
+				continue;	/* shutting down */
 			if (o->rc == CURLE_OK) {
 				ck_assert_msg(o->status == 200 && o->json_ok,
 				    "client %d request %zu: status %ld, "
@@ -795,6 +809,8 @@ START_TEST(test_sigterm_under_load)
 	ck_assert_msg(ok_before > 0, "no request was answered before SIGTERM");
 	ck_assert_msg(refused_after > 0, "no client saw the listener close");
 	free(cl);
+	if (on_redis)
+		h_redis_stop(&red);
 }
 END_TEST
 
@@ -1224,7 +1240,7 @@ int main(void)
 	tcase_add_test(tc, test_metrics);
 
 	tc = tcase(s, "shutdown");
-	tcase_add_test(tc, test_sigterm_under_load);
+	tcase_add_loop_test(tc, test_sigterm_under_load, 0, 4);
 	tcase_add_test(tc, test_sigterm_finishes_in_flight);
 	tcase_add_test(tc, test_sigterm_bounded_by_shutdown_timeout);
 

@@ -1107,6 +1107,128 @@ START_TEST(test_threads_share_the_pool)
 }
 END_TEST
 
+/*
+ * Batches under heavy concurrency: 16 threads each submit 100 calls at
+ * once, without waiting, so they queue and leave together in batches.
+ * Each call has two checks: "wide" (one key, limit 500) and "narrow" (one
+ * of 4 keys, limit 100 each).  Narrow admits exactly 4 x 100 = 400, and a
+ * call narrow denies must record nothing in wide (all-or-nothing per
+ * request, also inside one script call): wide then holds exactly the 400
+ * admitted units.  Fewer script calls than calls shows the batching.
+ */
+#define BATCH_THREADS 16
+#define BATCH_CALLS 100
+
+struct batcher {
+	struct backend *b;
+	int id;
+	struct rl_check checks[BATCH_CALLS][2];
+	struct rl_result out[BATCH_CALLS][2];
+	struct backend_call calls[BATCH_CALLS];
+	char narrow[32];
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int done, allowed, errors;
+};
+
+static void batcher_done(struct backend_call *call)
+{
+	struct batcher *t = call->arg;
+
+	pthread_mutex_lock(&t->mu);
+	if (call->rc != 0)
+		t->errors++;
+	else if (call->all_allowed)
+		t->allowed++;
+	t->done++;
+	pthread_cond_signal(&t->cv);
+	pthread_mutex_unlock(&t->mu);
+}
+
+static void *batcher_run(void *arg)
+{
+	struct batcher *t = arg;
+	int i;
+
+	snprintf(t->narrow, sizeof(t->narrow), "rl:narrow:{%d}", t->id % 4);
+	for (i = 0; i < BATCH_CALLS; i++) {
+		t->checks[i][0] = mk(RL_ALG_SLIDING_LOG, 500, 60000, 1, false,
+		    "rl:wide:{k}");
+		t->checks[i][1] = mk(RL_ALG_SLIDING_LOG, 100, 60000, 1, false,
+		    t->narrow);
+		memset(&t->calls[i], 0, sizeof(t->calls[i]));
+		t->calls[i].checks = t->checks[i];
+		t->calls[i].n = 2;
+		t->calls[i].out = t->out[i];
+		t->calls[i].done = batcher_done;
+		t->calls[i].arg = t;
+		backend_submit(t->b, &t->calls[i]);
+	}
+	pthread_mutex_lock(&t->mu);
+	while (t->done < BATCH_CALLS)
+		pthread_cond_wait(&t->cv, &t->mu);
+	pthread_mutex_unlock(&t->mu);
+	return NULL;
+}
+
+static long long evalsha_calls(void)
+{
+	redisReply *r = cmd("INFO commandstats");
+	const char *p;
+	long long n = 0;
+
+	ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+	p = r->str != NULL ? strstr(r->str, "cmdstat_evalsha:calls=") : NULL;
+	if (p != NULL)
+		n = atoll(p + strlen("cmdstat_evalsha:calls="));
+	freeReplyObject(r);
+	return n;
+}
+
+START_TEST(test_batches_all_or_nothing)
+{
+	struct backend *b = new_backend_full(redis_url, 4, 5000, NULL);
+	static struct batcher t[BATCH_THREADS];
+	pthread_t th[BATCH_THREADS];
+	int i, allowed = 0, errors = 0;
+	long long scripts;
+
+	cmd_ok("CONFIG RESETSTAT");
+	for (i = 0; i < BATCH_THREADS; i++) {
+		memset(&t[i], 0, sizeof(t[i]));
+		t[i].b = b;
+		t[i].id = i;
+		pthread_mutex_init(&t[i].mu, NULL);
+		pthread_cond_init(&t[i].cv, NULL);
+		ck_assert_int_eq(pthread_create(&th[i], NULL, batcher_run,
+		    &t[i]), 0);
+	}
+	for (i = 0; i < BATCH_THREADS; i++) {
+		pthread_join(th[i], NULL);
+		allowed += t[i].allowed;
+		errors += t[i].errors;
+		pthread_cond_destroy(&t[i].cv);
+		pthread_mutex_destroy(&t[i].mu);
+	}
+	scripts = evalsha_calls();
+	fprintf(stderr, "batches: %d calls in %lld script calls\n",
+	    BATCH_THREADS * BATCH_CALLS, scripts);
+	ck_assert_int_eq(errors, 0);
+	ck_assert_int_eq(allowed, 400);
+	ck_assert_int_eq(log_units("rl:wide:{k}"), 400);
+	for (i = 0; i < 4; i++) {
+		char key[32];
+
+		snprintf(key, sizeof(key), "rl:narrow:{%d}", i);
+		ck_assert_int_eq(log_units(key), 100);
+	}
+	ck_assert_msg(scripts > 0 && scripts < BATCH_THREADS * BATCH_CALLS,
+	    "%lld script calls for %d calls: no batching", scripts,
+	    BATCH_THREADS * BATCH_CALLS);
+	backend_free(b);
+}
+END_TEST
+
 static Suite *backend_redis_suite(void)
 {
 	Suite *s = suite_create("backend_redis");
@@ -1135,6 +1257,7 @@ static Suite *backend_redis_suite(void)
 	tcase_add_test(tc, test_select_db_and_unix_url_errors);
 	tcase_add_test(tc, test_unix_socket);
 	tcase_add_test(tc, test_threads_share_the_pool);
+	tcase_add_test(tc, test_batches_all_or_nothing);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1,0 +1,308 @@
+#!/usr/bin/env bash
+# speed.sh - ratelimitd's throughput and latency beside the ceilings that
+# bound it, measured in one run on this machine, with public tools only.
+#
+# Starts its own redis-server, nginx and ratelimitd on free loopback ports
+# (stopped by PID on exit) and runs, each for DURATION seconds:
+#   redis   redis-benchmark: EVALSHA of a plain sliding-window script (one
+#           ZREMRANGEBYSCORE, ZCARD, ZADD, PEXPIRE on a random key), 50
+#           clients, no pipelining: what Redis alone does per second.
+#   nginx   wrk against nginx `return 200` to the same POSTs: the ceiling
+#           of an HTTP hop on this machine.
+#   (a)     POST /acquire, Redis, 10,000 random keys, all allowed.
+#   (b)     POST /acquire, Redis, one hot key, nearly all denied.
+#   (c)     GET /auth with proxy headers, Redis, 10,000 random keys.
+#   (d)     POST /acquire, memory store, 10,000 random keys.
+#   (e)     POST /acquire, Redis, three rules per request.
+# wrk uses CONNECTIONS keep-alive connections and THREADS threads; the
+# ratios are against the reference of the table in issue order: (a), (e)
+# against redis; (b), (d) against nginx; (c) against (a).  Then the RSS of
+# the daemon holding 1,000 idle keep-alive connections.  CPU is the
+# user+system seconds each process used during its run.
+#
+# Prints a Markdown table and writes it to bench/results/speed-DATE.md.
+# Measures, never asserts.
+#
+# Environment: DURATION (s, default 10), CONNECTIONS (50), THREADS (2),
+# RATELIMITD (default build/ratelimitd), REDIS_SERVER, NGINX, WRK,
+# REDIS_BENCHMARK.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+dur=${DURATION:-10}
+conns=${CONNECTIONS:-50}
+wthreads=${THREADS:-2}
+daemon=${RATELIMITD:-build/ratelimitd}
+rserver=${REDIS_SERVER:-redis-server}
+nginx=${NGINX:-nginx}
+wrk=${WRK:-wrk}
+rbench=${REDIS_BENCHMARK:-redis-benchmark}
+
+for t in "$rserver" "$nginx" "$wrk" "$rbench" "$daemon"; do
+  command -v "$t" >/dev/null 2>&1 || [ -x "$t" ] || {
+    echo "speed.sh: $t not found (make deps installs wrk, nginx, redis)" >&2
+    exit 1
+  }
+done
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/rl-speed-XXXXXX")
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+free_port() {
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 40000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      echo "$p"
+      return
+    fi
+  done
+}
+
+wait_port() {
+  local _
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "speed.sh: nothing listens on port $1" >&2
+  cat "$tmp"/*.log >&2 2>/dev/null || true
+  return 1
+}
+
+# CPU seconds (user + system) a process used so far.
+cpu_s() {
+  awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' \
+    "/proc/$1/stat"
+}
+
+rport=$(free_port)
+"$rserver" --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
+  --dir "$tmp" --logfile "$tmp/redis.log" &
+rpid=$!
+pids+=("$rpid")
+wait_port "$rport"
+
+nport=$(free_port)
+mkdir -p "$tmp/nginx"
+cat > "$tmp/nginx.conf" <<EOF
+worker_processes 1;
+pid $tmp/nginx/nginx.pid;
+error_log $tmp/nginx/error.log;
+daemon off;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $tmp/nginx;
+  server {
+    listen 127.0.0.1:$nport;
+    location / { return 200 '{"allowed":true}'; }
+  }
+}
+EOF
+"$nginx" -c "$tmp/nginx.conf" -p "$tmp/nginx" &
+npid=$!
+pids+=("$npid")
+wait_port "$nport"
+nworker=$(pgrep -P "$npid" | head -1)
+
+# The daemon on port $1 with backend $2 (redis|memory); sets started.
+start_daemon() {
+  local port=$1 backend=$2 conf="$tmp/rl-$1.yaml"
+  cat > "$conf" <<EOF
+listen: "127.0.0.1:$port"
+backend: $backend
+threads: ${RL_THREADS:-2}
+log_level: warn
+access_log: false
+redis:
+  url: "redis://127.0.0.1:$rport/0"
+  timeout: 1s
+rules:
+  - name: user
+    match: { bench: "one" }
+    key: "\${user}"
+    limit: 1000000000
+    window: 60s
+  - name: hot
+    match: { bench: "hot" }
+    key: "\${user}"
+    limit: 10
+    window: 60s
+  - name: r1
+    match: { bench: "three" }
+    key: "\${user}"
+    limit: 1000000000
+    window: 60s
+  - name: r2
+    match: { bench: "three" }
+    key: "\${user}"
+    limit: 1000000000
+    window: 60s
+    algorithm: fixed_window
+  - name: r3
+    match: { bench: "three" }
+    limit: 60000000
+    window: 60s
+    algorithm: token_bucket
+  - name: auth
+    match: { path: "/api/*" }
+    key: "\${ip}"
+    limit: 1000000000
+    window: 60s
+auth:
+  client_ip: x-real-ip
+EOF
+  "$daemon" -c "$conf" 2>"$tmp/rl-$1.log" &
+  started=$!
+  pids+=("$started")
+}
+
+# wrk Lua: POST /acquire {"bench": KIND, "user": random of 10,000}.
+cat > "$tmp/post.lua" <<'EOF'
+local kind = os.getenv("BENCH_KIND") or "one"
+local keys = tonumber(os.getenv("BENCH_KEYS") or "10000")
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+request = function()
+  local u = math.random(keys)
+  return wrk.format(nil, "/acquire",
+    nil, '{"bench":"' .. kind .. '","user":"u' .. u .. '"}')
+end
+EOF
+cat > "$tmp/auth.lua" <<'EOF'
+request = function()
+  local u = math.random(10000)
+  return wrk.format("GET", "/auth", {
+    ["X-Original-URI"] = "/api/items?id=" .. u,
+    ["X-Original-Method"] = "GET",
+    ["X-Real-IP"] = "10.0." .. (u % 250) .. "." .. (u % 199),
+    ["X-Forwarded-For"] = "10.0." .. (u % 250) .. "." .. (u % 199),
+    ["Host"] = "api.example.com",
+    ["User-Agent"] = "bench"
+  })
+end
+EOF
+cat > "$tmp/report.lua" <<'EOF'
+done = function(summary, latency, requests)
+  io.write(string.format("RESULT %.0f %.2f %.2f\n",
+    summary.requests / (summary.duration / 1e6),
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000))
+end
+EOF
+cat "$tmp/report.lua" >> "$tmp/post.lua"
+cat "$tmp/report.lua" >> "$tmp/auth.lua"
+
+declare -A rate p50 p99 cpu
+# run NAME PORT PID SCRIPT [KIND KEYS]: wrk against PORT; CPU of PID.
+run() {
+  local name=$1 port=$2 pid=$3 script=$4 c0 c1 out
+  c0=$(cpu_s "$pid")
+  out=$(BENCH_KIND=${5:-one} BENCH_KEYS=${6:-10000} "$wrk" -t"$wthreads" \
+    -c"$conns" -d"${dur}s" --latency -s "$script" \
+    "http://127.0.0.1:$port" 2>&1 | grep '^RESULT') || true
+  c1=$(cpu_s "$pid")
+  read -r _ rate[$name] p50[$name] p99[$name] <<<"$out"
+  cpu[$name]=$(awk -v a="$c0" -v b="$c1" -v d="$dur" \
+    'BEGIN { printf "%.0f%%", 100 * (b - a) / d }')
+}
+
+echo "speed.sh: ${dur}s per run, wrk -t$wthreads -c$conns" >&2
+
+# Redis alone: the script a limiter needs, through redis-benchmark.
+sw='local t = redis.call("TIME")
+local now = t[1] * 1000000 + t[2]
+redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", now - 60000000)
+local n = redis.call("ZCARD", KEYS[1])
+if n < 1000000000 then
+  redis.call("ZADD", KEYS[1], now, now .. "." .. math.random(1000000))
+end
+redis.call("PEXPIRE", KEYS[1], 60000)
+return n'
+sha=$(redis-cli -p "$rport" SCRIPT LOAD "$sw")
+c0=$(cpu_s "$rpid")
+out=$("$rbench" -p "$rport" -c 50 -n $((dur * 40000)) -r 10000 -q \
+  EVALSHA "$sha" 1 "bench:{key:__rand_int__}" 2>/dev/null | tr '\r' '\n' |
+  grep -E 'requests per second' | tail -1)
+c1=$(cpu_s "$rpid")
+rate[redis]=$(echo "$out" | sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p' |
+  cut -d. -f1)
+p50[redis]=$(echo "$out" | sed -n 's/.*p50=\([0-9.]*\) msec.*/\1/p')
+p99[redis]="-"
+cpu[redis]="-"
+redis-cli -p "$rport" FLUSHALL >/dev/null
+
+run nginx "$nport" "${nworker:-$npid}" "$tmp/post.lua"
+
+dport=$(free_port)
+start_daemon "$dport" redis
+dpid=$started
+wait_port "$dport"
+run a "$dport" "$dpid" "$tmp/post.lua" one 10000
+run b "$dport" "$dpid" "$tmp/post.lua" hot 1
+run c "$dport" "$dpid" "$tmp/auth.lua"
+run e "$dport" "$dpid" "$tmp/post.lua" three 10000
+
+# RSS with 1,000 idle keep-alive connections (each has sent one request).
+rss0=$(awk '/VmRSS/ { print $2 }' "/proc/$dpid/status")
+python3 - "$dport" <<'EOF' &
+import socket, sys, time
+port = int(sys.argv[1])
+socks = []
+for i in range(1000):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    socks.append(s)
+for s in socks:
+    s.recv(4096)
+time.sleep(3)
+EOF
+hold=$!
+sleep 2
+rss1=$(awk '/VmRSS/ { print $2 }' "/proc/$dpid/status")
+wait "$hold" 2>/dev/null || true
+kill "$dpid"
+wait "$dpid" 2>/dev/null || true
+
+mport=$(free_port)
+start_daemon "$mport" memory
+mpid=$started
+wait_port "$mport"
+run d "$mport" "$mpid" "$tmp/post.lua" one 10000
+kill "$mpid"
+wait "$mpid" 2>/dev/null || true
+
+ratio() {
+  awk -v a="${rate[$1]:-0}" -v b="${rate[$2]:-0}" \
+    'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }'
+}
+
+{
+  echo "## make bench: speed, $(date -u +%Y-%m-%d), $(nproc) cores," \
+    "$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)"
+  echo
+  echo "wrk -t$wthreads -c$conns -d${dur}s, keep-alive; redis-benchmark -c 50" \
+    "no pipelining; all processes on one machine."
+  echo
+  echo "| run | requests/s | p50 ms | p99 ms | CPU of the server | reference | ratio |"
+  echo "|---|---:|---:|---:|---:|---|---:|"
+  echo "| Redis alone: EVALSHA sliding window | ${rate[redis]} | ${p50[redis]} | - | - | | |"
+  echo "| nginx return 200 | ${rate[nginx]} | ${p50[nginx]} | ${p99[nginx]} | ${cpu[nginx]} | | |"
+  echo "| (a) /acquire, Redis, 10k keys, allowed | ${rate[a]} | ${p50[a]} | ${p99[a]} | ${cpu[a]} | Redis alone | $(ratio a redis) |"
+  echo "| (b) /acquire, Redis, one hot key, denied | ${rate[b]} | ${p50[b]} | ${p99[b]} | ${cpu[b]} | nginx | $(ratio b nginx) |"
+  echo "| (c) /auth, Redis, headers | ${rate[c]} | ${p50[c]} | ${p99[c]} | ${cpu[c]} | (a) | $(ratio c a) |"
+  echo "| (d) /acquire, memory, 10k keys | ${rate[d]} | ${p50[d]} | ${p99[d]} | ${cpu[d]} | nginx | $(ratio d nginx) |"
+  echo "| (e) /acquire, Redis, 3 rules | ${rate[e]} | ${p50[e]} | ${p99[e]} | ${cpu[e]} | Redis alone | $(ratio e redis) |"
+  echo
+  echo "RSS of the daemon (Redis): $((rss0 / 1024)) MiB before, $((rss1 / 1024))" \
+    "MiB with 1,000 idle keep-alive connections."
+} | tee "$tmp/table.md"
+mkdir -p bench/results
+cp "$tmp/table.md" "bench/results/speed-$(date -u +%Y%m%d-%H%M%S).md"
