@@ -1152,6 +1152,15 @@ config_free(struct config *c)
 	rl_free(c);
 }
 
+/* One event loop per core: more only take turns on the same cores. */
+static int
+config_default_threads(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
+}
+
 /* A config holding the defaults of config.h, or NULL (out of memory). */
 static struct config *
 config_new(const char *path)
@@ -1161,7 +1170,7 @@ config_new(const char *path)
 	if ((c = rl_calloc(1, sizeof(*c))) == NULL)
 		return NULL;
 	c->refs = 1;
-	c->threads = 4;
+	c->threads = config_default_threads();
 	c->max_body_bytes = 16384;
 	c->shutdown_timeout_ms = 10000;
 	c->log_level = LOG_LEVEL_INFO;

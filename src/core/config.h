@@ -44,7 +44,7 @@ struct config {
 	char *path;			/* the file it was loaded from */
 
 	char *listen;			/* default "127.0.0.1:8080" */
-	int threads;			/* 1..1024, default 4 */
+	int threads;			/* 1..1024, default: online cores */
 	int64_t max_body_bytes;		/* default 16384 */
 	int64_t shutdown_timeout_ms;	/* default 10000 */
 	enum log_level log_level;	/* default info */

@@ -159,7 +159,10 @@ START_TEST(test_defaults)
 
 		ck_assert_str_eq(c->path, "t.yaml");
 		ck_assert_str_eq(c->listen, "127.0.0.1:8080");
-		ck_assert_int_eq(c->threads, 4);
+		ck_assert_int_eq(c->threads,
+		    sysconf(_SC_NPROCESSORS_ONLN) < 1 ? 1 :
+		    sysconf(_SC_NPROCESSORS_ONLN) > 1024 ? 1024 :
+		    (int)sysconf(_SC_NPROCESSORS_ONLN));
 		ck_assert_int_eq(c->max_body_bytes, 16384);
 		ck_assert_int_eq(c->shutdown_timeout_ms, 10000);
 		ck_assert_int_eq(c->log_level, LOG_LEVEL_INFO);
