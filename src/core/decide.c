@@ -355,8 +355,14 @@ decide_prepare(const struct decider *d, const struct config *cfg,
 	if (nrules == 0)
 		return 0;
 
-	if ((job = rl_calloc(1, sizeof(*job))) == NULL)
+	/* Not zeroed: every field is set here or before it is read. */
+	if ((job = rl_malloc(sizeof(*job))) == NULL)
 		goto oom;
+	job->arena = NULL;
+	job->n = 0;
+	job->on_local = false;
+	job->done = NULL;
+	job->arg = NULL;
 	job->d = d;
 	job->cfg = cfg;
 	job->out = out;

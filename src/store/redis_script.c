@@ -15,12 +15,24 @@
 #define FIELDS_PER_CHECK 4
 #define NUM_MAX		24	/* an int64 in decimal, and a NUL */
 
-/* Put v in decimal at *num as argument k. */
+/* Put v (>= 0, as every argument is) in decimal at *num as argument k;
+ * printf's machinery was a tenth of the daemon's time. */
 static void
 put_num(struct redis_script_args *a, size_t k, char **num, int64_t v)
 {
+	char tmp[NUM_MAX], *p = tmp + sizeof(tmp);
+	uint64_t u = v < 0 ? 0 : (uint64_t)v;
+	size_t n;
+
+	do {
+		*--p = (char)('0' + u % 10);
+		u /= 10;
+	} while (u != 0);
+	n = (size_t)(tmp + sizeof(tmp) - p);
+	memcpy(*num, p, n);
+	(*num)[n] = '\0';
 	a->argv[k] = *num;
-	a->lens[k] = (size_t)snprintf(*num, NUM_MAX, "%" PRId64, v);
+	a->lens[k] = n;
 	*num += NUM_MAX;
 }
 
