@@ -10,6 +10,9 @@
  * let requests in flight finish within shutdown_timeout, and exit 0.
  */
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
+#include <sys/resource.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -161,6 +164,65 @@ shut_down(struct daemon *d)
 	d->http = NULL;
 }
 
+/* Room for max_connections sockets and the daemon's own: raise the soft
+ * limit on open files as far as the hard limit allows. */
+static void
+raise_fd_limit(const struct config *c)
+{
+	struct rlimit rl;
+	rlim_t want = (rlim_t)c->max_connections + 256;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
+		return;
+	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ?
+	    want : rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < want)
+		log_warnx("open files limited to %llu: fewer than "
+		    "max_connections (%lld) can be served",
+		    (unsigned long long)rl.rlim_cur,
+		    (long long)c->max_connections);
+}
+
+/* Started as root: after binding, become `user` (and its groups), or warn
+ * that the daemon serves as root.  0 or -1 with err. */
+static int
+drop_privileges(const struct config *c, char *err, size_t errlen)
+{
+	struct passwd *pw;
+
+	if (geteuid() != 0) {
+		if (c->user != NULL)
+			log_info("user: %s ignored, not started as root",
+			    c->user);
+		return 0;
+	}
+	if (c->user == NULL) {
+		log_warnx("running as root; set `user` to drop privileges "
+		    "after binding");
+		return 0;
+	}
+	errno = 0;
+	if ((pw = getpwnam(c->user)) == NULL) {
+		snprintf(err, errlen, "user: no user \"%s\"%s%s", c->user,
+		    errno != 0 ? ": " : "", errno != 0 ? strerror(errno) : "");
+		return -1;
+	}
+	if (initgroups(pw->pw_name, pw->pw_gid) != 0 ||
+	    setgid(pw->pw_gid) != 0 || setuid(pw->pw_uid) != 0) {
+		snprintf(err, errlen, "user: cannot become \"%s\": %s",
+		    c->user, strerror(errno));
+		return -1;
+	}
+	if (setuid(0) == 0) {
+		snprintf(err, errlen, "user: still root after dropping to "
+		    "\"%s\"", c->user);
+		return -1;
+	}
+	log_info("running as %s (uid %u, gid %u)", pw->pw_name,
+	    (unsigned)pw->pw_uid, (unsigned)pw->pw_gid);
+	return 0;
+}
+
 /* Make the backends the config asks for.  0 or -1 with err. */
 static int
 make_backends(struct daemon *d, char *err, size_t errlen)
@@ -237,6 +299,22 @@ main(int argc, char **argv)
 		return 1;
 	}
 	if (check_only) {
+		/* What only start-up reads: refuse it here too. */
+		if (d.cfg->backend == RL_BACKEND_REDIS &&
+		    d.cfg->redis.password_file != NULL &&
+		    access(d.cfg->redis.password_file, R_OK) != 0) {
+			fprintf(stderr, "%s: redis.password_file: cannot read "
+			    "%s: %s\n", d.path, d.cfg->redis.password_file,
+			    strerror(errno));
+			config_unref(d.cfg);
+			return 1;
+		}
+		if (d.cfg->user != NULL && getpwnam(d.cfg->user) == NULL) {
+			fprintf(stderr, "%s: user: no user \"%s\"\n", d.path,
+			    d.cfg->user);
+			config_unref(d.cfg);
+			return 1;
+		}
 		printf("ok: %zu rules\n", d.cfg->nrules);
 		config_unref(d.cfg);
 		return 0;
@@ -266,8 +344,15 @@ main(int argc, char **argv)
 		.on_rule = metrics_rule_decision, .on_backend = on_backend,
 		.hook_arg = d.metrics,
 	};
-	if ((fd = http_listen(d.cfg->listen, err, sizeof(err))) < 0) {
+	raise_fd_limit(d.cfg);
+	if ((fd = http_listen(d.cfg->listen, d.cfg->listen_mode, err,
+	    sizeof(err))) < 0) {
 		fprintf(stderr, "ratelimitd: %s\n", err);
+		goto out;
+	}
+	if (drop_privileges(d.cfg, err, sizeof(err)) < 0) {
+		fprintf(stderr, "ratelimitd: %s\n", err);
+		close(fd);
 		goto out;
 	}
 	d.http = http_server_start(fd, d.cfg, &d.decider, d.metrics, err,

@@ -29,10 +29,11 @@
 
 #include <yaml.h>
 
+#include "listen_addr.h"
 #include "redis_url.h"
 #include "util.h"
 
-#define MAX_FIELDS	16		/* keys in the largest schema */
+#define MAX_FIELDS	32		/* keys in the largest schema */
 #define MAX_FILE_BYTES	(16 << 20)	/* a rules file larger is a mistake */
 #define QUOTE_MAX	72		/* user text quoted in a message */
 #define MAX_LIMIT	1000000000
@@ -1016,14 +1017,67 @@ parse_rules(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 
 /* --- the top level ----------------------------------------------------- */
 
+/* listen_mode: an octal file mode in a string, "0660". */
+static int
+parse_listen_mode(struct loader *ld, const char *what, yaml_node_t *v,
+    void *dst)
+{
+	const char *s, *p;
+	long m = 0;
+
+	if ((s = scalar(ld, what, v, "a string")) == NULL)
+		return -1;
+	for (p = s; *p >= '0' && *p <= '7' && m <= 07777; p++)
+		m = m * 8 + (*p - '0');
+	if (*s == '\0' || *p != '\0' || m > 07777) {
+		errf(ld, v, "%s: expected an octal file mode such as \"0660\"",
+		    what);
+		return -1;
+	}
+	*(int *)dst = (int)m;
+	return 0;
+}
+
+static int
+parse_listen(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
+{
+	struct listen_addr a;
+	char lerr[256];
+	const char *s;
+
+	if ((s = scalar(ld, what, v, "a string")) == NULL)
+		return -1;
+	if (*s == '\0')
+		return parse_string(ld, what, v, false, dst);	/* says so */
+	if (listen_addr_parse(s, &a, lerr, sizeof(lerr)) == -1) {
+		errf(ld, v, "%s: %s", what, lerr);
+		return -1;
+	}
+	return parse_string(ld, what, v, false, dst);
+}
+
 #define CO(f) offsetof(struct config, f)
 static const struct field top_fields[] = {
-	{ "listen",           F_STRING,   CO(listen),         0, 0, NULL,
-	    F_START_ONLY, NULL },
+	{ "listen",           F_CUSTOM,   CO(listen),         0, 0,
+	    parse_listen, F_START_ONLY, NULL },
 	{ "threads",          F_INT,      CO(threads),        1, 1024, NULL,
 	    F_START_ONLY, NULL },
 	{ "max_body_bytes",   F_INT64,    CO(max_body_bytes), 1, 64 << 20,
 	    NULL, 0, NULL },
+	{ "max_connections",  F_INT64,    CO(max_connections), 1, 1000000,
+	    NULL, 0, NULL },
+	{ "idle_timeout",     F_DURATION, CO(idle_timeout_ms), 1000, DAY_MS,
+	    NULL, F_START_ONLY, NULL },
+	{ "request_timeout",  F_DURATION, CO(request_timeout_ms), 1, DAY_MS,
+	    NULL, 0, NULL },
+	{ "max_header_bytes", F_INT,      CO(max_header_bytes), 1024,
+	    1 << 20, NULL, F_START_ONLY, NULL },
+	{ "max_attributes",   F_INT,      CO(max_attributes), 1, 4096, NULL,
+	    0, NULL },
+	{ "user",             F_STRING,   CO(user),           0, 0, NULL,
+	    F_START_ONLY, NULL },
+	{ "listen_mode",      F_CUSTOM,   CO(listen_mode),    0, 0,
+	    parse_listen_mode, F_START_ONLY | F_CMP_ENUM, NULL },
 	{ "shutdown_timeout", F_DURATION, CO(shutdown_timeout_ms),
 	    0, DAY_MS, NULL, 0, NULL },
 	{ "log_level",        F_CUSTOM,   CO(log_level),      0, 0,
@@ -1148,6 +1202,7 @@ config_free(struct config *c)
 	rl_free(c->redis.key_prefix);
 	rl_free(c->redis.password_file);
 	rl_free(c->listen);
+	rl_free(c->user);
 	rl_free(c->path);
 	rl_free(c);
 }
@@ -1172,6 +1227,12 @@ config_new(const char *path)
 	c->refs = 1;
 	c->threads = config_default_threads();
 	c->max_body_bytes = 16384;
+	c->max_connections = 10000;
+	c->idle_timeout_ms = 60000;
+	c->request_timeout_ms = 10000;
+	c->max_header_bytes = 8192;
+	c->max_attributes = 64;
+	c->listen_mode = -1;
 	c->shutdown_timeout_ms = 10000;
 	c->log_level = LOG_LEVEL_INFO;
 	c->log_format = RL_LOG_LOGFMT;
@@ -1328,6 +1389,7 @@ config_apply_env(struct config *c, char *err, size_t errlen)
 	const char *url = getenv("RATELIMITD_REDIS_URL");
 	const char *level = getenv("RATELIMITD_LOG_LEVEL");
 	char *nlisten = NULL, *nurl = NULL, uerr[256];
+	struct listen_addr la;
 	enum log_level lv = c->log_level;
 	bool nomem;
 
@@ -1336,6 +1398,9 @@ config_apply_env(struct config *c, char *err, size_t errlen)
 	if (listen != NULL && *listen == '\0')
 		return env_error(err, errlen, "RATELIMITD_LISTEN",
 		    "must not be empty");
+	if (listen != NULL && listen_addr_parse(listen, &la, uerr,
+	    sizeof(uerr)) == -1)
+		return env_error(err, errlen, "RATELIMITD_LISTEN", uerr);
 	if (url != NULL && *url == '\0')
 		return env_error(err, errlen, "RATELIMITD_REDIS_URL",
 		    "must not be empty");

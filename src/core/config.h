@@ -46,6 +46,13 @@ struct config {
 	char *listen;			/* default "127.0.0.1:8080" */
 	int threads;			/* 1..1024, default: online cores */
 	int64_t max_body_bytes;		/* default 16384 */
+	int64_t max_connections;	/* default 10000 (CONTRACT 8) */
+	int64_t idle_timeout_ms;	/* default 60000 */
+	int64_t request_timeout_ms;	/* default 10000 */
+	int max_header_bytes;		/* default 8192 */
+	int max_attributes;		/* default 64 */
+	char *user;			/* NULL, or drop to this user */
+	int listen_mode;		/* -1, or a unix socket's file mode */
 	int64_t shutdown_timeout_ms;	/* default 10000 */
 	enum log_level log_level;	/* default info */
 	enum rl_log_format log_format;	/* default logfmt */

@@ -108,6 +108,101 @@ glob_match(const char *pat, const char *s)
 	return *pat == '\0';
 }
 
+/*
+ * An upper bound on the size of the automaton regcomp() builds for the ERE
+ * src: every atom counts 1, a group the sum of its parts (alternatives
+ * included), and a repetition multiplies what it repeats (`{m,n}` by n,
+ * `{m,}` by m + 1, `*` `+` `?` by 2), as glibc copies the atom that many
+ * times.  `a{1000}{1000}{1000}` is 1e9: regcomp would take gigabytes and
+ * minutes.  Saturates at REGEX_COST_MAX + 1.
+ */
+#define REGEX_COST_MAX 20000
+#define REGEX_DEPTH_MAX 32
+
+static double
+regex_cost(const char *src)
+{
+	double cur[REGEX_DEPTH_MAX + 1], last = 0, k, m, n;
+	const char *p = src, *q;
+	int depth = 0;
+
+	cur[0] = 0;
+	while (*p != '\0') {
+		switch (*p) {
+		case '\\':
+			p += p[1] != '\0' ? 2 : 1;
+			last = 1;
+			cur[depth] += 1;
+			continue;
+		case '[':
+			q = p + 1;
+			if (*q == '^')
+				q++;
+			if (*q == ']')
+				q++;
+			while (*q != '\0' && *q != ']')
+				q++;
+			p = *q == ']' ? q + 1 : q;
+			last = 1;
+			cur[depth] += 1;
+			continue;
+		case '(':
+			if (depth == REGEX_DEPTH_MAX)
+				return REGEX_COST_MAX + 1;
+			cur[++depth] = 0;
+			last = 0;
+			p++;
+			continue;
+		case ')':
+			if (depth > 0) {
+				last = cur[depth--];
+				cur[depth] += last;
+			}
+			p++;
+			continue;
+		case '*': case '+': case '?':
+			k = 2;
+			p++;
+			break;
+		case '{':
+			m = n = 0;
+			for (q = p + 1; *q >= '0' && *q <= '9'; q++)
+				m = m * 10 + (*q - '0');
+			if (*q == ',') {
+				for (q++; *q >= '0' && *q <= '9'; q++)
+					n = n * 10 + (*q - '0');
+				if (n == 0)
+					n = m + 1;
+			} else
+				n = m;
+			if (*q != '}') {	/* a literal '{' */
+				last = 1;
+				cur[depth] += 1;
+				p++;
+				continue;
+			}
+			k = n < 1 ? 1 : n;
+			p = q + 1;
+			break;
+		default:
+			last = 1;
+			cur[depth] += 1;
+			p++;
+			continue;
+		}
+		/* A repetition of the last atom. */
+		cur[depth] += last * (k - 1);
+		last *= k;
+		if (cur[depth] > REGEX_COST_MAX)
+			return REGEX_COST_MAX + 1;
+	}
+	while (depth > 0) {
+		last = cur[depth--];
+		cur[depth] += last;
+	}
+	return cur[0];
+}
+
 int
 pattern_compile(struct pattern *p, const char *src, char *err, size_t errlen)
 {
@@ -127,6 +222,14 @@ pattern_compile(struct pattern *p, const char *src, char *err, size_t errlen)
 	}
 	if (p->kind != PATTERN_REGEX)
 		return 0;
+	if (regex_cost(src) > REGEX_COST_MAX) {
+		snprintf(err, errlen, "regex \"%.64s%s\" is too large once its "
+		    "repetitions are expanded (more than %d states)", src,
+		    strlen(src) > 64 ? "..." : "", REGEX_COST_MAX);
+		rl_free(p->text);
+		p->text = NULL;
+		return -1;
+	}
 	if ((rc = regcomp(&p->re, src, REG_EXTENDED | REG_NOSUB)) != 0) {
 		char msg[128];
 

@@ -44,6 +44,8 @@
 #include <microhttpd.h>
 
 #include "client_ip.h"
+#include "http_guard.h"
+#include "listen_addr.h"
 #include "log.h"
 #include "metrics.h"
 #include "request_json.h"
@@ -51,6 +53,8 @@
 
 #define JSON_TYPE "application/json"
 #define HTTP_CONN_MEMORY (16 * 1024)	/* per connection, see start */
+#define HTTP_BACKLOG 1024
+#define HTTP_MHD_CONN_LIMIT 1100000	/* past max_connections' bound */
 /* The longest a stop waits for suspended requests: past every store
  * deadline (redis.timeout is at most a day, but a store fails its calls
  * at once when it stops). */
@@ -72,6 +76,7 @@ struct http_server {
 	bool draining;			/* atomic: quiesced; close after each
 					 * answer */
 	bool stopping;			/* atomic: suspend nothing more */
+	struct http_guard *guard;	/* connection limit, request timeout */
 };
 
 /* Per-request state, from the first call of the handler to completion. */
@@ -99,64 +104,65 @@ struct request {
 
 /* --- listening -------------------------------------------------------- */
 
+/* Is a daemon accepting on the unix socket at path?  A stale file from a
+ * process that died refuses the connect. */
+static bool
+unix_socket_is_live(const struct sockaddr_un *sun)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool live;
+
+	if (fd < 0)
+		return false;
+	live = connect(fd, (const struct sockaddr *)sun, sizeof(*sun)) == 0;
+	close(fd);
+	return live;
+}
+
 int
-http_listen(const char *listen_s, char *err, size_t errlen)
+http_listen(const char *listen_s, int mode, char *err, size_t errlen)
 {
 	struct addrinfo hints, *res = NULL;
-	char host[256];
-	const char *port;
+	struct listen_addr la;
+	char port[8];
 	int fd = -1, one = 1, rc;
 
-	if (strncmp(listen_s, "unix:", 5) == 0) {
+	if (listen_addr_parse(listen_s, &la, err, errlen) == -1)
+		return -1;
+	if (la.is_unix) {
 		struct sockaddr_un sun;
-		const char *path = listen_s + 5;
 		struct stat st;
 
 		memset(&sun, 0, sizeof(sun));
 		sun.sun_family = AF_UNIX;
-		if (*path == '\0' || strlen(path) >= sizeof(sun.sun_path)) {
-			snprintf(err, errlen, "%s: bad unix socket path",
-			    listen_s);
-			return -1;
-		}
-		util_strlcpy(sun.sun_path, path, sizeof(sun.sun_path));
+		util_strlcpy(sun.sun_path, la.path, sizeof(sun.sun_path));
 		if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
 			goto syserr;
-		if (stat(path, &st) == 0 && S_ISSOCK(st.st_mode))
-			unlink(path);
-		if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 ||
-		    listen(fd, 1024) < 0)
+		if (stat(la.path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+			if (unix_socket_is_live(&sun)) {
+				snprintf(err, errlen, "%s: another process "
+				    "accepts connections on it", listen_s);
+				close(fd);
+				return -1;
+			}
+			unlink(la.path);	/* stale */
+		}
+		if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0)
+			goto syserr;
+		if (mode >= 0 && chmod(la.path, (mode_t)mode) < 0)
+			goto syserr;
+		if (listen(fd, HTTP_BACKLOG) < 0)
 			goto syserr;
 		return fd;
 	}
 
-	/* "host:port" or "[v6]:port". */
-	if (listen_s[0] == '[') {
-		const char *end = strchr(listen_s, ']');
-
-		if (end == NULL || end[1] != ':' ||
-		    (size_t)(end - listen_s) > sizeof(host))
-			goto bad;
-		memcpy(host, listen_s + 1, (size_t)(end - listen_s - 1));
-		host[end - listen_s - 1] = '\0';
-		port = end + 2;
-	} else {
-		const char *colon = strrchr(listen_s, ':');
-
-		if (colon == NULL || (size_t)(colon - listen_s) >= sizeof(host))
-			goto bad;
-		memcpy(host, listen_s, (size_t)(colon - listen_s));
-		host[colon - listen_s] = '\0';
-		port = colon + 1;
-	}
-	if (*port == '\0')
-		goto bad;
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-	if ((rc = getaddrinfo(host[0] != '\0' ? host : NULL, port, &hints,
-	    &res)) != 0) {
+	snprintf(port, sizeof(port), "%d", la.port);
+	if ((rc = getaddrinfo(la.host[0] != '\0' ? la.host : NULL, port,
+	    &hints, &res)) != 0) {
 		snprintf(err, errlen, "%s: %s", listen_s, gai_strerror(rc));
 		return -1;
 	}
@@ -167,15 +173,11 @@ http_listen(const char *listen_s, char *err, size_t errlen)
 	if (res->ai_family == AF_INET6)
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
 	if (bind(fd, res->ai_addr, res->ai_addrlen) < 0 ||
-	    listen(fd, 1024) < 0)
+	    listen(fd, HTTP_BACKLOG) < 0)
 		goto syserr;
 	freeaddrinfo(res);
 	return fd;
 
-bad:
-	snprintf(err, errlen,
-	    "%s: expected host:port, [v6]:port or unix:/path", listen_s);
-	return -1;
 syserr:
 	snprintf(err, errlen, "%s: %s", listen_s, strerror(errno));
 	if (fd >= 0)
@@ -418,8 +420,8 @@ acquire_attrs(struct http_server *s, struct MHD_Connection *conn,
 
 	*cost = -1;
 	*rule = NULL;
-	if (request_json_parse(rq->body, rq->len, acquire_reserved, 0, a,
-	    &fields, &e) < 0) {
+	if (request_json_parse(rq->body, rq->len, acquire_reserved,
+	    (size_t)rq->cfg->max_attributes, a, &fields, &e) < 0) {
 		*ret = respond_error(s, conn, e.status, e.code, "%s",
 		    e.message);
 		return -1;
@@ -444,7 +446,8 @@ done:
 
 struct header_walk {
 	struct attrs *a;
-	int failed;
+	int failed;		/* 1: out of memory, 2: too many */
+	size_t n, max;
 };
 
 static enum MHD_Result
@@ -458,6 +461,10 @@ collect_header(void *cls, enum MHD_ValueKind kind, const char *key,
 	const char *old;
 
 	(void)kind;
+	if (w->max > 0 && ++w->n > w->max) {
+		w->failed = 2;
+		return MHD_NO;
+	}
 	n = util_strlcpy(name, "header.", sizeof(name));
 	for (i = 0; key[i] != '\0' && n + 1 < sizeof(name); i++, n++)
 		name[n] = (char)tolower((unsigned char)key[i]);
@@ -502,19 +509,22 @@ first_of(const struct attrs *a, const char *h1, const char *h2,
 	return fallback;
 }
 
-/* The attributes of a proxied request (CONTRACT 3, /auth).  0 or -1. */
+/* The attributes of a proxied request (CONTRACT 3, /auth).  0, -1 (out of
+ * memory) or -2 (more headers than max_attributes, less the four that
+ * /auth derives). */
 static int
 auth_attrs(struct MHD_Connection *conn, const struct config *cfg,
     const char *url, const char *method, struct attrs *a)
 {
-	struct header_walk w = { a, 0 };
+	struct header_walk w = { a, 0, 0,
+	    cfg->max_attributes > 4 ? (size_t)cfg->max_attributes - 4 : 1 };
 	const union MHD_ConnectionInfo *ci;
 	char peer[INET6_ADDRSTRLEN] = "", ip[CLIENT_IP_MAX];
 	const char *v;
 
 	MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_header, &w);
 	if (w.failed)
-		return -1;
+		return w.failed == 2 ? -2 : -1;
 	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 	if (ci != NULL && ci->client_addr != NULL) {
 		const struct sockaddr *sa = ci->client_addr;
@@ -587,6 +597,131 @@ finish_decision(struct http_server *s, struct MHD_Connection *conn,
 	return ret;
 }
 
+/* The guard's record of a connection (its socket context). */
+static void *
+conn_ctx(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn,
+	    MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	return ci != NULL ? ci->socket_context : NULL;
+}
+
+/* --- request framing ---------------------------------------------------- */
+
+struct framing {
+	int content_length;		/* Content-Length headers */
+	const char *cl_first;
+	bool cl_differ;
+	int transfer_encoding;
+	const char *te;
+	bool bad_name;			/* a header name that is no token */
+	size_t bytes;			/* names and values */
+	size_t count;
+};
+
+/* RFC 9110 5.1: a field name is a token. */
+static bool
+is_token(const char *s)
+{
+	static const char extra[] = "!#$%&'*+-.^_`|~";
+
+	if (*s == '\0')
+		return false;
+	for (; *s != '\0'; s++)
+		if (!isalnum((unsigned char)*s) && strchr(extra, *s) == NULL)
+			return false;
+	return true;
+}
+
+static enum MHD_Result
+framing_walk(void *cls, enum MHD_ValueKind kind, const char *key,
+    const char *value)
+{
+	struct framing *f = cls;
+
+	(void)kind;
+	if (value == NULL)
+		value = "";
+	f->count++;
+	f->bytes += strlen(key) + strlen(value) + 4;
+	if (!is_token(key))
+		f->bad_name = true;
+	if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+		if (f->content_length++ > 0 && strcmp(f->cl_first, value) != 0)
+			f->cl_differ = true;
+		if (f->cl_first == NULL)
+			f->cl_first = value;
+	} else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+		f->transfer_encoding++;
+		f->te = value;
+	}
+	return MHD_YES;
+}
+
+/* An answer that closes its connection. */
+static enum MHD_Result __attribute__((format(printf, 5, 6)))
+refuse(struct http_server *s, struct MHD_Connection *conn, int status,
+    const char *code, const char *fmt, ...)
+{
+	char msg[256], *text;
+	struct MHD_Response *r;
+	json_t *o;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	o = json_pack("{s:s, s:s}", "error", code, "message", msg);
+	text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	r = MHD_create_response_from_buffer(text != NULL ? strlen(text) : 0,
+	    text != NULL ? text : (char *)"", MHD_RESPMEM_MUST_COPY);
+	free(text);
+	if (r == NULL)
+		return MHD_NO;
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+	return respond(s, conn, status, JSON_TYPE, NULL, 0, r);
+}
+
+/*
+ * Check how the request says where it ends (RFC 9112 6): one
+ * Content-Length or chunked, never both, never two lengths, no header name
+ * that is not a token (`Content-Length : 5` would leave its body to be
+ * read as the next request), and the headers within max_header_bytes.
+ * Returns MHD_YES to go on with *answered false, or the result of an
+ * answer that closes the connection with *answered true.
+ */
+static enum MHD_Result
+check_framing(struct http_server *s, struct MHD_Connection *conn,
+    const struct config *cfg, const char *url, bool *answered)
+{
+	struct framing f;
+
+	memset(&f, 0, sizeof(f));
+	*answered = true;
+	MHD_get_connection_values(conn, MHD_HEADER_KIND, framing_walk, &f);
+	if (f.bytes + strlen(url) > (size_t)cfg->max_header_bytes)
+		return refuse(s, conn, 431, "headers_too_large", "the request "
+		    "line and headers are larger than %d bytes",
+		    cfg->max_header_bytes);
+	if (f.bad_name)
+		return refuse(s, conn, 400, "bad_request", "a header name "
+		    "is not a token");
+	if (f.content_length > 0 && f.transfer_encoding > 0)
+		return refuse(s, conn, 400, "bad_request", "both "
+		    "Content-Length and Transfer-Encoding");
+	if (f.content_length > 1 && f.cl_differ)
+		return refuse(s, conn, 400, "bad_request", "Content-Length "
+		    "headers that differ");
+	if (f.transfer_encoding > 1 || (f.transfer_encoding == 1 &&
+	    strcasecmp(f.te, "chunked") != 0))
+		return refuse(s, conn, 501, "not_implemented", "only the "
+		    "chunked transfer coding is understood");
+	*answered = false;
+	return MHD_YES;
+}
+
 /*
  * Suspend rq's connection until the store answers; false when the server
  * is stopping (then nothing is suspended).  Counted first, so that
@@ -601,6 +736,7 @@ suspend(struct http_server *s, struct request *rq)
 		return false;
 	}
 	rq->state = RQ_WAITING;
+	http_guard_waiting(conn_ctx(rq->conn), true);
 	MHD_suspend_connection(rq->conn);
 	return true;
 }
@@ -624,8 +760,9 @@ probe_done(struct backend_call *call)
 
 /* Called again after a resume: the request is no longer suspended. */
 static void
-resumed(struct http_server *s)
+resumed(struct http_server *s, struct request *rq)
 {
+	http_guard_waiting(conn_ctx(rq->conn), false);
 	__atomic_sub_fetch(&s->suspended, 1, __ATOMIC_SEQ_CST);
 }
 
@@ -652,9 +789,10 @@ handle_decision(struct http_server *s, struct MHD_Connection *conn,
 {
 	enum MHD_Result ret = MHD_NO;
 	struct decide_job *job;
+	int rc;
 
 	if (rq->state == RQ_DECIDED) {
-		resumed(s);
+		resumed(s, rq);
 		return finish_decision(s, conn, rq);
 	}
 	if (rq->too_large)
@@ -670,8 +808,12 @@ handle_decision(struct http_server *s, struct MHD_Connection *conn,
 		    &rq->dr.cost, &ret) < 0)
 			return ret;
 		rq->dr.rule = rq->rule;
-	} else if (auth_attrs(conn, rq->cfg, url, method, &rq->attrs) < 0)
-		return respond_error(s, conn, 500, "internal_error",
+	} else if ((rc = auth_attrs(conn, rq->cfg, url, method,
+	    &rq->attrs)) < 0)
+		return rc == -2 ? respond_error(s, conn, 400,
+		    "too_many_attributes", "more than %d attributes (headers "
+		    "included)", rq->cfg->max_attributes) :
+		    respond_error(s, conn, 500, "internal_error",
 		    "out of memory");
 	if (decide_prepare(s->decider, rq->cfg, &rq->dr, &rq->decision,
 	    &job) == 0)
@@ -696,7 +838,7 @@ handle_ready(struct http_server *s, struct MHD_Connection *conn,
     struct request *rq)
 {
 	if (rq->state == RQ_DECIDED) {
-		resumed(s);
+		resumed(s, rq);
 	} else {
 		memset(&rq->probe, 0, sizeof(rq->probe));
 		rq->probe.deadline_us = 0;
@@ -778,10 +920,19 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 			return MHD_NO;
 		rq->ep = route(url, method);
 		rq->s = s;
+		rq->conn = conn;
 		rq->arrived_us = util_monotonic_us();
 		rq->cfg = http_server_get_config(s);
 		__atomic_add_fetch(&s->inflight, 1, __ATOMIC_SEQ_CST);
 		*con_cls = rq;
+		{
+			bool answered;
+			enum MHD_Result fr = check_framing(s, conn, rq->cfg,
+			    url, &answered);
+
+			if (answered)
+				return fr;
+		}
 		cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 		    MHD_HTTP_HEADER_CONTENT_LENGTH);
 		if (rq->ep == EP_ACQUIRE && cl != NULL &&
@@ -840,8 +991,8 @@ request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	struct http_server *s = cls;
 	struct request *rq = *con_cls;
 
-	(void)conn;
 	(void)toe;
+	http_guard_request_done(conn_ctx(conn));
 	if (rq == NULL)
 		return;
 	config_unref(rq->cfg);
@@ -872,9 +1023,48 @@ mhd_log(void *cls, const char *fmt, va_list ap)
 static void
 server_free(struct http_server *s)
 {
+	http_guard_stop(s->guard);
 	config_unref(s->cfg);
 	pthread_mutex_destroy(&s->lock);
 	rl_free(s);
+}
+
+/* The guard's limits, from the current snapshot. */
+static void
+guard_limits(void *arg, int64_t *max_connections, int64_t *request_timeout_us)
+{
+	struct http_server *s = arg;
+	struct config *c = http_server_get_config(s);
+
+	*max_connections = c->max_connections;
+	*request_timeout_us = c->request_timeout_ms * 1000;
+	config_unref(c);
+}
+
+static enum MHD_Result
+accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+	struct http_server *s = cls;
+
+	(void)addr;
+	(void)addrlen;
+	return http_guard_admit(s->guard) ? MHD_YES : MHD_NO;
+}
+
+static void
+notify_connection(void *cls, struct MHD_Connection *conn,
+    void **socket_context, enum MHD_ConnectionNotificationCode toe)
+{
+	struct http_server *s = cls;
+	const union MHD_ConnectionInfo *ci;
+
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+		ci = MHD_get_connection_info(conn,
+		    MHD_CONNECTION_INFO_CONNECTION_FD);
+		http_guard_opened(s->guard, ci != NULL ? ci->connect_fd : -1,
+		    socket_context);
+	} else
+		http_guard_closed(s->guard, socket_context);
 }
 
 struct http_server *
@@ -896,18 +1086,30 @@ http_server_start(int listen_fd, struct config *cfg,
 	s->decider = decider;
 	s->metrics = metrics;
 	s->listen_fd = listen_fd;
+	if ((s->guard = http_guard_start(guard_limits, s, err, errlen)) ==
+	    NULL)
+		goto fail;
 	/* The logger first: MHD logs with its own, to stderr, until it
 	 * has seen this option.  A connection's memory holds its request
 	 * headers and the answer's: HTTP_CONN_MEMORY covers the headers
 	 * proxies send to /auth (8 KiB), and is what 1,000 idle keep-alive
-	 * connections cost at most (the default is 32 KiB). */
-	s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, access_handler, s,
-	    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+	 * connections cost at most (the default is 32 KiB); twice
+	 * max_header_bytes when that is larger.  The connection limit is
+	 * the guard's (max_connections, refused at once, changed by a
+	 * reload): libmicrohttpd's own is set past any it allows, since at
+	 * its limit it stops accepting and new clients wait unanswered. */
+	s->mhd = MHD_start_daemon(flags, 0, accept_policy, s, access_handler,
+	    s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 	    MHD_OPTION_LISTEN_SOCKET, listen_fd,
 	    MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)cfg->threads,
 	    MHD_OPTION_NOTIFY_COMPLETED, request_completed, s,
-	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)60,
-	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,
+	    MHD_OPTION_NOTIFY_CONNECTION, notify_connection, s,
+	    MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTP_MHD_CONN_LIMIT,
+	    MHD_OPTION_CONNECTION_TIMEOUT,
+	    (unsigned int)((cfg->idle_timeout_ms + 999) / 1000),
+	    MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+	    (size_t)(2 * cfg->max_header_bytes > HTTP_CONN_MEMORY ?
+	    2 * cfg->max_header_bytes : HTTP_CONN_MEMORY),
 	    MHD_OPTION_END);
 	if (s->mhd == NULL) {
 		snprintf(err, errlen, "%s: cannot start the HTTP server",

@@ -16,6 +16,10 @@
 #include <unistd.h>
 
 #include "config.h"
+
+#define X10 "xxxxxxxxxx"
+#define LONG_PATH X10 X10 X10 X10 X10 X10 X10 X10 X10 X10 X10	/* 110 */
+#define LONG_HOST LONG_PATH LONG_PATH LONG_PATH	/* 330 bytes */
 #include "rules.h"
 #include "util.h"
 
@@ -404,6 +408,40 @@ static const struct {
 	  "t.yaml:1:8: listen: expected a string" },
 	{ "listen: \"\"\n",
 	  "t.yaml:1:9: listen: must not be empty" },
+	/* What start-up would refuse or misread, refused here. */
+	{ "listen: \"127.0.0.1:99999\"\n",
+	  "t.yaml:1:9: listen: \"127.0.0.1:99999\": the port must be a number "
+	  "from 1 to 65535" },
+	{ "listen: \"127.0.0.1:0\"\n",
+	  "t.yaml:1:9: listen: \"127.0.0.1:0\": the port must be a number "
+	  "from 1 to 65535" },
+	{ "listen: \"127.0.0.1:http\"\n",
+	  "t.yaml:1:9: listen: \"127.0.0.1:http\": the port must be a number "
+	  "from 1 to 65535" },
+	{ "listen: \"::1:8080\"\n",
+	  "t.yaml:1:9: listen: \"::1:8080\": expected host:port, [v6]:port or "
+	  "unix:/path" },
+	{ "listen: \"unix:/" LONG_PATH "\"\n",
+	  "t.yaml:1:9: listen: unix socket path longer than 107 bytes" },
+	{ "listen: \"" LONG_HOST ":80\"\n",
+	  "t.yaml:1:9: listen: host name longer than 255 bytes" },
+	{ "listen_mode: \"0999\"\n",
+	  "t.yaml:1:14: listen_mode: expected an octal file mode such as "
+	  "\"0660\"" },
+	{ "max_connections: 0\n",
+	  "t.yaml:1:18: max_connections: expected an integer from 1 to "
+	  "1000000" },
+	{ "max_attributes: 5000\n",
+	  "t.yaml:1:17: max_attributes: expected an integer from 1 to 4096" },
+	{ "max_header_bytes: 100\n",
+	  "t.yaml:1:19: max_header_bytes: expected an integer from 1024 to "
+	  "1048576" },
+	{ "idle_timeout: 10ms\n",
+	  "t.yaml:1:15: idle_timeout: expected a duration from 1s to 1d" },
+	{ "rules:\n  - name: r\n    match: {path: \"~a{1000}{1000}{1000}\"}\n"
+	  "    limit: 1\n    window: 1s\n",
+	  "t.yaml:3:19: regex \"a{1000}{1000}{1000}\" is too large once its "
+	  "repetitions are expanded (more than 20000 states)" },
 	{ "listen: \"a\\0b\"\n",
 	  "t.yaml:1:9: listen: contains a NUL byte" },
 	{ "redis: 5\n",

@@ -1,0 +1,78 @@
+/*
+ * listen_addr.c - the `listen` address, parsed and bounded (see
+ * listen_addr.h).  http.c binds what this parses; config.c refuses what it
+ * refuses, with the line and column.
+ */
+#include "listen_addr.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int
+bad(char *err, size_t errlen, const char *s)
+{
+	snprintf(err, errlen, "\"%s\": expected host:port, [v6]:port or "
+	    "unix:/path", s);
+	return -1;
+}
+
+int
+listen_addr_parse(const char *s, struct listen_addr *out, char *err,
+    size_t errlen)
+{
+	const char *host, *port, *end;
+	size_t hlen;
+	long p = 0;
+
+	memset(out, 0, sizeof(*out));
+	if (strncmp(s, "unix:", 5) == 0) {
+		out->is_unix = true;
+		if (s[5] == '\0')
+			return bad(err, errlen, s);
+		if (strlen(s + 5) > LISTEN_PATH_MAX) {
+			snprintf(err, errlen, "unix socket path longer than %d "
+			    "bytes", LISTEN_PATH_MAX);
+			return -1;
+		}
+		memcpy(out->path, s + 5, strlen(s + 5) + 1);
+		return 0;
+	}
+	if (s[0] == '[') {
+		if ((end = strchr(s, ']')) == NULL || end[1] != ':')
+			return bad(err, errlen, s);
+		host = s + 1;
+		hlen = (size_t)(end - host);
+		port = end + 2;
+		if (hlen == 0)
+			return bad(err, errlen, s);
+	} else {
+		if ((end = strrchr(s, ':')) == NULL)
+			return bad(err, errlen, s);
+		host = s;
+		hlen = (size_t)(end - s);
+		port = end + 1;
+		if (memchr(host, ':', hlen) != NULL)	/* v6 needs [] */
+			return bad(err, errlen, s);
+	}
+	if (hlen > LISTEN_HOST_MAX) {
+		snprintf(err, errlen, "host name longer than %d bytes",
+		    LISTEN_HOST_MAX);
+		return -1;
+	}
+	if (*port == '\0')
+		return bad(err, errlen, s);
+	for (; *port != '\0'; port++) {
+		if (*port < '0' || *port > '9' || p > 65535)
+			break;
+		p = p * 10 + (*port - '0');
+	}
+	if (*port != '\0' || p < 1 || p > 65535) {
+		snprintf(err, errlen, "\"%s\": the port must be a number from 1 "
+		    "to 65535", s);
+		return -1;
+	}
+	memcpy(out->host, host, hlen);
+	out->host[hlen] = '\0';
+	out->port = (int)p;
+	return 0;
+}

@@ -1,0 +1,556 @@
+/*
+ * check_limits.c - the daemon's defences against clients it does not
+ * trust (CONTRACT 8, RFC 9112 framing), from raw sockets:
+ *   - request smuggling shapes: two Content-Length values, Content-Length
+ *     with Transfer-Encoding, a header name with a space before its colon,
+ *     an unknown Transfer-Encoding: each answered 400/501 and closed, and
+ *     the request hidden behind it never answered;
+ *   - max_connections: past it a connection is closed at once, and a
+ *     place that frees up is taken again;
+ *   - request_timeout: a client that dribbles its headers is cut off while
+ *     other clients are answered as usual;
+ *   - idle_timeout: a silent keep-alive connection is closed;
+ *   - max_header_bytes (431) and max_attributes (400), for /acquire and
+ *     /auth;
+ *   - listen: unix: a live daemon's socket is never taken over; a stale one
+ *     is; listen_mode sets its mode;
+ *   - user: started as root, the daemon serves as that user.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static const char head[] =
+	"listen: \"127.0.0.1:%PORT%\"\n"
+	"threads: 2\n"
+	"shutdown_timeout: 2s\n"
+	"backend: memory\n";
+
+static const char rules[] =
+	"rules:\n"
+	"  - name: r\n"
+	"    key: \"${user}\"\n"
+	"    limit: 1000000\n"
+	"    window: 60s\n";
+
+static void start(struct h_daemon *d, const char *extra)
+{
+	char yaml[2048];
+
+	snprintf(yaml, sizeof(yaml), "%s%s%s", head, extra, rules);
+	h_daemon_start(d, yaml);
+}
+
+/* --- raw sockets ------------------------------------------------------- */
+
+static int raw_connect(int port)
+{
+	struct sockaddr_in sin;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	ck_assert_msg(fd >= 0, "socket: %s", strerror(errno));
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons((uint16_t)port);
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_msg(connect(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0,
+	    "connect: %s", strerror(errno));
+	return fd;
+}
+
+static void raw_send(int fd, const char *s)
+{
+	size_t n = strlen(s);
+
+	ck_assert_msg(send(fd, s, n, MSG_NOSIGNAL) == (ssize_t)n,
+	    "send: %s", strerror(errno));
+}
+
+/*
+ * Read what comes within ms into buf (NUL-terminated); *closed says
+ * whether the peer closed (EOF or reset) by then.
+ */
+static size_t raw_read(int fd, char *buf, size_t cap, int ms, bool *closed)
+{
+	long long until = h_now_ms() + ms;
+	size_t have = 0;
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	ssize_t n;
+
+	*closed = false;
+	buf[0] = '\0';
+	while (h_now_ms() < until) {
+		if (poll(&p, 1, (int)(until - h_now_ms())) <= 0)
+			break;
+		n = recv(fd, buf + have, cap - 1 - have, 0);
+		if (n <= 0) {
+			*closed = true;
+			break;
+		}
+		have += (size_t)n;
+		buf[have] = '\0';
+		if (have + 1 >= cap)
+			break;
+	}
+	return have;
+}
+
+static int count(const char *hay, const char *needle)
+{
+	int n = 0;
+
+	for (; (hay = strstr(hay, needle)) != NULL; hay++)
+		n++;
+	return n;
+}
+
+/* --- framing ------------------------------------------------------------ */
+
+struct shape {
+	const char *name;
+	const char *bytes;
+	const char *status;	/* the status line's start */
+};
+
+/* Each shape hides a second request, GET /metrics, behind the first: it
+ * must never be answered, and the connection must close. */
+static const struct shape shapes[] = {
+	{ "two Content-Length values",
+	  "POST /acquire HTTP/1.1\r\nHost: x\r\nContent-Length: 13\r\n"
+	  "Content-Length: 44\r\n\r\n{\"user\":\"a\"}"
+	  "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP/1.1 400" },
+	{ "Content-Length with Transfer-Encoding",
+	  "POST /acquire HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
+	  "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+	  "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP/1.1 400" },
+	{ "a space before the colon",
+	  "POST /acquire HTTP/1.1\r\nHost: x\r\nContent-Length : 34\r\n\r\n"
+	  "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP/1.1 400" },
+	{ "an unknown Transfer-Encoding",
+	  "POST /acquire HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n"
+	  "\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP/1.1 501" },
+};
+
+START_TEST(test_smuggling_shapes)
+{
+	const struct shape *sh = &shapes[_i];
+	struct h_daemon d = { 0 };
+	char buf[8192];
+	bool closed;
+	int fd;
+
+	start(&d, "");
+	fd = raw_connect(d.port);
+	raw_send(fd, sh->bytes);
+	raw_read(fd, buf, sizeof(buf), 3000, &closed);
+	ck_assert_msg(strncmp(buf, sh->status, strlen(sh->status)) == 0,
+	    "%s: answered \"%.40s\", expected %s", sh->name, buf, sh->status);
+	ck_assert_msg(count(buf, "HTTP/1.1 ") == 1, "%s: %d answers: the "
+	    "hidden request was served", sh->name, count(buf, "HTTP/1.1 "));
+	ck_assert_msg(strstr(buf, "ratelimitd_") == NULL, "%s: /metrics was "
+	    "served", sh->name);
+	ck_assert_msg(closed, "%s: the connection stayed open", sh->name);
+	close(fd);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* A well-formed keep-alive exchange still works: two requests, two
+ * answers, on one connection (the checks above refuse only bad shapes). */
+START_TEST(test_keepalive_still_works)
+{
+	struct h_daemon d = { 0 };
+	char buf[8192];
+	bool closed;
+	int fd;
+
+	start(&d, "");
+	fd = raw_connect(d.port);
+	raw_send(fd, "POST /acquire HTTP/1.1\r\nHost: x\r\nContent-Length: 12"
+	    "\r\n\r\n{\"user\":\"a\"}POST /acquire HTTP/1.1\r\nHost: x\r\n"
+	    "Transfer-Encoding: chunked\r\n\r\nc\r\n{\"user\":\"b\"}\r\n0\r\n"
+	    "\r\n");
+	raw_read(fd, buf, sizeof(buf), 1500, &closed);
+	ck_assert_msg(count(buf, "HTTP/1.1 200") == 2, "expected two 200s: "
+	    "%s", buf);
+	ck_assert(!closed);
+	close(fd);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* --- connections -------------------------------------------------------- */
+
+START_TEST(test_max_connections)
+{
+	struct h_daemon d = { 0 };
+	int fds[20], extra, again, i;
+	char buf[512];
+	bool closed;
+
+	start(&d, "max_connections: 20\n");
+	/* h_daemon_start's /healthz connection may still be closing. */
+	h_sleep_ms(200);
+	for (i = 0; i < 20; i++)
+		fds[i] = raw_connect(d.port);
+	h_sleep_ms(300);
+	extra = raw_connect(d.port);
+	raw_send(extra, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+	raw_read(extra, buf, sizeof(buf), 2000, &closed);
+	ck_assert_msg(closed && buf[0] == '\0', "connection 21 of 20 was "
+	    "%s (\"%.20s\")", closed ? "answered" : "kept waiting", buf);
+	close(extra);
+	/* The held ones are served. */
+	raw_send(fds[0], "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+	raw_read(fds[0], buf, sizeof(buf), 2000, &closed);
+	ck_assert_msg(strncmp(buf, "HTTP/1.1 200", 12) == 0, "a held "
+	    "connection: \"%.20s\"", buf);
+	/* A place freed is taken again. */
+	close(fds[1]);
+	h_sleep_ms(300);
+	again = raw_connect(d.port);
+	raw_send(again, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+	raw_read(again, buf, sizeof(buf), 2000, &closed);
+	ck_assert_msg(strncmp(buf, "HTTP/1.1 200", 12) == 0, "after one "
+	    "closed: \"%.20s\"", buf);
+	close(again);
+	for (i = 0; i < 20; i++)
+		if (i != 1)
+			close(fds[i]);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/*
+ * request_timeout 1s: a client sends a header byte every 100 ms, so it is
+ * never silent; it is cut within a few seconds, and a normal client is
+ * answered meanwhile.
+ */
+START_TEST(test_request_timeout_dribbler)
+{
+	static const char req[] = "POST /acquire HTTP/1.1\r\nHost: x\r\n"
+	    "X-Slow: 0123456789012345678901234567890123456789012345678901"
+	    "23456789\r\n";
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	long long t0 = 0, cut_ms = -1;
+	char one[2] = { 0 }, buf[512];
+	bool closed = false;
+	size_t i;
+	int fd;
+
+	start(&d, "request_timeout: 1s\nidle_timeout: 30s\n");
+	fd = raw_connect(d.port);
+	t0 = h_now_ms();
+	for (i = 0; i < sizeof(req) - 1 && h_now_ms() - t0 < 6000; i++) {
+		one[0] = req[i % (sizeof(req) - 1)];
+		if (send(fd, one, 1, MSG_NOSIGNAL) != 1) {
+			cut_ms = h_now_ms() - t0;
+			break;
+		}
+		raw_read(fd, buf, sizeof(buf), 100, &closed);
+		if (closed) {
+			cut_ms = h_now_ms() - t0;
+			break;
+		}
+		if (i == 10) {
+			h_http(&r, "GET", "/healthz", NULL, NULL);
+			ck_assert_int_eq(r.status, 200);
+			h_resp_free(&r);
+		}
+	}
+	ck_assert_msg(cut_ms >= 900 && cut_ms < 4000, "the dribbling client "
+	    "was %s after %lld ms (request_timeout 1s)", cut_ms < 0 ?
+	    "never cut" : "cut", cut_ms < 0 ? h_now_ms() - t0 : cut_ms);
+	close(fd);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_idle_timeout)
+{
+	struct h_daemon d = { 0 };
+	char buf[512];
+	bool closed;
+	long long t0;
+	int fd;
+
+	start(&d, "idle_timeout: 1s\n");
+	fd = raw_connect(d.port);
+	t0 = h_now_ms();
+	raw_send(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+	raw_read(fd, buf, sizeof(buf), 300, &closed);
+	ck_assert_msg(strncmp(buf, "HTTP/1.1 200", 12) == 0, "%.20s", buf);
+	ck_assert(!closed);
+	raw_read(fd, buf, sizeof(buf), 5000, &closed);
+	ck_assert_msg(closed, "an idle connection was still open after 5 s "
+	    "(idle_timeout 1s)");
+	ck_assert_msg(h_now_ms() - t0 >= 800, "closed after %lld ms, before "
+	    "idle_timeout", h_now_ms() - t0);
+	close(fd);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* --- header and attribute limits ----------------------------------------- */
+
+START_TEST(test_header_and_attribute_limits)
+{
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	char big[3000], hdrs[12][32], buf[4096];
+	const char *h[13];
+	bool closed;
+	int fd, i;
+
+	start(&d, "max_header_bytes: 2048\nmax_attributes: 8\n");
+	memset(big, 'a', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	fd = raw_connect(d.port);
+	snprintf(buf, sizeof(buf), "GET /healthz HTTP/1.1\r\nHost: x\r\n"
+	    "X-Big: %s\r\n\r\n", big);
+	raw_send(fd, buf);
+	raw_read(fd, buf, sizeof(buf), 2000, &closed);
+	ck_assert_msg(strncmp(buf, "HTTP/1.1 431", 12) == 0, "3 KB of "
+	    "headers over max_header_bytes 2048: \"%.20s\"", buf);
+	close(fd);
+
+	/* Eight attributes pass, nine do not. */
+	h_http(&r, "POST", "/acquire", "{\"user\":\"u\",\"a\":1,\"b\":1,"
+	    "\"c\":1,\"d\":1,\"e\":1,\"f\":1,\"g\":1}", NULL);
+	ck_assert_msg(r.status == 200, "8 attributes: %ld %s", r.status,
+	    r.body);
+	h_resp_free(&r);
+	h_http(&r, "POST", "/acquire", "{\"user\":\"u\",\"a\":1,\"b\":1,"
+	    "\"c\":1,\"d\":1,\"e\":1,\"f\":1,\"g\":1,\"h\":1}", NULL);
+	ck_assert_msg(r.status == 400 && strcmp(h_json_str(&r, "error"),
+	    "too_many_attributes") == 0, "9 attributes: %ld %s", r.status,
+	    r.body);
+	h_resp_free(&r);
+
+	/* /auth: headers are attributes too. */
+	for (i = 0; i < 12; i++) {
+		snprintf(hdrs[i], sizeof(hdrs[i]), "X-H%d: v", i);
+		h[i] = hdrs[i];
+	}
+	h[12] = NULL;
+	h_http(&r, "GET", "/auth", NULL, h);
+	ck_assert_msg(r.status == 400, "/auth with 14 headers, "
+	    "max_attributes 8: %ld", r.status);
+	h_resp_free(&r);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* --- unix sockets and users ---------------------------------------------- */
+
+/* Start the daemon on yaml (no HTTP port to wait on); returns its pid. */
+static pid_t spawn(const char *conf, const char *yaml, const char *log)
+{
+	FILE *f = fopen(conf, "w");
+	pid_t pid;
+	int fd;
+
+	ck_assert(f != NULL);
+	fputs(yaml, f);
+	fclose(f);
+	if ((pid = fork()) == 0) {
+		fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		execl(getenv("RATELIMITD_BIN"), "ratelimitd", "-c", conf,
+		    (char *)NULL);
+		_exit(127);
+	}
+	ck_assert(pid > 0);
+	return pid;
+}
+
+/* Exit status of pid within ms, or -1 if it still runs. */
+static int exited(pid_t pid, int ms)
+{
+	long long until = h_now_ms() + ms;
+	int st;
+
+	while (h_now_ms() < until) {
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+		h_sleep_ms(20);
+	}
+	return -1;
+}
+
+static bool unix_answers(const char *path)
+{
+	struct sockaddr_un sun;
+	char buf[256];
+	bool closed;
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0), ok;
+
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+	if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) != 0) {
+		close(fd);
+		return false;
+	}
+	raw_send(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+	raw_read(fd, buf, sizeof(buf), 2000, &closed);
+	ok = strncmp(buf, "HTTP/1.1 200", 12) == 0;
+	close(fd);
+	return ok;
+}
+
+START_TEST(test_unix_socket_live_and_mode)
+{
+	char sock[H_PATH_MAX], c1[H_PATH_MAX], c2[H_PATH_MAX], l1[H_PATH_MAX],
+	    l2[H_PATH_MAX], yaml[1024];
+	struct stat st;
+	pid_t a, b;
+	int i;
+
+	snprintf(sock, sizeof(sock), "%s/rl.sock", h_tmpdir());
+	snprintf(c1, sizeof(c1), "%s/u1.yaml", h_tmpdir());
+	snprintf(c2, sizeof(c2), "%s/u2.yaml", h_tmpdir());
+	snprintf(l1, sizeof(l1), "%s/u1.log", h_tmpdir());
+	snprintf(l2, sizeof(l2), "%s/u2.log", h_tmpdir());
+	snprintf(yaml, sizeof(yaml), "listen: \"unix:%s\"\nlisten_mode: "
+	    "\"0600\"\nbackend: memory\nshutdown_timeout: 1s\n%s", sock,
+	    rules);
+	a = spawn(c1, yaml, l1);
+	for (i = 0; i < 100 && !unix_answers(sock); i++)
+		h_sleep_ms(50);
+	ck_assert_msg(unix_answers(sock), "the first daemon does not answer "
+	    "on %s", sock);
+	ck_assert_int_eq(stat(sock, &st), 0);
+	ck_assert_msg((st.st_mode & 07777) == 0600, "mode %o, expected 600",
+	    st.st_mode & 07777);
+
+	/* A second daemon on the same path must not take it over. */
+	b = spawn(c2, yaml, l2);
+	ck_assert_msg(exited(b, 3000) == 1, "the second daemon did not exit "
+	    "1 on a live socket");
+	ck_assert_msg(unix_answers(sock), "the first daemon lost its socket");
+
+	/* A stale socket (its daemon killed) is taken over. */
+	kill(a, SIGKILL);
+	waitpid(a, NULL, 0);
+	b = spawn(c2, yaml, l2);
+	for (i = 0; i < 100 && !unix_answers(sock); i++)
+		h_sleep_ms(50);
+	ck_assert_msg(unix_answers(sock), "a daemon did not take over a "
+	    "stale socket");
+	kill(b, SIGTERM);
+	ck_assert_int_eq(exited(b, 5000), 0);
+}
+END_TEST
+
+START_TEST(test_user_drops_root)
+{
+	struct h_daemon d = { 0 };
+	struct passwd *pw = getpwnam("nobody");
+	char path[64], line[256];
+	unsigned uid = 0, euid = 0;
+	FILE *f;
+
+	if (geteuid() != 0 || pw == NULL) {
+		fprintf(stderr, "test_user_drops_root: skipped (not root, or "
+		    "no user nobody)\n");
+		return;
+	}
+	start(&d, "user: nobody\n");
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)d.pid);
+	f = fopen(path, "r");
+	ck_assert(f != NULL);
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (sscanf(line, "Uid: %u %u", &uid, &euid) == 2)
+			break;
+	fclose(f);
+	ck_assert_msg(uid == pw->pw_uid && euid == pw->pw_uid, "uid %u euid "
+	    "%u, expected %u (nobody)", uid, euid, (unsigned)pw->pw_uid);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* --check refuses what start-up would: a password_file that cannot be
+ * read, a user that does not exist. */
+START_TEST(test_check_what_start_reads)
+{
+	static const char *const bad[] = {
+		"backend: redis\nredis:\n  password_file: /nonexistent/pw\n",
+		"user: no-such-user-here\n",
+	};
+	char conf[H_PATH_MAX], log[H_PATH_MAX];
+	pid_t pid;
+	size_t i;
+	FILE *f;
+	int st;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(conf, sizeof(conf), "%s/chk%zu.yaml", h_tmpdir(), i);
+		snprintf(log, sizeof(log), "%s/chk%zu.log", h_tmpdir(), i);
+		f = fopen(conf, "w");
+		ck_assert(f != NULL);
+		fputs(bad[i], f);
+		fclose(f);
+		if ((pid = fork()) == 0) {
+			int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC,
+			    0644);
+
+			dup2(fd, 1);
+			dup2(fd, 2);
+			execl(getenv("RATELIMITD_BIN"), "ratelimitd", "-c",
+			    conf, "--check", (char *)NULL);
+			_exit(127);
+		}
+		ck_assert(waitpid(pid, &st, 0) == pid);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "--check "
+		    "passed: %s", bad[i]);
+	}
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("limits");
+	TCase *tc = tcase_create("limits");
+	SRunner *sr;
+	int failed;
+
+	h_init();
+	tcase_add_unchecked_fixture(tc, NULL, h_reap_orphans);
+	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
+	tcase_set_timeout(tc, 30);
+	tcase_add_loop_test(tc, test_smuggling_shapes, 0,
+	    (int)(sizeof(shapes) / sizeof(shapes[0])));
+	tcase_add_test(tc, test_keepalive_still_works);
+	tcase_add_test(tc, test_max_connections);
+	tcase_add_test(tc, test_request_timeout_dribbler);
+	tcase_add_test(tc, test_idle_timeout);
+	tcase_add_test(tc, test_header_and_attribute_limits);
+	tcase_add_test(tc, test_unix_socket_live_and_mode);
+	tcase_add_test(tc, test_user_drops_root);
+	tcase_add_test(tc, test_check_what_start_reads);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
