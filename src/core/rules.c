@@ -13,21 +13,79 @@
 
 /* --- attributes ------------------------------------------------------- */
 
+static uint32_t
+attrs_hash(const char *s)
+{
+	uint32_t h = 2166136261u;
+
+	for (; *s != '\0'; s++) {
+		h ^= (unsigned char)*s;
+		h *= 16777619u;
+	}
+	return h;
+}
+
+/* The position of name, or a->n when absent. */
+static size_t
+attrs_find(const struct attrs *a, const char *name, uint32_t h)
+{
+	size_t i, k;
+
+	if (a->idx == NULL) {
+		for (i = 0; i < a->n; i++)
+			if (a->v[i].hash == h &&
+			    strcmp(a->v[i].name, name) == 0)
+				return i;
+		return a->n;
+	}
+	for (k = h & (a->idx_cap - 1); a->idx[k] != 0;
+	    k = (k + 1) & (a->idx_cap - 1)) {
+		i = a->idx[k] - 1;
+		if (a->v[i].hash == h && strcmp(a->v[i].name, name) == 0)
+			return i;
+	}
+	return a->n;
+}
+
+/* Make the index hold the n entries with room to spare.  0 or -1. */
+static int
+attrs_reindex(struct attrs *a, size_t want)
+{
+	size_t cap = 16, i, k;
+	uint32_t *idx;
+
+	while (cap < 2 * want)
+		cap *= 2;
+	if (cap <= a->idx_cap)
+		return 0;
+	if ((idx = rl_calloc(cap, sizeof(*idx))) == NULL)
+		return -1;
+	for (i = 0; i < a->n; i++) {
+		for (k = a->v[i].hash & (cap - 1); idx[k] != 0;
+		    k = (k + 1) & (cap - 1))
+			;
+		idx[k] = (uint32_t)(i + 1);
+	}
+	rl_free(a->idx);
+	a->idx = idx;
+	a->idx_cap = cap;
+	return 0;
+}
+
 int
 attrs_setn(struct attrs *a, const char *name, const char *value,
     size_t valuelen)
 {
+	uint32_t h = attrs_hash(name);
+	size_t i, k;
 	char *v;
-	size_t i;
 
 	if ((v = rl_strndup(value, valuelen)) == NULL)
 		return -1;
-	for (i = 0; i < a->n; i++) {
-		if (strcmp(a->v[i].name, name) == 0) {
-			rl_free(a->v[i].value);
-			a->v[i].value = v;
-			return 0;
-		}
+	if ((i = attrs_find(a, name, h)) < a->n) {
+		rl_free(a->v[i].value);
+		a->v[i].value = v;
+		return 0;
 	}
 	if (a->n == a->cap) {
 		size_t cap = a->cap == 0 ? 16 : a->cap * 2;
@@ -38,9 +96,19 @@ attrs_setn(struct attrs *a, const char *name, const char *value,
 		a->v = nv;
 		a->cap = cap;
 	}
+	if (a->n + 1 > ATTRS_SCAN && attrs_reindex(a, a->n + 1) == -1)
+		goto fail_value;
 	if ((a->v[a->n].name = rl_strdup(name)) == NULL)
 		goto fail_value;
-	a->v[a->n++].value = v;
+	a->v[a->n].hash = h;
+	a->v[a->n].value = v;
+	if (a->idx != NULL) {
+		for (k = h & (a->idx_cap - 1); a->idx[k] != 0;
+		    k = (k + 1) & (a->idx_cap - 1))
+			;
+		a->idx[k] = (uint32_t)(a->n + 1);
+	}
+	a->n++;
 	return 0;
 
 fail_value:
@@ -57,12 +125,9 @@ attrs_set(struct attrs *a, const char *name, const char *value)
 const char *
 attrs_get(const struct attrs *a, const char *name)
 {
-	size_t i;
+	size_t i = attrs_find(a, name, attrs_hash(name));
 
-	for (i = 0; i < a->n; i++)
-		if (strcmp(a->v[i].name, name) == 0)
-			return a->v[i].value;
-	return NULL;
+	return i < a->n ? a->v[i].value : NULL;
 }
 
 void
@@ -75,8 +140,10 @@ attrs_clear(struct attrs *a)
 		rl_free(a->v[i].value);
 	}
 	rl_free(a->v);
+	rl_free(a->idx);
 	a->v = NULL;
-	a->n = a->cap = 0;
+	a->idx = NULL;
+	a->n = a->cap = a->idx_cap = 0;
 }
 
 /* --- patterns --------------------------------------------------------- */

@@ -22,16 +22,23 @@
 #define RL_MAX_KEY_BYTES 512	/* rendered key; longer => key_too_long */
 #define RL_MAX_NAME_BYTES 128	/* rule and stat names */
 
-/* A flat map of string attributes.  Owns copies of names and values.
- * Small (tens of entries), so lookups are a linear scan.  One thread. */
+/* A map of string attributes, in insertion order.  Owns copies of names
+ * and values.  Up to ATTRS_SCAN entries a lookup is a scan; past that an
+ * open-addressing index of positions makes it O(1), so a request of many
+ * attributes costs linear time, not quadratic.  One thread. */
+#define ATTRS_SCAN 8
+
 struct attr {
 	char *name;
 	char *value;
+	uint32_t hash;
 };
 
 struct attrs {
 	struct attr *v;
 	size_t n, cap;
+	uint32_t *idx;		/* position + 1, 0 empty; idx_cap slots */
+	size_t idx_cap;		/* 0, or a power of two >= 2 * n */
 };
 
 /* Set name=value (copies both), replacing an existing value.  0 or -1 (OOM). */

@@ -865,19 +865,41 @@ static enum MHD_Result
 handle_simple(struct http_server *s, struct MHD_Connection *conn,
     const char *url)
 {
-	char *text;
-	size_t len;
+	char *text = NULL, *guard = NULL, *all, stack[1024];
+	size_t len, glen;
 	enum MHD_Result ret;
 
 	if (strcmp(url, "/healthz") == 0)
 		return respond(s, conn, 200, "text/plain", "ok\n", 3, NULL);
-	/* /metrics */
-	if (metrics_render(s->metrics, &text, &len) < 0)
+	/* /metrics: the shared families, then the connection guard's. */
+	if (metrics_render(s->metrics, &text, &len) < 0 ||
+	    (guard = fmt_buf(stack, sizeof(stack), &glen,
+	    "# HELP ratelimitd_http_connections_open Client connections open "
+	    "now.\n# TYPE ratelimitd_http_connections_open gauge\n"
+	    "ratelimitd_http_connections_open %lld\n"
+	    "# HELP ratelimitd_http_connections_refused_total Connections "
+	    "closed at once: max_connections were open.\n"
+	    "# TYPE ratelimitd_http_connections_refused_total counter\n"
+	    "ratelimitd_http_connections_refused_total %llu\n"
+	    "# HELP ratelimitd_http_requests_cut_total Requests cut off past "
+	    "request_timeout.\n"
+	    "# TYPE ratelimitd_http_requests_cut_total counter\n"
+	    "ratelimitd_http_requests_cut_total %llu\n",
+	    (long long)http_guard_open(s->guard),
+	    (unsigned long long)http_guard_refused(s->guard),
+	    (unsigned long long)http_guard_cut(s->guard))) == NULL ||
+	    (all = rl_realloc(text, len + glen + 1)) == NULL) {
+		if (guard != NULL)
+			fmt_free(guard, stack);
+		rl_free(text);
 		return respond_error(s, conn, 500, "internal_error",
 		    "out of memory");
+	}
+	memcpy(all + len, guard, glen + 1);
+	fmt_free(guard, stack);
 	ret = respond(s, conn, 200, "text/plain; version=0.0.4; charset=utf-8",
-	    text, len, NULL);
-	rl_free(text);
+	    all, len + glen, NULL);
+	rl_free(all);
 	return ret;
 }
 

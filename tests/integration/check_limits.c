@@ -307,6 +307,124 @@ START_TEST(test_idle_timeout)
 }
 END_TEST
 
+/* A metric's value from /metrics, -1 if absent. */
+static long long metric(const char *name)
+{
+	struct h_resp r = { 0 };
+	const char *p;
+	long long v = -1;
+	char key[128];
+
+	h_http(&r, "GET", "/metrics", NULL, NULL);
+	snprintf(key, sizeof(key), "\n%s ", name);
+	if ((p = strstr(r.body, key)) != NULL)
+		v = atoll(p + strlen(key));
+	h_resp_free(&r);
+	return v;
+}
+
+/*
+ * 250 clients send headers and half a body, then close; 300 more dribble
+ * their headers a byte at a time.  Meanwhile every normal request is
+ * answered within a second, and within request_timeout (1 s) plus a few
+ * ticks all of them are gone (libmicrohttpd's epoll loop never noticed the
+ * closed ones: they stayed 60 s and locked new clients out).
+ */
+START_TEST(test_slow_and_half_sent_clients)
+{
+	enum { HALF = 250, SLOW = 300, NORMAL = 20 };
+	static int slow[SLOW];
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	long long t0, took, worst = 0, open_now = -1;
+	struct rlimit rl = { 4096, 4096 };
+	int i, k, fd;
+
+	setrlimit(RLIMIT_NOFILE, &rl);
+	start(&d, "request_timeout: 1s\n");
+	for (i = 0; i < HALF; i++) {
+		fd = raw_connect(d.port);
+		raw_send(fd, "POST /acquire HTTP/1.1\r\nHost: x\r\n"
+		    "Content-Length: 100\r\n\r\n{\"user\":");
+		close(fd);
+	}
+	for (i = 0; i < SLOW; i++) {
+		slow[i] = raw_connect(d.port);
+		raw_send(slow[i], "POST /acq");
+	}
+	for (k = 0; k < NORMAL; k++) {
+		for (i = 0; i < SLOW; i++)
+			(void)send(slow[i], "u", 1, MSG_NOSIGNAL);
+		t0 = h_now_ms();
+		h_http(&r, "POST", "/acquire", "{\"user\":\"n\"}", NULL);
+		took = h_now_ms() - t0;
+		ck_assert_msg(r.status == 200, "normal request %d: %ld", k,
+		    r.status);
+		h_resp_free(&r);
+		if (took > worst)
+			worst = took;
+		h_sleep_ms(100);
+	}
+	fprintf(stderr, "slow clients: slowest of %d normal requests %lld "
+	    "ms\n", NORMAL, worst);
+	ck_assert_msg(worst < 1000, "a normal request took %lld ms among "
+	    "%d slow and %d half-sent clients", worst, SLOW, HALF);
+	for (i = 0; i < 40; i++) {
+		h_sleep_ms(100);
+		if ((open_now = metric("ratelimitd_http_connections_open")) <=
+		    5)
+			break;
+	}
+	ck_assert_msg(open_now >= 0 && open_now <= 5, "%lld connections "
+	    "still open 6 s later (request_timeout 1s)", open_now);
+	/* Every dribbler was cut; the half-sent ones were cut or reaped. */
+	ck_assert_int_ge(metric("ratelimitd_http_requests_cut_total"), SLOW);
+	for (i = 0; i < SLOW; i++)
+		close(slow[i]);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* 10,000 connections (the default max_connections) held open at once,
+ * and every one answered (libmicrohttpd's default limit answered about
+ * 1,020). */
+START_TEST(test_ten_thousand_connections)
+{
+	enum { N = 10000 };
+	static int fds[N];
+	struct h_daemon d = { 0 };
+	struct rlimit rl = { N + 512, N + 512 };
+	char buf[256];
+	int i, answered = 0;
+	struct pollfd p;
+
+	ck_assert_msg(setrlimit(RLIMIT_NOFILE, &rl) == 0, "setrlimit: %s",
+	    strerror(errno));
+	start(&d, "");
+	for (i = 0; i < N; i++) {
+		fds[i] = raw_connect(d.port);
+		raw_send(fds[i], "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+	}
+	for (i = 0; i < N; i++) {
+		p.fd = fds[i];
+		p.events = POLLIN;
+		if (poll(&p, 1, 10000) == 1 &&
+		    recv(fds[i], buf, sizeof(buf) - 1, 0) >= 12 &&
+		    strncmp(buf, "HTTP/1.1 200", 12) == 0)
+			answered++;
+	}
+	ck_assert_msg(answered == N, "%d of %d connections answered", answered,
+	    N);
+	/* Full: one more is refused; one closed makes room for it. */
+	close(fds[0]);
+	h_sleep_ms(500);
+	ck_assert_int_ge(metric("ratelimitd_http_connections_open"), N - 1);
+	for (i = 1; i < N; i++)
+		close(fds[i]);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 /* --- header and attribute limits ----------------------------------------- */
 
 START_TEST(test_header_and_attribute_limits)
@@ -542,6 +660,8 @@ int main(void)
 	tcase_add_test(tc, test_max_connections);
 	tcase_add_test(tc, test_request_timeout_dribbler);
 	tcase_add_test(tc, test_idle_timeout);
+	tcase_add_test(tc, test_slow_and_half_sent_clients);
+	tcase_add_test(tc, test_ten_thousand_connections);
 	tcase_add_test(tc, test_header_and_attribute_limits);
 	tcase_add_test(tc, test_unix_socket_live_and_mode);
 	tcase_add_test(tc, test_user_drops_root);

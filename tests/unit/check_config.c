@@ -296,7 +296,7 @@ START_TEST(test_rule_defaults_and_matching)
 	    "    limit: 5\n"
 	    "    window: 250ms\n");
 	const struct rule *r = config_find_rule(c, "login");
-	struct attrs a = { NULL, 0, 0 };
+	struct attrs a = { 0 };
 	char buf[RL_MAX_KEY_BYTES + 1];
 	size_t len;
 

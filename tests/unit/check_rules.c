@@ -57,6 +57,41 @@ static const struct {
 	{ "exact", "Exact", false },
 };
 
+/* Past ATTRS_SCAN the map is indexed: many attributes, each found, each
+ * replaced in place, absent names absent, insertion order kept. */
+START_TEST(test_attrs_many)
+{
+	struct attrs a = { 0 };
+	char name[32], value[32];
+	int i;
+
+	for (i = 0; i < 5000; i++) {
+		snprintf(name, sizeof(name), "k%d", i);
+		snprintf(value, sizeof(value), "v%d", i);
+		ck_assert_int_eq(attrs_set(&a, name, value), 0);
+	}
+	ck_assert_uint_eq(a.n, 5000);
+	for (i = 0; i < 5000; i += 7) {
+		snprintf(name, sizeof(name), "k%d", i);
+		snprintf(value, sizeof(value), "w%d", i);
+		ck_assert_int_eq(attrs_set(&a, name, value), 0);
+	}
+	ck_assert_uint_eq(a.n, 5000);
+	for (i = 0; i < 5000; i++) {
+		snprintf(name, sizeof(name), "k%d", i);
+		snprintf(value, sizeof(value), "%c%d", i % 7 == 0 ? 'w' : 'v',
+		    i);
+		ck_assert_str_eq(attrs_get(&a, name), value);
+		ck_assert_str_eq(a.v[i].name, name);
+	}
+	ck_assert_ptr_null(attrs_get(&a, "k5000"));
+	ck_assert_ptr_null(attrs_get(&a, "k"));
+	attrs_clear(&a);
+	ck_assert_uint_eq(a.n, 0);
+	ck_assert_ptr_null(attrs_get(&a, "k1"));
+}
+END_TEST
+
 START_TEST(test_glob)
 {
 	ck_assert_msg(glob_match(glob_cases[_i].pat, glob_cases[_i].s) ==
@@ -290,6 +325,7 @@ rules_suite(void)
 	TCase *tc = tcase_create("core");
 
 	tcase_add_test(tc, test_attrs_set_get_replace);
+	tcase_add_test(tc, test_attrs_many);
 	tcase_add_loop_test(tc, test_glob, 0,
 	    sizeof(glob_cases) / sizeof(glob_cases[0]));
 	tcase_add_test(tc, test_pattern_kinds);
