@@ -312,7 +312,11 @@ job_call_done(struct backend_call *call)
 		case RL_ON_ERROR_DENY:
 			report(d, job->ap, job->checks, NULL, job->n, false,
 			    DECIDE_RULE_ERROR);
-			fail(out, DECIDE_BACKEND_UNAVAILABLE, "%s", call->err);
+			/* The kind only: the store's own text (its replies,
+			 * addresses) goes to the log, not to clients. */
+			fail(out, DECIDE_BACKEND_UNAVAILABLE, "the %s store "
+			    "failed (%s)", b->name,
+			    backend_error_kind_name(call->kind));
 			job_finish(job);
 			return;
 		case RL_ON_ERROR_LOCAL:

@@ -43,6 +43,7 @@
 #include <sys/random.h>
 
 #include "limiter.h"
+#include "log.h"
 #include "util.h"
 
 #define MEMORY_STRIPE_BITS 6
@@ -86,6 +87,8 @@ struct memory_backend {
 	int64_t max_keys;		/* < 1: no bound */
 	atomic_llong nkeys;		/* entries in every stripe */
 	atomic_llong last_full_sweep;	/* clock time of the last one */
+	atomic_llong last_full_log;	/* monotonic us of the last "full" line */
+	atomic_llong full_unlogged;	/* full answers since that line */
 	uint64_t seed[2];		/* SipHash key */
 	union memory_stripe_slot stripes[MEMORY_STRIPES];
 };
@@ -435,6 +438,24 @@ memory_attempt(struct memory_backend *m, const struct rl_check *checks,
 	return rc;
 }
 
+/* Say that the store is full: at most one line every 10 s, with the number
+ * of calls it refused since the last one.  Any thread, lock-free. */
+static void
+memory_log_full(struct memory_backend *m)
+{
+	long long now = (long long)util_monotonic_us(), n;
+	long long last = atomic_load(&m->last_full_log);
+
+	atomic_fetch_add(&m->full_unlogged, 1);
+	if ((last != (long long)INT64_MIN && now - last < 10000000LL) ||
+	    !atomic_compare_exchange_strong(&m->last_full_log, &last, now))
+		return;
+	n = atomic_exchange(&m->full_unlogged, 0);
+	log_warnx("memory store full: %lld keys (memory.max_keys); %lld "
+	    "calls answered by on_backend_error since the last such line",
+	    (long long)m->max_keys, n);
+}
+
 static int
 memory_decide(struct backend *b, const struct rl_check *checks, size_t n,
     struct rl_result *out, bool *all_allowed, enum backend_error_kind *kind,
@@ -484,6 +505,7 @@ memory_decide(struct backend *b, const struct rl_check *checks, size_t n,
 		*kind = BACKEND_ERR_FULL;
 		snprintf(err, errlen, "memory store full: %lld keys "
 		    "(max_keys)", (long long)m->max_keys);
+		memory_log_full(m);
 	} else if (rc == MEMORY_ERROR) {
 		*kind = BACKEND_ERR_FULL;	/* out of memory */
 	} else {
@@ -577,6 +599,8 @@ backend_memory_new(int64_t max_keys, backend_clock_fn clock, void *clock_arg)
 	m->max_keys = max_keys;
 	atomic_init(&m->nkeys, 0);
 	atomic_init(&m->last_full_sweep, (long long)INT64_MIN);
+	atomic_init(&m->last_full_log, (long long)INT64_MIN);
+	atomic_init(&m->full_unlogged, 0);
 	memory_seed(m->seed);
 	for (i = 0; i < MEMORY_STRIPES; i++) {
 		st = &m->stripes[i].s;

@@ -475,6 +475,70 @@ START_TEST(test_header_and_attribute_limits)
 }
 END_TEST
 
+/* --- store failures ------------------------------------------------------ */
+
+/* A full memory store is said in the log and counted, and the 503 of
+ * on_backend_error: deny names the kind of failure only. */
+START_TEST(test_memory_full_said_and_counted)
+{
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	char body[64], line[512];
+	bool logged = false;
+	FILE *f;
+	int i;
+
+	h_daemon_start(&d, "listen: \"127.0.0.1:%PORT%\"\nbackend: memory\n"
+	    "memory:\n  max_keys: 3\non_backend_error: deny\n"
+	    "shutdown_timeout: 1s\n" "rules:\n  - name: r\n"
+	    "    key: \"${user}\"\n    limit: 5\n    window: 60s\n");
+	for (i = 0; i < 6; i++) {
+		snprintf(body, sizeof(body), "{\"user\":\"u%d\"}", i);
+		h_http(&r, "POST", "/acquire", body, NULL);
+		if (i < 3)
+			ck_assert_int_eq(r.status, 200);
+		else {
+			ck_assert_msg(r.status == 503 && strcmp(h_json_str(&r,
+			    "message"), "the memory store failed (full)") == 0,
+			    "key %d of max_keys 3: %ld %s", i, r.status, r.body);
+		}
+		h_resp_free(&r);
+	}
+	ck_assert_int_ge(metric("ratelimitd_backend_errors_total{backend="
+	    "\"memory\",kind=\"full\"}"), 3);
+	f = fopen(d.log, "r");
+	ck_assert(f != NULL);
+	while (fgets(line, sizeof(line), f) != NULL)
+		logged |= strstr(line, "memory store full") != NULL;
+	fclose(f);
+	ck_assert_msg(logged, "no log line says the memory store is full");
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* Redis refuses connections, on_backend_error: deny: the 503 says which
+ * kind of failure, not the address or the system's words. */
+START_TEST(test_backend_error_text_not_leaked)
+{
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	char yaml[1024];
+	int port = h_free_port();
+
+	snprintf(yaml, sizeof(yaml), "listen: \"127.0.0.1:%%PORT%%\"\n"
+	    "backend: redis\nredis:\n  url: \"redis://127.0.0.1:%d/0\"\n"
+	    "on_backend_error: deny\nshutdown_timeout: 1s\n%s", port, rules);
+	h_daemon_start(&d, yaml);
+	h_http(&r, "POST", "/acquire", "{\"user\":\"a\"}", NULL);
+	ck_assert_msg(r.status == 503, "%ld %s", r.status, r.body);
+	ck_assert_msg(strstr(r.body, "127.0.0.1") == NULL &&
+	    strstr(r.body, "refused") == NULL && strstr(r.body, "connect") !=
+	    NULL, "503 body: %s", r.body);
+	h_resp_free(&r);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 /* --- unix sockets and users ---------------------------------------------- */
 
 /* Start the daemon on yaml (no HTTP port to wait on); returns its pid. */
@@ -666,6 +730,8 @@ int main(void)
 	tcase_add_test(tc, test_unix_socket_live_and_mode);
 	tcase_add_test(tc, test_user_drops_root);
 	tcase_add_test(tc, test_check_what_start_reads);
+	tcase_add_test(tc, test_memory_full_said_and_counted);
+	tcase_add_test(tc, test_backend_error_text_not_leaked);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_set_fork_status(sr, CK_FORK);
