@@ -12,6 +12,7 @@ SHELL := /bin/bash
 # Packages: what building needs, and what the tests need on top.
 DEPS_BUILD = gcc make autoconf automake pkg-config libmicrohttpd-dev \
 	libhiredis-dev libjansson-dev libyaml-dev
+DEPS_FUZZ = clang
 DEPS_TEST = check libcurl4-openssl-dev redis-server nginx curl systemd \
 	prometheus wrk
 
@@ -126,7 +127,7 @@ $(INTEG_BIN): $(BUILD)/tests/check_%: tests/integration/check_%.c \
 
 # Install missing Debian packages when we can (root with apt-get).
 deps:
-	@missing=""; for p in $(DEPS_BUILD) $(if $(filter 1,$(WITH_TEST_DEPS)),$(DEPS_TEST)); do \
+	@missing=""; for p in $(DEPS_BUILD) $(if $(filter 1,$(WITH_TEST_DEPS)),$(DEPS_TEST)) $(if $(filter fuzz,$(MAKECMDGOALS)),$(DEPS_FUZZ)); do \
 		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | \
 		grep -q '^install ok installed' || missing="$$missing $$p"; \
 	done; \
@@ -188,11 +189,55 @@ install: $(BUILD)/ratelimitd
 		$(DESTDIR)$(PREFIX)/share/man/man8/ratelimitd.8
 
 clean:
-	rm -rf build build-*
+	rm -rf build build-* build-fuzz
 
 distclean: clean
 	rm -rf config.mk config.log config.status configure aclocal.m4 \
 		autom4te.cache
+
+# --- fuzz: libFuzzer on the parsers of untrusted input ----------------------
+
+# make fuzz: every tests/fuzz/fuzz_*.c target, built with clang
+# (-fsanitize=fuzzer,address,undefined) against the daemon's sources built
+# the same way into build-fuzz/, runs FUZZ_SECONDS each on a copy of its
+# committed seed corpus (tests/fuzz/corpus/NAME); a crash stops it with the
+# input saved under build-fuzz/.  FUZZ_SECONDS=600 for a long run.
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 20
+FUZZ_FLAGS = -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
+	-fno-sanitize-recover=all
+FUZZ_SRC = $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BIN = $(patsubst tests/fuzz/%.c,build-fuzz/%,$(FUZZ_SRC))
+FUZZ_LIB_SRC = $(filter-out src/front/%,$(CORE_SRC))	# no libmicrohttpd
+FUZZ_LIB_OBJ = $(patsubst src/%.c,build-fuzz/obj/%.o,$(FUZZ_LIB_SRC)) \
+	build-fuzz/obj/lua_scripts.o
+
+build-fuzz/obj/%.o: src/%.c $(HDRS) config.mk
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CPPFLAGS) -std=c11 -pthread $(FUZZ_FLAGS) \
+		-fsanitize=fuzzer-no-link $(LIB_CFLAGS) -c -o $@ $<
+
+build-fuzz/obj/lua_scripts.o: $(BUILD)/lua_scripts.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CPPFLAGS) -std=c11 $(FUZZ_FLAGS) -c -o $@ $<
+
+build-fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_OBJ)
+	$(FUZZ_CC) $(CPPFLAGS) -std=c11 -pthread $(FUZZ_FLAGS) \
+		-fsanitize=fuzzer $(LIB_CFLAGS) -o $@ $< $(FUZZ_LIB_OBJ) $(LIBS)
+
+fuzz: deps $(FUZZ_BIN)
+	@set -e; for f in $(FUZZ_BIN); do \
+		n=$$(basename $$f); c=build-fuzz/corpus/$$n; \
+		mkdir -p $$c; cp -n tests/fuzz/corpus/$$n/* $$c/ 2>/dev/null \
+			|| true; \
+		echo "== $$n ($(FUZZ_SECONDS) s)"; \
+		$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+			-artifact_prefix=build-fuzz/$$n- $$c 2>&1 | \
+			grep -E '^(#[0-9]+.*DONE|Done|stat::number_of_executed|==[0-9]+==ERROR|SUMMARY)' ; \
+		test $${PIPESTATUS[0]} -eq 0; done
+
+.PHONY: fuzz
+.SECONDARY: $(FUZZ_LIB_OBJ)
 
 # --- bench: speed, accuracy and memory --------------------------------------
 

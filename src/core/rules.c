@@ -176,31 +176,39 @@ glob_match(const char *pat, const char *s)
 }
 
 /*
- * An upper bound on the size of the automaton regcomp() builds for the ERE
- * src: every atom counts 1, a group the sum of its parts (alternatives
- * included), and a repetition multiplies what it repeats (`{m,n}` by n,
- * `{m,}` by m + 1, `*` `+` `?` by 2), as glibc copies the atom that many
- * times.  `a{1000}{1000}{1000}` is 1e9: regcomp would take gigabytes and
- * minutes.  Saturates at REGEX_COST_MAX + 1.
+ * An upper bound on the work regcomp() does for the ERE src: every atom
+ * counts 1, a group the sum of its parts (alternatives included), and a
+ * repetition multiplies what it repeats (`{m,n}` by n, `{m,}` by m + 1,
+ * `*` `+` `?` by 2), as glibc copies the atom that many times:
+ * `a{1000}{1000}{1000}` is 1e9, gigabytes and minutes.  Loops inside loops
+ * cost glibc more than their size (its epsilon closures grow with the
+ * nesting: `a*++++++++++++` alone takes minutes), so more than
+ * REGEX_STACK_MAX repetitions of one atom, or loops nested deeper than
+ * REGEX_NEST_MAX, count as too large too.  Saturates at REGEX_COST_MAX + 1.
+ * Returns -1 for a back-reference (`\1`), which makes matching exponential
+ * in the value's length.
  */
 #define REGEX_COST_MAX 20000
 #define REGEX_DEPTH_MAX 32
+#define REGEX_STACK_MAX 2
+#define REGEX_NEST_MAX 3
 
 static double
 regex_cost(const char *src)
 {
 	double cur[REGEX_DEPTH_MAX + 1], last = 0, k, m, n;
+	int nest[REGEX_DEPTH_MAX + 1], last_nest = 0, stacked = 0, depth = 0;
 	const char *p = src, *q;
-	int depth = 0;
 
 	cur[0] = 0;
+	nest[0] = 0;
 	while (*p != '\0') {
 		switch (*p) {
 		case '\\':
+			if (p[1] >= '1' && p[1] <= '9')
+				return -1;	/* a back-reference */
 			p += p[1] != '\0' ? 2 : 1;
-			last = 1;
-			cur[depth] += 1;
-			continue;
+			goto atom;
 		case '[':
 			q = p + 1;
 			if (*q == '^')
@@ -210,21 +218,26 @@ regex_cost(const char *src)
 			while (*q != '\0' && *q != ']')
 				q++;
 			p = *q == ']' ? q + 1 : q;
-			last = 1;
-			cur[depth] += 1;
-			continue;
+			goto atom;
 		case '(':
 			if (depth == REGEX_DEPTH_MAX)
 				return REGEX_COST_MAX + 1;
-			cur[++depth] = 0;
+			depth++;
+			cur[depth] = 0;
+			nest[depth] = 0;
 			last = 0;
+			last_nest = 0;
+			stacked = 0;
 			p++;
 			continue;
 		case ')':
 			if (depth > 0) {
-				last = cur[depth--];
+				last = cur[depth];
+				last_nest = nest[depth];
+				depth--;
 				cur[depth] += last;
 			}
+			stacked = 0;
 			p++;
 			continue;
 		case '*': case '+': case '?':
@@ -243,25 +256,32 @@ regex_cost(const char *src)
 			} else
 				n = m;
 			if (*q != '}') {	/* a literal '{' */
-				last = 1;
-				cur[depth] += 1;
 				p++;
-				continue;
+				goto atom;
 			}
 			k = n < 1 ? 1 : n;
 			p = q + 1;
 			break;
 		default:
-			last = 1;
-			cur[depth] += 1;
 			p++;
-			continue;
+			goto atom;
 		}
 		/* A repetition of the last atom. */
+		if (++stacked > REGEX_STACK_MAX ||
+		    ++last_nest > REGEX_NEST_MAX)
+			return REGEX_COST_MAX + 1;
+		if (last_nest > nest[depth])
+			nest[depth] = last_nest;
 		cur[depth] += last * (k - 1);
 		last *= k;
 		if (cur[depth] > REGEX_COST_MAX)
 			return REGEX_COST_MAX + 1;
+		continue;
+atom:
+		last = 1;
+		last_nest = 0;
+		stacked = 0;
+		cur[depth] += 1;
 	}
 	while (depth > 0) {
 		last = cur[depth--];
@@ -273,6 +293,7 @@ regex_cost(const char *src)
 int
 pattern_compile(struct pattern *p, const char *src, char *err, size_t errlen)
 {
+	double cost;
 	int rc;
 
 	memset(p, 0, sizeof(*p));
@@ -289,7 +310,14 @@ pattern_compile(struct pattern *p, const char *src, char *err, size_t errlen)
 	}
 	if (p->kind != PATTERN_REGEX)
 		return 0;
-	if (regex_cost(src) > REGEX_COST_MAX) {
+	if ((cost = regex_cost(src)) < 0) {
+		snprintf(err, errlen, "regex \"%.64s%s\": back-references are "
+		    "not allowed", src, strlen(src) > 64 ? "..." : "");
+		rl_free(p->text);
+		p->text = NULL;
+		return -1;
+	}
+	if (cost > REGEX_COST_MAX) {
 		snprintf(err, errlen, "regex \"%.64s%s\" is too large once its "
 		    "repetitions are expanded (more than %d states)", src,
 		    strlen(src) > 64 ? "..." : "", REGEX_COST_MAX);

@@ -442,6 +442,18 @@ static const struct {
 	  "    limit: 1\n    window: 1s\n",
 	  "t.yaml:3:19: regex \"a{1000}{1000}{1000}\" is too large once its "
 	  "repetitions are expanded (more than 20000 states)" },
+	/* Found by fuzzing: 14 nested loops, minutes in regcomp. */
+	{ "rules:\n  - name: r\n    match: {path: \"~x*+++++++++++++\"}\n"
+	  "    limit: 1\n    window: 1s\n",
+	  "t.yaml:3:19: regex \"x*+++++++++++++\" is too large once its "
+	  "repetitions are expanded (more than 20000 states)" },
+	{ "rules:\n  - name: r\n    match: {path: \"~((((a*)*)*)*)*\"}\n"
+	  "    limit: 1\n    window: 1s\n",
+	  "t.yaml:3:19: regex \"((((a*)*)*)*)*\" is too large once its "
+	  "repetitions are expanded (more than 20000 states)" },
+	{ "rules:\n  - name: r\n    match: {path: \"~(a+)\\\\1\"}\n"
+	  "    limit: 1\n    window: 1s\n",
+	  "t.yaml:3:19: regex \"(a+)\\1\": back-references are not allowed" },
 	{ "listen: \"a\\0b\"\n",
 	  "t.yaml:1:9: listen: contains a NUL byte" },
 	{ "redis: 5\n",
