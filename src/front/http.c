@@ -100,6 +100,9 @@ struct request {
 	struct decide_request dr;
 	struct decision decision;
 	struct backend_call probe;	/* EP_READY */
+	bool answered_raw;		/* see resume() */
+	bool resumed_seen;		/* the handler ran after the resume */
+	bool answered;			/* an answer was queued */
 };
 
 /* --- listening -------------------------------------------------------- */
@@ -307,49 +310,114 @@ fmt_free(char *text, const char *stack)
 		rl_free(text);
 }
 
-/* Add a header of any length; false when out of memory. */
-static bool __attribute__((format(printf, 3, 4)))
-add_header_fmt(struct MHD_Response *r, const char *name, const char *fmt,
+/* Where headers go: an MHD response, or a raw answer being written. */
+struct header_sink {
+	struct MHD_Response *r;		/* or NULL */
+	char *buf;			/* raw: NUL-terminated text */
+	size_t len, cap;
+	bool failed;
+};
+
+static void
+sink_add(struct header_sink *k, const char *name, const char *value)
+{
+	size_t need;
+	char *nb;
+
+	if (k->r != NULL) {
+		if (MHD_add_response_header(k->r, name, value) != MHD_YES)
+			k->failed = true;
+		return;
+	}
+	need = k->len + strlen(name) + strlen(value) + 5;
+	if (need > k->cap) {
+		if ((nb = rl_realloc(k->buf, need * 2)) == NULL) {
+			k->failed = true;
+			return;
+		}
+		k->buf = nb;
+		k->cap = need * 2;
+	}
+	k->len += (size_t)snprintf(k->buf + k->len, k->cap - k->len,
+	    "%s: %s\r\n", name, value);
+}
+
+/* Add a header of any length. */
+static void __attribute__((format(printf, 3, 4)))
+add_header_fmt(struct header_sink *k, const char *name, const char *fmt,
     ...)
 {
 	char stack[256], *text;
 	va_list ap;
 	size_t len;
-	bool ok;
 
 	va_start(ap, fmt);
 	text = vfmt_buf(stack, sizeof(stack), &len, fmt, ap);
 	va_end(ap);
-	if (text == NULL)
-		return false;
-	ok = MHD_add_response_header(r, name, text) == MHD_YES;
+	if (text == NULL) {
+		k->failed = true;
+		return;
+	}
+	sink_add(k, name, text);
 	fmt_free(text, stack);
-	return ok;
 }
 
 /* The RateLimit headers of CONTRACT 5 for the deciding rule. */
 static void
-add_rate_headers(struct MHD_Response *r, const struct decision *d)
+add_rate_headers(struct header_sink *k, const struct decision *d)
 {
 	int64_t reset_s = util_ceil_div(d->reset_ms, 1000);
 
 	if (d->rule == NULL)
 		return;
-	add_header_fmt(r, "RateLimit-Policy", "\"%s\";q=%lld;w=%lld",
+	add_header_fmt(k, "RateLimit-Policy", "\"%s\";q=%lld;w=%lld",
 	    d->rule->name, (long long)d->limit,
 	    (long long)util_ceil_div(d->rule->window_ms, 1000));
-	add_header_fmt(r, "RateLimit", "\"%s\";r=%lld;t=%lld", d->rule->name,
+	add_header_fmt(k, "RateLimit", "\"%s\";r=%lld;t=%lld", d->rule->name,
 	    (long long)d->remaining, (long long)reset_s);
-	add_header_fmt(r, "X-RateLimit-Limit", "%lld", (long long)d->limit);
-	add_header_fmt(r, "X-RateLimit-Remaining", "%lld",
+	add_header_fmt(k, "X-RateLimit-Limit", "%lld", (long long)d->limit);
+	add_header_fmt(k, "X-RateLimit-Remaining", "%lld",
 	    (long long)d->remaining);
-	add_header_fmt(r, "X-RateLimit-Reset", "%lld", (long long)reset_s);
+	add_header_fmt(k, "X-RateLimit-Reset", "%lld", (long long)reset_s);
 	if (!d->allowed) {
 		int64_t ra = util_ceil_div(d->retry_after_ms, 1000);
 
-		add_header_fmt(r, MHD_HTTP_HEADER_RETRY_AFTER, "%lld",
+		add_header_fmt(k, MHD_HTTP_HEADER_RETRY_AFTER, "%lld",
 		    (long long)(ra < 1 ? 1 : ra));
 	}
+}
+
+/*
+ * The status and body of a decided request (d->status == DECIDE_OK): JSON
+ * for /acquire, empty for /auth.  The body is in stack or a new buffer
+ * (fmt_free); NULL when out of memory.
+ */
+static char *
+decision_body(const struct request *rq, const struct decision *d,
+    char *stack, size_t cap, size_t *n, int *status)
+{
+	*n = 0;
+	stack[0] = '\0';
+	if (rq->ep == EP_AUTH)
+		*status = d->allowed ? 200 : rq->cfg->auth_deny_status;
+	else
+		*status = d->allowed ? 200 : 429;
+	if (rq->ep == EP_ACQUIRE && d->rule != NULL)
+		/* Rule names are [A-Za-z0-9_.-]+: nothing to escape. */
+		return fmt_buf(stack, cap, n, "{\"allowed\":%s,"
+		    "\"rule\":\"%s\",\"limit\":%lld,\"remaining\":%lld,"
+		    "\"reset_ms\":%lld,\"retry_after_ms\":%lld,"
+		    "\"shadow\":%s%s}", d->allowed ? "true" : "false",
+		    d->rule->name, (long long)d->limit,
+		    (long long)d->remaining, (long long)d->reset_ms,
+		    (long long)d->retry_after_ms, d->shadow ? "true" : "false",
+		    d->degraded ? ",\"degraded\":true" : "");
+	if (rq->ep == EP_ACQUIRE)
+		return fmt_buf(stack, cap, n, "{\"allowed\":true,"
+		    "\"rule\":null,\"limit\":null,\"remaining\":null,"
+		    "\"reset_ms\":0,\"retry_after_ms\":0,\"shadow\":false%s}",
+		    d->degraded ? ",\"degraded\":true" : "");
+	return stack;
 }
 
 /* Answer a decision: JSON for /acquire, an empty body for /auth. */
@@ -357,8 +425,8 @@ static enum MHD_Result
 respond_decision(struct http_server *s, struct MHD_Connection *conn,
     const struct request *rq, const struct decision *d)
 {
-	struct MHD_Response *r;
-	char stack[512], *body = stack;
+	struct header_sink k = { 0 };
+	char stack[512], *body;
 	size_t n = 0;
 	int status;
 
@@ -369,36 +437,89 @@ respond_decision(struct http_server *s, struct MHD_Connection *conn,
 		return respond_error(s, conn, code,
 		    decide_status_code(d->status), "%s", d->message);
 	}
-	if (rq->ep == EP_AUTH)
-		status = d->allowed ? 200 : rq->cfg->auth_deny_status;
-	else
-		status = d->allowed ? 200 : 429;
-	if (rq->ep == EP_ACQUIRE && d->rule != NULL) {
-		/* Rule names are [A-Za-z0-9_.-]+: nothing to escape. */
-		body = fmt_buf(stack, sizeof(stack), &n, "{\"allowed\":%s,"
-		    "\"rule\":\"%s\",\"limit\":%lld,\"remaining\":%lld,"
-		    "\"reset_ms\":%lld,\"retry_after_ms\":%lld,"
-		    "\"shadow\":%s%s}", d->allowed ? "true" : "false",
-		    d->rule->name, (long long)d->limit,
-		    (long long)d->remaining, (long long)d->reset_ms,
-		    (long long)d->retry_after_ms, d->shadow ? "true" : "false",
-		    d->degraded ? ",\"degraded\":true" : "");
-	} else if (rq->ep == EP_ACQUIRE) {
-		body = fmt_buf(stack, sizeof(stack), &n, "{\"allowed\":true,"
-		    "\"rule\":null,\"limit\":null,\"remaining\":null,"
-		    "\"reset_ms\":0,\"retry_after_ms\":0,\"shadow\":false%s}",
-		    d->degraded ? ",\"degraded\":true" : "");
-	}
-	if (body == NULL)
+	if ((body = decision_body(rq, d, stack, sizeof(stack), &n,
+	    &status)) == NULL)
 		return respond_error(s, conn, 500, "internal_error",
 		    "out of memory");
-	r = MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_COPY);
+	k.r = MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_COPY);
 	fmt_free(body, stack);
-	if (r == NULL)
+	if (k.r == NULL)
 		return MHD_NO;
-	add_rate_headers(r, d);
+	add_rate_headers(&k, d);
 	return respond(s, conn, status, rq->ep == EP_ACQUIRE ? JSON_TYPE :
-	    NULL, NULL, 0, r);
+	    NULL, NULL, 0, k.r);
+}
+
+/*
+ * Write the answer of a decided request straight to the socket, and close
+ * after it: for a client that shut down its sending side while its request
+ * waited for the store, whose answer libmicrohttpd would drop on resume
+ * (it sees the end of input first).  False when it could not be written
+ * whole; either way the connection is then closed.  Runs on the store's
+ * thread while the connection is suspended: nothing else touches it.
+ */
+static bool
+answer_raw(struct http_server *s, int fd, const struct request *rq)
+{
+	const struct decision *d = &rq->decision;
+	struct header_sink k = { 0 };
+	char stack[512], *body, head[160];
+	size_t n = 0, off;
+	int status = 503, hl;
+	bool ok = false;
+	const char *parts[3];
+	size_t lens[3];
+	ssize_t w;
+	int i;
+
+	if (d->status != DECIDE_OK) {
+		int code = d->status == DECIDE_BACKEND_UNAVAILABLE ? 503 :
+		    d->status == DECIDE_INTERNAL ? 500 : 400;
+		json_t *o = json_pack("{s:s, s:s}", "error",
+		    decide_status_code(d->status), "message", d->message);
+		char *text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+
+		json_decref(o);
+		if (text == NULL)
+			return false;
+		body = fmt_buf(stack, sizeof(stack), &n, "%s", text);
+		free(text);
+		status = code;
+		sink_add(&k, MHD_HTTP_HEADER_CONTENT_TYPE, JSON_TYPE);
+	} else {
+		body = decision_body(rq, d, stack, sizeof(stack), &n, &status);
+		if (rq->ep == EP_ACQUIRE)
+			sink_add(&k, MHD_HTTP_HEADER_CONTENT_TYPE, JSON_TYPE);
+		add_rate_headers(&k, d);
+	}
+	if (body == NULL || k.failed)
+		goto out;
+	hl = snprintf(head, sizeof(head), "HTTP/1.1 %d %s\r\n"
+	    "Connection: close\r\nContent-Length: %zu\r\n", status,
+	    MHD_get_reason_phrase_for((unsigned)status), n);
+	parts[0] = head;
+	lens[0] = (size_t)hl;
+	parts[1] = k.buf != NULL ? k.buf : "";
+	lens[1] = k.len;
+	parts[2] = body;
+	lens[2] = n;
+	for (i = 0; i < 3; i++) {
+		for (off = 0; off < lens[i]; off += (size_t)w) {
+			w = send(fd, parts[i] + off, lens[i] - off,
+			    MSG_NOSIGNAL);
+			if (w <= 0)
+				goto out;
+		}
+		if (i == 1 && send(fd, "\r\n", 2, MSG_NOSIGNAL) != 2)
+			goto out;
+	}
+	ok = true;
+	metrics_http_response(s->metrics, status);
+out:
+	if (body != NULL)
+		fmt_free(body, stack);
+	rl_free(k.buf);
+	return ok;
 }
 
 /* The fields of /acquire that are not attributes (CONTRACT 3). */
@@ -590,11 +711,24 @@ static enum MHD_Result
 finish_decision(struct http_server *s, struct MHD_Connection *conn,
     struct request *rq)
 {
+	rq->answered = true;
 	enum MHD_Result ret = respond_decision(s, conn, rq, &rq->decision);
 
 	if (rq->cfg->access_log && log_enabled(LOG_LEVEL_INFO))
 		log_access(rq);
 	return ret;
+}
+
+/* Has the client shut down its sending side (a FIN is waiting)? */
+static bool
+client_half_closed(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn,
+	    MHD_CONNECTION_INFO_CONNECTION_FD);
+	char c;
+
+	return ci != NULL && recv(ci->connect_fd, &c, 1,
+	    MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
 /* The guard's record of a connection (its socket context). */
@@ -742,12 +876,22 @@ suspend(struct http_server *s, struct request *rq)
 }
 
 /* The store answered (any thread): wake the connection.  The loop then
- * calls the handler again, which answers and uncounts it. */
+ * calls the handler again, which answers and uncounts it.  A client that
+ * shut down its sending side meanwhile is answered here, straight on the
+ * socket: libmicrohttpd would see its end of input first on resume and
+ * close without the answer. */
 static void
 resume(void *arg)
 {
 	struct request *rq = arg;
+	const union MHD_ConnectionInfo *ci;
 
+	if (rq->ep != EP_READY && client_half_closed(rq->conn) &&
+	    (ci = MHD_get_connection_info(rq->conn,
+	    MHD_CONNECTION_INFO_CONNECTION_FD)) != NULL) {
+		(void)answer_raw(rq->s, ci->connect_fd, rq);
+		rq->answered_raw = true;
+	}
 	rq->state = RQ_DECIDED;
 	MHD_resume_connection(rq->conn);
 }
@@ -762,6 +906,7 @@ probe_done(struct backend_call *call)
 static void
 resumed(struct http_server *s, struct request *rq)
 {
+	rq->resumed_seen = true;
 	http_guard_waiting(conn_ctx(rq->conn), false);
 	__atomic_sub_fetch(&s->suspended, 1, __ATOMIC_SEQ_CST);
 }
@@ -793,6 +938,11 @@ handle_decision(struct http_server *s, struct MHD_Connection *conn,
 
 	if (rq->state == RQ_DECIDED) {
 		resumed(s, rq);
+		if (rq->answered_raw) {
+			if (rq->cfg->access_log && log_enabled(LOG_LEVEL_INFO))
+				log_access(rq);
+			return MHD_NO;	/* answered; close */
+		}
 		return finish_decision(s, conn, rq);
 	}
 	if (rq->too_large)
@@ -1017,6 +1167,17 @@ request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	http_guard_request_done(conn_ctx(conn));
 	if (rq == NULL)
 		return;
+	if (rq->state == RQ_DECIDED && !rq->resumed_seen) {
+		/* Resumed, then closed by libmicrohttpd before the handler
+		 * ran: the client shut down its sending side after resume()
+		 * looked.  The socket is still open: answer on it. */
+		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+		    conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+		if (rq->ep != EP_READY && !rq->answered_raw && ci != NULL)
+			(void)answer_raw(s, ci->connect_fd, rq);
+		resumed(s, rq);
+	}
 	config_unref(rq->cfg);
 	rl_free(rq->body);
 	rl_free(rq->rule);

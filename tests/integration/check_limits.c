@@ -539,6 +539,48 @@ START_TEST(test_backend_error_text_not_leaked)
 }
 END_TEST
 
+/*
+ * Clients that shut down their sending side right after the request (as
+ * some proxies and scripts do) get their answer on the Redis path too:
+ * libmicrohttpd dropped it when the end of input came while the request
+ * waited for Redis (16-39 of 82 lost).
+ */
+START_TEST(test_half_close_on_redis)
+{
+	enum { N = 82 };
+	struct h_redis red = { 0 };
+	struct h_daemon d = { 0 };
+	char yaml[1024], req[2200], buf[2048];
+	int fds[N], i, answered = 0;
+	bool closed;
+
+	h_redis_start(&red);
+	snprintf(yaml, sizeof(yaml), "listen: \"127.0.0.1:%%PORT%%\"\n"
+	    "backend: redis\nredis:\n  url: \"redis://127.0.0.1:%d/0\"\n"
+	    "  timeout: 2s\nshutdown_timeout: 1s\n%s", red.port, rules);
+	h_daemon_start(&d, yaml);
+	for (i = 0; i < N; i++) {
+		int body = snprintf(buf, sizeof(buf), "{\"user\":\"h%d\"}", i);
+
+		snprintf(req, sizeof(req), "POST /acquire HTTP/1.1\r\nHost: x"
+		    "\r\nContent-Length: %d\r\n\r\n%s", body, buf);
+		fds[i] = raw_connect(d.port);
+		raw_send(fds[i], req);
+		shutdown(fds[i], SHUT_WR);
+	}
+	for (i = 0; i < N; i++) {
+		raw_read(fds[i], buf, sizeof(buf), 3000, &closed);
+		answered += strncmp(buf, "HTTP/1.1 200", 12) == 0 &&
+		    strstr(buf, "\"allowed\":true") != NULL;
+		close(fds[i]);
+	}
+	ck_assert_msg(answered == N, "%d of %d half-closed clients answered",
+	    answered, N);
+	h_daemon_stop(&d);
+	h_redis_stop(&red);
+}
+END_TEST
+
 /* --- unix sockets and users ---------------------------------------------- */
 
 /* Start the daemon on yaml (no HTTP port to wait on); returns its pid. */
@@ -732,6 +774,7 @@ int main(void)
 	tcase_add_test(tc, test_check_what_start_reads);
 	tcase_add_test(tc, test_memory_full_said_and_counted);
 	tcase_add_test(tc, test_backend_error_text_not_leaked);
+	tcase_add_test(tc, test_half_close_on_redis);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_set_fork_status(sr, CK_FORK);
