@@ -173,13 +173,7 @@ metrics_http_response(struct metrics *m, int status)
 static uint32_t
 metrics_hash(const char *s)
 {
-	uint32_t h = 2166136261u;
-
-	for (; *s != '\0'; s++) {
-		h ^= (unsigned char)*s;
-		h *= 16777619u;
-	}
-	return h;
+	return (uint32_t)util_fnv1a(s, strlen(s));
 }
 
 /* The entry for name, or NULL.  Caller holds the lock (either mode). */

@@ -41,6 +41,20 @@ size_t util_strlcpy(char *dst, const char *src, size_t dstlen);
 
 /* CLOCK_MONOTONIC and CLOCK_REALTIME in microseconds.  Any thread. */
 int64_t util_monotonic_us(void);
+
+/* FNV-1a, 64 bits, of len bytes: for tables whose keys have no adversary
+ * worth a keyed hash, or whose size bounds what one can do. */
+static inline uint64_t util_fnv1a(const void *p, size_t len)
+{
+	const unsigned char *b = p;
+	uint64_t h = UINT64_C(0xcbf29ce484222325);
+
+	while (len-- > 0) {
+		h ^= *b++;
+		h *= UINT64_C(0x100000001b3);
+	}
+	return h;
+}
 int64_t util_realtime_us(void);
 
 /* Ceiling division for non-negative a and positive b. */

@@ -37,14 +37,7 @@ struct deny_cache {
 static uint64_t
 deny_hash(const char *key, size_t len)
 {
-	uint64_t h = UINT64_C(0xcbf29ce484222325);
-	size_t i;
-
-	for (i = 0; i < len; i++) {
-		h ^= (unsigned char)key[i];
-		h *= UINT64_C(0x100000001b3);
-	}
-	return h;
+	return util_fnv1a(key, len);
 }
 
 struct deny_cache *

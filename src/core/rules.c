@@ -16,13 +16,7 @@
 static uint32_t
 attrs_hash(const char *s)
 {
-	uint32_t h = 2166136261u;
-
-	for (; *s != '\0'; s++) {
-		h ^= (unsigned char)*s;
-		h *= 16777619u;
-	}
-	return h;
+	return (uint32_t)util_fnv1a(s, strlen(s));
 }
 
 /* The position of name, or a->n when absent. */

@@ -242,21 +242,32 @@ respond(struct http_server *s, struct MHD_Connection *conn, int status,
 	return ret;
 }
 
+/* The JSON body of an error: {"error": code, "message": ...}, in a new
+ * buffer (free()), or NULL when out of memory. */
+static char *
+error_json(const char *code, const char *fmt, va_list ap)
+{
+	char msg[512], *text;
+	json_t *o;
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	o = json_pack("{s:s, s:s}", "error", code, "message", msg);
+	text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	return text;
+}
+
 static enum MHD_Result
 respond_error(struct http_server *s, struct MHD_Connection *conn,
     int status, const char *code, const char *fmt, ...)
 {
-	char msg[512], *text;
-	json_t *o;
-	va_list ap;
 	enum MHD_Result ret;
+	va_list ap;
+	char *text;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	text = error_json(code, fmt, ap);
 	va_end(ap);
-	o = json_pack("{s:s, s:s}", "error", code, "message", msg);
-	text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
-	json_decref(o);
 	if (text == NULL)
 		return respond(s, conn, 500, NULL, "", 0, NULL);
 	ret = respond(s, conn, status, JSON_TYPE, text, strlen(text), NULL);
@@ -793,22 +804,18 @@ framing_walk(void *cls, enum MHD_ValueKind kind, const char *key,
 	return MHD_YES;
 }
 
-/* An answer that closes its connection. */
+/* An error answer that closes its connection. */
 static enum MHD_Result __attribute__((format(printf, 5, 6)))
 refuse(struct http_server *s, struct MHD_Connection *conn, int status,
     const char *code, const char *fmt, ...)
 {
-	char msg[256], *text;
 	struct MHD_Response *r;
-	json_t *o;
 	va_list ap;
+	char *text;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	text = error_json(code, fmt, ap);
 	va_end(ap);
-	o = json_pack("{s:s, s:s}", "error", code, "message", msg);
-	text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
-	json_decref(o);
 	r = MHD_create_response_from_buffer(text != NULL ? strlen(text) : 0,
 	    text != NULL ? text : (char *)"", MHD_RESPMEM_MUST_COPY);
 	free(text);

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "ops.h"
 
 static const char head[] =
 	"listen: \"127.0.0.1:%PORT%\"\n"
@@ -307,20 +308,10 @@ START_TEST(test_idle_timeout)
 }
 END_TEST
 
-/* A metric's value from /metrics, -1 if absent. */
-static long long metric(const char *name)
+/* A metric's value from a fresh scrape of the current daemon. */
+static long long metric(const char *series)
 {
-	struct h_resp r = { 0 };
-	const char *p;
-	long long v = -1;
-	char key[128];
-
-	h_http(&r, "GET", "/metrics", NULL, NULL);
-	snprintf(key, sizeof(key), "\n%s ", name);
-	if ((p = strstr(r.body, key)) != NULL)
-		v = atoll(p + strlen(key));
-	h_resp_free(&r);
-	return v;
+	return (long long)ops_metric(series);
 }
 
 /*
