@@ -103,6 +103,8 @@ struct request {
 	bool answered_raw;		/* see resume() */
 	bool resumed_seen;		/* the handler ran after the resume */
 	bool answered;			/* an answer was queued */
+	uint64_t body_seen;		/* body bytes, kept or not */
+	int64_t declared_len;		/* Content-Length, or -1 */
 };
 
 /* --- listening -------------------------------------------------------- */
@@ -757,7 +759,7 @@ conn_ctx(struct MHD_Connection *conn)
 struct framing {
 	int content_length;		/* Content-Length headers */
 	const char *cl_first;
-	bool cl_differ;
+	bool cl_differ, cl_bad;
 	int transfer_encoding;
 	const char *te;
 	bool bad_name;			/* a header name that is no token */
@@ -790,9 +792,17 @@ framing_walk(void *cls, enum MHD_ValueKind kind, const char *key,
 		value = "";
 	f->count++;
 	f->bytes += strlen(key) + strlen(value) + 4;
-	if (!is_token(key))
+	/* libmicrohttpd turns "Content-Length:" folded onto a next line
+	 * " 34" into a header named "Content-Length34": a framing header
+	 * in disguise, which the proxy in front may have read as one. */
+	if (!is_token(key) || (strncasecmp(key, "content-length", 14) == 0 &&
+	    key[14] != '\0') || (strncasecmp(key, "transfer-encoding", 17) ==
+	    0 && key[17] != '\0'))
 		f->bad_name = true;
 	if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+		if (value[0] == '\0' || strspn(value, "0123456789") !=
+		    strlen(value))
+			f->cl_bad = true;	/* empty (a folded line), signs */
 		if (f->content_length++ > 0 && strcmp(f->cl_first, value) != 0)
 			f->cl_differ = true;
 		if (f->cl_first == NULL)
@@ -855,6 +865,9 @@ check_framing(struct http_server *s, struct MHD_Connection *conn,
 	if (f.content_length > 1 && f.cl_differ)
 		return refuse(s, conn, 400, "bad_request", "Content-Length "
 		    "headers that differ");
+	if (f.cl_bad)
+		return refuse(s, conn, 400, "bad_request", "a Content-Length "
+		    "that is not a number");
 	if (f.transfer_encoding > 1 || (f.transfer_encoding == 1 &&
 	    strcasecmp(f.te, "chunked") != 0))
 		return refuse(s, conn, 501, "not_implemented", "only the "
@@ -1114,6 +1127,8 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 		}
 		cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 		    MHD_HTTP_HEADER_CONTENT_LENGTH);
+		rq->declared_len = cl != NULL ? (int64_t)strtoll(cl, NULL, 10) :
+		    -1;
 		if (rq->ep == EP_ACQUIRE && cl != NULL &&
 		    strtoull(cl, NULL, 10) > (unsigned long long)
 		    rq->cfg->max_body_bytes)
@@ -1124,6 +1139,7 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 		size_t n = *upload_data_size;
 
 		*upload_data_size = 0;
+		rq->body_seen += n;
 		if (rq->ep != EP_ACQUIRE || rq->too_large)
 			return MHD_YES;		/* discard */
 		if (rq->len + n > (size_t)rq->cfg->max_body_bytes) {
@@ -1145,6 +1161,13 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 		rq->len += n;
 		return MHD_YES;
 	}
+	if (rq->state == RQ_READING && rq->declared_len >= 0 &&
+	    rq->body_seen != (uint64_t)rq->declared_len)
+		/* The body libmicrohttpd framed is not the one the header
+		 * names (a folded Content-Length): what follows is not a
+		 * request we can trust. */
+		return refuse(s, conn, 400, "bad_request", "the body is not "
+		    "as long as its Content-Length says");
 	switch (rq->ep) {
 	case EP_ACQUIRE:
 	case EP_AUTH:

@@ -142,6 +142,9 @@ static const struct shape shapes[] = {
 	{ "a space before the colon",
 	  "POST /acquire HTTP/1.1\r\nHost: x\r\nContent-Length : 34\r\n\r\n"
 	  "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP/1.1 400" },
+	{ "a Content-Length folded onto the next line",
+	  "POST /acquire HTTP/1.1\r\nHost: x\r\nContent-Length:\r\n 34\r\n"
+	  "\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP/1.1 400" },
 	{ "an unknown Transfer-Encoding",
 	  "POST /acquire HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n"
 	  "\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP/1.1 501" },
