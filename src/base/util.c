@@ -166,3 +166,36 @@ util_realtime_us(void)
 {
 	return clock_us(CLOCK_REALTIME);
 }
+
+void
+util_event_init(struct util_event *e)
+{
+	pthread_mutex_init(&e->mu, NULL);
+	pthread_cond_init(&e->cv, NULL);
+	e->set = false;
+}
+
+void
+util_event_set(struct util_event *e)
+{
+	pthread_mutex_lock(&e->mu);
+	e->set = true;
+	pthread_cond_signal(&e->cv);
+	pthread_mutex_unlock(&e->mu);
+}
+
+void
+util_event_wait(struct util_event *e)
+{
+	pthread_mutex_lock(&e->mu);
+	while (!e->set)
+		pthread_cond_wait(&e->cv, &e->mu);
+	pthread_mutex_unlock(&e->mu);
+}
+
+void
+util_event_destroy(struct util_event *e)
+{
+	pthread_cond_destroy(&e->cv);
+	pthread_mutex_destroy(&e->mu);
+}

@@ -9,6 +9,7 @@
 #ifndef RL_UTIL_H
 #define RL_UTIL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -41,6 +42,19 @@ size_t util_strlcpy(char *dst, const char *src, size_t dstlen);
 
 /* CLOCK_MONOTONIC and CLOCK_REALTIME in microseconds.  Any thread. */
 int64_t util_monotonic_us(void);
+
+/* A one-shot event for a thread that waits for another's completion:
+ * util_event_init, then util_event_set (any thread, once), util_event_wait
+ * (returns once set), util_event_destroy. */
+struct util_event {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool set;
+};
+void util_event_init(struct util_event *e);
+void util_event_set(struct util_event *e);
+void util_event_wait(struct util_event *e);
+void util_event_destroy(struct util_event *e);
 
 /* FNV-1a, 64 bits, of len bytes: for tables whose keys have no adversary
  * worth a keyed hash, or whose size bounds what one can do. */

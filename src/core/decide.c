@@ -21,7 +21,6 @@
  */
 #include "decide.h"
 
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -457,40 +456,24 @@ decide_cancel(struct decide_job *job)
 	job_free(job);
 }
 
-struct decide_wait {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	bool done;
-};
-
 static void
-decide_wait_done(void *arg)
+decide_event_set(void *arg)
 {
-	struct decide_wait *w = arg;
-
-	pthread_mutex_lock(&w->mu);
-	w->done = true;
-	pthread_cond_signal(&w->cv);
-	pthread_mutex_unlock(&w->mu);
+	util_event_set(arg);
 }
 
 int
 decide(const struct decider *d, const struct config *cfg,
     const struct decide_request *req, struct decision *out)
 {
-	struct decide_wait w = { .done = false };
+	struct util_event ev;
 	struct decide_job *job;
 
 	if (decide_prepare(d, cfg, req, out, &job) == 1) {
-		pthread_mutex_init(&w.mu, NULL);
-		pthread_cond_init(&w.cv, NULL);
-		decide_run(job, decide_wait_done, &w);
-		pthread_mutex_lock(&w.mu);
-		while (!w.done)
-			pthread_cond_wait(&w.cv, &w.mu);
-		pthread_mutex_unlock(&w.mu);
-		pthread_cond_destroy(&w.cv);
-		pthread_mutex_destroy(&w.mu);
+		util_event_init(&ev);
+		decide_run(job, decide_event_set, &ev);
+		util_event_wait(&ev);
+		util_event_destroy(&ev);
 	}
 	return out->status == DECIDE_OK ? 0 : -1;
 }

@@ -5,44 +5,29 @@
  */
 #include "backend.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
-struct waiter {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	bool done;
-};
+#include "util.h"
 
 static void
-waiter_done(struct backend_call *call)
+call_event_set(struct backend_call *call)
 {
-	struct waiter *w = call->arg;
-
-	pthread_mutex_lock(&w->mu);
-	w->done = true;
-	pthread_cond_signal(&w->cv);
-	pthread_mutex_unlock(&w->mu);
+	util_event_set(call->arg);
 }
 
 /* Submit call and wait until it completes. */
 static void
 backend_wait(struct backend *b, struct backend_call *call)
 {
-	struct waiter w = { .done = false };
+	struct util_event ev;
 
-	pthread_mutex_init(&w.mu, NULL);
-	pthread_cond_init(&w.cv, NULL);
-	call->done = waiter_done;
-	call->arg = &w;
+	util_event_init(&ev);
+	call->done = call_event_set;
+	call->arg = &ev;
 	backend_submit(b, call);
-	pthread_mutex_lock(&w.mu);
-	while (!w.done)
-		pthread_cond_wait(&w.cv, &w.mu);
-	pthread_mutex_unlock(&w.mu);
-	pthread_cond_destroy(&w.cv);
-	pthread_mutex_destroy(&w.mu);
+	util_event_wait(&ev);
+	util_event_destroy(&ev);
 }
 
 int

@@ -82,6 +82,7 @@ extern const char rl_lua_ratelimit[], rl_lua_ratelimit_sha[];
 #define REDIS_BATCH_KEYS	512	/* keys in one EVALSHA */
 #define REDIS_RECONNECT_US	100000	/* between connects of one slot */
 #define REDIS_EVFD_TAG		UINT64_MAX
+#define REDIS_HUNG		"no reply within the timeout"
 /* Script calls in flight at once.  Redis runs one script at a time, so
  * more would only wait there; calls that arrive meanwhile wait here and
  * leave together, in one call, when one comes back. */
@@ -350,11 +351,12 @@ slot_busy(struct redis_backend *rb, struct redis_slot *s)
 }
 
 /* The connection for the next batch: the open one with the fewest
- * commands in flight, else one that may connect now; NULL if none. */
+ * commands in flight, else one that may connect now, else a hung one
+ * made anew; NULL if none. */
 static struct redis_slot *
 slot_pick(struct redis_backend *rb, int64_t now)
 {
-	struct redis_slot *best = NULL, *closed = NULL;
+	struct redis_slot *best = NULL, *closed = NULL, *hung = NULL;
 	size_t i, pend, best_pend = SIZE_MAX;
 
 	for (i = 0; i < rb->nslots; i++) {
@@ -363,6 +365,13 @@ slot_pick(struct redis_backend *rb, int64_t now)
 		if (redis_conn_state(s->conn) == REDIS_CONN_CLOSED) {
 			if (closed == NULL && now >= s->next_connect_us)
 				closed = s;
+			continue;
+		}
+		/* One whose oldest command waits for half the timeout
+		 * already is likely hung: new calls go elsewhere. */
+		if (redis_conn_oldest_us(s->conn) != INT64_MAX &&
+		    now - redis_conn_oldest_us(s->conn) > rb->timeout_us / 2) {
+			hung = s;
 			continue;
 		}
 		pend = redis_conn_pending(s->conn);
@@ -374,7 +383,15 @@ slot_pick(struct redis_backend *rb, int64_t now)
 	if (best != NULL && (best_pend == 0 || closed == NULL))
 		return best;
 	/* Busy everywhere: open another connection if one is free. */
-	return closed != NULL ? closed : best;
+	if (closed != NULL || best != NULL)
+		return closed != NULL ? closed : best;
+	if (hung != NULL) {
+		/* Only hung ones: drop one (its calls fail as timeouts) and
+		 * connect anew for this batch. */
+		redis_conn_close(hung->conn, REDIS_HUNG);
+		slot_busy(rb, hung);
+	}
+	return hung;
 }
 
 static void batch_reply(void *arg, redisReply *r, const char *err);
@@ -465,8 +482,11 @@ batch_reply(void *arg, redisReply *r, const char *err)
 	size_t i;
 
 	if (r == NULL) {
+		/* Closed because Redis stopped answering: a timeout. */
 		snprintf(msg, sizeof(msg), "connection lost: %s", err);
-		batch_fail(b, BACKEND_ERR_CONNECT, msg);
+		batch_fail(b, strncmp(err, REDIS_HUNG, strlen(REDIS_HUNG)) == 0 ||
+		    strcmp(err, "connect: timed out") == 0 ?
+		    BACKEND_ERR_TIMEOUT : BACKEND_ERR_CONNECT, msg);
 		goto out;
 	}
 	if (b->live == 0)
@@ -619,7 +639,7 @@ expire(struct redis_backend *rb)
 			next = t;
 		t = redis_conn_oldest_us(c);
 		if (t != INT64_MAX && t + rb->timeout_us <= now) {
-			redis_conn_close(c, "no reply within the timeout");
+			redis_conn_close(c, REDIS_HUNG);
 			slot_busy(rb, &rb->slots[i]);
 		} else if (t != INT64_MAX && t + rb->timeout_us < next)
 			next = t + rb->timeout_us;
