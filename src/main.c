@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <grp.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -57,8 +58,10 @@ struct daemon {
 static void
 on_file_change(void *arg)
 {
-	(void)arg;
-	kill(getpid(), SIGHUP);
+	/* To the main thread itself, which reads its signalfd: a signal to
+	 * the process may land on a thread that does not block it (a
+	 * sanitizer's own). */
+	pthread_kill(*(pthread_t *)arg, SIGHUP);
 }
 
 static void
@@ -269,6 +272,7 @@ main(int argc, char **argv)
 	char err[512];
 	sigset_t sigs;
 	struct signalfd_siginfo si;
+	pthread_t main_thread;
 	int sfd = -1;
 	bool check_only = false, running = true;
 	int ch, fd, sig, status = 1;
@@ -370,7 +374,8 @@ main(int argc, char **argv)
 		fprintf(stderr, "ratelimitd: %s\n", err);
 		goto out;
 	}
-	d.watch = watch_start(d.path, 200, on_file_change, NULL, err,
+	main_thread = pthread_self();
+	d.watch = watch_start(d.path, 200, on_file_change, &main_thread, err,
 	    sizeof(err));
 	if (d.watch == NULL)
 		log_warnx("reload on file change is off: %s", err);
