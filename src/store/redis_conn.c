@@ -28,6 +28,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -150,6 +151,43 @@ queue_command(struct redis_conn *c, int argc, const char **argv,
 		return -1;
 	}
 	return 0;
+}
+
+/* ---- the reply reader ------------------------------------------------ */
+
+static redisReplyObjectFunctions bounded_fns;
+static void *(*default_create_array)(const redisReadTask *, int);
+static pthread_once_t bounded_once = PTHREAD_ONCE_INIT;
+
+static void *
+bounded_create_array(const redisReadTask *task, int elements)
+{
+	if (elements > REDIS_REPLY_ELEMENTS_MAX)
+		return NULL;	/* the reader says "Out of memory" */
+	return default_create_array(task, elements);
+}
+
+/* hiredis's own functions, with the array one bounded. */
+static void
+bounded_init(void)
+{
+	redisReader *r = redisReaderCreate();
+
+	if (r == NULL)
+		return;
+	bounded_fns = *r->fn;
+	default_create_array = bounded_fns.createArray;
+	bounded_fns.createArray = bounded_create_array;
+	redisReaderFree(r);
+}
+
+redisReader *
+redis_reader_new(void)
+{
+	pthread_once(&bounded_once, bounded_init);
+	if (default_create_array == NULL)
+		return NULL;
+	return redisReaderCreateWithFunctions(&bounded_fns);
 }
 
 /* ---- life cycle ------------------------------------------------------ */
@@ -344,7 +382,7 @@ conn_open(struct redis_conn *c, char *err, size_t errlen)
 		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
 		    sizeof(one));
 	}
-	if ((c->reader = redisReaderCreate()) == NULL) {
+	if ((c->reader = redis_reader_new()) == NULL) {
 		close(fd);
 		snprintf(err, errlen, "connect: out of memory");
 		return -1;

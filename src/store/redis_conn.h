@@ -90,6 +90,16 @@ size_t redis_conn_pending(const struct redis_conn *c);
 int64_t redis_conn_oldest_us(const struct redis_conn *c);
 int64_t redis_conn_connect_deadline_us(const struct redis_conn *c);
 
+/*
+ * A hiredis reply reader that refuses an array of more than
+ * REDIS_REPLY_ELEMENTS_MAX elements (an error, "Out of memory"): hiredis
+ * 0.14 allocates the element table as soon as it reads "*N", so one line
+ * from a server could make it ask for gigabytes.  Free with
+ * redisReaderFree().  NULL on OOM.  Any thread.
+ */
+#define REDIS_REPLY_ELEMENTS_MAX (1 << 20)
+redisReader *redis_reader_new(void);
+
 /* Why the last connection closed ("" if never), for logs. */
 const char *redis_conn_last_error(const struct redis_conn *c);
 

@@ -1,8 +1,9 @@
 /*
  * fuzz_redis_reply.c - libFuzzer target: bytes from a Redis server through
  * hiredis's reply reader into a batch's results (src/store/redis_script.c),
- * as the Redis store reads them.  A reply of the wrong shape must be an
- * error, never a read past the reply or a write past the results.
+ * as the Redis store reads them (redis_reader_new).  A reply of the wrong
+ * shape must be an error, never a read past the reply, a write past the
+ * results, or a huge allocation ("*1333333333" once asked for 10 GB).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -10,6 +11,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "redis_conn.h"
 #include "redis_script.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -24,7 +26,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	void *reply = NULL;
 	char err[256];
 
-	if ((r = redisReaderCreate()) == NULL)
+	if ((r = redis_reader_new()) == NULL)
 		return 0;
 	memset(calls, 0, sizeof(calls));
 	for (i = 0; i < 3; i++) {
