@@ -11,11 +11,12 @@
  */
 #include <errno.h>
 #include <grp.h>
-#include <pthread.h>
 #include <pwd.h>
 #include <sys/resource.h>
+#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <getopt.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,14 +55,14 @@ struct daemon {
 	struct watch *watch;
 };
 
-/* The file changed on disk: reload through the same path as SIGHUP. */
+/* The file changed on disk: wake the main loop, which reloads as for
+ * SIGHUP (an eventfd, not a signal: no signal semantics to get wrong). */
 static void
 on_file_change(void *arg)
 {
-	/* To the main thread itself, which reads its signalfd: a signal to
-	 * the process may land on a thread that does not block it (a
-	 * sanitizer's own). */
-	pthread_kill(*(pthread_t *)arg, SIGHUP);
+	uint64_t one = 1;
+
+	(void)!write(*(int *)arg, &one, sizeof(one));
 }
 
 static void
@@ -272,8 +273,9 @@ main(int argc, char **argv)
 	char err[512];
 	sigset_t sigs;
 	struct signalfd_siginfo si;
-	pthread_t main_thread;
-	int sfd = -1;
+	struct pollfd pfd[2];
+	uint64_t count;
+	int sfd = -1, efd = -1;
 	bool check_only = false, running = true;
 	int ch, fd, sig, status = 1;
 
@@ -374,8 +376,11 @@ main(int argc, char **argv)
 		fprintf(stderr, "ratelimitd: %s\n", err);
 		goto out;
 	}
-	main_thread = pthread_self();
-	d.watch = watch_start(d.path, 200, on_file_change, &main_thread, err,
+	if ((efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+		fprintf(stderr, "ratelimitd: eventfd: %s\n", strerror(errno));
+		goto out;
+	}
+	d.watch = watch_start(d.path, 200, on_file_change, &efd, err,
 	    sizeof(err));
 	if (d.watch == NULL)
 		log_warnx("reload on file change is off: %s", err);
@@ -384,8 +389,17 @@ main(int argc, char **argv)
 	    config_backend_name(d.cfg->backend), d.cfg->threads);
 	notify_send("READY=1\nSTATUS=serving");
 
+	pfd[0] = (struct pollfd){ .fd = sfd, .events = POLLIN };
+	pfd[1] = (struct pollfd){ .fd = efd, .events = POLLIN };
 	while (running) {
-		if (read(sfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
+		if (poll(pfd, 2, -1) < 0)
+			continue;
+		if (pfd[1].revents & POLLIN) {
+			(void)!read(efd, &count, sizeof(count));
+			reload(&d);
+		}
+		if (!(pfd[0].revents & POLLIN) ||
+		    read(sfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
 			continue;
 		sig = (int)si.ssi_signo;
 		switch (sig) {
@@ -405,9 +419,12 @@ main(int argc, char **argv)
 	log_info("stopped");
 	status = 0;
 out:
+	watch_stop(d.watch);
+	d.watch = NULL;
 	if (sfd >= 0)
 		close(sfd);
-	watch_stop(d.watch);
+	if (efd >= 0)
+		close(efd);
 	http_server_stop(d.http);
 	backend_free(d.local);
 	backend_free(d.backend);
