@@ -14,7 +14,7 @@ DEPS_BUILD = gcc make autoconf automake pkg-config libmicrohttpd-dev \
 	libhiredis-dev libjansson-dev libyaml-dev
 DEPS_FUZZ = clang
 DEPS_TEST = check libcurl4-openssl-dev redis-server nginx curl systemd \
-	prometheus wrk python3 python3-yaml
+	prometheus wrk python3 python3-yaml redis-sentinel
 
 # The test packages come along whenever a test goal is asked for.
 WITH_TEST_DEPS ?= $(if $(filter check unit integration bench valgrind,$(MAKECMDGOALS)),1)

@@ -20,9 +20,15 @@
 --            window_ms  >= 1
 --            cost       0 <= c <= L
 --            shadow     0 or 1
+--          A first ARGV 'marks' (before R, or before the checks) asks
+--          for marks: see the reply.
 -- Reply    a flat array of integers, per request in order:
 --            all_allowed, then per check: allowed, remaining, reset_ms,
---            retry_after_ms.
+--            retry_after_ms; with 'marks', a fifth field per check, a
+--            string: where the check's units were recorded ('0' when it
+--            recorded nothing), which lua/takeback.lua needs to take
+--            exactly those units back (Redis Cluster, across slots:
+--            docs/algorithms.md, "Taking a request back").
 --
 -- Per request, phase 1 checks every rule and records nothing (dropping
 -- expired state is allowed).  Phase 2 runs only if every non-shadow check
@@ -143,6 +149,7 @@ function sliding_log.record(s)
   redis.call('ZADD', s.key, int(t), int(s.last_end + s.c) .. ':' .. int(n))
   s.used = s.used + s.c
   s.last_t = t
+  s.mark = int(t)
 end
 
 function sliding_log.finish(s)
@@ -183,6 +190,7 @@ function fixed_window.record(s)
     redis.call('HINCRBY', s.key, 'n', int(s.c))
   end
   s.n = s.n + s.c
+  s.mark = int(s.s_now)
 end
 
 function fixed_window.finish(s)
@@ -221,6 +229,7 @@ end
 
 function token_bucket.record(s)
   -- Written with its TTL in finish().
+  s.mark = string.format('%.17g', s.new_tat)
 end
 
 function token_bucket.finish(s)
@@ -295,6 +304,7 @@ end
 
 function sliding_window.record(s)
   redis.call('HINCRBY', s.key, int(s.i), int(s.c))
+  s.mark = int(s.i)
   s.counts[s.i] = (s.counts[s.i] or 0) + s.c
   s.est = s.est + s.c
 end
@@ -323,7 +333,7 @@ local ALGORITHMS = {
 
 -- One request: checks[first .. last], all-or-nothing on its own.  Appends
 -- its all_allowed and 4 fields per check to reply.
-local function request(checks, first, last, reply)
+local function request(checks, first, last, reply, marks)
   -- Phase 1: check.
   local all = true
   for k = first, last do
@@ -353,24 +363,29 @@ local function request(checks, first, last, reply)
     reply[#reply + 1] = math.floor(s.remaining)
     reply[#reply + 1] = math.floor(s.reset)
     reply[#reply + 1] = s.allowed and 0 or math.floor(s.retry)
+    if marks then
+      reply[#reply + 1] = s.recorded and s.mark or '0'
+    end
   end
 end
 
 -- Main.
 local n = #KEYS
 local counts, base
-if #ARGV == 5 * n then
-  counts, base = {n}, 0
+local marks = ARGV[1] == 'marks'
+local m = marks and 1 or 0
+if #ARGV == m + 5 * n then
+  counts, base = {n}, m
 else
-  local R = tonumber(ARGV[1])
-  if R == nil or R < 1 or #ARGV ~= 1 + R + 5 * n then
+  local R = tonumber(ARGV[m + 1])
+  if R == nil or R < 1 or #ARGV ~= m + 1 + R + 5 * n then
     return redis.error_reply('ratelimit.lua: need 5 ARGV per key, or ' ..
       'a request count, the checks of each request and 5 ARGV per key')
   end
-  counts, base = {}, 1 + R
+  counts, base = {}, m + 1 + R
   local total = 0
   for r = 1, R do
-    counts[r] = tonumber(ARGV[1 + r])
+    counts[r] = tonumber(ARGV[m + 1 + r])
     if counts[r] == nil or counts[r] < 1 then
       return redis.error_reply('ratelimit.lua: bad check count for ' ..
         'request ' .. r)
@@ -404,7 +419,7 @@ end
 local reply = {}
 local first = 1
 for r = 1, #counts do
-  request(checks, first, first + counts[r] - 1, reply)
+  request(checks, first, first + counts[r] - 1, reply, marks)
   first = first + counts[r]
 end
 return reply

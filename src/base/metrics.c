@@ -85,6 +85,7 @@ struct metrics {
 
 	struct metrics_backend backend[2];	/* by metrics_backend_names */
 	atomic_llong pool_in_use;
+	atomic_ullong redis_events[METRICS_REDIS_NEVENTS];
 	const struct deny_cache *deny;		/* borrowed; may be NULL */
 	atomic_ullong reloads[2];		/* [0] failure, [1] success */
 	atomic_int last_reload_ok;
@@ -338,6 +339,14 @@ metrics_set_deny_cache(struct metrics *m, const struct deny_cache *dc)
 }
 
 void
+metrics_redis_event(struct metrics *m, enum metrics_redis_event ev)
+{
+	if (m != NULL && ev < METRICS_REDIS_NEVENTS)
+		atomic_fetch_add_explicit(&m->redis_events[ev], 1,
+		    memory_order_relaxed);
+}
+
+void
 metrics_pool_in_use(struct metrics *m, int delta)
 {
 	if (m == NULL)
@@ -577,6 +586,13 @@ render_decisions(struct metrics_buf *b, struct metrics_rule **rules,
 	}
 }
 
+static unsigned long long
+redis_event(struct metrics *m, enum metrics_redis_event ev)
+{
+	return atomic_load_explicit(&m->redis_events[ev],
+	    memory_order_relaxed);
+}
+
 static void
 render_backends(struct metrics_buf *b, struct metrics *m)
 {
@@ -621,6 +637,28 @@ render_backends(struct metrics_buf *b, struct metrics *m)
 	    "Connections to Redis with calls in flight now.");
 	buf_printf(b, "ratelimitd_redis_pool_in_use %lld\n",
 	    atomic_load_explicit(&m->pool_in_use, memory_order_relaxed));
+
+	buf_family(b, "ratelimitd_redis_redirects_total", "counter",
+	    "Redis Cluster redirections followed, by kind.");
+	buf_printf(b, "ratelimitd_redis_redirects_total{kind=\"moved\"} "
+	    "%llu\n", redis_event(m, METRICS_REDIS_MOVED));
+	buf_printf(b, "ratelimitd_redis_redirects_total{kind=\"ask\"} "
+	    "%llu\n", redis_event(m, METRICS_REDIS_ASK));
+	buf_family(b, "ratelimitd_redis_topology_refreshes_total", "counter",
+	    "Redis Cluster slot maps read (CLUSTER SLOTS).");
+	buf_printf(b, "ratelimitd_redis_topology_refreshes_total %llu\n",
+	    redis_event(m, METRICS_REDIS_TOPOLOGY_REFRESH));
+	buf_family(b, "ratelimitd_redis_failovers_total", "counter",
+	    "Primaries changed under Sentinel.");
+	buf_printf(b, "ratelimitd_redis_failovers_total %llu\n",
+	    redis_event(m, METRICS_REDIS_FAILOVER));
+	buf_family(b, "ratelimitd_redis_takebacks_total", "counter",
+	    "Requests denied across Redis Cluster slots whose recorded units "
+	    "were taken back, by result.");
+	buf_printf(b, "ratelimitd_redis_takebacks_total{result=\"ok\"} "
+	    "%llu\n", redis_event(m, METRICS_REDIS_TAKEBACK));
+	buf_printf(b, "ratelimitd_redis_takebacks_total{result=\"failed\"} "
+	    "%llu\n", redis_event(m, METRICS_REDIS_TAKEBACK_FAILED));
 
 	buf_family(b, "ratelimitd_deny_cache_hits_total", "counter",
 	    "Requests denied from the deny cache, without a store call.");

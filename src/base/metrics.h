@@ -38,6 +38,20 @@ void metrics_backend_call(struct metrics *m, const char *backend,
 /* Connections to Redis with calls in flight now (a gauge). */
 void metrics_pool_in_use(struct metrics *m, int delta);
 
+/* Redis topology events: a MOVED or ASK redirection followed, a new slot
+ * map read from the cluster, a new primary taken from the sentinels, and
+ * a request's units taken back across slots. */
+enum metrics_redis_event {
+	METRICS_REDIS_MOVED,
+	METRICS_REDIS_ASK,
+	METRICS_REDIS_TOPOLOGY_REFRESH,
+	METRICS_REDIS_FAILOVER,
+	METRICS_REDIS_TAKEBACK,
+	METRICS_REDIS_TAKEBACK_FAILED,
+	METRICS_REDIS_NEVENTS
+};
+void metrics_redis_event(struct metrics *m, enum metrics_redis_event ev);
+
 /* Render the deny cache's hits (borrowed; set before serving). */
 struct deny_cache;
 void metrics_set_deny_cache(struct metrics *m, const struct deny_cache *dc);

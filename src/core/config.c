@@ -601,15 +601,20 @@ parse_on_error(struct loader *ld, const char *what, yaml_node_t *v,
 	return 0;
 }
 
-/* redis.cluster: a sequence of "host:port" seed nodes.  dst: the
- * struct redis_config. */
+/* A `char **v; size_t n;` pair of a config struct (F_CMP_LIST). */
+struct string_list {
+	char **v;
+	size_t n;
+};
+
+/* redis.cluster, redis.sentinel.nodes: a sequence of "host:port".  dst:
+ * the string_list. */
 static int
-parse_cluster(struct loader *ld, const char *what, yaml_node_t *v,
+parse_hostports(struct loader *ld, const char *what, yaml_node_t *v,
     void *dst)
 {
 	static const char expect[] = "a sequence of \"host:port\" strings";
-	struct redis_config *rc = (struct redis_config *)((char *)dst -
-	    offsetof(struct redis_config, cluster));
+	struct string_list *l = dst;
 	yaml_node_item_t *it;
 	size_t n;
 
@@ -623,7 +628,7 @@ parse_cluster(struct loader *ld, const char *what, yaml_node_t *v,
 	    v->data.sequence.items.start);
 	if (n == 0)
 		return 0;
-	if ((rc->cluster = rl_calloc(n, sizeof(*rc->cluster))) == NULL)
+	if ((l->v = rl_calloc(n, sizeof(*l->v))) == NULL)
 		return oom(ld);
 	for (it = v->data.sequence.items.start;
 	    it < v->data.sequence.items.top; it++) {
@@ -642,9 +647,9 @@ parse_cluster(struct loader *ld, const char *what, yaml_node_t *v,
 			    quote(q, s));
 			return -1;
 		}
-		if ((rc->cluster[rc->ncluster] = rl_strdup(s)) == NULL)
+		if ((l->v[l->n] = rl_strdup(s)) == NULL)
 			return oom(ld);
-		rc->ncluster++;
+		l->n++;
 	}
 	return 0;
 }
@@ -688,12 +693,50 @@ parse_redis_url(struct loader *ld, const char *what, yaml_node_t *v,
 	return parse_string(ld, what, v, false, dst);
 }
 
+#define SO(f) offsetof(struct sentinel_config, f)
+static const struct field sentinel_fields[] = {
+	{ "master",        F_STRING,   SO(master),        0, 0, NULL,
+	    F_START_ONLY, NULL },
+	{ "nodes",         F_CUSTOM,   SO(nodes),         0, 0,
+	    parse_hostports, F_START_ONLY | F_CMP_LIST, NULL },
+	{ "password_file", F_STRING,   SO(password_file), 0, 0, NULL,
+	    F_START_ONLY, NULL },
+};
+#undef SO
+
+static const struct schema sentinel_schema = {
+	"redis.sentinel", "redis.sentinel.", sentinel_fields,
+	NELEM(sentinel_fields)
+};
+
+/* redis.sentinel: master and at least one node.  dst: the
+ * struct sentinel_config. */
+static int
+parse_sentinel(struct loader *ld, const char *what, yaml_node_t *v,
+    void *dst)
+{
+	struct sentinel_config *sc = dst;
+
+	if (is_null(v))
+		return 0;
+	if (walk_mapping(ld, what, v, &sentinel_schema, dst, NULL) == -1)
+		return -1;
+	if (sc->master == NULL || sc->nnodes == 0) {
+		errf(ld, v, "%s: needs master and at least one of nodes",
+		    what);
+		return -1;
+	}
+	return 0;
+}
+
 #define RO(f) offsetof(struct redis_config, f)
 static const struct field redis_fields[] = {
 	{ "url",           F_CUSTOM,   RO(url),           0, 0,
 	    parse_redis_url, F_START_ONLY, NULL },
 	{ "cluster",       F_CUSTOM,   RO(cluster),       0, 0,
-	    parse_cluster, F_START_ONLY | F_CMP_LIST, NULL },
+	    parse_hostports, F_START_ONLY | F_CMP_LIST, NULL },
+	{ "sentinel",      F_CUSTOM,   RO(sentinel),      0, 0,
+	    parse_sentinel, 0, &sentinel_schema },
 	{ "pool_size",     F_INT,      RO(pool_size),     1, 1024, NULL,
 	    F_START_ONLY, NULL },
 	{ "timeout",       F_DURATION, RO(timeout_ms),    1, DAY_MS, NULL,
@@ -750,7 +793,30 @@ static const struct schema auth_schema = {
 static int
 parse_redis(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 {
-	return walk_mapping(ld, what, v, &redis_schema, dst, NULL);
+	struct redis_config *rc = dst;
+	struct redis_url u;
+	char uerr[256];
+
+	if (walk_mapping(ld, what, v, &redis_schema, dst, NULL) == -1)
+		return -1;
+	if (rc->ncluster > 0 && rc->sentinel.master != NULL) {
+		errf(ld, v, "%s: set redis.cluster or redis.sentinel, not "
+		    "both", what);
+		return -1;
+	}
+	if (rc->ncluster > 0 && rc->url != NULL &&
+	    redis_url_parse(rc->url, &u, uerr, sizeof(uerr)) == 0) {
+		bool bad = u.db != 0 || u.is_unix;
+
+		redis_url_free(&u);
+		if (bad) {
+			errf(ld, v, "%s: Redis Cluster has only db 0 and TCP "
+			    "nodes; redis.url may give credentials only",
+			    what);
+			return -1;
+		}
+	}
+	return 0;
 }
 
 static int
@@ -1198,6 +1264,11 @@ config_free(struct config *c)
 	for (i = 0; i < c->redis.ncluster; i++)
 		rl_free(c->redis.cluster[i]);
 	rl_free(c->redis.cluster);
+	for (i = 0; i < c->redis.sentinel.nnodes; i++)
+		rl_free(c->redis.sentinel.nodes[i]);
+	rl_free(c->redis.sentinel.nodes);
+	rl_free(c->redis.sentinel.master);
+	rl_free(c->redis.sentinel.password_file);
 	rl_free(c->redis.url);
 	rl_free(c->redis.key_prefix);
 	rl_free(c->redis.password_file);

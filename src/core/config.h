@@ -26,10 +26,19 @@ enum rl_backend_kind { RL_BACKEND_MEMORY, RL_BACKEND_REDIS };
 enum rl_on_error { RL_ON_ERROR_ALLOW, RL_ON_ERROR_DENY, RL_ON_ERROR_LOCAL };
 enum rl_log_format { RL_LOG_LOGFMT, RL_LOG_JSON };
 
+/* redis.sentinel (CONTRACT 7): set iff master != NULL. */
+struct sentinel_config {
+	char *master;		/* the name the sentinels monitor */
+	char **nodes;		/* "host:port" of the sentinels, nnodes >= 1 */
+	size_t nnodes;
+	char *password_file;	/* NULL, or the sentinels' password */
+};
+
 struct redis_config {
 	char *url;		/* redis://[user:pass@]host:port[/db], unix:///p */
 	char **cluster;		/* "host:port" seed nodes; ncluster > 0 => cluster */
 	size_t ncluster;
+	struct sentinel_config sentinel;
 	int pool_size;		/* 1..1024, default 8 */
 	int64_t timeout_ms;	/* default 50 */
 	char *key_prefix;	/* default "rl:" */

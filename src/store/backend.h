@@ -44,6 +44,8 @@ struct rl_result {
 				 * overall), else left now; >= 0 */
 	int64_t reset_ms;	/* until the whole limit is free again */
 	int64_t retry_after_ms;	/* 0 if allowed; else until it would be */
+	double mark;		/* Redis Cluster: where the units were
+				 * recorded (lua/takeback.lua); else 0 */
 };
 
 enum backend_error_kind {
@@ -90,6 +92,9 @@ struct backend_call {
 	void *q_batch;
 	int64_t q_start_us;
 	bool q_trial;
+	void *q_split;			/* Redis Cluster: a part's request */
+	unsigned char q_kind;		/* Redis: what the call is */
+	unsigned char q_redirects;	/* Redis Cluster: followed so far */
 };
 
 struct backend;

@@ -60,6 +60,9 @@ struct redis_conn {
 	struct redis_pending *ring;	/* commands waiting for a reply */
 	size_t head, count, cap;
 
+	redis_reply_fn push_fn;		/* replies nobody asked for */
+	void *push_arg;
+
 	char last_error[160];
 };
 
@@ -206,10 +209,18 @@ redis_conn_new(const struct redis_conn_config *cfg)
 }
 
 void
+redis_conn_set_push(struct redis_conn *c, redis_reply_fn fn, void *arg)
+{
+	c->push_fn = fn;
+	c->push_arg = arg;
+}
+
+void
 redis_conn_close(struct redis_conn *c, const char *why)
 {
 	struct redis_pending *ring = c->ring;
 	size_t head = c->head, count = c->count, cap = c->cap, i;
+	bool was_open = c->state != REDIS_CONN_CLOSED;
 
 	if (c->fd >= 0)
 		close(c->fd);
@@ -229,6 +240,8 @@ redis_conn_close(struct redis_conn *c, const char *why)
 		p->fn(p->arg, NULL, c->last_error);
 	}
 	rl_free(ring);
+	if (was_open && c->push_fn != NULL)
+		c->push_fn(c->push_arg, NULL, c->last_error);
 }
 
 void
@@ -483,6 +496,14 @@ conn_read(struct redis_conn *c)
 			}
 			if (reply == NULL)
 				break;
+			if (c->count == 0 && c->push_fn != NULL) {
+				c->push_fn(c->push_arg, reply, NULL);
+				freeReplyObject(reply);
+				replies++;
+				if (c->state == REDIS_CONN_CLOSED)
+					return replies;
+				continue;
+			}
 			if (c->count == 0) {
 				freeReplyObject(reply);
 				redis_conn_close(c, "protocol: a reply "

@@ -63,6 +63,14 @@ int redis_conn_send(struct redis_conn *c, int argc, const char **argv,
     const size_t *lens, redis_reply_fn fn, void *arg, char *err,
     size_t errlen);
 
+/*
+ * Replies that arrive with no command waiting (a SUBSCRIBE's messages) go
+ * to fn(arg, reply, NULL); without fn they are a protocol error that
+ * closes the connection.  When an open connection closes, fn(arg, NULL,
+ * why) runs after the commands in flight were failed.
+ */
+void redis_conn_set_push(struct redis_conn *c, redis_reply_fn fn, void *arg);
+
 /* Close the socket; every command in flight gets NULL with why. */
 void redis_conn_close(struct redis_conn *c, const char *why);
 

@@ -5,8 +5,10 @@
 #include "redis_script.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util.h"
@@ -38,7 +40,7 @@ put_num(struct redis_script_args *a, size_t k, char **num, int64_t v)
 
 int
 redis_script_encode(struct backend_call *const *calls, size_t ncalls,
-    const char *sha, struct redis_script_args *a)
+    const char *sha, bool marks, struct redis_script_args *a)
 {
 	size_t nkeys = 0, argc, nums, i, j, k, key, arg;
 	char *num;
@@ -46,8 +48,9 @@ redis_script_encode(struct backend_call *const *calls, size_t ncalls,
 
 	for (i = 0; i < ncalls; i++)
 		nkeys += calls[i]->n;
-	/* EVALSHA sha nkeys, keys, R, counts, 5 per check */
-	argc = 3 + nkeys + 1 + ncalls + nkeys * ARGS_PER_CHECK;
+	/* EVALSHA sha nkeys, keys, [marks], R, counts, 5 per check */
+	argc = 3 + nkeys + (marks ? 1 : 0) + 1 + ncalls +
+	    nkeys * ARGS_PER_CHECK;
 	nums = 2 + ncalls + nkeys * ARGS_PER_CHECK;
 	if (ncalls == 0 || argc > (size_t)INT32_MAX / 2)
 		return -1;
@@ -66,6 +69,10 @@ redis_script_encode(struct backend_call *const *calls, size_t ncalls,
 	a->lens[1] = strlen(sha);
 	put_num(a, 2, &num, (int64_t)nkeys);
 	arg = 3 + nkeys;
+	if (marks) {
+		a->argv[arg] = "marks";
+		a->lens[arg++] = 5;
+	}
 	put_num(a, arg++, &num, (int64_t)ncalls);
 	for (i = 0; i < ncalls; i++)
 		put_num(a, arg++, &num, (int64_t)calls[i]->n);
@@ -97,16 +104,19 @@ redis_script_args_free(struct redis_script_args *a)
 
 int
 redis_script_decode(const redisReply *r, struct backend_call *const *calls,
-    const size_t *counts, size_t ncalls, char *err, size_t errlen)
+    const size_t *counts, size_t ncalls, bool marks, char *err,
+    size_t errlen)
 {
+	size_t fields = FIELDS_PER_CHECK + (marks ? 1 : 0);
 	size_t want = 0, i, j, at;
+	char *end;
 
 	if (r->type == REDIS_REPLY_ERROR) {
 		snprintf(err, errlen, "script: %s", r->str);
 		return -1;
 	}
 	for (i = 0; i < ncalls; i++)
-		want += 1 + counts[i] * FIELDS_PER_CHECK;
+		want += 1 + counts[i] * fields;
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != want) {
 		snprintf(err, errlen, "script: unexpected reply (type %d, %zu "
 		    "elements, expected %zu)", r->type,
@@ -114,7 +124,23 @@ redis_script_decode(const redisReply *r, struct backend_call *const *calls,
 		    want);
 		return -1;
 	}
+	for (i = 0, at = 0; i < ncalls; i++) {
+		/* Marks are strings (a double for token_bucket). */
+		for (j = 0; marks && j < counts[i]; j++) {
+			const redisReply *m = r->element[at + (j + 1) * fields];
+
+			if (m->type != REDIS_REPLY_STRING || m->len == 0 ||
+			    (strtod(m->str, &end), *end != '\0')) {
+				snprintf(err, errlen, "script: a mark is not "
+				    "a number");
+				return -1;
+			}
+		}
+		at += 1 + counts[i] * fields;
+	}
 	for (i = 0; i < r->elements; i++) {
+		if (r->element[i]->type == REDIS_REPLY_STRING && marks)
+			continue;	/* checked above, by position */
 		if (r->element[i]->type != REDIS_REPLY_INTEGER ||
 		    r->element[i]->integer < 0) {
 			snprintf(err, errlen, "script: element %zu is not a "
@@ -126,15 +152,16 @@ redis_script_decode(const redisReply *r, struct backend_call *const *calls,
 		struct backend_call *c = calls[i];
 		redisReply **e = r->element + at;
 
-		at += 1 + counts[i] * FIELDS_PER_CHECK;
+		at += 1 + counts[i] * fields;
 		if (c == NULL)
 			continue;
 		c->all_allowed = e[0]->integer == 1;
-		for (j = 0; j < counts[i]; j++, e += FIELDS_PER_CHECK) {
+		for (j = 0; j < counts[i]; j++, e += fields) {
 			c->out[j].allowed = e[1]->integer == 1;
 			c->out[j].remaining = e[2]->integer;
 			c->out[j].reset_ms = e[3]->integer;
 			c->out[j].retry_after_ms = e[4]->integer;
+			c->out[j].mark = marks ? strtod(e[5]->str, NULL) : 0;
 		}
 	}
 	return 0;

@@ -25,12 +25,14 @@ struct redis_script_args {
 };
 
 /*
- * EVALSHA sha nkeys keys... R n_1..n_R args... for the calls[0..ncalls-1]
- * (each with n >= 1 checks), borrowed until the args are freed.  Returns 0,
- * or -1 (out of memory, or too many arguments).
+ * EVALSHA sha nkeys keys... [marks] R n_1..n_R args... for the
+ * calls[0..ncalls-1] (each with n >= 1 checks), borrowed until the args are
+ * freed.  With marks the script also says where each check recorded (into
+ * rl_result.mark, for lua/takeback.lua).  Returns 0, or -1 (out of memory,
+ * or too many arguments).
  */
 int redis_script_encode(struct backend_call *const *calls, size_t ncalls,
-    const char *sha, struct redis_script_args *a);
+    const char *sha, bool marks, struct redis_script_args *a);
 void redis_script_args_free(struct redis_script_args *a);
 
 /*
@@ -40,6 +42,7 @@ void redis_script_args_free(struct redis_script_args *a);
  * Returns 0, or -1 with a message in err and no call touched.
  */
 int redis_script_decode(const redisReply *r, struct backend_call *const *calls,
-    const size_t *counts, size_t ncalls, char *err, size_t errlen);
+    const size_t *counts, size_t ncalls, bool marks, char *err,
+    size_t errlen);
 
 #endif

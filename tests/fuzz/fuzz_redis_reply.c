@@ -38,8 +38,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (redisReaderFeed(r, (const char *)data, size) == REDIS_OK) {
 		while (redisReaderGetReply(r, &reply) == REDIS_OK &&
 		    reply != NULL) {
-			(void)redis_script_decode(reply, cp, counts, 3, err,
-			    sizeof(err));
+			(void)redis_script_decode(reply, cp, counts, 3,
+			    size > 0 && data[0] & 2, err, sizeof(err));
 			freeReplyObject(reply);
 			reply = NULL;
 		}

@@ -433,7 +433,7 @@ static bool redis_pings(int port)
 
 void h_redis_start(struct h_redis *r)
 {
-	char conf[2 * H_PATH_MAX + 256];
+	char conf[2 * H_PATH_MAX + 1024];
 	char *argv[3];
 	long long end;
 	int status, attempt;
@@ -445,11 +445,14 @@ void h_redis_start(struct h_redis *r)
 		tmp_path(r->conf, sizeof(r->conf), "redis", ".conf");
 		tmp_path(r->log, sizeof(r->log), "redis", ".log");
 		snprintf(conf, sizeof(conf),
-		    "port %d\nbind 127.0.0.1\nsave \"\"\nappendonly no\n"
-		    "daemonize no\ndir %s\nlogfile \"%s\"\n",
-		    r->port, h_tmpdir(), r->log);
+		    "port %d\nbind 127.0.0.1\n%sdaemonize no\ndir %s\n"
+		    "logfile \"%s\"\n%s",
+		    r->port, r->sentinel ? "" :
+		    "save \"\"\nappendonly no\n", h_tmpdir(), r->log,
+		    r->extra != NULL ? r->extra : "");
 		write_file(r->conf, conf);
-		argv[0] = (char *)"redis-server";
+		argv[0] = r->sentinel ? (char *)"redis-sentinel" :
+		    (char *)"redis-server";
 		argv[1] = r->conf;
 		argv[2] = NULL;
 		r->pid = spawn(argv, r->log, PROC_REDIS);
@@ -611,6 +614,285 @@ long long h_redis_script_calls(struct h_redis *r)
 	}
 	freeReplyObject(rep);
 	return sum;
+}
+
+/* --- Redis Cluster and Sentinel ----------------------------------------- */
+
+int h_run(char *const argv[], const char *log)
+{
+	pid_t pid = spawn(argv, log, PROC_REDIS);
+	int status;
+
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	proc_del(pid);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* A short-lived connection to port, or NULL. */
+static redisContext *quick_ctx(int port)
+{
+	struct timeval tv = { 1, 0 };
+	redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+
+	if (c != NULL && c->err) {
+		redisFree(c);
+		return NULL;
+	}
+	if (c != NULL)
+		redisSetTimeout(c, tv);
+	return c;
+}
+
+/* Whether INFO-like text of "CLUSTER INFO" on port says state ok. */
+static bool cluster_ok(int port)
+{
+	redisContext *c = quick_ctx(port);
+	redisReply *r;
+	bool ok = false;
+
+	if (c == NULL)
+		return false;
+	r = redisCommand(c, "CLUSTER INFO");
+	ok = r != NULL && r->type == REDIS_REPLY_STRING &&
+	    strstr(r->str, "cluster_state:ok") != NULL;
+	if (r != NULL)
+		freeReplyObject(r);
+	redisFree(c);
+	return ok;
+}
+
+/* The primaries' ports per CLUSTER SLOTS on port, as "a-b:port,..."
+ * (sorted as the server gives them), for comparing views. */
+static void cluster_view(int port, char *out, size_t outlen)
+{
+	redisContext *c = quick_ctx(port);
+	redisReply *r;
+	size_t i, used = 0;
+
+	out[0] = '\0';
+	if (c == NULL)
+		return;
+	r = redisCommand(c, "CLUSTER SLOTS");
+	if (r != NULL && r->type == REDIS_REPLY_ARRAY) {
+		for (i = 0; i < r->element_count; i++) {
+			redisReply *e = r->element[i];
+
+			if (e->type != REDIS_REPLY_ARRAY ||
+			    e->element_count < 3 ||
+			    e->element[2]->type != REDIS_REPLY_ARRAY ||
+			    e->element[2]->element_count < 2)
+				continue;
+			used += (size_t)snprintf(out + used, used < outlen ?
+			    outlen - used : 0, "%lld-%lld:%lld,",
+			    e->element[0]->integer, e->element[1]->integer,
+			    e->element[2]->element[1]->integer);
+			if (used >= outlen)
+				used = outlen - 1;
+		}
+	}
+	if (r != NULL)
+		freeReplyObject(r);
+	redisFree(c);
+}
+
+bool h_cluster_wait_ok(struct h_cluster *c, long long ms)
+{
+	long long end = h_now_ms() + ms;
+	char first[512], view[512];
+	int i, seen;
+
+	while (h_now_ms() < end) {
+		bool ok = true;
+
+		seen = 0;
+		for (i = 0; i < H_CLUSTER_NODES && ok; i++) {
+			if (c->node[i].pid == 0)
+				continue;
+			if (!cluster_ok(c->node[i].port)) {
+				ok = false;
+				break;
+			}
+			cluster_view(c->node[i].port, view, sizeof(view));
+			if (seen++ == 0)
+				memcpy(first, view, sizeof(first));
+			else if (strcmp(first, view) != 0)
+				ok = false;
+		}
+		if (ok && seen > 0)
+			return true;
+		h_sleep_ms(100);
+	}
+	return false;
+}
+
+void h_cluster_start(struct h_cluster *c)
+{
+	char extra[H_PATH_MAX + 128], addr[H_CLUSTER_NODES][32], log[H_PATH_MAX];
+	char *argv[H_CLUSTER_NODES + 8];
+	int i, n = 0;
+
+	memset(c, 0, sizeof(*c));
+	for (i = 0; i < H_CLUSTER_NODES; i++) {
+		c->node[i].port = h_free_port();
+		snprintf(extra, sizeof(extra),
+		    "cluster-enabled yes\ncluster-config-file nodes-%d.conf\n"
+		    "cluster-node-timeout 1500\n", c->node[i].port);
+		c->node[i].extra = extra;
+		h_redis_start(&c->node[i]);
+		c->node[i].extra = NULL;
+		snprintf(addr[i], sizeof(addr[i]), "127.0.0.1:%d",
+		    c->node[i].port);
+	}
+	argv[n++] = (char *)"redis-cli";
+	argv[n++] = (char *)"--cluster";
+	argv[n++] = (char *)"create";
+	for (i = 0; i < H_CLUSTER_NODES; i++)
+		argv[n++] = addr[i];
+	argv[n++] = (char *)"--cluster-replicas";
+	argv[n++] = (char *)"1";
+	argv[n++] = (char *)"--cluster-yes";
+	argv[n] = NULL;
+	tmp_path(log, sizeof(log), "cluster-create", ".log");
+	if (h_run(argv, log) != 0) {
+		h_print_file("redis-cli --cluster create", log);
+		ck_abort_msg("redis-cli --cluster create failed");
+	}
+	if (!h_cluster_wait_ok(c, 30000)) {
+		h_print_file("redis-cli --cluster create", log);
+		ck_abort_msg("the cluster did not reach cluster_state:ok");
+	}
+}
+
+void h_cluster_stop(struct h_cluster *c)
+{
+	int i;
+
+	for (i = 0; i < H_CLUSTER_NODES; i++)
+		h_redis_stop(&c->node[i]);
+}
+
+int h_cluster_owner(struct h_cluster *c, unsigned slot)
+{
+	redisContext *ctx;
+	redisReply *r;
+	int i, j, port = 0;
+	size_t k;
+
+	for (i = 0; i < H_CLUSTER_NODES && port == 0; i++) {
+		if (c->node[i].pid == 0 ||
+		    (ctx = quick_ctx(c->node[i].port)) == NULL)
+			continue;
+		r = redisCommand(ctx, "CLUSTER SLOTS");
+		for (k = 0; r != NULL && r->type == REDIS_REPLY_ARRAY &&
+		    k < r->element_count; k++) {
+			redisReply *e = r->element[k];
+
+			if (e->element_count >= 3 &&
+			    (unsigned)e->element[0]->integer <= slot &&
+			    (unsigned)e->element[1]->integer >= slot)
+				port = (int)e->element[2]->element[1]->integer;
+		}
+		if (r != NULL)
+			freeReplyObject(r);
+		redisFree(ctx);
+	}
+	for (j = 0; j < H_CLUSTER_NODES; j++)
+		if (port != 0 && c->node[j].port == port)
+			return j;
+	return -1;
+}
+
+void h_sentinel_start(struct h_sentinel *s)
+{
+	char extra[512];
+	int i;
+
+	memset(s, 0, sizeof(*s));
+	h_redis_start(&s->primary);
+	snprintf(extra, sizeof(extra), "replicaof 127.0.0.1 %d\n",
+	    s->primary.port);
+	s->replica.extra = extra;
+	h_redis_start(&s->replica);
+	s->replica.extra = NULL;
+	for (i = 0; i < 3; i++) {
+		snprintf(extra, sizeof(extra),
+		    "sentinel monitor mymaster 127.0.0.1 %d 2\n"
+		    "sentinel down-after-milliseconds mymaster 1000\n"
+		    "sentinel failover-timeout mymaster 5000\n"
+		    "sentinel parallel-syncs mymaster 1\n", s->primary.port);
+		s->sentinel[i].sentinel = true;
+		s->sentinel[i].extra = extra;
+		h_redis_start(&s->sentinel[i]);
+		s->sentinel[i].extra = NULL;
+	}
+	/* Every sentinel must know the replica and the other sentinels
+	 * before a failover can happen: wait for it (at most 20 s). */
+	for (i = 0; i < 3; i++) {
+		long long end = h_now_ms() + 20000;
+		bool ready = false;
+
+		while (!ready && h_now_ms() < end) {
+			redisContext *c = quick_ctx(s->sentinel[i].port);
+			redisReply *r = c != NULL ? redisCommand(c,
+			    "SENTINEL MASTER mymaster") : NULL;
+			long long replicas = -1, others = -1;
+			size_t k;
+
+			for (k = 0; r != NULL && r->type == REDIS_REPLY_ARRAY
+			    && k + 1 < r->element_count; k += 2) {
+				if (strcmp(r->element[k]->str,
+				    "num-slaves") == 0)
+					replicas = atoll(r->element[k + 1]->str);
+				if (strcmp(r->element[k]->str,
+				    "num-other-sentinels") == 0)
+					others = atoll(r->element[k + 1]->str);
+			}
+			ready = replicas >= 1 && others >= 2;
+			if (r != NULL)
+				freeReplyObject(r);
+			if (c != NULL)
+				redisFree(c);
+			if (!ready)
+				h_sleep_ms(100);
+		}
+		ck_assert_msg(ready, "sentinel %d did not see the replica "
+		    "and the other sentinels", i);
+	}
+}
+
+void h_sentinel_stop(struct h_sentinel *s)
+{
+	int i;
+
+	for (i = 0; i < 3; i++)
+		h_redis_stop(&s->sentinel[i]);
+	h_redis_stop(&s->replica);
+	h_redis_stop(&s->primary);
+}
+
+int h_sentinel_primary_port(struct h_sentinel *s)
+{
+	int i, port = 0;
+
+	for (i = 0; i < 3 && port == 0; i++) {
+		redisContext *c;
+		redisReply *r;
+
+		if (s->sentinel[i].pid == 0 ||
+		    (c = quick_ctx(s->sentinel[i].port)) == NULL)
+			continue;
+		r = redisCommand(c, "SENTINEL GET-MASTER-ADDR-BY-NAME mymaster");
+		if (r != NULL && r->type == REDIS_REPLY_ARRAY &&
+		    r->element_count == 2 &&
+		    r->element[1]->type == REDIS_REPLY_STRING)
+			port = atoi(r->element[1]->str);
+		if (r != NULL)
+			freeReplyObject(r);
+		redisFree(c);
+	}
+	return port;
 }
 
 /* --- the daemon ----------------------------------------------------------- */

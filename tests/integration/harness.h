@@ -59,6 +59,8 @@ struct h_redis {
 	char log[H_PATH_MAX];
 	redisContext *ctx;	/* this process's connection, see h_redis_ctx */
 	pid_t ctx_pid;
+	const char *extra;	/* in: more redis.conf lines, or NULL */
+	bool sentinel;		/* in: run redis-sentinel on the file */
 };
 
 /* Write a redis.conf into the temporary directory (port, bind 127.0.0.1,
@@ -89,6 +91,44 @@ void h_redis_flush(struct h_redis *r);
 /* Sum of "calls" in INFO commandstats over the script commands: eval,
  * evalsha, eval_ro, evalsha_ro, fcall, fcall_ro. */
 long long h_redis_script_calls(struct h_redis *r);
+
+/* --- Redis Cluster and Sentinel ----------------------------------------- */
+
+#define H_CLUSTER_NODES 6
+
+/* Three primaries, each with one replica, on free loopback ports:
+ * cluster-node-timeout 1500 ms, made with `redis-cli --cluster create
+ * --cluster-replicas 1`; h_cluster_start returns once every node reports
+ * cluster_state:ok and all agree on the slots (at most 30 s). */
+struct h_cluster {
+	struct h_redis node[H_CLUSTER_NODES];
+};
+
+void h_cluster_start(struct h_cluster *c);
+void h_cluster_stop(struct h_cluster *c);
+/* The node (index into c->node) that serves slot now as a primary, asked
+ * of any node that answers; -1 if none knows. */
+int h_cluster_owner(struct h_cluster *c, unsigned slot);
+/* Wait (at most ms) until every running node says cluster_state:ok;
+ * returns whether they did. */
+bool h_cluster_wait_ok(struct h_cluster *c, long long ms);
+
+/* A primary and its replica, watched by three sentinels (quorum 2,
+ * down-after 1000 ms, failover-timeout 5000 ms) under the name "mymaster". */
+struct h_sentinel {
+	struct h_redis primary, replica;
+	struct h_redis sentinel[3];
+};
+
+void h_sentinel_start(struct h_sentinel *s);
+void h_sentinel_stop(struct h_sentinel *s);
+/* The port the sentinels name as the primary now (asked of the first that
+ * answers), or 0. */
+int h_sentinel_primary_port(struct h_sentinel *s);
+
+/* Run argv (a program on PATH) to its end with output to log; its exit
+ * status, or -1 when it could not run. */
+int h_run(char *const argv[], const char *log);
 
 /* --- the daemon ----------------------------------------------------------- */
 

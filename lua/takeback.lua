@@ -1,0 +1,132 @@
+-- takeback.lua - take back exactly the units one request recorded, on Redis
+-- Cluster, when another slot denied that request (CONTRACT 7).
+--
+-- The rules of one request usually live in different slots, and one script
+-- can only touch the keys of one slot, so such a request is decided by one
+-- lua/ratelimit.lua call per slot.  When any slot denies, the slots that
+-- recorded run this script, so that a denied request leaves nothing behind
+-- once it is answered.  docs/algorithms.md, "Taking a request back", is the
+-- spec; each algorithm below follows it.  Only this request's units go:
+-- what other requests recorded since stays, in its place.
+--
+-- KEYS[i]  the key of a check that recorded (all of one slot).
+-- ARGV     five values per key: algorithm (as ratelimit.lua), limit L,
+--          window_ms, cost c (> 0), and the mark ratelimit.lua returned
+--          for it (where the units were recorded).
+-- Reply    the number of keys from which units were taken back (a key
+--          whose units expired meanwhile has nothing left to take).
+
+local function int(x)
+  return string.format('%d', x)
+end
+
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+
+-- sliding_log: the run at time `mark` loses c units; the runs after it
+-- were numbered after ours, so their ends move down by c as well.
+local function sliding_log(key, L, W, c, mark)
+  local at = redis.call('ZRANGEBYSCORE', key, mark, mark)
+  if #at ~= 1 then
+    return 0
+  end
+  local e, n = string.match(at[1], '^(%d+):(%d+)$')
+  e, n = tonumber(e), tonumber(n)
+  if e == nil or n < c then
+    return 0
+  end
+  local later = redis.call('ZRANGEBYSCORE', key, '(' .. mark, '+inf',
+    'WITHSCORES')
+  redis.call('ZREM', key, at[1])
+  if n > c then
+    redis.call('ZADD', key, mark, int(e - c) .. ':' .. int(n - c))
+  end
+  for i = 1, #later, 2 do
+    local le, ln = string.match(later[i], '^(%d+):(%d+)$')
+    redis.call('ZREM', key, later[i])
+    redis.call('ZADD', key, later[i + 1],
+      int(tonumber(le) - c) .. ':' .. ln)
+  end
+  if redis.call('ZCARD', key) == 0 then
+    redis.call('DEL', key)
+  end
+  return 1
+end
+
+-- fixed_window: the count of the window that started at `mark`, if that
+-- window is still the key's.
+local function fixed_window(key, L, W, c, mark)
+  local r = redis.call('HMGET', key, 's', 'n')
+  if r[1] ~= mark or tonumber(r[2]) == nil then
+    return 0
+  end
+  local n = tonumber(r[2]) - c
+  if n <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('HSET', key, 'n', int(n))
+  end
+  return 1
+end
+
+-- sliding_window: the bucket numbered `mark`.
+local function sliding_window(key, L, W, c, mark)
+  local v = tonumber(redis.call('HGET', key, mark))
+  if v == nil then
+    return 0
+  end
+  if v <= c then
+    redis.call('HDEL', key, mark)
+    if redis.call('HLEN', key) == 0 then
+      redis.call('DEL', key)
+    end
+  else
+    redis.call('HSET', key, mark, int(v - c))
+  end
+  return 1
+end
+
+-- token_bucket: our call moved tat to `mark` = X by inc = c*W/L.  Later
+-- calls built on it; of our inc, at most X - now can still be in tat (the
+-- rest has drained), so tat moves back by min(inc, X - now): exact when no
+-- call came after ours, and never more than ours otherwise.
+local function token_bucket(key, L, W, c, mark)
+  local tat = tonumber(redis.call('GET', key))
+  local x = tonumber(mark)
+  if tat == nil or x == nil then
+    return 0
+  end
+  local d = math.min(c * W / L, x - now)
+  if d <= 0 then
+    return 0
+  end
+  redis.call('SET', key, string.format('%.17g', tat - d), 'KEEPTTL')
+  return 1
+end
+
+local ALGORITHMS = {
+  [0] = sliding_log, [1] = sliding_window, [2] = fixed_window,
+  [3] = token_bucket
+}
+
+if #ARGV ~= 5 * #KEYS then
+  return redis.error_reply('takeback.lua: need 5 ARGV per key')
+end
+local done = 0
+for k = 1, #KEYS do
+  local a = (k - 1) * 5
+  local alg = ALGORITHMS[tonumber(ARGV[a + 1])]
+  local L, wms = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local c, mark = tonumber(ARGV[a + 4]), ARGV[a + 5]
+  if alg == nil or L == nil or wms == nil or c == nil or L < 1 or
+      wms < 1 or c < 1 then
+    return redis.error_reply('takeback.lua: bad arguments for key ' .. k)
+  end
+  -- A key of another type (a reload changed the rule) has none of our
+  -- units: its error is taken as "nothing to take back".
+  local ok, r = pcall(alg, KEYS[k], L, wms * 1000, c, mark)
+  if ok then
+    done = done + r
+  end
+end
+return done
