@@ -115,6 +115,7 @@ extern const char rl_lua_takeback[];
 #define REDIS_REDIRECTS_MAX	5	/* MOVED / ASK followed per call */
 #define REDIS_TOPOLOGY_US	100000	/* between topology questions */
 #define REDIS_OPEN_BATCHES	64	/* batches filled in one turn */
+#define REDIS_WATCH_US		500000	/* topology while the circuit is open */
 
 enum redis_mode { REDIS_SINGLE, REDIS_CLUSTER, REDIS_SENTINEL };
 
@@ -197,8 +198,10 @@ struct redis_backend {
 
 	/* Cluster: the slot map, and asking for a new one. */
 	struct slot_map map;
+	int16_t last_owner[SLOT_MAP_SLOTS];	/* the map before */
 	size_t nprimaries;		/* nodes that own slots */
 	bool refresh_wanted, refreshing;
+	int64_t next_watch_us;		/* topology while the circuit is open */
 	size_t refresh_next;		/* node asked next */
 	int64_t next_refresh_us;
 
@@ -292,6 +295,23 @@ static void redis_circuit_open(struct redis_backend *rb)
 {
 	rb->circuit = REDIS_CIRCUIT_OPEN;
 	rb->open_until_us = util_monotonic_us() + rb->backoff_ms * 1000;
+}
+
+/* The topology changed (a new slot map, a new primary): an open circuit
+ * tries again at once, with the shortest backoff.  Returns whether the
+ * circuit was open. */
+static bool redis_circuit_kick(struct redis_backend *rb)
+{
+	bool open;
+
+	pthread_mutex_lock(&rb->mu);
+	open = rb->circuit == REDIS_CIRCUIT_OPEN;
+	if (open) {
+		rb->open_until_us = 0;
+		rb->backoff_ms = REDIS_CB_BACKOFF_MIN_MS;
+	}
+	pthread_mutex_unlock(&rb->mu);
+	return open;
 }
 
 /* Account for the outcome of a call let through by redis_circuit_enter. */
@@ -1222,6 +1242,7 @@ refresh_reply(void *arg, redisReply *r, const char *err)
 	if (redis_topology_slots(r, node->host, &ranges, &n, msg,
 	    sizeof(msg)) == -1)
 		goto fail;
+	memcpy(rb->last_owner, rb->map.owner, sizeof(rb->last_owner));
 	if (slot_map_build(&rb->map, ranges, n, msg, sizeof(msg)) == -1 ||
 	    nodes_sync(rb) == -1) {
 		rl_free(ranges);
@@ -1238,6 +1259,9 @@ refresh_reply(void *arg, redisReply *r, const char *err)
 			}
 		rl_free(owns);
 	}
+	if (memcmp(rb->last_owner, rb->map.owner, sizeof(rb->last_owner)) !=
+	    0 && redis_circuit_kick(rb))
+		log_info("redis cluster: the slot map changed; trying again");
 	if (owners != rb->nprimaries)
 		log_info("redis cluster: %zu primaries, slot map from "
 		    "%s:%d", owners, node->host, node->url.port);
@@ -1305,6 +1329,7 @@ sentinel_primary(struct redis_backend *rb, const char *host, int port,
 		util_strlcpy(node->host, host, sizeof(node->host));
 		node->url.port = port;
 		ss->known = true;
+		(void)redis_circuit_kick(rb);
 	}
 	rb->unpark_us = util_monotonic_us();
 }
@@ -1431,6 +1456,18 @@ topology_turn(struct redis_backend *rb, int64_t now)
 	struct redis_sentinels *ss = &rb->sentinels;
 	int64_t next = INT64_MAX;
 
+	/* While the circuit is open only trial calls fail, rarely: watch
+	 * the topology meanwhile, so a failover shows without waiting for
+	 * the next trial. */
+	if (rb->mode != REDIS_SINGLE && now >= rb->next_watch_us) {
+		rb->next_watch_us = now + REDIS_WATCH_US;
+		pthread_mutex_lock(&rb->mu);
+		if (rb->circuit != REDIS_CIRCUIT_CLOSED)
+			topology_wanted(rb);
+		pthread_mutex_unlock(&rb->mu);
+	}
+	if (rb->mode != REDIS_SINGLE && rb->next_watch_us < next)
+		next = rb->next_watch_us;
 	if (rb->mode == REDIS_CLUSTER && rb->refresh_wanted &&
 	    !rb->refreshing) {
 		if (now >= rb->next_refresh_us)

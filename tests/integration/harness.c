@@ -676,13 +676,13 @@ static void cluster_view(int port, char *out, size_t outlen)
 		return;
 	r = redisCommand(c, "CLUSTER SLOTS");
 	if (r != NULL && r->type == REDIS_REPLY_ARRAY) {
-		for (i = 0; i < r->element_count; i++) {
+		for (i = 0; i < r->elements; i++) {
 			redisReply *e = r->element[i];
 
 			if (e->type != REDIS_REPLY_ARRAY ||
-			    e->element_count < 3 ||
+			    e->elements < 3 ||
 			    e->element[2]->type != REDIS_REPLY_ARRAY ||
-			    e->element[2]->element_count < 2)
+			    e->element[2]->elements < 2)
 				continue;
 			used += (size_t)snprintf(out + used, used < outlen ?
 			    outlen - used : 0, "%lld-%lld:%lld,",
@@ -736,9 +736,13 @@ void h_cluster_start(struct h_cluster *c)
 	memset(c, 0, sizeof(*c));
 	for (i = 0; i < H_CLUSTER_NODES; i++) {
 		c->node[i].port = h_free_port();
+		/* The bus port would be port + 10000, past 65535 for most
+		 * free ports: give it one of its own. */
 		snprintf(extra, sizeof(extra),
 		    "cluster-enabled yes\ncluster-config-file nodes-%d.conf\n"
-		    "cluster-node-timeout 1500\n", c->node[i].port);
+		    "cluster-node-timeout 1500\ncluster-port %d\n"
+		    "cluster-replica-validity-factor 0\n",
+		    c->node[i].port, h_free_port());
 		c->node[i].extra = extra;
 		h_redis_start(&c->node[i]);
 		c->node[i].extra = NULL;
@@ -786,10 +790,10 @@ int h_cluster_owner(struct h_cluster *c, unsigned slot)
 			continue;
 		r = redisCommand(ctx, "CLUSTER SLOTS");
 		for (k = 0; r != NULL && r->type == REDIS_REPLY_ARRAY &&
-		    k < r->element_count; k++) {
+		    k < r->elements; k++) {
 			redisReply *e = r->element[k];
 
-			if (e->element_count >= 3 &&
+			if (e->elements >= 3 &&
 			    (unsigned)e->element[0]->integer <= slot &&
 			    (unsigned)e->element[1]->integer >= slot)
 				port = (int)e->element[2]->element[1]->integer;
@@ -841,7 +845,7 @@ void h_sentinel_start(struct h_sentinel *s)
 			size_t k;
 
 			for (k = 0; r != NULL && r->type == REDIS_REPLY_ARRAY
-			    && k + 1 < r->element_count; k += 2) {
+			    && k + 1 < r->elements; k += 2) {
 				if (strcmp(r->element[k]->str,
 				    "num-slaves") == 0)
 					replicas = atoll(r->element[k + 1]->str);
@@ -885,7 +889,7 @@ int h_sentinel_primary_port(struct h_sentinel *s)
 			continue;
 		r = redisCommand(c, "SENTINEL GET-MASTER-ADDR-BY-NAME mymaster");
 		if (r != NULL && r->type == REDIS_REPLY_ARRAY &&
-		    r->element_count == 2 &&
+		    r->elements == 2 &&
 		    r->element[1]->type == REDIS_REPLY_STRING)
 			port = atoi(r->element[1]->str);
 		if (r != NULL)

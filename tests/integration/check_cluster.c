@@ -1,0 +1,425 @@
+/*
+ * check_cluster.c - ratelimitd on a real Redis Cluster (CONTRACT 7): three
+ * primaries and three replicas on loopback ports, made by the harness with
+ * redis-cli --cluster create.
+ *
+ * What is shown: keys of 300 users land each on the primary that owns its
+ * slot; two daemons with many threads on one key admit exactly the limit;
+ * a request whose rules live in different slots is all-or-nothing (what
+ * one slot recorded is taken back when another denies); a slot migrated
+ * under the daemon is followed (ASK while it migrates, MOVED after); a
+ * primary killed under load is replaced by its replica and decisions come
+ * back by themselves, no request waiting past redis.timeout meanwhile.
+ * The kill runs last: it changes the cluster.
+ */
+#include <check.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "slot_map.h"
+
+static struct h_cluster cluster;
+
+static const char yaml_fmt[] =
+	"listen: \"127.0.0.1:%%PORT%%\"\n"
+	"threads: 2\n"
+	"shutdown_timeout: 2s\n"
+	"backend: redis\n"
+	"redis:\n"
+	"  cluster: [\"127.0.0.1:%d\"]\n"
+	"  timeout: %s\n"
+	"  pool_size: 2\n"
+	"  key_prefix: \"cl:\"\n"
+	"on_backend_error: deny\n"
+	"rules:\n"
+	"  - name: one\n"
+	"    match: { t: one }\n"
+	"    key: \"${user}\"\n"
+	"    limit: %d\n"
+	"    window: 1h\n"
+	"  - name: wide\n"
+	"    match: { t: pair }\n"
+	"    key: \"${user}\"\n"
+	"    limit: 10\n"
+	"    window: 1h\n"
+	"  - name: narrow\n"
+	"    match: { t: pair }\n"
+	"    key: \"${user}:n\"\n"
+	"    limit: 3\n"
+	"    window: 1h\n";
+
+static void cluster_up(void)
+{
+	h_cluster_start(&cluster);
+}
+
+static void cluster_down(void)
+{
+	h_reap_orphans();
+}
+
+static void flush_all(void)
+{
+	int i;
+
+	for (i = 0; i < H_CLUSTER_NODES; i++) {
+		redisContext *c;
+		redisReply *r;
+
+		if (cluster.node[i].pid == 0)
+			continue;
+		c = h_redis_ctx(&cluster.node[i]);
+		r = redisCommand(c, "FLUSHALL");
+		if (r != NULL)
+			freeReplyObject(r);	/* replicas refuse: fine */
+	}
+}
+
+static void start(struct h_daemon *d, int seed, const char *timeout,
+    int limit)
+{
+	char yaml[2048];
+
+	memset(d, 0, sizeof(*d));
+	snprintf(yaml, sizeof(yaml), yaml_fmt, seed, timeout, limit);
+	d->redis_port = seed;
+	h_daemon_start(d, yaml);
+}
+
+/* The primary (index) that holds key now, asked of the cluster. */
+static int owner_of(const char *key)
+{
+	return h_cluster_owner(&cluster, slot_map_keyslot(key, strlen(key)));
+}
+
+/* Units of a sliding_log key on node i (0 if it has none there). */
+static long long units_on(int i, const char *key)
+{
+	return h_redis_log_units(&cluster.node[i], key);
+}
+
+static long acquire(const char *body)
+{
+	struct h_resp r = { 0 };
+	long status;
+
+	h_http(&r, "POST", "/acquire", body, NULL);
+	status = r.status;
+	h_resp_free(&r);
+	return status;
+}
+
+START_TEST(test_keys_on_their_primaries)
+{
+	struct h_daemon d;
+	bool on[H_CLUSTER_NODES] = { false };
+	char body[128], key[64];
+	int i, n, used = 0;
+
+	start(&d, cluster.node[0].port, "2s", 3);
+	for (i = 0; i < 300; i++) {
+		snprintf(body, sizeof(body), "{\"t\":\"one\",\"user\":\"u%d\"}",
+		    i);
+		ck_assert_int_eq(acquire(body), 200);
+	}
+	for (i = 0; i < 300; i++) {
+		snprintf(key, sizeof(key), "cl:one:{u%d}", i);
+		n = owner_of(key);
+		ck_assert_msg(n >= 0, "no primary owns %s", key);
+		ck_assert_msg(units_on(n, key) == 1, "%s: %lld units on its "
+		    "primary (port %d), expected 1", key, units_on(n, key),
+		    cluster.node[n].port);
+		on[n] = true;
+	}
+	for (i = 0; i < H_CLUSTER_NODES; i++)
+		used += on[i];
+	ck_assert_msg(used == 3, "300 keys landed on %d primaries, "
+	    "expected all 3", used);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* --- exactness: two daemons, threads, one key -------------------------- */
+
+#define THREADS 8
+#define PER_THREAD 60
+#define HOT_LIMIT 100
+
+struct worker {
+	pthread_t thread;
+	int port;
+	int ok, denied, other;
+};
+
+static void *work(void *arg)
+{
+	struct worker *w = arg;
+	static const char body[] = "{\"t\":\"one\",\"user\":\"hot\"}";
+	struct h_resp r = { 0 };
+	CURL *c = h_curl_new();
+	int k;
+
+	for (k = 0; k < PER_THREAD; k++) {
+		if (h_request(c, w->port, &r, "POST", "/acquire", body,
+		    strlen(body), NULL) != 0)
+			w->other++;
+		else if (r.status == 200)
+			w->ok++;
+		else if (r.status == 429)
+			w->denied++;
+		else
+			w->other++;
+	}
+	h_resp_free(&r);
+	curl_easy_cleanup(c);
+	return NULL;
+}
+
+START_TEST(test_two_daemons_exact)
+{
+	struct h_daemon d[2];
+	struct worker w[THREADS];
+	int i, ok = 0, denied = 0, other = 0, n;
+
+	start(&d[0], cluster.node[0].port, "2s", HOT_LIMIT);
+	start(&d[1], cluster.node[1].port, "2s", HOT_LIMIT);
+	memset(w, 0, sizeof(w));
+	for (i = 0; i < THREADS; i++) {
+		w[i].port = d[i % 2].port;
+		ck_assert(pthread_create(&w[i].thread, NULL, work, &w[i]) == 0);
+	}
+	for (i = 0; i < THREADS; i++) {
+		pthread_join(w[i].thread, NULL);
+		ok += w[i].ok;
+		denied += w[i].denied;
+		other += w[i].other;
+	}
+	ck_assert_msg(other == 0, "%d answers were neither 200 nor 429",
+	    other);
+	ck_assert_msg(ok == HOT_LIMIT, "%d admitted, expected exactly %d",
+	    ok, HOT_LIMIT);
+	ck_assert_int_eq(denied, THREADS * PER_THREAD - HOT_LIMIT);
+	n = owner_of("cl:one:{hot}");
+	ck_assert_int_eq(units_on(n, "cl:one:{hot}"), HOT_LIMIT);
+	h_daemon_stop(&d[0]);
+	h_daemon_stop(&d[1]);
+}
+END_TEST
+
+/* --- all-or-nothing across slots ---------------------------------------- */
+
+static long long metric(const char *name)
+{
+	struct h_resp r = { 0 };
+	const char *at;
+	long long v = -1;
+
+	char line[160];
+
+	/* The sample's line, not its # HELP. */
+	snprintf(line, sizeof(line), "\n%s ", name);
+	h_http(&r, "GET", "/metrics", NULL, NULL);
+	if (r.body != NULL && (at = strstr(r.body, line)) != NULL)
+		v = atoll(at + strlen(line));
+	h_resp_free(&r);
+	return v;
+}
+
+START_TEST(test_across_slots_all_or_nothing)
+{
+	static const char body[] = "{\"t\":\"pair\",\"user\":\"x1\"}";
+	const char *wide = "cl:wide:{x1}", *narrow = "cl:narrow:{x1:n}";
+	struct h_daemon d;
+	int i;
+
+	/* The two keys must be in different slots for this to mean
+	 * anything. */
+	ck_assert_uint_ne(slot_map_keyslot(wide, strlen(wide)),
+	    slot_map_keyslot(narrow, strlen(narrow)));
+	start(&d, cluster.node[2].port, "2s", 3);
+	for (i = 0; i < 3; i++)
+		ck_assert_int_eq(acquire(body), 200);
+	/* narrow (3) is full now: each of these is denied, and wide must
+	 * not keep what its slot recorded for them. */
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(acquire(body), 429);
+	ck_assert_int_eq(units_on(owner_of(wide), wide), 3);
+	ck_assert_int_eq(units_on(owner_of(narrow), narrow), 3);
+	/* The first denial takes back; the deny cache answers the next
+	 * ones without a store call, so nothing is recorded for them. */
+	ck_assert_int_ge(metric(
+	    "ratelimitd_redis_takebacks_total{result=\"ok\"}"), 1);
+	ck_assert_int_eq(metric(
+	    "ratelimitd_redis_takebacks_total{result=\"failed\"}"), 0);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* --- a slot migrated under the daemon ----------------------------------- */
+
+static void node_id(int i, char *out, size_t outlen)
+{
+	redisReply *r = redisCommand(h_redis_ctx(&cluster.node[i]),
+	    "CLUSTER MYID");
+
+	ck_assert(r != NULL && r->type == REDIS_REPLY_STRING);
+	snprintf(out, outlen, "%s", r->str);
+	freeReplyObject(r);
+}
+
+static void cmd_ok(int i, const char *fmt, const char *a, const char *b)
+{
+	redisReply *r = redisCommand(h_redis_ctx(&cluster.node[i]), fmt, a,
+	    b);
+
+	ck_assert_msg(r != NULL && r->type != REDIS_REPLY_ERROR,
+	    "node %d: %s: %s", i, fmt, r != NULL ? r->str : "no reply");
+	freeReplyObject(r);
+}
+
+START_TEST(test_slot_migration_ask_then_moved)
+{
+	const char *old_key = "cl:one:{m1}";
+	char slot[16], src_id[64], dst_id[64], port[16];
+	unsigned s = slot_map_keyslot(old_key, strlen(old_key));
+	struct h_daemon d;
+	int src, dst, i, k;
+
+	start(&d, cluster.node[0].port, "2s", 3);
+	ck_assert_int_eq(acquire("{\"t\":\"one\",\"user\":\"m1\"}"), 200);
+	src = owner_of(old_key);
+	ck_assert_int_ge(src, 0);
+	for (dst = 0; dst < H_CLUSTER_NODES; dst++) {
+		int o = -1;
+
+		/* Another primary: it owns some slot. */
+		for (k = 0; k < 16384 && o != dst; k += 97)
+			o = h_cluster_owner(&cluster, (unsigned)k);
+		if (o == dst && dst != src)
+			break;
+	}
+	ck_assert_int_lt(dst, H_CLUSTER_NODES);
+	node_id(src, src_id, sizeof(src_id));
+	node_id(dst, dst_id, sizeof(dst_id));
+	snprintf(slot, sizeof(slot), "%u", s);
+	cmd_ok(dst, "CLUSTER SETSLOT %s IMPORTING %s", slot, src_id);
+	cmd_ok(src, "CLUSTER SETSLOT %s MIGRATING %s", slot, dst_id);
+
+	/* ASK: once the key has moved to the destination, the source
+	 * answers ASK for it until the migration ends. */
+	snprintf(port, sizeof(port), "%d", cluster.node[dst].port);
+	{
+		redisReply *r = redisCommand(h_redis_ctx(&cluster.node[src]),
+		    "MIGRATE 127.0.0.1 %s %s 0 5000 KEYS %s", port, "",
+		    old_key);
+
+		ck_assert_msg(r != NULL && r->type != REDIS_REPLY_ERROR,
+		    "MIGRATE: %s", r != NULL ? r->str : "no reply");
+		freeReplyObject(r);
+	}
+	ck_assert_int_eq(acquire("{\"t\":\"one\",\"user\":\"m1\"}"), 200);
+	/* The destination serves the slot only after ASKING, until the
+	 * end of the migration. */
+	freeReplyObject(redisCommand(h_redis_ctx(&cluster.node[dst]),
+	    "ASKING"));
+	ck_assert_int_eq(units_on(dst, old_key), 2);
+	ck_assert_int_ge(metric("ratelimitd_redis_redirects_total"
+	    "{kind=\"ask\"}"), 1);
+
+	/* MOVED: the slot is the destination's now, everywhere. */
+	for (i = 0; i < H_CLUSTER_NODES; i++) {
+		redisReply *r;
+
+		if (cluster.node[i].pid == 0)
+			continue;
+		r = redisCommand(h_redis_ctx(&cluster.node[i]),
+		    "CLUSTER SETSLOT %s NODE %s", slot, dst_id);
+		if (r != NULL)
+			freeReplyObject(r);	/* replicas may refuse */
+	}
+	ck_assert_int_eq(acquire("{\"t\":\"one\",\"user\":\"m1\"}"), 200);
+	ck_assert_int_eq(acquire("{\"t\":\"one\",\"user\":\"m1\"}"), 429);
+	ck_assert_int_eq(units_on(dst, old_key), 3);
+	ck_assert_int_ge(metric("ratelimitd_redis_redirects_total"
+	    "{kind=\"moved\"}"), 1);
+	ck_assert(h_cluster_wait_ok(&cluster, 20000));
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* --- a primary killed under load ---------------------------------------- */
+
+START_TEST(test_primary_killed_failover)
+{
+	const char *key = "cl:one:{k1}";
+	struct h_daemon d;
+	long long t0, t, slowest = 0, back = -1;
+	int victim;
+
+	start(&d, cluster.node[0].port, "500ms", 1000000);
+	ck_assert_int_eq(acquire("{\"t\":\"one\",\"user\":\"k1\"}"), 200);
+	victim = owner_of(key);
+	ck_assert_int_ge(victim, 0);
+	/* The runner started it and reaps it when the suite ends. */
+	kill(cluster.node[victim].pid, SIGKILL);
+	cluster.node[victim].pid = 0;
+	t0 = h_now_ms();
+	/* deny while the replica takes over: 503 (on_backend_error deny)
+	 * or 200 once it has; never a wait past the timeout. */
+	while ((t = h_now_ms()) - t0 < 30000) {
+		long st = acquire("{\"t\":\"one\",\"user\":\"k1\"}");
+		long long took = h_now_ms() - t;
+
+		if (took > slowest)
+			slowest = took;
+		ck_assert_msg(st == 200 || st == 503, "status %ld", st);
+		if (st == 200) {
+			back = h_now_ms() - t0;
+			break;
+		}
+		h_sleep_ms(50);
+	}
+	if (back < 0)
+		for (int i = 0; i < H_CLUSTER_NODES; i++)
+			h_print_file("redis-server", cluster.node[i].log);
+	fprintf(stderr, "cluster failover: decisions back %lld ms after the "
+	    "primary was killed; slowest request %lld ms\n", back, slowest);
+	ck_assert_msg(back >= 0, "no decision from Redis 30 s after the "
+	    "failover");
+	ck_assert_msg(slowest < 500 + 1500, "a request took %lld ms with "
+	    "redis.timeout 500ms", slowest);
+	ck_assert_int_ge(metric("ratelimitd_redis_topology_refreshes_total"),
+	    2);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("cluster");
+	TCase *tc = tcase_create("cluster");
+	SRunner *sr;
+	int failed;
+
+	h_init();
+	tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
+	tcase_add_checked_fixture(tc, flush_all, h_test_teardown);
+	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, test_keys_on_their_primaries);
+	tcase_add_test(tc, test_two_daemons_exact);
+	tcase_add_test(tc, test_across_slots_all_or_nothing);
+	tcase_add_test(tc, test_slot_migration_ask_then_moved);
+	tcase_add_test(tc, test_primary_killed_failover);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	h_cluster_stop(&cluster);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
