@@ -259,6 +259,70 @@ START_TEST(test_across_slots_all_or_nothing)
 }
 END_TEST
 
+/*
+ * The take-back of each algorithm: "wide" (limit 10, the algorithm under
+ * test) and "narrow" (limit 3) in different slots.  Three requests pass;
+ * the fourth is denied by narrow after wide's slot recorded it, so wide
+ * must get exactly that back: a request that only wide applies to then
+ * sees 10 - 3 - 1 = 6 remaining (5 if the units stayed).
+ */
+static const char algo_fmt[] =
+	"listen: \"127.0.0.1:%%PORT%%\"\n"
+	"backend: redis\n"
+	"redis:\n"
+	"  cluster: [\"127.0.0.1:%d\"]\n"
+	"  timeout: 2s\n"
+	"  key_prefix: \"cl:\"\n"
+	"on_backend_error: deny\n"
+	"rules:\n"
+	"  - name: wide\n"
+	"    match: { t: \"~^(pair|solo)$\" }\n"
+	"    key: \"${user}\"\n"
+	"    algorithm: %s\n"
+	"    limit: 10\n"
+	"    window: 1h\n"
+	"  - name: narrow\n"
+	"    match: { t: pair }\n"
+	"    key: \"${user}:n\"\n"
+	"    limit: 3\n"
+	"    window: 1h\n";
+
+START_TEST(test_takeback_each_algorithm)
+{
+	static const char *const algos[] = {
+		"sliding_log", "sliding_window", "fixed_window", "token_bucket"
+	};
+	struct h_daemon d;
+	struct h_resp r = { 0 };
+	char yaml[2048];
+	int i;
+
+	for (i = 0; i < 4; i++) {
+		memset(&d, 0, sizeof(d));
+		snprintf(yaml, sizeof(yaml), algo_fmt, cluster.node[0].port,
+		    algos[i]);
+		h_daemon_start(&d, yaml);
+		ck_assert_int_eq(acquire("{\"t\":\"pair\",\"user\":\"tb\"}"),
+		    200);
+		ck_assert_int_eq(acquire("{\"t\":\"pair\",\"user\":\"tb\"}"),
+		    200);
+		ck_assert_int_eq(acquire("{\"t\":\"pair\",\"user\":\"tb\"}"),
+		    200);
+		ck_assert_int_eq(acquire("{\"t\":\"pair\",\"user\":\"tb\"}"),
+		    429);
+		h_http(&r, "POST", "/acquire", "{\"t\":\"solo\",\"user\":\"tb\"}",
+		    NULL);
+		ck_assert_int_eq(r.status, 200);
+		ck_assert_msg(h_json_int(&r, "remaining") == 6, "%s: %lld "
+		    "remaining after the take-back, expected 6", algos[i],
+		    h_json_int(&r, "remaining"));
+		h_resp_free(&r);
+		h_daemon_stop(&d);
+		flush_all();
+	}
+}
+END_TEST
+
 /* --- a slot migrated under the daemon ----------------------------------- */
 
 static void node_id(int i, char *out, size_t outlen)
@@ -412,6 +476,7 @@ int main(void)
 	tcase_add_test(tc, test_keys_on_their_primaries);
 	tcase_add_test(tc, test_two_daemons_exact);
 	tcase_add_test(tc, test_across_slots_all_or_nothing);
+	tcase_add_test(tc, test_takeback_each_algorithm);
 	tcase_add_test(tc, test_slot_migration_ask_then_moved);
 	tcase_add_test(tc, test_primary_killed_failover);
 	suite_add_tcase(s, tc);
