@@ -1026,9 +1026,16 @@ START_TEST(test_select_db_and_unix_url_errors)
 	ck_assert(strstr(err, "/nonexistent/pw") != NULL);
 	rc.password_file = NULL;
 	rc.url = (char *)"redis://h";
-	rc.ncluster = 1;
-	ck_assert_ptr_null(backend_redis_new(&rc, err, sizeof(err)));
-	ck_assert(strstr(err, "cluster") != NULL);
+	{
+		char *seeds[1] = { (char *)"no-port" };
+
+		rc.cluster = seeds;
+		rc.ncluster = 1;
+		ck_assert_ptr_null(backend_redis_new(&rc, err, sizeof(err)));
+		ck_assert(strstr(err, "redis.cluster") != NULL);
+		rc.cluster = NULL;
+		rc.ncluster = 0;
+	}
 }
 END_TEST
 

@@ -159,8 +159,8 @@ START_TEST(test_applying_rules_and_keys)
 
 	attrs_set(&a, "path", "/login");
 	attrs_set(&a, "ip", "10.0.0.1");
-	main_be.answer[0] = (struct rl_result){ true, 4, 60000, 0 };
-	main_be.answer[1] = (struct rl_result){ true, 99, 60000, 0 };
+	main_be.answer[0] = (struct rl_result){ true, 4, 60000, 0, 0 };
+	main_be.answer[1] = (struct rl_result){ true, 99, 60000, 0, 0 };
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
 	/* "watch" needs ${user}: it does not apply. */
 	ck_assert_uint_eq(main_be.n, 2);
@@ -198,8 +198,8 @@ START_TEST(test_denied_picks_largest_retry)
 
 	attrs_set(&a, "path", "/login");
 	attrs_set(&a, "ip", "10.0.0.1");
-	main_be.answer[0] = (struct rl_result){ false, 0, 30000, 2000 };
-	main_be.answer[1] = (struct rl_result){ false, 0, 60000, 7000 };
+	main_be.answer[0] = (struct rl_result){ false, 0, 30000, 2000, 0 };
+	main_be.answer[1] = (struct rl_result){ false, 0, 60000, 7000, 0 };
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
 	ck_assert(!d.allowed);
 	ck_assert_str_eq(d.rule->name, "global");
@@ -218,9 +218,9 @@ START_TEST(test_shadow_never_denies)
 	attrs_set(&a, "path", "/login");
 	attrs_set(&a, "ip", "10.0.0.1");
 	attrs_set(&a, "user", "bob");
-	main_be.answer[0] = (struct rl_result){ true, 3, 1000, 0 };
-	main_be.answer[1] = (struct rl_result){ true, 50, 1000, 0 };
-	main_be.answer[2] = (struct rl_result){ false, 0, 1000, 500 };
+	main_be.answer[0] = (struct rl_result){ true, 3, 1000, 0, 0 };
+	main_be.answer[1] = (struct rl_result){ true, 50, 1000, 0, 0 };
+	main_be.answer[2] = (struct rl_result){ false, 0, 1000, 500, 0 };
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
 	ck_assert(d.allowed);
 	ck_assert_str_eq(d.rule->name, "watch");
@@ -240,7 +240,7 @@ START_TEST(test_forced_rule_and_cost)
 
 	/* Forcing skips match, but the key still needs ${ip}. */
 	attrs_set(&a, "ip", "1.2.3.4");
-	main_be.answer[0] = (struct rl_result){ true, 2, 1000, 0 };
+	main_be.answer[0] = (struct rl_result){ true, 2, 1000, 0, 0 };
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
 	ck_assert_uint_eq(main_be.n, 1);
 	ck_assert_str_eq(main_be.keys[0], "rl:login:{1.2.3.4}");
@@ -303,8 +303,8 @@ START_TEST(test_policy_allow_deny_local)
 	ck_assert_int_eq(hook_calls[DECIDE_RULE_ERROR], 2);
 
 	cfg.on_backend_error = RL_ON_ERROR_LOCAL;
-	local_be.answer[0] = (struct rl_result){ false, 0, 9000, 9000 };
-	local_be.answer[1] = (struct rl_result){ true, 10, 9000, 0 };
+	local_be.answer[0] = (struct rl_result){ false, 0, 9000, 9000, 0 };
+	local_be.answer[1] = (struct rl_result){ true, 10, 9000, 0, 0 };
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
 	ck_assert_int_eq(local_be.calls, 1);
 	ck_assert(!d.allowed);
@@ -341,7 +341,7 @@ START_TEST(test_many_rules_heap_path)
 	}
 	c.rules = many;
 	c.nrules = 20;
-	main_be.answer[0] = (struct rl_result){ true, 9, 1000, 0 };
+	main_be.answer[0] = (struct rl_result){ true, 9, 1000, 0, 0 };
 	ck_assert_int_eq(decide(&dec, &c, &rq, &d), 0);
 	ck_assert_int_eq(main_be.calls, 1);
 	ck_assert_str_eq(main_be.keys[3], "rl:r3:{}");
