@@ -78,7 +78,7 @@ static const char rich[] =
     "backend: redis\n"
     "backend_required: true\n"
     "redis:\n"
-    "  url: \"redis://:pw@redis.local:6380/2\"\n"
+    "  url: \"redis://:pw@redis.local:6380/0\"\n"
     "  cluster: [\"10.0.0.1:7000\", \"10.0.0.2:7001\", \"[::1]:7002\"]\n"
     "  pool_size: 32\n"
     "  timeout: 250ms\n"
@@ -208,6 +208,16 @@ START_TEST(test_null_sections)
 	c = expect_ok("rules: []\nredis:\n  cluster: []\n");
 	ck_assert_uint_eq(c->nrules, 0);
 	ck_assert_uint_eq(c->redis.ncluster, 0);
+	ck_assert_ptr_null(c->redis.sentinel.master);
+	config_unref(c);
+
+	c = expect_ok("redis:\n  sentinel:\n    master: mymaster\n"
+	    "    nodes: [\"10.0.0.5:26379\", \"[::1]:26380\"]\n"
+	    "    password_file: /run/s\n");
+	ck_assert_str_eq(c->redis.sentinel.master, "mymaster");
+	ck_assert_uint_eq(c->redis.sentinel.nnodes, 2);
+	ck_assert_str_eq(c->redis.sentinel.nodes[1], "[::1]:26380");
+	ck_assert_str_eq(c->redis.sentinel.password_file, "/run/s");
 	config_unref(c);
 }
 END_TEST
@@ -226,7 +236,7 @@ START_TEST(test_every_key)
 	ck_assert(c->access_log);
 	ck_assert_int_eq(c->backend, RL_BACKEND_REDIS);
 	ck_assert(c->backend_required);
-	ck_assert_str_eq(c->redis.url, "redis://:pw@redis.local:6380/2");
+	ck_assert_str_eq(c->redis.url, "redis://:pw@redis.local:6380/0");
 	ck_assert_uint_eq(c->redis.ncluster, 3);
 	ck_assert_str_eq(c->redis.cluster[0], "10.0.0.1:7000");
 	ck_assert_str_eq(c->redis.cluster[1], "10.0.0.2:7001");
@@ -488,6 +498,24 @@ static const struct {
 	{ "redis:\n  cluster: [[a]]\n",
 	  "t.yaml:2:13: redis.cluster: expected a sequence of \"host:port\" "
 	  "strings" },
+	{ "redis:\n  cluster: [\"a:1\"]\n  sentinel:\n    master: m\n"
+	  "    nodes: [\"s:26379\"]\n",
+	  "t.yaml:2:3: redis: set redis.cluster or redis.sentinel, not both" },
+	{ "redis:\n  cluster: [\"a:1\"]\n  url: \"redis://h/3\"\n",
+	  "t.yaml:2:3: redis: Redis Cluster has only db 0 and TCP nodes; "
+	  "redis.url may give credentials only" },
+	{ "redis:\n  sentinel:\n    master: m\n",
+	  "t.yaml:3:5: redis.sentinel: needs master and at least one of "
+	  "nodes" },
+	{ "redis:\n  sentinel:\n    nodes: [\"s:1\"]\n",
+	  "t.yaml:3:5: redis.sentinel: needs master and at least one of "
+	  "nodes" },
+	{ "redis:\n  sentinel:\n    master: m\n    nodes: [\"s\"]\n",
+	  "t.yaml:4:13: redis.sentinel.nodes: expected \"host:port\", got "
+	  "\"s\"" },
+	{ "redis:\n  sentinel:\n    master: m\n    nodes: [\"s:1\"]\n"
+	  "    port: 1\n",
+	  "t.yaml:5:5: unknown key \"port\" in redis.sentinel" },
 
 	/* integers */
 	{ "threads: four\n",
