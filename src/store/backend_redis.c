@@ -116,6 +116,7 @@ extern const char rl_lua_takeback[];
 #define REDIS_TOPOLOGY_US	100000	/* between topology questions */
 #define REDIS_OPEN_BATCHES	64	/* batches filled in one turn */
 #define REDIS_WATCH_US		500000	/* topology while the circuit is open */
+#define REDIS_NODE_THRESHOLD	3	/* lost connections to mark one down */
 
 enum redis_mode { REDIS_SINGLE, REDIS_CLUSTER, REDIS_SENTINEL };
 
@@ -156,6 +157,12 @@ struct redis_node {
 	struct redis_conn_config ccfg;
 	struct redis_slot *conns;
 	size_t nconns;
+
+	/* Cluster: the breaker of this primary alone (the others keep
+	 * deciding while it is down). */
+	int failures;			/* consecutive lost connections */
+	int64_t down_until_us;		/* calls fail at once until then */
+	int64_t backoff_us;
 };
 
 /* One EVALSHA (or PING, or take-back) in flight. */
@@ -432,7 +439,8 @@ call_finish(struct redis_backend *rb, struct backend_call *call, int rc,
 		redis_log_failure(rb, kind, err);
 	}
 	/* A part of a split request counts once, with its request. */
-	if (call->q_kind == CALL_REQUEST && call->q_split == NULL)
+	if (call->q_kind == CALL_REQUEST && call->q_split == NULL &&
+	    rb->mode != REDIS_CLUSTER)
 		redis_circuit_leave(rb, call->q_trial, rc == 0 ?
 		    REDIS_OUTCOME_OK : REDIS_OUTCOME_FAIL);
 	call->done(call);
@@ -496,13 +504,11 @@ unpark_all(struct redis_backend *rb)
 /* ---- requests across cluster slots ------------------------------------ */
 
 static void
-split_answer(struct redis_backend *rb, struct redis_split *s)
+split_answer(struct redis_split *s)
 {
 	struct backend_call *parent = redis_split_parent(s);
 
 	redis_split_answer(s);
-	redis_circuit_leave(rb, parent->q_trial, parent->rc == 0 ?
-	    REDIS_OUTCOME_OK : REDIS_OUTCOME_FAIL);
 	parent->done(parent);
 }
 
@@ -526,7 +532,7 @@ split_takeback_done(struct backend_call *tb)
 	if (!redis_split_one_done(s))
 		return;
 	if (!redis_split_answered(s))
-		split_answer(rb, s);
+		split_answer(s);
 	redis_split_free(s);
 }
 
@@ -552,12 +558,12 @@ split_part_done(struct backend_call *part)
 		log_warnx("redis %s: out of memory: a denied request's units "
 		    "count until they expire", rb->shown_url);
 	if (n <= 0) {
-		split_answer(rb, s);
+		split_answer(s);
 		redis_split_free(s);
 		return;
 	}
 	if (late)
-		split_answer(rb, s);
+		split_answer(s);
 	for (i = 0; i < n; i++) {
 		struct backend_call *tb = redis_split_takeback(s, (size_t)i);
 
@@ -674,6 +680,56 @@ topology_wanted(struct redis_backend *rb)
 		rb->refresh_wanted = true;
 	else if (rb->mode == REDIS_SENTINEL)
 		rb->sentinels.ask_wanted = true;
+}
+
+/* Cluster: a connection to node was lost, or it answered. */
+static void
+node_failed(struct redis_backend *rb, struct redis_node *node)
+{
+	if (rb->mode != REDIS_CLUSTER ||
+	    ++node->failures < REDIS_NODE_THRESHOLD)
+		return;
+	node->backoff_us = node->backoff_us == 0 ?
+	    REDIS_CB_BACKOFF_MIN_MS * 1000 : node->backoff_us * 2;
+	if (node->backoff_us > REDIS_CB_BACKOFF_MAX_MS * 1000)
+		node->backoff_us = REDIS_CB_BACKOFF_MAX_MS * 1000;
+	if (node->down_until_us == 0)
+		log_warnx("redis cluster: %.64s:%d is down; its slots fail at "
+		    "once until it or its replica answers", node->host,
+		    node->url.port);
+	node->down_until_us = util_monotonic_us() + node->backoff_us;
+}
+
+static void
+node_answered(struct redis_backend *rb, struct redis_node *node)
+{
+	if (node->down_until_us != 0)
+		log_info("redis cluster: %.64s:%d answers again", node->host,
+		    node->url.port);
+	node->failures = 0;
+	node->down_until_us = 0;
+	node->backoff_us = 0;
+	(void)rb;
+}
+
+/* Whether a call for node fails at once: it is down, and its backoff has
+ * not passed (then calls try it again). */
+static bool
+node_down(const struct redis_node *node, int64_t now)
+{
+	return node->down_until_us != 0 && now < node->down_until_us;
+}
+
+/* Whether some node is marked down (the topology is then watched). */
+static bool
+nodes_down(const struct redis_backend *rb)
+{
+	size_t i;
+
+	for (i = 0; i < rb->nnodes; i++)
+		if (rb->nodes[i]->down_until_us != 0)
+			return true;
+	return false;
 }
 
 /* The connection of node for the next command: the open one with the
@@ -905,9 +961,10 @@ is_error(const redisReply *r, const char *prefix)
 	    strncmp(r->str, prefix, strlen(prefix)) == 0;
 }
 
-/* MOVED or ASK: follow it.  True when b was taken care of (parked or
- * sent again); false leaves b to fail. */
-static bool
+/* MOVED or ASK: follow it.  Returns 1 when b was sent again (ASK: it is
+ * still in flight), 0 when its calls were parked (MOVED: b is done with),
+ * -1 when it is not a redirection or cannot be followed (b fails). */
+static int
 batch_redirect(struct redis_batch *b, const redisReply *r, char *msg,
     size_t msglen)
 {
@@ -922,32 +979,31 @@ batch_redirect(struct redis_batch *b, const redisReply *r, char *msg,
 	kind = slot_map_parse_redirect(r->str, r->len, &slot, host,
 	    sizeof(host), &port);
 	if (kind == SLOT_REDIRECT_NONE || rb->mode != REDIS_CLUSTER)
-		return false;
+		return -1;
 	if (host[0] == '\0')
 		util_strlcpy(host, from->host, sizeof(host));
 	if (kind == SLOT_REDIRECT_MOVED) {
 		metrics_redis_event(rb->metrics, METRICS_REDIS_MOVED);
 		if (slot_map_move(&rb->map, slot, host, port, msg, msglen) ==
 		    -1 || nodes_sync(rb) == -1)
-			return false;
+			return -1;
 		rb->refresh_wanted = true;
 		batch_park(b, util_monotonic_us(), true);
-		return true;
+		return 0;
 	}
 	metrics_redis_event(rb->metrics, METRICS_REDIS_ASK);
 	if ((node = slot_map_node(&rb->map, host, port, msg, msglen)) < 0 ||
 	    nodes_sync(rb) == -1)
-		return false;
+		return -1;
 	for (i = 0; i < b->ncalls; i++)
 		if (b->calls[i] != NULL &&
 		    ++b->calls[i]->q_redirects > REDIS_REDIRECTS_MAX) {
 			snprintf(msg, msglen, "too many cluster redirections");
-			return false;
+			return -1;
 		}
 	batch_compact(b);
 	b->ask_node = node;
-	b->slot = NULL;
-	return batch_send(rb, b, msg, msglen) == 0;
+	return batch_send(rb, b, msg, msglen) == 0 ? 1 : -1;
 }
 
 /* The reply to a batch, or NULL with err when its connection closed. */
@@ -967,8 +1023,12 @@ batch_reply(void *arg, redisReply *r, const char *err)
 		    strcmp(err, "connect: timed out") == 0 ?
 		    BACKEND_ERR_TIMEOUT : BACKEND_ERR_CONNECT, msg);
 		topology_wanted(rb);
+		if (s != NULL)
+			node_failed(rb, s->node);
 		goto out;
 	}
+	if (s != NULL)
+		node_answered(rb, s->node);
 	if (b->live == 0)
 		goto out;		/* every call timed out already */
 	if (b->kind == CALL_PROBE) {
@@ -990,9 +1050,12 @@ batch_reply(void *arg, redisReply *r, const char *err)
 		goto out;
 	}
 	if (r->type == REDIS_REPLY_ERROR) {
-		if (batch_redirect(b, r, msg, sizeof(msg))) {
-			if (b->slot != NULL)
-				return;		/* sent again (ASK) */
+		switch (batch_redirect(b, r, msg, sizeof(msg))) {
+		case 1:
+			if (s != NULL)
+				slot_busy(rb, s);
+			return;			/* sent again (ASK) */
+		case 0:
 			goto out;		/* parked (MOVED) */
 		}
 		if (is_error(r, "TRYAGAIN") || is_error(r, "CLUSTERDOWN") ||
@@ -1125,7 +1188,7 @@ route(struct redis_backend *rb, struct redis_turn *t,
 {
 	unsigned slots[REDIS_BATCH_KEYS];
 	struct redis_batch *b = NULL;
-	int hslot = -1;
+	int hslot = -1, n;
 	size_t i, k;
 
 	call->q_batch = NULL;
@@ -1161,9 +1224,14 @@ route(struct redis_backend *rb, struct redis_turn *t,
 		}
 		hslot = (int)slots[0];
 	}
-	if (node_for(rb, hslot) < 0) {
+	if ((n = node_for(rb, hslot)) < 0) {
 		topology_wanted(rb);
 		return;				/* parked */
+	}
+	if (node_down(rb->nodes[n], util_monotonic_us())) {
+		call_finish(rb, call, -1, BACKEND_ERR_CIRCUIT_OPEN, "the "
+		    "primary of this key is down");
+		return;
 	}
 	/* A batch of the same kind and slot with room, but a take-back
 	 * always alone. */
@@ -1465,6 +1533,8 @@ topology_turn(struct redis_backend *rb, int64_t now)
 		if (rb->circuit != REDIS_CIRCUIT_CLOSED)
 			topology_wanted(rb);
 		pthread_mutex_unlock(&rb->mu);
+		if (nodes_down(rb))
+			topology_wanted(rb);
 	}
 	if (rb->mode != REDIS_SINGLE && rb->next_watch_us < next)
 		next = rb->next_watch_us;
@@ -1755,7 +1825,9 @@ redis_submit(struct backend *b, struct backend_call *call)
 	call->q_start_us = util_monotonic_us();
 	if (call->deadline_us == 0)
 		call->deadline_us = call->q_start_us + rb->timeout_us;
-	if (call->n > 0 && redis_circuit_enter(rb, &call->q_trial) == -1) {
+	/* Cluster: a breaker per primary, in the I/O thread (node_down). */
+	if (call->n > 0 && rb->mode != REDIS_CLUSTER &&
+	    redis_circuit_enter(rb, &call->q_trial) == -1) {
 		call->rc = -1;
 		call->kind = BACKEND_ERR_CIRCUIT_OPEN;
 		snprintf(call->err, sizeof(call->err), "redis: circuit open "
@@ -1769,7 +1841,7 @@ redis_submit(struct backend *b, struct backend_call *call)
 		call->rc = -1;
 		call->kind = BACKEND_ERR_CONNECT;
 		snprintf(call->err, sizeof(call->err), "redis: shutting down");
-		if (call->n > 0)
+		if (call->n > 0 && rb->mode != REDIS_CLUSTER)
 			redis_circuit_leave(rb, call->q_trial,
 			    REDIS_OUTCOME_NEUTRAL);
 		call->done(call);

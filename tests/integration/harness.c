@@ -13,7 +13,9 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -897,6 +899,96 @@ int h_sentinel_primary_port(struct h_sentinel *s)
 		redisFree(c);
 	}
 	return port;
+}
+
+#define H_LOAD_THREADS_MAX 16
+
+struct h_load_worker {
+	pthread_t thread;
+	struct h_load *load;
+	int id;
+	struct h_load_stats st;
+};
+
+struct h_load {
+	int port, nthreads;
+	const char *fmt;
+	atomic_bool stop;
+	struct h_load_worker w[H_LOAD_THREADS_MAX];
+};
+
+static void *load_work(void *arg)
+{
+	struct h_load_worker *w = arg;
+	struct h_resp r = { 0 };
+	CURL *c = curl_easy_init();
+	char body[256];
+	int k = 0;
+
+	while (c != NULL && !atomic_load(&w->load->stop)) {
+		long long t = h_now_ms(), took;
+
+		snprintf(body, sizeof(body), w->load->fmt,
+		    w->id * 1000 + k++ % 1000);
+		if (h_request(c, w->load->port, &r, "POST", "/acquire", body,
+		    strlen(body), NULL) != 0)
+			w->st.other++;
+		else if (r.status == 200)
+			w->st.ok++;
+		else if (r.status == 429)
+			w->st.denied++;
+		else if (r.status == 503)
+			w->st.unavailable++;
+		else
+			w->st.other++;
+		w->st.requests++;
+		if ((took = h_now_ms() - t) > w->st.slowest_ms)
+			w->st.slowest_ms = took;
+	}
+	h_resp_free(&r);
+	if (c != NULL)
+		curl_easy_cleanup(c);
+	return NULL;
+}
+
+struct h_load *h_load_start(int port, int threads, const char *body_fmt)
+{
+	struct h_load *l = calloc(1, sizeof(*l));
+	int i;
+
+	ck_assert(l != NULL && threads >= 1 && threads <= H_LOAD_THREADS_MAX);
+	l->port = port;
+	l->nthreads = threads;
+	l->fmt = body_fmt;
+	atomic_init(&l->stop, false);
+	for (i = 0; i < threads; i++) {
+		l->w[i].load = l;
+		l->w[i].id = i;
+		ck_assert(pthread_create(&l->w[i].thread, NULL, load_work,
+		    &l->w[i]) == 0);
+	}
+	return l;
+}
+
+void h_load_stop(struct h_load *l, struct h_load_stats *out)
+{
+	int i;
+
+	memset(out, 0, sizeof(*out));
+	atomic_store(&l->stop, true);
+	for (i = 0; i < l->nthreads; i++) {
+		struct h_load_stats *s = &l->w[i].st;
+
+		pthread_join(l->w[i].thread, NULL);
+		out->requests += s->requests;
+		out->ok += s->ok;
+		out->denied += s->denied;
+		out->unavailable += s->unavailable;
+		out->other += s->other;
+		if (s->slowest_ms > out->slowest_ms)
+			out->slowest_ms = s->slowest_ms;
+	}
+	free(l);
 }
 
 /* --- the daemon ----------------------------------------------------------- */

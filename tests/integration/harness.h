@@ -130,6 +130,17 @@ int h_sentinel_primary_port(struct h_sentinel *s);
  * status, or -1 when it could not run. */
 int h_run(char *const argv[], const char *log);
 
+/* Load in the background: threads sending POST /acquire to port in a
+ * loop, each request's body made from body_fmt with a number ("%d"), so
+ * the keys spread.  h_load_stop() stops them and tells what they saw. */
+struct h_load;
+struct h_load_stats {
+	long long requests, ok, denied, unavailable, other;
+	long long slowest_ms;		/* the longest request */
+};
+struct h_load *h_load_start(int port, int threads, const char *body_fmt);
+void h_load_stop(struct h_load *l, struct h_load_stats *out);
+
 /* --- the daemon ----------------------------------------------------------- */
 
 struct h_daemon {
