@@ -991,6 +991,41 @@ void h_load_stop(struct h_load *l, struct h_load_stats *out)
 	free(l);
 }
 
+long long h_failover_measure(const char *what, const char *body,
+    struct h_load *load, long long max_ms, long long timeout_ms)
+{
+	struct h_load_stats st;
+	long long t0 = h_now_ms(), back = -1;
+	struct h_resp r = { 0 };
+	long status;
+
+	while (h_now_ms() - t0 < max_ms) {
+		h_http(&r, "POST", "/acquire", body, NULL);
+		status = r.status;
+		h_resp_free(&r);
+		ck_assert_msg(status == 200 || status == 503, "status %ld",
+		    status);
+		if (status == 200) {
+			back = h_now_ms() - t0;
+			break;
+		}
+		h_sleep_ms(50);
+	}
+	h_sleep_ms(300);
+	h_load_stop(load, &st);
+	fprintf(stderr, "%s failover under load: decisions back %lld ms "
+	    "after the primary was killed; %lld requests meanwhile (%lld "
+	    "decided by Redis, %lld 503), slowest %lld ms\n", what, back,
+	    st.requests, st.ok, st.unavailable, st.slowest_ms);
+	ck_assert_msg(back >= 0, "no decision from Redis %lld ms after the "
+	    "primary was killed", max_ms);
+	ck_assert_msg(st.other == 0 && st.denied == 0, "%lld unexpected "
+	    "answers, %lld denials", st.other, st.denied);
+	ck_assert_msg(st.slowest_ms < timeout_ms + 1500, "a request took %lld "
+	    "ms with redis.timeout %lld ms", st.slowest_ms, timeout_ms);
+	return back;
+}
+
 /* --- the daemon ----------------------------------------------------------- */
 
 /* yaml with every %PORT% and %REDIS_PORT% replaced; caller frees. */
@@ -1323,6 +1358,22 @@ void h_http(struct h_resp *out, const char *method, const char *url_path,
 
 	curl_easy_cleanup(c);
 	ck_assert_msg(rc == 0, "%s %s: %s", method, url_path, out->err);
+}
+
+long long h_metric(const char *name)
+{
+	struct h_resp r = { 0 };
+	char line[256];
+	const char *at;
+	long long v = -1;
+
+	/* The sample's line, not its # HELP. */
+	snprintf(line, sizeof(line), "\n%s ", name);
+	h_http(&r, "GET", "/metrics", NULL, NULL);
+	if (r.body != NULL && (at = strstr(r.body, line)) != NULL)
+		v = atoll(at + strlen(line));
+	h_resp_free(&r);
+	return v;
 }
 
 const char *h_resp_header(const struct h_resp *r, const char *name)

@@ -141,6 +141,17 @@ struct h_load_stats {
 struct h_load *h_load_start(int port, int threads, const char *body_fmt);
 void h_load_stop(struct h_load *l, struct h_load_stats *out);
 
+/*
+ * Just after a primary was killed, with load running: POST body to
+ * /acquire on h_daemon_current() every 50 ms until Redis decides it again
+ * (200), at most max_ms; then stop the load, print the figures under
+ * what, and assert that Redis came back, that every answer meanwhile was
+ * 200 or 503 (on_backend_error: deny), and that no request took longer
+ * than timeout_ms + 1500.  Returns the milliseconds until Redis decided.
+ */
+long long h_failover_measure(const char *what, const char *body,
+    struct h_load *load, long long max_ms, long long timeout_ms);
+
 /* --- the daemon ----------------------------------------------------------- */
 
 struct h_daemon {
@@ -212,6 +223,10 @@ CURL *h_curl_new(void);
  * or NULL.  Aborts the test if the transfer fails (not on any status). */
 void h_http(struct h_resp *out, const char *method, const char *url_path,
     const char *body, const char *const *headers);
+
+/* The value of an unlabelled sample (or one with its labels written out
+ * in name) in GET /metrics of h_daemon_current(), or -1 if absent. */
+long long h_metric(const char *name);
 
 /* Value of the first header called name (any case), or NULL. */
 const char *h_resp_header(const struct h_resp *r, const char *name);
