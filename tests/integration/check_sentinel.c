@@ -6,8 +6,10 @@
  * land there; `/readyz` follows Redis; a failover (the primary killed, the
  * replica promoted by the sentinels) moves the daemon to the new primary
  * by itself, with the counts the replica had, no request waiting past
- * redis.timeout meanwhile; /metrics counts the failover.  The kill runs
- * last: it changes the set-up.
+ * redis.timeout meanwhile; /metrics counts the failover; and when the
+ * daemon's subscription hears nothing (its sentinel stopped), the old
+ * primary's READONLY makes it ask the sentinels again.  The kill runs
+ * last: it leaves no replica.
  */
 #include <check.h>
 #include <signal.h>
@@ -38,9 +40,17 @@ static const char yaml_fmt[] =
 	"    limit: 1000\n"
 	"    window: 1h\n";
 
+static void sentinels_resume(void);
+
 static void sentinels_up(void)
 {
 	h_sentinel_start(&sen);
+}
+
+static void sentinels_down(void)
+{
+	sentinels_resume();
+	h_reap_orphans();
 }
 
 static void start(struct h_daemon *d)
@@ -65,16 +75,85 @@ static long get(const char *path, const char *body)
 	return status;
 }
 
-/* The replica has caught up with what the primary holds (so a failover
- * keeps it), at most 5 s. */
-static void wait_replicated(const char *key, long long units)
+/* The servers in their roles now (a failover swaps them): the one the
+ * sentinels name as primary, and the other. */
+static void roles(struct h_redis **primary, struct h_redis **replica)
 {
-	long long end = h_now_ms() + 5000;
+	int port = h_sentinel_primary_port(&sen);
+
+	ck_assert_msg(port != 0, "no sentinel names a primary");
+	*primary = port == sen.primary.port ? &sen.primary : &sen.replica;
+	*replica = port == sen.primary.port ? &sen.replica : &sen.primary;
+}
+
+/* Whether r says it is a replica (ROLE). */
+static bool is_replica(struct h_redis *r)
+{
+	redisContext *c;
+	redisReply *rep;
+	bool yes;
+
+	if ((c = redisConnect("127.0.0.1", r->port)) == NULL || c->err) {
+		if (c != NULL)
+			redisFree(c);
+		return false;
+	}
+	rep = redisCommand(c, "ROLE");
+	yes = rep != NULL && rep->type == REDIS_REPLY_ARRAY &&
+	    rep->elements > 0 && rep->element[0]->type == REDIS_REPLY_STRING &&
+	    strcmp(rep->element[0]->str, "slave") == 0;
+	if (rep != NULL)
+		freeReplyObject(rep);
+	redisFree(c);
+	return yes;
+}
+
+/* Whether the file at path holds text. */
+static bool log_has(const char *path, const char *text)
+{
+	char line[1024];
+	FILE *f = fopen(path, "r");
+	bool found = false;
+
+	while (f != NULL && !found && fgets(line, sizeof(line), f) != NULL)
+		found = strstr(line, text) != NULL;
+	if (f != NULL)
+		fclose(f);
+	return found;
+}
+
+/* Resume every sentinel (a test that failed may have left one stopped). */
+static void sentinels_resume(void)
+{
+	int i;
+
+	for (i = 0; i < 3; i++)
+		if (sen.sentinel[i].pid != 0)
+			kill(sen.sentinel[i].pid, SIGCONT);
+}
+
+/* A fresh connection to r (a server that changed roles drops its
+ * clients). */
+static struct h_redis *fresh(struct h_redis *r)
+{
+	if (r->ctx != NULL) {
+		redisFree(r->ctx);
+		r->ctx = NULL;
+	}
+	return r;
+}
+
+/* The replica has caught up with what the primary holds (so a failover
+ * keeps it), at most 10 s. */
+static void wait_replicated(struct h_redis *replica, const char *key,
+    long long units)
+{
+	long long end = h_now_ms() + 10000;
 
 	while (h_now_ms() < end) {
-		if (h_redis_log_units(&sen.replica, key) == units)
+		if (h_redis_log_units(fresh(replica), key) == units)
 			return;
-		h_sleep_ms(50);
+		h_sleep_ms(100);
 	}
 	ck_abort_msg("the replica did not get %s", key);
 }
@@ -88,37 +167,100 @@ START_TEST(test_primary_from_sentinels)
 	for (i = 0; i < 5; i++)
 		ck_assert_int_eq(get("/acquire", "{\"user\":\"a\"}"), 200);
 	ck_assert_int_eq(h_redis_log_units(&sen.primary, "sn:one:{a}"), 5);
+	/* The replica is a replica: it refuses what the daemon would do. */
+	ck_assert_int_eq(h_redis_log_units(&sen.replica, "sn:one:{a}") >= 0,
+	    1);
 	ck_assert_int_eq(get("/readyz", NULL), 200);
 	h_daemon_stop(&d);
 }
 END_TEST
 
+/*
+ * The subscription cannot tell (its sentinel is stopped): the other two
+ * sentinels move the primary, the old one turns replica and answers
+ * READONLY, and the daemon asks the sentinels again by itself.
+ */
+START_TEST(test_readonly_followed)
+{
+	struct h_redis *primary, *replica;
+	struct h_daemon d;
+	redisReply *r;
+	long long t0, back = -1, units;
+	int i;
+
+	roles(&primary, &replica);
+	start(&d);
+	for (i = 0; i < 3; i++)
+		ck_assert_int_eq(get("/acquire", "{\"user\":\"r\"}"), 200);
+	wait_replicated(replica, "sn:one:{r}", 3);
+	/* The daemon subscribed on the first sentinel. */
+	kill(sen.sentinel[0].pid, SIGSTOP);
+	r = redisCommand(h_redis_ctx(&sen.sentinel[1]),
+	    "SENTINEL FAILOVER mymaster");
+	ck_assert_msg(r != NULL && r->type == REDIS_REPLY_STATUS,
+	    "SENTINEL FAILOVER: %s", r != NULL ? r->str : "no reply");
+	freeReplyObject(r);
+	t0 = h_now_ms();
+	/* The sentinels have moved the primary, and the old one has been
+	 * made a replica (until then it still takes writes: Sentinel's own
+	 * window)... */
+	while (!is_replica(primary) && h_now_ms() - t0 < 30000)
+		h_sleep_ms(100);
+	ck_assert_msg(is_replica(primary), "the old primary was not turned "
+	    "into a replica");
+	units = h_redis_log_units(fresh(replica), "sn:one:{r}");
+	/* ... and the daemon's next admission lands on the new one. */
+	while (h_now_ms() - t0 < 30000) {
+		long st = get("/acquire", "{\"user\":\"r\"}");
+
+		ck_assert_msg(st == 200 || st == 503, "status %ld", st);
+		if (st == 200) {
+			ck_assert_int_eq(h_redis_log_units(fresh(replica),
+			    "sn:one:{r}"), units + 1);
+			back = h_now_ms() - t0;
+			break;
+		}
+		h_sleep_ms(100);
+	}
+	kill(sen.sentinel[0].pid, SIGCONT);
+	fprintf(stderr, "sentinel failover without +switch-master: the new "
+	    "primary decides %lld ms after SENTINEL FAILOVER\n", back);
+	ck_assert_msg(back >= 0, "the daemon did not move to the new "
+	    "primary within 30 s");
+	ck_assert_int_ge(h_metric("ratelimitd_redis_failovers_total"), 1);
+	h_daemon_stop(&d);
+	/* It moved because it asked, not because it was told. */
+	ck_assert_msg(log_has(d.log, "(asked)") &&
+	    !log_has(d.log, "+switch-master"), "the daemon did not move by "
+	    "asking the sentinels");
+}
+END_TEST
+
 START_TEST(test_failover_followed)
 {
+	struct h_redis *primary, *replica;
 	struct h_daemon d;
 	struct h_load *load;
 	int i, newport;
 
+	/* The roles may have changed in the test before. */
+	sentinels_resume();
+	roles(&primary, &replica);
 	start(&d);
 	for (i = 0; i < 3; i++)
 		ck_assert_int_eq(get("/acquire", "{\"user\":\"f\"}"), 200);
-	wait_replicated("sn:one:{f}", 3);
+	wait_replicated(replica, "sn:one:{f}", 3);
 	load = h_load_start(d.port, 4, "{\"user\":\"l%d\"}");
 	h_sleep_ms(300);
 	/* The runner started it and reaps it when the suite ends. */
-	kill(sen.primary.pid, SIGKILL);
-	sen.primary.pid = 0;
+	kill(primary->pid, SIGKILL);
+	primary->pid = 0;
 	(void)h_failover_measure("sentinel", "{\"user\":\"f\"}", load, 40000,
 	    500);
 	newport = h_sentinel_primary_port(&sen);
-	ck_assert_int_eq(newport, sen.replica.port);
-	/* The count went on from what the replica had.  A promoted replica
-	 * drops its clients: connect anew. */
-	if (sen.replica.ctx != NULL) {
-		redisFree(sen.replica.ctx);
-		sen.replica.ctx = NULL;
-	}
-	ck_assert_int_eq(h_redis_log_units(&sen.replica, "sn:one:{f}"), 4);
+	ck_assert_int_eq(newport, replica->port);
+	/* The count went on from what the replica had. */
+	ck_assert_int_eq(h_redis_log_units(fresh(replica), "sn:one:{f}"), 4);
 	ck_assert_int_eq(get("/readyz", NULL), 200);
 	ck_assert_int_ge(h_metric("ratelimitd_redis_failovers_total"), 1);
 	h_daemon_stop(&d);
@@ -133,10 +275,11 @@ int main(void)
 	int failed;
 
 	h_init();
-	tcase_add_unchecked_fixture(tc, sentinels_up, h_reap_orphans);
+	tcase_add_unchecked_fixture(tc, sentinels_up, sentinels_down);
 	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, test_primary_from_sentinels);
+	tcase_add_test(tc, test_readonly_followed);
 	tcase_add_test(tc, test_failover_followed);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
