@@ -35,6 +35,7 @@ struct applying {
 	const struct rule *rule;
 	size_t keyoff;		/* the key's offset in the key arena */
 	size_t keylen;
+	uint64_t groups;	/* bit g: group g's (with req->groups) */
 };
 
 struct decide_job {
@@ -46,6 +47,8 @@ struct decide_job {
 	struct backend_call call;
 	bool on_local;		/* the call went to the local store */
 	int64_t req_deadline_us;
+	struct decide_group_result *group_out;	/* ngroups, or NULL */
+	size_t ngroups;
 	size_t n;
 	struct applying *ap;
 	struct rl_check *checks;
@@ -144,6 +147,56 @@ pick_deciding(const struct applying *ap, const struct rl_check *checks,
 	if (!all_allowed && out->retry_after_ms < 1)
 		out->retry_after_ms = 1;
 	out->shadow = ap[best].rule->shadow;
+}
+
+/* Each group's own outcome among the checks it shares in (see decide.h). */
+static void
+pick_groups(const struct decide_job *job)
+{
+	size_t g, i, best;
+	bool found, denied;
+
+	for (g = 0; g < job->ngroups; g++) {
+		struct decide_group_result *o = &job->group_out[g];
+
+		found = denied = false;
+		best = 0;
+		for (i = 0; i < job->n; i++) {
+			if (!(job->ap[i].groups & ((uint64_t)1 << g)))
+				continue;
+			if (!job->res[i].allowed && !job->checks[i].shadow) {
+				if (!denied || job->res[i].retry_after_ms >
+				    job->res[best].retry_after_ms)
+					best = i;
+				denied = true;
+			} else if (!denied && (!found ||
+			    job->res[i].remaining < job->res[best].remaining))
+				best = i;
+			found = true;
+		}
+		memset(o, 0, sizeof(*o));
+		o->allowed = !denied;
+		if (!found)
+			continue;
+		o->rule = job->ap[best].rule;
+		o->limit = o->rule->limit;
+		o->remaining = job->res[best].remaining;
+		o->reset_ms = job->res[best].reset_ms;
+		o->retry_after_ms = denied ? job->res[best].retry_after_ms : 0;
+		if (denied && o->retry_after_ms < 1)
+			o->retry_after_ms = 1;
+	}
+}
+
+/* Every group allowed without the store (the failure policy allow). */
+static void
+allow_groups(const struct decide_job *job)
+{
+	size_t g;
+
+	for (g = 0; g < job->ngroups; g++)
+		job->group_out[g] = (struct decide_group_result){
+			.allowed = true };
 }
 
 static void
@@ -295,6 +348,7 @@ job_call_done(struct backend_call *call)
 	if (call->rc == 0) {
 		pick_deciding(job->ap, job->checks, job->res, job->n,
 		    call->all_allowed, out);
+		pick_groups(job);
 		out->degraded = job->on_local;
 		report(d, job->ap, job->checks, job->res, job->n,
 		    call->all_allowed, job->on_local ? DECIDE_RULE_DEGRADED :
@@ -331,9 +385,77 @@ job_call_done(struct backend_call *call)
 	}
 	/* Policy allow, or the local store failed too: allow. */
 	out->degraded = true;
+	allow_groups(job);
 	report(d, job->ap, job->checks, NULL, job->n, true,
 	    DECIDE_RULE_DEGRADED);
 	job_finish(job);
+}
+
+/*
+ * Add the rules that apply to attrs (one group: bit, or 0 without groups)
+ * to the job's checks, each with its key rendered into the arena at *off;
+ * a rule and key already there (another group's) adds its cost to that
+ * check.  0; -1 with job->out failed (key too long, cost over the limit);
+ * -2 when out of memory.
+ */
+static int
+collect(struct decide_job *job, const struct config *cfg,
+    const struct rule *forced, size_t nrules, const struct attrs *attrs,
+    int64_t gcost, uint64_t bit, size_t *np, size_t *offp)
+{
+	size_t keymax = strlen(cfg->redis.key_prefix) + RL_MAX_KEY_BYTES + 4;
+	size_t i, j, n = *np, off = *offp;
+
+	for (i = 0; i < nrules; i++) {
+		const struct rule *r = forced != NULL ? forced : &cfg->rules[i];
+		size_t need = keymax + strlen(r->name), len = 0;
+		int64_t cost = gcost >= 0 ? gcost : r->cost;
+		enum render_result rr;
+		char *na;
+
+		if (forced == NULL && !rule_matches(r, attrs))
+			continue;
+		if ((na = rl_realloc(job->arena, off + need)) == NULL)
+			return -2;
+		job->arena = na;
+		rr = render_key(cfg, r, attrs, job->arena + off, need, &len);
+		if (rr == RENDER_MISSING)
+			continue;
+		if (rr == RENDER_TOO_LONG)
+			return fail(job->out, DECIDE_KEY_TOO_LONG,
+			    "rule \"%s\": the key is longer than 512 bytes",
+			    r->name);
+		for (j = 0; j < n; j++)
+			if (job->ap[j].rule == r && job->ap[j].keylen == len &&
+			    memcmp(job->arena + job->ap[j].keyoff,
+			    job->arena + off, len) == 0)
+				break;
+		if (j < n)
+			cost += job->checks[j].cost;
+		if (cost > r->limit)
+			return fail(job->out, DECIDE_COST_EXCEEDS_LIMIT,
+			    "cost is larger than the limit of rule \"%s\"",
+			    r->name);
+		if (j < n) {
+			job->checks[j].cost = cost;
+			job->ap[j].groups |= bit;
+			continue;
+		}
+		job->ap[n].rule = r;
+		job->ap[n].keyoff = off;	/* the arena may still move */
+		job->ap[n].keylen = len;
+		job->ap[n].groups = bit;
+		job->checks[n] = (struct rl_check){
+			.algorithm = r->algorithm, .limit = r->limit,
+			.window_ms = r->window_ms, .cost = cost,
+			.shadow = r->shadow, .keylen = len,
+		};
+		off += len + 1;
+		n++;
+		*np = n;
+		*offp = off;
+	}
+	return 0;
 }
 
 int
@@ -342,13 +464,21 @@ decide_prepare(const struct decider *d, const struct config *cfg,
     struct decide_job **jobp)
 {
 	struct decide_job *job;
-	size_t nrules, n = 0, i, keymax, off = 0;
+	size_t nrules, nmax, n = 0, i, g, ngroups, off = 0;
+	int rc;
 	const struct rule *forced = NULL;
 
 	*jobp = NULL;
 	memset(out, 0, sizeof(*out));
 	out->allowed = true;
-	if (req->rule != NULL) {
+	ngroups = req->ngroups;
+	for (g = 0; g < ngroups; g++)
+		req->group_out[g] = (struct decide_group_result){
+			.allowed = true };
+	if (ngroups > DECIDE_MAX_GROUPS)
+		return fail(out, DECIDE_INTERNAL, "more than %d attribute "
+		    "sets in one request", DECIDE_MAX_GROUPS), 0;
+	if (ngroups == 0 && req->rule != NULL) {
 		if ((forced = config_find_rule(cfg, req->rule)) == NULL)
 			return fail(out, DECIDE_UNKNOWN_RULE,
 			    "no rule named \"%s\"", req->rule), 0;
@@ -357,6 +487,7 @@ decide_prepare(const struct decider *d, const struct config *cfg,
 		nrules = cfg->nrules;
 	if (nrules == 0)
 		return 0;
+	nmax = nrules * (ngroups > 0 ? ngroups : 1);
 
 	/* Not zeroed: every field is set here or before it is read. */
 	if ((job = rl_malloc(sizeof(*job))) == NULL)
@@ -370,66 +501,40 @@ decide_prepare(const struct decider *d, const struct config *cfg,
 	job->cfg = cfg;
 	job->out = out;
 	job->req_deadline_us = req->deadline_us;
+	job->group_out = ngroups > 0 ? req->group_out : NULL;
+	job->ngroups = ngroups;
 	job->ap = job->ap_small;
 	job->checks = job->ck_small;
 	job->res = job->rs_small;
-	keymax = strlen(cfg->redis.key_prefix) + RL_MAX_KEY_BYTES + 4;
-	if (nrules > DECIDE_STACK_RULES) {
-		job->ap = rl_calloc(nrules, sizeof(*job->ap));
-		job->checks = rl_calloc(nrules, sizeof(*job->checks));
-		job->res = rl_calloc(nrules, sizeof(*job->res));
+	if (nmax > DECIDE_STACK_RULES) {
+		job->ap = rl_calloc(nmax, sizeof(*job->ap));
+		job->checks = rl_calloc(nmax, sizeof(*job->checks));
+		job->res = rl_calloc(nmax, sizeof(*job->res));
 		if (job->ap == NULL || job->checks == NULL ||
 		    job->res == NULL)
 			goto oom;
 	}
 
 	/* Which rules apply, with their keys and costs. */
-	for (i = 0; i < nrules; i++) {
-		const struct rule *r = forced != NULL ? forced : &cfg->rules[i];
-		size_t need = keymax + strlen(r->name), len = 0;
-		int64_t cost = req->cost >= 0 ? req->cost : r->cost;
-		enum render_result rr;
-		char *na;
-
-		if (forced == NULL && !rule_matches(r, req->attrs))
-			continue;
-		if ((na = rl_realloc(job->arena, off + need)) == NULL)
+	for (g = 0; g < (ngroups > 0 ? ngroups : 1); g++) {
+		rc = ngroups > 0 ? collect(job, cfg, forced, nrules,
+		    req->groups[g].attrs, req->groups[g].cost,
+		    (uint64_t)1 << g, &n, &off) : collect(job, cfg, forced,
+		    nrules, req->attrs, req->cost, 0, &n, &off);
+		if (rc == -2)
 			goto oom;
-		job->arena = na;
-		rr = render_key(cfg, r, req->attrs, job->arena + off, need,
-		    &len);
-		if (rr == RENDER_MISSING)
-			continue;
-		if (rr == RENDER_TOO_LONG) {
-			fail(out, DECIDE_KEY_TOO_LONG,
-			    "rule \"%s\": the key is longer than 512 bytes",
-			    r->name);
+		if (rc == -1)
 			goto settled;
-		}
-		if (cost > r->limit) {
-			fail(out, DECIDE_COST_EXCEEDS_LIMIT,
-			    "cost is larger than the limit of rule \"%s\"",
-			    r->name);
-			goto settled;
-		}
-		job->ap[n].rule = r;
-		job->ap[n].keyoff = off;	/* the arena may still move */
-		job->ap[n].keylen = len;
-		job->checks[n] = (struct rl_check){
-			.algorithm = r->algorithm, .limit = r->limit,
-			.window_ms = r->window_ms, .cost = cost,
-			.shadow = r->shadow, .keylen = len,
-		};
-		off += len + 1;
-		n++;
 	}
 	if (n == 0)
 		goto settled;
 	job->n = n;
 	for (i = 0; i < n; i++)
 		job->checks[i].key = job->arena + job->ap[i].keyoff;
-	if (d->deny != NULL && !d->backend->completes_inline &&
-	    deny_cached(d, job))
+	/* The cache knows a key, not a group's other rules: it answers
+	 * requests of one attribute set only. */
+	if (ngroups == 0 && d->deny != NULL &&
+	    !d->backend->completes_inline && deny_cached(d, job))
 		goto settled;
 	*jobp = job;
 	return 1;

@@ -23,6 +23,30 @@
 #include "config.h"
 #include "rules.h"
 
+/*
+ * One of several attribute sets decided together (a gRPC call's
+ * descriptors, CONTRACT 12): its attributes and its cost (-1: each rule's
+ * own default cost).
+ */
+struct decide_group {
+	const struct attrs *attrs;
+	int64_t cost;
+};
+
+/*
+ * What one group's rules did, for a front end that answers per group.
+ * rule is the group's deciding rule among its own (as CONTRACT 5 picks
+ * one for a request), NULL when none applies to the group or the backend
+ * was not asked (policy allow); allowed is false iff one of its own
+ * non-shadow rules denied.  When another group denied, the numbers are
+ * what is left now: nothing was recorded.
+ */
+struct decide_group_result {
+	const struct rule *rule;
+	bool allowed;
+	int64_t limit, remaining, reset_ms, retry_after_ms;
+};
+
 /* What a request asks.  Everything borrowed for the call. */
 struct decide_request {
 	const struct attrs *attrs;
@@ -30,6 +54,17 @@ struct decide_request {
 	int64_t cost;		/* -1: each rule's own default cost */
 	int64_t deadline_us;	/* monotonic; 0: the store's timeout from
 				 * now.  Set from the request's arrival. */
+	/*
+	 * Or, when ngroups > 0, several attribute sets in one decision
+	 * (attrs, rule and cost are then unused): the rules that apply to
+	 * each group all join one all-or-nothing store call, a rule whose
+	 * key two groups share is checked once with their costs added, and
+	 * group_out[i] (ngroups of them, filled when the decision is final
+	 * with status DECIDE_OK) tells what group i's rules did.
+	 */
+	const struct decide_group *groups;
+	size_t ngroups;
+	struct decide_group_result *group_out;
 };
 
 enum decide_status {
@@ -51,6 +86,7 @@ enum decide_rule_result {
 };
 
 #define DECIDE_MESSAGE_MAX 256
+#define DECIDE_MAX_GROUPS 64	/* attribute sets in one request */
 
 struct decision {
 	enum decide_status status;

@@ -154,7 +154,7 @@ cfg_ptr(void)
 START_TEST(test_applying_rules_and_keys)
 {
 	struct attrs a = { 0 };
-	struct decide_request rq = { &a, NULL, -1, 0 };
+	struct decide_request rq = { .attrs = &a, .rule = NULL, .cost = -1 };
 	struct decision d;
 
 	attrs_set(&a, "path", "/login");
@@ -179,7 +179,7 @@ END_TEST
 START_TEST(test_no_rule_applies)
 {
 	struct attrs a = { 0 };
-	struct decide_request rq = { &a, NULL, -1, 0 };
+	struct decide_request rq = { .attrs = &a, .rule = NULL, .cost = -1 };
 	struct decision d;
 
 	cfg.nrules = 1;		/* only "login", which needs a path */
@@ -193,7 +193,7 @@ END_TEST
 START_TEST(test_denied_picks_largest_retry)
 {
 	struct attrs a = { 0 };
-	struct decide_request rq = { &a, NULL, -1, 0 };
+	struct decide_request rq = { .attrs = &a, .rule = NULL, .cost = -1 };
 	struct decision d;
 
 	attrs_set(&a, "path", "/login");
@@ -212,7 +212,7 @@ END_TEST
 START_TEST(test_shadow_never_denies)
 {
 	struct attrs a = { 0 };
-	struct decide_request rq = { &a, NULL, -1, 0 };
+	struct decide_request rq = { .attrs = &a, .rule = NULL, .cost = -1 };
 	struct decision d;
 
 	attrs_set(&a, "path", "/login");
@@ -235,7 +235,7 @@ END_TEST
 START_TEST(test_forced_rule_and_cost)
 {
 	struct attrs a = { 0 };
-	struct decide_request rq = { &a, "login", 3, 0 };
+	struct decide_request rq = { .attrs = &a, .rule = "login", .cost = 3 };
 	struct decision d;
 
 	/* Forcing skips match, but the key still needs ${ip}. */
@@ -258,7 +258,7 @@ END_TEST
 START_TEST(test_validation_before_backend)
 {
 	struct attrs a = { 0 };
-	struct decide_request rq = { &a, NULL, 6, 0 };
+	struct decide_request rq = { .attrs = &a, .rule = NULL, .cost = 6 };
 	struct decision d;
 	char big[600];
 
@@ -281,7 +281,7 @@ END_TEST
 START_TEST(test_policy_allow_deny_local)
 {
 	struct attrs a = { 0 };
-	struct decide_request rq = { &a, NULL, -1, 0 };
+	struct decide_request rq = { .attrs = &a, .rule = NULL, .cost = -1 };
 	struct decision d;
 
 	cfg.nrules = 2;
@@ -326,7 +326,7 @@ START_TEST(test_many_rules_heap_path)
 	struct rule many[20];
 	struct config c = cfg;
 	struct attrs a = { 0 };
-	struct decide_request rq = { &a, NULL, -1, 0 };
+	struct decide_request rq = { .attrs = &a, .rule = NULL, .cost = -1 };
 	struct decision d;
 	char name[16];
 	size_t i;
@@ -350,6 +350,80 @@ START_TEST(test_many_rules_heap_path)
 }
 END_TEST
 
+/* Several attribute sets in one decision (gRPC descriptors): one call,
+ * a rule and key shared by groups checked once with their costs added,
+ * and each group told what its own rules did. */
+START_TEST(test_groups)
+{
+	struct attrs a[3] = { { 0 }, { 0 }, { 0 } };
+	struct decide_group g[3] = { { &a[0], -1 }, { &a[1], 2 },
+	    { &a[2], -1 } };
+	struct decide_group_result gr[3];
+	struct decide_request rq = { .cost = -1, .groups = g,
+	    .ngroups = 3, .group_out = gr };
+	struct decision d;
+
+	attrs_set(&a[0], "path", "/login");
+	attrs_set(&a[0], "ip", "1.1.1.1");
+	attrs_set(&a[1], "ip", "2.2.2.2");		/* global only */
+	attrs_set(&a[2], "path", "/login");
+	attrs_set(&a[2], "ip", "3.3.3.3");
+	main_be.answer[0] = (struct rl_result){ false, 0, 9000, 4000, 0 };
+	main_be.answer[1] = (struct rl_result){ true, 50, 60000, 0, 0 };
+	main_be.answer[2] = (struct rl_result){ true, 4, 60000, 0, 0 };
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert_int_eq(main_be.calls, 1);
+	ck_assert_uint_eq(main_be.n, 3);
+	ck_assert_str_eq(main_be.keys[0], "rl:login:{1.1.1.1}");
+	ck_assert_str_eq(main_be.keys[1], "rl:global:{}");
+	ck_assert_str_eq(main_be.keys[2], "rl:login:{3.3.3.3}");
+	ck_assert_int_eq(main_be.costs[0], 1);
+	ck_assert_int_eq(main_be.costs[1], 1 + 2 + 1);	/* shared */
+	ck_assert_int_eq(main_be.costs[2], 1);
+	ck_assert(!d.allowed);
+	ck_assert_str_eq(d.rule->name, "login");
+	ck_assert(!gr[0].allowed);
+	ck_assert_str_eq(gr[0].rule->name, "login");
+	ck_assert_int_eq(gr[0].retry_after_ms, 4000);
+	ck_assert(gr[1].allowed);
+	ck_assert_str_eq(gr[1].rule->name, "global");
+	ck_assert_int_eq(gr[1].remaining, 50);
+	ck_assert(gr[2].allowed);
+	ck_assert_str_eq(gr[2].rule->name, "login");	/* least left */
+	ck_assert_int_eq(gr[2].remaining, 4);
+	ck_assert_int_eq(gr[2].limit, 5);
+	ck_assert_int_eq(hook_calls[DECIDE_RULE_DENIED], 3);
+
+	/* A group no rule applies to. */
+	attrs_clear(&a[1]);
+	attrs_set(&a[1], "path", "/login");	/* login needs ${ip} */
+	cfg.nrules = 1;
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert_ptr_null(gr[1].rule);
+	ck_assert(gr[1].allowed);
+	cfg.nrules = 3;
+
+	/* The policy allows every group when the store fails. */
+	main_be.fail = 1;
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert(d.allowed && d.degraded);
+	ck_assert(gr[0].allowed && gr[0].rule == NULL);
+	main_be.fail = 0;
+
+	/* Costs of one key added past its limit: refused, never sent. */
+	attrs_set(&a[2], "ip", "1.1.1.1");
+	g[0].cost = 3;
+	g[2].cost = 3;
+	main_be.calls = 0;
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), -1);
+	ck_assert_int_eq(d.status, DECIDE_COST_EXCEEDS_LIMIT);
+	ck_assert_int_eq(main_be.calls, 0);
+	attrs_clear(&a[0]);
+	attrs_clear(&a[1]);
+	attrs_clear(&a[2]);
+}
+END_TEST
+
 static Suite *
 decide_suite(void)
 {
@@ -365,6 +439,7 @@ decide_suite(void)
 	tcase_add_test(tc, test_validation_before_backend);
 	tcase_add_test(tc, test_policy_allow_deny_local);
 	tcase_add_test(tc, test_many_rules_heap_path);
+	tcase_add_test(tc, test_groups);
 	suite_add_tcase(s, tc);
 	return s;
 }
