@@ -11,10 +11,12 @@ SHELL := /bin/bash
 
 # Packages: what building needs, and what the tests need on top.
 DEPS_BUILD = gcc make autoconf automake pkg-config libmicrohttpd-dev \
-	libhiredis-dev libjansson-dev libyaml-dev
+	libhiredis-dev libjansson-dev libyaml-dev libnghttp2-dev \
+	libprotobuf-c-dev protobuf-c-compiler
 DEPS_FUZZ = clang
 DEPS_TEST = check libcurl4-openssl-dev redis-server nginx curl systemd \
-	prometheus wrk python3 python3-yaml redis-sentinel
+	prometheus wrk python3 python3-yaml redis-sentinel python3-grpcio \
+	python3-grpc-tools
 
 # The test packages come along whenever a test goal is asked for.
 WITH_TEST_DEPS ?= $(if $(filter check unit integration bench valgrind,$(MAKECMDGOALS)),1)
@@ -43,18 +45,28 @@ endif
 # core), store/ (memory and Redis), base/ (logging, metrics, utilities).
 SRC_DIRS = src/front src/core src/store src/base
 CPPFLAGS += -D_GNU_SOURCE -Isrc $(addprefix -I,$(SRC_DIRS)) -I$(BUILD) \
+	-I$(BUILD)/proto \
 	-DRL_VERSION='"$(PACKAGE_VERSION)"'
 CFLAGS ?=
 CFLAGS += -std=c11 -pthread $(OPT) $(WARN) $(HARDEN)
 LDFLAGS += -pthread -Wl,-z,relro,-z,now $(SAN_LDFLAGS)
 
-LIB_CFLAGS = $(MHD_CFLAGS) $(HIREDIS_CFLAGS) $(JANSSON_CFLAGS) $(YAML_CFLAGS)
-LIBS = $(MHD_LIBS) $(HIREDIS_LIBS) $(JANSSON_LIBS) $(YAML_LIBS) -lm
+LIB_CFLAGS = $(MHD_CFLAGS) $(HIREDIS_CFLAGS) $(JANSSON_CFLAGS) $(YAML_CFLAGS) \
+	$(NGHTTP2_CFLAGS) $(PROTOBUFC_CFLAGS)
+LIBS = $(MHD_LIBS) $(HIREDIS_LIBS) $(JANSSON_LIBS) $(YAML_LIBS) \
+	$(NGHTTP2_LIBS) $(PROTOBUFC_LIBS) -lm
 
 # Every source but main.c goes into librl.a, which the tests link too.
 CORE_SRC = $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.c))
-CORE_OBJ = $(patsubst src/%.c,$(BUILD)/%.o,$(CORE_SRC)) $(BUILD)/lua_scripts.o
-HDRS = $(wildcard src/*/*.h)
+# The gRPC messages (proto/*.proto) are compiled by protoc-c at build time
+# into $(BUILD)/proto/NAME.pb-c.[ch]; nothing generated is checked in.
+PROTO = $(sort $(wildcard proto/*.proto))
+PROTO_C = $(patsubst proto/%.proto,$(BUILD)/proto/%.pb-c.c,$(PROTO))
+PROTO_H = $(PROTO_C:.c=.h)
+PROTO_OBJ = $(PROTO_C:.c=.o)
+CORE_OBJ = $(patsubst src/%.c,$(BUILD)/%.o,$(CORE_SRC)) $(BUILD)/lua_scripts.o \
+	$(PROTO_OBJ)
+HDRS = $(wildcard src/*/*.h) $(PROTO_H)
 LUA = $(sort $(wildcard lua/*.lua))
 
 UNIT_SRC = $(sort $(wildcard tests/unit/check_*.c))
@@ -102,6 +114,15 @@ $(BUILD)/lua_scripts.c: $(LUA) Makefile | $(BUILD)/tests
 
 $(BUILD)/lua_scripts.o: $(BUILD)/lua_scripts.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-missing-prototypes -c -o $@ $<
+
+$(BUILD)/proto/%.pb-c.c $(BUILD)/proto/%.pb-c.h: proto/%.proto config.mk
+	@mkdir -p $(BUILD)/proto
+	$(PROTOC_C) --proto_path=proto --c_out=$(BUILD)/proto $<
+
+$(BUILD)/proto/%.pb-c.o: $(BUILD)/proto/%.pb-c.c $(PROTO_H)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(PROTOBUFC_CFLAGS) -c -o $@ $<
+
+.SECONDARY: $(PROTO_C) $(PROTO_H)
 
 $(BUILD)/librl.a: $(CORE_OBJ)
 	rm -f $@ && ar rcs $@ $^
