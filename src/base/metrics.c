@@ -55,6 +55,8 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
 #define METRICS_MIN_SLOTS	64
 
 #define METRICS_NRESULTS	5	/* enum decide_rule_result */
+#define METRICS_NPROTOCOLS	2	/* http, grpc */
+#define METRICS_GRPC_CODES	17	/* gRPC status codes 0..16 */
 #define METRICS_NKINDS		6	/* enum backend_error_kind, with NONE */
 #define METRICS_NBOUNDS		13
 #define METRICS_NBUCKETS	(METRICS_NBOUNDS + 1)	/* + above the last */
@@ -63,7 +65,7 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
 
 /* One rule name's decisions; never moves once created. */
 struct metrics_rule {
-	atomic_ullong n[METRICS_NRESULTS];
+	atomic_ullong n[METRICS_NPROTOCOLS][METRICS_NRESULTS];
 	uint32_t hash;
 	char name[];
 };
@@ -90,6 +92,8 @@ struct metrics {
 	atomic_ullong reloads[2];		/* [0] failure, [1] success */
 	atomic_int last_reload_ok;
 	atomic_ullong http[METRICS_HTTP_MAX - METRICS_HTTP_MIN + 1];
+	atomic_bool grpc_on;			/* render the gRPC series */
+	atomic_ullong grpc[METRICS_GRPC_CODES];
 	int64_t start_us;			/* realtime, at metrics_new() */
 };
 
@@ -102,6 +106,18 @@ static const char *const metrics_result_names[METRICS_NRESULTS] = {
 };
 
 static const char *const metrics_backend_names[2] = { "redis", "memory" };
+
+static const char *const metrics_protocol_names[METRICS_NPROTOCOLS] = {
+	"http", "grpc"
+};
+
+static const char *const metrics_grpc_code_names[METRICS_GRPC_CODES] = {
+	"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+	"NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED",
+	"RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
+	"OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE",
+	"DATA_LOSS", "UNAUTHENTICATED"
+};
 
 /* Upper bounds (le) in microseconds, and as printed in seconds. */
 static const uint64_t metrics_bounds_us[METRICS_NBOUNDS] = {
@@ -281,11 +297,10 @@ unlock:
 	return e;
 }
 
-void
-metrics_rule_decision(const struct rule *r, enum decide_rule_result result,
-    void *arg)
+static void
+rule_decision(struct metrics *m, int protocol, const struct rule *r,
+    enum decide_rule_result result)
 {
-	struct metrics *m = arg;
 	struct metrics_rule *e;
 	uint32_t h;
 
@@ -301,7 +316,37 @@ metrics_rule_decision(const struct rule *r, enum decide_rule_result result,
 	pthread_rwlock_unlock(&m->lock);
 	if (e == NULL && (e = rule_get_slow(m, r->name, h)) == NULL)
 		return;
-	atomic_fetch_add_explicit(&e->n[result], 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&e->n[protocol][result], 1,
+	    memory_order_relaxed);
+}
+
+void
+metrics_rule_decision(const struct rule *r, enum decide_rule_result result,
+    void *arg)
+{
+	rule_decision(arg, 0, r, result);
+}
+
+void
+metrics_rule_decision_grpc(const struct rule *r,
+    enum decide_rule_result result, void *arg)
+{
+	rule_decision(arg, 1, r, result);
+}
+
+void
+metrics_set_grpc(struct metrics *m)
+{
+	if (m != NULL)
+		atomic_store(&m->grpc_on, true);
+}
+
+void
+metrics_grpc_response(struct metrics *m, int code)
+{
+	if (m == NULL || code < 0 || code >= METRICS_GRPC_CODES)
+		return;
+	atomic_fetch_add_explicit(&m->grpc[code], 1, memory_order_relaxed);
 }
 
 /* ---- backends, pool, reloads ---------------------------------------- */
@@ -566,23 +611,45 @@ rules_snapshot(struct metrics *m, struct metrics_rule ***out, size_t *n)
 	return rc;
 }
 
+/* gRPC's series only once its front end is on: a daemon without it
+ * shows no protocol it does not speak. */
 static void
-render_decisions(struct metrics_buf *b, struct metrics_rule **rules,
-    size_t nrules)
+render_decisions(struct metrics_buf *b, struct metrics *m,
+    struct metrics_rule **rules, size_t nrules)
 {
-	size_t i, j;
+	size_t i, j, p, np = atomic_load(&m->grpc_on) ? 2 : 1;
 
 	buf_family(b, "ratelimitd_decisions_total", "counter",
-	    "Outcomes of applying rules, by rule and result.");
-	for (i = 0; i < nrules; i++) {
-		for (j = 0; j < METRICS_NRESULTS; j++) {
-			buf_puts(b, "ratelimitd_decisions_total{rule=");
-			buf_label_value(b, rules[i]->name);
-			buf_printf(b, ",result=\"%s\"} %llu\n",
-			    metrics_result_names[j],
-			    atomic_load_explicit(&rules[i]->n[j],
-			    memory_order_relaxed));
-		}
+	    "Outcomes of applying rules, by rule, result and protocol.");
+	for (p = 0; p < np; p++)
+		for (i = 0; i < nrules; i++)
+			for (j = 0; j < METRICS_NRESULTS; j++) {
+				buf_puts(b, "ratelimitd_decisions_total{rule=");
+				buf_label_value(b, rules[i]->name);
+				buf_printf(b, ",result=\"%s\",protocol=\"%s\"} "
+				    "%llu\n", metrics_result_names[j],
+				    metrics_protocol_names[p],
+				    atomic_load_explicit(&rules[i]->n[p][j],
+				    memory_order_relaxed));
+			}
+}
+
+static void
+render_grpc(struct metrics_buf *b, struct metrics *m)
+{
+	unsigned long long n;
+	size_t i;
+
+	if (!atomic_load(&m->grpc_on))
+		return;
+	buf_family(b, "ratelimitd_grpc_responses_total", "counter",
+	    "gRPC calls answered, by status code.");
+	for (i = 0; i < METRICS_GRPC_CODES; i++) {
+		n = atomic_load_explicit(&m->grpc[i], memory_order_relaxed);
+		if (n != 0 || i == 0)
+			buf_printf(b, "ratelimitd_grpc_responses_total"
+			    "{code=\"%s\"} %llu\n", metrics_grpc_code_names[i],
+			    n);
 	}
 }
 
@@ -717,7 +784,8 @@ metrics_render(struct metrics *m, char **out, size_t *len)
 		buf_seconds(&b, m->start_us < 0 ? 0 : (uint64_t)m->start_us);
 		buf_puts(&b, "\n");
 		render_http(&b, m);
-		render_decisions(&b, rules, nrules);
+		render_grpc(&b, m);
+		render_decisions(&b, m, rules, nrules);
 		render_backends(&b, m);
 		render_reloads(&b, m);
 	}

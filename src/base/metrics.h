@@ -26,9 +26,18 @@ void metrics_free(struct metrics *m);
 /* One HTTP response with this status. */
 void metrics_http_response(struct metrics *m, int status);
 
-/* One applying rule's outcome (a decide_rule_fn; arg is the metrics). */
+/* One applying rule's outcome (a decide_rule_fn; arg is the metrics),
+ * decided for HTTP, or for gRPC (the protocol label). */
 void metrics_rule_decision(const struct rule *r,
     enum decide_rule_result result, void *arg);
+void metrics_rule_decision_grpc(const struct rule *r,
+    enum decide_rule_result result, void *arg);
+
+/* The gRPC front end is on: render its series.  Start-up. */
+void metrics_set_grpc(struct metrics *m);
+
+/* One gRPC call answered with this status code (0 OK .. 16). */
+void metrics_grpc_response(struct metrics *m, int code);
 
 /* One backend call that took `usec` microseconds and failed with `kind`
  * (BACKEND_ERR_NONE for success). */

@@ -86,7 +86,8 @@ enum decide_rule_result {
 };
 
 #define DECIDE_MESSAGE_MAX 256
-#define DECIDE_MAX_GROUPS 64	/* attribute sets in one request */
+/* Attribute sets in one request, at most. */
+#define DECIDE_MAX_GROUPS 64
 
 struct decision {
 	enum decide_status status;

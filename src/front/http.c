@@ -48,6 +48,7 @@
 #include "listen_addr.h"
 #include "log.h"
 #include "metrics.h"
+#include "rate_headers.h"
 #include "request_json.h"
 #include "util.h"
 
@@ -355,49 +356,15 @@ sink_add(struct header_sink *k, const char *name, const char *value)
 	    "%s: %s\r\n", name, value);
 }
 
-/* Add a header of any length. */
-static void __attribute__((format(printf, 3, 4)))
-add_header_fmt(struct header_sink *k, const char *name, const char *fmt,
-    ...)
-{
-	char stack[256], *text;
-	va_list ap;
-	size_t len;
-
-	va_start(ap, fmt);
-	text = vfmt_buf(stack, sizeof(stack), &len, fmt, ap);
-	va_end(ap);
-	if (text == NULL) {
-		k->failed = true;
-		return;
-	}
-	sink_add(k, name, text);
-	fmt_free(text, stack);
-}
-
 /* The RateLimit headers of CONTRACT 5 for the deciding rule. */
 static void
 add_rate_headers(struct header_sink *k, const struct decision *d)
 {
-	int64_t reset_s = util_ceil_div(d->reset_ms, 1000);
+	struct rate_header h[RATE_HEADERS_MAX];
+	int i, n = rate_headers(d, h);
 
-	if (d->rule == NULL)
-		return;
-	add_header_fmt(k, "RateLimit-Policy", "\"%s\";q=%lld;w=%lld",
-	    d->rule->name, (long long)d->limit,
-	    (long long)util_ceil_div(d->rule->window_ms, 1000));
-	add_header_fmt(k, "RateLimit", "\"%s\";r=%lld;t=%lld", d->rule->name,
-	    (long long)d->remaining, (long long)reset_s);
-	add_header_fmt(k, "X-RateLimit-Limit", "%lld", (long long)d->limit);
-	add_header_fmt(k, "X-RateLimit-Remaining", "%lld",
-	    (long long)d->remaining);
-	add_header_fmt(k, "X-RateLimit-Reset", "%lld", (long long)reset_s);
-	if (!d->allowed) {
-		int64_t ra = util_ceil_div(d->retry_after_ms, 1000);
-
-		add_header_fmt(k, MHD_HTTP_HEADER_RETRY_AFTER, "%lld",
-		    (long long)(ra < 1 ? 1 : ra));
-	}
+	for (i = 0; i < n; i++)
+		sink_add(k, h[i].name, h[i].value);
 }
 
 /*

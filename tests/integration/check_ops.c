@@ -614,9 +614,9 @@ START_TEST(test_metrics)
 	    "Content-Type: %s", ctype ? ctype : "(none)");
 	ops_promtool_check(r.body);
 	ck_assert_int_eq(ops_metric_in(r.body, "ratelimitd_decisions_total"
-	    "{rule=\"x\",result=\"allowed\"}"), allowed);
+	    "{rule=\"x\",result=\"allowed\",protocol=\"http\"}"), allowed);
 	ck_assert_int_eq(ops_metric_in(r.body, "ratelimitd_decisions_total"
-	    "{rule=\"x\",result=\"denied\"}"), denied);
+	    "{rule=\"x\",result=\"denied\",protocol=\"http\"}"), denied);
 	ck_assert_int_eq(ops_metric_in(r.body, "ratelimitd_http_responses_total"
 	    "{code=\"429\"}"), denied);
 	/* Each request asked Redis, or was a repeated denial answered
@@ -645,9 +645,9 @@ START_TEST(test_metrics)
 	ck_assert_int_ge(ops_metric_in(r.body, "ratelimitd_backend_errors_total"
 	    "{backend=\"redis\",kind=\"connect\"}"), 1);
 	ck_assert_int_eq(ops_metric_in(r.body, "ratelimitd_decisions_total"
-	    "{rule=\"x\",result=\"degraded\"}"), 3);
+	    "{rule=\"x\",result=\"degraded\",protocol=\"http\"}"), 3);
 	ck_assert_int_eq(ops_metric_in(r.body, "ratelimitd_decisions_total"
-	    "{rule=\"x\",result=\"allowed\"}"), allowed);
+	    "{rule=\"x\",result=\"allowed\",protocol=\"http\"}"), allowed);
 	h_resp_free(&r);
 	h_daemon_stop(&d);
 }

@@ -260,22 +260,64 @@ START_TEST(test_decisions_counted)
 	decide_n(m, "login", (enum decide_rule_result)99, 1);	/* ignored */
 	text = render(m);
 	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"api\",result=\"allowed\"}"), "3");
+	    "{rule=\"api\",result=\"allowed\",protocol=\"http\"}"), "3");
 	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"api\",result=\"denied\"}"), "2");
+	    "{rule=\"api\",result=\"denied\",protocol=\"http\"}"), "2");
 	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"api\",result=\"shadow_denied\"}"), "0");
+	    "{rule=\"api\",result=\"shadow_denied\",protocol=\"http\"}"), "0");
 	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"login\",result=\"shadow_denied\"}"), "1");
+	    "{rule=\"login\",result=\"shadow_denied\","
+	        "protocol=\"http\"}"), "1");
 	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"login\",result=\"degraded\"}"), "4");
+	    "{rule=\"login\",result=\"degraded\",protocol=\"http\"}"), "4");
 	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"login\",result=\"error\"}"), "5");
+	    "{rule=\"login\",result=\"error\",protocol=\"http\"}"), "5");
 	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"login\",result=\"allowed\"}"), "0");
+	    "{rule=\"login\",result=\"allowed\",protocol=\"http\"}"), "0");
 	/* Two rules, five results each. */
 	ck_assert_uint_eq(count_lines(text, "ratelimitd_decisions_total{"),
 	    10);
+	rl_free(text);
+	metrics_free(m);
+}
+END_TEST
+
+/* The gRPC series: none until its front end is on, then a protocol of
+ * its own beside HTTP's, and its status codes by name. */
+START_TEST(test_grpc_series)
+{
+	struct metrics *m = metrics_new();
+	struct rule r = { .name = (char *)"api" };
+	char *text;
+
+	decide_n(m, "api", DECIDE_RULE_ALLOWED, 2);
+	metrics_rule_decision_grpc(&r, DECIDE_RULE_DENIED, m);
+	metrics_grpc_response(m, 14);
+	text = render(m);
+	ck_assert_uint_eq(count_lines(text, "ratelimitd_decisions_total{"), 5);
+	ck_assert_ptr_null(strstr(text, "protocol=\"grpc\""));
+	ck_assert_ptr_null(strstr(text, "ratelimitd_grpc_responses_total"));
+	rl_free(text);
+
+	metrics_set_grpc(m);
+	metrics_rule_decision_grpc(&r, DECIDE_RULE_DENIED, m);
+	metrics_grpc_response(m, 0);
+	metrics_grpc_response(m, 99);		/* ignored */
+	text = render(m);
+	ck_assert_uint_eq(count_lines(text, "ratelimitd_decisions_total{"),
+	    10);
+	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
+	    "{rule=\"api\",result=\"allowed\",protocol=\"http\"}"), "2");
+	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
+	    "{rule=\"api\",result=\"denied\",protocol=\"grpc\"}"), "2");
+	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
+	    "{rule=\"api\",result=\"allowed\",protocol=\"grpc\"}"), "0");
+	ck_assert_str_eq(sample(text, "ratelimitd_grpc_responses_total"
+	    "{code=\"OK\"}"), "1");
+	ck_assert_str_eq(sample(text, "ratelimitd_grpc_responses_total"
+	    "{code=\"UNAVAILABLE\"}"), "1");
+	ck_assert_uint_eq(count_lines(text, "ratelimitd_grpc_responses_total{"),
+	    2);
 	rl_free(text);
 	metrics_free(m);
 }
@@ -293,7 +335,7 @@ START_TEST(test_reload_keeps_counts_by_name)
 	metrics_rule_decision(&b, DECIDE_RULE_ALLOWED, m);
 	text = render(m);
 	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"api\",result=\"allowed\"}"), "2");
+	    "{rule=\"api\",result=\"allowed\",protocol=\"http\"}"), "2");
 	rl_free(text);
 	rl_free(b.name);
 	metrics_free(m);
@@ -310,11 +352,14 @@ START_TEST(test_label_escaping)
 	decide_n(m, "bad\xff\xc3", DECIDE_RULE_ALLOWED, 1);	/* not UTF-8 */
 	text = render(m);
 	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"a\\\"b\\\\c\\nd\",result=\"denied\"}"), "7");
+	    "{rule=\"a\\\"b\\\\c\\nd\",result=\"denied\","
+	        "protocol=\"http\"}"), "7");
 	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"caf\xc3\xa9\",result=\"allowed\"}"), "1");
+	    "{rule=\"caf\xc3\xa9\",result=\"allowed\","
+	        "protocol=\"http\"}"), "1");
 	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"bad\xef\xbf\xbd\xef\xbf\xbd\",result=\"allowed\"}"), "1");
+	    "{rule=\"bad\xef\xbf\xbd\xef\xbf\xbd\",result=\"allowed\","
+	        "protocol=\"http\"}"), "1");
 	rl_free(text);
 	metrics_free(m);
 }
@@ -334,15 +379,15 @@ START_TEST(test_rule_cap)
 	decide_n(m, "late", DECIDE_RULE_DENIED, 2);	/* new: _other */
 	text = render(m);
 	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"r0\",result=\"allowed\"}"), "2");
+	    "{rule=\"r0\",result=\"allowed\",protocol=\"http\"}"), "2");
 	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"r9999\",result=\"allowed\"}"), "1");
+	    "{rule=\"r9999\",result=\"allowed\",protocol=\"http\"}"), "1");
 	ck_assert_ptr_null(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"r10000\",result=\"allowed\"}"));
+	    "{rule=\"r10000\",result=\"allowed\",protocol=\"http\"}"));
 	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"_other\",result=\"allowed\"}"), "5");
+	    "{rule=\"_other\",result=\"allowed\",protocol=\"http\"}"), "5");
 	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"_other\",result=\"denied\"}"), "2");
+	    "{rule=\"_other\",result=\"denied\",protocol=\"http\"}"), "2");
 	ck_assert_uint_eq(count_lines(text, "ratelimitd_decisions_total{"),
 	    (MAX_RULES + 1) * 5);
 	rl_free(text);
@@ -593,9 +638,9 @@ START_TEST(test_oom)
 	ck_assert_uint_gt(n, 1);	/* it did fail at least once */
 	check_document(text, len);
 	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"lost\",result=\"allowed\"}"), "0");
+	    "{rule=\"lost\",result=\"allowed\",protocol=\"http\"}"), "0");
 	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"lost\",result=\"denied\"}"), "1");
+	    "{rule=\"lost\",result=\"denied\",protocol=\"http\"}"), "1");
 	ck_assert_str_eq(sample(text,
 	    "ratelimitd_http_responses_total{code=\"200\"}"), "1");
 	rl_free(text);
@@ -682,14 +727,16 @@ START_TEST(test_threads)
 	text = render(m);
 	/* 100000 = 20000 of each of the 5 results, per thread. */
 	ck_assert_uint_eq(sample_u64(text, "ratelimitd_decisions_total"
-	    "{rule=\"shared\",result=\"allowed\"}"), NTHREADS * NITER / 5);
+	    "{rule=\"shared\",result=\"allowed\","
+	        "protocol=\"http\"}"), NTHREADS * NITER / 5);
 	ck_assert_uint_eq(sample_u64(text, "ratelimitd_decisions_total"
-	    "{rule=\"shared\",result=\"error\"}"), NTHREADS * NITER / 5);
+	    "{rule=\"shared\",result=\"error\","
+	        "protocol=\"http\"}"), NTHREADS * NITER / 5);
 	for (i = 0; i < NTHREADS; i++)
 		for (j = 0; j < NITER / 1000; j++) {
 			snprintf(series, sizeof(series),
 			    "ratelimitd_decisions_total{rule=\"t%d.%d\","
-			    "result=\"denied\"}", i, j);
+			    "result=\"denied\",protocol=\"http\"}", i, j);
 			ck_assert_uint_eq(sample_u64(text, series), 1);
 		}
 	ck_assert_uint_eq(count_lines(text, "ratelimitd_decisions_total{"),
@@ -776,6 +823,7 @@ metrics_suite(void)
 	tcase_add_test(tc, test_new_free);
 	tcase_add_test(tc, test_fresh_document);
 	tcase_add_test(tc, test_decisions_counted);
+	tcase_add_test(tc, test_grpc_series);
 	tcase_add_test(tc, test_reload_keeps_counts_by_name);
 	tcase_add_test(tc, test_label_escaping);
 	tcase_add_test(tc, test_rule_cap);
