@@ -6,8 +6,9 @@
  * Start-up is the only place that may exit on an error, with one clear line
  * (a bad file, a port in use, a required backend that does not answer).
  * Afterwards the main thread only waits for signals: SIGHUP, or a change of
- * the file on disk (watch.c), reloads the rules (a bad file keeps the old ones), SIGTERM/SIGINT stop accepting,
- * let requests in flight finish within shutdown_timeout, and exit 0.
+ * the file on disk (watch.c), reloads the rules (a bad file keeps the old
+ * ones); SIGTERM/SIGINT stop accepting (HTTP and gRPC), let requests in
+ * flight finish within shutdown_timeout, and exit 0.
  */
 #include <errno.h>
 #include <grp.h>
@@ -28,6 +29,7 @@
 #include "config.h"
 #include "decide.h"
 #include "deny_cache.h"
+#include "grpc.h"
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
@@ -51,7 +53,9 @@ struct daemon {
 	struct deny_cache *deny;
 	struct metrics *metrics;
 	struct decider decider;
+	struct decider grpc_decider;	/* the same, counted as gRPC's */
 	struct http_server *http;
+	struct grpc_server *grpc;	/* NULL without grpc_listen */
 	struct watch *watch;
 };
 
@@ -132,6 +136,8 @@ reload(struct daemon *d)
 	config_unref(cur);
 	apply_logging(c);
 	http_server_set_config(d->http, c);
+	if (d->grpc != NULL)
+		grpc_server_set_config(d->grpc, c);
 	/* Limits may have changed: forget what the old rules denied. */
 	if (d->deny != NULL)
 		deny_cache_clear(d->deny);
@@ -153,7 +159,9 @@ shut_down(struct daemon *d)
 	config_unref(c);
 	notify_send("STOPPING=1");
 	http_server_quiesce(d->http);
-	while ((left = http_server_inflight(d->http)) > 0 &&
+	grpc_server_quiesce(d->grpc);
+	while ((left = http_server_inflight(d->http) +
+	    grpc_server_inflight(d->grpc)) > 0 &&
 	    util_monotonic_us() < deadline)
 		nanosleep(&tick, NULL);
 	if (left > 0) {
@@ -165,6 +173,8 @@ shut_down(struct daemon *d)
 		log_info("stopped");
 		_exit(0);
 	}
+	grpc_server_stop(d->grpc);
+	d->grpc = NULL;
 	http_server_stop(d->http);
 	d->http = NULL;
 }
@@ -275,7 +285,7 @@ main(int argc, char **argv)
 	struct signalfd_siginfo si;
 	struct pollfd pfd[2];
 	uint64_t count;
-	int sfd = -1, efd = -1;
+	int sfd = -1, efd = -1, gfd = -1;
 	bool check_only = false, running = true;
 	int ch, fd, sig, status = 1;
 
@@ -359,16 +369,36 @@ main(int argc, char **argv)
 		.on_rule = metrics_rule_decision, .on_backend = on_backend,
 		.hook_arg = d.metrics,
 	};
+	d.grpc_decider = d.decider;
+	d.grpc_decider.on_rule = metrics_rule_decision_grpc;
 	raise_fd_limit(d.cfg);
 	if ((fd = http_listen(d.cfg->listen, d.cfg->listen_mode, err,
 	    sizeof(err))) < 0) {
 		fprintf(stderr, "ratelimitd: %s\n", err);
 		goto out;
 	}
+	if (d.cfg->grpc_listen != NULL && (gfd = http_listen(
+	    d.cfg->grpc_listen, d.cfg->listen_mode, err, sizeof(err))) < 0) {
+		fprintf(stderr, "ratelimitd: grpc_listen: %s\n", err);
+		close(fd);
+		goto out;
+	}
 	if (drop_privileges(d.cfg, err, sizeof(err)) < 0) {
 		fprintf(stderr, "ratelimitd: %s\n", err);
 		close(fd);
+		if (gfd >= 0)
+			close(gfd);
 		goto out;
+	}
+	if (gfd >= 0) {
+		d.grpc = grpc_server_start(gfd, d.cfg, &d.grpc_decider,
+		    d.metrics, err, sizeof(err));
+		if (d.grpc == NULL) {
+			fprintf(stderr, "ratelimitd: %s\n", err);
+			close(fd);
+			goto out;
+		}
+		log_info("gRPC rate limit service on %s", d.cfg->grpc_listen);
 	}
 	d.http = http_server_start(fd, d.cfg, &d.decider, d.metrics, err,
 	    sizeof(err));
@@ -425,6 +455,7 @@ out:
 		close(sfd);
 	if (efd >= 0)
 		close(efd);
+	grpc_server_stop(d.grpc);
 	http_server_stop(d.http);
 	backend_free(d.local);
 	backend_free(d.backend);

@@ -1126,6 +1126,8 @@ parse_listen(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 static const struct field top_fields[] = {
 	{ "listen",           F_CUSTOM,   CO(listen),         0, 0,
 	    parse_listen, F_START_ONLY, NULL },
+	{ "grpc_listen",      F_CUSTOM,   CO(grpc_listen),    0, 0,
+	    parse_listen, F_START_ONLY, NULL },
 	{ "threads",          F_INT,      CO(threads),        1, 1024, NULL,
 	    F_START_ONLY, NULL },
 	{ "max_body_bytes",   F_INT64,    CO(max_body_bytes), 1, 64 << 20,
@@ -1273,6 +1275,7 @@ config_free(struct config *c)
 	rl_free(c->redis.key_prefix);
 	rl_free(c->redis.password_file);
 	rl_free(c->listen);
+	rl_free(c->grpc_listen);
 	rl_free(c->user);
 	rl_free(c->path);
 	rl_free(c);

@@ -53,6 +53,7 @@ struct config {
 	char *path;			/* the file it was loaded from */
 
 	char *listen;			/* default "127.0.0.1:8080" */
+	char *grpc_listen;		/* NULL (off), or as listen (CONTRACT 12) */
 	int threads;			/* 1..1024, default: online cores */
 	int64_t max_body_bytes;		/* default 16384 */
 	int64_t max_connections;	/* default 10000 (CONTRACT 8) */

@@ -1,0 +1,1007 @@
+/*
+ * grpc.c - the gRPC server (see grpc.h): connections, HTTP/2 through
+ * libnghttp2, gRPC's framing, and the calls.
+ *
+ * A call is one HTTP/2 stream: request headers (:method POST, :path the
+ * method, content-type application/grpc, grpc-timeout), one
+ * length-prefixed message, end of stream.  The answer is headers, one
+ * length-prefixed message and trailers with grpc-status; a call that
+ * fails before a message is answered "trailers-only" (the status in the
+ * headers).  nghttp2 does the HTTP/2 framing, flow control and stream
+ * states; this file keeps per stream only what the call needs.
+ *
+ * Ownership: a struct gstream belongs to its connection and dies with its
+ * HTTP/2 stream.  A decision or health probe in the store's hands is a
+ * struct gcall, owned by the store until its completion queues it here;
+ * the loop then answers the stream if it still exists and frees the call.
+ * A stream that closes first only unlinks itself from its call.
+ *
+ * Threads: everything here runs on the server's thread, except
+ * call_done() (the store's thread: it only queues) and the
+ * grpc_server_set_config/quiesce/inflight/stop entry points (any thread,
+ * under the server's lock or through atomics and the eventfd).
+ */
+#include "grpc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <nghttp2/nghttp2.h>
+
+#include "health.pb-c.h"
+#include "log.h"
+#include "metrics.h"
+#include "rls.h"
+#include "util.h"
+
+#define GRPC_PREFIX 5			/* compressed flag, length (BE) */
+#define GRPC_MAX_STREAMS 128		/* concurrent calls per connection */
+#define GRPC_READ_CHUNK 16384
+#define GRPC_TICK_MS 250		/* timeouts are checked this often */
+
+#define PATH_RLS "/envoy.service.ratelimit.v3.RateLimitService/" \
+	"ShouldRateLimit"
+#define PATH_HEALTH "/grpc.health.v1.Health/Check"
+#define SERVICE_RLS "envoy.service.ratelimit.v3.RateLimitService"
+
+enum gmethod { M_NONE, M_RLS, M_HEALTH, M_OTHER };
+
+struct gconn;
+struct gcall;
+
+struct gstream {
+	int32_t id;
+	struct gconn *c;
+	enum gmethod method;
+	bool post, grpc_type;		/* :method POST, application/grpc */
+	bool too_big;			/* the message passed the limit */
+	bool answered;
+	int64_t start_us;		/* monotonic, at its first header */
+	int64_t timeout_us;		/* grpc-timeout, or 0 */
+	uint8_t *in;			/* the request's bytes */
+	size_t inlen, incap;
+	uint8_t *out;			/* the framed response message */
+	size_t outlen, outoff;
+	int status;			/* grpc-status for the trailers */
+	struct gcall *call;		/* in the store's hands, or NULL */
+	struct gstream *next, *prev;
+};
+
+struct gconn {
+	int fd;
+	struct grpc_server *s;
+	nghttp2_session *h2;
+	struct gstream *streams;
+	int nstreams;
+	int64_t last_us;		/* last activity, monotonic */
+	bool want_out;			/* EPOLLOUT is armed */
+	bool goaway;			/* GOAWAY sent */
+	struct gconn *next, *prev;
+};
+
+/* A decision or a probe in the store's hands. */
+struct gcall {
+	struct grpc_server *s;
+	struct gstream *st;		/* NULL once the stream is gone */
+	struct config *cfg;		/* one reference */
+	enum gmethod method;
+	struct rls_call rls;		/* M_RLS */
+	struct backend_call probe;	/* M_HEALTH */
+	struct gcall *qnext;
+};
+
+struct grpc_server {
+	int lfd, efd, epfd;
+	pthread_t thread;
+	bool thread_started;
+	const struct decider *decider;
+	struct metrics *metrics;
+
+	pthread_mutex_t lock;		/* guards cfg and the done queue */
+	struct config *cfg;
+	struct gcall *done_head, *done_tail;
+
+	atomic_bool quiesce, stop;
+	atomic_int inflight;		/* calls received, not answered */
+	atomic_int pending;		/* gcalls not yet back from the store */
+	bool quiesced;			/* the loop acted on quiesce */
+
+	struct config *cur;		/* the loop's snapshot for this turn */
+	struct gconn *conns;
+	int nconns;
+	nghttp2_session_callbacks *cbs;
+};
+
+/* epoll tags for the two fds that are not connections. */
+static char tag_listen, tag_event;
+
+static struct config *
+server_config(struct grpc_server *s)
+{
+	struct config *c;
+
+	pthread_mutex_lock(&s->lock);
+	c = config_ref(s->cfg);
+	pthread_mutex_unlock(&s->lock);
+	return c;
+}
+
+void
+grpc_server_set_config(struct grpc_server *s, struct config *cfg)
+{
+	struct config *old;
+
+	config_ref(cfg);
+	pthread_mutex_lock(&s->lock);
+	old = s->cfg;
+	s->cfg = cfg;
+	pthread_mutex_unlock(&s->lock);
+	config_unref(old);
+}
+
+static void
+wake(struct grpc_server *s)
+{
+	uint64_t one = 1;
+
+	(void)!write(s->efd, &one, sizeof(one));
+}
+
+/* ---- answers ---------------------------------------------------------- */
+
+/* grpc-message is percent-encoded (the gRPC spec): printable ASCII but
+ * '%' as is, the rest %XX. */
+static void
+percent_encode(const char *in, char *out, size_t outlen)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t o = 0;
+
+	for (; *in != '\0' && o + 4 < outlen; in++) {
+		unsigned char ch = (unsigned char)*in;
+
+		if (ch >= 0x20 && ch < 0x7f && ch != '%')
+			out[o++] = (char)ch;
+		else {
+			out[o++] = '%';
+			out[o++] = hex[ch >> 4];
+			out[o++] = hex[ch & 15];
+		}
+	}
+	out[o] = '\0';
+}
+
+#define NV(n, v) { (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, \
+	strlen(v), NGHTTP2_NV_FLAG_NONE }
+
+/* Answer a call that failed: trailers-only, the status in the headers. */
+static void
+answer_status(struct gstream *st, int status, const char *message)
+{
+	char code[16], msg[512];
+
+	if (st->answered)
+		return;
+	st->answered = true;
+	snprintf(code, sizeof(code), "%d", status);
+	percent_encode(message, msg, sizeof(msg));
+	metrics_grpc_response(st->c->s->metrics, status);
+	atomic_fetch_sub(&st->c->s->inflight, 1);
+	{
+		nghttp2_nv nv[] = {
+			NV(":status", "200"),
+			NV("content-type", "application/grpc"),
+			NV("grpc-status", code),
+			NV("grpc-message", msg),
+		};
+
+		if (nghttp2_submit_response(st->c->h2, st->id, nv,
+		    msg[0] != '\0' ? 4 : 3, NULL) != 0)
+			nghttp2_submit_rst_stream(st->c->h2,
+			    NGHTTP2_FLAG_NONE, st->id,
+			    NGHTTP2_INTERNAL_ERROR);
+	}
+}
+
+/* The response message, then the trailers (grpc-status 0). */
+static ssize_t
+read_out(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t length,
+    uint32_t *flags, nghttp2_data_source *source, void *arg)
+{
+	struct gstream *st = source->ptr;
+	size_t n = st->outlen - st->outoff;
+	nghttp2_nv trailer[] = { NV("grpc-status", "0") };
+
+	(void)arg;
+	if (n > length)
+		n = length;
+	memcpy(buf, st->out + st->outoff, n);
+	st->outoff += n;
+	if (st->outoff == st->outlen) {
+		*flags |= NGHTTP2_DATA_FLAG_EOF |
+		    NGHTTP2_DATA_FLAG_NO_END_STREAM;
+		if (nghttp2_submit_trailer(h2, id, trailer, 1) != 0)
+			return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+	}
+	return (ssize_t)n;
+}
+
+/* Answer with msg (rl_malloc, GRPC_PREFIX bytes at its front free):
+ * ownership passes to the stream. */
+static void
+answer_message(struct gstream *st, uint8_t *msg, size_t len)
+{
+	nghttp2_nv nv[] = {
+		NV(":status", "200"),
+		NV("content-type", "application/grpc"),
+	};
+	nghttp2_data_provider dp;
+	size_t body = len - GRPC_PREFIX;
+
+	if (st->answered) {
+		rl_free(msg);
+		return;
+	}
+	msg[0] = 0;
+	msg[1] = (uint8_t)(body >> 24);
+	msg[2] = (uint8_t)(body >> 16);
+	msg[3] = (uint8_t)(body >> 8);
+	msg[4] = (uint8_t)body;
+	st->out = msg;
+	st->outlen = len;
+	st->outoff = 0;
+	st->answered = true;
+	dp.source.ptr = st;
+	dp.read_callback = read_out;
+	metrics_grpc_response(st->c->s->metrics, GRPC_OK);
+	atomic_fetch_sub(&st->c->s->inflight, 1);
+	if (nghttp2_submit_response(st->c->h2, st->id, nv, 2, &dp) != 0)
+		nghttp2_submit_rst_stream(st->c->h2, NGHTTP2_FLAG_NONE, st->id,
+		    NGHTTP2_INTERNAL_ERROR);
+}
+
+static void
+answer_health(struct gstream *st, bool serving)
+{
+	Grpc__Health__V1__HealthCheckResponse r =
+	    GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+	size_t size;
+	uint8_t *msg;
+
+	r.status = serving ?
+	    GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING :
+	    GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+	size = grpc__health__v1__health_check_response__get_packed_size(&r);
+	if ((msg = rl_malloc(GRPC_PREFIX + size)) == NULL) {
+		answer_status(st, GRPC_INTERNAL, "out of memory");
+		return;
+	}
+	grpc__health__v1__health_check_response__pack(&r, msg + GRPC_PREFIX);
+	answer_message(st, msg, GRPC_PREFIX + size);
+}
+
+/* ---- calls ------------------------------------------------------------ */
+
+static void
+call_free(struct gcall *gc)
+{
+	if (gc->method == M_RLS)
+		rls_call_clear(&gc->rls);
+	config_unref(gc->cfg);
+	rl_free(gc);
+}
+
+/* The store is done with gc (any thread): queue it for the loop. */
+static void
+call_done(void *arg)
+{
+	struct gcall *gc = arg;
+	struct grpc_server *s = gc->s;
+
+	pthread_mutex_lock(&s->lock);
+	gc->qnext = NULL;
+	if (s->done_tail != NULL)
+		s->done_tail->qnext = gc;
+	else
+		s->done_head = gc;
+	s->done_tail = gc;
+	pthread_mutex_unlock(&s->lock);
+	wake(s);
+}
+
+static void
+probe_done(struct backend_call *call)
+{
+	call_done(call->arg);
+}
+
+/* Answer a call back from the store, if its stream is still there. */
+static void
+call_answer(struct gcall *gc)
+{
+	struct gstream *st = gc->st;
+	char msg[DECIDE_MESSAGE_MAX + 64];
+	enum grpc_status status;
+	uint8_t *out;
+	size_t outlen;
+
+	if (st == NULL)
+		return;
+	st->call = NULL;
+	if (gc->method == M_HEALTH) {
+		answer_health(st, gc->probe.rc == 0);
+		return;
+	}
+	status = rls_encode(&gc->rls, GRPC_PREFIX, &out, &outlen, msg,
+	    sizeof(msg));
+	if (status == GRPC_OK)
+		answer_message(st, out, outlen);
+	else
+		answer_status(st, status, msg);
+}
+
+/* The deadline of a call: its grpc-timeout, within the store's own. */
+static int64_t
+call_deadline(const struct gstream *st, const struct config *cfg)
+{
+	int64_t store = st->start_us + cfg->redis.timeout_ms * 1000;
+	int64_t own = st->start_us + st->timeout_us;
+
+	return st->timeout_us > 0 && own < store ? own : store;
+}
+
+static void
+start_rls(struct gstream *st, struct gcall *gc, const uint8_t *msg,
+    size_t len)
+{
+	struct grpc_server *s = st->c->s;
+	struct decide_job *job;
+	char err[256];
+
+	gc->method = M_RLS;
+	if (rls_decode(&gc->rls, msg, len, gc->cfg->max_attributes, err,
+	    sizeof(err)) < 0) {
+		answer_status(st, GRPC_INVALID_ARGUMENT, err);
+		call_free(gc);
+		return;
+	}
+	gc->rls.req.deadline_us = call_deadline(st, gc->cfg);
+	if (gc->rls.n == 0 || decide_prepare(s->decider, gc->cfg,
+	    &gc->rls.req, &gc->rls.decision, &job) == 0) {
+		/* Settled without the store. */
+		if (gc->rls.n == 0)
+			gc->rls.decision = (struct decision){ .allowed = true };
+		gc->st = st;
+		call_answer(gc);
+		call_free(gc);
+		return;
+	}
+	gc->st = st;
+	st->call = gc;
+	atomic_fetch_add(&s->pending, 1);
+	decide_run(job, call_done, gc);
+}
+
+static void
+start_health(struct gstream *st, struct gcall *gc, const uint8_t *msg,
+    size_t len)
+{
+	Grpc__Health__V1__HealthCheckRequest *rq;
+	struct grpc_server *s = st->c->s;
+	bool known;
+
+	gc->method = M_HEALTH;
+	rq = grpc__health__v1__health_check_request__unpack(NULL, len, msg);
+	if (rq == NULL) {
+		answer_status(st, GRPC_INVALID_ARGUMENT,
+		    "cannot parse a HealthCheckRequest");
+		call_free(gc);
+		return;
+	}
+	known = rq->service[0] == '\0' || strcmp(rq->service,
+	    SERVICE_RLS) == 0;
+	grpc__health__v1__health_check_request__free_unpacked(rq, NULL);
+	if (!known) {
+		answer_status(st, GRPC_NOT_FOUND, "unknown service");
+		call_free(gc);
+		return;
+	}
+	/* SERVING when the store answers a probe, as /readyz. */
+	gc->st = st;
+	st->call = gc;
+	gc->probe.deadline_us = call_deadline(st, gc->cfg);
+	gc->probe.done = probe_done;
+	gc->probe.arg = gc;
+	atomic_fetch_add(&s->pending, 1);
+	backend_submit(s->decider->backend, &gc->probe);
+}
+
+/* The whole request is in: check it, then start its call. */
+static void
+stream_request(struct gstream *st)
+{
+	struct grpc_server *s = st->c->s;
+	struct gcall *gc;
+	uint32_t mlen;
+
+	if (!st->post || st->method == M_NONE) {
+		answer_status(st, GRPC_INTERNAL, "not a gRPC request");
+		return;
+	}
+	if (st->method == M_OTHER) {
+		answer_status(st, GRPC_UNIMPLEMENTED, "unknown method");
+		return;
+	}
+	if (!st->grpc_type) {
+		answer_status(st, GRPC_INTERNAL,
+		    "content-type is not application/grpc");
+		return;
+	}
+	if (st->too_big) {
+		answer_status(st, GRPC_RESOURCE_EXHAUSTED,
+		    "message larger than max_body_bytes");
+		return;
+	}
+	if (st->inlen < GRPC_PREFIX) {
+		answer_status(st, GRPC_INTERNAL, "no message");
+		return;
+	}
+	if (st->in[0] != 0) {
+		answer_status(st, GRPC_UNIMPLEMENTED,
+		    "compressed messages are not supported");
+		return;
+	}
+	mlen = (uint32_t)st->in[1] << 24 | (uint32_t)st->in[2] << 16 |
+	    (uint32_t)st->in[3] << 8 | st->in[4];
+	if (mlen != st->inlen - GRPC_PREFIX) {
+		answer_status(st, GRPC_INTERNAL, "a unary call carries one "
+		    "whole message");
+		return;
+	}
+	if ((gc = rl_calloc(1, sizeof(*gc))) == NULL) {
+		answer_status(st, GRPC_INTERNAL, "out of memory");
+		return;
+	}
+	gc->s = s;
+	gc->cfg = config_ref(s->cur);
+	if (st->method == M_RLS)
+		start_rls(st, gc, st->in + GRPC_PREFIX, mlen);
+	else
+		start_health(st, gc, st->in + GRPC_PREFIX, mlen);
+}
+
+/* ---- HTTP/2 callbacks ------------------------------------------------- */
+
+static ssize_t
+on_send(nghttp2_session *h2, const uint8_t *data, size_t len, int flags,
+    void *arg)
+{
+	struct gconn *c = arg;
+	ssize_t n;
+
+	(void)h2;
+	(void)flags;
+	n = send(c->fd, data, len, MSG_NOSIGNAL);
+	if (n < 0)
+		return errno == EAGAIN || errno == EWOULDBLOCK ||
+		    errno == EINTR ? NGHTTP2_ERR_WOULDBLOCK :
+		    NGHTTP2_ERR_CALLBACK_FAILURE;
+	return n;
+}
+
+static int
+on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *arg)
+{
+	struct gconn *c = arg;
+	struct gstream *st;
+
+	if (f->hd.type != NGHTTP2_HEADERS ||
+	    f->headers.cat != NGHTTP2_HCAT_REQUEST)
+		return 0;
+	if ((st = rl_calloc(1, sizeof(*st))) == NULL)
+		return NGHTTP2_ERR_CALLBACK_FAILURE;
+	st->id = f->hd.stream_id;
+	st->c = c;
+	st->start_us = util_monotonic_us();
+	st->next = c->streams;
+	if (c->streams != NULL)
+		c->streams->prev = st;
+	c->streams = st;
+	c->nstreams++;
+	atomic_fetch_add(&c->s->inflight, 1);
+	nghttp2_session_set_stream_user_data(h2, st->id, st);
+	return 0;
+}
+
+/* grpc-timeout: up to 8 digits and a unit (H M S m u n).  0 if bad. */
+static int64_t
+parse_timeout(const uint8_t *v, size_t len)
+{
+	int64_t n = 0;
+	size_t i;
+
+	if (len < 2 || len > 9)
+		return 0;
+	for (i = 0; i + 1 < len; i++) {
+		if (v[i] < '0' || v[i] > '9')
+			return 0;
+		n = n * 10 + (v[i] - '0');
+	}
+	switch (v[len - 1]) {
+	case 'H':
+		return n * 3600 * 1000000;
+	case 'M':
+		return n * 60 * 1000000;
+	case 'S':
+		return n * 1000000;
+	case 'm':
+		return n * 1000;
+	case 'u':
+		return n;
+	case 'n':
+		return n / 1000 > 0 ? n / 1000 : 1;
+	}
+	return 0;
+}
+
+static bool
+is(const uint8_t *v, size_t len, const char *s)
+{
+	return len == strlen(s) && memcmp(v, s, len) == 0;
+}
+
+static int
+on_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t *name,
+    size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
+    void *arg)
+{
+	struct gstream *st;
+
+	(void)flags;
+	(void)arg;
+	if (f->hd.type != NGHTTP2_HEADERS ||
+	    f->headers.cat != NGHTTP2_HCAT_REQUEST ||
+	    (st = nghttp2_session_get_stream_user_data(h2,
+	    f->hd.stream_id)) == NULL)
+		return 0;
+	if (is(name, namelen, ":method"))
+		st->post = is(value, valuelen, "POST");
+	else if (is(name, namelen, ":path"))
+		st->method = is(value, valuelen, PATH_RLS) ? M_RLS :
+		    is(value, valuelen, PATH_HEALTH) ? M_HEALTH : M_OTHER;
+	else if (is(name, namelen, "content-type"))
+		st->grpc_type = valuelen >= 16 && memcmp(value,
+		    "application/grpc", 16) == 0 && (valuelen == 16 ||
+		    value[16] == '+' || value[16] == ';');
+	else if (is(name, namelen, "grpc-timeout"))
+		st->timeout_us = parse_timeout(value, valuelen);
+	return 0;
+}
+
+static int
+on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t *data,
+    size_t len, void *arg)
+{
+	struct gconn *c = arg;
+	struct gstream *st;
+	size_t max, cap;
+	uint8_t *n;
+
+	(void)flags;
+	if ((st = nghttp2_session_get_stream_user_data(h2, id)) == NULL ||
+	    st->too_big)
+		return 0;
+	max = (size_t)c->s->cur->max_body_bytes + GRPC_PREFIX;
+	if (st->inlen + len > max) {
+		st->too_big = true;
+		return 0;
+	}
+	if (st->inlen + len > st->incap) {
+		cap = st->incap == 0 ? 256 : st->incap;
+		while (cap < st->inlen + len)
+			cap *= 2;
+		if ((n = rl_realloc(st->in, cap)) == NULL)
+			return NGHTTP2_ERR_CALLBACK_FAILURE;
+		st->in = n;
+		st->incap = cap;
+	}
+	memcpy(st->in + st->inlen, data, len);
+	st->inlen += len;
+	return 0;
+}
+
+static int
+on_frame(nghttp2_session *h2, const nghttp2_frame *f, void *arg)
+{
+	struct gstream *st;
+
+	(void)arg;
+	if ((f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA) ||
+	    !(f->hd.flags & NGHTTP2_FLAG_END_STREAM) ||
+	    (st = nghttp2_session_get_stream_user_data(h2,
+	    f->hd.stream_id)) == NULL || st->answered || st->call != NULL)
+		return 0;
+	stream_request(st);
+	return 0;
+}
+
+static void
+stream_free(struct gconn *c, struct gstream *st)
+{
+	if (st->call != NULL)
+		st->call->st = NULL;	/* the store still has it */
+	if (!st->answered)
+		atomic_fetch_sub(&c->s->inflight, 1);
+	if (st->prev != NULL)
+		st->prev->next = st->next;
+	else
+		c->streams = st->next;
+	if (st->next != NULL)
+		st->next->prev = st->prev;
+	c->nstreams--;
+	rl_free(st->in);
+	rl_free(st->out);
+	rl_free(st);
+}
+
+static int
+on_close(nghttp2_session *h2, int32_t id, uint32_t code, void *arg)
+{
+	struct gconn *c = arg;
+	struct gstream *st;
+
+	(void)code;
+	if ((st = nghttp2_session_get_stream_user_data(h2, id)) != NULL) {
+		nghttp2_session_set_stream_user_data(h2, id, NULL);
+		stream_free(c, st);
+	}
+	return 0;
+}
+
+/* ---- connections ------------------------------------------------------ */
+
+static void
+conn_close(struct gconn *c)
+{
+	struct grpc_server *s = c->s;
+
+	/* Streams die with the session: their calls lose them first. */
+	while (c->streams != NULL)
+		stream_free(c, c->streams);
+	nghttp2_session_del(c->h2);
+	epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	if (c->prev != NULL)
+		c->prev->next = c->next;
+	else
+		s->conns = c->next;
+	if (c->next != NULL)
+		c->next->prev = c->prev;
+	s->nconns--;
+	rl_free(c);
+}
+
+/* Write what nghttp2 has; arm EPOLLOUT while the socket is full.  Closes
+ * a connection that is done or failed (returns false then). */
+static bool
+conn_flush(struct gconn *c)
+{
+	struct epoll_event ev = { .data.ptr = c };
+	bool want;
+
+	if (nghttp2_session_send(c->h2) != 0) {
+		conn_close(c);
+		return false;
+	}
+	if (!nghttp2_session_want_read(c->h2) &&
+	    !nghttp2_session_want_write(c->h2)) {
+		conn_close(c);
+		return false;
+	}
+	want = nghttp2_session_want_write(c->h2) != 0;
+	if (want != c->want_out) {
+		ev.events = EPOLLIN | (want ? EPOLLOUT : 0);
+		epoll_ctl(c->s->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+		c->want_out = want;
+	}
+	return true;
+}
+
+static void
+conn_read(struct gconn *c)
+{
+	uint8_t buf[GRPC_READ_CHUNK];
+	ssize_t n;
+
+	for (;;) {
+		n = recv(c->fd, buf, sizeof(buf), 0);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0 || nghttp2_session_mem_recv(c->h2, buf,
+		    (size_t)n) < 0) {
+			conn_close(c);
+			return;
+		}
+		c->last_us = util_monotonic_us();
+		if ((size_t)n < sizeof(buf))
+			break;
+	}
+	conn_flush(c);
+}
+
+static void
+conn_goaway(struct gconn *c)
+{
+	if (c->goaway)
+		return;
+	c->goaway = true;
+	nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
+	    nghttp2_session_get_last_proc_stream_id(c->h2), NGHTTP2_NO_ERROR,
+	    NULL, 0);
+}
+
+static void
+accept_all(struct grpc_server *s)
+{
+	nghttp2_settings_entry iv[] = {
+		{ NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, GRPC_MAX_STREAMS },
+	};
+	struct epoll_event ev;
+	struct gconn *c;
+	int fd;
+
+	for (;;) {
+		fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0)
+			return;
+		if (s->nconns >= s->cur->max_connections ||
+		    (c = rl_calloc(1, sizeof(*c))) == NULL) {
+			close(fd);
+			continue;
+		}
+		c->fd = fd;
+		c->s = s;
+		c->last_us = util_monotonic_us();
+		if (nghttp2_session_server_new(&c->h2, s->cbs, c) != 0) {
+			rl_free(c);
+			close(fd);
+			continue;
+		}
+		nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 1);
+		ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = c };
+		if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+			nghttp2_session_del(c->h2);
+			rl_free(c);
+			close(fd);
+			continue;
+		}
+		c->next = s->conns;
+		if (s->conns != NULL)
+			s->conns->prev = c;
+		s->conns = c;
+		s->nconns++;
+		conn_flush(c);
+	}
+}
+
+/* Answer the calls the store gave back. */
+static void
+drain_done(struct grpc_server *s)
+{
+	struct gcall *gc, *next;
+	struct gconn *c, *cn;
+
+	pthread_mutex_lock(&s->lock);
+	gc = s->done_head;
+	s->done_head = s->done_tail = NULL;
+	pthread_mutex_unlock(&s->lock);
+	for (; gc != NULL; gc = next) {
+		next = gc->qnext;
+		call_answer(gc);
+		call_free(gc);
+		atomic_fetch_sub(&s->pending, 1);
+	}
+	for (c = s->conns; c != NULL; c = cn) {
+		cn = c->next;
+		conn_flush(c);
+	}
+}
+
+/*
+ * Once per tick: cut calls past request_timeout that never finished
+ * sending, close connections idle past idle_timeout, and, quiescing,
+ * those with nothing left in progress.
+ */
+static void
+sweep(struct grpc_server *s)
+{
+	int64_t now = util_monotonic_us();
+	int64_t req_us = s->cur->request_timeout_ms * 1000;
+	int64_t idle_us = s->cur->idle_timeout_ms * 1000;
+	struct gconn *c, *cn;
+	struct gstream *st;
+
+	for (c = s->conns; c != NULL; c = cn) {
+		cn = c->next;
+		for (st = c->streams; st != NULL; st = st->next)
+			if (!st->answered && st->call == NULL &&
+			    now - st->start_us > req_us)
+				answer_status(st, GRPC_DEADLINE_EXCEEDED,
+				    "request_timeout passed before the "
+				    "request was whole");
+		if (s->quiesced)
+			conn_goaway(c);
+		if (c->nstreams == 0 && (s->quiesced ||
+		    now - c->last_us > idle_us)) {
+			conn_goaway(c);
+			nghttp2_session_send(c->h2);
+			conn_close(c);
+			continue;
+		}
+		conn_flush(c);
+	}
+}
+
+static void *
+server_main(void *arg)
+{
+	struct grpc_server *s = arg;
+	struct epoll_event evs[64];
+	int64_t next_sweep = 0;
+	uint64_t count;
+	int i, n;
+
+	for (;;) {
+		if (atomic_load(&s->stop) && atomic_load(&s->pending) == 0)
+			break;
+		if (atomic_load(&s->quiesce) && !s->quiesced) {
+			s->quiesced = true;
+			epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lfd, NULL);
+			next_sweep = 0;
+		}
+		n = epoll_wait(s->epfd, evs, 64, GRPC_TICK_MS);
+		s->cur = server_config(s);
+		for (i = 0; i < n; i++) {
+			void *p = evs[i].data.ptr;
+
+			if (p == &tag_event) {
+				(void)!read(s->efd, &count, sizeof(count));
+				continue;
+			}
+			if (p == &tag_listen) {
+				accept_all(s);
+				continue;
+			}
+			if (evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+				conn_read(p);
+			else if (evs[i].events & EPOLLOUT)
+				conn_flush(p);
+		}
+		/* The store's answers, including those given inline. */
+		drain_done(s);
+		if (util_monotonic_us() >= next_sweep) {
+			sweep(s);
+			next_sweep = util_monotonic_us() + GRPC_TICK_MS * 1000;
+		}
+		config_unref(s->cur);
+		s->cur = NULL;
+	}
+	while (s->conns != NULL)
+		conn_close(s->conns);
+	return NULL;
+}
+
+/* ---- life ------------------------------------------------------------- */
+
+static void
+server_free(struct grpc_server *s)
+{
+	if (s->lfd >= 0)
+		close(s->lfd);
+	if (s->efd >= 0)
+		close(s->efd);
+	if (s->epfd >= 0)
+		close(s->epfd);
+	if (s->cbs != NULL)
+		nghttp2_session_callbacks_del(s->cbs);
+	config_unref(s->cfg);
+	pthread_mutex_destroy(&s->lock);
+	rl_free(s);
+}
+
+struct grpc_server *
+grpc_server_start(int listen_fd, struct config *cfg,
+    const struct decider *decider, struct metrics *metrics, char *err,
+    size_t errlen)
+{
+	struct grpc_server *s;
+	struct epoll_event ev;
+
+	if ((s = rl_calloc(1, sizeof(*s))) == NULL) {
+		close(listen_fd);
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	s->lfd = listen_fd;
+	s->efd = s->epfd = -1;
+	s->decider = decider;
+	s->metrics = metrics;
+	s->cfg = config_ref(cfg);
+	pthread_mutex_init(&s->lock, NULL);
+	fcntl(listen_fd, F_SETFL, fcntl(listen_fd, F_GETFL) | O_NONBLOCK);
+	if ((s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
+	    (s->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+		snprintf(err, errlen, "grpc: %s", strerror(errno));
+		goto fail;
+	}
+	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = &tag_listen };
+	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &ev) != 0)
+		goto fail_errno;
+	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = &tag_event };
+	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->efd, &ev) != 0)
+		goto fail_errno;
+	if (nghttp2_session_callbacks_new(&s->cbs) != 0) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	nghttp2_session_callbacks_set_send_callback(s->cbs, on_send);
+	nghttp2_session_callbacks_set_on_begin_headers_callback(s->cbs,
+	    on_begin_headers);
+	nghttp2_session_callbacks_set_on_header_callback(s->cbs, on_header);
+	nghttp2_session_callbacks_set_on_data_chunk_recv_callback(s->cbs,
+	    on_data);
+	nghttp2_session_callbacks_set_on_frame_recv_callback(s->cbs, on_frame);
+	nghttp2_session_callbacks_set_on_stream_close_callback(s->cbs,
+	    on_close);
+	metrics_set_grpc(metrics);
+	if (pthread_create(&s->thread, NULL, server_main, s) != 0) {
+		snprintf(err, errlen, "grpc: cannot start its thread");
+		goto fail;
+	}
+	s->thread_started = true;
+	return s;
+
+fail_errno:
+	snprintf(err, errlen, "grpc: %s", strerror(errno));
+fail:
+	server_free(s);
+	return NULL;
+}
+
+void
+grpc_server_quiesce(struct grpc_server *s)
+{
+	if (s == NULL)
+		return;
+	atomic_store(&s->quiesce, true);
+	wake(s);
+}
+
+int
+grpc_server_inflight(struct grpc_server *s)
+{
+	return s == NULL ? 0 : atomic_load(&s->inflight);
+}
+
+void
+grpc_server_stop(struct grpc_server *s)
+{
+	if (s == NULL)
+		return;
+	atomic_store(&s->stop, true);
+	wake(s);
+	if (s->thread_started)
+		pthread_join(s->thread, NULL);
+	server_free(s);
+}

@@ -1,0 +1,49 @@
+/*
+ * grpc.h - the gRPC front end (CONTRACT 12): HTTP/2 cleartext on
+ * libnghttp2, the unary envoy.service.ratelimit.v3.RateLimitService/
+ * ShouldRateLimit (mapped by rls.c onto the one decision path) and
+ * grpc.health.v1.Health/Check.
+ *
+ * One thread runs every connection on an epoll loop; decisions go to the
+ * store as HTTP's do and come back through a queue the thread drains, so
+ * no thread waits for Redis.  The server holds the current config
+ * snapshot; each call takes a reference when it starts and drops it when
+ * it is answered (a reload never changes the rules under a call).
+ */
+#ifndef RL_GRPC_H
+#define RL_GRPC_H
+
+#include <stddef.h>
+
+#include "config.h"
+#include "decide.h"
+
+struct grpc_server;
+struct metrics;
+
+/*
+ * Serve on listen_fd (a listening socket; ownership passes to the server)
+ * with one thread.  Takes one reference to cfg.  decider (its on_rule
+ * hook counts decisions as gRPC's) and metrics (may be NULL) are borrowed
+ * for the server's life.  Returns the server, or NULL with a message in
+ * err.  Start-up.
+ */
+struct grpc_server *grpc_server_start(int listen_fd, struct config *cfg,
+    const struct decider *decider, struct metrics *metrics, char *err,
+    size_t errlen);
+
+/* Publish a new snapshot (takes one reference; drops the old one). */
+void grpc_server_set_config(struct grpc_server *s, struct config *cfg);
+
+/* Stop accepting; tell every client to go away (GOAWAY) once its calls in
+ * progress are answered.  Any thread. */
+void grpc_server_quiesce(struct grpc_server *s);
+
+/* Calls in progress (received, not yet answered).  Any thread. */
+int grpc_server_inflight(struct grpc_server *s);
+
+/* Wait for the calls in the store's hands (each ends by its deadline),
+ * close every connection, stop the thread, free.  NULL does nothing. */
+void grpc_server_stop(struct grpc_server *s);
+
+#endif
