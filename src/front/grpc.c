@@ -32,6 +32,8 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -759,7 +761,7 @@ accept_all(struct grpc_server *s)
 	};
 	struct epoll_event ev;
 	struct gconn *c;
-	int fd;
+	int fd, one = 1;
 
 	for (;;) {
 		fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -770,6 +772,9 @@ accept_all(struct grpc_server *s)
 			close(fd);
 			continue;
 		}
+		/* Headers, message and trailers leave in separate sends:
+		 * without this, Nagle holds the last until an ACK. */
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		c->fd = fd;
 		c->s = s;
 		c->last_us = util_monotonic_us();

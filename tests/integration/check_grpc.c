@@ -1,0 +1,473 @@
+/*
+ * check_grpc.c - Envoy's rate limit service over gRPC (CONTRACT 12)
+ * against the real daemon, called by a real gRPC client: python3-grpcio
+ * with stubs generated from proto/ at run time (tests/grpc/rls_client.py),
+ * and nghttp for frames no gRPC library would send.  On the memory store
+ * and on a real redis-server.
+ */
+#include <check.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "ops.h"
+
+#define RLS_PATH "/envoy.service.ratelimit.v3.RateLimitService/" \
+	"ShouldRateLimit"
+
+static int grpc_port;
+
+/* Start a daemon with grpc_listen on a free port; `more` goes before the
+ * rules (backend, policy), `rules` after "rules:". */
+static void
+start(struct h_daemon *d, const char *more, const char *rules)
+{
+	char yaml[4096];
+
+	grpc_port = h_free_port();
+	snprintf(yaml, sizeof(yaml),
+	    "listen: \"127.0.0.1:%%PORT%%\"\n"
+	    "grpc_listen: \"127.0.0.1:%d\"\n"
+	    "threads: 2\n"
+	    "shutdown_timeout: 2s\n"
+	    "%s"
+	    "rules:\n%s", grpc_port, more, rules);
+	h_daemon_start(d, yaml);
+}
+
+/* Run the client with args (already shell-quoted); its JSON line. */
+static json_t *
+client(const char *fmt, ...)
+{
+	char args[2048], cmd[3072], line[16384];
+	const char *src = getenv("RATELIMITD_SRCDIR");
+	json_error_t jerr;
+	json_t *j;
+	va_list ap;
+	FILE *p;
+
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s/tests/grpc/rls_client.py"
+	    " 127.0.0.1:%d %s/proto %s", src != NULL ? src : ".", grpc_port,
+	    src != NULL ? src : ".", args);
+	ck_assert_ptr_nonnull(p = popen(cmd, "r"));
+	line[0] = '\0';
+	if (fgets(line, sizeof(line), p) == NULL)
+		line[0] = '\0';
+	ck_assert_int_eq(pclose(p), 0);
+	j = json_loads(line, 0, &jerr);
+	ck_assert_msg(j != NULL, "%s: not JSON: %s", cmd, line);
+	return j;
+}
+
+/* One ShouldRateLimit call: spec is the client's JSON. */
+static json_t *
+call(const char *spec)
+{
+	return client("call '%s'", spec);
+}
+
+static const char *
+str(json_t *j, const char *field)
+{
+	const char *s = json_string_value(json_object_get(j, field));
+
+	ck_assert_msg(s != NULL, "no %s in %s", field, json_dumps(j, 0));
+	return s;
+}
+
+/* statuses[i].field as a string or an integer (-1 when absent). */
+static json_t *
+status(json_t *j, size_t i)
+{
+	json_t *s = json_array_get(json_object_get(j, "statuses"), i);
+
+	ck_assert_ptr_nonnull(s);
+	return s;
+}
+
+static long long
+status_int(json_t *j, size_t i, const char *field)
+{
+	json_t *v = json_object_get(status(j, i), field);
+
+	return v == NULL ? -1 : json_integer_value(v);
+}
+
+static const char *
+header(json_t *j, const char *name)
+{
+	return json_string_value(json_object_get(json_object_get(j,
+	    "headers"), name));
+}
+
+static const char rules_edge[] =
+    "  - name: per-user\n"
+    "    match: { domain: \"edge\" }\n"
+    "    key: \"${user}\"\n"
+    "    limit: 3\n"
+    "    window: 1m\n"
+    "  - name: per-route\n"
+    "    match: { domain: \"edge\" }\n"
+    "    key: \"${route}\"\n"
+    "    limit: 100\n"
+    "    window: 1h\n";
+
+/*
+ * Allowed, then over the limit: each descriptor's status from its own
+ * rule, the RateLimit headers, Retry-After when over; an HTTP /acquire of
+ * the same attributes counts against the same key (one decision path);
+ * the decisions counted with protocol="grpc".
+ */
+START_TEST(test_allowed_then_over_limit)
+{
+	const char *spec = "{\"domain\": \"edge\", \"descriptors\": "
+	    "[[[\"user\", \"bob\"]], [[\"route\", \"/a\"]]]}";
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	json_t *j, *lim;
+
+	start(&d, "backend: memory\n", rules_edge);
+	j = call(spec);
+	ck_assert_str_eq(str(j, "code"), "OK");
+	ck_assert_str_eq(str(j, "overall"), "OK");
+	ck_assert_uint_eq(json_array_size(json_object_get(j, "statuses")), 2);
+	ck_assert_str_eq(str(status(j, 0), "code"), "OK");
+	lim = json_object_get(status(j, 0), "limit");
+	ck_assert_str_eq(json_string_value(json_object_get(lim, "name")),
+	    "per-user");
+	ck_assert_int_eq(json_integer_value(json_object_get(lim,
+	    "per_unit")), 3);
+	ck_assert_str_eq(json_string_value(json_object_get(lim, "unit")),
+	    "MINUTE");
+	ck_assert_int_eq(status_int(j, 0, "remaining"), 2);
+	ck_assert_int_eq(status_int(j, 1, "remaining"), 99);
+	ck_assert(status_int(j, 1, "reset_ms") > 3500000);
+	ck_assert_str_eq(header(j, "X-RateLimit-Remaining"), "2");
+	ck_assert_ptr_null(header(j, "Retry-After"));
+	json_decref(j);
+
+	/* The same key through HTTP. */
+	h_http(&r, "POST", "/acquire",
+	    "{\"domain\": \"edge\", \"user\": \"bob\"}", NULL);
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), 1);
+	h_resp_free(&r);
+
+	j = call(spec);
+	ck_assert_str_eq(str(j, "overall"), "OK");
+	ck_assert_int_eq(status_int(j, 0, "remaining"), 0);
+	json_decref(j);
+	j = call(spec);
+	ck_assert_str_eq(str(j, "code"), "OK");
+	ck_assert_str_eq(str(j, "overall"), "OVER_LIMIT");
+	ck_assert_str_eq(str(status(j, 0), "code"), "OVER_LIMIT");
+	ck_assert_str_eq(str(status(j, 1), "code"), "OK");
+	/* Nothing recorded for the route: still 98 left after two. */
+	ck_assert_int_eq(status_int(j, 1, "remaining"), 98);
+	ck_assert_ptr_nonnull(header(j, "Retry-After"));
+	ck_assert(atoi(header(j, "Retry-After")) >= 1);
+	json_decref(j);
+
+	/* A descriptor no rule applies to: OK without a limit. */
+	j = call("{\"domain\": \"other\", \"descriptors\": "
+	    "[[[\"user\", \"bob\"]]]}");
+	ck_assert_str_eq(str(j, "overall"), "OK");
+	ck_assert_ptr_null(json_object_get(status(j, 0), "limit"));
+	json_decref(j);
+
+	ck_assert_int_eq(h_metric("ratelimitd_decisions_total{rule=\"per-user\","
+	    "result=\"allowed\",protocol=\"grpc\"}"), 2);
+	ck_assert_int_eq(h_metric("ratelimitd_decisions_total{rule=\"per-user\","
+	    "result=\"allowed\",protocol=\"http\"}"), 1);
+	ck_assert_int_eq(h_metric("ratelimitd_decisions_total{rule=\"per-user\","
+	    "result=\"denied\",protocol=\"grpc\"}"), 1);
+	ck_assert_int_eq(h_metric("ratelimitd_grpc_responses_total"
+	    "{code=\"OK\"}"), 4);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/*
+ * On Redis: several descriptors with one over its limit consume nothing
+ * (the keys in Redis unchanged), hits_addend is the cost, 0 means one hit,
+ * a descriptor's own hits_addend wins (0: a look without a hit), and a
+ * cost past the limit is over the limit.
+ */
+START_TEST(test_all_or_nothing_and_hits_addend_on_redis)
+{
+	struct h_redis rs = { 0 };
+	struct h_daemon d = { 0 };
+	json_t *j;
+
+	h_redis_start(&rs);
+	start(&d, "backend: redis\nredis:\n"
+	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+	    "  timeout: 500ms\n", rules_edge);
+	j = call("{\"domain\": \"edge\", \"hits_addend\": 3, \"descriptors\": "
+	    "[[[\"user\", \"ann\"]]]}");
+	ck_assert_str_eq(str(j, "overall"), "OK");
+	ck_assert_int_eq(status_int(j, 0, "remaining"), 0);
+	json_decref(j);
+	ck_assert_int_eq(h_redis_log_units(&rs, "rl:per-user:{ann}"), 3);
+
+	/* ann is full: the route is not charged either. */
+	j = call("{\"domain\": \"edge\", \"descriptors\": "
+	    "[[[\"route\", \"/r\"]], [[\"user\", \"ann\"]]]}");
+	ck_assert_str_eq(str(j, "overall"), "OVER_LIMIT");
+	ck_assert_str_eq(str(status(j, 0), "code"), "OK");
+	ck_assert_str_eq(str(status(j, 1), "code"), "OVER_LIMIT");
+	json_decref(j);
+	ck_assert_int_eq(h_redis_log_units(&rs, "rl:per-route:{/r}"), 0);
+
+	/* hits_addend 0 is one hit; a descriptor's own 0 records nothing. */
+	j = call("{\"domain\": \"edge\", \"hits_addend\": 0, \"descriptors\": "
+	    "[[[\"route\", \"/r\"]], [[\"user\", \"cy\"]]], "
+	    "\"descriptor_hits\": [null, 0]}");
+	ck_assert_str_eq(str(j, "overall"), "OK");
+	ck_assert_int_eq(status_int(j, 0, "remaining"), 99);
+	ck_assert_int_eq(status_int(j, 1, "remaining"), 3);
+	json_decref(j);
+	ck_assert_int_eq(h_redis_log_units(&rs, "rl:per-route:{/r}"), 1);
+	ck_assert_int_eq(h_redis_log_units(&rs, "rl:per-user:{cy}"), 0);
+
+	/* More than the limit in one call can never fit. */
+	j = call("{\"domain\": \"edge\", \"hits_addend\": 4, \"descriptors\": "
+	    "[[[\"user\", \"dee\"]]]}");
+	ck_assert_str_eq(str(j, "overall"), "OVER_LIMIT");
+	json_decref(j);
+	ck_assert_int_eq(h_redis_log_units(&rs, "rl:per-user:{dee}"), 0);
+	h_daemon_stop(&d);
+	h_redis_stop(&rs);
+}
+END_TEST
+
+/* Many calls at once on one HTTP/2 connection, one key: exactly the
+ * limit admitted, every call answered. */
+START_TEST(test_concurrent_streams_exact)
+{
+	struct h_redis rs = { 0 };
+	struct h_daemon d = { 0 };
+	json_t *j;
+
+	h_redis_start(&rs);
+	start(&d, "backend: redis\nredis:\n"
+	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+	    "  timeout: 2s\n",
+	    "  - name: shared\n"
+	    "    key: \"${k}\"\n"
+	    "    limit: 25\n"
+	    "    window: 1m\n");
+	j = client("concurrent 60 '{\"domain\": \"x\", \"descriptors\": "
+	    "[[[\"k\", \"one\"]]]}'");
+	ck_assert_int_eq(json_integer_value(json_object_get(j, "OK")), 25);
+	ck_assert_int_eq(json_integer_value(json_object_get(j, "OVER_LIMIT")),
+	    35);
+	ck_assert_uint_eq(json_object_size(j), 2);
+	json_decref(j);
+	ck_assert_int_eq(h_redis_log_units(&rs, "rl:shared:{one}"), 25);
+	h_daemon_stop(&d);
+	h_redis_stop(&rs);
+}
+END_TEST
+
+/* Run nghttp with one request body (bytes) to path; its output. */
+static char *
+nghttp(const char *path, const char *ctype, const unsigned char *body,
+    size_t len)
+{
+	char file[512], cmd[1024], *out;
+	size_t n = 0;
+	FILE *f, *p;
+
+	snprintf(file, sizeof(file), "%s/nghttp.body", h_tmpdir());
+	ck_assert_ptr_nonnull(f = fopen(file, "wb"));
+	ck_assert_uint_eq(fwrite(body, 1, len, f), len);
+	fclose(f);
+	snprintf(cmd, sizeof(cmd), "nghttp -v -H 'content-type: %s' -d %s "
+	    "http://127.0.0.1:%d%s 2>&1", ctype, file, grpc_port, path);
+	ck_assert_ptr_nonnull(p = popen(cmd, "r"));
+	out = calloc(1, 65536);
+	n = fread(out, 1, 65535, p);
+	out[n] = '\0';
+	pclose(p);
+	while (n-- > 0)		/* the body is printed raw */
+		if (out[n] == '\0')
+			out[n] = '.';
+	return out;
+}
+
+/*
+ * Health, and what is not a good call: an unknown method or service, a
+ * message that is not protobuf, broken gRPC framing, a compressed message,
+ * a non-gRPC content-type.  Each is a gRPC status; the daemon goes on.
+ */
+START_TEST(test_health_and_bad_calls)
+{
+	static const unsigned char short_len[] = { 0, 0, 0, 0, 9, 0x0a, 1 };
+	static const unsigned char compressed[] = { 1, 0, 0, 0, 0 };
+	static const unsigned char empty[] = { 0, 0, 0, 0, 0 };
+	struct h_daemon d = { 0 };
+	char *out;
+	json_t *j;
+
+	start(&d, "backend: memory\n", rules_edge);
+	j = client("health");
+	ck_assert_str_eq(str(j, "status"), "SERVING");
+	json_decref(j);
+	j = client("health envoy.service.ratelimit.v3.RateLimitService");
+	ck_assert_str_eq(str(j, "status"), "SERVING");
+	json_decref(j);
+	j = client("health no.such.Service");
+	ck_assert_str_eq(str(j, "code"), "NOT_FOUND");
+	json_decref(j);
+	j = client("method /envoy.service.ratelimit.v3.RateLimitService/Nope");
+	ck_assert_str_eq(str(j, "code"), "UNIMPLEMENTED");
+	json_decref(j);
+	j = client("raw ffffffff0f");
+	ck_assert_str_eq(str(j, "code"), "INVALID_ARGUMENT");
+	json_decref(j);
+
+	out = nghttp(RLS_PATH, "application/grpc", short_len,
+	    sizeof(short_len));
+	ck_assert_msg(strstr(out, "grpc-status: 13") != NULL, "%s", out);
+	free(out);
+	out = nghttp(RLS_PATH, "application/grpc", compressed,
+	    sizeof(compressed));
+	ck_assert_msg(strstr(out, "grpc-status: 12") != NULL, "%s", out);
+	free(out);
+	out = nghttp(RLS_PATH, "application/json", empty, sizeof(empty));
+	ck_assert_msg(strstr(out, "grpc-status: 13") != NULL, "%s", out);
+	free(out);
+	/* An empty message is a request without descriptors: OK. */
+	out = nghttp(RLS_PATH, "application/grpc", empty, sizeof(empty));
+	ck_assert_msg(strstr(out, "grpc-status: 0") != NULL, "%s", out);
+	free(out);
+
+	j = call("{\"domain\": \"edge\", \"descriptors\": "
+	    "[[[\"user\", \"eve\"]]]}");
+	ck_assert_str_eq(str(j, "overall"), "OK");
+	json_decref(j);
+	ck_assert_int_eq(h_metric("ratelimitd_grpc_responses_total"
+	    "{code=\"UNIMPLEMENTED\"}"), 2);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* Redis down, under each on_backend_error: allow answers OK, deny answers
+ * UNAVAILABLE (so Envoy's failure_mode_deny decides), local decides in
+ * process; health is NOT_SERVING. */
+START_TEST(test_backend_down_policies)
+{
+	static const char *const policy[] = { "allow", "deny", "local" };
+	const char *spec = "{\"domain\": \"edge\", \"descriptors\": "
+	    "[[[\"user\", \"fay\"]]]}";
+	char more[512];
+	struct h_daemon d = { 0 };
+	size_t i;
+	int dead = h_free_port(), k;
+	json_t *j;
+
+	for (i = 0; i < 3; i++) {
+		snprintf(more, sizeof(more), "backend: redis\nredis:\n"
+		    "  url: \"redis://127.0.0.1:%d/0\"\n"
+		    "  timeout: 100ms\n"
+		    "on_backend_error: %s\n", dead, policy[i]);
+		start(&d, more, rules_edge);
+		j = call(spec);
+		if (i == 0) {
+			ck_assert_str_eq(str(j, "code"), "OK");
+			ck_assert_str_eq(str(j, "overall"), "OK");
+		} else if (i == 1) {
+			ck_assert_str_eq(str(j, "code"), "UNAVAILABLE");
+		} else {
+			json_decref(j);
+			for (k = 0; k < 3; k++)
+				json_decref(call(spec));
+			j = call(spec);
+			ck_assert_str_eq(str(j, "overall"), "OVER_LIMIT");
+		}
+		json_decref(j);
+		j = client("health");
+		ck_assert_str_eq(str(j, "status"), "NOT_SERVING");
+		json_decref(j);
+		h_daemon_stop(&d);
+	}
+}
+END_TEST
+
+/* A reload applies to gRPC calls too; SIGTERM exits 0 (h_daemon_stop). */
+START_TEST(test_reload)
+{
+	struct h_daemon d = { 0 };
+	char yaml[2048];
+	json_t *j;
+	FILE *f;
+
+	start(&d, "backend: memory\n", rules_edge);
+	snprintf(yaml, sizeof(yaml),
+	    "listen: \"127.0.0.1:%d\"\n"
+	    "grpc_listen: \"127.0.0.1:%d\"\n"
+	    "threads: 2\n"
+	    "backend: memory\n"
+	    "rules:\n"
+	    "  - name: strict\n"
+	    "    key: \"${user}\"\n"
+	    "    limit: 1\n"
+	    "    window: 1m\n", d.port, grpc_port);
+	ck_assert_ptr_nonnull(f = fopen(d.conf, "w"));
+	fputs(yaml, f);
+	fclose(f);
+	kill(d.pid, SIGHUP);
+	ck_assert(ops_wait_metric("ratelimitd_config_reloads_total"
+	    "{result=\"success\"}", 1, 3000) == 1);
+	json_decref(call("{\"domain\": \"any\", \"descriptors\": "
+	    "[[[\"user\", \"gus\"]]]}"));
+	j = call("{\"domain\": \"any\", \"descriptors\": "
+	    "[[[\"user\", \"gus\"]]]}");
+	ck_assert_str_eq(str(j, "overall"), "OVER_LIMIT");
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(
+	    status(j, 0), "limit"), "name")), "strict");
+	json_decref(j);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+static Suite *
+grpc_suite(void)
+{
+	Suite *s = suite_create("grpc");
+	TCase *tc = tcase_create("rls");
+
+	tcase_add_unchecked_fixture(tc, NULL, h_reap_orphans);
+	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
+	tcase_add_test(tc, test_allowed_then_over_limit);
+	tcase_add_test(tc, test_all_or_nothing_and_hits_addend_on_redis);
+	tcase_add_test(tc, test_concurrent_streams_exact);
+	tcase_add_test(tc, test_health_and_bad_calls);
+	tcase_add_test(tc, test_backend_down_policies);
+	tcase_add_test(tc, test_reload);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr;
+	int failed;
+
+	h_init();
+	sr = srunner_create(grpc_suite());
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
