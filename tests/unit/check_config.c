@@ -69,6 +69,7 @@ expect_ok(const char *text)
 /* A config using every key, none at its default. */
 static const char rich[] =
     "listen: \"unix:/run/ratelimitd.sock\"\n"
+    "grpc_listen: \"[::1]:8081\"\n"
     "threads: 16\n"
     "max_body_bytes: 1024\n"
     "shutdown_timeout: 30s\n"
@@ -163,6 +164,7 @@ START_TEST(test_defaults)
 
 		ck_assert_str_eq(c->path, "t.yaml");
 		ck_assert_str_eq(c->listen, "127.0.0.1:8080");
+		ck_assert_ptr_null(c->grpc_listen);
 		ck_assert_int_eq(c->threads,
 		    sysconf(_SC_NPROCESSORS_ONLN) < 1 ? 1 :
 		    sysconf(_SC_NPROCESSORS_ONLN) > 1024 ? 1024 :
@@ -228,6 +230,7 @@ START_TEST(test_every_key)
 	const struct rule *r;
 
 	ck_assert_str_eq(c->listen, "unix:/run/ratelimitd.sock");
+	ck_assert_str_eq(c->grpc_listen, "[::1]:8081");
 	ck_assert_int_eq(c->threads, 16);
 	ck_assert_int_eq(c->max_body_bytes, 1024);
 	ck_assert_int_eq(c->shutdown_timeout_ms, 30000);
@@ -435,6 +438,11 @@ static const struct {
 	  "t.yaml:1:9: listen: unix socket path longer than 107 bytes" },
 	{ "listen: \"" LONG_HOST ":80\"\n",
 	  "t.yaml:1:9: listen: host name longer than 255 bytes" },
+	{ "grpc_listen: \"127.0.0.1:0\"\n",
+	  "t.yaml:1:14: grpc_listen: \"127.0.0.1:0\": the port must be a "
+	  "number from 1 to 65535" },
+	{ "grpc_listen: \"\"\n",
+	  "t.yaml:1:14: grpc_listen: must not be empty" },
 	{ "listen_mode: \"0999\"\n",
 	  "t.yaml:1:14: listen_mode: expected an octal file mode such as "
 	  "\"0660\"" },
