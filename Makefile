@@ -16,6 +16,7 @@ DEPS_BUILD = gcc make autoconf automake pkg-config libmicrohttpd-dev \
 DEPS_FUZZ = clang
 DEPS_TEST = check libcurl4-openssl-dev redis-server nginx curl systemd \
 	prometheus wrk python3 python3-yaml redis-sentinel python3-grpcio \
+	nghttp2-client \
 	python3-grpc-tools
 
 # The test packages come along whenever a test goal is asked for.
