@@ -9,22 +9,26 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       gcc make autoconf automake pkg-config libc6-dev \
       libmicrohttpd-dev libhiredis-dev libjansson-dev libyaml-dev \
+      libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY configure.ac config.mk.in Makefile ./
 COPY src/ src/
 COPY lua/ lua/
+COPY proto/ proto/
 RUN make all
 
 FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libmicrohttpd12 libhiredis0.14 libjansson4 libyaml-0-2 curl \
+      libmicrohttpd12 libhiredis0.14 libjansson4 libyaml-0-2 libnghttp2-14 \
+      libprotobuf-c1 curl \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --no-create-home --uid 10001 ratelimitd
 COPY --from=build /src/build/ratelimitd /usr/local/sbin/ratelimitd
 COPY conf/ratelimitd.yaml /etc/ratelimitd/ratelimitd.yaml
-# Inside a container the daemon must listen on every interface.
+# Inside a container the daemon must listen on every interface (and so
+# must grpc_listen, when the config turns gRPC on).
 ENV RATELIMITD_LISTEN=0.0.0.0:8080
 USER 10001
 EXPOSE 8080

@@ -402,6 +402,42 @@ START_TEST(test_backend_down_policies)
 }
 END_TEST
 
+/*
+ * grpc-timeout bounds the store call: with Redis stopped (SIGSTOP) and
+ * redis.timeout 3s, a call with a 300 ms deadline gives up on Redis by
+ * then (a timeout counted well before 3 s), not at redis.timeout.
+ */
+START_TEST(test_grpc_timeout_bounds_the_store)
+{
+	struct h_redis rs = { 0 };
+	struct h_daemon d = { 0 };
+	long long t0;
+	json_t *j;
+
+	h_redis_start(&rs);
+	start(&d, "backend: redis\nredis:\n"
+	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+	    "  timeout: 3s\n"
+	    "on_backend_error: deny\n", rules_edge);
+	/* Connected first, so only the deadline is left to stop it. */
+	json_decref(call("{\"domain\": \"edge\", \"descriptors\": "
+	    "[[[\"user\", \"hal\"]]]}"));
+	kill(rs.pid, SIGSTOP);
+	t0 = h_now_ms();
+	j = call("{\"domain\": \"edge\", \"timeout\": 0.3, "
+	    "\"descriptors\": [[[\"user\", \"hal\"]]]}");
+	ck_assert_str_eq(str(j, "code"), "DEADLINE_EXCEEDED");
+	json_decref(j);
+	ck_assert(ops_wait_metric("ratelimitd_backend_errors_total"
+	    "{backend=\"redis\",kind=\"timeout\"}", 1, 5000) == 1);
+	ck_assert_msg(h_now_ms() - t0 < 2500, "the store call took %lld ms",
+	    h_now_ms() - t0);
+	kill(rs.pid, SIGCONT);
+	h_daemon_stop(&d);
+	h_redis_stop(&rs);
+}
+END_TEST
+
 /* A reload applies to gRPC calls too; SIGTERM exits 0 (h_daemon_stop). */
 START_TEST(test_reload)
 {
@@ -452,6 +488,7 @@ grpc_suite(void)
 	tcase_add_test(tc, test_concurrent_streams_exact);
 	tcase_add_test(tc, test_health_and_bad_calls);
 	tcase_add_test(tc, test_backend_down_policies);
+	tcase_add_test(tc, test_grpc_timeout_bounds_the_store);
 	tcase_add_test(tc, test_reload);
 	suite_add_tcase(s, tc);
 	return s;
