@@ -248,9 +248,11 @@ FUZZ_FLAGS = -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
 	-fno-sanitize-recover=all
 FUZZ_SRC = $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BIN = $(patsubst tests/fuzz/%.c,build-fuzz/%,$(FUZZ_SRC))
-FUZZ_LIB_SRC = $(filter-out src/front/%,$(CORE_SRC))	# no libmicrohttpd
+# No libmicrohttpd or nghttp2: of the front ends, only the pure RLS mapping.
+FUZZ_LIB_SRC = $(filter-out src/front/%,$(CORE_SRC)) src/front/rls.c
 FUZZ_LIB_OBJ = $(patsubst src/%.c,build-fuzz/obj/%.o,$(FUZZ_LIB_SRC)) \
-	build-fuzz/obj/lua_scripts.o
+	build-fuzz/obj/lua_scripts.o \
+	$(patsubst $(BUILD)/proto/%.c,build-fuzz/obj/proto/%.o,$(PROTO_C))
 
 build-fuzz/obj/%.o: src/%.c $(HDRS) config.mk
 	@mkdir -p $(dir $@)
@@ -260,6 +262,11 @@ build-fuzz/obj/%.o: src/%.c $(HDRS) config.mk
 build-fuzz/obj/lua_scripts.o: $(BUILD)/lua_scripts.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CPPFLAGS) -std=c11 $(FUZZ_FLAGS) -c -o $@ $<
+
+build-fuzz/obj/proto/%.o: $(BUILD)/proto/%.c $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CPPFLAGS) -std=c11 $(FUZZ_FLAGS) $(PROTOBUFC_CFLAGS) \
+		-c -o $@ $<
 
 build-fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_OBJ)
 	$(FUZZ_CC) $(CPPFLAGS) -std=c11 -pthread $(FUZZ_FLAGS) \
