@@ -39,6 +39,7 @@
 
 #include <nghttp2/nghttp2.h>
 
+#include "config_slot.h"
 #include "health.pb-c.h"
 #include "log.h"
 #include "metrics.h"
@@ -108,8 +109,8 @@ struct grpc_server {
 	const struct decider *decider;
 	struct metrics *metrics;
 
-	pthread_mutex_t lock;		/* guards cfg and the done queue */
-	struct config *cfg;
+	struct config_slot cfg;		/* the snapshot served */
+	pthread_mutex_t lock;		/* guards the done queue */
 	struct gcall *done_head, *done_tail;
 
 	atomic_bool quiesce, stop;
@@ -126,28 +127,10 @@ struct grpc_server {
 /* epoll tags for the two fds that are not connections. */
 static char tag_listen, tag_event;
 
-static struct config *
-server_config(struct grpc_server *s)
-{
-	struct config *c;
-
-	pthread_mutex_lock(&s->lock);
-	c = config_ref(s->cfg);
-	pthread_mutex_unlock(&s->lock);
-	return c;
-}
-
 void
 grpc_server_set_config(struct grpc_server *s, struct config *cfg)
 {
-	struct config *old;
-
-	config_ref(cfg);
-	pthread_mutex_lock(&s->lock);
-	old = s->cfg;
-	s->cfg = cfg;
-	pthread_mutex_unlock(&s->lock);
-	config_unref(old);
+	config_slot_set(&s->cfg, cfg);
 }
 
 static void
@@ -876,7 +859,7 @@ server_main(void *arg)
 			next_sweep = 0;
 		}
 		n = epoll_wait(s->epfd, evs, 64, GRPC_TICK_MS);
-		s->cur = server_config(s);
+		s->cur = config_slot_get(&s->cfg);
 		for (i = 0; i < n; i++) {
 			void *p = evs[i].data.ptr;
 
@@ -920,7 +903,7 @@ server_free(struct grpc_server *s)
 		close(s->epfd);
 	if (s->cbs != NULL)
 		nghttp2_session_callbacks_del(s->cbs);
-	config_unref(s->cfg);
+	config_slot_destroy(&s->cfg);
 	pthread_mutex_destroy(&s->lock);
 	rl_free(s);
 }
@@ -942,7 +925,7 @@ grpc_server_start(int listen_fd, struct config *cfg,
 	s->efd = s->epfd = -1;
 	s->decider = decider;
 	s->metrics = metrics;
-	s->cfg = config_ref(cfg);
+	config_slot_init(&s->cfg, cfg);
 	pthread_mutex_init(&s->lock, NULL);
 	fcntl(listen_fd, F_SETFL, fcntl(listen_fd, F_GETFL) | O_NONBLOCK);
 	if ((s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||

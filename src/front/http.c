@@ -44,6 +44,7 @@
 #include <microhttpd.h>
 
 #include "client_ip.h"
+#include "config_slot.h"
 #include "http_guard.h"
 #include "listen_addr.h"
 #include "log.h"
@@ -68,8 +69,7 @@ enum endpoint {
 struct http_server {
 	struct MHD_Daemon *mhd;
 	int listen_fd;
-	pthread_mutex_t lock;		/* guards cfg */
-	struct config *cfg;
+	struct config_slot cfg;		/* the snapshot served */
 	const struct decider *decider;
 	struct metrics *metrics;
 	int inflight;			/* atomic */
@@ -198,25 +198,13 @@ syserr:
 void
 http_server_set_config(struct http_server *s, struct config *cfg)
 {
-	struct config *old;
-
-	config_ref(cfg);
-	pthread_mutex_lock(&s->lock);
-	old = s->cfg;
-	s->cfg = cfg;
-	pthread_mutex_unlock(&s->lock);
-	config_unref(old);
+	config_slot_set(&s->cfg, cfg);
 }
 
 struct config *
 http_server_get_config(struct http_server *s)
 {
-	struct config *c;
-
-	pthread_mutex_lock(&s->lock);
-	c = config_ref(s->cfg);
-	pthread_mutex_unlock(&s->lock);
-	return c;
+	return config_slot_get(&s->cfg);
 }
 
 /* --- responses -------------------------------------------------------- */
@@ -1204,8 +1192,7 @@ static void
 server_free(struct http_server *s)
 {
 	http_guard_stop(s->guard);
-	config_unref(s->cfg);
-	pthread_mutex_destroy(&s->lock);
+	config_slot_destroy(&s->cfg);
 	rl_free(s);
 }
 
@@ -1261,8 +1248,7 @@ http_server_start(int listen_fd, struct config *cfg,
 		close(listen_fd);
 		return NULL;
 	}
-	pthread_mutex_init(&s->lock, NULL);
-	s->cfg = config_ref(cfg);
+	config_slot_init(&s->cfg, cfg);
 	s->decider = decider;
 	s->metrics = metrics;
 	s->listen_fd = listen_fd;
