@@ -14,9 +14,11 @@
 #   (c)     GET /auth with proxy headers, Redis, 10,000 random keys.
 #   (d)     POST /acquire, memory store, 10,000 random keys.
 #   (e)     POST /acquire, Redis, three rules per request.
+#   (f)     gRPC ShouldRateLimit (h2load, one stream per connection), Redis,
+#           one descriptor, all allowed: the Envoy path, against (a).
 # wrk uses CONNECTIONS keep-alive connections and THREADS threads; the
 # ratios are against the reference of the table in issue order: (a), (e)
-# against redis; (b), (d) against nginx; (c) against (a).  Then the RSS of
+# against redis; (b), (d) against nginx; (c), (f) against (a).  Then the RSS of
 # the daemon holding 1,000 idle keep-alive connections.  CPU is the
 # user+system seconds each process used during its run.
 #
@@ -25,7 +27,7 @@
 #
 # Environment: DURATION (s, default 10), CONNECTIONS (50), THREADS (2),
 # RATELIMITD (default build/ratelimitd), REDIS_SERVER, NGINX, WRK,
-# REDIS_BENCHMARK.
+# REDIS_BENCHMARK, H2LOAD.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -37,8 +39,9 @@ rserver=${REDIS_SERVER:-redis-server}
 nginx=${NGINX:-nginx}
 wrk=${WRK:-wrk}
 rbench=${REDIS_BENCHMARK:-redis-benchmark}
+h2load=${H2LOAD:-h2load}
 
-for t in "$rserver" "$nginx" "$wrk" "$rbench" "$daemon"; do
+for t in "$rserver" "$nginx" "$wrk" "$rbench" "$h2load" "$daemon"; do
   command -v "$t" >/dev/null 2>&1 || [ -x "$t" ] || {
     echo "speed.sh: $t not found (make deps installs wrk, nginx, redis)" >&2
     exit 1
@@ -107,11 +110,13 @@ pids+=("$npid")
 wait_port "$nport"
 nworker=$(pgrep -P "$npid" | head -1)
 
-# The daemon on port $1 with backend $2 (redis|memory); sets started.
+# The daemon on port $1 with backend $2 (redis|memory), and gRPC on port
+# $3 if given; sets started.
 start_daemon() {
   local port=$1 backend=$2 conf="$tmp/rl-$1.yaml"
   cat > "$conf" <<EOF
 listen: "127.0.0.1:$port"
+${3:+grpc_listen: \"127.0.0.1:$3\"}
 backend: $backend
 threads: ${RL_THREADS:-2}
 log_level: warn
@@ -146,6 +151,11 @@ rules:
     limit: 60000000
     window: 60s
     algorithm: token_bucket
+  - name: grpc
+    match: { domain: "bench" }
+    key: "\${user}"
+    limit: 1000000000
+    window: 60s
   - name: auth
     match: { path: "/api/*" }
     key: "\${ip}"
@@ -236,13 +246,39 @@ redis-cli -p "$rport" FLUSHALL >/dev/null
 run nginx "$nport" "${nworker:-$npid}" "$tmp/post.lua"
 
 dport=$(free_port)
-start_daemon "$dport" redis
+gport=$(free_port)
+start_daemon "$dport" redis "$gport"
 dpid=$started
 wait_port "$dport"
+wait_port "$gport"
 run a "$dport" "$dpid" "$tmp/post.lua" one 10000
 run b "$dport" "$dpid" "$tmp/post.lua" hot 1
 run c "$dport" "$dpid" "$tmp/auth.lua"
 run e "$dport" "$dpid" "$tmp/post.lua" three 10000
+
+# (f): one framed ShouldRateLimit message {domain: "bench", descriptors:
+# [{user: g}]}, sent by h2load on every stream (h2load has no percentiles:
+# its mean time per request goes in the p50 column, marked).
+python3 - "$tmp/rls.bin" <<'EOF'
+import sys
+def ld(field, b):
+    return bytes([field << 3 | 2, len(b)]) + b
+entry = ld(1, b"user") + ld(2, b"g")
+req = ld(1, b"bench") + ld(2, ld(1, entry))
+open(sys.argv[1], "wb").write(b"\0" + len(req).to_bytes(4, "big") + req)
+EOF
+c0=$(cpu_s "$dpid")
+out=$("$h2load" -D "$dur" -c "$conns" -m 1 -t "$wthreads" -d "$tmp/rls.bin" \
+  -H 'content-type: application/grpc' -H 'te: trailers' \
+  "http://127.0.0.1:$gport/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" \
+  2>&1) || true
+c1=$(cpu_s "$dpid")
+rate[f]=$(echo "$out" | sed -n 's/^finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p' |
+  cut -d. -f1)
+p50[f]="$(echo "$out" | awk '/^time for request:/ { print $6 }') (mean)"
+p99[f]="-"
+cpu[f]=$(awk -v a="$c0" -v b="$c1" -v d="$dur" \
+  'BEGIN { printf "%.0f%%", 100 * (b - a) / d }')
 
 # RSS with 1,000 idle keep-alive connections (each has sent one request).
 rss0=$(awk '/VmRSS/ { print $2 }' "/proc/$dpid/status")
@@ -294,6 +330,7 @@ ratio() {
   echo "| (c) /auth, Redis, headers | ${rate[c]} | ${p50[c]} | ${p99[c]} | ${cpu[c]} | (a) | $(ratio c a) |"
   echo "| (d) /acquire, memory, 10k keys | ${rate[d]} | ${p50[d]} | ${p99[d]} | ${cpu[d]} | nginx | $(ratio d nginx) |"
   echo "| (e) /acquire, Redis, 3 rules | ${rate[e]} | ${p50[e]} | ${p99[e]} | ${cpu[e]} | Redis alone | $(ratio e redis) |"
+  echo "| (f) gRPC ShouldRateLimit, Redis, allowed | ${rate[f]} | ${p50[f]} | ${p99[f]} | ${cpu[f]} | (a) | $(ratio f a) |"
   echo
   echo "RSS of the daemon (Redis): $((rss0 / 1024)) MiB before, $((rss1 / 1024))" \
     "MiB with 1,000 idle keep-alive connections."
