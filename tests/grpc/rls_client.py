@@ -13,9 +13,10 @@ grpc_tools, one command per run, the outcome printed as one line of JSON.
   rls_client.py TARGET PROTO_DIR method PATH      (an empty message)
   rls_client.py TARGET PROTO_DIR raw HEX           (bytes as the message)
 """
-import concurrent.futures
+import atexit
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -25,6 +26,7 @@ from grpc_tools import protoc
 
 def stubs(proto_dir):
     out = tempfile.mkdtemp(prefix="rls-stubs-")
+    atexit.register(shutil.rmtree, out, True)
     for name in ("rls.proto", "health.proto"):
         rc = protoc.main(["protoc", "-I" + proto_dir, "--python_out=" + out,
                           os.path.join(proto_dir, name)])
