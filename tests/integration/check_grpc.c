@@ -438,6 +438,49 @@ START_TEST(test_grpc_timeout_bounds_the_store)
 }
 END_TEST
 
+/*
+ * SIGTERM with calls in flight (Redis stopped, so they wait for
+ * redis.timeout): the daemon stops taking calls, answers those it has
+ * (the policy, allow) and exits 0.
+ */
+START_TEST(test_sigterm_answers_calls_in_flight)
+{
+	struct h_redis rs = { 0 };
+	struct h_daemon d = { 0 };
+	char cmd[1024], line[1024];
+	const char *src = getenv("RATELIMITD_SRCDIR");
+	json_t *j;
+	FILE *p;
+
+	h_redis_start(&rs);
+	start(&d, "backend: redis\nredis:\n"
+	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+	    "  timeout: 2s\n", rules_edge);
+	json_decref(call("{\"domain\": \"edge\", \"descriptors\": "
+	    "[[[\"user\", \"ida\"]]]}"));
+	kill(rs.pid, SIGSTOP);
+	snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s/tests/grpc/rls_client.py"
+	    " 127.0.0.1:%d %s/proto concurrent 5 '{\"domain\": \"edge\", "
+	    "\"descriptors\": [[[\"user\", \"ida\"]]]}'",
+	    src != NULL ? src : ".", grpc_port, src != NULL ? src : ".");
+	ck_assert_ptr_nonnull(p = popen(cmd, "r"));
+	/* The calls are sent once the client has started (~0.5 s). */
+	ck_assert(ops_wait_metric("ratelimitd_redis_pool_in_use", 1, 5000) >=
+	    1);
+	h_sleep_ms(300);		/* all five in */
+	h_daemon_stop(&d);		/* SIGTERM; asserts exit status 0 */
+	line[0] = '\0';
+	if (fgets(line, sizeof(line), p) == NULL)
+		line[0] = '\0';
+	ck_assert_int_eq(pclose(p), 0);
+	ck_assert_ptr_nonnull(j = json_loads(line, 0, NULL));
+	ck_assert_int_eq(json_integer_value(json_object_get(j, "OK")), 5);
+	json_decref(j);
+	kill(rs.pid, SIGCONT);
+	h_redis_stop(&rs);
+}
+END_TEST
+
 /* A reload applies to gRPC calls too; SIGTERM exits 0 (h_daemon_stop). */
 START_TEST(test_reload)
 {
@@ -489,6 +532,7 @@ grpc_suite(void)
 	tcase_add_test(tc, test_health_and_bad_calls);
 	tcase_add_test(tc, test_backend_down_policies);
 	tcase_add_test(tc, test_grpc_timeout_bounds_the_store);
+	tcase_add_test(tc, test_sigterm_answers_calls_in_flight);
 	tcase_add_test(tc, test_reload);
 	suite_add_tcase(s, tc);
 	return s;
