@@ -49,6 +49,7 @@
 #define GRPC_PREFIX 5			/* compressed flag, length (BE) */
 #define GRPC_MAX_STREAMS 128		/* concurrent calls per connection */
 #define GRPC_READ_CHUNK 16384
+#define GRPC_CONN_BUFFERED (256 * 1024)	/* request bytes held per connection */
 #define GRPC_TICK_MS 250		/* timeouts are checked this often */
 
 #define PATH_RLS "/envoy.service.ratelimit.v3.RateLimitService/" \
@@ -85,6 +86,7 @@ struct gconn {
 	nghttp2_session *h2;
 	struct gstream *streams;
 	int nstreams;
+	size_t buffered;		/* request bytes its streams hold */
 	int64_t last_us;		/* last activity, monotonic */
 	bool want_out;			/* EPOLLOUT is armed */
 	bool goaway;			/* GOAWAY sent */
@@ -586,7 +588,7 @@ on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t *data,
 	    st->too_big)
 		return 0;
 	max = (size_t)c->s->cur->max_body_bytes + GRPC_PREFIX;
-	if (st->inlen + len > max) {
+	if (st->inlen + len > max || c->buffered + len > GRPC_CONN_BUFFERED) {
 		st->too_big = true;
 		return 0;
 	}
@@ -601,6 +603,7 @@ on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t *data,
 	}
 	memcpy(st->in + st->inlen, data, len);
 	st->inlen += len;
+	c->buffered += len;
 	return 0;
 }
 
@@ -633,6 +636,7 @@ stream_free(struct gconn *c, struct gstream *st)
 	if (st->next != NULL)
 		st->next->prev = st->prev;
 	c->nstreams--;
+	c->buffered -= st->inlen;
 	rl_free(st->in);
 	rl_free(st->out);
 	rl_free(st);
@@ -824,10 +828,14 @@ sweep(struct grpc_server *s)
 		cn = c->next;
 		for (st = c->streams; st != NULL; st = st->next)
 			if (!st->answered && st->call == NULL &&
-			    now - st->start_us > req_us)
+			    now - st->start_us > req_us) {
 				answer_status(st, GRPC_DEADLINE_EXCEEDED,
 				    "request_timeout passed before the "
 				    "request was whole");
+				/* And close it: its client may never end it. */
+				nghttp2_submit_rst_stream(c->h2,
+				    NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+			}
 		if (s->quiesced)
 			conn_goaway(c);
 		if (c->nstreams == 0 && (s->quiesced ||

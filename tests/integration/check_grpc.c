@@ -481,6 +481,47 @@ START_TEST(test_sigterm_answers_calls_in_flight)
 }
 END_TEST
 
+/*
+ * A client that sends its request headers and never the rest: the stream
+ * is answered and reset at request_timeout, the connection closed once
+ * idle for idle_timeout (before: both held for ever), and others are
+ * served meanwhile.
+ */
+START_TEST(test_unfinished_request_is_cut)
+{
+	struct h_daemon d = { 0 };
+	char cmd[1024], line[256];
+	const char *src = getenv("RATELIMITD_SRCDIR");
+	long long rst, closed;
+	json_t *j;
+	FILE *p;
+
+	start(&d, "backend: memory\nrequest_timeout: 500ms\n"
+	    "idle_timeout: 1s\n", rules_edge);
+	snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s/tests/grpc/"
+	    "h2_dribble.py %d 6", src != NULL ? src : ".", grpc_port);
+	ck_assert_ptr_nonnull(p = popen(cmd, "r"));
+	j = call("{\"domain\": \"edge\", \"descriptors\": "
+	    "[[[\"user\", \"jo\"]]]}");
+	ck_assert_str_eq(str(j, "overall"), "OK");
+	json_decref(j);
+	line[0] = '\0';
+	if (fgets(line, sizeof(line), p) == NULL)
+		line[0] = '\0';
+	ck_assert_int_eq(pclose(p), 0);
+	ck_assert_msg((j = json_loads(line, 0, NULL)) != NULL, "%s", line);
+	ck_assert_msg(json_is_integer(json_object_get(j, "rst_after_ms")) &&
+	    json_is_integer(json_object_get(j, "closed_after_ms")), "%s", line);
+	rst = json_integer_value(json_object_get(j, "rst_after_ms"));
+	closed = json_integer_value(json_object_get(j, "closed_after_ms"));
+	ck_assert_msg(rst >= 400 && rst < 2000, "reset after %lld ms", rst);
+	ck_assert_msg(closed >= rst && closed < 4000, "closed after %lld ms",
+	    closed);
+	json_decref(j);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 /* A reload applies to gRPC calls too; SIGTERM exits 0 (h_daemon_stop). */
 START_TEST(test_reload)
 {
@@ -533,6 +574,7 @@ grpc_suite(void)
 	tcase_add_test(tc, test_backend_down_policies);
 	tcase_add_test(tc, test_grpc_timeout_bounds_the_store);
 	tcase_add_test(tc, test_sigterm_answers_calls_in_flight);
+	tcase_add_test(tc, test_unfinished_request_is_cut);
 	tcase_add_test(tc, test_reload);
 	suite_add_tcase(s, tc);
 	return s;
