@@ -53,8 +53,10 @@ fi
 
 # The daemon, with rules that allow and deny.
 dport=$(free_port)
+gport=$(free_port)
 cat > "$tmp/rl.yaml" <<YAML
 listen: "127.0.0.1:$dport"
+grpc_listen: "127.0.0.1:$gport"
 backend: memory
 shutdown_timeout: 1s
 rules:
@@ -71,12 +73,24 @@ YAML
 pids+=($!)
 wait_http "http://127.0.0.1:$dport/healthz" || { cat "$tmp/rl.log"; exit 1; }
 
-# Some load: allowed and denied decisions, a reload.
+# Some load: allowed and denied decisions, a reload; and gRPC calls
+# (ShouldRateLimit of one descriptor {user: g}, framed by hand).
+python3 - "$tmp/rls.bin" <<'PY'
+import sys
+def ld(field, b):
+    return bytes([field << 3 | 2, len(b)]) + b
+req = ld(1, b"edge") + ld(2, ld(1, ld(1, b"user") + ld(2, b"g")))
+open(sys.argv[1], "wb").write(b"\0" + len(req).to_bytes(4, "big") + req)
+PY
 load() {
   local i
   for i in $(seq 400); do
     curl -s -o /dev/null -X POST -d "{\"user\":\"u$((i % 20))\"}" \
       "http://127.0.0.1:$dport/acquire" || true
+    [ $((i % 40)) -ne 0 ] || nghttp -H 'content-type: application/grpc' \
+      -d "$tmp/rls.bin" \
+      "http://127.0.0.1:$gport/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" \
+      >/dev/null 2>&1 || true
   done
 }
 load &
