@@ -31,6 +31,7 @@
 
 #include "listen_addr.h"
 #include "redis_url.h"
+#include "stats_window.h"
 #include "util.h"
 
 #define MAX_FIELDS	32		/* keys in the largest schema */
@@ -1044,6 +1045,11 @@ parse_rule(struct loader *ld, yaml_node_t *v, const struct config *c,
 			return -1;
 		}
 	}
+	if (config_find_stat(c, r->name) != NULL) {
+		errf(ld, seen[RF_NAME], "rule name %s is the name of a stat",
+		    quote(q, r->name));
+		return -1;
+	}
 	return 0;
 }
 
@@ -1076,6 +1082,141 @@ parse_rules(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 		r->index = c->nrules++;
 		if (parse_rule(ld, yaml_document_get_node(ld->doc, *it), c,
 		    r) != 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* --- stats (CONTRACT 9) ------------------------------------------------ */
+
+/* relative_accuracy: a number in [SKETCH_MIN_ACCURACY, SKETCH_MAX_ACCURACY].
+ * dst: a double. */
+static int
+parse_accuracy(struct loader *ld, const char *what, yaml_node_t *v,
+    void *dst)
+{
+	const char *s;
+	char *end;
+	double a;
+
+	if ((s = scalar(ld, what, v, "a number")) == NULL)
+		return -1;
+	errno = 0;
+	a = strtod(s, &end);
+	if (*s == '\0' || *end != '\0' || errno != 0 ||
+	    !(a >= SKETCH_MIN_ACCURACY && a <= SKETCH_MAX_ACCURACY)) {
+		errf(ld, v, "%s: expected a number from %g to %g", what,
+		    SKETCH_MIN_ACCURACY, SKETCH_MAX_ACCURACY);
+		return -1;
+	}
+	*(double *)dst = a;
+	return 0;
+}
+
+enum { SF_NAME, SF_MATCH, SF_KEY, SF_WINDOW, SF_RESOLUTION, SF_ACCURACY };
+
+#define SD(f) offsetof(struct stat_def, f)
+static const struct field stat_fields[] = {
+	[SF_NAME] =       { "name",       F_CUSTOM,   SD(rule.name), 0, 0,
+	    parse_rule_name, 0, NULL },
+	[SF_MATCH] =      { "match",      F_CUSTOM,   SD(rule), 0, 0,
+	    parse_match, 0, NULL },
+	[SF_KEY] =        { "key",        F_CUSTOM,   SD(rule.key), 0, 0,
+	    parse_key, 0, NULL },
+	[SF_WINDOW] =     { "window",     F_DURATION, SD(rule.window_ms), 1,
+	    366 * DAY_MS, NULL, 0, NULL },
+	[SF_RESOLUTION] = { "resolution", F_DURATION, SD(resolution_ms), 1,
+	    366 * DAY_MS, NULL, 0, NULL },
+	[SF_ACCURACY] =   { "relative_accuracy", F_CUSTOM, SD(accuracy), 0, 0,
+	    parse_accuracy, 0, NULL },
+};
+#undef SD
+
+static const struct schema stat_schema = {
+	"stat", "", stat_fields, NELEM(stat_fields)
+};
+
+/* Parse stats[index] from node v into sd, checking it against the stats
+ * before it and the rules. */
+static int
+parse_stat(struct loader *ld, yaml_node_t *v, const struct config *c,
+    struct stat_def *sd, size_t index)
+{
+	yaml_node_t *seen[MAX_FIELDS] = { NULL };
+	struct stats_window_params wp;
+	char q[QUOTE_MAX], werr[128];
+	size_t i;
+
+	if (v->type != YAML_MAPPING_NODE) {
+		errf(ld, v, "stats: each stat must be a mapping");
+		return -1;
+	}
+	sd->accuracy = 0.01;
+	if (walk_mapping(ld, "stat", v, &stat_schema, sd, seen) != 0)
+		return -1;
+	if (seen[SF_NAME] == NULL) {
+		errf(ld, v, "stat is missing \"name\"");
+		return -1;
+	}
+	if (seen[SF_WINDOW] == NULL) {
+		errf(ld, v, "stat %s is missing \"window\"",
+		    quote(q, sd->rule.name));
+		return -1;
+	}
+	if (seen[SF_RESOLUTION] == NULL)
+		sd->resolution_ms = sd->rule.window_ms / 20 > 0 ?
+		    sd->rule.window_ms / 20 : 1;
+	if (stats_window_params_set(&wp, sd->rule.window_ms,
+	    sd->resolution_ms, sd->accuracy, werr, sizeof(werr)) != 0) {
+		errf(ld, seen[SF_RESOLUTION] != NULL ? seen[SF_RESOLUTION] :
+		    seen[SF_WINDOW], "stat %s: %s", quote(q, sd->rule.name),
+		    werr);
+		return -1;
+	}
+	for (i = 0; i < index; i++) {
+		if (strcmp(c->stats[i].rule.name, sd->rule.name) == 0) {
+			errf(ld, seen[SF_NAME], "duplicate stat name %s",
+			    quote(q, sd->rule.name));
+			return -1;
+		}
+	}
+	if (config_find_rule(c, sd->rule.name) != NULL) {
+		errf(ld, seen[SF_NAME], "stat name %s is the name of a rule",
+		    quote(q, sd->rule.name));
+		return -1;
+	}
+	return 0;
+}
+
+/* stats: a sequence of stat mappings.  dst: the struct config. */
+static int
+parse_stats(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
+{
+	struct config *c = dst;
+	yaml_node_item_t *it;
+	size_t n;
+
+	if (is_null(v))
+		return 0;
+	if (v->type != YAML_SEQUENCE_NODE) {
+		errf(ld, v, "%s: expected a sequence of stats", what);
+		return -1;
+	}
+	n = (size_t)(v->data.sequence.items.top -
+	    v->data.sequence.items.start);
+	if (n == 0)
+		return 0;
+	if ((c->stats = rl_calloc(n, sizeof(*c->stats))) == NULL)
+		return oom(ld);
+	for (it = v->data.sequence.items.start;
+	    it < v->data.sequence.items.top; it++) {
+		struct stat_def *sd = &c->stats[c->nstats];
+
+		/* Counted first, so that a half-built stat is freed with the
+		 * config. */
+		c->nstats++;
+		if (parse_stat(ld, yaml_document_get_node(ld->doc, *it), c,
+		    sd, c->nstats - 1) != 0)
 			return -1;
 	}
 	return 0;
@@ -1166,6 +1307,8 @@ static const struct field top_fields[] = {
 	    parse_auth, 0, NULL },
 	{ "rules",            F_CUSTOM,   0,                  0, 0,
 	    parse_rules, 0, NULL },
+	{ "stats",            F_CUSTOM,   0,                  0, 0,
+	    parse_stats, 0, NULL },
 };
 #undef CO
 
@@ -1251,6 +1394,7 @@ config_start_only_changes(const struct config *old, const struct config *c,
 
 _Static_assert(NELEM(top_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
 _Static_assert(NELEM(rule_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
+_Static_assert(NELEM(stat_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
 _Static_assert(NELEM(redis_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
 
 static void
@@ -1263,6 +1407,9 @@ config_free(struct config *c)
 	for (i = 0; i < c->nrules; i++)
 		rule_free_contents(&c->rules[i]);
 	rl_free(c->rules);
+	for (i = 0; i < c->nstats; i++)
+		rule_free_contents(&c->stats[i].rule);
+	rl_free(c->stats);
 	for (i = 0; i < c->redis.ncluster; i++)
 		rl_free(c->redis.cluster[i]);
 	rl_free(c->redis.cluster);
@@ -1528,8 +1675,23 @@ config_find_rule(const struct config *c, const char *name)
 	if (c == NULL || name == NULL)
 		return NULL;
 	for (i = 0; i < c->nrules; i++)
-		if (strcmp(c->rules[i].name, name) == 0)
+		if (c->rules[i].name != NULL &&
+		    strcmp(c->rules[i].name, name) == 0)
 			return &c->rules[i];
+	return NULL;
+}
+
+const struct stat_def *
+config_find_stat(const struct config *c, const char *name)
+{
+	size_t i;
+
+	if (c == NULL || name == NULL)
+		return NULL;
+	for (i = 0; i < c->nstats; i++)
+		if (c->stats[i].rule.name != NULL &&
+		    strcmp(c->stats[i].rule.name, name) == 0)
+			return &c->stats[i];
 	return NULL;
 }
 

@@ -49,6 +49,14 @@ struct memory_config {
 	int64_t max_keys;	/* default 1000000; full => backend error */
 };
 
+/* One `stats:` entry (CONTRACT 9).  rule holds its name, match, key and
+ * window (window_ms); its limit, algorithm, cost and shadow are unused. */
+struct stat_def {
+	struct rule rule;
+	int64_t resolution_ms;	/* 1 .. window_ms; default window / 20 */
+	double accuracy;	/* relative_accuracy; default 0.01 */
+};
+
 struct config {
 	char *path;			/* the file it was loaded from */
 
@@ -81,6 +89,8 @@ struct config {
 
 	struct rule *rules;		/* array of nrules, in file order */
 	size_t nrules;
+	struct stat_def *stats;		/* array of nstats, in file order */
+	size_t nstats;
 
 	int refs;			/* atomic; see config_ref() */
 };
@@ -117,6 +127,9 @@ size_t config_start_only_changes(const struct config *old,
 
 /* Rule by name, or NULL.  Borrowed for the life of c. */
 const struct rule *config_find_rule(const struct config *c, const char *name);
+/* Stat by name, or NULL.  Borrowed for the life of c. */
+const struct stat_def *config_find_stat(const struct config *c,
+    const char *name);
 
 const char *config_backend_name(enum rl_backend_kind kind);
 const char *config_on_error_name(enum rl_on_error e);

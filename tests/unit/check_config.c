@@ -634,6 +634,37 @@ static const struct {
 	  "t.yaml:5:16: algorithm: expected sliding_log, sliding_window, "
 	  "fixed_window or token_bucket" },
 
+	/* stats */
+	{ "stats:\n  - name: lat\n    window: 1m\n"
+	  "  - name: lat\n    window: 1s\n",
+	  "t.yaml:4:11: duplicate stat name \"lat\"" },
+	{ "rules:\n  - {name: lat, limit: 1, window: 1s}\n"
+	  "stats:\n  - {name: lat, window: 1s}\n",
+	  "t.yaml:4:12: stat name \"lat\" is the name of a rule" },
+	{ "stats:\n  - {name: lat, window: 1s}\n"
+	  "rules:\n  - {name: lat, limit: 1, window: 1s}\n",
+	  "t.yaml:4:12: rule name \"lat\" is the name of a stat" },
+	{ "stats:\n  - {name: lat}\n",
+	  "t.yaml:2:5: stat \"lat\" is missing \"window\"" },
+	{ "stats:\n  - {window: 1s}\n",
+	  "t.yaml:2:5: stat is missing \"name\"" },
+	{ "stats:\n  - {name: lat, window: 1s, resolution: 2s}\n",
+	  "t.yaml:2:41: stat \"lat\": resolution must be between 1ms and "
+	  "the window" },
+	{ "stats:\n  - {name: lat, window: 1h, resolution: 1ms}\n",
+	  "t.yaml:2:41: stat \"lat\": window / resolution must be at most "
+	  "1000" },
+	{ "stats:\n  - {name: lat, window: 1s, relative_accuracy: 0.5}\n",
+	  "t.yaml:2:48: relative_accuracy: expected a number from 0.0001 "
+	  "to 0.1" },
+	{ "stats:\n  - {name: lat, window: 1s, relative_accuracy: x}\n",
+	  "t.yaml:2:48: relative_accuracy: expected a number from 0.0001 "
+	  "to 0.1" },
+	{ "stats:\n  - {name: lat, window: 1s, limit: 3}\n",
+	  "t.yaml:2:29: unknown key \"limit\" in stat" },
+	{ "stats: {name: lat}\n",
+	  "t.yaml:1:8: stats: expected a sequence of stats" },
+
 	/* rules */
 	{ "rules:\n  - name: login\n    limit: 5\n    window: 1s\n"
 	  "  - name: other\n    limit: 5\n    window: 1s\n"
@@ -710,6 +741,40 @@ static const struct {
 	{ "threads: 2\n---\nthreads: 3\n",
 	  "t.yaml:3:1: only one YAML document is allowed" },
 };
+
+START_TEST(test_stats)
+{
+	struct config *c = expect_ok(
+	    "stats:\n"
+	    "  - name: upstream-latency\n"
+	    "    match: { path: \"/api/*\" }\n"
+	    "    key: \"${upstream}\"\n"
+	    "    window: 1m\n"
+	    "    resolution: 3s\n"
+	    "    relative_accuracy: 0.001\n"
+	    "  - name: sizes\n"
+	    "    window: 10s\n");
+	const struct stat_def *sd;
+
+	ck_assert_uint_eq(c->nstats, 2);
+	ck_assert_uint_eq(c->nrules, 0);
+	sd = config_find_stat(c, "upstream-latency");
+	ck_assert_ptr_nonnull(sd);
+	ck_assert_int_eq(sd->rule.window_ms, 60000);
+	ck_assert_int_eq(sd->resolution_ms, 3000);
+	ck_assert(sd->accuracy == 0.001);
+	ck_assert_uint_eq(sd->rule.nmatch, 1);
+	ck_assert_ptr_nonnull(sd->rule.key);
+	/* Defaults: resolution window / 20, accuracy 0.01, no key. */
+	sd = config_find_stat(c, "sizes");
+	ck_assert_int_eq(sd->resolution_ms, 500);
+	ck_assert(sd->accuracy == 0.01);
+	ck_assert_ptr_null(sd->rule.key);
+	ck_assert_ptr_null(config_find_stat(c, "nope"));
+	ck_assert_ptr_null(config_find_rule(c, "sizes"));
+	config_unref(c);
+}
+END_TEST
 
 START_TEST(test_errors)
 {
@@ -1129,6 +1194,7 @@ config_suite(void)
 	tcase_add_test(tc, test_rule_defaults_and_matching);
 	tcase_add_test(tc, test_find_and_names);
 	tcase_add_test(tc, test_aliases);
+	tcase_add_test(tc, test_stats);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("errors");
