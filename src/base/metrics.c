@@ -66,6 +66,8 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
 /* One rule name's decisions; never moves once created. */
 struct metrics_rule {
 	atomic_ullong n[METRICS_NPROTOCOLS][METRICS_NRESULTS];
+	atomic_ullong records;		/* a stat's recorded values */
+	atomic_bool is_stat;		/* counted by metrics_stat_record */
 	uint32_t hash;
 	char name[];
 };
@@ -318,6 +320,28 @@ rule_decision(struct metrics *m, int protocol, const struct rule *r,
 		return;
 	atomic_fetch_add_explicit(&e->n[protocol][result], 1,
 	    memory_order_relaxed);
+}
+
+/* Stats share the table of names with rules: a name is one or the
+ * other in a config (config.c), and each renders in its own family. */
+void
+metrics_stat_record(struct metrics *m, const char *stat)
+{
+	struct metrics_rule *e;
+	uint32_t h;
+
+	if (m == NULL || stat == NULL)
+		return;
+	h = metrics_hash(stat);
+	if (pthread_rwlock_rdlock(&m->lock) != 0)
+		return;
+	if ((e = rule_find(m, stat, h)) == NULL)
+		e = m->other;
+	pthread_rwlock_unlock(&m->lock);
+	if (e == NULL && (e = rule_get_slow(m, stat, h)) == NULL)
+		return;
+	atomic_store_explicit(&e->is_stat, true, memory_order_relaxed);
+	atomic_fetch_add_explicit(&e->records, 1, memory_order_relaxed);
 }
 
 void
@@ -623,7 +647,9 @@ render_decisions(struct metrics_buf *b, struct metrics *m,
 	    "Outcomes of applying rules, by rule, result and protocol.");
 	for (p = 0; p < np; p++)
 		for (i = 0; i < nrules; i++)
-			for (j = 0; j < METRICS_NRESULTS; j++) {
+			for (j = 0; !atomic_load_explicit(&rules[i]->is_stat,
+			    memory_order_relaxed) && j < METRICS_NRESULTS;
+			    j++) {
 				buf_puts(b, "ratelimitd_decisions_total{rule=");
 				buf_label_value(b, rules[i]->name);
 				buf_printf(b, ",result=\"%s\",protocol=\"%s\"} "
@@ -632,6 +658,25 @@ render_decisions(struct metrics_buf *b, struct metrics *m,
 				    atomic_load_explicit(&rules[i]->n[p][j],
 				    memory_order_relaxed));
 			}
+}
+
+static void
+render_stats(struct metrics_buf *b, struct metrics_rule **rules,
+    size_t nrules)
+{
+	size_t i;
+
+	buf_family(b, "ratelimitd_stats_records_total", "counter",
+	    "Values recorded with POST /record, by stat.");
+	for (i = 0; i < nrules; i++) {
+		if (!atomic_load_explicit(&rules[i]->is_stat,
+		    memory_order_relaxed))
+			continue;
+		buf_puts(b, "ratelimitd_stats_records_total{stat=");
+		buf_label_value(b, rules[i]->name);
+		buf_printf(b, "} %llu\n", atomic_load_explicit(
+		    &rules[i]->records, memory_order_relaxed));
+	}
 }
 
 static void
@@ -786,6 +831,7 @@ metrics_render(struct metrics *m, char **out, size_t *len)
 		render_http(&b, m);
 		render_grpc(&b, m);
 		render_decisions(&b, m, rules, nrules);
+		render_stats(&b, rules, nrules);
 		render_backends(&b, m);
 		render_reloads(&b, m);
 	}

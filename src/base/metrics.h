@@ -33,6 +33,9 @@ void metrics_rule_decision(const struct rule *r,
 void metrics_rule_decision_grpc(const struct rule *r,
     enum decide_rule_result result, void *arg);
 
+/* One value recorded into stat `stat` (CONTRACT 9). */
+void metrics_stat_record(struct metrics *m, const char *stat);
+
 /* The gRPC front end is on: render its series.  Start-up. */
 void metrics_set_grpc(struct metrics *m);
 

@@ -51,6 +51,7 @@
 #include "metrics.h"
 #include "rate_headers.h"
 #include "request_json.h"
+#include "stats_request.h"
 #include "util.h"
 
 #define JSON_TYPE "application/json"
@@ -63,8 +64,15 @@
 #define HTTP_STOP_WAIT_US (30 * 1000000LL)
 
 enum endpoint {
-	EP_ACQUIRE, EP_AUTH, EP_READY, EP_SIMPLE, EP_BAD_METHOD, EP_NOT_FOUND
+	EP_ACQUIRE, EP_AUTH, EP_READY, EP_SIMPLE, EP_BAD_METHOD, EP_NOT_FOUND,
+	EP_RECORD, EP_STATS	/* CONTRACT 9 */
 };
+
+/* The endpoints whose JSON body is read, and which are answered with a
+ * decision when answered straight on the socket (resume()). */
+#define EP_HAS_BODY(ep) ((ep) == EP_ACQUIRE || (ep) == EP_RECORD || \
+	(ep) == EP_STATS)
+#define EP_DECIDES(ep) ((ep) == EP_ACQUIRE || (ep) == EP_AUTH)
 
 struct http_server {
 	struct MHD_Daemon *mhd;
@@ -101,6 +109,8 @@ struct request {
 	struct decide_request dr;
 	struct decision decision;
 	struct backend_call probe;	/* EP_READY */
+	struct stats_request sr;	/* EP_RECORD, EP_STATS */
+	int stats_pending;		/* atomic: stat calls not done */
 	bool answered_raw;		/* see resume() */
 	bool resumed_seen;		/* the handler ran after the resume */
 	bool answered;			/* an answer was queued */
@@ -861,7 +871,7 @@ resume(void *arg)
 	struct request *rq = arg;
 	const union MHD_ConnectionInfo *ci;
 
-	if (rq->ep != EP_READY && client_half_closed(rq->conn) &&
+	if (EP_DECIDES(rq->ep) && client_half_closed(rq->conn) &&
 	    (ci = MHD_get_connection_info(rq->conn,
 	    MHD_CONNECTION_INFO_CONNECTION_FD)) != NULL) {
 		(void)answer_raw(rq->s, ci->connect_fd, rq);
@@ -986,6 +996,101 @@ handle_ready(struct http_server *s, struct MHD_Connection *conn,
 	    respond(s, conn, 503, "text/plain", "not ready\n", 10, NULL);
 }
 
+/* One stat call is done (the store's thread, or inline): the last one
+ * wakes the connection. */
+static void
+stat_done(struct backend_call *call)
+{
+	struct request *rq = call->arg;
+
+	if (__atomic_sub_fetch(&rq->stats_pending, 1, __ATOMIC_ACQ_REL) == 0)
+		resume(rq);
+}
+
+static void
+stat_inline_done(struct backend_call *call)
+{
+	(void)call;
+}
+
+/* Every stat call is done: the answer, or the first store error. */
+static enum MHD_Result
+finish_stats(struct http_server *s, struct MHD_Connection *conn,
+    struct request *rq)
+{
+	struct stats_request *sr = &rq->sr;
+	enum MHD_Result ret;
+	size_t i, len;
+	char *text;
+
+	for (i = 0; i < sr->n; i++)
+		if (sr->calls[i].rc != 0)
+			return respond_error(s, conn, 503,
+			    "backend_unavailable", "stat %s: %s",
+			    sr->defs[i]->rule.name, sr->calls[i].err);
+	if (sr->record)
+		for (i = 0; i < sr->n; i++)
+			metrics_stat_record(s->metrics, sr->defs[i]->rule.name);
+	if ((text = stats_request_answer(sr, &len)) == NULL)
+		return respond_error(s, conn, 500, "internal_error",
+		    "out of memory");
+	ret = respond(s, conn, 200, JSON_TYPE, text, len, NULL);
+	free(text);
+	return ret;
+}
+
+/*
+ * POST /record and POST /stats (CONTRACT 9): every check first
+ * (stats_request.c), then one store call per applying stat; the
+ * connection waits for the last of them when the store does not answer
+ * inline.
+ */
+static enum MHD_Result
+handle_stats(struct http_server *s, struct MHD_Connection *conn,
+    struct request *rq)
+{
+	struct stats_request *sr = &rq->sr;
+	struct request_error e;
+	int64_t deadline;
+	size_t i;
+
+	if (rq->state == RQ_DECIDED) {
+		resumed(s, rq);
+		return finish_stats(s, conn, rq);
+	}
+	if (rq->too_large)
+		return respond_error(s, conn, 413, "body_too_large",
+		    "the body is larger than %lld bytes",
+		    (long long)rq->cfg->max_body_bytes);
+	if (stats_request_prepare(sr, rq->cfg, rq->body, rq->len,
+	    rq->ep == EP_RECORD, &e) < 0)
+		return respond_error(s, conn, e.status, e.code, "%s",
+		    e.message);
+	if (sr->n == 0)
+		return finish_stats(s, conn, rq);
+	deadline = rq->cfg->backend == RL_BACKEND_REDIS ?
+	    rq->arrived_us + rq->cfg->redis.timeout_ms * 1000 : 0;
+	for (i = 0; i < sr->n; i++) {
+		sr->calls[i].deadline_us = deadline;
+		sr->calls[i].arg = rq;
+		sr->calls[i].done = s->decider->backend->completes_inline ?
+		    stat_inline_done : stat_done;
+	}
+	if (s->decider->backend->completes_inline) {
+		for (i = 0; i < sr->n; i++)
+			backend_submit(s->decider->backend, &sr->calls[i]);
+		return finish_stats(s, conn, rq);
+	}
+	rq->conn = conn;
+	rq->stats_pending = (int)sr->n;
+	if (!suspend(s, rq))
+		return respond_error(s, conn, 503, "shutting_down",
+		    "the server is shutting down");
+	for (i = 0; i < sr->n; i++)
+		backend_submit(s->decider->backend, &sr->calls[i]);
+	return MHD_YES;
+}
+
 static enum MHD_Result
 handle_simple(struct http_server *s, struct MHD_Connection *conn,
     const char *url)
@@ -1037,6 +1142,10 @@ route(const char *url, const char *method)
 	if (strcmp(url, "/acquire") == 0)
 		return strcmp(method, "POST") == 0 ? EP_ACQUIRE :
 		    EP_BAD_METHOD;
+	if (strcmp(url, "/record") == 0)
+		return strcmp(method, "POST") == 0 ? EP_RECORD : EP_BAD_METHOD;
+	if (strcmp(url, "/stats") == 0)
+		return strcmp(method, "POST") == 0 ? EP_STATS : EP_BAD_METHOD;
 	if (strcmp(url, "/auth") == 0 || strncmp(url, "/auth/", 6) == 0)
 		return EP_AUTH;
 	if (strcmp(url, "/readyz") == 0)
@@ -1084,7 +1193,7 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 		    MHD_HTTP_HEADER_CONTENT_LENGTH);
 		rq->declared_len = cl != NULL ? (int64_t)strtoll(cl, NULL, 10) :
 		    -1;
-		if (rq->ep == EP_ACQUIRE && cl != NULL &&
+		if (EP_HAS_BODY(rq->ep) && cl != NULL &&
 		    strtoull(cl, NULL, 10) > (unsigned long long)
 		    rq->cfg->max_body_bytes)
 			rq->too_large = true;
@@ -1095,7 +1204,7 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 
 		*upload_data_size = 0;
 		rq->body_seen += n;
-		if (rq->ep != EP_ACQUIRE || rq->too_large)
+		if (!EP_HAS_BODY(rq->ep) || rq->too_large)
 			return MHD_YES;		/* discard */
 		if (rq->len + n > (size_t)rq->cfg->max_body_bytes) {
 			rq->too_large = true;
@@ -1129,12 +1238,16 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 		return handle_decision(s, conn, rq, url, method);
 	case EP_READY:
 		return handle_ready(s, conn, rq);
+	case EP_RECORD:
+	case EP_STATS:
+		return handle_stats(s, conn, rq);
 	case EP_SIMPLE:
 		return handle_simple(s, conn, url);
 	case EP_BAD_METHOD:
 		return respond_error(s, conn, 405, "method_not_allowed",
 		    "%s %s: use %s", method, url,
-		    strcmp(url, "/acquire") == 0 ? "POST" : "GET");
+		    strcmp(url, "/acquire") == 0 || strcmp(url, "/record") ==
+		    0 || strcmp(url, "/stats") == 0 ? "POST" : "GET");
 	case EP_NOT_FOUND:
 		break;
 	}
@@ -1159,10 +1272,11 @@ request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
 		    conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 
-		if (rq->ep != EP_READY && !rq->answered_raw && ci != NULL)
+		if (EP_DECIDES(rq->ep) && !rq->answered_raw && ci != NULL)
 			(void)answer_raw(s, ci->connect_fd, rq);
 		resumed(s, rq);
 	}
+	stats_request_clear(&rq->sr);
 	config_unref(rq->cfg);
 	rl_free(rq->body);
 	rl_free(rq->rule);

@@ -48,6 +48,32 @@ struct rl_result {
 				 * recorded (lua/takeback.lua); else 0 */
 };
 
+/*
+ * One stat key of a /record or /stats request (CONTRACT 9,
+ * docs/stats.md): record value (if record) at the store's time, then read
+ * the live sub-windows.  Everything is borrowed for the call.
+ */
+#define RL_STATS_MAX_QUANTILES 16
+struct rl_stat_op {
+	const char *key;	/* "<prefix>stat:<name>:{<key>}" */
+	size_t keylen;
+	int64_t window_ms;	/* >= 1 */
+	int64_t resolution_ms;	/* 1 .. window_ms */
+	double accuracy;	/* relative_accuracy */
+	bool record;
+	double value;		/* finite; if record */
+	const double *quantiles;	/* nquantiles in [0, 1] */
+	size_t nquantiles;	/* <= RL_STATS_MAX_QUANTILES */
+};
+
+/* What the store answers for one stat op: count 0 means an empty window
+ * (the other fields are then 0). */
+struct rl_stat_result {
+	uint64_t count;
+	double sum, min, max;
+	double q[RL_STATS_MAX_QUANTILES];
+};
+
 enum backend_error_kind {
 	BACKEND_ERR_NONE = 0,
 	BACKEND_ERR_CONNECT,	/* cannot connect / pool exhausted */
@@ -63,8 +89,9 @@ struct backend_call;
 typedef void (*backend_done_fn)(struct backend_call *call);
 
 /*
- * One call: a request's checks, or (n == 0) a readiness probe, which asks
- * whether the store answers now (a PING on Redis).  The caller owns the
+ * One call: a request's checks; or (n == 0, stat != NULL) one stat op,
+ * answered in *stat_out; or (n == 0, stat == NULL) a readiness probe,
+ * which asks whether the store answers now (a PING on Redis).  The caller owns the
  * struct and everything it points to, and keeps them alive and unchanged
  * until done runs; done may free them.
  */
@@ -77,6 +104,8 @@ struct backend_call {
 					 * 0: the store's timeout from now */
 	backend_done_fn done;
 	void *arg;			/* the caller's */
+	const struct rl_stat_op *stat;	/* a stat call, or NULL */
+	struct rl_stat_result *stat_out;
 
 	/* Set by the store before done runs.  rc is 0 with out[] and
 	 * all_allowed: true iff every non-shadow check allows, in which case

@@ -44,6 +44,7 @@
 
 #include "limiter.h"
 #include "log.h"
+#include "memory_stats.h"
 #include "util.h"
 
 #define MEMORY_STRIPE_BITS 6
@@ -90,6 +91,7 @@ struct memory_backend {
 	atomic_llong last_full_log;	/* monotonic us of the last "full" line */
 	atomic_llong full_unlogged;	/* full answers since that line */
 	uint64_t seed[2];		/* SipHash key */
+	struct memory_stats *stats;	/* the stat keys (memory_stats.c) */
 	union memory_stripe_slot stripes[MEMORY_STRIPES];
 };
 
@@ -523,12 +525,19 @@ free_slots:
 static void
 memory_submit(struct backend *b, struct backend_call *call)
 {
+	struct memory_backend *m = (struct memory_backend *)b;
+
 	call->all_allowed = true;
 	call->kind = BACKEND_ERR_NONE;
 	call->err[0] = '\0';
-	call->rc = call->n == 0 ? 0 : memory_decide(b, call->checks, call->n,
-	    call->out, &call->all_allowed, &call->kind, call->err,
-	    sizeof(call->err));
+	if (call->n == 0 && call->stat != NULL)
+		call->rc = memory_stats_run(m->stats, call->stat,
+		    m->clock(m->clock_arg), call->stat_out, &call->kind,
+		    call->err, sizeof(call->err));
+	else
+		call->rc = call->n == 0 ? 0 : memory_decide(b, call->checks,
+		    call->n, call->out, &call->all_allowed, &call->kind,
+		    call->err, sizeof(call->err));
 	call->done(call);
 }
 
@@ -554,6 +563,7 @@ memory_free(struct backend *b)
 		rl_free(st->buckets);
 		pthread_mutex_destroy(&st->lock);
 	}
+	memory_stats_free(m->stats);
 	rl_free(m);
 }
 
@@ -614,6 +624,8 @@ backend_memory_new(int64_t max_keys, backend_clock_fn clock, void *clock_arg)
 		}
 		st->nbuckets = MEMORY_INITIAL_BUCKETS;
 	}
+	if ((m->stats = memory_stats_new(max_keys)) == NULL)
+		goto free_stripes;
 	return &m->base;
 
 free_stripes:

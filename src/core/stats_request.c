@@ -1,0 +1,274 @@
+/*
+ * stats_request.c - POST /record and POST /stats without the HTTP (see
+ * stats_request.h): which stats apply to a request, the op for each, and
+ * the JSON answer.
+ */
+#include "stats_request.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* The quantiles answered when the request names none: p50, p90, p99. */
+static const double default_quantiles[] = { 0.5, 0.9, 0.99 };
+
+static const char *const record_reserved[] = { "value", "stat",
+	"quantiles", NULL };
+
+/* "value": a finite JSON number. */
+static int
+parse_value(const json_t *fields, bool record, double *out,
+    struct request_error *e)
+{
+	const json_t *v = json_object_get(fields, "value");
+
+	if (!record) {
+		if (v != NULL)
+			return request_error_set(e, 400, "invalid_value",
+			    "/stats records nothing: leave \"value\" out "
+			    "(POST /record records)");
+		return 0;
+	}
+	if (v == NULL || json_is_null(v))
+		return request_error_set(e, 400, "invalid_value",
+		    "\"value\" is required: the number to record");
+	if (!json_is_number(v) || !isfinite(json_number_value(v)))
+		return request_error_set(e, 400, "invalid_value",
+		    "\"value\" must be a finite number");
+	*out = json_number_value(v);
+	return 0;
+}
+
+/* "quantiles": 1 .. RL_STATS_MAX_QUANTILES numbers in [0, 1]. */
+static int
+parse_quantiles(const json_t *fields, struct stats_request *sr,
+    struct request_error *e)
+{
+	const json_t *v = json_object_get(fields, "quantiles"), *q;
+	size_t i;
+
+	if (v == NULL || json_is_null(v)) {
+		memcpy(sr->quantiles, default_quantiles,
+		    sizeof(default_quantiles));
+		sr->nquantiles = sizeof(default_quantiles) /
+		    sizeof(default_quantiles[0]);
+		return 0;
+	}
+	if (!json_is_array(v) || json_array_size(v) == 0 ||
+	    json_array_size(v) > RL_STATS_MAX_QUANTILES)
+		return request_error_set(e, 400, "invalid_quantiles",
+		    "\"quantiles\" must be an array of 1 to %d numbers in "
+		    "[0, 1]", RL_STATS_MAX_QUANTILES);
+	json_array_foreach(v, i, q) {
+		double x;
+
+		if (!json_is_number(q) || !(x = json_number_value(q),
+		    x >= 0 && x <= 1))
+			return request_error_set(e, 400, "invalid_quantiles",
+			    "\"quantiles\"[%zu] must be a number in [0, 1]",
+			    i);
+		sr->quantiles[i] = x;
+	}
+	sr->nquantiles = json_array_size(v);
+	return 0;
+}
+
+static int
+oom(struct request_error *e)
+{
+	return request_error_set(e, 500, "internal_error", "out of memory");
+}
+
+/* Render sd's key for sr->attrs into slot i.  0; 1 when the stat does not
+ * apply (an attribute is missing); -1 with *e. */
+static int
+add_stat(struct stats_request *sr, const struct config *cfg,
+    const struct stat_def *sd, struct request_error *e)
+{
+	char rendered[RL_MAX_KEY_BYTES + 1];
+	size_t n = 0, i = sr->n, klen;
+	struct rl_stat_op *op;
+
+	rendered[0] = '\0';
+	if (sd->rule.key != NULL) {
+		switch (template_render(sd->rule.key, &sr->attrs, rendered,
+		    sizeof(rendered), &n)) {
+		case RENDER_OK:
+			break;
+		case RENDER_MISSING:
+			return 1;
+		case RENDER_TOO_LONG:
+			return request_error_set(e, 400, "key_too_long",
+			    "the key of stat %s is longer than %d bytes",
+			    sd->rule.name, RL_MAX_KEY_BYTES);
+		}
+	}
+	klen = strlen(cfg->redis.key_prefix) + 5 + strlen(sd->rule.name) +
+	    3 + n + 1;
+	if ((sr->keys[i] = rl_strdup(rendered)) == NULL ||
+	    (sr->store_keys[i] = rl_malloc(klen)) == NULL) {
+		rl_free(sr->keys[i]);
+		sr->keys[i] = NULL;
+		return oom(e);
+	}
+	snprintf(sr->store_keys[i], klen, "%sstat:%s:{%s}",
+	    cfg->redis.key_prefix, sd->rule.name, rendered);
+	sr->defs[i] = sd;
+	op = &sr->ops[i];
+	op->key = sr->store_keys[i];
+	op->keylen = strlen(sr->store_keys[i]);
+	op->window_ms = sd->rule.window_ms;
+	op->resolution_ms = sd->resolution_ms;
+	op->accuracy = sd->accuracy;
+	op->record = sr->record;
+	op->value = sr->value;
+	op->quantiles = sr->quantiles;
+	op->nquantiles = sr->nquantiles;
+	sr->calls[i].stat = op;
+	sr->calls[i].stat_out = &sr->results[i];
+	sr->n++;
+	return 0;
+}
+
+int
+stats_request_prepare(struct stats_request *sr, const struct config *cfg,
+    const char *body, size_t len, bool record, struct request_error *e)
+{
+	const struct stat_def *forced = NULL;
+	const char *name = NULL;
+	json_t *fields = NULL;
+	size_t i, max = cfg->nstats;
+	int rc = -1, r;
+
+	memset(sr, 0, sizeof(*sr));
+	sr->record = record;
+	if (request_json_parse(body, len, record_reserved,
+	    (size_t)cfg->max_attributes, &sr->attrs, &fields, e) < 0)
+		return -1;
+	if (parse_value(fields, record, &sr->value, e) < 0 ||
+	    parse_quantiles(fields, sr, e) < 0 ||
+	    request_json_string(fields, "stat", "unknown_stat", &name, e) < 0)
+		goto done;
+	if (name != NULL) {
+		if ((forced = config_find_stat(cfg, name)) == NULL) {
+			request_error_set(e, 400, "unknown_stat", "no stat "
+			    "named %s", name);
+			goto done;
+		}
+		max = 1;
+	}
+	if (max > 0 &&
+	    ((sr->defs = rl_calloc(max, sizeof(*sr->defs))) == NULL ||
+	    (sr->keys = rl_calloc(max, sizeof(*sr->keys))) == NULL ||
+	    (sr->store_keys = rl_calloc(max, sizeof(*sr->store_keys))) ==
+	    NULL || (sr->ops = rl_calloc(max, sizeof(*sr->ops))) == NULL ||
+	    (sr->results = rl_calloc(max, sizeof(*sr->results))) == NULL ||
+	    (sr->calls = rl_calloc(max, sizeof(*sr->calls))) == NULL)) {
+		oom(e);
+		goto done;
+	}
+	/* A forced stat skips match, as a forced rule does (CONTRACT 3). */
+	for (i = 0; i < cfg->nstats; i++) {
+		const struct stat_def *sd = &cfg->stats[i];
+
+		if (forced != NULL ? sd != forced :
+		    !rule_matches(&sd->rule, &sr->attrs))
+			continue;
+		if ((r = add_stat(sr, cfg, sd, e)) < 0)
+			goto done;
+	}
+	rc = 0;
+done:
+	json_decref(fields);
+	return rc;
+}
+
+/* A double as JSON: a real, or an integer when it is one exactly (so
+ * that 912 reads 912, not 912.0). */
+static json_t *
+number(double x)
+{
+	if (x == floor(x) && fabs(x) < 9007199254740992.0)
+		return json_integer((json_int_t)x);
+	return json_real(x);
+}
+
+/* "p50", "p99.9", "p0", "p100". */
+static void
+quantile_name(char *buf, size_t len, double q)
+{
+	snprintf(buf, len, "p%.10g", q * 100);
+}
+
+char *
+stats_request_answer(const struct stats_request *sr, size_t *len)
+{
+	json_t *root, *list, *o;
+	char *text = NULL, qn[40];
+	size_t i, j;
+
+	if ((root = json_object()) == NULL || (list = json_array()) == NULL ||
+	    json_object_set_new(root, "stats", list) != 0)
+		goto out;
+	for (i = 0; i < sr->n; i++) {
+		const struct rl_stat_result *r = &sr->results[i];
+		bool empty = r->count == 0;
+
+		o = json_object();
+		if (o == NULL || json_array_append_new(list, o) != 0)
+			goto out;
+		if (json_object_set_new(o, "name",
+		    json_string(sr->defs[i]->rule.name)) != 0 ||
+		    json_object_set_new(o, "key",
+		    json_string(sr->keys[i])) != 0 ||
+		    json_object_set_new(o, "window_ms",
+		    json_integer(sr->defs[i]->rule.window_ms)) != 0 ||
+		    json_object_set_new(o, "count",
+		    json_integer((json_int_t)r->count)) != 0 ||
+		    json_object_set_new(o, "sum", empty ? json_null() :
+		    number(r->sum)) != 0 ||
+		    json_object_set_new(o, "avg", empty ? json_null() :
+		    number(r->sum / (double)r->count)) != 0 ||
+		    json_object_set_new(o, "min", empty ? json_null() :
+		    number(r->min)) != 0 ||
+		    json_object_set_new(o, "max", empty ? json_null() :
+		    number(r->max)) != 0)
+			goto out;
+		for (j = 0; j < sr->nquantiles; j++) {
+			quantile_name(qn, sizeof(qn), sr->quantiles[j]);
+			if (json_object_set_new(o, qn, empty ? json_null() :
+			    number(r->q[j])) != 0)
+				goto out;
+		}
+	}
+	text = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17));
+	if (text != NULL)
+		*len = strlen(text);
+out:
+	json_decref(root);
+	return text;
+}
+
+void
+stats_request_clear(struct stats_request *sr)
+{
+	size_t i;
+
+	if (sr == NULL)
+		return;
+	for (i = 0; i < sr->n; i++) {
+		rl_free(sr->keys[i]);
+		rl_free(sr->store_keys[i]);
+	}
+	rl_free(sr->defs);
+	rl_free(sr->keys);
+	rl_free(sr->store_keys);
+	rl_free(sr->ops);
+	rl_free(sr->results);
+	rl_free(sr->calls);
+	attrs_clear(&sr->attrs);
+	memset(sr, 0, sizeof(*sr));
+}

@@ -1,0 +1,59 @@
+/*
+ * stats_request.h - POST /record and POST /stats (CONTRACT 9) without the
+ * HTTP: the JSON body into the stat ops a store runs, and the store's
+ * results into the JSON answer.  Every check is made before the first op
+ * is handed to a store, so a bad request records nothing.
+ *
+ * Pure: no I/O (jansson for JSON).  A stats_request is used by one thread
+ * at a time; its ops and results stay put until it is freed, so a store
+ * may hold them while the caller's connection waits.
+ */
+#ifndef RL_STATS_REQUEST_H
+#define RL_STATS_REQUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "backend.h"
+#include "config.h"
+#include "request_json.h"
+
+struct stats_request {
+	bool record;			/* /record, else /stats */
+	double value;			/* /record */
+	double quantiles[RL_STATS_MAX_QUANTILES];
+	size_t nquantiles;
+	struct attrs attrs;
+
+	/* The stats that apply, in config order: n of each. */
+	size_t n;
+	const struct stat_def **defs;	/* borrowed from the config */
+	char **keys;			/* the rendered keys, for the answer */
+	char **store_keys;		/* "<prefix>stat:<name>:{<key>}" */
+	struct rl_stat_op *ops;
+	struct rl_stat_result *results;
+	struct backend_call *calls;	/* one per op, for the caller */
+};
+
+/*
+ * Parse body (len bytes) for /record (record) or /stats under cfg
+ * (borrowed until sr is freed), and prepare one op per applying stat.
+ * Returns 0 (sr->n may be 0), or -1 with *e set: invalid_json,
+ * invalid_attribute, too_many_attributes, invalid_value, invalid_quantiles,
+ * unknown_stat, key_too_long (400), internal_error (500).  sr is zeroed
+ * first; free it with stats_request_clear() either way.
+ */
+int stats_request_prepare(struct stats_request *sr, const struct config *cfg,
+    const char *body, size_t len, bool record, struct request_error *e);
+
+/*
+ * The answer once every op has its result: {"stats": [...]} as CONTRACT 9
+ * says, in a new NUL-terminated buffer (free()) of *len bytes, or NULL
+ * (OOM).
+ */
+char *stats_request_answer(const struct stats_request *sr, size_t *len);
+
+/* Free what sr owns; sr is then zeroed.  NULL does nothing. */
+void stats_request_clear(struct stats_request *sr);
+
+#endif
