@@ -94,6 +94,7 @@
 /* The scripts of lua/ and their SHA1s, made by the Makefile. */
 extern const char rl_lua_ratelimit[], rl_lua_ratelimit_sha[];
 extern const char rl_lua_takeback[];
+extern const char rl_lua_stats[], rl_lua_stats_sha[];
 
 #define REDIS_CB_THRESHOLD	5	/* consecutive failures to open */
 #define REDIS_CB_BACKOFF_MIN_MS	100
@@ -121,7 +122,7 @@ extern const char rl_lua_takeback[];
 enum redis_mode { REDIS_SINGLE, REDIS_CLUSTER, REDIS_SENTINEL };
 
 /* What a call is (backend_call.q_kind). */
-enum { CALL_REQUEST, CALL_PROBE, CALL_TAKEBACK };
+enum { CALL_REQUEST, CALL_PROBE, CALL_TAKEBACK, CALL_STATS };
 
 enum redis_circuit {
 	REDIS_CIRCUIT_CLOSED,
@@ -866,6 +867,33 @@ out:
 	return s;
 }
 
+/* EVALSHA stats.lua (EVAL once it answered NOSCRIPT) for the one stat
+ * call of b, on conn when given (after ASKING), else on node. */
+static struct redis_slot *
+stats_send(struct redis_backend *rb, struct redis_node *node,
+    struct redis_conn *conn, struct redis_batch *b, char *err,
+    size_t errlen)
+{
+	const struct rl_stat_op *op = b->calls[0]->stat;
+	struct redis_stats_args a;
+	struct redis_slot *s = NULL;
+
+	if (redis_stats_encode(op, b->resent ? rl_lua_stats : NULL,
+	    rl_lua_stats_sha, &a) < 0) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	if (conn != NULL) {
+		if (redis_conn_send(conn, a.argc, a.argv, a.lens, batch_reply,
+		    b, err, errlen) == 0)
+			s = b->slot;
+	} else
+		s = node_send(rb, node, a.argc, a.argv, a.lens, batch_reply, b,
+		    err, errlen);
+	redis_stats_args_free(&a);
+	return s;
+}
+
 /*
  * Send b to its node.  0; -1 with err (nothing sent; b intact); or 1 when
  * no node is known for it now (nothing sent; the caller parks it).
@@ -891,7 +919,12 @@ batch_send(struct redis_backend *rb, struct redis_batch *b, char *err,
 		    err, errlen)) == NULL)
 			return -1;
 		/* The call must follow on the same connection. */
-		if (redis_script_encode(b->calls, b->ncalls,
+		if (b->kind == CALL_STATS) {
+			b->slot = s;
+			if (stats_send(rb, node, s->conn, b, err, errlen) ==
+			    NULL)
+				s = NULL;
+		} else if (redis_script_encode(b->calls, b->ncalls,
 		    rl_lua_ratelimit_sha, true, &a) == -1) {
 			snprintf(err, errlen, "out of memory");
 			return -1;
@@ -908,6 +941,8 @@ batch_send(struct redis_backend *rb, struct redis_batch *b, char *err,
 		    errlen);
 	} else if (b->kind == CALL_TAKEBACK) {
 		s = takeback_send(rb, node, b, err, errlen);
+	} else if (b->kind == CALL_STATS) {
+		s = stats_send(rb, node, NULL, b, err, errlen);
 	} else {
 		if (redis_script_encode(b->calls, b->ncalls,
 		    rl_lua_ratelimit_sha, rb->mode == REDIS_CLUSTER, &a) ==
@@ -1076,6 +1111,29 @@ batch_reply(void *arg, redisReply *r, const char *err)
 			goto out;
 		}
 	}
+	if (b->kind == CALL_STATS && is_error(r, "NOSCRIPT") && !b->resent) {
+		/* Not loaded on this node yet: once more as EVAL, which
+		 * caches it for the next EVALSHA. */
+		b->resent = true;
+		if (stats_send(rb, s->node, s->conn, b, msg, sizeof(msg)) !=
+		    NULL) {
+			slot_busy(rb, s);
+			return;
+		}
+		batch_fail(b, BACKEND_ERR_CONNECT, msg);
+		goto out;
+	}
+	if (b->kind == CALL_STATS) {
+		struct backend_call *call = b->calls[0];
+
+		if (call != NULL) {
+			int rc = redis_stats_decode(r, call->stat,
+			    call->stat_out, msg, sizeof(msg));
+
+			call_finish(rb, call, rc, BACKEND_ERR_PROTOCOL, msg);
+		}
+		goto out;
+	}
 	if (b->kind == CALL_TAKEBACK) {
 		bool ok = r->type == REDIS_REPLY_INTEGER;
 
@@ -1205,6 +1263,9 @@ route(struct redis_backend *rb, struct redis_turn *t,
 	}
 	if (rb->mode == REDIS_CLUSTER && call->q_kind == CALL_PROBE)
 		hslot = 0;
+	else if (rb->mode == REDIS_CLUSTER && call->q_kind == CALL_STATS)
+		hslot = (int)slot_map_keyslot(call->stat->key,
+		    call->stat->keylen);
 	else if (rb->mode == REDIS_CLUSTER) {
 		bool one = true;
 
@@ -1235,7 +1296,8 @@ route(struct redis_backend *rb, struct redis_turn *t,
 	}
 	/* A batch of the same kind and slot with room, but a take-back
 	 * always alone. */
-	for (k = 0; call->q_kind != CALL_TAKEBACK && k < t->nopen; k++) {
+	for (k = 0; call->q_kind != CALL_TAKEBACK &&
+	    call->q_kind != CALL_STATS && k < t->nopen; k++) {
 		struct redis_batch *o = t->open[k];
 
 		if (o->kind != call->q_kind || o->hslot != hslot)
@@ -1269,7 +1331,7 @@ route(struct redis_backend *rb, struct redis_turn *t,
 	b->live++;
 	call->q_batch = b;
 	t->keys[k] += call->n;
-	if (call->q_kind == CALL_TAKEBACK)
+	if (call->q_kind == CALL_TAKEBACK || call->q_kind == CALL_STATS)
 		turn_send(rb, t, k);
 }
 
@@ -1817,7 +1879,8 @@ redis_submit(struct backend *b, struct backend_call *call)
 	call->q_next = call->q_prev = NULL;
 	call->q_batch = NULL;
 	call->q_split = NULL;
-	call->q_kind = call->n == 0 ? CALL_PROBE : CALL_REQUEST;
+	call->q_kind = call->n > 0 ? CALL_REQUEST : call->stat != NULL ?
+	    CALL_STATS : CALL_PROBE;
 	call->q_redirects = 0;
 	call->q_trial = false;
 	call->all_allowed = false;

@@ -166,3 +166,106 @@ redis_script_decode(const redisReply *r, struct backend_call *const *calls,
 	}
 	return 0;
 }
+
+/* ---- stats.lua --------------------------------------------------------- */
+
+#define STATS_NUM 32		/* bytes for one number argument */
+
+int
+redis_stats_encode(const struct rl_stat_op *op, const char *script,
+    const char *sha, struct redis_stats_args *a)
+{
+	size_t argc = 9 + op->nquantiles, i;
+	char *nums;
+
+	a->argv = NULL;
+	a->lens = NULL;
+	a->argc = 0;
+	/* argv, lens and the numbers in one block. */
+	a->argv = rl_calloc(1, argc * (sizeof(*a->argv) + sizeof(*a->lens)) +
+	    (5 + op->nquantiles) * STATS_NUM);
+	if (a->argv == NULL)
+		return -1;
+	a->lens = (size_t *)(void *)(a->argv + argc);
+	nums = (char *)(a->lens + argc);
+	a->argv[0] = script != NULL ? "EVAL" : "EVALSHA";
+	a->argv[1] = script != NULL ? script : sha;
+	a->argv[2] = "1";
+	a->argv[3] = op->key;
+	a->lens[3] = op->keylen;
+	snprintf(nums, STATS_NUM, "%" PRId64, op->window_ms);
+	snprintf(nums + STATS_NUM, STATS_NUM, "%" PRId64, op->resolution_ms);
+	snprintf(nums + 2 * STATS_NUM, STATS_NUM, "%.17g", op->accuracy);
+	snprintf(nums + 3 * STATS_NUM, STATS_NUM, "%d", op->record ? 1 : 0);
+	snprintf(nums + 4 * STATS_NUM, STATS_NUM, "%.17g",
+	    op->record ? op->value : 0.0);
+	for (i = 0; i < op->nquantiles; i++)
+		snprintf(nums + (5 + i) * STATS_NUM, STATS_NUM, "%.17g",
+		    op->quantiles[i]);
+	for (i = 0; i < 5 + op->nquantiles; i++)
+		a->argv[4 + i] = nums + i * STATS_NUM;
+	for (i = 0; i < argc; i++)
+		if (i != 3)
+			a->lens[i] = strlen(a->argv[i]);
+	a->argc = (int)argc;
+	return 0;
+}
+
+void
+redis_stats_args_free(struct redis_stats_args *a)
+{
+	rl_free(a->argv);
+	a->argv = NULL;
+	a->lens = NULL;
+	a->argc = 0;
+}
+
+/* A reply element that is a number in a string, into *out. */
+static int
+stats_number(const redisReply *e, double *out)
+{
+	char buf[64], *end;
+
+	if (e->type != REDIS_REPLY_STRING || e->len == 0 ||
+	    e->len >= sizeof(buf))
+		return -1;
+	memcpy(buf, e->str, e->len);
+	buf[e->len] = '\0';
+	*out = strtod(buf, &end);
+	return *end == '\0' && isfinite(*out) ? 0 : -1;
+}
+
+int
+redis_stats_decode(const redisReply *r, const struct rl_stat_op *op,
+    struct rl_stat_result *out, char *err, size_t errlen)
+{
+	struct rl_stat_result res;
+	double count, *fields[3] = { &res.sum, &res.min, &res.max };
+	size_t i;
+
+	memset(&res, 0, sizeof(res));
+	if (r->type == REDIS_REPLY_ERROR) {
+		snprintf(err, errlen, "stats script: %.*s", (int)r->len,
+		    r->str);
+		return -1;
+	}
+	if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+	    stats_number(r->element[0], &count) < 0 || count < 0)
+		goto bad;
+	if (count > 0) {
+		if (r->elements != 4 + op->nquantiles)
+			goto bad;
+		for (i = 0; i < 3; i++)
+			if (stats_number(r->element[1 + i], fields[i]) < 0)
+				goto bad;
+		for (i = 0; i < op->nquantiles; i++)
+			if (stats_number(r->element[4 + i], &res.q[i]) < 0)
+				goto bad;
+	}
+	res.count = (uint64_t)count;
+	*out = res;
+	return 0;
+bad:
+	snprintf(err, errlen, "stats script: unexpected reply");
+	return -1;
+}

@@ -45,4 +45,26 @@ int redis_script_decode(const redisReply *r, struct backend_call *const *calls,
     const size_t *counts, size_t ncalls, bool marks, char *err,
     size_t errlen);
 
+/* The arguments of one stats.lua call (CONTRACT 9), in one allocation;
+ * the key and the script or SHA are borrowed. */
+struct redis_stats_args {
+	const char **argv;
+	size_t *lens;
+	int argc;
+};
+
+/*
+ * EVALSHA sha 1 key window resolution accuracy record value q... for op,
+ * or EVAL script ... when script is not NULL.  Returns 0, or -1 (out of
+ * memory).
+ */
+int redis_stats_encode(const struct rl_stat_op *op, const char *script,
+    const char *sha, struct redis_stats_args *a);
+void redis_stats_args_free(struct redis_stats_args *a);
+
+/* Check stats.lua's reply to op and fill *out.  Returns 0, or -1 with a
+ * message in err (*out then untouched). */
+int redis_stats_decode(const redisReply *r, const struct rl_stat_op *op,
+    struct rl_stat_result *out, char *err, size_t errlen);
+
 #endif
