@@ -1,0 +1,444 @@
+/*
+ * check_stats.c - windowed statistics (CONTRACT 9, docs/stats.md) over
+ * HTTP against the real daemon, on a real Redis and on the memory store:
+ *   - count, sum, min and max exact, and every quantile within
+ *     relative_accuracy of the exact quantile of the values sent (skewed
+ *     positive values, zeros and negative values);
+ *   - the window sliding on the store's clock (window 2 s, resolution
+ *     200 ms): an event counts for at least the window and is gone after
+ *     window + resolution;
+ *   - two daemons recording into one key on one Redis;
+ *   - bad input answered 400 with nothing recorded;
+ *   - /metrics counting the records;
+ *   - on Redis, the sub-window keys in the stat key's hash tag, each with
+ *     a TTL of at most window + resolution.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+static const char memory_head[] =
+	"listen: \"127.0.0.1:%PORT%\"\n"
+	"threads: 2\n"
+	"shutdown_timeout: 2s\n"
+	"backend: memory\n";
+
+static const char redis_head[] =
+	"listen: \"127.0.0.1:%PORT%\"\n"
+	"threads: 2\n"
+	"shutdown_timeout: 2s\n"
+	"backend: redis\n"
+	"redis:\n"
+	"  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+	"  timeout: 1s\n"
+	"  key_prefix: \"st:\"\n";
+
+static const char stats_yaml[] =
+	"stats:\n"
+	"  - name: lat\n"
+	"    match: { kind: lat }\n"
+	"    key: \"${route}\"\n"
+	"    window: 1m\n"
+	"    resolution: 3s\n"
+	"  - name: slide\n"
+	"    match: { kind: slide }\n"
+	"    window: 2s\n"
+	"    resolution: 200ms\n";
+
+static bool use_redis;
+static struct h_redis redis;
+
+struct conn {
+	struct h_daemon d;
+	CURL *curl;
+	struct h_resp r;
+};
+
+static void conn_open(struct conn *c)
+{
+	char yaml[4096];
+
+	memset(c, 0, sizeof(*c));
+	snprintf(yaml, sizeof(yaml), "%s%s",
+	    use_redis ? redis_head : memory_head, stats_yaml);
+	h_daemon_start(&c->d, yaml);
+	c->curl = h_curl_new();
+}
+
+static void conn_close(struct conn *c)
+{
+	h_resp_free(&c->r);
+	curl_easy_cleanup(c->curl);
+	h_daemon_stop(&c->d);
+}
+
+/* POST body to path; returns the status. */
+static long post(struct conn *c, const char *path, const char *body)
+{
+	ck_assert_msg(h_request(c->curl, c->d.port, &c->r, "POST", path,
+	    body, strlen(body), NULL) == 0, "%s: %s", path, c->r.err);
+	return c->r.status;
+}
+
+/* The first stat of the last answer (200 asserted). */
+static json_t *first_stat(struct conn *c)
+{
+	json_t *list;
+
+	ck_assert_msg(c->r.status == 200, "status %ld: %s", c->r.status,
+	    c->r.body);
+	list = h_json_get(&c->r, "stats");
+	ck_assert_msg(json_is_array(list) && json_array_size(list) >= 1,
+	    "no stat in %s", c->r.body);
+	return json_array_get(list, 0);
+}
+
+static double num(json_t *o, const char *field)
+{
+	json_t *v = json_object_get(o, field);
+
+	ck_assert_msg(json_is_number(v), "%s is not a number", field);
+	return json_number_value(v);
+}
+
+static long long count_of(struct conn *c, const char *body)
+{
+	json_t *o;
+
+	ck_assert_int_eq(post(c, "/stats", body), 200);
+	o = first_stat(c);
+	return (long long)json_integer_value(json_object_get(o, "count"));
+}
+
+static void record(struct conn *c, const char *attrs, double v)
+{
+	char body[256];
+
+	snprintf(body, sizeof(body), "{%s, \"value\": %.17g}", attrs, v);
+	ck_assert_msg(post(c, "/record", body) == 200, "record %g: %ld %s",
+	    v, c->r.status, c->r.body);
+}
+
+/* xorshift64*, seeded. */
+static uint64_t rng = 88172645463325252u;
+
+static double uniform(void)
+{
+	rng ^= rng >> 12;
+	rng ^= rng << 25;
+	rng ^= rng >> 27;
+	return (double)((rng * UINT64_C(2685821657736338717)) >> 11) /
+	    9007199254740992.0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+#define NVALUES 1500
+
+START_TEST(test_exact_and_quantiles)
+{
+	static const double qs[] = { 0.01, 0.25, 0.5, 0.9, 0.99, 0.999 };
+	static const char *const qn[] = { "p1", "p25", "p50", "p90", "p99",
+		"p99.9" };
+	double v[NVALUES], sum = 0, mn = INFINITY, mx = -INFINITY;
+	struct conn c;
+	json_t *o;
+	size_t i;
+
+	conn_open(&c);
+	for (i = 0; i < NVALUES; i++) {
+		double u = uniform();
+
+		/* 10% zero, 20% negative, the rest a skewed latency. */
+		if (u < 0.1)
+			v[i] = 0;
+		else if (u < 0.3)
+			v[i] = -exp(4 * uniform());
+		else
+			v[i] = exp(2 + 3 * uniform() * uniform());
+		record(&c, "\"kind\": \"lat\", \"route\": \"pay\"", v[i]);
+		sum += v[i];
+		mn = v[i] < mn ? v[i] : mn;
+		mx = v[i] > mx ? v[i] : mx;
+	}
+	/* The answer of /record already counts the value it recorded. */
+	o = first_stat(&c);
+	ck_assert_int_eq(json_integer_value(json_object_get(o, "count")),
+	    NVALUES);
+	ck_assert_int_eq(post(&c, "/stats", "{\"kind\": \"lat\", \"route\": "
+	    "\"pay\", \"quantiles\": [0.01, 0.25, 0.5, 0.9, 0.99, 0.999]}"),
+	    200);
+	o = first_stat(&c);
+	ck_assert_str_eq(json_string_value(json_object_get(o, "name")), "lat");
+	ck_assert_str_eq(json_string_value(json_object_get(o, "key")), "pay");
+	ck_assert_int_eq(json_integer_value(json_object_get(o, "window_ms")),
+	    60000);
+	ck_assert_int_eq(json_integer_value(json_object_get(o, "count")),
+	    NVALUES);
+	ck_assert_msg(fabs(num(o, "sum") - sum) <= 1e-9 * fabs(sum),
+	    "sum %.17g, expected %.17g", num(o, "sum"), sum);
+	ck_assert(num(o, "min") == mn);
+	ck_assert(num(o, "max") == mx);
+	ck_assert(fabs(num(o, "avg") - sum / NVALUES) <= 1e-9 * fabs(sum));
+	qsort(v, NVALUES, sizeof(v[0]), cmp_double);
+	for (i = 0; i < sizeof(qs) / sizeof(qs[0]); i++) {
+		double truth = v[(size_t)floor(qs[i] * (NVALUES - 1))];
+		double got = num(o, qn[i]);
+
+		ck_assert_msg(truth == 0 ? got == 0 : fabs(got - truth) <=
+		    0.01 * fabs(truth) * (1 + 1e-9), "%s: %.17g, exact "
+		    "%.17g", qn[i], got, truth);
+	}
+	/* Another key of the same stat is empty: count 0, the rest null. */
+	ck_assert_int_eq(post(&c, "/stats", "{\"kind\": \"lat\", \"route\": "
+	    "\"other\"}"), 200);
+	o = first_stat(&c);
+	ck_assert_int_eq(json_integer_value(json_object_get(o, "count")), 0);
+	ck_assert(json_is_null(json_object_get(o, "sum")));
+	ck_assert(json_is_null(json_object_get(o, "p99")));
+	ck_assert(json_is_null(json_object_get(o, "min")));
+	conn_close(&c);
+}
+END_TEST
+
+/* Window 2 s, resolution 200 ms: an event counts while it is less than
+ * 2 s old and is gone once it is 2.2 s old. */
+START_TEST(test_window_slides)
+{
+	static const char body[] = "{\"kind\": \"slide\"}";
+	long long a_after, b_before, now;
+	struct conn c;
+
+	conn_open(&c);
+	record(&c, "\"kind\": \"slide\"", 1);
+	a_after = h_now_ms();
+	h_sleep_ms(1000);
+	b_before = h_now_ms();
+	record(&c, "\"kind\": \"slide\"", 2);
+	ck_assert_int_eq(count_of(&c, body), 2);
+	/* A: at least 2.2 s + 200 ms old; B: at most 1.6 s old. */
+	h_sleep_ms(a_after + 2400 - h_now_ms());
+	ck_assert_int_eq(count_of(&c, body), 1);
+	now = h_now_ms();
+	ck_assert_msg(now - b_before < 1800, "too slow: %lld ms", now -
+	    b_before);
+	ck_assert(num(first_stat(&c), "sum") == 2);
+	/* B: at least 2.4 s old. */
+	h_sleep_ms(b_before + 2000 + 200 + 400 + 200 - h_now_ms());
+	ck_assert_int_eq(count_of(&c, body), 0);
+	conn_close(&c);
+}
+END_TEST
+
+START_TEST(test_bad_input)
+{
+	static const char *const bad[][2] = {
+		{ "/record", "{\"kind\": \"lat\", \"route\": \"b\"}" },
+		{ "/record", "{\"kind\": \"lat\", \"route\": \"b\", "
+		    "\"value\": \"12\"}" },
+		{ "/record", "{\"kind\": \"lat\", \"route\": \"b\", "
+		    "\"value\": true}" },
+		{ "/record", "{\"kind\": \"lat\", \"route\": \"b\", "
+		    "\"value\": null}" },
+		{ "/record", "{\"kind\": \"lat\", \"route\": \"b\", "
+		    "\"value\": 1e999}" },
+		{ "/record", "{\"kind\": \"lat\", \"route\": \"b\", "
+		    "\"value\": 1, \"quantiles\": [0.5, 1.5]}" },
+		{ "/record", "{\"kind\": \"lat\", \"route\": \"b\", "
+		    "\"value\": 1, \"quantiles\": []}" },
+		{ "/record", "{\"kind\": \"lat\", \"route\": \"b\", "
+		    "\"value\": 1, \"quantiles\": \"p99\"}" },
+		{ "/record", "{\"kind\": \"lat\", \"route\": \"b\", "
+		    "\"value\": 1, \"stat\": \"nope\"}" },
+		{ "/record", "{\"kind\": \"lat\", \"route\": {\"x\": 1}, "
+		    "\"value\": 1}" },
+		{ "/record", "{\"kind\": \"lat\", \"route\": \"b\", "
+		    "\"value\": 1" },
+		{ "/stats", "{\"kind\": \"lat\", \"route\": \"b\", "
+		    "\"value\": 1}" },
+		{ "/stats", "{\"kind\": \"lat\", \"route\": \"b\", "
+		    "\"quantiles\": [-0.1]}" },
+	};
+	static const char *const codes[] = { "invalid_value",
+		"invalid_value", "invalid_value", "invalid_value",
+		"invalid_json", "invalid_quantiles", "invalid_quantiles",
+		"invalid_quantiles", "unknown_stat", "invalid_attribute",
+		"invalid_json", "invalid_value", "invalid_quantiles" };
+	struct conn c;
+	size_t i;
+
+	conn_open(&c);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const char *code;
+
+		ck_assert_msg(post(&c, bad[i][0], bad[i][1]) == 400,
+		    "%s %s: %ld", bad[i][0], bad[i][1], c.r.status);
+		code = h_json_str(&c.r, "error");
+		ck_assert_msg(code != NULL && strcmp(code, codes[i]) == 0,
+		    "%s: %s, expected %s", bad[i][1], code ? code : "none",
+		    codes[i]);
+	}
+	ck_assert_int_eq(count_of(&c, "{\"kind\": \"lat\", \"route\": "
+	    "\"b\"}"), 0);
+	/* GET is not the method, and no stat applies => []. */
+	ck_assert_int_eq(h_request(c.curl, c.d.port, &c.r, "GET", "/stats",
+	    NULL, 0, NULL), 0);
+	ck_assert_int_eq(c.r.status, 405);
+	ck_assert_int_eq(post(&c, "/record", "{\"kind\": \"none\", "
+	    "\"value\": 3}"), 200);
+	ck_assert_str_eq(c.r.body, "{\"stats\":[]}");
+	/* A stat whose key attribute is missing does not apply. */
+	ck_assert_int_eq(post(&c, "/record", "{\"kind\": \"lat\", "
+	    "\"value\": 3}"), 200);
+	ck_assert_str_eq(c.r.body, "{\"stats\":[]}");
+	ck_assert_int_eq(h_metric("ratelimitd_stats_records_total"
+	    "{stat=\"lat\"}"), -1);
+	conn_close(&c);
+}
+END_TEST
+
+START_TEST(test_metrics_and_forced)
+{
+	struct conn c;
+	int i;
+
+	conn_open(&c);
+	for (i = 0; i < 5; i++)
+		record(&c, "\"kind\": \"lat\", \"route\": \"m\"", i);
+	/* "stat" forces one stat, skipping match. */
+	record(&c, "\"stat\": \"slide\", \"kind\": \"lat\", \"route\": "
+	    "\"m\"", 7);
+	ck_assert_str_eq(json_string_value(json_object_get(first_stat(&c),
+	    "name")), "slide");
+	ck_assert_int_eq(json_array_size(h_json_get(&c.r, "stats")), 1);
+	ck_assert_int_eq(h_metric("ratelimitd_stats_records_total"
+	    "{stat=\"lat\"}"), 5);
+	ck_assert_int_eq(h_metric("ratelimitd_stats_records_total"
+	    "{stat=\"slide\"}"), 1);
+	/* /stats records nothing. */
+	ck_assert_int_eq(count_of(&c, "{\"kind\": \"lat\", \"route\": "
+	    "\"m\"}"), 5);
+	ck_assert_int_eq(h_metric("ratelimitd_stats_records_total"
+	    "{stat=\"lat\"}"), 5);
+	conn_close(&c);
+}
+END_TEST
+
+/* Two daemons on one Redis record into one key and read the same. */
+START_TEST(test_two_daemons)
+{
+	struct conn a, b;
+	char body_a[4096], body_b[4096];
+	int i;
+
+	conn_open(&a);
+	conn_open(&b);
+	for (i = 0; i < 100; i++) {
+		record(&a, "\"kind\": \"lat\", \"route\": \"two\"", i);
+		record(&b, "\"kind\": \"lat\", \"route\": \"two\"", 1000 + i);
+	}
+	ck_assert_int_eq(count_of(&a, "{\"kind\": \"lat\", \"route\": "
+	    "\"two\"}"), 200);
+	ck_assert_int_eq(count_of(&b, "{\"kind\": \"lat\", \"route\": "
+	    "\"two\"}"), 200);
+	snprintf(body_a, sizeof(body_a), "%s", a.r.body);
+	snprintf(body_b, sizeof(body_b), "%s", b.r.body);
+	ck_assert_str_eq(body_a, body_b);
+	ck_assert(num(first_stat(&a), "min") == 0);
+	ck_assert(num(first_stat(&a), "max") == 1099);
+	conn_close(&a);
+	conn_close(&b);
+}
+END_TEST
+
+/* The sub-window keys: in the hash tag, each with a TTL. */
+START_TEST(test_redis_keys)
+{
+	redisReply *keys;
+	struct conn c;
+	size_t i;
+
+	conn_open(&c);
+	record(&c, "\"kind\": \"slide\"", 5);
+	record(&c, "\"kind\": \"lat\", \"route\": \"k\"", 5);
+	keys = redisCommand(h_redis_ctx(&redis), "KEYS st:*");
+	ck_assert_ptr_nonnull(keys);
+	ck_assert_uint_ge(keys->elements, 2);
+	for (i = 0; i < keys->elements; i++) {
+		const char *k = keys->element[i]->str;
+		long long ttl = h_redis_int(&redis, "PTTL %s", k);
+
+		ck_assert_msg(strncmp(k, "st:stat:slide:{}:", 17) == 0 ||
+		    strncmp(k, "st:stat:lat:{k}:", 16) == 0, "key %s", k);
+		ck_assert_msg(ttl > 0 && ttl <= (k[8] == 's' ? 2200 : 63000),
+		    "%s: ttl %lld", k, ttl);
+	}
+	freeReplyObject(keys);
+	conn_close(&c);
+}
+END_TEST
+
+static void use_memory_backend(void)
+{
+	use_redis = false;
+}
+
+static void use_redis_backend(void)
+{
+	use_redis = true;
+	if (redis.pid == 0)
+		h_redis_start(&redis);
+}
+
+static void flush_redis(void)
+{
+	h_redis_flush(&redis);
+}
+
+static TCase *backend_tcase(const char *name, bool with_redis)
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_add_unchecked_fixture(tc, with_redis ? use_redis_backend :
+	    use_memory_backend, h_reap_orphans);
+	tcase_add_checked_fixture(tc, with_redis ? flush_redis : NULL,
+	    h_test_teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_exact_and_quantiles);
+	tcase_add_test(tc, test_window_slides);
+	tcase_add_test(tc, test_bad_input);
+	tcase_add_test(tc, test_metrics_and_forced);
+	if (with_redis) {
+		tcase_add_test(tc, test_two_daemons);
+		tcase_add_test(tc, test_redis_keys);
+	}
+	return tc;
+}
+
+int main(void)
+{
+	Suite *s = suite_create("stats");
+	SRunner *sr;
+	int failed;
+
+	h_init();
+	suite_add_tcase(s, backend_tcase("memory", false));
+	suite_add_tcase(s, backend_tcase("redis", true));
+	sr = srunner_create(s);
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	h_redis_stop(&redis);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
