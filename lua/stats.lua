@@ -7,9 +7,11 @@
 --
 -- KEYS[1]  the stat key "<prefix>stat:<name>:{<key>}".  Sub-window s is the
 --          hash KEYS[1] .. ':' .. s, in the same hash tag (one slot).
--- ARGV     window_ms, resolution_ms, relative_accuracy, record (0 or 1),
---          value (a finite number, ignored unless record), then the
---          quantiles asked for, each in [0, 1].
+-- ARGV     window_ms, resolution_ms, relative_accuracy, record (0 or 1;
+--          2 records and reads nothing, answering an empty array: for
+--          bulk loads such as bench/stats_memory.sh), value (a finite
+--          number, ignored unless record), then the quantiles asked for,
+--          each in [0, 1].
 -- Reply    an array of strings: count; and when count > 0: sum, min, max,
 --          then one value per quantile, each as '%.17g'.
 --
@@ -21,7 +23,7 @@ local MAXB = 4096       -- buckets per sign per sub-window (docs/stats.md)
 local W = tonumber(ARGV[1])
 local R = tonumber(ARGV[2])
 local a = tonumber(ARGV[3])
-local record = ARGV[4] == '1'
+local record = ARGV[4] ~= '0'
 local v = tonumber(ARGV[5])
 
 local function num(x)
@@ -91,6 +93,10 @@ if record then
     redis.call('HINCRBY', k, 'z', 1)
   end
   redis.call('PEXPIRE', k, (hi + 1) * R + W - now)
+end
+
+if ARGV[4] == '2' then
+  return {}
 end
 
 -- Merge the live sub-windows, oldest first.
