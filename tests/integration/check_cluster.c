@@ -50,6 +50,11 @@ static const char yaml_fmt[] =
 	"    match: { t: pair }\n"
 	"    key: \"${user}:n\"\n"
 	"    limit: 3\n"
+	"    window: 1h\n"
+	"stats:\n"
+	"  - name: lat\n"
+	"    match: { t: stat }\n"
+	"    key: \"${user}\"\n"
 	"    window: 1h\n";
 
 static void cluster_up(void)
@@ -150,6 +155,51 @@ START_TEST(test_keys_on_their_primaries)
 		used += on[i];
 	ck_assert_msg(used == 3, "300 keys landed on %d primaries, "
 	    "expected all 3", used);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* Stat keys (CONTRACT 9): each user's sub-window hashes on the primary
+ * of its hash tag, and every user's window read back whole. */
+START_TEST(test_stats_on_their_primaries)
+{
+	struct h_daemon d;
+	struct h_resp r = { 0 };
+	char body[128], pattern[64];
+	int i, k, n;
+
+	start(&d, cluster.node[0].port, "2s", 3);
+	for (k = 0; k < 3; k++)
+		for (i = 0; i < 30; i++) {
+			snprintf(body, sizeof(body), "{\"t\":\"stat\","
+			    "\"user\":\"u%d\",\"value\":%d}", i, 10 * k + i);
+			h_http(&r, "POST", "/record", body, NULL);
+			ck_assert_msg(r.status == 200, "%s: %ld %s", body,
+			    r.status, r.body);
+		}
+	for (i = 0; i < 30; i++) {
+		redisReply *keys;
+		json_t *o;
+
+		snprintf(body, sizeof(body), "{\"t\":\"stat\",\"user\":"
+		    "\"u%d\"}", i);
+		h_http(&r, "POST", "/stats", body, NULL);
+		ck_assert_int_eq(r.status, 200);
+		o = json_array_get(h_json_get(&r, "stats"), 0);
+		ck_assert_int_eq(json_integer_value(json_object_get(o,
+		    "count")), 3);
+		ck_assert(json_number_value(json_object_get(o, "sum")) ==
+		    30 + 3 * i);
+		snprintf(pattern, sizeof(pattern), "cl:stat:lat:{u%d}", i);
+		n = owner_of(pattern);
+		ck_assert(n >= 0);
+		keys = redisCommand(h_redis_ctx(&cluster.node[n]),
+		    "KEYS %s:*", pattern);
+		ck_assert_msg(keys != NULL && keys->elements >= 1, "no "
+		    "sub-window of %s on its primary", pattern);
+		freeReplyObject(keys);
+	}
+	h_resp_free(&r);
 	h_daemon_stop(&d);
 }
 END_TEST
@@ -449,6 +499,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, flush_all, h_test_teardown);
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, test_keys_on_their_primaries);
+	tcase_add_test(tc, test_stats_on_their_primaries);
 	tcase_add_test(tc, test_two_daemons_exact);
 	tcase_add_test(tc, test_across_slots_all_or_nothing);
 	tcase_add_test(tc, test_takeback_each_algorithm);
