@@ -388,6 +388,41 @@ START_TEST(test_redis_keys)
 }
 END_TEST
 
+/* One spec, two stores: the same values recorded through a daemon on the
+ * memory store and one on Redis give the same answer, byte for byte.  The
+ * values are multiples of 1/8 below 2^20, so every sum is exact whatever
+ * sub-windows the two clocks cut. */
+START_TEST(test_same_answer_both_stores)
+{
+	static const char q[] = "{\"kind\": \"lat\", \"route\": \"both\", "
+	    "\"quantiles\": [0, 0.05, 0.3, 0.5, 0.77, 0.9, 0.99, 1]}";
+	struct conn mem, red;
+	char *mem_body;
+	int i;
+
+	use_redis = false;
+	conn_open(&mem);
+	use_redis = true;
+	conn_open(&red);
+	for (i = 0; i < 400; i++) {
+		double u = uniform(), v = round(exp(8 * uniform()) * 8) / 8;
+
+		v = u < 0.1 ? 0 : u < 0.35 ? -v : v;
+		record(&mem, "\"kind\": \"lat\", \"route\": \"both\"", v);
+		record(&red, "\"kind\": \"lat\", \"route\": \"both\"", v);
+	}
+	ck_assert_int_eq(post(&mem, "/stats", q), 200);
+	ck_assert_int_eq(post(&red, "/stats", q), 200);
+	mem_body = strdup(mem.r.body);
+	ck_assert_str_eq(mem_body, red.r.body);
+	ck_assert_int_eq(json_integer_value(json_object_get(first_stat(&red),
+	    "count")), 400);
+	free(mem_body);
+	conn_close(&mem);
+	conn_close(&red);
+}
+END_TEST
+
 static void use_memory_backend(void)
 {
 	use_redis = false;
@@ -421,6 +456,7 @@ static TCase *backend_tcase(const char *name, bool with_redis)
 	if (with_redis) {
 		tcase_add_test(tc, test_two_daemons);
 		tcase_add_test(tc, test_redis_keys);
+		tcase_add_test(tc, test_same_answer_both_stores);
 	}
 	return tc;
 }
