@@ -99,34 +99,47 @@ if ARGV[4] == '2' then
   return {}
 end
 
--- Merge the live sub-windows, oldest first.
+-- Merge the live sub-windows, oldest first.  Bucket counts are summed by
+-- field name first, and names turned into indices once at the end: a
+-- window holds far more fields than distinct buckets.
 local n, sum, mn, mx, zeros = 0, 0, nil, nil, 0
-local pos, neg = {}, {}
+local byname = {}
 for s = lo, hi do
   if s >= 0 then
     local h = redis.call('HGETALL', KEYS[1] .. ':' .. string.format('%d', s))
-    if #h > 0 then
-      local f = {}
-      for j = 1, #h, 2 do
-        f[h[j]] = h[j + 1]
-      end
-      if f['n'] then
-        local smin, smax = tonumber(f['lo']), tonumber(f['hi'])
-        if n == 0 or smin < mn then mn = smin end
-        if n == 0 or smax > mx then mx = smax end
-        n = n + tonumber(f['n'])
-        sum = sum + tonumber(f['s'])
-        zeros = zeros + tonumber(f['z'] or '0')
-        for j = 1, #h, 2 do
-          local c = string.sub(h[j], 1, 1)
-          if (c == 'p' or c == 'm') and h[j] ~= 'bp' and h[j] ~= 'bm' then
-            local i = tonumber(string.sub(h[j], 2))
-            local set = c == 'p' and pos or neg
-            set[i] = (set[i] or 0) + tonumber(h[j + 1])
-          end
-        end
+    local sn, ss, slo, shi
+    for j = 1, #h, 2 do
+      local name = h[j]
+      local b = string.byte(name)
+      if b == 112 or b == 109 then        -- 'p<i>', 'm<i>'
+        byname[name] = (byname[name] or 0) + tonumber(h[j + 1])
+      elseif name == 'n' then
+        sn = tonumber(h[j + 1])
+      elseif name == 's' then
+        ss = tonumber(h[j + 1])
+      elseif name == 'lo' then
+        slo = tonumber(h[j + 1])
+      elseif name == 'hi' then
+        shi = tonumber(h[j + 1])
+      elseif name == 'z' then
+        zeros = zeros + tonumber(h[j + 1])
       end
     end
+    if sn then
+      if n == 0 or slo < mn then mn = slo end
+      if n == 0 or shi > mx then mx = shi end
+      n = n + sn
+      sum = sum + ss
+    end
+  end
+end
+local pos, neg = {}, {}
+for name, c in pairs(byname) do
+  local i = tonumber(string.sub(name, 2))
+  if string.byte(name) == 112 then
+    pos[i] = c
+  else
+    neg[i] = c
   end
 end
 
