@@ -15,7 +15,9 @@
 --          for one request the count may be left out: just five values per
 --          check, in KEYS order:
 --            algorithm  0 sliding_log, 1 sliding_window, 2 fixed_window,
---                       3 token_bucket (enum rl_algorithm)
+--                       3 token_bucket (enum rl_algorithm); concurrency
+--                       is '4:<token>', the token of the lease the
+--                       request takes
 --            limit      L >= 1
 --            window_ms  >= 1
 --            cost       0 <= c <= L
@@ -326,9 +328,71 @@ function sliding_window.finish(s)
   end
 end
 
+-- concurrency: a sorted set of leases, member "<token>:<cost>", score =
+-- the lease's expiry in microseconds, plus one member '#used' whose score
+-- is minus the units held (so it sorts first and no expiry reaches it).
+-- Expired leases (scores in (0, now]) give their units back first.  The
+-- same layout is read by lua/lease.lua (release, renew) and takeback.lua.
+local concurrency = {}
+
+function concurrency.check(s)
+  local gone = first('ZRANGEBYSCORE', s.key, '(0', int(s.now))
+  local u = redis.call('ZSCORE', s.key, '#used')
+  s.used = u and -tonumber(u) or 0
+  if #gone > 0 then
+    for _, m in ipairs(gone) do
+      s.used = s.used - (tonumber(string.match(m, ':(%d+)$')) or 0)
+    end
+    redis.call('ZREMRANGEBYSCORE', s.key, '(0', int(s.now))
+    if s.used <= 0 or redis.call('ZCARD', s.key) <= 1 then
+      s.used = 0
+      redis.call('DEL', s.key)
+    else
+      redis.call('ZADD', s.key, int(-s.used), '#used')
+    end
+  end
+  s.allowed = s.used + s.c <= s.L
+  if not s.allowed then
+    -- k = used + c - L units must be freed: leases by expiry, oldest
+    -- first (rank 0 is '#used'; each lease holds a unit or more).
+    local k = s.used + s.c - s.L
+    local r = redis.call('ZRANGE', s.key, '1', int(k), 'WITHSCORES')
+    local acc, t = 0, nil
+    for i = 1, #r, 2 do
+      acc = acc + (tonumber(string.match(r[i], ':(%d+)$')) or 0)
+      t = tonumber(r[i + 1])
+      if acc >= k then
+        break
+      end
+    end
+    s.retry = math.max(1, ceil_ms((t or s.now) - s.now))
+  end
+end
+
+function concurrency.record(s)
+  redis.call('ZADD', s.key, int(s.now + s.W), s.token .. ':' .. int(s.c))
+  s.used = s.used + s.c
+  redis.call('ZADD', s.key, int(-s.used), '#used')
+  s.mark = '1'
+end
+
+function concurrency.finish(s)
+  s.remaining = math.max(0, s.L - s.used)
+  s.reset = 0
+  if s.used > 0 then
+    local r = redis.call('ZRANGE', s.key, '-1', '-1', 'WITHSCORES')
+    if #r > 0 then
+      s.reset = ceil_ms(tonumber(r[2]) - s.now)
+    end
+  end
+  if s.recorded then
+    redis.call('PEXPIRE', s.key, int(math.max(1, s.reset)))
+  end
+end
+
 local ALGORITHMS = {
   [0] = sliding_log, [1] = sliding_window, [2] = fixed_window,
-  [3] = token_bucket
+  [3] = token_bucket, [4] = concurrency
 }
 
 -- One request: checks[first .. last], all-or-nothing on its own.  Appends
@@ -404,6 +468,16 @@ local checks = {}
 for k = 1, n do
   local a = base + (k - 1) * 5
   local alg = ALGORITHMS[tonumber(ARGV[a + 1])]
+  local token = nil
+  if alg == nil then
+    local an, tk = string.match(ARGV[a + 1], '^(%d+):(%x+)$')
+    alg, token = ALGORITHMS[tonumber(an)], tk
+    if alg ~= concurrency then
+      alg = nil
+    end
+  elseif alg == concurrency then
+    alg = nil           -- a lease needs its token
+  end
   local L, wms = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local c, shadow = tonumber(ARGV[a + 4]), ARGV[a + 5] == '1'
   if alg == nil or L == nil or wms == nil or c == nil or L < 1 or
@@ -411,7 +485,7 @@ for k = 1, n do
     return redis.error_reply('ratelimit.lua: bad arguments for key ' .. k)
   end
   checks[k] = {alg = alg, key = KEYS[k], L = L, W = wms * 1000, c = c,
-    shadow = shadow, now = now, retry = 0, recorded = false}
+    shadow = shadow, now = now, retry = 0, recorded = false, token = token}
 end
 
 -- The requests one after the other, in order: a later one sees what an

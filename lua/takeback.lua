@@ -10,9 +10,10 @@
 -- what other requests recorded since stays, in its place.
 --
 -- KEYS[i]  the key of a check that recorded (all of one slot).
--- ARGV     five values per key: algorithm (as ratelimit.lua), limit L,
---          window_ms, cost c (> 0), and the mark ratelimit.lua returned
---          for it (where the units were recorded).
+-- ARGV     five values per key: algorithm (as ratelimit.lua, 4 for
+--          concurrency), limit L, window_ms, cost c (> 0), and the mark
+--          ratelimit.lua returned for it (where the units were recorded;
+--          for concurrency, the lease's token).
 -- Reply    the number of keys from which units were taken back (a key
 --          whose units expired meanwhile has nothing left to take).
 
@@ -104,9 +105,24 @@ local function token_bucket(key, L, W, c, mark)
   return 1
 end
 
+-- concurrency (ratelimit.lua's layout): the lease whose token is `mark`
+-- goes, and its c units with it.
+local function concurrency(key, L, W, c, mark)
+  if redis.call('ZREM', key, mark .. ':' .. int(c)) == 0 then
+    return 0
+  end
+  local used = -(tonumber(redis.call('ZSCORE', key, '#used')) or 0) - c
+  if used <= 0 or redis.call('ZCARD', key) <= 1 then
+    redis.call('DEL', key)
+  else
+    redis.call('ZADD', key, int(-used), '#used')
+  end
+  return 1
+end
+
 local ALGORITHMS = {
   [0] = sliding_log, [1] = sliding_window, [2] = fixed_window,
-  [3] = token_bucket
+  [3] = token_bucket, [4] = concurrency
 }
 
 if #ARGV ~= 5 * #KEYS then

@@ -957,7 +957,8 @@ parse_algorithm(struct loader *ld, const char *what, yaml_node_t *v,
     void *dst)
 {
 	static const char expect[] =
-	    "sliding_log, sliding_window, fixed_window or token_bucket";
+	    "sliding_log, sliding_window, fixed_window, token_bucket or "
+	    "concurrency";
 	const char *s;
 
 	if ((s = scalar(ld, what, v, expect)) == NULL)

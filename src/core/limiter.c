@@ -38,6 +38,7 @@
  * it is a function of the state and the parameters only, not of `now`.
  */
 #include "limiter.h"
+#include "limiter_concurrency.h"
 
 #include <assert.h>
 #include <math.h>
@@ -84,6 +85,7 @@ limiter_params_set(struct limiter_params *p, enum rl_algorithm alg,
 	case RL_ALG_SLIDING_WINDOW:
 	case RL_ALG_FIXED_WINDOW:
 	case RL_ALG_TOKEN_BUCKET:
+	case RL_ALG_CONCURRENCY:
 		break;
 	default:
 		snprintf(err, errlen, "unknown algorithm %d", (int)alg);
@@ -92,6 +94,7 @@ limiter_params_set(struct limiter_params *p, enum rl_algorithm alg,
 	p->algorithm = alg;
 	p->limit = limit;
 	p->window_us = window_ms * 1000;
+	p->token = NULL;
 	return 0;
 }
 
@@ -111,6 +114,8 @@ limiter_state_clear(struct limiter_state *s)
 		rl_free(s->u.log.runs);
 	else if (s->algorithm == RL_ALG_SLIDING_WINDOW)
 		rl_free(s->u.window.counts);
+	else if (s->algorithm == RL_ALG_CONCURRENCY)
+		conc_clear(s);
 	limiter_state_init(s, s->algorithm);
 }
 
@@ -541,6 +546,8 @@ limiter_check(struct limiter_state *s, const struct limiter_params *p,
 		return 0;
 	case RL_ALG_SLIDING_WINDOW:
 		return sw_check(s, p, now, cost, allowed, err, errlen);
+	case RL_ALG_CONCURRENCY:
+		return conc_check(s, p, now, cost, allowed, err, errlen);
 	}
 	snprintf(err, errlen, "unknown algorithm %d", (int)p->algorithm);
 	return -1;
@@ -564,6 +571,9 @@ limiter_record(struct limiter_state *s, const struct limiter_params *p,
 		break;
 	case RL_ALG_SLIDING_WINDOW:
 		sw_record(s, p, now, cost);
+		break;
+	case RL_ALG_CONCURRENCY:
+		conc_record(s, p, now, cost);
 		break;
 	}
 }
@@ -590,6 +600,9 @@ limiter_result(const struct limiter_state *s, const struct limiter_params *p,
 	case RL_ALG_SLIDING_WINDOW:
 		sw_result(s, p, now, cost, allowed, recorded, out);
 		break;
+	case RL_ALG_CONCURRENCY:
+		conc_result(s, p, now, cost, allowed, out);
+		break;
 	}
 }
 
@@ -607,6 +620,8 @@ limiter_expiry(const struct limiter_state *s, const struct limiter_params *p)
 		return bucket_expiry(s);
 	case RL_ALG_SLIDING_WINDOW:
 		return sw_expiry(s, p);
+	case RL_ALG_CONCURRENCY:
+		return conc_expiry(s);
 	}
 	return INT64_MIN;
 }
@@ -621,6 +636,8 @@ limiter_state_bytes(const struct limiter_state *s)
 	else if (s->algorithm == RL_ALG_SLIDING_WINDOW &&
 	    s->u.window.counts != NULL)
 		n += SW_SLOTS * sizeof(int64_t);
+	else if (s->algorithm == RL_ALG_CONCURRENCY)
+		n += conc_bytes(s);
 	return n;
 }
 

@@ -14,6 +14,8 @@
  *	limiter_expiry()  from when on the state changes no answer (reclaim)
  *
  * limiter_take() is the three in one for a rule evaluated alone.
+ * concurrency (leases, limiter_concurrency.c) adds limiter_lease_release()
+ * and limiter_lease_renew(), the calls of POST /release and /renew.
  *
  * Threads: a state is plain data.  The caller serialises every call on one
  * state (the memory store holds the lock of the state's stripe); different
@@ -35,12 +37,26 @@
 #define LIMITER_MAX_LIMIT (INT64_C(1) << 53)
 #define LIMITER_MAX_WINDOW_MS INT64_C(1000000000000)	/* ~31 years */
 
+/* A lease token: LIMITER_TOKEN_LEN lower-case hex digits (128 bits). */
+#define LIMITER_TOKEN_LEN 32
+
 /* A rule's parameters as the algorithms see them.  Fill with
  * limiter_params_set(). */
 struct limiter_params {
 	enum rl_algorithm algorithm;
 	int64_t limit;		/* L, 1 .. LIMITER_MAX_LIMIT */
 	int64_t window_us;	/* W = window_ms * 1000 */
+	/* concurrency only: the token of the lease this call records
+	 * (LIMITER_TOKEN_LEN hex digits), borrowed for the call; set by the
+	 * caller after limiter_params_set(), which leaves it NULL. */
+	const char *token;
+};
+
+/* concurrency: one lease, holding `cost` units until `expires`. */
+struct limiter_lease {
+	int64_t expires;
+	int64_t cost;
+	char token[LIMITER_TOKEN_LEN + 1];
 };
 
 /* sliding_log: `n` units admitted at the same microsecond `t`. */
@@ -76,6 +92,11 @@ struct limiter_state {
 			int64_t *counts;	/* B + 1 slots, or NULL */
 			int64_t newest;	/* slots hold newest-B .. newest */
 		} window;
+		struct {		/* concurrency: unordered leases */
+			struct limiter_lease *leases;
+			size_t cap, len;
+			int64_t used;	/* sum of cost over the leases */
+		} conc;
 	} u;
 };
 
@@ -145,5 +166,21 @@ size_t limiter_state_bytes(const struct limiter_state *s);
 int limiter_take(struct limiter_state *s, const struct limiter_params *p,
     int64_t now, int64_t cost, struct rl_result *out, char *err,
     size_t errlen) __attribute__((warn_unused_result));
+
+/*
+ * concurrency: free the lease `token` holding `cost` units of *s at now
+ * (expired leases are dropped first).  Returns true iff it was held.
+ * A state of another algorithm holds no lease: false.
+ */
+bool limiter_lease_release(struct limiter_state *s, int64_t now,
+    const char *token, int64_t cost);
+
+/*
+ * concurrency: give the lease `token` holding `cost` units a full window
+ * of p (expires at now + W).  Returns true iff it was held (not expired).
+ */
+bool limiter_lease_renew(struct limiter_state *s,
+    const struct limiter_params *p, int64_t now, const char *token,
+    int64_t cost);
 
 #endif

@@ -483,6 +483,7 @@ static const char *const algorithm_names[] = {
 	[RL_ALG_SLIDING_WINDOW] = "sliding_window",
 	[RL_ALG_FIXED_WINDOW] = "fixed_window",
 	[RL_ALG_TOKEN_BUCKET] = "token_bucket",
+	[RL_ALG_CONCURRENCY] = "concurrency",
 };
 
 int

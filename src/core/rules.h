@@ -109,7 +109,8 @@ enum rl_algorithm {
 	RL_ALG_SLIDING_LOG = 0,
 	RL_ALG_SLIDING_WINDOW,
 	RL_ALG_FIXED_WINDOW,
-	RL_ALG_TOKEN_BUCKET
+	RL_ALG_TOKEN_BUCKET,
+	RL_ALG_CONCURRENCY	/* leases held at once (CONTRACT 11) */
 };
 
 /* "sliding_log" etc.  0 or -1. */

@@ -35,6 +35,8 @@ struct rl_check {
 	bool shadow;		/* never denies the request */
 	const char *key;	/* full store key: "<prefix><rule>:{<key>}" */
 	size_t keylen;
+	const char *token;	/* concurrency: the token of the lease this
+				 * request takes (32 hex digits); else NULL */
 };
 
 /* What one check would do, filled by the backend. */
@@ -88,10 +90,21 @@ enum backend_error_kind {
 struct backend_call;
 typedef void (*backend_done_fn)(struct backend_call *call);
 
+/* What a call does besides deciding (backend_call.lease_op). */
+enum backend_lease_op {
+	BACKEND_LEASE_NONE = 0,
+	BACKEND_LEASE_RELEASE,	/* POST /release (CONTRACT 11) */
+	BACKEND_LEASE_RENEW	/* POST /renew */
+};
+
 /*
  * One call: a request's checks; or (n == 0, stat != NULL) one stat op,
  * answered in *stat_out; or (n == 0, stat == NULL) a readiness probe,
- * which asks whether the store answers now (a PING on Redis).  The caller owns the
+ * which asks whether the store answers now (a PING on Redis); or
+ * (lease_op set, n == 1) a lease's release or renewal: checks[0] names
+ * the concurrency key, its token, its cost and (renew) the window;
+ * out[0].allowed tells whether the lease was held, and out[0].reset_ms
+ * is its new lifetime (renew).  The caller owns the
  * struct and everything it points to, and keeps them alive and unchanged
  * until done runs; done may free them.
  */
@@ -106,6 +119,7 @@ struct backend_call {
 	void *arg;			/* the caller's */
 	const struct rl_stat_op *stat;	/* a stat call, or NULL */
 	struct rl_stat_result *stat_out;
+	enum backend_lease_op lease_op;	/* BACKEND_LEASE_NONE: decide */
 
 	/* Set by the store before done runs.  rc is 0 with out[] and
 	 * all_allowed: true iff every non-shadow check allows, in which case

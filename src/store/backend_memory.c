@@ -483,6 +483,7 @@ memory_decide(struct backend *b, const struct rl_check *checks, size_t n,
 
 		if (limiter_params_set(&slots[i].params, c->algorithm,
 		    c->limit, c->window_ms, why, sizeof(why)) == -1 ||
+		    (c->algorithm == RL_ALG_CONCURRENCY && c->token == NULL) ||
 		    c->cost < 0 || c->cost > c->limit ||
 		    c->key == NULL) {
 			*kind = BACKEND_ERR_PROTOCOL;
@@ -492,6 +493,7 @@ memory_decide(struct backend *b, const struct rl_check *checks, size_t n,
 			    (long long)c->cost);
 			goto free_slots;
 		}
+		slots[i].params.token = c->token;
 		slots[i].hash = memory_siphash(m->seed,
 		    (const unsigned char *)c->key, c->keylen);
 	}
@@ -520,6 +522,50 @@ free_slots:
 	return ret;
 }
 
+/*
+ * A lease's release or renewal (CONTRACT 11): checks[0] is its key, token,
+ * cost and window.  The entry's expiry follows the leases left, as after a
+ * record; an entry left empty goes.
+ */
+static int
+memory_lease(struct memory_backend *m, const struct rl_check *c,
+    enum backend_lease_op op, struct rl_result *out, char *err,
+    size_t errlen)
+{
+	struct limiter_params params;
+	struct memory_stripe *st;
+	struct memory_entry *e;
+	uint64_t hash;
+	int64_t now;
+	bool held = false;
+
+	memset(out, 0, sizeof(*out));
+	if (c->key == NULL || c->token == NULL ||
+	    limiter_params_set(&params, RL_ALG_CONCURRENCY, c->limit,
+	    c->window_ms, err, errlen) == -1)
+		return -1;
+	hash = memory_siphash(m->seed, (const unsigned char *)c->key,
+	    c->keylen);
+	st = &m->stripes[memory_stripe_of(hash)].s;
+	memory_lock_mask(m, UINT64_C(1) << memory_stripe_of(hash));
+	now = m->clock(m->clock_arg);
+	e = memory_lookup(st, hash, c->key, c->keylen);
+	if (e != NULL && e->expires > now) {
+		held = op == BACKEND_LEASE_RELEASE ?
+		    limiter_lease_release(&e->state, now, c->token, c->cost) :
+		    limiter_lease_renew(&e->state, &params, now, c->token,
+		    c->cost);
+		if (held)
+			e->expires = limiter_expiry(&e->state, &params);
+		if (e->expires <= now || e->expires == INT64_MIN)
+			memory_remove(m, st, e);
+	}
+	memory_unlock_mask(m, UINT64_C(1) << memory_stripe_of(hash));
+	out->allowed = held;
+	out->reset_ms = held && op == BACKEND_LEASE_RENEW ? c->window_ms : 0;
+	return 0;
+}
+
 /* Every call completes here: the store never blocks.  A probe (n == 0)
  * always succeeds. */
 static void
@@ -530,7 +576,12 @@ memory_submit(struct backend *b, struct backend_call *call)
 	call->all_allowed = true;
 	call->kind = BACKEND_ERR_NONE;
 	call->err[0] = '\0';
-	if (call->n == 0 && call->stat != NULL)
+	if (call->lease_op != BACKEND_LEASE_NONE) {
+		call->rc = call->n != 1 ? -1 : memory_lease(m, call->checks,
+		    call->lease_op, call->out, call->err, sizeof(call->err));
+		if (call->rc == -1)
+			call->kind = BACKEND_ERR_PROTOCOL;
+	} else if (call->n == 0 && call->stat != NULL)
 		call->rc = memory_stats_run(m->stats, call->stat,
 		    m->clock(m->clock_arg), call->stat_out, &call->kind,
 		    call->err, sizeof(call->err));

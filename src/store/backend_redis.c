@@ -95,6 +95,7 @@
 extern const char rl_lua_ratelimit[], rl_lua_ratelimit_sha[];
 extern const char rl_lua_takeback[];
 extern const char rl_lua_stats[], rl_lua_stats_sha[];
+extern const char rl_lua_lease[];
 
 #define REDIS_CB_THRESHOLD	5	/* consecutive failures to open */
 #define REDIS_CB_BACKOFF_MIN_MS	100
@@ -122,7 +123,7 @@ extern const char rl_lua_stats[], rl_lua_stats_sha[];
 enum redis_mode { REDIS_SINGLE, REDIS_CLUSTER, REDIS_SENTINEL };
 
 /* What a call is (backend_call.q_kind). */
-enum { CALL_REQUEST, CALL_PROBE, CALL_TAKEBACK, CALL_STATS };
+enum { CALL_REQUEST, CALL_PROBE, CALL_TAKEBACK, CALL_STATS, CALL_LEASE };
 
 enum redis_circuit {
 	REDIS_CIRCUIT_CLOSED,
@@ -440,8 +441,8 @@ call_finish(struct redis_backend *rb, struct backend_call *call, int rc,
 		redis_log_failure(rb, kind, err);
 	}
 	/* A part of a split request counts once, with its request. */
-	if (call->q_kind == CALL_REQUEST && call->q_split == NULL &&
-	    rb->mode != REDIS_CLUSTER)
+	if ((call->q_kind == CALL_REQUEST || call->q_kind == CALL_LEASE) &&
+	    call->q_split == NULL && rb->mode != REDIS_CLUSTER)
 		redis_circuit_leave(rb, call->q_trial, rc == 0 ?
 		    REDIS_OUTCOME_OK : REDIS_OUTCOME_FAIL);
 	call->done(call);
@@ -851,7 +852,11 @@ takeback_send(struct redis_backend *rb, struct redis_node *node,
 		snprintf(p + 32, 32, "%" PRId64, c->limit);
 		snprintf(p + 64, 32, "%" PRId64, c->window_ms);
 		snprintf(p + 96, 32, "%" PRId64, c->cost);
-		snprintf(p + 128, 32, "%.17g", call->out[i].mark);
+		if (c->algorithm == RL_ALG_CONCURRENCY)
+			snprintf(p + 128, 32, "%.31s",
+			    c->token != NULL ? c->token : "0");
+		else
+			snprintf(p + 128, 32, "%.17g", call->out[i].mark);
 		for (int j = 0; j < 5; j++)
 			argv[k++] = p + j * 32;
 	}
@@ -892,6 +897,35 @@ stats_send(struct redis_backend *rb, struct redis_node *node,
 		    err, errlen);
 	redis_stats_args_free(&a);
 	return s;
+}
+
+/* EVAL lease.lua for the one call of b (a release or a renewal). */
+static struct redis_slot *
+lease_send(struct redis_backend *rb, struct redis_node *node,
+    struct redis_batch *b, char *err, size_t errlen)
+{
+	const struct backend_call *call = b->calls[0];
+	const struct rl_check *c = &call->checks[0];
+	char cost[32], wms[32];
+	const char *argv[8];
+	size_t lens[8];
+	int i;
+
+	snprintf(cost, sizeof(cost), "%" PRId64, c->cost);
+	snprintf(wms, sizeof(wms), "%" PRId64, c->window_ms);
+	argv[0] = "EVAL";
+	argv[1] = rl_lua_lease;
+	argv[2] = "1";
+	argv[3] = c->key;
+	argv[4] = call->lease_op == BACKEND_LEASE_RENEW ? "renew" : "release";
+	argv[5] = c->token != NULL ? c->token : "";
+	argv[6] = cost;
+	argv[7] = wms;
+	for (i = 0; i < 8; i++)
+		lens[i] = strlen(argv[i]);
+	lens[3] = c->keylen;
+	return node_send(rb, node, 8, argv, lens, batch_reply, b, err,
+	    errlen);
 }
 
 /*
@@ -943,6 +977,8 @@ batch_send(struct redis_backend *rb, struct redis_batch *b, char *err,
 		s = takeback_send(rb, node, b, err, errlen);
 	} else if (b->kind == CALL_STATS) {
 		s = stats_send(rb, node, NULL, b, err, errlen);
+	} else if (b->kind == CALL_LEASE) {
+		s = lease_send(rb, node, b, err, errlen);
 	} else {
 		if (redis_script_encode(b->calls, b->ncalls,
 		    rl_lua_ratelimit_sha, rb->mode == REDIS_CLUSTER, &a) ==
@@ -1134,6 +1170,28 @@ batch_reply(void *arg, redisReply *r, const char *err)
 		}
 		goto out;
 	}
+	if (b->kind == CALL_LEASE) {
+		bool ok = r->type == REDIS_REPLY_INTEGER && r->integer >= 0;
+
+		snprintf(msg, sizeof(msg), "lease: %s",
+		    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+		for (i = 0; i < b->ncalls; i++) {
+			struct backend_call *c = b->calls[i];
+
+			if (c == NULL)
+				continue;
+			if (ok) {
+				memset(&c->out[0], 0, sizeof(c->out[0]));
+				c->out[0].allowed = r->integer > 0;
+				c->out[0].reset_ms =
+				    c->lease_op == BACKEND_LEASE_RENEW ?
+				    r->integer : 0;
+			}
+			call_finish(rb, c, ok ? 0 : -1, BACKEND_ERR_PROTOCOL,
+			    msg);
+		}
+		goto out;
+	}
 	if (b->kind == CALL_TAKEBACK) {
 		bool ok = r->type == REDIS_REPLY_INTEGER;
 
@@ -1297,7 +1355,8 @@ route(struct redis_backend *rb, struct redis_turn *t,
 	/* A batch of the same kind and slot with room, but a take-back
 	 * always alone. */
 	for (k = 0; call->q_kind != CALL_TAKEBACK &&
-	    call->q_kind != CALL_STATS && k < t->nopen; k++) {
+	    call->q_kind != CALL_STATS && call->q_kind != CALL_LEASE &&
+	    k < t->nopen; k++) {
 		struct redis_batch *o = t->open[k];
 
 		if (o->kind != call->q_kind || o->hslot != hslot)
@@ -1331,7 +1390,8 @@ route(struct redis_backend *rb, struct redis_turn *t,
 	b->live++;
 	call->q_batch = b;
 	t->keys[k] += call->n;
-	if (call->q_kind == CALL_TAKEBACK || call->q_kind == CALL_STATS)
+	if (call->q_kind == CALL_TAKEBACK || call->q_kind == CALL_STATS ||
+	    call->q_kind == CALL_LEASE)
 		turn_send(rb, t, k);
 }
 
@@ -1879,8 +1939,9 @@ redis_submit(struct backend *b, struct backend_call *call)
 	call->q_next = call->q_prev = NULL;
 	call->q_batch = NULL;
 	call->q_split = NULL;
-	call->q_kind = call->n > 0 ? CALL_REQUEST : call->stat != NULL ?
-	    CALL_STATS : CALL_PROBE;
+	call->q_kind = call->n > 0 ? (call->lease_op != BACKEND_LEASE_NONE ?
+	    CALL_LEASE : CALL_REQUEST) : call->stat != NULL ? CALL_STATS :
+	    CALL_PROBE;
 	call->q_redirects = 0;
 	call->q_trial = false;
 	call->all_allowed = false;

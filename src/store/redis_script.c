@@ -15,7 +15,8 @@
 
 #define ARGS_PER_CHECK	5
 #define FIELDS_PER_CHECK 4
-#define NUM_MAX		24	/* an int64 in decimal, and a NUL */
+#define NUM_MAX		40	/* an int64 in decimal, or a concurrency
+				 * algorithm and its lease token, and a NUL */
 
 /* Put v (>= 0, as every argument is) in decimal at *num as argument k;
  * printf's machinery was a tenth of the daemon's time. */
@@ -84,7 +85,16 @@ redis_script_encode(struct backend_call *const *calls, size_t ncalls,
 			a->argv[key] = c->key;
 			a->lens[key++] = c->keylen;
 			k = arg;
-			put_num(a, k++, &num, (int64_t)c->algorithm);
+			if (c->algorithm == RL_ALG_CONCURRENCY) {
+				/* "4:<token>": the lease this call takes */
+				snprintf(num, NUM_MAX, "%d:%.32s",
+				    (int)c->algorithm,
+				    c->token != NULL ? c->token : "");
+				a->argv[k] = num;
+				a->lens[k++] = strlen(num);
+				num += NUM_MAX;
+			} else
+				put_num(a, k++, &num, (int64_t)c->algorithm);
 			put_num(a, k++, &num, c->limit);
 			put_num(a, k++, &num, c->window_ms);
 			put_num(a, k++, &num, c->cost);

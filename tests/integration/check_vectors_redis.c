@@ -95,11 +95,12 @@ static redisReply *get_reply(redisContext *c)
 /* Run one step: MULTI, EVAL, PERSIST of every key, EXEC; return EXEC's
  * first element (EVAL's reply) in *out, to free with the returned reply. */
 static redisReply *run_step(redisContext *c, const struct vec_scenario *sc,
-    char keys[][96], int64_t now, int64_t cost, redisReply **out)
+    char keys[][96], int64_t now, int64_t cost, size_t step,
+    redisReply **out)
 {
 	const char *argv[3 + 6 * VEC_MAX_RULES];
 	size_t argl[3 + 6 * VEC_MAX_RULES];
-	char nums[VEC_MAX_RULES][5][24], nkeys[8];
+	char nums[VEC_MAX_RULES][5][48], nkeys[8];
 	char *text = script_at(now);
 	redisReply *rep, *exec;
 	size_t r, n = 0, j;
@@ -112,8 +113,13 @@ static redisReply *run_step(redisContext *c, const struct vec_scenario *sc,
 	for (r = 0; r < sc->nrules; r++)
 		argv[argc++] = keys[r];
 	for (r = 0; r < sc->nrules; r++) {
-		snprintf(nums[r][0], sizeof(nums[r][0]), "%d",
-		    (int)sc->rules[r].alg);
+		if (sc->rules[r].alg == RL_ALG_CONCURRENCY)
+			/* a lease token of its own per step, as in memory */
+			snprintf(nums[r][0], sizeof(nums[r][0]), "%d:%032zx",
+			    (int)sc->rules[r].alg, step + 1);
+		else
+			snprintf(nums[r][0], sizeof(nums[r][0]), "%d",
+			    (int)sc->rules[r].alg);
 		snprintf(nums[r][1], sizeof(nums[r][1]), "%" PRId64,
 		    sc->rules[r].limit);
 		snprintf(nums[r][2], sizeof(nums[r][2]), "%" PRId64,
@@ -166,7 +172,7 @@ START_TEST(test_scenario)
 		long long got[4];
 		size_t j;
 
-		exec = run_step(c, sc, keys, sc->epoch + st->t, st->cost,
+		exec = run_step(c, sc, keys, sc->epoch + st->t, st->cost, s,
 		    &rep);
 		ck_assert_msg(rep->type == REDIS_REPLY_ARRAY &&
 		    rep->elements == 1 + 4 * sc->nrules,

@@ -632,7 +632,7 @@ static const struct {
 	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
 	  "    algorithm: leaky_bucket\n",
 	  "t.yaml:5:16: algorithm: expected sliding_log, sliding_window, "
-	  "fixed_window or token_bucket" },
+	  "fixed_window, token_bucket or concurrency" },
 
 	/* stats */
 	{ "stats:\n  - name: lat\n    window: 1m\n"

@@ -42,7 +42,7 @@ START_TEST(test_scenario)
 	const struct vec_scenario *sc = &scenarios[_i];
 	struct rl_check checks[VEC_MAX_RULES];
 	struct rl_result out[VEC_MAX_RULES];
-	char keys[VEC_MAX_RULES][96], err[256];
+	char keys[VEC_MAX_RULES][96], err[256], token[40];
 	enum backend_error_kind kind;
 	struct backend *b;
 	bool all, want_all;
@@ -64,9 +64,13 @@ START_TEST(test_scenario)
 		const struct vec_step *st = &sc->steps[s];
 
 		fake_now = sc->epoch + st->t;
+		/* concurrency: a lease token of its own per step */
+		snprintf(token, sizeof(token), "%032zx", s + 1);
 		want_all = true;
 		for (r = 0; r < sc->nrules; r++) {
 			checks[r].cost = st->cost;
+			checks[r].token = sc->rules[r].alg == RL_ALG_CONCURRENCY ?
+			    token : NULL;
 			if (!sc->rules[r].shadow && !st->want[r].allowed)
 				want_all = false;
 		}
