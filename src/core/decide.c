@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "deny_cache.h"
+#include "lease.h"
 #include "util.h"
 
 /* Requests with few applying rules (nearly all) use the stack. */
@@ -36,6 +37,8 @@ struct applying {
 	size_t keyoff;		/* the key's offset in the key arena */
 	size_t keylen;
 	uint64_t groups;	/* bit g: group g's (with req->groups) */
+	size_t tokoff;		/* concurrency: its lease token's offset in
+				 * the key arena; else SIZE_MAX */
 };
 
 struct decide_job {
@@ -46,6 +49,7 @@ struct decide_job {
 	void *arg;
 	struct backend_call call;
 	bool on_local;		/* the call went to the local store */
+	bool leases;		/* req->leases */
 	int64_t req_deadline_us;
 	struct decide_group_result *group_out;	/* ngroups, or NULL */
 	size_t ngroups;
@@ -258,7 +262,9 @@ deny_cached(const struct decider *d, struct decide_job *job)
 	for (i = 0; i < job->n; i++) {
 		const struct rl_check *c = &job->checks[i];
 
-		if (c->shadow || c->cost == 0 || !deny_cache_get(d->deny,
+		if (c->shadow || c->cost == 0 ||
+		    c->algorithm == RL_ALG_CONCURRENCY ||
+		    !deny_cache_get(d->deny,
 		    c->key, c->keylen, c->cost, now, &until, &reset))
 			continue;
 		if (!hit || until > best_until) {
@@ -296,13 +302,67 @@ deny_learn(const struct decider *d, const struct decide_job *job)
 		const struct rl_check *c = &job->checks[i];
 		const struct rl_result *r = &job->res[i];
 
+		/* A concurrency key may free at once (a release). */
 		if (c->shadow || c->cost == 0 || r->allowed ||
+		    c->algorithm == RL_ALG_CONCURRENCY ||
 		    r->retry_after_ms < 2)
 			continue;
 		deny_cache_put(d->deny, c->key, c->keylen, c->cost,
 		    sent + (r->retry_after_ms - 1) * 1000,
 		    sent + (r->reset_ms - 1) * 1000);
 	}
+}
+
+void
+decide_leases_free(struct decision *out)
+{
+	size_t i;
+
+	for (i = 0; i < out->nleases; i++)
+		rl_free(out->leases[i].lease);
+	rl_free(out->leases);
+	out->leases = NULL;
+	out->nleases = 0;
+}
+
+/*
+ * The leases the store recorded for an allowed request: one per
+ * concurrency check that allowed with cost > 0.  Out of memory: the
+ * decision becomes a 500, and the leases expire by themselves.
+ */
+static void
+take_leases(struct decide_job *job)
+{
+	struct decision *out = job->out;
+	size_t plen = strlen(job->cfg->redis.key_prefix), i, k = 0;
+
+	for (i = 0; i < job->n; i++)
+		if (job->ap[i].tokoff != SIZE_MAX && job->res[i].allowed &&
+		    job->checks[i].cost > 0)
+			k++;
+	if (k == 0)
+		return;
+	if ((out->leases = rl_calloc(k, sizeof(*out->leases))) == NULL)
+		goto oom;
+	for (i = 0; i < job->n; i++) {
+		const struct rl_check *c = &job->checks[i];
+		struct decide_lease *l = &out->leases[out->nleases];
+
+		if (job->ap[i].tokoff == SIZE_MAX || !job->res[i].allowed ||
+		    c->cost == 0)
+			continue;
+		l->rule = job->ap[i].rule;
+		l->expires_ms = c->window_ms;
+		l->lease = lease_format(c->key + plen, c->keylen - plen,
+		    c->cost, c->token);
+		if (l->lease == NULL)
+			goto oom;
+		out->nleases++;
+	}
+	return;
+oom:
+	decide_leases_free(out);
+	fail(out, DECIDE_INTERNAL, "out of memory");
 }
 
 /* Finish: the decision is final; free the job, then tell the caller. */
@@ -350,6 +410,8 @@ job_call_done(struct backend_call *call)
 		    call->all_allowed, out);
 		pick_groups(job);
 		out->degraded = job->on_local;
+		if (call->all_allowed && !job->on_local)
+			take_leases(job);
 		report(d, job->ap, job->checks, job->res, job->n,
 		    call->all_allowed, job->on_local ? DECIDE_RULE_DEGRADED :
 		    DECIDE_RULE_ALLOWED);
@@ -415,6 +477,10 @@ collect(struct decide_job *job, const struct config *cfg,
 
 		if (forced == NULL && !rule_matches(r, attrs))
 			continue;
+		if (r->algorithm == RL_ALG_CONCURRENCY && !job->leases)
+			continue;	/* no client to release it */
+		if (r->algorithm == RL_ALG_CONCURRENCY)
+			need += LEASE_TOKEN_LEN + 1;
 		if ((na = rl_realloc(job->arena, off + need)) == NULL)
 			return -2;
 		job->arena = na;
@@ -445,12 +511,20 @@ collect(struct decide_job *job, const struct config *cfg,
 		job->ap[n].keyoff = off;	/* the arena may still move */
 		job->ap[n].keylen = len;
 		job->ap[n].groups = bit;
+		job->ap[n].tokoff = SIZE_MAX;
 		job->checks[n] = (struct rl_check){
 			.algorithm = r->algorithm, .limit = r->limit,
 			.window_ms = r->window_ms, .cost = cost,
 			.shadow = r->shadow, .keylen = len,
 		};
 		off += len + 1;
+		if (r->algorithm == RL_ALG_CONCURRENCY) {
+			if (lease_token_new(job->arena + off) == -1)
+				return fail(job->out, DECIDE_INTERNAL,
+				    "no randomness for a lease token");
+			job->ap[n].tokoff = off;
+			off += LEASE_TOKEN_LEN + 1;
+		}
 		n++;
 		*np = n;
 		*offp = off;
@@ -503,6 +577,7 @@ decide_prepare(const struct decider *d, const struct config *cfg,
 	job->req_deadline_us = req->deadline_us;
 	job->group_out = ngroups > 0 ? req->group_out : NULL;
 	job->ngroups = ngroups;
+	job->leases = req->leases && ngroups == 0;
 	job->ap = job->ap_small;
 	job->checks = job->ck_small;
 	job->res = job->rs_small;
@@ -529,8 +604,11 @@ decide_prepare(const struct decider *d, const struct config *cfg,
 	if (n == 0)
 		goto settled;
 	job->n = n;
-	for (i = 0; i < n; i++)
+	for (i = 0; i < n; i++) {
 		job->checks[i].key = job->arena + job->ap[i].keyoff;
+		job->checks[i].token = job->ap[i].tokoff == SIZE_MAX ? NULL :
+		    job->arena + job->ap[i].tokoff;
+	}
 	/* The cache knows a key, not a group's other rules: it answers
 	 * requests of one attribute set only. */
 	if (ngroups == 0 && d->deny != NULL &&

@@ -65,6 +65,19 @@ struct decide_request {
 	const struct decide_group *groups;
 	size_t ngroups;
 	struct decide_group_result *group_out;
+	/*
+	 * CONTRACT 11: true for POST /acquire, whose client can release.
+	 * Then concurrency rules apply and an allowed decision carries the
+	 * leases taken; else (/auth, gRPC) concurrency rules are skipped.
+	 */
+	bool leases;
+};
+
+/* A lease one allowed request took (CONTRACT 11). */
+struct decide_lease {
+	const struct rule *rule;	/* borrowed from the config snapshot */
+	char *lease;			/* the lease string (lease.h); owned */
+	int64_t expires_ms;		/* the rule's window */
 };
 
 enum decide_status {
@@ -100,7 +113,14 @@ struct decision {
 					 * borrowed from the config snapshot */
 	int64_t limit, remaining, reset_ms, retry_after_ms;
 	bool shadow;		/* the deciding rule is a shadow rule */
+	/* With req->leases: one per concurrency rule that recorded, when the
+	 * store itself allowed (not degraded).  Owned: decide_leases_free(). */
+	struct decide_lease *leases;
+	size_t nleases;
 };
+
+/* Free out's leases (safe on any decision, any number of times). */
+void decide_leases_free(struct decision *out);
 
 /*
  * Called once per applying rule after the decision, e.g. to count it.

@@ -50,6 +50,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "rate_headers.h"
+#include "lease.h"
 #include "request_json.h"
 #include "stats_request.h"
 #include "util.h"
@@ -65,13 +66,14 @@
 
 enum endpoint {
 	EP_ACQUIRE, EP_AUTH, EP_READY, EP_SIMPLE, EP_BAD_METHOD, EP_NOT_FOUND,
-	EP_RECORD, EP_STATS	/* CONTRACT 9 */
+	EP_RECORD, EP_STATS,	/* CONTRACT 9 */
+	EP_RELEASE, EP_RENEW	/* CONTRACT 11 */
 };
 
 /* The endpoints whose JSON body is read, and which are answered with a
  * decision when answered straight on the socket (resume()). */
 #define EP_HAS_BODY(ep) ((ep) == EP_ACQUIRE || (ep) == EP_RECORD || \
-	(ep) == EP_STATS)
+	(ep) == EP_STATS || (ep) == EP_RELEASE || (ep) == EP_RENEW)
 #define EP_DECIDES(ep) ((ep) == EP_ACQUIRE || (ep) == EP_AUTH)
 
 struct http_server {
@@ -110,6 +112,9 @@ struct request {
 	struct decision decision;
 	struct backend_call probe;	/* EP_READY */
 	struct stats_request sr;	/* EP_RECORD, EP_STATS */
+	struct rl_check lease_check;	/* EP_RELEASE, EP_RENEW, with probe */
+	struct rl_result lease_out;
+	char *lease_key;		/* lease_check's key and token */
 	int stats_pending;		/* atomic: stat calls not done */
 	bool answered_raw;		/* see resume() */
 	bool resumed_seen;		/* the handler ran after the resume */
@@ -370,26 +375,62 @@ add_rate_headers(struct header_sink *k, const struct decision *d)
  * for /acquire, empty for /auth.  The body is in stack or a new buffer
  * (fmt_free); NULL when out of memory.
  */
+/*
+ * ',"leases":[...]' for the leases a decision took (CONTRACT 11), or "".
+ * Rule names are [A-Za-z0-9_.-]+ and leases hex, digits and dots: nothing
+ * to escape.  A new string, or NULL when out of memory.
+ */
+static char *
+leases_json(const struct decision *d)
+{
+	size_t cap = 16, i, off;
+	char *p;
+
+	for (i = 0; i < d->nleases; i++)
+		cap += strlen(d->leases[i].rule->name) +
+		    strlen(d->leases[i].lease) + 64;
+	if ((p = rl_malloc(cap)) == NULL)
+		return NULL;
+	p[0] = '\0';
+	if (d->nleases == 0)
+		return p;
+	off = (size_t)snprintf(p, cap, ",\"leases\":[");
+	for (i = 0; i < d->nleases; i++)
+		off += (size_t)snprintf(p + off, cap - off, "%s{\"rule\":\"%s\","
+		    "\"lease\":\"%s\",\"expires_ms\":%lld}", i > 0 ? "," : "",
+		    d->leases[i].rule->name, d->leases[i].lease,
+		    (long long)d->leases[i].expires_ms);
+	snprintf(p + off, cap - off, "]");
+	return p;
+}
+
 static char *
 decision_body(const struct request *rq, const struct decision *d,
     char *stack, size_t cap, size_t *n, int *status)
 {
+	char *leases, *body;
+
 	*n = 0;
 	stack[0] = '\0';
 	if (rq->ep == EP_AUTH)
 		*status = d->allowed ? 200 : rq->cfg->auth_deny_status;
 	else
 		*status = d->allowed ? 200 : 429;
-	if (rq->ep == EP_ACQUIRE && d->rule != NULL)
+	if (rq->ep == EP_ACQUIRE && d->rule != NULL) {
+		if ((leases = leases_json(d)) == NULL)
+			return NULL;
 		/* Rule names are [A-Za-z0-9_.-]+: nothing to escape. */
-		return fmt_buf(stack, cap, n, "{\"allowed\":%s,"
+		body = fmt_buf(stack, cap, n, "{\"allowed\":%s,"
 		    "\"rule\":\"%s\",\"limit\":%lld,\"remaining\":%lld,"
 		    "\"reset_ms\":%lld,\"retry_after_ms\":%lld,"
-		    "\"shadow\":%s%s}", d->allowed ? "true" : "false",
+		    "\"shadow\":%s%s%s}", d->allowed ? "true" : "false",
 		    d->rule->name, (long long)d->limit,
 		    (long long)d->remaining, (long long)d->reset_ms,
 		    (long long)d->retry_after_ms, d->shadow ? "true" : "false",
-		    d->degraded ? ",\"degraded\":true" : "");
+		    d->degraded ? ",\"degraded\":true" : "", leases);
+		rl_free(leases);
+		return body;
+	}
 	if (rq->ep == EP_ACQUIRE)
 		return fmt_buf(stack, cap, n, "{\"allowed\":true,"
 		    "\"rule\":null,\"limit\":null,\"remaining\":null,"
@@ -943,6 +984,7 @@ handle_decision(struct http_server *s, struct MHD_Connection *conn,
 		    &rq->dr.cost, &ret) < 0)
 			return ret;
 		rq->dr.rule = rq->rule;
+		rq->dr.leases = true;	/* /auth: concurrency rules skipped */
 	} else if ((rc = auth_attrs(conn, rq->cfg, url, method,
 	    &rq->attrs)) < 0)
 		return rc == -2 ? respond_error(s, conn, 400,
@@ -1091,6 +1133,115 @@ handle_stats(struct http_server *s, struct MHD_Connection *conn,
 	return MHD_YES;
 }
 
+/*
+ * POST /release and POST /renew (CONTRACT 11): {"lease": "..."} to one
+ * store call on the lease's key, answered when the store answers.  A
+ * lease whose rule is gone, or no longer concurrency, cannot be renewed
+ * (it is still released: it may be held until it expires).
+ */
+static enum MHD_Result
+handle_lease(struct http_server *s, struct MHD_Connection *conn,
+    struct request *rq)
+{
+	bool renew = rq->ep == EP_RENEW;
+	const struct rule *r;
+	struct lease_ref ref;
+	json_t *root, *v;
+	size_t plen;
+	int rc;
+
+	if (rq->state == RQ_DECIDED) {
+		resumed(s, rq);
+		goto answer;
+	}
+	if (rq->too_large)
+		return respond_error(s, conn, 413, "body_too_large",
+		    "the body is larger than %lld bytes",
+		    (long long)rq->cfg->max_body_bytes);
+	root = json_loadb(rq->body != NULL ? rq->body : "", rq->len, 0, NULL);
+	if (root == NULL || !json_is_object(root)) {
+		json_decref(root);
+		return respond_error(s, conn, 400, "invalid_json",
+		    "the body is not a JSON object");
+	}
+	v = json_object_get(root, "lease");
+	rc = v != NULL && json_is_string(v) ? lease_parse(json_string_value(v),
+	    json_string_length(v), &ref) : -1;
+	json_decref(root);
+	if (rc == -1)
+		return respond_error(s, conn, 400, "invalid_lease",
+		    "\"lease\" is not a lease this service handed out");
+	r = config_find_rule(rq->cfg, ref.rule);
+	if (r != NULL && r->algorithm != RL_ALG_CONCURRENCY)
+		r = NULL;
+	if (renew && r == NULL)
+		return respond(s, conn, 200, JSON_TYPE, "{\"renewed\":false}",
+		    17, NULL);
+	plen = strlen(rq->cfg->redis.key_prefix);
+	if ((rq->lease_key = rl_malloc(plen + ref.suffix_len + 1 +
+	    LEASE_TOKEN_LEN + 1)) == NULL)
+		return respond_error(s, conn, 500, "internal_error",
+		    "out of memory");
+	memcpy(rq->lease_key, rq->cfg->redis.key_prefix, plen);
+	memcpy(rq->lease_key + plen, ref.suffix, ref.suffix_len);
+	rq->lease_key[plen + ref.suffix_len] = '\0';
+	memcpy(rq->lease_key + plen + ref.suffix_len + 1, ref.token,
+	    LEASE_TOKEN_LEN + 1);
+	rq->lease_check = (struct rl_check){
+		.algorithm = RL_ALG_CONCURRENCY,
+		.limit = r != NULL ? r->limit : ref.cost,
+		.window_ms = r != NULL ? r->window_ms : 1,
+		.cost = ref.cost,
+		.key = rq->lease_key,
+		.keylen = plen + ref.suffix_len,
+		.token = rq->lease_key + plen + ref.suffix_len + 1,
+	};
+	if (rq->lease_check.limit < ref.cost)
+		rq->lease_check.limit = ref.cost;	/* a reload lowered it */
+	memset(&rq->probe, 0, sizeof(rq->probe));
+	rq->probe.checks = &rq->lease_check;
+	rq->probe.n = 1;
+	rq->probe.out = &rq->lease_out;
+	rq->probe.lease_op = renew ? BACKEND_LEASE_RENEW :
+	    BACKEND_LEASE_RELEASE;
+	rq->probe.deadline_us = rq->cfg->backend == RL_BACKEND_REDIS ?
+	    rq->arrived_us + rq->cfg->redis.timeout_ms * 1000 : 0;
+	rq->probe.arg = rq;
+	rq->conn = conn;
+	if (s->decider->backend->completes_inline) {
+		rq->probe.done = probe_inline_done;
+		backend_submit(s->decider->backend, &rq->probe);
+	} else {
+		rq->probe.done = probe_done;
+		if (!suspend(s, rq))
+			return respond_error(s, conn, 503, "shutting_down",
+			    "the server is shutting down");
+		backend_submit(s->decider->backend, &rq->probe);
+		return MHD_YES;
+	}
+answer:
+	if (rq->probe.rc != 0)
+		return respond_error(s, conn, 503, "backend_unavailable",
+		    "the %s store failed (%s)", s->decider->backend->name,
+		    backend_error_kind_name(rq->probe.kind));
+	if (!renew)
+		return rq->lease_out.allowed ?
+		    respond(s, conn, 200, JSON_TYPE, "{\"released\":true}", 17,
+		    NULL) :
+		    respond(s, conn, 200, JSON_TYPE, "{\"released\":false}",
+		    18, NULL);
+	if (!rq->lease_out.allowed)
+		return respond(s, conn, 200, JSON_TYPE, "{\"renewed\":false}",
+		    17, NULL);
+	{
+		char body[80];
+		int n = snprintf(body, sizeof(body), "{\"renewed\":true,"
+		    "\"expires_ms\":%lld}", (long long)rq->lease_out.reset_ms);
+
+		return respond(s, conn, 200, JSON_TYPE, body, (size_t)n, NULL);
+	}
+}
+
 static enum MHD_Result
 handle_simple(struct http_server *s, struct MHD_Connection *conn,
     const char *url)
@@ -1146,6 +1297,12 @@ route(const char *url, const char *method)
 		return strcmp(method, "POST") == 0 ? EP_RECORD : EP_BAD_METHOD;
 	if (strcmp(url, "/stats") == 0)
 		return strcmp(method, "POST") == 0 ? EP_STATS : EP_BAD_METHOD;
+	if (strcmp(url, "/release") == 0)
+		return strcmp(method, "POST") == 0 ? EP_RELEASE :
+		    EP_BAD_METHOD;
+	if (strcmp(url, "/renew") == 0)
+		return strcmp(method, "POST") == 0 ? EP_RENEW :
+		    EP_BAD_METHOD;
 	if (strcmp(url, "/auth") == 0 || strncmp(url, "/auth/", 6) == 0)
 		return EP_AUTH;
 	if (strcmp(url, "/readyz") == 0)
@@ -1238,6 +1395,9 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 		return handle_decision(s, conn, rq, url, method);
 	case EP_READY:
 		return handle_ready(s, conn, rq);
+	case EP_RELEASE:
+	case EP_RENEW:
+		return handle_lease(s, conn, rq);
 	case EP_RECORD:
 	case EP_STATS:
 		return handle_stats(s, conn, rq);
@@ -1247,7 +1407,8 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 		return respond_error(s, conn, 405, "method_not_allowed",
 		    "%s %s: use %s", method, url,
 		    strcmp(url, "/acquire") == 0 || strcmp(url, "/record") ==
-		    0 || strcmp(url, "/stats") == 0 ? "POST" : "GET");
+		    0 || strcmp(url, "/stats") == 0 || strcmp(url, "/release")
+		    == 0 || strcmp(url, "/renew") == 0 ? "POST" : "GET");
 	case EP_NOT_FOUND:
 		break;
 	}
@@ -1278,6 +1439,8 @@ request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	}
 	stats_request_clear(&rq->sr);
 	config_unref(rq->cfg);
+	decide_leases_free(&rq->decision);
+	rl_free(rq->lease_key);
 	rl_free(rq->body);
 	rl_free(rq->rule);
 	attrs_clear(&rq->attrs);

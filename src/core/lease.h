@@ -1,0 +1,57 @@
+/*
+ * lease.h - the lease strings of CONTRACT 11: what POST /acquire hands out
+ * for each concurrency rule that recorded, and what POST /release and
+ * POST /renew take back.
+ *
+ * A lease is opaque to clients.  It carries what the daemon needs to find
+ * the lease in the store, and nothing a client could use to free another's:
+ *
+ *	<hex of "<rule>:{<rendered key>}">.<cost>.<token>
+ *
+ * The first part is the store key without its key_prefix (so a lease stays
+ * valid across daemons with one prefix); the token is 128 bits from
+ * getrandom(), 32 lower-case hex digits, and only the lease with that token
+ * (and that cost) is ever freed by it.
+ *
+ * Pure functions on caller-owned memory; any thread.
+ */
+#ifndef RL_LEASE_H
+#define RL_LEASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "limiter.h"
+#include "rules.h"
+
+#define LEASE_TOKEN_LEN LIMITER_TOKEN_LEN
+/* "<rule>:{<key>}": a rule name (at most LEASE_RULE_MAX bytes), the
+ * rendered key (at most RL_MAX_KEY_BYTES), ":{" and "}". */
+#define LEASE_RULE_MAX 255
+#define LEASE_SUFFIX_MAX (LEASE_RULE_MAX + RL_MAX_KEY_BYTES + 3)
+
+/* A new token: LEASE_TOKEN_LEN hex digits and a NUL in out.  0, or -1 when
+ * the kernel gives no randomness (then no lease may be taken). */
+int lease_token_new(char out[LEASE_TOKEN_LEN + 1]);
+
+/*
+ * The lease of a check that recorded: suffix is its store key without the
+ * key_prefix ("<rule>:{<key>}", len bytes).  Returns a new string (the
+ * caller frees it with rl_free), or NULL when out of memory.
+ */
+char *lease_format(const char *suffix, size_t len, int64_t cost,
+    const char *token);
+
+/* A parsed lease. */
+struct lease_ref {
+	char suffix[LEASE_SUFFIX_MAX + 1];	/* "<rule>:{<key>}", NUL */
+	size_t suffix_len;
+	char rule[LEASE_RULE_MAX + 1];		/* the rule's name */
+	int64_t cost;				/* >= 1 */
+	char token[LEASE_TOKEN_LEN + 1];
+};
+
+/* Parse s (len bytes).  0, or -1 when it is not a well-formed lease. */
+int lease_parse(const char *s, size_t len, struct lease_ref *out);
+
+#endif
