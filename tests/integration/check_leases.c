@@ -1,0 +1,574 @@
+/*
+ * check_leases.c - concurrency limits and leases (CONTRACT 11) against
+ * real daemons: with Redis, two daemons on one redis-server (a lease taken
+ * through one is seen, renewed and released through the other); with the
+ * memory store, one daemon.  Every test runs on both (loop index 0:
+ * memory, 1: Redis).
+ *
+ * - exactly `limit` leases are held at once when 16 threads race for them,
+ *   and threads that take, hold and release leases in a loop never see
+ *   more than `limit` held;
+ * - only the lease's own token frees it (another token, another cost, a
+ *   malformed lease: never);
+ * - a lease neither released nor renewed expires after `window`;
+ * - a renewed lease outlives its first window;
+ * - a request that another rule denies takes no lease; /auth skips
+ *   concurrency rules;
+ * - a lock (limit: 1) handed from one worker to another.
+ */
+#include <check.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+#define THREADS 16
+#define PER_THREAD 20
+#define LIMIT 5
+
+static const char memory_head[] =
+	"listen: \"127.0.0.1:%PORT%\"\n"
+	"threads: 4\n"
+	"shutdown_timeout: 2s\n"
+	"backend: memory\n";
+
+static const char redis_head[] =
+	"listen: \"127.0.0.1:%PORT%\"\n"
+	"threads: 4\n"
+	"shutdown_timeout: 2s\n"
+	"backend: redis\n"
+	"redis:\n"
+	"  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+	"  timeout: 1s\n"
+	"  key_prefix: \"ls:\"\n"
+	"on_backend_error: deny\n";
+
+static const char rules_yaml[] =
+	"rules:\n"
+	"  - name: exports\n"
+	"    match:\n"
+	"      t: exports\n"
+	"    key: \"${tenant}\"\n"
+	"    algorithm: concurrency\n"
+	"    limit: 5\n"
+	"    window: 1h\n"
+	"  - name: short\n"
+	"    match:\n"
+	"      t: short\n"
+	"    key: \"${job}\"\n"
+	"    algorithm: concurrency\n"
+	"    limit: 1\n"
+	"    window: 1s\n"
+	"  - name: lock\n"
+	"    match:\n"
+	"      t: lock\n"
+	"    key: \"${job}\"\n"
+	"    algorithm: concurrency\n"
+	"    limit: 1\n"
+	"    window: 30s\n"
+	"  - name: pair-lease\n"
+	"    match:\n"
+	"      t: pair\n"
+	"    key: \"${job}\"\n"
+	"    algorithm: concurrency\n"
+	"    limit: 2\n"
+	"    window: 1h\n"
+	"  - name: pair-gate\n"
+	"    match:\n"
+	"      t: pair\n"
+	"    key: \"${job}\"\n"
+	"    algorithm: fixed_window\n"
+	"    limit: 1\n"
+	"    window: 1h\n"
+	"  - name: proxied\n"
+	"    match:\n"
+	"      path: \"/upload*\"\n"
+	"    algorithm: concurrency\n"
+	"    limit: 1\n"
+	"    window: 1h\n";
+
+static struct h_redis redis;
+static struct h_daemon daemons[2];
+static int ndaemons;
+
+/* Loop index 0: one daemon on the memory store; 1: two on one Redis. */
+static void
+start(int redis_mode)
+{
+	char yaml[4096];
+	int i;
+
+	memset(daemons, 0, sizeof(daemons));
+	ndaemons = redis_mode ? 2 : 1;
+	snprintf(yaml, sizeof(yaml), "%s%s",
+	    redis_mode ? redis_head : memory_head, rules_yaml);
+	for (i = 0; i < ndaemons; i++)
+		h_daemon_start(&daemons[i], yaml);
+}
+
+static void
+stop(void)
+{
+	int i;
+
+	for (i = 0; i < ndaemons; i++)
+		h_daemon_stop(&daemons[i]);
+}
+
+/* Daemon k's port (k taken modulo the daemons running). */
+static int
+port_of(int k)
+{
+	return daemons[k % ndaemons].port;
+}
+
+/* POST path with body to daemon k; *out must be zero or freed. */
+static void
+post(int k, const char *path, const char *body, struct h_resp *out)
+{
+	CURL *c = h_curl_new();
+
+	h_resp_free(out);
+	memset(out, 0, sizeof(*out));
+	ck_assert_msg(h_request(c, port_of(k), out, "POST", path, body,
+	    strlen(body), NULL) == 0, "%s: %s", path, out->err);
+	curl_easy_cleanup(c);
+}
+
+/* The lease of an allowed /acquire answer (one concurrency rule), copied
+ * into buf. */
+static void
+lease_of(struct h_resp *r, const char *rule, char *buf, size_t len)
+{
+	json_t *ls = h_json_get(r, "leases"), *l;
+
+	ck_assert_msg(json_is_array(ls) && json_array_size(ls) == 1,
+	    "no single lease in %s", r->body);
+	l = json_array_get(ls, 0);
+	ck_assert_str_eq(json_string_value(json_object_get(l, "rule")), rule);
+	ck_assert(json_is_string(json_object_get(l, "lease")));
+	ck_assert(json_is_integer(json_object_get(l, "expires_ms")));
+	snprintf(buf, len, "%s",
+	    json_string_value(json_object_get(l, "lease")));
+}
+
+/* POST /release or /renew of lease to daemon k; the JSON field answered
+ * (released or renewed) as 1 or 0. */
+static int
+lease_call(int k, const char *path, const char *lease, struct h_resp *r)
+{
+	char body[2048];
+	json_t *v;
+
+	snprintf(body, sizeof(body), "{\"lease\":\"%s\"}", lease);
+	post(k, path, body, r);
+	ck_assert_msg(r->status == 200, "%s: %ld %s", path, r->status,
+	    r->body);
+	v = h_json_get(r, strcmp(path, "/release") == 0 ? "released" :
+	    "renewed");
+	ck_assert_msg(json_is_boolean(v), "%s: %s", path, r->body);
+	return json_is_true(v) ? 1 : 0;
+}
+
+/* --- exactly `limit` at once ------------------------------------------- */
+
+struct worker {
+	pthread_t thread;
+	int id;
+	bool cycle;		/* take, hold, release; else take only */
+	pthread_barrier_t *go;
+	int ok, denied, other;
+	char leases[PER_THREAD][256];
+	int remaining[PER_THREAD];
+	char problem[256];
+};
+
+static int held_now, held_max;
+static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void
+held_add(int d)
+{
+	pthread_mutex_lock(&held_mu);
+	held_now += d;
+	if (held_now > held_max)
+		held_max = held_now;
+	pthread_mutex_unlock(&held_mu);
+}
+
+static void *
+work(void *arg)
+{
+	struct worker *w = arg;
+	struct h_resp r = { 0 };
+	CURL *c = curl_easy_init();
+	const char *body = "{\"t\":\"exports\",\"tenant\":\"acme\"}";
+	char rel[512];
+	json_t *ls;
+	int k;
+
+	pthread_barrier_wait(w->go);
+	for (k = 0; c != NULL && k < PER_THREAD; k++) {
+		if (h_request(c, port_of(w->id + k), &r, "POST", "/acquire",
+		    body, strlen(body), NULL) != 0 ||
+		    (r.status != 200 && r.status != 429)) {
+			if (w->other++ == 0)
+				snprintf(w->problem, sizeof(w->problem),
+				    "%ld %.200s %.40s", r.status, r.body,
+				    r.err);
+			continue;
+		}
+		if (r.status == 429) {
+			w->denied++;
+			continue;
+		}
+		ls = json_array_get(h_json_get(&r, "leases"), 0);
+		snprintf(w->leases[w->ok], sizeof(w->leases[0]), "%s",
+		    json_string_value(json_object_get(ls, "lease")));
+		w->remaining[w->ok++] = (int)h_json_int(&r, "remaining");
+		if (!w->cycle)
+			continue;
+		held_add(1);
+		h_sleep_ms(2);
+		held_add(-1);
+		snprintf(rel, sizeof(rel), "{\"lease\":\"%s\"}",
+		    w->leases[w->ok - 1]);
+		/* Released through the other daemon, when there are two. */
+		if (h_request(c, port_of(w->id + k + 1), &r, "POST",
+		    "/release", rel, strlen(rel), NULL) != 0 ||
+		    r.status != 200 || strstr(r.body, "\"released\":true") ==
+		    NULL) {
+			if (w->other++ == 0)
+				snprintf(w->problem, sizeof(w->problem),
+				    "release: %ld %.200s", r.status, r.body);
+		}
+	}
+	h_resp_free(&r);
+	if (c != NULL)
+		curl_easy_cleanup(c);
+	return NULL;
+}
+
+static void
+race(struct worker *w, bool cycle)
+{
+	pthread_barrier_t go;
+	int i;
+
+	ck_assert(pthread_barrier_init(&go, NULL, THREADS) == 0);
+	memset(w, 0, sizeof(*w) * THREADS);
+	for (i = 0; i < THREADS; i++) {
+		w[i].id = i;
+		w[i].cycle = cycle;
+		w[i].go = &go;
+		ck_assert(pthread_create(&w[i].thread, NULL, work, &w[i]) ==
+		    0);
+	}
+	for (i = 0; i < THREADS; i++)
+		pthread_join(w[i].thread, NULL);
+	pthread_barrier_destroy(&go);
+	for (i = 0; i < THREADS; i++)
+		ck_assert_msg(w[i].other == 0, "thread %d: %d unexpected "
+		    "answers, first: %s", i, w[i].other, w[i].problem);
+}
+
+START_TEST(test_exact_limit)
+{
+	static struct worker w[THREADS];
+	struct h_resp r = { 0 };
+	int ok = 0, seen[LIMIT], i, k, n = 0;
+	char *all[LIMIT];
+
+	start(_i);
+	/* Nobody releases: exactly LIMIT of 320 get a lease, each seeing a
+	 * different count. */
+	race(w, false);
+	memset(seen, 0, sizeof(seen));
+	for (i = 0; i < THREADS; i++) {
+		ok += w[i].ok;
+		for (k = 0; k < w[i].ok; k++) {
+			ck_assert(w[i].remaining[k] >= 0 &&
+			    w[i].remaining[k] < LIMIT);
+			seen[w[i].remaining[k]]++;
+			all[n++] = w[i].leases[k];
+		}
+	}
+	ck_assert_msg(ok == LIMIT, "%d leases granted with limit %d", ok,
+	    LIMIT);
+	for (k = 0; k < LIMIT; k++)
+		ck_assert_msg(seen[k] == 1, "remaining=%d answered %d times",
+		    k, seen[k]);
+	if (_i == 1)
+		ck_assert_int_eq(h_redis_int(&redis, "ZCARD %s",
+		    "ls:exports:{acme}"), LIMIT + 1);	/* and '#used' */
+	/* Each is released once (through the other daemon), then never. */
+	for (k = 0; k < LIMIT; k++)
+		ck_assert_int_eq(lease_call(k + 1, "/release", all[k], &r), 1);
+	for (k = 0; k < LIMIT; k++)
+		ck_assert_int_eq(lease_call(k, "/release", all[k], &r), 0);
+	if (_i == 1)
+		ck_assert_int_eq(h_redis_int(&redis, "EXISTS %s",
+		    "ls:exports:{acme}"), 0);
+
+	/* Take, hold 2 ms, release, in a loop: never more than LIMIT held,
+	 * and every lease granted was released. */
+	held_now = held_max = 0;
+	race(w, true);
+	for (ok = 0, i = 0; i < THREADS; i++)
+		ok += w[i].ok;
+	ck_assert_msg(held_max <= LIMIT && held_max >= 1, "%d held at once "
+	    "(limit %d)", held_max, LIMIT);
+	ck_assert_msg(ok >= LIMIT, "only %d leases in %d tries", ok,
+	    THREADS * PER_THREAD);
+	fprintf(stderr, "leases (%s): %d of %d acquires granted while "
+	    "cycling, at most %d held at once\n", _i ? "redis" : "memory", ok,
+	    THREADS * PER_THREAD, held_max);
+	post(0, "/acquire", "{\"t\":\"exports\",\"tenant\":\"acme\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), LIMIT - 1);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
+/* --- only the token frees it --------------------------------------------- */
+
+START_TEST(test_release_by_token_only)
+{
+	struct h_resp r = { 0 };
+	char lease[512], other[512], *dot;
+	size_t n;
+
+	start(_i);
+	post(0, "/acquire", "{\"t\":\"lock\",\"job\":\"j1\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "lock", lease, sizeof(lease));
+
+	/* Another token (last digit changed), the same key and cost. */
+	snprintf(other, sizeof(other), "%s", lease);
+	n = strlen(other);
+	other[n - 1] = other[n - 1] == '0' ? '1' : '0';
+	ck_assert_int_eq(lease_call(1, "/release", other, &r), 0);
+	ck_assert_int_eq(lease_call(1, "/renew", other, &r), 0);
+	/* The same token with another cost. */
+	snprintf(other, sizeof(other), "%s", lease);
+	dot = strchr(other, '.');
+	ck_assert_ptr_nonnull(dot);
+	dot[1] = '2';
+	ck_assert_int_eq(lease_call(1, "/release", other, &r), 0);
+	/* The same token under another key (job j2). */
+	snprintf(other, sizeof(other), "6c6f636b3a7b6a327d%s", strchr(lease,
+	    '.'));
+	ck_assert_int_eq(lease_call(1, "/release", other, &r), 0);
+
+	/* Malformed: 400 invalid_lease, nothing freed. */
+	post(1, "/release", "{\"lease\":\"not-a-lease\"}", &r);
+	ck_assert_int_eq(r.status, 400);
+	ck_assert_str_eq(h_json_str(&r, "error"), "invalid_lease");
+	post(1, "/renew", "{\"lease\":42}", &r);
+	ck_assert_int_eq(r.status, 400);
+	ck_assert_str_eq(h_json_str(&r, "error"), "invalid_lease");
+	snprintf(other, sizeof(other), "{\"lease\":\"%.*s\"}",
+	    (int)strlen(lease) - 1, lease);		/* a digit short */
+	post(1, "/release", other, &r);
+	ck_assert_int_eq(r.status, 400);
+	post(1, "/release", "{}", &r);
+	ck_assert_int_eq(r.status, 400);
+
+	/* Still held: the lock is taken. */
+	post(1, "/acquire", "{\"t\":\"lock\",\"job\":\"j1\"}", &r);
+	ck_assert_int_eq(r.status, 429);
+	ck_assert(h_json_get(&r, "leases") == NULL);
+	/* Its own token frees it, once. */
+	ck_assert_int_eq(lease_call(1, "/release", lease, &r), 1);
+	ck_assert_int_eq(lease_call(0, "/release", lease, &r), 0);
+	post(0, "/acquire", "{\"t\":\"lock\",\"job\":\"j1\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
+/* --- expiry and renewal ------------------------------------------------ */
+
+START_TEST(test_expiry)
+{
+	struct h_resp r = { 0 };
+	char lease[512];
+	long long retry;
+
+	start(_i);
+	post(0, "/acquire", "{\"t\":\"short\",\"job\":\"e\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "short", lease, sizeof(lease));
+	ck_assert_int_eq(h_json_int(&r, "reset_ms"), 1000);
+	post(1, "/acquire", "{\"t\":\"short\",\"job\":\"e\"}", &r);
+	ck_assert_int_eq(r.status, 429);
+	retry = h_json_int(&r, "retry_after_ms");
+	ck_assert_msg(retry >= 1 && retry <= 1000, "retry_after_ms %lld",
+	    retry);
+	h_sleep_ms(retry + 150);
+	/* Expired: the units are free, and the lease is gone. */
+	post(1, "/acquire", "{\"t\":\"short\",\"job\":\"e\"}", &r);
+	ck_assert_msg(r.status == 200, "after the window: %ld %s", r.status,
+	    r.body);
+	ck_assert_int_eq(lease_call(0, "/release", lease, &r), 0);
+	ck_assert_int_eq(lease_call(0, "/renew", lease, &r), 0);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
+START_TEST(test_renew)
+{
+	struct h_resp r = { 0 };
+	char lease[512];
+
+	start(_i);
+	post(0, "/acquire", "{\"t\":\"short\",\"job\":\"n\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "short", lease, sizeof(lease));
+	h_sleep_ms(600);
+	ck_assert_int_eq(lease_call(1, "/renew", lease, &r), 1);
+	ck_assert_int_eq(h_json_int(&r, "expires_ms"), 1000);
+	/* Past the first window (1 s), within the renewed one (1.6 s). */
+	h_sleep_ms(600);
+	post(1, "/acquire", "{\"t\":\"short\",\"job\":\"n\"}", &r);
+	ck_assert_msg(r.status == 429, "the renewed lease was lost: %ld %s",
+	    r.status, r.body);
+	ck_assert_int_eq(lease_call(0, "/release", lease, &r), 1);
+	ck_assert_int_eq(lease_call(0, "/renew", lease, &r), 0);
+	post(1, "/acquire", "{\"t\":\"short\",\"job\":\"n\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
+/* --- all-or-nothing, and /auth ----------------------------------------- */
+
+START_TEST(test_denied_takes_no_lease)
+{
+	struct h_resp r = { 0 };
+	int k;
+
+	start(_i);
+	/* pair-gate admits one request an hour; pair-lease holds 2. */
+	post(0, "/acquire", "{\"t\":\"pair\",\"job\":\"p\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_int_eq(json_array_size(h_json_get(&r, "leases")), 1);
+	for (k = 0; k < 5; k++) {
+		post(k, "/acquire", "{\"t\":\"pair\",\"job\":\"p\"}", &r);
+		ck_assert_int_eq(r.status, 429);
+		ck_assert_str_eq(h_json_str(&r, "rule"), "pair-gate");
+		ck_assert(h_json_get(&r, "leases") == NULL);
+	}
+	if (_i == 1)
+		ck_assert_int_eq(h_redis_int(&redis, "ZCARD %s",
+		    "ls:pair-lease:{p}"), 2);	/* one lease and '#used' */
+	/* pair-lease alone: one of its two units is still free. */
+	post(1, "/acquire", "{\"t\":\"pair\",\"job\":\"p\","
+	    "\"rule\":\"pair-lease\"}", &r);
+	ck_assert_msg(r.status == 200, "a denied request took a lease: %ld "
+	    "%s", r.status, r.body);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), 0);
+
+	/* /auth skips concurrency rules: a proxy cannot release. */
+	for (k = 0; k < 3; k++) {
+		const char *hdr[] = { "X-Original-URI: /upload/a", NULL };
+		CURL *c = h_curl_new();
+
+		h_resp_free(&r);
+		memset(&r, 0, sizeof(r));
+		ck_assert(h_request(c, port_of(k), &r, "GET", "/auth", NULL, 0,
+		    hdr) == 0);
+		curl_easy_cleanup(c);
+		ck_assert_int_eq(r.status, 200);
+	}
+	post(0, "/acquire", "{\"path\":\"/upload/a\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	post(1, "/acquire", "{\"path\":\"/upload/a\"}", &r);
+	ck_assert_int_eq(r.status, 429);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
+/* --- a lock handed from worker to worker ----------------------------------- */
+
+START_TEST(test_lock_handoff)
+{
+	struct h_resp r = { 0 };
+	char a[512], b[512];
+	const char *req = "{\"t\":\"lock\",\"job\":\"nightly\"}";
+
+	start(_i);
+	/* Worker A (daemon 0) takes the lock; B (daemon 1) cannot. */
+	post(0, "/acquire", req, &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "lock", a, sizeof(a));
+	post(1, "/acquire", req, &r);
+	ck_assert_int_eq(r.status, 429);
+	ck_assert(h_json_int(&r, "retry_after_ms") > 25000);
+	/* A finishes and releases: B takes it at once, A cannot. */
+	ck_assert_int_eq(lease_call(0, "/release", a, &r), 1);
+	post(1, "/acquire", req, &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "lock", b, sizeof(b));
+	ck_assert_str_ne(a, b);
+	post(0, "/acquire", req, &r);
+	ck_assert_int_eq(r.status, 429);
+	/* A's old lease cannot free B's lock. */
+	ck_assert_int_eq(lease_call(0, "/release", a, &r), 0);
+	post(0, "/acquire", req, &r);
+	ck_assert_int_eq(r.status, 429);
+	ck_assert_int_eq(lease_call(1, "/release", b, &r), 1);
+	post(0, "/acquire", req, &r);
+	ck_assert_int_eq(r.status, 200);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
+static void
+redis_up(void)
+{
+	if (redis.pid == 0)
+		h_redis_start(&redis);
+}
+
+static void
+flush_redis(void)
+{
+	h_redis_flush(&redis);
+}
+
+int
+main(void)
+{
+	Suite *s = suite_create("leases");
+	TCase *tc = tcase_create("leases");
+	SRunner *sr;
+	int failed;
+
+	h_init();
+	tcase_add_unchecked_fixture(tc, redis_up, h_reap_orphans);
+	tcase_add_checked_fixture(tc, flush_redis, h_test_teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_loop_test(tc, test_exact_limit, 0, 2);
+	tcase_add_loop_test(tc, test_release_by_token_only, 0, 2);
+	tcase_add_loop_test(tc, test_expiry, 0, 2);
+	tcase_add_loop_test(tc, test_renew, 0, 2);
+	tcase_add_loop_test(tc, test_denied_takes_no_lease, 0, 2);
+	tcase_add_loop_test(tc, test_lock_handoff, 0, 2);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	h_redis_stop(&redis);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
