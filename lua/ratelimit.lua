@@ -15,9 +15,8 @@
 --          for one request the count may be left out: just five values per
 --          check, in KEYS order:
 --            algorithm  0 sliding_log, 1 sliding_window, 2 fixed_window,
---                       3 token_bucket (enum rl_algorithm); concurrency
---                       is '4:<token>', the token of the lease the
---                       request takes
+--                       3 token_bucket (enum rl_algorithm); '4:<token>'
+--                       concurrency, with the new lease's token
 --            limit      L >= 1
 --            window_ms  >= 1
 --            cost       0 <= c <= L
@@ -328,11 +327,8 @@ function sliding_window.finish(s)
   end
 end
 
--- concurrency: a sorted set of leases, member "<token>:<cost>", score =
--- the lease's expiry in microseconds, plus one member '#used' whose score
--- is minus the units held (so it sorts first and no expiry reaches it).
--- Expired leases (scores in (0, now]) give their units back first.  The
--- same layout is read by lua/lease.lua (release, renew) and takeback.lua.
+-- concurrency: a sorted set, "<token>:<cost>" by expiry, '#used' by -used
+-- (docs/algorithms.md; lease.lua and takeback.lua read the same layout).
 local concurrency = {}
 
 function concurrency.check(s)
@@ -353,8 +349,7 @@ function concurrency.check(s)
   end
   s.allowed = s.used + s.c <= s.L
   if not s.allowed then
-    -- k = used + c - L units must be freed: leases by expiry, oldest
-    -- first (rank 0 is '#used'; each lease holds a unit or more).
+    -- k units to free: leases by expiry from rank 1 ('#used' is 0)
     local k = s.used + s.c - s.L
     local r = redis.call('ZRANGE', s.key, '1', int(k), 'WITHSCORES')
     local acc, t = 0, nil
@@ -476,7 +471,7 @@ for k = 1, n do
       alg = nil
     end
   elseif alg == concurrency then
-    alg = nil           -- a lease needs its token
+    alg = nil
   end
   local L, wms = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local c, shadow = tonumber(ARGV[a + 4]), ARGV[a + 5] == '1'

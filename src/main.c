@@ -334,6 +334,16 @@ main(int argc, char **argv)
 			config_unref(d.cfg);
 			return 1;
 		}
+		/* /auth skips concurrency rules (a proxy cannot release
+		 * a lease): say so for each one that could apply there. */
+		for (size_t i = 0; i < d.cfg->nrules; i++)
+			if (d.cfg->rules[i].algorithm == RL_ALG_CONCURRENCY &&
+			    rule_could_match_auth(&d.cfg->rules[i]))
+				fprintf(stderr, "%s: warning: rule \"%s\" "
+				    "(concurrency) could match /auth, which "
+				    "skips concurrency rules: a proxy cannot "
+				    "release a lease\n", d.path,
+				    d.cfg->rules[i].name);
 		printf("ok: %zu rules\n", d.cfg->nrules);
 		config_unref(d.cfg);
 		return 0;

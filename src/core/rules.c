@@ -478,6 +478,34 @@ template_render(const struct key_template *t, const struct attrs *a,
 
 /* --- rules ------------------------------------------------------------ */
 
+/* An attribute /auth sets (CONTRACT 3). */
+static bool
+auth_attr(const char *name, size_t len)
+{
+	static const char *const fixed[] = { "method", "path", "host", "ip" };
+	size_t i;
+
+	for (i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+		if (strlen(fixed[i]) == len && memcmp(fixed[i], name, len) == 0)
+			return true;
+	return len > 7 && memcmp(name, "header.", 7) == 0;
+}
+
+bool
+rule_could_match_auth(const struct rule *r)
+{
+	size_t i;
+
+	for (i = 0; i < r->nmatch; i++)
+		if (!auth_attr(r->match[i].attr, strlen(r->match[i].attr)))
+			return false;
+	for (i = 0; r->key != NULL && i < r->key->nparts; i++)
+		if (r->key->parts[i].is_attr &&
+		    !auth_attr(r->key->parts[i].text, r->key->parts[i].len))
+			return false;
+	return true;
+}
+
 static const char *const algorithm_names[] = {
 	[RL_ALG_SLIDING_LOG] = "sliding_log",
 	[RL_ALG_SLIDING_WINDOW] = "sliding_window",

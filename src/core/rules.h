@@ -137,6 +137,14 @@ bool rule_matches(const struct rule *r, const struct attrs *a);
 /* Free everything a rule owns (not the struct itself). */
 void rule_free_contents(struct rule *r);
 
+/*
+ * True iff /auth could produce every attribute r matches on and builds its
+ * key from (method, path, host, ip, header.*), so that r could apply to an
+ * /auth request.  --check warns with it about concurrency rules, which
+ * /auth skips (CONTRACT 11).
+ */
+bool rule_could_match_auth(const struct rule *r);
+
 /* True iff s is a valid rule name: non-empty [A-Za-z0-9_.-]+. */
 bool rule_name_is_valid(const char *s);
 

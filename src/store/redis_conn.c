@@ -320,7 +320,11 @@ queue_handshake(struct redis_conn *c)
 		if (queue_command(c, 2, argv, lens, select_reply, c) == -1)
 			return -1;
 	}
-	if (c->cfg->script != NULL) {
+	/* Redis refuses a bulk string over 16 KiB from a client not yet
+	 * authenticated, and reads the pipelined SCRIPT LOAD before AUTH
+	 * has run: a larger script waits for its first NOSCRIPT instead. */
+	if (c->cfg->script != NULL && (u->password == NULL ||
+	    strlen(c->cfg->script) <= 16384)) {
 		argv[0] = "SCRIPT";
 		argv[1] = "LOAD";
 		argv[2] = c->cfg->script;

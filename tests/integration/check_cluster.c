@@ -334,14 +334,15 @@ static const char algo_fmt[] =
 START_TEST(test_takeback_each_algorithm)
 {
 	static const char *const algos[] = {
-		"sliding_log", "sliding_window", "fixed_window", "token_bucket"
+		"sliding_log", "sliding_window", "fixed_window", "token_bucket",
+		"concurrency"	/* the lease of the denied request is freed */
 	};
 	struct h_daemon d;
 	struct h_resp r = { 0 };
 	char yaml[2048];
 	int i;
 
-	for (i = 0; i < 4; i++) {
+	for (i = 0; i < 5; i++) {
 		memset(&d, 0, sizeof(d));
 		snprintf(yaml, sizeof(yaml), algo_fmt, cluster.node[0].port,
 		    algos[i]);
