@@ -816,6 +816,10 @@ reply_ignore(void *arg, redisReply *r, const char *err)
 	(void)err;
 }
 
+/* Room for one argument of takeback.lua: a number, or a lease token (32
+ * hex digits). */
+#define TB_NUM 48
+
 /* EVAL takeback.lua for the one call of b. */
 static struct redis_slot *
 takeback_send(struct redis_backend *rb, struct redis_node *node,
@@ -830,14 +834,14 @@ takeback_send(struct redis_backend *rb, struct redis_node *node,
 
 	argv = rl_calloc(argc, sizeof(*argv));
 	lens = rl_calloc(argc, sizeof(*lens));
-	nums = rl_calloc(call->n * 5 + 1, 32);
+	nums = rl_calloc(call->n * 5 + 1, TB_NUM);
 	if (argv == NULL || lens == NULL || nums == NULL) {
 		snprintf(err, errlen, "out of memory");
 		goto out;
 	}
 	argv[0] = "EVAL";
 	argv[1] = rl_lua_takeback;
-	snprintf(nums, 32, "%zu", call->n);
+	snprintf(nums, TB_NUM, "%zu", call->n);
 	argv[2] = nums;
 	k = 3;
 	for (i = 0; i < call->n; i++) {
@@ -846,19 +850,20 @@ takeback_send(struct redis_backend *rb, struct redis_node *node,
 	}
 	for (i = 0; i < call->n; i++) {
 		const struct rl_check *c = &call->checks[i];
-		char *p = nums + (1 + i * 5) * 32;
+		char *p = nums + (1 + i * 5) * TB_NUM;
 
-		snprintf(p, 32, "%d", (int)c->algorithm);
-		snprintf(p + 32, 32, "%" PRId64, c->limit);
-		snprintf(p + 64, 32, "%" PRId64, c->window_ms);
-		snprintf(p + 96, 32, "%" PRId64, c->cost);
+		snprintf(p, TB_NUM, "%d", (int)c->algorithm);
+		snprintf(p + TB_NUM, TB_NUM, "%" PRId64, c->limit);
+		snprintf(p + 2 * TB_NUM, TB_NUM, "%" PRId64, c->window_ms);
+		snprintf(p + 3 * TB_NUM, TB_NUM, "%" PRId64, c->cost);
 		if (c->algorithm == RL_ALG_CONCURRENCY)
-			snprintf(p + 128, 32, "%.31s",
+			snprintf(p + 4 * TB_NUM, TB_NUM, "%s",
 			    c->token != NULL ? c->token : "0");
 		else
-			snprintf(p + 128, 32, "%.17g", call->out[i].mark);
+			snprintf(p + 4 * TB_NUM, TB_NUM, "%.17g",
+			    call->out[i].mark);
 		for (int j = 0; j < 5; j++)
-			argv[k++] = p + j * 32;
+			argv[k++] = p + j * TB_NUM;
 	}
 	for (i = 0; i < argc; i++)
 		if (lens[i] == 0)

@@ -14,13 +14,17 @@
  * - a renewed lease outlives its first window;
  * - a request that another rule denies takes no lease; /auth skips
  *   concurrency rules;
- * - a lock (limit: 1) handed from one worker to another.
+ * - a lock (limit: 1) handed from one worker to another;
+ * - --check warns about a concurrency rule that could match /auth.
  */
 #include <check.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -532,6 +536,60 @@ START_TEST(test_lock_handoff)
 }
 END_TEST
 
+/* --- --check ------------------------------------------------------------ */
+
+/* Run --check on yaml; its exit status, and its output in out. */
+static int
+run_check(const char *yaml, char *out, size_t outlen)
+{
+	char conf[H_PATH_MAX], log[H_PATH_MAX];
+	size_t n;
+	pid_t pid;
+	FILE *f;
+	int st;
+
+	snprintf(conf, sizeof(conf), "%s/chk-lease.yaml", h_tmpdir());
+	snprintf(log, sizeof(log), "%s/chk-lease.log", h_tmpdir());
+	ck_assert((f = fopen(conf, "w")) != NULL);
+	fputs(yaml, f);
+	fclose(f);
+	if ((pid = fork()) == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		dup2(fd, 1);
+		dup2(fd, 2);
+		execl(getenv("RATELIMITD_BIN"), "ratelimitd", "-c", conf,
+		    "--check", (char *)NULL);
+		_exit(127);
+	}
+	ck_assert(waitpid(pid, &st, 0) == pid);
+	ck_assert((f = fopen(log, "r")) != NULL);
+	n = fread(out, 1, outlen - 1, f);
+	out[n] = '\0';
+	fclose(f);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+START_TEST(test_check_warns_auth)
+{
+	char out[4096];
+
+	/* method, path, host, ip and header.* are /auth's: a warning. */
+	ck_assert_int_eq(run_check("rules:\n  - name: up\n    match:\n"
+	    "      path: \"/upload*\"\n    key: \"${header.x-user}\"\n"
+	    "    algorithm: concurrency\n    limit: 2\n    window: 1m\n",
+	    out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "warning: rule \"up\" (concurrency) could "
+	    "match /auth") != NULL && strstr(out, "ok: 1 rules") != NULL,
+	    "%s", out);
+	/* a key from a JSON field /auth never sets: no warning */
+	ck_assert_int_eq(run_check("rules:\n  - name: ex\n"
+	    "    key: \"${tenant}\"\n    algorithm: concurrency\n"
+	    "    limit: 2\n    window: 1m\n", out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "warning") == NULL, "%s", out);
+}
+END_TEST
+
 static void
 redis_up(void)
 {
@@ -563,6 +621,7 @@ main(void)
 	tcase_add_loop_test(tc, test_renew, 0, 2);
 	tcase_add_loop_test(tc, test_denied_takes_no_lease, 0, 2);
 	tcase_add_loop_test(tc, test_lock_handoff, 0, 2);
+	tcase_add_test(tc, test_check_warns_auth);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_set_fork_status(sr, CK_FORK);
