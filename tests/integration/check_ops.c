@@ -27,6 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -211,6 +213,90 @@ START_TEST(test_policy_silent_redis_small_pool)
 	ops_load_join(w, 2 * LOAD_THREADS);
 	assert_all_degraded_and_quick(w, 2 * LOAD_THREADS);
 	free(w);
+	h_daemon_stop(&d);
+	close(fd);
+}
+END_TEST
+
+/*
+ * Redis by a host name that no resolver answers for: each request is still
+ * answered within redis.timeout, under each policy, and so is /readyz.
+ * The daemon runs in a private mount namespace whose /etc/resolv.conf
+ * names 127.0.0.1, where a UDP socket of this test takes the queries and
+ * never answers; the machine's own resolv.conf is not touched.  A name
+ * resolved on the store's I/O thread would hold every request for the
+ * resolver's whole timeout (5 s here).
+ */
+static const char *const dns_policy[] = { "allow", "deny", "local" };
+
+/* A UDP socket on 127.0.0.1:53 that never reads: a resolver that does
+ * not answer.  -1 when the port cannot be had (the test then skips). */
+static int silent_resolver(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), one = 1;
+
+	ck_assert_msg(fd >= 0, "socket: %s", strerror(errno));
+	/* Parallel runs of this test share the port; none answers. */
+	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	sa.sin_port = htons(53);
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == -1) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+START_TEST(test_dns_unanswered)
+{
+	const char *policy = dns_policy[_i];
+	const char *unshare = geteuid() == 0 ? "unshare -m" : "unshare -rm";
+	char rc[H_PATH_MAX], pre[2 * H_PATH_MAX], probe[64];
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	long long ms;
+	int fd, i;
+
+	snprintf(probe, sizeof(probe), "%s true 2>/dev/null", unshare);
+	if (system(probe) != 0 || (fd = silent_resolver()) == -1) {
+		fprintf(stderr, "test_dns_unanswered: skipped (needs %s and "
+		    "127.0.0.1:53/udp)\n", unshare);
+		return;
+	}
+	ops_tmp_name(rc, sizeof(rc), "resolv.conf");
+	ops_write_file(rc, "nameserver 127.0.0.1\n"
+	    "options timeout:5 attempts:1\n");
+	snprintf(pre, sizeof(pre),
+	    "if [ -z \"$RL_PRIVATE_NS\" ]; then\n"
+	    "  export RL_PRIVATE_NS=1\n"
+	    "  exec %s \"$0\" \"$@\"\n"
+	    "fi\n"
+	    "mount --bind '%s' /etc/resolv.conf || exit 1", unshare, rc);
+	ops_wrap_daemon(pre);
+	ops_start(&d, 0, &(struct ops_conf){ .policy = policy,
+	    .url = "redis://redis-0.ratelimitd.test:6379/0" });
+	for (i = 0; i < 4; i++) {
+		ops_acquire_timed(&r, "n", &ms);
+		ck_assert_msg(ms < TIMEOUT_MS + MARGIN_MS, "%s: request %d "
+		    "took %lld ms; redis.timeout is %d ms", policy, i + 1, ms,
+		    TIMEOUT_MS);
+		if (_i == 1) {
+			ck_assert_int_eq(r.status, 503);
+			ck_assert_str_eq(h_json_str(&r, "error"),
+			    "backend_unavailable");
+		} else {
+			/* local: limit 2, then its own 429s. */
+			ck_assert_int_eq(r.status,
+			    _i == 2 && i >= 2 ? 429 : 200);
+			ck_assert_msg(ops_is_degraded(&r), "not degraded: %s",
+			    r.body);
+		}
+		h_resp_free(&r);
+	}
+	ck_assert_int_eq(ops_get("/readyz", &ms), 503);
+	ck_assert_msg(ms < TIMEOUT_MS + MARGIN_MS, "/readyz took %lld ms", ms);
 	h_daemon_stop(&d);
 	close(fd);
 }
@@ -1225,6 +1311,7 @@ int main(void)
 	tcase_add_test(tc, test_policy_silent_redis);
 	tcase_add_test(tc, test_policy_silent_redis_deny);
 	tcase_add_test(tc, test_policy_silent_redis_small_pool);
+	tcase_add_loop_test(tc, test_dns_unanswered, 0, 3);
 	tcase_add_test(tc, test_redis_paused_under_load);
 	tcase_add_test(tc, test_no_head_of_line_blocking);
 	tcase_add_test(tc, test_redis_killed_under_load);
