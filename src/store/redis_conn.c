@@ -17,8 +17,15 @@
  * The ring is moved aside before the callbacks run, so a callback may send
  * on the same connection (which then connects anew).
  *
- * Host names are resolved with getaddrinfo() on the owner's thread when a
- * connection is made; the connect itself never blocks.
+ * Nothing blocks the owner's thread, not even DNS.  A numeric address is
+ * connected to at once.  A host name is looked up on a thread of its own
+ * (redis_resolve.c): meanwhile the connection is RESOLVING, its descriptor
+ * is the lookup's eventfd (readable when the answer is there), commands
+ * queue as they would during a connect, and the connect deadline, which
+ * starts with the lookup, covers both.  A connection closed during a
+ * lookup keeps it, and the next connect to the same host waits for that
+ * one instead of starting another: a resolver that never answers costs
+ * one thread per connection, not one per attempt.
  */
 #include "redis_conn.h"
 
@@ -35,6 +42,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "redis_resolve.h"
 #include "util.h"
 
 #define REDIS_CONN_READ_CHUNK	16384
@@ -52,6 +60,7 @@ struct redis_conn {
 	int fd;
 	uint64_t generation;
 	int64_t connect_deadline_us;
+	struct redis_resolve *resolve;	/* the name's lookup, if one runs */
 	redisReader *reader;
 
 	char *out;			/* formatted commands to write */
@@ -222,10 +231,16 @@ redis_conn_close(struct redis_conn *c, const char *why)
 	size_t head = c->head, count = c->count, cap = c->cap, i;
 	bool was_open = c->state != REDIS_CONN_CLOSED;
 
-	if (c->fd >= 0)
+	/* While resolving, fd is the lookup's: it stays with the lookup,
+	 * which a connect again may still wait for. */
+	if (c->fd >= 0 && c->state != REDIS_CONN_RESOLVING)
 		close(c->fd);
 	c->fd = -1;
 	c->state = REDIS_CONN_CLOSED;
+	if (c->resolve != NULL && redis_resolve_is_done(c->resolve)) {
+		redis_resolve_drop(c->resolve);
+		c->resolve = NULL;
+	}
 	if (c->reader != NULL)
 		redisReaderFree(c->reader);
 	c->reader = NULL;
@@ -250,6 +265,7 @@ redis_conn_free(struct redis_conn *c, const char *why)
 	if (c == NULL)
 		return;
 	redis_conn_close(c, why);
+	redis_resolve_drop(c->resolve);
 	rl_free(c->out);
 	rl_free(c);
 }
@@ -337,76 +353,126 @@ queue_handshake(struct redis_conn *c)
 	return 0;
 }
 
-/* Start a non-blocking connect and queue the handshake.  0 or -1 (err). */
+/* A non-blocking connect to the first address of res that takes one.
+ * Returns the socket, or -1 with err. */
+static int
+connect_addrs(const struct addrinfo *res, char *err, size_t errlen)
+{
+	const struct addrinfo *ai;
+	int fd = -1, one = 1, saved = EADDRNOTAVAIL;
+
+	for (ai = res; ai != NULL; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK |
+		    SOCK_CLOEXEC, ai->ai_protocol);
+		if (fd < 0) {
+			saved = errno;
+			continue;
+		}
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ||
+		    errno == EINPROGRESS)
+			break;
+		saved = errno;
+		close(fd);
+		fd = -1;
+	}
+	if (fd < 0) {
+		snprintf(err, errlen, "connect: %s", strerror(saved));
+		return -1;
+	}
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
+/* A non-blocking connect to the unix socket at path: the socket, or -1
+ * with err. */
+static int
+connect_unix(const char *path, char *err, size_t errlen)
+{
+	struct sockaddr_un sun;
+	int fd;
+
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	if (strlen(path) >= sizeof(sun.sun_path)) {
+		snprintf(err, errlen, "connect: unix path too long");
+		return -1;
+	}
+	util_strlcpy(sun.sun_path, path, sizeof(sun.sun_path));
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0 || (connect(fd, (struct sockaddr *)&sun,
+	    sizeof(sun)) < 0 && errno != EINPROGRESS && errno != EAGAIN)) {
+		snprintf(err, errlen, "connect: %s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* The socket for a numeric host, -1 with err; or -2 when host is a name
+ * (to be resolved off this thread). */
+static int
+connect_numeric(const struct redis_url *u, char *err, size_t errlen)
+{
+	struct addrinfo hints, *res = NULL;
+	char port[8];
+	int fd, rc;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+	snprintf(port, sizeof(port), "%d", u->port);
+	if ((rc = getaddrinfo(u->host, port, &hints, &res)) == EAI_NONAME)
+		return -2;
+	if (rc != 0) {
+		snprintf(err, errlen, "connect: %s: %s", u->host,
+		    gai_strerror(rc));
+		return -1;
+	}
+	fd = connect_addrs(res, err, errlen);
+	freeaddrinfo(res);
+	return fd;
+}
+
+/*
+ * Start connecting: a non-blocking connect, or for a host name a lookup
+ * (the one in progress for that name if there is one), and queue the
+ * handshake.  0 or -1 (err).
+ */
 static int
 conn_open(struct redis_conn *c, char *err, size_t errlen)
 {
 	const struct redis_url *u = c->cfg->url;
-	struct addrinfo hints, *res = NULL, *ai;
-	char port[8];
-	int fd = -1, rc, one = 1, saved = 0;
+	enum redis_conn_state state = REDIS_CONN_CONNECTING;
+	int fd;
 
-	if (u->is_unix) {
-		struct sockaddr_un sun;
-
-		memset(&sun, 0, sizeof(sun));
-		sun.sun_family = AF_UNIX;
-		if (strlen(u->path) >= sizeof(sun.sun_path)) {
-			snprintf(err, errlen, "connect: unix path too long");
+	if (u->is_unix)
+		fd = connect_unix(u->path, err, errlen);
+	else if ((fd = connect_numeric(u, err, errlen)) == -2) {
+		if (c->resolve != NULL &&
+		    !redis_resolve_is_for(c->resolve, u->host, u->port)) {
+			redis_resolve_drop(c->resolve);
+			c->resolve = NULL;
+		}
+		if (c->resolve == NULL && (c->resolve =
+		    redis_resolve_start(u->host, u->port, err, errlen)) ==
+		    NULL)
 			return -1;
-		}
-		util_strlcpy(sun.sun_path, u->path, sizeof(sun.sun_path));
-		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-		    0);
-		if (fd < 0 || (connect(fd, (struct sockaddr *)&sun,
-		    sizeof(sun)) < 0 && errno != EINPROGRESS &&
-		    errno != EAGAIN)) {
-			snprintf(err, errlen, "connect: %s", strerror(errno));
-			if (fd >= 0)
-				close(fd);
-			return -1;
-		}
-	} else {
-		memset(&hints, 0, sizeof(hints));
-		hints.ai_family = AF_UNSPEC;
-		hints.ai_socktype = SOCK_STREAM;
-		hints.ai_flags = AI_NUMERICSERV;
-		snprintf(port, sizeof(port), "%d", u->port);
-		if ((rc = getaddrinfo(u->host, port, &hints, &res)) != 0) {
-			snprintf(err, errlen, "connect: %s: %s", u->host,
-			    gai_strerror(rc));
-			return -1;
-		}
-		for (ai = res; ai != NULL; ai = ai->ai_next) {
-			fd = socket(ai->ai_family, ai->ai_socktype |
-			    SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
-			if (fd < 0) {
-				saved = errno;
-				continue;
-			}
-			if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ||
-			    errno == EINPROGRESS)
-				break;
-			saved = errno;
-			close(fd);
-			fd = -1;
-		}
-		freeaddrinfo(res);
-		if (fd < 0) {
-			snprintf(err, errlen, "connect: %s", strerror(saved));
-			return -1;
-		}
-		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
-		    sizeof(one));
+		fd = redis_resolve_fd(c->resolve);
+		state = REDIS_CONN_RESOLVING;
 	}
+	if (fd < 0)
+		return -1;
 	if ((c->reader = redis_reader_new()) == NULL) {
-		close(fd);
+		if (state != REDIS_CONN_RESOLVING)
+			close(fd);
 		snprintf(err, errlen, "connect: out of memory");
 		return -1;
 	}
 	c->fd = fd;
 	c->generation++;
-	c->state = REDIS_CONN_CONNECTING;
+	c->state = state;
 	c->connect_deadline_us = util_monotonic_us() +
 	    c->cfg->connect_timeout_us;
 	if (queue_handshake(c) == -1) {
@@ -415,6 +481,29 @@ conn_open(struct redis_conn *c, char *err, size_t errlen)
 		return -1;
 	}
 	return 0;
+}
+
+/* The lookup of a RESOLVING connection may be done: connect to what it
+ * found, or close with why it found nothing. */
+static void
+conn_resolved(struct redis_conn *c)
+{
+	const struct addrinfo *res;
+	char why[160];
+	int fd;
+
+	if (!redis_resolve_is_done(c->resolve))
+		return;		/* woken a moment early: next turn */
+	if ((res = redis_resolve_result(c->resolve, why, sizeof(why))) ==
+	    NULL || (fd = connect_addrs(res, why, sizeof(why))) < 0) {
+		redis_conn_close(c, why);
+		return;
+	}
+	redis_resolve_drop(c->resolve);	/* closes the eventfd */
+	c->resolve = NULL;
+	c->fd = fd;
+	c->generation++;
+	c->state = REDIS_CONN_CONNECTING;
 }
 
 /* ---- sending and receiving ------------------------------------------- */
@@ -534,6 +623,10 @@ redis_conn_io(struct redis_conn *c)
 	socklen_t len = sizeof(int);
 	int soerr = 0;
 
+	if (c->state == REDIS_CONN_RESOLVING) {
+		conn_resolved(c);
+		return 0;
+	}
 	if (c->state == REDIS_CONN_CLOSED)
 		return 0;
 	if (c->state == REDIS_CONN_CONNECTING) {
@@ -565,6 +658,8 @@ redis_conn_fd(const struct redis_conn *c)
 bool
 redis_conn_wants_write(const struct redis_conn *c)
 {
+	if (c->state == REDIS_CONN_RESOLVING)
+		return false;	/* an eventfd is always writable */
 	return c->state == REDIS_CONN_CONNECTING || c->out_off < c->out_len;
 }
 
@@ -595,7 +690,8 @@ redis_conn_oldest_us(const struct redis_conn *c)
 int64_t
 redis_conn_connect_deadline_us(const struct redis_conn *c)
 {
-	return c->state == REDIS_CONN_CONNECTING ? c->connect_deadline_us :
+	return c->state == REDIS_CONN_CONNECTING ||
+	    c->state == REDIS_CONN_RESOLVING ? c->connect_deadline_us :
 	    INT64_MAX;
 }
 

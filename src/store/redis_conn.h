@@ -7,8 +7,9 @@
  * write(2); replies are parsed with hiredis's reader and handed back in
  * order, each to the function given with its command.  A connection is
  * made on demand: redis_conn_send() on a closed connection starts a
- * non-blocking connect and queues AUTH / SELECT / SCRIPT LOAD ahead of the
- * command, so callers never wait for the handshake.
+ * non-blocking connect (after looking a host name up on another thread)
+ * and queues AUTH / SELECT / SCRIPT LOAD ahead of the command, so callers
+ * never wait for the handshake, nor for DNS.
  *
  * Every function runs on the one thread that owns the connection (the
  * store's I/O thread); nothing here locks.
@@ -26,6 +27,7 @@
 
 enum redis_conn_state {
 	REDIS_CONN_CLOSED,	/* no socket */
+	REDIS_CONN_RESOLVING,	/* the host name is being looked up */
 	REDIS_CONN_CONNECTING,	/* connect(2) in progress */
 	REDIS_CONN_UP		/* connected; the handshake may still run */
 };
@@ -75,7 +77,8 @@ void redis_conn_set_push(struct redis_conn *c, redis_reply_fn fn, void *arg);
 void redis_conn_close(struct redis_conn *c, const char *why);
 
 /*
- * Event loop glue.  redis_conn_fd() is the socket (-1 when closed);
+ * Event loop glue.  redis_conn_fd() is the socket (-1 when closed; while
+ * RESOLVING, a descriptor that turns readable when the lookup is done);
  * redis_conn_wants_write() says whether to wait for writability too.
  * redis_conn_io() handles readiness (either way; it tries both) and may
  * close the connection.  Returns the number of replies handed back.
@@ -94,7 +97,8 @@ uint64_t redis_conn_generation(const struct redis_conn *c);
 size_t redis_conn_pending(const struct redis_conn *c);
 
 /* When the oldest unanswered command was queued (monotonic us), or
- * INT64_MAX when none is; and when a connect in progress gives up. */
+ * INT64_MAX when none is; and when a connect in progress (its lookup
+ * included) gives up. */
 int64_t redis_conn_oldest_us(const struct redis_conn *c);
 int64_t redis_conn_connect_deadline_us(const struct redis_conn *c);
 

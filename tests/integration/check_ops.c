@@ -218,6 +218,31 @@ START_TEST(test_policy_silent_redis_small_pool)
 }
 END_TEST
 
+/* Redis by a host name that resolves ("localhost", from /etc/hosts): the
+ * name is looked up off the I/O thread and Redis decides. */
+START_TEST(test_redis_by_host_name)
+{
+	struct h_redis red = { 0 };
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+
+	h_redis_start(&red);
+	ops_start(&d, red.port, &(struct ops_conf){ .policy = "deny",
+	    .url = "redis://localhost:%REDIS_PORT%/0", .timeout_ms = 1000 });
+	ck_assert(ops_wait_not_degraded("h", 3000));
+	ops_acquire(&r, "h");
+	ck_assert_int_eq(r.status, 200);	/* limit 2: the wait took one */
+	h_resp_free(&r);
+	ops_acquire(&r, "h");
+	ck_assert_int_eq(r.status, 429);
+	ck_assert_msg(!ops_is_degraded(&r), "degraded: %s", r.body);
+	h_resp_free(&r);
+	ck_assert_int_eq(ops_get("/readyz", NULL), 200);
+	h_daemon_stop(&d);
+	h_redis_stop(&red);
+}
+END_TEST
+
 /*
  * Redis by a host name that no resolver answers for: each request is still
  * answered within redis.timeout, under each policy, and so is /readyz.
@@ -1311,6 +1336,7 @@ int main(void)
 	tcase_add_test(tc, test_policy_silent_redis);
 	tcase_add_test(tc, test_policy_silent_redis_deny);
 	tcase_add_test(tc, test_policy_silent_redis_small_pool);
+	tcase_add_test(tc, test_redis_by_host_name);
 	tcase_add_loop_test(tc, test_dns_unanswered, 0, 3);
 	tcase_add_test(tc, test_redis_paused_under_load);
 	tcase_add_test(tc, test_no_head_of_line_blocking);
