@@ -79,6 +79,8 @@ enum endpoint {
 struct http_server {
 	struct MHD_Daemon *mhd;
 	int listen_fd;
+	int quiesced_fd;		/* listen_fd once quiesced: shut down,
+					 * closed when the workers are gone */
 	struct config_slot cfg;		/* the snapshot served */
 	const struct decider *decider;
 	struct metrics *metrics;
@@ -1529,6 +1531,7 @@ http_server_start(int listen_fd, struct config *cfg,
 	s->decider = decider;
 	s->metrics = metrics;
 	s->listen_fd = listen_fd;
+	s->quiesced_fd = -1;
 	if ((s->guard = http_guard_start(guard_limits, s, err, errlen)) ==
 	    NULL)
 		goto fail;
@@ -1575,8 +1578,16 @@ http_server_quiesce(struct http_server *s)
 	__atomic_store_n(&s->draining, true, __ATOMIC_RELEASE);
 	if (s->listen_fd < 0)
 		return;
-	if ((fd = MHD_quiesce_daemon(s->mhd)) >= 0)
-		close(fd);
+	/*
+	 * Refuse new connections at once (a shut-down listening socket
+	 * stops listening), but close the descriptor only after
+	 * MHD_stop_daemon(): a worker may still be in accept() on it, and
+	 * the number must not go to another socket meanwhile.
+	 */
+	if ((fd = MHD_quiesce_daemon(s->mhd)) >= 0) {
+		(void)shutdown(fd, SHUT_RDWR);
+		s->quiesced_fd = fd;
+	}
 	s->listen_fd = -1;
 }
 
@@ -1611,5 +1622,7 @@ http_server_stop(struct http_server *s)
 		_exit(0);
 	}
 	MHD_stop_daemon(s->mhd);	/* closes the socket unless quiesced */
+	if (s->quiesced_fd >= 0)
+		close(s->quiesced_fd);
 	server_free(s);
 }
