@@ -41,6 +41,11 @@ OPT = -O1 -g -fno-omit-frame-pointer -fsanitize=$(SANITIZER) \
 	-fno-sanitize-recover=all
 SAN_LDFLAGS = -fsanitize=$(SANITIZER)
 endif
+# ThreadSanitizer sleeps a second in every exit (atexit_sleep_ms), its time
+# and not the daemon's: the shutdown tests time how soon the daemon exits.
+ifeq ($(SANITIZER),thread)
+export TSAN_OPTIONS ?= atexit_sleep_ms=0 second_deadlock_stack=1
+endif
 
 # src/ is grouped by layer: front/ (protocols), core/ (the pure decision
 # core), store/ (memory and Redis), base/ (logging, metrics, utilities).
