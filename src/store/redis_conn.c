@@ -23,9 +23,10 @@
  * is the lookup's eventfd (readable when the answer is there), commands
  * queue as they would during a connect, and the connect deadline, which
  * starts with the lookup, covers both.  A connection closed during a
- * lookup keeps it, and the next connect to the same host waits for that
- * one instead of starting another: a resolver that never answers costs
- * one thread per connection, not one per attempt.
+ * lookup keeps it (closing only the eventfd, which so leaves the owner's
+ * epoll set), and the next connect to the same host waits for that one
+ * instead of starting another: a resolver that never answers costs one
+ * thread per connection, not one per attempt.
  */
 #include "redis_conn.h"
 
@@ -240,7 +241,8 @@ redis_conn_close(struct redis_conn *c, const char *why)
 	if (c->resolve != NULL && redis_resolve_is_done(c->resolve)) {
 		redis_resolve_drop(c->resolve);
 		c->resolve = NULL;
-	}
+	} else if (c->resolve != NULL)
+		redis_resolve_unwatch(c->resolve);	/* leaves epoll too */
 	if (c->reader != NULL)
 		redisReaderFree(c->reader);
 	c->reader = NULL;
@@ -450,8 +452,11 @@ conn_open(struct redis_conn *c, char *err, size_t errlen)
 	if (u->is_unix)
 		fd = connect_unix(u->path, err, errlen);
 	else if ((fd = connect_numeric(u, err, errlen)) == -2) {
+		/* Wait again for a lookup still running; an answer that
+		 * came while closed may be old: ask anew. */
 		if (c->resolve != NULL &&
-		    !redis_resolve_is_for(c->resolve, u->host, u->port)) {
+		    (!redis_resolve_is_for(c->resolve, u->host, u->port) ||
+		    redis_resolve_is_done(c->resolve))) {
 			redis_resolve_drop(c->resolve);
 			c->resolve = NULL;
 		}
@@ -459,7 +464,7 @@ conn_open(struct redis_conn *c, char *err, size_t errlen)
 		    redis_resolve_start(u->host, u->port, err, errlen)) ==
 		    NULL)
 			return -1;
-		fd = redis_resolve_fd(c->resolve);
+		fd = redis_resolve_fd(c->resolve, err, errlen);
 		state = REDIS_CONN_RESOLVING;
 	}
 	if (fd < 0)
@@ -467,6 +472,8 @@ conn_open(struct redis_conn *c, char *err, size_t errlen)
 	if ((c->reader = redis_reader_new()) == NULL) {
 		if (state != REDIS_CONN_RESOLVING)
 			close(fd);
+		else
+			redis_resolve_unwatch(c->resolve);
 		snprintf(err, errlen, "connect: out of memory");
 		return -1;
 	}
@@ -493,7 +500,7 @@ conn_resolved(struct redis_conn *c)
 	int fd;
 
 	if (!redis_resolve_is_done(c->resolve))
-		return;		/* woken a moment early: next turn */
+		return;
 	if ((res = redis_resolve_result(c->resolve, why, sizeof(why))) ==
 	    NULL || (fd = connect_addrs(res, why, sizeof(why))) < 0) {
 		redis_conn_close(c, why);

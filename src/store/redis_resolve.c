@@ -2,22 +2,20 @@
  * redis_resolve.c - a Redis host name resolved on a thread of its own
  * (see redis_resolve.h).
  *
- * The owner and the lookup thread share the lookup and hand it over with
- * one atomic word: RUNNING until either side is through with it.  The
- * thread stores its answer, signals the eventfd, then swaps in DONE; the
- * owner that gives up swaps in DROPPED.  Whoever finds the other's mark
- * in the swap frees the lookup, so it is freed exactly once, and the
- * thread never touches it after handing it to the owner.  The eventfd is
- * written before the swap: the owner may see it readable a moment before
- * the answer is published, and then simply looks again on the next turn
- * (it never reads the eventfd, so the wake-up is not lost).
+ * The owner and the lookup thread share the lookup under its mutex: the
+ * thread stores its answer, marks it done and signals the eventfd if the
+ * owner is watching; the owner opens and closes the eventfd and may drop
+ * the lookup.  Whichever finds the other gone (done and dropped) frees it,
+ * so it is freed exactly once.  The eventfd is only ever written under the
+ * mutex, so the owner never closes it under the thread's feet, and it is
+ * never read: once done it stays readable, and a level-triggered epoll
+ * keeps saying so until the owner acts.
  */
 #include "redis_resolve.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -27,15 +25,11 @@
 
 #include "util.h"
 
-enum resolve_state {
-	RESOLVE_RUNNING,
-	RESOLVE_DONE,		/* the answer is the owner's */
-	RESOLVE_DROPPED		/* the owner left: the thread frees */
-};
-
 struct redis_resolve {
-	_Atomic int state;
-	int efd;
+	pthread_mutex_t mu;
+	bool done;		/* the answer is in */
+	bool dropped;		/* the owner left: the thread frees */
+	int efd;		/* the owner's, or -1 */
 	int port;
 	char *host;
 	int rc;			/* getaddrinfo()'s result */
@@ -50,30 +44,45 @@ resolve_free(struct redis_resolve *r)
 		freeaddrinfo(r->res);
 	if (r->efd >= 0)
 		close(r->efd);
+	pthread_mutex_destroy(&r->mu);
 	rl_free(r->host);
 	rl_free(r);
+}
+
+static void
+signal_fd(int efd)
+{
+	uint64_t one = 1;
+
+	(void)!write(efd, &one, sizeof(one));
 }
 
 static void *
 resolve_thread(void *arg)
 {
 	struct redis_resolve *r = arg;
-	struct addrinfo hints;
+	struct addrinfo hints, *res = NULL;
 	char port[8];
-	uint64_t one = 1;
+	bool dropped;
+	int rc, saved;
 
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_flags = AI_NUMERICSERV;
-	snprintf(port, sizeof(port), "%d", r->port);
-	r->rc = getaddrinfo(r->host, port, &hints, &r->res);
-	if (r->rc != 0) {
-		r->sys_errno = errno;
-		r->res = NULL;
-	}
-	(void)!write(r->efd, &one, sizeof(one));
-	if (atomic_exchange(&r->state, RESOLVE_DONE) == RESOLVE_DROPPED)
+	snprintf(port, sizeof(port), "%d", r->port);	/* immutable */
+	rc = getaddrinfo(r->host, port, &hints, &res);
+	saved = errno;
+	pthread_mutex_lock(&r->mu);
+	r->rc = rc;
+	r->sys_errno = saved;
+	r->res = rc == 0 ? res : NULL;
+	r->done = true;
+	if (r->efd >= 0)
+		signal_fd(r->efd);
+	dropped = r->dropped;
+	pthread_mutex_unlock(&r->mu);
+	if (dropped)
 		resolve_free(r);
 	return NULL;
 }
@@ -87,18 +96,19 @@ redis_resolve_start(const char *host, int port, char *err, size_t errlen)
 	sigset_t all, old;
 	int rc;
 
-	if ((r = rl_calloc(1, sizeof(*r))) == NULL)
-		goto oom;
-	atomic_init(&r->state, RESOLVE_RUNNING);
+	if ((r = rl_calloc(1, sizeof(*r))) == NULL) {
+		snprintf(err, errlen, "resolve %s: out of memory", host);
+		return NULL;
+	}
+	pthread_mutex_init(&r->mu, NULL);
 	r->port = port;
 	r->efd = -1;
-	if ((r->host = rl_strdup(host)) == NULL)
-		goto oom;
-	if ((r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) == -1) {
-		snprintf(err, errlen, "resolve %s: eventfd: %s", host,
-		    strerror(errno));
+	if ((r->host = rl_strdup(host)) == NULL) {
+		snprintf(err, errlen, "resolve %s: out of memory", host);
 		goto fail;
 	}
+	if (redis_resolve_fd(r, err, errlen) < 0)
+		goto fail;
 	if ((rc = pthread_attr_init(&attr)) != 0) {
 		snprintf(err, errlen, "resolve %s: %s", host, strerror(rc));
 		goto fail;
@@ -116,18 +126,38 @@ redis_resolve_start(const char *host, int port, char *err, size_t errlen)
 		goto fail;
 	}
 	return r;
-oom:
-	snprintf(err, errlen, "resolve %s: out of memory", host);
 fail:
-	if (r != NULL)
-		resolve_free(r);
+	resolve_free(r);
 	return NULL;
 }
 
 int
-redis_resolve_fd(const struct redis_resolve *r)
+redis_resolve_fd(struct redis_resolve *r, char *err, size_t errlen)
 {
-	return r->efd;
+	int fd;
+
+	pthread_mutex_lock(&r->mu);
+	if (r->efd < 0) {
+		r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (r->efd < 0)
+			snprintf(err, errlen, "resolve %s: eventfd: %s",
+			    r->host, strerror(errno));
+		else if (r->done)
+			signal_fd(r->efd);
+	}
+	fd = r->efd;
+	pthread_mutex_unlock(&r->mu);
+	return fd;
+}
+
+void
+redis_resolve_unwatch(struct redis_resolve *r)
+{
+	pthread_mutex_lock(&r->mu);
+	if (r->efd >= 0)
+		close(r->efd);
+	r->efd = -1;
+	pthread_mutex_unlock(&r->mu);
 }
 
 bool
@@ -138,16 +168,22 @@ redis_resolve_is_for(const struct redis_resolve *r, const char *host,
 }
 
 bool
-redis_resolve_is_done(const struct redis_resolve *r)
+redis_resolve_is_done(struct redis_resolve *r)
 {
-	return atomic_load(&((struct redis_resolve *)r)->state) ==
-	    RESOLVE_DONE;
+	bool done;
+
+	pthread_mutex_lock(&r->mu);
+	done = r->done;
+	pthread_mutex_unlock(&r->mu);
+	return done;
 }
 
 const struct addrinfo *
 redis_resolve_result(const struct redis_resolve *r, char *err,
     size_t errlen)
 {
+	/* Written before done was set under the mutex, which the owner
+	 * took in redis_resolve_is_done(); not written again. */
 	if (r->rc != 0) {
 		snprintf(err, errlen, "connect: %s: %s", r->host,
 		    r->rc == EAI_SYSTEM ? strerror(r->sys_errno) :
@@ -162,8 +198,17 @@ redis_resolve_result(const struct redis_resolve *r, char *err,
 void
 redis_resolve_drop(struct redis_resolve *r)
 {
+	bool done;
+
 	if (r == NULL)
 		return;
-	if (atomic_exchange(&r->state, RESOLVE_DROPPED) == RESOLVE_DONE)
+	pthread_mutex_lock(&r->mu);
+	if (r->efd >= 0)
+		close(r->efd);
+	r->efd = -1;
+	r->dropped = true;
+	done = r->done;
+	pthread_mutex_unlock(&r->mu);
+	if (done)
 		resolve_free(r);
 }
