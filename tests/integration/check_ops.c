@@ -274,25 +274,27 @@ static int silent_resolver(void)
 	return fd;
 }
 
-START_TEST(test_dns_unanswered)
+/*
+ * Run the next daemon in a private mount namespace whose /etc/resolv.conf
+ * names 127.0.0.1 with options (a line), where the returned UDP socket
+ * takes the queries and never answers.  -1 when this machine cannot (the
+ * test then skips, saying so).
+ */
+static int dns_unanswered_setup(const char *options)
 {
-	const char *policy = dns_policy[_i];
 	const char *unshare = geteuid() == 0 ? "unshare -m" : "unshare -rm";
-	char rc[H_PATH_MAX], pre[2 * H_PATH_MAX], probe[64];
-	struct h_daemon d = { 0 };
-	struct h_resp r = { 0 };
-	long long ms;
-	int fd, i;
+	char rc[H_PATH_MAX], pre[2 * H_PATH_MAX], text[256], probe[64];
+	int fd;
 
 	snprintf(probe, sizeof(probe), "%s true 2>/dev/null", unshare);
 	if (system(probe) != 0 || (fd = silent_resolver()) == -1) {
-		fprintf(stderr, "test_dns_unanswered: skipped (needs %s and "
-		    "127.0.0.1:53/udp)\n", unshare);
-		return;
+		fprintf(stderr, "DNS test skipped: needs %s and "
+		    "127.0.0.1:53/udp\n", unshare);
+		return -1;
 	}
 	ops_tmp_name(rc, sizeof(rc), "resolv.conf");
-	ops_write_file(rc, "nameserver 127.0.0.1\n"
-	    "options timeout:5 attempts:1\n");
+	snprintf(text, sizeof(text), "nameserver 127.0.0.1\n%s\n", options);
+	ops_write_file(rc, text);
 	snprintf(pre, sizeof(pre),
 	    "if [ -z \"$RL_PRIVATE_NS\" ]; then\n"
 	    "  export RL_PRIVATE_NS=1\n"
@@ -300,6 +302,19 @@ START_TEST(test_dns_unanswered)
 	    "fi\n"
 	    "mount --bind '%s' /etc/resolv.conf || exit 1", unshare, rc);
 	ops_wrap_daemon(pre);
+	return fd;
+}
+
+START_TEST(test_dns_unanswered)
+{
+	const char *policy = dns_policy[_i];
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	long long ms;
+	int fd, i;
+
+	if ((fd = dns_unanswered_setup("options timeout:5 attempts:1")) < 0)
+		return;
 	ops_start(&d, 0, &(struct ops_conf){ .policy = policy,
 	    .url = "redis://redis-0.ratelimitd.test:6379/0" });
 	for (i = 0; i < 4; i++) {
@@ -322,6 +337,72 @@ START_TEST(test_dns_unanswered)
 	}
 	ck_assert_int_eq(ops_get("/readyz", &ms), 503);
 	ck_assert_msg(ms < TIMEOUT_MS + MARGIN_MS, "/readyz took %lld ms", ms);
+	h_daemon_stop(&d);
+	close(fd);
+}
+END_TEST
+
+/* The CPU time (ms) pid has used so far. */
+static long long cpu_ms(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long ut = 0, st = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+	ck_assert((f = fopen(path, "r")) != NULL);
+	ck_assert(fgets(buf, sizeof(buf), f) != NULL);
+	fclose(f);
+	ck_assert((p = strrchr(buf, ')')) != NULL);
+	/* After "pid (comm)": state is field 3, utime 14, stime 15. */
+	ck_assert(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u "
+	    "%*u %llu %llu", &ut, &st) == 2);
+	return (long long)(ut + st) * 1000 / sysconf(_SC_CLK_TCK);
+}
+
+/*
+ * A lookup that outlives its connection: the connect times out while the
+ * name is being looked up (1 s here), the next connect waits for the same
+ * lookup, and the lookup ends while no connection waits for it.  Every
+ * request fails by its deadline as a timeout, never as another kind of
+ * error, and the daemon does not spin on the finished lookup meanwhile.
+ */
+START_TEST(test_dns_lookup_outlives_connection)
+{
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	long long ms, cpu;
+	int fd, i;
+
+	if ((fd = dns_unanswered_setup("options timeout:1 attempts:1")) < 0)
+		return;
+	ops_start(&d, 0, &(struct ops_conf){ .policy = "deny",
+	    .url = "redis://redis-1.ratelimitd.test:6379/0",
+	    .redis_extra = "  pool_size: 1\n" });
+	for (i = 0; i < 3; i++) {
+		if (i == 2)
+			h_sleep_ms(2500);	/* the lookup gave up */
+		else if (i == 1)
+			h_sleep_ms(150);	/* the connect timed out */
+		ops_acquire_timed(&r, "o", &ms);
+		ck_assert_int_eq(r.status, 503);
+		ck_assert_msg(ms < TIMEOUT_MS + MARGIN_MS, "request %d took "
+		    "%lld ms", i + 1, ms);
+		h_resp_free(&r);
+		if (i == 1) {
+			/* Idle, with a finished lookup nobody waits for. */
+			h_sleep_ms(2500);
+			cpu = cpu_ms(d.pid);
+			h_sleep_ms(1000);
+			cpu = cpu_ms(d.pid) - cpu;
+			ck_assert_msg(cpu < 300, "idle, the daemon used %lld "
+			    "ms of CPU in 1 s", cpu);
+		}
+	}
+	ck_assert_int_eq(ops_metric("ratelimitd_backend_errors_total"
+	    "{backend=\"redis\",kind=\"connect\"}"), 0);
+	ck_assert_int_ge(ops_metric("ratelimitd_backend_errors_total"
+	    "{backend=\"redis\",kind=\"timeout\"}"), 3);
 	h_daemon_stop(&d);
 	close(fd);
 }
@@ -1338,6 +1419,7 @@ int main(void)
 	tcase_add_test(tc, test_policy_silent_redis_small_pool);
 	tcase_add_test(tc, test_redis_by_host_name);
 	tcase_add_loop_test(tc, test_dns_unanswered, 0, 3);
+	tcase_add_test(tc, test_dns_lookup_outlives_connection);
 	tcase_add_test(tc, test_redis_paused_under_load);
 	tcase_add_test(tc, test_no_head_of_line_blocking);
 	tcase_add_test(tc, test_redis_killed_under_load);
