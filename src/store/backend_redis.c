@@ -241,7 +241,9 @@ struct redis_backend {
 	int64_t backoff_ms;		/* of the next opening */
 	int64_t open_until_us;		/* monotonic; when OPEN */
 
-	struct metrics *metrics;	/* borrowed; may be NULL */
+	/* Borrowed; may be NULL.  Set by backend_redis_set_metrics() on
+	 * another thread while this one runs: atomic. */
+	struct metrics *_Atomic metrics;
 
 	_Atomic int64_t last_log_us[REDIS_NKINDS];	/* INT64_MIN: never */
 	atomic_long suppressed[REDIS_NKINDS];
@@ -2246,5 +2248,5 @@ fail:
 void
 backend_redis_set_metrics(struct backend *b, struct metrics *m)
 {
-	((struct redis_backend *)b)->metrics = m;
+	atomic_store(&((struct redis_backend *)b)->metrics, m);
 }
