@@ -313,4 +313,6 @@ BENCH_SECONDS ?= 10
 
 bench: accuracy $(BUILD)/ratelimitd
 	bash bench/memory.sh
+	bash bench/stats_memory.sh
+	bash bench/stats_cost.sh
 	DURATION=$(BENCH_SECONDS) RATELIMITD=$(BUILD)/ratelimitd bash bench/speed.sh

@@ -134,6 +134,8 @@ START_TEST(test_shipped_config)
 	ck_assert_int_eq(c->backend, RL_BACKEND_MEMORY);
 	ck_assert_uint_ge(c->nrules, 3);
 	ck_assert_uint_le(c->nrules, 4);
+	ck_assert_uint_eq(c->nstats, 1);
+	ck_assert_ptr_nonnull(config_find_stat(c, "upstream-latency"));
 
 	r = config_find_rule(c, "login-per-ip");
 	ck_assert_ptr_nonnull(r);
