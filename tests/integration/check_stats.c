@@ -423,6 +423,38 @@ START_TEST(test_same_answer_both_stores)
 }
 END_TEST
 
+/* Redis gone: /record and /stats answer 503 backend_unavailable within
+ * redis.timeout (1 s) and a bit, and work again once it is back. */
+START_TEST(test_redis_down)
+{
+	static const char body[] = "{\"kind\": \"lat\", \"route\": \"down\", "
+	    "\"value\": 4}";
+	struct h_redis own = { 0 };
+	struct conn c;
+	long long t0;
+	const char *code;
+
+	h_redis_start(&own);
+	conn_open(&c);		/* on own: the last started */
+	ck_assert_int_eq(post(&c, "/record", body), 200);
+	h_redis_stop(&own);
+	t0 = h_now_ms();
+	ck_assert_int_eq(post(&c, "/record", body), 503);
+	ck_assert_msg(h_now_ms() - t0 < 2500, "took %lld ms", h_now_ms() - t0);
+	code = h_json_str(&c.r, "error");
+	ck_assert_str_eq(code != NULL ? code : "", "backend_unavailable");
+	ck_assert_int_eq(post(&c, "/stats", "{\"kind\": \"lat\", "
+	    "\"route\": \"down\"}"), 503);
+	h_redis_start(&own);	/* same port, empty */
+	h_sleep_ms(300);
+	ck_assert_int_eq(post(&c, "/record", body), 200);
+	ck_assert_int_eq(json_integer_value(json_object_get(first_stat(&c),
+	    "count")), 1);
+	conn_close(&c);
+	h_redis_stop(&own);
+}
+END_TEST
+
 static void use_memory_backend(void)
 {
 	use_redis = false;
@@ -457,6 +489,7 @@ static TCase *backend_tcase(const char *name, bool with_redis)
 		tcase_add_test(tc, test_two_daemons);
 		tcase_add_test(tc, test_redis_keys);
 		tcase_add_test(tc, test_same_answer_both_stores);
+		tcase_add_test(tc, test_redis_down);
 	}
 	return tc;
 }
