@@ -906,10 +906,11 @@ stats_send(struct redis_backend *rb, struct redis_node *node,
 	return s;
 }
 
-/* EVAL lease.lua for the one call of b (a release or a renewal). */
+/* EVAL lease.lua for the one call of b (a release or a renewal), on conn
+ * when given (after ASKING), else on node. */
 static struct redis_slot *
 lease_send(struct redis_backend *rb, struct redis_node *node,
-    struct redis_batch *b, char *err, size_t errlen)
+    struct redis_conn *conn, struct redis_batch *b, char *err, size_t errlen)
 {
 	const struct backend_call *call = b->calls[0];
 	const struct rl_check *c = &call->checks[0];
@@ -931,6 +932,9 @@ lease_send(struct redis_backend *rb, struct redis_node *node,
 	for (i = 0; i < 8; i++)
 		lens[i] = strlen(argv[i]);
 	lens[3] = c->keylen;
+	if (conn != NULL)
+		return redis_conn_send(conn, 8, argv, lens, batch_reply, b,
+		    err, errlen) == 0 ? b->slot : NULL;
 	return node_send(rb, node, 8, argv, lens, batch_reply, b, err,
 	    errlen);
 }
@@ -960,20 +964,23 @@ batch_send(struct redis_backend *rb, struct redis_batch *b, char *err,
 		    err, errlen)) == NULL)
 			return -1;
 		/* The call must follow on the same connection. */
-		if (b->kind == CALL_STATS) {
+		if (b->kind == CALL_STATS || b->kind == CALL_LEASE) {
 			b->slot = s;
-			if (stats_send(rb, node, s->conn, b, err, errlen) ==
-			    NULL)
+			if ((b->kind == CALL_STATS ? stats_send(rb, node,
+			    s->conn, b, err, errlen) : lease_send(rb, node,
+			    s->conn, b, err, errlen)) == NULL)
 				s = NULL;
-		} else if (redis_script_encode(b->calls, b->ncalls,
-		    rl_lua_ratelimit_sha, true, &a) == -1) {
-			snprintf(err, errlen, "out of memory");
-			return -1;
+		} else {
+			if (redis_script_encode(b->calls, b->ncalls,
+			    rl_lua_ratelimit_sha, true, &a) == -1) {
+				snprintf(err, errlen, "out of memory");
+				return -1;
+			}
+			if (redis_conn_send(s->conn, a.argc, a.argv, a.lens,
+			    batch_reply, b, err, errlen) == -1)
+				s = NULL;
+			redis_script_args_free(&a);
 		}
-		if (redis_conn_send(s->conn, a.argc, a.argv, a.lens,
-		    batch_reply, b, err, errlen) == -1)
-			s = NULL;
-		redis_script_args_free(&a);
 	} else if (b->kind == CALL_PROBE) {
 		const char *argv[1] = { "PING" };
 		size_t lens[1] = { 4 };
@@ -985,7 +992,7 @@ batch_send(struct redis_backend *rb, struct redis_batch *b, char *err,
 	} else if (b->kind == CALL_STATS) {
 		s = stats_send(rb, node, NULL, b, err, errlen);
 	} else if (b->kind == CALL_LEASE) {
-		s = lease_send(rb, node, b, err, errlen);
+		s = lease_send(rb, node, NULL, b, err, errlen);
 	} else {
 		if (redis_script_encode(b->calls, b->ncalls,
 		    rl_lua_ratelimit_sha, rb->mode == REDIS_CLUSTER, &a) ==

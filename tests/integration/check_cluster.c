@@ -51,6 +51,12 @@ static const char yaml_fmt[] =
 	"    key: \"${user}:n\"\n"
 	"    limit: 3\n"
 	"    window: 1h\n"
+	"  - name: lk\n"
+	"    match: { t: lock }\n"
+	"    key: \"${user}\"\n"
+	"    algorithm: concurrency\n"
+	"    limit: 1\n"
+	"    window: 1h\n"
 	"stats:\n"
 	"  - name: lat\n"
 	"    match: { t: stat }\n"
@@ -462,6 +468,73 @@ END_TEST
 
 /* --- a primary killed under load ---------------------------------------- */
 
+/* A lease released while its key's slot migrates: the source answers
+ * ASK, and lease.lua runs on the destination after ASKING. */
+START_TEST(test_lease_release_ask)
+{
+	const char *key = "cl:lk:{m2}";
+	char slot[16], src_id[64], dst_id[64], port[16], body[1024];
+	unsigned s = slot_map_keyslot(key, strlen(key));
+	struct h_daemon d;
+	struct h_resp r = { 0 };
+	int src, dst, i, k;
+
+	start(&d, cluster.node[0].port, "2s", 3);
+	h_http(&r, "POST", "/acquire", "{\"t\":\"lock\",\"user\":\"m2\"}",
+	    NULL);
+	ck_assert_int_eq(r.status, 200);
+	snprintf(body, sizeof(body), "{\"lease\":\"%s\"}", json_string_value(
+	    json_object_get(json_array_get(h_json_get(&r, "leases"), 0),
+	    "lease")));
+	src = owner_of(key);
+	ck_assert_int_ge(src, 0);
+	for (dst = 0; dst < H_CLUSTER_NODES; dst++) {
+		int o = -1;
+
+		for (k = 0; k < 16384 && o != dst; k += 97)
+			o = h_cluster_owner(&cluster, (unsigned)k);
+		if (o == dst && dst != src)
+			break;
+	}
+	ck_assert_int_lt(dst, H_CLUSTER_NODES);
+	node_id(src, src_id, sizeof(src_id));
+	node_id(dst, dst_id, sizeof(dst_id));
+	snprintf(slot, sizeof(slot), "%u", s);
+	cmd_ok(dst, "CLUSTER SETSLOT %s IMPORTING %s", slot, src_id);
+	cmd_ok(src, "CLUSTER SETSLOT %s MIGRATING %s", slot, dst_id);
+	snprintf(port, sizeof(port), "%d", cluster.node[dst].port);
+	{
+		redisReply *m = redisCommand(h_redis_ctx(&cluster.node[src]),
+		    "MIGRATE 127.0.0.1 %s %s 0 5000 KEYS %s", port, "", key);
+
+		ck_assert_msg(m != NULL && m->type != REDIS_REPLY_ERROR,
+		    "MIGRATE: %s", m != NULL ? m->str : "no reply");
+		freeReplyObject(m);
+	}
+	h_http(&r, "POST", "/release", body, NULL);
+	ck_assert_msg(r.status == 200 && strstr(r.body, "\"released\":true")
+	    != NULL, "release during the migration: %ld %s", r.status,
+	    r.body);
+	freeReplyObject(redisCommand(h_redis_ctx(&cluster.node[dst]),
+	    "ASKING"));
+	ck_assert_int_eq(h_redis_int(&cluster.node[dst], "EXISTS %s", key),
+	    0);
+	for (i = 0; i < H_CLUSTER_NODES; i++) {
+		redisReply *x;
+
+		if (cluster.node[i].pid == 0)
+			continue;
+		x = redisCommand(h_redis_ctx(&cluster.node[i]),
+		    "CLUSTER SETSLOT %s NODE %s", slot, dst_id);
+		if (x != NULL)
+			freeReplyObject(x);
+	}
+	ck_assert(h_cluster_wait_ok(&cluster, 20000));
+	h_resp_free(&r);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_primary_killed_failover)
 {
 	const char *key = "cl:one:{k1}";
@@ -504,6 +577,7 @@ int main(void)
 	tcase_add_test(tc, test_two_daemons_exact);
 	tcase_add_test(tc, test_across_slots_all_or_nothing);
 	tcase_add_test(tc, test_takeback_each_algorithm);
+	tcase_add_test(tc, test_lease_release_ask);
 	tcase_add_test(tc, test_slot_migration_ask_then_moved);
 	tcase_add_test(tc, test_primary_killed_failover);
 	suite_add_tcase(s, tc);
