@@ -51,6 +51,7 @@ struct decide_job {
 	bool on_local;		/* the call went to the local store */
 	bool leases;		/* req->leases */
 	int64_t req_deadline_us;
+	int64_t wait_us;	/* CONTRACT 10; 0: no waiting */
 	struct decide_group_result *group_out;	/* ngroups, or NULL */
 	size_t ngroups;
 	size_t n;
@@ -389,6 +390,7 @@ job_submit(struct decide_job *job, struct backend *b)
 	    job->req_deadline_us;
 	job->call.done = job_call_done;
 	job->call.arg = job;
+	job->call.wait_us = job->wait_us;
 	backend_submit(b, &job->call);
 }
 
@@ -408,6 +410,8 @@ job_call_done(struct backend_call *call)
 	if (call->rc == 0) {
 		pick_deciding(job->ap, job->checks, job->res, job->n,
 		    call->all_allowed, out);
+		out->waited_ms = call->all_allowed && call->waited_us > 0 ?
+		    util_ceil_div(call->waited_us, 1000) : 0;
 		pick_groups(job);
 		out->degraded = job->on_local;
 		if (call->all_allowed && !job->on_local)
@@ -575,6 +579,8 @@ decide_prepare(const struct decider *d, const struct config *cfg,
 	job->cfg = cfg;
 	job->out = out;
 	job->req_deadline_us = req->deadline_us;
+	job->wait_us = ngroups > 0 || req->wait_ms <= 0 ? 0 :
+	    req->wait_ms * 1000;
 	job->group_out = ngroups > 0 ? req->group_out : NULL;
 	job->ngroups = ngroups;
 	job->leases = req->leases && ngroups == 0;
@@ -611,7 +617,7 @@ decide_prepare(const struct decider *d, const struct config *cfg,
 	}
 	/* The cache knows a key, not a group's other rules: it answers
 	 * requests of one attribute set only. */
-	if (ngroups == 0 && d->deny != NULL &&
+	if (ngroups == 0 && job->wait_us == 0 && d->deny != NULL &&
 	    !d->backend->completes_inline && deny_cached(d, job))
 		goto settled;
 	*jobp = job;

@@ -54,6 +54,9 @@ struct decide_request {
 	int64_t cost;		/* -1: each rule's own default cost */
 	int64_t deadline_us;	/* monotonic; 0: the store's timeout from
 				 * now.  Set from the request's arrival. */
+	int64_t wait_ms;	/* CONTRACT 10: 0 answers now; else the store
+				 * may reserve a time within wait_ms (one
+				 * attribute set only) */
 	/*
 	 * Or, when ngroups > 0, several attribute sets in one decision
 	 * (attrs, rule and cost are then unused): the rules that apply to
@@ -117,6 +120,8 @@ struct decision {
 	 * store itself allowed (not degraded).  Owned: decide_leases_free(). */
 	struct decide_lease *leases;
 	size_t nleases;
+	int64_t waited_ms;	/* allowed by a reservation this far ahead
+				 * (store time): answer then; else 0 */
 };
 
 /* Free out's leases (safe on any decision, any number of times). */

@@ -267,6 +267,12 @@ fixed_check(struct limiter_state *s, const struct limiter_params *p,
 {
 	int64_t start = fixed_start(p, now);
 
+	if (s->u.fixed.n > 0 && s->u.fixed.start > start) {
+		/* Units reserved in a later window (waiting): those waiters
+		 * come first, so only a report (cost 0) passes now. */
+		*allowed = cost == 0;
+		return;
+	}
 	if (s->u.fixed.start != start) {
 		s->u.fixed.start = start;
 		s->u.fixed.n = 0;
@@ -274,13 +280,41 @@ fixed_check(struct limiter_state *s, const struct limiter_params *p,
 	*allowed = cost <= p->limit - s->u.fixed.n;
 }
 
+/* The earliest t >= from at which cost fits (docs/algorithms.md,
+ * "Waiting"): not before the window of the newest reservation; in that
+ * window if its count leaves room, else at the start of the next. */
+static int64_t
+fixed_earliest(const struct limiter_state *s, const struct limiter_params *p,
+    int64_t from, int64_t cost)
+{
+	int64_t t = from;
+
+	if (s->u.fixed.n == 0)
+		return t;
+	if (s->u.fixed.start > fixed_start(p, t))
+		t = s->u.fixed.start;
+	if (fixed_start(p, t) != s->u.fixed.start ||
+	    cost <= p->limit - s->u.fixed.n)
+		return t;
+	return s->u.fixed.start + p->window_us;
+}
+
 static void
 fixed_result(const struct limiter_state *s, const struct limiter_params *p,
-    int64_t now, bool allowed, struct rl_result *out)
+    int64_t now, int64_t cost, bool allowed, struct rl_result *out)
 {
 	int64_t n = fixed_count(s, p, now);
 	int64_t left = ceil_ms(fixed_start(p, now) + p->window_us - now);
 
+	if (s->u.fixed.n > 0 && s->u.fixed.start > fixed_start(p, now)) {
+		/* A later window holds reservations. */
+		out->remaining = 0;
+		out->reset_ms = ceil_ms(s->u.fixed.start + p->window_us - now);
+		if (!allowed)
+			out->retry_after_ms = ceil_ms(fixed_earliest(s, p,
+			    now, cost) - now);
+		return;
+	}
 	out->remaining = n >= p->limit ? 0 : p->limit - n;
 	out->reset_ms = n > 0 ? left : 0;
 	if (!allowed)
@@ -592,7 +626,7 @@ limiter_result(const struct limiter_state *s, const struct limiter_params *p,
 		log_result(s, p, now, cost, allowed, out);
 		break;
 	case RL_ALG_FIXED_WINDOW:
-		fixed_result(s, p, now, allowed, out);
+		fixed_result(s, p, now, cost, allowed, out);
 		break;
 	case RL_ALG_TOKEN_BUCKET:
 		bucket_result(s, p, now, cost, allowed, out);
@@ -654,4 +688,155 @@ limiter_take(struct limiter_state *s, const struct limiter_params *p,
 		limiter_record(s, p, now, cost);
 	limiter_result(s, p, now, cost, allowed, allowed, out);
 	return 0;
+}
+
+/* --- waiting (docs/algorithms.md, "Waiting for a turn") ----------------- */
+
+/* sliding_log: not before the newest run; at t0 = max(from, newest) the
+ * units of (t0 - W, t0] plus cost must fit, else t is when the k-th oldest
+ * of them leaves the window, k = count + c - L. */
+static int64_t
+log_earliest(const struct limiter_state *s, const struct limiter_params *p,
+    int64_t from, int64_t cost)
+{
+	int64_t t0 = from, count = 0, k, acc = 0;
+	size_t j, first = 0;
+
+	if (s->u.log.len > 0 && log_at(s, s->u.log.len - 1)->t > t0)
+		t0 = log_at(s, s->u.log.len - 1)->t;
+	while (first < s->u.log.len && log_at(s, first)->t <= t0 - p->window_us)
+		first++;
+	for (j = first; j < s->u.log.len; j++)
+		count += log_at(s, j)->n;
+	if (cost <= p->limit - count)
+		return t0;
+	k = count + cost - p->limit;
+	for (j = first; j < s->u.log.len; j++) {
+		acc += log_at(s, j)->n;
+		if (acc >= k)
+			return log_at(s, j)->t + p->window_us;
+	}
+	return INT64_MAX;	/* cost > L: refused by the callers */
+}
+
+/* token_bucket: t >= from with max(tat, t) + c*W/L - t <= W + 1. */
+static int64_t
+bucket_earliest(const struct limiter_state *s, const struct limiter_params *p,
+    int64_t from, int64_t cost)
+{
+	double inc = (double)cost * (double)p->window_us / (double)p->limit;
+	double tat = s->u.bucket.tat, x;
+	int64_t t = from;
+	bool ok;
+
+	bucket_check(s, p, t, cost, &ok);
+	if (ok)
+		return t;
+	x = ceil(tat + inc - (double)p->window_us - 1);
+	if (x > (double)t)
+		t = (int64_t)x;
+	for (;;) {
+		bucket_check(s, p, t, cost, &ok);
+		if (ok)
+			return t;
+		t++;
+	}
+}
+
+int64_t
+limiter_earliest(const struct limiter_state *s,
+    const struct limiter_params *p, int64_t now, int64_t from, int64_t cost)
+{
+	bool ok;
+
+	if (from < now)
+		from = now;
+	switch (p->algorithm) {
+	case RL_ALG_SLIDING_LOG:
+		return log_earliest(s, p, from, cost);
+	case RL_ALG_FIXED_WINDOW:
+		return fixed_earliest(s, p, from, cost);
+	case RL_ALG_TOKEN_BUCKET:
+		return bucket_earliest(s, p, from, cost);
+	case RL_ALG_SLIDING_WINDOW:
+		/* Never waits: admits now or never. */
+		if (from != now)
+			return INT64_MAX;
+		ok = false;
+		{
+			struct sw_view v;
+
+			sw_view(s, p, now, &v);
+			ok = v.est + (double)cost <= (double)p->limit;
+		}
+		return ok ? now : INT64_MAX;
+	case RL_ALG_CONCURRENCY:
+		/* Not in the store: a lease is waited for by the daemon. */
+		return from == now && cost <= p->limit - s->u.conc.used ?
+		    now : INT64_MAX;
+	}
+	return INT64_MAX;
+}
+
+int
+limiter_reserve_room(struct limiter_state *s, const struct limiter_params *p,
+    char *err, size_t errlen)
+{
+	size_t cap;
+
+	if (p->algorithm == RL_ALG_SLIDING_LOG &&
+	    s->u.log.len == s->u.log.cap) {
+		/* Reserved units may take the log past L units (they lie
+		 * after now), so the ring is not capped at L runs here. */
+		cap = s->u.log.cap == 0 ? LOG_MIN_CAP : 2 * s->u.log.cap;
+		if (log_resize(s, cap) == -1) {
+			snprintf(err, errlen, "out of memory (sliding_log of "
+			    "%zu runs)", cap);
+			return -1;
+		}
+	}
+	if (p->algorithm == RL_ALG_SLIDING_WINDOW &&
+	    s->u.window.counts == NULL) {
+		s->u.window.counts = rl_calloc(SW_SLOTS, sizeof(int64_t));
+		if (s->u.window.counts == NULL) {
+			snprintf(err, errlen,
+			    "out of memory (sliding_window counts)");
+			return -1;
+		}
+	}
+	return 0;
+}
+
+void
+limiter_record_at(struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t t, int64_t cost)
+{
+	int64_t start;
+
+	if (cost <= 0)
+		return;
+	switch (p->algorithm) {
+	case RL_ALG_SLIDING_LOG:
+		log_record(s, t, cost);
+		break;
+	case RL_ALG_FIXED_WINDOW:
+		start = fixed_start(p, t);
+		if (s->u.fixed.start != start) {
+			s->u.fixed.start = start;
+			s->u.fixed.n = 0;
+		}
+		s->u.fixed.n += cost;
+		break;
+	case RL_ALG_TOKEN_BUCKET:
+		s->u.bucket.tat = bucket_new_tat(s, p, t, cost);
+		break;
+	case RL_ALG_SLIDING_WINDOW:
+		/* In the bucket of now: the ring holds no later one. */
+		sw_record(s, p, now, cost);
+		break;
+	case RL_ALG_CONCURRENCY:
+		/* Admitted now (limiter_earliest()): the lease from now. */
+		limiter_record(s, p, now, cost);
+		break;
+	}
 }

@@ -183,4 +183,27 @@ bool limiter_lease_renew(struct limiter_state *s,
     const struct limiter_params *p, int64_t now, const char *token,
     int64_t cost);
 
+/*
+ * Waiting (docs/algorithms.md, "Waiting for a turn").  After
+ * limiter_check() at `now` (which dropped what expired), the earliest time
+ * t >= max(from, now) at which the rule admits `cost`, counting the units
+ * reserved after now, and never before the newest reservation (first come,
+ * first served).  INT64_MAX when the rule never waits (sliding_window: now
+ * if it admits now, else INT64_MAX).  Pure.
+ */
+int64_t limiter_earliest(const struct limiter_state *s,
+    const struct limiter_params *p, int64_t now, int64_t from, int64_t cost);
+
+/* Make sure limiter_record_at() cannot fail on *s (grow the sliding_log
+ * ring).  Returns 0, or -1 with a message in err (nothing changed). */
+int limiter_reserve_room(struct limiter_state *s,
+    const struct limiter_params *p, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+/* Record `cost` at t >= now, a time limiter_earliest() gave for every rule
+ * of the request; after limiter_reserve_room().  sliding_window records
+ * in the bucket of now. */
+void limiter_record_at(struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t t, int64_t cost);
+
 #endif

@@ -117,6 +117,9 @@ struct backend_call {
 					 * 0: the store's timeout from now */
 	backend_done_fn done;
 	void *arg;			/* the caller's */
+	int64_t wait_us;		/* CONTRACT 10: when denied now, reserve
+					 * the earliest time within this many
+					 * store microseconds; 0: no waiting */
 	const struct rl_stat_op *stat;	/* a stat call, or NULL */
 	struct rl_stat_result *stat_out;
 	enum backend_lease_op lease_op;	/* BACKEND_LEASE_NONE: decide */
@@ -127,6 +130,9 @@ struct backend_call {
 	 * and err when the call failed (nothing is known to be recorded). */
 	int rc;
 	bool all_allowed;
+	int64_t waited_us;		/* all_allowed by a reservation: the
+					 * store time from now until it (> 0);
+					 * else 0 */
 	enum backend_error_kind kind;
 	char err[BACKEND_ERR_MAX];
 

@@ -351,10 +351,63 @@ memory_may_sweep_all(struct memory_backend *m)
  * phase 2 if every non-shadow check allows, results.  Whatever happens, the
  * entries' expiries are brought up to date and empty ones are freed.
  */
+/*
+ * Waiting (docs/algorithms.md, "Waiting for a turn"): after phase 1 denied,
+ * the earliest t at which every non-shadow check fits, iterating to the
+ * max of the rules' earliest times until they agree.  Records at t and
+ * returns t - now, or returns 0 (nothing recorded) when there is no such t
+ * within wait_us; -1 with err when out of memory.
+ */
+#define MEMORY_WAIT_ROUNDS 64
+
+static int64_t
+memory_reserve(const struct rl_check *checks, struct memory_slot *slots,
+    size_t n, int64_t now, int64_t wait_us, char *err, size_t errlen)
+{
+	int64_t t = now, e, next;
+	size_t i, round;
+
+	for (round = 0; round < MEMORY_WAIT_ROUNDS; round++) {
+		next = t;
+		for (i = 0; i < n; i++) {
+			if (checks[i].shadow)
+				continue;
+			e = limiter_earliest(&slots[i].entry->state,
+			    &slots[i].params, now, t, checks[i].cost);
+			if (e > next)
+				next = e;
+		}
+		if (next == INT64_MAX || next - now > wait_us)
+			return 0;
+		if (next == t)
+			break;
+		t = next;
+	}
+	if (round == MEMORY_WAIT_ROUNDS || t == now)
+		return 0;
+	for (i = 0; i < n; i++)
+		if (checks[i].cost > 0 && limiter_reserve_room(
+		    &slots[i].entry->state, &slots[i].params, err,
+		    errlen) == -1)
+			return -1;
+	for (i = 0; i < n; i++) {
+		slots[i].allowed = !checks[i].shadow ||
+		    limiter_earliest(&slots[i].entry->state, &slots[i].params,
+		    now, t, checks[i].cost) == t;
+		if (slots[i].allowed && checks[i].cost > 0) {
+			limiter_record_at(&slots[i].entry->state,
+			    &slots[i].params, now, t, checks[i].cost);
+			slots[i].recorded = true;
+		}
+	}
+	return t - now;
+}
+
 static enum memory_attempt
 memory_attempt(struct memory_backend *m, const struct rl_check *checks,
     struct memory_slot *slots, size_t n, struct rl_result *out,
-    bool *all_allowed, char *err, size_t errlen)
+    bool *all_allowed, int64_t wait_us, int64_t *waited_us, char *err,
+    size_t errlen)
 {
 	enum memory_attempt rc = MEMORY_OK;
 	struct memory_stripe *st;
@@ -398,6 +451,23 @@ memory_attempt(struct memory_backend *m, const struct rl_check *checks,
 		else if (!slots[i].allowed && !checks[i].shadow)
 			all = false;
 	}
+	*waited_us = 0;
+	if (rc == MEMORY_OK && !all && wait_us > 0) {
+		int64_t w = memory_reserve(checks, slots, n, now, wait_us,
+		    err, errlen);
+
+		if (w < 0) {
+			rc = MEMORY_ERROR;
+		} else if (w > 0) {
+			*waited_us = w;
+			*all_allowed = true;
+			for (i = 0; i < n; i++)
+				limiter_result(&slots[i].entry->state,
+				    &slots[i].params, now, checks[i].cost,
+				    true, slots[i].recorded, &out[i]);
+			goto unpin;
+		}
+	}
 	if (rc == MEMORY_OK) {
 		for (i = 0; i < n && all; i++) {
 			if (slots[i].allowed && checks[i].cost > 0) {
@@ -413,6 +483,7 @@ memory_attempt(struct memory_backend *m, const struct rl_check *checks,
 		*all_allowed = all;
 	}
 
+unpin:
 	/*
 	 * Unpin.  As in Redis, a key gets a new expiry only when recorded in,
 	 * keeps its own when only read, and goes when its state is empty.  A
@@ -460,8 +531,9 @@ memory_log_full(struct memory_backend *m)
 
 static int
 memory_decide(struct backend *b, const struct rl_check *checks, size_t n,
-    struct rl_result *out, bool *all_allowed, enum backend_error_kind *kind,
-    char *err, size_t errlen)
+    struct rl_result *out, bool *all_allowed, int64_t wait_us,
+    int64_t *waited_us, enum backend_error_kind *kind, char *err,
+    size_t errlen)
 {
 	struct memory_backend *m = (struct memory_backend *)b;
 	struct memory_slot small[MEMORY_SMALL_CALL], *slots = small;
@@ -498,12 +570,12 @@ memory_decide(struct backend *b, const struct rl_check *checks, size_t n,
 		    (const unsigned char *)c->key, c->keylen);
 	}
 
-	rc = memory_attempt(m, checks, slots, n, out, all_allowed, err,
-	    errlen);
+	rc = memory_attempt(m, checks, slots, n, out, all_allowed, wait_us,
+	    waited_us, err, errlen);
 	if (rc == MEMORY_FULL && memory_may_sweep_all(m)) {
 		memory_sweep_all(m);
 		rc = memory_attempt(m, checks, slots, n, out, all_allowed,
-		    err, errlen);
+		    wait_us, waited_us, err, errlen);
 	}
 	if (rc == MEMORY_FULL) {
 		*kind = BACKEND_ERR_FULL;
@@ -574,6 +646,7 @@ memory_submit(struct backend *b, struct backend_call *call)
 	struct memory_backend *m = (struct memory_backend *)b;
 
 	call->all_allowed = true;
+	call->waited_us = 0;
 	call->kind = BACKEND_ERR_NONE;
 	call->err[0] = '\0';
 	if (call->lease_op != BACKEND_LEASE_NONE) {
@@ -587,8 +660,9 @@ memory_submit(struct backend *b, struct backend_call *call)
 		    call->err, sizeof(call->err));
 	else
 		call->rc = call->n == 0 ? 0 : memory_decide(b, call->checks,
-		    call->n, call->out, &call->all_allowed, &call->kind,
-		    call->err, sizeof(call->err));
+		    call->n, call->out, &call->all_allowed, call->wait_us,
+		    &call->waited_us, &call->kind, call->err,
+		    sizeof(call->err));
 	call->done(call);
 }
 
