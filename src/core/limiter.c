@@ -261,13 +261,24 @@ fixed_count(const struct limiter_state *s, const struct limiter_params *p,
 	return s->u.fixed.start == fixed_start(p, now) ? s->u.fixed.n : 0;
 }
 
+/* Does the state hold units reserved in a window after now's?  A start
+ * that is not a multiple of W comes from another window size (a reload)
+ * and is stale, never a reservation. */
+static bool
+fixed_reserved(const struct limiter_state *s, const struct limiter_params *p,
+    int64_t now)
+{
+	return s->u.fixed.n > 0 && s->u.fixed.start > fixed_start(p, now) &&
+	    s->u.fixed.start % p->window_us == 0;
+}
+
 static void
 fixed_check(struct limiter_state *s, const struct limiter_params *p,
     int64_t now, int64_t cost, bool *allowed)
 {
 	int64_t start = fixed_start(p, now);
 
-	if (s->u.fixed.n > 0 && s->u.fixed.start > start) {
+	if (fixed_reserved(s, p, now)) {
 		/* Units reserved in a later window (waiting): those waiters
 		 * come first, so only a report (cost 0) passes now. */
 		*allowed = cost == 0;
@@ -291,7 +302,7 @@ fixed_earliest(const struct limiter_state *s, const struct limiter_params *p,
 
 	if (s->u.fixed.n == 0)
 		return t;
-	if (s->u.fixed.start > fixed_start(p, t))
+	if (fixed_reserved(s, p, t))
 		t = s->u.fixed.start;
 	if (fixed_start(p, t) != s->u.fixed.start ||
 	    cost <= p->limit - s->u.fixed.n)
@@ -306,7 +317,7 @@ fixed_result(const struct limiter_state *s, const struct limiter_params *p,
 	int64_t n = fixed_count(s, p, now);
 	int64_t left = ceil_ms(fixed_start(p, now) + p->window_us - now);
 
-	if (s->u.fixed.n > 0 && s->u.fixed.start > fixed_start(p, now)) {
+	if (fixed_reserved(s, p, now)) {
 		/* A later window holds reservations. */
 		out->remaining = 0;
 		out->reset_ms = ceil_ms(s->u.fixed.start + p->window_us - now);
