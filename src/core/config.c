@@ -1290,6 +1290,10 @@ static const struct field top_fields[] = {
 	    parse_listen_mode, F_START_ONLY | F_CMP_ENUM, NULL },
 	{ "shutdown_timeout", F_DURATION, CO(shutdown_timeout_ms),
 	    0, DAY_MS, NULL, 0, NULL },
+	{ "max_wait",         F_DURATION, CO(max_wait_ms),    0, DAY_MS,
+	    NULL, 0, NULL },
+	{ "max_waiting",      F_INT64,    CO(max_waiting),    0, 10000000,
+	    NULL, 0, NULL },
 	{ "log_level",        F_CUSTOM,   CO(log_level),      0, 0,
 	    parse_log_level, 0, NULL },
 	{ "log_format",       F_CUSTOM,   CO(log_format),     0, 0,
@@ -1456,6 +1460,8 @@ config_new(const char *path)
 	c->max_attributes = 64;
 	c->listen_mode = -1;
 	c->shutdown_timeout_ms = 10000;
+	c->max_wait_ms = 30000;
+	c->max_waiting = 10000;
 	c->log_level = LOG_LEVEL_INFO;
 	c->log_format = RL_LOG_LOGFMT;
 	c->access_log = false;

@@ -72,6 +72,8 @@ struct config {
 	char *user;			/* NULL, or drop to this user */
 	int listen_mode;		/* -1, or a unix socket's file mode */
 	int64_t shutdown_timeout_ms;	/* default 10000 */
+	int64_t max_wait_ms;		/* default 30000: wait_ms bound (CONTRACT 10) */
+	int64_t max_waiting;		/* default 10000: waiters at once */
 	enum log_level log_level;	/* default info */
 	enum rl_log_format log_format;	/* default logfmt */
 	bool access_log;		/* default false */

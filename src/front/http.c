@@ -54,6 +54,7 @@
 #include "request_json.h"
 #include "stats_request.h"
 #include "util.h"
+#include "wait_timer.h"
 
 #define JSON_TYPE "application/json"
 #define HTTP_CONN_MEMORY (16 * 1024)	/* per connection, see start */
@@ -90,6 +91,8 @@ struct http_server {
 					 * answer */
 	bool stopping;			/* atomic: suspend nothing more */
 	struct http_guard *guard;	/* connection limit, request timeout */
+	struct wait_timer *timer;	/* answers waiting requests */
+	long long waiting;		/* atomic: requests that may wait */
 };
 
 /* Per-request state, from the first call of the handler to completion. */
@@ -122,6 +125,10 @@ struct request {
 	bool resumed_seen;		/* the handler ran after the resume */
 	bool answered;			/* an answer was queued */
 	uint64_t body_seen;		/* body bytes, kept or not */
+	/* Waiting for a turn (CONTRACT 10). */
+	bool wait_slot;			/* counted in s->waiting */
+	bool wait_over;			/* the timer fired */
+	bool wait_cut;			/* fired early: shutting down */
 	int64_t declared_len;		/* Content-Length, or -1 */
 };
 
@@ -406,11 +413,21 @@ leases_json(const struct decision *d)
 	return p;
 }
 
+/* ",\"waited_ms\":N" for an answer that waited for its turn, else "". */
+static const char *
+waited_field(const struct decision *d, char *buf, size_t cap)
+{
+	if (!d->allowed || d->waited_ms <= 0)
+		return "";
+	snprintf(buf, cap, ",\"waited_ms\":%lld", (long long)d->waited_ms);
+	return buf;
+}
+
 static char *
 decision_body(const struct request *rq, const struct decision *d,
     char *stack, size_t cap, size_t *n, int *status)
 {
-	char *leases, *body;
+	char *leases, *body, waited[40];
 
 	*n = 0;
 	stack[0] = '\0';
@@ -425,11 +442,12 @@ decision_body(const struct request *rq, const struct decision *d,
 		body = fmt_buf(stack, cap, n, "{\"allowed\":%s,"
 		    "\"rule\":\"%s\",\"limit\":%lld,\"remaining\":%lld,"
 		    "\"reset_ms\":%lld,\"retry_after_ms\":%lld,"
-		    "\"shadow\":%s%s%s}", d->allowed ? "true" : "false",
+		    "\"shadow\":%s%s%s%s}", d->allowed ? "true" : "false",
 		    d->rule->name, (long long)d->limit,
 		    (long long)d->remaining, (long long)d->reset_ms,
 		    (long long)d->retry_after_ms, d->shadow ? "true" : "false",
-		    d->degraded ? ",\"degraded\":true" : "", leases);
+		    d->degraded ? ",\"degraded\":true" : "",
+		    waited_field(d, waited, sizeof(waited)), leases);
 		rl_free(leases);
 		return body;
 	}
@@ -544,7 +562,8 @@ out:
 }
 
 /* The fields of /acquire that are not attributes (CONTRACT 3). */
-static const char *const acquire_reserved[] = { "cost", "rule", NULL };
+static const char *const acquire_reserved[] = { "cost", "rule", "wait_ms",
+    NULL };
 
 /*
  * The JSON body of /acquire into attributes, the forced rule and the cost.
@@ -553,7 +572,7 @@ static const char *const acquire_reserved[] = { "cost", "rule", NULL };
 static int
 acquire_attrs(struct http_server *s, struct MHD_Connection *conn,
     const struct request *rq, struct attrs *a, char **rule, int64_t *cost,
-    enum MHD_Result *ret)
+    int64_t *wait_ms, enum MHD_Result *ret)
 {
 	struct request_error e;
 	json_t *fields;
@@ -562,6 +581,7 @@ acquire_attrs(struct http_server *s, struct MHD_Connection *conn,
 
 	*cost = -1;
 	*rule = NULL;
+	*wait_ms = 0;
 	if (request_json_parse(rq->body, rq->len, acquire_reserved,
 	    (size_t)rq->cfg->max_attributes, a, &fields, &e) < 0) {
 		*ret = respond_error(s, conn, e.status, e.code, "%s",
@@ -570,6 +590,8 @@ acquire_attrs(struct http_server *s, struct MHD_Connection *conn,
 	}
 	if (request_json_int(fields, "cost", 0, INT64_MAX, "invalid_cost",
 	    cost, &e) < 0 ||
+	    request_json_int(fields, "wait_ms", 0, rq->cfg->max_wait_ms,
+	    "invalid_wait", wait_ms, &e) < 0 ||
 	    request_json_string(fields, "rule", "unknown_rule", &r, &e) < 0) {
 		*ret = respond_error(s, conn, e.status, e.code, "%s",
 		    e.message);
@@ -903,6 +925,14 @@ suspend(struct http_server *s, struct request *rq)
 	return true;
 }
 
+/* Allowed by a reservation whose time has not come yet. */
+static bool
+wait_needed(const struct request *rq)
+{
+	return rq->decision.status == DECIDE_OK && rq->decision.allowed &&
+	    rq->decision.waited_ms > 0 && !rq->wait_over;
+}
+
 /* The store answered (any thread): wake the connection.  The loop then
  * calls the handler again, which answers and uncounts it.  A client that
  * shut down its sending side meanwhile is answered here, straight on the
@@ -914,7 +944,8 @@ resume(void *arg)
 	struct request *rq = arg;
 	const union MHD_ConnectionInfo *ci;
 
-	if (EP_DECIDES(rq->ep) && client_half_closed(rq->conn) &&
+	if (EP_DECIDES(rq->ep) && !wait_needed(rq) && !rq->wait_cut &&
+	    client_half_closed(rq->conn) &&
 	    (ci = MHD_get_connection_info(rq->conn,
 	    MHD_CONNECTION_INFO_CONNECTION_FD)) != NULL) {
 		(void)answer_raw(rq->s, ci->connect_fd, rq);
@@ -952,6 +983,63 @@ probe_inline_done(struct backend_call *call)
 }
 
 /*
+ * Waiting for a turn (CONTRACT 10).  A request with wait_ms takes a slot
+ * of max_waiting for its whole life (past it, it is decided as if it had
+ * no wait_ms: 429 at once when denied).  When the store reserved a time,
+ * the connection is suspended and the one timer of the server resumes it
+ * then (wait_fire), or at once with 503 shutting_down when a shutdown cut
+ * it.  A client that left meanwhile keeps its reservation.
+ */
+static void
+wait_take_slot(struct http_server *s, struct request *rq)
+{
+	if (rq->dr.wait_ms <= 0)
+		return;
+	if (__atomic_add_fetch(&s->waiting, 1, __ATOMIC_SEQ_CST) >
+	    rq->cfg->max_waiting) {
+		__atomic_sub_fetch(&s->waiting, 1, __ATOMIC_SEQ_CST);
+		rq->dr.wait_ms = 0;
+		return;
+	}
+	rq->wait_slot = true;
+}
+
+/* The timer's thread: the time has come (or a shutdown cut it). */
+static void
+wait_fire(void *arg, bool cut)
+{
+	struct request *rq = arg;
+
+	rq->wait_over = true;
+	rq->wait_cut = cut;
+	resume(rq);
+}
+
+/* A decided /acquire: wait for its reserved time, or answer now. */
+static enum MHD_Result
+answer_decision(struct http_server *s, struct MHD_Connection *conn,
+    struct request *rq)
+{
+	if (wait_needed(rq)) {
+		rq->conn = conn;
+		if (!suspend(s, rq)) {
+			rq->wait_cut = true;
+		} else if (wait_timer_add(s->timer, util_monotonic_us() +
+		    rq->decision.waited_ms * 1000, wait_fire, rq) == -1) {
+			/* Out of memory: resume it at once, cut. */
+			wait_fire(rq, true);
+			return MHD_YES;
+		} else {
+			return MHD_YES;
+		}
+	}
+	if (rq->wait_cut)
+		return respond_error(s, conn, 503, "shutting_down",
+		    "the server is shutting down");
+	return finish_decision(s, conn, rq);
+}
+
+/*
  * The last call for /acquire or /auth: gather attributes, decide what can
  * be decided here, and hand the rest to the store.  Called again after the
  * store's answer resumed the connection, with rq->state == RQ_DECIDED.
@@ -971,7 +1059,7 @@ handle_decision(struct http_server *s, struct MHD_Connection *conn,
 				log_access(rq);
 			return MHD_NO;	/* answered; close */
 		}
-		return finish_decision(s, conn, rq);
+		return answer_decision(s, conn, rq);
 	}
 	if (rq->too_large)
 		return respond_error(s, conn, 413, "body_too_large",
@@ -983,10 +1071,11 @@ handle_decision(struct http_server *s, struct MHD_Connection *conn,
 	    rq->arrived_us + rq->cfg->redis.timeout_ms * 1000 : 0;
 	if (rq->ep == EP_ACQUIRE) {
 		if (acquire_attrs(s, conn, rq, &rq->attrs, &rq->rule,
-		    &rq->dr.cost, &ret) < 0)
+		    &rq->dr.cost, &rq->dr.wait_ms, &ret) < 0)
 			return ret;
 		rq->dr.rule = rq->rule;
 		rq->dr.leases = true;	/* /auth: concurrency rules skipped */
+		wait_take_slot(s, rq);
 	} else if ((rc = auth_attrs(conn, rq->cfg, url, method,
 	    &rq->attrs)) < 0)
 		return rc == -2 ? respond_error(s, conn, 400,
@@ -999,7 +1088,7 @@ handle_decision(struct http_server *s, struct MHD_Connection *conn,
 		return finish_decision(s, conn, rq);
 	if (s->decider->backend->completes_inline) {
 		decide_run(job, inline_done, NULL);
-		return finish_decision(s, conn, rq);
+		return answer_decision(s, conn, rq);
 	}
 	rq->conn = conn;
 	if (!suspend(s, rq)) {
@@ -1435,10 +1524,13 @@ request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
 		    conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 
-		if (EP_DECIDES(rq->ep) && !rq->answered_raw && ci != NULL)
+		if (EP_DECIDES(rq->ep) && !rq->answered_raw && ci != NULL &&
+		    !wait_needed(rq) && !rq->wait_cut)
 			(void)answer_raw(s, ci->connect_fd, rq);
 		resumed(s, rq);
 	}
+	if (rq->wait_slot)
+		__atomic_sub_fetch(&s->waiting, 1, __ATOMIC_SEQ_CST);
 	stats_request_clear(&rq->sr);
 	config_unref(rq->cfg);
 	decide_leases_free(&rq->decision);
@@ -1470,6 +1562,7 @@ mhd_log(void *cls, const char *fmt, va_list ap)
 static void
 server_free(struct http_server *s)
 {
+	wait_timer_free(s->timer);
 	http_guard_stop(s->guard);
 	config_slot_destroy(&s->cfg);
 	rl_free(s);
@@ -1535,6 +1628,8 @@ http_server_start(int listen_fd, struct config *cfg,
 	if ((s->guard = http_guard_start(guard_limits, s, err, errlen)) ==
 	    NULL)
 		goto fail;
+	if ((s->timer = wait_timer_new(err, errlen)) == NULL)
+		goto fail;
 	/* The logger first: MHD logs with its own, to stderr, until it
 	 * has seen this option.  A connection's memory holds its request
 	 * headers and the answer's: HTTP_CONN_MEMORY covers the headers
@@ -1573,8 +1668,14 @@ fail:
 void
 http_server_quiesce(struct http_server *s)
 {
+	struct config *c = http_server_get_config(s);
 	int fd;
 
+	/* Waiters due within shutdown_timeout are answered then; the
+	 * others at once, 503 (CONTRACT 10). */
+	wait_timer_cut(s->timer, util_monotonic_us() +
+	    c->shutdown_timeout_ms * 1000);
+	config_unref(c);
 	__atomic_store_n(&s->draining, true, __ATOMIC_RELEASE);
 	if (s->listen_fd < 0)
 		return;
@@ -1610,6 +1711,7 @@ http_server_stop(struct http_server *s)
 	 * libmicrohttpd must not stop with connections suspended. */
 	__atomic_store_n(&s->draining, true, __ATOMIC_RELEASE);
 	__atomic_store_n(&s->stopping, true, __ATOMIC_SEQ_CST);
+	wait_timer_cut(s->timer, util_monotonic_us());
 	give_up = util_monotonic_us() + HTTP_STOP_WAIT_US;
 	while (__atomic_load_n(&s->suspended, __ATOMIC_SEQ_CST) > 0 &&
 	    util_monotonic_us() < give_up)
