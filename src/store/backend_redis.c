@@ -822,10 +822,11 @@ reply_ignore(void *arg, redisReply *r, const char *err)
  * hex digits). */
 #define TB_NUM 48
 
-/* EVAL takeback.lua for the one call of b. */
+/* EVAL takeback.lua for the one call of b, on conn when given (after
+ * ASKING), else on node. */
 static struct redis_slot *
 takeback_send(struct redis_backend *rb, struct redis_node *node,
-    struct redis_batch *b, char *err, size_t errlen)
+    struct redis_conn *conn, struct redis_batch *b, char *err, size_t errlen)
 {
 	const struct backend_call *call = b->calls[0];
 	size_t argc = 3 + call->n * 6, i, k;
@@ -870,8 +871,12 @@ takeback_send(struct redis_backend *rb, struct redis_node *node,
 	for (i = 0; i < argc; i++)
 		if (lens[i] == 0)
 			lens[i] = strlen(argv[i]);
-	s = node_send(rb, node, (int)argc, argv, lens, batch_reply, b, err,
-	    errlen);
+	if (conn != NULL)
+		s = redis_conn_send(conn, (int)argc, argv, lens, batch_reply,
+		    b, err, errlen) == 0 ? b->slot : NULL;
+	else
+		s = node_send(rb, node, (int)argc, argv, lens, batch_reply, b,
+		    err, errlen);
 out:
 	rl_free(argv);
 	rl_free(lens);
@@ -963,12 +968,16 @@ batch_send(struct redis_backend *rb, struct redis_batch *b, char *err,
 		if ((s = node_send(rb, node, 1, argv, lens, reply_ignore, NULL,
 		    err, errlen)) == NULL)
 			return -1;
-		/* The call must follow on the same connection. */
-		if (b->kind == CALL_STATS || b->kind == CALL_LEASE) {
+		/* The call must follow on the same connection, each kind
+		 * with its own script. */
+		if (b->kind == CALL_STATS || b->kind == CALL_LEASE ||
+		    b->kind == CALL_TAKEBACK) {
 			b->slot = s;
 			if ((b->kind == CALL_STATS ? stats_send(rb, node,
-			    s->conn, b, err, errlen) : lease_send(rb, node,
-			    s->conn, b, err, errlen)) == NULL)
+			    s->conn, b, err, errlen) : b->kind == CALL_LEASE ?
+			    lease_send(rb, node, s->conn, b, err, errlen) :
+			    takeback_send(rb, node, s->conn, b, err,
+			    errlen)) == NULL)
 				s = NULL;
 		} else {
 			if (redis_script_encode(b->calls, b->ncalls,
@@ -988,7 +997,7 @@ batch_send(struct redis_backend *rb, struct redis_batch *b, char *err,
 		s = node_send(rb, node, 1, argv, lens, batch_reply, b, err,
 		    errlen);
 	} else if (b->kind == CALL_TAKEBACK) {
-		s = takeback_send(rb, node, b, err, errlen);
+		s = takeback_send(rb, node, NULL, b, err, errlen);
 	} else if (b->kind == CALL_STATS) {
 		s = stats_send(rb, node, NULL, b, err, errlen);
 	} else if (b->kind == CALL_LEASE) {

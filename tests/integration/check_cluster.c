@@ -535,6 +535,69 @@ START_TEST(test_lease_release_ask)
 }
 END_TEST
 
+/*
+ * A take-back whose slot migrates: the request's units went to the
+ * destination by ASK, its other slot denied, and the take-back, sent to
+ * the source, is asked on too.  takeback.lua must run there after ASKING
+ * (before: ratelimit.lua ran instead and recorded the units again).
+ */
+START_TEST(test_takeback_ask)
+{
+	static const char body[] = "{\"t\":\"pair\",\"user\":\"m3\"}";
+	const char *wide = "cl:wide:{m3}";
+	char slot[16], src_id[64], dst_id[64], port[16];
+	unsigned s = slot_map_keyslot(wide, strlen(wide));
+	struct h_daemon d;
+	int src, dst, i, k;
+
+	start(&d, cluster.node[0].port, "2s", 3);
+	for (i = 0; i < 3; i++)
+		ck_assert_int_eq(acquire(body), 200);
+	src = owner_of(wide);
+	ck_assert_int_ge(src, 0);
+	for (dst = 0; dst < H_CLUSTER_NODES; dst++) {
+		int o = -1;
+
+		for (k = 0; k < 16384 && o != dst; k += 97)
+			o = h_cluster_owner(&cluster, (unsigned)k);
+		if (o == dst && dst != src)
+			break;
+	}
+	ck_assert_int_lt(dst, H_CLUSTER_NODES);
+	node_id(src, src_id, sizeof(src_id));
+	node_id(dst, dst_id, sizeof(dst_id));
+	snprintf(slot, sizeof(slot), "%u", s);
+	cmd_ok(dst, "CLUSTER SETSLOT %s IMPORTING %s", slot, src_id);
+	cmd_ok(src, "CLUSTER SETSLOT %s MIGRATING %s", slot, dst_id);
+	snprintf(port, sizeof(port), "%d", cluster.node[dst].port);
+	{
+		redisReply *m = redisCommand(h_redis_ctx(&cluster.node[src]),
+		    "MIGRATE 127.0.0.1 %s %s 0 5000 KEYS %s", port, "", wide);
+
+		ck_assert_msg(m != NULL && m->type != REDIS_REPLY_ERROR,
+		    "MIGRATE: %s", m != NULL ? m->str : "no reply");
+		freeReplyObject(m);
+	}
+	/* narrow (3) is full: denied, and wide's unit taken back. */
+	ck_assert_int_eq(acquire(body), 429);
+	for (i = 0; i < H_CLUSTER_NODES; i++) {
+		redisReply *x;
+
+		if (cluster.node[i].pid == 0)
+			continue;
+		x = redisCommand(h_redis_ctx(&cluster.node[i]),
+		    "CLUSTER SETSLOT %s NODE %s", slot, dst_id);
+		if (x != NULL)
+			freeReplyObject(x);
+	}
+	ck_assert_int_eq(units_on(dst, wide), 3);
+	ck_assert_int_eq(h_metric(
+	    "ratelimitd_redis_takebacks_total{result=\"failed\"}"), 0);
+	ck_assert(h_cluster_wait_ok(&cluster, 20000));
+	h_daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_primary_killed_failover)
 {
 	const char *key = "cl:one:{k1}";
@@ -578,6 +641,7 @@ int main(void)
 	tcase_add_test(tc, test_across_slots_all_or_nothing);
 	tcase_add_test(tc, test_takeback_each_algorithm);
 	tcase_add_test(tc, test_lease_release_ask);
+	tcase_add_test(tc, test_takeback_ask);
 	tcase_add_test(tc, test_slot_migration_ask_then_moved);
 	tcase_add_test(tc, test_primary_killed_failover);
 	suite_add_tcase(s, tc);
