@@ -232,8 +232,8 @@ redis_conn_close(struct redis_conn *c, const char *why)
 	size_t head = c->head, count = c->count, cap = c->cap, i;
 	bool was_open = c->state != REDIS_CONN_CLOSED;
 
-	/* While resolving, fd is the lookup's: it stays with the lookup,
-	 * which a connect again may still wait for. */
+	/* While resolving, fd is the lookup's eventfd, closed below with
+	 * the lookup (which a connect again may still wait for). */
 	if (c->fd >= 0 && c->state != REDIS_CONN_RESOLVING)
 		close(c->fd);
 	c->fd = -1;
