@@ -400,6 +400,19 @@ main(int argc, char **argv)
 			close(gfd);
 		goto out;
 	}
+	/* Watch the file before serving: a change made once the daemon
+	 * answers must not fall before the watch (it is reloaded below). */
+	if ((efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+		fprintf(stderr, "ratelimitd: eventfd: %s\n", strerror(errno));
+		close(fd);
+		if (gfd >= 0)
+			close(gfd);
+		goto out;
+	}
+	d.watch = watch_start(d.path, 200, on_file_change, &efd, err,
+	    sizeof(err));
+	if (d.watch == NULL)
+		log_warnx("reload on file change is off: %s", err);
 	if (gfd >= 0) {
 		d.grpc = grpc_server_start(gfd, d.cfg, &d.grpc_decider,
 		    d.metrics, err, sizeof(err));
@@ -416,14 +429,6 @@ main(int argc, char **argv)
 		fprintf(stderr, "ratelimitd: %s\n", err);
 		goto out;
 	}
-	if ((efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
-		fprintf(stderr, "ratelimitd: eventfd: %s\n", strerror(errno));
-		goto out;
-	}
-	d.watch = watch_start(d.path, 200, on_file_change, &efd, err,
-	    sizeof(err));
-	if (d.watch == NULL)
-		log_warnx("reload on file change is off: %s", err);
 	log_info("ratelimitd %s listening on %s: %zu rules, backend %s, "
 	    "%d threads", RL_VERSION, d.cfg->listen, d.cfg->nrules,
 	    config_backend_name(d.cfg->backend), d.cfg->threads);
