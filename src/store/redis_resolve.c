@@ -10,6 +10,12 @@
  * mutex, so the owner never closes it under the thread's feet, and it is
  * never read: once done it stays readable, and a level-triggered epoll
  * keeps saying so until the owner acts.
+ *
+ * Even starting the lookup's thread is not the owner's work: creating a
+ * thread can take long (ThreadSanitizer's pthread_create waits until the
+ * new thread runs, a loaded machine schedules it late).  The owner queues
+ * the lookup for one spawner thread, started with the first lookup, which
+ * creates the lookup threads.
  */
 #include "redis_resolve.h"
 
@@ -35,7 +41,17 @@ struct redis_resolve {
 	int rc;			/* getaddrinfo()'s result */
 	int sys_errno;		/* errno, when rc is EAI_SYSTEM */
 	struct addrinfo *res;
+	struct redis_resolve *next;	/* in the spawner's queue */
 };
+
+/* The spawner: lookups waiting for their thread. */
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct redis_resolve *head, *tail;
+	bool started;
+} spawner = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL,
+    NULL, false };
 
 static void
 resolve_free(struct redis_resolve *r)
@@ -57,25 +73,17 @@ signal_fd(int efd)
 	(void)!write(efd, &one, sizeof(one));
 }
 
-static void *
-resolve_thread(void *arg)
+/* The answer is in: hand it over, and free the lookup if the owner
+ * left. */
+static void
+resolve_finish(struct redis_resolve *r, int rc, int sys_errno,
+    struct addrinfo *res)
 {
-	struct redis_resolve *r = arg;
-	struct addrinfo hints, *res = NULL;
-	char port[8];
 	bool dropped;
-	int rc, saved;
 
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_NUMERICSERV;
-	snprintf(port, sizeof(port), "%d", r->port);	/* immutable */
-	rc = getaddrinfo(r->host, port, &hints, &res);
-	saved = errno;
 	pthread_mutex_lock(&r->mu);
 	r->rc = rc;
-	r->sys_errno = saved;
+	r->sys_errno = sys_errno;
 	r->res = rc == 0 ? res : NULL;
 	r->done = true;
 	if (r->efd >= 0)
@@ -84,6 +92,52 @@ resolve_thread(void *arg)
 	pthread_mutex_unlock(&r->mu);
 	if (dropped)
 		resolve_free(r);
+}
+
+static void *
+resolve_thread(void *arg)
+{
+	struct redis_resolve *r = arg;
+	struct addrinfo hints, *res = NULL;
+	char port[8];
+	int rc;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_NUMERICSERV;
+	snprintf(port, sizeof(port), "%d", r->port);	/* immutable */
+	rc = getaddrinfo(r->host, port, &hints, &res);
+	resolve_finish(r, rc, errno, res);
+	return NULL;
+}
+
+/* Start a thread for every lookup queued; one that cannot have one is
+ * done with why.  Signals are blocked here, and so in every lookup
+ * thread: they stay with the threads that wait for them. */
+static void *
+spawner_main(void *arg)
+{
+	struct redis_resolve *r;
+	pthread_attr_t attr;
+	pthread_t tid;
+	int rc;
+
+	(void)arg;
+	pthread_attr_init(&attr);
+	(void)pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	for (;;) {
+		pthread_mutex_lock(&spawner.mu);
+		while (spawner.head == NULL)
+			pthread_cond_wait(&spawner.cv, &spawner.mu);
+		r = spawner.head;
+		if ((spawner.head = r->next) == NULL)
+			spawner.tail = NULL;
+		pthread_mutex_unlock(&spawner.mu);
+		r->next = NULL;
+		if ((rc = pthread_create(&tid, &attr, resolve_thread, r)) != 0)
+			resolve_finish(r, EAI_SYSTEM, rc, NULL);
+	}
 	return NULL;
 }
 
@@ -91,10 +145,9 @@ struct redis_resolve *
 redis_resolve_start(const char *host, int port, char *err, size_t errlen)
 {
 	struct redis_resolve *r;
-	pthread_attr_t attr;
 	pthread_t tid;
 	sigset_t all, old;
-	int rc;
+	int rc = 0;
 
 	if ((r = rl_calloc(1, sizeof(*r))) == NULL) {
 		snprintf(err, errlen, "resolve %s: out of memory", host);
@@ -109,17 +162,25 @@ redis_resolve_start(const char *host, int port, char *err, size_t errlen)
 	}
 	if (redis_resolve_fd(r, err, errlen) < 0)
 		goto fail;
-	if ((rc = pthread_attr_init(&attr)) != 0) {
-		snprintf(err, errlen, "resolve %s: %s", host, strerror(rc));
-		goto fail;
+	pthread_mutex_lock(&spawner.mu);
+	if (!spawner.started) {
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		if ((rc = pthread_create(&tid, NULL, spawner_main, NULL)) ==
+		    0)
+			(void)pthread_detach(tid);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		spawner.started = rc == 0;
 	}
-	(void)pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	/* Signals stay with the threads that wait for them. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = pthread_create(&tid, &attr, resolve_thread, r);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	pthread_attr_destroy(&attr);
+	if (rc == 0) {
+		if (spawner.tail != NULL)
+			spawner.tail->next = r;
+		else
+			spawner.head = r;
+		spawner.tail = r;
+		pthread_cond_signal(&spawner.cv);
+	}
+	pthread_mutex_unlock(&spawner.mu);
 	if (rc != 0) {
 		snprintf(err, errlen, "resolve %s: no thread: %s", host,
 		    strerror(rc));

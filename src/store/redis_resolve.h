@@ -5,9 +5,11 @@
  * getaddrinfo() blocks for as long as the resolver takes (seconds, with a
  * name server that does not answer); on the I/O thread that would hold
  * every call of every connection past redis.timeout.  A lookup here runs
- * getaddrinfo() on a detached thread and says it is done through an
- * eventfd that the I/O thread's epoll watches, so a connect waits for its
- * name while the loop goes on failing calls at their deadlines.
+ * getaddrinfo() on a detached thread (started by a spawner thread, so
+ * that the owner does not even wait for pthread_create()) and says it is
+ * done through an eventfd that the I/O thread's epoll watches, so a
+ * connect waits for its name while the loop goes on failing calls at
+ * their deadlines.
  *
  * A lookup belongs to the thread that started it (the owner), which alone
  * calls the functions below; the lookup thread only answers.  The eventfd
