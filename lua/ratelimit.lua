@@ -22,9 +22,14 @@
 --            cost       0 <= c <= L
 --            shadow     0 or 1
 --          A first ARGV 'marks' (before R, or before the checks) asks
---          for marks: see the reply.
+--          for marks: see the reply.  A request's count may be written
+--          '<count>:<wait_us>': when denied now, it waits for its turn
+--          (docs/algorithms.md, "Waiting for a turn"): its units are
+--          recorded at the earliest time within wait_us at which every
+--          non-shadow check fits, if there is one.
 -- Reply    a flat array of integers, per request in order:
---            all_allowed, then per check: allowed, remaining, reset_ms,
+--            all_allowed (1 + the microseconds until its reserved time
+--            when it waits), then per check: allowed, remaining, reset_ms,
 --            retry_after_ms; with 'marks', a fifth field per check, a
 --            string: where the check's units were recorded ('0' when it
 --            recorded nothing), which lua/takeback.lua needs to take
@@ -153,6 +158,53 @@ function sliding_log.record(s)
   s.mark = int(t)
 end
 
+-- The time of the run holding unit number `want` (runs sorted by end).
+local function log_time_of(s, want)
+  local lo, hi = 0, redis.call('ZCARD', s.key) - 1
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    local r = redis.call('ZRANGE', s.key, int(mid), int(mid))
+    if tonumber(string.match(r[1], '^(%d+):')) >= want then
+      hi = mid
+    else
+      lo = mid + 1
+    end
+  end
+  return tonumber(redis.call('ZRANGE', s.key, int(lo), int(lo),
+    'WITHSCORES')[2])
+end
+
+-- Not before the newest run; at t0 = max(from, newest) the units of
+-- (t0 - W, t0] plus c must fit, else when the k-th oldest of them leaves.
+function sliding_log.earliest(s, from)
+  local t0 = from
+  if s.last_t ~= nil and s.last_t > t0 then
+    t0 = s.last_t
+  end
+  if s.used == 0 then
+    return t0
+  end
+  local r = redis.call('ZRANGEBYSCORE', s.key, '(' .. int(t0 - s.W), '+inf',
+    'WITHSCORES', 'LIMIT', '0', '1')
+  local count, firstu = 0, 0
+  if #r > 0 then
+    local e, n = log_member(r, 1)
+    firstu = e - n + 1
+    count = s.last_end - firstu + 1
+  end
+  if count + s.c <= s.L then
+    return t0
+  end
+  return log_time_of(s, firstu + (count + s.c - s.L) - 1) + s.W
+end
+
+function sliding_log.record_at(s, t)
+  local now = s.now
+  s.now = t
+  sliding_log.record(s)
+  s.now = now
+end
+
 function sliding_log.finish(s)
   s.remaining = math.max(0, s.L - s.used)
   s.reset = 0
@@ -165,44 +217,88 @@ function sliding_log.finish(s)
   end
 end
 
--- fixed_window: a hash {s = window start, n = count}.
+-- fixed_window: a hash {s = window start, n = count}.  The state is the
+-- newest window holding units; with waiting (docs/algorithms.md, "Waiting
+-- for a turn") that window may lie after now's: units reserved there.
 local fixed_window = {}
 
 function fixed_window.check(s)
   local r = first('HMGET', s.key, 's', 'n')
   s.s_now = s.now - math.fmod(s.now, s.W)
-  s.n = tonumber(r[2]) or 0
-  if tonumber(r[1]) ~= s.s_now then
+  local st, n = tonumber(r[1]), tonumber(r[2]) or 0
+  s.n = n
+  s.stale = false
+  if st ~= nil and n > 0 and st > s.s_now and math.fmod(st, s.W) == 0 then
+    -- Reserved in a later window: those waiters come first.
+    s.f_start, s.f_n = st, n
+    s.allowed = s.c == 0
+    if not s.allowed then
+      s.retry = ceil_ms(fixed_window.earliest(s, s.now) - s.now)
+    end
+    return
+  end
+  if st ~= s.s_now then
     s.n = 0
     s.stale = true
   end
+  s.f_start, s.f_n = s.s_now, s.n
   s.allowed = s.n + s.c <= s.L
   if not s.allowed then
     s.retry = ceil_ms(s.s_now + s.W - s.now)
   end
 end
 
-function fixed_window.record(s)
-  if s.stale then
-    -- A past window, or another algorithm's hash: start a clean one.
+-- The earliest t >= from at which c fits: not before the newest window
+-- holding units; there if its count leaves room, else the next window.
+function fixed_window.earliest(s, from)
+  local st, n, t = s.f_start, s.f_n, from
+  if n == 0 then
+    return t
+  end
+  if st > t - math.fmod(t, s.W) then
+    t = st
+  end
+  if t - math.fmod(t, s.W) ~= st or s.c <= s.L - n then
+    return t
+  end
+  return st + s.W
+end
+
+function fixed_window.record_at(s, t)
+  local st = t - math.fmod(t, s.W)
+  if s.stale or st ~= s.f_start then
+    -- A past window, another algorithm's hash, or a later window than
+    -- the one held: start a clean one.
     redis.call('DEL', s.key)
-    redis.call('HSET', s.key, 's', int(s.s_now), 'n', int(s.c))
+    redis.call('HSET', s.key, 's', int(st), 'n', int(s.c))
+    s.f_start, s.f_n = st, s.c
   else
     redis.call('HINCRBY', s.key, 'n', int(s.c))
+    s.f_n = s.f_n + s.c
   end
-  s.n = s.n + s.c
-  s.mark = int(s.s_now)
+  s.stale = false
+  s.mark = int(st)
+end
+
+function fixed_window.record(s)
+  fixed_window.record_at(s, s.now)
 end
 
 function fixed_window.finish(s)
-  s.remaining = math.max(0, s.L - s.n)
-  s.reset = 0
-  if s.n > 0 then
-    s.reset = ceil_ms(s.s_now + s.W - s.now)
+  local st, n = s.f_start, s.f_n
+  if n > 0 and st > s.s_now then
+    s.remaining = 0
+    s.reset = ceil_ms(st + s.W - s.now)
+  else
+    s.remaining = math.max(0, s.L - n)
+    s.reset = 0
+    if n > 0 then
+      s.reset = ceil_ms(s.s_now + s.W - s.now)
+    end
   end
   if s.recorded then
     redis.call('PEXPIRE', s.key,
-      int(math.max(1, ceil_ms(s.s_now + s.W - s.now))))
+      int(math.max(1, ceil_ms(st + s.W - s.now))))
   end
 end
 
@@ -220,6 +316,7 @@ function token_bucket.check(s)
   if tat ~= nil and tat > s.now then
     base = tat
   end
+  s.tat = tat
   s.base = base
   s.new_tat = base + inc
   s.allowed = s.new_tat - s.now <= s.W + 1
@@ -231,6 +328,39 @@ end
 function token_bucket.record(s)
   -- Written with its TTL in finish().
   s.mark = string.format('%.17g', s.new_tat)
+end
+
+-- GCRA at t: max(tat, t) + c*W/L - t <= W + 1.
+local function bucket_fits(s, t)
+  local base = t
+  if s.tat ~= nil and s.tat > t then
+    base = s.tat
+  end
+  return base + s.c * s.W / s.L - t <= s.W + 1
+end
+
+function token_bucket.earliest(s, from)
+  if bucket_fits(s, from) then
+    return from
+  end
+  local t = from
+  local x = math.ceil(s.tat + s.c * s.W / s.L - s.W - 1)
+  if x > t then
+    t = x
+  end
+  while not bucket_fits(s, t) do
+    t = t + 1
+  end
+  return t
+end
+
+function token_bucket.record_at(s, t)
+  local base = t
+  if s.tat ~= nil and s.tat > t then
+    base = s.tat
+  end
+  s.new_tat = base + s.c * s.W / s.L
+  token_bucket.record(s)
 end
 
 function token_bucket.finish(s)
@@ -385,6 +515,18 @@ function concurrency.finish(s)
   end
 end
 
+-- Rules that never wait: now if they admit now, else never.
+local function at_once(s, from)
+  if s.allowed and from == s.now then
+    return from
+  end
+  return nil
+end
+sliding_window.earliest = at_once
+sliding_window.record_at = function(s) sliding_window.record(s) end
+concurrency.earliest = at_once
+concurrency.record_at = function(s) concurrency.record(s) end
+
 local ALGORITHMS = {
   [0] = sliding_log, [1] = sliding_window, [2] = fixed_window,
   [3] = token_bucket, [4] = concurrency
@@ -392,7 +534,41 @@ local ALGORITHMS = {
 
 -- One request: checks[first .. last], all-or-nothing on its own.  Appends
 -- its all_allowed and 4 fields per check to reply.
-local function request(checks, first, last, reply, marks)
+-- Waiting: the earliest t within `wait` microseconds at which every
+-- non-shadow check fits (the max of their earliest times, until they
+-- agree), or nil.
+local function reserve_time(checks, first, last, wait)
+  local now = checks[first].now
+  local t = now
+  for _ = 1, 64 do
+    local nxt = t
+    for k = first, last do
+      local s = checks[k]
+      if not s.shadow then
+        local e = s.alg.earliest(s, t)
+        if e == nil then
+          return nil
+        end
+        if e > nxt then
+          nxt = e
+        end
+      end
+    end
+    if nxt - now > wait then
+      return nil
+    end
+    if nxt == t then
+      if t == now then
+        return nil
+      end
+      return t
+    end
+    t = nxt
+  end
+  return nil
+end
+
+local function request(checks, first, last, reply, marks, wait)
   -- Phase 1: check.
   local all = true
   for k = first, last do
@@ -400,6 +576,23 @@ local function request(checks, first, last, reply, marks)
     s.alg.check(s)
     if not s.allowed and not s.shadow then
       all = false
+    end
+  end
+
+  -- Waiting: record at the reserved time instead.
+  local waited = 0
+  if not all and wait > 0 then
+    local t = reserve_time(checks, first, last, wait)
+    if t ~= nil then
+      for k = first, last do
+        local s = checks[k]
+        s.allowed = not s.shadow or s.alg.earliest(s, t) == t
+        if s.allowed and s.c > 0 then
+          s.alg.record_at(s, t)
+          s.recorded = true
+        end
+      end
+      waited = t - checks[first].now
     end
   end
 
@@ -414,7 +607,11 @@ local function request(checks, first, last, reply, marks)
     end
   end
 
-  reply[#reply + 1] = all and 1 or 0
+  if waited > 0 then
+    reply[#reply + 1] = 1 + waited
+  else
+    reply[#reply + 1] = all and 1 or 0
+  end
   for k = first, last do
     local s = checks[k]
     s.alg.finish(s)
@@ -431,6 +628,7 @@ end
 -- Main.
 local n = #KEYS
 local counts, base
+local waits = {}
 local marks = ARGV[1] == 'marks'
 local m = marks and 1 or 0
 if #ARGV == m + 5 * n then
@@ -444,7 +642,12 @@ else
   counts, base = {}, m + 1 + R
   local total = 0
   for r = 1, R do
-    counts[r] = tonumber(ARGV[m + 1 + r])
+    local cn, wt = string.match(ARGV[m + 1 + r], '^(%d+):(%d+)$')
+    if cn ~= nil then
+      counts[r], waits[r] = tonumber(cn), tonumber(wt)
+    else
+      counts[r] = tonumber(ARGV[m + 1 + r])
+    end
     if counts[r] == nil or counts[r] < 1 then
       return redis.error_reply('ratelimit.lua: bad check count for ' ..
         'request ' .. r)
@@ -488,7 +691,7 @@ end
 local reply = {}
 local first = 1
 for r = 1, #counts do
-  request(checks, first, first + counts[r] - 1, reply, marks)
+  request(checks, first, first + counts[r] - 1, reply, marks, waits[r] or 0)
   first = first + counts[r]
 end
 return reply

@@ -75,8 +75,18 @@ redis_script_encode(struct backend_call *const *calls, size_t ncalls,
 		a->lens[arg++] = 5;
 	}
 	put_num(a, arg++, &num, (int64_t)ncalls);
-	for (i = 0; i < ncalls; i++)
-		put_num(a, arg++, &num, (int64_t)calls[i]->n);
+	for (i = 0; i < ncalls; i++) {
+		if (calls[i]->wait_us > 0) {
+			/* "<count>:<wait_us>": wait for a turn (CONTRACT 10) */
+			snprintf(num, NUM_MAX, "%zu:%lld", calls[i]->n,
+			    (long long)calls[i]->wait_us);
+			a->argv[arg] = num;
+			a->lens[arg++] = strlen(num);
+			num += NUM_MAX;
+		} else {
+			put_num(a, arg++, &num, (int64_t)calls[i]->n);
+		}
+	}
 	key = 3;
 	for (i = 0; i < ncalls; i++) {
 		for (j = 0; j < calls[i]->n; j++) {
@@ -165,7 +175,9 @@ redis_script_decode(const redisReply *r, struct backend_call *const *calls,
 		at += 1 + counts[i] * fields;
 		if (c == NULL)
 			continue;
-		c->all_allowed = e[0]->integer == 1;
+		/* 1 + the microseconds to its turn when it waits */
+		c->all_allowed = e[0]->integer >= 1;
+		c->waited_us = e[0]->integer > 1 ? e[0]->integer - 1 : 0;
 		for (j = 0; j < counts[i]; j++, e += fields) {
 			c->out[j].allowed = e[1]->integer == 1;
 			c->out[j].remaining = e[2]->integer;

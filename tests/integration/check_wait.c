@@ -48,6 +48,46 @@ static const char yaml[] =
 	"    limit: 1\n"
 	"    window: 10s\n";
 
+static struct h_redis redis;
+
+static const char redis_head[] =
+	"listen: \"127.0.0.1:%PORT%\"\n"
+	"threads: 2\n"
+	"shutdown_timeout: 1200ms\n"
+	"backend: redis\n"
+	"redis:\n"
+	"  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+	"  timeout: 1s\n"
+	"on_backend_error: deny\n"
+	"max_waiting: 20\n";
+
+static const char redis_rules[] =
+	"rules:\n"
+	"  - name: log3\n"
+	"    match: { t: log }\n"
+	"    key: \"${w}\"\n"
+	"    algorithm: sliding_log\n"
+	"    limit: 3\n"
+	"    window: 1s\n"
+	"  - name: fw3\n"
+	"    match: { t: fw }\n"
+	"    key: \"${w}\"\n"
+	"    algorithm: fixed_window\n"
+	"    limit: 3\n"
+	"    window: 1s\n"
+	"  - name: tb\n"
+	"    match: { t: tb }\n"
+	"    key: \"${w}\"\n"
+	"    algorithm: token_bucket\n"
+	"    limit: 3\n"
+	"    window: 1s\n"
+	"  - name: one\n"
+	"    match: { t: one }\n"
+	"    key: \"${w}\"\n"
+	"    algorithm: sliding_log\n"
+	"    limit: 1\n"
+	"    window: 1s\n";
+
 struct waiter {
 	int port;
 	const char *body;
@@ -83,6 +123,8 @@ waiter_main(void *arg)
 	return NULL;
 }
 
+static void send_and_leave(int port, const char *body, long long ms);
+
 static void
 start_waiter(pthread_t *t, struct waiter *w, int port, const char *body,
     long long delay_ms)
@@ -102,21 +144,27 @@ post(const char *body, struct h_resp *r)
 	return r->status;
 }
 
-/* WAITERS requests 30 ms apart on one sliding_log key (3 per second):
- * every one is 200, in the order sent, and any 4 consecutive answers
- * span at least the window. */
-START_TEST(test_waiters_in_order_within_limit)
+/* The algorithm a run_waiters() key has. */
+enum kind { K_LOG, K_FIXED, K_BUCKET };
+
+/* WAITERS requests 30 ms apart on one key limited to 3 a second, sent
+ * to the daemons of ports[] in turn: every one is 200, in the order
+ * sent, and any 4 consecutive answers span at least the window
+ * (sliding_log); any 7 (fixed_window: two windows hold 6); for
+ * token_bucket, consecutive answers after the burst are W/L apart. */
+static void
+run_waiters(const char *what, const int *ports, int nports,
+    const char *body, enum kind kind)
 {
-	struct h_daemon d;
+	bool bucket = kind == K_BUCKET;
+	int n = kind == K_FIXED ? 6 : 3;
 	pthread_t t[WAITERS];
 	struct waiter w[WAITERS];
-	long long min_span = -1, span;
+	long long min_span = -1, min_gap = -1, span;
 	int i;
 
-	h_daemon_start(&d, yaml);
 	for (i = 0; i < WAITERS; i++)
-		start_waiter(&t[i], &w[i], d.port,
-		    "{\"t\":\"log\",\"w\":\"a\",\"wait_ms\":10000}", 30LL * i);
+		start_waiter(&t[i], &w[i], ports[i % nports], body, 30LL * i);
 	for (i = 0; i < WAITERS; i++)
 		pthread_join(t[i], NULL);
 	for (i = 0; i < WAITERS; i++) {
@@ -126,11 +174,19 @@ START_TEST(test_waiters_in_order_within_limit)
 			ck_assert_msg(w[i].done_ms + 50 >= w[i - 1].done_ms,
 			    "waiter %d answered %lld ms before waiter %d", i,
 			    w[i - 1].done_ms - w[i].done_ms, i - 1);
-		if (i >= 3) {
-			span = w[i].done_ms - w[i - 3].done_ms;
+		if (bucket && i >= 4) {
+			span = w[i].done_ms - w[i - 1].done_ms;
+			ck_assert_msg(span >= 333 - 50, "waiters %d, %d "
+			    "answered %lld ms apart (W/L is 333 ms)", i - 1, i,
+			    span);
+			if (min_gap < 0 || span < min_gap)
+				min_gap = span;
+		}
+		if (!bucket && i >= n) {
+			span = w[i].done_ms - w[i - n].done_ms;
 			ck_assert_msg(span >= 1000 - 50, "waiters %d..%d "
-			    "answered within %lld ms: 4 in one window of "
-			    "1000 ms", i - 3, i, span);
+			    "answered within %lld ms: %d in one window of "
+			    "1000 ms", i - n, i, span, n + 1);
 			if (min_span < 0 || span < min_span)
 				min_span = span;
 		}
@@ -139,12 +195,100 @@ START_TEST(test_waiters_in_order_within_limit)
 	}
 	/* 12 at 3 a second: the last is answered about 3 s after the
 	 * first. */
-	fprintf(stderr, "memory: %d waiters, limit 3/1s: first to last "
-	    "%lld ms, shortest span of 4 consecutive answers %lld ms "
-	    "(the window is 1000 ms)\n", WAITERS,
-	    w[WAITERS - 1].done_ms - w[0].done_ms, min_span);
-	ck_assert_int_ge(w[WAITERS - 1].done_ms - w[0].done_ms, 3000 - 100);
+	if (bucket)
+		fprintf(stderr, "%s: %d waiters over %d daemon(s), limit "
+		    "3/1s: first to last %lld ms, shortest gap after the "
+		    "burst %lld ms (W/L is 333 ms)\n", what, WAITERS, nports,
+		    w[WAITERS - 1].done_ms - w[0].done_ms, min_gap);
+	else
+		fprintf(stderr, "%s: %d waiters over %d daemon(s), limit "
+		    "3/1s: first to last %lld ms, shortest span of %d "
+		    "consecutive answers %lld ms (the window is 1000 ms)\n",
+		    what, WAITERS, nports,
+		    w[WAITERS - 1].done_ms - w[0].done_ms, n + 1, min_span);
+	ck_assert_int_ge(w[WAITERS - 1].done_ms - w[0].done_ms,
+	    kind == K_LOG ? 3000 - 100 : kind == K_FIXED ? 2000 - 100 :
+	    2667 - 100);
+}
+
+START_TEST(test_waiters_in_order_within_limit)
+{
+	struct h_daemon d;
+
+	h_daemon_start(&d, yaml);
+	run_waiters("memory sliding_log", &d.port, 1,
+	    "{\"t\":\"log\",\"w\":\"a\",\"wait_ms\":10000}", K_LOG);
 	h_daemon_stop(&d);
+}
+END_TEST
+
+/* Two daemons on one Redis, each algorithm that waits. */
+START_TEST(test_redis_two_daemons)
+{
+	static const char *const bodies[] = {
+		"{\"t\":\"log\",\"w\":\"a\",\"wait_ms\":10000}",
+		"{\"t\":\"fw\",\"w\":\"a\",\"wait_ms\":10000}",
+		"{\"t\":\"tb\",\"w\":\"a\",\"wait_ms\":10000}",
+	};
+	static const char *const names[] = { "redis sliding_log",
+	    "redis fixed_window", "redis token_bucket" };
+	char conf[2048];
+	struct h_daemon d[2];
+	int ports[2], i = _i;
+
+	snprintf(conf, sizeof(conf), "%s%s", redis_head, redis_rules);
+	memset(d, 0, sizeof(d));
+	h_daemon_start(&d[0], conf);
+	h_daemon_start(&d[1], conf);
+	ports[0] = d[0].port;
+	ports[1] = d[1].port;
+	run_waiters(names[i], ports, 2, bodies[i], (enum kind)i);
+	h_daemon_stop(&d[1]);
+	h_daemon_stop(&d[0]);
+}
+END_TEST
+
+/* On Redis: a disconnected waiter keeps its turn across daemons, and
+ * SIGTERM answers the waiter due in time and 503s the other. */
+START_TEST(test_redis_disconnect_and_sigterm)
+{
+	char conf[2048];
+	struct h_daemon d[2];
+	struct h_resp r;
+	pthread_t t[3];
+	struct waiter w[3];
+
+	snprintf(conf, sizeof(conf), "%s%s", redis_head, redis_rules);
+	memset(d, 0, sizeof(d));
+	h_daemon_start(&d[0], conf);
+	h_daemon_start(&d[1], conf);
+	ck_assert_int_eq(post("{\"t\":\"one\",\"w\":\"r\"}", &r), 200);
+	h_resp_free(&r);
+	send_and_leave(d[0].port,
+	    "{\"t\":\"one\",\"w\":\"r\",\"wait_ms\":5000}", 100);
+	start_waiter(&t[0], &w[0], d[0].port,
+	    "{\"t\":\"one\",\"w\":\"r\",\"wait_ms\":5000}", 0);
+	pthread_join(t[0], NULL);
+	ck_assert_int_eq(w[0].status, 200);
+	ck_assert_msg(w[0].waited_ms > 1000, "waited %lld ms: the gone "
+	    "waiter's turn was given away", w[0].waited_ms);
+
+	/* The last unit is at T (w[0]'s turn): one waiter due at T + 1 s,
+	 * the next at T + 2 s; SIGTERM to the daemon holding both. */
+	start_waiter(&t[1], &w[1], d[1].port,
+	    "{\"t\":\"one\",\"w\":\"r\",\"wait_ms\":8000}", 0);
+	start_waiter(&t[2], &w[2], d[1].port,
+	    "{\"t\":\"one\",\"w\":\"r\",\"wait_ms\":8000}", 150);
+	h_sleep_ms(400);
+	h_daemon_stop(&d[1]);
+	pthread_join(t[1], NULL);
+	pthread_join(t[2], NULL);
+	ck_assert_msg(w[1].status == 200, "the first waiter: %ld %s",
+	    w[1].status, w[1].error);
+	ck_assert_msg(w[2].status == 503 &&
+	    strcmp(w[2].error, "shutting_down") == 0,
+	    "the second waiter: %ld %s", w[2].status, w[2].error);
+	h_daemon_stop(&d[0]);
 }
 END_TEST
 
@@ -318,10 +462,22 @@ START_TEST(test_sliding_window_answers_at_once)
 }
 END_TEST
 
+static void redis_up(void)
+{
+	if (redis.pid == 0)
+		h_redis_start(&redis);
+}
+
+static void flush_redis(void)
+{
+	h_redis_flush(&redis);
+}
+
 int main(void)
 {
 	Suite *s = suite_create("wait");
 	TCase *mem = tcase_create("memory");
+	TCase *red = tcase_create("redis");
 	SRunner *sr;
 	int failed;
 
@@ -336,10 +492,17 @@ int main(void)
 	tcase_add_test(mem, test_invalid_wait);
 	tcase_add_test(mem, test_sliding_window_answers_at_once);
 	suite_add_tcase(s, mem);
+	tcase_add_unchecked_fixture(red, redis_up, h_reap_orphans);
+	tcase_add_checked_fixture(red, flush_redis, h_test_teardown);
+	tcase_set_timeout(red, 60);
+	tcase_add_loop_test(red, test_redis_two_daemons, 0, 3);
+	tcase_add_test(red, test_redis_disconnect_and_sigterm);
+	suite_add_tcase(s, red);
 	sr = srunner_create(s);
 	srunner_set_fork_status(sr, CK_FORK);
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
+	h_redis_stop(&redis);
 	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
