@@ -105,16 +105,21 @@ $(BUILD)/%.o: src/%.c $(HDRS) config.mk | $(BUILD)/tests
 # lua/ratelimit.lua => const char rl_lua_ratelimit[], and its SHA1 as Redis
 # computes it (the text as compiled: every line ends in a newline) in
 # rl_lua_ratelimit_sha[], for EVALSHA before any SCRIPT LOAD answered.
+# Comment-only and blank lines are left out of the compiled text: Redis
+# refuses an argument over 16 KiB from a client not yet authenticated
+# ("unauthenticated bulk length"), and a SCRIPT LOAD under that size still
+# gets the clear NOAUTH when the password is missing.
+LUA_STRIP = sed -e '/^[[:space:]]*--/d' -e '/^[[:space:]]*$$/d'
 $(BUILD)/lua_scripts.c: $(LUA) Makefile | $(BUILD)/tests
 	@{ echo '/* Generated from the scripts in lua/ by the Makefile. */'; \
 	for f in $(LUA); do \
 		n=$$(basename $$f .lua | tr -c 'A-Za-z0-9_\n' _); \
 		echo "extern const char rl_lua_$$n[], rl_lua_$${n}_sha[];"; \
-		echo "const char rl_lua_$${n}_sha[] = \"$$(awk 1 $$f | \
-			sha1sum | cut -c1-40)\";"; \
+		echo "const char rl_lua_$${n}_sha[] = \"$$($(LUA_STRIP) $$f | \
+			awk 1 | sha1sum | cut -c1-40)\";"; \
 		echo "const char rl_lua_$$n[] ="; \
-		sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/\t"/' \
-			-e 's/$$/\\n"/' $$f; \
+		$(LUA_STRIP) $$f | awk 1 | sed -e 's/\\/\\\\/g' \
+			-e 's/"/\\"/g' -e 's/^/\t"/' -e 's/$$/\\n"/'; \
 		echo ';'; \
 	done; } > $@
 
