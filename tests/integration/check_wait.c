@@ -190,7 +190,8 @@ run_waiters(const char *what, const int *ports, int nports,
 			if (min_span < 0 || span < min_span)
 				min_span = span;
 		}
-		if (i >= 3)
+		/* fixed_window: a window may begin among the first ones. */
+		if (i >= 3 && kind != K_FIXED)
 			ck_assert_int_gt(w[i].waited_ms, 0);
 	}
 	/* 12 at 3 a second: the last is answered about 3 s after the
