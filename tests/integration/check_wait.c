@@ -160,7 +160,7 @@ run_waiters(const char *what, const int *ports, int nports,
 	int n = kind == K_FIXED ? 6 : 3;
 	pthread_t t[WAITERS];
 	struct waiter w[WAITERS];
-	long long min_span = -1, min_gap = -1, span;
+	long long min_span = -1, min_gap = -1, span, due;
 	int i;
 
 	for (i = 0; i < WAITERS; i++)
@@ -170,23 +170,27 @@ run_waiters(const char *what, const int *ports, int nports,
 	for (i = 0; i < WAITERS; i++) {
 		ck_assert_msg(w[i].status == 200, "waiter %d: %ld %s", i,
 		    w[i].status, w[i].error);
+		/* Never before its turn: the store counts from the first
+		 * request's arrival, which is after sent_ms (a late answer
+		 * is harmless, an early one breaks the limit). */
+		due = kind == K_LOG ? (i / 3) * 1000LL :
+		    kind == K_FIXED ? (i / 3 - 1) * 1000LL :
+		    (i - 2) * 1000LL / 3;
+		ck_assert_msg(w[i].done_ms - w[0].sent_ms >= due - 2,
+		    "waiter %d answered %lld ms after the first was sent, "
+		    "before its turn (%lld ms)", i,
+		    w[i].done_ms - w[0].sent_ms, due);
 		if (i > 0)	/* first come, first served */
-			ck_assert_msg(w[i].done_ms + 50 >= w[i - 1].done_ms,
+			ck_assert_msg(w[i].done_ms + 150 >= w[i - 1].done_ms,
 			    "waiter %d answered %lld ms before waiter %d", i,
 			    w[i - 1].done_ms - w[i].done_ms, i - 1);
 		if (bucket && i >= 4) {
 			span = w[i].done_ms - w[i - 1].done_ms;
-			ck_assert_msg(span >= 333 - 50, "waiters %d, %d "
-			    "answered %lld ms apart (W/L is 333 ms)", i - 1, i,
-			    span);
 			if (min_gap < 0 || span < min_gap)
 				min_gap = span;
 		}
 		if (!bucket && i >= n) {
 			span = w[i].done_ms - w[i - n].done_ms;
-			ck_assert_msg(span >= 1000 - 50, "waiters %d..%d "
-			    "answered within %lld ms: %d in one window of "
-			    "1000 ms", i - n, i, span, n + 1);
 			if (min_span < 0 || span < min_span)
 				min_span = span;
 		}
