@@ -426,7 +426,11 @@ START_TEST(test_grpc_timeout_bounds_the_store)
 	t0 = h_now_ms();
 	j = call("{\"domain\": \"edge\", \"timeout\": 0.3, "
 	    "\"descriptors\": [[[\"user\", \"hal\"]]]}");
-	ck_assert_str_eq(str(j, "code"), "DEADLINE_EXCEEDED");
+	/* The client's deadline and the daemon's are the same 300 ms: the
+	 * client may give up first, or get the policy's answer first. */
+	ck_assert_msg(strcmp(str(j, "code"), "DEADLINE_EXCEEDED") == 0 ||
+	    strcmp(str(j, "code"), "UNAVAILABLE") == 0, "%s",
+	    str(j, "code"));
 	json_decref(j);
 	ck_assert(ops_wait_metric("ratelimitd_backend_errors_total"
 	    "{backend=\"redis\",kind=\"timeout\"}", 1, 5000) == 1);
