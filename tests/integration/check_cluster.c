@@ -396,69 +396,89 @@ static void cmd_ok(int i, const char *fmt, const char *a, const char *b)
 	freeReplyObject(r);
 }
 
-START_TEST(test_slot_migration_ask_then_moved)
-{
-	const char *old_key = "cl:one:{m1}";
-	char slot[16], src_id[64], dst_id[64], port[16];
-	unsigned s = slot_map_keyslot(old_key, strlen(old_key));
-	struct h_daemon d;
-	int src, dst, i, k;
+/*
+ * A migration of key's slot, from its owner to another primary: started
+ * (IMPORTING / MIGRATING, and key MIGRATEd, so the source answers ASK for
+ * it), then ended (the slot the destination's on every node).
+ */
+struct migration {
+	char slot[16], dst_id[64];
+	int src, dst;
+};
 
-	start(&d, cluster.node[0].port, "2s", 3);
-	ck_assert_int_eq(acquire("{\"t\":\"one\",\"user\":\"m1\"}"), 200);
-	src = owner_of(old_key);
-	ck_assert_int_ge(src, 0);
-	for (dst = 0; dst < H_CLUSTER_NODES; dst++) {
+static void migration_start(struct migration *m, const char *key)
+{
+	char src_id[64], port[16];
+	redisReply *r;
+	int k;
+
+	m->src = owner_of(key);
+	ck_assert_int_ge(m->src, 0);
+	for (m->dst = 0; m->dst < H_CLUSTER_NODES; m->dst++) {
 		int o = -1;
 
 		/* Another primary: it owns some slot. */
-		for (k = 0; k < 16384 && o != dst; k += 97)
+		for (k = 0; k < 16384 && o != m->dst; k += 97)
 			o = h_cluster_owner(&cluster, (unsigned)k);
-		if (o == dst && dst != src)
+		if (o == m->dst && m->dst != m->src)
 			break;
 	}
-	ck_assert_int_lt(dst, H_CLUSTER_NODES);
-	node_id(src, src_id, sizeof(src_id));
-	node_id(dst, dst_id, sizeof(dst_id));
-	snprintf(slot, sizeof(slot), "%u", s);
-	cmd_ok(dst, "CLUSTER SETSLOT %s IMPORTING %s", slot, src_id);
-	cmd_ok(src, "CLUSTER SETSLOT %s MIGRATING %s", slot, dst_id);
+	ck_assert_int_lt(m->dst, H_CLUSTER_NODES);
+	node_id(m->src, src_id, sizeof(src_id));
+	node_id(m->dst, m->dst_id, sizeof(m->dst_id));
+	snprintf(m->slot, sizeof(m->slot), "%u",
+	    slot_map_keyslot(key, strlen(key)));
+	cmd_ok(m->dst, "CLUSTER SETSLOT %s IMPORTING %s", m->slot, src_id);
+	cmd_ok(m->src, "CLUSTER SETSLOT %s MIGRATING %s", m->slot, m->dst_id);
+	snprintf(port, sizeof(port), "%d", cluster.node[m->dst].port);
+	r = redisCommand(h_redis_ctx(&cluster.node[m->src]),
+	    "MIGRATE 127.0.0.1 %s %s 0 5000 KEYS %s", port, "", key);
+	ck_assert_msg(r != NULL && r->type != REDIS_REPLY_ERROR,
+	    "MIGRATE: %s", r != NULL ? r->str : "no reply");
+	freeReplyObject(r);
+}
 
-	/* ASK: once the key has moved to the destination, the source
-	 * answers ASK for it until the migration ends. */
-	snprintf(port, sizeof(port), "%d", cluster.node[dst].port);
-	{
-		redisReply *r = redisCommand(h_redis_ctx(&cluster.node[src]),
-		    "MIGRATE 127.0.0.1 %s %s 0 5000 KEYS %s", port, "",
-		    old_key);
+static void migration_end(const struct migration *m)
+{
+	int i;
 
-		ck_assert_msg(r != NULL && r->type != REDIS_REPLY_ERROR,
-		    "MIGRATE: %s", r != NULL ? r->str : "no reply");
-		freeReplyObject(r);
-	}
-	ck_assert_int_eq(acquire("{\"t\":\"one\",\"user\":\"m1\"}"), 200);
-	/* The destination serves the slot only after ASKING, until the
-	 * end of the migration. */
-	freeReplyObject(redisCommand(h_redis_ctx(&cluster.node[dst]),
-	    "ASKING"));
-	ck_assert_int_eq(units_on(dst, old_key), 2);
-	ck_assert_int_ge(h_metric("ratelimitd_redis_redirects_total"
-	    "{kind=\"ask\"}"), 1);
-
-	/* MOVED: the slot is the destination's now, everywhere. */
 	for (i = 0; i < H_CLUSTER_NODES; i++) {
 		redisReply *r;
 
 		if (cluster.node[i].pid == 0)
 			continue;
 		r = redisCommand(h_redis_ctx(&cluster.node[i]),
-		    "CLUSTER SETSLOT %s NODE %s", slot, dst_id);
+		    "CLUSTER SETSLOT %s NODE %s", m->slot, m->dst_id);
 		if (r != NULL)
 			freeReplyObject(r);	/* replicas may refuse */
 	}
+}
+
+START_TEST(test_slot_migration_ask_then_moved)
+{
+	const char *old_key = "cl:one:{m1}";
+	struct migration m;
+	struct h_daemon d;
+
+	start(&d, cluster.node[0].port, "2s", 3);
+	ck_assert_int_eq(acquire("{\"t\":\"one\",\"user\":\"m1\"}"), 200);
+	/* ASK: once the key has moved to the destination, the source
+	 * answers ASK for it until the migration ends. */
+	migration_start(&m, old_key);
+	ck_assert_int_eq(acquire("{\"t\":\"one\",\"user\":\"m1\"}"), 200);
+	/* The destination serves the slot only after ASKING, until the
+	 * end of the migration. */
+	freeReplyObject(redisCommand(h_redis_ctx(&cluster.node[m.dst]),
+	    "ASKING"));
+	ck_assert_int_eq(units_on(m.dst, old_key), 2);
+	ck_assert_int_ge(h_metric("ratelimitd_redis_redirects_total"
+	    "{kind=\"ask\"}"), 1);
+
+	/* MOVED: the slot is the destination's now, everywhere. */
+	migration_end(&m);
 	ck_assert_int_eq(acquire("{\"t\":\"one\",\"user\":\"m1\"}"), 200);
 	ck_assert_int_eq(acquire("{\"t\":\"one\",\"user\":\"m1\"}"), 429);
-	ck_assert_int_eq(units_on(dst, old_key), 3);
+	ck_assert_int_eq(units_on(m.dst, old_key), 3);
 	ck_assert_int_ge(h_metric("ratelimitd_redis_redirects_total"
 	    "{kind=\"moved\"}"), 1);
 	ck_assert(h_cluster_wait_ok(&cluster, 20000));
@@ -473,11 +493,10 @@ END_TEST
 START_TEST(test_lease_release_ask)
 {
 	const char *key = "cl:lk:{m2}";
-	char slot[16], src_id[64], dst_id[64], port[16], body[1024];
-	unsigned s = slot_map_keyslot(key, strlen(key));
+	char body[1024];
+	struct migration m;
 	struct h_daemon d;
 	struct h_resp r = { 0 };
-	int src, dst, i, k;
 
 	start(&d, cluster.node[0].port, "2s", 3);
 	h_http(&r, "POST", "/acquire", "{\"t\":\"lock\",\"user\":\"m2\"}",
@@ -486,49 +505,16 @@ START_TEST(test_lease_release_ask)
 	snprintf(body, sizeof(body), "{\"lease\":\"%s\"}", json_string_value(
 	    json_object_get(json_array_get(h_json_get(&r, "leases"), 0),
 	    "lease")));
-	src = owner_of(key);
-	ck_assert_int_ge(src, 0);
-	for (dst = 0; dst < H_CLUSTER_NODES; dst++) {
-		int o = -1;
-
-		for (k = 0; k < 16384 && o != dst; k += 97)
-			o = h_cluster_owner(&cluster, (unsigned)k);
-		if (o == dst && dst != src)
-			break;
-	}
-	ck_assert_int_lt(dst, H_CLUSTER_NODES);
-	node_id(src, src_id, sizeof(src_id));
-	node_id(dst, dst_id, sizeof(dst_id));
-	snprintf(slot, sizeof(slot), "%u", s);
-	cmd_ok(dst, "CLUSTER SETSLOT %s IMPORTING %s", slot, src_id);
-	cmd_ok(src, "CLUSTER SETSLOT %s MIGRATING %s", slot, dst_id);
-	snprintf(port, sizeof(port), "%d", cluster.node[dst].port);
-	{
-		redisReply *m = redisCommand(h_redis_ctx(&cluster.node[src]),
-		    "MIGRATE 127.0.0.1 %s %s 0 5000 KEYS %s", port, "", key);
-
-		ck_assert_msg(m != NULL && m->type != REDIS_REPLY_ERROR,
-		    "MIGRATE: %s", m != NULL ? m->str : "no reply");
-		freeReplyObject(m);
-	}
+	migration_start(&m, key);
 	h_http(&r, "POST", "/release", body, NULL);
 	ck_assert_msg(r.status == 200 && strstr(r.body, "\"released\":true")
 	    != NULL, "release during the migration: %ld %s", r.status,
 	    r.body);
-	freeReplyObject(redisCommand(h_redis_ctx(&cluster.node[dst]),
+	freeReplyObject(redisCommand(h_redis_ctx(&cluster.node[m.dst]),
 	    "ASKING"));
-	ck_assert_int_eq(h_redis_int(&cluster.node[dst], "EXISTS %s", key),
+	ck_assert_int_eq(h_redis_int(&cluster.node[m.dst], "EXISTS %s", key),
 	    0);
-	for (i = 0; i < H_CLUSTER_NODES; i++) {
-		redisReply *x;
-
-		if (cluster.node[i].pid == 0)
-			continue;
-		x = redisCommand(h_redis_ctx(&cluster.node[i]),
-		    "CLUSTER SETSLOT %s NODE %s", slot, dst_id);
-		if (x != NULL)
-			freeReplyObject(x);
-	}
+	migration_end(&m);
 	ck_assert(h_cluster_wait_ok(&cluster, 20000));
 	h_resp_free(&r);
 	h_daemon_stop(&d);
@@ -545,52 +531,18 @@ START_TEST(test_takeback_ask)
 {
 	static const char body[] = "{\"t\":\"pair\",\"user\":\"m3\"}";
 	const char *wide = "cl:wide:{m3}";
-	char slot[16], src_id[64], dst_id[64], port[16];
-	unsigned s = slot_map_keyslot(wide, strlen(wide));
+	struct migration m;
 	struct h_daemon d;
-	int src, dst, i, k;
+	int i;
 
 	start(&d, cluster.node[0].port, "2s", 3);
 	for (i = 0; i < 3; i++)
 		ck_assert_int_eq(acquire(body), 200);
-	src = owner_of(wide);
-	ck_assert_int_ge(src, 0);
-	for (dst = 0; dst < H_CLUSTER_NODES; dst++) {
-		int o = -1;
-
-		for (k = 0; k < 16384 && o != dst; k += 97)
-			o = h_cluster_owner(&cluster, (unsigned)k);
-		if (o == dst && dst != src)
-			break;
-	}
-	ck_assert_int_lt(dst, H_CLUSTER_NODES);
-	node_id(src, src_id, sizeof(src_id));
-	node_id(dst, dst_id, sizeof(dst_id));
-	snprintf(slot, sizeof(slot), "%u", s);
-	cmd_ok(dst, "CLUSTER SETSLOT %s IMPORTING %s", slot, src_id);
-	cmd_ok(src, "CLUSTER SETSLOT %s MIGRATING %s", slot, dst_id);
-	snprintf(port, sizeof(port), "%d", cluster.node[dst].port);
-	{
-		redisReply *m = redisCommand(h_redis_ctx(&cluster.node[src]),
-		    "MIGRATE 127.0.0.1 %s %s 0 5000 KEYS %s", port, "", wide);
-
-		ck_assert_msg(m != NULL && m->type != REDIS_REPLY_ERROR,
-		    "MIGRATE: %s", m != NULL ? m->str : "no reply");
-		freeReplyObject(m);
-	}
+	migration_start(&m, wide);
 	/* narrow (3) is full: denied, and wide's unit taken back. */
 	ck_assert_int_eq(acquire(body), 429);
-	for (i = 0; i < H_CLUSTER_NODES; i++) {
-		redisReply *x;
-
-		if (cluster.node[i].pid == 0)
-			continue;
-		x = redisCommand(h_redis_ctx(&cluster.node[i]),
-		    "CLUSTER SETSLOT %s NODE %s", slot, dst_id);
-		if (x != NULL)
-			freeReplyObject(x);
-	}
-	ck_assert_int_eq(units_on(dst, wide), 3);
+	migration_end(&m);
+	ck_assert_int_eq(units_on(m.dst, wide), 3);
 	ck_assert_int_eq(h_metric(
 	    "ratelimitd_redis_takebacks_total{result=\"failed\"}"), 0);
 	ck_assert(h_cluster_wait_ok(&cluster, 20000));
