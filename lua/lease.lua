@@ -9,8 +9,10 @@
 -- released, is "not held" and changes nothing.
 --
 -- KEYS[1]  the rule's key, "<prefix><rule>:{<key>}".
--- ARGV     'release' or 'renew', the token, the lease's cost, and (renew)
---          the rule's window_ms.
+-- ARGV     'release' or 'renew', the token, the lease's cost, (renew)
+--          the rule's window_ms, and (release, optional) the channel on
+--          which to PUBLISH the key once a lease is freed, so that every
+--          daemon's waiters for it try again (CONTRACT 11 with wait_ms).
 -- Reply    an integer: 0 when the lease is not held; else 1 (release) or
 --          the lease's new lifetime in milliseconds, window_ms (renew).
 
@@ -41,6 +43,9 @@ if op == 'release' then
     redis.call('DEL', key)
   else
     redis.call('ZADD', key, int(-used), '#used')
+  end
+  if ARGV[5] and ARGV[5] ~= '' then
+    redis.call('PUBLISH', ARGV[5], key)
   end
   return 1
 end

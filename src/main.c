@@ -31,6 +31,8 @@
 #include "deny_cache.h"
 #include "grpc.h"
 #include "http.h"
+#include "lease.h"
+#include "lease_wait.h"
 #include "log.h"
 #include "metrics.h"
 #include "notify.h"
@@ -51,6 +53,7 @@ struct daemon {
 	struct backend *backend;
 	struct backend *local;
 	struct deny_cache *deny;
+	struct lease_wait *leases;	/* requests waiting for a lease */
 	struct metrics *metrics;
 	struct decider decider;
 	struct decider grpc_decider;	/* the same, counted as gRPC's */
@@ -238,6 +241,16 @@ drop_privileges(const struct config *c, char *err, size_t errlen)
 	return 0;
 }
 
+/* Redis heard a lease released (by any daemon): its waiters try again. */
+static void
+on_released(void *arg, const char *key, size_t keylen)
+{
+	if (key == NULL)
+		lease_wait_all(arg);
+	else
+		lease_wait_released(arg, lease_key_hash(key, keylen));
+}
+
 /* Make the backends the config asks for.  0 or -1 with err. */
 static int
 make_backends(struct daemon *d, char *err, size_t errlen)
@@ -249,6 +262,8 @@ make_backends(struct daemon *d, char *err, size_t errlen)
 		if (d->backend == NULL)
 			return -1;
 		backend_redis_set_metrics(d->backend, d->metrics);
+		backend_redis_watch_releases(d->backend, on_released,
+		    d->leases);
 		/* Always there, so that a reload to on_backend_error:
 		 * local works; it holds nothing until it is used. */
 		d->local = backend_memory_new(c->memory.max_keys, NULL, NULL);
@@ -369,6 +384,10 @@ main(int argc, char **argv)
 		fprintf(stderr, "ratelimitd: out of memory\n");
 		goto out;
 	}
+	if ((d.leases = lease_wait_new(err, sizeof(err))) == NULL) {
+		fprintf(stderr, "ratelimitd: %s\n", err);
+		goto out;
+	}
 	if (make_backends(&d, err, sizeof(err)) < 0) {
 		fprintf(stderr, "ratelimitd: %s\n", err);
 		goto out;
@@ -423,8 +442,8 @@ main(int argc, char **argv)
 		}
 		log_info("gRPC rate limit service on %s", d.cfg->grpc_listen);
 	}
-	d.http = http_server_start(fd, d.cfg, &d.decider, d.metrics, err,
-	    sizeof(err));
+	d.http = http_server_start(fd, d.cfg, &d.decider, d.leases,
+	    d.metrics, err, sizeof(err));
 	if (d.http == NULL) {
 		fprintf(stderr, "ratelimitd: %s\n", err);
 		goto out;
@@ -474,6 +493,7 @@ out:
 	http_server_stop(d.http);
 	backend_free(d.local);
 	backend_free(d.backend);
+	lease_wait_free(d.leases);
 	deny_cache_free(d.deny);
 	metrics_free(d.metrics);
 	config_unref(d.cfg);

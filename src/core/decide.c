@@ -366,6 +366,38 @@ oom:
 	fail(out, DECIDE_INTERNAL, "out of memory");
 }
 
+/*
+ * Denied with wait_ms: may the request wait for a lease (decide.h)?  Only
+ * when a concurrency rule denied and no other rule that denied needs
+ * longer than the wait.
+ */
+static void
+lease_wait_check(struct decide_job *job)
+{
+	struct decision *out = job->out;
+	size_t i, best = SIZE_MAX;
+
+	for (i = 0; i < job->n; i++) {
+		const struct rl_check *c = &job->checks[i];
+		const struct rl_result *r = &job->res[i];
+
+		if (c->shadow || r->allowed)
+			continue;
+		if (c->algorithm != RL_ALG_CONCURRENCY) {
+			if (r->retry_after_ms * 1000 > job->wait_us)
+				return;
+		} else if (best == SIZE_MAX ||
+		    r->retry_after_ms > job->res[best].retry_after_ms)
+			best = i;
+	}
+	if (best == SIZE_MAX)
+		return;
+	out->lease_wait = true;
+	out->lease_key = lease_key_hash(job->checks[best].key,
+	    job->checks[best].keylen);
+	out->lease_retry_ms = job->res[best].retry_after_ms;
+}
+
 /* Finish: the decision is final; free the job, then tell the caller. */
 static void
 job_finish(struct decide_job *job)
@@ -416,6 +448,8 @@ job_call_done(struct backend_call *call)
 		out->degraded = job->on_local;
 		if (call->all_allowed && !job->on_local)
 			take_leases(job);
+		if (!call->all_allowed && !job->on_local && job->wait_us > 0)
+			lease_wait_check(job);
 		report(d, job->ap, job->checks, job->res, job->n,
 		    call->all_allowed, job->on_local ? DECIDE_RULE_DEGRADED :
 		    DECIDE_RULE_ALLOWED);
@@ -637,6 +671,20 @@ decide_run(struct decide_job *job, decide_done_fn done, void *arg)
 	job->arg = arg;
 	job->on_local = false;
 	job_submit(job, job->d->backend);
+}
+
+size_t
+decide_job_lease_keys(const struct decide_job *job, uint64_t *keys,
+    size_t max)
+{
+	size_t i, k = 0;
+
+	for (i = 0; i < job->n && k < max; i++)
+		if (job->checks[i].algorithm == RL_ALG_CONCURRENCY &&
+		    !job->checks[i].shadow && job->checks[i].cost > 0)
+			keys[k++] = lease_key_hash(job->checks[i].key,
+			    job->checks[i].keylen);
+	return k;
 }
 
 void

@@ -122,6 +122,16 @@ struct decision {
 	size_t nleases;
 	int64_t waited_ms;	/* allowed by a reservation this far ahead
 				 * (store time): answer then; else 0 */
+	/*
+	 * CONTRACT 11 with wait_ms: denied by a concurrency rule while every
+	 * other rule that denied could admit the request within wait_ms, so
+	 * it may wait for a lease to be freed.  lease_key is lease_key_hash()
+	 * of that rule's key, lease_retry_ms the time until its oldest lease
+	 * expires.
+	 */
+	bool lease_wait;
+	uint64_t lease_key;
+	int64_t lease_retry_ms;
 };
 
 /* Free out's leases (safe on any decision, any number of times). */
@@ -174,6 +184,11 @@ int decide_prepare(const struct decider *d, const struct config *cfg,
  * the store's thread.  The job is freed before done runs.
  */
 void decide_run(struct decide_job *job, decide_done_fn done, void *arg);
+
+/* The lease_key_hash() of each concurrency key the job would take a
+ * lease on, at most max of them into keys; returns how many. */
+size_t decide_job_lease_keys(const struct decide_job *job, uint64_t *keys,
+    size_t max);
 
 /* Drop a job that will not run (the caller answers otherwise). */
 void decide_cancel(struct decide_job *job);

@@ -118,3 +118,16 @@ lease_parse(const char *s, size_t len, struct lease_ref *out)
 	memcpy(out->token, dot2 + 1, LEASE_TOKEN_LEN);
 	return 0;
 }
+
+uint64_t
+lease_key_hash(const char *key, size_t len)
+{
+	uint64_t h = UINT64_C(0xcbf29ce484222325);
+	size_t i;
+
+	for (i = 0; i < len; i++) {
+		h ^= (unsigned char)key[i];
+		h *= UINT64_C(0x100000001b3);
+	}
+	return h;
+}

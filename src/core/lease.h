@@ -42,6 +42,10 @@ int lease_token_new(char out[LEASE_TOKEN_LEN + 1]);
 char *lease_format(const char *suffix, size_t len, int64_t cost,
     const char *token);
 
+/* The hash by which the daemon knows a concurrency key in its queues of
+ * waiters (FNV-1a over the full store key, "<prefix><rule>:{<key>}"). */
+uint64_t lease_key_hash(const char *key, size_t len);
+
 /* A parsed lease. */
 struct lease_ref {
 	char suffix[LEASE_SUFFIX_MAX + 1];	/* "<rule>:{<key>}", NUL */

@@ -30,6 +30,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,7 @@
 #include "metrics.h"
 #include "rate_headers.h"
 #include "lease.h"
+#include "lease_wait.h"
 #include "request_json.h"
 #include "stats_request.h"
 #include "util.h"
@@ -93,6 +95,8 @@ struct http_server {
 	struct http_guard *guard;	/* connection limit, request timeout */
 	struct wait_timer *timer;	/* answers waiting requests */
 	long long waiting;		/* atomic: requests that may wait */
+	struct lease_wait *leases;	/* requests waiting for a lease;
+					 * borrowed */
 };
 
 /* Per-request state, from the first call of the handler to completion. */
@@ -129,6 +133,11 @@ struct request {
 	bool wait_slot;			/* counted in s->waiting */
 	bool wait_over;			/* the timer fired */
 	bool wait_cut;			/* fired early: shutting down */
+	/* Waiting for a lease (CONTRACT 11 with wait_ms; lease_wait.h). */
+	struct lease_waiter lw;
+	bool lease_over;		/* no more waiting for a lease */
+	int64_t wait_until_us;		/* arrival + wait_ms */
+	int64_t lease_waited_ms;	/* answered after this wait */
 	int64_t declared_len;		/* Content-Length, or -1 */
 };
 
@@ -413,13 +422,17 @@ leases_json(const struct decision *d)
 	return p;
 }
 
-/* ",\"waited_ms\":N" for an answer that waited for its turn, else "". */
+/* ",\"waited_ms\":N" for an answer that waited for its turn or for a
+ * lease, else "". */
 static const char *
-waited_field(const struct decision *d, char *buf, size_t cap)
+waited_field(const struct request *rq, const struct decision *d, char *buf,
+    size_t cap)
 {
-	if (!d->allowed || d->waited_ms <= 0)
+	int64_t ms = d->waited_ms + rq->lease_waited_ms;
+
+	if (!d->allowed || ms <= 0)
 		return "";
-	snprintf(buf, cap, ",\"waited_ms\":%lld", (long long)d->waited_ms);
+	snprintf(buf, cap, ",\"waited_ms\":%lld", (long long)ms);
 	return buf;
 }
 
@@ -447,7 +460,7 @@ decision_body(const struct request *rq, const struct decision *d,
 		    (long long)d->remaining, (long long)d->reset_ms,
 		    (long long)d->retry_after_ms, d->shadow ? "true" : "false",
 		    d->degraded ? ",\"degraded\":true" : "",
-		    waited_field(d, waited, sizeof(waited)), leases);
+		    waited_field(rq, d, waited, sizeof(waited)), leases);
 		rl_free(leases);
 		return body;
 	}
@@ -1015,11 +1028,152 @@ wait_fire(void *arg, bool cut)
 	resume(rq);
 }
 
-/* A decided /acquire: wait for its reserved time, or answer now. */
+/*
+ * Waiting for a lease (CONTRACT 11 with wait_ms).  A request with a wait
+ * slot that a concurrency rule denied, while every other rule could admit
+ * it in time (decision.lease_wait), stays suspended in the daemon's
+ * lease_wait queues (lease_wait.c).  Told TRY, it is decided again with
+ * the wait left (lease_try(), on the queue's thread), and the store's
+ * answer comes back to lease_tried(): denied the same way, it parks again
+ * at its place; else it leaves the queue, which lets the next waiter of
+ * the key try, and is answered.  At its deadline it is decided once more
+ * without waiting, and answered whatever that says: the answer carries
+ * the numbers of then.  A newcomer that may wait for a key others already
+ * wait for queues behind them without trying, so that it cannot take a
+ * lease freed for the first of them.
+ */
+static bool
+lease_wait_needed(const struct request *rq)
+{
+	return rq->wait_slot && !rq->lease_over &&
+	    rq->decision.status == DECIDE_OK && !rq->decision.allowed &&
+	    rq->decision.lease_wait &&
+	    util_monotonic_us() < rq->wait_until_us;
+}
+
+static void lease_try(struct request *rq);
+
+/* Park rq (suspended) for key; when that fails, answer it now. */
+static void
+lease_park(struct request *rq, uint64_t key, int64_t retry_us)
+{
+	int rc = lease_wait_park(rq->s->leases, &rq->lw, key, retry_us,
+	    rq->wait_until_us);
+
+	if (rc == 0)
+		return;
+	rq->lease_over = true;
+	if (rc == -1) {			/* stopping */
+		rq->wait_cut = true;
+		resume(rq);
+	} else				/* out of memory: decide now */
+		lease_try(rq);
+}
+
+/* A try is done (the store's thread, or inline). */
+static void
+lease_tried(void *arg)
+{
+	struct request *rq = arg;
+	int64_t now = util_monotonic_us();
+
+	if (lease_wait_needed(rq)) {
+		lease_park(rq, rq->decision.lease_key,
+		    now + rq->decision.lease_retry_ms * 1000);
+		return;
+	}
+	rq->lease_over = true;
+	lease_wait_leave(rq->s->leases, &rq->lw);
+	rq->lease_waited_ms = (now - rq->arrived_us) / 1000;
+	resume(rq);
+}
+
+/* Decide rq again with the wait it has left (none once lease_over). */
+static void
+lease_try(struct request *rq)
+{
+	int64_t now = util_monotonic_us();
+	struct decide_job *job;
+
+	if (now >= rq->wait_until_us)
+		rq->lease_over = true;
+	rq->dr.wait_ms = rq->lease_over ? 0 :
+	    (rq->wait_until_us - now) / 1000;
+	rq->dr.deadline_us = rq->cfg->backend == RL_BACKEND_REDIS ?
+	    now + rq->cfg->redis.timeout_ms * 1000 : 0;
+	decide_leases_free(&rq->decision);
+	if (decide_prepare(rq->s->decider, rq->cfg, &rq->dr, &rq->decision,
+	    &job) == 0) {
+		lease_tried(rq);
+		return;
+	}
+	decide_run(job, lease_tried, rq);
+}
+
+/* The queue's thread: what became of rq's wait. */
+static void
+lease_event(struct lease_waiter *w, enum lease_wait_event ev)
+{
+	struct request *rq = (struct request *)(void *)((char *)w -
+	    offsetof(struct request, lw));
+
+	switch (ev) {
+	case LEASE_WAIT_TRY:
+		lease_try(rq);
+		break;
+	case LEASE_WAIT_TIMEOUT:
+		rq->lease_over = true;
+		lease_try(rq);
+		break;
+	case LEASE_WAIT_CUT:
+		rq->lease_over = true;
+		rq->wait_cut = true;
+		resume(rq);
+		break;
+	}
+}
+
+/*
+ * A newcomer that may wait, whose job would take a lease of a key that
+ * others of this daemon wait for: queue it behind them (1), or 0 to go on.
+ */
+static int
+lease_queue_behind(struct http_server *s, struct MHD_Connection *conn,
+    struct request *rq, struct decide_job *job)
+{
+	uint64_t keys[8], key;
+	size_t n;
+
+	if (!rq->wait_slot || rq->lease_over ||
+	    (n = decide_job_lease_keys(job, keys, 8)) == 0 ||
+	    !lease_wait_any(s->leases, keys, n, &key))
+		return 0;
+	decide_cancel(job);
+	rq->conn = conn;
+	if (!suspend(s, rq)) {
+		rq->wait_cut = true;
+		return -1;
+	}
+	lease_park(rq, key, INT64_MAX);
+	return 1;
+}
+
+/* A decided /acquire: wait for a lease, or for its reserved time, or
+ * answer now. */
 static enum MHD_Result
 answer_decision(struct http_server *s, struct MHD_Connection *conn,
     struct request *rq)
 {
+	if (lease_wait_needed(rq)) {
+		rq->conn = conn;
+		if (suspend(s, rq)) {
+			lease_park(rq, rq->decision.lease_key,
+			    util_monotonic_us() +
+			    rq->decision.lease_retry_ms * 1000);
+			return MHD_YES;
+		}
+		rq->wait_cut = true;
+	}
 	if (wait_needed(rq)) {
 		rq->conn = conn;
 		if (!suspend(s, rq)) {
@@ -1076,6 +1230,8 @@ handle_decision(struct http_server *s, struct MHD_Connection *conn,
 		rq->dr.rule = rq->rule;
 		rq->dr.leases = true;	/* /auth: concurrency rules skipped */
 		wait_take_slot(s, rq);
+		rq->wait_until_us = rq->arrived_us + rq->dr.wait_ms * 1000;
+		rq->lw.fn = lease_event;
 	} else if ((rc = auth_attrs(conn, rq->cfg, url, method,
 	    &rq->attrs)) < 0)
 		return rc == -2 ? respond_error(s, conn, 400,
@@ -1086,6 +1242,9 @@ handle_decision(struct http_server *s, struct MHD_Connection *conn,
 	if (decide_prepare(s->decider, rq->cfg, &rq->dr, &rq->decision,
 	    &job) == 0)
 		return finish_decision(s, conn, rq);
+	if ((rc = lease_queue_behind(s, conn, rq, job)) != 0)
+		return rc == 1 ? MHD_YES : respond_error(s, conn, 503,
+		    "shutting_down", "the server is shutting down");
 	if (s->decider->backend->completes_inline) {
 		decide_run(job, inline_done, NULL);
 		return answer_decision(s, conn, rq);
@@ -1315,6 +1474,9 @@ answer:
 		return respond_error(s, conn, 503, "backend_unavailable",
 		    "the %s store failed (%s)", s->decider->backend->name,
 		    backend_error_kind_name(rq->probe.kind));
+	if (!renew && rq->lease_out.allowed)	/* its waiters may go on */
+		lease_wait_released(s->leases, lease_key_hash(
+		    rq->lease_check.key, rq->lease_check.keylen));
 	if (!renew)
 		return rq->lease_out.allowed ?
 		    respond(s, conn, 200, JSON_TYPE, "{\"released\":true}", 17,
@@ -1608,8 +1770,8 @@ notify_connection(void *cls, struct MHD_Connection *conn,
 
 struct http_server *
 http_server_start(int listen_fd, struct config *cfg,
-    const struct decider *decider, struct metrics *metrics, char *err,
-    size_t errlen)
+    const struct decider *decider, struct lease_wait *leases,
+    struct metrics *metrics, char *err, size_t errlen)
 {
 	struct http_server *s;
 	unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
@@ -1622,6 +1784,7 @@ http_server_start(int listen_fd, struct config *cfg,
 	}
 	config_slot_init(&s->cfg, cfg);
 	s->decider = decider;
+	s->leases = leases;
 	s->metrics = metrics;
 	s->listen_fd = listen_fd;
 	s->quiesced_fd = -1;
@@ -1675,6 +1838,7 @@ http_server_quiesce(struct http_server *s)
 	 * others at once, 503 (CONTRACT 10). */
 	wait_timer_cut(s->timer, util_monotonic_us() +
 	    c->shutdown_timeout_ms * 1000);
+	lease_wait_cut(s->leases);	/* no known time: 503 now */
 	config_unref(c);
 	__atomic_store_n(&s->draining, true, __ATOMIC_RELEASE);
 	if (s->listen_fd < 0)
@@ -1712,6 +1876,7 @@ http_server_stop(struct http_server *s)
 	__atomic_store_n(&s->draining, true, __ATOMIC_RELEASE);
 	__atomic_store_n(&s->stopping, true, __ATOMIC_SEQ_CST);
 	wait_timer_cut(s->timer, util_monotonic_us());
+	lease_wait_cut(s->leases);
 	give_up = util_monotonic_us() + HTTP_STOP_WAIT_US;
 	while (__atomic_load_n(&s->suspended, __ATOMIC_SEQ_CST) > 0 &&
 	    util_monotonic_us() < give_up)

@@ -34,13 +34,15 @@ int http_listen(const char *listen, int mode, char *err, size_t errlen);
 /*
  * Start serving on listen_fd (ownership passes to the server) with
  * cfg->threads event-loop threads.  Takes one reference to cfg.  The
- * decider and metrics are borrowed for the server's life (the decider's
- * stores must outlive it).  Returns the server, or NULL with a message in
- * err.
+ * decider, the queues of requests waiting for a lease (lease_wait.h; the
+ * server cuts them when it stops) and metrics are borrowed for the
+ * server's life (the decider's stores must outlive it).  Returns the
+ * server, or NULL with a message in err.
  */
+struct lease_wait;
 struct http_server *http_server_start(int listen_fd, struct config *cfg,
-    const struct decider *decider, struct metrics *metrics, char *err,
-    size_t errlen);
+    const struct decider *decider, struct lease_wait *leases,
+    struct metrics *metrics, char *err, size_t errlen);
 
 /* Publish a new snapshot (takes one reference; drops the old one). */
 void http_server_set_config(struct http_server *s, struct config *cfg);

@@ -230,6 +230,21 @@ struct redis_config;
 struct backend *backend_redis_new(const struct redis_config *rc, char *err,
     size_t errlen);
 
+/*
+ * Tell fn(arg, key, keylen) when a lease of key (a full store key) is
+ * released through any daemon on the same Redis (CONTRACT 11):
+ * lua/lease.lua PUBLISHes the key on "<key_prefix>released", and the
+ * store keeps a subscription to it (on the primary; under Cluster on any
+ * node, which hears every PUBLISH).  key is NULL when releases may have
+ * gone unheard (the subscription was down and is back).  fn runs on the
+ * store's I/O thread and must be quick; arg must outlive the store.
+ * Start-up, once, before the first call.
+ */
+typedef void (*backend_released_fn)(void *arg, const char *key,
+    size_t keylen);
+void backend_redis_watch_releases(struct backend *b, backend_released_fn fn,
+    void *arg);
+
 /* Count pool use in m (borrowed; set before the first call).  Start-up. */
 struct metrics;
 void backend_redis_set_metrics(struct backend *b, struct metrics *m);

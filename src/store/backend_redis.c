@@ -108,6 +108,8 @@ extern const char rl_lua_lease[];
 #define REDIS_EVFD_TAG		UINT64_MAX
 #define REDIS_SENTINEL_TAG	(UINT64_C(1) << 40)	/* | sentinel index */
 #define REDIS_SUB_TAG		(UINT64_C(1) << 41)
+#define REDIS_REL_TAG		(UINT64_C(1) << 42)
+#define REDIS_REL_RETRY_US	1000000	/* between subscription attempts */
 #define REDIS_HUNG		"no reply within the timeout"
 /* Script calls in flight at once, per primary.  Redis runs one script at
  * a time, so more would only wait there; calls that arrive meanwhile wait
@@ -215,6 +217,18 @@ struct redis_backend {
 	int64_t next_refresh_us;
 
 	struct redis_sentinels sentinels;
+
+	/* Releases of leases (backend_redis_watch_releases()): the I/O
+	 * thread's subscription to rel_channel on one node.  rel_fn and
+	 * rel_arg are set once, under qmu, before the first request. */
+	backend_released_fn rel_fn;
+	void *rel_arg;
+	char *rel_channel;		/* "<key_prefix>released" */
+	struct redis_slot rel;
+	struct redis_conn_config rel_cfg;
+	size_t rel_node;		/* the node subscribed to, or next */
+	bool rel_started, rel_wanted;
+	int64_t next_rel_us;
 
 	pthread_t thread;
 	bool thread_started;
@@ -920,8 +934,8 @@ lease_send(struct redis_backend *rb, struct redis_node *node,
 	const struct backend_call *call = b->calls[0];
 	const struct rl_check *c = &call->checks[0];
 	char cost[32], wms[32];
-	const char *argv[8];
-	size_t lens[8];
+	const char *argv[9];
+	size_t lens[9];
 	int i;
 
 	snprintf(cost, sizeof(cost), "%" PRId64, c->cost);
@@ -934,13 +948,14 @@ lease_send(struct redis_backend *rb, struct redis_node *node,
 	argv[5] = c->token != NULL ? c->token : "";
 	argv[6] = cost;
 	argv[7] = wms;
-	for (i = 0; i < 8; i++)
+	argv[8] = rb->rel_channel;	/* release: PUBLISH the key there */
+	for (i = 0; i < 9; i++)
 		lens[i] = strlen(argv[i]);
 	lens[3] = c->keylen;
 	if (conn != NULL)
-		return redis_conn_send(conn, 8, argv, lens, batch_reply, b,
+		return redis_conn_send(conn, 9, argv, lens, batch_reply, b,
 		    err, errlen) == 0 ? b->slot : NULL;
-	return node_send(rb, node, 8, argv, lens, batch_reply, b, err,
+	return node_send(rb, node, 9, argv, lens, batch_reply, b, err,
 	    errlen);
 }
 
@@ -1542,6 +1557,8 @@ sentinel_primary(struct redis_backend *rb, const char *host, int port,
 		util_strlcpy(node->host, host, sizeof(node->host));
 		node->url.port = port;
 		ss->known = true;
+		rb->rel_wanted = rb->rel_started;	/* follow it there */
+		rb->next_rel_us = 0;
 		(void)redis_circuit_kick(rb);
 	}
 	rb->unpark_us = util_monotonic_us();
@@ -1661,6 +1678,96 @@ sentinel_subscribe(struct redis_backend *rb)
 	}
 }
 
+/* ---- releases of leases ---------------------------------------------- */
+
+/* Try again later, on the next node (Cluster: any node hears every
+ * PUBLISH; Sentinel: the primary). */
+static void
+rel_later(struct redis_backend *rb)
+{
+	if (rb->rel_wanted)
+		return;
+	rb->rel_wanted = true;
+	rb->rel_node++;
+	rb->next_rel_us = util_monotonic_us() + REDIS_REL_RETRY_US;
+}
+
+/* Messages on the subscription, and its end. */
+static void
+rel_push(void *arg, redisReply *r, const char *err)
+{
+	struct redis_backend *rb = arg;
+
+	(void)err;
+	if (r == NULL) {
+		rel_later(rb);
+		return;
+	}
+	if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+	    r->element[0]->type == REDIS_REPLY_STRING &&
+	    strcmp(r->element[0]->str, "message") == 0 &&
+	    r->element[2]->type == REDIS_REPLY_STRING)
+		rb->rel_fn(rb->rel_arg, r->element[2]->str,
+		    r->element[2]->len);
+}
+
+static void
+rel_sub_reply(void *arg, redisReply *r, const char *err)
+{
+	struct redis_backend *rb = arg;
+
+	(void)err;
+	if (r != NULL && r->type == REDIS_REPLY_ARRAY) {
+		/* Releases while it was down went unheard. */
+		rb->rel_fn(rb->rel_arg, NULL, 0);
+		return;
+	}
+	if (r != NULL)
+		redis_log_failure(rb, BACKEND_ERR_PROTOCOL,
+		    r->type == REDIS_REPLY_ERROR ? r->str :
+		    "SUBSCRIBE: unexpected reply");
+	if (rb->rel.conn != NULL)
+		redis_conn_close(rb->rel.conn, "SUBSCRIBE failed");
+	rel_later(rb);
+}
+
+static void
+rel_subscribe(struct redis_backend *rb)
+{
+	const char *argv[2] = { "SUBSCRIBE", rb->rel_channel };
+	size_t lens[2] = { 9, strlen(rb->rel_channel) };
+	char err[BACKEND_ERR_MAX];
+	struct redis_node *node;
+
+	rb->rel_wanted = false;
+	if (rb->rel.conn != NULL) {
+		redis_conn_set_push(rb->rel.conn, NULL, NULL);
+		redis_conn_free(rb->rel.conn, "moving the subscription");
+		rb->rel.conn = NULL;
+		rb->rel.reg_fd = -1;
+	}
+	if (rb->nnodes == 0 || (rb->mode == REDIS_SENTINEL &&
+	    !rb->sentinels.known)) {
+		rb->rel_wanted = true;		/* no address yet */
+		rb->next_rel_us = util_monotonic_us() + REDIS_TOPOLOGY_US;
+		return;
+	}
+	node = rb->nodes[rb->mode == REDIS_CLUSTER ?
+	    rb->rel_node % rb->nnodes : 0];
+	rb->rel_cfg = node->ccfg;
+	rb->rel_cfg.script = NULL;
+	if ((rb->rel.conn = redis_conn_new(&rb->rel_cfg)) == NULL) {
+		rel_later(rb);
+		return;
+	}
+	redis_conn_set_push(rb->rel.conn, rel_push, rb);
+	if (redis_conn_send(rb->rel.conn, 2, argv, lens, rel_sub_reply, rb,
+	    err, sizeof(err)) == -1) {
+		redis_log_failure(rb, BACKEND_ERR_CONNECT, err);
+		rel_later(rb);
+	}
+}
+
 /* Whatever the topology needs this turn; returns when it next needs the
  * loop to wake (monotonic us), or INT64_MAX. */
 static int64_t
@@ -1704,6 +1811,12 @@ topology_turn(struct redis_backend *rb, int64_t now)
 				next = ss->next_sub_us;
 		}
 	}
+	if (rb->rel_wanted) {
+		if (now >= rb->next_rel_us)
+			rel_subscribe(rb);
+		if (rb->rel_wanted && rb->next_rel_us < next)
+			next = rb->next_rel_us;
+	}
 	return next;
 }
 
@@ -1716,6 +1829,8 @@ slot_of_tag(struct redis_backend *rb, uint64_t tag)
 	if (tag == REDIS_SUB_TAG)
 		return rb->sentinels.sub.conn != NULL ? &rb->sentinels.sub :
 		    NULL;
+	if (tag == REDIS_REL_TAG)
+		return rb->rel.conn != NULL ? &rb->rel : NULL;
 	if (tag & REDIS_SENTINEL_TAG) {
 		tag &= ~REDIS_SENTINEL_TAG;
 		return tag < rb->sentinels.n ? &rb->sentinels.q[tag] : NULL;
@@ -1742,6 +1857,8 @@ each_slot(struct redis_backend *rb,
 		fn(rb, &rb->sentinels.q[i], REDIS_SENTINEL_TAG | i, arg);
 	if (rb->sentinels.sub.conn != NULL)
 		fn(rb, &rb->sentinels.sub, REDIS_SUB_TAG, arg);
+	if (rb->rel.conn != NULL)
+		fn(rb, &rb->rel, REDIS_REL_TAG, arg);
 }
 
 /* Close a connection whose connect or oldest command is overdue; lower
@@ -1905,6 +2022,10 @@ redis_thread(void *arg)
 		}
 		rb->qhead = rb->qtail = NULL;
 		stop = rb->stopping;
+		if (rb->rel_fn != NULL && !rb->rel_started) {
+			rb->rel_started = rb->rel_wanted = true;
+			rb->next_rel_us = 0;
+		}
 		pthread_mutex_unlock(&rb->qmu);
 		now = util_monotonic_us();
 		next = topology_turn(rb, now);
@@ -2036,6 +2157,11 @@ redis_free(struct backend *b)
 		redis_conn_set_push(ss->sub.conn, NULL, NULL);
 		redis_conn_free(ss->sub.conn, "shutting down");
 	}
+	if (rb->rel.conn != NULL) {
+		redis_conn_set_push(rb->rel.conn, NULL, NULL);
+		redis_conn_free(rb->rel.conn, "shutting down");
+	}
+	rl_free(rb->rel_channel);
 	for (i = 0; ss->q != NULL && i < ss->n; i++)
 		redis_conn_free(ss->q[i].conn, "shutting down");
 	for (i = 0; ss->urls != NULL && i < ss->n; i++)
@@ -2195,6 +2321,7 @@ backend_redis_new(const struct redis_config *rc, char *err, size_t errlen)
 	rb->circuit = REDIS_CIRCUIT_CLOSED;
 	rb->backoff_ms = REDIS_CB_BACKOFF_MIN_MS;
 	rb->epfd = rb->evfd = -1;
+	rb->rel.reg_fd = -1;
 	slot_map_init(&rb->map);
 	pthread_mutex_init(&rb->mu, NULL);
 	pthread_mutex_init(&rb->qmu, NULL);
@@ -2213,6 +2340,12 @@ backend_redis_new(const struct redis_config *rc, char *err, size_t errlen)
 		    "password (add :pass or a password_file)");
 		goto fail;
 	}
+	if ((rb->rel_channel = rl_malloc(strlen(rc->key_prefix != NULL ?
+	    rc->key_prefix : "") + 9)) == NULL)
+		goto oom;
+	snprintf(rb->rel_channel, strlen(rc->key_prefix != NULL ?
+	    rc->key_prefix : "") + 9, "%sreleased", rc->key_prefix != NULL ?
+	    rc->key_prefix : "");
 	if (rc->ncluster > 0)
 		url = rc->cluster[0];
 	else if (rc->sentinel.master != NULL)
@@ -2259,6 +2392,19 @@ oom:
 fail:
 	redis_free(&rb->base);
 	return NULL;
+}
+
+void
+backend_redis_watch_releases(struct backend *b, backend_released_fn fn,
+    void *arg)
+{
+	struct redis_backend *rb = (struct redis_backend *)b;
+
+	pthread_mutex_lock(&rb->qmu);
+	rb->rel_fn = fn;
+	rb->rel_arg = arg;
+	pthread_mutex_unlock(&rb->qmu);
+	(void)!write(rb->evfd, &(uint64_t){ 1 }, sizeof(uint64_t));
 }
 
 void
