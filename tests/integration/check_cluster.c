@@ -521,6 +521,112 @@ START_TEST(test_lease_release_ask)
 }
 END_TEST
 
+/* A request that waits for the lock, on another daemon than the one the
+ * holder releases through. */
+struct lock_waiter {
+	pthread_t thread;
+	int port;
+	char body[128];
+	long status;
+	long long answered_ms;
+	char answer[512];
+};
+
+/* POST body to path on port; *out zeroed or freed before. */
+static void
+post_to(int port, const char *path, const char *body, struct h_resp *out)
+{
+	CURL *c = h_curl_new();
+
+	h_resp_free(out);
+	memset(out, 0, sizeof(*out));
+	ck_assert_msg(h_request(c, port, out, "POST", path, body,
+	    strlen(body), NULL) == 0, "%s: %s", path, out->err);
+	curl_easy_cleanup(c);
+}
+
+static void *
+lock_wait_run(void *arg)
+{
+	struct lock_waiter *w = arg;
+	struct h_resp r = { 0 };
+	CURL *c = h_curl_new();
+
+	if (h_request(c, w->port, &r, "POST", "/acquire", w->body,
+	    strlen(w->body), NULL) == 0)
+		w->status = r.status;
+	w->answered_ms = h_now_ms();
+	snprintf(w->answer, sizeof(w->answer), "%s", r.body != NULL ?
+	    r.body : r.err);
+	h_resp_free(&r);
+	curl_easy_cleanup(c);
+	return NULL;
+}
+
+/*
+ * Waiting for a lease across daemons on a Cluster: a release through one
+ * daemon is PUBLISHed on the node of its key, and the other daemon, which
+ * subscribes on one node only, hears it there as from every node.  One
+ * key on each primary: the waiter is served soon after the release, long
+ * before the lease (1 h) would expire.
+ */
+START_TEST(test_lease_wait_across_nodes)
+{
+	struct h_daemon a, b;
+	struct h_resp r = { 0 };
+	struct lock_waiter w;
+	char key[64], user[16], body[1024];
+	bool done[H_CLUSTER_NODES] = { false };
+	long long released;
+	int i, owner, keys = 0;
+
+	start(&a, cluster.node[0].port, "2s", 3);
+	start(&b, cluster.node[0].port, "2s", 3);
+	for (i = 0; i < 200 && keys < 3; i++) {
+		snprintf(user, sizeof(user), "w%d", i);
+		snprintf(key, sizeof(key), "cl:lk:{%s}", user);
+		owner = owner_of(key);
+		ck_assert_int_ge(owner, 0);
+		if (done[owner])
+			continue;
+		done[owner] = true;
+		keys++;
+		snprintf(body, sizeof(body), "{\"t\":\"lock\",\"user\":\"%s\"}",
+		    user);
+		post_to(a.port, "/acquire", body, &r);
+		ck_assert_int_eq(r.status, 200);
+		snprintf(body, sizeof(body), "{\"lease\":\"%s\"}",
+		    json_string_value(json_object_get(json_array_get(
+		    h_json_get(&r, "leases"), 0), "lease")));
+		memset(&w, 0, sizeof(w));
+		w.port = b.port;
+		snprintf(w.body, sizeof(w.body), "{\"t\":\"lock\",\"user\":"
+		    "\"%s\",\"wait_ms\":10000}", user);
+		ck_assert_int_eq(pthread_create(&w.thread, NULL, lock_wait_run,
+		    &w), 0);
+		h_sleep_ms(300);
+		released = h_now_ms();
+		post_to(a.port, "/release", body, &r);
+		ck_assert_msg(strstr(r.body, "\"released\":true") != NULL,
+		    "%s", r.body);
+		pthread_join(w.thread, NULL);
+		ck_assert_msg(w.status == 200 && strstr(w.answer,
+		    "\"leases\"") != NULL, "waiter for %s (node %d): %ld %s",
+		    user, owner, w.status, w.answer);
+		ck_assert_msg(w.answered_ms - released < 1500, "waiter for %s "
+		    "(node %d) answered %lld ms after the release", user,
+		    owner, w.answered_ms - released);
+		printf("cluster: waiter for a key on node %d served %lld ms "
+		    "after the release through the other daemon\n", owner,
+		    w.answered_ms - released);
+	}
+	ck_assert_int_eq(keys, 3);
+	h_resp_free(&r);
+	h_daemon_stop(&b);
+	h_daemon_stop(&a);
+}
+END_TEST
+
 /*
  * A take-back whose slot migrates: the request's units went to the
  * destination by ASK, its other slot denied, and the take-back, sent to
@@ -593,6 +699,7 @@ int main(void)
 	tcase_add_test(tc, test_across_slots_all_or_nothing);
 	tcase_add_test(tc, test_takeback_each_algorithm);
 	tcase_add_test(tc, test_lease_release_ask);
+	tcase_add_test(tc, test_lease_wait_across_nodes);
 	tcase_add_test(tc, test_takeback_ask);
 	tcase_add_test(tc, test_slot_migration_ask_then_moved);
 	tcase_add_test(tc, test_primary_killed_failover);
