@@ -12,6 +12,7 @@
  * last: it leaves no replica.
  */
 #include <check.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,12 @@ static const char yaml_fmt[] =
 	"  - name: one\n"
 	"    key: \"${user}\"\n"
 	"    limit: 1000\n"
+	"    window: 1h\n"
+	"  - name: lk\n"
+	"    match: { t: lock }\n"
+	"    key: \"${user}\"\n"
+	"    algorithm: concurrency\n"
+	"    limit: 1\n"
 	"    window: 1h\n";
 
 static void sentinels_resume(void);
@@ -236,6 +243,83 @@ START_TEST(test_readonly_followed)
 }
 END_TEST
 
+/* POST body to path on port; *out zeroed or freed before. */
+static void post_to(int port, const char *path, const char *body,
+    struct h_resp *out)
+{
+	CURL *c = h_curl_new();
+
+	h_resp_free(out);
+	memset(out, 0, sizeof(*out));
+	ck_assert_msg(h_request(c, port, out, "POST", path, body,
+	    strlen(body), NULL) == 0, "%s: %s", path, out->err);
+	curl_easy_cleanup(c);
+}
+
+/* A request waiting for the lock on one daemon. */
+struct lock_waiter {
+	pthread_t thread;
+	int port;
+	struct h_resp r;
+	long long answered_ms;
+};
+
+static void *lock_wait_run(void *arg)
+{
+	struct lock_waiter *w = arg;
+	const char *body = "{\"t\":\"lock\",\"user\":\"w\",\"wait_ms\":10000}";
+	CURL *c = h_curl_new();
+
+	(void)h_request(c, w->port, &w->r, "POST", "/acquire", body,
+	    strlen(body), NULL);
+	w->answered_ms = h_now_ms();
+	curl_easy_cleanup(c);
+	return NULL;
+}
+
+/*
+ * After the failover, d's subscription to lease releases is on the new
+ * primary: a waiter on d is served as soon as another daemon (started on
+ * the new primary) releases the lock, long before its lease (1 h) would
+ * expire.
+ */
+static void lease_wait_after_failover(struct h_daemon *d)
+{
+	struct h_daemon other;
+	struct lock_waiter w;
+	struct h_resp r = { 0 };
+	char body[1024];
+	long long released;
+
+	start(&other);
+	post_to(other.port, "/acquire", "{\"t\":\"lock\",\"user\":\"w\"}",
+	    &r);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	snprintf(body, sizeof(body), "{\"lease\":\"%s\"}",
+	    json_string_value(json_object_get(json_array_get(
+	    h_json_get(&r, "leases"), 0), "lease")));
+	memset(&w, 0, sizeof(w));
+	w.port = d->port;
+	ck_assert_int_eq(pthread_create(&w.thread, NULL, lock_wait_run, &w),
+	    0);
+	h_sleep_ms(300);
+	released = h_now_ms();
+	post_to(other.port, "/release", body, &r);
+	ck_assert_msg(strstr(r.body, "\"released\":true") != NULL, "%s",
+	    r.body);
+	pthread_join(w.thread, NULL);
+	ck_assert_msg(w.r.status == 200, "the waiter: %ld %s", w.r.status,
+	    w.r.body != NULL ? w.r.body : w.r.err);
+	ck_assert_msg(w.answered_ms - released < 1500, "the waiter was "
+	    "served %lld ms after the release", w.answered_ms - released);
+	fprintf(stderr, "sentinel: after the failover, a waiter served %lld "
+	    "ms after a release through another daemon\n",
+	    w.answered_ms - released);
+	h_resp_free(&w.r);
+	h_resp_free(&r);
+	h_daemon_stop(&other);
+}
+
 START_TEST(test_failover_followed)
 {
 	struct h_redis *primary, *replica;
@@ -263,6 +347,7 @@ START_TEST(test_failover_followed)
 	ck_assert_int_eq(h_redis_log_units(fresh(replica), "sn:one:{f}"), 4);
 	ck_assert_int_eq(get("/readyz", NULL), 200);
 	ck_assert_int_ge(h_metric("ratelimitd_redis_failovers_total"), 1);
+	lease_wait_after_failover(&d);
 	h_daemon_stop(&d);
 }
 END_TEST
