@@ -138,6 +138,7 @@ struct request {
 	bool lease_over;		/* no more waiting for a lease */
 	int64_t wait_until_us;		/* arrival + wait_ms */
 	int64_t lease_waited_ms;	/* answered after this wait */
+	int64_t tried_us;		/* the last decision was asked then */
 	int64_t declared_len;		/* Content-Length, or -1 */
 };
 
@@ -1058,7 +1059,7 @@ static void
 lease_park(struct request *rq, uint64_t key, int64_t retry_us)
 {
 	int rc = lease_wait_park(rq->s->leases, &rq->lw, key, retry_us,
-	    rq->wait_until_us);
+	    rq->wait_until_us, rq->tried_us);
 
 	if (rc == 0)
 		return;
@@ -1101,6 +1102,7 @@ lease_try(struct request *rq)
 	    (rq->wait_until_us - now) / 1000;
 	rq->dr.deadline_us = rq->cfg->backend == RL_BACKEND_REDIS ?
 	    now + rq->cfg->redis.timeout_ms * 1000 : 0;
+	rq->tried_us = now;
 	decide_leases_free(&rq->decision);
 	if (decide_prepare(rq->s->decider, rq->cfg, &rq->dr, &rq->decision,
 	    &job) == 0) {
@@ -1232,6 +1234,7 @@ handle_decision(struct http_server *s, struct MHD_Connection *conn,
 		wait_take_slot(s, rq);
 		rq->wait_until_us = rq->arrived_us + rq->dr.wait_ms * 1000;
 		rq->lw.fn = lease_event;
+		rq->tried_us = util_monotonic_us();
 	} else if ((rc = auth_attrs(conn, rq->cfg, url, method,
 	    &rq->attrs)) < 0)
 		return rc == -2 ? respond_error(s, conn, 400,

@@ -11,7 +11,10 @@
  * got its lease, or gave up, and a lease may still be free).  A release
  * that comes while the first waiter is trying marks `again`: that try may
  * have been decided before the release, so when it parks again it tries
- * once more.  The thread sleeps on a condition variable (CLOCK_MONOTONIC)
+ * once more.  A waiter that comes to a key with no queue may have been
+ * denied just before a release nobody waited for: the last releases heard
+ * are remembered, with when, so that such a waiter tries at once.  The
+ * thread sleeps on a condition variable (CLOCK_MONOTONIC)
  * until the earliest of every first waiter's retry time and every
  * waiter's deadline, or a signal, and then tells what is due, with the
  * lock released.  A walk costs one step per waiter, and max_waiting
@@ -29,6 +32,7 @@
 
 #define LW_BUCKETS 1024		/* a power of two */
 #define LW_BATCH 64		/* events told per turn of the thread */
+#define LW_RECENT 256		/* releases remembered (a power of two) */
 
 struct lease_queue {
 	uint64_t key;
@@ -46,6 +50,10 @@ struct lease_wait {
 	struct lease_queue *queues;
 	size_t count;
 	bool cut, stop;
+	/* The last LW_RECENT releases heard, and the last "all". */
+	struct { uint64_t key; int64_t at; } recent[LW_RECENT];
+	size_t nrecent;
+	int64_t all_at;
 };
 
 struct lw_event {
@@ -104,6 +112,24 @@ queue_free(struct lease_wait *lw, struct lease_queue *q)
 	if (q->next != NULL)
 		q->next->prev = q->prev;
 	rl_free(q);
+}
+
+/* Was a release of key heard at since_us or later?  (True too when that
+ * may have been forgotten.) */
+static bool
+released_since(const struct lease_wait *lw, uint64_t key, int64_t since_us)
+{
+	size_t i, n = lw->nrecent < LW_RECENT ? lw->nrecent : LW_RECENT;
+
+	if (lw->all_at >= since_us)
+		return true;
+	if (lw->nrecent > LW_RECENT &&
+	    lw->recent[lw->nrecent % LW_RECENT].at >= since_us)
+		return true;		/* the oldest remembered is newer */
+	for (i = 0; i < n; i++)
+		if (lw->recent[i].key == key && lw->recent[i].at >= since_us)
+			return true;
+	return false;
 }
 
 /* Take w out of its queue; a new first waiter tries at once.  The queue
@@ -221,6 +247,7 @@ lease_wait_new(char *err, size_t errlen)
 		snprintf(err, errlen, "lease waits: out of memory");
 		return NULL;
 	}
+	lw->all_at = INT64_MIN;
 	pthread_mutex_init(&lw->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -239,7 +266,7 @@ lease_wait_new(char *err, size_t errlen)
 
 int
 lease_wait_park(struct lease_wait *lw, struct lease_waiter *w,
-    uint64_t key, int64_t retry_us, int64_t deadline_us)
+    uint64_t key, int64_t retry_us, int64_t deadline_us, int64_t since_us)
 {
 	struct lease_queue *q;
 	int rc = 0;
@@ -275,6 +302,9 @@ lease_wait_park(struct lease_wait *lw, struct lease_waiter *w,
 			q->head = w;
 		q->tail = w;
 		lw->count++;
+		if (q->head == w && (retry_us == INT64_MAX ||
+		    released_since(lw, key, since_us)))
+			q->wake = true;
 	} else if (w->trying && w->q->again) {
 		w->q->wake = true;		/* freed while it tried */
 		w->q->again = false;
@@ -310,6 +340,8 @@ lease_wait_released(struct lease_wait *lw, uint64_t key)
 	struct lease_queue *q;
 
 	pthread_mutex_lock(&lw->lock);
+	lw->recent[lw->nrecent++ % LW_RECENT].key = key;
+	lw->recent[(lw->nrecent - 1) % LW_RECENT].at = util_monotonic_us();
 	if ((q = queue_find(lw, key)) != NULL && q->head != NULL) {
 		if (q->head->trying)
 			q->again = true;
@@ -326,6 +358,7 @@ lease_wait_all(struct lease_wait *lw)
 	struct lease_queue *q;
 
 	pthread_mutex_lock(&lw->lock);
+	lw->all_at = util_monotonic_us();
 	for (q = lw->queues; q != NULL; q = q->next) {
 		if (q->head != NULL && q->head->trying)
 			q->again = true;

@@ -69,12 +69,15 @@ struct lease_wait *lease_wait_new(char *err, size_t errlen);
 /*
  * w waits for a lease of key to be freed: at the end of the queue, or at
  * its own place when it is there already (after a TRY).  retry_us is when
- * the key's oldest lease expires (monotonic; INT64_MAX: unknown), and
- * deadline_us when w gives up.  Returns 0, or -1 when the daemon is
- * stopping (w is not queued; no event will come).
+ * the key's oldest lease expires (monotonic; INT64_MAX: unknown: a new
+ * first waiter then tries at once), and deadline_us when w gives up.
+ * since_us is when the denial that makes w wait was asked of the store: a
+ * release heard since may have come too late for it, so a new first
+ * waiter tries at once then too.  Returns 0; -1 when the daemon is
+ * stopping, -2 when out of memory (w is not queued; no event will come).
  */
 int lease_wait_park(struct lease_wait *lw, struct lease_waiter *w,
-    uint64_t key, int64_t retry_us, int64_t deadline_us);
+    uint64_t key, int64_t retry_us, int64_t deadline_us, int64_t since_us);
 
 /* w is done (it got its lease, failed, or gives up): it leaves its queue,
  * and the next waiter of its key tries at once.  Not queued: no-op. */

@@ -12,11 +12,13 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "lease_wait.h"
 #include "util.h"
 
 #define FAR (util_monotonic_us() + 60 * 1000000LL)
+#define NOW util_monotonic_us()
 #define QUIET_US 150000		/* no event in this long: none comes */
 
 struct rec_waiter {
@@ -94,6 +96,13 @@ expect_none(void)
 static struct lease_wait *lw;
 static struct rec_waiter ws[8];
 
+/* Waiter i denied on key now: its key's oldest lease expires at retry. */
+static int
+park(int i, uint64_t key, int64_t retry, int64_t deadline)
+{
+	return lease_wait_park(lw, &ws[i].w, key, retry, deadline, NOW);
+}
+
 static void
 setup(void)
 {
@@ -122,15 +131,14 @@ START_TEST(test_release_wakes_first_only_in_order)
 	int i;
 
 	for (i = 0; i < 3; i++)
-		ck_assert_int_eq(lease_wait_park(lw, &ws[i].w, 7, INT64_MAX,
-		    FAR), 0);
+		ck_assert_int_eq(park(i, 7, FAR, FAR), 0);
 	ck_assert_uint_eq(lease_wait_count(lw), 3);
 	expect_none();
 	lease_wait_released(lw, 7);
 	expect(0, LEASE_WAIT_TRY);
 	expect_none();
 	/* Still denied: it keeps its place, and waits for the next one. */
-	ck_assert_int_eq(lease_wait_park(lw, &ws[0].w, 7, INT64_MAX, FAR), 0);
+	ck_assert_int_eq(park(0, 7, FAR, FAR), 0);
 	expect_none();
 	lease_wait_released(lw, 7);
 	expect(0, LEASE_WAIT_TRY);
@@ -147,13 +155,13 @@ END_TEST
 
 START_TEST(test_release_while_trying_tries_again)
 {
-	ck_assert_int_eq(lease_wait_park(lw, &ws[0].w, 7, INT64_MAX, FAR), 0);
-	ck_assert_int_eq(lease_wait_park(lw, &ws[1].w, 7, INT64_MAX, FAR), 0);
+	ck_assert_int_eq(park(0, 7, FAR, FAR), 0);
+	ck_assert_int_eq(park(1, 7, FAR, FAR), 0);
 	lease_wait_released(lw, 7);
 	expect(0, LEASE_WAIT_TRY);
 	lease_wait_released(lw, 7);	/* while 0 tries */
 	expect_none();
-	ck_assert_int_eq(lease_wait_park(lw, &ws[0].w, 7, INT64_MAX, FAR), 0);
+	ck_assert_int_eq(park(0, 7, FAR, FAR), 0);
 	expect(0, LEASE_WAIT_TRY);
 	expect_none();
 }
@@ -163,8 +171,8 @@ START_TEST(test_keys_are_apart)
 {
 	uint64_t keys[2] = { 8, 9 }, k = 0;
 
-	ck_assert_int_eq(lease_wait_park(lw, &ws[0].w, 7, INT64_MAX, FAR), 0);
-	ck_assert_int_eq(lease_wait_park(lw, &ws[1].w, 8, INT64_MAX, FAR), 0);
+	ck_assert_int_eq(park(0, 7, FAR, FAR), 0);
+	ck_assert_int_eq(park(1, 8, FAR, FAR), 0);
 	ck_assert(lease_wait_any(lw, keys, 2, &k));
 	ck_assert_uint_eq(k, 8);
 	ck_assert(!lease_wait_any(lw, keys + 1, 1, &k));
@@ -174,7 +182,7 @@ START_TEST(test_keys_are_apart)
 	expect(1, LEASE_WAIT_TRY);
 	expect_none();
 	/* Denied on another key now: it moves to that key's queue. */
-	ck_assert_int_eq(lease_wait_park(lw, &ws[1].w, 7, INT64_MAX, FAR), 0);
+	ck_assert_int_eq(park(1, 7, FAR, FAR), 0);
 	ck_assert(!lease_wait_any(lw, keys, 1, &k));
 	lease_wait_released(lw, 7);
 	expect(0, LEASE_WAIT_TRY);
@@ -187,10 +195,8 @@ START_TEST(test_expiry_time)
 {
 	int64_t t0 = util_monotonic_us();
 
-	ck_assert_int_eq(lease_wait_park(lw, &ws[0].w, 7, t0 + 200000, FAR),
-	    0);
-	ck_assert_int_eq(lease_wait_park(lw, &ws[1].w, 7, t0 + 50000, FAR),
-	    0);
+	ck_assert_int_eq(park(0, 7, t0 + 200000, FAR), 0);
+	ck_assert_int_eq(park(1, 7, t0 + 50000, FAR), 0);
 	/* Only the first's time counts: the second is behind it. */
 	expect(0, LEASE_WAIT_TRY);
 	ck_assert_int_ge(recs[0].at - t0, 200000);
@@ -202,11 +208,9 @@ START_TEST(test_deadline)
 {
 	int64_t t0 = util_monotonic_us();
 
-	ck_assert_int_eq(lease_wait_park(lw, &ws[0].w, 7, INT64_MAX,
-	    t0 + 100000), 0);
-	ck_assert_int_eq(lease_wait_park(lw, &ws[1].w, 7, INT64_MAX, FAR), 0);
-	ck_assert_int_eq(lease_wait_park(lw, &ws[2].w, 7, INT64_MAX,
-	    t0 + 150000), 0);
+	ck_assert_int_eq(park(0, 7, FAR, t0 + 100000), 0);
+	ck_assert_int_eq(park(1, 7, FAR, FAR), 0);
+	ck_assert_int_eq(park(2, 7, FAR, t0 + 150000), 0);
 	expect(0, LEASE_WAIT_TIMEOUT);
 	ck_assert_int_ge(recs[0].at - t0, 100000);
 	/* The new first tries at once; the third gives up in its turn. */
@@ -219,13 +223,41 @@ START_TEST(test_deadline)
 }
 END_TEST
 
+/* A waiter that comes to a key with no queue tries at once when its
+ * denial may be stale: a release heard since it was asked, or no known
+ * expiry (a newcomer queued behind waiters that have gone meanwhile). */
+START_TEST(test_new_first_waiter)
+{
+	int64_t asked = NOW;
+
+	lease_wait_released(lw, 7);	/* before the denial was asked */
+	usleep(2000);
+	asked = NOW;
+	ck_assert_int_eq(lease_wait_park(lw, &ws[0].w, 7, FAR, FAR, asked),
+	    0);
+	expect_none();
+	lease_wait_leave(lw, &ws[0].w);
+	lease_wait_released(lw, 8);	/* after it was asked */
+	ck_assert_int_eq(lease_wait_park(lw, &ws[1].w, 8, FAR, FAR, asked),
+	    0);
+	expect(1, LEASE_WAIT_TRY);
+	ck_assert_int_eq(lease_wait_park(lw, &ws[2].w, 9, INT64_MAX, FAR,
+	    NOW), 0);
+	expect(2, LEASE_WAIT_TRY);
+	/* Behind a first waiter: no. */
+	ck_assert_int_eq(lease_wait_park(lw, &ws[3].w, 9, INT64_MAX, FAR,
+	    NOW), 0);
+	expect_none();
+}
+END_TEST
+
 START_TEST(test_cut)
 {
 	struct rec r1, r2;
 
-	ck_assert_int_eq(lease_wait_park(lw, &ws[0].w, 7, INT64_MAX, FAR), 0);
-	ck_assert_int_eq(lease_wait_park(lw, &ws[1].w, 7, INT64_MAX, FAR), 0);
-	ck_assert_int_eq(lease_wait_park(lw, &ws[2].w, 8, INT64_MAX, FAR), 0);
+	ck_assert_int_eq(park(0, 7, FAR, FAR), 0);
+	ck_assert_int_eq(park(1, 7, FAR, FAR), 0);
+	ck_assert_int_eq(park(2, 8, FAR, FAR), 0);
 	lease_wait_released(lw, 7);
 	expect(0, LEASE_WAIT_TRY);
 	lease_wait_cut(lw);
@@ -235,10 +267,8 @@ START_TEST(test_cut)
 	ck_assert_int_ne(r1.id, r2.id);
 	expect_none();
 	/* The one trying is not told: its park fails, and so does a new. */
-	ck_assert_int_eq(lease_wait_park(lw, &ws[0].w, 7, INT64_MAX, FAR),
-	    -1);
-	ck_assert_int_eq(lease_wait_park(lw, &ws[3].w, 7, INT64_MAX, FAR),
-	    -1);
+	ck_assert_int_eq(park(0, 7, FAR, FAR), -1);
+	ck_assert_int_eq(park(3, 7, FAR, FAR), -1);
 	ck_assert_uint_eq(lease_wait_count(lw), 0);
 }
 END_TEST
@@ -256,6 +286,7 @@ suite(void)
 	tcase_add_test(tc, test_keys_are_apart);
 	tcase_add_test(tc, test_expiry_time);
 	tcase_add_test(tc, test_deadline);
+	tcase_add_test(tc, test_new_first_waiter);
 	tcase_add_test(tc, test_cut);
 	suite_add_tcase(s, tc);
 	return s;
