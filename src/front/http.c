@@ -26,6 +26,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -81,9 +82,7 @@ enum endpoint {
 
 struct http_server {
 	struct MHD_Daemon *mhd;
-	int listen_fd;
-	int quiesced_fd;		/* listen_fd once quiesced: shut down,
-					 * closed when the workers are gone */
+	int listen_fd;			/* -1 once quiesced */
 	struct config_slot cfg;		/* the snapshot served */
 	const struct decider *decider;
 	struct metrics *metrics;
@@ -1790,7 +1789,6 @@ http_server_start(int listen_fd, struct config *cfg,
 	s->leases = leases;
 	s->metrics = metrics;
 	s->listen_fd = listen_fd;
-	s->quiesced_fd = -1;
 	if ((s->guard = http_guard_start(guard_limits, s, err, errlen)) ==
 	    NULL)
 		goto fail;
@@ -1837,6 +1835,27 @@ http_server_quiesce(struct http_server *s)
 	struct config *c = http_server_get_config(s);
 	int fd;
 
+	/*
+	 * Refuse new connections at once: close the listening socket under
+	 * libmicrohttpd by putting a socket that does not listen in its
+	 * place.  The number stays taken until MHD_stop_daemon() closes it
+	 * (a worker's accept() on it fails, harmlessly), and the kernel
+	 * drops the closed socket from the workers' epoll sets by itself.
+	 * Not MHD_quiesce_daemon(): in libmicrohttpd 0.9.75 it races with a
+	 * worker that removes the listening socket from its epoll set at
+	 * the same time, and one of them aborts the process ("Failed to
+	 * remove listen FD from epoll set"), as seen when waiters were
+	 * resumed during a stop.  First, so that no waiter answered below
+	 * finds the listener open.
+	 */
+	if (s->listen_fd >= 0) {
+		if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
+		    dup3(fd, s->listen_fd, O_CLOEXEC) < 0)
+			(void)shutdown(s->listen_fd, SHUT_RDWR);
+		if (fd >= 0)
+			close(fd);
+		s->listen_fd = -1;
+	}
 	/* Waiters due within shutdown_timeout are answered then; the
 	 * others at once, 503 (CONTRACT 10). */
 	wait_timer_cut(s->timer, util_monotonic_us() +
@@ -1844,19 +1863,6 @@ http_server_quiesce(struct http_server *s)
 	lease_wait_cut(s->leases);	/* no known time: 503 now */
 	config_unref(c);
 	__atomic_store_n(&s->draining, true, __ATOMIC_RELEASE);
-	if (s->listen_fd < 0)
-		return;
-	/*
-	 * Refuse new connections at once (a shut-down listening socket
-	 * stops listening), but close the descriptor only after
-	 * MHD_stop_daemon(): a worker may still be in accept() on it, and
-	 * the number must not go to another socket meanwhile.
-	 */
-	if ((fd = MHD_quiesce_daemon(s->mhd)) >= 0) {
-		(void)shutdown(fd, SHUT_RDWR);
-		s->quiesced_fd = fd;
-	}
-	s->listen_fd = -1;
 }
 
 int
@@ -1891,8 +1897,6 @@ http_server_stop(struct http_server *s)
 		log_info("stopped");
 		_exit(0);
 	}
-	MHD_stop_daemon(s->mhd);	/* closes the socket unless quiesced */
-	if (s->quiesced_fd >= 0)
-		close(s->quiesced_fd);
+	MHD_stop_daemon(s->mhd);	/* closes the listening socket */
 	server_free(s);
 }
