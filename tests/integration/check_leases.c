@@ -15,11 +15,18 @@
  * - a request that another rule denies takes no lease; /auth skips
  *   concurrency rules;
  * - a lock (limit: 1) handed from one worker to another;
+ * - waiting for a lease (wait_ms): a release through either daemon, or
+ *   an expiry, serves a waiter at once; a wait that runs out is a 429;
+ *   one daemon's waiters get the lock in the order they came; workers
+ *   hand a lock on with wait_ms and never wait for an expiry; a request
+ *   another rule denies for longer than its wait is answered at once;
+ *   SIGTERM answers a waiter 503 at once;
  * - --check warns about a concurrency rule that could match /auth.
  */
 #include <check.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +89,20 @@ static const char rules_yaml[] =
 	"  - name: pair-gate\n"
 	"    match:\n"
 	"      t: pair\n"
+	"    key: \"${job}\"\n"
+	"    algorithm: fixed_window\n"
+	"    limit: 1\n"
+	"    window: 1h\n"
+	"  - name: both-lease\n"
+	"    match:\n"
+	"      t: both\n"
+	"    key: \"${job}\"\n"
+	"    algorithm: concurrency\n"
+	"    limit: 1\n"
+	"    window: 1h\n"
+	"  - name: both-gate\n"
+	"    match:\n"
+	"      t: both\n"
 	"    key: \"${job}\"\n"
 	"    algorithm: fixed_window\n"
 	"    limit: 1\n"
@@ -536,6 +557,334 @@ START_TEST(test_lock_handoff)
 }
 END_TEST
 
+/* --- waiting for a lease ------------------------------------------------ */
+
+/* One /acquire on its own thread: what it answered, and when. */
+struct waiter {
+	pthread_t thread;
+	int k;			/* the daemon asked */
+	char body[256];
+	long status;
+	char lease[512];
+	long long sent_ms, answered_ms, waited_ms, retry_ms;
+	char answer[512];
+	bool hold_release;	/* on 200: hold HOLD_MS, then release */
+	long long released_ms;
+};
+
+#define HOLD_MS 100
+
+static int holders, holders_max;
+static pthread_mutex_t order_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void *
+waiter_run(void *arg)
+{
+	struct waiter *w = arg;
+	struct h_resp r = { 0 };
+	CURL *c = h_curl_new();
+	json_t *l;
+
+	w->sent_ms = h_now_ms();
+	if (h_request(c, port_of(w->k), &r, "POST", "/acquire", w->body,
+	    strlen(w->body), NULL) == 0)
+		w->status = r.status;
+	w->answered_ms = h_now_ms();
+	snprintf(w->answer, sizeof(w->answer), "%s", r.body != NULL ?
+	    r.body : r.err);
+	if (w->status == 200 && (l = json_array_get(h_json_get(&r, "leases"),
+	    0)) != NULL)
+		snprintf(w->lease, sizeof(w->lease), "%s",
+		    json_string_value(json_object_get(l, "lease")));
+	w->waited_ms = json_is_integer(h_json_get(&r, "waited_ms")) ?
+	    h_json_int(&r, "waited_ms") : 0;
+	w->retry_ms = w->status == 429 ? h_json_int(&r, "retry_after_ms") :
+	    0;
+	if (w->status == 200 && w->hold_release) {
+		char rel[600];
+
+		pthread_mutex_lock(&order_mu);
+		if (++holders > holders_max)
+			holders_max = holders;
+		pthread_mutex_unlock(&order_mu);
+		h_sleep_ms(HOLD_MS);
+		pthread_mutex_lock(&order_mu);
+		holders--;
+		pthread_mutex_unlock(&order_mu);
+		w->released_ms = h_now_ms();
+		snprintf(rel, sizeof(rel), "{\"lease\":\"%s\"}", w->lease);
+		(void)h_request(c, port_of(w->k + 1), &r, "POST", "/release",
+		    rel, strlen(rel), NULL);
+	}
+	h_resp_free(&r);
+	curl_easy_cleanup(c);
+	return NULL;
+}
+
+static void
+waiter_go(struct waiter *w, int k, const char *body)
+{
+	memset(w, 0, sizeof(*w));
+	w->k = k;
+	snprintf(w->body, sizeof(w->body), "%s", body);
+	ck_assert(pthread_create(&w->thread, NULL, waiter_run, w) == 0);
+}
+
+/* A release, through either daemon, serves a waiter on the other at once
+ * (on Redis it hears of it through the release channel). */
+START_TEST(test_wait_release)
+{
+	struct h_resp r = { 0 };
+	struct waiter w;
+	char a[512];
+	long long released;
+	int k;
+
+	start(_i);
+	for (k = 0; k < 2; k++) {
+		post(k, "/acquire", "{\"t\":\"lock\",\"job\":\"w\"}", &r);
+		ck_assert_int_eq(r.status, 200);
+		lease_of(&r, "lock", a, sizeof(a));
+		waiter_go(&w, k + 1, "{\"t\":\"lock\",\"job\":\"w\","
+		    "\"wait_ms\":5000}");
+		h_sleep_ms(300);
+		released = h_now_ms();
+		ck_assert_int_eq(lease_call(k, "/release", a, &r), 1);
+		pthread_join(w.thread, NULL);
+		ck_assert_msg(w.status == 200 && w.lease[0] != '\0',
+		    "waiter: %ld %s", w.status, w.answer);
+		ck_assert_msg(w.answered_ms >= released && w.answered_ms -
+		    released < 1000, "waiter answered %lld ms after the "
+		    "release", w.answered_ms - released);
+		ck_assert_msg(w.waited_ms >= 250 && w.waited_ms <=
+		    w.answered_ms - w.sent_ms + 1, "waited_ms %lld",
+		    w.waited_ms);
+		fprintf(stderr, "lease wait (%s): waiter served %lld ms after "
+		    "a release through %s daemon\n", _i ? "redis" : "memory",
+		    w.answered_ms - released, _i ? "the other" : "its");
+		ck_assert_int_eq(lease_call(k + 1, "/release", w.lease, &r), 1);
+	}
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
+/* An expiry serves a waiter; a wait that runs out is the 429 of then. */
+START_TEST(test_wait_expiry_timeout)
+{
+	struct h_resp r = { 0 };
+	struct waiter w;
+	long long took;
+
+	start(_i);
+	post(0, "/acquire", "{\"t\":\"short\",\"job\":\"e\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	waiter_go(&w, 1, "{\"t\":\"short\",\"job\":\"e\",\"wait_ms\":5000}");
+	pthread_join(w.thread, NULL);
+	took = w.answered_ms - w.sent_ms;
+	ck_assert_msg(w.status == 200 && took >= 900 && took < 3000,
+	    "expiry: %ld after %lld ms: %s", w.status, took, w.answer);
+
+	post(0, "/acquire", "{\"t\":\"lock\",\"job\":\"e\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	waiter_go(&w, 1, "{\"t\":\"lock\",\"job\":\"e\",\"wait_ms\":400}");
+	pthread_join(w.thread, NULL);
+	took = w.answered_ms - w.sent_ms;
+	ck_assert_msg(w.status == 429 && took >= 380 && took < 2000,
+	    "timeout: %ld after %lld ms: %s", w.status, took, w.answer);
+	ck_assert_msg(w.retry_ms > 25000 && w.retry_ms <= 30000,
+	    "retry_after_ms %lld", w.retry_ms);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
+/* One daemon's waiters get the lock in the order they came, each once
+ * the one before released it, never two at once. */
+START_TEST(test_wait_order)
+{
+	struct h_resp r = { 0 };
+	static struct waiter w[5];
+	char a[512];
+	int i;
+
+	start(_i);
+	post(0, "/acquire", "{\"t\":\"lock\",\"job\":\"o\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "lock", a, sizeof(a));
+	holders = holders_max = 0;
+	for (i = 0; i < 5; i++) {
+		memset(&w[i], 0, sizeof(w[i]));
+		w[i].k = 2 * i;		/* all on daemon 0 */
+		w[i].hold_release = true;
+		snprintf(w[i].body, sizeof(w[i].body), "{\"t\":\"lock\","
+		    "\"job\":\"o\",\"wait_ms\":10000,\"n\":\"%d\"}", i);
+		ck_assert(pthread_create(&w[i].thread, NULL, waiter_run,
+		    &w[i]) == 0);
+		h_sleep_ms(60);
+	}
+	ck_assert_int_eq(lease_call(1, "/release", a, &r), 1);
+	for (i = 0; i < 5; i++)
+		pthread_join(w[i].thread, NULL);
+	for (i = 0; i < 5; i++) {
+		ck_assert_msg(w[i].status == 200, "waiter %d: %ld %s", i,
+		    w[i].status, w[i].answer);
+		if (i > 0)
+			ck_assert_msg(w[i].answered_ms >= w[i - 1].released_ms &&
+			    w[i].answered_ms > w[i - 1].answered_ms,
+			    "waiter %d answered at %lld, before waiter %d "
+			    "released at %lld", i, w[i].answered_ms, i - 1,
+			    w[i - 1].released_ms);
+	}
+	ck_assert_int_eq(holders_max, 1);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
+/* Workers hand a lock on with wait_ms: every acquire succeeds, one
+ * holder at a time, and no one waits for an expiry (window 30 s). */
+#define LOCK_WORKERS 6
+#define LOCK_ROUNDS 4
+
+struct lock_worker {
+	pthread_t thread;
+	int k, ok;
+	char problem[256];
+};
+
+static long long handoff_min = -1, handoff_max = -1, last_release_ms;
+
+static void *
+lock_work(void *arg)
+{
+	struct lock_worker *lw = arg;
+	const char *body = "{\"t\":\"lock\",\"job\":\"h\",\"wait_ms\":10000}";
+	struct h_resp r = { 0 };
+	CURL *c = h_curl_new();
+	char rel[600];
+	json_t *l;
+	long long got, gap;
+	int n;
+
+	for (n = 0; n < LOCK_ROUNDS; n++) {
+		if (h_request(c, port_of(lw->k), &r, "POST", "/acquire", body,
+		    strlen(body), NULL) != 0 || r.status != 200 ||
+		    (l = json_array_get(h_json_get(&r, "leases"), 0)) ==
+		    NULL) {
+			snprintf(lw->problem, sizeof(lw->problem), "%ld %.200s",
+			    r.status, r.body != NULL ? r.body : r.err);
+			break;
+		}
+		got = h_now_ms();
+		snprintf(rel, sizeof(rel), "{\"lease\":\"%s\"}",
+		    json_string_value(json_object_get(l, "lease")));
+		pthread_mutex_lock(&order_mu);
+		if (++holders > holders_max)
+			holders_max = holders;
+		gap = last_release_ms > 0 ? got - last_release_ms : -1;
+		if (gap >= 0 && (handoff_min < 0 || gap < handoff_min))
+			handoff_min = gap;
+		if (gap > handoff_max)
+			handoff_max = gap;
+		pthread_mutex_unlock(&order_mu);
+		h_sleep_ms(30);
+		pthread_mutex_lock(&order_mu);
+		holders--;
+		last_release_ms = h_now_ms();
+		pthread_mutex_unlock(&order_mu);
+		if (h_request(c, port_of(lw->k + 1), &r, "POST", "/release",
+		    rel, strlen(rel), NULL) != 0 ||
+		    strstr(r.body, "\"released\":true") == NULL) {
+			snprintf(lw->problem, sizeof(lw->problem), "release: "
+			    "%.200s", r.body != NULL ? r.body : r.err);
+			break;
+		}
+		lw->ok++;
+	}
+	h_resp_free(&r);
+	curl_easy_cleanup(c);
+	return NULL;
+}
+
+START_TEST(test_wait_lock_workers)
+{
+	static struct lock_worker lw[LOCK_WORKERS];
+	long long t0, took;
+	int i;
+
+	start(_i);
+	holders = holders_max = 0;
+	handoff_min = handoff_max = -1;
+	last_release_ms = 0;
+	t0 = h_now_ms();
+	for (i = 0; i < LOCK_WORKERS; i++) {
+		memset(&lw[i], 0, sizeof(lw[i]));
+		lw[i].k = i;
+		ck_assert(pthread_create(&lw[i].thread, NULL, lock_work,
+		    &lw[i]) == 0);
+	}
+	for (i = 0; i < LOCK_WORKERS; i++)
+		pthread_join(lw[i].thread, NULL);
+	took = h_now_ms() - t0;
+	for (i = 0; i < LOCK_WORKERS; i++)
+		ck_assert_msg(lw[i].ok == LOCK_ROUNDS, "worker %d: %d rounds; "
+		    "%s", i, lw[i].ok, lw[i].problem);
+	ck_assert_int_eq(holders_max, 1);
+	ck_assert_msg(took < 20000, "%d hand-offs took %lld ms",
+	    LOCK_WORKERS * LOCK_ROUNDS, took);
+	fprintf(stderr, "lease wait (%s): %d lock hand-offs among %d workers "
+	    "in %lld ms (30 ms held each); release to next holder %lld..%lld "
+	    "ms\n", _i ? "redis, 2 daemons" : "memory",
+	    LOCK_WORKERS * LOCK_ROUNDS, LOCK_WORKERS, took, handoff_min,
+	    handoff_max);
+	stop();
+}
+END_TEST
+
+/* Another rule denies for longer than the wait: 429 at once, as without
+ * wait_ms, and nothing taken. */
+START_TEST(test_wait_other_rule)
+{
+	struct h_resp r = { 0 };
+	struct waiter w;
+
+	start(_i);
+	post(0, "/acquire", "{\"t\":\"both\",\"job\":\"b\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	waiter_go(&w, 1, "{\"t\":\"both\",\"job\":\"b\",\"wait_ms\":2000}");
+	pthread_join(w.thread, NULL);
+	ck_assert_msg(w.status == 429 && w.answered_ms - w.sent_ms < 1000,
+	    "%ld after %lld ms: %s", w.status, w.answered_ms - w.sent_ms,
+	    w.answer);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
+/* SIGTERM: a request waiting for a lease is answered 503 at once. */
+START_TEST(test_wait_sigterm)
+{
+	struct h_resp r = { 0 };
+	struct waiter w;
+	long long sig;
+
+	start(_i);
+	post(0, "/acquire", "{\"t\":\"lock\",\"job\":\"s\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	waiter_go(&w, 0, "{\"t\":\"lock\",\"job\":\"s\",\"wait_ms\":20000}");
+	h_sleep_ms(300);
+	sig = h_now_ms();
+	ck_assert(kill(daemons[0].pid, SIGTERM) == 0);
+	pthread_join(w.thread, NULL);
+	ck_assert_msg(w.status == 503 && strstr(w.answer, "shutting_down") !=
+	    NULL && w.answered_ms - sig < 1500, "%ld after %lld ms: %s",
+	    w.status, w.answered_ms - sig, w.answer);
+	h_resp_free(&r);
+	stop();			/* asserts exit status 0 */
+}
+END_TEST
+
 /* --- --check ------------------------------------------------------------ */
 
 /* Run --check on yaml; its exit status, and its output in out. */
@@ -621,6 +970,12 @@ main(void)
 	tcase_add_loop_test(tc, test_renew, 0, 2);
 	tcase_add_loop_test(tc, test_denied_takes_no_lease, 0, 2);
 	tcase_add_loop_test(tc, test_lock_handoff, 0, 2);
+	tcase_add_loop_test(tc, test_wait_release, 0, 2);
+	tcase_add_loop_test(tc, test_wait_expiry_timeout, 0, 2);
+	tcase_add_loop_test(tc, test_wait_order, 0, 2);
+	tcase_add_loop_test(tc, test_wait_lock_workers, 0, 2);
+	tcase_add_loop_test(tc, test_wait_other_rule, 0, 2);
+	tcase_add_loop_test(tc, test_wait_sigterm, 0, 2);
 	tcase_add_test(tc, test_check_warns_auth);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
