@@ -730,8 +730,9 @@ START_TEST(test_wait_order)
 		ck_assert_msg(w[i].status == 200, "waiter %d: %ld %s", i,
 		    w[i].status, w[i].answer);
 		if (i > 0)
-			ck_assert_msg(w[i].answered_ms >= w[i - 1].released_ms &&
-			    w[i].answered_ms > w[i - 1].answered_ms,
+			ck_assert_msg(w[i].answered_ms >=
+			    w[i - 1].released_ms && w[i].answered_ms >
+			    w[i - 1].answered_ms,
 			    "waiter %d answered at %lld, before waiter %d "
 			    "released at %lld", i, w[i].answered_ms, i - 1,
 			    w[i - 1].released_ms);
