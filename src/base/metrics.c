@@ -94,6 +94,8 @@ struct metrics {
 	atomic_ullong reloads[2];		/* [0] failure, [1] success */
 	atomic_int last_reload_ok;
 	atomic_ullong http[METRICS_HTTP_MAX - METRICS_HTTP_MIN + 1];
+	atomic_llong waiting[2];		/* by enum metrics_wait */
+	atomic_ullong wait_full;
 	atomic_bool grpc_on;			/* render the gRPC series */
 	atomic_ullong grpc[METRICS_GRPC_CODES];
 	int64_t start_us;			/* realtime, at metrics_new() */
@@ -416,6 +418,23 @@ metrics_redis_event(struct metrics *m, enum metrics_redis_event ev)
 }
 
 void
+metrics_waiting(struct metrics *m, enum metrics_wait w, int delta)
+{
+	if (m == NULL || (unsigned)w > METRICS_WAIT_LEASE)
+		return;
+	atomic_fetch_add_explicit(&m->waiting[w], delta,
+	    memory_order_relaxed);
+}
+
+void
+metrics_wait_full(struct metrics *m)
+{
+	if (m != NULL)
+		atomic_fetch_add_explicit(&m->wait_full, 1,
+		    memory_order_relaxed);
+}
+
+void
 metrics_pool_in_use(struct metrics *m, int delta)
 {
 	if (m == NULL)
@@ -609,6 +628,19 @@ render_http(struct metrics_buf *b, struct metrics *m)
 			buf_printf(b, "ratelimitd_http_responses_total"
 			    "{code=\"%zu\"} %llu\n", i + METRICS_HTTP_MIN, n);
 	}
+	buf_family(b, "ratelimitd_waiting_requests", "gauge",
+	    "Requests with wait_ms held now: for their turn, or for a lease.");
+	buf_printf(b, "ratelimitd_waiting_requests{for=\"turn\"} %lld\n",
+	    atomic_load_explicit(&m->waiting[METRICS_WAIT_TURN],
+	    memory_order_relaxed));
+	buf_printf(b, "ratelimitd_waiting_requests{for=\"lease\"} %lld\n",
+	    atomic_load_explicit(&m->waiting[METRICS_WAIT_LEASE],
+	    memory_order_relaxed));
+	buf_family(b, "ratelimitd_wait_full_total", "counter",
+	    "Requests with wait_ms decided at once: max_waiting were "
+	    "waiting.");
+	buf_printf(b, "ratelimitd_wait_full_total %llu\n",
+	    atomic_load_explicit(&m->wait_full, memory_order_relaxed));
 }
 
 /* Copy the rule entries' pointers (stable until metrics_free) so that

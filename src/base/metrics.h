@@ -47,6 +47,13 @@ void metrics_grpc_response(struct metrics *m, int code);
 void metrics_backend_call(struct metrics *m, const char *backend,
     int64_t usec, enum backend_error_kind kind);
 
+/* Requests held by the HTTP front end with wait_ms (CONTRACT 10, 11):
+ * until their reserved turn, or until a lease is freed (a gauge); and
+ * requests decided at once because max_waiting were waiting. */
+enum metrics_wait { METRICS_WAIT_TURN, METRICS_WAIT_LEASE };
+void metrics_waiting(struct metrics *m, enum metrics_wait w, int delta);
+void metrics_wait_full(struct metrics *m);
+
 /* Connections to Redis with calls in flight now (a gauge). */
 void metrics_pool_in_use(struct metrics *m, int delta);
 

@@ -138,6 +138,7 @@ struct request {
 	int64_t wait_until_us;		/* arrival + wait_ms */
 	int64_t lease_waited_ms;	/* answered after this wait */
 	int64_t tried_us;		/* the last decision was asked then */
+	bool counted_turn, counted_lease;	/* in the waiting gauge */
 	int64_t declared_len;		/* Content-Length, or -1 */
 };
 
@@ -1011,6 +1012,7 @@ wait_take_slot(struct http_server *s, struct request *rq)
 	if (__atomic_add_fetch(&s->waiting, 1, __ATOMIC_SEQ_CST) >
 	    rq->cfg->max_waiting) {
 		__atomic_sub_fetch(&s->waiting, 1, __ATOMIC_SEQ_CST);
+		metrics_wait_full(s->metrics);
 		rq->dr.wait_ms = 0;
 		return;
 	}
@@ -1057,9 +1059,14 @@ static void lease_try(struct request *rq);
 static void
 lease_park(struct request *rq, uint64_t key, int64_t retry_us)
 {
-	int rc = lease_wait_park(rq->s->leases, &rq->lw, key, retry_us,
-	    rq->wait_until_us, rq->tried_us);
+	int rc;
 
+	/* Counted before it is parked: once parked, another thread has it. */
+	if (!rq->counted_lease)
+		metrics_waiting(rq->s->metrics, METRICS_WAIT_LEASE, 1);
+	rq->counted_lease = true;
+	rc = lease_wait_park(rq->s->leases, &rq->lw, key, retry_us,
+	    rq->wait_until_us, rq->tried_us);
 	if (rc == 0)
 		return;
 	rq->lease_over = true;
@@ -1177,6 +1184,9 @@ answer_decision(struct http_server *s, struct MHD_Connection *conn,
 	}
 	if (wait_needed(rq)) {
 		rq->conn = conn;
+		if (!rq->counted_turn)	/* before the timer has it */
+			metrics_waiting(s->metrics, METRICS_WAIT_TURN, 1);
+		rq->counted_turn = true;
 		if (!suspend(s, rq)) {
 			rq->wait_cut = true;
 		} else if (wait_timer_add(s->timer, util_monotonic_us() +
@@ -1184,9 +1194,8 @@ answer_decision(struct http_server *s, struct MHD_Connection *conn,
 			/* Out of memory: resume it at once, cut. */
 			wait_fire(rq, true);
 			return MHD_YES;
-		} else {
+		} else
 			return MHD_YES;
-		}
 	}
 	if (rq->wait_cut)
 		return respond_error(s, conn, 503, "shutting_down",
@@ -1695,6 +1704,10 @@ request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	}
 	if (rq->wait_slot)
 		__atomic_sub_fetch(&s->waiting, 1, __ATOMIC_SEQ_CST);
+	if (rq->counted_turn)
+		metrics_waiting(s->metrics, METRICS_WAIT_TURN, -1);
+	if (rq->counted_lease)
+		metrics_waiting(s->metrics, METRICS_WAIT_LEASE, -1);
 	stats_request_clear(&rq->sr);
 	config_unref(rq->cfg);
 	decide_leases_free(&rq->decision);

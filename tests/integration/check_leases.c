@@ -669,6 +669,20 @@ START_TEST(test_wait_release)
 }
 END_TEST
 
+/* A metric that may lag the answer by the request's completion: its
+ * value once it equals want, or after 1 s. */
+static long long
+metric_settles(const char *name, long long want)
+{
+	long long v = h_metric(name), end = h_now_ms() + 1000;
+
+	while (v != want && h_now_ms() < end) {
+		h_sleep_ms(10);
+		v = h_metric(name);
+	}
+	return v;
+}
+
 /* An expiry serves a waiter; a wait that runs out is the 429 of then. */
 START_TEST(test_wait_expiry_timeout)
 {
@@ -680,7 +694,13 @@ START_TEST(test_wait_expiry_timeout)
 	post(0, "/acquire", "{\"t\":\"short\",\"job\":\"e\"}", &r);
 	ck_assert_int_eq(r.status, 200);
 	waiter_go(&w, 1, "{\"t\":\"short\",\"job\":\"e\",\"wait_ms\":5000}");
+	/* Daemon 1 (the memory store's one daemon) counts it meanwhile. */
+	h_sleep_ms(300);
+	ck_assert_int_eq(h_metric("ratelimitd_waiting_requests"
+	    "{for=\"lease\"}"), 1);
 	pthread_join(w.thread, NULL);
+	ck_assert_int_eq(metric_settles("ratelimitd_waiting_requests"
+	    "{for=\"lease\"}", 0), 0);
 	took = w.answered_ms - w.sent_ms;
 	ck_assert_msg(w.status == 200 && took >= 900 && took < 3000,
 	    "expiry: %ld after %lld ms: %s", w.status, took, w.answer);
