@@ -45,7 +45,9 @@ if op == 'release' then
     redis.call('ZADD', key, int(-used), '#used')
   end
   if ARGV[5] and ARGV[5] ~= '' then
-    redis.call('PUBLISH', ARGV[5], key)
+    -- A user whose ACL forbids the channel still releases; waiters on
+    -- other daemons then learn of it only at the lease's expiry.
+    pcall(redis.call, 'PUBLISH', ARGV[5], key)
   end
   return 1
 end

@@ -110,6 +110,7 @@ extern const char rl_lua_lease[];
 #define REDIS_SUB_TAG		(UINT64_C(1) << 41)
 #define REDIS_REL_TAG		(UINT64_C(1) << 42)
 #define REDIS_REL_RETRY_US	1000000	/* between subscription attempts */
+#define REDIS_REL_REFUSED_US	60000000	/* ... after a refusal */
 #define REDIS_HUNG		"no reply within the timeout"
 /* Script calls in flight at once, per primary.  Redis runs one script at
  * a time, so more would only wait there; calls that arrive meanwhile wait
@@ -228,6 +229,7 @@ struct redis_backend {
 	struct redis_conn_config rel_cfg;
 	size_t rel_node;		/* the node subscribed to, or next */
 	bool rel_started, rel_wanted;
+	bool rel_refused;		/* the last SUBSCRIBE was refused */
 	int64_t next_rel_us;
 
 	pthread_t thread;
@@ -1719,16 +1721,27 @@ rel_sub_reply(void *arg, redisReply *r, const char *err)
 	(void)err;
 	if (r != NULL && r->type == REDIS_REPLY_ARRAY) {
 		/* Releases while it was down went unheard. */
+		if (rb->rel_refused)
+			log_info("redis: SUBSCRIBE %s accepted",
+			    rb->rel_channel);
+		rb->rel_refused = false;
 		rb->rel_fn(rb->rel_arg, NULL, 0);
 		return;
 	}
-	if (r != NULL)
-		redis_log_failure(rb, BACKEND_ERR_PROTOCOL,
-		    r->type == REDIS_REPLY_ERROR ? r->str :
-		    "SUBSCRIBE: unexpected reply");
 	if (rb->rel.conn != NULL)
 		redis_conn_close(rb->rel.conn, "SUBSCRIBE failed");
 	rel_later(rb);
+	if (r == NULL)
+		return;
+	/* Refused (an ACL without the channel): say so once, and ask again
+	 * only now and then. */
+	if (!rb->rel_refused)
+		log_warnx("redis: SUBSCRIBE %s refused (%s): requests waiting "
+		    "for a lease learn of releases through other daemons "
+		    "only when the lease expires", rb->rel_channel,
+		    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+	rb->rel_refused = true;
+	rb->next_rel_us = util_monotonic_us() + REDIS_REL_REFUSED_US;
 }
 
 static void

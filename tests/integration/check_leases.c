@@ -906,6 +906,65 @@ START_TEST(test_wait_sigterm)
 }
 END_TEST
 
+/*
+ * A Redis user whose ACL has no channels: releases still work (lease.lua
+ * PUBLISHes under pcall), the daemon says once that it cannot subscribe,
+ * and a waiter on another daemon is served when the lease expires.
+ */
+START_TEST(test_wait_without_channel_acl)
+{
+	char yaml[4096], a[512];
+	struct h_resp r = { 0 };
+	struct waiter w;
+	long long took;
+	redisReply *rep;
+	FILE *f;
+	char line[1024];
+	int i, refused = 0;
+
+	rep = redisCommand(h_redis_ctx(&redis), "ACL SETUSER nochan on >pw "
+	    "~* +@all resetchannels");
+	ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_STATUS,
+	    "ACL SETUSER: %s", rep != NULL ? rep->str : "no reply");
+	freeReplyObject(rep);
+	snprintf(yaml, sizeof(yaml), "listen: \"127.0.0.1:%%PORT%%\"\n"
+	    "backend: redis\n"
+	    "redis:\n"
+	    "  url: \"redis://nochan:pw@127.0.0.1:%%REDIS_PORT%%/0\"\n"
+	    "  key_prefix: \"ls:\"\n"
+	    "%s", rules_yaml);
+	memset(daemons, 0, sizeof(daemons));
+	ndaemons = 2;
+	for (i = 0; i < 2; i++)
+		h_daemon_start(&daemons[i], yaml);
+	post(0, "/acquire", "{\"t\":\"short\",\"job\":\"acl\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "short", a, sizeof(a));
+	ck_assert_int_eq(lease_call(0, "/release", a, &r), 1);
+	post(0, "/acquire", "{\"t\":\"short\",\"job\":\"acl\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "short", a, sizeof(a));
+	waiter_go(&w, 1, "{\"t\":\"short\",\"job\":\"acl\","
+	    "\"wait_ms\":5000}");
+	h_sleep_ms(200);
+	ck_assert_int_eq(lease_call(0, "/release", a, &r), 1);
+	pthread_join(w.thread, NULL);
+	took = w.answered_ms - w.sent_ms;
+	ck_assert_msg(w.status == 200 && took >= 900 && took < 3000,
+	    "%ld after %lld ms: %s", w.status, took, w.answer);
+	stop();
+	ck_assert((f = fopen(daemons[1].log, "r")) != NULL);
+	while (fgets(line, sizeof(line), f) != NULL)
+		refused += strstr(line, "SUBSCRIBE ls:released refused") !=
+		    NULL;
+	fclose(f);
+	ck_assert_int_eq(refused, 1);
+	h_resp_free(&r);
+	rep = redisCommand(h_redis_ctx(&redis), "ACL DELUSER nochan");
+	freeReplyObject(rep);
+}
+END_TEST
+
 /* --- --check ------------------------------------------------------------ */
 
 /* Run --check on yaml; its exit status, and its output in out. */
@@ -997,6 +1056,7 @@ main(void)
 	tcase_add_loop_test(tc, test_wait_lock_workers, 0, 2);
 	tcase_add_loop_test(tc, test_wait_other_rule, 0, 2);
 	tcase_add_loop_test(tc, test_wait_sigterm, 0, 2);
+	tcase_add_test(tc, test_wait_without_channel_acl);
 	tcase_add_test(tc, test_check_warns_auth);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
