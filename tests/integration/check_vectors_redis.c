@@ -95,12 +95,12 @@ static redisReply *get_reply(redisContext *c)
 /* Run one step: MULTI, EVAL, PERSIST of every key, EXEC; return EXEC's
  * first element (EVAL's reply) in *out, to free with the returned reply. */
 static redisReply *run_step(redisContext *c, const struct vec_scenario *sc,
-    char keys[][96], int64_t now, int64_t cost, size_t step,
+    char keys[][96], int64_t now, int64_t cost, int64_t wait_us, size_t step,
     redisReply **out)
 {
-	const char *argv[3 + 6 * VEC_MAX_RULES];
-	size_t argl[3 + 6 * VEC_MAX_RULES];
-	char nums[VEC_MAX_RULES][5][48], nkeys[8];
+	const char *argv[5 + 6 * VEC_MAX_RULES];
+	size_t argl[5 + 6 * VEC_MAX_RULES];
+	char nums[VEC_MAX_RULES][5][48], nkeys[8], count[48];
 	char *text = script_at(now);
 	redisReply *rep, *exec;
 	size_t r, n = 0, j;
@@ -112,6 +112,13 @@ static redisReply *run_step(redisContext *c, const struct vec_scenario *sc,
 	argv[argc++] = nkeys;
 	for (r = 0; r < sc->nrules; r++)
 		argv[argc++] = keys[r];
+	if (wait_us > 0) {
+		/* A batch of one request, whose count carries the wait. */
+		snprintf(count, sizeof(count), "%zu:%" PRId64, sc->nrules,
+		    wait_us);
+		argv[argc++] = "1";
+		argv[argc++] = count;
+	}
 	for (r = 0; r < sc->nrules; r++) {
 		if (sc->rules[r].alg == RL_ALG_CONCURRENCY)
 			/* a lease token of its own per step, as in memory */
@@ -162,7 +169,7 @@ START_TEST(test_scenario)
 	char keys[VEC_MAX_RULES][96];
 	redisContext *c = h_redis_ctx(&redis);
 	redisReply *exec, *rep;
-	bool want_all;
+	long long waited;
 	size_t s, r;
 
 	for (r = 0; r < sc->nrules; r++)
@@ -172,8 +179,8 @@ START_TEST(test_scenario)
 		long long got[4];
 		size_t j;
 
-		exec = run_step(c, sc, keys, sc->epoch + st->t, st->cost, s,
-		    &rep);
+		exec = run_step(c, sc, keys, sc->epoch + st->t, st->cost,
+		    st->wait_us, s, &rep);
 		ck_assert_msg(rep->type == REDIS_REPLY_ARRAY &&
 		    rep->elements == 1 + 4 * sc->nrules,
 		    "%s:%d (%s): the script answered %s", vec_path,
@@ -183,17 +190,15 @@ START_TEST(test_scenario)
 			ck_assert_msg(rep->element[j]->type ==
 			    REDIS_REPLY_INTEGER, "%s:%d: element %zu of the "
 			    "reply is not an integer", vec_path, st->line, j);
-		want_all = true;
 		for (r = 0; r < sc->nrules; r++) {
 			const struct vec_result *w = &st->want[r];
 
-			if (!sc->rules[r].shadow && !w->allowed)
-				want_all = false;
 			for (j = 0; j < 4; j++)
 				got[j] = rep->element[1 + 4 * r + j]->integer;
-			ck_assert_msg(got[0] == (w->allowed ? 1 : 0) &&
-			    got[1] == w->remaining && got[2] == w->reset_ms &&
-			    got[3] == w->retry_after_ms,
+			ck_assert_msg(vec_field_ok(w, 0, got[0]) &&
+			    vec_field_ok(w, 1, got[1]) &&
+			    vec_field_ok(w, 2, got[2]) &&
+			    vec_field_ok(w, 3, got[3]),
 			    "%s:%d (%s, rule %zu, %s): got %lld %lld %lld "
 			    "%lld, want %d %" PRId64 " %" PRId64 " %" PRId64,
 			    vec_path, st->line, sc->name, r + 1,
@@ -201,10 +206,17 @@ START_TEST(test_scenario)
 			    got[1], got[2], got[3], (int)w->allowed,
 			    w->remaining, w->reset_ms, w->retry_after_ms);
 		}
-		ck_assert_msg(rep->element[0]->integer == (want_all ? 1 : 0),
+		/* all_allowed: 0, 1, or 1 + the microseconds to the turn
+		 * reserved. */
+		ck_assert_msg((rep->element[0]->integer >= 1) == st->want_all,
 		    "%s:%d (%s): all_allowed %lld, want %d", vec_path,
 		    st->line, sc->name, rep->element[0]->integer,
-		    (int)want_all);
+		    (int)st->want_all);
+		waited = rep->element[0]->integer > 1 ?
+		    rep->element[0]->integer - 1 : 0;
+		ck_assert_msg(waited == st->waited_us, "%s:%d (%s): waited "
+		    "%lld us, want %" PRId64, vec_path, st->line, sc->name,
+		    waited, st->waited_us);
 		freeReplyObject(exec);
 	}
 }

@@ -30,6 +30,13 @@
 
 static int64_t fake_now;
 
+/* The memory store completes a call inside submit. */
+static void
+call_done(struct backend_call *call)
+{
+	(void)call;
+}
+
 static int64_t
 fake_clock(void *arg)
 {
@@ -42,10 +49,9 @@ START_TEST(test_scenario)
 	const struct vec_scenario *sc = &scenarios[_i];
 	struct rl_check checks[VEC_MAX_RULES];
 	struct rl_result out[VEC_MAX_RULES];
-	char keys[VEC_MAX_RULES][96], err[256], token[40];
-	enum backend_error_kind kind;
+	char keys[VEC_MAX_RULES][96], token[40];
+	struct backend_call call;
 	struct backend *b;
-	bool all, want_all;
 	size_t s, r;
 
 	b = backend_memory_new(1000, fake_clock, NULL);
@@ -66,28 +72,29 @@ START_TEST(test_scenario)
 		fake_now = sc->epoch + st->t;
 		/* concurrency: a lease token of its own per step */
 		snprintf(token, sizeof(token), "%032zx", s + 1);
-		want_all = true;
 		for (r = 0; r < sc->nrules; r++) {
 			checks[r].cost = st->cost;
 			checks[r].token = sc->rules[r].alg == RL_ALG_CONCURRENCY ?
 			    token : NULL;
-			if (!sc->rules[r].shadow && !st->want[r].allowed)
-				want_all = false;
 		}
-		all = !want_all;
-		kind = BACKEND_ERR_NONE;
-		err[0] = '\0';
 		memset(out, 0xa5, sizeof(out));
-		ck_assert_msg(backend_decide(b, checks, sc->nrules, out, &all,
-		    &kind, err, sizeof(err)) == 0, "%s:%d (%s): decide: %s",
-		    vec_path, st->line, sc->name, err);
+		memset(&call, 0, sizeof(call));
+		call.checks = checks;
+		call.n = sc->nrules;
+		call.out = out;
+		call.wait_us = st->wait_us;
+		call.done = call_done;
+		call.all_allowed = !st->want_all;
+		backend_submit(b, &call);
+		ck_assert_msg(call.rc == 0, "%s:%d (%s): decide: %s",
+		    vec_path, st->line, sc->name, call.err);
 		for (r = 0; r < sc->nrules; r++) {
 			const struct vec_result *w = &st->want[r];
 
-			ck_assert_msg(out[r].allowed == w->allowed &&
-			    out[r].remaining == w->remaining &&
-			    out[r].reset_ms == w->reset_ms &&
-			    out[r].retry_after_ms == w->retry_after_ms,
+			ck_assert_msg(vec_field_ok(w, 0, out[r].allowed) &&
+			    vec_field_ok(w, 1, out[r].remaining) &&
+			    vec_field_ok(w, 2, out[r].reset_ms) &&
+			    vec_field_ok(w, 3, out[r].retry_after_ms),
 			    "%s:%d (%s, rule %zu, %s): got %d %" PRId64
 			    " %" PRId64 " %" PRId64 ", want %d %" PRId64
 			    " %" PRId64 " %" PRId64, vec_path, st->line,
@@ -98,9 +105,12 @@ START_TEST(test_scenario)
 			    (int)w->allowed, w->remaining, w->reset_ms,
 			    w->retry_after_ms);
 		}
-		ck_assert_msg(all == want_all, "%s:%d (%s): all_allowed %d, "
-		    "want %d", vec_path, st->line, sc->name, (int)all,
-		    (int)want_all);
+		ck_assert_msg(call.all_allowed == st->want_all, "%s:%d (%s): "
+		    "all_allowed %d, want %d", vec_path, st->line, sc->name,
+		    (int)call.all_allowed, (int)st->want_all);
+		ck_assert_msg(call.waited_us == st->waited_us, "%s:%d (%s): "
+		    "waited %" PRId64 " us, want %" PRId64, vec_path, st->line,
+		    sc->name, call.waited_us, st->waited_us);
 	}
 	backend_free(b);
 }

@@ -35,14 +35,28 @@ struct vec_rule {
 struct vec_result {
 	bool allowed;
 	int64_t remaining, reset_ms, retry_after_ms;
+	unsigned skip;		/* bit j: field j is '-', not checked */
 };
 
 struct vec_step {
 	int line;
 	int64_t t;		/* microseconds after the scenario's epoch */
 	int64_t cost;
+	int64_t wait_us;	/* CONTRACT 10: 0 answers now */
+	int64_t waited_us;	/* the reservation's distance, or 0 */
+	bool want_all;		/* every non-shadow rule admits, or waited */
 	struct vec_result want[VEC_MAX_RULES];
 };
+
+/* Does a field match its expected value (or is it not checked)? */
+static bool
+vec_field_ok(const struct vec_result *w, int j, int64_t got)
+{
+	const int64_t want[4] = { w->allowed ? 1 : 0, w->remaining,
+	    w->reset_ms, w->retry_after_ms };
+
+	return (w->skip & (1u << j)) != 0 || got == want[j];
+}
 
 struct vec_scenario {
 	char name[64];
@@ -105,32 +119,61 @@ parse_scenario(char **tok, int n, struct vec_scenario *sc)
 	return 0;
 }
 
-/* T COST -> A R S Y [| A R S Y ...] */
+/* T COST [wait W] -> A R S Y [| A R S Y ...] [waited X] */
 static int
 parse_step(char **tok, int n, const struct vec_scenario *sc,
     struct vec_step *st)
 {
 	int64_t v[4];
 	size_t r;
-	int k = 3, j;
+	int k = 2, j;
 
 	if (n < 3 || !parse_int(tok[0], &st->t) || st->t < 0 ||
-	    !parse_int(tok[1], &st->cost) || st->cost < 0 ||
-	    strcmp(tok[2], "->") != 0)
+	    !parse_int(tok[1], &st->cost) || st->cost < 0)
 		return -1;
+	if (k + 1 < n && strcmp(tok[k], "wait") == 0) {
+		if (!parse_int(tok[k + 1], &st->wait_us) || st->wait_us < 1)
+			return -1;
+		k += 2;
+	}
+	if (k >= n || strcmp(tok[k++], "->") != 0)
+		return -1;
+	st->want_all = true;
 	for (r = 0; r < sc->nrules; r++) {
 		if (r > 0 && (k >= n || strcmp(tok[k++], "|") != 0))
 			return -1;
-		for (j = 0; j < 4; j++)
-			if (k >= n || !parse_int(tok[k++], &v[j]))
+		st->want[r].skip = 0;
+		for (j = 0; j < 4; j++) {
+			if (k < n && strcmp(tok[k], "-") == 0) {
+				st->want[r].skip |= 1u << j;
+				v[j] = 0;
+				k++;
+			} else if (k >= n || !parse_int(tok[k++], &v[j]))
 				return -1;
+		}
 		if (v[0] != 0 && v[0] != 1)
 			return -1;
 		st->want[r].allowed = v[0] == 1;
 		st->want[r].remaining = v[1];
 		st->want[r].reset_ms = v[2];
 		st->want[r].retry_after_ms = v[3];
+		if (!sc->rules[r].shadow && (st->want[r].skip & 1) == 0 &&
+		    !st->want[r].allowed)
+			st->want_all = false;
 	}
+	if (k + 1 < n && strcmp(tok[k], "waited") == 0) {
+		if (st->wait_us == 0 || !parse_int(tok[k + 1],
+		    &st->waited_us) || st->waited_us < 1 ||
+		    st->waited_us > st->wait_us)
+			return -1;
+		k += 2;
+	}
+	/* An allowed unchecked without a reservation says nothing. */
+	for (r = 0; r < sc->nrules; r++)
+		if ((st->want[r].skip & 1) != 0 && st->waited_us == 0)
+			return -1;
+	if (st->waited_us > 0)
+		st->want_all = true;
 	return k == n ? 0 : -1;
 }
 
