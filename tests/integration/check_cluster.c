@@ -532,19 +532,6 @@ struct lock_waiter {
 	char answer[512];
 };
 
-/* POST body to path on port; *out zeroed or freed before. */
-static void
-post_to(int port, const char *path, const char *body, struct h_resp *out)
-{
-	CURL *c = h_curl_new();
-
-	h_resp_free(out);
-	memset(out, 0, sizeof(*out));
-	ck_assert_msg(h_request(c, port, out, "POST", path, body,
-	    strlen(body), NULL) == 0, "%s: %s", path, out->err);
-	curl_easy_cleanup(c);
-}
-
 static void *
 lock_wait_run(void *arg)
 {
@@ -593,7 +580,7 @@ START_TEST(test_lease_wait_across_nodes)
 		keys++;
 		snprintf(body, sizeof(body), "{\"t\":\"lock\",\"user\":\"%s\"}",
 		    user);
-		post_to(a.port, "/acquire", body, &r);
+		h_post(a.port, "/acquire", body, &r);
 		ck_assert_int_eq(r.status, 200);
 		snprintf(body, sizeof(body), "{\"lease\":\"%s\"}",
 		    json_string_value(json_object_get(json_array_get(
@@ -606,7 +593,7 @@ START_TEST(test_lease_wait_across_nodes)
 		    &w), 0);
 		h_sleep_ms(300);
 		released = h_now_ms();
-		post_to(a.port, "/release", body, &r);
+		h_post(a.port, "/release", body, &r);
 		ck_assert_msg(strstr(r.body, "\"released\":true") != NULL,
 		    "%s", r.body);
 		pthread_join(w.thread, NULL);

@@ -153,13 +153,7 @@ port_of(int k)
 static void
 post(int k, const char *path, const char *body, struct h_resp *out)
 {
-	CURL *c = h_curl_new();
-
-	h_resp_free(out);
-	memset(out, 0, sizeof(*out));
-	ck_assert_msg(h_request(c, port_of(k), out, "POST", path, body,
-	    strlen(body), NULL) == 0, "%s: %s", path, out->err);
-	curl_easy_cleanup(c);
+	h_post(port_of(k), path, body, out);
 }
 
 /* The lease of an allowed /acquire answer (one concurrency rule), copied
@@ -669,20 +663,6 @@ START_TEST(test_wait_release)
 }
 END_TEST
 
-/* A metric that may lag the answer by the request's completion: its
- * value once it equals want, or after 1 s. */
-static long long
-metric_settles(const char *name, long long want)
-{
-	long long v = h_metric(name), end = h_now_ms() + 1000;
-
-	while (v != want && h_now_ms() < end) {
-		h_sleep_ms(10);
-		v = h_metric(name);
-	}
-	return v;
-}
-
 /* An expiry serves a waiter; a wait that runs out is the 429 of then. */
 START_TEST(test_wait_expiry_timeout)
 {
@@ -699,7 +679,7 @@ START_TEST(test_wait_expiry_timeout)
 	ck_assert_int_eq(h_metric("ratelimitd_waiting_requests"
 	    "{for=\"lease\"}"), 1);
 	pthread_join(w.thread, NULL);
-	ck_assert_int_eq(metric_settles("ratelimitd_waiting_requests"
+	ck_assert_int_eq(h_metric_settles("ratelimitd_waiting_requests"
 	    "{for=\"lease\"}", 0), 0);
 	took = w.answered_ms - w.sent_ms;
 	ck_assert_msg(w.status == 200 && took >= 900 && took < 3000,

@@ -243,19 +243,6 @@ START_TEST(test_readonly_followed)
 }
 END_TEST
 
-/* POST body to path on port; *out zeroed or freed before. */
-static void post_to(int port, const char *path, const char *body,
-    struct h_resp *out)
-{
-	CURL *c = h_curl_new();
-
-	h_resp_free(out);
-	memset(out, 0, sizeof(*out));
-	ck_assert_msg(h_request(c, port, out, "POST", path, body,
-	    strlen(body), NULL) == 0, "%s: %s", path, out->err);
-	curl_easy_cleanup(c);
-}
-
 /* A request waiting for the lock on one daemon. */
 struct lock_waiter {
 	pthread_t thread;
@@ -292,7 +279,7 @@ static void lease_wait_after_failover(struct h_daemon *d)
 	long long released;
 
 	start(&other);
-	post_to(other.port, "/acquire", "{\"t\":\"lock\",\"user\":\"w\"}",
+	h_post(other.port, "/acquire", "{\"t\":\"lock\",\"user\":\"w\"}",
 	    &r);
 	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
 	snprintf(body, sizeof(body), "{\"lease\":\"%s\"}",
@@ -304,7 +291,7 @@ static void lease_wait_after_failover(struct h_daemon *d)
 	    0);
 	h_sleep_ms(300);
 	released = h_now_ms();
-	post_to(other.port, "/release", body, &r);
+	h_post(other.port, "/release", body, &r);
 	ck_assert_msg(strstr(r.body, "\"released\":true") != NULL, "%s",
 	    r.body);
 	pthread_join(w.thread, NULL);

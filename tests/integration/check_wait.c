@@ -346,20 +346,6 @@ START_TEST(test_disconnected_waiter_keeps_its_turn)
 END_TEST
 
 /* max_waiting 2: the third waiter is answered 429 at once. */
-/* A metric that may lag the answer by the request's completion: its
- * value once it equals want, or after 1 s. */
-static long long
-metric_settles(const char *name, long long want)
-{
-	long long v = h_metric(name), end = h_now_ms() + 1000;
-
-	while (v != want && h_now_ms() < end) {
-		h_sleep_ms(10);
-		v = h_metric(name);
-	}
-	return v;
-}
-
 START_TEST(test_max_waiting)
 {
 	static const char small[] =
@@ -399,7 +385,7 @@ START_TEST(test_max_waiting)
 		pthread_join(t[i], NULL);
 		ck_assert_int_eq(w[i].status, 200);
 	}
-	ck_assert_int_eq(metric_settles("ratelimitd_waiting_requests"
+	ck_assert_int_eq(h_metric_settles("ratelimitd_waiting_requests"
 	    "{for=\"turn\"}", 0), 0);
 	h_daemon_stop(&d);
 }

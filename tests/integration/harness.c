@@ -1376,6 +1376,28 @@ long long h_metric(const char *name)
 	return v;
 }
 
+long long h_metric_settles(const char *name, long long want)
+{
+	long long v = h_metric(name), end = h_now_ms() + 1000;
+
+	while (v != want && h_now_ms() < end) {
+		h_sleep_ms(10);
+		v = h_metric(name);
+	}
+	return v;
+}
+
+void h_post(int port, const char *path, const char *body, struct h_resp *out)
+{
+	CURL *c = h_curl_new();
+
+	h_resp_free(out);
+	memset(out, 0, sizeof(*out));
+	ck_assert_msg(h_request(c, port, out, "POST", path, body,
+	    strlen(body), NULL) == 0, "%s: %s", path, out->err);
+	curl_easy_cleanup(c);
+}
+
 const char *h_resp_header(const struct h_resp *r, const char *name)
 {
 	size_t i;

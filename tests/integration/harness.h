@@ -219,6 +219,11 @@ int h_request(CURL *curl, int port, struct h_resp *out, const char *method,
 /* A new easy handle for h_request(); aborts the test on failure. */
 CURL *h_curl_new(void);
 
+/* POST body (a C string) to path on 127.0.0.1:port on a fresh handle;
+ * *out is zeroed or freed first.  Aborts the test if the transfer fails
+ * (not on any status).  The test's thread. */
+void h_post(int port, const char *path, const char *body, struct h_resp *out);
+
 /* One request to h_daemon_current() on a fresh handle; body is a C string
  * or NULL.  Aborts the test if the transfer fails (not on any status). */
 void h_http(struct h_resp *out, const char *method, const char *url_path,
@@ -227,6 +232,10 @@ void h_http(struct h_resp *out, const char *method, const char *url_path,
 /* The value of an unlabelled sample (or one with its labels written out
  * in name) in GET /metrics of h_daemon_current(), or -1 if absent. */
 long long h_metric(const char *name);
+
+/* h_metric(), read again every 10 ms until it equals want (a value that
+ * lags an answer by the request's completion), at most 1 s: the last. */
+long long h_metric_settles(const char *name, long long want);
 
 /* Value of the first header called name (any case), or NULL. */
 const char *h_resp_header(const struct h_resp *r, const char *name);
