@@ -47,10 +47,12 @@ ifeq ($(SANITIZER),thread)
 export TSAN_OPTIONS ?= atexit_sleep_ms=0 second_deadlock_stack=1
 endif
 
-# src/ is grouped by layer: front/ (protocols), core/ (the pure decision
-# core), store/ (memory and Redis), base/ (logging, metrics, utilities).
+# src/ is grouped by layer (docs/architecture.md): base/ (logging, metrics,
+# utilities) below core/ (the pure decision core and the store interface)
+# below store/ (memory and Redis) and front/ (HTTP, gRPC).  Only src/ is on
+# the include path, so every #include names its layer: "core/decide.h".
 SRC_DIRS = src/front src/core src/store src/base
-CPPFLAGS += -D_GNU_SOURCE -Isrc $(addprefix -I,$(SRC_DIRS)) -I$(BUILD) \
+CPPFLAGS += -D_GNU_SOURCE -Isrc -I$(BUILD) \
 	-I$(BUILD)/proto \
 	-DRL_VERSION='"$(PACKAGE_VERSION)"'
 CFLAGS ?=

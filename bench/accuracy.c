@@ -39,7 +39,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "limiter.h"
+#include "core/limiter.h"
 
 #define LIMIT 100			/* L */
 #define WINDOW_MS 1000			/* W */

@@ -25,19 +25,21 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "config.h"
-#include "decide.h"
-#include "deny_cache.h"
-#include "grpc.h"
-#include "http.h"
-#include "lease.h"
-#include "lease_wait.h"
-#include "log.h"
-#include "metrics.h"
-#include "notify.h"
-#include "util.h"
-#include "watch.h"
+#include "core/backend.h"
+#include "core/config.h"
+#include "core/decide.h"
+#include "core/deny_cache.h"
+#include "front/grpc.h"
+#include "front/http.h"
+#include "core/lease.h"
+#include "front/lease_wait.h"
+#include "base/log.h"
+#include "base/metrics.h"
+#include "base/notify.h"
+#include "base/util.h"
+#include "base/watch.h"
+#include "store/memory.h"
+#include "store/redis.h"
 
 /* Keys denied lately, kept to answer repeat requests without Redis: at
  * most this many, each with a copy of its key (under 1 KiB). */

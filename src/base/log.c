@@ -6,7 +6,7 @@
  * concurrent threads never interleave within a line and no lock is taken.
  * Over-long messages are truncated, never split.
  */
-#include "log.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <stdarg.h>

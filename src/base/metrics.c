@@ -29,9 +29,9 @@
  * with one slot above the largest bound; rendering sums them up, and _count
  * and the +Inf bucket are both that same sum, so they always agree.
  */
-#include "metrics.h"
+#include "base/metrics.h"
 
-#include "deny_cache.h"
+#include "core/deny_cache.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -40,8 +40,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "rules.h"
-#include "util.h"
+#include "core/rules.h"
+#include "base/util.h"
 
 #ifndef RL_VERSION
 #define RL_VERSION "unknown"

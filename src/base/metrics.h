@@ -14,8 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "decide.h"
+#include "core/backend.h"
+#include "core/decide.h"
 
 struct metrics;
 

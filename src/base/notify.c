@@ -3,7 +3,7 @@
  * one datagram of newline-separated VAR=value assignments; linking
  * libsystemd for it would add a dependency to every build for nothing.
  */
-#include "notify.h"
+#include "base/notify.h"
 
 #include <errno.h>
 #include <stddef.h>

@@ -6,7 +6,7 @@
  * rl_alloc_fail_after(n) and walk every error path that an out-of-memory
  * condition can take, the way hiredis's test suite does.
  */
-#include "util.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <limits.h>

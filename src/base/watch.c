@@ -17,9 +17,9 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "util.h"
-#include "watch.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "base/watch.h"
 
 struct watch {
 	int ifd;

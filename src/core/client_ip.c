@@ -6,14 +6,14 @@
  * with inet_pton(), so a header of any length costs one pass and no
  * allocation.
  */
-#include "client_ip.h"
+#include "core/client_ip.h"
 
 #include <arpa/inet.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 /* The longest entry worth parsing: "[" v6 "]:" port, with room to spare. */
 #define ENTRY_MAX 64

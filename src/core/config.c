@@ -16,7 +16,7 @@
  * "5" is an integer, `yes` is not a boolean), durations must carry a unit,
  * and unknown or repeated keys are errors rather than being ignored.
  */
-#include "config.h"
+#include "core/config.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -29,10 +29,10 @@
 
 #include <yaml.h>
 
-#include "listen_addr.h"
-#include "redis_url.h"
-#include "stats_window.h"
-#include "util.h"
+#include "core/listen_addr.h"
+#include "core/redis_url.h"
+#include "core/stats_window.h"
+#include "base/util.h"
 
 #define MAX_FIELDS	32		/* keys in the largest schema */
 #define MAX_FILE_BYTES	(16 << 20)	/* a rules file larger is a mistake */

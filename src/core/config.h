@@ -16,9 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "client_ip.h"
-#include "log.h"
-#include "rules.h"
+#include "core/client_ip.h"
+#include "base/log.h"
+#include "core/rules.h"
 
 #define RL_DEFAULT_CONFIG_PATH "/etc/ratelimitd/ratelimitd.yaml"
 

@@ -1,7 +1,7 @@
 /*
  * config_slot.c - the published config snapshot (see config_slot.h).
  */
-#include "config_slot.h"
+#include "core/config_slot.h"
 
 void
 config_slot_init(struct config_slot *s, struct config *cfg)

@@ -11,7 +11,7 @@
 
 #include <pthread.h>
 
-#include "config.h"
+#include "core/config.h"
 
 struct config_slot {
 	pthread_mutex_t lock;

@@ -19,15 +19,15 @@
  * with the time the call was sent (the store decided later) and the retry
  * less its rounding up to a millisecond.
  */
-#include "decide.h"
+#include "core/decide.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "deny_cache.h"
-#include "lease.h"
-#include "util.h"
+#include "core/deny_cache.h"
+#include "core/lease.h"
+#include "base/util.h"
 
 /* Requests with few applying rules (nearly all) use the stack. */
 #define DECIDE_STACK_RULES 8

@@ -19,9 +19,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "config.h"
-#include "rules.h"
+#include "core/backend.h"
+#include "core/config.h"
+#include "core/rules.h"
 
 /*
  * One of several attribute sets decided together (a gRPC call's

@@ -10,13 +10,13 @@
  * the slots, slot i under mutex i % DENY_STRIPES.  Keys are compared in
  * full, so a hash collision is a miss, never a wrong answer.
  */
-#include "deny_cache.h"
+#include "core/deny_cache.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 #define DENY_STRIPES 16
 

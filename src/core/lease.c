@@ -3,14 +3,14 @@
  * strictly on the way in, so /release and /renew answer 400 invalid_lease
  * for anything a daemon did not hand out, before any store is asked.
  */
-#include "lease.h"
+#include "core/lease.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 
-#include "util.h"
+#include "base/util.h"
 
 static const char hexdig[] = "0123456789abcdef";
 

@@ -21,8 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "limiter.h"
-#include "rules.h"
+#include "core/limiter.h"
+#include "core/rules.h"
 
 #define LEASE_TOKEN_LEN LIMITER_TOKEN_LEN
 /* "<rule>:{<key>}": a rule name (at most LEASE_RULE_MAX bytes), the

@@ -37,15 +37,15 @@
  * The expiry of a state is the moment its history stops changing answers;
  * it is a function of the state and the parameters only, not of `now`.
  */
-#include "limiter.h"
-#include "limiter_concurrency.h"
+#include "core/limiter.h"
+#include "core/limiter_concurrency.h"
 
 #include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 #define SW_B LIMITER_SW_BUCKETS
 #define SW_SLOTS (LIMITER_SW_BUCKETS + 1)

@@ -28,8 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "rules.h"
+#include "core/backend.h"
+#include "core/rules.h"
 
 #define LIMITER_SW_BUCKETS 20	/* B of sliding_window */
 /* Counts and times stay exact in doubles below 2^53 (the Lua side has only

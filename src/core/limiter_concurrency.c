@@ -16,13 +16,13 @@
  * the array grows by doubling up to L, in phase 1 as limiter.h requires,
  * and halves when less than a quarter full.
  */
-#include "limiter_concurrency.h"
+#include "core/limiter_concurrency.h"
 
 #include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 #define CONC_MIN_CAP 4
 

@@ -10,7 +10,7 @@
 #ifndef RL_LIMITER_CONCURRENCY_H
 #define RL_LIMITER_CONCURRENCY_H
 
-#include "limiter.h"
+#include "core/limiter.h"
 
 void conc_clear(struct limiter_state *s);
 int conc_check(struct limiter_state *s, const struct limiter_params *p,

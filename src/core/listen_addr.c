@@ -3,7 +3,7 @@
  * listen_addr.h).  http.c binds what this parses; config.c refuses what it
  * refuses, with the line and column.
  */
-#include "listen_addr.h"
+#include "core/listen_addr.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -4,12 +4,12 @@
  * refuses longer ones), so every value fits its fixed buffer; a value that
  * did not would be cut, never overrun.
  */
-#include "rate_headers.h"
+#include "core/rate_headers.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "util.h"
+#include "base/util.h"
 
 static void __attribute__((format(printf, 4, 5)))
 add(struct rate_header *h, int *n, const char *name, const char *fmt, ...)

@@ -8,8 +8,8 @@
 #ifndef RL_RATE_HEADERS_H
 #define RL_RATE_HEADERS_H
 
-#include "decide.h"
-#include "rules.h"
+#include "core/decide.h"
+#include "core/rules.h"
 
 #define RATE_HEADERS_MAX 6
 /* The longest value: a quoted rule name and three 20-digit numbers. */

@@ -7,7 +7,7 @@
  * refuses "\u0000" in strings; values are checked for NUL bytes all the
  * same, since one would cut a key short.
  */
-#include "request_json.h"
+#include "core/request_json.h"
 
 #include <stdarg.h>
 #include <stdbool.h>

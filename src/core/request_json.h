@@ -18,7 +18,7 @@
 
 #include <jansson.h>
 
-#include "rules.h"
+#include "core/rules.h"
 
 #define REQUEST_ERROR_MAX 256
 

@@ -4,12 +4,12 @@
  * config is loaded and only read afterwards, so the per-request work is a
  * few string comparisons and one bounded copy per rule.
  */
-#include "rules.h"
+#include "core/rules.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 /* --- attributes ------------------------------------------------------- */
 

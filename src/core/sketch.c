@@ -7,12 +7,12 @@
  * this beats a hash table in both memory and time, and it makes merging
  * and the quantile walk plain ordered scans.
  */
-#include "sketch.h"
+#include "core/sketch.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 int
 sketch_params_set(struct sketch_params *p, double a)

@@ -3,14 +3,14 @@
  * stats_request.h): which stats apply to a request, the op for each, and
  * the JSON answer.
  */
-#include "stats_request.h"
+#include "core/stats_request.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 /* The quantiles answered when the request names none: p50, p90, p99. */
 static const double default_quantiles[] = { 0.5, 0.9, 0.99 };

@@ -14,9 +14,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "backend.h"
-#include "config.h"
-#include "request_json.h"
+#include "core/backend.h"
+#include "core/config.h"
+#include "core/request_json.h"
 
 struct stats_request {
 	bool record;			/* /record, else /stats */

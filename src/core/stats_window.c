@@ -8,12 +8,12 @@
  * each slot remembers which sub-window it holds, and one found holding an
  * older one is emptied before it is written or ignored when read.
  */
-#include "stats_window.h"
+#include "core/stats_window.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 /* floor(a / b) for b > 0, a of either sign. */
 static int64_t

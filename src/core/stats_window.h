@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sketch.h"
+#include "core/sketch.h"
 
 /* A stat's parameters; fill with stats_window_params_set(). */
 struct stats_window_params {

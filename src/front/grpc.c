@@ -21,7 +21,7 @@
  * grpc_server_set_config/quiesce/inflight/stop entry points (any thread,
  * under the server's lock or through atomics and the eventfd).
  */
-#include "grpc.h"
+#include "front/grpc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -39,12 +39,12 @@
 
 #include <nghttp2/nghttp2.h>
 
-#include "config_slot.h"
+#include "core/config_slot.h"
 #include "health.pb-c.h"
-#include "log.h"
-#include "metrics.h"
-#include "rls.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/metrics.h"
+#include "front/rls.h"
+#include "base/util.h"
 
 #define GRPC_PREFIX 5			/* compressed flag, length (BE) */
 #define GRPC_MAX_STREAMS 128		/* concurrent calls per connection */

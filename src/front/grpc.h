@@ -15,8 +15,8 @@
 
 #include <stddef.h>
 
-#include "config.h"
-#include "decide.h"
+#include "core/config.h"
+#include "core/decide.h"
 
 struct grpc_server;
 struct metrics;

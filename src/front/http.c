@@ -21,7 +21,7 @@
  * The listening socket is bound by http_listen() so that a port in use is
  * a clear start-up error and unix sockets work the same way as TCP.
  */
-#include "http.h"
+#include "front/http.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -45,19 +45,19 @@
 #include <jansson.h>
 #include <microhttpd.h>
 
-#include "client_ip.h"
-#include "config_slot.h"
-#include "http_guard.h"
-#include "listen_addr.h"
-#include "log.h"
-#include "metrics.h"
-#include "rate_headers.h"
-#include "lease.h"
-#include "lease_wait.h"
-#include "request_json.h"
-#include "stats_request.h"
-#include "util.h"
-#include "wait_timer.h"
+#include "core/client_ip.h"
+#include "core/config_slot.h"
+#include "front/http_guard.h"
+#include "core/listen_addr.h"
+#include "base/log.h"
+#include "base/metrics.h"
+#include "core/rate_headers.h"
+#include "core/lease.h"
+#include "front/lease_wait.h"
+#include "core/request_json.h"
+#include "core/stats_request.h"
+#include "base/util.h"
+#include "front/wait_timer.h"
 
 #define JSON_TYPE "application/json"
 #define HTTP_CONN_MEMORY (16 * 1024)	/* per connection, see start */

@@ -14,8 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
-#include "decide.h"
+#include "core/config.h"
+#include "core/decide.h"
 
 struct http_server;
 

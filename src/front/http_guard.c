@@ -17,7 +17,7 @@
  * carry no byte count and are left alone: only local processes reach
  * them.
  */
-#include "http_guard.h"
+#include "front/http_guard.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -29,8 +29,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "log.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
 
 #define GUARD_TICK_US 500000
 

@@ -20,7 +20,7 @@
  * lock released.  A walk costs one step per waiter, and max_waiting
  * bounds the waiters.
  */
-#include "lease_wait.h"
+#include "front/lease_wait.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -28,7 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "util.h"
+#include "base/util.h"
 
 #define LW_BUCKETS 1024		/* a power of two */
 #define LW_BATCH 64		/* events told per turn of the thread */

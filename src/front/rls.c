@@ -8,14 +8,14 @@
  * deciding rule's limit over the largest whole unit (second .. day) that
  * fits in its window, rounded down; the RateLimit headers are HTTP's.
  */
-#include "rls.h"
+#include "front/rls.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "rate_headers.h"
+#include "core/rate_headers.h"
 #include "rls.pb-c.h"
-#include "util.h"
+#include "base/util.h"
 
 typedef Envoy__Service__Ratelimit__V3__RateLimitRequest rls_request;
 typedef Envoy__Service__Ratelimit__V3__RateLimitDescriptor rls_descriptor;

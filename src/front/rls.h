@@ -12,8 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "decide.h"
-#include "rules.h"
+#include "core/decide.h"
+#include "core/rules.h"
 
 /* gRPC status codes the front end answers with. */
 enum grpc_status {

@@ -11,7 +11,7 @@
  * with the lock released.  A cut (shutdown) lowers the due time of every
  * entry past its bound to 0, marking it cut, and re-heapifies.
  */
-#include "wait_timer.h"
+#include "front/wait_timer.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "util.h"
+#include "base/util.h"
 
 struct wait_entry {
 	int64_t due;

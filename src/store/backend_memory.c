@@ -34,7 +34,7 @@
  * asked.  While a call uses
  * an entry its expiry is MEMORY_PINNED, so no sweep frees it under it.
  */
-#include "backend.h"
+#include "core/backend.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -42,10 +42,11 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include "limiter.h"
-#include "log.h"
-#include "memory_stats.h"
-#include "util.h"
+#include "core/limiter.h"
+#include "base/log.h"
+#include "store/memory_stats.h"
+#include "base/util.h"
+#include "store/memory.h"
 
 #define MEMORY_STRIPE_BITS 6
 #define MEMORY_STRIPES (1 << MEMORY_STRIPE_BITS)	/* 64: a uint64_t */

@@ -79,17 +79,18 @@
 
 #include <hiredis/hiredis.h>
 
-#include "backend.h"
-#include "config.h"
-#include "log.h"
-#include "metrics.h"
-#include "redis_conn.h"
-#include "redis_script.h"
-#include "redis_split.h"
-#include "redis_topology.h"
-#include "redis_url.h"
-#include "slot_map.h"
-#include "util.h"
+#include "core/backend.h"
+#include "core/config.h"
+#include "base/log.h"
+#include "base/metrics.h"
+#include "store/redis_conn.h"
+#include "store/redis_script.h"
+#include "store/redis_split.h"
+#include "store/redis_topology.h"
+#include "core/redis_url.h"
+#include "store/slot_map.h"
+#include "base/util.h"
+#include "store/redis.h"
 
 /* The scripts of lua/ and their SHA1s, made by the Makefile. */
 extern const char rl_lua_ratelimit[], rl_lua_ratelimit_sha[];

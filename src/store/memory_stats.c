@@ -9,16 +9,16 @@
  * sweep when the table is at max_keys.  The hash is seeded per process, so
  * clients cannot aim their keys at one chain from outside.
  */
-#include "memory_stats.h"
+#include "store/memory_stats.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 
-#include "sketch.h"
-#include "stats_window.h"
-#include "util.h"
+#include "core/sketch.h"
+#include "core/stats_window.h"
+#include "base/util.h"
 
 #define STATS_INITIAL_BUCKETS 64
 #define STATS_SWEEP_CHAINS 2

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
+#include "core/backend.h"
 
 struct memory_stats;
 

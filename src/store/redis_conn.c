@@ -28,7 +28,7 @@
  * instead of starting another: a resolver that never answers costs one
  * thread per connection, not one per attempt.
  */
-#include "redis_conn.h"
+#include "store/redis_conn.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -43,8 +43,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "redis_resolve.h"
-#include "util.h"
+#include "store/redis_resolve.h"
+#include "base/util.h"
 
 #define REDIS_CONN_READ_CHUNK	16384
 #define REDIS_CONN_RING_MIN	16

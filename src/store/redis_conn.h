@@ -23,7 +23,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "redis_url.h"
+#include "core/redis_url.h"
 
 enum redis_conn_state {
 	REDIS_CONN_CLOSED,	/* no socket */

@@ -17,7 +17,7 @@
  * the lookup for one spawner thread, started with the first lookup, which
  * creates the lookup threads.
  */
-#include "redis_resolve.h"
+#include "store/redis_resolve.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -29,7 +29,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "base/util.h"
 
 struct redis_resolve {
 	pthread_mutex_t mu;

@@ -2,7 +2,7 @@
  * redis_script.c - batches to EVALSHA arguments and replies to results,
  * as lua/ratelimit.lua's header defines them (see redis_script.h).
  */
-#include "redis_script.h"
+#include "store/redis_script.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 #define ARGS_PER_CHECK	5
 #define FIELDS_PER_CHECK 4

@@ -14,7 +14,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "backend.h"
+#include "core/backend.h"
 
 /* The arguments of one EVALSHA, in one allocation (argv, lens, and the
  * numbers they point to); keys and the SHA are borrowed from the caller. */

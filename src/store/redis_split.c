@@ -2,12 +2,12 @@
  * redis_split.c - a request across Redis Cluster slots as one call per slot
  * and the take-back that makes it all-or-nothing again (redis_split.h).
  */
-#include "redis_split.h"
+#include "store/redis_split.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 struct redis_split {
 	struct backend_call *parent;

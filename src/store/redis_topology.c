@@ -2,13 +2,13 @@
  * redis_topology.c - Redis Cluster and Sentinel replies about where the
  * primaries are (redis_topology.h).
  */
-#include "redis_topology.h"
+#include "store/redis_topology.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 int
 redis_topology_slots(const redisReply *r, const char *asked_host,

@@ -13,7 +13,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "slot_map.h"
+#include "store/slot_map.h"
 
 /*
  * The primaries' ranges of a CLUSTER SLOTS reply, into a new array

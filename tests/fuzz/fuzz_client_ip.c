@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client_ip.h"
+#include "core/client_ip.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

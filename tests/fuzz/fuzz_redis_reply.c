@@ -11,8 +11,8 @@
 
 #include <hiredis/hiredis.h>
 
-#include "redis_conn.h"
-#include "redis_script.h"
+#include "store/redis_conn.h"
+#include "store/redis_script.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -11,8 +11,8 @@
 
 #include <jansson.h>
 
-#include "request_json.h"
-#include "rules.h"
+#include "core/request_json.h"
+#include "core/rules.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

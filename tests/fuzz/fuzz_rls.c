@@ -9,12 +9,13 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "backend.h"
-#include "config.h"
-#include "decide.h"
-#include "rls.h"
+#include "core/backend.h"
+#include "core/config.h"
+#include "core/decide.h"
+#include "front/rls.h"
 #include "rls.pb-c.h"
-#include "util.h"
+#include "base/util.h"
+#include "store/memory.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

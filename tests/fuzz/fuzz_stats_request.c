@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "stats_request.h"
+#include "core/config.h"
+#include "core/stats_request.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rules.h"
+#include "core/rules.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

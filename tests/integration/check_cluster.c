@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "slot_map.h"
+#include "store/slot_map.h"
 
 static struct h_cluster cluster;
 

@@ -36,7 +36,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "rules.h"
+#include "core/rules.h"
 
 #include "../vectors/vectors.h"
 

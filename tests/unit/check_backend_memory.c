@@ -11,8 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "util.h"
+#include "core/backend.h"
+#include "base/util.h"
+#include "store/memory.h"
 
 #define T0 INT64_C(1700000000000000)
 #define MS INT64_C(1000)

@@ -27,9 +27,10 @@
 
 #include <hiredis/hiredis.h>
 
-#include "backend.h"
-#include "config.h"
-#include "util.h"
+#include "core/backend.h"
+#include "core/config.h"
+#include "base/util.h"
+#include "store/redis.h"
 
 #define TEST_PASSWORD "t3st-pass"
 

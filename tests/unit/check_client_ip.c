@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client_ip.h"
+#include "core/client_ip.h"
 
 struct pick_case {
 	enum client_ip_source source;

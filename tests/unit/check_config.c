@@ -15,13 +15,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "core/config.h"
 
 #define X10 "xxxxxxxxxx"
 #define LONG_PATH X10 X10 X10 X10 X10 X10 X10 X10 X10 X10 X10	/* 110 */
 #define LONG_HOST LONG_PATH LONG_PATH LONG_PATH	/* 330 bytes */
-#include "rules.h"
-#include "util.h"
+#include "core/rules.h"
+#include "base/util.h"
 
 #define ERRLEN 512
 

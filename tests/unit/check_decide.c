@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "decide.h"
-#include "util.h"
+#include "core/decide.h"
+#include "base/util.h"
 
 /* A backend that answers from a script and remembers what it was asked. */
 struct fake {

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "deny_cache.h"
+#include "core/deny_cache.h"
 
 #define K(s) (s), strlen(s)
 

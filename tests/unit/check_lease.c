@@ -7,10 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "lease.h"
-#include "limiter.h"
-#include "util.h"
+#include "core/backend.h"
+#include "core/lease.h"
+#include "core/limiter.h"
+#include "base/util.h"
+#include "store/memory.h"
 
 START_TEST(test_token)
 {

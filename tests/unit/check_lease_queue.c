@@ -14,8 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lease_wait.h"
-#include "util.h"
+#include "front/lease_wait.h"
+#include "base/util.h"
 
 #define FAR (util_monotonic_us() + 60 * 1000000LL)
 #define NOW util_monotonic_us()

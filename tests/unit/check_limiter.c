@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "limiter.h"
-#include "util.h"
+#include "core/limiter.h"
+#include "base/util.h"
 
 #define T0 INT64_C(1700000000000000)
 #define MS INT64_C(1000)

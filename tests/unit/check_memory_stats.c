@@ -10,8 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "memory_stats.h"
+#include "core/backend.h"
+#include "store/memory_stats.h"
+#include "store/memory.h"
 
 #define T0 INT64_C(1700000000000000)	/* us */
 #define MS INT64_C(1000)

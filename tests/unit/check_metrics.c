@@ -17,9 +17,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "metrics.h"
-#include "rules.h"
-#include "util.h"
+#include "base/metrics.h"
+#include "core/rules.h"
+#include "base/util.h"
 
 #ifndef RL_VERSION
 #define RL_VERSION "unknown"

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis_conn.h"
+#include "store/redis_conn.h"
 
 static int read_one(const char *bytes, size_t len, redisReply **out)
 {

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis_resolve.h"
+#include "store/redis_resolve.h"
 
 static char err[256];
 

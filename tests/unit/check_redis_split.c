@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis_split.h"
+#include "store/redis_split.h"
 
 static int parts_done, tbs_done;
 

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "redis_url.h"
-#include "util.h"
+#include "core/redis_url.h"
+#include "base/util.h"
 
 static struct redis_url u;
 static char err[256];

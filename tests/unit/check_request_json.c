@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "request_json.h"
-#include "util.h"
+#include "core/request_json.h"
+#include "base/util.h"
 
 static const char *const reserved[] = { "cost", "rule", NULL };
 

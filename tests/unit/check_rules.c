@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rules.h"
-#include "util.h"
+#include "core/rules.h"
+#include "base/util.h"
 
 START_TEST(test_attrs_set_get_replace)
 {

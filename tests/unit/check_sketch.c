@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sketch.h"
-#include "util.h"
+#include "core/sketch.h"
+#include "base/util.h"
 
 /* xorshift64*, seeded: the same data every run. */
 static uint64_t rng_state;

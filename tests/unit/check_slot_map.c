@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "slot_map.h"
+#include "store/slot_map.h"
 
 #define K(s) (s), strlen(s)
 

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "stats_window.h"
+#include "core/stats_window.h"
 
 #define T0 INT64_C(1700000000000)	/* ms; a multiple of 1000 */
 

@@ -23,10 +23,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "rules.h"
+#include "core/backend.h"
+#include "core/rules.h"
 
 #include "../vectors/vectors.h"
+#include "store/memory.h"
 
 static int64_t fake_now;
 

@@ -12,8 +12,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backend.h"
-#include "util.h"
+#include "core/backend.h"
+#include "base/util.h"
+#include "store/memory.h"
 
 #define T0 INT64_C(1700000000000000)
 #define MS INT64_C(1000)

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rules.h"
+#include "core/rules.h"
 
 #define VEC_FILE "tests/vectors/algorithms.txt"
 #define VEC_MAX_RULES 8

@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rules.h"
+#include "core/rules.h"
 
 /* One applying rule of one request.  Everything is borrowed for the call. */
 struct rl_check {
@@ -206,47 +206,5 @@ backend_error_kind_name(enum backend_error_kind kind)
 		return "unknown";
 	return names[kind];
 }
-
-/*
- * The in-process store.  max_keys bounds the number of live keys (expired
- * keys are reclaimed first; a full store answers BACKEND_ERR_FULL).  clock
- * returns microseconds on a monotonic-enough scale; NULL means
- * util_realtime_us.  Returns a new backend, or NULL (OOM).
- */
-typedef int64_t (*backend_clock_fn)(void *arg);
-struct backend *backend_memory_new(int64_t max_keys, backend_clock_fn clock,
-    void *clock_arg);
-/* Live keys now (for tests and metrics).  Any thread. */
-size_t backend_memory_key_count(struct backend *b);
-
-struct redis_config;
-/*
- * The Redis store: a pool of pool_size connections to rc->url, each call
- * bounded by rc->timeout_ms.  Connections are made lazily and remade after
- * errors, so this succeeds with Redis down.  Returns a new backend, or NULL
- * with a message in err (bad URL, unreadable password_file, OOM).
- * rc is copied.
- */
-struct backend *backend_redis_new(const struct redis_config *rc, char *err,
-    size_t errlen);
-
-/*
- * Tell fn(arg, key, keylen) when a lease of key (a full store key) is
- * released through any daemon on the same Redis (CONTRACT 11):
- * lua/lease.lua PUBLISHes the key on "<key_prefix>released", and the
- * store keeps a subscription to it (on the primary; under Cluster on any
- * node, which hears every PUBLISH).  key is NULL when releases may have
- * gone unheard (the subscription was down and is back).  fn runs on the
- * store's I/O thread and must be quick; arg must outlive the store.
- * Start-up, once, before the first call.
- */
-typedef void (*backend_released_fn)(void *arg, const char *key,
-    size_t keylen);
-void backend_redis_watch_releases(struct backend *b, backend_released_fn fn,
-    void *arg);
-
-/* Count pool use in m (borrowed; set before the first call).  Start-up. */
-struct metrics;
-void backend_redis_set_metrics(struct backend *b, struct metrics *m);
 
 #endif

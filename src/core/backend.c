@@ -3,12 +3,12 @@
  * a call and wait for its completion on a condition variable.  For tests
  * and tools; the daemon's front ends submit calls and go on.
  */
-#include "backend.h"
+#include "core/backend.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 static void
 call_event_set(struct backend_call *call)

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "redis_url.h"
-#include "util.h"
+#include "core/redis_url.h"
+#include "base/util.h"
 
 #define REDACTED_MAX 512	/* enough of a URL to recognise it */
 #define PASSWORD_MAX 4096

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "slot_map.h"
-#include "util.h"
+#include "store/slot_map.h"
+#include "base/util.h"
 
 /* CRC16-CCITT (XMODEM): polynomial 0x1021, initial 0, no reflection.  A
  * table built once per byte value would be faster; keys are short and
