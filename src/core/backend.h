@@ -113,8 +113,15 @@ struct backend_call {
 	const struct rl_check *checks;
 	size_t n;
 	struct rl_result *out;		/* n results */
-	int64_t deadline_us;		/* monotonic: the call fails by then;
-					 * 0: the store's timeout from now */
+	int64_t start_us;		/* monotonic: when the request
+					 * arrived; the store's own timeout
+					 * (redis.timeout) runs from then.
+					 * 0: from submit */
+	int64_t deadline_us;		/* monotonic: a tighter bound of the
+					 * caller's (a gRPC client's
+					 * grpc-timeout); 0: none.  The store
+					 * sets it to the deadline it keeps:
+					 * the earlier of the two */
 	backend_done_fn done;
 	void *arg;			/* the caller's */
 	int64_t wait_us;		/* CONTRACT 10: when denied now, reserve

@@ -50,7 +50,9 @@ struct decide_job {
 	struct backend_call call;
 	bool on_local;		/* the call went to the local store */
 	bool leases;		/* req->leases */
-	int64_t req_deadline_us;
+	int64_t req_start_us;	/* req->start_us */
+	int64_t req_deadline_us;	/* req->deadline_us */
+	int64_t submit_us;	/* monotonic: when the store was asked */
 	int64_t wait_us;	/* CONTRACT 10; 0: no waiting */
 	struct decide_group_result *group_out;	/* ngroups, or NULL */
 	size_t ngroups;
@@ -296,7 +298,7 @@ deny_cached(const struct decider *d, struct decide_job *job)
 static void
 deny_learn(const struct decider *d, const struct decide_job *job)
 {
-	int64_t sent = job->call.q_start_us;
+	int64_t sent = job->submit_us;
 	size_t i;
 
 	for (i = 0; i < job->n; i++) {
@@ -418,11 +420,12 @@ job_submit(struct decide_job *job, struct backend *b)
 	job->call.checks = job->checks;
 	job->call.n = job->n;
 	job->call.out = job->res;
-	job->call.deadline_us = job->on_local ? 0 :
-	    job->req_deadline_us;
+	job->call.start_us = job->on_local ? 0 : job->req_start_us;
+	job->call.deadline_us = job->on_local ? 0 : job->req_deadline_us;
 	job->call.done = job_call_done;
 	job->call.arg = job;
 	job->call.wait_us = job->wait_us;
+	job->submit_us = util_monotonic_us();
 	backend_submit(b, &job->call);
 }
 
@@ -436,7 +439,7 @@ job_call_done(struct backend_call *call)
 	struct backend *b = job->on_local ? d->local : d->backend;
 
 	if (d->on_backend != NULL)
-		d->on_backend(b->name, util_monotonic_us() - call->q_start_us,
+		d->on_backend(b->name, util_monotonic_us() - job->submit_us,
 		    call->rc == 0 ? BACKEND_ERR_NONE : call->kind,
 		    d->hook_arg);
 	if (call->rc == 0) {
@@ -612,6 +615,7 @@ decide_prepare(const struct decider *d, const struct config *cfg,
 	job->d = d;
 	job->cfg = cfg;
 	job->out = out;
+	job->req_start_us = req->start_us;
 	job->req_deadline_us = req->deadline_us;
 	job->wait_us = ngroups > 0 || req->wait_ms <= 0 ? 0 :
 	    req->wait_ms * 1000;

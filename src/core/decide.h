@@ -52,8 +52,10 @@ struct decide_request {
 	const struct attrs *attrs;
 	const char *rule;	/* evaluate only this rule (skip match); or NULL */
 	int64_t cost;		/* -1: each rule's own default cost */
-	int64_t deadline_us;	/* monotonic; 0: the store's timeout from
-				 * now.  Set from the request's arrival. */
+	int64_t start_us;	/* monotonic: the request's arrival, from
+				 * which the store's timeout runs; 0: now */
+	int64_t deadline_us;	/* monotonic: the caller's own tighter
+				 * bound (grpc-timeout); 0: none */
 	int64_t wait_ms;	/* CONTRACT 10: 0 answers now; else the store
 				 * may reserve a time within wait_ms (one
 				 * attribute set only) */

@@ -336,14 +336,12 @@ call_answer(struct gcall *gc)
 		answer_status(st, status, msg);
 }
 
-/* The deadline of a call: its grpc-timeout, within the store's own. */
+/* The client's own deadline (grpc-timeout), or 0; the store keeps the
+ * earlier of it and its own timeout from the call's arrival. */
 static int64_t
-call_deadline(const struct gstream *st, const struct config *cfg)
+call_deadline(const struct gstream *st)
 {
-	int64_t store = st->start_us + cfg->redis.timeout_ms * 1000;
-	int64_t own = st->start_us + st->timeout_us;
-
-	return st->timeout_us > 0 && own < store ? own : store;
+	return st->timeout_us > 0 ? st->start_us + st->timeout_us : 0;
 }
 
 static void
@@ -361,7 +359,8 @@ start_rls(struct gstream *st, struct gcall *gc, const uint8_t *msg,
 		call_free(gc);
 		return;
 	}
-	gc->rls.req.deadline_us = call_deadline(st, gc->cfg);
+	gc->rls.req.start_us = st->start_us;
+	gc->rls.req.deadline_us = call_deadline(st);
 	if (gc->rls.n == 0 || decide_prepare(s->decider, gc->cfg,
 	    &gc->rls.req, &gc->rls.decision, &job) == 0) {
 		/* Settled without the store. */
@@ -405,7 +404,8 @@ start_health(struct gstream *st, struct gcall *gc, const uint8_t *msg,
 	/* SERVING when the store answers a probe, as /readyz. */
 	gc->st = st;
 	st->call = gc;
-	gc->probe.deadline_us = call_deadline(st, gc->cfg);
+	gc->probe.start_us = st->start_us;
+	gc->probe.deadline_us = call_deadline(st);
 	gc->probe.done = probe_done;
 	gc->probe.arg = gc;
 	atomic_fetch_add(&s->pending, 1);

@@ -1106,8 +1106,7 @@ lease_try(struct request *rq)
 		rq->lease_over = true;
 	rq->dr.wait_ms = rq->lease_over ? 0 :
 	    (rq->wait_until_us - now) / 1000;
-	rq->dr.deadline_us = rq->cfg->backend == RL_BACKEND_REDIS ?
-	    now + rq->cfg->redis.timeout_ms * 1000 : 0;
+	rq->dr.start_us = now;
 	rq->tried_us = now;
 	decide_leases_free(&rq->decision);
 	if (decide_prepare(rq->s->decider, rq->cfg, &rq->dr, &rq->decision,
@@ -1231,8 +1230,7 @@ handle_decision(struct http_server *s, struct MHD_Connection *conn,
 		    (long long)rq->cfg->max_body_bytes);
 	rq->dr.attrs = &rq->attrs;
 	rq->dr.cost = -1;
-	rq->dr.deadline_us = rq->cfg->backend == RL_BACKEND_REDIS ?
-	    rq->arrived_us + rq->cfg->redis.timeout_ms * 1000 : 0;
+	rq->dr.start_us = rq->arrived_us;
 	if (rq->ep == EP_ACQUIRE) {
 		if (acquire_attrs(s, conn, rq, &rq->attrs, &rq->rule,
 		    &rq->dr.cost, &rq->dr.wait_ms, &ret) < 0)
@@ -1354,7 +1352,6 @@ handle_stats(struct http_server *s, struct MHD_Connection *conn,
 {
 	struct stats_request *sr = &rq->sr;
 	struct request_error e;
-	int64_t deadline;
 	size_t i;
 
 	if (rq->state == RQ_DECIDED) {
@@ -1371,10 +1368,8 @@ handle_stats(struct http_server *s, struct MHD_Connection *conn,
 		    e.message);
 	if (sr->n == 0)
 		return finish_stats(s, conn, rq);
-	deadline = rq->cfg->backend == RL_BACKEND_REDIS ?
-	    rq->arrived_us + rq->cfg->redis.timeout_ms * 1000 : 0;
 	for (i = 0; i < sr->n; i++) {
-		sr->calls[i].deadline_us = deadline;
+		sr->calls[i].start_us = rq->arrived_us;
 		sr->calls[i].arg = rq;
 		sr->calls[i].done = s->decider->backend->completes_inline ?
 		    stat_inline_done : stat_done;
@@ -1465,8 +1460,7 @@ handle_lease(struct http_server *s, struct MHD_Connection *conn,
 	rq->probe.out = &rq->lease_out;
 	rq->probe.lease_op = renew ? BACKEND_LEASE_RENEW :
 	    BACKEND_LEASE_RELEASE;
-	rq->probe.deadline_us = rq->cfg->backend == RL_BACKEND_REDIS ?
-	    rq->arrived_us + rq->cfg->redis.timeout_ms * 1000 : 0;
+	rq->probe.start_us = rq->arrived_us;
 	rq->probe.arg = rq;
 	rq->conn = conn;
 	if (s->decider->backend->completes_inline) {

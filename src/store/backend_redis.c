@@ -2092,6 +2092,7 @@ redis_submit(struct backend *b, struct backend_call *call)
 {
 	struct redis_backend *rb = (struct redis_backend *)b;
 	uint64_t one = 1;
+	int64_t own;
 	bool wake;
 
 	call->q_next = call->q_prev = NULL;
@@ -2105,8 +2106,11 @@ redis_submit(struct backend *b, struct backend_call *call)
 	call->all_allowed = false;
 	call->err[0] = '\0';
 	call->q_start_us = util_monotonic_us();
-	if (call->deadline_us == 0)
-		call->deadline_us = call->q_start_us + rb->timeout_us;
+	/* The store owns its timeout: from the request's arrival. */
+	own = (call->start_us > 0 ? call->start_us : call->q_start_us) +
+	    rb->timeout_us;
+	if (call->deadline_us == 0 || call->deadline_us > own)
+		call->deadline_us = own;
 	/* Cluster: a breaker per primary, in the I/O thread (node_down). */
 	if (call->n > 0 && rb->mode != REDIS_CLUSTER &&
 	    redis_circuit_enter(rb, &call->q_trial) == -1) {
