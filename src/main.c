@@ -109,11 +109,74 @@ apply_logging(const struct config *c)
 	log_set_json(c->log_format == RL_LOG_JSON);
 }
 
+/*
+ * The decision path's hooks, wired to the metrics (base/metrics.h knows
+ * nothing of rules or stores: these map the core's outcomes onto its
+ * labels).  They run on whichever thread completes a decision.
+ */
+static enum metrics_outcome
+metrics_outcome_of(enum decide_rule_result r)
+{
+	switch (r) {
+	case DECIDE_RULE_ALLOWED:
+		return METRICS_ALLOWED;
+	case DECIDE_RULE_DENIED:
+		return METRICS_DENIED;
+	case DECIDE_RULE_SHADOW_DENIED:
+		return METRICS_SHADOW_DENIED;
+	case DECIDE_RULE_DEGRADED:
+		return METRICS_DEGRADED;
+	case DECIDE_RULE_ERROR:
+		break;
+	}
+	return METRICS_ERROR;
+}
+
+static enum metrics_store_error
+metrics_store_error_of(enum backend_error_kind kind)
+{
+	switch (kind) {
+	case BACKEND_ERR_NONE:
+		return METRICS_STORE_OK;
+	case BACKEND_ERR_CONNECT:
+		return METRICS_STORE_CONNECT;
+	case BACKEND_ERR_TIMEOUT:
+		return METRICS_STORE_TIMEOUT;
+	case BACKEND_ERR_PROTOCOL:
+		return METRICS_STORE_PROTOCOL;
+	case BACKEND_ERR_FULL:
+		return METRICS_STORE_FULL;
+	case BACKEND_ERR_CIRCUIT_OPEN:
+		return METRICS_STORE_CIRCUIT_OPEN;
+	}
+	return METRICS_STORE_PROTOCOL;
+}
+
+static void
+on_rule_http(const struct rule *r, enum decide_rule_result result, void *arg)
+{
+	metrics_decision(arg, METRICS_HTTP, r != NULL ? r->name : NULL,
+	    metrics_outcome_of(result));
+}
+
+static void
+on_rule_grpc(const struct rule *r, enum decide_rule_result result, void *arg)
+{
+	metrics_decision(arg, METRICS_GRPC, r != NULL ? r->name : NULL,
+	    metrics_outcome_of(result));
+}
+
 static void
 on_backend(const char *backend, int64_t usec, enum backend_error_kind kind,
     void *arg)
 {
-	metrics_backend_call(arg, backend, usec, kind);
+	metrics_backend_call(arg, backend, usec, metrics_store_error_of(kind));
+}
+
+static uint64_t
+deny_hits(const void *arg)
+{
+	return deny_cache_hits(arg);
 }
 
 static void
@@ -394,14 +457,15 @@ main(int argc, char **argv)
 		fprintf(stderr, "ratelimitd: %s\n", err);
 		goto out;
 	}
-	metrics_set_deny_cache(d.metrics, d.deny);
+	if (d.deny != NULL)
+		metrics_set_deny_hits(d.metrics, deny_hits, d.deny);
 	d.decider = (struct decider){
 		.backend = d.backend, .local = d.local, .deny = d.deny,
-		.on_rule = metrics_rule_decision, .on_backend = on_backend,
+		.on_rule = on_rule_http, .on_backend = on_backend,
 		.hook_arg = d.metrics,
 	};
 	d.grpc_decider = d.decider;
-	d.grpc_decider.on_rule = metrics_rule_decision_grpc;
+	d.grpc_decider.on_rule = on_rule_grpc;
 	raise_fd_limit(d.cfg);
 	if ((fd = http_listen(d.cfg->listen, d.cfg->listen_mode, err,
 	    sizeof(err))) < 0) {

@@ -31,8 +31,6 @@
  */
 #include "base/metrics.h"
 
-#include "core/deny_cache.h"
-
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -40,7 +38,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/rules.h"
 #include "base/util.h"
 
 #ifndef RL_VERSION
@@ -54,10 +51,9 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
 #define METRICS_OTHER_RULE	"_other"
 #define METRICS_MIN_SLOTS	64
 
-#define METRICS_NRESULTS	5	/* enum decide_rule_result */
-#define METRICS_NPROTOCOLS	2	/* http, grpc */
+#define METRICS_NRESULTS	METRICS_NOUTCOMES
 #define METRICS_GRPC_CODES	17	/* gRPC status codes 0..16 */
-#define METRICS_NKINDS		6	/* enum backend_error_kind, with NONE */
+#define METRICS_NKINDS		METRICS_STORE_NERRORS
 #define METRICS_NBOUNDS		13
 #define METRICS_NBUCKETS	(METRICS_NBOUNDS + 1)	/* + above the last */
 #define METRICS_HTTP_MIN	100
@@ -75,7 +71,7 @@ struct metrics_rule {
 struct metrics_backend {
 	atomic_ullong bucket[METRICS_NBUCKETS];	/* per bucket, microseconds */
 	atomic_ullong sum_us;
-	atomic_ullong errors[METRICS_NKINDS];	/* [BACKEND_ERR_NONE] unused */
+	atomic_ullong errors[METRICS_NKINDS];	/* [METRICS_STORE_OK] unused */
 };
 
 struct metrics {
@@ -90,7 +86,8 @@ struct metrics {
 	struct metrics_backend backend[2];	/* by metrics_backend_names */
 	atomic_llong pool_in_use;
 	atomic_ullong redis_events[METRICS_REDIS_NEVENTS];
-	const struct deny_cache *deny;		/* borrowed; may be NULL */
+	metrics_count_fn deny_hits;		/* may be NULL */
+	const void *deny_arg;			/* borrowed */
 	atomic_ullong reloads[2];		/* [0] failure, [1] success */
 	atomic_int last_reload_ok;
 	atomic_ullong http[METRICS_HTTP_MAX - METRICS_HTTP_MIN + 1];
@@ -102,11 +99,20 @@ struct metrics {
 };
 
 static const char *const metrics_result_names[METRICS_NRESULTS] = {
-	[DECIDE_RULE_ALLOWED] = "allowed",
-	[DECIDE_RULE_DENIED] = "denied",
-	[DECIDE_RULE_SHADOW_DENIED] = "shadow_denied",
-	[DECIDE_RULE_DEGRADED] = "degraded",
-	[DECIDE_RULE_ERROR] = "error",
+	[METRICS_ALLOWED] = "allowed",
+	[METRICS_DENIED] = "denied",
+	[METRICS_SHADOW_DENIED] = "shadow_denied",
+	[METRICS_DEGRADED] = "degraded",
+	[METRICS_ERROR] = "error",
+};
+
+static const char *const metrics_store_error_names[METRICS_NKINDS] = {
+	[METRICS_STORE_OK] = "none",
+	[METRICS_STORE_CONNECT] = "connect",
+	[METRICS_STORE_TIMEOUT] = "timeout",
+	[METRICS_STORE_PROTOCOL] = "protocol",
+	[METRICS_STORE_FULL] = "full",
+	[METRICS_STORE_CIRCUIT_OPEN] = "circuit_open",
 };
 
 static const char *const metrics_backend_names[2] = { "redis", "memory" };
@@ -301,27 +307,26 @@ unlock:
 	return e;
 }
 
-static void
-rule_decision(struct metrics *m, int protocol, const struct rule *r,
-    enum decide_rule_result result)
+void
+metrics_decision(struct metrics *m, enum metrics_protocol p,
+    const char *rule, enum metrics_outcome o)
 {
 	struct metrics_rule *e;
 	uint32_t h;
 
-	if (m == NULL || r == NULL || r->name == NULL ||
-	    (unsigned)result >= METRICS_NRESULTS)
+	if (m == NULL || rule == NULL || (unsigned)o >= METRICS_NRESULTS ||
+	    (unsigned)p >= METRICS_NPROTOCOLS)
 		return;
-	h = metrics_hash(r->name);
+	h = metrics_hash(rule);
 	if (pthread_rwlock_rdlock(&m->lock) != 0)
 		return;
 	/* m->other is only set once no new name can be added. */
-	if ((e = rule_find(m, r->name, h)) == NULL)
+	if ((e = rule_find(m, rule, h)) == NULL)
 		e = m->other;
 	pthread_rwlock_unlock(&m->lock);
-	if (e == NULL && (e = rule_get_slow(m, r->name, h)) == NULL)
+	if (e == NULL && (e = rule_get_slow(m, rule, h)) == NULL)
 		return;
-	atomic_fetch_add_explicit(&e->n[protocol][result], 1,
-	    memory_order_relaxed);
+	atomic_fetch_add_explicit(&e->n[p][o], 1, memory_order_relaxed);
 }
 
 /* Stats share the table of names with rules: a name is one or the
@@ -347,20 +352,6 @@ metrics_stat_record(struct metrics *m, const char *stat)
 }
 
 void
-metrics_rule_decision(const struct rule *r, enum decide_rule_result result,
-    void *arg)
-{
-	rule_decision(arg, 0, r, result);
-}
-
-void
-metrics_rule_decision_grpc(const struct rule *r,
-    enum decide_rule_result result, void *arg)
-{
-	rule_decision(arg, 1, r, result);
-}
-
-void
 metrics_set_grpc(struct metrics *m)
 {
 	if (m != NULL)
@@ -379,7 +370,7 @@ metrics_grpc_response(struct metrics *m, int code)
 
 void
 metrics_backend_call(struct metrics *m, const char *backend, int64_t usec,
-    enum backend_error_kind kind)
+    enum metrics_store_error kind)
 {
 	struct metrics_backend *b = NULL;
 	uint64_t us;
@@ -397,16 +388,19 @@ metrics_backend_call(struct metrics *m, const char *backend, int64_t usec,
 		;
 	atomic_fetch_add_explicit(&b->bucket[i], 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&b->sum_us, us, memory_order_relaxed);
-	if (kind != BACKEND_ERR_NONE && (unsigned)kind < METRICS_NKINDS)
+	if (kind != METRICS_STORE_OK && (unsigned)kind < METRICS_NKINDS)
 		atomic_fetch_add_explicit(&b->errors[kind], 1,
 		    memory_order_relaxed);
 }
 
 void
-metrics_set_deny_cache(struct metrics *m, const struct deny_cache *dc)
+metrics_set_deny_hits(struct metrics *m, metrics_count_fn hits,
+    const void *arg)
 {
-	if (m != NULL)
-		m->deny = dc;
+	if (m != NULL) {
+		m->deny_hits = hits;
+		m->deny_arg = arg;
+	}
 }
 
 void
@@ -770,10 +764,10 @@ render_backends(struct metrics_buf *b, struct metrics *m)
 	buf_family(b, ename, "counter",
 	    "Failed backend calls, by backend and kind of error.");
 	for (i = 0; i < 2; i++)
-		for (j = BACKEND_ERR_NONE + 1; j < METRICS_NKINDS; j++)
+		for (j = METRICS_STORE_OK + 1; j < METRICS_NKINDS; j++)
 			buf_printf(b, "%s{backend=\"%s\",kind=\"%s\"} %llu\n",
 			    ename, metrics_backend_names[i],
-			    backend_error_kind_name(j),
+			    metrics_store_error_names[j],
 			    atomic_load_explicit(&m->backend[i].errors[j],
 			    memory_order_relaxed));
 
@@ -807,8 +801,8 @@ render_backends(struct metrics_buf *b, struct metrics *m)
 	buf_family(b, "ratelimitd_deny_cache_hits_total", "counter",
 	    "Requests denied from the deny cache, without a store call.");
 	buf_printf(b, "ratelimitd_deny_cache_hits_total %llu\n",
-	    m->deny != NULL ? (unsigned long long)deny_cache_hits(m->deny) :
-	    0ULL);
+	    m->deny_hits != NULL ?
+	    (unsigned long long)m->deny_hits(m->deny_arg) : 0ULL);
 }
 
 static void

@@ -6,6 +6,10 @@
  * rate: counters are atomics, and the per-rule table is read-mostly.  A
  * NULL struct metrics * makes every function a no-op, so modules and tests
  * need not care whether metrics are on.
+ *
+ * This is the base floor: it knows nothing of rules, decisions or stores.
+ * Its callers hand it names and its own label enums below; main.c wires
+ * the decision path's hooks to it (docs/architecture.md).
  */
 #ifndef RL_METRICS_H
 #define RL_METRICS_H
@@ -14,8 +18,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/backend.h"
-#include "core/decide.h"
 
 struct metrics;
 
@@ -26,12 +28,23 @@ void metrics_free(struct metrics *m);
 /* One HTTP response with this status. */
 void metrics_http_response(struct metrics *m, int status);
 
-/* One applying rule's outcome (a decide_rule_fn; arg is the metrics),
- * decided for HTTP, or for gRPC (the protocol label). */
-void metrics_rule_decision(const struct rule *r,
-    enum decide_rule_result result, void *arg);
-void metrics_rule_decision_grpc(const struct rule *r,
-    enum decide_rule_result result, void *arg);
+/* The outcome of one applying rule (the label result=). */
+enum metrics_outcome {
+	METRICS_ALLOWED,
+	METRICS_DENIED,
+	METRICS_SHADOW_DENIED,
+	METRICS_DEGRADED,
+	METRICS_ERROR,
+	METRICS_NOUTCOMES
+};
+
+/* Which front end decided (the label protocol=). */
+enum metrics_protocol { METRICS_HTTP, METRICS_GRPC, METRICS_NPROTOCOLS };
+
+/* One applying rule, named rule (borrowed for the call), had outcome o in
+ * a decision asked over protocol p.  Unknown values are ignored. */
+void metrics_decision(struct metrics *m, enum metrics_protocol p,
+    const char *rule, enum metrics_outcome o);
 
 /* One value recorded into stat `stat` (CONTRACT 9). */
 void metrics_stat_record(struct metrics *m, const char *stat);
@@ -42,10 +55,21 @@ void metrics_set_grpc(struct metrics *m);
 /* One gRPC call answered with this status code (0 OK .. 16). */
 void metrics_grpc_response(struct metrics *m, int code);
 
-/* One backend call that took `usec` microseconds and failed with `kind`
- * (BACKEND_ERR_NONE for success). */
+/* Why a store call failed (the label kind= of the error counter). */
+enum metrics_store_error {
+	METRICS_STORE_OK,
+	METRICS_STORE_CONNECT,
+	METRICS_STORE_TIMEOUT,
+	METRICS_STORE_PROTOCOL,
+	METRICS_STORE_FULL,
+	METRICS_STORE_CIRCUIT_OPEN,
+	METRICS_STORE_NERRORS
+};
+
+/* One call to the store named backend ("redis" or "memory"; others are
+ * ignored) that took usec microseconds and ended with e. */
 void metrics_backend_call(struct metrics *m, const char *backend,
-    int64_t usec, enum backend_error_kind kind);
+    int64_t usec, enum metrics_store_error e);
 
 /* Requests held by the HTTP front end with wait_ms (CONTRACT 10, 11):
  * until their reserved turn, or until a lease is freed (a gauge); and
@@ -71,9 +95,12 @@ enum metrics_redis_event {
 };
 void metrics_redis_event(struct metrics *m, enum metrics_redis_event ev);
 
-/* Render the deny cache's hits (borrowed; set before serving). */
-struct deny_cache;
-void metrics_set_deny_cache(struct metrics *m, const struct deny_cache *dc);
+/* Render ratelimitd_deny_cache_hits_total as hits(arg): the deny cache's
+ * counter, read at each scrape on the scraping thread (arg borrowed; set
+ * before serving). */
+typedef uint64_t (*metrics_count_fn)(const void *arg);
+void metrics_set_deny_hits(struct metrics *m, metrics_count_fn hits,
+    const void *arg);
 
 /* One config reload, successful or not. */
 void metrics_reload(struct metrics *m, bool ok);

@@ -11,6 +11,7 @@
 
 #include "core/decide.h"
 #include "base/util.h"
+#include "store/memory.h"
 
 /* A backend that answers from a script and remembers what it was asked. */
 struct fake {
@@ -321,6 +322,50 @@ START_TEST(test_policy_allow_deny_local)
 }
 END_TEST
 
+/* The duration reported for each store call is the call's own, on a
+ * store that answers inline too (it once was the machine's uptime on the
+ * memory store: the start time was one only the Redis store set). */
+static int64_t backend_usec[8];
+static int backend_calls;
+
+static void
+on_backend(const char *name, int64_t usec, enum backend_error_kind kind,
+    void *arg)
+{
+	(void)name;
+	(void)kind;
+	(void)arg;
+	if (backend_calls < 8)
+		backend_usec[backend_calls] = usec;
+	backend_calls++;
+}
+
+START_TEST(test_backend_duration_memory)
+{
+	struct backend *mem = backend_memory_new(1000, NULL, NULL);
+	struct attrs a = { 0 };
+	struct decide_request rq = { .attrs = &a, .rule = NULL, .cost = -1 };
+	struct decision d;
+	int i;
+
+	ck_assert_ptr_nonnull(mem);
+	dec.backend = mem;
+	dec.on_backend = on_backend;
+	backend_calls = 0;
+	attrs_set(&a, "path", "/login");
+	attrs_set(&a, "ip", "10.0.0.1");
+	for (i = 0; i < 3; i++)
+		ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert_int_eq(backend_calls, 3);
+	for (i = 0; i < 3; i++) {
+		ck_assert_int_ge(backend_usec[i], 0);
+		ck_assert_int_lt(backend_usec[i], 1000000);
+	}
+	attrs_clear(&a);
+	backend_free(mem);
+}
+END_TEST
+
 START_TEST(test_many_rules_heap_path)
 {
 	struct rule many[20];
@@ -440,6 +485,7 @@ decide_suite(void)
 	tcase_add_test(tc, test_policy_allow_deny_local);
 	tcase_add_test(tc, test_many_rules_heap_path);
 	tcase_add_test(tc, test_groups);
+	tcase_add_test(tc, test_backend_duration_memory);
 	suite_add_tcase(s, tc);
 	return s;
 }

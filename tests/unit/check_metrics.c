@@ -18,7 +18,6 @@
 #include <unistd.h>
 
 #include "base/metrics.h"
-#include "core/rules.h"
 #include "base/util.h"
 
 #ifndef RL_VERSION
@@ -192,13 +191,11 @@ render(struct metrics *m)
 }
 
 static void
-decide_n(struct metrics *m, const char *name, enum decide_rule_result res,
+decide_n(struct metrics *m, const char *name, enum metrics_outcome res,
     int n)
 {
-	struct rule r = { .name = (char *)name };
-
 	while (n-- > 0)
-		metrics_rule_decision(&r, res, m);
+		metrics_decision(m, METRICS_HTTP, name, res);
 }
 
 /* ---- tests ---------------------------------------------------------- */
@@ -252,12 +249,12 @@ START_TEST(test_decisions_counted)
 	struct metrics *m = metrics_new();
 	char *text;
 
-	decide_n(m, "api", DECIDE_RULE_ALLOWED, 3);
-	decide_n(m, "api", DECIDE_RULE_DENIED, 2);
-	decide_n(m, "login", DECIDE_RULE_SHADOW_DENIED, 1);
-	decide_n(m, "login", DECIDE_RULE_DEGRADED, 4);
-	decide_n(m, "login", DECIDE_RULE_ERROR, 5);
-	decide_n(m, "login", (enum decide_rule_result)99, 1);	/* ignored */
+	decide_n(m, "api", METRICS_ALLOWED, 3);
+	decide_n(m, "api", METRICS_DENIED, 2);
+	decide_n(m, "login", METRICS_SHADOW_DENIED, 1);
+	decide_n(m, "login", METRICS_DEGRADED, 4);
+	decide_n(m, "login", METRICS_ERROR, 5);
+	decide_n(m, "login", (enum metrics_outcome)99, 1);	/* ignored */
 	text = render(m);
 	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
 	    "{rule=\"api\",result=\"allowed\",protocol=\"http\"}"), "3");
@@ -287,11 +284,11 @@ END_TEST
 START_TEST(test_grpc_series)
 {
 	struct metrics *m = metrics_new();
-	struct rule r = { .name = (char *)"api" };
+	const char *r = "api";
 	char *text;
 
-	decide_n(m, "api", DECIDE_RULE_ALLOWED, 2);
-	metrics_rule_decision_grpc(&r, DECIDE_RULE_DENIED, m);
+	decide_n(m, "api", METRICS_ALLOWED, 2);
+	metrics_decision(m, METRICS_GRPC, r, METRICS_DENIED);
 	metrics_grpc_response(m, 14);
 	text = render(m);
 	ck_assert_uint_eq(count_lines(text, "ratelimitd_decisions_total{"), 5);
@@ -300,7 +297,7 @@ START_TEST(test_grpc_series)
 	rl_free(text);
 
 	metrics_set_grpc(m);
-	metrics_rule_decision_grpc(&r, DECIDE_RULE_DENIED, m);
+	metrics_decision(m, METRICS_GRPC, r, METRICS_DENIED);
 	metrics_grpc_response(m, 0);
 	metrics_grpc_response(m, 99);		/* ignored */
 	text = render(m);
@@ -326,18 +323,18 @@ END_TEST
 START_TEST(test_reload_keeps_counts_by_name)
 {
 	struct metrics *m = metrics_new();
-	struct rule a = { .name = rl_strdup("api") };
-	struct rule b = { .name = rl_strdup("api") };	/* after a reload */
+	char *a = rl_strdup("api");
+	char *b = rl_strdup("api");	/* after a reload */
 	char *text;
 
-	metrics_rule_decision(&a, DECIDE_RULE_ALLOWED, m);
-	rl_free(a.name);
-	metrics_rule_decision(&b, DECIDE_RULE_ALLOWED, m);
+	metrics_decision(m, METRICS_HTTP, a, METRICS_ALLOWED);
+	rl_free(a);
+	metrics_decision(m, METRICS_HTTP, b, METRICS_ALLOWED);
 	text = render(m);
 	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
 	    "{rule=\"api\",result=\"allowed\",protocol=\"http\"}"), "2");
 	rl_free(text);
-	rl_free(b.name);
+	rl_free(b);
 	metrics_free(m);
 }
 END_TEST
@@ -347,9 +344,9 @@ START_TEST(test_label_escaping)
 	struct metrics *m = metrics_new();
 	char *text;
 
-	decide_n(m, "a\"b\\c\nd", DECIDE_RULE_DENIED, 7);
-	decide_n(m, "caf\xc3\xa9", DECIDE_RULE_ALLOWED, 1);	/* UTF-8 */
-	decide_n(m, "bad\xff\xc3", DECIDE_RULE_ALLOWED, 1);	/* not UTF-8 */
+	decide_n(m, "a\"b\\c\nd", METRICS_DENIED, 7);
+	decide_n(m, "caf\xc3\xa9", METRICS_ALLOWED, 1);	/* UTF-8 */
+	decide_n(m, "bad\xff\xc3", METRICS_ALLOWED, 1);	/* not UTF-8 */
 	text = render(m);
 	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
 	    "{rule=\"a\\\"b\\\\c\\nd\",result=\"denied\","
@@ -373,10 +370,10 @@ START_TEST(test_rule_cap)
 
 	for (i = 0; i < MAX_RULES + 5; i++) {
 		snprintf(name, sizeof(name), "r%d", i);
-		decide_n(m, name, DECIDE_RULE_ALLOWED, 1);
+		decide_n(m, name, METRICS_ALLOWED, 1);
 	}
-	decide_n(m, "r0", DECIDE_RULE_ALLOWED, 1);	/* known: its own */
-	decide_n(m, "late", DECIDE_RULE_DENIED, 2);	/* new: _other */
+	decide_n(m, "r0", METRICS_ALLOWED, 1);	/* known: its own */
+	decide_n(m, "late", METRICS_DENIED, 2);	/* new: _other */
 	text = render(m);
 	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
 	    "{rule=\"r0\",result=\"allowed\",protocol=\"http\"}"), "2");
@@ -456,10 +453,10 @@ START_TEST(test_histogram)
 	size_t i;
 
 	for (i = 0; i < sizeof(calls) / sizeof(calls[0]); i++)
-		metrics_backend_call(m, "redis", calls[i], BACKEND_ERR_NONE);
-	metrics_backend_call(m, "memory", 1000, BACKEND_ERR_NONE);
-	metrics_backend_call(m, "postgres", 1000, BACKEND_ERR_TIMEOUT);
-	metrics_backend_call(m, NULL, 1000, BACKEND_ERR_TIMEOUT);
+		metrics_backend_call(m, "redis", calls[i], METRICS_STORE_OK);
+	metrics_backend_call(m, "memory", 1000, METRICS_STORE_OK);
+	metrics_backend_call(m, "postgres", 1000, METRICS_STORE_TIMEOUT);
+	metrics_backend_call(m, NULL, 1000, METRICS_STORE_TIMEOUT);
 	text = render(m);
 	for (i = 0; i < NLE; i++) {
 		n = bucket(text, "redis", le[i]);
@@ -494,12 +491,12 @@ START_TEST(test_backend_errors)
 	struct metrics *m = metrics_new();
 	char *text;
 
-	metrics_backend_call(m, "redis", 10, BACKEND_ERR_TIMEOUT);
-	metrics_backend_call(m, "redis", 10, BACKEND_ERR_TIMEOUT);
-	metrics_backend_call(m, "redis", 10, BACKEND_ERR_CIRCUIT_OPEN);
-	metrics_backend_call(m, "memory", 10, BACKEND_ERR_FULL);
-	metrics_backend_call(m, "memory", 10, BACKEND_ERR_NONE);
-	metrics_backend_call(m, "memory", 10, (enum backend_error_kind)42);
+	metrics_backend_call(m, "redis", 10, METRICS_STORE_TIMEOUT);
+	metrics_backend_call(m, "redis", 10, METRICS_STORE_TIMEOUT);
+	metrics_backend_call(m, "redis", 10, METRICS_STORE_CIRCUIT_OPEN);
+	metrics_backend_call(m, "memory", 10, METRICS_STORE_FULL);
+	metrics_backend_call(m, "memory", 10, METRICS_STORE_OK);
+	metrics_backend_call(m, "memory", 10, (enum metrics_store_error)42);
 	text = render(m);
 	ck_assert_str_eq(sample(text, "ratelimitd_backend_errors_total"
 	    "{backend=\"redis\",kind=\"timeout\"}"), "2");
@@ -561,16 +558,16 @@ END_TEST
 START_TEST(test_null_safety)
 {
 	struct metrics *m = metrics_new();
-	struct rule r = { .name = (char *)"api" }, noname = { .name = NULL };
+	const char *r = "api", *noname = NULL;
 	char *text, line[256];
 	size_t len = 0;
 
 	metrics_http_response(NULL, 200);
-	metrics_rule_decision(&r, DECIDE_RULE_ALLOWED, NULL);
-	metrics_rule_decision(NULL, DECIDE_RULE_ALLOWED, NULL);
-	metrics_rule_decision(NULL, DECIDE_RULE_ALLOWED, m);
-	metrics_rule_decision(&noname, DECIDE_RULE_ALLOWED, m);
-	metrics_backend_call(NULL, "redis", 10, BACKEND_ERR_TIMEOUT);
+	metrics_decision(NULL, METRICS_HTTP, r, METRICS_ALLOWED);
+	metrics_decision(NULL, METRICS_HTTP, NULL, METRICS_ALLOWED);
+	metrics_decision(m, METRICS_HTTP, NULL, METRICS_ALLOWED);
+	metrics_decision(m, METRICS_HTTP, noname, METRICS_ALLOWED);
+	metrics_backend_call(NULL, "redis", 10, METRICS_STORE_TIMEOUT);
 	metrics_pool_in_use(NULL, 1);
 	metrics_reload(NULL, false);
 	metrics_free(NULL);
@@ -614,15 +611,15 @@ START_TEST(test_oom)
 
 	/* A new name under OOM loses that one count, nothing else. */
 	rl_alloc_fail_after(0);
-	decide_n(m, "lost", DECIDE_RULE_ALLOWED, 1);
+	decide_n(m, "lost", METRICS_ALLOWED, 1);
 	metrics_http_response(m, 200);
 	rl_alloc_fail_after(-1);
-	decide_n(m, "lost", DECIDE_RULE_DENIED, 1);
+	decide_n(m, "lost", METRICS_DENIED, 1);
 	for (n = 0; n < 200; n++) {
 		char name[32];
 
 		snprintf(name, sizeof(name), "rule%ld", n);
-		decide_n(m, name, DECIDE_RULE_ALLOWED, 1);
+		decide_n(m, name, METRICS_ALLOWED, 1);
 	}
 
 	/* Render fails cleanly (no leak: ASan) until it has enough. */
@@ -665,24 +662,24 @@ static void *
 work(void *arg)
 {
 	struct worker *w = arg;
-	struct rule shared = { .name = (char *)"shared" };
+	const char *shared = "shared";
 	char own[16];
-	struct rule mine = { .name = own };
+	char *mine = own;
 	int i;
 
 	snprintf(own, sizeof(own), "t%d", w->id);
 	for (i = 0; i < NITER; i++) {
-		metrics_rule_decision(&shared,
-		    (enum decide_rule_result)(i % 5), w->m);
+		metrics_decision(w->m, METRICS_HTTP, shared,
+		    (enum metrics_outcome)(i % 5));
 		/* A fresh name now and then: the write-lock path, raced. */
 		if (i % 1000 == 0) {
 			snprintf(own, sizeof(own), "t%d.%d", w->id, i / 1000);
-			metrics_rule_decision(&mine, DECIDE_RULE_DENIED, w->m);
+			metrics_decision(w->m, METRICS_HTTP, mine, METRICS_DENIED);
 		}
 		metrics_http_response(w->m, i % 2 == 0 ? 200 : 429);
 		metrics_backend_call(w->m, i % 2 == 0 ? "redis" : "memory",
-		    i % 3000, i % 10 == 0 ? BACKEND_ERR_TIMEOUT :
-		    BACKEND_ERR_NONE);
+		    i % 3000, i % 10 == 0 ? METRICS_STORE_TIMEOUT :
+		    METRICS_STORE_OK);
 		metrics_pool_in_use(w->m, 1);
 		metrics_pool_in_use(w->m, -1);
 	}
@@ -776,12 +773,12 @@ START_TEST(test_promtool)
 		return;
 	}
 	m = metrics_new();
-	decide_n(m, "api", DECIDE_RULE_ALLOWED, 3);
-	decide_n(m, "we\"ird\\na\nme", DECIDE_RULE_DENIED, 1);
-	decide_n(m, "bad\xff", DECIDE_RULE_ERROR, 1);
+	decide_n(m, "api", METRICS_ALLOWED, 3);
+	decide_n(m, "we\"ird\\na\nme", METRICS_DENIED, 1);
+	decide_n(m, "bad\xff", METRICS_ERROR, 1);
 	for (i = 0; i < 20; i++)
 		metrics_backend_call(m, i % 2 ? "redis" : "memory", i * 997,
-		    i % 5 == 0 ? BACKEND_ERR_CONNECT : BACKEND_ERR_NONE);
+		    i % 5 == 0 ? METRICS_STORE_CONNECT : METRICS_STORE_OK);
 	metrics_http_response(m, 200);
 	metrics_http_response(m, 503);
 	metrics_pool_in_use(m, 2);
