@@ -62,6 +62,9 @@ struct daemon {
 	struct http_server *http;
 	struct grpc_server *grpc;	/* NULL without grpc_listen */
 	struct watch *watch;
+	int http_fd, grpc_fd;		/* bound, not yet served; else -1 */
+	int signal_fd;			/* SIGHUP, SIGTERM, SIGINT */
+	int change_fd;			/* eventfd: the file changed */
 };
 
 /* The file changed on disk: wake the main loop, which reloads as for
@@ -349,8 +352,41 @@ make_backends(struct daemon *d, char *err, size_t errlen)
 	return 0;
 }
 
-int
-main(int argc, char **argv)
+/* --check: what only start-up reads is refused here too, and a
+ * concurrency rule that /auth could match is named.  The exit status. */
+static int
+check_config(const struct config *c, const char *path)
+{
+	size_t i;
+
+	if (c->backend == RL_BACKEND_REDIS && c->redis.password_file != NULL &&
+	    access(c->redis.password_file, R_OK) != 0) {
+		fprintf(stderr, "%s: redis.password_file: cannot read %s: %s\n",
+		    path, c->redis.password_file, strerror(errno));
+		return 1;
+	}
+	if (c->user != NULL && getpwnam(c->user) == NULL) {
+		fprintf(stderr, "%s: user: no user \"%s\"\n", path, c->user);
+		return 1;
+	}
+	/* /auth skips concurrency rules (a proxy cannot release a lease). */
+	for (i = 0; i < c->nrules; i++)
+		if (c->rules[i].algorithm == RL_ALG_CONCURRENCY &&
+		    rule_could_match_auth(&c->rules[i]))
+			fprintf(stderr, "%s: warning: rule \"%s\" (concurrency) "
+			    "could match /auth, which skips concurrency rules: "
+			    "a proxy cannot release a lease\n", path,
+			    c->rules[i].name);
+	printf("ok: %zu rules\n", c->nrules);
+	return 0;
+}
+
+/*
+ * The command line into d->path and *check_only.  Returns -1 to go on,
+ * else the exit status (--version, --help, a usage error).
+ */
+static int
+parse_args(int argc, char **argv, struct daemon *d, bool *check_only)
 {
 	static const struct option opts[] = {
 		{ "config", required_argument, NULL, 'c' },
@@ -359,23 +395,15 @@ main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct daemon d = { .path = RL_DEFAULT_CONFIG_PATH };
-	char err[512];
-	sigset_t sigs;
-	struct signalfd_siginfo si;
-	struct pollfd pfd[2];
-	uint64_t count;
-	int sfd = -1, efd = -1, gfd = -1;
-	bool check_only = false, running = true;
-	int ch, fd, sig, status = 1;
+	int ch;
 
 	while ((ch = getopt_long(argc, argv, "c:Vh", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'c':
-			d.path = optarg;
+			d->path = optarg;
 			break;
 		case 'C':
-			check_only = true;
+			*check_only = true;
 			break;
 		case 'V':
 			printf("ratelimitd %s\n", RL_VERSION);
@@ -392,176 +420,199 @@ main(int argc, char **argv)
 		usage(stderr);
 		return 1;
 	}
+	return -1;
+}
 
-	if ((d.cfg = load(d.path, err, sizeof(err))) == NULL) {
-		fprintf(stderr, "%s\n", err);
-		return 1;
-	}
-	if (check_only) {
-		/* What only start-up reads: refuse it here too. */
-		if (d.cfg->backend == RL_BACKEND_REDIS &&
-		    d.cfg->redis.password_file != NULL &&
-		    access(d.cfg->redis.password_file, R_OK) != 0) {
-			fprintf(stderr, "%s: redis.password_file: cannot read "
-			    "%s: %s\n", d.path, d.cfg->redis.password_file,
-			    strerror(errno));
-			config_unref(d.cfg);
-			return 1;
-		}
-		if (d.cfg->user != NULL && getpwnam(d.cfg->user) == NULL) {
-			fprintf(stderr, "%s: user: no user \"%s\"\n", d.path,
-			    d.cfg->user);
-			config_unref(d.cfg);
-			return 1;
-		}
-		/* /auth skips concurrency rules (a proxy cannot release
-		 * a lease): say so for each one that could apply there. */
-		for (size_t i = 0; i < d.cfg->nrules; i++)
-			if (d.cfg->rules[i].algorithm == RL_ALG_CONCURRENCY &&
-			    rule_could_match_auth(&d.cfg->rules[i]))
-				fprintf(stderr, "%s: warning: rule \"%s\" "
-				    "(concurrency) could match /auth, which "
-				    "skips concurrency rules: a proxy cannot "
-				    "release a lease\n", d.path,
-				    d.cfg->rules[i].name);
-		printf("ok: %zu rules\n", d.cfg->nrules);
-		config_unref(d.cfg);
-		return 0;
-	}
-	apply_logging(d.cfg);
+/* Signals are read from a signalfd, never taken by handlers; every thread
+ * started from here on inherits the mask.  (A plain read, unlike
+ * sigwait(), which ThreadSanitizer's interception delays by seconds.) */
+static int
+take_signals(struct daemon *d, char *err, size_t errlen)
+{
+	sigset_t sigs;
 
-	/* Signals are read from a signalfd below, never taken by handlers;
-	 * every thread started from here on inherits the mask.  (A plain
-	 * read, unlike sigwait(), which ThreadSanitizer's interception
-	 * delays by seconds.) */
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGHUP);
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-	if ((sfd = signalfd(-1, &sigs, SFD_CLOEXEC)) < 0) {
-		fprintf(stderr, "ratelimitd: signalfd: %s\n", strerror(errno));
-		goto out;
+	if ((d->signal_fd = signalfd(-1, &sigs, SFD_CLOEXEC)) < 0) {
+		snprintf(err, errlen, "signalfd: %s", strerror(errno));
+		return -1;
 	}
+	return 0;
+}
 
-	if ((d.metrics = metrics_new()) == NULL) {
-		fprintf(stderr, "ratelimitd: out of memory\n");
-		goto out;
+/* The long-lived parts a decision needs: metrics, the lease waiters, the
+ * stores and the deny cache, wired into the two deciders. */
+static int
+make_decider(struct daemon *d, char *err, size_t errlen)
+{
+	if ((d->metrics = metrics_new()) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
 	}
-	if ((d.leases = lease_wait_new(err, sizeof(err))) == NULL) {
-		fprintf(stderr, "ratelimitd: %s\n", err);
-		goto out;
-	}
-	if (make_backends(&d, err, sizeof(err)) < 0) {
-		fprintf(stderr, "ratelimitd: %s\n", err);
-		goto out;
-	}
-	if (d.deny != NULL)
-		metrics_set_deny_hits(d.metrics, deny_hits, d.deny);
-	d.decider = (struct decider){
-		.backend = d.backend, .local = d.local, .deny = d.deny,
+	if ((d->leases = lease_wait_new(err, errlen)) == NULL)
+		return -1;
+	if (make_backends(d, err, errlen) < 0)
+		return -1;
+	if (d->deny != NULL)
+		metrics_set_deny_hits(d->metrics, deny_hits, d->deny);
+	d->decider = (struct decider){
+		.backend = d->backend, .local = d->local, .deny = d->deny,
 		.on_rule = on_rule_http, .on_backend = on_backend,
-		.hook_arg = d.metrics,
+		.hook_arg = d->metrics,
 	};
-	d.grpc_decider = d.decider;
-	d.grpc_decider.on_rule = on_rule_grpc;
-	raise_fd_limit(d.cfg);
-	if ((fd = http_listen(d.cfg->listen, d.cfg->listen_mode, err,
-	    sizeof(err))) < 0) {
-		fprintf(stderr, "ratelimitd: %s\n", err);
-		goto out;
-	}
-	if (d.cfg->grpc_listen != NULL && (gfd = http_listen(
-	    d.cfg->grpc_listen, d.cfg->listen_mode, err, sizeof(err))) < 0) {
-		fprintf(stderr, "ratelimitd: grpc_listen: %s\n", err);
-		close(fd);
-		goto out;
-	}
-	if (drop_privileges(d.cfg, err, sizeof(err)) < 0) {
-		fprintf(stderr, "ratelimitd: %s\n", err);
-		close(fd);
-		if (gfd >= 0)
-			close(gfd);
-		goto out;
-	}
-	/* Watch the file before serving: a change made once the daemon
-	 * answers must not fall before the watch (it is reloaded below). */
-	if ((efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
-		fprintf(stderr, "ratelimitd: eventfd: %s\n", strerror(errno));
-		close(fd);
-		if (gfd >= 0)
-			close(gfd);
-		goto out;
-	}
-	d.watch = watch_start(d.path, 200, on_file_change, &efd, err,
-	    sizeof(err));
-	if (d.watch == NULL)
-		log_warnx("reload on file change is off: %s", err);
-	if (gfd >= 0) {
-		d.grpc = grpc_server_start(gfd, d.cfg, &d.grpc_decider,
-		    d.metrics, err, sizeof(err));
-		if (d.grpc == NULL) {
-			fprintf(stderr, "ratelimitd: %s\n", err);
-			close(fd);
-			goto out;
-		}
-		log_info("gRPC rate limit service on %s", d.cfg->grpc_listen);
-	}
-	d.http = http_server_start(fd, d.cfg, &d.decider, d.leases,
-	    d.metrics, err, sizeof(err));
-	if (d.http == NULL) {
-		fprintf(stderr, "ratelimitd: %s\n", err);
-		goto out;
-	}
-	log_info("ratelimitd %s listening on %s: %zu rules, backend %s, "
-	    "%d threads", RL_VERSION, d.cfg->listen, d.cfg->nrules,
-	    config_backend_name(d.cfg->backend), d.cfg->threads);
-	notify_send("READY=1\nSTATUS=serving");
+	d->grpc_decider = d->decider;
+	d->grpc_decider.on_rule = on_rule_grpc;
+	return 0;
+}
 
-	pfd[0] = (struct pollfd){ .fd = sfd, .events = POLLIN };
-	pfd[1] = (struct pollfd){ .fd = efd, .events = POLLIN };
-	while (running) {
+/* Bind the listening sockets (as root, for a low port), then drop
+ * privileges and watch the file: a change made once the daemon answers
+ * must not fall before the watch (it is reloaded by the main loop). */
+static int
+bind_and_watch(struct daemon *d, char *err, size_t errlen)
+{
+	char sub[256];
+
+	raise_fd_limit(d->cfg);
+	if ((d->http_fd = http_listen(d->cfg->listen, d->cfg->listen_mode,
+	    err, errlen)) < 0)
+		return -1;
+	if (d->cfg->grpc_listen != NULL && (d->grpc_fd = http_listen(
+	    d->cfg->grpc_listen, d->cfg->listen_mode, sub, sizeof(sub))) < 0) {
+		snprintf(err, errlen, "grpc_listen: %s", sub);
+		return -1;
+	}
+	if (drop_privileges(d->cfg, err, errlen) < 0)
+		return -1;
+	if ((d->change_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+		snprintf(err, errlen, "eventfd: %s", strerror(errno));
+		return -1;
+	}
+	d->watch = watch_start(d->path, 200, on_file_change, &d->change_fd,
+	    sub, sizeof(sub));
+	if (d->watch == NULL)
+		log_warnx("reload on file change is off: %s", sub);
+	return 0;
+}
+
+/* Start the front ends on the bound sockets (each takes its socket). */
+static int
+start_fronts(struct daemon *d, char *err, size_t errlen)
+{
+	if (d->grpc_fd >= 0) {
+		d->grpc = grpc_server_start(d->grpc_fd, d->cfg,
+		    &d->grpc_decider, d->metrics, err, errlen);
+		d->grpc_fd = -1;
+		if (d->grpc == NULL)
+			return -1;
+		log_info("gRPC rate limit service on %s", d->cfg->grpc_listen);
+	}
+	d->http = http_server_start(d->http_fd, d->cfg, &d->decider,
+	    d->leases, d->metrics, err, errlen);
+	d->http_fd = -1;
+	if (d->http == NULL)
+		return -1;
+	log_info("ratelimitd %s listening on %s: %zu rules, backend %s, "
+	    "%d threads", RL_VERSION, d->cfg->listen, d->cfg->nrules,
+	    config_backend_name(d->cfg->backend), d->cfg->threads);
+	return 0;
+}
+
+/* The main thread's loop: reload on SIGHUP or a changed file, return on
+ * SIGTERM or SIGINT. */
+static void
+serve(struct daemon *d)
+{
+	struct signalfd_siginfo si;
+	struct pollfd pfd[2];
+	uint64_t count;
+	int sig;
+
+	pfd[0] = (struct pollfd){ .fd = d->signal_fd, .events = POLLIN };
+	pfd[1] = (struct pollfd){ .fd = d->change_fd, .events = POLLIN };
+	for (;;) {
 		if (poll(pfd, 2, -1) < 0)
 			continue;
 		if (pfd[1].revents & POLLIN) {
-			(void)!read(efd, &count, sizeof(count));
-			reload(&d);
+			(void)!read(d->change_fd, &count, sizeof(count));
+			reload(d);
 		}
-		if (!(pfd[0].revents & POLLIN) ||
-		    read(sfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
+		if (!(pfd[0].revents & POLLIN) || read(d->signal_fd, &si,
+		    sizeof(si)) != (ssize_t)sizeof(si))
 			continue;
 		sig = (int)si.ssi_signo;
-		switch (sig) {
-		case SIGHUP:
-			reload(&d);
-			break;
-		case SIGTERM:
-		case SIGINT:
+		if (sig == SIGHUP)
+			reload(d);
+		else if (sig == SIGTERM || sig == SIGINT) {
 			log_info("%s: shutting down", strsignal(sig));
-			running = false;
-			break;
+			return;
 		}
 	}
+}
+
+/* Free whatever was made, in reverse order (safe on a partial start). */
+static void
+daemon_free(struct daemon *d)
+{
+	watch_stop(d->watch);
+	d->watch = NULL;
+	if (d->signal_fd >= 0)
+		close(d->signal_fd);
+	if (d->change_fd >= 0)
+		close(d->change_fd);
+	if (d->http_fd >= 0)
+		close(d->http_fd);
+	if (d->grpc_fd >= 0)
+		close(d->grpc_fd);
+	grpc_server_stop(d->grpc);
+	http_server_stop(d->http);
+	backend_free(d->local);
+	backend_free(d->backend);
+	lease_wait_free(d->leases);
+	deny_cache_free(d->deny);
+	metrics_free(d->metrics);
+	config_unref(d->cfg);
+}
+
+int
+main(int argc, char **argv)
+{
+	struct daemon d = { .path = RL_DEFAULT_CONFIG_PATH, .http_fd = -1,
+	    .grpc_fd = -1, .signal_fd = -1, .change_fd = -1 };
+	bool check_only = false;
+	char err[512];
+	int rc;
+
+	if ((rc = parse_args(argc, argv, &d, &check_only)) >= 0)
+		return rc;
+	if ((d.cfg = load(d.path, err, sizeof(err))) == NULL) {
+		fprintf(stderr, "%s\n", err);
+		return 1;
+	}
+	if (check_only) {
+		rc = check_config(d.cfg, d.path);
+		config_unref(d.cfg);
+		return rc;
+	}
+	apply_logging(d.cfg);
+	if (take_signals(&d, err, sizeof(err)) < 0 ||
+	    make_decider(&d, err, sizeof(err)) < 0 ||
+	    bind_and_watch(&d, err, sizeof(err)) < 0 ||
+	    start_fronts(&d, err, sizeof(err)) < 0) {
+		fprintf(stderr, "ratelimitd: %s\n", err);
+		daemon_free(&d);
+		return 1;
+	}
+	notify_send("READY=1\nSTATUS=serving");
+	serve(&d);
 	watch_stop(d.watch);
 	d.watch = NULL;
 	shut_down(&d);
 	log_info("stopped");
-	status = 0;
-out:
-	watch_stop(d.watch);
-	d.watch = NULL;
-	if (sfd >= 0)
-		close(sfd);
-	if (efd >= 0)
-		close(efd);
-	grpc_server_stop(d.grpc);
-	http_server_stop(d.http);
-	backend_free(d.local);
-	backend_free(d.backend);
-	lease_wait_free(d.leases);
-	deny_cache_free(d.deny);
-	metrics_free(d.metrics);
-	config_unref(d.cfg);
-	return status;
+	daemon_free(&d);
+	return 0;
 }

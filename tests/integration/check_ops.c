@@ -602,6 +602,69 @@ START_TEST(test_reload_sighup)
 END_TEST
 
 /*
+ * redis.timeout is start-only (docs/configuration.md): a reload that changes
+ * it is logged as applying after a restart, and every request keeps the
+ * value the daemon started with, on the front and in the store alike.
+ * Redis stopped for 600 ms (SIGSTOP), policy deny: a daemon started at 2 s
+ * and reloaded to 20 ms waits and answers from Redis (200); one started at
+ * 20 ms and reloaded to 2 s answers 503 well before Redis is back.  (The
+ * front ends used to read the reloaded value per request: 503 after 21 ms
+ * in the first case, while the log said 2000 ms.)
+ */
+static void
+timeout_reloaded(int start_ms, int reload_ms, long want, long long *ms)
+{
+	struct h_redis red = { 0 };
+	struct h_daemon d = { 0 };
+	struct ops_conf c = { .policy = "deny", .limit = 1000000 };
+	struct ops_call q;
+	char yaml[4096], *log;
+	CURL *curl;
+
+	h_redis_start(&red);
+	c.timeout_ms = start_ms;
+	ops_start(&d, red.port, &c);
+	ck_assert(ops_wait_not_degraded("warm", 2000));
+	c.timeout_ms = reload_ms;
+	ops_render_for(&d, &c, yaml, sizeof(yaml));
+	ops_write_file(d.conf, yaml);
+	ck_assert(kill(d.pid, SIGHUP) == 0);
+	ck_assert_msg(ops_wait_metric("ratelimitd_config_reloads_total"
+	    "{result=\"success\"}", 1, 2000) >= 1, "no reload");
+	log = ops_slurp(d.log);
+	ck_assert_msg(strstr(log, "redis.timeout changed; it applies after "
+	    "a restart") != NULL, "log: %s", log);
+	free(log);
+
+	curl = h_curl_new();
+	ck_assert(kill(red.pid, SIGSTOP) == 0);
+	ops_call_start(&q, curl, "POST", "/acquire", "{\"user\":\"t\"}");
+	h_sleep_ms(600);
+	ck_assert(kill(red.pid, SIGCONT) == 0);
+	*ms = ops_call_finish(&q);
+	ck_assert_msg(q.r.status == want, "started at %d ms, reloaded to %d "
+	    "ms: status %ld after %lld ms, expected %ld: %s", start_ms,
+	    reload_ms, q.r.status, *ms, want, q.r.body);
+	h_resp_free(&q.r);
+	curl_easy_cleanup(curl);
+	h_daemon_stop(&d);
+	h_redis_stop(&red);
+}
+
+START_TEST(test_reload_redis_timeout_start_only)
+{
+	long long ms;
+
+	timeout_reloaded(2000, 20, 200, &ms);
+	ck_assert_msg(ms >= 550, "answered after %lld ms, before Redis was "
+	    "back", ms);
+	timeout_reloaded(20, 2000, 503, &ms);
+	ck_assert_msg(ms < 550, "answered after %lld ms: the start value "
+	    "is 20 ms", ms);
+}
+END_TEST
+
+/*
  * A reload to on_backend_error: local takes effect at once: with Redis
  * refusing, the in-process limiter decides (limit 2: 200, 200, 429), where
  * it used to answer every request as `allow` because the local store was
@@ -1427,6 +1490,7 @@ int main(void)
 	tc = tcase(s, "reload");
 	tcase_add_test(tc, test_reload_sighup);
 	tcase_add_test(tc, test_reload_to_local);
+	tcase_add_test(tc, test_reload_redis_timeout_start_only);
 	tcase_add_test(tc, test_reload_rename);
 	tcase_add_test(tc, test_reload_configmap);
 	tcase_add_test(tc, test_reload_bad_file);
