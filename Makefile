@@ -88,7 +88,7 @@ endif
 INTEG_HELPERS = $(filter-out $(INTEG_SRC),$(wildcard tests/integration/*.c))
 INTEG_HDRS = $(wildcard tests/integration/*.h)
 
-.PHONY: all run check unit integration deps clean distclean \
+.PHONY: all run check lint unit integration deps clean distclean \
 	install bench
 
 # make install [PREFIX=/usr/local] [DESTDIR=...]; the config always goes to
@@ -190,7 +190,12 @@ run: deps $(BUILD)/ratelimitd
 	exec $(BUILD)/ratelimitd -c conf/ratelimitd.yaml
 
 check: deps
-	@$(MAKE) --no-print-directory unit integration
+	@$(MAKE) --no-print-directory lint unit integration
+
+# make lint: the checks that read the source and run nothing: no #include
+# goes up a floor of src/ (tests/lint/layers.sh, docs/architecture.md).
+lint:
+	@bash tests/lint/layers.sh
 
 unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do \
