@@ -1,0 +1,82 @@
+/*
+ * config_priv.h - private to the config module (src/core/config*.c): the
+ * section parsers and key tables that one file of the YAML loader hands
+ * another.  Nothing outside src/core/config*.c includes it; the public
+ * interface is core/config.h.
+ *
+ * config.c holds the top-level key table (and the auth section, which lives
+ * in struct config itself) and points from it at the sections below:
+ * config_store.c (redis, redis.sentinel, memory), config_rules.c (rules)
+ * and config_stats.c (stats, which reuse the rule parsers).  All of them are
+ * built on the table engine, config_table.h.
+ *
+ * Every parser here is a field_parse_fn: `what` names the key in messages,
+ * v is its value node, dst the field's address; it returns 0, or -1 with
+ * the error set on ld.  What it allocated before an error stays in dst for
+ * config_unref() to free.  Called only during a load, on its thread.
+ */
+#ifndef RL_CONFIG_PRIV_H
+#define RL_CONFIG_PRIV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "core/config.h"
+#include "core/config_table.h"
+
+/* --- config_store.c ---------------------------------------------------- */
+
+/* The redis and memory key tables, for the reload comparison of their
+ * start-only keys (struct field.sub of the top-level table). */
+extern const struct schema cfg_redis_schema;
+extern const struct schema cfg_memory_schema;
+
+/* redis: its keys, redis.sentinel, and the checks across them (cluster or
+ * sentinel, not both; a cluster URL gives credentials only).  dst: the
+ * struct redis_config. */
+int cfg_parse_redis(struct loader *ld, const char *what, yaml_node_t *v,
+    void *dst);
+
+/* memory: its keys.  dst: the struct memory_config. */
+int cfg_parse_memory(struct loader *ld, const char *what, yaml_node_t *v,
+    void *dst);
+
+/*
+ * True iff url parses as a Redis address; else false with the (redacted)
+ * reason in err, and *oom_out set when that reason is "out of memory".
+ * Shared by redis.url and RATELIMITD_REDIS_URL.
+ */
+bool cfg_redis_url_is_valid(const char *url, char *err, size_t errlen,
+    bool *oom_out);
+
+/* --- config_rules.c ---------------------------------------------------- */
+
+/* rules: a sequence of rule mappings, each checked against the rules before
+ * it and the stats already loaded.  dst: the struct config (rules,
+ * nrules). */
+int cfg_parse_rules(struct loader *ld, const char *what, yaml_node_t *v,
+    void *dst);
+
+/* A rule's or a stat's name: the rule-name alphabet, at most
+ * RL_MAX_NAME_BYTES.  dst: the char *name. */
+int cfg_parse_rule_name(struct loader *ld, const char *what, yaml_node_t *v,
+    void *dst);
+
+/* match: attribute -> pattern, each compiled.  dst: the struct rule
+ * (match, nmatch). */
+int cfg_parse_match(struct loader *ld, const char *what, yaml_node_t *v,
+    void *dst);
+
+/* key: a template, compiled, its attribute names checked.  dst: the rule's
+ * struct key_template *, which the rule owns from then on. */
+int cfg_parse_key(struct loader *ld, const char *what, yaml_node_t *v,
+    void *dst);
+
+/* --- config_stats.c ---------------------------------------------------- */
+
+/* stats: a sequence of stat mappings, each checked against the stats before
+ * it and the rules.  dst: the struct config (stats, nstats). */
+int cfg_parse_stats(struct loader *ld, const char *what, yaml_node_t *v,
+    void *dst);
+
+#endif

@@ -1,0 +1,209 @@
+/*
+ * config_store.c - the sections of the rules file (docs/configuration.md)
+ * that configure the stores: redis (its address, Cluster seed nodes,
+ * Sentinel, pool and timeout) and memory.  Each is a key table for the
+ * engine in config_table.c, plus the checks that span keys; the top-level
+ * table in config.c points at them.
+ *
+ * A Redis address is parsed here already, so that `ratelimitd --check`
+ * catches a bad one; messages never show a password (redis_url_parse()
+ * redacts it).
+ */
+#include "core/config_priv.h"
+
+#include <string.h>
+
+#include "core/redis_url.h"
+#include "base/util.h"
+
+/* redis.cluster, redis.sentinel.nodes: a sequence of "host:port".  dst:
+ * the string_list. */
+static int
+parse_hostports(struct loader *ld, const char *what, yaml_node_t *v,
+    void *dst)
+{
+	static const char expect[] = "a sequence of \"host:port\" strings";
+	struct string_list *l = dst;
+	yaml_node_item_t *it;
+	size_t n;
+
+	if (cfg_is_null(v))
+		return 0;
+	if (v->type != YAML_SEQUENCE_NODE) {
+		cfg_errf(ld, v, "%s: expected %s", what, expect);
+		return -1;
+	}
+	n = (size_t)(v->data.sequence.items.top -
+	    v->data.sequence.items.start);
+	if (n == 0)
+		return 0;
+	if ((l->v = rl_calloc(n, sizeof(*l->v))) == NULL)
+		return cfg_oom(ld);
+	for (it = v->data.sequence.items.start;
+	    it < v->data.sequence.items.top; it++) {
+		yaml_node_t *e = yaml_document_get_node(ld->doc, *it);
+		char q[QUOTE_MAX];
+		const char *s, *colon;
+		int64_t port;
+
+		if ((s = cfg_scalar(ld, what, e, expect)) == NULL)
+			return -1;
+		colon = strrchr(s, ':');
+		if (colon == NULL || colon == s ||
+		    util_parse_int64(colon + 1, &port) != 0 ||
+		    port < 1 || port > 65535) {
+			cfg_errf(ld, e, "%s: expected \"host:port\", got %s",
+			    what, cfg_quote(q, s));
+			return -1;
+		}
+		if ((l->v[l->n] = rl_strdup(s)) == NULL)
+			return cfg_oom(ld);
+		l->n++;
+	}
+	return 0;
+}
+
+/*
+ * True iff url parses as a Redis address; else false with the (redacted)
+ * reason in err, or "out of memory" when oom is set.
+ */
+bool
+cfg_redis_url_is_valid(const char *url, char *err, size_t errlen,
+    bool *oom_out)
+{
+	struct redis_url u;
+
+	*oom_out = false;
+	if (redis_url_parse(url, &u, err, errlen) != 0) {
+		*oom_out = strcmp(err, "out of memory") == 0;
+		return false;
+	}
+	redis_url_free(&u);
+	return true;
+}
+
+/* redis.url, checked now so that --check catches a bad address.  dst: the
+ * char *url.  Messages never show a password (redis_url_parse redacts). */
+static int
+parse_redis_url(struct loader *ld, const char *what, yaml_node_t *v,
+    void *dst)
+{
+	char uerr[256];
+	const char *s;
+	bool nomem;
+
+	if ((s = cfg_scalar(ld, what, v, "a string")) == NULL)
+		return -1;
+	if (!cfg_redis_url_is_valid(s, uerr, sizeof(uerr), &nomem)) {
+		if (nomem)
+			return cfg_oom(ld);
+		cfg_errf(ld, v, "%s: %s", what, uerr);
+		return -1;
+	}
+	return cfg_parse_string(ld, what, v, false, dst);
+}
+
+#define SO(f) offsetof(struct sentinel_config, f)
+static const struct field sentinel_fields[] = {
+	{ "master",        F_STRING,   SO(master),        0, 0, NULL,
+	    F_START_ONLY, NULL },
+	{ "nodes",         F_CUSTOM,   SO(nodes),         0, 0,
+	    parse_hostports, F_START_ONLY | F_CMP_LIST, NULL },
+	{ "password_file", F_STRING,   SO(password_file), 0, 0, NULL,
+	    F_START_ONLY, NULL },
+};
+#undef SO
+
+static const struct schema sentinel_schema = {
+	"redis.sentinel", "redis.sentinel.", sentinel_fields,
+	NELEM(sentinel_fields)
+};
+
+/* redis.sentinel: master and at least one node.  dst: the
+ * struct sentinel_config. */
+static int
+parse_sentinel(struct loader *ld, const char *what, yaml_node_t *v,
+    void *dst)
+{
+	struct sentinel_config *sc = dst;
+
+	if (cfg_is_null(v))
+		return 0;
+	if (cfg_walk_mapping(ld, what, v, &sentinel_schema, dst, NULL) == -1)
+		return -1;
+	if (sc->master == NULL || sc->nnodes == 0) {
+		cfg_errf(ld, v, "%s: needs master and at least one of nodes",
+		    what);
+		return -1;
+	}
+	return 0;
+}
+
+#define RO(f) offsetof(struct redis_config, f)
+static const struct field redis_fields[] = {
+	{ "url",           F_CUSTOM,   RO(url),           0, 0,
+	    parse_redis_url, F_START_ONLY, NULL },
+	{ "cluster",       F_CUSTOM,   RO(cluster),       0, 0,
+	    parse_hostports, F_START_ONLY | F_CMP_LIST, NULL },
+	{ "sentinel",      F_CUSTOM,   RO(sentinel),      0, 0,
+	    parse_sentinel, 0, &sentinel_schema },
+	{ "pool_size",     F_INT,      RO(pool_size),     1, 1024, NULL,
+	    F_START_ONLY, NULL },
+	{ "timeout",       F_DURATION, RO(timeout_ms),    1, DAY_MS, NULL,
+	    F_START_ONLY, NULL },
+	{ "key_prefix",    F_STRING0,  RO(key_prefix),    0, 0, NULL, 0, NULL },
+	{ "password_file", F_STRING,   RO(password_file), 0, 0, NULL,
+	    F_START_ONLY, NULL },
+};
+#undef RO
+
+static const struct field memory_fields[] = {
+	{ "max_keys", F_INT64, offsetof(struct memory_config, max_keys),
+	    1, INT64_MAX, NULL, F_START_ONLY, NULL },
+};
+
+const struct schema cfg_redis_schema = {
+	"redis", "redis.", redis_fields, NELEM(redis_fields)
+};
+const struct schema cfg_memory_schema = {
+	"memory", "memory.", memory_fields, NELEM(memory_fields)
+};
+
+_Static_assert(NELEM(redis_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
+
+int
+cfg_parse_redis(struct loader *ld, const char *what, yaml_node_t *v,
+    void *dst)
+{
+	struct redis_config *rc = dst;
+	struct redis_url u;
+	char uerr[256];
+
+	if (cfg_walk_mapping(ld, what, v, &cfg_redis_schema, dst, NULL) == -1)
+		return -1;
+	if (rc->ncluster > 0 && rc->sentinel.master != NULL) {
+		cfg_errf(ld, v, "%s: set redis.cluster or redis.sentinel, not "
+		    "both", what);
+		return -1;
+	}
+	if (rc->ncluster > 0 && rc->url != NULL &&
+	    redis_url_parse(rc->url, &u, uerr, sizeof(uerr)) == 0) {
+		bool bad = u.db != 0 || u.is_unix;
+
+		redis_url_free(&u);
+		if (bad) {
+			cfg_errf(ld, v, "%s: Redis Cluster has only db 0 and "
+			    "TCP nodes; redis.url may give credentials only",
+			    what);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int
+cfg_parse_memory(struct loader *ld, const char *what, yaml_node_t *v,
+    void *dst)
+{
+	return cfg_walk_mapping(ld, what, v, &cfg_memory_schema, dst, NULL);
+}
