@@ -130,7 +130,7 @@ deny_cache_get(struct deny_cache *dc, const char *key, size_t keylen,
 
 	pthread_mutex_lock(&dc->locks[i % DENY_STRIPES]);
 	hit = e->key != NULL && e->hash == h && e->keylen == keylen &&
-	    now_us < e->until_us && cost >= e->cost &&
+	    now_us < e->until_us && cost == e->cost &&
 	    memcmp(e->key, key, keylen) == 0;
 	if (hit) {
 		*until_us = e->until_us;

@@ -2,12 +2,14 @@
  * deny_cache.h - keys the store denied lately, so that requests that are
  * sure to be denied again are answered without a store call.
  *
- * A key denied with retry_after R for cost c stays denied for any request
- * of cost >= c until R has passed: units only leave the window with time,
+ * A key denied with retry_after R for cost c stays denied for a request of
+ * the same cost until R has passed: units only leave the window with time,
  * and other traffic can only push that time later.  So an entry can only
- * say "denied" where the store would say so too, if the time it is given
- * is no later than when the store decided (decide.c passes the time the
- * call was sent, and R less the millisecond rounding).
+ * say "denied", with the retry_after the store would give, if the time it
+ * is given is no later than when the store decided (decide.c passes the
+ * time the call was sent, and R less the millisecond rounding).  Another
+ * cost goes to the store: a smaller one may fit, and a larger one may have
+ * to wait longer than R (more units must leave).
  *
  * A fixed table of slots, direct-mapped by a hash of the key: a new key
  * replaces whatever held its slot, so memory is bounded by the number of
@@ -42,8 +44,8 @@ void deny_cache_put(struct deny_cache *dc, const char *key, size_t keylen,
 
 /*
  * Is key denied for cost at now_us?  True with the times of its entry in
- * *until_us and *reset_us; false if there is no live entry, or it is for a
- * larger cost.
+ * *until_us and *reset_us; false if there is no live entry, or it is for
+ * another cost.
  */
 bool deny_cache_get(struct deny_cache *dc, const char *key, size_t keylen,
     int64_t cost, int64_t now_us, int64_t *until_us, int64_t *reset_us);
