@@ -64,13 +64,21 @@ parse_quantiles(const json_t *fields, struct stats_request *sr,
 		    "[0, 1]", RL_STATS_MAX_QUANTILES);
 	json_array_foreach(v, i, q) {
 		double x;
+		size_t j;
 
 		if (!json_is_number(q) || !(x = json_number_value(q),
 		    x >= 0 && x <= 1))
 			return request_error_set(e, 400, "invalid_quantiles",
 			    "\"quantiles\"[%zu] must be a number in [0, 1]",
 			    i);
-		sr->quantiles[i] = x;
+		/* Each answers under its own name (p<percent>): one number
+		 * twice (0 and -0 too) would give one name two values. */
+		for (j = 0; j < i; j++)
+			if (sr->quantiles[j] == x)
+				return request_error_set(e, 400,
+				    "invalid_quantiles", "\"quantiles\"[%zu] "
+				    "repeats \"quantiles\"[%zu]", i, j);
+		sr->quantiles[i] = x == 0 ? 0 : x;
 	}
 	sr->nquantiles = json_array_size(v);
 	return 0;
@@ -196,18 +204,61 @@ number(double x)
 	return json_real(x);
 }
 
-/* "p50", "p99.9", "p0", "p100". */
-static void
-quantile_name(char *buf, size_t len, double q)
+/*
+ * "p50", "p99.9", "p0", "p100", "p99.9999999999": q in percent, written
+ * exactly.  The shortest decimal that reads back as q (so two quantiles
+ * have the same name only if they are the same number), with the decimal
+ * point moved two places by hand: q * 100 in floating point would round.
+ */
+void
+stats_quantile_name(char *buf, size_t len, double q)
 {
-	snprintf(buf, len, "p%.10g", q * 100);
+	char e[40], digits[24], out[64];
+	int prec, exp10, nd = 0, o = 0, i;
+	const char *p;
+
+	if (q == 0) {			/* -0.0 too */
+		snprintf(buf, len, "p0");
+		return;
+	}
+	for (prec = 1; prec <= 17; prec++) {
+		snprintf(e, sizeof(e), "%.*e", prec - 1, q);
+		if (strtod(e, NULL) == q)
+			break;
+	}
+	/* e is "d.ddde[+-]XX": its digits, and the exponent plus two. */
+	for (p = e; *p != 'e' && *p != '\0'; p++)
+		if (*p >= '0' && *p <= '9' && nd < (int)sizeof(digits) - 1)
+			digits[nd++] = *p;
+	while (nd > 1 && digits[nd - 1] == '0')
+		nd--;
+	exp10 = (*p == 'e' ? atoi(p + 1) : 0) + 2;
+	out[o++] = 'p';
+	if (exp10 < 0) {
+		out[o++] = '0';
+		out[o++] = '.';
+		for (i = 0; i < -exp10 - 1 && o < 40; i++)
+			out[o++] = '0';
+		for (i = 0; i < nd; i++)
+			out[o++] = digits[i];
+	} else {
+		for (i = 0; i <= exp10 && o < 40; i++)
+			out[o++] = i < nd ? digits[i] : '0';
+		if (nd > exp10 + 1) {
+			out[o++] = '.';
+			for (i = exp10 + 1; i < nd; i++)
+				out[o++] = digits[i];
+		}
+	}
+	out[o] = '\0';
+	snprintf(buf, len, "%s", out);
 }
 
 char *
 stats_request_answer(const struct stats_request *sr, size_t *len)
 {
 	json_t *root, *list, *o;
-	char *text = NULL, qn[40];
+	char *text = NULL, qn[48];
 	size_t i, j;
 
 	if ((root = json_object()) == NULL || (list = json_array()) == NULL ||
@@ -238,7 +289,7 @@ stats_request_answer(const struct stats_request *sr, size_t *len)
 		    number(r->max)) != 0)
 			goto out;
 		for (j = 0; j < sr->nquantiles; j++) {
-			quantile_name(qn, sizeof(qn), sr->quantiles[j]);
+			stats_quantile_name(qn, sizeof(qn), sr->quantiles[j]);
 			if (json_object_set_new(o, qn, empty ? json_null() :
 			    number(r->q[j])) != 0)
 				goto out;

@@ -47,6 +47,14 @@ int stats_request_prepare(struct stats_request *sr, const struct config *cfg,
     const char *body, size_t len, bool record, struct request_error *e);
 
 /*
+ * The name a quantile q in [0, 1] answers under: "p" and q in percent,
+ * the shortest decimal that reads back as q ("p50", "p99.9", "p0",
+ * "p100"), so distinct quantiles have distinct names.  Into buf (48 bytes
+ * hold any).  Any thread.
+ */
+void stats_quantile_name(char *buf, size_t len, double q);
+
+/*
  * The answer once every op has its result: {"stats": [...]} as CONTRACT 9
  * says, in a new NUL-terminated buffer (free()) of *len bytes, or NULL
  * (OOM).

@@ -268,12 +268,18 @@ START_TEST(test_bad_input)
 		    "\"value\": 1}" },
 		{ "/stats", "{\"kind\": \"lat\", \"route\": \"b\", "
 		    "\"quantiles\": [-0.1]}" },
+		/* One number twice would answer under one name. */
+		{ "/stats", "{\"kind\": \"lat\", \"route\": \"b\", "
+		    "\"quantiles\": [0.5, 0.9, 0.5]}" },
+		{ "/stats", "{\"kind\": \"lat\", \"route\": \"b\", "
+		    "\"quantiles\": [0, -0.0]}" },
 	};
 	static const char *const codes[] = { "invalid_value",
 		"invalid_value", "invalid_value", "invalid_value",
 		"invalid_json", "invalid_quantiles", "invalid_quantiles",
 		"invalid_quantiles", "unknown_stat", "invalid_attribute",
-		"invalid_json", "invalid_value", "invalid_quantiles" };
+		"invalid_json", "invalid_value", "invalid_quantiles",
+		"invalid_quantiles", "invalid_quantiles" };
 	struct conn c;
 	size_t i;
 
