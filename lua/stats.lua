@@ -30,6 +30,14 @@ local function num(x)
   return string.format('%.17g', x)
 end
 
+-- A sum saturates at the largest finite double of its sign, so that
+-- finite values never make it infinite (docs/stats.md "Bounds").
+local MAXF = 1.7976931348623157e308
+local function sat(x)
+  if x > MAXF then return MAXF elseif x < -MAXF then return -MAXF end
+  return x
+end
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local hi = math.floor(now / R)
@@ -67,7 +75,7 @@ if record then
   local k = KEYS[1] .. ':' .. string.format('%d', hi)
   local cur = redis.call('HMGET', k, 'n', 's', 'lo', 'hi')
   if cur[1] then
-    local s = tonumber(cur[2]) + v
+    local s = sat(tonumber(cur[2]) + v)
     local mn = tonumber(cur[3])
     local mx = tonumber(cur[4])
     if v < mn then mn = v end
@@ -129,7 +137,7 @@ for s = lo, hi do
       if n == 0 or slo < mn then mn = slo end
       if n == 0 or shi > mx then mx = shi end
       n = n + sn
-      sum = sum + ss
+      sum = sat(sum + ss)
     end
   end
 end

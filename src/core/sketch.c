@@ -9,6 +9,7 @@
  */
 #include "core/sketch.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -57,6 +58,18 @@ sketch_clear(struct sketch *s)
 	rl_free(s->pos.b);
 	rl_free(s->neg.b);
 	sketch_init(s);
+}
+
+/* a + b, saturated at the largest finite double of its sign: the sum of
+ * values each finite stays finite (docs/stats.md "Bounds"), however many. */
+static double
+sum_add(double a, double b)
+{
+	double r = a + b;
+
+	if (isinf(r))
+		return r > 0 ? DBL_MAX : -DBL_MAX;
+	return r;
 }
 
 /* The position of index i in d: where it is, or where it would go. */
@@ -129,7 +142,8 @@ sketch_add(struct sketch *s, const struct sketch_params *p, double v,
 	if (s->count == 0 || v > s->max)
 		s->max = v;
 	s->count += n;
-	s->sum += v * (double)n;
+	s->sum = sum_add(s->sum, sum_add(v * (double)(n / 2),
+	    v * (double)(n - n / 2)));
 	return 0;
 }
 
@@ -158,7 +172,7 @@ sketch_merge(struct sketch *dst, const struct sketch *src)
 		dst->max = src->max;
 	dst->zeros += src->zeros;
 	dst->count += src->count;
-	dst->sum += src->sum;
+	dst->sum = sum_add(dst->sum, src->sum);
 	return 0;
 }
 

@@ -14,6 +14,7 @@
  *     a TTL of at most window + resolution.
  */
 #include <check.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -236,6 +237,43 @@ START_TEST(test_window_slides)
 	/* B: at least 2.4 s old. */
 	h_sleep_ms(b_before + 2000 + 200 + 400 + 200 - h_now_ms());
 	ck_assert_int_eq(count_of(&c, body), 0);
+	conn_close(&c);
+}
+END_TEST
+
+/*
+ * Values near the largest double: their sum saturates there (docs/stats.md
+ * "Bounds") and every call keeps answering 200.  Two of 1.7e308 used to
+ * make the sum infinite, and then every /record and /stats of that key
+ * failed for window + resolution (memory: 500, Redis: 503).
+ */
+START_TEST(test_sum_saturates)
+{
+	static const char rec[] = "{\"kind\": \"lat\", \"route\": \"huge\", "
+	    "\"value\": 1.7e308}";
+	static const char neg[] = "{\"kind\": \"lat\", \"route\": \"tiny\", "
+	    "\"value\": -1.7e308}";
+	struct conn c;
+	json_t *o;
+	int i;
+
+	conn_open(&c);
+	for (i = 0; i < 3; i++) {
+		ck_assert_int_eq(post(&c, "/record", rec), 200);
+		o = first_stat(&c);
+		ck_assert_int_eq(json_integer_value(json_object_get(o,
+		    "count")), i + 1);
+		ck_assert_msg(num(o, "sum") == (i == 0 ? 1.7e308 : DBL_MAX),
+		    "sum %.17g after %d", num(o, "sum"), i + 1);
+		ck_assert(num(o, "max") == 1.7e308);
+		ck_assert(isfinite(num(o, "avg")));
+	}
+	ck_assert_int_eq(post(&c, "/stats", "{\"kind\": \"lat\", \"route\": "
+	    "\"huge\"}"), 200);
+	ck_assert(num(first_stat(&c), "sum") == DBL_MAX);
+	for (i = 0; i < 2; i++)
+		ck_assert_int_eq(post(&c, "/record", neg), 200);
+	ck_assert(num(first_stat(&c), "sum") == -DBL_MAX);
 	conn_close(&c);
 }
 END_TEST
@@ -490,6 +528,7 @@ static TCase *backend_tcase(const char *name, bool with_redis)
 	tcase_add_test(tc, test_exact_and_quantiles);
 	tcase_add_test(tc, test_window_slides);
 	tcase_add_test(tc, test_bad_input);
+	tcase_add_test(tc, test_sum_saturates);
 	tcase_add_test(tc, test_metrics_and_forced);
 	if (with_redis) {
 		tcase_add_test(tc, test_two_daemons);
