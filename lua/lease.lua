@@ -1,5 +1,5 @@
 -- lease.lua - release or renew one lease of a concurrency rule on Redis
--- (CONTRACT 11: POST /release, POST /renew).
+-- (docs/leases.md: POST /release, POST /renew).
 --
 -- The Redis half of limiter_lease_release() and limiter_lease_renew() in
 -- src/core/limiter_concurrency.c; the key's layout is ratelimit.lua's
@@ -12,7 +12,7 @@
 -- ARGV     'release' or 'renew', the token, the lease's cost, (renew)
 --          the rule's window_ms, and (release, optional) the channel on
 --          which to PUBLISH the key once a lease is freed, so that every
---          daemon's waiters for it try again (CONTRACT 11 with wait_ms).
+--          daemon's waiters for it try again (docs/leases.md with wait_ms).
 -- Reply    an integer: 0 when the lease is not held; else 1 (release) or
 --          the lease's new lifetime in milliseconds, window_ms (renew).
 

@@ -1,4 +1,4 @@
--- stats.lua - one stat key of a /record or /stats request (CONTRACT 9),
+-- stats.lua - one stat key of a /record or /stats request (docs/stats.md),
 -- atomically on Redis.
 --
 -- This is the Redis half of docs/stats.md; src/core/sketch.c and

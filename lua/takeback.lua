@@ -1,5 +1,5 @@
 -- takeback.lua - take back exactly the units one request recorded, on Redis
--- Cluster, when another slot denied that request (CONTRACT 7).
+-- Cluster, when another slot denied that request (docs/scale.md).
 --
 -- The rules of one request usually live in different slots, and one script
 -- can only touch the keys of one slot, so such a request is decided by one

@@ -46,7 +46,7 @@ enum metrics_protocol { METRICS_HTTP, METRICS_GRPC, METRICS_NPROTOCOLS };
 void metrics_decision(struct metrics *m, enum metrics_protocol p,
     const char *rule, enum metrics_outcome o);
 
-/* One value recorded into stat `stat` (CONTRACT 9). */
+/* One value recorded into stat `stat` (docs/stats.md). */
 void metrics_stat_record(struct metrics *m, const char *stat);
 
 /* The gRPC front end is on: render its series.  Start-up. */
@@ -71,7 +71,7 @@ enum metrics_store_error {
 void metrics_backend_call(struct metrics *m, const char *backend,
     int64_t usec, enum metrics_store_error e);
 
-/* Requests held by the HTTP front end with wait_ms (CONTRACT 10, 11):
+/* Requests held by the HTTP front end with wait_ms (docs/waiting.md, docs/leases.md):
  * until their reserved turn, or until a lease is freed (a gauge); and
  * requests decided at once because max_waiting were waiting. */
 enum metrics_wait { METRICS_WAIT_TURN, METRICS_WAIT_LEASE };

@@ -51,7 +51,7 @@ struct rl_result {
 };
 
 /*
- * One stat key of a /record or /stats request (CONTRACT 9,
+ * One stat key of a /record or /stats request (docs/stats.md,
  * docs/stats.md): record value (if record) at the store's time, then read
  * the live sub-windows.  Everything is borrowed for the call.
  */
@@ -93,7 +93,7 @@ typedef void (*backend_done_fn)(struct backend_call *call);
 /* What a call does besides deciding (backend_call.lease_op). */
 enum backend_lease_op {
 	BACKEND_LEASE_NONE = 0,
-	BACKEND_LEASE_RELEASE,	/* POST /release (CONTRACT 11) */
+	BACKEND_LEASE_RELEASE,	/* POST /release (docs/leases.md) */
 	BACKEND_LEASE_RENEW	/* POST /renew */
 };
 
@@ -124,7 +124,7 @@ struct backend_call {
 					 * the earlier of the two */
 	backend_done_fn done;
 	void *arg;			/* the caller's */
-	int64_t wait_us;		/* CONTRACT 10: when denied now, reserve
+	int64_t wait_us;		/* docs/waiting.md: when denied now, reserve
 					 * the earliest time within this many
 					 * store microseconds; 0: no waiting */
 	const struct rl_stat_op *stat;	/* a stat call, or NULL */

@@ -1,5 +1,5 @@
 /*
- * client_ip.h - which address a proxied request came from (CONTRACT 3, 8):
+ * client_ip.h - which address a proxied request came from (docs/http.md, docs/security.md):
  * the `ip` attribute of /auth.
  *
  * Every proxy appends the address it was called from to X-Forwarded-For,

@@ -1,5 +1,5 @@
 /*
- * config.c - the YAML rules file (CONTRACT 2) into an immutable struct
+ * config.c - the YAML rules file (docs/configuration.md) into an immutable struct
  * config: the top level of the loader and the public API of config.h.
  *
  * The text is parsed whole with libyaml's document API (yaml_parser_load),

@@ -1,5 +1,5 @@
 /*
- * config.h - the YAML rules file (CONTRACT 2) as an immutable snapshot.
+ * config.h - the YAML rules file (docs/configuration.md) as an immutable snapshot.
  *
  * config_load() parses and validates a whole file with libyaml and returns a
  * new struct config, or NULL with "FILE:LINE:COL: message" in err.  Nothing
@@ -26,7 +26,7 @@ enum rl_backend_kind { RL_BACKEND_MEMORY, RL_BACKEND_REDIS };
 enum rl_on_error { RL_ON_ERROR_ALLOW, RL_ON_ERROR_DENY, RL_ON_ERROR_LOCAL };
 enum rl_log_format { RL_LOG_LOGFMT, RL_LOG_JSON };
 
-/* redis.sentinel (CONTRACT 7): set iff master != NULL. */
+/* redis.sentinel (docs/scale.md): set iff master != NULL. */
 struct sentinel_config {
 	char *master;		/* the name the sentinels monitor */
 	char **nodes;		/* "host:port" of the sentinels, nnodes >= 1 */
@@ -49,7 +49,7 @@ struct memory_config {
 	int64_t max_keys;	/* default 1000000; full => backend error */
 };
 
-/* One `stats:` entry (CONTRACT 9).  rule holds its name, match, key and
+/* One `stats:` entry (docs/stats.md).  rule holds its name, match, key and
  * window (window_ms); its limit, algorithm, cost and shadow are unused. */
 struct stat_def {
 	struct rule rule;
@@ -61,10 +61,10 @@ struct config {
 	char *path;			/* the file it was loaded from */
 
 	char *listen;			/* default "127.0.0.1:8080" */
-	char *grpc_listen;		/* NULL (off), or as listen (CONTRACT 12) */
+	char *grpc_listen;		/* NULL (off), or as listen (docs/grpc.md) */
 	int threads;			/* 1..1024, default: online cores */
 	int64_t max_body_bytes;		/* default 16384 */
-	int64_t max_connections;	/* default 10000 (CONTRACT 8) */
+	int64_t max_connections;	/* default 10000 (docs/security.md) */
 	int64_t idle_timeout_ms;	/* default 60000 */
 	int64_t request_timeout_ms;	/* default 10000 */
 	int max_header_bytes;		/* default 8192 */
@@ -72,7 +72,7 @@ struct config {
 	char *user;			/* NULL, or drop to this user */
 	int listen_mode;		/* -1, or a unix socket's file mode */
 	int64_t shutdown_timeout_ms;	/* default 10000 */
-	int64_t max_wait_ms;		/* default 30000: wait_ms bound (CONTRACT 10) */
+	int64_t max_wait_ms;		/* default 30000: wait_ms bound (docs/waiting.md) */
 	int64_t max_waiting;		/* default 10000: waiters at once */
 	enum log_level log_level;	/* default info */
 	enum rl_log_format log_format;	/* default logfmt */
@@ -108,7 +108,7 @@ struct config *config_load_string(const char *name, const char *text,
     size_t len, char *err, size_t errlen);
 
 /* Apply RATELIMITD_LISTEN, RATELIMITD_REDIS_URL and RATELIMITD_LOG_LEVEL from
- * the environment (CONTRACT 1).  Call before the config is shared.
+ * the environment (docs/man/ratelimitd.8).  Call before the config is shared.
  * Returns 0, or -1 with "RATELIMITD_X: message" in err. */
 int config_apply_env(struct config *c, char *err, size_t errlen);
 

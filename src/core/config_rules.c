@@ -25,7 +25,7 @@
 
 /*
  * Attribute names (in match and in key templates) use the rule-name
- * alphabet.  Header attributes are always lower-case (CONTRACT 3), so an
+ * alphabet.  Header attributes are always lower-case (docs/http.md), so an
  * upper-case letter after "header." could never match: say so now rather
  * than let the rule silently never apply.
  */

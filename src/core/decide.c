@@ -5,7 +5,7 @@
  * applying rule's key renders within RL_MAX_KEY_BYTES and its cost fits its
  * limit.  Only then is the backend called, once, with every applying rule,
  * so a bad request never touches the store and a good one is evaluated
- * all-or-nothing.  The failure policy (CONTRACT 6) is applied here, the same
+ * all-or-nothing.  The failure policy (docs/operations.md) is applied here, the same
  * for every backend.
  *
  * A job holds what the store call borrows (checks, results, keys) from
@@ -53,7 +53,7 @@ struct decide_job {
 	int64_t req_start_us;	/* req->start_us */
 	int64_t req_deadline_us;	/* req->deadline_us */
 	int64_t submit_us;	/* monotonic: when the store was asked */
-	int64_t wait_us;	/* CONTRACT 10; 0: no waiting */
+	int64_t wait_us;	/* docs/waiting.md; 0: no waiting */
 	struct decide_group_result *group_out;	/* ngroups, or NULL */
 	size_t ngroups;
 	size_t n;
@@ -125,7 +125,7 @@ render_key(const struct config *cfg, const struct rule *r,
 	return RENDER_OK;
 }
 
-/* Pick the deciding rule among results (CONTRACT 5) and fill *out. */
+/* Pick the deciding rule among results (docs/http.md) and fill *out. */
 static void
 pick_deciding(const struct applying *ap, const struct rl_check *checks,
     const struct rl_result *res, size_t n, bool all_allowed,

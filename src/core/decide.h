@@ -2,7 +2,7 @@
  * decide.h - turns one request (attributes, an optional forced rule and
  * cost) into one decision under one config snapshot: which rules apply,
  * their keys, one atomic backend call, the failure policy, and the deciding
- * rule (CONTRACT 4-6).  No HTTP here; the front ends map a decision to
+ * rule (docs/algorithms.md, docs/http.md, docs/operations.md).  No HTTP here; the front ends map a decision to
  * their answer.  Every front end takes this one path.
  *
  * A decision has two halves.  decide_prepare() does everything that needs
@@ -25,7 +25,7 @@
 
 /*
  * One of several attribute sets decided together (a gRPC call's
- * descriptors, CONTRACT 12): its attributes and its cost (-1: each rule's
+ * descriptors, docs/grpc.md): its attributes and its cost (-1: each rule's
  * own default cost).
  */
 struct decide_group {
@@ -35,7 +35,7 @@ struct decide_group {
 
 /*
  * What one group's rules did, for a front end that answers per group.
- * rule is the group's deciding rule among its own (as CONTRACT 5 picks
+ * rule is the group's deciding rule among its own (as docs/http.md picks
  * one for a request), NULL when none applies to the group or the backend
  * was not asked (policy allow); allowed is false iff one of its own
  * non-shadow rules denied.  When another group denied, the numbers are
@@ -56,7 +56,7 @@ struct decide_request {
 				 * which the store's timeout runs; 0: now */
 	int64_t deadline_us;	/* monotonic: the caller's own tighter
 				 * bound (grpc-timeout); 0: none */
-	int64_t wait_ms;	/* CONTRACT 10: 0 answers now; else the store
+	int64_t wait_ms;	/* docs/waiting.md: 0 answers now; else the store
 				 * may reserve a time within wait_ms (one
 				 * attribute set only) */
 	/*
@@ -71,14 +71,14 @@ struct decide_request {
 	size_t ngroups;
 	struct decide_group_result *group_out;
 	/*
-	 * CONTRACT 11: true for POST /acquire, whose client can release.
+	 * docs/leases.md: true for POST /acquire, whose client can release.
 	 * Then concurrency rules apply and an allowed decision carries the
 	 * leases taken; else (/auth, gRPC) concurrency rules are skipped.
 	 */
 	bool leases;
 };
 
-/* A lease one allowed request took (CONTRACT 11). */
+/* A lease one allowed request took (docs/leases.md). */
 struct decide_lease {
 	const struct rule *rule;	/* borrowed from the config snapshot */
 	char *lease;			/* the lease string (lease.h); owned */
@@ -125,7 +125,7 @@ struct decision {
 	int64_t waited_ms;	/* allowed by a reservation this far ahead
 				 * (store time): answer then; else 0 */
 	/*
-	 * CONTRACT 11 with wait_ms: denied by a concurrency rule while every
+	 * docs/leases.md with wait_ms: denied by a concurrency rule while every
 	 * other rule that denied could admit the request within wait_ms, so
 	 * it may wait for a lease to be freed.  lease_key is lease_key_hash()
 	 * of that rule's key, lease_retry_ms the time until its oldest lease

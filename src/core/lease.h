@@ -1,5 +1,5 @@
 /*
- * lease.h - the lease strings of CONTRACT 11: what POST /acquire hands out
+ * lease.h - the lease strings of docs/leases.md: what POST /acquire hands out
  * for each concurrency rule that recorded, and what POST /release and
  * POST /renew take back.
  *

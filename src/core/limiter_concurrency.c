@@ -1,6 +1,6 @@
 /*
  * limiter_concurrency.c - the concurrency algorithm of docs/algorithms.md
- * (CONTRACT 11): a key holds leases, each `cost` units until it expires,
+ * (docs/leases.md): a key holds leases, each `cost` units until it expires,
  * and a request is admitted while the units held stay within the limit.
  * The in-process twin of the concurrency part of lua/ratelimit.lua and of
  * lua/lease.lua; limiter.c dispatches here.

@@ -1,5 +1,5 @@
 /*
- * listen_addr.h - the `listen` address of the config (CONTRACT 2):
+ * listen_addr.h - the `listen` address of the config (docs/configuration.md):
  * "host:port", "[v6]:port" or "unix:/path", parsed and bounded without a
  * socket, so that --check refuses exactly what start-up would (a port past
  * 65535, a host name past 255 bytes, a unix path too long for sun_path).

@@ -1,7 +1,7 @@
 /*
- * rate_headers.h - the RateLimit headers of a decision (CONTRACT 5), as
+ * rate_headers.h - the RateLimit headers of a decision (docs/http.md), as
  * text, for every front end: HTTP adds them to its response, gRPC to
- * response_headers_to_add (CONTRACT 12).  One place decides their names
+ * response_headers_to_add (docs/grpc.md).  One place decides their names
  * and values, so the two never drift apart.  Pure, no allocation; any
  * thread.
  */

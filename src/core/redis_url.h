@@ -1,5 +1,5 @@
 /*
- * redis_url.h - the Redis address of the config file (CONTRACT 2), parsed
+ * redis_url.h - the Redis address of the config file (docs/configuration.md), parsed
  * without touching a socket so that it can be tested alone.
  *
  *   redis://[user:pass@]host[:port][/db]   port 6379 and db 0 by default;

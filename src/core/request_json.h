@@ -1,5 +1,5 @@
 /*
- * request_json.h - a JSON request body into attributes (CONTRACT 3).
+ * request_json.h - a JSON request body into attributes (docs/http.md).
  *
  * Every JSON endpoint (/acquire, /record, /stats, /release, ...) takes a
  * flat object: its top-level strings, integers and booleans are the
@@ -22,7 +22,7 @@
 
 #define REQUEST_ERROR_MAX 256
 
-/* Why a body was refused: a CONTRACT error code and a message for people. */
+/* Why a body was refused: an error code (docs/http.md) and a message for people. */
 struct request_error {
 	const char *code;	/* "invalid_json", "invalid_attribute", ... */
 	int status;		/* 400, or 500 for out of memory */

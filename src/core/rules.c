@@ -478,7 +478,7 @@ template_render(const struct key_template *t, const struct attrs *a,
 
 /* --- rules ------------------------------------------------------------ */
 
-/* An attribute /auth sets (CONTRACT 3). */
+/* An attribute /auth sets (docs/http.md). */
 static bool
 auth_attr(const char *name, size_t len)
 {

@@ -4,7 +4,7 @@
  * templates once at load, http.c fills attributes, decide.c asks which rules
  * apply and renders their keys.
  *
- * Patterns (CONTRACT 2) match a whole value, case-sensitively:
+ * Patterns (docs/configuration.md) match a whole value, case-sensitively:
  *   "POST"          exact
  *   "/login*"       glob, '*' any run of bytes (also '/'), '?' one byte
  *   "~^/v[0-9]+/"   POSIX extended regex, searched (unanchored) in the value
@@ -110,7 +110,7 @@ enum rl_algorithm {
 	RL_ALG_SLIDING_WINDOW,
 	RL_ALG_FIXED_WINDOW,
 	RL_ALG_TOKEN_BUCKET,
-	RL_ALG_CONCURRENCY	/* leases held at once (CONTRACT 11) */
+	RL_ALG_CONCURRENCY	/* leases held at once (docs/leases.md) */
 };
 
 /* "sliding_log" etc.  0 or -1. */
@@ -141,7 +141,7 @@ void rule_free_contents(struct rule *r);
  * True iff /auth could produce every attribute r matches on and builds its
  * key from (method, path, host, ip, header.*), so that r could apply to an
  * /auth request.  --check warns with it about concurrency rules, which
- * /auth skips (CONTRACT 11).
+ * /auth skips (docs/leases.md).
  */
 bool rule_could_match_auth(const struct rule *r);
 

@@ -178,7 +178,7 @@ stats_request_prepare(struct stats_request *sr, const struct config *cfg,
 		oom(e);
 		goto done;
 	}
-	/* A forced stat skips match, as a forced rule does (CONTRACT 3). */
+	/* A forced stat skips match, as a forced rule does (docs/http.md). */
 	for (i = 0; i < cfg->nstats; i++) {
 		const struct stat_def *sd = &cfg->stats[i];
 

@@ -1,5 +1,5 @@
 /*
- * stats_request.h - POST /record and POST /stats (CONTRACT 9) without the
+ * stats_request.h - POST /record and POST /stats (docs/stats.md) without the
  * HTTP: the JSON body into the stat ops a store runs, and the store's
  * results into the JSON answer.  Every check is made before the first op
  * is handed to a store, so a bad request records nothing.
@@ -55,7 +55,7 @@ int stats_request_prepare(struct stats_request *sr, const struct config *cfg,
 void stats_quantile_name(char *buf, size_t len, double q);
 
 /*
- * The answer once every op has its result: {"stats": [...]} as CONTRACT 9
+ * The answer once every op has its result: {"stats": [...]} as docs/stats.md
  * says, in a new NUL-terminated buffer (free()) of *len bytes, or NULL
  * (OOM).
  */

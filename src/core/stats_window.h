@@ -1,5 +1,5 @@
 /*
- * stats_window.h - one stat key's sliding window (CONTRACT 9) as a ring of
+ * stats_window.h - one stat key's sliding window (docs/stats.md) as a ring of
  * sub-windows, each a sketch (sketch.h), for the in-process store.  The
  * Redis store keeps the same sub-windows as hashes (lua/stats.lua); both
  * follow docs/stats.md.

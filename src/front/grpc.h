@@ -1,5 +1,5 @@
 /*
- * grpc.h - the gRPC front end (CONTRACT 12): HTTP/2 cleartext on
+ * grpc.h - the gRPC front end (docs/grpc.md): HTTP/2 cleartext on
  * libnghttp2, the unary envoy.service.ratelimit.v3.RateLimitService/
  * ShouldRateLimit (mapped by rls.c onto the one decision path) and
  * grpc.health.v1.Health/Check.

@@ -70,8 +70,8 @@
 
 enum endpoint {
 	EP_ACQUIRE, EP_AUTH, EP_READY, EP_SIMPLE, EP_BAD_METHOD, EP_NOT_FOUND,
-	EP_RECORD, EP_STATS,	/* CONTRACT 9 */
-	EP_RELEASE, EP_RENEW	/* CONTRACT 11 */
+	EP_RECORD, EP_STATS,	/* docs/stats.md */
+	EP_RELEASE, EP_RENEW	/* docs/leases.md */
 };
 
 /* The endpoints whose JSON body is read, and which are answered with a
@@ -128,11 +128,11 @@ struct request {
 	bool resumed_seen;		/* the handler ran after the resume */
 	bool answered;			/* an answer was queued */
 	uint64_t body_seen;		/* body bytes, kept or not */
-	/* Waiting for a turn (CONTRACT 10). */
+	/* Waiting for a turn (docs/waiting.md). */
 	bool wait_slot;			/* counted in s->waiting */
 	bool wait_over;			/* the timer fired */
 	bool wait_cut;			/* fired early: shutting down */
-	/* Waiting for a lease (CONTRACT 11 with wait_ms; lease_wait.h). */
+	/* Waiting for a lease (docs/leases.md with wait_ms; lease_wait.h). */
 	struct lease_waiter lw;
 	bool lease_over;		/* no more waiting for a lease */
 	int64_t wait_until_us;		/* arrival + wait_ms */
@@ -378,7 +378,7 @@ sink_add(struct header_sink *k, const char *name, const char *value)
 	    "%s: %s\r\n", name, value);
 }
 
-/* The RateLimit headers of CONTRACT 5 for the deciding rule. */
+/* The RateLimit headers of docs/http.md for the deciding rule. */
 static void
 add_rate_headers(struct header_sink *k, const struct decision *d)
 {
@@ -395,7 +395,7 @@ add_rate_headers(struct header_sink *k, const struct decision *d)
  * (fmt_free); NULL when out of memory.
  */
 /*
- * ',"leases":[...]' for the leases a decision took (CONTRACT 11), or "".
+ * ',"leases":[...]' for the leases a decision took (docs/leases.md), or "".
  * Rule names are [A-Za-z0-9_.-]+ and leases hex, digits and dots: nothing
  * to escape.  A new string, or NULL when out of memory.
  */
@@ -575,7 +575,7 @@ out:
 	return ok;
 }
 
-/* The fields of /acquire that are not attributes (CONTRACT 3). */
+/* The fields of /acquire that are not attributes (docs/http.md). */
 static const char *const acquire_reserved[] = { "cost", "rule", "wait_ms",
     NULL };
 
@@ -687,7 +687,7 @@ first_of(const struct attrs *a, const char *h1, const char *h2,
 	return fallback;
 }
 
-/* The attributes of a proxied request (CONTRACT 3, /auth).  0, -1 (out of
+/* The attributes of a proxied request (docs/http.md, /auth).  0, -1 (out of
  * memory) or -2 (more headers than max_attributes, less the four that
  * /auth derives). */
 static int
@@ -997,7 +997,7 @@ probe_inline_done(struct backend_call *call)
 }
 
 /*
- * Waiting for a turn (CONTRACT 10).  A request with wait_ms takes a slot
+ * Waiting for a turn (docs/waiting.md).  A request with wait_ms takes a slot
  * of max_waiting for its whole life (past it, it is decided as if it had
  * no wait_ms: 429 at once when denied).  When the store reserved a time,
  * the connection is suspended and the one timer of the server resumes it
@@ -1031,7 +1031,7 @@ wait_fire(void *arg, bool cut)
 }
 
 /*
- * Waiting for a lease (CONTRACT 11 with wait_ms).  A request with a wait
+ * Waiting for a lease (docs/leases.md with wait_ms).  A request with a wait
  * slot that a concurrency rule denied, while every other rule could admit
  * it in time (decision.lease_wait), stays suspended in the daemon's
  * lease_wait queues (lease_wait.c).  Told TRY, it is decided again with
@@ -1341,7 +1341,7 @@ finish_stats(struct http_server *s, struct MHD_Connection *conn,
 }
 
 /*
- * POST /record and POST /stats (CONTRACT 9): every check first
+ * POST /record and POST /stats (docs/stats.md): every check first
  * (stats_request.c), then one store call per applying stat; the
  * connection waits for the last of them when the store does not answer
  * inline.
@@ -1390,7 +1390,7 @@ handle_stats(struct http_server *s, struct MHD_Connection *conn,
 }
 
 /*
- * POST /release and POST /renew (CONTRACT 11): {"lease": "..."} to one
+ * POST /release and POST /renew (docs/leases.md): {"lease": "..."} to one
  * store call on the lease's key, answered when the store answers.  A
  * lease whose rule is gone, or no longer concurrency, cannot be renewed
  * (it is still released: it may be held until it expires).
@@ -1864,7 +1864,7 @@ http_server_quiesce(struct http_server *s)
 		s->listen_fd = -1;
 	}
 	/* Waiters due within shutdown_timeout are answered then; the
-	 * others at once, 503 (CONTRACT 10). */
+	 * others at once, 503 (docs/waiting.md). */
 	wait_timer_cut(s->timer, util_monotonic_us() +
 	    c->shutdown_timeout_ms * 1000);
 	lease_wait_cut(s->leases);	/* no known time: 503 now */

@@ -1,5 +1,5 @@
 /*
- * http.h - the HTTP front end (CONTRACT 3 and 5) on libmicrohttpd: POST
+ * http.h - the HTTP front end (docs/http.md) on libmicrohttpd: POST
  * /acquire, /auth, /healthz, /readyz, /metrics.
  *
  * The server holds the current config snapshot.  Each request takes a

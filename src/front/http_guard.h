@@ -1,6 +1,6 @@
 /*
  * http_guard.h - what the HTTP front end owes the clients it does not serve
- * right away (CONTRACT 8): a bound on open connections, past which a new
+ * right away (docs/security.md): a bound on open connections, past which a new
  * one is closed at once instead of waiting in the backlog, and a bound on
  * the time from a request's first byte to its end, past which a client
  * that dribbles its headers or body is cut off.

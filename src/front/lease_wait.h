@@ -1,5 +1,5 @@
 /*
- * lease_wait.h - requests that wait for a lease to be freed (CONTRACT 11
+ * lease_wait.h - requests that wait for a lease to be freed (docs/leases.md
  * with wait_ms): a queue per concurrency key, in arrival order, and one
  * thread that says when the first waiter of a key should try again.
  *

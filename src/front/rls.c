@@ -1,7 +1,7 @@
 /*
  * rls.c - ShouldRateLimit's messages to and from a decision (see rls.h).
  *
- * The mapping (CONTRACT 12): each descriptor is one group of attributes,
+ * The mapping (docs/grpc.md): each descriptor is one group of attributes,
  * `domain` plus one attribute per entry, and all groups are decided
  * together, all-or-nothing, as the rules of one HTTP request are.  Each
  * descriptor's status comes from its own rules; current_limit gives the

@@ -1,5 +1,5 @@
 /*
- * rls.h - Envoy's rate limit service (CONTRACT 12) mapped onto the one
+ * rls.h - Envoy's rate limit service (docs/grpc.md) mapped onto the one
  * decision every front end takes: a RateLimitRequest's descriptors become
  * attribute groups of one decide_request (decide.h), and the decision
  * becomes a RateLimitResponse.  Protobuf in, protobuf out; no sockets and

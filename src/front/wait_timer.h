@@ -1,6 +1,6 @@
 /*
  * wait_timer.h - one timer for every request that waits for its turn
- * (CONTRACT 10): a min-heap of due times served by one thread, so a
+ * (docs/waiting.md): a min-heap of due times served by one thread, so a
  * waiting request holds no thread of its own, only a heap slot.  The HTTP
  * front end (http.c) arms it when the store reserved a time for a request
  * and resumes the suspended connection when it fires.

@@ -596,7 +596,7 @@ free_slots:
 }
 
 /*
- * A lease's release or renewal (CONTRACT 11): checks[0] is its key, token,
+ * A lease's release or renewal (docs/leases.md): checks[0] is its key, token,
  * cost and window.  The entry's expiry follows the leases left, as after a
  * record; an entry left empty goes.
  */

@@ -1,5 +1,5 @@
 /*
- * memory_stats.h - the stat keys of the in-process store (CONTRACT 9):
+ * memory_stats.h - the stat keys of the in-process store (docs/stats.md):
  * one stats_window per key, found by its store key, expiring like the
  * Redis store's sub-window keys.  backend_memory.c hands it the stat calls.
  *

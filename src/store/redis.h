@@ -22,7 +22,7 @@ struct backend *backend_redis_new(const struct redis_config *rc, char *err,
 
 /*
  * Tell fn(arg, key, keylen) when a lease of key (a full store key) is
- * released through any daemon on the same Redis (CONTRACT 11):
+ * released through any daemon on the same Redis (docs/leases.md):
  * lua/lease.lua PUBLISHes the key on "<key_prefix>released", and the
  * store keeps a subscription to it (on the primary; under Cluster on any
  * node, which hears every PUBLISH).  key is NULL when releases may have

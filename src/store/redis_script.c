@@ -77,7 +77,7 @@ redis_script_encode(struct backend_call *const *calls, size_t ncalls,
 	put_num(a, arg++, &num, (int64_t)ncalls);
 	for (i = 0; i < ncalls; i++) {
 		if (calls[i]->wait_us > 0) {
-			/* "<count>:<wait_us>": wait for a turn (CONTRACT 10) */
+			/* "<count>:<wait_us>": wait for a turn (docs/waiting.md) */
 			snprintf(num, NUM_MAX, "%zu:%lld", calls[i]->n,
 			    (long long)calls[i]->wait_us);
 			a->argv[arg] = num;

@@ -45,7 +45,7 @@ int redis_script_decode(const redisReply *r, struct backend_call *const *calls,
     const size_t *counts, size_t ncalls, bool marks, char *err,
     size_t errlen);
 
-/* The arguments of one stats.lua call (CONTRACT 9), in one allocation;
+/* The arguments of one stats.lua call (docs/stats.md), in one allocation;
  * the key and the script or SHA are borrowed. */
 struct redis_stats_args {
 	const char **argv;

@@ -1,7 +1,7 @@
 /*
  * redis_split.h - one request whose keys live in several Redis Cluster
  * slots, decided as one part per slot and made all-or-nothing again
- * (CONTRACT 7).
+ * (docs/scale.md).
  *
  * A script on Redis Cluster may touch the keys of one slot only, and each
  * rule's key is its own hash tag, so the rules of one request usually fall

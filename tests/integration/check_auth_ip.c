@@ -1,6 +1,6 @@
 /*
  * check_auth_ip.c - the `ip` attribute of /auth through the real daemon
- * (CONTRACT 3, 8): X-Forwarded-For counted from the right, repeated
+ * (docs/http.md, docs/security.md): X-Forwarded-For counted from the right, repeated
  * headers as one list, auth.client_ip and IPv6 networks.  Each case runs a
  * daemon on the memory store with one rule keyed on ${ip}, limit 1, so the
  * second request of the same key is denied and a request of another key

@@ -1,5 +1,5 @@
 /*
- * check_cluster.c - ratelimitd on a real Redis Cluster (CONTRACT 7): three
+ * check_cluster.c - ratelimitd on a real Redis Cluster (docs/scale.md): three
  * primaries and three replicas on loopback ports, made by the harness with
  * redis-cli --cluster create.
  *
@@ -165,7 +165,7 @@ START_TEST(test_keys_on_their_primaries)
 }
 END_TEST
 
-/* Stat keys (CONTRACT 9): each user's sub-window hashes on the primary
+/* Stat keys (docs/stats.md): each user's sub-window hashes on the primary
  * of its hash tag, and every user's window read back whole. */
 START_TEST(test_stats_on_their_primaries)
 {

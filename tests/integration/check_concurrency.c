@@ -1,5 +1,5 @@
 /*
- * check_concurrency.c - exact admission under concurrency (CONTRACT 4:
+ * check_concurrency.c - exact admission under concurrency (docs/algorithms.md:
  * sliding_log is exact; evaluation is atomic; time is the backend's).
  *
  * 16 client threads, each with its own keep-alive curl handle, send 2,000

@@ -1,5 +1,5 @@
 /*
- * check_grpc.c - Envoy's rate limit service over gRPC (CONTRACT 12)
+ * check_grpc.c - Envoy's rate limit service over gRPC (docs/grpc.md)
  * against the real daemon, called by a real gRPC client: python3-grpcio
  * with stubs generated from proto/ at run time (tests/grpc/rls_client.py),
  * and nghttp for frames no gRPC library would send.  On the memory store

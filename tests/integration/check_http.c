@@ -1,6 +1,6 @@
 /*
  * check_http.c - ratelimitd over HTTP, tested from outside against the
- * contract (CONTRACT.md sections 2-6): the real binary, a real Redis, real
+ * contract (docs/configuration.md, docs/http.md, docs/algorithms.md, docs/operations.md): the real binary, a real Redis, real
  * HTTP through libcurl.
  *
  * Most of it is one table of cases.  A case is a short sequence of requests

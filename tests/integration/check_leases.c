@@ -1,5 +1,5 @@
 /*
- * check_leases.c - concurrency limits and leases (CONTRACT 11) against
+ * check_leases.c - concurrency limits and leases (docs/leases.md) against
  * real daemons: with Redis, two daemons on one redis-server (a lease taken
  * through one is seen, renewed and released through the other); with the
  * memory store, one daemon.  Every test runs on both (loop index 0:

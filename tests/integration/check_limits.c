@@ -1,6 +1,6 @@
 /*
  * check_limits.c - the daemon's defences against clients it does not
- * trust (CONTRACT 8, RFC 9112 framing), from raw sockets:
+ * trust (docs/security.md, RFC 9112 framing), from raw sockets:
  *   - request smuggling shapes: two Content-Length values, Content-Length
  *     with Transfer-Encoding, a header name with a space before its colon,
  *     an unknown Transfer-Encoding: each answered 400/501 and closed, and

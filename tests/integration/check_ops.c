@@ -3,8 +3,8 @@
  * ways it fails (refusing, hanging, paused, killed under load, asking for a
  * password), reloads (SIGHUP, a rename over the file, a ConfigMap symlink
  * swap, a bad file), /metrics checked by promtool, SIGTERM under load, and
- * the log (JSON, levels, access log, no secrets).  CONTRACT.md sections 1
- * and 6 and docs/configuration.md are the reference.
+ * the log (JSON, levels, access log, no secrets).  docs/man/ratelimitd.8,
+ * docs/operations.md and docs/configuration.md are the reference.
  *
  * Every daemon runs one rule, x, keyed by the JSON field "user", so each
  * test picks its counters by naming users (ops.h has the helpers).  The

@@ -12,7 +12,7 @@
  *   - Envoy's ext_authz HTTP service and Traefik's ForwardAuth: no proxy is
  *     installed, so libcurl sends requests shaped exactly like theirs, and
  *     rules whose match and key depend on method, path, host and ip prove
- *     that each attribute comes from the header CONTRACT.md section 3 says;
+ *     that each attribute comes from the header docs/http.md says;
  *   - systemd's notify protocol: READY=1 once the daemon serves,
  *     RELOADING=1 then READY=1 on SIGHUP, STOPPING=1 on SIGTERM, and exit
  *     status 0.
@@ -787,7 +787,7 @@ expect_auth(shape_fn *shape, const char *proxy, const struct orig *o,
 		ck_assert_msg(pol != NULL && strncmp(pol, want,
 		    strlen(want)) == 0, "%s: %s %s, host %s, client %s: "
 		    "RateLimit-Policy %s, expected rule \"%s\" to apply "
-		    "(the attributes were not derived as CONTRACT 3 says)",
+		    "(the attributes were not derived as docs/http.md says)",
 		    proxy, o->method, o->uri, o->host, o->ip,
 		    pol ? pol : "absent", rule);
 	}

@@ -1,5 +1,5 @@
 /*
- * check_sentinel.c - ratelimitd under Redis Sentinel (CONTRACT 7): a
+ * check_sentinel.c - ratelimitd under Redis Sentinel (docs/scale.md): a
  * primary, its replica and three sentinels on loopback ports.
  *
  * What is shown: the primary is found through the sentinels and counts

@@ -1,5 +1,5 @@
 /*
- * check_stats.c - windowed statistics (CONTRACT 9, docs/stats.md) over
+ * check_stats.c - windowed statistics (docs/stats.md) over
  * HTTP against the real daemon, on a real Redis and on the memory store:
  *   - count, sum, min and max exact, and every quantile within
  *     relative_accuracy of the exact quantile of the values sent (skewed

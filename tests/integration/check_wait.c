@@ -1,5 +1,5 @@
 /*
- * check_wait.c - waiting for a turn over HTTP (CONTRACT 10) on a real
+ * check_wait.c - waiting for a turn over HTTP (docs/waiting.md) on a real
  * daemon with the memory store: many waiters on one key are answered in
  * arrival order at times that respect the limit (the spacing of the
  * answers is printed), a waiter that disconnects keeps its reservation, a

@@ -1,7 +1,7 @@
 /*
  * check_client_ip.c - unit tests of client_ip.c: which address a proxied
  * request came from, with X-Forwarded-For counted from the right
- * (CONTRACT 3) and IPv6 addresses reduced to their network (CONTRACT 8).
+ * (docs/http.md) and IPv6 addresses reduced to their network (docs/security.md).
  */
 #include <check.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /*
  * check_request_json.c - unit tests of request_json.c: JSON bodies into
- * attributes and reserved fields (CONTRACT 3, 5).
+ * attributes and reserved fields (docs/http.md).
  */
 #include <check.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /*
- * check_wait_memory.c - unit tests of waiting for a turn (CONTRACT 10,
+ * check_wait_memory.c - unit tests of waiting for a turn (docs/waiting.md,
  * docs/algorithms.md "Waiting for a turn") on the in-process store: the
  * reserved times of many waiters respect each limit exactly (sliding_log
  * over every window, fixed_window per window, token_bucket's spacing), in

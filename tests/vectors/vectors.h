@@ -42,7 +42,7 @@ struct vec_step {
 	int line;
 	int64_t t;		/* microseconds after the scenario's epoch */
 	int64_t cost;
-	int64_t wait_us;	/* CONTRACT 10: 0 answers now */
+	int64_t wait_us;	/* docs/waiting.md: 0 answers now */
 	int64_t waited_us;	/* the reservation's distance, or 0 */
 	bool want_all;		/* every non-shadow rule admits, or waited */
 	struct vec_result want[VEC_MAX_RULES];
