@@ -80,12 +80,14 @@ rls_decode(struct rls_call *c, const uint8_t *msg, size_t len,
 			    "attributes", i, max_attributes);
 			goto out;
 		}
-		if (attrs_set(&c->attrs[i], "domain", rq->domain) < 0)
-			goto oom;
 		for (j = 0; j < d->n_entries; j++)
 			if (attrs_set(&c->attrs[i], d->entries[j]->key,
 			    d->entries[j]->value) < 0)
 				goto oom;
+		/* Last, so that the call's domain wins over an entry of
+		 * the same name (docs/grpc.md). */
+		if (attrs_set(&c->attrs[i], "domain", rq->domain) < 0)
+			goto oom;
 		if (d->hits_addend != NULL)
 			cost = d->hits_addend->value > INT64_MAX ? INT64_MAX :
 			    (int64_t)d->hits_addend->value;

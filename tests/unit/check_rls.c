@@ -1,0 +1,137 @@
+/*
+ * check_rls.c - unit tests of rls.c: a RateLimitRequest's descriptors into
+ * attribute groups (docs/grpc.md), built with protobuf-c as Envoy sends
+ * them, packed, and decoded as the gRPC front decodes them.
+ */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "front/rls.h"
+#include "rls.pb-c.h"
+#include "base/util.h"
+
+typedef Envoy__Service__Ratelimit__V3__RateLimitRequest req_t;
+typedef Envoy__Service__Ratelimit__V3__RateLimitDescriptor desc_t;
+typedef Envoy__Service__Ratelimit__V3__RateLimitDescriptor__Entry entry_t;
+
+/*
+ * Pack a request for domain with one descriptor of n entries (keys[i],
+ * values[i]) and decode it into c with at most max attributes per
+ * descriptor.  Returns rls_decode's rc.
+ */
+static int
+decode_one(struct rls_call *c, const char *domain, const char *const *keys,
+    const char *const *values, size_t n, int max, char *err, size_t errlen)
+{
+	req_t rq = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_REQUEST__INIT;
+	desc_t d = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_DESCRIPTOR__INIT;
+	desc_t *dp = &d;
+	entry_t e[8], *ep[8];
+	uint8_t *buf;
+	size_t i, len;
+	int rc;
+
+	ck_assert_uint_le(n, 8);
+	for (i = 0; i < n; i++) {
+		envoy__service__ratelimit__v3__rate_limit_descriptor__entry__init(
+		    &e[i]);
+		e[i].key = (char *)keys[i];
+		e[i].value = (char *)values[i];
+		ep[i] = &e[i];
+	}
+	d.n_entries = n;
+	d.entries = ep;
+	rq.domain = (char *)domain;
+	rq.n_descriptors = 1;
+	rq.descriptors = &dp;
+	len = envoy__service__ratelimit__v3__rate_limit_request__get_packed_size(
+	    &rq);
+	buf = malloc(len + 1);
+	ck_assert_ptr_nonnull(buf);
+	envoy__service__ratelimit__v3__rate_limit_request__pack(&rq, buf);
+	memset(c, 0, sizeof(*c));
+	rc = rls_decode(c, buf, len, max, err, errlen);
+	free(buf);
+	return rc;
+}
+
+START_TEST(test_entries_become_attributes)
+{
+	static const char *const k[] = { "remote_address", "user" };
+	static const char *const v[] = { "10.0.0.1", "alice" };
+	struct rls_call c;
+	char err[128];
+
+	ck_assert_int_eq(decode_one(&c, "edge", k, v, 2, 16, err, sizeof(err)), 0);
+	ck_assert_uint_eq(c.n, 1);
+	ck_assert_uint_eq(c.attrs[0].n, 3);
+	ck_assert_str_eq(attrs_get(&c.attrs[0], "domain"), "edge");
+	ck_assert_str_eq(attrs_get(&c.attrs[0], "remote_address"), "10.0.0.1");
+	ck_assert_str_eq(attrs_get(&c.attrs[0], "user"), "alice");
+	ck_assert_int_eq(c.groups[0].cost, 1);
+	rls_call_clear(&c);
+}
+END_TEST
+
+/*
+ * An entry named `domain` does not replace the call's domain: a call for
+ * "other" must not match rules written for domain "edge" (docs/grpc.md).
+ */
+START_TEST(test_call_domain_wins_over_entry)
+{
+	static const char *const k[] = { "domain", "user" };
+	static const char *const v[] = { "edge", "alice" };
+	struct rls_call c;
+	char err[128];
+
+	ck_assert_int_eq(decode_one(&c, "other", k, v, 2, 16, err, sizeof(err)),
+	    0);
+	ck_assert_str_eq(attrs_get(&c.attrs[0], "domain"), "other");
+	ck_assert_str_eq(attrs_get(&c.attrs[0], "user"), "alice");
+	ck_assert_uint_eq(c.attrs[0].n, 2);
+	rls_call_clear(&c);
+}
+END_TEST
+
+START_TEST(test_too_many_entries)
+{
+	static const char *const k[] = { "a", "b", "c", "d", "e", "f", "g",
+	    "h" };
+	static const char *const v[] = { "1", "2", "3", "4", "5", "6", "7",
+	    "8" };
+	struct rls_call c;
+	char err[128] = "";
+
+	/* 8 entries and the domain are 9 attributes; 8 are allowed. */
+	ck_assert_int_eq(decode_one(&c, "edge", k, v, 8, 8, err, sizeof(err)),
+	    -1);
+	ck_assert_ptr_nonnull(strstr(err, "more than 8 attributes"));
+	rls_call_clear(&c);
+}
+END_TEST
+
+static Suite *
+rls_suite(void)
+{
+	Suite *s = suite_create("rls");
+	TCase *tc = tcase_create("decode");
+
+	tcase_add_test(tc, test_entries_become_attributes);
+	tcase_add_test(tc, test_call_domain_wins_over_entry);
+	tcase_add_test(tc, test_too_many_entries);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr = srunner_create(rls_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
