@@ -46,6 +46,11 @@ struct rl_result {
 				 * overall), else left now; >= 0 */
 	int64_t reset_ms;	/* until the whole limit is free again */
 	int64_t retry_after_ms;	/* 0 if allowed; else until it would be */
+	int64_t effective_ms;	/* the RateLimit header's t: until more
+				 * quota comes back, i.e. the retry_after
+				 * of a request of remaining + 1 units; the
+				 * window when nothing is used; 0 for a
+				 * concurrency rule (docs/algorithms.md) */
 	double mark;		/* Redis Cluster: where the units were
 				 * recorded (lua/takeback.lua); else 0 */
 };

@@ -95,16 +95,17 @@ START_TEST(test_scenario)
 			ck_assert_msg(vec_field_ok(w, 0, out[r].allowed) &&
 			    vec_field_ok(w, 1, out[r].remaining) &&
 			    vec_field_ok(w, 2, out[r].reset_ms) &&
-			    vec_field_ok(w, 3, out[r].retry_after_ms),
+			    vec_field_ok(w, 3, out[r].retry_after_ms) &&
+			    vec_field_ok(w, 4, out[r].effective_ms),
 			    "%s:%d (%s, rule %zu, %s): got %d %" PRId64
-			    " %" PRId64 " %" PRId64 ", want %d %" PRId64
-			    " %" PRId64 " %" PRId64, vec_path, st->line,
-			    sc->name, r + 1,
+			    " %" PRId64 " %" PRId64 " t=%" PRId64 ", want %d %"
+			    PRId64 " %" PRId64 " %" PRId64 " t=%" PRId64,
+			    vec_path, st->line, sc->name, r + 1,
 			    rl_algorithm_name(sc->rules[r].alg),
 			    (int)out[r].allowed, out[r].remaining,
 			    out[r].reset_ms, out[r].retry_after_ms,
-			    (int)w->allowed, w->remaining, w->reset_ms,
-			    w->retry_after_ms);
+			    out[r].effective_ms, (int)w->allowed, w->remaining,
+			    w->reset_ms, w->retry_after_ms, w->effective_ms);
 		}
 		ck_assert_msg(call.all_allowed == st->want_all, "%s:%d (%s): "
 		    "all_allowed %d, want %d", vec_path, st->line, sc->name,
