@@ -1,12 +1,13 @@
 /*
- * check_http.c - ratelimitd over HTTP, tested from outside against the
- * contract (docs/configuration.md, docs/http.md, docs/algorithms.md, docs/operations.md): the real binary, a real Redis, real
- * HTTP through libcurl.
+ * check_http.c - ratelimitd over HTTP, tested from outside against
+ * docs/configuration.md, docs/http.md, docs/algorithms.md and
+ * docs/operations.md: the real binary, a real Redis, real HTTP through
+ * libcurl.
  *
  * Most of it is one table of cases.  A case is a short sequence of requests
  * and what each must answer; it runs against a fresh daemon, once with
- * `backend: memory` and once with `backend: redis` (the contract promises
- * both stores give the same answers).  Besides what a step spells out,
+ * `backend: memory` and once with `backend: redis` (docs/algorithms.md: both
+ * stores give the same answers).  Besides what a step spells out,
  * every answer is held to the rules that hold for all answers:
  *   - a decision (200/429 from /acquire) is a JSON object whose `allowed`
  *     agrees with the status; when a rule decided, the RateLimit-Policy,
@@ -35,6 +36,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "check_main.h"
 #include "harness.h"
 
 #define KEY_PREFIX "it:"
@@ -1075,25 +1077,22 @@ static TCase *backend_tcase(const char *name, bool with_redis)
 	return tc;
 }
 
-int main(void)
+static void suite_done(void)
+{
+	h_redis_stop(&redis);
+}
+
+Suite *test_suite(void)
 {
 	Suite *s = suite_create("http");
 	TCase *mem, *red;
-	SRunner *sr;
-	int failed;
 
-	h_init();
 	mem = backend_tcase("memory", false);
 	red = backend_tcase("redis", true);
 	tcase_add_test(red, test_readyz_follows_redis);
 	tcase_add_test(mem, test_long_rule_name);
 	suite_add_tcase(s, mem);
 	suite_add_tcase(s, red);
-	sr = srunner_create(s);
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	h_redis_stop(&redis);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	test_main_at_end(suite_done);
+	return s;
 }

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
 #include "harness.h"
 #include "core/rules.h"
 
@@ -237,17 +238,20 @@ static void flush_redis(void)
 	h_redis_flush(&redis);
 }
 
-int main(void)
+static void suite_done(void)
 {
-	const char *dir = getenv("RATELIMITD_SRCDIR");
+	h_redis_stop(&redis);
+	printf("%zu scenarios from %s\n", nscenarios, vec_path);
+	free(script_head);
+	free(script_tail);
+}
+
+Suite *test_suite(void)
+{
 	Suite *s = suite_create("vectors_redis");
 	TCase *tc = tcase_create("redis");
-	SRunner *sr;
-	int failed;
 
-	h_init();
-	snprintf(vec_path, sizeof(vec_path), "%s%s%s", dir != NULL ? dir : "",
-	    dir != NULL ? "/" : "", VEC_FILE);
+	test_srcdir_path(VEC_FILE, vec_path, sizeof(vec_path));
 	vec_load(vec_path);
 	split_script();
 	tcase_add_unchecked_fixture(tc, start_redis, h_reap_orphans);
@@ -255,14 +259,6 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_scenario, 0, (int)nscenarios);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	h_redis_stop(&redis);
-	printf("%zu scenarios from %s\n", nscenarios, vec_path);
-	free(script_head);
-	free(script_tail);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	test_main_at_end(suite_done);
+	return s;
 }

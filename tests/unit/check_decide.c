@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
+
 #include "core/decide.h"
 #include "base/util.h"
 #include "store/memory.h"
@@ -471,8 +473,8 @@ START_TEST(test_groups)
 }
 END_TEST
 
-static Suite *
-decide_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("decide");
 	TCase *tc = tcase_create("core");
@@ -490,16 +492,4 @@ decide_suite(void)
 	tcase_add_test(tc, test_backend_duration_memory);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int
-main(void)
-{
-	SRunner *sr = srunner_create(decide_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

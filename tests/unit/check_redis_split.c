@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
+
 #include "store/redis_split.h"
 
 static int parts_done, tbs_done;
@@ -164,21 +166,15 @@ START_TEST(test_failed_part)
 }
 END_TEST
 
-int main(void)
+Suite *test_suite(void)
 {
 	Suite *s = suite_create("redis_split");
 	TCase *tc = tcase_create("core");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_grouping);
 	tcase_add_test(tc, test_all_allowed);
 	tcase_add_test(tc, test_denied_takes_back);
 	tcase_add_test(tc, test_failed_part);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return s;
 }
