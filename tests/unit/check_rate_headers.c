@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
+
 #include "core/rate_headers.h"
 
 /* The value of header name among h[0..n-1], or NULL. */
@@ -73,8 +75,8 @@ START_TEST(test_no_rule_no_headers)
 }
 END_TEST
 
-static Suite *
-rate_headers_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("rate_headers");
 	TCase *tc = tcase_create("headers");
@@ -84,16 +86,4 @@ rate_headers_suite(void)
 	tcase_add_test(tc, test_no_rule_no_headers);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int
-main(void)
-{
-	SRunner *sr = srunner_create(rate_headers_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -227,15 +227,16 @@ decoded_init(struct decoded *d)
 
 static const size_t counts[2] = { 2, 1 };
 
-/* Call a: all allowed; check 1 allowed (9 left), check 2 (the shadow one)
- * denied for 400 ms.  Call b: admitted by a reservation 250 ms away. */
+/* Call a: all allowed; check 1 allowed (9 left, a unit back in 100 ms),
+ * check 2 (the shadow one) denied for 400 ms.  Call b: admitted by a
+ * reservation 250 ms away. */
 #define REPLY_OK \
-	"*14\r\n" \
+	"*17\r\n" \
 	":1\r\n" \
-	":1\r\n:9\r\n:1000\r\n:0\r\n" \
-	":0\r\n:0\r\n:12000\r\n:400\r\n" \
+	":1\r\n:9\r\n:1000\r\n:0\r\n:100\r\n" \
+	":0\r\n:0\r\n:12000\r\n:400\r\n:400\r\n" \
 	":250001\r\n" \
-	":1\r\n:99\r\n:1000\r\n:0\r\n"
+	":1\r\n:99\r\n:1000\r\n:0\r\n:10\r\n"
 
 START_TEST(test_decode)
 {
@@ -251,6 +252,7 @@ START_TEST(test_decode)
 	ck_assert_int_eq(d.out_a[0].remaining, 9);
 	ck_assert_int_eq(d.out_a[0].reset_ms, 1000);
 	ck_assert_int_eq(d.out_a[0].retry_after_ms, 0);
+	ck_assert_int_eq(d.out_a[0].effective_ms, 100);
 	ck_assert(!d.out_a[1].allowed);
 	ck_assert_int_eq(d.out_a[1].remaining, 0);
 	ck_assert_int_eq(d.out_a[1].reset_ms, 12000);
@@ -259,11 +261,12 @@ START_TEST(test_decode)
 	ck_assert_int_eq(d.b.waited_us, 250000);
 	ck_assert(d.out_b[0].allowed);
 	ck_assert_int_eq(d.out_b[0].remaining, 99);
+	ck_assert_int_eq(d.out_b[0].effective_ms, 10);
 	ck_assert(d.out_a[0].mark == 0 && d.out_b[0].mark == 0);
 	freeReplyObject(r);
 
 	/* A denied call: first element 0. */
-	r = resp("*5\r\n:0\r\n:0\r\n:0\r\n:700\r\n:700\r\n");
+	r = resp("*6\r\n:0\r\n:0\r\n:0\r\n:700\r\n:700\r\n:700\r\n");
 	decoded_init(&d);
 	d.a.all_allowed = true;
 	ck_assert_int_eq(redis_script_decode(r, &d.calls[1], &counts[1], 1,
@@ -296,11 +299,11 @@ END_TEST
 
 START_TEST(test_decode_marks)
 {
-	/* With marks each check has a fifth field: where it recorded, a
+	/* With marks each check has a sixth field: where it recorded, a
 	 * string (a double for token_bucket). */
-	redisReply *r = resp("*11\r\n:1\r\n"
-	    ":1\r\n:9\r\n:1000\r\n:0\r\n$13\r\n1700000000123\r\n"
-	    ":1\r\n:3\r\n:60000\r\n:0\r\n$4\r\n12.5\r\n");
+	redisReply *r = resp("*13\r\n:1\r\n"
+	    ":1\r\n:9\r\n:1000\r\n:0\r\n:100\r\n$13\r\n1700000000123\r\n"
+	    ":1\r\n:3\r\n:60000\r\n:0\r\n:20000\r\n$4\r\n12.5\r\n");
 	struct decoded d;
 
 	decoded_init(&d);
@@ -310,6 +313,7 @@ START_TEST(test_decode_marks)
 	ck_assert(d.out_a[0].mark == 1700000000123.0);
 	ck_assert(d.out_a[1].mark == 12.5);
 	ck_assert_int_eq(d.out_a[1].remaining, 3);
+	ck_assert_int_eq(d.out_a[1].effective_ms, 20000);
 	freeReplyObject(r);
 }
 END_TEST
@@ -343,29 +347,29 @@ START_TEST(test_decode_refused)
 	decode_bad("-ERR user_script:1: oops\r\n", 0, 2, false,
 	    "script: ERR user_script:1: oops");
 	decode_bad("*3\r\n:1\r\n:1\r\n:1\r\n", 0, 2, false,
-	    "script: unexpected reply (type 2, 3 elements, expected 14)");
+	    "script: unexpected reply (type 2, 3 elements, expected 17)");
 	decode_bad(":1\r\n", 0, 2, false,
-	    "script: unexpected reply (type 3, 0 elements, expected 14)");
+	    "script: unexpected reply (type 3, 0 elements, expected 17)");
 	/* The reply of a batch without marks, read as one with them. */
 	decode_bad(REPLY_OK, 0, 2, true,
-	    "script: unexpected reply (type 2, 14 elements, expected 17)");
-	decode_bad("*5\r\n:1\r\n:1\r\n:-1\r\n:1000\r\n:0\r\n", 1, 1, false,
+	    "script: unexpected reply (type 2, 17 elements, expected 20)");
+	decode_bad("*6\r\n:1\r\n:1\r\n:-1\r\n:1000\r\n:0\r\n:0\r\n", 1, 1, false,
 	    "script: element 2 is not a non-negative integer");
-	decode_bad("*5\r\n:1\r\n:1\r\n$1\r\n9\r\n:1000\r\n:0\r\n", 1, 1, false,
+	decode_bad("*6\r\n:1\r\n:1\r\n$1\r\n9\r\n:1000\r\n:0\r\n:0\r\n", 1, 1, false,
 	    "script: element 2 is not a non-negative integer");
-	decode_bad("*5\r\n:1\r\n:1\r\n$-1\r\n:1000\r\n:0\r\n", 1, 1, false,
+	decode_bad("*6\r\n:1\r\n:1\r\n$-1\r\n:1000\r\n:0\r\n:0\r\n", 1, 1, false,
 	    "script: element 2 is not a non-negative integer");
-	decode_bad("*11\r\n:1\r\n"
-	    ":1\r\n:9\r\n:1000\r\n:0\r\n$3\r\n1.5\r\n"
-	    ":1\r\n:3\r\n:60000\r\n:0\r\n$2\r\n1x\r\n", 0, 1, true,
+	decode_bad("*13\r\n:1\r\n"
+	    ":1\r\n:9\r\n:1000\r\n:0\r\n:0\r\n$3\r\n1.5\r\n"
+	    ":1\r\n:3\r\n:60000\r\n:0\r\n:0\r\n$2\r\n1x\r\n", 0, 1, true,
 	    "script: a mark is not a number");
-	decode_bad("*11\r\n:1\r\n"
-	    ":1\r\n:9\r\n:1000\r\n:0\r\n$0\r\n\r\n"
-	    ":1\r\n:3\r\n:60000\r\n:0\r\n$1\r\n1\r\n", 0, 1, true,
+	decode_bad("*13\r\n:1\r\n"
+	    ":1\r\n:9\r\n:1000\r\n:0\r\n:0\r\n$0\r\n\r\n"
+	    ":1\r\n:3\r\n:60000\r\n:0\r\n:0\r\n$1\r\n1\r\n", 0, 1, true,
 	    "script: a mark is not a number");
-	decode_bad("*11\r\n:1\r\n"
-	    ":1\r\n:9\r\n:1000\r\n:0\r\n:5\r\n"
-	    ":1\r\n:3\r\n:60000\r\n:0\r\n$1\r\n1\r\n", 0, 1, true,
+	decode_bad("*13\r\n:1\r\n"
+	    ":1\r\n:9\r\n:1000\r\n:0\r\n:0\r\n:5\r\n"
+	    ":1\r\n:3\r\n:60000\r\n:0\r\n:0\r\n$1\r\n1\r\n", 0, 1, true,
 	    "script: a mark is not a number");
 }
 END_TEST
