@@ -15,7 +15,7 @@
  * and the take-back, the units held may make another request see less
  * remaining: it may be denied, never wrongly allowed (docs/scale.md).
  *
- * No I/O here: the Redis store (backend_redis.c) submits the parts and
+ * No I/O here: the Redis store (redis_cluster.c) submits the parts and
  * the take-backs as ordinary calls and reports their completion.
  *
  * Thread: a split belongs to the store's I/O thread.
