@@ -104,30 +104,30 @@ static void
 redis_submit(struct backend *b, struct backend_call *call)
 {
 	struct redis_backend *rb = (struct redis_backend *)b;
+	struct redis_call_priv *q = redis_call(call);
 	uint64_t one = 1;
 	int64_t own;
 	bool wake;
 
-	call->q_next = call->q_prev = NULL;
-	call->q_batch = NULL;
-	call->q_split = NULL;
-	call->q_kind = call->n > 0 ? (call->lease_op != BACKEND_LEASE_NONE ?
+	q->next = q->prev = NULL;
+	q->batch = NULL;
+	q->split = NULL;
+	q->kind = call->n > 0 ? (call->lease_op != BACKEND_LEASE_NONE ?
 	    REDIS_CALL_LEASE : REDIS_CALL_REQUEST) : call->stat != NULL ?
 	    REDIS_CALL_STATS : REDIS_CALL_PROBE;
-	call->q_redirects = 0;
-	call->q_trial = false;
+	q->redirects = 0;
+	q->trial = false;
 	call->all_allowed = false;
 	call->err[0] = '\0';
-	call->q_start_us = util_monotonic_us();
 	/* The store owns its timeout: from the request's arrival. */
-	own = (call->start_us > 0 ? call->start_us : call->q_start_us) +
+	own = (call->start_us > 0 ? call->start_us : util_monotonic_us()) +
 	    rb->timeout_us;
 	if (call->deadline_us == 0 || call->deadline_us > own)
 		call->deadline_us = own;
 	/* Cluster: a breaker per primary, in the I/O thread
 	 * (redis_circuit_node_is_down). */
 	if (call->n > 0 && rb->mode != REDIS_CLUSTER &&
-	    redis_circuit_enter(rb, &call->q_trial) == -1) {
+	    redis_circuit_enter(rb, &q->trial) == -1) {
 		call->rc = -1;
 		call->kind = BACKEND_ERR_CIRCUIT_OPEN;
 		snprintf(call->err, sizeof(call->err), "redis: circuit open "
@@ -142,14 +142,14 @@ redis_submit(struct backend *b, struct backend_call *call)
 		call->kind = BACKEND_ERR_CONNECT;
 		snprintf(call->err, sizeof(call->err), "redis: shutting down");
 		if (call->n > 0 && rb->mode != REDIS_CLUSTER)
-			redis_circuit_leave(rb, call->q_trial,
+			redis_circuit_leave(rb, q->trial,
 			    REDIS_OUTCOME_NEUTRAL);
 		call->done(call);
 		return;
 	}
 	wake = rb->qhead == NULL;
 	if (rb->qtail != NULL)
-		rb->qtail->q_next = call;
+		redis_call(rb->qtail)->next = call;
 	else
 		rb->qhead = call;
 	rb->qtail = call;

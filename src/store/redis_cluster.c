@@ -150,7 +150,8 @@ redis_cluster_redirect(struct redis_batch *b, const redisReply *r, char *msg,
 		return -1;
 	for (i = 0; i < b->ncalls; i++)
 		if (b->calls[i] != NULL &&
-		    ++b->calls[i]->q_redirects > REDIS_REDIRECTS_MAX) {
+		    ++redis_call(b->calls[i])->redirects >
+		    REDIS_REDIRECTS_MAX) {
 			snprintf(msg, msglen, "too many cluster redirections");
 			return -1;
 		}
@@ -175,7 +176,7 @@ split_answer(struct redis_split *s)
 static void
 split_takeback_done(struct backend_call *tb)
 {
-	struct redis_split *s = tb->q_split;
+	struct redis_split *s = redis_call(tb)->split;
 	struct redis_backend *rb = redis_split_user(s);
 
 	if (tb->rc == 0)
@@ -199,7 +200,7 @@ split_takeback_done(struct backend_call *tb)
 static void
 split_part_done(struct backend_call *part)
 {
-	struct redis_split *s = part->q_split;
+	struct redis_split *s = redis_call(part)->split;
 	struct redis_backend *rb = redis_split_user(s);
 	struct backend_call *parent = redis_split_parent(s);
 	int64_t now = util_monotonic_us(), deadline;
@@ -225,7 +226,7 @@ split_part_done(struct backend_call *part)
 	for (i = 0; i < n; i++) {
 		struct backend_call *tb = redis_split_takeback(s, (size_t)i);
 
-		tb->q_kind = REDIS_CALL_TAKEBACK;
+		redis_call(tb)->kind = REDIS_CALL_TAKEBACK;
 		redis_flight_soon(rb, tb);
 	}
 }
@@ -250,8 +251,8 @@ redis_cluster_split(struct redis_backend *rb, struct redis_turn *t,
 	for (i = 0; i < redis_split_nparts(s); i++) {
 		struct backend_call *part = redis_split_part(s, i);
 
-		part->q_kind = REDIS_CALL_REQUEST;
-		part->q_trial = false;
+		redis_call(part)->kind = REDIS_CALL_REQUEST;
+		redis_call(part)->trial = false;
 		redis_route_call(rb, t, part);
 	}
 }

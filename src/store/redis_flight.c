@@ -19,18 +19,19 @@
 void
 redis_flight_add(struct redis_backend *rb, struct backend_call *call)
 {
+	struct redis_call_priv *q = redis_call(call);
 	struct backend_call *at = rb->ftail;
 
 	while (at != NULL && at->deadline_us > call->deadline_us)
-		at = at->q_prev;
-	call->q_prev = at;
-	call->q_next = at != NULL ? at->q_next : rb->fhead;
-	if (call->q_next != NULL)
-		call->q_next->q_prev = call;
+		at = redis_call(at)->prev;
+	q->prev = at;
+	q->next = at != NULL ? redis_call(at)->next : rb->fhead;
+	if (q->next != NULL)
+		redis_call(q->next)->prev = call;
 	else
 		rb->ftail = call;
 	if (at != NULL)
-		at->q_next = call;
+		redis_call(at)->next = call;
 	else
 		rb->fhead = call;
 }
@@ -38,25 +39,27 @@ redis_flight_add(struct redis_backend *rb, struct backend_call *call)
 void
 redis_flight_remove(struct redis_backend *rb, struct backend_call *call)
 {
-	if (call->q_prev != NULL)
-		call->q_prev->q_next = call->q_next;
+	struct redis_call_priv *q = redis_call(call);
+
+	if (q->prev != NULL)
+		redis_call(q->prev)->next = q->next;
 	else
-		rb->fhead = call->q_next;
-	if (call->q_next != NULL)
-		call->q_next->q_prev = call->q_prev;
+		rb->fhead = q->next;
+	if (q->next != NULL)
+		redis_call(q->next)->prev = q->prev;
 	else
-		rb->ftail = call->q_prev;
-	call->q_next = call->q_prev = NULL;
+		rb->ftail = q->prev;
+	q->next = q->prev = NULL;
 }
 
 /* Calls to route at the next turn, whatever the window (FIFO). */
 void
 redis_flight_soon(struct redis_backend *rb, struct backend_call *call)
 {
-	call->q_next = NULL;
-	call->q_prev = NULL;
+	redis_call(call)->next = NULL;
+	redis_call(call)->prev = NULL;
 	if (rb->stail != NULL)
-		rb->stail->q_next = call;
+		redis_call(rb->stail)->next = call;
 	else
 		rb->shead = call;
 	rb->stail = call;
@@ -68,7 +71,8 @@ void
 redis_flight_finish(struct redis_backend *rb, struct backend_call *call, int rc,
     enum backend_error_kind kind, const char *err)
 {
-	struct redis_batch *b = call->q_batch;
+	struct redis_call_priv *q = redis_call(call);
+	struct redis_batch *b = q->batch;
 	size_t i;
 
 	redis_flight_remove(rb, call);
@@ -77,7 +81,7 @@ redis_flight_finish(struct redis_backend *rb, struct backend_call *call, int rc,
 			if (b->calls[i] == call)
 				b->calls[i] = NULL;
 		b->live--;
-		call->q_batch = NULL;
+		q->batch = NULL;
 	}
 	call->rc = rc;
 	call->kind = rc == 0 ? BACKEND_ERR_NONE : kind;
@@ -86,10 +90,9 @@ redis_flight_finish(struct redis_backend *rb, struct backend_call *call, int rc,
 		redis_log_failure(rb, kind, err);
 	}
 	/* A part of a split request counts once, with its request. */
-	if ((call->q_kind == REDIS_CALL_REQUEST ||
-	    call->q_kind == REDIS_CALL_LEASE) &&
-	    call->q_split == NULL && rb->mode != REDIS_CLUSTER)
-		redis_circuit_leave(rb, call->q_trial, rc == 0 ?
+	if ((q->kind == REDIS_CALL_REQUEST || q->kind == REDIS_CALL_LEASE) &&
+	    q->split == NULL && rb->mode != REDIS_CLUSTER)
+		redis_circuit_leave(rb, q->trial, rc == 0 ?
 		    REDIS_OUTCOME_OK : REDIS_OUTCOME_FAIL);
 	call->done(call);
 }
@@ -120,14 +123,15 @@ redis_flight_park(struct redis_batch *b, int64_t unpark_us, bool redirected)
 
 		if (call == NULL)
 			continue;
-		if (redirected && ++call->q_redirects > REDIS_REDIRECTS_MAX) {
+		if (redirected &&
+		    ++redis_call(call)->redirects > REDIS_REDIRECTS_MAX) {
 			redis_flight_finish(rb, call, -1, BACKEND_ERR_PROTOCOL,
 			    "too many cluster redirections");
 			continue;
 		}
 		b->calls[i] = NULL;
 		b->live--;
-		call->q_batch = NULL;
+		redis_call(call)->batch = NULL;
 	}
 	if (unpark_us != 0 && (rb->unpark_us == 0 || unpark_us < rb->unpark_us))
 		rb->unpark_us = unpark_us;
@@ -141,8 +145,8 @@ redis_flight_unpark_all(struct redis_backend *rb)
 
 	rb->unpark_us = 0;
 	for (call = rb->fhead; call != NULL; call = next) {
-		next = call->q_next;
-		if (call->q_batch != NULL)
+		next = redis_call(call)->next;
+		if (redis_call(call)->batch != NULL)
 			continue;
 		redis_flight_remove(rb, call);
 		redis_flight_soon(rb, call);

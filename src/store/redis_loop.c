@@ -142,7 +142,8 @@ expire(struct redis_backend *rb, int64_t next)
 
 	while (rb->fhead != NULL && rb->fhead->deadline_us <= now) {
 		snprintf(msg, sizeof(msg), "no answer within %" PRId64 " ms%s",
-		    rb->timeout_us / 1000, rb->fhead->q_batch == NULL ?
+		    rb->timeout_us / 1000,
+		    redis_call(rb->fhead)->batch == NULL ?
 		    " (no primary known for its keys)" : "");
 		redis_flight_finish(rb, rb->fhead, -1, BACKEND_ERR_TIMEOUT,
 		    msg);
@@ -151,7 +152,7 @@ expire(struct redis_backend *rb, int64_t next)
 	while (rb->hhead != NULL && rb->hhead->deadline_us <= now) {
 		struct backend_call *call = rb->hhead;
 
-		if ((rb->hhead = call->q_next) == NULL)
+		if ((rb->hhead = redis_call(call)->next) == NULL)
 			rb->htail = NULL;
 		redis_flight_add(rb, call);
 		redis_flight_finish(rb, call, -1, BACKEND_ERR_TIMEOUT,
@@ -266,7 +267,7 @@ redis_loop_run(void *arg)
 		list = rb->qhead;
 		if (list != NULL) {
 			if (rb->htail != NULL)
-				rb->htail->q_next = list;
+				redis_call(rb->htail)->next = list;
 			else
 				rb->hhead = list;
 			rb->htail = rb->qtail;

@@ -86,6 +86,7 @@ enum redis_outcome {
 };
 
 struct redis_node;
+struct redis_split;
 
 /* One connection and what the loop knows of it.  Owned by its node (or
  * by the sentinels, or the release subscription). */
@@ -215,6 +216,35 @@ struct redis_backend {
 	atomic_long suppressed[REDIS_NKINDS];
 };
 
+/*
+ * What the store keeps about a call while it is in its hands, in the
+ * call's own store area (core/backend.h: struct backend_call_store), so a
+ * call costs no allocation.  Set by submit (backend_redis.c), or by
+ * redis_split.c for the calls it makes; the I/O thread's from then on.
+ */
+struct redis_call_priv {
+	struct backend_call *next, *prev;	/* the list it is on */
+	struct redis_batch *batch;	/* sent or about to be; NULL: none */
+	struct redis_split *split;	/* Cluster: a part's or take-back's */
+	bool trial;			/* the half-open circuit's trial */
+	unsigned char kind;		/* enum redis_call_kind */
+	unsigned char redirects;	/* Cluster: MOVED / ASK followed */
+};
+
+_Static_assert(sizeof(struct redis_call_priv) <=
+    sizeof(struct backend_call_store), "struct redis_call_priv does not "
+    "fit in a call's store area (BACKEND_CALL_STORE_SIZE)");
+_Static_assert(_Alignof(struct redis_call_priv) <=
+    _Alignof(struct backend_call_store), "struct redis_call_priv needs "
+    "more alignment than a call's store area has");
+
+/* The store's part of call (submitted to this store, or made by it). */
+static inline struct redis_call_priv *
+redis_call(struct backend_call *call)
+{
+	return (struct redis_call_priv *)(void *)call->store.opaque;
+}
+
 /* The batches being filled in one turn of the loop (redis_route.c). */
 struct redis_turn;
 
@@ -316,7 +346,8 @@ void redis_reply_ignore(void *arg, redisReply *r, const char *err);
 
 /* ---- redis_route.c: calls into batches --------------------------------- */
 
-/* Route a list of calls (linked by their next), then send every batch. */
+/* Route a list of calls (linked by redis_call()->next), then send every
+ * batch. */
 void redis_route_dispatch(struct redis_backend *rb,
     struct backend_call *list);
 /* Put one call into a batch of turn t, or park or fail it. */

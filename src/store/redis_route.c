@@ -45,12 +45,13 @@ void
 redis_route_call(struct redis_backend *rb, struct redis_turn *t,
     struct backend_call *call)
 {
+	struct redis_call_priv *q = redis_call(call);
 	unsigned slots[REDIS_BATCH_KEYS];
 	struct redis_batch *b = NULL;
 	int hslot = -1, n;
 	size_t i, k;
 
-	call->q_batch = NULL;
+	q->batch = NULL;
 	redis_flight_add(rb, call);
 	if (rb->closing) {
 		redis_flight_finish(rb, call, -1, BACKEND_ERR_CONNECT,
@@ -63,9 +64,9 @@ redis_route_call(struct redis_backend *rb, struct redis_turn *t,
 		    "busy)");
 		return;
 	}
-	if (rb->mode == REDIS_CLUSTER && call->q_kind == REDIS_CALL_PROBE)
+	if (rb->mode == REDIS_CLUSTER && q->kind == REDIS_CALL_PROBE)
 		hslot = 0;
-	else if (rb->mode == REDIS_CLUSTER && call->q_kind == REDIS_CALL_STATS)
+	else if (rb->mode == REDIS_CLUSTER && q->kind == REDIS_CALL_STATS)
 		hslot = (int)slot_map_keyslot(call->stat->key,
 		    call->stat->keylen);
 	else if (rb->mode == REDIS_CLUSTER) {
@@ -81,7 +82,7 @@ redis_route_call(struct redis_backend *rb, struct redis_turn *t,
 			    call->checks[i].keylen);
 			one = one && slots[i] == slots[0];
 		}
-		if (!one && call->q_kind == REDIS_CALL_REQUEST) {
+		if (!one && q->kind == REDIS_CALL_REQUEST) {
 			redis_cluster_split(rb, t, call, slots);
 			return;
 		}
@@ -98,13 +99,13 @@ redis_route_call(struct redis_backend *rb, struct redis_turn *t,
 	}
 	/* A batch of the same kind and slot with room, but a take-back
 	 * always alone. */
-	for (k = 0; call->q_kind != REDIS_CALL_TAKEBACK &&
-	    call->q_kind != REDIS_CALL_STATS &&
-	    call->q_kind != REDIS_CALL_LEASE &&
+	for (k = 0; q->kind != REDIS_CALL_TAKEBACK &&
+	    q->kind != REDIS_CALL_STATS &&
+	    q->kind != REDIS_CALL_LEASE &&
 	    k < t->nopen; k++) {
 		struct redis_batch *o = t->open[k];
 
-		if (o->kind != call->q_kind || o->hslot != hslot)
+		if (o->kind != q->kind || o->hslot != hslot)
 			continue;
 		if (o->ncalls == REDIS_BATCH_CALLS ||
 		    (call->n > 0 && t->keys[k] + call->n > REDIS_BATCH_KEYS)) {
@@ -123,7 +124,7 @@ redis_route_call(struct redis_backend *rb, struct redis_turn *t,
 			return;
 		}
 		b->rb = rb;
-		b->kind = call->q_kind;
+		b->kind = q->kind;
 		b->hslot = hslot;
 		b->ask_node = -1;
 		k = t->nopen++;
@@ -133,15 +134,16 @@ redis_route_call(struct redis_backend *rb, struct redis_turn *t,
 	b->calls[b->ncalls] = call;
 	b->counts[b->ncalls++] = call->n;
 	b->live++;
-	call->q_batch = b;
+	q->batch = b;
 	t->keys[k] += call->n;
-	if (call->q_kind == REDIS_CALL_TAKEBACK ||
-	    call->q_kind == REDIS_CALL_STATS ||
-	    call->q_kind == REDIS_CALL_LEASE)
+	if (q->kind == REDIS_CALL_TAKEBACK ||
+	    q->kind == REDIS_CALL_STATS ||
+	    q->kind == REDIS_CALL_LEASE)
 		turn_send(rb, t, k);
 }
 
-/* Route a list of calls (linked by q_next), then send every batch. */
+/* Route a list of calls (linked by redis_call()->next), then send every
+ * batch. */
 void
 redis_route_dispatch(struct redis_backend *rb, struct backend_call *list)
 {
@@ -150,7 +152,7 @@ redis_route_dispatch(struct redis_backend *rb, struct backend_call *list)
 
 	t.nopen = 0;
 	for (call = list; call != NULL; call = next) {
-		next = call->q_next;
+		next = redis_call(call)->next;
 		redis_route_call(rb, &t, call);
 	}
 	while (t.nopen > 0)
