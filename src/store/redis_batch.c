@@ -14,12 +14,57 @@
 #include "store/redis_priv.h"
 #include "store/redis_script.h"
 
+/* Queue b's command on conn when given (it follows ASKING there), else
+ * on a connection of node.  The slot, or NULL with err. */
+static struct redis_slot *
+command_send(struct redis_backend *rb, struct redis_node *node,
+    struct redis_conn *conn, struct redis_batch *b, int argc,
+    const char **argv, const size_t *lens, char *err, size_t errlen)
+{
+	if (conn != NULL)
+		return redis_conn_send(conn, argc, argv, lens,
+		    redis_reply_batch, b, err, errlen) == 0 ? b->slot : NULL;
+	return redis_node_send(rb, node, argc, argv, lens, redis_reply_batch,
+	    b, err, errlen);
+}
+
+/* EVALSHA ratelimit.lua for the requests of b. */
+static struct redis_slot *
+script_send(struct redis_backend *rb, struct redis_node *node,
+    struct redis_conn *conn, struct redis_batch *b, char *err,
+    size_t errlen)
+{
+	struct redis_script_args a;
+	struct redis_slot *s;
+
+	if (redis_script_encode(b->calls, b->ncalls, rl_lua_ratelimit_sha,
+	    rb->mode == REDIS_CLUSTER, &a) == -1) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	s = command_send(rb, node, conn, b, a.argc, a.argv, a.lens, err,
+	    errlen);
+	redis_script_args_free(&a);
+	return s;
+}
+
+/* PING for the probes of b. */
+static struct redis_slot *
+ping_send(struct redis_backend *rb, struct redis_node *node,
+    struct redis_conn *conn, struct redis_batch *b, char *err,
+    size_t errlen)
+{
+	const char *argv[1] = { "PING" };
+	size_t lens[1] = { 4 };
+
+	return command_send(rb, node, conn, b, 1, argv, lens, err, errlen);
+}
+
 /* Room for one argument of takeback.lua: a number, or a lease token (32
  * hex digits). */
 #define TB_NUM 48
 
-/* EVAL takeback.lua for the one call of b, on conn when given (after
- * ASKING), else on node. */
+/* EVAL takeback.lua for the one call of b. */
 static struct redis_slot *
 takeback_send(struct redis_backend *rb, struct redis_node *node,
     struct redis_conn *conn, struct redis_batch *b, char *err, size_t errlen)
@@ -67,12 +112,8 @@ takeback_send(struct redis_backend *rb, struct redis_node *node,
 	for (i = 0; i < argc; i++)
 		if (lens[i] == 0)
 			lens[i] = strlen(argv[i]);
-	if (conn != NULL)
-		s = redis_conn_send(conn, (int)argc, argv, lens,
-		    redis_reply_batch, b, err, errlen) == 0 ? b->slot : NULL;
-	else
-		s = redis_node_send(rb, node, (int)argc, argv, lens,
-		    redis_reply_batch, b, err, errlen);
+	s = command_send(rb, node, conn, b, (int)argc, argv, lens, err,
+	    errlen);
 out:
 	rl_free(argv);
 	rl_free(lens);
@@ -81,7 +122,7 @@ out:
 }
 
 /* EVALSHA stats.lua (EVAL once it answered NOSCRIPT) for the one stat
- * call of b, on conn when given (after ASKING), else on node. */
+ * call of b. */
 static struct redis_slot *
 stats_send(struct redis_backend *rb, struct redis_node *node,
     struct redis_conn *conn, struct redis_batch *b, char *err,
@@ -89,26 +130,20 @@ stats_send(struct redis_backend *rb, struct redis_node *node,
 {
 	const struct rl_stat_op *op = b->calls[0]->stat;
 	struct redis_stats_args a;
-	struct redis_slot *s = NULL;
+	struct redis_slot *s;
 
 	if (redis_stats_encode(op, b->resent ? rl_lua_stats : NULL,
 	    rl_lua_stats_sha, &a) < 0) {
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	if (conn != NULL) {
-		if (redis_conn_send(conn, a.argc, a.argv, a.lens,
-		    redis_reply_batch, b, err, errlen) == 0)
-			s = b->slot;
-	} else
-		s = redis_node_send(rb, node, a.argc, a.argv, a.lens,
-		    redis_reply_batch, b, err, errlen);
+	s = command_send(rb, node, conn, b, a.argc, a.argv, a.lens, err,
+	    errlen);
 	redis_stats_args_free(&a);
 	return s;
 }
 
-/* EVAL lease.lua for the one call of b (a release or a renewal), on conn
- * when given (after ASKING), else on node. */
+/* EVAL lease.lua for the one call of b (a release or a renewal). */
 static struct redis_slot *
 lease_send(struct redis_backend *rb, struct redis_node *node,
     struct redis_conn *conn, struct redis_batch *b, char *err, size_t errlen)
@@ -134,11 +169,26 @@ lease_send(struct redis_backend *rb, struct redis_node *node,
 	for (i = 0; i < 9; i++)
 		lens[i] = strlen(argv[i]);
 	lens[3] = c->keylen;
-	if (conn != NULL)
-		return redis_conn_send(conn, 9, argv, lens, redis_reply_batch,
-		    b, err, errlen) == 0 ? b->slot : NULL;
-	return redis_node_send(rb, node, 9, argv, lens, redis_reply_batch, b,
-	    err, errlen);
+	return command_send(rb, node, conn, b, 9, argv, lens, err, errlen);
+}
+
+/* The command of b's kind, on conn when given, else on node. */
+static struct redis_slot *
+kind_send(struct redis_backend *rb, struct redis_node *node,
+    struct redis_conn *conn, struct redis_batch *b, char *err, size_t errlen)
+{
+	switch (b->kind) {
+	case REDIS_CALL_PROBE:
+		return ping_send(rb, node, conn, b, err, errlen);
+	case REDIS_CALL_TAKEBACK:
+		return takeback_send(rb, node, conn, b, err, errlen);
+	case REDIS_CALL_STATS:
+		return stats_send(rb, node, conn, b, err, errlen);
+	case REDIS_CALL_LEASE:
+		return lease_send(rb, node, conn, b, err, errlen);
+	default:
+		return script_send(rb, node, conn, b, err, errlen);
+	}
 }
 
 /*
@@ -146,10 +196,12 @@ lease_send(struct redis_backend *rb, struct redis_node *node,
  * no node is known for it now (nothing sent; the caller parks it).
  */
 int
-redis_batch_send(struct redis_backend *rb, struct redis_batch *b, char *err,
-    size_t errlen)
+redis_batch_send(struct redis_backend *rb, struct redis_batch *b,
+    char *err, size_t errlen)
 {
-	struct redis_script_args a;
+	const char *asking[1] = { "ASKING" };
+	size_t asking_len[1] = { 6 };
+	struct redis_conn *conn = NULL;
 	struct redis_node *node;
 	struct redis_slot *s;
 	int n;
@@ -159,59 +211,14 @@ redis_batch_send(struct redis_backend *rb, struct redis_batch *b, char *err,
 		return 1;
 	node = rb->nodes[n];
 	if (b->ask_node >= 0) {
-		const char *argv[1] = { "ASKING" };
-		size_t lens[1] = { 6 };
-
-		if ((s = redis_node_send(rb, node, 1, argv, lens,
+		/* The command must follow ASKING on the same connection. */
+		if ((s = redis_node_send(rb, node, 1, asking, asking_len,
 		    redis_reply_ignore, NULL, err, errlen)) == NULL)
 			return -1;
-		/* The call must follow on the same connection, each kind
-		 * with its own script. */
-		if (b->kind == REDIS_CALL_STATS ||
-		    b->kind == REDIS_CALL_LEASE ||
-		    b->kind == REDIS_CALL_TAKEBACK) {
-			b->slot = s;
-			if ((b->kind == REDIS_CALL_STATS ? stats_send(rb, node,
-			    s->conn, b, err, errlen) :
-			    b->kind == REDIS_CALL_LEASE ? lease_send(rb, node,
-			    s->conn, b, err, errlen) : takeback_send(rb, node,
-			    s->conn, b, err, errlen)) == NULL)
-				s = NULL;
-		} else {
-			if (redis_script_encode(b->calls, b->ncalls,
-			    rl_lua_ratelimit_sha, true, &a) == -1) {
-				snprintf(err, errlen, "out of memory");
-				return -1;
-			}
-			if (redis_conn_send(s->conn, a.argc, a.argv, a.lens,
-			    redis_reply_batch, b, err, errlen) == -1)
-				s = NULL;
-			redis_script_args_free(&a);
-		}
-	} else if (b->kind == REDIS_CALL_PROBE) {
-		const char *argv[1] = { "PING" };
-		size_t lens[1] = { 4 };
-
-		s = redis_node_send(rb, node, 1, argv, lens,
-		    redis_reply_batch, b, err, errlen);
-	} else if (b->kind == REDIS_CALL_TAKEBACK) {
-		s = takeback_send(rb, node, NULL, b, err, errlen);
-	} else if (b->kind == REDIS_CALL_STATS) {
-		s = stats_send(rb, node, NULL, b, err, errlen);
-	} else if (b->kind == REDIS_CALL_LEASE) {
-		s = lease_send(rb, node, NULL, b, err, errlen);
-	} else {
-		if (redis_script_encode(b->calls, b->ncalls,
-		    rl_lua_ratelimit_sha, rb->mode == REDIS_CLUSTER, &a) ==
-		    -1) {
-			snprintf(err, errlen, "out of memory");
-			return -1;
-		}
-		s = redis_node_send(rb, node, a.argc, a.argv, a.lens,
-		    redis_reply_batch, b, err, errlen);
-		redis_script_args_free(&a);
+		b->slot = s;
+		conn = s->conn;
 	}
-	if (s == NULL)
+	if ((s = kind_send(rb, node, conn, b, err, errlen)) == NULL)
 		return -1;
 	if (!b->counted && b->kind == REDIS_CALL_REQUEST) {
 		rb->batches_out++;
