@@ -46,7 +46,7 @@ void redis_log_failure(struct redis_backend *rb,
 		    backend_error_kind_name(kind));
 }
 
-/* ---- the circuit of the whole store ---------------------------------- */
+/* ---- the circuit of the whole store ------------------------------------ */
 
 /* May this call go to Redis?  Sets *trial when it is the half-open trial.
  * Returns 0, or -1 when the circuit is open. */
@@ -142,7 +142,7 @@ void redis_circuit_leave(struct redis_backend *rb, bool trial,
 		    rb->shown_url);
 }
 
-/* ---- Cluster: the breaker of one primary ------------------------------ */
+/* ---- Cluster: the breaker of one primary ------------------------------- */
 
 /* Cluster: a connection to node was lost, or it answered. */
 void

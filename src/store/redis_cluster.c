@@ -34,7 +34,7 @@ redis_cluster_sync_nodes(struct redis_backend *rb)
 	return 0;
 }
 
-/* ---- Cluster: the slot map -------------------------------------------- */
+/* ---- the slot map ------------------------------------------------------ */
 
 static void
 refresh_reply(void *arg, redisReply *r, const char *err)
@@ -114,6 +114,8 @@ redis_cluster_refresh(struct redis_backend *rb)
 	rb->refreshing = true;
 }
 
+/* ---- MOVED and ASK ----------------------------------------------------- */
+
 /* MOVED or ASK: follow it.  Returns 1 when b was sent again (ASK: it is
  * still in flight), 0 when its calls were parked (MOVED: b is done with),
  * -1 when it is not a redirection or cannot be followed (b fails). */
@@ -160,7 +162,7 @@ redis_cluster_redirect(struct redis_batch *b, const redisReply *r, char *msg,
 	return redis_batch_send(rb, b, msg, msglen) == 0 ? 1 : -1;
 }
 
-/* ---- requests across cluster slots ------------------------------------ */
+/* ---- requests across cluster slots ------------------------------------- */
 
 static void
 split_answer(struct redis_split *s)
