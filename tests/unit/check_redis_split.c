@@ -82,7 +82,7 @@ START_TEST(test_grouping)
 	ck_assert_uint_eq(p1->n, 1);
 	ck_assert_str_eq(p1->checks[0].key, "b");
 	ck_assert_int_eq(p0->deadline_us, 12345);
-	ck_assert_ptr_eq(p0->q_split, s);
+	ck_assert_ptr_eq(redis_split_of(p0), s);
 	ck_assert_ptr_eq(redis_split_user(s), &parts_done);
 	ck_assert(!redis_split_one_done(s));
 	ck_assert(redis_split_one_done(s));
