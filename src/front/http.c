@@ -18,8 +18,7 @@
  * answered (each store call completes by its deadline) before it stops
  * libmicrohttpd, which must not stop with connections suspended.
  *
- * The listening socket is bound by http_listen() so that a port in use is
- * a clear start-up error and unix sockets work the same way as TCP.
+ * The listening socket is bound by listen_socket_open() (listen.c).
  */
 #include "front/http.h"
 
@@ -61,7 +60,6 @@
 
 #define JSON_TYPE "application/json"
 #define HTTP_CONN_MEMORY (16 * 1024)	/* per connection, see start */
-#define HTTP_BACKLOG 1024
 #define HTTP_MHD_CONN_LIMIT 1100000	/* past max_connections' bound */
 /* The longest a stop waits for suspended requests: past every store
  * deadline (redis.timeout is at most a day, but a store fails its calls
@@ -141,91 +139,6 @@ struct request {
 	bool counted_turn, counted_lease;	/* in the waiting gauge */
 	int64_t declared_len;		/* Content-Length, or -1 */
 };
-
-/* --- listening -------------------------------------------------------- */
-
-/* Is a daemon accepting on the unix socket at path?  A stale file from a
- * process that died refuses the connect. */
-static bool
-unix_socket_is_live(const struct sockaddr_un *sun)
-{
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	bool live;
-
-	if (fd < 0)
-		return false;
-	live = connect(fd, (const struct sockaddr *)sun, sizeof(*sun)) == 0;
-	close(fd);
-	return live;
-}
-
-int
-http_listen(const char *listen_s, int mode, char *err, size_t errlen)
-{
-	struct addrinfo hints, *res = NULL;
-	struct listen_addr la;
-	char port[8];
-	int fd = -1, one = 1, rc;
-
-	if (listen_addr_parse(listen_s, &la, err, errlen) == -1)
-		return -1;
-	if (la.is_unix) {
-		struct sockaddr_un sun;
-		struct stat st;
-
-		memset(&sun, 0, sizeof(sun));
-		sun.sun_family = AF_UNIX;
-		util_strlcpy(sun.sun_path, la.path, sizeof(sun.sun_path));
-		if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
-			goto syserr;
-		if (stat(la.path, &st) == 0 && S_ISSOCK(st.st_mode)) {
-			if (unix_socket_is_live(&sun)) {
-				snprintf(err, errlen, "%s: another process "
-				    "accepts connections on it", listen_s);
-				close(fd);
-				return -1;
-			}
-			unlink(la.path);	/* stale */
-		}
-		if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0)
-			goto syserr;
-		if (mode >= 0 && chmod(la.path, (mode_t)mode) < 0)
-			goto syserr;
-		if (listen(fd, HTTP_BACKLOG) < 0)
-			goto syserr;
-		return fd;
-	}
-
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-	snprintf(port, sizeof(port), "%d", la.port);
-	if ((rc = getaddrinfo(la.host[0] != '\0' ? la.host : NULL, port,
-	    &hints, &res)) != 0) {
-		snprintf(err, errlen, "%s: %s", listen_s, gai_strerror(rc));
-		return -1;
-	}
-	if ((fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC,
-	    0)) < 0)
-		goto syserr;
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (res->ai_family == AF_INET6)
-		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-	if (bind(fd, res->ai_addr, res->ai_addrlen) < 0 ||
-	    listen(fd, HTTP_BACKLOG) < 0)
-		goto syserr;
-	freeaddrinfo(res);
-	return fd;
-
-syserr:
-	snprintf(err, errlen, "%s: %s", listen_s, strerror(errno));
-	if (fd >= 0)
-		close(fd);
-	if (res != NULL)
-		freeaddrinfo(res);
-	return -1;
-}
 
 /* --- snapshot --------------------------------------------------------- */
 
