@@ -1,0 +1,184 @@
+/*
+ * http_priv.h - what the files of the HTTP front end share (http.h is the
+ * outside's view): the server, a request, and the functions each file
+ * gives the others, grouped by file.
+ *
+ *   http.c           the server's life cycle, the dispatch of
+ *                    libmicrohttpd's calls, suspend and resume
+ *   http_request.c   a request's attributes from its body and headers
+ *   http_framing.c   how a request says where it ends (RFC 9112 6)
+ *   http_handlers.c  one handler per endpoint, and the routing
+ *   http_wait.c      waiting for a turn or for a lease
+ *   http_response.c  every answer: errors, decisions, the raw answer
+ *
+ * Threads: a request belongs to the event-loop thread of its connection
+ * (libmicrohttpd's thread pool) except while its connection is suspended;
+ * then exactly one other thread has it (the store's I/O thread, the wait
+ * timer or the lease queues), and the resume gives it back.
+ */
+#ifndef RL_HTTP_PRIV_H
+#define RL_HTTP_PRIV_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <microhttpd.h>
+
+#include "core/config_slot.h"
+#include "core/decide.h"
+#include "core/rules.h"
+#include "core/stats_request.h"
+#include "front/http.h"
+#include "front/lease_wait.h"
+
+#define JSON_TYPE "application/json"
+
+enum endpoint {
+	EP_ACQUIRE, EP_AUTH, EP_READY, EP_SIMPLE, EP_BAD_METHOD, EP_NOT_FOUND,
+	EP_RECORD, EP_STATS,	/* docs/stats.md */
+	EP_RELEASE, EP_RENEW	/* docs/leases.md */
+};
+
+/* The endpoints whose JSON body is read, and which are answered with a
+ * decision when answered straight on the socket (http_resume()). */
+#define EP_HAS_BODY(ep) ((ep) == EP_ACQUIRE || (ep) == EP_RECORD || \
+	(ep) == EP_STATS || (ep) == EP_RELEASE || (ep) == EP_RENEW)
+#define EP_DECIDES(ep) ((ep) == EP_ACQUIRE || (ep) == EP_AUTH)
+
+/* One per server; made by http_server_start(), freed by
+ * http_server_stop().  The atomics are read and written by every thread. */
+struct http_server {
+	struct MHD_Daemon *mhd;
+	int listen_fd;			/* -1 once quiesced */
+	struct config_slot cfg;		/* the snapshot served */
+	const struct decider *decider;	/* borrowed */
+	struct metrics *metrics;	/* borrowed */
+	int inflight;			/* atomic */
+	int suspended;			/* atomic: waiting for the store */
+	bool draining;			/* atomic: quiesced; close after each
+					 * answer */
+	bool stopping;			/* atomic: suspend nothing more */
+	struct http_guard *guard;	/* connection limit, request timeout */
+	struct wait_timer *timer;	/* answers waiting requests */
+	long long waiting;		/* atomic: requests that may wait */
+	struct lease_wait *leases;	/* requests waiting for a lease;
+					 * borrowed */
+};
+
+/* Per-request state, from the first call of the handler to completion. */
+enum request_state { RQ_READING, RQ_WAITING, RQ_DECIDED };
+
+/* One per request: made by the first call of access_handler() (http.c),
+ * freed by request_completed(); owns everything it points to but s, conn
+ * and cfg's reference. */
+struct request {
+	enum endpoint ep;
+	enum request_state state;
+	struct http_server *s;
+	struct config *cfg;		/* the snapshot this request uses */
+	int64_t arrived_us;
+	char *body;
+	size_t len, cap;
+	bool too_large;
+
+	/* What decide takes and gives, kept here while the connection is
+	 * suspended and the store decides. */
+	struct MHD_Connection *conn;
+	struct attrs attrs;
+	char *rule;
+	struct decide_request dr;
+	struct decision decision;
+	struct backend_call probe;	/* EP_READY */
+	struct stats_request sr;	/* EP_RECORD, EP_STATS */
+	struct rl_check lease_check;	/* EP_RELEASE, EP_RENEW, with probe */
+	struct rl_result lease_out;
+	char *lease_key;		/* lease_check's key and token */
+	int stats_pending;		/* atomic: stat calls not done */
+	bool answered_raw;		/* see http_resume() */
+	bool resumed_seen;		/* the handler ran after the resume */
+	bool answered;			/* an answer was queued */
+	uint64_t body_seen;		/* body bytes, kept or not */
+	/* Waiting for a turn (docs/waiting.md). */
+	bool wait_slot;			/* counted in s->waiting */
+	bool wait_over;			/* the timer fired */
+	bool wait_cut;			/* fired early: shutting down */
+	/* Waiting for a lease (docs/leases.md with wait_ms; lease_wait.h). */
+	struct lease_waiter lw;
+	bool lease_over;		/* no more waiting for a lease */
+	int64_t wait_until_us;		/* arrival + wait_ms */
+	int64_t lease_waited_ms;	/* answered after this wait */
+	int64_t tried_us;		/* the last decision was asked then */
+	bool counted_turn, counted_lease;	/* in the waiting gauge */
+	int64_t declared_len;		/* Content-Length, or -1 */
+};
+
+/* --- http.c: suspend and resume (the event loop; http_resume() on any
+ * thread) ----------------------------------------------------------------- */
+bool http_suspend(struct http_server *s, struct request *rq);
+void http_resume(void *arg);
+void http_probe_done(struct backend_call *call);
+void http_resumed(struct http_server *s, struct request *rq);
+void http_inline_done(void *arg);
+void http_probe_inline_done(struct backend_call *call);
+
+/* --- http_response.c (the event loop; http_answer_raw() where noted) --- */
+enum MHD_Result http_respond(struct http_server *s,
+    struct MHD_Connection *conn, int status, const char *type,
+    const char *body, size_t len, struct MHD_Response *prepared);
+char *http_error_json(const char *code, const char *fmt, va_list ap);
+enum MHD_Result http_respond_error(struct http_server *s,
+    struct MHD_Connection *conn, int status, const char *code,
+    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+enum MHD_Result http_refuse(struct http_server *s,
+    struct MHD_Connection *conn, int status, const char *code,
+    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+char *http_fmt_buf(char *stack, size_t cap, size_t *len, const char *fmt,
+    ...) __attribute__((format(printf, 4, 5)));
+void http_fmt_free(char *text, const char *stack);
+enum MHD_Result http_respond_decision(struct http_server *s,
+    struct MHD_Connection *conn, const struct request *rq,
+    const struct decision *d);
+bool http_answer_raw(struct http_server *s, int fd,
+    const struct request *rq);
+
+/* --- http_request.c (the event loop) ------------------------------------ */
+int http_acquire_attrs(struct http_server *s, struct MHD_Connection *conn,
+    const struct request *rq, struct attrs *a, char **rule, int64_t *cost,
+    int64_t *wait_ms, enum MHD_Result *ret);
+int http_auth_attrs(struct MHD_Connection *conn, const struct config *cfg,
+    const char *url, const char *method, struct attrs *a);
+
+/* --- http_framing.c (the event loop) ------------------------------------ */
+enum MHD_Result http_check_framing(struct http_server *s,
+    struct MHD_Connection *conn, const struct config *cfg, const char *url,
+    bool *answered);
+
+/* --- http_wait.c -------------------------------------------------------- */
+bool http_wait_needed(const struct request *rq);
+void http_wait_take_slot(struct http_server *s, struct request *rq);
+void http_lease_event(struct lease_waiter *w, enum lease_wait_event ev);
+int http_lease_queue_behind(struct http_server *s,
+    struct MHD_Connection *conn, struct request *rq, struct decide_job *job);
+enum MHD_Result http_answer_decision(struct http_server *s,
+    struct MHD_Connection *conn, struct request *rq);
+
+/* --- http_handlers.c (the event loop) ----------------------------------- */
+void http_log_access(const struct request *rq);
+enum MHD_Result http_finish_decision(struct http_server *s,
+    struct MHD_Connection *conn, struct request *rq);
+enum MHD_Result http_handle_decision(struct http_server *s,
+    struct MHD_Connection *conn, struct request *rq, const char *url,
+    const char *method);
+enum MHD_Result http_handle_ready(struct http_server *s,
+    struct MHD_Connection *conn, struct request *rq);
+enum MHD_Result http_handle_stats(struct http_server *s,
+    struct MHD_Connection *conn, struct request *rq);
+enum MHD_Result http_handle_lease(struct http_server *s,
+    struct MHD_Connection *conn, struct request *rq);
+enum MHD_Result http_handle_simple(struct http_server *s,
+    struct MHD_Connection *conn, const char *url);
+enum endpoint http_route(const char *url, const char *method);
+
+#endif
