@@ -53,7 +53,7 @@ http_finish_decision(struct http_server *s, struct MHD_Connection *conn,
     struct request *rq)
 {
 	rq->answered = true;
-	enum MHD_Result ret = http_respond_decision(s, conn, rq, &rq->decision);
+	enum MHD_Result ret = http_respond_decision(s, conn, rq);
 
 	if (rq->cfg->access_log && log_enabled(LOG_LEVEL_INFO))
 		http_log_access(rq);

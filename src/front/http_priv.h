@@ -28,6 +28,7 @@
 
 #include "core/config_slot.h"
 #include "core/decide.h"
+#include "core/rate_headers.h"
 #include "core/rules.h"
 #include "core/stats_request.h"
 #include "front/http.h"
@@ -127,7 +128,11 @@ void http_probe_inline_done(struct backend_call *call);
 enum MHD_Result http_respond(struct http_server *s,
     struct MHD_Connection *conn, int status, const char *type,
     const char *body, size_t len, struct MHD_Response *prepared);
+/* The one place the error JSON {"error": code, "message": ...} is built:
+ * a new buffer (free()), or NULL when out of memory. */
 char *http_error_json(const char *code, const char *fmt, va_list ap);
+char *http_error_text(const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 enum MHD_Result http_respond_error(struct http_server *s,
     struct MHD_Connection *conn, int status, const char *code,
     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
@@ -138,8 +143,23 @@ char *http_fmt_buf(char *stack, size_t cap, size_t *len, const char *fmt,
     ...) __attribute__((format(printf, 4, 5)));
 void http_fmt_free(char *text, const char *stack);
 enum MHD_Result http_respond_decision(struct http_server *s,
-    struct MHD_Connection *conn, const struct request *rq,
-    const struct decision *d);
+    struct MHD_Connection *conn, const struct request *rq);
+/*
+ * A decision rendered once (http_render_decision()): what the MHD response
+ * and the raw answer both send.  body points into stack or to a new
+ * buffer, so an http_answer is never copied; http_answer_clear() frees.
+ */
+struct http_answer {
+	int status;
+	const char *type;		/* Content-Type (static), or NULL */
+	char *body;
+	size_t len;
+	struct rate_header headers[RATE_HEADERS_MAX];
+	size_t nheaders;
+	char stack[512];
+};
+int http_render_decision(const struct request *rq, struct http_answer *a);
+void http_answer_clear(struct http_answer *a);
 bool http_answer_raw(struct http_server *s, int fd,
     const struct request *rq);
 

@@ -63,6 +63,18 @@ http_error_json(const char *code, const char *fmt, va_list ap)
 	return text;
 }
 
+char *
+http_error_text(const char *code, const char *fmt, ...)
+{
+	va_list ap;
+	char *text;
+
+	va_start(ap, fmt);
+	text = http_error_json(code, fmt, ap);
+	va_end(ap);
+	return text;
+}
+
 enum MHD_Result
 http_respond_error(struct http_server *s, struct MHD_Connection *conn,
     int status, const char *code, const char *fmt, ...)
@@ -80,14 +92,6 @@ http_respond_error(struct http_server *s, struct MHD_Connection *conn,
 	free(text);
 	return ret;
 }
-
-/* Where headers go: an MHD response, or a raw answer being written. */
-struct header_sink {
-	struct MHD_Response *r;		/* or NULL */
-	char *buf;			/* raw: NUL-terminated text */
-	size_t len, cap;
-	bool failed;
-};
 
 /*
  * printf into stack (cap bytes) when it fits, else into a new allocation of
@@ -133,41 +137,6 @@ http_fmt_free(char *text, const char *stack)
 {
 	if (text != stack)
 		rl_free(text);
-}
-
-static void
-sink_add(struct header_sink *k, const char *name, const char *value)
-{
-	size_t need;
-	char *nb;
-
-	if (k->r != NULL) {
-		if (MHD_add_response_header(k->r, name, value) != MHD_YES)
-			k->failed = true;
-		return;
-	}
-	need = k->len + strlen(name) + strlen(value) + 5;
-	if (need > k->cap) {
-		if ((nb = rl_realloc(k->buf, need * 2)) == NULL) {
-			k->failed = true;
-			return;
-		}
-		k->buf = nb;
-		k->cap = need * 2;
-	}
-	k->len += (size_t)snprintf(k->buf + k->len, k->cap - k->len,
-	    "%s: %s\r\n", name, value);
-}
-
-/* The RateLimit headers of docs/http.md for the deciding rule. */
-static void
-add_rate_headers(struct header_sink *k, const struct decision *d)
-{
-	struct rate_header h[RATE_HEADERS_MAX];
-	int i, n = rate_headers(d, h);
-
-	for (i = 0; i < n; i++)
-		sink_add(k, h[i].name, h[i].value);
 }
 
 /*
@@ -254,34 +223,86 @@ decision_body(const struct request *rq, const struct decision *d,
 	return stack;
 }
 
+/*
+ * Render rq's decision once into *a: the status, the body (JSON for
+ * /acquire, empty for /auth, the error JSON when the decision is an error)
+ * and the headers, which the MHD response and the raw answer then send
+ * alike.  Returns 0 (release *a with http_answer_clear()), or -1 when out
+ * of memory.  Any thread that has rq.
+ */
+int
+http_render_decision(const struct request *rq, struct http_answer *a)
+{
+	const struct decision *d = &rq->decision;
+
+	a->type = NULL;
+	a->nheaders = 0;
+	a->len = 0;
+	if (d->status != DECIDE_OK) {
+		char *text = http_error_text(decide_status_code(d->status),
+		    "%s", d->message);
+
+		a->status = d->status == DECIDE_BACKEND_UNAVAILABLE ? 503 :
+		    d->status == DECIDE_INTERNAL ? 500 : 400;
+		a->type = JSON_TYPE;
+		if (text == NULL)
+			return -1;
+		a->body = http_fmt_buf(a->stack, sizeof(a->stack), &a->len,
+		    "%s", text);
+		free(text);
+		return a->body != NULL ? 0 : -1;
+	}
+		if ((a->body = decision_body(rq, d, a->stack, sizeof(a->stack),
+	    &a->len, &a->status)) == NULL)
+		return -1;
+	if (rq->ep == EP_ACQUIRE)
+		a->type = JSON_TYPE;
+	a->nheaders = (size_t)rate_headers(d, a->headers);
+	return 0;
+}
+
+void
+http_answer_clear(struct http_answer *a)
+{
+	if (a->body != NULL)
+		http_fmt_free(a->body, a->stack);
+	a->body = NULL;
+}
+
 /* Answer a decision: JSON for /acquire, an empty body for /auth. */
 enum MHD_Result
 http_respond_decision(struct http_server *s, struct MHD_Connection *conn,
-    const struct request *rq, const struct decision *d)
+    const struct request *rq)
 {
-	struct header_sink k = { 0 };
-	char stack[512], *body;
-	size_t n = 0;
-	int status;
+	struct http_answer a;
+	struct MHD_Response *r;
+	size_t i;
 
-	if (d->status != DECIDE_OK) {
-		int code = d->status == DECIDE_BACKEND_UNAVAILABLE ? 503 :
-		    d->status == DECIDE_INTERNAL ? 500 : 400;
-
-		return http_respond_error(s, conn, code,
-		    decide_status_code(d->status), "%s", d->message);
-	}
-	if ((body = decision_body(rq, d, stack, sizeof(stack), &n,
-	    &status)) == NULL)
+	if (http_render_decision(rq, &a) < 0)
 		return http_respond_error(s, conn, 500, "internal_error",
 		    "out of memory");
-	k.r = MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_COPY);
-	http_fmt_free(body, stack);
-	if (k.r == NULL)
+	r = MHD_create_response_from_buffer(a.len, a.body,
+	    MHD_RESPMEM_MUST_COPY);
+	for (i = 0; r != NULL && i < a.nheaders; i++)
+		MHD_add_response_header(r, a.headers[i].name,
+		    a.headers[i].value);
+	http_answer_clear(&a);
+	if (r == NULL)
 		return MHD_NO;
-	add_rate_headers(&k, d);
-	return http_respond(s, conn, status, rq->ep == EP_ACQUIRE ? JSON_TYPE :
-	    NULL, NULL, 0, k.r);
+	return http_respond(s, conn, a.status, a.type, NULL, 0, r);
+}
+
+/* Write p (n bytes) whole on fd; false when the socket refuses. */
+static bool
+send_all(int fd, const char *p, size_t n)
+{
+	ssize_t w;
+	size_t off;
+
+	for (off = 0; off < n; off += (size_t)w)
+		if ((w = send(fd, p + off, n - off, MSG_NOSIGNAL)) <= 0)
+			return false;
+	return true;
 }
 
 /*
@@ -289,70 +310,43 @@ http_respond_decision(struct http_server *s, struct MHD_Connection *conn,
  * after it: for a client that shut down its sending side while its request
  * waited for the store, whose answer libmicrohttpd would drop on resume
  * (it sees the end of input first).  False when it could not be written
- * whole; either way the connection is then closed.  Runs on the store's
- * thread while the connection is suspended: nothing else touches it.
+ * whole; either way the connection is then closed.  Runs on the thread
+ * that resumes the request while the connection is suspended: nothing
+ * else touches it.
  */
 bool
 http_answer_raw(struct http_server *s, int fd, const struct request *rq)
 {
-	const struct decision *d = &rq->decision;
-	struct header_sink k = { 0 };
-	char stack[512], *body, head[160];
-	size_t n = 0, off;
-	int status = 503, hl;
+	struct http_answer a;
+	char *head = NULL;
+	size_t cap, off, i;
 	bool ok = false;
-	const char *parts[3];
-	size_t lens[3];
-	ssize_t w;
-	int i;
 
-	if (d->status != DECIDE_OK) {
-		int code = d->status == DECIDE_BACKEND_UNAVAILABLE ? 503 :
-		    d->status == DECIDE_INTERNAL ? 500 : 400;
-		json_t *o = json_pack("{s:s, s:s}", "error",
-		    decide_status_code(d->status), "message", d->message);
-		char *text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
-
-		json_decref(o);
-		if (text == NULL)
-			return false;
-		body = http_fmt_buf(stack, sizeof(stack), &n, "%s", text);
-		free(text);
-		status = code;
-		sink_add(&k, MHD_HTTP_HEADER_CONTENT_TYPE, JSON_TYPE);
-	} else {
-		body = decision_body(rq, d, stack, sizeof(stack), &n, &status);
-		if (rq->ep == EP_ACQUIRE)
-			sink_add(&k, MHD_HTTP_HEADER_CONTENT_TYPE, JSON_TYPE);
-		add_rate_headers(&k, d);
-	}
-	if (body == NULL || k.failed)
+	if (http_render_decision(rq, &a) < 0)
+		return false;
+	cap = 256 + (a.type != NULL ? strlen(a.type) + 20 : 0);
+	for (i = 0; i < a.nheaders; i++)
+		cap += strlen(a.headers[i].name) +
+		    strlen(a.headers[i].value) + 4;
+	if ((head = rl_malloc(cap)) == NULL)
 		goto out;
-	hl = snprintf(head, sizeof(head), "HTTP/1.1 %d %s\r\n"
-	    "Connection: close\r\nContent-Length: %zu\r\n", status,
-	    MHD_get_reason_phrase_for((unsigned)status), n);
-	parts[0] = head;
-	lens[0] = (size_t)hl;
-	parts[1] = k.buf != NULL ? k.buf : "";
-	lens[1] = k.len;
-	parts[2] = body;
-	lens[2] = n;
-	for (i = 0; i < 3; i++) {
-		for (off = 0; off < lens[i]; off += (size_t)w) {
-			w = send(fd, parts[i] + off, lens[i] - off,
-			    MSG_NOSIGNAL);
-			if (w <= 0)
-				goto out;
-		}
-		if (i == 1 && send(fd, "\r\n", 2, MSG_NOSIGNAL) != 2)
-			goto out;
-	}
+	off = (size_t)snprintf(head, cap, "HTTP/1.1 %d %s\r\n"
+	    "Connection: close\r\nContent-Length: %zu\r\n", a.status,
+	    MHD_get_reason_phrase_for((unsigned)a.status), a.len);
+	if (a.type != NULL)
+		off += (size_t)snprintf(head + off, cap - off, "%s: %s\r\n",
+		    MHD_HTTP_HEADER_CONTENT_TYPE, a.type);
+	for (i = 0; i < a.nheaders; i++)
+		off += (size_t)snprintf(head + off, cap - off, "%s: %s\r\n",
+		    a.headers[i].name, a.headers[i].value);
+	off += (size_t)snprintf(head + off, cap - off, "\r\n");
+	if (!send_all(fd, head, off) || !send_all(fd, a.body, a.len))
+		goto out;
 	ok = true;
-	metrics_http_response(s->metrics, status);
+	metrics_http_response(s->metrics, a.status);
 out:
-	if (body != NULL)
-		http_fmt_free(body, stack);
-	rl_free(k.buf);
+	rl_free(head);
+	http_answer_clear(&a);
 	return ok;
 }
 
