@@ -127,12 +127,6 @@ http_resume(void *arg)
 	MHD_resume_connection(rq->conn);
 }
 
-void
-http_probe_done(struct backend_call *call)
-{
-	http_resume(call->arg);
-}
-
 /* Called again after a resume: the request is no longer suspended. */
 void
 http_resumed(struct http_server *s, struct request *rq)
@@ -142,16 +136,65 @@ http_resumed(struct http_server *s, struct request *rq)
 	__atomic_sub_fetch(&s->suspended, 1, __ATOMIC_SEQ_CST);
 }
 
-void
-http_inline_done(void *arg)
+/* The store answered inside the submit: nothing to wake. */
+static void
+inline_done(void *arg)
 {
 	(void)arg;
 }
 
-void
-http_probe_inline_done(struct backend_call *call)
+static void
+call_inline_done(struct backend_call *call)
 {
 	(void)call;
+}
+
+/* One backend call is done (the store's thread): the last one wakes the
+ * connection. */
+static void
+call_done(struct backend_call *call)
+{
+	struct request *rq = call->arg;
+
+	if (__atomic_sub_fetch(&rq->calls_pending, 1, __ATOMIC_ACQ_REL) == 0)
+		http_resume(rq);
+}
+
+/*
+ * Hand a prepared store call to the store: a decision job (job != NULL;
+ * n is 0) or n backend calls (their arg and done are set here).  The
+ * memory store answers inside the submit: 1, answer now.  Else the
+ * connection is suspended until the store's answer resumes it, and the
+ * handler runs again: 0, return MHD_YES.  -1 when the server is stopping:
+ * nothing was submitted (the job is cancelled), answer 503.  The event
+ * loop.
+ */
+int
+http_submit(struct request *rq, struct decide_job *job,
+    struct backend_call *calls, size_t n)
+{
+	struct backend *b = rq->s->decider->backend;
+	bool now = b->completes_inline;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		calls[i].arg = rq;
+		calls[i].done = now ? call_inline_done : call_done;
+	}
+	if (!now) {
+		rq->calls_pending = job != NULL ? 1 : (int)n;
+		if (!http_suspend(rq->s, rq)) {
+			if (job != NULL)
+				decide_cancel(job);
+			return -1;
+		}
+	}
+	if (job != NULL)
+		decide_run(job, now ? inline_done : http_resume, now ? NULL :
+		    rq);
+	for (i = 0; i < n; i++)
+		backend_submit(b, &calls[i]);
+	return now ? 1 : 0;
 }
 
 /*

@@ -109,21 +109,13 @@ http_handle_decision(struct http_server *s, struct MHD_Connection *conn,
 	if (decide_prepare(s->decider, rq->cfg, &rq->dr, &rq->decision,
 	    &job) == 0)
 		return http_finish_decision(s, conn, rq);
-	if ((rc = http_lease_queue_behind(s, conn, rq, job)) != 0)
-		return rc == 1 ? MHD_YES : http_respond_error(s, conn, 503,
-		    "shutting_down", "the server is shutting down");
-	if (s->decider->backend->completes_inline) {
-		decide_run(job, http_inline_done, NULL);
+	if ((rc = http_lease_queue_behind(s, conn, rq, job)) == 0 &&
+	    (rc = http_submit(rq, job, NULL, 0)) == 1)
 		return http_answer_decision(s, conn, rq);
-	}
-	rq->conn = conn;
-	if (!http_suspend(s, rq)) {
-		decide_cancel(job);
+	if (rc < 0)
 		return http_respond_error(s, conn, 503, "shutting_down",
 		    "the server is shutting down");
-	}
-	decide_run(job, http_resume, rq);
-	return MHD_YES;
+	return MHD_YES;		/* suspended: queued behind, or submitted */
 }
 
 /* /readyz: a probe of the store, answered when it answers. */
@@ -131,45 +123,21 @@ enum MHD_Result
 http_handle_ready(struct http_server *s, struct MHD_Connection *conn,
     struct request *rq)
 {
+	int rc;
+
 	if (rq->state == RQ_DECIDED) {
 		http_resumed(s, rq);
 	} else {
 		memset(&rq->probe, 0, sizeof(rq->probe));
-		rq->probe.deadline_us = 0;
-		rq->probe.done = http_probe_done;
-		rq->probe.arg = rq;
-		rq->conn = conn;
-		if (s->decider->backend->completes_inline) {
-			rq->probe.done = http_probe_inline_done;
-			backend_submit(s->decider->backend, &rq->probe);
-		} else {
-			if (!http_suspend(s, rq))
-				return http_respond(s, conn, 503, "text/plain",
-				    "not ready\n", 10, NULL);
-			backend_submit(s->decider->backend, &rq->probe);
+		if ((rc = http_submit(rq, NULL, &rq->probe, 1)) < 0)
+			return http_respond(s, conn, 503, "text/plain",
+			    "not ready\n", 10, NULL);
+		if (rc == 0)
 			return MHD_YES;
-		}
 	}
 	return rq->probe.rc == 0 ?
 	    http_respond(s, conn, 200, "text/plain", "ready\n", 6, NULL) :
 	    http_respond(s, conn, 503, "text/plain", "not ready\n", 10, NULL);
-}
-
-/* One stat call is done (the store's thread, or inline): the last one
- * wakes the connection. */
-static void
-stat_done(struct backend_call *call)
-{
-	struct request *rq = call->arg;
-
-	if (__atomic_sub_fetch(&rq->stats_pending, 1, __ATOMIC_ACQ_REL) == 0)
-		http_resume(rq);
-}
-
-static void
-stat_inline_done(struct backend_call *call)
-{
-	(void)call;
 }
 
 /* Every stat call is done: the answer, or the first store error. */
@@ -211,6 +179,7 @@ http_handle_stats(struct http_server *s, struct MHD_Connection *conn,
 	struct stats_request *sr = &rq->sr;
 	struct request_error e;
 	size_t i;
+	int rc;
 
 	if (rq->state == RQ_DECIDED) {
 		http_resumed(s, rq);
@@ -226,25 +195,12 @@ http_handle_stats(struct http_server *s, struct MHD_Connection *conn,
 		    e.message);
 	if (sr->n == 0)
 		return finish_stats(s, conn, rq);
-	for (i = 0; i < sr->n; i++) {
+	for (i = 0; i < sr->n; i++)
 		sr->calls[i].start_us = rq->arrived_us;
-		sr->calls[i].arg = rq;
-		sr->calls[i].done = s->decider->backend->completes_inline ?
-		    stat_inline_done : stat_done;
-	}
-	if (s->decider->backend->completes_inline) {
-		for (i = 0; i < sr->n; i++)
-			backend_submit(s->decider->backend, &sr->calls[i]);
-		return finish_stats(s, conn, rq);
-	}
-	rq->conn = conn;
-	rq->stats_pending = (int)sr->n;
-	if (!http_suspend(s, rq))
+	if ((rc = http_submit(rq, NULL, sr->calls, sr->n)) < 0)
 		return http_respond_error(s, conn, 503, "shutting_down",
 		    "the server is shutting down");
-	for (i = 0; i < sr->n; i++)
-		backend_submit(s->decider->backend, &sr->calls[i]);
-	return MHD_YES;
+	return rc == 0 ? MHD_YES : finish_stats(s, conn, rq);
 }
 
 /*
@@ -319,19 +275,11 @@ http_handle_lease(struct http_server *s, struct MHD_Connection *conn,
 	rq->probe.lease_op = renew ? BACKEND_LEASE_RENEW :
 	    BACKEND_LEASE_RELEASE;
 	rq->probe.start_us = rq->arrived_us;
-	rq->probe.arg = rq;
-	rq->conn = conn;
-	if (s->decider->backend->completes_inline) {
-		rq->probe.done = http_probe_inline_done;
-		backend_submit(s->decider->backend, &rq->probe);
-	} else {
-		rq->probe.done = http_probe_done;
-		if (!http_suspend(s, rq))
-			return http_respond_error(s, conn, 503, "shutting_down",
-			    "the server is shutting down");
-		backend_submit(s->decider->backend, &rq->probe);
+	if ((rc = http_submit(rq, NULL, &rq->probe, 1)) < 0)
+		return http_respond_error(s, conn, 503, "shutting_down",
+		    "the server is shutting down");
+	if (rc == 0)
 		return MHD_YES;
-	}
 answer:
 	if (rq->probe.rc != 0)
 		return http_respond_error(s, conn, 503, "backend_unavailable",

@@ -96,7 +96,7 @@ struct request {
 	struct rl_check lease_check;	/* EP_RELEASE, EP_RENEW, with probe */
 	struct rl_result lease_out;
 	char *lease_key;		/* lease_check's key and token */
-	int stats_pending;		/* atomic: stat calls not done */
+	int calls_pending;		/* atomic: store calls not done */
 	bool answered_raw;		/* see http_resume() */
 	bool resumed_seen;		/* the handler ran after the resume */
 	bool answered;			/* an answer was queued */
@@ -119,10 +119,9 @@ struct request {
  * thread) ----------------------------------------------------------------- */
 bool http_suspend(struct http_server *s, struct request *rq);
 void http_resume(void *arg);
-void http_probe_done(struct backend_call *call);
 void http_resumed(struct http_server *s, struct request *rq);
-void http_inline_done(void *arg);
-void http_probe_inline_done(struct backend_call *call);
+int http_submit(struct request *rq, struct decide_job *job,
+    struct backend_call *calls, size_t n);
 
 /* --- http_response.c (the event loop; http_answer_raw() where noted) --- */
 enum MHD_Result http_respond(struct http_server *s,
