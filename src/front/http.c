@@ -20,6 +20,7 @@
  *
  * The listening socket is bound by listen_socket_open() (listen.c).
  */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -86,54 +87,102 @@ conn_ctx(struct MHD_Connection *conn)
 	return ci != NULL ? ci->socket_context : NULL;
 }
 
+/* Which states a move to each state may come from (a bit per state). */
+#define RQ_BIT(st) (1u << (st))
+static const unsigned rq_from[] = {
+	[RQ_READING] = 0,
+	[RQ_DECIDING] = RQ_BIT(RQ_READING),
+	[RQ_WAITING_LEASE] = RQ_BIT(RQ_READING) | RQ_BIT(RQ_ANSWERING),
+	[RQ_WAITING_TURN] = RQ_BIT(RQ_ANSWERING),
+	[RQ_RESUMED] = RQ_BIT(RQ_DECIDING) | RQ_BIT(RQ_WAITING_LEASE) |
+	    RQ_BIT(RQ_WAITING_TURN),
+	[RQ_ANSWERED_RAW] = RQ_BIT(RQ_DECIDING) | RQ_BIT(RQ_WAITING_LEASE) |
+	    RQ_BIT(RQ_WAITING_TURN),
+	[RQ_ANSWERING] = RQ_BIT(RQ_READING) | RQ_BIT(RQ_RESUMED),
+	[RQ_DONE] = RQ_BIT(RQ_READING) | RQ_BIT(RQ_ANSWERING) |
+	    RQ_BIT(RQ_RESUMED) | RQ_BIT(RQ_ANSWERED_RAW),
+};
+
+static bool
+rq_is_suspended(enum request_state st)
+{
+	return st == RQ_DECIDING || st == RQ_WAITING_LEASE ||
+	    st == RQ_WAITING_TURN;
+}
+
 /*
- * Suspend rq's connection until the store answers; false when the server
- * is stopping (then nothing is suspended).  Counted first, so that
- * http_server_stop() never misses a suspension that is under way.
+ * Move rq to state `to`, with what the move implies (http_priv.h, enum
+ * request_state).  False only when a suspension is refused because the
+ * server is stopping; rq is then where it was.  The suspension is counted
+ * before the stop is looked at, so that http_server_stop() never misses
+ * one under way.  The thread that has rq: the event loop, or the one that
+ * resumes it (RESUMED, ANSWERED_RAW; rq is the loop's again after).
  */
 bool
-http_suspend(struct http_server *s, struct request *rq)
+http_request_enter(struct request *rq, enum request_state to)
 {
-	__atomic_add_fetch(&s->suspended, 1, __ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) {
-		__atomic_sub_fetch(&s->suspended, 1, __ATOMIC_SEQ_CST);
-		return false;
+	struct http_server *s = rq->s;
+	enum request_state from = rq->state;
+
+	assert((rq_from[to] & RQ_BIT(from)) != 0);
+	if (rq_is_suspended(to)) {
+		__atomic_add_fetch(&s->suspended, 1, __ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) {
+			__atomic_sub_fetch(&s->suspended, 1, __ATOMIC_SEQ_CST);
+			return false;
+		}
+		if (to == RQ_WAITING_TURN && !rq->waited_turn) {
+			rq->waited_turn = true;	/* before the timer has it */
+			metrics_waiting(s->metrics, METRICS_WAIT_TURN, 1);
+		}
+		if (to == RQ_WAITING_LEASE && !rq->waited_lease) {
+			rq->waited_lease = true;	/* before it is parked */
+			metrics_waiting(s->metrics, METRICS_WAIT_LEASE, 1);
+		}
+		rq->state = to;
+		http_guard_waiting(conn_ctx(rq->conn), true);
+		MHD_suspend_connection(rq->conn);
+		return true;
 	}
-	rq->state = RQ_WAITING;
-	http_guard_waiting(conn_ctx(rq->conn), true);
-	MHD_suspend_connection(rq->conn);
+	if (from == RQ_RESUMED || from == RQ_ANSWERED_RAW) {
+		http_guard_waiting(conn_ctx(rq->conn), false);
+		__atomic_sub_fetch(&s->suspended, 1, __ATOMIC_SEQ_CST);
+	}
+	if (to == RQ_DONE) {
+		if (rq->wait_slot)
+			__atomic_sub_fetch(&s->waiting, 1, __ATOMIC_SEQ_CST);
+		if (rq->waited_turn)
+			metrics_waiting(s->metrics, METRICS_WAIT_TURN, -1);
+		if (rq->waited_lease)
+			metrics_waiting(s->metrics, METRICS_WAIT_LEASE, -1);
+		rq->wait_slot = rq->waited_turn = rq->waited_lease = false;
+	}
+	rq->state = to;
+	if (to == RQ_RESUMED || to == RQ_ANSWERED_RAW)
+		MHD_resume_connection(rq->conn);	/* the loop's again */
 	return true;
 }
 
-/* The store answered (any thread): wake the connection.  The loop then
- * calls the handler again, which answers and uncounts it.  A client that
- * shut down its sending side meanwhile is answered here, straight on the
- * socket: libmicrohttpd would see its end of input first on resume and
- * close without the answer. */
+/* The store answered, the time came, or the wait was cut (any thread):
+ * wake the connection, and the loop calls the handler again.  A client
+ * that shut down its sending side meanwhile is answered here, straight on
+ * the socket: libmicrohttpd would see its end of input first on resume
+ * and close without the answer. */
 void
 http_resume(void *arg)
 {
 	struct request *rq = arg;
 	const union MHD_ConnectionInfo *ci;
+	enum request_state to = RQ_RESUMED;
 
-	if (EP_DECIDES(rq->ep) && !http_wait_needed(rq) && !rq->wait_cut &&
+	if (EP_DECIDES(rq->ep) && !http_wait_needed(rq) && !rq->cut &&
 	    client_half_closed(rq->conn) &&
 	    (ci = MHD_get_connection_info(rq->conn,
 	    MHD_CONNECTION_INFO_CONNECTION_FD)) != NULL) {
 		(void)http_answer_raw(rq->s, ci->connect_fd, rq);
-		rq->answered_raw = true;
+		to = RQ_ANSWERED_RAW;
 	}
-	rq->state = RQ_DECIDED;
-	MHD_resume_connection(rq->conn);
-}
-
-/* Called again after a resume: the request is no longer suspended. */
-void
-http_resumed(struct http_server *s, struct request *rq)
-{
-	rq->resumed_seen = true;
-	http_guard_waiting(conn_ctx(rq->conn), false);
-	__atomic_sub_fetch(&s->suspended, 1, __ATOMIC_SEQ_CST);
+	http_request_enter(rq, to);
 }
 
 /* The store answered inside the submit: nothing to wake. */
@@ -181,9 +230,11 @@ http_submit(struct request *rq, struct decide_job *job,
 		calls[i].arg = rq;
 		calls[i].done = now ? call_inline_done : call_done;
 	}
-	if (!now) {
+	if (now) {
+		http_request_enter(rq, RQ_ANSWERING);
+	} else {
 		rq->calls_pending = job != NULL ? 1 : (int)n;
-		if (!http_suspend(rq->s, rq)) {
+		if (!http_request_enter(rq, RQ_DECIDING)) {
 			if (job != NULL)
 				decide_cancel(job);
 			return -1;
@@ -221,6 +272,7 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 		rq->conn = conn;
 		rq->arrived_us = util_monotonic_us();
 		rq->cfg = http_server_get_config(s);
+		rq->state = RQ_READING;
 		__atomic_add_fetch(&s->inflight, 1, __ATOMIC_SEQ_CST);
 		*con_cls = rq;
 		{
@@ -267,6 +319,14 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 		rq->len += n;
 		return MHD_YES;
 	}
+	if (rq->state == RQ_ANSWERED_RAW) {	/* answered: close */
+		http_request_enter(rq, RQ_DONE);
+		if (rq->cfg->access_log && log_enabled(LOG_LEVEL_INFO))
+			http_log_access(rq);
+		return MHD_NO;
+	}
+	if (rq->state == RQ_RESUMED)
+		http_request_enter(rq, RQ_ANSWERING);
 	if (rq->state == RQ_READING && rq->declared_len >= 0 &&
 	    rq->body_seen != (uint64_t)rq->declared_len)
 		/* The body libmicrohttpd framed is not the one the header
@@ -311,24 +371,20 @@ request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	http_guard_request_done(conn_ctx(conn));
 	if (rq == NULL)
 		return;
-	if (rq->state == RQ_DECIDED && !rq->resumed_seen) {
+	if (rq->state == RQ_RESUMED) {
 		/* Resumed, then closed by libmicrohttpd before the handler
-		 * ran: the client shut down its sending side after http_resume()
-		 * looked.  The socket is still open: answer on it. */
+		 * ran: the client shut down its sending side after
+		 * http_resume() looked.  The socket is still open: answer on
+		 * it. */
 		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
 		    conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 
-		if (EP_DECIDES(rq->ep) && !rq->answered_raw && ci != NULL &&
-		    !http_wait_needed(rq) && !rq->wait_cut)
+		if (EP_DECIDES(rq->ep) && ci != NULL &&
+		    !http_wait_needed(rq) && !rq->cut)
 			(void)http_answer_raw(s, ci->connect_fd, rq);
-		http_resumed(s, rq);
 	}
-	if (rq->wait_slot)
-		__atomic_sub_fetch(&s->waiting, 1, __ATOMIC_SEQ_CST);
-	if (rq->counted_turn)
-		metrics_waiting(s->metrics, METRICS_WAIT_TURN, -1);
-	if (rq->counted_lease)
-		metrics_waiting(s->metrics, METRICS_WAIT_LEASE, -1);
+	if (rq->state != RQ_DONE)
+		http_request_enter(rq, RQ_DONE);
 	stats_request_clear(&rq->sr);
 	config_unref(rq->cfg);
 	decide_leases_free(&rq->decision);

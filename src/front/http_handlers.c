@@ -52,7 +52,6 @@ enum MHD_Result
 http_finish_decision(struct http_server *s, struct MHD_Connection *conn,
     struct request *rq)
 {
-	rq->answered = true;
 	enum MHD_Result ret = http_respond_decision(s, conn, rq);
 
 	if (rq->cfg->access_log && log_enabled(LOG_LEVEL_INFO))
@@ -63,7 +62,7 @@ http_finish_decision(struct http_server *s, struct MHD_Connection *conn,
 /*
  * The last call for /acquire or /auth: gather attributes, decide what can
  * be decided here, and hand the rest to the store.  Called again after the
- * store's answer resumed the connection, with rq->state == RQ_DECIDED.
+ * store's answer resumed the connection, in RQ_ANSWERING.
  */
 enum MHD_Result
 http_handle_decision(struct http_server *s, struct MHD_Connection *conn,
@@ -73,15 +72,8 @@ http_handle_decision(struct http_server *s, struct MHD_Connection *conn,
 	struct decide_job *job;
 	int rc;
 
-	if (rq->state == RQ_DECIDED) {
-		http_resumed(s, rq);
-		if (rq->answered_raw) {
-			if (rq->cfg->access_log && log_enabled(LOG_LEVEL_INFO))
-				http_log_access(rq);
-			return MHD_NO;	/* answered; close */
-		}
+	if (rq->state == RQ_ANSWERING)		/* resumed */
 		return http_answer_decision(s, conn, rq);
-	}
 	if (rq->too_large)
 		return http_respond_error(s, conn, 413, "body_too_large",
 		    "the body is larger than %lld bytes",
@@ -109,7 +101,7 @@ http_handle_decision(struct http_server *s, struct MHD_Connection *conn,
 	if (decide_prepare(s->decider, rq->cfg, &rq->dr, &rq->decision,
 	    &job) == 0)
 		return http_finish_decision(s, conn, rq);
-	if ((rc = http_lease_queue_behind(s, conn, rq, job)) == 0 &&
+	if ((rc = http_lease_queue_behind(s, rq, job)) == 0 &&
 	    (rc = http_submit(rq, job, NULL, 0)) == 1)
 		return http_answer_decision(s, conn, rq);
 	if (rc < 0)
@@ -125,9 +117,7 @@ http_handle_ready(struct http_server *s, struct MHD_Connection *conn,
 {
 	int rc;
 
-	if (rq->state == RQ_DECIDED) {
-		http_resumed(s, rq);
-	} else {
+	if (rq->state != RQ_ANSWERING) {
 		memset(&rq->probe, 0, sizeof(rq->probe));
 		if ((rc = http_submit(rq, NULL, &rq->probe, 1)) < 0)
 			return http_respond(s, conn, 503, "text/plain",
@@ -181,10 +171,8 @@ http_handle_stats(struct http_server *s, struct MHD_Connection *conn,
 	size_t i;
 	int rc;
 
-	if (rq->state == RQ_DECIDED) {
-		http_resumed(s, rq);
+	if (rq->state == RQ_ANSWERING)		/* resumed */
 		return finish_stats(s, conn, rq);
-	}
 	if (rq->too_large)
 		return http_respond_error(s, conn, 413, "body_too_large",
 		    "the body is larger than %lld bytes",
@@ -220,10 +208,8 @@ http_handle_lease(struct http_server *s, struct MHD_Connection *conn,
 	size_t plen;
 	int rc;
 
-	if (rq->state == RQ_DECIDED) {
-		http_resumed(s, rq);
+	if (rq->state == RQ_ANSWERING)		/* resumed */
 		goto answer;
-	}
 	if (rq->too_large)
 		return http_respond_error(s, conn, 413, "body_too_large",
 		    "the body is larger than %lld bytes",

@@ -68,8 +68,41 @@ struct http_server {
 					 * borrowed */
 };
 
-/* Per-request state, from the first call of the handler to completion. */
-enum request_state { RQ_READING, RQ_WAITING, RQ_DECIDED };
+/*
+ * Where a request is in its life.  Every move goes through
+ * http_request_enter() (http.c), which refuses a move the life does not
+ * make and does what the move implies:
+ *
+ *   READING --> ANSWERING --------------------------------> DONE
+ *      |            |  ^                                     ^
+ *      |            v  |                                     |
+ *      +--> DECIDING, WAITING_LEASE, WAITING_TURN            |
+ *           (suspended)    |                                 |
+ *                          +--> RESUMED --> ANSWERING ...    |
+ *                          +--> ANSWERED_RAW ----------------+
+ *
+ * Entering a suspended state counts the request in s->suspended (refused
+ * when the server is stopping), marks it waiting for the guard and
+ * suspends the connection; WAITING_TURN and WAITING_LEASE count it once
+ * in their gauge.  RESUMED and ANSWERED_RAW resume the connection (the
+ * thread that moves it there has the request until then).  Leaving them
+ * uncounts the suspension; DONE gives back the wait slot and the gauges.
+ */
+enum request_state {
+	RQ_READING,		/* the loop: headers and body come in */
+	RQ_DECIDING,		/* suspended: a store call is out
+				 * (http_submit) */
+	RQ_WAITING_LEASE,	/* suspended: in the lease queues, tries
+				 * included (http_wait.c) */
+	RQ_WAITING_TURN,	/* suspended: the wait timer has it */
+	RQ_RESUMED,		/* resumed with its answer; the handler has
+				 * not run yet */
+	RQ_ANSWERED_RAW,	/* resumed after its answer was written on
+				 * the socket (http_resume()) */
+	RQ_ANSWERING,		/* the loop: answered inline or after a
+				 * resume, or about to wait */
+	RQ_DONE			/* answered or abandoned; freed next */
+};
 
 /* One per request: made by the first call of access_handler() (http.c),
  * freed by request_completed(); owns everything it points to but s, conn
@@ -97,29 +130,33 @@ struct request {
 	struct rl_result lease_out;
 	char *lease_key;		/* lease_check's key and token */
 	int calls_pending;		/* atomic: store calls not done */
-	bool answered_raw;		/* see http_resume() */
-	bool resumed_seen;		/* the handler ran after the resume */
-	bool answered;			/* an answer was queued */
 	uint64_t body_seen;		/* body bytes, kept or not */
-	/* Waiting for a turn (docs/waiting.md). */
+	int64_t declared_len;		/* Content-Length, or -1 */
+	/*
+	 * Waiting (docs/waiting.md, docs/leases.md with wait_ms).  These are
+	 * not states: wait_slot is a share of max_waiting held for the whole
+	 * life whatever the state; waited_turn, waited_lease and lease_over
+	 * remember what already happened, which the state does not (a
+	 * request waits at most once for each, is in each gauge until DONE,
+	 * and stops waiting for a lease at its deadline while the last try
+	 * is still out); cut is part of the answer, like the decision.
+	 */
 	bool wait_slot;			/* counted in s->waiting */
-	bool wait_over;			/* the timer fired */
-	bool wait_cut;			/* fired early: shutting down */
-	/* Waiting for a lease (docs/leases.md with wait_ms; lease_wait.h). */
-	struct lease_waiter lw;
+	bool waited_turn;		/* entered WAITING_TURN; in its gauge */
+	bool waited_lease;		/* entered WAITING_LEASE; in its gauge */
 	bool lease_over;		/* no more waiting for a lease */
+	bool cut;			/* a shutdown cut the wait: the answer
+					 * is 503 shutting_down */
+	struct lease_waiter lw;
 	int64_t wait_until_us;		/* arrival + wait_ms */
 	int64_t lease_waited_ms;	/* answered after this wait */
 	int64_t tried_us;		/* the last decision was asked then */
-	bool counted_turn, counted_lease;	/* in the waiting gauge */
-	int64_t declared_len;		/* Content-Length, or -1 */
 };
 
 /* --- http.c: suspend and resume (the event loop; http_resume() on any
  * thread) ----------------------------------------------------------------- */
-bool http_suspend(struct http_server *s, struct request *rq);
+bool http_request_enter(struct request *rq, enum request_state to);
 void http_resume(void *arg);
-void http_resumed(struct http_server *s, struct request *rq);
 int http_submit(struct request *rq, struct decide_job *job,
     struct backend_call *calls, size_t n);
 
@@ -178,8 +215,8 @@ enum MHD_Result http_check_framing(struct http_server *s,
 bool http_wait_needed(const struct request *rq);
 void http_wait_take_slot(struct http_server *s, struct request *rq);
 void http_lease_event(struct lease_waiter *w, enum lease_wait_event ev);
-int http_lease_queue_behind(struct http_server *s,
-    struct MHD_Connection *conn, struct request *rq, struct decide_job *job);
+int http_lease_queue_behind(struct http_server *s, struct request *rq,
+    struct decide_job *job);
 enum MHD_Result http_answer_decision(struct http_server *s,
     struct MHD_Connection *conn, struct request *rq);
 

@@ -25,7 +25,7 @@ bool
 http_wait_needed(const struct request *rq)
 {
 	return rq->decision.status == DECIDE_OK && rq->decision.allowed &&
-	    rq->decision.waited_ms > 0 && !rq->wait_over;
+	    rq->decision.waited_ms > 0 && !rq->waited_turn;
 }
 
 /*
@@ -57,8 +57,7 @@ wait_fire(void *arg, bool cut)
 {
 	struct request *rq = arg;
 
-	rq->wait_over = true;
-	rq->wait_cut = cut;
+	rq->cut = cut;
 	http_resume(rq);
 }
 
@@ -93,17 +92,13 @@ lease_park(struct request *rq, uint64_t key, int64_t retry_us)
 {
 	int rc;
 
-	/* Counted before it is parked: once parked, another thread has it. */
-	if (!rq->counted_lease)
-		metrics_waiting(rq->s->metrics, METRICS_WAIT_LEASE, 1);
-	rq->counted_lease = true;
 	rc = lease_wait_park(rq->s->leases, &rq->lw, key, retry_us,
 	    rq->wait_until_us, rq->tried_us);
 	if (rc == 0)
 		return;
 	rq->lease_over = true;
 	if (rc == -1) {			/* stopping */
-		rq->wait_cut = true;
+		rq->cut = true;
 		http_resume(rq);
 	} else				/* out of memory: decide now */
 		lease_try(rq);
@@ -166,7 +161,7 @@ http_lease_event(struct lease_waiter *w, enum lease_wait_event ev)
 		break;
 	case LEASE_WAIT_CUT:
 		rq->lease_over = true;
-		rq->wait_cut = true;
+		rq->cut = true;
 		http_resume(rq);
 		break;
 	}
@@ -177,8 +172,8 @@ http_lease_event(struct lease_waiter *w, enum lease_wait_event ev)
  * others of this daemon wait for: queue it behind them (1), or 0 to go on.
  */
 int
-http_lease_queue_behind(struct http_server *s, struct MHD_Connection *conn,
-    struct request *rq, struct decide_job *job)
+http_lease_queue_behind(struct http_server *s, struct request *rq,
+    struct decide_job *job)
 {
 	uint64_t keys[8], key;
 	size_t n;
@@ -188,9 +183,8 @@ http_lease_queue_behind(struct http_server *s, struct MHD_Connection *conn,
 	    !lease_wait_any(s->leases, keys, n, &key))
 		return 0;
 	decide_cancel(job);
-	rq->conn = conn;
-	if (!http_suspend(s, rq)) {
-		rq->wait_cut = true;
+	if (!http_request_enter(rq, RQ_WAITING_LEASE)) {
+		rq->cut = true;
 		return -1;
 	}
 	lease_park(rq, key, INT64_MAX);
@@ -204,22 +198,17 @@ http_answer_decision(struct http_server *s, struct MHD_Connection *conn,
     struct request *rq)
 {
 	if (lease_wait_needed(rq)) {
-		rq->conn = conn;
-		if (http_suspend(s, rq)) {
+		if (http_request_enter(rq, RQ_WAITING_LEASE)) {
 			lease_park(rq, rq->decision.lease_key,
 			    util_monotonic_us() +
 			    rq->decision.lease_retry_ms * 1000);
 			return MHD_YES;
 		}
-		rq->wait_cut = true;
+		rq->cut = true;
 	}
 	if (http_wait_needed(rq)) {
-		rq->conn = conn;
-		if (!rq->counted_turn)	/* before the timer has it */
-			metrics_waiting(s->metrics, METRICS_WAIT_TURN, 1);
-		rq->counted_turn = true;
-		if (!http_suspend(s, rq)) {
-			rq->wait_cut = true;
+		if (!http_request_enter(rq, RQ_WAITING_TURN)) {
+			rq->cut = true;
 		} else if (wait_timer_add(s->timer, util_monotonic_us() +
 		    rq->decision.waited_ms * 1000, wait_fire, rq) == -1) {
 			/* Out of memory: resume it at once, cut. */
@@ -228,7 +217,7 @@ http_answer_decision(struct http_server *s, struct MHD_Connection *conn,
 		} else
 			return MHD_YES;
 	}
-	if (rq->wait_cut)
+	if (rq->cut)
 		return http_respond_error(s, conn, 503, "shutting_down",
 		    "the server is shutting down");
 	return http_finish_decision(s, conn, rq);
