@@ -23,6 +23,7 @@
 #include "core/stats_request.h"
 #include "front/http_guard.h"
 #include "front/http_priv.h"
+#include "front/http_request.h"
 #include "front/lease_wait.h"
 
 void
@@ -68,7 +69,6 @@ enum MHD_Result
 http_handle_decision(struct http_server *s, struct MHD_Connection *conn,
     struct request *rq, const char *url, const char *method)
 {
-	enum MHD_Result ret = MHD_NO;
 	struct decide_job *job;
 	int rc;
 
@@ -82,9 +82,16 @@ http_handle_decision(struct http_server *s, struct MHD_Connection *conn,
 	rq->dr.cost = -1;
 	rq->dr.start_us = rq->arrived_us;
 	if (rq->ep == EP_ACQUIRE) {
-		if (http_acquire_attrs(s, conn, rq, &rq->attrs, &rq->rule,
-		    &rq->dr.cost, &rq->dr.wait_ms, &ret) < 0)
-			return ret;
+		struct http_acquire acq;
+		struct request_error e;
+
+		if (http_acquire_parse(rq->cfg, rq->body, rq->len, &rq->attrs,
+		    &acq, &e) < 0)
+			return http_respond_error(s, conn, e.status, e.code,
+			    "%s", e.message);
+		rq->rule = acq.rule;
+		rq->dr.cost = acq.cost;
+		rq->dr.wait_ms = acq.wait_ms;
 		rq->dr.rule = rq->rule;
 		rq->dr.leases = true;	/* /auth: concurrency rules skipped */
 		http_wait_take_slot(s, rq);

@@ -200,9 +200,9 @@ bool http_answer_raw(struct http_server *s, int fd,
     const struct request *rq);
 
 /* --- http_request.c (the event loop) ------------------------------------ */
-int http_acquire_attrs(struct http_server *s, struct MHD_Connection *conn,
-    const struct request *rq, struct attrs *a, char **rule, int64_t *cost,
-    int64_t *wait_ms, enum MHD_Result *ret);
+/* The headers and peer of conn through http_request.h: 0, -1 (out of
+ * memory) or -2 (more headers than max_attributes, less the four that
+ * /auth derives).  The mapping itself is in http_request.h. */
 int http_auth_attrs(struct MHD_Connection *conn, const struct config *cfg,
     const char *url, const char *method, struct attrs *a);
 

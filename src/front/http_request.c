@@ -4,7 +4,10 @@
  * fields cost, rule and wait_ms) or from the headers of the request that
  * /auth checks for a proxy (method, path, host and ip derived from the
  * X-Original-* and X-Forwarded-* headers, the Host header and the peer).
- * Runs on the event loop of the request's connection.
+ * The mapping is pure over its inputs (http_request.h, unit-tested by
+ * tests/unit/check_http_request.c); the adapter at the end walks a
+ * libmicrohttpd connection into it.  Runs on the event loop of the
+ * request's connection.
  */
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -20,46 +23,34 @@
 #include "core/client_ip.h"
 #include "core/request_json.h"
 #include "front/http_priv.h"
+#include "front/http_request.h"
 
 /* The fields of /acquire that are not attributes (docs/http.md). */
 static const char *const acquire_reserved[] = { "cost", "rule", "wait_ms",
     NULL };
 
-/*
- * The JSON body of /acquire into attributes, the forced rule and the cost.
- * Returns 0, or -1 after answering the error itself.
- */
 int
-http_acquire_attrs(struct http_server *s, struct MHD_Connection *conn,
-    const struct request *rq, struct attrs *a, char **rule, int64_t *cost,
-    int64_t *wait_ms, enum MHD_Result *ret)
+http_acquire_parse(const struct config *cfg, const char *body, size_t len,
+    struct attrs *a, struct http_acquire *out, struct request_error *e)
 {
-	struct request_error e;
 	json_t *fields;
 	const char *r = NULL;
 	int rc = -1;
 
-	*cost = -1;
-	*rule = NULL;
-	*wait_ms = 0;
-	if (request_json_parse(rq->body, rq->len, acquire_reserved,
-	    (size_t)rq->cfg->max_attributes, a, &fields, &e) < 0) {
-		*ret = http_respond_error(s, conn, e.status, e.code, "%s",
-		    e.message);
+	out->cost = -1;
+	out->rule = NULL;
+	out->wait_ms = 0;
+	if (request_json_parse(body, len, acquire_reserved,
+	    (size_t)cfg->max_attributes, a, &fields, e) < 0)
 		return -1;
-	}
 	if (request_json_int(fields, "cost", 0, INT64_MAX, "invalid_cost",
-	    cost, &e) < 0 ||
-	    request_json_int(fields, "wait_ms", 0, rq->cfg->max_wait_ms,
-	    "invalid_wait", wait_ms, &e) < 0 ||
-	    request_json_string(fields, "rule", "unknown_rule", &r, &e) < 0) {
-		*ret = http_respond_error(s, conn, e.status, e.code, "%s",
-		    e.message);
+	    &out->cost, e) < 0 ||
+	    request_json_int(fields, "wait_ms", 0, cfg->max_wait_ms,
+	    "invalid_wait", &out->wait_ms, e) < 0 ||
+	    request_json_string(fields, "rule", "unknown_rule", &r, e) < 0)
 		goto done;
-	}
-	if (r != NULL && (*rule = rl_strdup(r)) == NULL) {
-		*ret = http_respond_error(s, conn, 500, "internal_error",
-		    "out of memory");
+	if (r != NULL && (out->rule = rl_strdup(r)) == NULL) {
+		request_error_set(e, 500, "internal_error", "out of memory");
 		goto done;
 	}
 	rc = 0;
@@ -68,55 +59,49 @@ done:
 	return rc;
 }
 
-struct header_walk {
-	struct attrs *a;
-	int failed;		/* 1: out of memory, 2: too many */
-	size_t n, max;
-};
-
-static enum MHD_Result
-collect_header(void *cls, enum MHD_ValueKind kind, const char *key,
-    const char *value)
+void
+http_headers_init(struct http_headers *h, struct attrs *a,
+    const struct config *cfg)
 {
-	struct header_walk *w = cls;
+	h->a = a;
+	h->n = 0;
+	h->max = cfg->max_attributes > 4 ? (size_t)cfg->max_attributes - 4 :
+	    1;
+}
+
+int
+http_headers_add(struct http_headers *h, const char *key, const char *value)
+{
 	char name[256];
 	size_t i, n;
-
 	const char *old;
+	int rc;
 
-	(void)kind;
-	if (w->max > 0 && ++w->n > w->max) {
-		w->failed = 2;
-		return MHD_NO;
-	}
+	if (h->max > 0 && ++h->n > h->max)
+		return -2;
 	n = util_strlcpy(name, "header.", sizeof(name));
 	for (i = 0; key[i] != '\0' && n + 1 < sizeof(name); i++, n++)
 		name[n] = (char)tolower((unsigned char)key[i]);
 	name[n] = '\0';
 	if (value == NULL)
 		value = "";
-	if ((old = attrs_get(w->a, name)) != NULL) {
+	if ((old = attrs_get(h->a, name)) != NULL) {
 		/* A header sent several times is one comma-separated list
 		 * (RFC 9110 5.3): X-Forwarded-For from several proxies
 		 * must not replace each other. */
 		size_t ol = strlen(old), vl = strlen(value);
 		char *joined = rl_malloc(ol + vl + 2);
 
-		if (joined == NULL) {
-			w->failed = 1;
-			return MHD_NO;
-		}
+		if (joined == NULL)
+			return -1;
 		memcpy(joined, old, ol);
 		joined[ol] = ',';
 		memcpy(joined + ol + 1, value, vl + 1);
-		if (attrs_set(w->a, name, joined) < 0)
-			w->failed = 1;
+		rc = attrs_set(h->a, name, joined);
 		rl_free(joined);
-		return w->failed ? MHD_NO : MHD_YES;
+		return rc < 0 ? -1 : 0;
 	}
-	if (attrs_set(w->a, name, value) < 0)
-		w->failed = 1;
-	return MHD_YES;
+	return attrs_set(h->a, name, value) < 0 ? -1 : 0;
 }
 
 /* First non-empty of headers h1, h2, else fallback (may be NULL). */
@@ -133,35 +118,13 @@ first_of(const struct attrs *a, const char *h1, const char *h2,
 	return fallback;
 }
 
-/* The attributes of a proxied request (docs/http.md, /auth).  0, -1 (out of
- * memory) or -2 (more headers than max_attributes, less the four that
- * /auth derives). */
 int
-http_auth_attrs(struct MHD_Connection *conn, const struct config *cfg,
-    const char *url, const char *method, struct attrs *a)
+http_auth_derive(const struct config *cfg, const char *url,
+    const char *method, const char *peer, struct attrs *a)
 {
-	struct header_walk w = { a, 0, 0,
-	    cfg->max_attributes > 4 ? (size_t)cfg->max_attributes - 4 : 1 };
-	const union MHD_ConnectionInfo *ci;
-	char peer[INET6_ADDRSTRLEN] = "", ip[CLIENT_IP_MAX];
+	char ip[CLIENT_IP_MAX];
 	const char *v;
 
-	MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_header, &w);
-	if (w.failed)
-		return w.failed == 2 ? -2 : -1;
-	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-	if (ci != NULL && ci->client_addr != NULL) {
-		const struct sockaddr *sa = ci->client_addr;
-
-		if (sa->sa_family == AF_INET)
-			inet_ntop(AF_INET,
-			    &((const struct sockaddr_in *)sa)->sin_addr, peer,
-			    sizeof(peer));
-		else if (sa->sa_family == AF_INET6)
-			inet_ntop(AF_INET6,
-			    &((const struct sockaddr_in6 *)sa)->sin6_addr,
-			    peer, sizeof(peer));
-	}
 	v = first_of(a, "header.x-original-method", "header.x-forwarded-method",
 	    method);
 	if (attrs_set(a, "method", v) < 0)
@@ -178,9 +141,55 @@ http_auth_attrs(struct MHD_Connection *conn, const struct config *cfg,
 	    NULL)) != NULL && attrs_set(a, "host", v) < 0)
 		return -1;
 	if (client_ip_pick(&cfg->auth_ip, attrs_get(a, "header.x-real-ip"),
-	    attrs_get(a, "header.x-forwarded-for"),
-	    peer[0] != '\0' ? peer : NULL, ip, sizeof(ip)) == 0 &&
-	    attrs_set(a, "ip", ip) < 0)
+	    attrs_get(a, "header.x-forwarded-for"), peer, ip,
+	    sizeof(ip)) == 0 && attrs_set(a, "ip", ip) < 0)
 		return -1;
 	return 0;
+}
+
+/* --- the libmicrohttpd adapter ------------------------------------------ */
+
+struct header_walk {
+	struct http_headers h;
+	int rc;
+};
+
+static enum MHD_Result
+collect_header(void *cls, enum MHD_ValueKind kind, const char *key,
+    const char *value)
+{
+	struct header_walk *w = cls;
+
+	(void)kind;
+	w->rc = http_headers_add(&w->h, key, value);
+	return w->rc == 0 ? MHD_YES : MHD_NO;
+}
+
+int
+http_auth_attrs(struct MHD_Connection *conn, const struct config *cfg,
+    const char *url, const char *method, struct attrs *a)
+{
+	struct header_walk w = { .rc = 0 };
+	const union MHD_ConnectionInfo *ci;
+	char peer[INET6_ADDRSTRLEN] = "";
+
+	http_headers_init(&w.h, a, cfg);
+	MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_header, &w);
+	if (w.rc < 0)
+		return w.rc;
+	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	if (ci != NULL && ci->client_addr != NULL) {
+		const struct sockaddr *sa = ci->client_addr;
+
+		if (sa->sa_family == AF_INET)
+			inet_ntop(AF_INET,
+			    &((const struct sockaddr_in *)sa)->sin_addr, peer,
+			    sizeof(peer));
+		else if (sa->sa_family == AF_INET6)
+			inet_ntop(AF_INET6,
+			    &((const struct sockaddr_in6 *)sa)->sin6_addr,
+			    peer, sizeof(peer));
+	}
+	return http_auth_derive(cfg, url, method, peer[0] != '\0' ? peer :
+	    NULL, a);
 }
