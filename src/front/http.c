@@ -1,5 +1,9 @@
 /*
- * http.c - the HTTP front end on libmicrohttpd (see http.h).
+ * http.c - the HTTP front end on libmicrohttpd (see http.h): the server's
+ * life cycle, the dispatch of libmicrohttpd's calls to the handlers
+ * (http_handlers.c), and a request's life: its states and the one
+ * function that moves it between them (http_request_enter()), and the one
+ * submit step that hands a prepared call to the store (http_submit()).
  *
  * libmicrohttpd runs `threads` threads, each with its own event loop over
  * its connections (MHD_OPTION_THREAD_POOL_SIZE); HTTP/1.1 keep-alive is its
@@ -10,7 +14,8 @@
  * store's I/O thread, resumes the connection, and the loop answers.  No
  * thread waits for Redis, and a slow call never delays the other
  * connections of a loop, /healthz included.  The memory store answers
- * inline.  Then the answer: JSON and the RateLimit headers.
+ * inline.  Then the answer (http_response.c): JSON and the RateLimit
+ * headers, rendered once from the decision.
  *
  * Shutdown: once quiesced, answers carry "Connection: close" so that
  * keep-alive clients go; http_server_stop() then answers new requests at

@@ -155,12 +155,19 @@ struct request {
 
 /* --- http.c: suspend and resume (the event loop; http_resume() on any
  * thread) ----------------------------------------------------------------- */
+/* Move rq (enum request_state above); false only when the server stops
+ * and refuses a suspension. */
 bool http_request_enter(struct request *rq, enum request_state to);
+/* Wake a suspended rq: the store's, the timer's or the queues' thread. */
 void http_resume(void *arg);
+/* Hand a decision job or n backend calls to the store: 1 answered inline
+ * (answer now), 0 suspended (return MHD_YES), -1 the server stops. */
 int http_submit(struct request *rq, struct decide_job *job,
     struct backend_call *calls, size_t n);
 
 /* --- http_response.c (the event loop; http_answer_raw() where noted) --- */
+/* Queue an answer on conn (body copied, or a prepared response consumed);
+ * "Connection: close" once the server drains. */
 enum MHD_Result http_respond(struct http_server *s,
     struct MHD_Connection *conn, int status, const char *type,
     const char *body, size_t len, struct MHD_Response *prepared);
@@ -172,6 +179,7 @@ char *http_error_text(const char *code, const char *fmt, ...)
 enum MHD_Result http_respond_error(struct http_server *s,
     struct MHD_Connection *conn, int status, const char *code,
     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* An error answer that closes its connection (framing in doubt). */
 enum MHD_Result http_refuse(struct http_server *s,
     struct MHD_Connection *conn, int status, const char *code,
     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
@@ -196,6 +204,8 @@ struct http_answer {
 };
 int http_render_decision(const struct request *rq, struct http_answer *a);
 void http_answer_clear(struct http_answer *a);
+/* The thread that resumes rq, while suspended: the rendered answer
+ * written straight on the socket fd. */
 bool http_answer_raw(struct http_server *s, int fd,
     const struct request *rq);
 
@@ -207,16 +217,24 @@ int http_auth_attrs(struct MHD_Connection *conn, const struct config *cfg,
     const char *url, const char *method, struct attrs *a);
 
 /* --- http_framing.c (the event loop) ------------------------------------ */
+/* MHD_YES with *answered false to go on, or an answer that closes. */
 enum MHD_Result http_check_framing(struct http_server *s,
     struct MHD_Connection *conn, const struct config *cfg, const char *url,
     bool *answered);
 
-/* --- http_wait.c -------------------------------------------------------- */
+/* --- http_wait.c (the event loop, but http_lease_event() on the queues'
+ * thread) ---------------------------------------------------------------- */
+/* Allowed by a reservation whose time has not come yet. */
 bool http_wait_needed(const struct request *rq);
+/* Take a share of max_waiting for a request with wait_ms (else it is
+ * decided as if it had none). */
 void http_wait_take_slot(struct http_server *s, struct request *rq);
+/* The lease queues' thread: what became of rq's wait for a lease. */
 void http_lease_event(struct lease_waiter *w, enum lease_wait_event ev);
+/* Queue a newcomer behind others of its key (1), 0 to go on, -1 cut. */
 int http_lease_queue_behind(struct http_server *s, struct request *rq,
     struct decide_job *job);
+/* A decided request: wait for a lease or for its turn, or answer. */
 enum MHD_Result http_answer_decision(struct http_server *s,
     struct MHD_Connection *conn, struct request *rq);
 
