@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
+
 #include "base/util.h"
 #include "core/config.h"
 #include "front/http_request.h"
@@ -289,8 +291,8 @@ START_TEST(test_auth_bogus_ip)
 }
 END_TEST
 
-static Suite *
-http_request_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("http_request");
 	TCase *acq = tcase_create("acquire");
@@ -313,16 +315,4 @@ http_request_suite(void)
 	tcase_add_test(auth, test_auth_bogus_ip);
 	suite_add_tcase(s, auth);
 	return s;
-}
-
-int
-main(void)
-{
-	SRunner *sr = srunner_create(http_request_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
