@@ -147,11 +147,18 @@ finish_stats(struct http_server *s, struct MHD_Connection *conn,
 	size_t i, len;
 	char *text;
 
+	/* The body names the kind of failure, never the server's reply
+	 * (docs/security.md); the store logs what it answered. */
 	for (i = 0; i < sr->n; i++)
-		if (sr->calls[i].rc != 0)
+		if (sr->calls[i].rc != 0) {
+			log_debug("stat %s: %s", sr->defs[i]->rule.name,
+			    sr->calls[i].err);
 			return http_respond_error(s, conn, 503,
-			    "backend_unavailable", "stat %s: %s",
-			    sr->defs[i]->rule.name, sr->calls[i].err);
+			    "backend_unavailable", "stat %s: the %s store "
+			    "failed (%s)", sr->defs[i]->rule.name,
+			    s->decider->backend->name,
+			    backend_error_kind_name(sr->calls[i].kind));
+		}
 	if (sr->record)
 		for (i = 0; i < sr->n; i++)
 			metrics_stat_record(s->metrics, sr->defs[i]->rule.name);

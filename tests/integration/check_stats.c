@@ -500,6 +500,35 @@ START_TEST(test_redis_down)
 }
 END_TEST
 
+/* Redis refusing writes (maxmemory reached): the 503 names the kind of
+ * failure, never Redis's own reply (docs/security.md): it used to carry
+ * "OOM command not allowed ... script: <sha1>, on @user_script:51". */
+START_TEST(test_redis_error_not_in_body)
+{
+	static const char body[] = "{\"kind\": \"lat\", \"route\": \"oom\", "
+	    "\"value\": 4}";
+	struct h_redis own = { 0 };
+	redisReply *rep;
+	struct conn c;
+	const char *code, *msg;
+
+	h_redis_start(&own);
+	conn_open(&c);		/* on own: the last started */
+	rep = redisCommand(h_redis_ctx(&own), "CONFIG SET maxmemory 1");
+	ck_assert_ptr_nonnull(rep);
+	freeReplyObject(rep);
+	ck_assert_int_eq(post(&c, "/record", body), 503);
+	code = h_json_str(&c.r, "error");
+	msg = h_json_str(&c.r, "message");
+	ck_assert_str_eq(code != NULL ? code : "", "backend_unavailable");
+	ck_assert_msg(msg != NULL && strstr(msg, "OOM") == NULL &&
+	    strstr(msg, "script") == NULL && strstr(msg, "maxmemory") ==
+	    NULL, "the 503 carries Redis's reply: %s", c.r.body);
+	conn_close(&c);
+	h_redis_stop(&own);
+}
+END_TEST
+
 static void use_memory_backend(void)
 {
 	use_redis = false;
@@ -536,6 +565,7 @@ static TCase *backend_tcase(const char *name, bool with_redis)
 		tcase_add_test(tc, test_redis_keys);
 		tcase_add_test(tc, test_same_answer_both_stores);
 		tcase_add_test(tc, test_redis_down);
+		tcase_add_test(tc, test_redis_error_not_in_body);
 	}
 	return tc;
 }
