@@ -69,6 +69,7 @@ struct gstream {
 	bool post, grpc_type;		/* :method POST, application/grpc */
 	bool too_big;			/* the message passed the limit */
 	bool answered;
+	bool cut;			/* reset once its answer is out */
 	int64_t start_us;		/* monotonic, at its first header */
 	int64_t timeout_us;		/* grpc-timeout, or 0 */
 	uint8_t *in;			/* the request's bytes */
@@ -622,6 +623,27 @@ on_frame(nghttp2_session *h2, const nghttp2_frame *f, void *arg)
 	return 0;
 }
 
+/*
+ * A stream cut at request_timeout is reset only once its answer has left:
+ * an RST_STREAM submitted in the same turn as the answer makes nghttp2
+ * drop the answer.  RST_STREAM(NO_ERROR) after a complete response tells
+ * the client to stop sending (RFC 9113, section 8.1).
+ */
+static int
+on_frame_sent(nghttp2_session *h2, const nghttp2_frame *f, void *arg)
+{
+	struct gstream *st;
+
+	(void)arg;
+	if (f->hd.type == NGHTTP2_HEADERS &&
+	    (f->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+	    (st = nghttp2_session_get_stream_user_data(h2,
+	    f->hd.stream_id)) != NULL && st->cut)
+		nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, st->id,
+		    NGHTTP2_NO_ERROR);
+	return 0;
+}
+
 static void
 stream_free(struct gconn *c, struct gstream *st)
 {
@@ -829,12 +851,13 @@ sweep(struct grpc_server *s)
 		for (st = c->streams; st != NULL; st = st->next)
 			if (!st->answered && st->call == NULL &&
 			    now - st->start_us > req_us) {
+				/* And reset it once the answer is out
+				 * (on_frame_sent): its client may never
+				 * end it. */
+				st->cut = true;
 				answer_status(st, GRPC_DEADLINE_EXCEEDED,
 				    "request_timeout passed before the "
 				    "request was whole");
-				/* And close it: its client may never end it. */
-				nghttp2_submit_rst_stream(c->h2,
-				    NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
 			}
 		if (s->quiesced)
 			conn_goaway(c);
@@ -960,6 +983,8 @@ grpc_server_start(int listen_fd, struct config *cfg,
 	nghttp2_session_callbacks_set_on_frame_recv_callback(s->cbs, on_frame);
 	nghttp2_session_callbacks_set_on_stream_close_callback(s->cbs,
 	    on_close);
+	nghttp2_session_callbacks_set_on_frame_send_callback(s->cbs,
+	    on_frame_sent);
 	metrics_set_grpc(metrics);
 	if (pthread_create(&s->thread, NULL, server_main, s) != 0) {
 		snprintf(err, errlen, "grpc: cannot start its thread");

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "h2raw.h"
 #include "harness.h"
 #include "ops.h"
 
@@ -526,6 +527,51 @@ START_TEST(test_unfinished_request_is_cut)
 }
 END_TEST
 
+/*
+ * The deadline answer reaches the client: a call whose request is not
+ * whole at request_timeout gets a trailers-only answer with grpc-status 4
+ * (DEADLINE_EXCEEDED) before its stream is reset (the reset used to go
+ * out alone: the answer was queued and dropped in the same turn, while
+ * /metrics counted a DEADLINE_EXCEEDED nobody received).
+ */
+START_TEST(test_deadline_answer_arrives)
+{
+	struct h_daemon d = { 0 };
+	struct h2raw c;
+	struct h2raw_frame f = { 0 };
+	uint8_t buf[1024];
+	size_t len = 0;
+	char status[32] = "";
+	long long t0;
+	bool rst = false, answered_first = false;
+
+	start(&d, "backend: memory\nrequest_timeout: 300ms\n"
+	    "idle_timeout: 5s\n", rules_edge);
+	h2raw_connect(&c, grpc_port, NULL, 0);
+	h2raw_call_headers(buf, &len, 1, H2RAW_RLS_PATH, false);
+	ck_assert_uint_eq(h2raw_send(&c, buf, len, 1000), len);
+	t0 = h_now_ms();
+	while (!rst && h_now_ms() - t0 < 3000 &&
+	    h2raw_read(&c, &f, 200) >= 0) {
+		if (f.payload == NULL || f.stream != 1)
+			continue;
+		if (f.type == H2_HEADERS &&
+		    h2raw_header(&f, "grpc-status", status, sizeof(status)))
+			answered_first = true;
+		if (f.type == H2_RST_STREAM)
+			rst = true;
+	}
+	ck_assert_msg(answered_first, "no grpc-status before %s",
+	    rst ? "the reset" : "3 s");
+	ck_assert_str_eq(status, "4");
+	ck_assert_msg(rst, "the stream was not reset");
+	h2raw_close(&c);
+	ck_assert_int_eq(h_metric("ratelimitd_grpc_responses_total"
+	    "{code=\"DEADLINE_EXCEEDED\"}"), 1);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 /* A reload applies to gRPC calls too; SIGTERM exits 0 (h_daemon_stop). */
 START_TEST(test_reload)
 {
@@ -580,6 +626,12 @@ grpc_suite(void)
 	tcase_add_test(tc, test_sigterm_answers_calls_in_flight);
 	tcase_add_test(tc, test_unfinished_request_is_cut);
 	tcase_add_test(tc, test_reload);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("attacks");
+	tcase_add_unchecked_fixture(tc, NULL, h_reap_orphans);
+	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
+	tcase_add_test(tc, test_deadline_answer_arrives);
 	suite_add_tcase(s, tc);
 	return s;
 }
