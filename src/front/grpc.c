@@ -51,6 +51,7 @@
 #define GRPC_READ_CHUNK 16384
 #define GRPC_CONN_BUFFERED (256 * 1024)	/* request bytes held per connection */
 #define GRPC_TICK_MS 250		/* timeouts are checked this often */
+#define GRPC_ACCEPT_PAUSE_MS 100	/* out of descriptors: accept later */
 
 #define PATH_RLS "/envoy.service.ratelimit.v3.RateLimitService/" \
 	"ShouldRateLimit"
@@ -120,6 +121,9 @@ struct grpc_server {
 	atomic_int inflight;		/* calls received, not answered */
 	atomic_int pending;		/* gcalls not yet back from the store */
 	bool quiesced;			/* the loop acted on quiesce */
+	bool listening;			/* the listener is in the epoll */
+	bool fd_warned;			/* out of descriptors, logged */
+	int64_t accept_at_us;		/* paused: listen again then */
 
 	struct config *cur;		/* the loop's snapshot for this turn */
 	struct gconn *conns;
@@ -762,6 +766,42 @@ conn_goaway(struct gconn *c)
 	    NULL, 0);
 }
 
+/*
+ * Out of descriptors (EMFILE, ENFILE) or kernel memory, accept fails
+ * while the connection stays in the backlog, and a level-triggered
+ * listener would wake the loop again at once: a core spent for nothing.
+ * Take the listener out of the epoll for GRPC_ACCEPT_PAUSE_MS instead;
+ * the backlog waits for a descriptor to be freed (docs/security.md).
+ */
+static void
+listen_pause(struct grpc_server *s, int err)
+{
+	if (s->listening) {
+		epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lfd, NULL);
+		s->listening = false;
+	}
+	s->accept_at_us = util_monotonic_us() + GRPC_ACCEPT_PAUSE_MS * 1000;
+	if (!s->fd_warned) {
+		s->fd_warned = true;
+		log_warnx("grpc: cannot accept connections (%s); retrying "
+		    "every %d ms", strerror(err), GRPC_ACCEPT_PAUSE_MS);
+	}
+}
+
+/* Put the listener back in the epoll, unless quiescing.  0 or -1. */
+static int
+listen_resume(struct grpc_server *s)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &tag_listen };
+
+	if (s->listening || s->quiesced)
+		return 0;
+	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &ev) != 0)
+		return -1;
+	s->listening = true;
+	return 0;
+}
+
 static void
 accept_all(struct grpc_server *s)
 {
@@ -774,8 +814,13 @@ accept_all(struct grpc_server *s)
 
 	for (;;) {
 		fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0)
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE ||
+			    errno == ENOBUFS || errno == ENOMEM)
+				listen_pause(s, errno);
 			return;
+		}
+		s->fd_warned = false;
 		if (s->nconns >= s->cur->max_connections ||
 		    (c = rl_calloc(1, sizeof(*c))) == NULL) {
 			close(fd);
@@ -877,19 +922,29 @@ server_main(void *arg)
 {
 	struct grpc_server *s = arg;
 	struct epoll_event evs[64];
-	int64_t next_sweep = 0;
+	int64_t next_sweep = 0, left;
 	uint64_t count;
-	int i, n;
+	int i, n, wait_ms;
 
 	for (;;) {
 		if (atomic_load(&s->stop) && atomic_load(&s->pending) == 0)
 			break;
 		if (atomic_load(&s->quiesce) && !s->quiesced) {
 			s->quiesced = true;
-			epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lfd, NULL);
+			if (s->listening)
+				epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lfd, NULL);
+			s->listening = false;
 			next_sweep = 0;
 		}
-		n = epoll_wait(s->epfd, evs, 64, GRPC_TICK_MS);
+		wait_ms = GRPC_TICK_MS;
+		if (!s->listening && !s->quiesced) {
+			left = s->accept_at_us - util_monotonic_us();
+			if (left <= 0)
+				(void)listen_resume(s);
+			else if (left / 1000 + 1 < wait_ms)
+				wait_ms = (int)(left / 1000 + 1);
+		}
+		n = epoll_wait(s->epfd, evs, 64, wait_ms);
 		s->cur = config_slot_get(&s->cfg);
 		for (i = 0; i < n; i++) {
 			void *p = evs[i].data.ptr;
@@ -964,8 +1019,7 @@ grpc_server_start(int listen_fd, struct config *cfg,
 		snprintf(err, errlen, "grpc: %s", strerror(errno));
 		goto fail;
 	}
-	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = &tag_listen };
-	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &ev) != 0)
+	if (listen_resume(s) != 0)
 		goto fail_errno;
 	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = &tag_event };
 	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->efd, &ev) != 0)
