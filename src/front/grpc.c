@@ -71,7 +71,9 @@ struct gstream {
 	bool too_big;			/* the message passed the limit */
 	bool answered;
 	bool cut;			/* reset once its answer is out */
+	bool reset;			/* RST_STREAM submitted */
 	int64_t start_us;		/* monotonic, at its first header */
+	int64_t answered_us;		/* when its answer was submitted */
 	int64_t timeout_us;		/* grpc-timeout, or 0 */
 	uint8_t *in;			/* the request's bytes */
 	size_t inlen, incap;
@@ -89,7 +91,9 @@ struct gconn {
 	struct gstream *streams;
 	int nstreams;
 	size_t buffered;		/* request bytes its streams hold */
-	int64_t last_us;		/* last activity, monotonic */
+	int64_t last_us;		/* last read, monotonic */
+	int64_t out_us;			/* last byte written, or nothing
+					 * left to write */
 	bool want_out;			/* EPOLLOUT is armed */
 	bool goaway;			/* GOAWAY sent */
 	struct gconn *next, *prev;
@@ -184,6 +188,7 @@ answer_status(struct gstream *st, int status, const char *message)
 	if (st->answered)
 		return;
 	st->answered = true;
+	st->answered_us = util_monotonic_us();
 	snprintf(code, sizeof(code), "%d", status);
 	percent_encode(message, msg, sizeof(msg));
 	metrics_grpc_response(st->c->s->metrics, status);
@@ -252,6 +257,7 @@ answer_message(struct gstream *st, uint8_t *msg, size_t len)
 	st->outlen = len;
 	st->outoff = 0;
 	st->answered = true;
+	st->answered_us = util_monotonic_us();
 	dp.source.ptr = st;
 	dp.read_callback = read_out;
 	metrics_grpc_response(st->c->s->metrics, GRPC_OK);
@@ -483,6 +489,8 @@ on_send(nghttp2_session *h2, const uint8_t *data, size_t len, int flags,
 	(void)h2;
 	(void)flags;
 	n = send(c->fd, data, len, MSG_NOSIGNAL);
+	if (n > 0)
+		c->out_us = util_monotonic_us();
 	if (n < 0)
 		return errno == EAGAIN || errno == EWOULDBLOCK ||
 		    errno == EINTR ? NGHTTP2_ERR_WOULDBLOCK :
@@ -723,6 +731,8 @@ conn_flush(struct gconn *c)
 		return false;
 	}
 	want = nghttp2_session_want_write(c->h2) != 0;
+	if (!want)
+		c->out_us = util_monotonic_us();
 	if (want != c->want_out) {
 		ev.events = EPOLLIN | (want ? EPOLLOUT : 0);
 		epoll_ctl(c->s->epfd, EPOLL_CTL_MOD, c->fd, &ev);
@@ -831,7 +841,7 @@ accept_all(struct grpc_server *s)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		c->fd = fd;
 		c->s = s;
-		c->last_us = util_monotonic_us();
+		c->last_us = c->out_us = util_monotonic_us();
 		if (nghttp2_session_server_new(&c->h2, s->cbs, c) != 0) {
 			rl_free(c);
 			close(fd);
@@ -879,8 +889,9 @@ drain_done(struct grpc_server *s)
 
 /*
  * Once per tick: cut calls past request_timeout that never finished
- * sending, close connections idle past idle_timeout, and, quiescing,
- * those with nothing left in progress.
+ * sending, reset streams whose answer could not be written within
+ * request_timeout, close connections idle past idle_timeout or unable to
+ * write for as long, and, quiescing, those with nothing left in progress.
  */
 static void
 sweep(struct grpc_server *s)
@@ -893,6 +904,15 @@ sweep(struct grpc_server *s)
 
 	for (c = s->conns; c != NULL; c = cn) {
 		cn = c->next;
+		/* A client that reads nothing at all: what it was sent has
+		 * stayed in a full socket for idle_timeout (every loop turn
+		 * writes what it submits, so only a full socket leaves
+		 * anything to write here). */
+		if (nghttp2_session_want_write(c->h2) &&
+		    now - c->out_us > idle_us) {
+			conn_close(c);
+			continue;
+		}
 		for (st = c->streams; st != NULL; st = st->next)
 			if (!st->answered && st->call == NULL &&
 			    now - st->start_us > req_us) {
@@ -903,6 +923,13 @@ sweep(struct grpc_server *s)
 				answer_status(st, GRPC_DEADLINE_EXCEEDED,
 				    "request_timeout passed before the "
 				    "request was whole");
+			} else if (st->answered && !st->reset &&
+			    now - st->answered_us > req_us) {
+				/* Its answer could not be written (a client
+				 * whose window stays shut): give it up. */
+				st->reset = true;
+				nghttp2_submit_rst_stream(c->h2,
+				    NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
 			}
 		if (s->quiesced)
 			conn_goaway(c);

@@ -663,6 +663,49 @@ START_TEST(test_out_of_descriptors)
 }
 END_TEST
 
+/*
+ * A client that never reads: a whole call sent with
+ * SETTINGS_INITIAL_WINDOW_SIZE 0, so its answer's message can never be
+ * written.  The stream is reset once its answer has waited
+ * request_timeout, and the connection closed at idle_timeout (both were
+ * held for ever: the sweep closed only connections without streams).
+ */
+START_TEST(test_window_zero_client_is_cut)
+{
+	static const uint32_t window0[] = { H2_SET_INITIAL_WINDOW_SIZE, 0 };
+	struct h_daemon d = { 0 };
+	struct h2raw c;
+	struct h2raw_frame f = { 0 };
+	uint8_t buf[1024];
+	size_t len = 0;
+	long long t0, rst = -1, closed = -1;
+	int r;
+
+	start(&d, "backend: memory\nrequest_timeout: 1s\n"
+	    "idle_timeout: 1s\n", rules_edge);
+	h2raw_connect(&c, grpc_port, window0, 1);
+	h2raw_call_headers(buf, &len, 1, H2RAW_RLS_PATH, false);
+	h2raw_call_data(buf, &len, 1, "edge", "user", "lee");
+	ck_assert_uint_eq(h2raw_send(&c, buf, len, 1000), len);
+	t0 = h_now_ms();
+	while (closed < 0 && h_now_ms() - t0 < 8000) {
+		r = h2raw_read(&c, &f, 200);
+		if (r < 0)
+			closed = h_now_ms() - t0;
+		else if (r > 0 && f.type == H2_RST_STREAM && f.stream == 1 &&
+		    rst < 0)
+			rst = h_now_ms() - t0;
+	}
+	h2raw_close(&c);
+	fprintf(stderr, "window 0: reset after %lld ms, closed after %lld "
+	    "ms\n", rst, closed);
+	ck_assert_msg(rst >= 900 && rst < 2500, "reset after %lld ms", rst);
+	ck_assert_msg(closed >= rst && closed < 4500, "closed after %lld ms",
+	    closed);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 /* A reload applies to gRPC calls too; SIGTERM exits 0 (h_daemon_stop). */
 START_TEST(test_reload)
 {
@@ -724,6 +767,7 @@ grpc_suite(void)
 	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
 	tcase_add_test(tc, test_deadline_answer_arrives);
 	tcase_add_test(tc, test_out_of_descriptors);
+	tcase_add_test(tc, test_window_zero_client_is_cut);
 	suite_add_tcase(s, tc);
 	return s;
 }
