@@ -4,9 +4,10 @@
  * ShouldRateLimit (mapped by rls.c onto the one decision path) and
  * grpc.health.v1.Health/Check.
  *
- * One thread runs every connection on an epoll loop; decisions go to the
- * store as HTTP's do and come back through a queue the thread drains, so
- * no thread waits for Redis.  The server holds the current config
+ * `threads` event loops (as many as HTTP has) share the listener, each
+ * running its own connections on its own epoll; decisions go to the store
+ * as HTTP's do and come back through a queue the connection's loop
+ * drains, so no thread waits for Redis.  The server holds the current config
  * snapshot; each call takes a reference when it starts and drops it when
  * it is answered (a reload never changes the rules under a call).
  */
@@ -23,7 +24,7 @@ struct metrics;
 
 /*
  * Serve on listen_fd (a listening socket; ownership passes to the server)
- * with one thread.  Takes one reference to cfg.  decider (its on_rule
+ * with cfg->threads threads (start-only).  Takes one reference to cfg.  decider (its on_rule
  * hook counts decisions as gRPC's) and metrics (may be NULL) are borrowed
  * for the server's life.  Returns the server, or NULL with a message in
  * err.  Start-up.

@@ -706,6 +706,159 @@ START_TEST(test_window_zero_client_is_cut)
 }
 END_TEST
 
+/*
+ * Rapid reset (the shape of CVE-2023-44487): one connection sends a whole
+ * call and resets it, 990 times, with Redis stopped so that every call
+ * started stays in the store's hands until redis.timeout.  At most 128
+ * calls of a connection are in the store at once (docs/grpc.md), a
+ * stream reset does not free its place until the store answers, and the
+ * connection is told to go away (GOAWAY) once it has cancelled more
+ * calls than it could have at once.  Before, all 990 went to the store.
+ */
+START_TEST(test_rapid_reset_is_bounded)
+{
+	enum { N = 990 };
+	static uint8_t buf[N * 256];
+	struct h_redis rs = { 0 };
+	struct h_daemon d = { 0 };
+	struct h2raw c;
+	struct h2raw_frame f = { 0 };
+	uint8_t rst[4] = { 0, 0, 0, 8 };	/* CANCEL */
+	size_t len = 0, sent;
+	long long t0, stored, goaway = -1;
+	uint32_t id;
+	int i, r;
+
+	h_redis_start(&rs);
+	start(&d, "backend: redis\nredis:\n"
+	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+	    "  timeout: 1s\n"
+	    "on_backend_error: allow\n",
+	    "  - name: wide\n"
+	    "    key: \"${k}\"\n"
+	    "    limit: 1000000\n"
+	    "    window: 1h\n");
+	/* Connected first, so the calls wait only for Redis. */
+	json_decref(call("{\"domain\": \"x\", \"descriptors\": "
+	    "[[[\"k\", \"warm\"]]]}"));
+	kill(rs.pid, SIGSTOP);
+	h2raw_connect(&c, grpc_port, NULL, 0);
+	for (i = 0; i < N; i++) {
+		id = 2 * (uint32_t)i + 1;
+		h2raw_call_headers(buf, &len, id, H2RAW_RLS_PATH, false);
+		h2raw_call_data(buf, &len, id, "x", "k", "flood");
+		h2raw_frame(buf, &len, H2_RST_STREAM, 0, id, rst, 4);
+	}
+	sent = h2raw_send(&c, buf, len, 3000);
+	t0 = h_now_ms();
+	while (h_now_ms() - t0 < 3000 && (r = h2raw_read(&c, &f, 200)) >= 0)
+		if (r > 0 && f.type == H2_GOAWAY && goaway < 0)
+			goaway = h_now_ms() - t0;
+	h2raw_close(&c);
+	/* Every call that reached the store fails by redis.timeout (1 s). */
+	h_sleep_ms(2000 - (h_now_ms() - t0));
+	kill(rs.pid, SIGCONT);
+	stored = (long long)ops_wait_metric("ratelimitd_backend_errors_total"
+	    "{backend=\"redis\",kind=\"timeout\"}", -1, 1500);
+	fprintf(stderr, "rapid reset: %zu of %zu bytes sent, %lld calls in "
+	    "the store, GOAWAY after %lld ms\n", sent, len, stored, goaway);
+	ck_assert_msg(stored >= 1 && stored <= 128, "%lld calls reached the "
+	    "store", stored);
+	ck_assert_msg(goaway >= 0, "no GOAWAY");
+	h_daemon_stop(&d);
+	h_redis_stop(&rs);
+}
+END_TEST
+
+/* A line of /proc/PID/status ("VmRSS"), in kB. */
+static long long
+proc_status_kb(pid_t pid, const char *field)
+{
+	char path[64], line[256];
+	long long v = -1;
+	size_t n = strlen(field);
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	ck_assert_ptr_nonnull(f = fopen(path, "r"));
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (strncmp(line, field, n) == 0 && line[n] == ':')
+			v = atoll(line + n + 1);
+	fclose(f);
+	return v;
+}
+
+/* The daemon's threads named name (/proc/PID/task/N/comm). */
+static int
+threads_named(pid_t pid, const char *name)
+{
+	char path[128], comm[64];
+	int tid, count = 0;
+	FILE *f;
+
+	/* Task ids follow the PID closely; look at a window past it. */
+	for (tid = (int)pid; tid < (int)pid + 4096; tid++) {
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", (int)pid,
+		    tid);
+		if ((f = fopen(path, "r")) == NULL)
+			continue;
+		if (fgets(comm, sizeof(comm), f) != NULL &&
+		    strncmp(comm, name, strlen(name)) == 0 &&
+		    comm[strlen(name)] == '\n')
+			count++;
+		fclose(f);
+	}
+	return count;
+}
+
+/*
+ * A rapid-reset flood (tests/grpc/h2_flood.py: 4 connections for 4 s,
+ * reconnecting after each GOAWAY) against Redis: the daemon's memory
+ * stays bounded (it grew from ~6 MB past 270 MB, calls piling up in the
+ * store without limit), the gRPC front runs `threads` loops (it had one
+ * thread), and a normal call is answered afterwards.
+ */
+START_TEST(test_rapid_reset_flood_memory)
+{
+	struct h_redis rs = { 0 };
+	struct h_daemon d = { 0 };
+	char cmd[1024], line[256];
+	const char *src = getenv("RATELIMITD_SRCDIR");
+	long long before, after;
+	json_t *j;
+	FILE *p;
+
+	h_redis_start(&rs);
+	start(&d, "backend: redis\nredis:\n"
+	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+	    "  timeout: 1s\n",
+	    "  - name: wide\n"
+	    "    key: \"${k}\"\n"
+	    "    limit: 1000000\n"
+	    "    window: 1h\n");
+	before = proc_status_kb(d.pid, "VmRSS");
+	snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s/tests/grpc/"
+	    "h2_flood.py %d 4 4", src != NULL ? src : ".", grpc_port);
+	ck_assert_ptr_nonnull(p = popen(cmd, "r"));
+	line[0] = '\0';
+	if (fgets(line, sizeof(line), p) == NULL)
+		line[0] = '\0';
+	ck_assert_int_eq(pclose(p), 0);
+	after = proc_status_kb(d.pid, "VmRSS");
+	fprintf(stderr, "rapid reset flood: %s RSS %lld kB before, %lld kB "
+	    "after\n", line, before, after);
+	ck_assert_msg(after < 64 * 1024, "RSS %lld kB after the flood "
+	    "(%lld kB before)", after, before);
+	j = call("{\"domain\": \"x\", \"descriptors\": "
+	    "[[[\"k\", \"after\"]]]}");
+	ck_assert_str_eq(str(j, "overall"), "OK");
+	json_decref(j);
+	ck_assert_int_eq(threads_named(d.pid, "rl-grpc"), 2);
+	h_daemon_stop(&d);
+	h_redis_stop(&rs);
+}
+END_TEST
+
 /* A reload applies to gRPC calls too; SIGTERM exits 0 (h_daemon_stop). */
 START_TEST(test_reload)
 {
@@ -768,6 +921,8 @@ grpc_suite(void)
 	tcase_add_test(tc, test_deadline_answer_arrives);
 	tcase_add_test(tc, test_out_of_descriptors);
 	tcase_add_test(tc, test_window_zero_client_is_cut);
+	tcase_add_test(tc, test_rapid_reset_is_bounded);
+	tcase_add_test(tc, test_rapid_reset_flood_memory);
 	suite_add_tcase(s, tc);
 	return s;
 }
