@@ -68,6 +68,7 @@
 #define GRPC_MAX_PENDING 1024		/* calls in the store, whole server */
 #define GRPC_RESET_BURST 512		/* RST_STREAM frames a client may */
 #define GRPC_RESET_RATE 128		/* send at once, and then per second */
+#define GRPC_HEADER_STRIKES 2		/* header lists refused, then GOAWAY */
 
 #define PATH_RLS "/envoy.service.ratelimit.v3.RateLimitService/" \
 	"ShouldRateLimit"
@@ -88,6 +89,7 @@ struct gstream {
 	bool answered;
 	bool cut;			/* reset once its answer is out */
 	bool waiting;			/* whole, waiting for a place */
+	size_t header_bytes;		/* decoded, as HTTP/2 counts them */
 	bool reset;			/* RST_STREAM submitted */
 	int64_t start_us;		/* monotonic, at its first header */
 	int64_t answered_us;		/* when its answer was submitted */
@@ -112,6 +114,7 @@ struct gconn {
 					 * streams reset or not */
 	int nwaiting;			/* streams with waiting set */
 	int credit;			/* calls it may still abandon */
+	int strikes;			/* header lists refused */
 	size_t buffered;		/* request bytes its streams hold */
 	int64_t last_us;		/* last read, monotonic */
 	int64_t out_us;			/* last byte written, or nothing
@@ -624,20 +627,44 @@ is(const uint8_t *v, size_t len, const char *s)
 	return len == strlen(s) && memcmp(v, s, len) == 0;
 }
 
+/*
+ * A call's decoded headers are bounded by max_header_bytes, as HTTP's are
+ * (docs/security.md), counted as HTTP/2 counts a header list (name, value
+ * and 32 bytes each): a few bytes of HPACK can refer to a large header
+ * again and again (an HPACK bomb).  Past it the stream is reset at once
+ * and nghttp2 skips the rest of the block without looking at it; a
+ * connection that does it GRPC_HEADER_STRIKES times is sent GOAWAY.
+ */
+static int
+header_refuse(struct gconn *c, struct gstream *st)
+{
+	log_debug("grpc: stream %d: headers over max_header_bytes (%d)",
+	    (int)st->id, c->l->cur->max_header_bytes);
+	if (++c->strikes >= GRPC_HEADER_STRIKES && !c->goaway) {
+		c->goaway = true;
+		nghttp2_session_terminate_session(c->h2,
+		    NGHTTP2_ENHANCE_YOUR_CALM);
+	}
+	return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+}
+
 static int
 on_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t *name,
     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
     void *arg)
 {
+	struct gconn *c = arg;
 	struct gstream *st;
 
 	(void)flags;
-	(void)arg;
 	if (f->hd.type != NGHTTP2_HEADERS ||
 	    f->headers.cat != NGHTTP2_HCAT_REQUEST ||
 	    (st = nghttp2_session_get_stream_user_data(h2,
 	    f->hd.stream_id)) == NULL)
 		return 0;
+	st->header_bytes += namelen + valuelen + 32;
+	if (st->header_bytes > (size_t)c->l->cur->max_header_bytes)
+		return header_refuse(c, st);
 	if (is(name, namelen, ":method"))
 		st->post = is(value, valuelen, "POST");
 	else if (is(name, namelen, ":path"))
@@ -936,6 +963,8 @@ accept_some(struct gloop *l)
 {
 	nghttp2_settings_entry iv[] = {
 		{ NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, GRPC_MAX_STREAMS },
+		{ NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE,
+		    (uint32_t)l->cur->max_header_bytes },
 	};
 	struct grpc_server *s = l->s;
 	struct epoll_event ev;
@@ -970,7 +999,7 @@ accept_some(struct gloop *l)
 			close(fd);
 			continue;
 		}
-		nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 1);
+		nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 2);
 		c->events = EPOLLIN;
 		ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = c };
 		if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {

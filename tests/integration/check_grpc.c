@@ -859,6 +859,113 @@ START_TEST(test_rapid_reset_flood_memory)
 }
 END_TEST
 
+/* Append to buf a call on stream whose header block (HEADERS and eight
+ * CONTINUATION frames, ~147 KB) adds a 4,000-byte header to the HPACK
+ * table and then refers to it once a byte: ~140,000 headers, 560 MB
+ * decoded.  Then its message. */
+static void
+hpack_bomb(uint8_t *buf, size_t *len, uint32_t stream)
+{
+	enum { FRAME = 16384, FRAMES = 9, VALUE = 4000 };
+	static uint8_t block[FRAME * FRAMES];
+	size_t n = 0, off, chunk;
+	uint8_t call[1024];
+	size_t clen = 0;
+	int i, v = VALUE - 127;
+
+	/* The call's own headers: from a HEADERS frame made by h2raw,
+	 * without its 9-byte frame header. */
+	h2raw_call_headers(call, &clen, stream, H2RAW_RLS_PATH, false);
+	memcpy(block, call + 9, clen - 9);
+	n = clen - 9;
+	/* Literal with incremental indexing, new name "x-bomb". */
+	block[n++] = 0x40;
+	block[n++] = 6;
+	memcpy(block + n, "x-bomb", 6);
+	n += 6;
+	block[n++] = 0x7f;		/* 7-bit prefix full: 127 + varint */
+	while (v >= 128) {
+		block[n++] = (uint8_t)(v % 128 + 128);
+		v /= 128;
+	}
+	block[n++] = (uint8_t)v;
+	memset(block + n, 'b', VALUE);
+	n += VALUE;
+	while (n < sizeof(block))
+		block[n++] = 0xbe;	/* indexed: dynamic entry 62 */
+	for (i = 0, off = 0; off < n; i++, off += chunk) {
+		chunk = n - off < FRAME ? n - off : FRAME;
+		h2raw_frame(buf, len, i == 0 ? H2_HEADERS : H2_CONTINUATION,
+		    off + chunk == n ? H2_END_HEADERS : 0, stream, block + off,
+		    chunk);
+	}
+	h2raw_call_data(buf, len, stream, "edge", "user", "bomb");
+}
+
+/*
+ * HPACK bomb: a header block of ~147 KB that decodes to ~140,000
+ * references to one 4,000-byte header.  max_header_bytes (8192) bounds a
+ * gRPC call's decoded headers as it does HTTP's: the stream is reset as
+ * soon as its headers pass it, and a connection that does it again is
+ * sent GOAWAY; meanwhile other clients are served.  Before, every bomb
+ * was decoded whole and answered OK: 8 took the loop ~2.4 s.
+ */
+START_TEST(test_hpack_bomb_is_refused)
+{
+	enum { BOMBS = 8 };
+	static uint8_t buf[BOMBS * 150000];
+	struct h_daemon d = { 0 };
+	struct h2raw c;
+	struct h2raw_frame f = { 0 };
+	size_t len = 0, sent, first;
+	char status[32];
+	long long t0, took, goaway = -1;
+	int i, r, ok = 0, rst = 0;
+	json_t *j;
+
+	start(&d, "backend: memory\n", rules_edge);
+	h2raw_connect(&c, grpc_port, NULL, 0);
+	for (i = 0; i < BOMBS; i++)
+		hpack_bomb(buf, &len, 2 * (uint32_t)i + 1);
+	/* The first bomb alone: its stream is reset, the connection lives;
+	 * then the others. */
+	t0 = h_now_ms();
+	first = len / BOMBS;
+	sent = h2raw_send(&c, buf, first, 20000);
+	while (h_now_ms() - t0 < 20000 && (r = h2raw_read(&c, &f, 200)) >= 0) {
+		if (r == 0)
+			continue;
+		if (f.type == H2_HEADERS && h2raw_header(&f, "grpc-status",
+		    status, sizeof(status)) && strcmp(status, "0") == 0)
+			ok++;
+		if (f.type == H2_RST_STREAM)
+			rst++;
+		if (f.type == H2_GOAWAY && goaway < 0)
+			goaway = h_now_ms() - t0;
+		if (ok + rst == (sent == len ? BOMBS : 1) || goaway >= 0) {
+			if (sent == len)
+				break;
+			sent += h2raw_send(&c, buf + first, len - first,
+			    20000);
+		}
+	}
+	took = h_now_ms() - t0;
+	h2raw_close(&c);
+	fprintf(stderr, "hpack bomb: %zu of %zu bytes sent, %d answered OK, "
+	    "%d reset, GOAWAY after %lld ms, %lld ms in all\n", sent, len, ok,
+	    rst, goaway, took);
+	ck_assert_msg(ok == 0, "%d bombs answered OK", ok);
+	ck_assert_msg(rst >= 1, "no stream reset");
+	ck_assert_msg(goaway >= 0, "no GOAWAY");
+	ck_assert_msg(took < 2000, "%lld ms for the bombs", took);
+	j = call("{\"domain\": \"edge\", \"descriptors\": "
+	    "[[[\"user\", \"mo\"]]]}");
+	ck_assert_str_eq(str(j, "overall"), "OK");
+	json_decref(j);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 /* A reload applies to gRPC calls too; SIGTERM exits 0 (h_daemon_stop). */
 START_TEST(test_reload)
 {
@@ -923,6 +1030,7 @@ grpc_suite(void)
 	tcase_add_test(tc, test_window_zero_client_is_cut);
 	tcase_add_test(tc, test_rapid_reset_is_bounded);
 	tcase_add_test(tc, test_rapid_reset_flood_memory);
+	tcase_add_test(tc, test_hpack_bomb_is_refused);
 	suite_add_tcase(s, tc);
 	return s;
 }
