@@ -556,6 +556,8 @@ on_send(nghttp2_session *h2, const uint8_t *data, size_t len, int flags,
 
 	(void)h2;
 	(void)flags;
+	if (c->fd < 0)			/* grpc_fuzz_feed(): no socket */
+		return (ssize_t)len;
 	n = send(c->fd, data, len, MSG_NOSIGNAL);
 	if (n > 0)
 		c->out_us = util_monotonic_us();
@@ -958,14 +960,43 @@ listen_resume(struct gloop *l)
 	return 0;
 }
 
-static void
-accept_some(struct gloop *l)
+/* A connection of loop l on fd (-1: none, for grpc_fuzz_feed), its
+ * SETTINGS queued; linked into l's list.  NULL when out of memory. */
+static struct gconn *
+conn_new(struct gloop *l, int fd)
 {
 	nghttp2_settings_entry iv[] = {
 		{ NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, GRPC_MAX_STREAMS },
 		{ NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE,
 		    (uint32_t)l->cur->max_header_bytes },
 	};
+	struct gconn *c;
+
+	if ((c = rl_calloc(1, sizeof(*c))) == NULL)
+		return NULL;
+	c->fd = fd;
+	c->s = l->s;
+	c->l = l;
+	c->credit = GRPC_MAX_STREAMS;
+	c->last_us = c->out_us = util_monotonic_us();
+	if (nghttp2_session_server_new2(&c->h2, l->s->cbs, c,
+	    l->s->opt) != 0) {
+		rl_free(c);
+		return NULL;
+	}
+	nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 2);
+	c->events = EPOLLIN;
+	c->next = l->conns;
+	if (l->conns != NULL)
+		l->conns->prev = c;
+	l->conns = c;
+	atomic_fetch_add(&l->s->nconns, 1);
+	return c;
+}
+
+static void
+accept_some(struct gloop *l)
+{
 	struct grpc_server *s = l->s;
 	struct epoll_event ev;
 	struct gconn *c;
@@ -981,38 +1012,18 @@ accept_some(struct gloop *l)
 		}
 		l->fd_warned = false;
 		if (atomic_load(&s->nconns) >= l->cur->max_connections ||
-		    (c = rl_calloc(1, sizeof(*c))) == NULL) {
+		    (c = conn_new(l, fd)) == NULL) {
 			close(fd);
 			continue;
 		}
 		/* Headers, message and trailers leave in separate sends:
 		 * without this, Nagle holds the last until an ACK. */
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		c->fd = fd;
-		c->s = s;
-		c->l = l;
-		c->credit = GRPC_MAX_STREAMS;
-		c->last_us = c->out_us = util_monotonic_us();
-		if (nghttp2_session_server_new2(&c->h2, s->cbs, c,
-		    s->opt) != 0) {
-			rl_free(c);
-			close(fd);
-			continue;
-		}
-		nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 2);
-		c->events = EPOLLIN;
 		ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = c };
 		if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-			nghttp2_session_del(c->h2);
-			rl_free(c);
-			close(fd);
+			conn_close(c);	/* closes fd */
 			continue;
 		}
-		c->next = l->conns;
-		if (l->conns != NULL)
-			l->conns->prev = c;
-		l->conns = c;
-		atomic_fetch_add(&s->nconns, 1);
 		conn_flush(c);
 	}
 }
@@ -1329,4 +1340,49 @@ grpc_server_stop(struct grpc_server *s)
 		if (s->loops[i].thread_started)
 			pthread_join(s->loops[i].thread, NULL);
 	server_free(s);
+}
+
+/* ---- fuzzing ---------------------------------------------------------- */
+
+int
+grpc_fuzz_feed(struct config *cfg, const struct decider *decider,
+    const uint8_t *data, size_t len)
+{
+	struct grpc_server s = { .lfd = -1, .decider = decider };
+	struct gloop l = { .s = &s, .efd = -1, .epfd = -1, .cur = cfg };
+	struct gconn *c;
+	size_t off, n;
+	int rc = -1;
+
+	if (make_callbacks(&s) != 0)
+		goto out;
+	pthread_mutex_init(&l.lock, NULL);
+	if ((c = conn_new(&l, -1)) == NULL)
+		goto out_lock;
+	/* In reads of up to 1,000 bytes, each followed by a loop turn: the
+	 * store's answers (inline on the memory store), and the writes. */
+	for (off = 0; off < len && l.conns == c; off += n) {
+		n = len - off < 1000 ? len - off : 1000;
+		if (!conn_reading(c))
+			break;
+		if (nghttp2_session_mem_recv(c->h2, data + off, n) < 0) {
+			conn_close(c);
+			break;
+		}
+		drain_done(&l);
+	}
+	rc = 0;
+	/* Whatever is left dies with the connection; no call can still be
+	 * in the store (the memory store answers inside the call). */
+	while (l.conns != NULL)
+		conn_close(l.conns);
+	drain_done(&l);
+out_lock:
+	pthread_mutex_destroy(&l.lock);
+out:
+	if (s.cbs != NULL)
+		nghttp2_session_callbacks_del(s.cbs);
+	if (s.opt != NULL)
+		nghttp2_option_del(s.opt);
+	return rc;
 }

@@ -15,6 +15,7 @@
 #define RL_GRPC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/config.h"
 #include "core/decide.h"
@@ -46,5 +47,16 @@ int grpc_server_inflight(struct grpc_server *s);
 /* Wait for the calls in the store's hands (each ends by its deadline),
  * close every connection, stop the thread, free.  NULL does nothing. */
 void grpc_server_stop(struct grpc_server *s);
+
+/*
+ * For tests/fuzz/fuzz_grpc_frames.c: feed len bytes, as read from one
+ * client, to a new connection's HTTP/2 session with the server's own
+ * callbacks, no socket and no thread (what it writes is dropped), under
+ * cfg (borrowed); calls are decided by decider, whose store must answer
+ * inside the call (the memory store).  Everything is freed before it
+ * returns.  0, or -1 when out of memory.  The calling thread only.
+ */
+int grpc_fuzz_feed(struct config *cfg, const struct decider *decider,
+    const uint8_t *data, size_t len);
 
 #endif
