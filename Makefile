@@ -146,16 +146,34 @@ $(BUILD)/ratelimitd: $(BUILD)/main.o $(BUILD)/librl.a
 $(BUILD)/tests:
 	mkdir -p $@
 
-$(BUILD)/tests/check_%: tests/unit/check_%.c $(BUILD)/librl.a
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(LIB_CFLAGS) $(CHECK_CFLAGS) \
-		$(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LIBS)
+# Every test binary links the one main() of tests/check_main.c (which also
+# holds the shared fixture helpers); a test file defines test_suite().  The
+# integration binaries get it compiled with CHECK_MAIN_HARNESS: h_init()
+# first, and fork mode whatever CK_FORK says (tests/check_main.h).
+TEST_MAIN_DEPS = tests/check_main.c tests/check_main.h config.mk
+
+$(BUILD)/tests/main_unit.o: $(TEST_MAIN_DEPS) | $(BUILD)/tests
+	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(CHECK_CFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/main_integration.o: $(TEST_MAIN_DEPS) $(INTEG_HDRS) \
+		| $(BUILD)/tests
+	$(CC) $(CPPFLAGS) -Itests -Itests/integration -DCHECK_MAIN_HARNESS \
+		$(CFLAGS) $(LIB_CFLAGS) $(CHECK_CFLAGS) $(CURL_CFLAGS) \
+		-c -o $@ $<
+
+$(BUILD)/tests/check_%: tests/unit/check_%.c tests/check_main.h \
+		$(BUILD)/tests/main_unit.o $(BUILD)/librl.a
+	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(LIB_CFLAGS) $(CHECK_CFLAGS) \
+		$(LDFLAGS) -o $@ $< $(BUILD)/tests/main_unit.o \
+		$(BUILD)/librl.a $(CHECK_LIBS) $(LIBS)
 
 $(INTEG_BIN): $(BUILD)/tests/check_%: tests/integration/check_%.c \
-		$(INTEG_HELPERS) $(INTEG_HDRS) $(BUILD)/librl.a
-	$(CC) $(CPPFLAGS) -Itests/integration $(CFLAGS) $(LIB_CFLAGS) \
+		$(INTEG_HELPERS) $(INTEG_HDRS) tests/check_main.h \
+		$(BUILD)/tests/main_integration.o $(BUILD)/librl.a
+	$(CC) $(CPPFLAGS) -Itests -Itests/integration $(CFLAGS) $(LIB_CFLAGS) \
 		$(CHECK_CFLAGS) $(CURL_CFLAGS) $(LDFLAGS) -o $@ $< \
-		$(INTEG_HELPERS) $(BUILD)/librl.a $(CHECK_LIBS) $(CURL_LIBS) \
-		$(LIBS)
+		$(INTEG_HELPERS) $(BUILD)/tests/main_integration.o \
+		$(BUILD)/librl.a $(CHECK_LIBS) $(CURL_LIBS) $(LIBS)
 
 # --- set-up -----------------------------------------------------------
 

@@ -30,7 +30,9 @@
 -- Reply    a flat array of integers, per request in order:
 --            all_allowed (1 + the microseconds until its reserved time
 --            when it waits), then per check: allowed, remaining, reset_ms,
---            retry_after_ms; with 'marks', a fifth field per check, a
+--            retry_after_ms, effective_ms (the RateLimit header's t:
+--            docs/algorithms.md, "Common ground"); with 'marks', a sixth
+--            field per check, a
 --            string: where the check's units were recorded ('0' when it
 --            recorded nothing), which lua/takeback.lua needs to take
 --            exactly those units back (Redis Cluster, across slots:
@@ -82,7 +84,9 @@ end
 -- Each algorithm has three steps on a check table `s` (key, L, W, c, now):
 -- check (phase 1: sets s.allowed, and s.retry when denied), record (phase 2,
 -- only when recording) and finish (sets s.remaining and s.reset, and gives
--- recorded keys their TTL).  s.recorded tells whether record ran.
+-- recorded keys their TTL).  s.recorded tells whether record ran.  Then
+-- effective(s) gives the effective window: the retry a request of
+-- remaining + 1 units would get, from the state after the call.
 
 -- sliding_log: a sorted set of runs, one member per recorded time.
 --
@@ -119,8 +123,8 @@ function sliding_log.check(s)
       e, n = m, m
     end
     local old = redis.call('ZRANGE', s.key, '0', '0', 'WITHSCORES')
-    local oe, on = log_member(old, 1)
-    s.first = oe - on + 1
+    local oe, on, ot = log_member(old, 1)
+    s.first, s.first_t = oe - on + 1, ot
     s.used = e - s.first + 1
     s.last_end, s.last_n, s.last_t = e, n, t
   end
@@ -205,6 +209,21 @@ function sliding_log.record_at(s, t)
   s.now = now
 end
 
+-- The unit numbered first + k - 1 leaves, k = used + (remaining + 1) - L:
+-- the oldest (k = 1) unless a reload lowered L below what is used.
+function sliding_log.effective(s)
+  local k = s.used + s.remaining + 1 - s.L
+  local t
+  if s.first == nil then
+    t = s.last_t             -- the log was empty: this call's run
+  elseif k == 1 then
+    t = s.first_t
+  else
+    t = log_time_of(s, s.first + k - 1)
+  end
+  return ceil_ms(t + s.W - s.now)
+end
+
 function sliding_log.finish(s)
   s.remaining = math.max(0, s.L - s.used)
   s.reset = 0
@@ -282,6 +301,18 @@ end
 
 function fixed_window.record(s)
   fixed_window.record_at(s, s.now)
+end
+
+function fixed_window.effective(s)
+  if s.f_n > 0 and s.f_start > s.s_now then
+    -- Reservations in a later window: when one unit would fit.
+    local c = s.c
+    s.c = 1
+    local t = fixed_window.earliest(s, s.now)
+    s.c = c
+    return ceil_ms(t - s.now)
+  end
+  return ceil_ms(s.s_now + s.W - s.now)
 end
 
 function fixed_window.finish(s)
@@ -377,8 +408,41 @@ function token_bucket.finish(s)
   end
 end
 
+function token_bucket.effective(s)
+  local t = s.base
+  if s.recorded then
+    t = s.new_tat
+  end
+  local nt = t + (s.remaining + 1) * s.W / s.L
+  return math.max(1, ceil_ms(math.ceil(nt - s.W - s.now)))
+end
+
 -- sliding_window: a hash bucket index -> count, B buckets per window.
 local sliding_window = {}
+
+-- The retry of a request of c units: walk forward through bucket
+-- boundaries with no new traffic until full + c <= L, then solve
+-- est(t) + c = L in that bucket.  full and old are those of bucket i.
+local function sw_retry(s, c, full, old)
+  local L, i, t = s.L, s.i, nil
+  for _ = 0, B do
+    if full + c <= L then
+      if old > 0 then
+        t = (i + 1) * s.G - s.G * (L - c - full) / old
+        if t < s.now then
+          t = s.now
+        end
+      else
+        t = s.now
+      end
+      break
+    end
+    old = s.counts[i - B + 1] or 0
+    full = full - old
+    i = i + 1
+  end
+  return math.max(1, ceil_ms(math.ceil(t - s.now)))
+end
 
 function sliding_window.check(s)
   local G = s.W / B
@@ -409,28 +473,9 @@ function sliding_window.check(s)
   s.G, s.i, s.counts = G, i, counts
   s.est = full + old * f
   s.allowed = s.est + s.c <= s.L
-  if s.allowed then
-    return
+  if not s.allowed then
+    s.retry = sw_retry(s, s.c, full, old)
   end
-  -- Walk forward through bucket boundaries with no new traffic.
-  local c, L, t = s.c, s.L, nil
-  for _ = 0, B do
-    if full + c <= L then
-      if old > 0 then
-        t = (i + 1) * G - G * (L - c - full) / old
-        if t < s.now then
-          t = s.now
-        end
-      else
-        t = s.now
-      end
-      break
-    end
-    old = counts[i - B + 1] or 0
-    full = full - old
-    i = i + 1
-  end
-  s.retry = math.max(1, ceil_ms(math.ceil(t - s.now)))
 end
 
 function sliding_window.record(s)
@@ -438,6 +483,14 @@ function sliding_window.record(s)
   s.mark = int(s.i)
   s.counts[s.i] = (s.counts[s.i] or 0) + s.c
   s.est = s.est + s.c
+end
+
+function sliding_window.effective(s)
+  local full = 0
+  for j = s.i - B + 1, s.i do
+    full = full + (s.counts[j] or 0)
+  end
+  return sw_retry(s, s.remaining + 1, full, s.counts[s.i - B] or 0)
 end
 
 function sliding_window.finish(s)
@@ -533,7 +586,7 @@ local ALGORITHMS = {
 }
 
 -- One request: checks[first .. last], all-or-nothing on its own.  Appends
--- its all_allowed and 4 fields per check to reply.
+-- its all_allowed and 5 fields per check to reply.
 -- Waiting: the earliest t within `wait` microseconds at which every
 -- non-shadow check fits (the max of their earliest times, until they
 -- agree), or nil.
@@ -619,6 +672,13 @@ local function request(checks, first, last, reply, marks, wait)
     reply[#reply + 1] = math.floor(s.remaining)
     reply[#reply + 1] = math.floor(s.reset)
     reply[#reply + 1] = s.allowed and 0 or math.floor(s.retry)
+    if s.alg == concurrency then
+      reply[#reply + 1] = 0
+    elseif s.remaining >= s.L then
+      reply[#reply + 1] = ceil_ms(s.W)
+    else
+      reply[#reply + 1] = math.floor(s.alg.effective(s))
+    end
     if marks then
       reply[#reply + 1] = s.recorded and s.mark or '0'
     end

@@ -31,6 +31,7 @@
 #include "core/deny_cache.h"
 #include "front/grpc.h"
 #include "front/http.h"
+#include "front/listen.h"
 #include "core/lease.h"
 #include "front/lease_wait.h"
 #include "base/log.h"
@@ -482,10 +483,10 @@ bind_and_watch(struct daemon *d, char *err, size_t errlen)
 	char sub[256];
 
 	raise_fd_limit(d->cfg);
-	if ((d->http_fd = http_listen(d->cfg->listen, d->cfg->listen_mode,
-	    err, errlen)) < 0)
+	if ((d->http_fd = listen_socket_open(d->cfg->listen,
+	    d->cfg->listen_mode, err, errlen)) < 0)
 		return -1;
-	if (d->cfg->grpc_listen != NULL && (d->grpc_fd = http_listen(
+	if (d->cfg->grpc_listen != NULL && (d->grpc_fd = listen_socket_open(
 	    d->cfg->grpc_listen, d->cfg->listen_mode, sub, sizeof(sub))) < 0) {
 		snprintf(err, errlen, "grpc_listen: %s", sub);
 		return -1;

@@ -46,6 +46,11 @@ struct rl_result {
 				 * overall), else left now; >= 0 */
 	int64_t reset_ms;	/* until the whole limit is free again */
 	int64_t retry_after_ms;	/* 0 if allowed; else until it would be */
+	int64_t effective_ms;	/* the RateLimit header's t: until more
+				 * quota comes back, i.e. the retry_after
+				 * of a request of remaining + 1 units; the
+				 * window when nothing is used; 0 for a
+				 * concurrency rule (docs/algorithms.md) */
 	double mark;		/* Redis Cluster: where the units were
 				 * recorded (lua/takeback.lua); else 0 */
 };
@@ -89,6 +94,18 @@ enum backend_error_kind {
 
 struct backend_call;
 typedef void (*backend_done_fn)(struct backend_call *call);
+
+/*
+ * Room in every call for what the store it was submitted to keeps about
+ * it while the call is in its hands (list links, its batch, ...), so a
+ * store needs no allocation per call.  Its layout is the store's alone
+ * (the Redis store's: struct redis_call_priv in store/redis_priv.h, which
+ * checks that it fits); the memory store uses none of it.
+ */
+#define BACKEND_CALL_STORE_SIZE 64
+struct backend_call_store {
+	_Alignas(max_align_t) unsigned char opaque[BACKEND_CALL_STORE_SIZE];
+};
 
 /* What a call does besides deciding (backend_call.lease_op). */
 enum backend_lease_op {
@@ -143,14 +160,9 @@ struct backend_call {
 	enum backend_error_kind kind;
 	char err[BACKEND_ERR_MAX];
 
-	/* The store's own, while the call is in its hands. */
-	struct backend_call *q_next, *q_prev;
-	void *q_batch;
-	int64_t q_start_us;
-	bool q_trial;
-	void *q_split;			/* Redis Cluster: a part's request */
-	unsigned char q_kind;		/* Redis: what the call is */
-	unsigned char q_redirects;	/* Redis Cluster: followed so far */
+	/* Owned by the store the call was submitted to, from submit until
+	 * done runs; nothing else reads or writes it. */
+	struct backend_call_store store;
 };
 
 struct backend;

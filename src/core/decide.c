@@ -150,6 +150,7 @@ pick_deciding(const struct applying *ap, const struct rl_check *checks,
 	out->limit = ap[best].rule->limit;
 	out->remaining = res[best].remaining;
 	out->reset_ms = res[best].reset_ms;
+	out->effective_ms = res[best].effective_ms;
 	out->retry_after_ms = all_allowed ? 0 : res[best].retry_after_ms;
 	if (!all_allowed && out->retry_after_ms < 1)
 		out->retry_after_ms = 1;
@@ -257,8 +258,8 @@ us_to_ms(int64_t us)
 static int
 deny_cached(const struct decider *d, struct decide_job *job)
 {
-	int64_t now = util_monotonic_us(), until, reset, best_until = 0;
-	int64_t best_reset = 0;
+	int64_t now = util_monotonic_us();
+	struct deny_times t, best_t = { 0 };
 	size_t i, best = 0;
 	bool hit = false;
 
@@ -267,13 +268,12 @@ deny_cached(const struct decider *d, struct decide_job *job)
 
 		if (c->shadow || c->cost == 0 ||
 		    c->algorithm == RL_ALG_CONCURRENCY ||
-		    !deny_cache_get(d->deny,
-		    c->key, c->keylen, c->cost, now, &until, &reset))
+		    !deny_cache_get(d->deny, c->key, c->keylen, c->cost, now,
+		    &t))
 			continue;
-		if (!hit || until > best_until) {
+		if (!hit || t.until_us > best_t.until_us) {
 			best = i;
-			best_until = until;
-			best_reset = reset;
+			best_t = t;
 		}
 		hit = true;
 	}
@@ -284,10 +284,14 @@ deny_cached(const struct decider *d, struct decide_job *job)
 	job->out->limit = job->ap[best].rule->limit;
 	job->out->remaining = 0;
 	/* The store's own retry was rounded up; so is what is left. */
-	job->out->retry_after_ms = us_to_ms(best_until - now) + 1;
-	job->out->reset_ms = us_to_ms(best_reset - now);
+	job->out->retry_after_ms = us_to_ms(best_t.until_us - now) + 1;
+	job->out->reset_ms = us_to_ms(best_t.reset_us - now);
 	if (job->out->reset_ms < job->out->retry_after_ms)
 		job->out->reset_ms = job->out->retry_after_ms;
+	/* Between 1 ms and the retry: quota may have come back already. */
+	job->out->effective_ms = us_to_ms(best_t.effective_us - now) + 1;
+	if (job->out->effective_ms > job->out->retry_after_ms)
+		job->out->effective_ms = job->out->retry_after_ms;
 	job->out->shadow = false;
 	report(d, job->ap, job->checks, NULL, job->n, false,
 	    DECIDE_RULE_DENIED);
@@ -304,15 +308,17 @@ deny_learn(const struct decider *d, const struct decide_job *job)
 	for (i = 0; i < job->n; i++) {
 		const struct rl_check *c = &job->checks[i];
 		const struct rl_result *r = &job->res[i];
+		struct deny_times t;
 
 		/* A concurrency key may free at once (a release). */
 		if (c->shadow || c->cost == 0 || r->allowed ||
 		    c->algorithm == RL_ALG_CONCURRENCY ||
 		    r->retry_after_ms < 2)
 			continue;
-		deny_cache_put(d->deny, c->key, c->keylen, c->cost,
-		    sent + (r->retry_after_ms - 1) * 1000,
-		    sent + (r->reset_ms - 1) * 1000);
+		t.until_us = sent + (r->retry_after_ms - 1) * 1000;
+		t.reset_us = sent + (r->reset_ms - 1) * 1000;
+		t.effective_us = sent + (r->effective_ms - 1) * 1000;
+		deny_cache_put(d->deny, c->key, c->keylen, c->cost, &t);
 	}
 }
 

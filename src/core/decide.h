@@ -117,6 +117,7 @@ struct decision {
 	const struct rule *rule;	/* deciding rule, NULL if none applies;
 					 * borrowed from the config snapshot */
 	int64_t limit, remaining, reset_ms, retry_after_ms;
+	int64_t effective_ms;	/* the deciding rule's (struct rl_result) */
 	bool shadow;		/* the deciding rule is a shadow rule */
 	/* With req->leases: one per concurrency rule that recorded, when the
 	 * store itself allowed (not degraded).  Owned: decide_leases_free(). */

@@ -4,7 +4,7 @@
  * DESIGN
  *
  * slots entries, each the key's 64-bit FNV-1a hash, a copy of the key, the
- * cost it was denied for and two times.  A key lives only in the slot its
+ * cost it was denied for and its times.  A key lives only in the slot its
  * hash names; a put replaces the slot whatever it held (a cache, not a
  * store: losing an entry costs one store call).  DENY_STRIPES mutexes guard
  * the slots, slot i under mutex i % DENY_STRIPES.  Keys are compared in
@@ -24,7 +24,8 @@ struct deny_entry {
 	uint64_t hash;
 	char *key;		/* NULL: empty */
 	size_t keylen;
-	int64_t cost, until_us, reset_us;
+	int64_t cost;
+	struct deny_times t;
 };
 
 struct deny_cache {
@@ -90,7 +91,7 @@ deny_cache_free(struct deny_cache *dc)
 
 void
 deny_cache_put(struct deny_cache *dc, const char *key, size_t keylen,
-    int64_t cost, int64_t until_us, int64_t reset_us)
+    int64_t cost, const struct deny_times *t)
 {
 	uint64_t h = deny_hash(key, keylen);
 	size_t i = (size_t)h & dc->mask;
@@ -108,20 +109,19 @@ deny_cache_put(struct deny_cache *dc, const char *key, size_t keylen,
 		e->key = copy;
 		e->keylen = keylen;
 		e->hash = h;
-	} else if (e->cost < cost && e->until_us >= until_us) {
+	} else if (e->cost < cost && e->t.until_us >= t->until_us) {
 		/* A cheaper request is denied for longer already: keep. */
 		goto out;
 	}
 	e->cost = cost;
-	e->until_us = until_us;
-	e->reset_us = reset_us;
+	e->t = *t;
 out:
 	pthread_mutex_unlock(&dc->locks[i % DENY_STRIPES]);
 }
 
 bool
 deny_cache_get(struct deny_cache *dc, const char *key, size_t keylen,
-    int64_t cost, int64_t now_us, int64_t *until_us, int64_t *reset_us)
+    int64_t cost, int64_t now_us, struct deny_times *t)
 {
 	uint64_t h = deny_hash(key, keylen);
 	size_t i = (size_t)h & dc->mask;
@@ -130,12 +130,10 @@ deny_cache_get(struct deny_cache *dc, const char *key, size_t keylen,
 
 	pthread_mutex_lock(&dc->locks[i % DENY_STRIPES]);
 	hit = e->key != NULL && e->hash == h && e->keylen == keylen &&
-	    now_us < e->until_us && cost == e->cost &&
+	    now_us < e->t.until_us && cost == e->cost &&
 	    memcmp(e->key, key, keylen) == 0;
-	if (hit) {
-		*until_us = e->until_us;
-		*reset_us = e->reset_us;
-	}
+	if (hit)
+		*t = e->t;
 	pthread_mutex_unlock(&dc->locks[i % DENY_STRIPES]);
 	if (hit)
 		atomic_fetch_add_explicit(&dc->hits, 1, memory_order_relaxed);

@@ -35,20 +35,23 @@ void deny_cache_free(struct deny_cache *dc);
 /* Forget every entry. */
 void deny_cache_clear(struct deny_cache *dc);
 
-/*
- * Remember that key, for cost, is denied until until_us, and its whole
- * limit is free again at reset_us (both on the caller's clock).
- */
+/* The times of a denial, on the caller's clock. */
+struct deny_times {
+	int64_t until_us;	/* denied for this cost until then */
+	int64_t reset_us;	/* the whole limit is free again */
+	int64_t effective_us;	/* more quota comes back (RateLimit t) */
+};
+
+/* Remember that key, for cost, is denied with the times *t. */
 void deny_cache_put(struct deny_cache *dc, const char *key, size_t keylen,
-    int64_t cost, int64_t until_us, int64_t reset_us);
+    int64_t cost, const struct deny_times *t);
 
 /*
  * Is key denied for cost at now_us?  True with the times of its entry in
- * *until_us and *reset_us; false if there is no live entry, or it is for
- * another cost.
+ * *t; false if there is no live entry, or it is for another cost.
  */
 bool deny_cache_get(struct deny_cache *dc, const char *key, size_t keylen,
-    int64_t cost, int64_t now_us, int64_t *until_us, int64_t *reset_us);
+    int64_t cost, int64_t now_us, struct deny_times *t);
 
 /* Lookups that answered true, since the start. */
 uint64_t deny_cache_hits(const struct deny_cache *dc);

@@ -570,6 +570,43 @@ sw_expiry(const struct limiter_state *s, const struct limiter_params *p)
 	return INT64_MIN;
 }
 
+/* --- the effective window ---------------------------------------------- */
+
+/*
+ * The RateLimit header's t (docs/algorithms.md, "The effective window"):
+ * when nothing is used, the whole window; else the retry_after that a
+ * request of remaining + 1 units would get now, i.e. when more quota comes
+ * back.  No t for a concurrency rule: its units come back on release.
+ */
+static int64_t
+limiter_effective(const struct limiter_state *s,
+    const struct limiter_params *p, int64_t now, int64_t remaining)
+{
+	struct rl_result r = { 0 };
+
+	if (p->algorithm == RL_ALG_CONCURRENCY)
+		return 0;
+	if (remaining >= p->limit)
+		return ceil_ms(p->window_us);
+	switch (p->algorithm) {
+	case RL_ALG_SLIDING_LOG:
+		log_result(s, p, now, remaining + 1, false, &r);
+		break;
+	case RL_ALG_FIXED_WINDOW:
+		fixed_result(s, p, now, remaining + 1, false, &r);
+		break;
+	case RL_ALG_TOKEN_BUCKET:
+		bucket_result(s, p, now, remaining + 1, false, &r);
+		break;
+	case RL_ALG_SLIDING_WINDOW:
+		sw_result(s, p, now, remaining + 1, false, false, &r);
+		break;
+	case RL_ALG_CONCURRENCY:
+		break;
+	}
+	return r.retry_after_ms;
+}
+
 /* --- the interface ----------------------------------------------------- */
 
 int
@@ -649,6 +686,7 @@ limiter_result(const struct limiter_state *s, const struct limiter_params *p,
 		conc_result(s, p, now, cost, allowed, out);
 		break;
 	}
+	out->effective_ms = limiter_effective(s, p, now, out->remaining);
 }
 
 int64_t

@@ -10,7 +10,8 @@
  *
  *	limiter_check()   phase 1: expire, check; records nothing
  *	limiter_record()  phase 2: only if the request is admitted overall
- *	limiter_result()  remaining, reset_ms, retry_after_ms after the call
+ *	limiter_result()  remaining, reset_ms, retry_after_ms, effective_ms
+ *	                  after the call
  *	limiter_expiry()  from when on the state changes no answer (reclaim)
  *
  * limiter_take() is the three in one for a rule evaluated alone.
@@ -136,8 +137,8 @@ void limiter_record(struct limiter_state *s, const struct limiter_params *p,
 /*
  * The results of the call at `now`, after limiter_check() and, if the
  * request was admitted overall, limiter_record(): out->allowed = allowed
- * (phase 1's answer), and remaining, reset_ms and retry_after_ms as
- * docs/algorithms.md defines them.  recorded: limiter_record() ran in this
+ * (phase 1's answer), and remaining, reset_ms, retry_after_ms and
+ * effective_ms as docs/algorithms.md defines them.  recorded: limiter_record() ran in this
  * call (sliding_window's est' is phase 1's est + c, in that order).
  */
 void limiter_result(const struct limiter_state *s,

@@ -32,11 +32,24 @@ rate_headers(const struct decision *d, struct rate_header h[RATE_HEADERS_MAX])
 
 	if (d->rule == NULL)
 		return 0;
-	add(h, &n, "RateLimit-Policy", "\"%s\";q=%lld;w=%lld", d->rule->name,
-	    (long long)d->limit,
-	    (long long)util_ceil_div(d->rule->window_ms, 1000));
-	add(h, &n, "RateLimit", "\"%s\";r=%lld;t=%lld", d->rule->name,
-	    (long long)d->remaining, reset_s);
+	if (d->rule->algorithm == RL_ALG_CONCURRENCY) {
+		/* Units held at once: no window, and no time within which
+		 * the quota comes back (a release frees it). */
+		add(h, &n, "RateLimit-Policy",
+		    "\"%s\";q=%lld;qu=\"concurrent-requests\"", d->rule->name,
+		    (long long)d->limit);
+		add(h, &n, "RateLimit", "\"%s\";r=%lld", d->rule->name,
+		    (long long)d->remaining);
+	} else {
+		add(h, &n, "RateLimit-Policy", "\"%s\";q=%lld;w=%lld",
+		    d->rule->name, (long long)d->limit,
+		    (long long)util_ceil_div(d->rule->window_ms, 1000));
+		/* t: the effective window (docs/http.md), never later than
+		 * a denial's Retry-After. */
+		add(h, &n, "RateLimit", "\"%s\";r=%lld;t=%lld", d->rule->name,
+		    (long long)d->remaining,
+		    (long long)util_ceil_div(d->effective_ms, 1000));
+	}
 	add(h, &n, "X-RateLimit-Limit", "%lld", (long long)d->limit);
 	add(h, &n, "X-RateLimit-Remaining", "%lld", (long long)d->remaining);
 	add(h, &n, "X-RateLimit-Reset", "%lld", reset_s);

@@ -23,15 +23,6 @@ struct http_server;
 struct metrics;
 
 /*
- * Bind and listen on `listen` ("host:port", "[v6]:port", "unix:/path").
- * Returns the socket, or -1 with a message in err ("127.0.0.1:8080: address
- * already in use").  A stale unix socket file is replaced, a live one (a
- * daemon accepts on it) is an error; mode >= 0 is the unix socket's file
- * mode (listen_mode).  Start-up only.
- */
-int http_listen(const char *listen, int mode, char *err, size_t errlen);
-
-/*
  * Start serving on listen_fd (ownership passes to the server) with
  * cfg->threads event-loop threads.  Takes one reference to cfg.  The
  * decider, the queues of requests waiting for a lease (lease_wait.h; the

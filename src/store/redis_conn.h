@@ -1,6 +1,6 @@
 /*
  * redis_conn.h - one pipelined, non-blocking connection to one Redis
- * server, driven by an event loop that is not its own (backend_redis.c).
+ * server, driven by an event loop that is not its own (redis_loop.c).
  *
  * Commands are formatted with hiredis into an output buffer and written
  * when the socket is writable, all that queued since the last write in one

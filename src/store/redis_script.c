@@ -14,7 +14,7 @@
 #include "base/util.h"
 
 #define ARGS_PER_CHECK	5
-#define FIELDS_PER_CHECK 4
+#define FIELDS_PER_CHECK 5
 #define NUM_MAX		40	/* an int64 in decimal, or a concurrency
 				 * algorithm and its lease token, and a NUL */
 
@@ -183,7 +183,8 @@ redis_script_decode(const redisReply *r, struct backend_call *const *calls,
 			c->out[j].remaining = e[2]->integer;
 			c->out[j].reset_ms = e[3]->integer;
 			c->out[j].retry_after_ms = e[4]->integer;
-			c->out[j].mark = marks ? strtod(e[5]->str, NULL) : 0;
+			c->out[j].effective_ms = e[5]->integer;
+			c->out[j].mark = marks ? strtod(e[6]->str, NULL) : 0;
 		}
 	}
 	return 0;

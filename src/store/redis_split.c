@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "store/redis_priv.h"
 
 struct redis_split {
 	struct backend_call *parent;
@@ -82,7 +83,7 @@ redis_split_new(struct backend_call *parent, const unsigned *slots,
 		c->deadline_us = parent->deadline_us;
 		c->done = part_done;
 		c->arg = s;
-		c->q_split = s;
+		redis_call(c)->split = s;
 	}
 	s->outstanding = s->nparts;
 	return s;
@@ -103,6 +104,12 @@ redis_split_free(struct redis_split *s)
 	rl_free(s->tb_checks);
 	rl_free(s->tb_out);
 	rl_free(s);
+}
+
+struct redis_split *
+redis_split_of(struct backend_call *call)
+{
+	return redis_call(call)->split;
 }
 
 size_t
@@ -191,7 +198,7 @@ redis_split_takebacks(struct redis_split *s, backend_done_fn tb_done,
 		tb->deadline_us = deadline_us;
 		tb->done = tb_done;
 		tb->arg = s;
-		tb->q_split = s;
+		redis_call(tb)->split = s;
 	}
 	s->outstanding = s->ntbs;
 	return (int)s->ntbs;

@@ -15,7 +15,7 @@
  * and the take-back, the units held may make another request see less
  * remaining: it may be denied, never wrongly allowed (docs/scale.md).
  *
- * No I/O here: the Redis store (backend_redis.c) submits the parts and
+ * No I/O here: the Redis store (redis_cluster.c) submits the parts and
  * the take-backs as ordinary calls and reports their completion.
  *
  * Thread: a split belongs to the store's I/O thread.
@@ -33,11 +33,15 @@ struct redis_split;
 /*
  * Split parent (n >= 1 checks; slots[i] is check i's hash slot, not all
  * equal) into one part per slot.  Each part is a backend_call with
- * checks, out, deadline, done = part_done and q_split = the split.  NULL
- * on OOM.  The parent is borrowed until redis_split_answer().
+ * checks, out, deadline, done = part_done and the split as
+ * redis_split_of(part).  NULL on OOM.  The parent is borrowed until
+ * redis_split_answer().
  */
 struct redis_split *redis_split_new(struct backend_call *parent,
     const unsigned *slots, backend_done_fn part_done, void *user);
+/* The split a part or take-back belongs to, NULL for any other call of
+ * the store (kept in the call's store area, redis_priv.h). */
+struct redis_split *redis_split_of(struct backend_call *call);
 /* The caller's pointer given to redis_split_new(). */
 void *redis_split_user(const struct redis_split *s);
 /* Whether redis_split_answer() ran. */
@@ -54,8 +58,8 @@ bool redis_split_one_done(struct redis_split *s);
 /*
  * Once every part is in: the take-back calls needed (one per part that
  * allowed, hence recorded, when the request as a whole does not stand),
- * each with done = tb_done, q_split = the split and the given deadline.
- * Returns how many (0: nothing to take back); -1 on OOM.
+ * each with done = tb_done, the split as redis_split_of(tb) and the given
+ * deadline.  Returns how many (0: nothing to take back); -1 on OOM.
  */
 int redis_split_takebacks(struct redis_split *s, backend_done_fn tb_done,
     int64_t deadline_us);

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "check_main.h"
 #include "harness.h"
 
 static const char memory_head[] =
@@ -368,20 +369,17 @@ static TCase *backend_tcase(const char *name, bool with_redis)
 	return tc;
 }
 
-int main(void)
+static void suite_done(void)
+{
+	h_redis_stop(&redis);
+}
+
+Suite *test_suite(void)
 {
 	Suite *s = suite_create("algorithms");
-	SRunner *sr;
-	int failed;
 
-	h_init();
 	suite_add_tcase(s, backend_tcase("memory", false));
 	suite_add_tcase(s, backend_tcase("redis", true));
-	sr = srunner_create(s);
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	h_redis_stop(&redis);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	test_main_at_end(suite_done);
+	return s;
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
 #include "harness.h"
 
 static void
@@ -148,8 +149,8 @@ START_TEST(test_ipv6_networks)
 }
 END_TEST
 
-static Suite *
-client_ip_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("client_ip");
 	TCase *tc = tcase_create("auth");
@@ -162,19 +163,4 @@ client_ip_suite(void)
 	tcase_add_test(tc, test_ipv6_networks);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int
-main(void)
-{
-	SRunner *sr;
-	int failed;
-
-	h_init();
-	sr = srunner_create(client_ip_suite());
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
 #include "harness.h"
 #include "store/slot_map.h"
 
@@ -669,14 +670,16 @@ START_TEST(test_primary_killed_failover)
 }
 END_TEST
 
-int main(void)
+static void suite_done(void)
+{
+	h_cluster_stop(&cluster);
+}
+
+Suite *test_suite(void)
 {
 	Suite *s = suite_create("cluster");
 	TCase *tc = tcase_create("cluster");
-	SRunner *sr;
-	int failed;
 
-	h_init();
 	tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
 	tcase_add_checked_fixture(tc, flush_all, h_test_teardown);
 	tcase_set_timeout(tc, 90);
@@ -691,11 +694,6 @@ int main(void)
 	tcase_add_test(tc, test_slot_migration_ask_then_moved);
 	tcase_add_test(tc, test_primary_killed_failover);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	h_cluster_stop(&cluster);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	test_main_at_end(suite_done);
+	return s;
 }

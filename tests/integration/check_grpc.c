@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
 #include "h2raw.h"
 #include "harness.h"
 #include "ops.h"
@@ -1020,8 +1021,8 @@ START_TEST(test_reload)
 }
 END_TEST
 
-static Suite *
-grpc_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("grpc");
 	TCase *tc = tcase_create("rls");
@@ -1050,19 +1051,4 @@ grpc_suite(void)
 	tcase_add_test(tc, test_hpack_bomb_is_refused);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int
-main(void)
-{
-	SRunner *sr;
-	int failed;
-
-	h_init();
-	sr = srunner_create(grpc_suite());
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -1,12 +1,13 @@
 /*
- * check_http.c - ratelimitd over HTTP, tested from outside against the
- * contract (docs/configuration.md, docs/http.md, docs/algorithms.md, docs/operations.md): the real binary, a real Redis, real
- * HTTP through libcurl.
+ * check_http.c - ratelimitd over HTTP, tested from outside against
+ * docs/configuration.md, docs/http.md, docs/algorithms.md and
+ * docs/operations.md: the real binary, a real Redis, real HTTP through
+ * libcurl.
  *
  * Most of it is one table of cases.  A case is a short sequence of requests
  * and what each must answer; it runs against a fresh daemon, once with
- * `backend: memory` and once with `backend: redis` (the contract promises
- * both stores give the same answers).  Besides what a step spells out,
+ * `backend: memory` and once with `backend: redis` (docs/algorithms.md: both
+ * stores give the same answers).  Besides what a step spells out,
  * every answer is held to the rules that hold for all answers:
  *   - a decision (200/429 from /acquire) is a JSON object whose `allowed`
  *     agrees with the status; when a rule decided, the RateLimit-Policy,
@@ -35,6 +36,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "check_main.h"
 #include "harness.h"
 
 #define KEY_PREFIX "it:"
@@ -622,12 +624,30 @@ static void check_decision(struct h_resp *r, const char *ctx)
 		ck_assert_msg(v != NULL && strcmp(v, want) == 0,
 		    "%s: RateLimit-Policy: expected %s, got %s", ctx, want,
 		    or_none(v));
-		snprintf(want, sizeof(want), "\"%s\";r=%lld;t=%lld", name,
-		    remaining, ceil_s(reset));
+		/* t, the effective window (docs/http.md): the whole window
+		 * when nothing is used, else when quota comes back: no later
+		 * than the whole limit (reset) and no later than a denial's
+		 * Retry-After. */
+		snprintf(want, sizeof(want), "\"%s\";r=%lld;t=", name,
+		    remaining);
 		v = h_resp_header(r, "RateLimit");
-		ck_assert_msg(v != NULL && strcmp(v, want) == 0,
-		    "%s: RateLimit: expected %s, got %s", ctx, want,
+		ck_assert_msg(v != NULL && strncmp(v, want, strlen(want)) == 0,
+		    "%s: RateLimit: expected %s..., got %s", ctx, want,
 		    or_none(v));
+		{
+			long long t = atoll(v + strlen(want));
+
+			if (remaining == limit)
+				ck_assert_msg(t == ceil_s(win), "%s: RateLimit "
+				    "%s: nothing used, t is not the window",
+				    ctx, v);
+			else
+				ck_assert_msg(t >= 1 && t <= ceil_s(reset) &&
+				    (r->status == 200 || t <= ceil_s(retry)),
+				    "%s: RateLimit %s: t outside [1, reset "
+				    "%lld s] or after the retry (%lld ms)",
+				    ctx, v, ceil_s(reset), retry);
+		}
 		snprintf(want, sizeof(want), "%lld", limit);
 		v = h_resp_header(r, "X-RateLimit-Limit");
 		ck_assert_msg(v != NULL && strcmp(v, want) == 0,
@@ -862,15 +882,21 @@ START_TEST(test_keepalive)
 END_TEST
 
 static void acquire_slide(long status, const char *what,
-    long long retry_lo, long long retry_hi)
+    long long retry_lo, long long retry_hi, long long want_t)
 {
 	struct h_resp r = { 0 };
 	long long retry;
+	char want[64];
 
 	h_http(&r, "POST", "/acquire", "{\"t\":\"slide\"}", NULL);
 	ck_assert_msg(r.status == status, "%s: status %ld, expected %ld "
 	    "(body %s)", what, r.status, status, r.body);
 	check_decision(&r, what);
+	snprintf(want, sizeof(want), "\"slide\";r=%lld;t=%lld",
+	    h_json_int(&r, "remaining"), want_t);
+	ck_assert_msg(strcmp(or_none(h_resp_header(&r, "RateLimit")), want) ==
+	    0, "%s: RateLimit: %s, expected %s", what,
+	    or_none(h_resp_header(&r, "RateLimit")), want);
 	if (status == 429) {
 		retry = h_json_int(&r, "retry_after_ms");
 		ck_assert_msg(retry >= retry_lo && retry <= retry_hi,
@@ -886,9 +912,13 @@ static void acquire_slide(long status, const char *what,
  * a fixed window (windows start at multiples of 2 s) would put A and B in
  * one window and C and D in the next, and allow D.  A sliding log admits C
  * (A has expired) and denies D (B is still in the window):
- *	t=0.0 A 200    t=1.0 B 200, X 429 (retry ~1000 ms)
- *	t=2.4 C 200 (A gone at 2.0), D 429 (B holds until 3.0: retry ~600 ms)
- * Every decision is at least 400 ms away from an expiry.
+ *	t=0.0 A 200    t=1.2 B 200, X 429 (retry ~800 ms)
+ *	t=2.4 C 200 (A gone at 2.0), D 429 (B holds until 3.2: retry ~800 ms)
+ * Every decision is at least 400 ms away from an expiry.  The RateLimit
+ * header's t is when a unit comes back (the oldest leaving), not when the
+ * whole limit does: 2 s after A, then 1 s (0.8 s until A leaves at 2.0,
+ * and until B leaves at 3.2), where the whole limit is free only 2 s
+ * after the newest.
  */
 START_TEST(test_sliding_not_fixed)
 {
@@ -901,14 +931,14 @@ START_TEST(test_sliding_not_fixed)
 	into = (ts.tv_sec % 2) * 1000 + ts.tv_nsec / 1000000;
 	h_sleep_ms((2000 + 100 - into) % 2000);
 	t0 = h_now_ms();
-	acquire_slide(200, "A at 0.0 s", 0, 0);
-	h_sleep_ms(t0 + 1000 - h_now_ms());
-	acquire_slide(200, "B at 1.0 s", 0, 0);
-	acquire_slide(429, "X at 1.0 s", 700, 1100);
+	acquire_slide(200, "A at 0.0 s", 0, 0, 2);
+	h_sleep_ms(t0 + 1200 - h_now_ms());
+	acquire_slide(200, "B at 1.2 s", 0, 0, 1);
+	acquire_slide(429, "X at 1.2 s", 500, 900, 1);
 	h_sleep_ms(t0 + 2400 - h_now_ms());
-	acquire_slide(200, "C at 2.4 s (A has expired)", 0, 0);
-	acquire_slide(429, "D at 2.4 s (B is still in the window)", 300,
-	    700);
+	acquire_slide(200, "C at 2.4 s (A has expired)", 0, 0, 1);
+	acquire_slide(429, "D at 2.4 s (B is still in the window)", 500,
+	    900, 1);
 	ck_assert_msg(h_now_ms() - t0 < 2900, "the requests were too slow "
 	    "(%lld ms) for the timing to mean anything", h_now_ms() - t0);
 	h_daemon_stop(&d);
@@ -1047,25 +1077,22 @@ static TCase *backend_tcase(const char *name, bool with_redis)
 	return tc;
 }
 
-int main(void)
+static void suite_done(void)
+{
+	h_redis_stop(&redis);
+}
+
+Suite *test_suite(void)
 {
 	Suite *s = suite_create("http");
 	TCase *mem, *red;
-	SRunner *sr;
-	int failed;
 
-	h_init();
 	mem = backend_tcase("memory", false);
 	red = backend_tcase("redis", true);
 	tcase_add_test(red, test_readyz_follows_redis);
 	tcase_add_test(mem, test_long_rule_name);
 	suite_add_tcase(s, mem);
 	suite_add_tcase(s, red);
-	sr = srunner_create(s);
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	h_redis_stop(&redis);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	test_main_at_end(suite_done);
+	return s;
 }

@@ -33,6 +33,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check_main.h"
 #include "harness.h"
 
 #define THREADS 16
@@ -1012,15 +1013,18 @@ flush_redis(void)
 	h_redis_flush(&redis);
 }
 
-int
-main(void)
+static void
+suite_done(void)
+{
+	h_redis_stop(&redis);
+}
+
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("leases");
 	TCase *tc = tcase_create("leases");
-	SRunner *sr;
-	int failed;
 
-	h_init();
 	tcase_add_unchecked_fixture(tc, redis_up, h_reap_orphans);
 	tcase_add_checked_fixture(tc, flush_redis, h_test_teardown);
 	tcase_set_timeout(tc, 60);
@@ -1039,11 +1043,6 @@ main(void)
 	tcase_add_test(tc, test_wait_without_channel_acl);
 	tcase_add_test(tc, test_check_warns_auth);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	h_redis_stop(&redis);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	test_main_at_end(suite_done);
+	return s;
 }

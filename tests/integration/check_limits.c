@@ -33,6 +33,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check_main.h"
 #include "harness.h"
 #include "ops.h"
 
@@ -745,14 +746,11 @@ START_TEST(test_check_what_start_reads)
 }
 END_TEST
 
-int main(void)
+Suite *test_suite(void)
 {
 	Suite *s = suite_create("limits");
 	TCase *tc = tcase_create("limits");
-	SRunner *sr;
-	int failed;
 
-	h_init();
 	tcase_add_unchecked_fixture(tc, NULL, h_reap_orphans);
 	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
 	tcase_set_timeout(tc, 30);
@@ -772,10 +770,5 @@ int main(void)
 	tcase_add_test(tc, test_backend_error_text_not_leaked);
 	tcase_add_test(tc, test_half_close_on_redis);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return s;
 }

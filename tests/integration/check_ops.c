@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "check_main.h"
 #include "harness.h"
 #include "ops.h"
 
@@ -1463,14 +1464,11 @@ static TCase *tcase(Suite *s, const char *name)
 	return tc;
 }
 
-int main(void)
+Suite *test_suite(void)
 {
 	Suite *s = suite_create("ops");
 	TCase *tc;
-	SRunner *sr;
-	int failed;
 
-	h_init();
 	ops_init();
 
 	tc = tcase(s, "backend_failure");
@@ -1516,11 +1514,5 @@ int main(void)
 	tcase_add_test(tc, test_auth_password_file);
 	tcase_add_test(tc, test_auth_env_url);
 	tcase_add_test(tc, test_auth_wrong_password);
-
-	sr = srunner_create(s);
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return s;
 }

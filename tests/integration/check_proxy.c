@@ -39,6 +39,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check_main.h"
 #include "harness.h"
 
 extern char **environ;
@@ -1004,15 +1005,12 @@ new_tcase(const char *name)
 	return tc;
 }
 
-int
-main(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("proxy");
 	TCase *tc;
-	SRunner *sr;
-	int failed;
 
-	h_init();
 	tc = new_tcase("nginx");
 	tcase_add_test(tc, test_nginx_auth_request);
 	suite_add_tcase(s, tc);
@@ -1026,10 +1024,5 @@ main(void)
 	tc = new_tcase("systemd");
 	tcase_add_test(tc, test_systemd_notify);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return s;
 }

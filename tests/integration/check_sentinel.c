@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
 #include "harness.h"
 
 static struct h_sentinel sen;
@@ -339,14 +340,16 @@ START_TEST(test_failover_followed)
 }
 END_TEST
 
-int main(void)
+static void suite_done(void)
+{
+	h_sentinel_stop(&sen);
+}
+
+Suite *test_suite(void)
 {
 	Suite *s = suite_create("sentinel");
 	TCase *tc = tcase_create("sentinel");
-	SRunner *sr;
-	int failed;
 
-	h_init();
 	tcase_add_unchecked_fixture(tc, sentinels_up, sentinels_down);
 	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
 	tcase_set_timeout(tc, 90);
@@ -354,11 +357,6 @@ int main(void)
 	tcase_add_test(tc, test_readonly_followed);
 	tcase_add_test(tc, test_failover_followed);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	h_sentinel_stop(&sen);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	test_main_at_end(suite_done);
+	return s;
 }

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
 #include "harness.h"
 #include "core/rules.h"
 
@@ -176,16 +177,16 @@ START_TEST(test_scenario)
 		snprintf(keys[r], sizeof(keys[r]), "vec:%s:%zu", sc->name, r);
 	for (s = 0; s < sc->nsteps; s++) {
 		const struct vec_step *st = &sc->steps[s];
-		long long got[4];
+		long long got[5];
 		size_t j;
 
 		exec = run_step(c, sc, keys, sc->epoch + st->t, st->cost,
 		    st->wait_us, s, &rep);
 		ck_assert_msg(rep->type == REDIS_REPLY_ARRAY &&
-		    rep->elements == 1 + 4 * sc->nrules,
+		    rep->elements == 1 + 5 * sc->nrules,
 		    "%s:%d (%s): the script answered %s", vec_path,
 		    st->line, sc->name, rep->type == REDIS_REPLY_ERROR ?
-		    rep->str : "not an array of 1 + 4n");
+		    rep->str : "not an array of 1 + 5n");
 		for (j = 0; j < rep->elements; j++)
 			ck_assert_msg(rep->element[j]->type ==
 			    REDIS_REPLY_INTEGER, "%s:%d: element %zu of the "
@@ -193,18 +194,20 @@ START_TEST(test_scenario)
 		for (r = 0; r < sc->nrules; r++) {
 			const struct vec_result *w = &st->want[r];
 
-			for (j = 0; j < 4; j++)
-				got[j] = rep->element[1 + 4 * r + j]->integer;
+			for (j = 0; j < 5; j++)
+				got[j] = rep->element[1 + 5 * r + j]->integer;
 			ck_assert_msg(vec_field_ok(w, 0, got[0]) &&
 			    vec_field_ok(w, 1, got[1]) &&
 			    vec_field_ok(w, 2, got[2]) &&
-			    vec_field_ok(w, 3, got[3]),
+			    vec_field_ok(w, 3, got[3]) &&
+			    vec_field_ok(w, 4, got[4]),
 			    "%s:%d (%s, rule %zu, %s): got %lld %lld %lld "
-			    "%lld, want %d %" PRId64 " %" PRId64 " %" PRId64,
-			    vec_path, st->line, sc->name, r + 1,
-			    rl_algorithm_name(sc->rules[r].alg), got[0],
-			    got[1], got[2], got[3], (int)w->allowed,
-			    w->remaining, w->reset_ms, w->retry_after_ms);
+			    "%lld t=%lld, want %d %" PRId64 " %" PRId64 " %"
+			    PRId64 " t=%" PRId64, vec_path, st->line, sc->name,
+			    r + 1, rl_algorithm_name(sc->rules[r].alg), got[0],
+			    got[1], got[2], got[3], got[4], (int)w->allowed,
+			    w->remaining, w->reset_ms, w->retry_after_ms,
+			    w->effective_ms);
 		}
 		/* all_allowed: 0, 1, or 1 + the microseconds to the turn
 		 * reserved. */
@@ -235,17 +238,20 @@ static void flush_redis(void)
 	h_redis_flush(&redis);
 }
 
-int main(void)
+static void suite_done(void)
 {
-	const char *dir = getenv("RATELIMITD_SRCDIR");
+	h_redis_stop(&redis);
+	printf("%zu scenarios from %s\n", nscenarios, vec_path);
+	free(script_head);
+	free(script_tail);
+}
+
+Suite *test_suite(void)
+{
 	Suite *s = suite_create("vectors_redis");
 	TCase *tc = tcase_create("redis");
-	SRunner *sr;
-	int failed;
 
-	h_init();
-	snprintf(vec_path, sizeof(vec_path), "%s%s%s", dir != NULL ? dir : "",
-	    dir != NULL ? "/" : "", VEC_FILE);
+	test_srcdir_path(VEC_FILE, vec_path, sizeof(vec_path));
 	vec_load(vec_path);
 	split_script();
 	tcase_add_unchecked_fixture(tc, start_redis, h_reap_orphans);
@@ -253,14 +259,6 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_scenario, 0, (int)nscenarios);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	h_redis_stop(&redis);
-	printf("%zu scenarios from %s\n", nscenarios, vec_path);
-	free(script_head);
-	free(script_tail);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	test_main_at_end(suite_done);
+	return s;
 }

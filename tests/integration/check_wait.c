@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "check_main.h"
 #include "harness.h"
 
 #define WAITERS 12
@@ -484,15 +485,17 @@ static void flush_redis(void)
 	h_redis_flush(&redis);
 }
 
-int main(void)
+static void suite_done(void)
+{
+	h_redis_stop(&redis);
+}
+
+Suite *test_suite(void)
 {
 	Suite *s = suite_create("wait");
 	TCase *mem = tcase_create("memory");
 	TCase *red = tcase_create("redis");
-	SRunner *sr;
-	int failed;
 
-	h_init();
 	tcase_add_unchecked_fixture(mem, NULL, h_reap_orphans);
 	tcase_add_checked_fixture(mem, NULL, h_test_teardown);
 	tcase_set_timeout(mem, 60);
@@ -509,11 +512,6 @@ int main(void)
 	tcase_add_loop_test(red, test_redis_two_daemons, 0, 3);
 	tcase_add_test(red, test_redis_disconnect_and_sigterm);
 	suite_add_tcase(s, red);
-	sr = srunner_create(s);
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	h_redis_stop(&redis);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	test_main_at_end(suite_done);
+	return s;
 }

@@ -6,6 +6,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "check_main.h"
 #include "harness.h"
 
 #include <check.h>
@@ -349,23 +350,7 @@ const char *h_tmpdir(void)
 
 int h_free_port(void)
 {
-	struct sockaddr_in sa;
-	socklen_t len = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	int port;
-
-	ck_assert_msg(fd >= 0, "socket: %s", strerror(errno));
-	memset(&sa, 0, sizeof(sa));
-	sa.sin_family = AF_INET;
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	sa.sin_port = 0;
-	ck_assert_msg(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0,
-	    "bind: %s", strerror(errno));
-	ck_assert_msg(getsockname(fd, (struct sockaddr *)&sa, &len) == 0,
-	    "getsockname: %s", strerror(errno));
-	port = ntohs(sa.sin_port);
-	close(fd);
-	return port;
+	return test_free_port();
 }
 
 /* fork and exec argv with stdout/stderr to log; registered at once. */

@@ -31,10 +31,11 @@
 
 #define H_PATH_MAX 512
 
-/* Call once at the top of main(), before any test or thread: creates the
- * temporary directory, makes this process the subreaper, initialises
- * libcurl, and registers the at-exit clean-up.  Exits 1 with a message if
- * RATELIMITD_BIN is unset or the directory cannot be made. */
+/* Called once by the shared main() (tests/check_main.c, built with
+ * CHECK_MAIN_HARNESS) before test_suite() and before any test or thread:
+ * creates the temporary directory, makes this process the subreaper,
+ * initialises libcurl, and registers the at-exit clean-up.  Exits 1 with a
+ * message if RATELIMITD_BIN is unset or the directory cannot be made. */
 void h_init(void);
 
 /* The test run's private directory (mkdtemp under $TMPDIR or /tmp), removed

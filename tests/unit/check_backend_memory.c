@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
+
 #include "core/backend.h"
 #include "base/util.h"
 #include "store/memory.h"
@@ -20,13 +22,6 @@
 #define SEC INT64_C(1000000)
 
 static int64_t fake_now = T0;
-
-static int64_t
-fake_clock(void *arg)
-{
-	(void)arg;
-	return fake_now;
-}
 
 static struct rl_check
 mkcheck(enum rl_algorithm alg, int64_t limit, int64_t window_ms,
@@ -51,7 +46,7 @@ new_backend(int64_t max_keys)
 	struct backend *b;
 
 	fake_now = T0;
-	b = backend_memory_new(max_keys, fake_clock, NULL);
+	b = backend_memory_new(max_keys, test_clock, &fake_now);
 	ck_assert_ptr_nonnull(b);
 	ck_assert_str_eq(b->name, "memory");
 	return b;
@@ -510,7 +505,7 @@ START_TEST(test_alloc_fail_new)
 
 	for (n = 0; n < 200; n++) {
 		rl_alloc_fail_after(n);
-		b = backend_memory_new(0, fake_clock, NULL);
+		b = backend_memory_new(0, test_clock, &fake_now);
 		rl_alloc_fail_after(-1);
 		if (b != NULL) {
 			made++;
@@ -600,8 +595,8 @@ START_TEST(test_alloc_fail_decide)
 }
 END_TEST
 
-static Suite *
-backend_memory_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("backend_memory");
 	TCase *tc;
@@ -632,16 +627,4 @@ backend_memory_suite(void)
 	tcase_add_test(tc, test_alloc_fail_decide);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int
-main(void)
-{
-	SRunner *sr = srunner_create(backend_memory_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -27,6 +27,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include "check_main.h"
+
 #include "core/backend.h"
 #include "core/config.h"
 #include "base/util.h"
@@ -40,26 +42,6 @@ static pid_t redis_pid = -1;
 static char redis_url[64];
 
 /* ---- the server ------------------------------------------------------ */
-
-static int free_port(void)
-{
-	struct sockaddr_in sa;
-	socklen_t len = sizeof(sa);
-	int fd, port;
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sin_family = AF_INET;
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if ((fd = socket(AF_INET, SOCK_STREAM, 0)) == -1 ||
-	    bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == -1 ||
-	    getsockname(fd, (struct sockaddr *)&sa, &len) == -1) {
-		perror("free_port");
-		exit(1);
-	}
-	port = ntohs(sa.sin_port);
-	close(fd);
-	return port;
-}
 
 static redisContext *direct(void)
 {
@@ -102,7 +84,7 @@ static void start_redis(void)
 		perror("mkdtemp");
 		exit(1);
 	}
-	redis_port = free_port();
+	redis_port = test_free_port();
 	snprintf(redis_url, sizeof(redis_url), "redis://127.0.0.1:%d",
 	    redis_port);
 	snprintf(conf, sizeof(conf), "%s/redis.conf", tmpdir);
@@ -797,7 +779,7 @@ START_TEST(test_connection_refused)
 	char url[128], err[256];
 	int64_t t0;
 
-	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", free_port());
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", test_free_port());
 	b = new_backend_full(url, 2, 200, NULL);
 	t0 = now_us();
 	ck_assert_int_eq(decide_fail(b, mk(RL_ALG_SLIDING_LOG, 5, 1000, 1,
@@ -880,7 +862,7 @@ START_TEST(test_circuit_refused_backoff_caps)
 	int i, trials = 0;
 	int64_t t0, at[8];
 
-	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", free_port());
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", test_free_port());
 	b = new_backend_full(url, 1, 100, NULL);
 	for (i = 0; i < 5; i++)
 		ck_assert_int_eq(decide_fail(b, c, err, sizeof(err)),
@@ -914,7 +896,7 @@ START_TEST(test_is_ready)
 	ck_assert(backend_is_ready(b));
 	ck_assert(backend_is_ready(b));
 	backend_free(b);
-	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", free_port());
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", test_free_port());
 	bad = new_backend_full(url, 1, 100, NULL);
 	ck_assert(!backend_is_ready(bad));
 	backend_free(bad);
@@ -1245,7 +1227,7 @@ START_TEST(test_batches_all_or_nothing)
 }
 END_TEST
 
-static Suite *backend_redis_suite(void)
+Suite *test_suite(void)
 {
 	Suite *s = suite_create("backend_redis");
 	TCase *tc = tcase_create("redis");
@@ -1276,15 +1258,4 @@ static Suite *backend_redis_suite(void)
 	tcase_add_test(tc, test_batches_all_or_nothing);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int main(void)
-{
-	SRunner *sr = srunner_create(backend_redis_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

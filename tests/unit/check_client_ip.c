@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
+
 #include "core/client_ip.h"
 
 struct pick_case {
@@ -165,8 +167,8 @@ START_TEST(test_source_names)
 }
 END_TEST
 
-static Suite *
-client_ip_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("client_ip");
 	TCase *tc = tcase_create("core");
@@ -178,16 +180,4 @@ client_ip_suite(void)
 	tcase_add_test(tc, test_source_names);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int
-main(void)
-{
-	SRunner *sr = srunner_create(client_ip_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -15,6 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check_main.h"
+
 #include "core/config.h"
 
 #define X10 "xxxxxxxxxx"
@@ -120,13 +122,11 @@ static const char rich[] =
 
 START_TEST(test_shipped_config)
 {
-	const char *dir = getenv("RATELIMITD_SRCDIR");
 	char path[4096], err[ERRLEN];
 	const struct rule *r;
 	struct config *c;
 
-	snprintf(path, sizeof(path), "%s/conf/ratelimitd.yaml",
-	    dir != NULL ? dir : ".");
+	test_srcdir_path("conf/ratelimitd.yaml", path, sizeof(path));
 	c = config_load(path, err, sizeof(err));
 	ck_assert_msg(c != NULL, "%s", err);
 	ck_assert_str_eq(c->path, path);
@@ -874,17 +874,11 @@ END_TEST
 
 START_TEST(test_load_file)
 {
-	char path[] = "/tmp/check_config_XXXXXX", err[ERRLEN], want[128];
+	char path[512], err[ERRLEN], want[640];
 	struct config *c;
 	FILE *f;
-	int fd;
 
-	fd = mkstemp(path);
-	ck_assert_int_ge(fd, 0);
-	f = fdopen(fd, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs(rich, f);
-	fclose(f);
+	test_write_tmp("check_config", rich, strlen(rich), path, sizeof(path));
 	c = config_load(path, err, sizeof(err));
 	ck_assert_msg(c != NULL, "%s", err);
 	ck_assert_str_eq(c->path, path);
@@ -911,20 +905,20 @@ END_TEST
 START_TEST(test_load_big_file)
 {
 	/* Larger than the first read buffer, to walk the growth path. */
-	char path[] = "/tmp/check_config_XXXXXX", err[ERRLEN];
+	char path[512], err[ERRLEN], *text;
 	struct config *c;
-	FILE *f;
-	int fd, i;
+	size_t len = 0, cap = 2000 * 64;
+	int i;
 
-	fd = mkstemp(path);
-	ck_assert_int_ge(fd, 0);
-	f = fdopen(fd, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs("rules:\n", f);
+	text = malloc(cap);
+	ck_assert_ptr_nonnull(text);
+	len += (size_t)snprintf(text, cap, "rules:\n");
 	for (i = 0; i < 2000; i++)
-		fprintf(f, "  - {name: r%d, limit: %d, window: 1s}\n", i,
-		    i + 1);
-	fclose(f);
+		len += (size_t)snprintf(text + len, cap - len,
+		    "  - {name: r%d, limit: %d, window: 1s}\n", i, i + 1);
+	ck_assert_uint_lt(len, cap);
+	test_write_tmp("check_config", text, len, path, sizeof(path));
+	free(text);
 	c = config_load(path, err, sizeof(err));
 	unlink(path);
 	ck_assert_msg(c != NULL, "%s", err);
@@ -1104,11 +1098,9 @@ START_TEST(test_alloc_failure)
 
 	/* Also through config_load and its read buffer. */
 	{
-		const char *dir = getenv("RATELIMITD_SRCDIR");
 		char path[4096];
 
-		snprintf(path, sizeof(path), "%s/conf/ratelimitd.yaml",
-		    dir != NULL ? dir : ".");
+		test_srcdir_path("conf/ratelimitd.yaml", path, sizeof(path));
 		for (n = 0; n < 10000; n++) {
 			rl_alloc_fail_after(n);
 			c = config_load(path, err, sizeof(err));
@@ -1181,8 +1173,8 @@ START_TEST(test_start_only_changes)
 }
 END_TEST
 
-static Suite *
-config_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("config");
 	TCase *tc;
@@ -1230,16 +1222,4 @@ config_suite(void)
 	tcase_add_test(tc, test_alloc_failure);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int
-main(void)
-{
-	SRunner *sr = srunner_create(config_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
+
 #include "core/decide.h"
 #include "base/util.h"
 #include "store/memory.h"
@@ -160,8 +162,8 @@ START_TEST(test_applying_rules_and_keys)
 
 	attrs_set(&a, "path", "/login");
 	attrs_set(&a, "ip", "10.0.0.1");
-	main_be.answer[0] = (struct rl_result){ true, 4, 60000, 0, 0 };
-	main_be.answer[1] = (struct rl_result){ true, 99, 60000, 0, 0 };
+	main_be.answer[0] = (struct rl_result){ true, 4, 60000, 0, 0, 0 };
+	main_be.answer[1] = (struct rl_result){ true, 99, 60000, 0, 0, 0 };
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
 	/* "watch" needs ${user}: it does not apply. */
 	ck_assert_uint_eq(main_be.n, 2);
@@ -199,12 +201,14 @@ START_TEST(test_denied_picks_largest_retry)
 
 	attrs_set(&a, "path", "/login");
 	attrs_set(&a, "ip", "10.0.0.1");
-	main_be.answer[0] = (struct rl_result){ false, 0, 30000, 2000, 0 };
-	main_be.answer[1] = (struct rl_result){ false, 0, 60000, 7000, 0 };
+	main_be.answer[0] = (struct rl_result){ false, 0, 30000, 2000, 0, 0 };
+	main_be.answer[1] = (struct rl_result){ false, 0, 60000, 7000, 5000, 0 };
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
 	ck_assert(!d.allowed);
 	ck_assert_str_eq(d.rule->name, "global");
 	ck_assert_int_eq(d.retry_after_ms, 7000);
+	/* The deciding rule's effective window (the RateLimit t). */
+	ck_assert_int_eq(d.effective_ms, 5000);
 	ck_assert_int_eq(hook_calls[DECIDE_RULE_DENIED], 2);
 	attrs_clear(&a);
 }
@@ -219,9 +223,9 @@ START_TEST(test_shadow_never_denies)
 	attrs_set(&a, "path", "/login");
 	attrs_set(&a, "ip", "10.0.0.1");
 	attrs_set(&a, "user", "bob");
-	main_be.answer[0] = (struct rl_result){ true, 3, 1000, 0, 0 };
-	main_be.answer[1] = (struct rl_result){ true, 50, 1000, 0, 0 };
-	main_be.answer[2] = (struct rl_result){ false, 0, 1000, 500, 0 };
+	main_be.answer[0] = (struct rl_result){ true, 3, 1000, 0, 0, 0 };
+	main_be.answer[1] = (struct rl_result){ true, 50, 1000, 0, 0, 0 };
+	main_be.answer[2] = (struct rl_result){ false, 0, 1000, 500, 0, 0 };
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
 	ck_assert(d.allowed);
 	ck_assert_str_eq(d.rule->name, "watch");
@@ -241,7 +245,7 @@ START_TEST(test_forced_rule_and_cost)
 
 	/* Forcing skips match, but the key still needs ${ip}. */
 	attrs_set(&a, "ip", "1.2.3.4");
-	main_be.answer[0] = (struct rl_result){ true, 2, 1000, 0, 0 };
+	main_be.answer[0] = (struct rl_result){ true, 2, 1000, 0, 0, 0 };
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
 	ck_assert_uint_eq(main_be.n, 1);
 	ck_assert_str_eq(main_be.keys[0], "rl:login:{1.2.3.4}");
@@ -304,8 +308,8 @@ START_TEST(test_policy_allow_deny_local)
 	ck_assert_int_eq(hook_calls[DECIDE_RULE_ERROR], 2);
 
 	cfg.on_backend_error = RL_ON_ERROR_LOCAL;
-	local_be.answer[0] = (struct rl_result){ false, 0, 9000, 9000, 0 };
-	local_be.answer[1] = (struct rl_result){ true, 10, 9000, 0, 0 };
+	local_be.answer[0] = (struct rl_result){ false, 0, 9000, 9000, 0, 0 };
+	local_be.answer[1] = (struct rl_result){ true, 10, 9000, 0, 0, 0 };
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
 	ck_assert_int_eq(local_be.calls, 1);
 	ck_assert(!d.allowed);
@@ -386,7 +390,7 @@ START_TEST(test_many_rules_heap_path)
 	}
 	c.rules = many;
 	c.nrules = 20;
-	main_be.answer[0] = (struct rl_result){ true, 9, 1000, 0, 0 };
+	main_be.answer[0] = (struct rl_result){ true, 9, 1000, 0, 0, 0 };
 	ck_assert_int_eq(decide(&dec, &c, &rq, &d), 0);
 	ck_assert_int_eq(main_be.calls, 1);
 	ck_assert_str_eq(main_be.keys[3], "rl:r3:{}");
@@ -413,9 +417,9 @@ START_TEST(test_groups)
 	attrs_set(&a[1], "ip", "2.2.2.2");		/* global only */
 	attrs_set(&a[2], "path", "/login");
 	attrs_set(&a[2], "ip", "3.3.3.3");
-	main_be.answer[0] = (struct rl_result){ false, 0, 9000, 4000, 0 };
-	main_be.answer[1] = (struct rl_result){ true, 50, 60000, 0, 0 };
-	main_be.answer[2] = (struct rl_result){ true, 4, 60000, 0, 0 };
+	main_be.answer[0] = (struct rl_result){ false, 0, 9000, 4000, 0, 0 };
+	main_be.answer[1] = (struct rl_result){ true, 50, 60000, 0, 0, 0 };
+	main_be.answer[2] = (struct rl_result){ true, 4, 60000, 0, 0, 0 };
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
 	ck_assert_int_eq(main_be.calls, 1);
 	ck_assert_uint_eq(main_be.n, 3);
@@ -469,8 +473,8 @@ START_TEST(test_groups)
 }
 END_TEST
 
-static Suite *
-decide_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("decide");
 	TCase *tc = tcase_create("core");
@@ -488,16 +492,4 @@ decide_suite(void)
 	tcase_add_test(tc, test_backend_duration_memory);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int
-main(void)
-{
-	SRunner *sr = srunner_create(decide_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

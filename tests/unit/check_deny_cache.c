@@ -9,34 +9,38 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
+
 #include "core/deny_cache.h"
 
 #define K(s) (s), strlen(s)
+/* The times of a denial: until, reset, effective. */
+#define T(u, r, e) (&(struct deny_times){ (u), (r), (e) })
 
 START_TEST(test_cost_and_time)
 {
 	struct deny_cache *dc = deny_cache_new(64);
-	int64_t until, reset;
+	struct deny_times t;
 
 	ck_assert_ptr_nonnull(dc);
-	ck_assert(!deny_cache_get(dc, K("rl:a:{x}"), 1, 0, &until, &reset));
-	deny_cache_put(dc, K("rl:a:{x}"), 2, 1000, 5000);
+	ck_assert(!deny_cache_get(dc, K("rl:a:{x}"), 1, 0, &t));
+	deny_cache_put(dc, K("rl:a:{x}"), 2, T(1000, 5000, 700));
 	/* The same cost is denied until 1000, not at it. */
-	ck_assert(deny_cache_get(dc, K("rl:a:{x}"), 2, 999, &until, &reset));
-	ck_assert_int_eq(until, 1000);
-	ck_assert_int_eq(reset, 5000);
-	ck_assert(!deny_cache_get(dc, K("rl:a:{x}"), 2, 1000, &until,
-	    &reset));
+	ck_assert(deny_cache_get(dc, K("rl:a:{x}"), 2, 999, &t));
+	ck_assert_int_eq(t.until_us, 1000);
+	ck_assert_int_eq(t.reset_us, 5000);
+	ck_assert_int_eq(t.effective_us, 700);
+	ck_assert(!deny_cache_get(dc, K("rl:a:{x}"), 2, 1000, &t));
 	/* A larger cost may have to wait longer than 1000 (more units must
 	 * leave the window): ask the store. */
-	ck_assert(!deny_cache_get(dc, K("rl:a:{x}"), 7, 0, &until, &reset));
-	ck_assert(!deny_cache_get(dc, K("rl:a:{x}"), 3, 0, &until, &reset));
+	ck_assert(!deny_cache_get(dc, K("rl:a:{x}"), 7, 0, &t));
+	ck_assert(!deny_cache_get(dc, K("rl:a:{x}"), 3, 0, &t));
 	/* A smaller cost may fit: ask the store. */
-	ck_assert(!deny_cache_get(dc, K("rl:a:{x}"), 1, 0, &until, &reset));
+	ck_assert(!deny_cache_get(dc, K("rl:a:{x}"), 1, 0, &t));
 	/* Another key, a prefix of it, or one byte longer: a miss. */
-	ck_assert(!deny_cache_get(dc, K("rl:a:{y}"), 2, 0, &until, &reset));
-	ck_assert(!deny_cache_get(dc, "rl:a:{x}", 7, 2, 0, &until, &reset));
-	ck_assert(!deny_cache_get(dc, K("rl:a:{x}}"), 2, 0, &until, &reset));
+	ck_assert(!deny_cache_get(dc, K("rl:a:{y}"), 2, 0, &t));
+	ck_assert(!deny_cache_get(dc, "rl:a:{x}", 7, 2, 0, &t));
+	ck_assert(!deny_cache_get(dc, K("rl:a:{x}}"), 2, 0, &t));
 	ck_assert_uint_eq(deny_cache_hits(dc), 1);
 	deny_cache_free(dc);
 }
@@ -45,19 +49,19 @@ END_TEST
 START_TEST(test_update)
 {
 	struct deny_cache *dc = deny_cache_new(64);
-	int64_t until, reset;
+	struct deny_times t;
 
-	deny_cache_put(dc, K("k"), 3, 1000, 2000);
+	deny_cache_put(dc, K("k"), 3, T(1000, 2000, 0));
 	/* A cheaper denial that lasts longer replaces it. */
-	deny_cache_put(dc, K("k"), 1, 1500, 2500);
-	ck_assert(deny_cache_get(dc, K("k"), 1, 1200, &until, &reset));
-	ck_assert_int_eq(until, 1500);
+	deny_cache_put(dc, K("k"), 1, T(1500, 2500, 0));
+	ck_assert(deny_cache_get(dc, K("k"), 1, 1200, &t));
+	ck_assert_int_eq(t.until_us, 1500);
 	/* A dearer one that ends sooner does not shrink it. */
-	deny_cache_put(dc, K("k"), 5, 1100, 2100);
-	ck_assert(deny_cache_get(dc, K("k"), 1, 1400, &until, &reset));
-	ck_assert_int_eq(until, 1500);
+	deny_cache_put(dc, K("k"), 5, T(1100, 2100, 0));
+	ck_assert(deny_cache_get(dc, K("k"), 1, 1400, &t));
+	ck_assert_int_eq(t.until_us, 1500);
 	deny_cache_clear(dc);
-	ck_assert(!deny_cache_get(dc, K("k"), 5, 0, &until, &reset));
+	ck_assert(!deny_cache_get(dc, K("k"), 5, 0, &t));
 	deny_cache_free(dc);
 }
 END_TEST
@@ -67,18 +71,18 @@ END_TEST
 START_TEST(test_bounded)
 {
 	struct deny_cache *dc = deny_cache_new(16);
-	int64_t until, reset;
+	struct deny_times t;
 	char key[32];
 	int i, hits = 0;
 
 	for (i = 0; i < 1000; i++) {
 		snprintf(key, sizeof(key), "key-%d", i);
-		deny_cache_put(dc, K(key), 1, 1000 + i, 9000);
+		deny_cache_put(dc, K(key), 1, T(1000 + i, 9000, 0));
 	}
 	for (i = 0; i < 1000; i++) {
 		snprintf(key, sizeof(key), "key-%d", i);
-		if (deny_cache_get(dc, K(key), 1, 0, &until, &reset)) {
-			ck_assert_int_eq(until, 1000 + i);
+		if (deny_cache_get(dc, K(key), 1, 0, &t)) {
+			ck_assert_int_eq(t.until_us, 1000 + i);
 			hits++;
 		}
 	}
@@ -88,20 +92,14 @@ START_TEST(test_bounded)
 }
 END_TEST
 
-int main(void)
+Suite *test_suite(void)
 {
 	Suite *s = suite_create("deny_cache");
 	TCase *tc = tcase_create("core");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_cost_and_time);
 	tcase_add_test(tc, test_update);
 	tcase_add_test(tc, test_bounded);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return s;
 }

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
+
 #include "core/backend.h"
 #include "core/lease.h"
 #include "core/limiter.h"
@@ -115,13 +117,6 @@ END_TEST
 
 static int64_t now_us;
 
-static int64_t
-fake_clock(void *arg)
-{
-	(void)arg;
-	return now_us;
-}
-
 static void
 noop_done(struct backend_call *call)
 {
@@ -155,7 +150,7 @@ memory_lease(struct backend *b, enum backend_lease_op op, const char *tok,
 
 START_TEST(test_memory_store)
 {
-	struct backend *b = backend_memory_new(100, fake_clock, NULL);
+	struct backend *b = backend_memory_new(100, test_clock, &now_us);
 	struct rl_check c = {
 		.algorithm = RL_ALG_CONCURRENCY, .limit = 1, .window_ms = 1000,
 		.cost = 1, .key = "k", .keylen = 1, .token = T1,
@@ -195,22 +190,16 @@ START_TEST(test_memory_store)
 }
 END_TEST
 
-int
-main(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("lease");
 	TCase *tc = tcase_create("lease");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_token);
 	tcase_add_test(tc, test_format_parse);
 	tcase_add_test(tc, test_limiter_release_renew);
 	tcase_add_test(tc, test_memory_store);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return s;
 }

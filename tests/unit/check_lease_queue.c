@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check_main.h"
+
 #include "front/lease_wait.h"
 #include "base/util.h"
 
@@ -273,8 +275,8 @@ START_TEST(test_cut)
 }
 END_TEST
 
-static Suite *
-suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("lease_queue");
 	TCase *tc = tcase_create("core");
@@ -290,16 +292,4 @@ suite(void)
 	tcase_add_test(tc, test_cut);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int
-main(void)
-{
-	SRunner *sr = srunner_create(suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? 0 : 1;
 }

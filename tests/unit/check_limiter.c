@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
+
 #include "core/limiter.h"
 #include "base/util.h"
 
@@ -777,8 +779,8 @@ START_TEST(test_oom)
 }
 END_TEST
 
-static Suite *
-limiter_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("limiter");
 	TCase *tc;
@@ -821,16 +823,4 @@ limiter_suite(void)
 	tcase_add_test(tc, test_oom);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int
-main(void)
-{
-	SRunner *sr = srunner_create(limiter_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
+
 #include "core/backend.h"
 #include "store/memory_stats.h"
 #include "store/memory.h"
@@ -18,13 +20,6 @@
 #define MS INT64_C(1000)
 
 static int64_t now_us;
-
-static int64_t
-fake_clock(void *arg)
-{
-	(void)arg;
-	return now_us;
-}
 
 static void
 no_done(struct backend_call *call)
@@ -55,7 +50,7 @@ stat(struct backend *b, const char *key, bool record, double v,
 
 START_TEST(test_slides_and_expires)
 {
-	struct backend *b = backend_memory_new(100, fake_clock, NULL);
+	struct backend *b = backend_memory_new(100, test_clock, &now_us);
 	struct backend_call call;
 	struct rl_stat_result r;
 
@@ -84,7 +79,7 @@ END_TEST
 
 START_TEST(test_full)
 {
-	struct backend *b = backend_memory_new(2, fake_clock, NULL);
+	struct backend *b = backend_memory_new(2, test_clock, &now_us);
 	struct backend_call call;
 	struct rl_stat_result r;
 
@@ -154,8 +149,8 @@ START_TEST(test_table_alone)
 }
 END_TEST
 
-static Suite *
-memory_stats_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("memory_stats");
 	TCase *tc = tcase_create("memory_stats");
@@ -165,16 +160,4 @@ memory_stats_suite(void)
 	tcase_add_test(tc, test_table_alone);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int
-main(void)
-{
-	SRunner *sr = srunner_create(memory_stats_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

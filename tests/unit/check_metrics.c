@@ -17,6 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check_main.h"
+
 #include "base/metrics.h"
 #include "base/util.h"
 
@@ -761,11 +763,11 @@ END_TEST
 START_TEST(test_promtool)
 {
 	struct metrics *m;
-	char path[] = "/tmp/check_metrics.XXXXXX", cmd[256], out[4096];
+	char path[512], cmd[640], out[4096];
 	char *text;
 	size_t n;
-	FILE *f, *p;
-	int fd, status, i;
+	FILE *p;
+	int status, i;
 
 	if (system("command -v promtool >/dev/null 2>&1") != 0) {
 		printf("check_metrics: promtool not installed; skipping "
@@ -785,12 +787,7 @@ START_TEST(test_promtool)
 	metrics_reload(m, false);
 	text = render(m);
 
-	fd = mkstemp(path);
-	ck_assert_int_ge(fd, 0);
-	f = fdopen(fd, "w");
-	ck_assert_ptr_nonnull(f);
-	ck_assert_uint_eq(fwrite(text, 1, strlen(text), f), strlen(text));
-	ck_assert_int_eq(fclose(f), 0);
+	test_write_tmp("check_metrics", text, strlen(text), path, sizeof(path));
 	snprintf(cmd, sizeof(cmd), "promtool check metrics < %s 2>&1", path);
 	p = popen(cmd, "r");
 	ck_assert_ptr_nonnull(p);
@@ -810,8 +807,8 @@ START_TEST(test_promtool)
 }
 END_TEST
 
-static Suite *
-metrics_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("metrics");
 	TCase *tc = tcase_create("core");
@@ -834,17 +831,4 @@ metrics_suite(void)
 	tcase_add_test(tc, test_promtool);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int
-main(void)
-{
-	SRunner *sr = srunner_create(metrics_suite());
-	int failed;
-
-	/* Fork mode is Check's default; CK_FORK=no for a debugger. */
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

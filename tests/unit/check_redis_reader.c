@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
+
 #include "store/redis_conn.h"
 
 static int read_one(const char *bytes, size_t len, redisReply **out)
@@ -55,19 +57,13 @@ START_TEST(test_huge_array_refused)
 }
 END_TEST
 
-int main(void)
+Suite *test_suite(void)
 {
 	Suite *s = suite_create("redis_reader");
 	TCase *tc = tcase_create("reader");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_normal_replies);
 	tcase_add_test(tc, test_huge_array_refused);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return s;
 }

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
+
 #include "store/redis_resolve.h"
 
 static char err[256];
@@ -117,21 +119,15 @@ START_TEST(test_bad_name)
 }
 END_TEST
 
-int main(void)
+Suite *test_suite(void)
 {
 	Suite *s = suite_create("redis_resolve");
 	TCase *tc = tcase_create("lookups");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_localhost);
 	tcase_add_test(tc, test_drop_while_running);
 	tcase_add_test(tc, test_unwatch_and_watch_again);
 	tcase_add_test(tc, test_bad_name);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return s;
 }

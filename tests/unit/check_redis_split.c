@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
+
 #include "store/redis_split.h"
 
 static int parts_done, tbs_done;
@@ -80,7 +82,7 @@ START_TEST(test_grouping)
 	ck_assert_uint_eq(p1->n, 1);
 	ck_assert_str_eq(p1->checks[0].key, "b");
 	ck_assert_int_eq(p0->deadline_us, 12345);
-	ck_assert_ptr_eq(p0->q_split, s);
+	ck_assert_ptr_eq(redis_split_of(p0), s);
 	ck_assert_ptr_eq(redis_split_user(s), &parts_done);
 	ck_assert(!redis_split_one_done(s));
 	ck_assert(redis_split_one_done(s));
@@ -164,21 +166,15 @@ START_TEST(test_failed_part)
 }
 END_TEST
 
-int main(void)
+Suite *test_suite(void)
 {
 	Suite *s = suite_create("redis_split");
 	TCase *tc = tcase_create("core");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_grouping);
 	tcase_add_test(tc, test_all_allowed);
 	tcase_add_test(tc, test_denied_takes_back);
 	tcase_add_test(tc, test_failed_part);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return s;
 }

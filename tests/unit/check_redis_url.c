@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check_main.h"
+
 #include "core/redis_url.h"
 #include "base/util.h"
 
@@ -217,14 +219,9 @@ END_TEST
 
 static char *write_tmp(const char *content, size_t len)
 {
-	static char path[64];
-	int fd;
+	static char path[512];
 
-	strcpy(path, "/tmp/check_redis_url.XXXXXX");
-	fd = mkstemp(path);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(write(fd, content, len), (ssize_t)len);
-	close(fd);
+	test_write_tmp("check_redis_url", content, len, path, sizeof(path));
 	return path;
 }
 
@@ -308,7 +305,7 @@ START_TEST(test_oom)
 }
 END_TEST
 
-static Suite *redis_url_suite(void)
+Suite *test_suite(void)
 {
 	Suite *s = suite_create("redis_url");
 	TCase *tc = tcase_create("parse");
@@ -337,15 +334,4 @@ static Suite *redis_url_suite(void)
 	tcase_add_test(tc, test_password_file_missing_and_long);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int main(void)
-{
-	SRunner *sr = srunner_create(redis_url_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

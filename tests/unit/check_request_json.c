@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
+
 #include "core/request_json.h"
 #include "base/util.h"
 
@@ -179,8 +181,8 @@ START_TEST(test_oom)
 }
 END_TEST
 
-static Suite *
-request_json_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("request_json");
 	TCase *tc = tcase_create("core");
@@ -194,16 +196,4 @@ request_json_suite(void)
 	tcase_add_test(tc, test_oom);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int
-main(void)
-{
-	SRunner *sr = srunner_create(request_json_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
+
 #include "front/rls.h"
 #include "rls.pb-c.h"
 #include "base/util.h"
@@ -111,8 +113,8 @@ START_TEST(test_too_many_entries)
 }
 END_TEST
 
-static Suite *
-rls_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("rls");
 	TCase *tc = tcase_create("decode");
@@ -122,16 +124,4 @@ rls_suite(void)
 	tcase_add_test(tc, test_too_many_entries);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int
-main(void)
-{
-	SRunner *sr = srunner_create(rls_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

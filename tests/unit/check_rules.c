@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
+
 #include "core/rules.h"
 #include "base/util.h"
 
@@ -318,8 +320,8 @@ START_TEST(test_int64_and_ceil)
 }
 END_TEST
 
-static Suite *
-rules_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("rules");
 	TCase *tc = tcase_create("core");
@@ -339,16 +341,4 @@ rules_suite(void)
 	tcase_add_test(tc, test_int64_and_ceil);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int
-main(void)
-{
-	SRunner *sr = srunner_create(rules_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

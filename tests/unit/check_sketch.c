@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
+
 #include "core/sketch.h"
 #include "base/util.h"
 
@@ -236,8 +238,8 @@ START_TEST(test_bucket_bound)
 }
 END_TEST
 
-static Suite *
-sketch_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("sketch");
 	TCase *tc = tcase_create("sketch");
@@ -250,16 +252,4 @@ sketch_suite(void)
 	tcase_add_test(tc, test_bucket_bound);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int
-main(void)
-{
-	SRunner *sr = srunner_create(sketch_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

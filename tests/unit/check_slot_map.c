@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
+
 #include "store/slot_map.h"
 
 #define K(s) (s), strlen(s)
@@ -178,12 +180,10 @@ START_TEST(test_redirect)
 }
 END_TEST
 
-int main(void)
+Suite *test_suite(void)
 {
 	Suite *s = suite_create("slot_map");
 	TCase *tc = tcase_create("core");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_crc16);
 	tcase_add_test(tc, test_keyslot);
@@ -191,9 +191,5 @@ int main(void)
 	tcase_add_test(tc, test_node_limits);
 	tcase_add_test(tc, test_redirect);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return s;
 }

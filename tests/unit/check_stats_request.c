@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
+
 #include "core/stats_request.h"
 
 static const char *
@@ -63,8 +65,8 @@ START_TEST(test_distinct_and_exact)
 }
 END_TEST
 
-static Suite *
-stats_request_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("stats_request");
 	TCase *tc = tcase_create("core");
@@ -73,16 +75,4 @@ stats_request_suite(void)
 	tcase_add_test(tc, test_distinct_and_exact);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int
-main(void)
-{
-	SRunner *sr = srunner_create(stats_request_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "check_main.h"
+
 #include "core/stats_window.h"
 
 #define T0 INT64_C(1700000000000)	/* ms; a multiple of 1000 */
@@ -121,8 +123,8 @@ START_TEST(test_params)
 }
 END_TEST
 
-static Suite *
-stats_window_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("stats_window");
 	TCase *tc = tcase_create("stats_window");
@@ -132,16 +134,4 @@ stats_window_suite(void)
 	tcase_add_test(tc, test_params);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int
-main(void)
-{
-	SRunner *sr = srunner_create(stats_window_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

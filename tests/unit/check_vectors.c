@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
+
 #include "core/backend.h"
 #include "core/rules.h"
 
@@ -38,13 +40,6 @@ call_done(struct backend_call *call)
 	(void)call;
 }
 
-static int64_t
-fake_clock(void *arg)
-{
-	(void)arg;
-	return fake_now;
-}
-
 START_TEST(test_scenario)
 {
 	const struct vec_scenario *sc = &scenarios[_i];
@@ -55,7 +50,7 @@ START_TEST(test_scenario)
 	struct backend *b;
 	size_t s, r;
 
-	b = backend_memory_new(1000, fake_clock, NULL);
+	b = backend_memory_new(1000, test_clock, &fake_now);
 	ck_assert_ptr_nonnull(b);
 	for (r = 0; r < sc->nrules; r++) {
 		snprintf(keys[r], sizeof(keys[r]), "vec:%s:%zu", sc->name, r);
@@ -95,16 +90,17 @@ START_TEST(test_scenario)
 			ck_assert_msg(vec_field_ok(w, 0, out[r].allowed) &&
 			    vec_field_ok(w, 1, out[r].remaining) &&
 			    vec_field_ok(w, 2, out[r].reset_ms) &&
-			    vec_field_ok(w, 3, out[r].retry_after_ms),
+			    vec_field_ok(w, 3, out[r].retry_after_ms) &&
+			    vec_field_ok(w, 4, out[r].effective_ms),
 			    "%s:%d (%s, rule %zu, %s): got %d %" PRId64
-			    " %" PRId64 " %" PRId64 ", want %d %" PRId64
-			    " %" PRId64 " %" PRId64, vec_path, st->line,
-			    sc->name, r + 1,
+			    " %" PRId64 " %" PRId64 " t=%" PRId64 ", want %d %"
+			    PRId64 " %" PRId64 " %" PRId64 " t=%" PRId64,
+			    vec_path, st->line, sc->name, r + 1,
 			    rl_algorithm_name(sc->rules[r].alg),
 			    (int)out[r].allowed, out[r].remaining,
 			    out[r].reset_ms, out[r].retry_after_ms,
-			    (int)w->allowed, w->remaining, w->reset_ms,
-			    w->retry_after_ms);
+			    out[r].effective_ms, (int)w->allowed, w->remaining,
+			    w->reset_ms, w->retry_after_ms, w->effective_ms);
 		}
 		ck_assert_msg(call.all_allowed == st->want_all, "%s:%d (%s): "
 		    "all_allowed %d, want %d", vec_path, st->line, sc->name,
@@ -117,24 +113,22 @@ START_TEST(test_scenario)
 }
 END_TEST
 
-int
-main(void)
+static void
+say_scenarios(void)
 {
-	const char *dir = getenv("RATELIMITD_SRCDIR");
+	printf("%zu scenarios from %s\n", nscenarios, vec_path);
+}
+
+Suite *
+test_suite(void)
+{
 	Suite *s = suite_create("vectors");
 	TCase *tc = tcase_create("memory");
-	SRunner *sr;
-	int failed;
 
-	snprintf(vec_path, sizeof(vec_path), "%s%s%s", dir != NULL ? dir : "",
-	    dir != NULL ? "/" : "", VEC_FILE);
+	test_srcdir_path(VEC_FILE, vec_path, sizeof(vec_path));
 	vec_load(vec_path);
 	tcase_add_loop_test(tc, test_scenario, 0, (int)nscenarios);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	printf("%zu scenarios from %s\n", nscenarios, vec_path);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	test_main_at_end(say_scenarios);
+	return s;
 }

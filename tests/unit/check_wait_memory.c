@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "check_main.h"
+
 #include "core/backend.h"
 #include "base/util.h"
 #include "store/memory.h"
@@ -21,13 +23,6 @@
 #define SEC INT64_C(1000000)
 
 static int64_t fake_now = T0;
-
-static int64_t
-fake_clock(void *arg)
-{
-	(void)arg;
-	return fake_now;
-}
 
 static void
 call_done(struct backend_call *call)
@@ -108,7 +103,7 @@ most_in_window(const int64_t *at, int count, int64_t w)
 
 START_TEST(test_log_exact_in_order)
 {
-	struct backend *b = backend_memory_new(0, fake_clock, NULL);
+	struct backend *b = backend_memory_new(0, test_clock, &fake_now);
 	struct rl_check c = mkcheck(RL_ALG_SLIDING_LOG, 3, 1000, 1, "log");
 	int64_t at[20];
 	int i;
@@ -132,7 +127,7 @@ END_TEST
 
 START_TEST(test_fixed_per_window)
 {
-	struct backend *b = backend_memory_new(0, fake_clock, NULL);
+	struct backend *b = backend_memory_new(0, test_clock, &fake_now);
 	struct rl_check c = mkcheck(RL_ALG_FIXED_WINDOW, 4, 1000, 1, "fw");
 	int64_t at[18], w, cnt;
 	int i, j;
@@ -159,7 +154,7 @@ END_TEST
 
 START_TEST(test_bucket_spacing)
 {
-	struct backend *b = backend_memory_new(0, fake_clock, NULL);
+	struct backend *b = backend_memory_new(0, test_clock, &fake_now);
 	struct rl_check c = mkcheck(RL_ALG_TOKEN_BUCKET, 5, 1000, 1, "tb");
 	int64_t at[25];
 	int i;
@@ -183,7 +178,7 @@ END_TEST
 
 START_TEST(test_sliding_window_never_waits)
 {
-	struct backend *b = backend_memory_new(0, fake_clock, NULL);
+	struct backend *b = backend_memory_new(0, test_clock, &fake_now);
 	struct rl_check c = mkcheck(RL_ALG_SLIDING_WINDOW, 2, 1000, 1, "sw");
 
 	fake_now = T0;
@@ -196,7 +191,7 @@ END_TEST
 
 START_TEST(test_too_long_records_nothing)
 {
-	struct backend *b = backend_memory_new(0, fake_clock, NULL);
+	struct backend *b = backend_memory_new(0, test_clock, &fake_now);
 	struct rl_check c = mkcheck(RL_ALG_SLIDING_LOG, 1, 1000, 1, "one");
 
 	fake_now = T0;
@@ -212,7 +207,7 @@ END_TEST
 
 START_TEST(test_rules_agree)
 {
-	struct backend *b = backend_memory_new(0, fake_clock, NULL);
+	struct backend *b = backend_memory_new(0, test_clock, &fake_now);
 	struct rl_check c[2] = {
 		mkcheck(RL_ALG_SLIDING_LOG, 2, 1000, 1, "a"),
 		mkcheck(RL_ALG_FIXED_WINDOW, 3, 1500, 1, "b"),
@@ -237,8 +232,8 @@ START_TEST(test_rules_agree)
 }
 END_TEST
 
-static Suite *
-wait_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("wait_memory");
 	TCase *tc = tcase_create("wait");
@@ -251,16 +246,4 @@ wait_suite(void)
 	tcase_add_test(tc, test_rules_agree);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int
-main(void)
-{
-	SRunner *sr = srunner_create(wait_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? 0 : 1;
 }

@@ -35,6 +35,7 @@ struct vec_rule {
 struct vec_result {
 	bool allowed;
 	int64_t remaining, reset_ms, retry_after_ms;
+	int64_t effective_ms;	/* `t=MS`; unchecked (skip bit 4) if absent */
 	unsigned skip;		/* bit j: field j is '-', not checked */
 };
 
@@ -52,8 +53,8 @@ struct vec_step {
 static bool
 vec_field_ok(const struct vec_result *w, int j, int64_t got)
 {
-	const int64_t want[4] = { w->allowed ? 1 : 0, w->remaining,
-	    w->reset_ms, w->retry_after_ms };
+	const int64_t want[5] = { w->allowed ? 1 : 0, w->remaining,
+	    w->reset_ms, w->retry_after_ms, w->effective_ms };
 
 	return (w->skip & (1u << j)) != 0 || got == want[j];
 }
@@ -119,7 +120,7 @@ parse_scenario(char **tok, int n, struct vec_scenario *sc)
 	return 0;
 }
 
-/* T COST [wait W] -> A R S Y [| A R S Y ...] [waited X] */
+/* T COST [wait W] -> A R S Y [t=E] [| A R S Y [t=E] ...] [waited X] */
 static int
 parse_step(char **tok, int n, const struct vec_scenario *sc,
     struct vec_step *st)
@@ -157,6 +158,13 @@ parse_step(char **tok, int n, const struct vec_scenario *sc,
 		st->want[r].remaining = v[1];
 		st->want[r].reset_ms = v[2];
 		st->want[r].retry_after_ms = v[3];
+		if (k < n && strncmp(tok[k], "t=", 2) == 0) {
+			if (!parse_int(tok[k] + 2, &st->want[r].effective_ms) ||
+			    st->want[r].effective_ms < 0)
+				return -1;
+			k++;
+		} else
+			st->want[r].skip |= 1u << 4;
 		if (!sc->rules[r].shadow && (st->want[r].skip & 1) == 0 &&
 		    !st->want[r].allowed)
 			st->want_all = false;

@@ -1,0 +1,118 @@
+/*
+ * http_framing.c - refuses a request whose framing is in doubt before its
+ * body is read (RFC 9112 6, docs/security.md): two Content-Lengths that
+ * differ, one that is not a number, both Content-Length and
+ * Transfer-Encoding, a coding other than chunked, a header name that is
+ * no token, or headers past max_header_bytes.  A proxy in front may read
+ * such a request differently, and what it takes for the next request
+ * would be smuggled past it; so the answer closes the connection.
+ * Connection limits and timeouts are http_guard.c's.  Runs on the event
+ * loop.
+ */
+#include <ctype.h>
+#include <stdbool.h>
+#include <string.h>
+#include <strings.h>
+
+#include <microhttpd.h>
+
+#include "front/http_priv.h"
+
+struct framing {
+	int content_length;		/* Content-Length headers */
+	const char *cl_first;
+	bool cl_differ, cl_bad;
+	int transfer_encoding;
+	const char *te;
+	bool bad_name;			/* a header name that is no token */
+	size_t bytes;			/* names and values */
+	size_t count;
+};
+
+/* RFC 9110 5.1: a field name is a token. */
+static bool
+is_token(const char *s)
+{
+	static const char extra[] = "!#$%&'*+-.^_`|~";
+
+	if (*s == '\0')
+		return false;
+	for (; *s != '\0'; s++)
+		if (!isalnum((unsigned char)*s) && strchr(extra, *s) == NULL)
+			return false;
+	return true;
+}
+
+static enum MHD_Result
+framing_walk(void *cls, enum MHD_ValueKind kind, const char *key,
+    const char *value)
+{
+	struct framing *f = cls;
+
+	(void)kind;
+	if (value == NULL)
+		value = "";
+	f->count++;
+	f->bytes += strlen(key) + strlen(value) + 4;
+	/* libmicrohttpd turns "Content-Length:" folded onto a next line
+	 * " 34" into a header named "Content-Length34": a framing header
+	 * in disguise, which the proxy in front may have read as one. */
+	if (!is_token(key) || (strncasecmp(key, "content-length", 14) == 0 &&
+	    key[14] != '\0') || (strncasecmp(key, "transfer-encoding", 17) ==
+	    0 && key[17] != '\0'))
+		f->bad_name = true;
+	if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+		if (value[0] == '\0' || strspn(value, "0123456789") !=
+		    strlen(value))
+			f->cl_bad = true;	/* empty (a folded line), signs */
+		if (f->content_length++ > 0 && strcmp(f->cl_first, value) != 0)
+			f->cl_differ = true;
+		if (f->cl_first == NULL)
+			f->cl_first = value;
+	} else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+		f->transfer_encoding++;
+		f->te = value;
+	}
+	return MHD_YES;
+}
+
+/*
+ * Check how the request says where it ends (RFC 9112 6): one
+ * Content-Length or chunked, never both, never two lengths, no header name
+ * that is not a token (`Content-Length : 5` would leave its body to be
+ * read as the next request), and the headers within max_header_bytes.
+ * Returns MHD_YES to go on with *answered false, or the result of an
+ * answer that closes the connection with *answered true.
+ */
+enum MHD_Result
+http_check_framing(struct http_server *s, struct MHD_Connection *conn,
+    const struct config *cfg, const char *url, bool *answered)
+{
+	struct framing f;
+
+	memset(&f, 0, sizeof(f));
+	*answered = true;
+	MHD_get_connection_values(conn, MHD_HEADER_KIND, framing_walk, &f);
+	if (f.bytes + strlen(url) > (size_t)cfg->max_header_bytes)
+		return http_refuse(s, conn, 431, "headers_too_large", "the request "
+		    "line and headers are larger than %d bytes",
+		    cfg->max_header_bytes);
+	if (f.bad_name)
+		return http_refuse(s, conn, 400, "bad_request", "a header name "
+		    "is not a token");
+	if (f.content_length > 0 && f.transfer_encoding > 0)
+		return http_refuse(s, conn, 400, "bad_request", "both "
+		    "Content-Length and Transfer-Encoding");
+	if (f.content_length > 1 && f.cl_differ)
+		return http_refuse(s, conn, 400, "bad_request", "Content-Length "
+		    "headers that differ");
+	if (f.cl_bad)
+		return http_refuse(s, conn, 400, "bad_request", "a Content-Length "
+		    "that is not a number");
+	if (f.transfer_encoding > 1 || (f.transfer_encoding == 1 &&
+	    strcasecmp(f.te, "chunked") != 0))
+		return http_refuse(s, conn, 501, "not_implemented", "only the "
+		    "chunked transfer coding is understood");
+	*answered = false;
+	return MHD_YES;
+}

@@ -1,0 +1,370 @@
+/*
+ * http_handlers.c - one handler per endpoint of docs/http.md: /acquire and
+ * /auth (decisions), /readyz (a probe of the store), /record and /stats
+ * (docs/stats.md), /release and /renew (docs/leases.md), /healthz and
+ * /metrics, and the routing of a method and path to one of them.  A
+ * handler runs on the event loop in the last call of a request, and again
+ * when a suspended request was resumed.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "base/log.h"
+#include "base/metrics.h"
+#include "base/util.h"
+#include "core/lease.h"
+#include "core/request_json.h"
+#include "core/stats_request.h"
+#include "front/http_guard.h"
+#include "front/http_priv.h"
+#include "front/http_request.h"
+#include "front/lease_wait.h"
+
+void
+http_log_access(const struct request *rq)
+{
+	const struct decision *d = &rq->decision;
+	char lim[24], rem[24], retry[24];
+	const char *k[] = { "endpoint", "allowed", "rule", "limit",
+	    "remaining", "retry_after_ms", "degraded" };
+	const char *v[] = { rq->ep == EP_ACQUIRE ? "acquire" : "auth",
+	    d->status != DECIDE_OK ? decide_status_code(d->status) :
+	    d->allowed ? "true" : "false",
+	    d->rule != NULL ? d->rule->name : "", lim, rem, retry,
+	    d->degraded ? "true" : "false" };
+
+	lim[0] = rem[0] = '\0';
+	if (d->rule != NULL) {
+		snprintf(lim, sizeof(lim), "%lld", (long long)d->limit);
+		snprintf(rem, sizeof(rem), "%lld", (long long)d->remaining);
+	}
+	snprintf(retry, sizeof(retry), "%lld", (long long)d->retry_after_ms);
+	log_fields(LOG_LEVEL_INFO, "decision", k, v, 7);
+}
+
+/* A decided request: answer it and log it. */
+enum MHD_Result
+http_finish_decision(struct http_server *s, struct MHD_Connection *conn,
+    struct request *rq)
+{
+	enum MHD_Result ret = http_respond_decision(s, conn, rq);
+
+	if (rq->cfg->access_log && log_enabled(LOG_LEVEL_INFO))
+		http_log_access(rq);
+	return ret;
+}
+
+/*
+ * The last call for /acquire or /auth: gather attributes, decide what can
+ * be decided here, and hand the rest to the store.  Called again after the
+ * store's answer resumed the connection, in RQ_ANSWERING.
+ */
+enum MHD_Result
+http_handle_decision(struct http_server *s, struct MHD_Connection *conn,
+    struct request *rq, const char *url, const char *method)
+{
+	struct decide_job *job;
+	int rc;
+
+	if (rq->state == RQ_ANSWERING)		/* resumed */
+		return http_answer_decision(s, conn, rq);
+	if (rq->too_large)
+		return http_respond_error(s, conn, 413, "body_too_large",
+		    "the body is larger than %lld bytes",
+		    (long long)rq->cfg->max_body_bytes);
+	rq->dr.attrs = &rq->attrs;
+	rq->dr.cost = -1;
+	rq->dr.start_us = rq->arrived_us;
+	if (rq->ep == EP_ACQUIRE) {
+		struct http_acquire acq;
+		struct request_error e;
+
+		if (http_acquire_parse(rq->cfg, rq->body, rq->len, &rq->attrs,
+		    &acq, &e) < 0)
+			return http_respond_error(s, conn, e.status, e.code,
+			    "%s", e.message);
+		rq->rule = acq.rule;
+		rq->dr.cost = acq.cost;
+		rq->dr.wait_ms = acq.wait_ms;
+		rq->dr.rule = rq->rule;
+		rq->dr.leases = true;	/* /auth: concurrency rules skipped */
+		http_wait_take_slot(s, rq);
+		rq->wait_until_us = rq->arrived_us + rq->dr.wait_ms * 1000;
+		rq->lw.fn = http_lease_event;
+		rq->tried_us = util_monotonic_us();
+	} else if ((rc = http_auth_attrs(conn, rq->cfg, url, method,
+	    &rq->attrs)) < 0)
+		return rc == -2 ? http_respond_error(s, conn, 400,
+		    "too_many_attributes", "more than %d attributes (headers "
+		    "included)", rq->cfg->max_attributes) :
+		    http_respond_error(s, conn, 500, "internal_error",
+		    "out of memory");
+	if (decide_prepare(s->decider, rq->cfg, &rq->dr, &rq->decision,
+	    &job) == 0)
+		return http_finish_decision(s, conn, rq);
+	if ((rc = http_lease_queue_behind(s, rq, job)) == 0 &&
+	    (rc = http_submit(rq, job, NULL, 0)) == 1)
+		return http_answer_decision(s, conn, rq);
+	if (rc < 0)
+		return http_respond_error(s, conn, 503, "shutting_down",
+		    "the server is shutting down");
+	return MHD_YES;		/* suspended: queued behind, or submitted */
+}
+
+/* /readyz: a probe of the store, answered when it answers. */
+enum MHD_Result
+http_handle_ready(struct http_server *s, struct MHD_Connection *conn,
+    struct request *rq)
+{
+	int rc;
+
+	if (rq->state != RQ_ANSWERING) {
+		memset(&rq->probe, 0, sizeof(rq->probe));
+		if ((rc = http_submit(rq, NULL, &rq->probe, 1)) < 0)
+			return http_respond(s, conn, 503, "text/plain",
+			    "not ready\n", 10, NULL);
+		if (rc == 0)
+			return MHD_YES;
+	}
+	return rq->probe.rc == 0 ?
+	    http_respond(s, conn, 200, "text/plain", "ready\n", 6, NULL) :
+	    http_respond(s, conn, 503, "text/plain", "not ready\n", 10, NULL);
+}
+
+/* Every stat call is done: the answer, or the first store error. */
+static enum MHD_Result
+finish_stats(struct http_server *s, struct MHD_Connection *conn,
+    struct request *rq)
+{
+	struct stats_request *sr = &rq->sr;
+	enum MHD_Result ret;
+	size_t i, len;
+	char *text;
+
+	for (i = 0; i < sr->n; i++)
+		if (sr->calls[i].rc != 0)
+			return http_respond_error(s, conn, 503,
+			    "backend_unavailable", "stat %s: %s",
+			    sr->defs[i]->rule.name, sr->calls[i].err);
+	if (sr->record)
+		for (i = 0; i < sr->n; i++)
+			metrics_stat_record(s->metrics, sr->defs[i]->rule.name);
+	if ((text = stats_request_answer(sr, &len)) == NULL)
+		return http_respond_error(s, conn, 500, "internal_error",
+		    "out of memory");
+	ret = http_respond(s, conn, 200, JSON_TYPE, text, len, NULL);
+	free(text);
+	return ret;
+}
+
+/*
+ * POST /record and POST /stats (docs/stats.md): every check first
+ * (stats_request.c), then one store call per applying stat; the
+ * connection waits for the last of them when the store does not answer
+ * inline.
+ */
+enum MHD_Result
+http_handle_stats(struct http_server *s, struct MHD_Connection *conn,
+    struct request *rq)
+{
+	struct stats_request *sr = &rq->sr;
+	struct request_error e;
+	size_t i;
+	int rc;
+
+	if (rq->state == RQ_ANSWERING)		/* resumed */
+		return finish_stats(s, conn, rq);
+	if (rq->too_large)
+		return http_respond_error(s, conn, 413, "body_too_large",
+		    "the body is larger than %lld bytes",
+		    (long long)rq->cfg->max_body_bytes);
+	if (stats_request_prepare(sr, rq->cfg, rq->body, rq->len,
+	    rq->ep == EP_RECORD, &e) < 0)
+		return http_respond_error(s, conn, e.status, e.code, "%s",
+		    e.message);
+	if (sr->n == 0)
+		return finish_stats(s, conn, rq);
+	for (i = 0; i < sr->n; i++)
+		sr->calls[i].start_us = rq->arrived_us;
+	if ((rc = http_submit(rq, NULL, sr->calls, sr->n)) < 0)
+		return http_respond_error(s, conn, 503, "shutting_down",
+		    "the server is shutting down");
+	return rc == 0 ? MHD_YES : finish_stats(s, conn, rq);
+}
+
+/*
+ * POST /release and POST /renew (docs/leases.md): {"lease": "..."} to one
+ * store call on the lease's key, answered when the store answers.  A
+ * lease whose rule is gone, or no longer concurrency, cannot be renewed
+ * (it is still released: it may be held until it expires).
+ */
+enum MHD_Result
+http_handle_lease(struct http_server *s, struct MHD_Connection *conn,
+    struct request *rq)
+{
+	bool renew = rq->ep == EP_RENEW;
+	const struct rule *r;
+	struct lease_ref ref;
+	json_t *root, *v;
+	size_t plen;
+	int rc;
+
+	if (rq->state == RQ_ANSWERING)		/* resumed */
+		goto answer;
+	if (rq->too_large)
+		return http_respond_error(s, conn, 413, "body_too_large",
+		    "the body is larger than %lld bytes",
+		    (long long)rq->cfg->max_body_bytes);
+	root = json_loadb(rq->body != NULL ? rq->body : "", rq->len, 0, NULL);
+	if (root == NULL || !json_is_object(root)) {
+		json_decref(root);
+		return http_respond_error(s, conn, 400, "invalid_json",
+		    "the body is not a JSON object");
+	}
+	v = json_object_get(root, "lease");
+	rc = v != NULL && json_is_string(v) ? lease_parse(json_string_value(v),
+	    json_string_length(v), &ref) : -1;
+	json_decref(root);
+	if (rc == -1)
+		return http_respond_error(s, conn, 400, "invalid_lease",
+		    "\"lease\" is not a lease this service handed out");
+	r = config_find_rule(rq->cfg, ref.rule);
+	if (r != NULL && r->algorithm != RL_ALG_CONCURRENCY)
+		r = NULL;
+	if (renew && r == NULL)
+		return http_respond(s, conn, 200, JSON_TYPE, "{\"renewed\":false}",
+		    17, NULL);
+	plen = strlen(rq->cfg->redis.key_prefix);
+	if ((rq->lease_key = rl_malloc(plen + ref.suffix_len + 1 +
+	    LEASE_TOKEN_LEN + 1)) == NULL)
+		return http_respond_error(s, conn, 500, "internal_error",
+		    "out of memory");
+	memcpy(rq->lease_key, rq->cfg->redis.key_prefix, plen);
+	memcpy(rq->lease_key + plen, ref.suffix, ref.suffix_len);
+	rq->lease_key[plen + ref.suffix_len] = '\0';
+	memcpy(rq->lease_key + plen + ref.suffix_len + 1, ref.token,
+	    LEASE_TOKEN_LEN + 1);
+	rq->lease_check = (struct rl_check){
+		.algorithm = RL_ALG_CONCURRENCY,
+		.limit = r != NULL ? r->limit : ref.cost,
+		.window_ms = r != NULL ? r->window_ms : 1,
+		.cost = ref.cost,
+		.key = rq->lease_key,
+		.keylen = plen + ref.suffix_len,
+		.token = rq->lease_key + plen + ref.suffix_len + 1,
+	};
+	if (rq->lease_check.limit < ref.cost)
+		rq->lease_check.limit = ref.cost;	/* a reload lowered it */
+	memset(&rq->probe, 0, sizeof(rq->probe));
+	rq->probe.checks = &rq->lease_check;
+	rq->probe.n = 1;
+	rq->probe.out = &rq->lease_out;
+	rq->probe.lease_op = renew ? BACKEND_LEASE_RENEW :
+	    BACKEND_LEASE_RELEASE;
+	rq->probe.start_us = rq->arrived_us;
+	if ((rc = http_submit(rq, NULL, &rq->probe, 1)) < 0)
+		return http_respond_error(s, conn, 503, "shutting_down",
+		    "the server is shutting down");
+	if (rc == 0)
+		return MHD_YES;
+answer:
+	if (rq->probe.rc != 0)
+		return http_respond_error(s, conn, 503, "backend_unavailable",
+		    "the %s store failed (%s)", s->decider->backend->name,
+		    backend_error_kind_name(rq->probe.kind));
+	if (!renew && rq->lease_out.allowed)	/* its waiters may go on */
+		lease_wait_released(s->leases, lease_key_hash(
+		    rq->lease_check.key, rq->lease_check.keylen));
+	if (!renew)
+		return rq->lease_out.allowed ?
+		    http_respond(s, conn, 200, JSON_TYPE, "{\"released\":true}", 17,
+		    NULL) :
+		    http_respond(s, conn, 200, JSON_TYPE, "{\"released\":false}",
+		    18, NULL);
+	if (!rq->lease_out.allowed)
+		return http_respond(s, conn, 200, JSON_TYPE, "{\"renewed\":false}",
+		    17, NULL);
+	{
+		char body[80];
+		int n = snprintf(body, sizeof(body), "{\"renewed\":true,"
+		    "\"expires_ms\":%lld}", (long long)rq->lease_out.reset_ms);
+
+		return http_respond(s, conn, 200, JSON_TYPE, body, (size_t)n, NULL);
+	}
+}
+
+enum MHD_Result
+http_handle_simple(struct http_server *s, struct MHD_Connection *conn,
+    const char *url)
+{
+	char *text = NULL, *guard = NULL, *all, stack[1024];
+	size_t len, glen;
+	enum MHD_Result ret;
+
+	if (strcmp(url, "/healthz") == 0)
+		return http_respond(s, conn, 200, "text/plain", "ok\n", 3, NULL);
+	/* /metrics: the shared families, then the connection guard's. */
+	if (metrics_render(s->metrics, &text, &len) < 0 ||
+	    (guard = http_fmt_buf(stack, sizeof(stack), &glen,
+	    "# HELP ratelimitd_http_connections_open Client connections open "
+	    "now.\n# TYPE ratelimitd_http_connections_open gauge\n"
+	    "ratelimitd_http_connections_open %lld\n"
+	    "# HELP ratelimitd_http_connections_refused_total Connections "
+	    "closed at once: max_connections were open.\n"
+	    "# TYPE ratelimitd_http_connections_refused_total counter\n"
+	    "ratelimitd_http_connections_refused_total %llu\n"
+	    "# HELP ratelimitd_http_requests_cut_total Requests cut off past "
+	    "request_timeout.\n"
+	    "# TYPE ratelimitd_http_requests_cut_total counter\n"
+	    "ratelimitd_http_requests_cut_total %llu\n",
+	    (long long)http_guard_open(s->guard),
+	    (unsigned long long)http_guard_refused(s->guard),
+	    (unsigned long long)http_guard_cut(s->guard))) == NULL ||
+	    (all = rl_realloc(text, len + glen + 1)) == NULL) {
+		if (guard != NULL)
+			http_fmt_free(guard, stack);
+		rl_free(text);
+		return http_respond_error(s, conn, 500, "internal_error",
+		    "out of memory");
+	}
+	memcpy(all + len, guard, glen + 1);
+	http_fmt_free(guard, stack);
+	ret = http_respond(s, conn, 200, "text/plain; version=0.0.4; charset=utf-8",
+	    all, len + glen, NULL);
+	rl_free(all);
+	return ret;
+}
+
+/* Which endpoint a request is for; errors are answered after the body. */
+enum endpoint
+http_route(const char *url, const char *method)
+{
+	bool is_get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+
+	if (strcmp(url, "/acquire") == 0)
+		return strcmp(method, "POST") == 0 ? EP_ACQUIRE :
+		    EP_BAD_METHOD;
+	if (strcmp(url, "/record") == 0)
+		return strcmp(method, "POST") == 0 ? EP_RECORD : EP_BAD_METHOD;
+	if (strcmp(url, "/stats") == 0)
+		return strcmp(method, "POST") == 0 ? EP_STATS : EP_BAD_METHOD;
+	if (strcmp(url, "/release") == 0)
+		return strcmp(method, "POST") == 0 ? EP_RELEASE :
+		    EP_BAD_METHOD;
+	if (strcmp(url, "/renew") == 0)
+		return strcmp(method, "POST") == 0 ? EP_RENEW :
+		    EP_BAD_METHOD;
+	if (strcmp(url, "/auth") == 0 || strncmp(url, "/auth/", 6) == 0)
+		return EP_AUTH;
+	if (strcmp(url, "/readyz") == 0)
+		return is_get ? EP_READY : EP_BAD_METHOD;
+	if (strcmp(url, "/healthz") == 0 || strcmp(url, "/metrics") == 0)
+		return is_get ? EP_SIMPLE : EP_BAD_METHOD;
+	return EP_NOT_FOUND;
+}

@@ -1,0 +1,372 @@
+/*
+ * http_response.c - every answer of the HTTP front end (docs/http.md): the
+ * error JSON {"error": code, "message": ...}, the answer to a decision
+ * (its JSON body and its RateLimit headers), an error that closes the
+ * connection, and the raw answer written straight on the socket for a
+ * client that half-closed while its request waited.  Answers are queued
+ * on libmicrohttpd's connection from the event loop; the raw answer is
+ * written by whichever thread resumes the request.
+ */
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "base/metrics.h"
+#include "base/util.h"
+#include "core/rate_headers.h"
+#include "front/http_priv.h"
+
+enum MHD_Result
+http_respond(struct http_server *s, struct MHD_Connection *conn, int status,
+    const char *type, const char *body, size_t len,
+    struct MHD_Response *prepared)
+{
+	struct MHD_Response *r = prepared;
+	enum MHD_Result ret;
+
+	if (r == NULL)
+		r = MHD_create_response_from_buffer(len, (void *)(uintptr_t)body,
+		    MHD_RESPMEM_MUST_COPY);
+	if (r == NULL)
+		return MHD_NO;
+	if (type != NULL)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+	if (__atomic_load_n(&s->draining, __ATOMIC_ACQUIRE))
+		MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION,
+		    "close");
+	ret = MHD_queue_response(conn, (unsigned)status, r);
+	MHD_destroy_response(r);
+	metrics_http_response(s->metrics, status);
+	return ret;
+}
+
+/* The JSON body of an error: {"error": code, "message": ...}, in a new
+ * buffer (free()), or NULL when out of memory. */
+char *
+http_error_json(const char *code, const char *fmt, va_list ap)
+{
+	char msg[512], *text;
+	json_t *o;
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	o = json_pack("{s:s, s:s}", "error", code, "message", msg);
+	text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	return text;
+}
+
+char *
+http_error_text(const char *code, const char *fmt, ...)
+{
+	va_list ap;
+	char *text;
+
+	va_start(ap, fmt);
+	text = http_error_json(code, fmt, ap);
+	va_end(ap);
+	return text;
+}
+
+enum MHD_Result
+http_respond_error(struct http_server *s, struct MHD_Connection *conn,
+    int status, const char *code, const char *fmt, ...)
+{
+	enum MHD_Result ret;
+	va_list ap;
+	char *text;
+
+	va_start(ap, fmt);
+	text = http_error_json(code, fmt, ap);
+	va_end(ap);
+	if (text == NULL)
+		return http_respond(s, conn, 500, NULL, "", 0, NULL);
+	ret = http_respond(s, conn, status, JSON_TYPE, text, strlen(text), NULL);
+	free(text);
+	return ret;
+}
+
+/*
+ * printf into stack (cap bytes) when it fits, else into a new allocation of
+ * the exact size: a rule name or other data of any length is never cut or
+ * read past.  Returns the text (free it with http_fmt_free(text, stack)) and its
+ * length in *len, or NULL (OOM, or a format error).
+ */
+static char *
+vfmt_buf(char *stack, size_t cap, size_t *len, const char *fmt, va_list ap)
+{
+	va_list again;
+	char *p;
+	int n;
+
+	va_copy(again, ap);
+	n = vsnprintf(stack, cap, fmt, ap);
+	if (n < 0 || (size_t)n < cap) {
+		va_end(again);
+		*len = n < 0 ? 0 : (size_t)n;
+		return n < 0 ? NULL : stack;
+	}
+	*len = (size_t)n;
+	if ((p = rl_malloc((size_t)n + 1)) != NULL)
+		vsnprintf(p, (size_t)n + 1, fmt, again);
+	va_end(again);
+	return p;
+}
+
+char * __attribute__((format(printf, 4, 5)))
+http_fmt_buf(char *stack, size_t cap, size_t *len, const char *fmt, ...)
+{
+	va_list ap;
+	char *p;
+
+	va_start(ap, fmt);
+	p = vfmt_buf(stack, cap, len, fmt, ap);
+	va_end(ap);
+	return p;
+}
+
+void
+http_fmt_free(char *text, const char *stack)
+{
+	if (text != stack)
+		rl_free(text);
+}
+
+/*
+ * ',"leases":[...]' for the leases a decision took (docs/leases.md), or "".
+ * Rule names are [A-Za-z0-9_.-]+ and leases hex, digits and dots: nothing
+ * to escape.  A new string, or NULL when out of memory.
+ */
+static char *
+leases_json(const struct decision *d)
+{
+	size_t cap = 16, i, off;
+	char *p;
+
+	for (i = 0; i < d->nleases; i++)
+		cap += strlen(d->leases[i].rule->name) +
+		    strlen(d->leases[i].lease) + 64;
+	if ((p = rl_malloc(cap)) == NULL)
+		return NULL;
+	p[0] = '\0';
+	if (d->nleases == 0)
+		return p;
+	off = (size_t)snprintf(p, cap, ",\"leases\":[");
+	for (i = 0; i < d->nleases; i++)
+		off += (size_t)snprintf(p + off, cap - off, "%s{\"rule\":\"%s\","
+		    "\"lease\":\"%s\",\"expires_ms\":%lld}", i > 0 ? "," : "",
+		    d->leases[i].rule->name, d->leases[i].lease,
+		    (long long)d->leases[i].expires_ms);
+	snprintf(p + off, cap - off, "]");
+	return p;
+}
+
+/* ",\"waited_ms\":N" for an answer that waited for its turn or for a
+ * lease, else "". */
+static const char *
+waited_field(const struct request *rq, const struct decision *d, char *buf,
+    size_t cap)
+{
+	int64_t ms = d->waited_ms + rq->lease_waited_ms;
+
+	if (!d->allowed || ms <= 0)
+		return "";
+	snprintf(buf, cap, ",\"waited_ms\":%lld", (long long)ms);
+	return buf;
+}
+
+/*
+ * The status and body of a decided request (d->status == DECIDE_OK): JSON
+ * for /acquire, empty for /auth.  The body is in stack or a new buffer
+ * (fmt_free); NULL when out of memory.
+ */
+static char *
+decision_body(const struct request *rq, const struct decision *d,
+    char *stack, size_t cap, size_t *n, int *status)
+{
+	char *leases, *body, waited[40];
+
+	*n = 0;
+	stack[0] = '\0';
+	if (rq->ep == EP_AUTH)
+		*status = d->allowed ? 200 : rq->cfg->auth_deny_status;
+	else
+		*status = d->allowed ? 200 : 429;
+	if (rq->ep == EP_ACQUIRE && d->rule != NULL) {
+		if ((leases = leases_json(d)) == NULL)
+			return NULL;
+		/* Rule names are [A-Za-z0-9_.-]+: nothing to escape. */
+		body = http_fmt_buf(stack, cap, n, "{\"allowed\":%s,"
+		    "\"rule\":\"%s\",\"limit\":%lld,\"remaining\":%lld,"
+		    "\"reset_ms\":%lld,\"retry_after_ms\":%lld,"
+		    "\"shadow\":%s%s%s%s}", d->allowed ? "true" : "false",
+		    d->rule->name, (long long)d->limit,
+		    (long long)d->remaining, (long long)d->reset_ms,
+		    (long long)d->retry_after_ms, d->shadow ? "true" : "false",
+		    d->degraded ? ",\"degraded\":true" : "",
+		    waited_field(rq, d, waited, sizeof(waited)), leases);
+		rl_free(leases);
+		return body;
+	}
+	if (rq->ep == EP_ACQUIRE)
+		return http_fmt_buf(stack, cap, n, "{\"allowed\":true,"
+		    "\"rule\":null,\"limit\":null,\"remaining\":null,"
+		    "\"reset_ms\":0,\"retry_after_ms\":0,\"shadow\":false%s}",
+		    d->degraded ? ",\"degraded\":true" : "");
+	return stack;
+}
+
+/*
+ * Render rq's decision once into *a: the status, the body (JSON for
+ * /acquire, empty for /auth, the error JSON when the decision is an error)
+ * and the headers, which the MHD response and the raw answer then send
+ * alike.  Returns 0 (release *a with http_answer_clear()), or -1 when out
+ * of memory.  Any thread that has rq.
+ */
+int
+http_render_decision(const struct request *rq, struct http_answer *a)
+{
+	const struct decision *d = &rq->decision;
+
+	a->type = NULL;
+	a->nheaders = 0;
+	a->len = 0;
+	if (d->status != DECIDE_OK) {
+		char *text = http_error_text(decide_status_code(d->status),
+		    "%s", d->message);
+
+		a->status = d->status == DECIDE_BACKEND_UNAVAILABLE ? 503 :
+		    d->status == DECIDE_INTERNAL ? 500 : 400;
+		a->type = JSON_TYPE;
+		if (text == NULL)
+			return -1;
+		a->body = http_fmt_buf(a->stack, sizeof(a->stack), &a->len,
+		    "%s", text);
+		free(text);
+		return a->body != NULL ? 0 : -1;
+	}
+		if ((a->body = decision_body(rq, d, a->stack, sizeof(a->stack),
+	    &a->len, &a->status)) == NULL)
+		return -1;
+	if (rq->ep == EP_ACQUIRE)
+		a->type = JSON_TYPE;
+	a->nheaders = (size_t)rate_headers(d, a->headers);
+	return 0;
+}
+
+void
+http_answer_clear(struct http_answer *a)
+{
+	if (a->body != NULL)
+		http_fmt_free(a->body, a->stack);
+	a->body = NULL;
+}
+
+/* Answer a decision: JSON for /acquire, an empty body for /auth. */
+enum MHD_Result
+http_respond_decision(struct http_server *s, struct MHD_Connection *conn,
+    const struct request *rq)
+{
+	struct http_answer a;
+	struct MHD_Response *r;
+	size_t i;
+
+	if (http_render_decision(rq, &a) < 0)
+		return http_respond_error(s, conn, 500, "internal_error",
+		    "out of memory");
+	r = MHD_create_response_from_buffer(a.len, a.body,
+	    MHD_RESPMEM_MUST_COPY);
+	for (i = 0; r != NULL && i < a.nheaders; i++)
+		MHD_add_response_header(r, a.headers[i].name,
+		    a.headers[i].value);
+	http_answer_clear(&a);
+	if (r == NULL)
+		return MHD_NO;
+	return http_respond(s, conn, a.status, a.type, NULL, 0, r);
+}
+
+/* Write p (n bytes) whole on fd; false when the socket refuses. */
+static bool
+send_all(int fd, const char *p, size_t n)
+{
+	ssize_t w;
+	size_t off;
+
+	for (off = 0; off < n; off += (size_t)w)
+		if ((w = send(fd, p + off, n - off, MSG_NOSIGNAL)) <= 0)
+			return false;
+	return true;
+}
+
+/*
+ * Write the answer of a decided request straight to the socket, and close
+ * after it: for a client that shut down its sending side while its request
+ * waited for the store, whose answer libmicrohttpd would drop on resume
+ * (it sees the end of input first).  False when it could not be written
+ * whole; either way the connection is then closed.  Runs on the thread
+ * that resumes the request while the connection is suspended: nothing
+ * else touches it.
+ */
+bool
+http_answer_raw(struct http_server *s, int fd, const struct request *rq)
+{
+	struct http_answer a;
+	char *head = NULL;
+	size_t cap, off, i;
+	bool ok = false;
+
+	if (http_render_decision(rq, &a) < 0)
+		return false;
+	cap = 256 + (a.type != NULL ? strlen(a.type) + 20 : 0);
+	for (i = 0; i < a.nheaders; i++)
+		cap += strlen(a.headers[i].name) +
+		    strlen(a.headers[i].value) + 4;
+	if ((head = rl_malloc(cap)) == NULL)
+		goto out;
+	off = (size_t)snprintf(head, cap, "HTTP/1.1 %d %s\r\n"
+	    "Connection: close\r\nContent-Length: %zu\r\n", a.status,
+	    MHD_get_reason_phrase_for((unsigned)a.status), a.len);
+	if (a.type != NULL)
+		off += (size_t)snprintf(head + off, cap - off, "%s: %s\r\n",
+		    MHD_HTTP_HEADER_CONTENT_TYPE, a.type);
+	for (i = 0; i < a.nheaders; i++)
+		off += (size_t)snprintf(head + off, cap - off, "%s: %s\r\n",
+		    a.headers[i].name, a.headers[i].value);
+	off += (size_t)snprintf(head + off, cap - off, "\r\n");
+	if (!send_all(fd, head, off) || !send_all(fd, a.body, a.len))
+		goto out;
+	ok = true;
+	metrics_http_response(s->metrics, a.status);
+out:
+	rl_free(head);
+	http_answer_clear(&a);
+	return ok;
+}
+
+/* An error answer that closes its connection. */
+enum MHD_Result __attribute__((format(printf, 5, 6)))
+http_refuse(struct http_server *s, struct MHD_Connection *conn, int status,
+    const char *code, const char *fmt, ...)
+{
+	struct MHD_Response *r;
+	va_list ap;
+	char *text;
+
+	va_start(ap, fmt);
+	text = http_error_json(code, fmt, ap);
+	va_end(ap);
+	r = MHD_create_response_from_buffer(text != NULL ? strlen(text) : 0,
+	    text != NULL ? text : (char *)"", MHD_RESPMEM_MUST_COPY);
+	free(text);
+	if (r == NULL)
+		return MHD_NO;
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+	return http_respond(s, conn, status, JSON_TYPE, NULL, 0, r);
+}

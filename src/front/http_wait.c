@@ -1,0 +1,224 @@
+/*
+ * http_wait.c - a request with wait_ms that waits in the daemon instead of
+ * being answered 429 at once (docs/waiting.md, docs/leases.md): for its
+ * turn (the store reserved a time; the server's wait timer, wait_timer.c,
+ * resumes it then) or for a lease of a concurrency rule (the daemon's
+ * lease queues, lease_wait.c, tell it when to try again).  While it waits
+ * its connection is suspended and the timer's or the queues' thread has
+ * it.
+ */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <microhttpd.h>
+
+#include "base/metrics.h"
+#include "base/util.h"
+#include "core/decide.h"
+#include "front/http_priv.h"
+#include "front/lease_wait.h"
+#include "front/wait_timer.h"
+
+/* Allowed by a reservation whose time has not come yet. */
+bool
+http_wait_needed(const struct request *rq)
+{
+	return rq->decision.status == DECIDE_OK && rq->decision.allowed &&
+	    rq->decision.waited_ms > 0 && !rq->waited_turn;
+}
+
+/*
+ * Waiting for a turn (docs/waiting.md).  A request with wait_ms takes a slot
+ * of max_waiting for its whole life (past it, it is decided as if it had
+ * no wait_ms: 429 at once when denied).  When the store reserved a time,
+ * the connection is suspended and the one timer of the server resumes it
+ * then (wait_fire), or at once with 503 shutting_down when a shutdown cut
+ * it.  A client that left meanwhile keeps its reservation.
+ */
+void
+http_wait_take_slot(struct http_server *s, struct request *rq)
+{
+	if (rq->dr.wait_ms <= 0)
+		return;
+	if (__atomic_add_fetch(&s->waiting, 1, __ATOMIC_SEQ_CST) >
+	    rq->cfg->max_waiting) {
+		__atomic_sub_fetch(&s->waiting, 1, __ATOMIC_SEQ_CST);
+		metrics_wait_full(s->metrics);
+		rq->dr.wait_ms = 0;
+		return;
+	}
+	rq->wait_slot = true;
+}
+
+/* The timer's thread: the time has come (or a shutdown cut it). */
+static void
+wait_fire(void *arg, bool cut)
+{
+	struct request *rq = arg;
+
+	rq->cut = cut;
+	http_resume(rq);
+}
+
+/*
+ * Waiting for a lease (docs/leases.md with wait_ms).  A request with a wait
+ * slot that a concurrency rule denied, while every other rule could admit
+ * it in time (decision.lease_wait), stays suspended in the daemon's
+ * lease_wait queues (lease_wait.c).  Told TRY, it is decided again with
+ * the wait left (lease_try(), on the queue's thread), and the store's
+ * answer comes back to lease_tried(): denied the same way, it parks again
+ * at its place; else it leaves the queue, which lets the next waiter of
+ * the key try, and is answered.  At its deadline it is decided once more
+ * without waiting, and answered whatever that says: the answer carries
+ * the numbers of then.  A newcomer that may wait for a key others already
+ * wait for queues behind them without trying, so that it cannot take a
+ * lease freed for the first of them.
+ */
+static bool
+lease_wait_needed(const struct request *rq)
+{
+	return rq->wait_slot && !rq->lease_over &&
+	    rq->decision.status == DECIDE_OK && !rq->decision.allowed &&
+	    rq->decision.lease_wait &&
+	    util_monotonic_us() < rq->wait_until_us;
+}
+
+static void lease_try(struct request *rq);
+
+/* Park rq (suspended) for key; when that fails, answer it now. */
+static void
+lease_park(struct request *rq, uint64_t key, int64_t retry_us)
+{
+	int rc;
+
+	rc = lease_wait_park(rq->s->leases, &rq->lw, key, retry_us,
+	    rq->wait_until_us, rq->tried_us);
+	if (rc == 0)
+		return;
+	rq->lease_over = true;
+	if (rc == -1) {			/* stopping */
+		rq->cut = true;
+		http_resume(rq);
+	} else				/* out of memory: decide now */
+		lease_try(rq);
+}
+
+/* A try is done (the store's thread, or inline). */
+static void
+lease_tried(void *arg)
+{
+	struct request *rq = arg;
+	int64_t now = util_monotonic_us();
+
+	if (lease_wait_needed(rq)) {
+		lease_park(rq, rq->decision.lease_key,
+		    now + rq->decision.lease_retry_ms * 1000);
+		return;
+	}
+	rq->lease_over = true;
+	lease_wait_leave(rq->s->leases, &rq->lw);
+	rq->lease_waited_ms = (now - rq->arrived_us) / 1000;
+	http_resume(rq);
+}
+
+/* Decide rq again with the wait it has left (none once lease_over). */
+static void
+lease_try(struct request *rq)
+{
+	int64_t now = util_monotonic_us();
+	struct decide_job *job;
+
+	if (now >= rq->wait_until_us)
+		rq->lease_over = true;
+	rq->dr.wait_ms = rq->lease_over ? 0 :
+	    (rq->wait_until_us - now) / 1000;
+	rq->dr.start_us = now;
+	rq->tried_us = now;
+	decide_leases_free(&rq->decision);
+	if (decide_prepare(rq->s->decider, rq->cfg, &rq->dr, &rq->decision,
+	    &job) == 0) {
+		lease_tried(rq);
+		return;
+	}
+	decide_run(job, lease_tried, rq);
+}
+
+/* The queue's thread: what became of rq's wait. */
+void
+http_lease_event(struct lease_waiter *w, enum lease_wait_event ev)
+{
+	struct request *rq = (struct request *)(void *)((char *)w -
+	    offsetof(struct request, lw));
+
+	switch (ev) {
+	case LEASE_WAIT_TRY:
+		lease_try(rq);
+		break;
+	case LEASE_WAIT_TIMEOUT:
+		rq->lease_over = true;
+		lease_try(rq);
+		break;
+	case LEASE_WAIT_CUT:
+		rq->lease_over = true;
+		rq->cut = true;
+		http_resume(rq);
+		break;
+	}
+}
+
+/*
+ * A newcomer that may wait, whose job would take a lease of a key that
+ * others of this daemon wait for: queue it behind them (1), or 0 to go on.
+ */
+int
+http_lease_queue_behind(struct http_server *s, struct request *rq,
+    struct decide_job *job)
+{
+	uint64_t keys[8], key;
+	size_t n;
+
+	if (!rq->wait_slot || rq->lease_over ||
+	    (n = decide_job_lease_keys(job, keys, 8)) == 0 ||
+	    !lease_wait_any(s->leases, keys, n, &key))
+		return 0;
+	decide_cancel(job);
+	if (!http_request_enter(rq, RQ_WAITING_LEASE)) {
+		rq->cut = true;
+		return -1;
+	}
+	lease_park(rq, key, INT64_MAX);
+	return 1;
+}
+
+/* A decided /acquire: wait for a lease, or for its reserved time, or
+ * answer now. */
+enum MHD_Result
+http_answer_decision(struct http_server *s, struct MHD_Connection *conn,
+    struct request *rq)
+{
+	if (lease_wait_needed(rq)) {
+		if (http_request_enter(rq, RQ_WAITING_LEASE)) {
+			lease_park(rq, rq->decision.lease_key,
+			    util_monotonic_us() +
+			    rq->decision.lease_retry_ms * 1000);
+			return MHD_YES;
+		}
+		rq->cut = true;
+	}
+	if (http_wait_needed(rq)) {
+		if (!http_request_enter(rq, RQ_WAITING_TURN)) {
+			rq->cut = true;
+		} else if (wait_timer_add(s->timer, util_monotonic_us() +
+		    rq->decision.waited_ms * 1000, wait_fire, rq) == -1) {
+			/* Out of memory: resume it at once, cut. */
+			wait_fire(rq, true);
+			return MHD_YES;
+		} else
+			return MHD_YES;
+	}
+	if (rq->cut)
+		return http_respond_error(s, conn, 503, "shutting_down",
+		    "the server is shutting down");
+	return http_finish_decision(s, conn, rq);
+}

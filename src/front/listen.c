@@ -1,0 +1,104 @@
+/*
+ * listen.c - binds the listening socket of a front end (listen.h): TCP,
+ * IPv4 or IPv6, or a unix socket whose stale file from a process that died
+ * is replaced.  HTTP and gRPC both start from the socket this returns, so
+ * that the errors and the unix-socket handling are the same for both.
+ */
+#include "front/listen.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "base/util.h"
+#include "core/listen_addr.h"
+
+/* Is a daemon accepting on the unix socket at path?  A stale file from a
+ * process that died refuses the connect. */
+static bool
+unix_socket_is_live(const struct sockaddr_un *sun)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool live;
+
+	if (fd < 0)
+		return false;
+	live = connect(fd, (const struct sockaddr *)sun, sizeof(*sun)) == 0;
+	close(fd);
+	return live;
+}
+
+int
+listen_socket_open(const char *listen_s, int mode, char *err, size_t errlen)
+{
+	struct addrinfo hints, *res = NULL;
+	struct listen_addr la;
+	char port[8];
+	int fd = -1, one = 1, rc;
+
+	if (listen_addr_parse(listen_s, &la, err, errlen) == -1)
+		return -1;
+	if (la.is_unix) {
+		struct sockaddr_un sun;
+		struct stat st;
+
+		memset(&sun, 0, sizeof(sun));
+		sun.sun_family = AF_UNIX;
+		util_strlcpy(sun.sun_path, la.path, sizeof(sun.sun_path));
+		if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+			goto syserr;
+		if (stat(la.path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+			if (unix_socket_is_live(&sun)) {
+				snprintf(err, errlen, "%s: another process "
+				    "accepts connections on it", listen_s);
+				close(fd);
+				return -1;
+			}
+			unlink(la.path);	/* stale */
+		}
+		if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0)
+			goto syserr;
+		if (mode >= 0 && chmod(la.path, (mode_t)mode) < 0)
+			goto syserr;
+		if (listen(fd, LISTEN_BACKLOG) < 0)
+			goto syserr;
+		return fd;
+	}
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+	snprintf(port, sizeof(port), "%d", la.port);
+	if ((rc = getaddrinfo(la.host[0] != '\0' ? la.host : NULL, port,
+	    &hints, &res)) != 0) {
+		snprintf(err, errlen, "%s: %s", listen_s, gai_strerror(rc));
+		return -1;
+	}
+	if ((fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC,
+	    0)) < 0)
+		goto syserr;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (res->ai_family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	if (bind(fd, res->ai_addr, res->ai_addrlen) < 0 ||
+	    listen(fd, LISTEN_BACKLOG) < 0)
+		goto syserr;
+	freeaddrinfo(res);
+	return fd;
+
+syserr:
+	snprintf(err, errlen, "%s: %s", listen_s, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	if (res != NULL)
+		freeaddrinfo(res);
+	return -1;
+}

@@ -1,0 +1,279 @@
+/*
+ * redis_batch.c - a batch of calls into the command that carries it: one
+ * EVALSHA of lua/ratelimit.lua for requests (redis_script.c encodes), EVAL
+ * of lua/takeback.lua, EVALSHA of lua/stats.lua, EVAL of lua/lease.lua,
+ * or PING for a probe; after ASKING when a Cluster ASK sent it there.
+ *
+ * Thread: the store's I/O thread.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "store/redis_priv.h"
+#include "store/redis_script.h"
+
+/* Queue b's command on conn when given (it follows ASKING there), else
+ * on a connection of node.  The slot, or NULL with err. */
+static struct redis_slot *
+command_send(struct redis_backend *rb, struct redis_node *node,
+    struct redis_conn *conn, struct redis_batch *b, int argc,
+    const char **argv, const size_t *lens, char *err, size_t errlen)
+{
+	if (conn != NULL)
+		return redis_conn_send(conn, argc, argv, lens,
+		    redis_reply_batch, b, err, errlen) == 0 ? b->slot : NULL;
+	return redis_node_send(rb, node, argc, argv, lens, redis_reply_batch,
+	    b, err, errlen);
+}
+
+/* EVALSHA ratelimit.lua for the requests of b. */
+static struct redis_slot *
+script_send(struct redis_backend *rb, struct redis_node *node,
+    struct redis_conn *conn, struct redis_batch *b, char *err,
+    size_t errlen)
+{
+	struct redis_script_args a;
+	struct redis_slot *s;
+
+	if (redis_script_encode(b->calls, b->ncalls, rl_lua_ratelimit_sha,
+	    rb->mode == REDIS_CLUSTER, &a) == -1) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	s = command_send(rb, node, conn, b, a.argc, a.argv, a.lens, err,
+	    errlen);
+	redis_script_args_free(&a);
+	return s;
+}
+
+/* PING for the probes of b. */
+static struct redis_slot *
+ping_send(struct redis_backend *rb, struct redis_node *node,
+    struct redis_conn *conn, struct redis_batch *b, char *err,
+    size_t errlen)
+{
+	const char *argv[1] = { "PING" };
+	size_t lens[1] = { 4 };
+
+	return command_send(rb, node, conn, b, 1, argv, lens, err, errlen);
+}
+
+/* Room for one argument of takeback.lua: a number, or a lease token (32
+ * hex digits). */
+#define TB_NUM 48
+
+/* EVAL takeback.lua for the one call of b. */
+static struct redis_slot *
+takeback_send(struct redis_backend *rb, struct redis_node *node,
+    struct redis_conn *conn, struct redis_batch *b, char *err, size_t errlen)
+{
+	const struct backend_call *call = b->calls[0];
+	size_t argc = 3 + call->n * 6, i, k;
+	struct redis_slot *s = NULL;
+	const char **argv;
+	size_t *lens;
+	char *nums;
+
+	argv = rl_calloc(argc, sizeof(*argv));
+	lens = rl_calloc(argc, sizeof(*lens));
+	nums = rl_calloc(call->n * 5 + 1, TB_NUM);
+	if (argv == NULL || lens == NULL || nums == NULL) {
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	argv[0] = "EVAL";
+	argv[1] = rl_lua_takeback;
+	snprintf(nums, TB_NUM, "%zu", call->n);
+	argv[2] = nums;
+	k = 3;
+	for (i = 0; i < call->n; i++) {
+		argv[k++] = call->checks[i].key;
+		lens[k - 1] = call->checks[i].keylen;
+	}
+	for (i = 0; i < call->n; i++) {
+		const struct rl_check *c = &call->checks[i];
+		char *p = nums + (1 + i * 5) * TB_NUM;
+
+		snprintf(p, TB_NUM, "%d", (int)c->algorithm);
+		snprintf(p + TB_NUM, TB_NUM, "%" PRId64, c->limit);
+		snprintf(p + 2 * TB_NUM, TB_NUM, "%" PRId64, c->window_ms);
+		snprintf(p + 3 * TB_NUM, TB_NUM, "%" PRId64, c->cost);
+		if (c->algorithm == RL_ALG_CONCURRENCY)
+			snprintf(p + 4 * TB_NUM, TB_NUM, "%s",
+			    c->token != NULL ? c->token : "0");
+		else
+			snprintf(p + 4 * TB_NUM, TB_NUM, "%.17g",
+			    call->out[i].mark);
+		for (int j = 0; j < 5; j++)
+			argv[k++] = p + j * TB_NUM;
+	}
+	for (i = 0; i < argc; i++)
+		if (lens[i] == 0)
+			lens[i] = strlen(argv[i]);
+	s = command_send(rb, node, conn, b, (int)argc, argv, lens, err,
+	    errlen);
+out:
+	rl_free(argv);
+	rl_free(lens);
+	rl_free(nums);
+	return s;
+}
+
+/* EVALSHA stats.lua (EVAL once it answered NOSCRIPT) for the one stat
+ * call of b. */
+static struct redis_slot *
+stats_send(struct redis_backend *rb, struct redis_node *node,
+    struct redis_conn *conn, struct redis_batch *b, char *err,
+    size_t errlen)
+{
+	const struct rl_stat_op *op = b->calls[0]->stat;
+	struct redis_stats_args a;
+	struct redis_slot *s;
+
+	if (redis_stats_encode(op, b->resent ? rl_lua_stats : NULL,
+	    rl_lua_stats_sha, &a) < 0) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	s = command_send(rb, node, conn, b, a.argc, a.argv, a.lens, err,
+	    errlen);
+	redis_stats_args_free(&a);
+	return s;
+}
+
+/* EVAL lease.lua for the one call of b (a release or a renewal). */
+static struct redis_slot *
+lease_send(struct redis_backend *rb, struct redis_node *node,
+    struct redis_conn *conn, struct redis_batch *b, char *err, size_t errlen)
+{
+	const struct backend_call *call = b->calls[0];
+	const struct rl_check *c = &call->checks[0];
+	char cost[32], wms[32];
+	const char *argv[9];
+	size_t lens[9];
+	int i;
+
+	snprintf(cost, sizeof(cost), "%" PRId64, c->cost);
+	snprintf(wms, sizeof(wms), "%" PRId64, c->window_ms);
+	argv[0] = "EVAL";
+	argv[1] = rl_lua_lease;
+	argv[2] = "1";
+	argv[3] = c->key;
+	argv[4] = call->lease_op == BACKEND_LEASE_RENEW ? "renew" : "release";
+	argv[5] = c->token != NULL ? c->token : "";
+	argv[6] = cost;
+	argv[7] = wms;
+	argv[8] = rb->rel_channel;	/* release: PUBLISH the key there */
+	for (i = 0; i < 9; i++)
+		lens[i] = strlen(argv[i]);
+	lens[3] = c->keylen;
+	return command_send(rb, node, conn, b, 9, argv, lens, err, errlen);
+}
+
+/* The command of b's kind, on conn when given, else on node. */
+static struct redis_slot *
+kind_send(struct redis_backend *rb, struct redis_node *node,
+    struct redis_conn *conn, struct redis_batch *b, char *err, size_t errlen)
+{
+	switch (b->kind) {
+	case REDIS_CALL_PROBE:
+		return ping_send(rb, node, conn, b, err, errlen);
+	case REDIS_CALL_TAKEBACK:
+		return takeback_send(rb, node, conn, b, err, errlen);
+	case REDIS_CALL_STATS:
+		return stats_send(rb, node, conn, b, err, errlen);
+	case REDIS_CALL_LEASE:
+		return lease_send(rb, node, conn, b, err, errlen);
+	default:
+		return script_send(rb, node, conn, b, err, errlen);
+	}
+}
+
+/*
+ * Send b to its node.  0; -1 with err (nothing sent; b intact); or 1 when
+ * no node is known for it now (nothing sent; the caller parks it).
+ */
+int
+redis_batch_send(struct redis_backend *rb, struct redis_batch *b,
+    char *err, size_t errlen)
+{
+	const char *asking[1] = { "ASKING" };
+	size_t asking_len[1] = { 6 };
+	struct redis_conn *conn = NULL;
+	struct redis_node *node;
+	struct redis_slot *s;
+	int n;
+
+	n = b->ask_node >= 0 ? b->ask_node : redis_node_for(rb, b->hslot);
+	if (n < 0 || (size_t)n >= rb->nnodes)
+		return 1;
+	node = rb->nodes[n];
+	if (b->ask_node >= 0) {
+		/* The command must follow ASKING on the same connection. */
+		if ((s = redis_node_send(rb, node, 1, asking, asking_len,
+		    redis_reply_ignore, NULL, err, errlen)) == NULL)
+			return -1;
+		b->slot = s;
+		conn = s->conn;
+	}
+	if ((s = kind_send(rb, node, conn, b, err, errlen)) == NULL)
+		return -1;
+	if (!b->counted && b->kind == REDIS_CALL_REQUEST) {
+		rb->batches_out++;
+		b->counted = true;
+	}
+	b->slot = s;
+	redis_slot_busy(rb, s);
+	return 0;
+}
+
+/* b met NOSCRIPT on s, so its script did not run: send it once more, so
+ * that the script loads.  A stat call goes as EVAL on the same connection
+ * (which caches the script for the next EVALSHA); requests go again, the
+ * calls still waiting only, after SCRIPT LOAD on s.  0, or -1 with err. */
+int
+redis_batch_reload(struct redis_backend *rb, struct redis_batch *b,
+    struct redis_slot *s, char *err, size_t errlen)
+{
+	const char *argv[3] = { "SCRIPT", "LOAD", rl_lua_ratelimit };
+	size_t lens[3] = { 6, 4, strlen(rl_lua_ratelimit) };
+	int rc;
+
+	b->resent = true;
+	if (b->kind == REDIS_CALL_STATS)
+		return stats_send(rb, s->node, s->conn, b, err, errlen) !=
+		    NULL ? 0 : -1;
+	redis_batch_compact(b);
+	if (redis_conn_send(s->conn, 3, argv, lens, redis_reply_ignore, NULL,
+	    err, errlen) == -1)
+		return -1;
+	if ((rc = redis_batch_send(rb, b, err, errlen)) == 1)
+		snprintf(err, errlen, "no primary known for its keys");
+	return rc == 0 ? 0 : -1;
+}
+
+/* Drop the answered calls from b, so it can be encoded again. */
+void
+redis_batch_compact(struct redis_batch *b)
+{
+	size_t i, n = 0;
+
+	for (i = 0; i < b->ncalls; i++) {
+		if (b->calls[i] == NULL)
+			continue;
+		b->calls[n] = b->calls[i];
+		b->counts[n++] = b->counts[i];
+	}
+	b->ncalls = n;
+}
+
+/* b is done with: out of the window, freed. */
+void
+redis_batch_free(struct redis_batch *b)
+{
+	if (b->counted)
+		b->rb->batches_out--;
+	rl_free(b);
+}

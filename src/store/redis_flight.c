@@ -1,0 +1,154 @@
+/*
+ * redis_flight.c - the calls in the Redis I/O thread's hands: the list of
+ * calls in flight sorted by deadline (whether sent, parked or about to be
+ * sent), parking and unparking, and answering a call (redis_flight_finish),
+ * the one place a call leaves the store.
+ *
+ * A call that cannot be routed now (no slot map yet, a slot without owner,
+ * no primary known, TRYAGAIN) is parked: it stays in the deadline list
+ * without a batch and is routed again when the topology is known, or fails
+ * at its deadline (redis_loop.c).
+ *
+ * Thread: the store's I/O thread.
+ */
+#include <stdio.h>
+
+#include "store/redis_priv.h"
+
+/* Keep the call in the deadline-sorted list (nearly always at the end). */
+void
+redis_flight_add(struct redis_backend *rb, struct backend_call *call)
+{
+	struct redis_call_priv *q = redis_call(call);
+	struct backend_call *at = rb->ftail;
+
+	while (at != NULL && at->deadline_us > call->deadline_us)
+		at = redis_call(at)->prev;
+	q->prev = at;
+	q->next = at != NULL ? redis_call(at)->next : rb->fhead;
+	if (q->next != NULL)
+		redis_call(q->next)->prev = call;
+	else
+		rb->ftail = call;
+	if (at != NULL)
+		redis_call(at)->next = call;
+	else
+		rb->fhead = call;
+}
+
+void
+redis_flight_remove(struct redis_backend *rb, struct backend_call *call)
+{
+	struct redis_call_priv *q = redis_call(call);
+
+	if (q->prev != NULL)
+		redis_call(q->prev)->next = q->next;
+	else
+		rb->fhead = q->next;
+	if (q->next != NULL)
+		redis_call(q->next)->prev = q->prev;
+	else
+		rb->ftail = q->prev;
+	q->next = q->prev = NULL;
+}
+
+/* Calls to route at the next turn, whatever the window (FIFO). */
+void
+redis_flight_soon(struct redis_backend *rb, struct backend_call *call)
+{
+	redis_call(call)->next = NULL;
+	redis_call(call)->prev = NULL;
+	if (rb->stail != NULL)
+		redis_call(rb->stail)->next = call;
+	else
+		rb->shead = call;
+	rb->stail = call;
+}
+
+/* Answer call: out of the list and its batch, the circuit told, done.
+ * rc 0 means out[] and all_allowed are filled in already. */
+void
+redis_flight_finish(struct redis_backend *rb, struct backend_call *call, int rc,
+    enum backend_error_kind kind, const char *err)
+{
+	struct redis_call_priv *q = redis_call(call);
+	struct redis_batch *b = q->batch;
+	size_t i;
+
+	redis_flight_remove(rb, call);
+	if (b != NULL) {
+		for (i = 0; i < b->ncalls; i++)
+			if (b->calls[i] == call)
+				b->calls[i] = NULL;
+		b->live--;
+		q->batch = NULL;
+	}
+	call->rc = rc;
+	call->kind = rc == 0 ? BACKEND_ERR_NONE : kind;
+	if (rc != 0) {
+		snprintf(call->err, sizeof(call->err), "redis: %s", err);
+		redis_log_failure(rb, kind, err);
+	}
+	/* A part of a split request counts once, with its request. */
+	if ((q->kind == REDIS_CALL_REQUEST || q->kind == REDIS_CALL_LEASE) &&
+	    q->split == NULL && rb->mode != REDIS_CLUSTER)
+		redis_circuit_leave(rb, q->trial, rc == 0 ?
+		    REDIS_OUTCOME_OK : REDIS_OUTCOME_FAIL);
+	call->done(call);
+}
+
+/* Fail every call of b that is still waiting. */
+void
+redis_flight_fail(struct redis_batch *b, enum backend_error_kind kind,
+    const char *err)
+{
+	size_t i;
+
+	for (i = 0; i < b->ncalls; i++)
+		if (b->calls[i] != NULL)
+			redis_flight_finish(b->rb, b->calls[i], -1, kind, err);
+}
+
+/* Take the calls still waiting out of b and park them: they stay in the
+ * deadline list and are routed again at unpark time (0: when the
+ * topology is next known).  A call redirected too often fails. */
+void
+redis_flight_park(struct redis_batch *b, int64_t unpark_us, bool redirected)
+{
+	struct redis_backend *rb = b->rb;
+	size_t i;
+
+	for (i = 0; i < b->ncalls; i++) {
+		struct backend_call *call = b->calls[i];
+
+		if (call == NULL)
+			continue;
+		if (redirected &&
+		    ++redis_call(call)->redirects > REDIS_REDIRECTS_MAX) {
+			redis_flight_finish(rb, call, -1, BACKEND_ERR_PROTOCOL,
+			    "too many cluster redirections");
+			continue;
+		}
+		b->calls[i] = NULL;
+		b->live--;
+		redis_call(call)->batch = NULL;
+	}
+	if (unpark_us != 0 && (rb->unpark_us == 0 || unpark_us < rb->unpark_us))
+		rb->unpark_us = unpark_us;
+}
+
+/* Send every parked call again now: to the soon list. */
+void
+redis_flight_unpark_all(struct redis_backend *rb)
+{
+	struct backend_call *call, *next;
+
+	rb->unpark_us = 0;
+	for (call = rb->fhead; call != NULL; call = next) {
+		next = redis_call(call)->next;
+		if (redis_call(call)->batch != NULL)
+			continue;
+		redis_flight_remove(rb, call);
+		redis_flight_soon(rb, call);
+	}
+}
