@@ -251,13 +251,16 @@ shut_down(struct daemon *d)
 	d->http = NULL;
 }
 
-/* Room for max_connections sockets and the daemon's own: raise the soft
- * limit on open files as far as the hard limit allows. */
+/* Room for max_connections sockets on each front end (HTTP, and gRPC
+ * when grpc_listen is set: each allows max_connections) and the daemon's
+ * own: raise the soft limit on open files as far as the hard limit
+ * allows, and warn at start when it cannot hold them (docs/security.md). */
 static void
 raise_fd_limit(const struct config *c)
 {
 	struct rlimit rl;
-	rlim_t want = (rlim_t)c->max_connections + 256;
+	rlim_t fronts = c->grpc_listen != NULL ? 2 : 1;
+	rlim_t want = fronts * (rlim_t)c->max_connections + 256;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
 		return;
@@ -265,9 +268,10 @@ raise_fd_limit(const struct config *c)
 	    want : rl.rlim_max;
 	if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < want)
 		log_warnx("open files limited to %llu: fewer than "
-		    "max_connections (%lld) can be served",
+		    "max_connections (%lld) can be served%s",
 		    (unsigned long long)rl.rlim_cur,
-		    (long long)c->max_connections);
+		    (long long)c->max_connections, fronts == 2 ?
+		    " on each of HTTP and gRPC" : "");
 }
 
 /* Started as root: after binding, become `user` (and its groups), or warn

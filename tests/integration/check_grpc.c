@@ -6,14 +6,20 @@
  * and on a real redis-server.
  */
 #include <check.h>
+#include <arpa/inet.h>
+#include <errno.h>
 #include <jansson.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check_main.h"
+#include "h2raw.h"
 #include "harness.h"
 #include "ops.h"
 
@@ -527,6 +533,457 @@ START_TEST(test_unfinished_request_is_cut)
 }
 END_TEST
 
+/*
+ * The deadline answer reaches the client: a call whose request is not
+ * whole at request_timeout gets a trailers-only answer with grpc-status 4
+ * (DEADLINE_EXCEEDED) before its stream is reset (the reset used to go
+ * out alone: the answer was queued and dropped in the same turn, while
+ * /metrics counted a DEADLINE_EXCEEDED nobody received).
+ */
+START_TEST(test_deadline_answer_arrives)
+{
+	struct h_daemon d = { 0 };
+	struct h2raw c;
+	struct h2raw_frame f = { 0 };
+	uint8_t buf[1024];
+	size_t len = 0;
+	char status[32] = "";
+	long long t0;
+	bool rst = false, answered_first = false;
+
+	start(&d, "backend: memory\nrequest_timeout: 300ms\n"
+	    "idle_timeout: 5s\n", rules_edge);
+	h2raw_connect(&c, grpc_port, NULL, 0);
+	h2raw_call_headers(buf, &len, 1, H2RAW_RLS_PATH, false);
+	ck_assert_uint_eq(h2raw_send(&c, buf, len, 1000), len);
+	t0 = h_now_ms();
+	while (!rst && h_now_ms() - t0 < 3000 &&
+	    h2raw_read(&c, &f, 200) >= 0) {
+		if (f.payload == NULL || f.stream != 1)
+			continue;
+		if (f.type == H2_HEADERS &&
+		    h2raw_header(&f, "grpc-status", status, sizeof(status)))
+			answered_first = true;
+		if (f.type == H2_RST_STREAM)
+			rst = true;
+	}
+	ck_assert_msg(answered_first, "no grpc-status before %s",
+	    rst ? "the reset" : "3 s");
+	ck_assert_str_eq(status, "4");
+	ck_assert_msg(rst, "the stream was not reset");
+	h2raw_close(&c);
+	ck_assert_int_eq(h_metric("ratelimitd_grpc_responses_total"
+	    "{code=\"DEADLINE_EXCEEDED\"}"), 1);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* CPU time (user + system) the process has used, in milliseconds. */
+static long long
+cpu_ms(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long ut = 0, st = 0;
+	size_t n;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	ck_assert_ptr_nonnull(f = fopen(path, "r"));
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	/* Fields 14 and 15, counted after the command's closing ')'. */
+	ck_assert_ptr_nonnull(p = strrchr(buf, ')'));
+	ck_assert_int_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u "
+	    "%*u %*u %llu %llu", &ut, &st), 2);
+	return (long long)(ut + st) * 1000 / sysconf(_SC_CLK_TCK);
+}
+
+static int
+tcp_connect(int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	int fd;
+
+	a.sin_port = htons((uint16_t)port);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_ge(fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0),
+	    0);
+	ck_assert_msg(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0,
+	    "connect: %s", strerror(errno));
+	return fd;
+}
+
+/*
+ * Out of descriptors: under an open-files limit of 64 the daemon warns
+ * at start that HTTP and gRPC cannot both hold max_connections; with the
+ * limit reached by clients on the gRPC port it does not spin on accept
+ * (it used to take a whole core: EMFILE on a level-triggered listener),
+ * and once those clients leave it serves again.
+ */
+START_TEST(test_out_of_descriptors)
+{
+	enum { HOLD = 120 };
+	static int fds[HOLD];
+	struct h_daemon d = { 0 };
+	long long cpu0, cpu1, t0, t1;
+	char *log;
+	json_t *j;
+	int i;
+
+	/* The daemon alone runs under the low limit (soft and hard). */
+	ops_init();
+	ops_wrap_daemon("ulimit -n 64");
+	start(&d, "backend: memory\n", rules_edge);
+	log = ops_slurp(d.log);
+	ck_assert_msg(strstr(log, "open files limited to 64") != NULL &&
+	    strstr(log, "HTTP and gRPC") != NULL, "no warning at start: %s",
+	    log);
+	free(log);
+
+	for (i = 0; i < HOLD; i++)
+		fds[i] = tcp_connect(grpc_port);
+	h_sleep_ms(300);
+	cpu0 = cpu_ms(d.pid);
+	t0 = h_now_ms();
+	h_sleep_ms(2000);
+	cpu1 = cpu_ms(d.pid);
+	t1 = h_now_ms();
+	fprintf(stderr, "out of descriptors: %lld ms of CPU in %lld ms\n",
+	    cpu1 - cpu0, t1 - t0);
+	ck_assert_msg(cpu1 - cpu0 < 300, "%lld ms of CPU in %lld ms out of "
+	    "descriptors", cpu1 - cpu0, t1 - t0);
+
+	for (i = 0; i < HOLD; i++)
+		close(fds[i]);
+	j = call("{\"domain\": \"edge\", \"timeout\": 5, \"descriptors\": "
+	    "[[[\"user\", \"kim\"]]]}");
+	ck_assert_str_eq(str(j, "overall"), "OK");
+	json_decref(j);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/*
+ * A client that never reads: a whole call sent with
+ * SETTINGS_INITIAL_WINDOW_SIZE 0, so its answer's message can never be
+ * written.  The stream is reset once its answer has waited
+ * request_timeout, and the connection closed at idle_timeout (both were
+ * held for ever: the sweep closed only connections without streams).
+ */
+START_TEST(test_window_zero_client_is_cut)
+{
+	static const uint32_t window0[] = { H2_SET_INITIAL_WINDOW_SIZE, 0 };
+	struct h_daemon d = { 0 };
+	struct h2raw c;
+	struct h2raw_frame f = { 0 };
+	uint8_t buf[1024];
+	size_t len = 0;
+	long long t0, rst = -1, closed = -1;
+	int r;
+
+	start(&d, "backend: memory\nrequest_timeout: 1s\n"
+	    "idle_timeout: 1s\n", rules_edge);
+	h2raw_connect(&c, grpc_port, window0, 1);
+	h2raw_call_headers(buf, &len, 1, H2RAW_RLS_PATH, false);
+	h2raw_call_data(buf, &len, 1, "edge", "user", "lee");
+	ck_assert_uint_eq(h2raw_send(&c, buf, len, 1000), len);
+	t0 = h_now_ms();
+	while (closed < 0 && h_now_ms() - t0 < 8000) {
+		r = h2raw_read(&c, &f, 200);
+		if (r < 0)
+			closed = h_now_ms() - t0;
+		else if (r > 0 && f.type == H2_RST_STREAM && f.stream == 1 &&
+		    rst < 0)
+			rst = h_now_ms() - t0;
+	}
+	h2raw_close(&c);
+	fprintf(stderr, "window 0: reset after %lld ms, closed after %lld "
+	    "ms\n", rst, closed);
+	ck_assert_msg(rst >= 900 && rst < 2500, "reset after %lld ms", rst);
+	ck_assert_msg(closed >= rst && closed < 4500, "closed after %lld ms",
+	    closed);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/*
+ * Rapid reset (the shape of CVE-2023-44487): one connection sends a whole
+ * call and resets it, 990 times, with Redis stopped so that every call
+ * started stays in the store's hands until redis.timeout.  At most 128
+ * calls of a connection are in the store at once (docs/grpc.md), a
+ * stream reset does not free its place until the store answers, and the
+ * connection is told to go away (GOAWAY) once it has cancelled more
+ * calls than it could have at once.  Before, all 990 went to the store.
+ */
+START_TEST(test_rapid_reset_is_bounded)
+{
+	enum { N = 990 };
+	static uint8_t buf[N * 256];
+	struct h_redis rs = { 0 };
+	struct h_daemon d = { 0 };
+	struct h2raw c;
+	struct h2raw_frame f = { 0 };
+	uint8_t rst[4] = { 0, 0, 0, 8 };	/* CANCEL */
+	size_t len = 0, sent;
+	long long t0, stored, goaway = -1;
+	uint32_t id;
+	int i, r;
+
+	h_redis_start(&rs);
+	start(&d, "backend: redis\nredis:\n"
+	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+	    "  timeout: 1s\n"
+	    "on_backend_error: allow\n",
+	    "  - name: wide\n"
+	    "    key: \"${k}\"\n"
+	    "    limit: 1000000\n"
+	    "    window: 1h\n");
+	/* Connected first, so the calls wait only for Redis. */
+	json_decref(call("{\"domain\": \"x\", \"descriptors\": "
+	    "[[[\"k\", \"warm\"]]]}"));
+	kill(rs.pid, SIGSTOP);
+	h2raw_connect(&c, grpc_port, NULL, 0);
+	for (i = 0; i < N; i++) {
+		id = 2 * (uint32_t)i + 1;
+		h2raw_call_headers(buf, &len, id, H2RAW_RLS_PATH, false);
+		h2raw_call_data(buf, &len, id, "x", "k", "flood");
+		h2raw_frame(buf, &len, H2_RST_STREAM, 0, id, rst, 4);
+	}
+	sent = h2raw_send(&c, buf, len, 3000);
+	t0 = h_now_ms();
+	while (h_now_ms() - t0 < 3000 && (r = h2raw_read(&c, &f, 200)) >= 0)
+		if (r > 0 && f.type == H2_GOAWAY && goaway < 0)
+			goaway = h_now_ms() - t0;
+	h2raw_close(&c);
+	/* Every call that reached the store fails by redis.timeout (1 s). */
+	h_sleep_ms(2000 - (h_now_ms() - t0));
+	kill(rs.pid, SIGCONT);
+	stored = (long long)ops_wait_metric("ratelimitd_backend_errors_total"
+	    "{backend=\"redis\",kind=\"timeout\"}", -1, 1500);
+	fprintf(stderr, "rapid reset: %zu of %zu bytes sent, %lld calls in "
+	    "the store, GOAWAY after %lld ms\n", sent, len, stored, goaway);
+	ck_assert_msg(stored >= 1 && stored <= 128, "%lld calls reached the "
+	    "store", stored);
+	ck_assert_msg(goaway >= 0, "no GOAWAY");
+	h_daemon_stop(&d);
+	h_redis_stop(&rs);
+}
+END_TEST
+
+/* A line of /proc/PID/status ("VmRSS"), in kB. */
+static long long
+proc_status_kb(pid_t pid, const char *field)
+{
+	char path[64], line[256];
+	long long v = -1;
+	size_t n = strlen(field);
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	ck_assert_ptr_nonnull(f = fopen(path, "r"));
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (strncmp(line, field, n) == 0 && line[n] == ':')
+			v = atoll(line + n + 1);
+	fclose(f);
+	return v;
+}
+
+/* Is the daemon built with AddressSanitizer (libasan in its maps)?  Its
+ * quarantine keeps freed memory by design, so RSS says little then. */
+static bool
+under_asan(pid_t pid)
+{
+	char path[64], line[512];
+	bool asan = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	ck_assert_ptr_nonnull(f = fopen(path, "r"));
+	while (!asan && fgets(line, sizeof(line), f) != NULL)
+		asan = strstr(line, "libasan") != NULL;
+	fclose(f);
+	return asan;
+}
+
+/* The daemon's threads named name (/proc/PID/task/N/comm). */
+static int
+threads_named(pid_t pid, const char *name)
+{
+	char path[128], comm[64];
+	int tid, count = 0;
+	FILE *f;
+
+	/* Task ids follow the PID closely; look at a window past it. */
+	for (tid = (int)pid; tid < (int)pid + 4096; tid++) {
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", (int)pid,
+		    tid);
+		if ((f = fopen(path, "r")) == NULL)
+			continue;
+		if (fgets(comm, sizeof(comm), f) != NULL &&
+		    strncmp(comm, name, strlen(name)) == 0 &&
+		    comm[strlen(name)] == '\n')
+			count++;
+		fclose(f);
+	}
+	return count;
+}
+
+/*
+ * A rapid-reset flood (tests/grpc/h2_flood.py: 4 connections for 4 s,
+ * reconnecting after each GOAWAY) against Redis: the daemon's memory
+ * stays bounded (it grew from ~6 MB past 270 MB, calls piling up in the
+ * store without limit), the gRPC front runs `threads` loops (it had one
+ * thread), and a normal call is answered afterwards.
+ */
+START_TEST(test_rapid_reset_flood_memory)
+{
+	struct h_redis rs = { 0 };
+	struct h_daemon d = { 0 };
+	char cmd[1024], line[256];
+	const char *src = getenv("RATELIMITD_SRCDIR");
+	long long before, after;
+	json_t *j;
+	FILE *p;
+
+	h_redis_start(&rs);
+	start(&d, "backend: redis\nredis:\n"
+	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+	    "  timeout: 1s\n",
+	    "  - name: wide\n"
+	    "    key: \"${k}\"\n"
+	    "    limit: 1000000\n"
+	    "    window: 1h\n");
+	before = proc_status_kb(d.pid, "VmRSS");
+	snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s/tests/grpc/"
+	    "h2_flood.py %d 4 4", src != NULL ? src : ".", grpc_port);
+	ck_assert_ptr_nonnull(p = popen(cmd, "r"));
+	line[0] = '\0';
+	if (fgets(line, sizeof(line), p) == NULL)
+		line[0] = '\0';
+	ck_assert_int_eq(pclose(p), 0);
+	after = proc_status_kb(d.pid, "VmRSS");
+	fprintf(stderr, "rapid reset flood: %s RSS %lld kB before, %lld kB "
+	    "after\n", line, before, after);
+	ck_assert_msg(after < 64 * 1024 || under_asan(d.pid), "RSS %lld kB "
+	    "after the flood (%lld kB before)", after, before);
+	j = call("{\"domain\": \"x\", \"descriptors\": "
+	    "[[[\"k\", \"after\"]]]}");
+	ck_assert_str_eq(str(j, "overall"), "OK");
+	json_decref(j);
+	ck_assert_int_eq(threads_named(d.pid, "rl-grpc"), 2);
+	h_daemon_stop(&d);
+	h_redis_stop(&rs);
+}
+END_TEST
+
+/* Append to buf a call on stream whose header block (HEADERS and eight
+ * CONTINUATION frames, ~147 KB) adds a 4,000-byte header to the HPACK
+ * table and then refers to it once a byte: ~140,000 headers, 560 MB
+ * decoded.  Then its message. */
+static void
+hpack_bomb(uint8_t *buf, size_t *len, uint32_t stream)
+{
+	enum { FRAME = 16384, FRAMES = 9, VALUE = 4000 };
+	static uint8_t block[FRAME * FRAMES];
+	size_t n = 0, off, chunk;
+	uint8_t call[1024];
+	size_t clen = 0;
+	int i, v = VALUE - 127;
+
+	/* The call's own headers: from a HEADERS frame made by h2raw,
+	 * without its 9-byte frame header. */
+	h2raw_call_headers(call, &clen, stream, H2RAW_RLS_PATH, false);
+	memcpy(block, call + 9, clen - 9);
+	n = clen - 9;
+	/* Literal with incremental indexing, new name "x-bomb". */
+	block[n++] = 0x40;
+	block[n++] = 6;
+	memcpy(block + n, "x-bomb", 6);
+	n += 6;
+	block[n++] = 0x7f;		/* 7-bit prefix full: 127 + varint */
+	while (v >= 128) {
+		block[n++] = (uint8_t)(v % 128 + 128);
+		v /= 128;
+	}
+	block[n++] = (uint8_t)v;
+	memset(block + n, 'b', VALUE);
+	n += VALUE;
+	while (n < sizeof(block))
+		block[n++] = 0xbe;	/* indexed: dynamic entry 62 */
+	for (i = 0, off = 0; off < n; i++, off += chunk) {
+		chunk = n - off < FRAME ? n - off : FRAME;
+		h2raw_frame(buf, len, i == 0 ? H2_HEADERS : H2_CONTINUATION,
+		    off + chunk == n ? H2_END_HEADERS : 0, stream, block + off,
+		    chunk);
+	}
+	h2raw_call_data(buf, len, stream, "edge", "user", "bomb");
+}
+
+/*
+ * HPACK bomb: a header block of ~147 KB that decodes to ~140,000
+ * references to one 4,000-byte header.  max_header_bytes (8192) bounds a
+ * gRPC call's decoded headers as it does HTTP's: the stream is reset as
+ * soon as its headers pass it, and a connection that does it again is
+ * sent GOAWAY; meanwhile other clients are served.  Before, every bomb
+ * was decoded whole and answered OK: 8 took the loop ~2.4 s.
+ */
+START_TEST(test_hpack_bomb_is_refused)
+{
+	enum { BOMBS = 8 };
+	static uint8_t buf[BOMBS * 150000];
+	struct h_daemon d = { 0 };
+	struct h2raw c;
+	struct h2raw_frame f = { 0 };
+	size_t len = 0, sent, first;
+	char status[32];
+	long long t0, took, goaway = -1;
+	int i, r, ok = 0, rst = 0;
+	json_t *j;
+
+	start(&d, "backend: memory\n", rules_edge);
+	h2raw_connect(&c, grpc_port, NULL, 0);
+	for (i = 0; i < BOMBS; i++)
+		hpack_bomb(buf, &len, 2 * (uint32_t)i + 1);
+	/* The first bomb alone: its stream is reset, the connection lives;
+	 * then the others. */
+	t0 = h_now_ms();
+	first = len / BOMBS;
+	sent = h2raw_send(&c, buf, first, 20000);
+	while (h_now_ms() - t0 < 20000 && (r = h2raw_read(&c, &f, 200)) >= 0) {
+		if (r == 0)
+			continue;
+		if (f.type == H2_HEADERS && h2raw_header(&f, "grpc-status",
+		    status, sizeof(status)) && strcmp(status, "0") == 0)
+			ok++;
+		if (f.type == H2_RST_STREAM)
+			rst++;
+		if (f.type == H2_GOAWAY && goaway < 0)
+			goaway = h_now_ms() - t0;
+		if (ok + rst == (sent == len ? BOMBS : 1) || goaway >= 0) {
+			if (sent == len)
+				break;
+			sent += h2raw_send(&c, buf + first, len - first,
+			    20000);
+		}
+	}
+	took = h_now_ms() - t0;
+	h2raw_close(&c);
+	fprintf(stderr, "hpack bomb: %zu of %zu bytes sent, %d answered OK, "
+	    "%d reset, GOAWAY after %lld ms, %lld ms in all\n", sent, len, ok,
+	    rst, goaway, took);
+	ck_assert_msg(ok == 0, "%d bombs answered OK", ok);
+	ck_assert_msg(rst >= 1, "no stream reset");
+	ck_assert_msg(goaway >= 0, "no GOAWAY");
+	ck_assert_msg(took < 2000, "%lld ms for the bombs", took);
+	j = call("{\"domain\": \"edge\", \"descriptors\": "
+	    "[[[\"user\", \"mo\"]]]}");
+	ck_assert_str_eq(str(j, "overall"), "OK");
+	json_decref(j);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 /* A reload applies to gRPC calls too; SIGTERM exits 0 (h_daemon_stop). */
 START_TEST(test_reload)
 {
@@ -581,6 +1038,17 @@ test_suite(void)
 	tcase_add_test(tc, test_sigterm_answers_calls_in_flight);
 	tcase_add_test(tc, test_unfinished_request_is_cut);
 	tcase_add_test(tc, test_reload);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("attacks");
+	tcase_add_unchecked_fixture(tc, NULL, h_reap_orphans);
+	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
+	tcase_add_test(tc, test_deadline_answer_arrives);
+	tcase_add_test(tc, test_out_of_descriptors);
+	tcase_add_test(tc, test_window_zero_client_is_cut);
+	tcase_add_test(tc, test_rapid_reset_is_bounded);
+	tcase_add_test(tc, test_rapid_reset_flood_memory);
+	tcase_add_test(tc, test_hpack_bomb_is_refused);
 	suite_add_tcase(s, tc);
 	return s;
 }
