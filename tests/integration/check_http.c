@@ -178,6 +178,7 @@ static const char rules_yaml[] =
 	"    window: 2s\n";
 
 /* The window of each rule above, to check headers and bounds. */
+/* clang-format off */
 static const struct {
 	const char *name;
 	long long window_ms;
@@ -190,6 +191,7 @@ static const struct {
 	{ "aon-narrow", 60000 }, { "shadow", 60000 }, { "shadow2", 60000 },
 	{ "mixreal", 60000 }, { "keep", 60000 }, { "slide", 2000 },
 };
+/* clang-format on */
 
 /* Set in the runner by the TCase's unchecked fixture, inherited by tests. */
 static bool use_redis;
@@ -218,6 +220,7 @@ struct http_case {
 	struct step steps[MAX_STEPS];	/* up to the first status 0 */
 };
 
+/* clang-format off */
 #define ACQ(b, st, j) { .body = (b), .status = (st), .json = (j) }
 #define ERR(b, st, code) { .body = (b), .status = (st), .error = (code) }
 
@@ -474,6 +477,7 @@ static const struct http_case cases[] = {
 		{ .method = "GET", .path = "/readyz", .status = 200 },
 	} },
 };
+/* clang-format on */
 
 #define NCASES ((int)(sizeof(cases) / sizeof(cases[0])))
 

@@ -130,6 +130,7 @@ struct shape {
 
 /* Each shape hides a second request, GET /metrics, behind the first: it
  * must never be answered, and the connection must close. */
+/* clang-format off */
 static const struct shape shapes[] = {
 	{ "two Content-Length values",
 	  "POST /acquire HTTP/1.1\r\nHost: x\r\nContent-Length: 13\r\n"
@@ -149,6 +150,7 @@ static const struct shape shapes[] = {
 	  "POST /acquire HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n"
 	  "\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP/1.1 501" },
 };
+/* clang-format on */
 
 START_TEST(test_smuggling_shapes)
 {
