@@ -17,7 +17,7 @@ DEPS_FUZZ = clang
 DEPS_TEST = check libcurl4-openssl-dev redis-server nginx curl systemd \
 	prometheus wrk python3 python3-yaml redis-sentinel python3-grpcio \
 	nghttp2-client \
-	python3-grpc-tools clang-format
+	python3-grpc-tools man-db groff-base clang-format
 
 # The test packages come along whenever a test goal is asked for.
 WITH_TEST_DEPS ?= $(if $(filter check unit integration bench valgrind,$(MAKECMDGOALS)),1)
