@@ -17,12 +17,12 @@ DEPS_FUZZ = clang
 DEPS_TEST = check libcurl4-openssl-dev redis-server nginx curl systemd \
 	prometheus wrk python3 python3-yaml redis-sentinel python3-grpcio \
 	nghttp2-client \
-	python3-grpc-tools
+	python3-grpc-tools man-db groff-base clang-format
 
 # The test packages come along whenever a test goal is asked for.
 WITH_TEST_DEPS ?= $(if $(filter check unit integration bench valgrind,$(MAKECMDGOALS)),1)
 
-ifneq ($(filter-out deps configure distclean clean,$(or $(MAKECMDGOALS),all)),)
+ifneq ($(filter-out deps configure distclean clean format format-check,$(or $(MAKECMDGOALS),all)),)
 -include config.mk
 endif
 
@@ -89,7 +89,7 @@ INTEG_HELPERS = $(filter-out $(INTEG_SRC),$(wildcard tests/integration/*.c))
 INTEG_HDRS = $(wildcard tests/integration/*.h)
 
 .PHONY: all run check lint unit integration deps clean distclean \
-	install bench
+	install bench format format-check
 
 # make install [PREFIX=/usr/local] [DESTDIR=...]; the config always goes to
 # $(SYSCONFDIR)/ratelimitd, where the daemon looks by default.
@@ -214,6 +214,32 @@ check: deps
 # goes up a floor of src/ (tests/lint/layers.sh, docs/architecture.md).
 lint:
 	@bash tests/lint/layers.sh
+
+# make format: rewrite the C sources of src/ and tests/ in the house style
+# (.clang-format, written for clang-format 14).  make format-check: change
+# nothing; list every file that is not formatted, with the diff, and fail.
+# Generated files (build/, the proto outputs), the vectors' data and the fuzz
+# corpora are not C sources here and are left alone.
+CLANG_FORMAT ?= clang-format
+FORMAT_SRC = $(sort $(wildcard src/*.[ch] src/*/*.[ch] tests/*/*.[ch]))
+FORMAT_TOOL = command -v $(CLANG_FORMAT) >/dev/null || { echo "$(CLANG_FORMAT): not installed (make deps WITH_TEST_DEPS=1, or apt-get install clang-format)"; exit 1; }; \
+	v=$$($(CLANG_FORMAT) --version | sed -n 's/.*version \([0-9]*\).*/\1/p'); \
+	[ "$$v" = 14 ] || echo "warning: $(CLANG_FORMAT) is version $$v; .clang-format is written for 14, whose output may differ" >&2
+
+format:
+	@$(FORMAT_TOOL)
+	@$(CLANG_FORMAT) -i --style=file $(FORMAT_SRC)
+
+format-check:
+	@$(FORMAT_TOOL)
+	@set -o pipefail; bad=""; for f in $(FORMAT_SRC); do \
+		if ! d=$$($(CLANG_FORMAT) --style=file "$$f" | diff -u \
+		    --label "$$f" --label "$$f (clang-format)" "$$f" -); then \
+			echo "not formatted: $$f"; printf '%s\n' "$$d"; \
+			bad="$$bad $$f"; fi; \
+	done; \
+	if [ -n "$$bad" ]; then echo "not formatted:$$bad (make format)"; \
+		exit 1; fi
 
 unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do \

@@ -128,6 +128,7 @@ parse_client_ip(struct loader *ld, const char *what, yaml_node_t *v,
 
 /* The auth section lives in struct config itself. */
 #define AU(f) offsetof(struct config, f)
+/* clang-format off */
 static const struct field auth_fields[] = {
 	{ "deny_status",      F_INT,    AU(auth_deny_status), 400, 599, NULL,
 	    0, NULL },
@@ -138,6 +139,7 @@ static const struct field auth_fields[] = {
 	{ "ipv6_prefix",      F_INT,    AU(auth_ip.ipv6_prefix), 1, 128,
 	    NULL, 0, NULL },
 };
+/* clang-format on */
 #undef AU
 
 static const struct schema auth_schema = {
@@ -192,6 +194,7 @@ parse_listen(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 }
 
 #define CO(f) offsetof(struct config, f)
+/* clang-format off */
 static const struct field top_fields[] = {
 	{ "listen",           F_CUSTOM,   CO(listen),         0, 0,
 	    parse_listen, F_START_ONLY, NULL },
@@ -244,6 +247,7 @@ static const struct field top_fields[] = {
 	{ "stats",            F_CUSTOM,   0,                  0, 0,
 	    cfg_parse_stats, 0, NULL },
 };
+/* clang-format on */
 #undef CO
 
 _Static_assert(NELEM(top_fields) <= MAX_FIELDS, "raise MAX_FIELDS");

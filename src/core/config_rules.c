@@ -194,6 +194,7 @@ enum { RF_NAME, RF_MATCH, RF_KEY, RF_LIMIT, RF_WINDOW, RF_ALGORITHM,
     RF_COST, RF_SHADOW };
 
 #define RU(f) offsetof(struct rule, f)
+/* clang-format off */
 static const struct field rule_fields[] = {
 	[RF_NAME] =      { "name",      F_CUSTOM,   RU(name), 0, 0,
 	    cfg_parse_rule_name, 0, NULL },
@@ -212,6 +213,7 @@ static const struct field rule_fields[] = {
 	[RF_SHADOW] =    { "shadow",    F_BOOL,     RU(shadow), 0, 0, NULL, 0,
 	    NULL },
 };
+/* clang-format on */
 #undef RU
 
 _Static_assert(NELEM(rule_fields) <= MAX_FIELDS, "raise MAX_FIELDS");

@@ -44,6 +44,7 @@ parse_accuracy(struct loader *ld, const char *what, yaml_node_t *v,
 enum { SF_NAME, SF_MATCH, SF_KEY, SF_WINDOW, SF_RESOLUTION, SF_ACCURACY };
 
 #define SD(f) offsetof(struct stat_def, f)
+/* clang-format off */
 static const struct field stat_fields[] = {
 	[SF_NAME] =       { "name",       F_CUSTOM,   SD(rule.name), 0, 0,
 	    cfg_parse_rule_name, 0, NULL },
@@ -58,6 +59,7 @@ static const struct field stat_fields[] = {
 	[SF_ACCURACY] =   { "relative_accuracy", F_CUSTOM, SD(accuracy), 0, 0,
 	    parse_accuracy, 0, NULL },
 };
+/* clang-format on */
 #undef SD
 
 _Static_assert(NELEM(stat_fields) <= MAX_FIELDS, "raise MAX_FIELDS");

@@ -104,6 +104,7 @@ parse_redis_url(struct loader *ld, const char *what, yaml_node_t *v,
 }
 
 #define SO(f) offsetof(struct sentinel_config, f)
+/* clang-format off */
 static const struct field sentinel_fields[] = {
 	{ "master",        F_STRING,   SO(master),        0, 0, NULL,
 	    F_START_ONLY, NULL },
@@ -112,6 +113,7 @@ static const struct field sentinel_fields[] = {
 	{ "password_file", F_STRING,   SO(password_file), 0, 0, NULL,
 	    F_START_ONLY, NULL },
 };
+/* clang-format on */
 #undef SO
 
 static const struct schema sentinel_schema = {
@@ -140,6 +142,7 @@ parse_sentinel(struct loader *ld, const char *what, yaml_node_t *v,
 }
 
 #define RO(f) offsetof(struct redis_config, f)
+/* clang-format off */
 static const struct field redis_fields[] = {
 	{ "url",           F_CUSTOM,   RO(url),           0, 0,
 	    parse_redis_url, F_START_ONLY, NULL },
@@ -155,12 +158,15 @@ static const struct field redis_fields[] = {
 	{ "password_file", F_STRING,   RO(password_file), 0, 0, NULL,
 	    F_START_ONLY, NULL },
 };
+/* clang-format on */
 #undef RO
 
+/* clang-format off */
 static const struct field memory_fields[] = {
 	{ "max_keys", F_INT64, offsetof(struct memory_config, max_keys),
 	    1, INT64_MAX, NULL, F_START_ONLY, NULL },
 };
+/* clang-format on */
 
 const struct schema cfg_redis_schema = {
 	"redis", "redis.", redis_fields, NELEM(redis_fields)

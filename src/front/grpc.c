@@ -61,7 +61,8 @@
 #define GRPC_PREFIX 5			/* compressed flag, length (BE) */
 #define GRPC_MAX_STREAMS 128		/* concurrent calls per connection */
 #define GRPC_READ_CHUNK 16384
-#define GRPC_CONN_BUFFERED (256 * 1024)	/* request bytes held per connection */
+/* Request bytes held per connection. */
+#define GRPC_CONN_BUFFERED (256 * 1024)
 #define GRPC_TICK_MS 250		/* timeouts are checked this often */
 #define GRPC_ACCEPT_PAUSE_MS 100	/* out of descriptors: accept later */
 #define GRPC_ACCEPT_BATCH 16		/* accepted per wake, so loops share */

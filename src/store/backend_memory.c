@@ -54,8 +54,8 @@
 #define MEMORY_SWEEP_CHAINS 2		/* chains swept per insert */
 #define MEMORY_SMALL_CALL 16		/* checks handled without malloc */
 #define MEMORY_PINNED INT64_MAX		/* expiry of an entry in use */
-#define MEMORY_FULL_SWEEP_US 1000000	/* at most one full sweep a second
-					 * when the store is full */
+/* At most one full sweep a second when the store is full. */
+#define MEMORY_FULL_SWEEP_US 1000000
 
 struct memory_entry {
 	struct memory_entry *next;	/* hash chain */

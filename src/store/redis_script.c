@@ -15,8 +15,9 @@
 
 #define ARGS_PER_CHECK	5
 #define FIELDS_PER_CHECK 5
-#define NUM_MAX		40	/* an int64 in decimal, or a concurrency
-				 * algorithm and its lease token, and a NUL */
+/* An int64 in decimal, or a concurrency algorithm and its lease token, and
+ * a NUL. */
+#define NUM_MAX		40
 
 /* Put v (>= 0, as every argument is) in decimal at *num as argument k;
  * printf's machinery was a tenth of the daemon's time. */

@@ -180,6 +180,7 @@ static const char rules_yaml[] =
 	"    window: 2s\n";
 
 /* The window of each rule above, to check headers and bounds. */
+/* clang-format off */
 static const struct {
 	const char *name;
 	long long window_ms;
@@ -192,6 +193,7 @@ static const struct {
 	{ "aon-narrow", 60000 }, { "shadow", 60000 }, { "shadow2", 60000 },
 	{ "mixreal", 60000 }, { "keep", 60000 }, { "slide", 2000 },
 };
+/* clang-format on */
 
 /* Set in the runner by the TCase's unchecked fixture, inherited by tests. */
 static bool use_redis;
@@ -220,6 +222,7 @@ struct http_case {
 	struct step steps[MAX_STEPS];	/* up to the first status 0 */
 };
 
+/* clang-format off */
 #define ACQ(b, st, j) { .body = (b), .status = (st), .json = (j) }
 #define ERR(b, st, code) { .body = (b), .status = (st), .error = (code) }
 
@@ -476,6 +479,7 @@ static const struct http_case cases[] = {
 		{ .method = "GET", .path = "/readyz", .status = 200 },
 	} },
 };
+/* clang-format on */
 
 #define NCASES ((int)(sizeof(cases) / sizeof(cases[0])))
 

@@ -256,7 +256,8 @@ END_TEST
 static const char *const dns_policy[] = { "allow", "deny", "local" };
 
 /* A UDP socket on 127.0.0.1:53 that never reads: a resolver that does
- * not answer.  -1 when the port cannot be had (the test then skips). */
+ * not answer.  The test fails when the port cannot be had (it needs root,
+ * as make check runs, and nothing else serving DNS on 127.0.0.1). */
 static int silent_resolver(void)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET };
@@ -268,18 +269,17 @@ static int silent_resolver(void)
 	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	sa.sin_port = htons(53);
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == -1) {
-		close(fd);
-		return -1;
-	}
+	ck_assert_msg(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0,
+	    "DNS test: cannot bind 127.0.0.1:53/udp (%s): run as root, with "
+	    "no resolver listening on 127.0.0.1", strerror(errno));
 	return fd;
 }
 
 /*
  * Run the next daemon in a private mount namespace whose /etc/resolv.conf
  * names 127.0.0.1 with options (a line), where the returned UDP socket
- * takes the queries and never answers.  -1 when this machine cannot (the
- * test then skips, saying so).
+ * takes the queries and never answers.  Fails the test when this machine
+ * cannot (no mount namespace for it, or the port taken).
  */
 static int dns_unanswered_setup(const char *options)
 {
@@ -288,11 +288,10 @@ static int dns_unanswered_setup(const char *options)
 	int fd;
 
 	snprintf(probe, sizeof(probe), "%s true 2>/dev/null", unshare);
-	if (system(probe) != 0 || (fd = silent_resolver()) == -1) {
-		fprintf(stderr, "DNS test skipped: needs %s and "
-		    "127.0.0.1:53/udp\n", unshare);
-		return -1;
-	}
+	ck_assert_msg(system(probe) == 0, "DNS test: \"%s true\" failed: it "
+	    "needs a private mount namespace (root, or user namespaces)",
+	    unshare);
+	fd = silent_resolver();
 	ops_tmp_name(rc, sizeof(rc), "resolv.conf");
 	snprintf(text, sizeof(text), "nameserver 127.0.0.1\n%s\n", options);
 	ops_write_file(rc, text);

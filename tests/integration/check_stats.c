@@ -281,6 +281,7 @@ END_TEST
 
 START_TEST(test_bad_input)
 {
+	/* clang-format off */
 	static const char *const bad[][2] = {
 		{ "/record", "{\"kind\": \"lat\", \"route\": \"b\"}" },
 		{ "/record", "{\"kind\": \"lat\", \"route\": \"b\", "
@@ -313,6 +314,7 @@ START_TEST(test_bad_input)
 		{ "/stats", "{\"kind\": \"lat\", \"route\": \"b\", "
 		    "\"quantiles\": [0, -0.0]}" },
 	};
+	/* clang-format on */
 	static const char *const codes[] = { "invalid_value",
 		"invalid_value", "invalid_value", "invalid_value",
 		"invalid_json", "invalid_quantiles", "invalid_quantiles",

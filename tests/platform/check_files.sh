@@ -535,19 +535,18 @@ installed_unit() {
 man_renders() {
   local page=$root/usr/share/man/man8/ratelimitd.8 err
   [ -f "$page" ] || { echo "no installed page"; return 1; }
-  if command -v man >/dev/null; then
-    err=$(MANWIDTH=80 man --warnings -l "$page" 2>&1 >/dev/null) ||
-      { echo "man -l failed: $err"; return 1; }
-    [ -z "$err" ] || { printf 'man -l: %s\n' "$err"; return 1; }
-  fi
-  if command -v groff >/dev/null; then
-    err=$(groff -man -Tutf8 -ww -z "$page" 2>&1) ||
-      { echo "groff failed: $err"; return 1; }
-    [ -z "$err" ] || { printf 'groff -ww: %s\n' "$err"; return 1; }
-  fi
-  if ! command -v man >/dev/null && ! command -v groff >/dev/null; then
-    echo "note: skipped, neither man nor groff is installed"
-  fi
+  # man-db and groff-base are in the Makefile's DEPS_TEST: a missing one
+  # fails here rather than passing unchecked.
+  command -v man >/dev/null ||
+    { echo "man is not installed (make deps WITH_TEST_DEPS=1: man-db)"; return 1; }
+  command -v groff >/dev/null ||
+    { echo "groff is not installed (make deps WITH_TEST_DEPS=1: groff-base)"; return 1; }
+  err=$(MANWIDTH=80 man --warnings -l "$page" 2>&1 >/dev/null) ||
+    { echo "man -l failed: $err"; return 1; }
+  [ -z "$err" ] || { printf 'man -l: %s\n' "$err"; return 1; }
+  err=$(groff -man -Tutf8 -ww -z "$page" 2>&1) ||
+    { echo "groff failed: $err"; return 1; }
+  [ -z "$err" ] || { printf 'groff -ww: %s\n' "$err"; return 1; }
 }
 
 check "make install DESTDIR=... PREFIX=/usr (from a clean clone)" make_install

@@ -19,6 +19,7 @@ struct pick_case {
 	const char *want;		/* NULL: no address (-1) */
 };
 
+/* clang-format off */
 static const struct pick_case pick_cases[] = {
 	/* The nearest proxy's entry is the last one: a client writing its
 	 * own entries ahead of it changes nothing. */
@@ -85,6 +86,7 @@ static const struct pick_case pick_cases[] = {
 	/* Nothing at all. */
 	{ CLIENT_IP_AUTO, 0, 64, NULL, NULL, NULL, NULL },
 };
+/* clang-format on */
 
 START_TEST(test_pick)
 {

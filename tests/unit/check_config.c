@@ -385,6 +385,7 @@ END_TEST
 
 /* --- errors ------------------------------------------------------------ */
 
+/* clang-format off */
 /* Each case: the text, then the whole expected message. */
 static const struct {
 	const char *text;
@@ -743,6 +744,7 @@ static const struct {
 	{ "threads: 2\n---\nthreads: 3\n",
 	  "t.yaml:3:1: only one YAML document is allowed" },
 };
+/* clang-format on */
 
 START_TEST(test_stats)
 {
