@@ -211,9 +211,11 @@ check: deps
 	@$(MAKE) --no-print-directory lint unit integration
 
 # make lint: the checks that read the source and run nothing: no #include
-# goes up a floor of src/ (tests/lint/layers.sh, docs/architecture.md).
+# goes up a floor of src/ (tests/lint/layers.sh, docs/architecture.md), and
+# every C file is formatted as .clang-format says (format-check).
 lint:
 	@bash tests/lint/layers.sh
+	@$(MAKE) --no-print-directory format-check
 
 # make format: rewrite the C sources of src/ and tests/ in the house style
 # (.clang-format, written for clang-format 14).  make format-check: change
@@ -221,7 +223,7 @@ lint:
 # Generated files (build/, the proto outputs), the vectors' data and the fuzz
 # corpora are not C sources here and are left alone.
 CLANG_FORMAT ?= clang-format
-FORMAT_SRC = $(sort $(wildcard src/*.[ch] src/*/*.[ch] tests/*/*.[ch]))
+FORMAT_SRC = $(sort $(wildcard src/*.[ch] src/*/*.[ch] tests/*.[ch] tests/*/*.[ch]))
 FORMAT_TOOL = command -v $(CLANG_FORMAT) >/dev/null || { echo "$(CLANG_FORMAT): not installed (make deps WITH_TEST_DEPS=1, or apt-get install clang-format)"; exit 1; }; \
 	v=$$($(CLANG_FORMAT) --version | sed -n 's/.*version \([0-9]*\).*/\1/p'); \
 	[ "$$v" = 14 ] || echo "warning: $(CLANG_FORMAT) is version $$v; .clang-format is written for 14, whose output may differ" >&2

@@ -52,20 +52,20 @@
 
 struct daemon {
 	const char *path;
-	struct config *cfg;		/* the config the daemon started with */
+	struct config *cfg; /* the config the daemon started with */
 	struct backend *backend;
 	struct backend *local;
 	struct deny_cache *deny;
-	struct lease_wait *leases;	/* requests waiting for a lease */
+	struct lease_wait *leases; /* requests waiting for a lease */
 	struct metrics *metrics;
 	struct decider decider;
-	struct decider grpc_decider;	/* the same, counted as gRPC's */
+	struct decider grpc_decider; /* the same, counted as gRPC's */
 	struct http_server *http;
-	struct grpc_server *grpc;	/* NULL without grpc_listen */
+	struct grpc_server *grpc; /* NULL without grpc_listen */
 	struct watch *watch;
-	int http_fd, grpc_fd;		/* bound, not yet served; else -1 */
-	int signal_fd;			/* SIGHUP, SIGTERM, SIGINT */
-	int change_fd;			/* eventfd: the file changed */
+	int http_fd, grpc_fd; /* bound, not yet served; else -1 */
+	int signal_fd;	      /* SIGHUP, SIGTERM, SIGINT */
+	int change_fd;	      /* eventfd: the file changed */
 };
 
 /* The file changed on disk: wake the main loop, which reloads as for
@@ -88,7 +88,8 @@ usage(FILE *f)
 	    "  -V, --version      print the version and exit\n"
 	    "  -h, --help         this text\n"
 	    "environment: RATELIMITD_LISTEN, RATELIMITD_REDIS_URL, "
-	    "RATELIMITD_LOG_LEVEL\n", RL_DEFAULT_CONFIG_PATH);
+	    "RATELIMITD_LOG_LEVEL\n",
+	    RL_DEFAULT_CONFIG_PATH);
 }
 
 /* Load path and apply the environment.  NULL with err on failure. */
@@ -233,15 +234,17 @@ shut_down(struct daemon *d)
 	http_server_quiesce(d->http);
 	grpc_server_quiesce(d->grpc);
 	while ((left = http_server_inflight(d->http) +
-	    grpc_server_inflight(d->grpc)) > 0 &&
+		       grpc_server_inflight(d->grpc)) > 0 &&
 	    util_monotonic_us() < deadline)
 		nanosleep(&tick, NULL);
 	if (left > 0) {
 		/* Their workers may be blocked in a backend call, which
 		 * nothing interrupts, and MHD_stop_daemon() would wait for
 		 * them: leave without them. */
-		log_warnx("shutdown: %d requests still in flight after "
-		    "shutdown_timeout; exiting without them", left);
+		log_warnx(
+		    "shutdown: %d requests still in flight after "
+		    "shutdown_timeout; exiting without them",
+		    left);
 		log_info("stopped");
 		_exit(0);
 	}
@@ -265,13 +268,15 @@ raise_fd_limit(const struct config *c)
 	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
 		return;
 	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ?
-	    want : rl.rlim_max;
+	    want :
+	    rl.rlim_max;
 	if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < want)
-		log_warnx("open files limited to %llu: fewer than "
+		log_warnx(
+		    "open files limited to %llu: fewer than "
 		    "max_connections (%lld) can be served%s",
 		    (unsigned long long)rl.rlim_cur,
-		    (long long)c->max_connections, fronts == 2 ?
-		    " on each of HTTP and gRPC" : "");
+		    (long long)c->max_connections,
+		    fronts == 2 ? " on each of HTTP and gRPC" : "");
 }
 
 /* Started as root: after binding, become `user` (and its groups), or warn
@@ -288,7 +293,8 @@ drop_privileges(const struct config *c, char *err, size_t errlen)
 		return 0;
 	}
 	if (c->user == NULL) {
-		log_warnx("running as root; set `user` to drop privileges "
+		log_warnx(
+		    "running as root; set `user` to drop privileges "
 		    "after binding");
 		return 0;
 	}
@@ -300,13 +306,15 @@ drop_privileges(const struct config *c, char *err, size_t errlen)
 	}
 	if (initgroups(pw->pw_name, pw->pw_gid) != 0 ||
 	    setgid(pw->pw_gid) != 0 || setuid(pw->pw_uid) != 0) {
-		snprintf(err, errlen, "user: cannot become \"%s\": %s",
-		    c->user, strerror(errno));
+		snprintf(err, errlen, "user: cannot become \"%s\": %s", c->user,
+		    strerror(errno));
 		return -1;
 	}
 	if (setuid(0) == 0) {
-		snprintf(err, errlen, "user: still root after dropping to "
-		    "\"%s\"", c->user);
+		snprintf(err, errlen,
+		    "user: still root after dropping to "
+		    "\"%s\"",
+		    c->user);
 		return -1;
 	}
 	log_info("running as %s (uid %u, gid %u)", pw->pw_name,
@@ -342,16 +350,18 @@ make_backends(struct daemon *d, char *err, size_t errlen)
 		d->local = backend_memory_new(c->memory.max_keys, NULL, NULL);
 		d->deny = deny_cache_new(DENY_CACHE_SLOTS);
 	} else
-		d->backend = backend_memory_new(c->memory.max_keys, NULL,
-		    NULL);
-	if (d->backend == NULL || (c->backend == RL_BACKEND_REDIS &&
-	    (d->local == NULL || d->deny == NULL))) {
+		d->backend = backend_memory_new(c->memory.max_keys, NULL, NULL);
+	if (d->backend == NULL ||
+	    (c->backend == RL_BACKEND_REDIS &&
+		(d->local == NULL || d->deny == NULL))) {
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
 	if (c->backend_required && !backend_is_ready(d->backend)) {
-		snprintf(err, errlen, "backend %s does not answer and "
-		    "backend_required is true", config_backend_name(c->backend));
+		snprintf(err, errlen,
+		    "backend %s does not answer and "
+		    "backend_required is true",
+		    config_backend_name(c->backend));
 		return -1;
 	}
 	return 0;
@@ -378,10 +388,11 @@ check_config(const struct config *c, const char *path)
 	for (i = 0; i < c->nrules; i++)
 		if (c->rules[i].algorithm == RL_ALG_CONCURRENCY &&
 		    rule_could_match_auth(&c->rules[i]))
-			fprintf(stderr, "%s: warning: rule \"%s\" (concurrency) "
+			fprintf(stderr,
+			    "%s: warning: rule \"%s\" (concurrency) "
 			    "could match /auth, which skips concurrency rules: "
-			    "a proxy cannot release a lease\n", path,
-			    c->rules[i].name);
+			    "a proxy cannot release a lease\n",
+			    path, c->rules[i].name);
 	printf("ok: %zu rules\n", c->nrules);
 	return 0;
 }
@@ -465,8 +476,11 @@ make_decider(struct daemon *d, char *err, size_t errlen)
 	if (d->deny != NULL)
 		metrics_set_deny_hits(d->metrics, deny_hits, d->deny);
 	d->decider = (struct decider){
-		.backend = d->backend, .local = d->local, .deny = d->deny,
-		.on_rule = on_rule_http, .on_backend = on_backend,
+		.backend = d->backend,
+		.local = d->local,
+		.deny = d->deny,
+		.on_rule = on_rule_http,
+		.on_backend = on_backend,
 		.hook_arg = d->metrics,
 	};
 	d->grpc_decider = d->decider;
@@ -484,10 +498,11 @@ bind_and_watch(struct daemon *d, char *err, size_t errlen)
 
 	raise_fd_limit(d->cfg);
 	if ((d->http_fd = listen_socket_open(d->cfg->listen,
-	    d->cfg->listen_mode, err, errlen)) < 0)
+		 d->cfg->listen_mode, err, errlen)) < 0)
 		return -1;
-	if (d->cfg->grpc_listen != NULL && (d->grpc_fd = listen_socket_open(
-	    d->cfg->grpc_listen, d->cfg->listen_mode, sub, sizeof(sub))) < 0) {
+	if (d->cfg->grpc_listen != NULL &&
+	    (d->grpc_fd = listen_socket_open(d->cfg->grpc_listen,
+		 d->cfg->listen_mode, sub, sizeof(sub))) < 0) {
 		snprintf(err, errlen, "grpc_listen: %s", sub);
 		return -1;
 	}
@@ -497,8 +512,8 @@ bind_and_watch(struct daemon *d, char *err, size_t errlen)
 		snprintf(err, errlen, "eventfd: %s", strerror(errno));
 		return -1;
 	}
-	d->watch = watch_start(d->path, 200, on_file_change, &d->change_fd,
-	    sub, sizeof(sub));
+	d->watch = watch_start(d->path, 200, on_file_change, &d->change_fd, sub,
+	    sizeof(sub));
 	if (d->watch == NULL)
 		log_warnx("reload on file change is off: %s", sub);
 	return 0;
@@ -516,13 +531,15 @@ start_fronts(struct daemon *d, char *err, size_t errlen)
 			return -1;
 		log_info("gRPC rate limit service on %s", d->cfg->grpc_listen);
 	}
-	d->http = http_server_start(d->http_fd, d->cfg, &d->decider,
-	    d->leases, d->metrics, err, errlen);
+	d->http = http_server_start(d->http_fd, d->cfg, &d->decider, d->leases,
+	    d->metrics, err, errlen);
 	d->http_fd = -1;
 	if (d->http == NULL)
 		return -1;
-	log_info("ratelimitd %s listening on %s: %zu rules, backend %s, "
-	    "%d threads", RL_VERSION, d->cfg->listen, d->cfg->nrules,
+	log_info(
+	    "ratelimitd %s listening on %s: %zu rules, backend %s, "
+	    "%d threads",
+	    RL_VERSION, d->cfg->listen, d->cfg->nrules,
 	    config_backend_name(d->cfg->backend), d->cfg->threads);
 	return 0;
 }
@@ -546,8 +563,8 @@ serve(struct daemon *d)
 			(void)!read(d->change_fd, &count, sizeof(count));
 			reload(d);
 		}
-		if (!(pfd[0].revents & POLLIN) || read(d->signal_fd, &si,
-		    sizeof(si)) != (ssize_t)sizeof(si))
+		if (!(pfd[0].revents & POLLIN) ||
+		    read(d->signal_fd, &si, sizeof(si)) != (ssize_t)sizeof(si))
 			continue;
 		sig = (int)si.ssi_signo;
 		if (sig == SIGHUP)
@@ -586,8 +603,11 @@ daemon_free(struct daemon *d)
 int
 main(int argc, char **argv)
 {
-	struct daemon d = { .path = RL_DEFAULT_CONFIG_PATH, .http_fd = -1,
-	    .grpc_fd = -1, .signal_fd = -1, .change_fd = -1 };
+	struct daemon d = { .path = RL_DEFAULT_CONFIG_PATH,
+		.http_fd = -1,
+		.grpc_fd = -1,
+		.signal_fd = -1,
+		.change_fd = -1 };
 	bool check_only = false;
 	char err[512];
 	int rc;

@@ -26,7 +26,8 @@
 static void (*at_end[TEST_MAIN_AT_END_MAX])(void);
 static size_t nat_end;
 
-void test_main_at_end(void (*fn)(void))
+void
+test_main_at_end(void (*fn)(void))
 {
 	if (nat_end == TEST_MAIN_AT_END_MAX) {
 		fprintf(stderr, "test_main_at_end: more than %d\n",
@@ -36,7 +37,8 @@ void test_main_at_end(void (*fn)(void))
 	at_end[nat_end++] = fn;
 }
 
-int main(void)
+int
+main(void)
 {
 	SRunner *sr;
 	int failed;
@@ -65,13 +67,15 @@ int main(void)
 
 /* --- fixtures ------------------------------------------------------------ */
 
-int64_t test_clock(void *arg)
+int64_t
+test_clock(void *arg)
 {
 	return *(const int64_t *)arg;
 }
 
-void test_write_tmp(const char *name, const void *text, size_t len,
-    char *path, size_t pathlen)
+void
+test_write_tmp(const char *name, const void *text, size_t len, char *path,
+    size_t pathlen)
 {
 	const char *base = getenv("TMPDIR");
 	size_t off = 0;
@@ -94,7 +98,8 @@ void test_write_tmp(const char *name, const void *text, size_t len,
 	ck_assert_int_eq(close(fd), 0);
 }
 
-void test_srcdir_path(const char *rel, char *buf, size_t len)
+void
+test_srcdir_path(const char *rel, char *buf, size_t len)
 {
 	const char *dir = getenv("RATELIMITD_SRCDIR");
 
@@ -104,7 +109,8 @@ void test_srcdir_path(const char *rel, char *buf, size_t len)
 		snprintf(buf, len, "%s", rel);
 }
 
-static int bound_socket(int *port)
+static int
+bound_socket(int *port)
 {
 	struct sockaddr_in sa;
 	socklen_t salen = sizeof(sa);
@@ -123,7 +129,8 @@ static int bound_socket(int *port)
 	return fd;
 }
 
-int test_free_port(void)
+int
+test_free_port(void)
 {
 	int port, fd = bound_socket(&port);
 
@@ -131,7 +138,8 @@ int test_free_port(void)
 	return port;
 }
 
-int test_listen(int *port)
+int
+test_listen(int *port)
 {
 	int fd = bound_socket(port);
 

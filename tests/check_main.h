@@ -46,8 +46,8 @@ int64_t test_clock(void *arg);
 /* Write len bytes of text into a new file under $TMPDIR (or /tmp) named
  * after name, and put its path into path[pathlen].  The test removes it
  * (unlink) when it is done. */
-void test_write_tmp(const char *name, const void *text, size_t len,
-    char *path, size_t pathlen);
+void test_write_tmp(const char *name, const void *text, size_t len, char *path,
+    size_t pathlen);
 
 /* rel (a path from the top of the source tree) under $RATELIMITD_SRCDIR,
  * or as is when that is unset (make runs the tests from the top), into

@@ -111,8 +111,8 @@ put_raw(char *buf, size_t len, size_t *off, const char *s)
 
 /* Append one key=value (logfmt) or ,"key":value (JSON). */
 static void
-put_field(char *buf, size_t len, size_t *off, const char *key,
-    const char *val, bool json)
+put_field(char *buf, size_t len, size_t *off, const char *key, const char *val,
+    bool json)
 {
 	if (json) {
 		put_raw(buf, len, off, ",");
@@ -140,8 +140,8 @@ emit(enum log_level level, const char *msg, const char *const *keys,
 	clock_gettime(CLOCK_REALTIME, &now);
 	gmtime_r(&now.tv_sec, &tm);
 	snprintf(ts, sizeof(ts), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ",
-	    tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-	    tm.tm_min, tm.tm_sec, (long)(now.tv_nsec / 1000000) % 1000);
+	    tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+	    tm.tm_sec, (long)(now.tv_nsec / 1000000) % 1000);
 	if (json) {
 		put_raw(buf, sizeof(buf) - 2, &off, "{\"ts\":");
 		put_quoted(buf, sizeof(buf) - 2, &off, ts);
@@ -186,18 +186,17 @@ log_fields(enum log_level level, const char *msg, const char *const *keys,
 		emit(level, msg, keys, vals, n);
 }
 
-#define LOG_FN(name, level, with_errno)				\
-void									\
-name(const char *fmt, ...)						\
-{									\
-	int saved = errno;						\
-	va_list ap;							\
-									\
-	va_start(ap, fmt);						\
-	vlog(level, with_errno ? strerror(saved) : NULL, fmt, ap);	\
-	va_end(ap);							\
-	errno = saved;							\
-}
+#define LOG_FN(name, level, with_errno) \
+	void name(const char *fmt, ...) \
+	{ \
+		int saved = errno; \
+		va_list ap; \
+\
+		va_start(ap, fmt); \
+		vlog(level, with_errno ? strerror(saved) : NULL, fmt, ap); \
+		va_end(ap); \
+		errno = saved; \
+	}
 
 LOG_FN(log_debug, LOG_LEVEL_DEBUG, false)
 LOG_FN(log_info, LOG_LEVEL_INFO, false)

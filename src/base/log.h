@@ -13,7 +13,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-enum log_level { LOG_LEVEL_DEBUG, LOG_LEVEL_INFO, LOG_LEVEL_WARN, LOG_LEVEL_ERROR };
+enum log_level {
+	LOG_LEVEL_DEBUG,
+	LOG_LEVEL_INFO,
+	LOG_LEVEL_WARN,
+	LOG_LEVEL_ERROR
+};
 
 /* Set the lowest level written.  Any thread (an atomic store). */
 void log_set_level(enum log_level level);
@@ -39,7 +44,7 @@ void fatalx(const char *fmt, ...)
  * A line with extra fields after msg: keys[i]=vals[i] (values are quoted
  * and escaped as needed).  Used for the access log.
  */
-void log_fields(enum log_level level, const char *msg,
-    const char *const *keys, const char *const *vals, size_t n);
+void log_fields(enum log_level level, const char *msg, const char *const *keys,
+    const char *const *vals, size_t n);
 
 #endif

@@ -47,55 +47,55 @@
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
     "metrics counters must be lock-free atomics");
 
-#define METRICS_MAX_RULES	10000	/* distinct names before "_other" */
-#define METRICS_OTHER_RULE	"_other"
-#define METRICS_MIN_SLOTS	64
+#define METRICS_MAX_RULES  10000 /* distinct names before "_other" */
+#define METRICS_OTHER_RULE "_other"
+#define METRICS_MIN_SLOTS  64
 
-#define METRICS_NRESULTS	METRICS_NOUTCOMES
-#define METRICS_GRPC_CODES	17	/* gRPC status codes 0..16 */
-#define METRICS_NKINDS		METRICS_STORE_NERRORS
-#define METRICS_NBOUNDS		13
-#define METRICS_NBUCKETS	(METRICS_NBOUNDS + 1)	/* + above the last */
-#define METRICS_HTTP_MIN	100
-#define METRICS_HTTP_MAX	599
+#define METRICS_NRESULTS   METRICS_NOUTCOMES
+#define METRICS_GRPC_CODES 17 /* gRPC status codes 0..16 */
+#define METRICS_NKINDS	   METRICS_STORE_NERRORS
+#define METRICS_NBOUNDS	   13
+#define METRICS_NBUCKETS   (METRICS_NBOUNDS + 1) /* + above the last */
+#define METRICS_HTTP_MIN   100
+#define METRICS_HTTP_MAX   599
 
 /* One rule name's decisions; never moves once created. */
 struct metrics_rule {
 	atomic_ullong n[METRICS_NPROTOCOLS][METRICS_NRESULTS];
-	atomic_ullong records;		/* a stat's recorded values */
-	atomic_bool is_stat;		/* counted by metrics_stat_record */
+	atomic_ullong records; /* a stat's recorded values */
+	atomic_bool is_stat;   /* counted by metrics_stat_record */
 	uint32_t hash;
 	char name[];
 };
 
 struct metrics_backend {
-	atomic_ullong bucket[METRICS_NBUCKETS];	/* per bucket, microseconds */
+	atomic_ullong bucket[METRICS_NBUCKETS]; /* per bucket, microseconds */
 	atomic_ullong sum_us;
-	atomic_ullong errors[METRICS_NKINDS];	/* [METRICS_STORE_OK] unused */
+	atomic_ullong errors[METRICS_NKINDS]; /* [METRICS_STORE_OK] unused */
 };
 
 struct metrics {
 	/* The rule table.  lock guards these fields, not the counters. */
 	pthread_rwlock_t lock;
-	struct metrics_rule **slots;	/* open addressing; NULL = empty */
-	size_t nslots;			/* 0 or a power of two */
-	struct metrics_rule **order;	/* insertion order, for rendering */
+	struct metrics_rule **slots; /* open addressing; NULL = empty */
+	size_t nslots;		     /* 0 or a power of two */
+	struct metrics_rule **order; /* insertion order, for rendering */
 	size_t nrules, order_cap;
-	struct metrics_rule *other;	/* set once the table is full */
+	struct metrics_rule *other; /* set once the table is full */
 
-	struct metrics_backend backend[2];	/* by metrics_backend_names */
+	struct metrics_backend backend[2]; /* by metrics_backend_names */
 	atomic_llong pool_in_use;
 	atomic_ullong redis_events[METRICS_REDIS_NEVENTS];
-	metrics_count_fn deny_hits;		/* may be NULL */
-	const void *deny_arg;			/* borrowed */
-	atomic_ullong reloads[2];		/* [0] failure, [1] success */
+	metrics_count_fn deny_hits; /* may be NULL */
+	const void *deny_arg;	    /* borrowed */
+	atomic_ullong reloads[2];   /* [0] failure, [1] success */
 	atomic_int last_reload_ok;
 	atomic_ullong http[METRICS_HTTP_MAX - METRICS_HTTP_MIN + 1];
-	atomic_llong waiting[2];		/* by enum metrics_wait */
+	atomic_llong waiting[2]; /* by enum metrics_wait */
 	atomic_ullong wait_full;
-	atomic_bool grpc_on;			/* render the gRPC series */
+	atomic_bool grpc_on; /* render the gRPC series */
 	atomic_ullong grpc[METRICS_GRPC_CODES];
-	int64_t start_us;			/* realtime, at metrics_new() */
+	int64_t start_us; /* realtime, at metrics_new() */
 };
 
 static const char *const metrics_result_names[METRICS_NRESULTS] = {
@@ -117,27 +117,23 @@ static const char *const metrics_store_error_names[METRICS_NKINDS] = {
 
 static const char *const metrics_backend_names[2] = { "redis", "memory" };
 
-static const char *const metrics_protocol_names[METRICS_NPROTOCOLS] = {
-	"http", "grpc"
-};
+static const char *const metrics_protocol_names[METRICS_NPROTOCOLS] = { "http",
+	"grpc" };
 
-static const char *const metrics_grpc_code_names[METRICS_GRPC_CODES] = {
-	"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+static const char *const metrics_grpc_code_names[METRICS_GRPC_CODES] = { "OK",
+	"CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
 	"NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED",
-	"RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
-	"OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE",
-	"DATA_LOSS", "UNAUTHENTICATED"
-};
+	"RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+	"UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+	"UNAUTHENTICATED" };
 
 /* Upper bounds (le) in microseconds, and as printed in seconds. */
-static const uint64_t metrics_bounds_us[METRICS_NBOUNDS] = {
-	100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000,
-	250000, 500000, 1000000
-};
-static const char *const metrics_bounds_le[METRICS_NBOUNDS] = {
-	"0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01",
-	"0.025", "0.05", "0.1", "0.25", "0.5", "1"
-};
+static const uint64_t metrics_bounds_us[METRICS_NBOUNDS] = { 100, 250, 500,
+	1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
+	1000000 };
+static const char *const metrics_bounds_le[METRICS_NBOUNDS] = { "0.0001",
+	"0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025",
+	"0.05", "0.1", "0.25", "0.5", "1" };
 
 struct metrics *
 metrics_new(void)
@@ -308,8 +304,8 @@ unlock:
 }
 
 void
-metrics_decision(struct metrics *m, enum metrics_protocol p,
-    const char *rule, enum metrics_outcome o)
+metrics_decision(struct metrics *m, enum metrics_protocol p, const char *rule,
+    enum metrics_outcome o)
 {
 	struct metrics_rule *e;
 	uint32_t h;
@@ -394,8 +390,7 @@ metrics_backend_call(struct metrics *m, const char *backend, int64_t usec,
 }
 
 void
-metrics_set_deny_hits(struct metrics *m, metrics_count_fn hits,
-    const void *arg)
+metrics_set_deny_hits(struct metrics *m, metrics_count_fn hits, const void *arg)
 {
 	if (m != NULL) {
 		m->deny_hits = hits;
@@ -416,8 +411,7 @@ metrics_waiting(struct metrics *m, enum metrics_wait w, int delta)
 {
 	if (m == NULL || (unsigned)w > METRICS_WAIT_LEASE)
 		return;
-	atomic_fetch_add_explicit(&m->waiting[w], delta,
-	    memory_order_relaxed);
+	atomic_fetch_add_explicit(&m->waiting[w], delta, memory_order_relaxed);
 }
 
 void
@@ -433,8 +427,7 @@ metrics_pool_in_use(struct metrics *m, int delta)
 {
 	if (m == NULL)
 		return;
-	atomic_fetch_add_explicit(&m->pool_in_use, delta,
-	    memory_order_relaxed);
+	atomic_fetch_add_explicit(&m->pool_in_use, delta, memory_order_relaxed);
 }
 
 void
@@ -513,7 +506,7 @@ buf_printf(struct metrics_buf *b, const char *fmt, ...)
 	n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
 	va_end(ap);
 	if (n < 0)
-		return;		/* not for our formats; drop the piece */
+		return; /* not for our formats; drop the piece */
 	if ((size_t)n >= b->cap - b->len) {
 		if (!buf_reserve(b, (size_t)n))
 			return;
@@ -537,18 +530,18 @@ utf8_len(const unsigned char *s)
 		return (s[1] & 0xc0) == 0x80 ? 2 : 0;
 	if (s[0] >= 0xe0 && s[0] <= 0xef) {
 		if (s[0] == 0xe0)
-			lo = 0xa0;	/* overlong */
+			lo = 0xa0; /* overlong */
 		if (s[0] == 0xed)
-			hi = 0x9f;	/* surrogates */
+			hi = 0x9f; /* surrogates */
 		if (s[1] < lo || s[1] > hi || (s[2] & 0xc0) != 0x80)
 			return 0;
 		return 3;
 	}
 	if (s[0] >= 0xf0 && s[0] <= 0xf4) {
 		if (s[0] == 0xf0)
-			lo = 0x90;	/* overlong */
+			lo = 0x90; /* overlong */
 		if (s[0] == 0xf4)
-			hi = 0x8f;	/* above U+10FFFF */
+			hi = 0x8f; /* above U+10FFFF */
 		if (s[1] < lo || s[1] > hi || (s[2] & 0xc0) != 0x80 ||
 		    (s[3] & 0xc0) != 0x80)
 			return 0;
@@ -573,7 +566,7 @@ buf_label_value(struct metrics_buf *b, const char *s)
 		else if (*p == '\n')
 			buf_add(b, "\\n", 2);
 		else if ((n = utf8_len(p)) == 0)
-			buf_add(b, "\xef\xbf\xbd", 3);	/* U+FFFD */
+			buf_add(b, "\xef\xbf\xbd", 3); /* U+FFFD */
 		else {
 			buf_add(b, (const char *)p, n);
 			p += n;
@@ -619,17 +612,19 @@ render_http(struct metrics_buf *b, struct metrics *m)
 	for (i = 0; i <= METRICS_HTTP_MAX - METRICS_HTTP_MIN; i++) {
 		n = atomic_load_explicit(&m->http[i], memory_order_relaxed);
 		if (n != 0)
-			buf_printf(b, "ratelimitd_http_responses_total"
-			    "{code=\"%zu\"} %llu\n", i + METRICS_HTTP_MIN, n);
+			buf_printf(b,
+			    "ratelimitd_http_responses_total"
+			    "{code=\"%zu\"} %llu\n",
+			    i + METRICS_HTTP_MIN, n);
 	}
 	buf_family(b, "ratelimitd_waiting_requests", "gauge",
 	    "Requests with wait_ms held now: for their turn, or for a lease.");
 	buf_printf(b, "ratelimitd_waiting_requests{for=\"turn\"} %lld\n",
 	    atomic_load_explicit(&m->waiting[METRICS_WAIT_TURN],
-	    memory_order_relaxed));
+		memory_order_relaxed));
 	buf_printf(b, "ratelimitd_waiting_requests{for=\"lease\"} %lld\n",
 	    atomic_load_explicit(&m->waiting[METRICS_WAIT_LEASE],
-	    memory_order_relaxed));
+		memory_order_relaxed));
 	buf_family(b, "ratelimitd_wait_full_total", "counter",
 	    "Requests with wait_ms decided at once: max_waiting were "
 	    "waiting.");
@@ -674,21 +669,23 @@ render_decisions(struct metrics_buf *b, struct metrics *m,
 	for (p = 0; p < np; p++)
 		for (i = 0; i < nrules; i++)
 			for (j = 0; !atomic_load_explicit(&rules[i]->is_stat,
-			    memory_order_relaxed) && j < METRICS_NRESULTS;
-			    j++) {
+					memory_order_relaxed) &&
+			     j < METRICS_NRESULTS;
+			     j++) {
 				buf_puts(b, "ratelimitd_decisions_total{rule=");
 				buf_label_value(b, rules[i]->name);
-				buf_printf(b, ",result=\"%s\",protocol=\"%s\"} "
-				    "%llu\n", metrics_result_names[j],
+				buf_printf(b,
+				    ",result=\"%s\",protocol=\"%s\"} "
+				    "%llu\n",
+				    metrics_result_names[j],
 				    metrics_protocol_names[p],
 				    atomic_load_explicit(&rules[i]->n[p][j],
-				    memory_order_relaxed));
+					memory_order_relaxed));
 			}
 }
 
 static void
-render_stats(struct metrics_buf *b, struct metrics_rule **rules,
-    size_t nrules)
+render_stats(struct metrics_buf *b, struct metrics_rule **rules, size_t nrules)
 {
 	size_t i;
 
@@ -696,12 +693,13 @@ render_stats(struct metrics_buf *b, struct metrics_rule **rules,
 	    "Values recorded with POST /record, by stat.");
 	for (i = 0; i < nrules; i++) {
 		if (!atomic_load_explicit(&rules[i]->is_stat,
-		    memory_order_relaxed))
+			memory_order_relaxed))
 			continue;
 		buf_puts(b, "ratelimitd_stats_records_total{stat=");
 		buf_label_value(b, rules[i]->name);
-		buf_printf(b, "} %llu\n", atomic_load_explicit(
-		    &rules[i]->records, memory_order_relaxed));
+		buf_printf(b, "} %llu\n",
+		    atomic_load_explicit(&rules[i]->records,
+			memory_order_relaxed));
 	}
 }
 
@@ -718,17 +716,17 @@ render_grpc(struct metrics_buf *b, struct metrics *m)
 	for (i = 0; i < METRICS_GRPC_CODES; i++) {
 		n = atomic_load_explicit(&m->grpc[i], memory_order_relaxed);
 		if (n != 0 || i == 0)
-			buf_printf(b, "ratelimitd_grpc_responses_total"
-			    "{code=\"%s\"} %llu\n", metrics_grpc_code_names[i],
-			    n);
+			buf_printf(b,
+			    "ratelimitd_grpc_responses_total"
+			    "{code=\"%s\"} %llu\n",
+			    metrics_grpc_code_names[i], n);
 	}
 }
 
 static unsigned long long
 redis_event(struct metrics *m, enum metrics_redis_event ev)
 {
-	return atomic_load_explicit(&m->redis_events[ev],
-	    memory_order_relaxed);
+	return atomic_load_explicit(&m->redis_events[ev], memory_order_relaxed);
 }
 
 static void
@@ -748,15 +746,17 @@ render_backends(struct metrics_buf *b, struct metrics *m)
 		for (j = 0; j < METRICS_NBUCKETS; j++) {
 			cum += atomic_load_explicit(&be->bucket[j],
 			    memory_order_relaxed);
-			buf_printf(b, "%s_bucket{backend=\"%s\",le=\"%s\"} "
-			    "%llu\n", hname, metrics_backend_names[i],
+			buf_printf(b,
+			    "%s_bucket{backend=\"%s\",le=\"%s\"} "
+			    "%llu\n",
+			    hname, metrics_backend_names[i],
 			    j < METRICS_NBOUNDS ? metrics_bounds_le[j] : "+Inf",
 			    cum);
 		}
 		buf_printf(b, "%s_sum{backend=\"%s\"} ", hname,
 		    metrics_backend_names[i]);
-		buf_seconds(b, atomic_load_explicit(&be->sum_us,
-		    memory_order_relaxed));
+		buf_seconds(b,
+		    atomic_load_explicit(&be->sum_us, memory_order_relaxed));
 		buf_printf(b, "\n%s_count{backend=\"%s\"} %llu\n", hname,
 		    metrics_backend_names[i], cum);
 	}
@@ -769,7 +769,7 @@ render_backends(struct metrics_buf *b, struct metrics *m)
 			    ename, metrics_backend_names[i],
 			    metrics_store_error_names[j],
 			    atomic_load_explicit(&m->backend[i].errors[j],
-			    memory_order_relaxed));
+				memory_order_relaxed));
 
 	buf_family(b, "ratelimitd_redis_pool_in_use", "gauge",
 	    "Connections to Redis with calls in flight now.");
@@ -778,10 +778,14 @@ render_backends(struct metrics_buf *b, struct metrics *m)
 
 	buf_family(b, "ratelimitd_redis_redirects_total", "counter",
 	    "Redis Cluster redirections followed, by kind.");
-	buf_printf(b, "ratelimitd_redis_redirects_total{kind=\"moved\"} "
-	    "%llu\n", redis_event(m, METRICS_REDIS_MOVED));
-	buf_printf(b, "ratelimitd_redis_redirects_total{kind=\"ask\"} "
-	    "%llu\n", redis_event(m, METRICS_REDIS_ASK));
+	buf_printf(b,
+	    "ratelimitd_redis_redirects_total{kind=\"moved\"} "
+	    "%llu\n",
+	    redis_event(m, METRICS_REDIS_MOVED));
+	buf_printf(b,
+	    "ratelimitd_redis_redirects_total{kind=\"ask\"} "
+	    "%llu\n",
+	    redis_event(m, METRICS_REDIS_ASK));
 	buf_family(b, "ratelimitd_redis_topology_refreshes_total", "counter",
 	    "Redis Cluster slot maps read (CLUSTER SLOTS).");
 	buf_printf(b, "ratelimitd_redis_topology_refreshes_total %llu\n",
@@ -793,16 +797,21 @@ render_backends(struct metrics_buf *b, struct metrics *m)
 	buf_family(b, "ratelimitd_redis_takebacks_total", "counter",
 	    "Requests denied across Redis Cluster slots whose recorded units "
 	    "were taken back, by result.");
-	buf_printf(b, "ratelimitd_redis_takebacks_total{result=\"ok\"} "
-	    "%llu\n", redis_event(m, METRICS_REDIS_TAKEBACK));
-	buf_printf(b, "ratelimitd_redis_takebacks_total{result=\"failed\"} "
-	    "%llu\n", redis_event(m, METRICS_REDIS_TAKEBACK_FAILED));
+	buf_printf(b,
+	    "ratelimitd_redis_takebacks_total{result=\"ok\"} "
+	    "%llu\n",
+	    redis_event(m, METRICS_REDIS_TAKEBACK));
+	buf_printf(b,
+	    "ratelimitd_redis_takebacks_total{result=\"failed\"} "
+	    "%llu\n",
+	    redis_event(m, METRICS_REDIS_TAKEBACK_FAILED));
 
 	buf_family(b, "ratelimitd_deny_cache_hits_total", "counter",
 	    "Requests denied from the deny cache, without a store call.");
 	buf_printf(b, "ratelimitd_deny_cache_hits_total %llu\n",
 	    m->deny_hits != NULL ?
-	    (unsigned long long)m->deny_hits(m->deny_arg) : 0ULL);
+		(unsigned long long)m->deny_hits(m->deny_arg) :
+		0ULL);
 }
 
 static void
@@ -810,12 +819,14 @@ render_reloads(struct metrics_buf *b, struct metrics *m)
 {
 	buf_family(b, "ratelimitd_config_reloads_total", "counter",
 	    "Config reloads, by result.");
-	buf_printf(b, "ratelimitd_config_reloads_total{result=\"success\"} "
-	    "%llu\n", atomic_load_explicit(&m->reloads[1],
-	    memory_order_relaxed));
-	buf_printf(b, "ratelimitd_config_reloads_total{result=\"failure\"} "
-	    "%llu\n", atomic_load_explicit(&m->reloads[0],
-	    memory_order_relaxed));
+	buf_printf(b,
+	    "ratelimitd_config_reloads_total{result=\"success\"} "
+	    "%llu\n",
+	    atomic_load_explicit(&m->reloads[1], memory_order_relaxed));
+	buf_printf(b,
+	    "ratelimitd_config_reloads_total{result=\"failure\"} "
+	    "%llu\n",
+	    atomic_load_explicit(&m->reloads[0], memory_order_relaxed));
 	buf_family(b, "ratelimitd_config_last_reload_success", "gauge",
 	    "1 if the last config reload succeeded or none was tried, else 0.");
 	buf_printf(b, "ratelimitd_config_last_reload_success %d\n",

@@ -18,7 +18,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-
 struct metrics;
 
 /* New, empty metrics; NULL on OOM.  metrics_free(NULL) does nothing. */
@@ -68,12 +67,12 @@ enum metrics_store_error {
 
 /* One call to the store named backend ("redis" or "memory"; others are
  * ignored) that took usec microseconds and ended with e. */
-void metrics_backend_call(struct metrics *m, const char *backend,
-    int64_t usec, enum metrics_store_error e);
+void metrics_backend_call(struct metrics *m, const char *backend, int64_t usec,
+    enum metrics_store_error e);
 
-/* Requests held by the HTTP front end with wait_ms (docs/waiting.md, docs/leases.md):
- * until their reserved turn, or until a lease is freed (a gauge); and
- * requests decided at once because max_waiting were waiting. */
+/* Requests held by the HTTP front end with wait_ms (docs/waiting.md,
+ * docs/leases.md): until their reserved turn, or until a lease is freed (a
+ * gauge); and requests decided at once because max_waiting were waiting. */
 enum metrics_wait { METRICS_WAIT_TURN, METRICS_WAIT_LEASE };
 void metrics_waiting(struct metrics *m, enum metrics_wait w, int delta);
 void metrics_wait_full(struct metrics *m);

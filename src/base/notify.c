@@ -26,7 +26,8 @@ notify_send(const char *msg)
 	if (path == NULL || *path == '\0')
 		return 0;
 	plen = strlen(path);
-	if ((path[0] != '/' && path[0] != '@') || plen >= sizeof(sun.sun_path)) {
+	if ((path[0] != '/' && path[0] != '@') ||
+	    plen >= sizeof(sun.sun_path)) {
 		errno = EINVAL;
 		return -1;
 	}
@@ -34,13 +35,13 @@ notify_send(const char *msg)
 	sun.sun_family = AF_UNIX;
 	memcpy(sun.sun_path, path, plen);
 	if (path[0] == '@')
-		sun.sun_path[0] = '\0';	/* abstract namespace */
+		sun.sun_path[0] = '\0'; /* abstract namespace */
 	len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + plen +
 	    (path[0] == '@' ? 0 : 1));
 	if ((fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0)
 		return -1;
-	n = sendto(fd, msg, strlen(msg), MSG_NOSIGNAL,
-	    (struct sockaddr *)&sun, len);
+	n = sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&sun,
+	    len);
 	saved = errno;
 	close(fd);
 	errno = saved;

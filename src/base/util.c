@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-static long alloc_budget = -1;	/* < 0: never fail */
+static long alloc_budget = -1; /* < 0: never fail */
 
 void
 rl_alloc_fail_after(long n)
@@ -107,8 +107,11 @@ util_parse_duration_ms(const char *s, int64_t *out_ms)
 		const char *suffix;
 		int64_t ms;
 	} units[] = {
-		{ "ms", 1 }, { "s", 1000 }, { "m", 60000 },
-		{ "h", 3600000 }, { "d", 86400000 },
+		{ "ms", 1 },
+		{ "s", 1000 },
+		{ "m", 60000 },
+		{ "h", 3600000 },
+		{ "d", 86400000 },
 	};
 	const char *p = s;
 	int64_t v = 0;

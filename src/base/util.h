@@ -58,7 +58,8 @@ void util_event_destroy(struct util_event *e);
 
 /* FNV-1a, 64 bits, of len bytes: for tables whose keys have no adversary
  * worth a keyed hash, or whose size bounds what one can do. */
-static inline uint64_t util_fnv1a(const void *p, size_t len)
+static inline uint64_t
+util_fnv1a(const void *p, size_t len)
 {
 	const unsigned char *b = p;
 	uint64_t h = UINT64_C(0xcbf29ce484222325);
@@ -72,7 +73,8 @@ static inline uint64_t util_fnv1a(const void *p, size_t len)
 int64_t util_realtime_us(void);
 
 /* Ceiling division for non-negative a and positive b. */
-static inline int64_t util_ceil_div(int64_t a, int64_t b)
+static inline int64_t
+util_ceil_div(int64_t a, int64_t b)
 {
 	return a <= 0 ? 0 : (a + b - 1) / b;
 }

@@ -23,9 +23,9 @@
 
 struct watch {
 	int ifd;
-	int stop[2];		/* pipe: write one byte to stop */
+	int stop[2]; /* pipe: write one byte to stop */
 	int debounce_ms;
-	char *base;		/* the file's name within its directory */
+	char *base; /* the file's name within its directory */
 	watch_fn fn;
 	void *arg;
 	pthread_t thread;
@@ -35,7 +35,8 @@ struct watch {
 static bool
 drain(struct watch *w)
 {
-	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	char buf[4096]
+	    __attribute__((aligned(__alignof__(struct inotify_event))));
 	bool hit = false;
 	ssize_t n;
 	char *p;
@@ -44,8 +45,9 @@ drain(struct watch *w)
 		for (p = buf; p < buf + n;) {
 			const struct inotify_event *ev = (void *)p;
 
-			if (ev->len > 0 && (strcmp(ev->name, w->base) == 0 ||
-			    strcmp(ev->name, "..data") == 0))
+			if (ev->len > 0 &&
+			    (strcmp(ev->name, w->base) == 0 ||
+				strcmp(ev->name, "..data") == 0))
 				hit = true;
 			p += sizeof(*ev) + ev->len;
 		}
@@ -70,7 +72,7 @@ watch_main(void *arg)
 			continue;
 		if (rc < 0 || (pfd[1].revents & POLLIN))
 			break;
-		if (rc == 0) {		/* quiet for debounce_ms */
+		if (rc == 0) { /* quiet for debounce_ms */
 			pending = false;
 			w->fn(w->arg);
 			continue;
@@ -108,8 +110,9 @@ watch_start(const char *path, int debounce_ms, watch_fn fn, void *arg,
 		goto fail;
 	}
 	if ((w->ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) < 0 ||
-	    inotify_add_watch(w->ifd, dir, IN_CLOSE_WRITE | IN_MOVED_TO |
-	    IN_CREATE | IN_DELETE | IN_ATTRIB) < 0 ||
+	    inotify_add_watch(w->ifd, dir,
+		IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE |
+		    IN_ATTRIB) < 0 ||
 	    pipe2(w->stop, O_CLOEXEC) < 0) {
 		snprintf(err, errlen, "watching %s: %s", dir, strerror(errno));
 		goto fail;

@@ -29,14 +29,14 @@
 /* One applying rule of one request.  Everything is borrowed for the call. */
 struct rl_check {
 	enum rl_algorithm algorithm;
-	int64_t limit;		/* >= 1 */
-	int64_t window_ms;	/* >= 1 */
-	int64_t cost;		/* 0 <= cost <= limit; 0 records nothing */
-	bool shadow;		/* never denies the request */
-	const char *key;	/* full store key: "<prefix><rule>:{<key>}" */
+	int64_t limit;	   /* >= 1 */
+	int64_t window_ms; /* >= 1 */
+	int64_t cost;	   /* 0 <= cost <= limit; 0 records nothing */
+	bool shadow;	   /* never denies the request */
+	const char *key;   /* full store key: "<prefix><rule>:{<key>}" */
 	size_t keylen;
-	const char *token;	/* concurrency: the token of the lease this
-				 * request takes (32 hex digits); else NULL */
+	const char *token; /* concurrency: the token of the lease this
+			    * request takes (32 hex digits); else NULL */
 };
 
 /* What one check would do, filled by the backend. */
@@ -45,7 +45,7 @@ struct rl_result {
 	int64_t remaining;	/* units left after this request (if admitted
 				 * overall), else left now; >= 0 */
 	int64_t reset_ms;	/* until the whole limit is free again */
-	int64_t retry_after_ms;	/* 0 if allowed; else until it would be */
+	int64_t retry_after_ms; /* 0 if allowed; else until it would be */
 	int64_t effective_ms;	/* the RateLimit header's t: until more
 				 * quota comes back, i.e. the retry_after
 				 * of a request of remaining + 1 units; the
@@ -62,15 +62,15 @@ struct rl_result {
  */
 #define RL_STATS_MAX_QUANTILES 16
 struct rl_stat_op {
-	const char *key;	/* "<prefix>stat:<name>:{<key>}" */
+	const char *key; /* "<prefix>stat:<name>:{<key>}" */
 	size_t keylen;
-	int64_t window_ms;	/* >= 1 */
-	int64_t resolution_ms;	/* 1 .. window_ms */
-	double accuracy;	/* relative_accuracy */
+	int64_t window_ms;     /* >= 1 */
+	int64_t resolution_ms; /* 1 .. window_ms */
+	double accuracy;       /* relative_accuracy */
 	bool record;
-	double value;		/* finite; if record */
-	const double *quantiles;	/* nquantiles in [0, 1] */
-	size_t nquantiles;	/* <= RL_STATS_MAX_QUANTILES */
+	double value;		 /* finite; if record */
+	const double *quantiles; /* nquantiles in [0, 1] */
+	size_t nquantiles;	 /* <= RL_STATS_MAX_QUANTILES */
 };
 
 /* What the store answers for one stat op: count 0 means an empty window
@@ -83,11 +83,11 @@ struct rl_stat_result {
 
 enum backend_error_kind {
 	BACKEND_ERR_NONE = 0,
-	BACKEND_ERR_CONNECT,	/* cannot connect / pool exhausted */
-	BACKEND_ERR_TIMEOUT,	/* no answer within the timeout */
-	BACKEND_ERR_PROTOCOL,	/* unexpected reply, script error */
-	BACKEND_ERR_FULL,	/* memory store at max_keys */
-	BACKEND_ERR_CIRCUIT_OPEN	/* not tried: too many recent failures */
+	BACKEND_ERR_CONNECT,	 /* cannot connect / pool exhausted */
+	BACKEND_ERR_TIMEOUT,	 /* no answer within the timeout */
+	BACKEND_ERR_PROTOCOL,	 /* unexpected reply, script error */
+	BACKEND_ERR_FULL,	 /* memory store at max_keys */
+	BACKEND_ERR_CIRCUIT_OPEN /* not tried: too many recent failures */
 };
 
 #define BACKEND_ERR_MAX 200
@@ -110,8 +110,8 @@ struct backend_call_store {
 /* What a call does besides deciding (backend_call.lease_op). */
 enum backend_lease_op {
 	BACKEND_LEASE_NONE = 0,
-	BACKEND_LEASE_RELEASE,	/* POST /release (docs/leases.md) */
-	BACKEND_LEASE_RENEW	/* POST /renew */
+	BACKEND_LEASE_RELEASE, /* POST /release (docs/leases.md) */
+	BACKEND_LEASE_RENEW    /* POST /renew */
 };
 
 /*
@@ -129,24 +129,24 @@ struct backend_call {
 	/* Set by the caller. */
 	const struct rl_check *checks;
 	size_t n;
-	struct rl_result *out;		/* n results */
-	int64_t start_us;		/* monotonic: when the request
-					 * arrived; the store's own timeout
-					 * (redis.timeout) runs from then.
-					 * 0: from submit */
-	int64_t deadline_us;		/* monotonic: a tighter bound of the
-					 * caller's (a gRPC client's
-					 * grpc-timeout); 0: none.  The store
-					 * sets it to the deadline it keeps:
-					 * the earlier of the two */
+	struct rl_result *out; /* n results */
+	int64_t start_us;      /* monotonic: when the request
+				* arrived; the store's own timeout
+				* (redis.timeout) runs from then.
+				* 0: from submit */
+	int64_t deadline_us;   /* monotonic: a tighter bound of the
+				* caller's (a gRPC client's
+				* grpc-timeout); 0: none.  The store
+				* sets it to the deadline it keeps:
+				* the earlier of the two */
 	backend_done_fn done;
-	void *arg;			/* the caller's */
-	int64_t wait_us;		/* docs/waiting.md: when denied now, reserve
-					 * the earliest time within this many
-					 * store microseconds; 0: no waiting */
-	const struct rl_stat_op *stat;	/* a stat call, or NULL */
+	void *arg;	 /* the caller's */
+	int64_t wait_us; /* docs/waiting.md: when denied now, reserve
+			  * the earliest time within this many
+			  * store microseconds; 0: no waiting */
+	const struct rl_stat_op *stat; /* a stat call, or NULL */
 	struct rl_stat_result *stat_out;
-	enum backend_lease_op lease_op;	/* BACKEND_LEASE_NONE: decide */
+	enum backend_lease_op lease_op; /* BACKEND_LEASE_NONE: decide */
 
 	/* Set by the store before done runs.  rc is 0 with out[] and
 	 * all_allowed: true iff every non-shadow check allows, in which case
@@ -154,9 +154,9 @@ struct backend_call {
 	 * and err when the call failed (nothing is known to be recorded). */
 	int rc;
 	bool all_allowed;
-	int64_t waited_us;		/* all_allowed by a reservation: the
-					 * store time from now until it (> 0);
-					 * else 0 */
+	int64_t waited_us; /* all_allowed by a reservation: the
+			    * store time from now until it (> 0);
+			    * else 0 */
 	enum backend_error_kind kind;
 	char err[BACKEND_ERR_MAX];
 
@@ -180,17 +180,19 @@ struct backend_ops {
 
 struct backend {
 	const struct backend_ops *ops;
-	const char *name;	/* "memory", "redis" */
-	bool completes_inline;	/* done always runs inside submit */
+	const char *name;      /* "memory", "redis" */
+	bool completes_inline; /* done always runs inside submit */
 };
 
-static inline void backend_submit(struct backend *b, struct backend_call *call)
+static inline void
+backend_submit(struct backend *b, struct backend_call *call)
 {
 	b->ops->submit(b, call);
 }
 
 /* backend_free(NULL) does nothing. */
-static inline void backend_free(struct backend *b)
+static inline void
+backend_free(struct backend *b)
 {
 	if (b != NULL)
 		b->ops->free(b);
@@ -202,9 +204,9 @@ static inline void backend_free(struct backend *b)
  * backend_decide returns 0 with out[] and *all_allowed, or -1 with *kind
  * and a message in err.  Any thread.
  */
-int backend_decide(struct backend *b, const struct rl_check *checks,
-    size_t n, struct rl_result *out, bool *all_allowed,
-    enum backend_error_kind *kind, char *err, size_t errlen);
+int backend_decide(struct backend *b, const struct rl_check *checks, size_t n,
+    struct rl_result *out, bool *all_allowed, enum backend_error_kind *kind,
+    char *err, size_t errlen);
 /* True iff the store answers a probe within its timeout.  Any thread. */
 bool backend_is_ready(struct backend *b);
 

@@ -67,8 +67,8 @@ client_ip_normalize(const char *s, size_t len, int ipv6_prefix, char *out,
 		/* "[v6]" or "[v6]:port" */
 		char *end = strchr(buf, ']');
 
-		if (end == NULL || (end[1] != '\0' &&
-		    (end[1] != ':' || !all_digits(end + 2))))
+		if (end == NULL ||
+		    (end[1] != '\0' && (end[1] != ':' || !all_digits(end + 2))))
 			return -1;
 		*end = '\0';
 		host = buf + 1;
@@ -141,11 +141,11 @@ xff_entry(const char *list, int hops, const char **start, size_t *len)
 				return true;
 			}
 			seen++;
-			first = b;		/* leftmost so far */
+			first = b; /* leftmost so far */
 			first_len = (size_t)(e - b);
 		}
 		if (p > list)
-			p--;			/* over the comma */
+			p--; /* over the comma */
 	}
 	if (first == NULL)
 		return false;
@@ -169,8 +169,9 @@ from_xff(const struct client_ip_policy *p, const char *xff, char *out,
 	const char *start;
 	size_t len;
 
-	if (xff == NULL || !xff_entry(xff, p->xff_trusted_hops < 0 ? 0 :
-	    p->xff_trusted_hops, &start, &len))
+	if (xff == NULL ||
+	    !xff_entry(xff, p->xff_trusted_hops < 0 ? 0 : p->xff_trusted_hops,
+		&start, &len))
 		return -1;
 	return client_ip_normalize(start, len, p->ipv6_prefix, out, outlen);
 }
@@ -186,7 +187,7 @@ client_ip_pick(const struct client_ip_policy *p, const char *x_real_ip,
 	switch (p->source) {
 	case CLIENT_IP_AUTO:
 		if ((rc = from_header(x_real_ip, out, outlen,
-		    p->ipv6_prefix)) == 0)
+			 p->ipv6_prefix)) == 0)
 			break;
 		rc = from_xff(p, xff, out, outlen);
 		break;

@@ -1,6 +1,6 @@
 /*
- * client_ip.h - which address a proxied request came from (docs/http.md, docs/security.md):
- * the `ip` attribute of /auth.
+ * client_ip.h - which address a proxied request came from (docs/http.md,
+ * docs/security.md): the `ip` attribute of /auth.
  *
  * Every proxy appends the address it was called from to X-Forwarded-For,
  * and a client can write anything it likes ahead of those.  So the only
@@ -27,10 +27,10 @@
 #define CLIENT_IP_MAX 56
 
 enum client_ip_source {
-	CLIENT_IP_AUTO = 0,	/* X-Real-IP, else X-Forwarded-For, else peer */
-	CLIENT_IP_X_REAL_IP,	/* X-Real-IP, else peer */
-	CLIENT_IP_XFF,		/* X-Forwarded-For, else peer */
-	CLIENT_IP_PEER		/* the connection's own peer address */
+	CLIENT_IP_AUTO = 0,  /* X-Real-IP, else X-Forwarded-For, else peer */
+	CLIENT_IP_X_REAL_IP, /* X-Real-IP, else peer */
+	CLIENT_IP_XFF,	     /* X-Forwarded-For, else peer */
+	CLIENT_IP_PEER	     /* the connection's own peer address */
 };
 #define CLIENT_IP_NSOURCES 4
 
@@ -39,8 +39,8 @@ extern const char *const client_ip_source_names[CLIENT_IP_NSOURCES];
 
 struct client_ip_policy {
 	enum client_ip_source source;
-	int xff_trusted_hops;	/* >= 0 */
-	int ipv6_prefix;	/* 1 .. 128 */
+	int xff_trusted_hops; /* >= 0 */
+	int ipv6_prefix;      /* 1 .. 128 */
 };
 
 /*
@@ -68,7 +68,7 @@ int client_ip_pick(const struct client_ip_policy *p, const char *x_real_ip,
  * canonical text into out, an IPv6 address reduced to its /ipv6_prefix
  * network.  Returns 0, or -1 when s is not an address or out is too small.
  */
-int client_ip_normalize(const char *s, size_t len, int ipv6_prefix,
-    char *out, size_t outlen);
+int client_ip_normalize(const char *s, size_t len, int ipv6_prefix, char *out,
+    size_t outlen);
 
 #endif

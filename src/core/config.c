@@ -1,6 +1,6 @@
 /*
- * config.c - the YAML rules file (docs/configuration.md) into an immutable struct
- * config: the top level of the loader and the public API of config.h.
+ * config.c - the YAML rules file (docs/configuration.md) into an immutable
+ * struct config: the top level of the loader and the public API of config.h.
  *
  * The text is parsed whole with libyaml's document API (yaml_parser_load),
  * which keeps every node's position, and then walked against a small schema:
@@ -37,7 +37,7 @@
 #include "core/listen_addr.h"
 #include "base/util.h"
 
-#define MAX_FILE_BYTES	(16 << 20)	/* a rules file larger is a mistake */
+#define MAX_FILE_BYTES (16 << 20) /* a rules file larger is a mistake */
 
 static const char *const backend_names[] = {
 	[RL_BACKEND_MEMORY] = "memory",
@@ -56,8 +56,7 @@ static const char *const log_format_names[] = {
 /* --- enums ------------------------------------------------------------- */
 
 static int
-parse_log_level(struct loader *ld, const char *what, yaml_node_t *v,
-    void *dst)
+parse_log_level(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 {
 	static const char expect[] = "debug, info, warn or error";
 	const char *s;
@@ -72,8 +71,7 @@ parse_log_level(struct loader *ld, const char *what, yaml_node_t *v,
 }
 
 static int
-parse_log_format(struct loader *ld, const char *what, yaml_node_t *v,
-    void *dst)
+parse_log_format(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 {
 	int i = cfg_parse_enum(ld, what, v, log_format_names,
 	    NELEM(log_format_names), "logfmt or json");
@@ -85,8 +83,7 @@ parse_log_format(struct loader *ld, const char *what, yaml_node_t *v,
 }
 
 static int
-parse_backend(struct loader *ld, const char *what, yaml_node_t *v,
-    void *dst)
+parse_backend(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 {
 	int i = cfg_parse_enum(ld, what, v, backend_names, NELEM(backend_names),
 	    "memory or redis");
@@ -98,8 +95,7 @@ parse_backend(struct loader *ld, const char *what, yaml_node_t *v,
 }
 
 static int
-parse_on_error(struct loader *ld, const char *what, yaml_node_t *v,
-    void *dst)
+parse_on_error(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 {
 	int i = cfg_parse_enum(ld, what, v, on_error_names,
 	    NELEM(on_error_names), "allow, deny or local");
@@ -113,12 +109,10 @@ parse_on_error(struct loader *ld, const char *what, yaml_node_t *v,
 /* --- auth -------------------------------------------------------------- */
 
 static int
-parse_client_ip(struct loader *ld, const char *what, yaml_node_t *v,
-    void *dst)
+parse_client_ip(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 {
 	int i = cfg_parse_enum(ld, what, v, client_ip_source_names,
-	    CLIENT_IP_NSOURCES,
-	    "auto, x-real-ip, x-forwarded-for or peer");
+	    CLIENT_IP_NSOURCES, "auto, x-real-ip, x-forwarded-for or peer");
 
 	if (i < 0)
 		return -1;
@@ -142,9 +136,8 @@ static const struct field auth_fields[] = {
 /* clang-format on */
 #undef AU
 
-static const struct schema auth_schema = {
-	"auth", "auth.", auth_fields, NELEM(auth_fields)
-};
+static const struct schema auth_schema = { "auth", "auth.", auth_fields,
+	NELEM(auth_fields) };
 
 static int
 parse_auth(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
@@ -167,8 +160,10 @@ parse_listen_mode(struct loader *ld, const char *what, yaml_node_t *v,
 	for (p = s; *p >= '0' && *p <= '7' && m <= 07777; p++)
 		m = m * 8 + (*p - '0');
 	if (*s == '\0' || *p != '\0' || m > 07777) {
-		cfg_errf(ld, v, "%s: expected an octal file mode such as "
-		    "\"0660\"", what);
+		cfg_errf(ld, v,
+		    "%s: expected an octal file mode such as "
+		    "\"0660\"",
+		    what);
 		return -1;
 	}
 	*(int *)dst = (int)m;
@@ -184,7 +179,7 @@ parse_listen(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 
 	if ((s = cfg_scalar(ld, what, v, "a string")) == NULL)
 		return -1;
-	if (*s == '\0')	/* cfg_parse_string() says so */
+	if (*s == '\0') /* cfg_parse_string() says so */
 		return cfg_parse_string(ld, what, v, false, dst);
 	if (listen_addr_parse(s, &a, lerr, sizeof(lerr)) == -1) {
 		cfg_errf(ld, v, "%s: %s", what, lerr);
@@ -252,9 +247,8 @@ static const struct field top_fields[] = {
 
 _Static_assert(NELEM(top_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
 
-static const struct schema top_schema = {
-	NULL, "", top_fields, NELEM(top_fields)
-};
+static const struct schema top_schema = { NULL, "", top_fields,
+	NELEM(top_fields) };
 
 /* --- reload ------------------------------------------------------------ */
 
@@ -383,7 +377,8 @@ load_top_level(struct loader *ld, struct config *c)
 	if (root == NULL || cfg_is_null(root))
 		return 0;
 	if (root->type != YAML_MAPPING_NODE) {
-		cfg_errf(ld, root, "expected a mapping of settings at the top "
+		cfg_errf(ld, root,
+		    "expected a mapping of settings at the top "
 		    "level");
 		return -1;
 	}
@@ -391,11 +386,11 @@ load_top_level(struct loader *ld, struct config *c)
 }
 
 struct config *
-config_load_string(const char *name, const char *text, size_t len,
-    char *err, size_t errlen)
+config_load_string(const char *name, const char *text, size_t len, char *err,
+    size_t errlen)
 {
 	struct loader ld = { name, text != NULL ? text : "", len, NULL, err,
-	    errlen };
+		errlen };
 	yaml_parser_t parser;
 	yaml_document_t doc;
 	struct config *c, *ret = NULL;
@@ -412,7 +407,7 @@ config_load_string(const char *name, const char *text, size_t len,
 	}
 	yaml_parser_set_input_string(&parser, (const unsigned char *)ld.text,
 	    ld.len);
-	if (!yaml_parser_load(&parser, &doc)) {	/* deletes doc on failure */
+	if (!yaml_parser_load(&parser, &doc)) { /* deletes doc on failure */
 		cfg_yaml_error(&ld, &parser);
 		goto out_parser;
 	}
@@ -451,9 +446,10 @@ config_load(const char *path, char *err, size_t errlen)
 		if (len == cap) {
 			if (cap >= MAX_FILE_BYTES) {
 				if (err != NULL && errlen > 0)
-					snprintf(err, errlen, "%s: larger "
-					    "than %d MiB", path,
-					    MAX_FILE_BYTES >> 20);
+					snprintf(err, errlen,
+					    "%s: larger "
+					    "than %d MiB",
+					    path, MAX_FILE_BYTES >> 20);
 				goto out;
 			}
 			cap = cap == 0 ? 8192 : cap * 2;
@@ -510,14 +506,14 @@ config_apply_env(struct config *c, char *err, size_t errlen)
 	if (listen != NULL && *listen == '\0')
 		return env_error(err, errlen, "RATELIMITD_LISTEN",
 		    "must not be empty");
-	if (listen != NULL && listen_addr_parse(listen, &la, uerr,
-	    sizeof(uerr)) == -1)
+	if (listen != NULL &&
+	    listen_addr_parse(listen, &la, uerr, sizeof(uerr)) == -1)
 		return env_error(err, errlen, "RATELIMITD_LISTEN", uerr);
 	if (url != NULL && *url == '\0')
 		return env_error(err, errlen, "RATELIMITD_REDIS_URL",
 		    "must not be empty");
-	if (url != NULL && !cfg_redis_url_is_valid(url, uerr, sizeof(uerr),
-	    &nomem))
+	if (url != NULL &&
+	    !cfg_redis_url_is_valid(url, uerr, sizeof(uerr), &nomem))
 		return env_error(err, errlen, "RATELIMITD_REDIS_URL", uerr);
 	if (level != NULL && log_level_parse(level, &lv) != 0)
 		return env_error(err, errlen, "RATELIMITD_LOG_LEVEL",

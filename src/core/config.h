@@ -1,5 +1,6 @@
 /*
- * config.h - the YAML rules file (docs/configuration.md) as an immutable snapshot.
+ * config.h - the YAML rules file (docs/configuration.md) as an immutable
+ * snapshot.
  *
  * config_load() parses and validates a whole file with libyaml and returns a
  * new struct config, or NULL with "FILE:LINE:COL: message" in err.  Nothing
@@ -28,73 +29,75 @@ enum rl_log_format { RL_LOG_LOGFMT, RL_LOG_JSON };
 
 /* redis.sentinel (docs/scale.md): set iff master != NULL. */
 struct sentinel_config {
-	char *master;		/* the name the sentinels monitor */
-	char **nodes;		/* "host:port" of the sentinels, nnodes >= 1 */
+	char *master; /* the name the sentinels monitor */
+	char **nodes; /* "host:port" of the sentinels, nnodes >= 1 */
 	size_t nnodes;
-	char *password_file;	/* NULL, or the sentinels' password */
+	char *password_file; /* NULL, or the sentinels' password */
 };
 
 struct redis_config {
-	char *url;		/* redis://[user:pass@]host:port[/db], unix:///p */
-	char **cluster;		/* "host:port" seed nodes; ncluster > 0 => cluster */
+	char *url;	/* redis://[user:pass@]host:port[/db], unix:///p */
+	char **cluster; /* "host:port" seed nodes; ncluster > 0 => cluster */
 	size_t ncluster;
 	struct sentinel_config sentinel;
-	int pool_size;		/* 1..1024, default 8 */
-	int64_t timeout_ms;	/* default 50 */
-	char *key_prefix;	/* default "rl:" */
-	char *password_file;	/* NULL or a file whose first line is the password */
+	int pool_size;	    /* 1..1024, default 8 */
+	int64_t timeout_ms; /* default 50 */
+	char *key_prefix;   /* default "rl:" */
+	char *
+	    password_file; /* NULL or a file whose first line is the password */
 };
 
 struct memory_config {
-	int64_t max_keys;	/* default 1000000; full => backend error */
+	int64_t max_keys; /* default 1000000; full => backend error */
 };
 
 /* One `stats:` entry (docs/stats.md).  rule holds its name, match, key and
  * window (window_ms); its limit, algorithm, cost and shadow are unused. */
 struct stat_def {
 	struct rule rule;
-	int64_t resolution_ms;	/* 1 .. window_ms; default window / 20 */
-	double accuracy;	/* relative_accuracy; default 0.01 */
+	int64_t resolution_ms; /* 1 .. window_ms; default window / 20 */
+	double accuracy;       /* relative_accuracy; default 0.01 */
 };
 
 struct config {
-	char *path;			/* the file it was loaded from */
+	char *path; /* the file it was loaded from */
 
-	char *listen;			/* default "127.0.0.1:8080" */
-	char *grpc_listen;		/* NULL (off), or as listen (docs/grpc.md) */
-	int threads;			/* 1..1024, default: online cores */
-	int64_t max_body_bytes;		/* default 16384 */
-	int64_t max_connections;	/* default 10000 (docs/security.md) */
-	int64_t idle_timeout_ms;	/* default 60000 */
-	int64_t request_timeout_ms;	/* default 10000 */
-	int max_header_bytes;		/* default 8192 */
-	int max_attributes;		/* default 64 */
-	char *user;			/* NULL, or drop to this user */
-	int listen_mode;		/* -1, or a unix socket's file mode */
-	int64_t shutdown_timeout_ms;	/* default 10000 */
-	int64_t max_wait_ms;		/* default 30000: wait_ms bound (docs/waiting.md) */
-	int64_t max_waiting;		/* default 10000: waiters at once */
-	enum log_level log_level;	/* default info */
-	enum rl_log_format log_format;	/* default logfmt */
-	bool access_log;		/* default false */
+	char *listen;		 /* default "127.0.0.1:8080" */
+	char *grpc_listen;	 /* NULL (off), or as listen (docs/grpc.md) */
+	int threads;		 /* 1..1024, default: online cores */
+	int64_t max_body_bytes;	 /* default 16384 */
+	int64_t max_connections; /* default 10000 (docs/security.md) */
+	int64_t idle_timeout_ms; /* default 60000 */
+	int64_t request_timeout_ms;  /* default 10000 */
+	int max_header_bytes;	     /* default 8192 */
+	int max_attributes;	     /* default 64 */
+	char *user;		     /* NULL, or drop to this user */
+	int listen_mode;	     /* -1, or a unix socket's file mode */
+	int64_t shutdown_timeout_ms; /* default 10000 */
+	int64_t
+	    max_wait_ms; /* default 30000: wait_ms bound (docs/waiting.md) */
+	int64_t max_waiting;	       /* default 10000: waiters at once */
+	enum log_level log_level;      /* default info */
+	enum rl_log_format log_format; /* default logfmt */
+	bool access_log;	       /* default false */
 
-	enum rl_backend_kind backend;	/* default memory */
+	enum rl_backend_kind backend; /* default memory */
 	struct redis_config redis;
 	struct memory_config memory;
-	bool backend_required;		/* default false */
-	enum rl_on_error on_backend_error;	/* default allow */
+	bool backend_required;		   /* default false */
+	enum rl_on_error on_backend_error; /* default allow */
 
-	int auth_deny_status;		/* default 429; 400..599 */
-	struct client_ip_policy auth_ip;	/* xff_trusted_hops 0,
-						 * client_ip auto,
-						 * ipv6_prefix 64 */
+	int auth_deny_status;		 /* default 429; 400..599 */
+	struct client_ip_policy auth_ip; /* xff_trusted_hops 0,
+					  * client_ip auto,
+					  * ipv6_prefix 64 */
 
-	struct rule *rules;		/* array of nrules, in file order */
+	struct rule *rules; /* array of nrules, in file order */
 	size_t nrules;
-	struct stat_def *stats;		/* array of nstats, in file order */
+	struct stat_def *stats; /* array of nstats, in file order */
 	size_t nstats;
 
-	int refs;			/* atomic; see config_ref() */
+	int refs; /* atomic; see config_ref() */
 };
 
 /* Load and validate path.  Returns a new config with one reference, or NULL
@@ -124,8 +127,7 @@ void config_unref(struct config *c);
  * how many.  Used by a reload to say what it did not apply.  Any thread.
  */
 size_t config_start_only_changes(const struct config *old,
-    const struct config *c, void (*fn)(const char *key, void *arg),
-    void *arg);
+    const struct config *c, void (*fn)(const char *key, void *arg), void *arg);
 
 /* Rule by name, or NULL.  Borrowed for the life of c. */
 const struct rule *config_find_rule(const struct config *c, const char *name);

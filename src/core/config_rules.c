@@ -21,7 +21,7 @@
 #include "core/rules.h"
 #include "base/util.h"
 
-#define MAX_LIMIT	1000000000
+#define MAX_LIMIT 1000000000
 
 /*
  * Attribute names (in match and in key templates) use the rule-name
@@ -44,7 +44,8 @@ check_attr_name(struct loader *ld, const char *what, yaml_node_t *at,
 	if (strncmp(name, "header.", 7) == 0) {
 		for (c = name; *c != '\0'; c++) {
 			if (*c >= 'A' && *c <= 'Z') {
-				cfg_errf(ld, at, "%s: attribute %s is never "
+				cfg_errf(ld, at,
+				    "%s: attribute %s is never "
 				    "present: header names are lower-case",
 				    what, cfg_quote(q, name));
 				return -1;
@@ -64,8 +65,10 @@ cfg_parse_rule_name(struct loader *ld, const char *what, yaml_node_t *v,
 	if ((s = cfg_scalar(ld, what, v, "a string")) == NULL)
 		return -1;
 	if (!rule_name_is_valid(s)) {
-		cfg_errf(ld, v, "bad rule name %s: use letters, digits, '_', "
-		    "'.' and '-'", cfg_quote(q, s));
+		cfg_errf(ld, v,
+		    "bad rule name %s: use letters, digits, '_', "
+		    "'.' and '-'",
+		    cfg_quote(q, s));
 		return -1;
 	}
 	if (strlen(s) > RL_MAX_NAME_BYTES) {
@@ -97,8 +100,8 @@ cfg_parse_match(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 		return 0;
 	if ((r->match = rl_calloc(n, sizeof(*r->match))) == NULL)
 		return cfg_oom(ld);
-	for (p = v->data.mapping.pairs.start;
-	    p < v->data.mapping.pairs.top; p++) {
+	for (p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top;
+	     p++) {
 		yaml_node_t *k = yaml_document_get_node(ld->doc, p->key);
 		yaml_node_t *pv = yaml_document_get_node(ld->doc, p->value);
 		struct rule_match m = { 0 };
@@ -146,8 +149,10 @@ cfg_parse_key(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 	if ((s = cfg_scalar(ld, what, v, "a string")) == NULL)
 		return -1;
 	if (*s == '\0') {
-		cfg_errf(ld, v, "%s: must not be empty (leave it out for one "
-		    "counter per rule)", what);
+		cfg_errf(ld, v,
+		    "%s: must not be empty (leave it out for one "
+		    "counter per rule)",
+		    what);
 		return -1;
 	}
 	if ((t = rl_calloc(1, sizeof(*t))) == NULL)
@@ -156,10 +161,10 @@ cfg_parse_key(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 		rl_free(t);
 		if (strcmp(terr, "out of memory") == 0)
 			return cfg_oom(ld);
-		cfg_errf(ld, v, "%s", terr);	/* 'key template "${": ...' */
+		cfg_errf(ld, v, "%s", terr); /* 'key template "${": ...' */
 		return -1;
 	}
-	*out = t;	/* the rule owns it from here */
+	*out = t; /* the rule owns it from here */
 	for (i = 0; i < t->nparts; i++) {
 		const struct template_part *tp = &t->parts[i];
 
@@ -173,8 +178,7 @@ cfg_parse_key(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 }
 
 static int
-parse_algorithm(struct loader *ld, const char *what, yaml_node_t *v,
-    void *dst)
+parse_algorithm(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 {
 	static const char expect[] =
 	    "sliding_log, sliding_window, fixed_window, token_bucket or "
@@ -190,8 +194,16 @@ parse_algorithm(struct loader *ld, const char *what, yaml_node_t *v,
 	return 0;
 }
 
-enum { RF_NAME, RF_MATCH, RF_KEY, RF_LIMIT, RF_WINDOW, RF_ALGORITHM,
-    RF_COST, RF_SHADOW };
+enum {
+	RF_NAME,
+	RF_MATCH,
+	RF_KEY,
+	RF_LIMIT,
+	RF_WINDOW,
+	RF_ALGORITHM,
+	RF_COST,
+	RF_SHADOW
+};
 
 #define RU(f) offsetof(struct rule, f)
 /* clang-format off */
@@ -218,9 +230,8 @@ static const struct field rule_fields[] = {
 
 _Static_assert(NELEM(rule_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
 
-static const struct schema rule_schema = {
-	"rule", "", rule_fields, NELEM(rule_fields)
-};
+static const struct schema rule_schema = { "rule", "", rule_fields,
+	NELEM(rule_fields) };
 
 /* Parse rules[r->index] from node v into r, checking it against the rules
  * before it. */
@@ -252,17 +263,23 @@ parse_rule(struct loader *ld, yaml_node_t *v, const struct config *c,
 		return -1;
 	}
 	if (r->cost > r->limit) {
-		cfg_errf(ld, seen[RF_COST], "cost: %" PRId64 " is larger than "
-		    "limit %" PRId64, r->cost, r->limit);
+		cfg_errf(ld, seen[RF_COST],
+		    "cost: %" PRId64
+		    " is larger than "
+		    "limit %" PRId64,
+		    r->cost, r->limit);
 		return -1;
 	}
 	/* GCRA spaces units window/limit apart on a microsecond clock: a
 	 * smaller step would round to 0 and admit without bound. */
 	if (r->algorithm == RL_ALG_TOKEN_BUCKET &&
 	    r->limit > r->window_ms * 1000) {
-		cfg_errf(ld, seen[RF_LIMIT], "limit: token_bucket needs at "
-		    "least 1us of window per unit (limit <= %" PRId64 " for "
-		    "this window)", r->window_ms * 1000);
+		cfg_errf(ld, seen[RF_LIMIT],
+		    "limit: token_bucket needs at "
+		    "least 1us of window per unit (limit <= %" PRId64
+		    " for "
+		    "this window)",
+		    r->window_ms * 1000);
 		return -1;
 	}
 	for (i = 0; i < r->index; i++) {
@@ -273,8 +290,10 @@ parse_rule(struct loader *ld, yaml_node_t *v, const struct config *c,
 		}
 	}
 	if (config_find_stat(c, r->name) != NULL) {
-		cfg_errf(ld, seen[RF_NAME], "rule name %s is the name of a "
-		    "stat", cfg_quote(q, r->name));
+		cfg_errf(ld, seen[RF_NAME],
+		    "rule name %s is the name of a "
+		    "stat",
+		    cfg_quote(q, r->name));
 		return -1;
 	}
 	return 0;
@@ -294,21 +313,20 @@ cfg_parse_rules(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 		cfg_errf(ld, v, "%s: expected a sequence of rules", what);
 		return -1;
 	}
-	n = (size_t)(v->data.sequence.items.top -
-	    v->data.sequence.items.start);
+	n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
 	if (n == 0)
 		return 0;
 	if ((c->rules = rl_calloc(n, sizeof(*c->rules))) == NULL)
 		return cfg_oom(ld);
-	for (it = v->data.sequence.items.start;
-	    it < v->data.sequence.items.top; it++) {
+	for (it = v->data.sequence.items.start; it < v->data.sequence.items.top;
+	     it++) {
 		struct rule *r = &c->rules[c->nrules];
 
 		/* Counted before parsing, so that a half-built rule is freed
 		 * with the config (rule_free_contents takes zeroed fields). */
 		r->index = c->nrules++;
 		if (parse_rule(ld, yaml_document_get_node(ld->doc, *it), c,
-		    r) != 0)
+			r) != 0)
 			return -1;
 	}
 	return 0;

@@ -15,7 +15,7 @@
 
 struct config_slot {
 	pthread_mutex_t lock;
-	struct config *cfg;	/* one reference, held by the slot */
+	struct config *cfg; /* one reference, held by the slot */
 };
 
 /* Start with cfg (takes one reference). */

@@ -20,8 +20,7 @@
 /* relative_accuracy: a number in [SKETCH_MIN_ACCURACY, SKETCH_MAX_ACCURACY].
  * dst: a double. */
 static int
-parse_accuracy(struct loader *ld, const char *what, yaml_node_t *v,
-    void *dst)
+parse_accuracy(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 {
 	const char *s;
 	char *end;
@@ -64,9 +63,8 @@ static const struct field stat_fields[] = {
 
 _Static_assert(NELEM(stat_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
 
-static const struct schema stat_schema = {
-	"stat", "", stat_fields, NELEM(stat_fields)
-};
+static const struct schema stat_schema = { "stat", "", stat_fields,
+	NELEM(stat_fields) };
 
 /* Parse stats[index] from node v into sd, checking it against the stats
  * before it and the rules. */
@@ -97,12 +95,14 @@ parse_stat(struct loader *ld, yaml_node_t *v, const struct config *c,
 	}
 	if (seen[SF_RESOLUTION] == NULL)
 		sd->resolution_ms = sd->rule.window_ms / 20 > 0 ?
-		    sd->rule.window_ms / 20 : 1;
-	if (stats_window_params_set(&wp, sd->rule.window_ms,
-	    sd->resolution_ms, sd->accuracy, werr, sizeof(werr)) != 0) {
-		cfg_errf(ld, seen[SF_RESOLUTION] != NULL ? seen[SF_RESOLUTION] :
-		    seen[SF_WINDOW], "stat %s: %s", cfg_quote(q, sd->rule.name),
-		    werr);
+		    sd->rule.window_ms / 20 :
+		    1;
+	if (stats_window_params_set(&wp, sd->rule.window_ms, sd->resolution_ms,
+		sd->accuracy, werr, sizeof(werr)) != 0) {
+		cfg_errf(ld,
+		    seen[SF_RESOLUTION] != NULL ? seen[SF_RESOLUTION] :
+						  seen[SF_WINDOW],
+		    "stat %s: %s", cfg_quote(q, sd->rule.name), werr);
 		return -1;
 	}
 	for (i = 0; i < index; i++) {
@@ -113,8 +113,10 @@ parse_stat(struct loader *ld, yaml_node_t *v, const struct config *c,
 		}
 	}
 	if (config_find_rule(c, sd->rule.name) != NULL) {
-		cfg_errf(ld, seen[SF_NAME], "stat name %s is the name of a "
-		    "rule", cfg_quote(q, sd->rule.name));
+		cfg_errf(ld, seen[SF_NAME],
+		    "stat name %s is the name of a "
+		    "rule",
+		    cfg_quote(q, sd->rule.name));
 		return -1;
 	}
 	return 0;
@@ -134,21 +136,20 @@ cfg_parse_stats(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 		cfg_errf(ld, v, "%s: expected a sequence of stats", what);
 		return -1;
 	}
-	n = (size_t)(v->data.sequence.items.top -
-	    v->data.sequence.items.start);
+	n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
 	if (n == 0)
 		return 0;
 	if ((c->stats = rl_calloc(n, sizeof(*c->stats))) == NULL)
 		return cfg_oom(ld);
-	for (it = v->data.sequence.items.start;
-	    it < v->data.sequence.items.top; it++) {
+	for (it = v->data.sequence.items.start; it < v->data.sequence.items.top;
+	     it++) {
 		struct stat_def *sd = &c->stats[c->nstats];
 
 		/* Counted first, so that a half-built stat is freed with the
 		 * config. */
 		c->nstats++;
-		if (parse_stat(ld, yaml_document_get_node(ld->doc, *it), c,
-		    sd, c->nstats - 1) != 0)
+		if (parse_stat(ld, yaml_document_get_node(ld->doc, *it), c, sd,
+			c->nstats - 1) != 0)
 			return -1;
 	}
 	return 0;

@@ -19,8 +19,7 @@
 /* redis.cluster, redis.sentinel.nodes: a sequence of "host:port".  dst:
  * the string_list. */
 static int
-parse_hostports(struct loader *ld, const char *what, yaml_node_t *v,
-    void *dst)
+parse_hostports(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 {
 	static const char expect[] = "a sequence of \"host:port\" strings";
 	struct string_list *l = dst;
@@ -33,14 +32,13 @@ parse_hostports(struct loader *ld, const char *what, yaml_node_t *v,
 		cfg_errf(ld, v, "%s: expected %s", what, expect);
 		return -1;
 	}
-	n = (size_t)(v->data.sequence.items.top -
-	    v->data.sequence.items.start);
+	n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
 	if (n == 0)
 		return 0;
 	if ((l->v = rl_calloc(n, sizeof(*l->v))) == NULL)
 		return cfg_oom(ld);
-	for (it = v->data.sequence.items.start;
-	    it < v->data.sequence.items.top; it++) {
+	for (it = v->data.sequence.items.start; it < v->data.sequence.items.top;
+	     it++) {
 		yaml_node_t *e = yaml_document_get_node(ld->doc, *it);
 		char q[QUOTE_MAX];
 		const char *s, *colon;
@@ -50,8 +48,8 @@ parse_hostports(struct loader *ld, const char *what, yaml_node_t *v,
 			return -1;
 		colon = strrchr(s, ':');
 		if (colon == NULL || colon == s ||
-		    util_parse_int64(colon + 1, &port) != 0 ||
-		    port < 1 || port > 65535) {
+		    util_parse_int64(colon + 1, &port) != 0 || port < 1 ||
+		    port > 65535) {
 			cfg_errf(ld, e, "%s: expected \"host:port\", got %s",
 			    what, cfg_quote(q, s));
 			return -1;
@@ -68,8 +66,7 @@ parse_hostports(struct loader *ld, const char *what, yaml_node_t *v,
  * reason in err, or "out of memory" when oom is set.
  */
 bool
-cfg_redis_url_is_valid(const char *url, char *err, size_t errlen,
-    bool *oom_out)
+cfg_redis_url_is_valid(const char *url, char *err, size_t errlen, bool *oom_out)
 {
 	struct redis_url u;
 
@@ -85,8 +82,7 @@ cfg_redis_url_is_valid(const char *url, char *err, size_t errlen,
 /* redis.url, checked now so that --check catches a bad address.  dst: the
  * char *url.  Messages never show a password (redis_url_parse redacts). */
 static int
-parse_redis_url(struct loader *ld, const char *what, yaml_node_t *v,
-    void *dst)
+parse_redis_url(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 {
 	char uerr[256];
 	const char *s;
@@ -116,16 +112,13 @@ static const struct field sentinel_fields[] = {
 /* clang-format on */
 #undef SO
 
-static const struct schema sentinel_schema = {
-	"redis.sentinel", "redis.sentinel.", sentinel_fields,
-	NELEM(sentinel_fields)
-};
+static const struct schema sentinel_schema = { "redis.sentinel",
+	"redis.sentinel.", sentinel_fields, NELEM(sentinel_fields) };
 
 /* redis.sentinel: master and at least one node.  dst: the
  * struct sentinel_config. */
 static int
-parse_sentinel(struct loader *ld, const char *what, yaml_node_t *v,
-    void *dst)
+parse_sentinel(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 {
 	struct sentinel_config *sc = dst;
 
@@ -168,18 +161,15 @@ static const struct field memory_fields[] = {
 };
 /* clang-format on */
 
-const struct schema cfg_redis_schema = {
-	"redis", "redis.", redis_fields, NELEM(redis_fields)
-};
-const struct schema cfg_memory_schema = {
-	"memory", "memory.", memory_fields, NELEM(memory_fields)
-};
+const struct schema cfg_redis_schema = { "redis", "redis.", redis_fields,
+	NELEM(redis_fields) };
+const struct schema cfg_memory_schema = { "memory", "memory.", memory_fields,
+	NELEM(memory_fields) };
 
 _Static_assert(NELEM(redis_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
 
 int
-cfg_parse_redis(struct loader *ld, const char *what, yaml_node_t *v,
-    void *dst)
+cfg_parse_redis(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 {
 	struct redis_config *rc = dst;
 	struct redis_url u;
@@ -188,8 +178,10 @@ cfg_parse_redis(struct loader *ld, const char *what, yaml_node_t *v,
 	if (cfg_walk_mapping(ld, what, v, &cfg_redis_schema, dst, NULL) == -1)
 		return -1;
 	if (rc->ncluster > 0 && rc->sentinel.master != NULL) {
-		cfg_errf(ld, v, "%s: set redis.cluster or redis.sentinel, not "
-		    "both", what);
+		cfg_errf(ld, v,
+		    "%s: set redis.cluster or redis.sentinel, not "
+		    "both",
+		    what);
 		return -1;
 	}
 	if (rc->ncluster > 0 && rc->url != NULL &&
@@ -198,7 +190,8 @@ cfg_parse_redis(struct loader *ld, const char *what, yaml_node_t *v,
 
 		redis_url_free(&u);
 		if (bad) {
-			cfg_errf(ld, v, "%s: Redis Cluster has only db 0 and "
+			cfg_errf(ld, v,
+			    "%s: Redis Cluster has only db 0 and "
 			    "TCP nodes; redis.url may give credentials only",
 			    what);
 			return -1;
@@ -208,8 +201,7 @@ cfg_parse_redis(struct loader *ld, const char *what, yaml_node_t *v,
 }
 
 int
-cfg_parse_memory(struct loader *ld, const char *what, yaml_node_t *v,
-    void *dst)
+cfg_parse_memory(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 {
 	return cfg_walk_mapping(ld, what, v, &cfg_memory_schema, dst, NULL);
 }

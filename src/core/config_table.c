@@ -21,15 +21,14 @@
 
 /* --- messages ---------------------------------------------------------- */
 
-static void seterr(struct loader *ld, size_t line, size_t col,
-    const char *fmt, va_list ap) __attribute__((format(printf, 4, 0)));
-static void errat(struct loader *ld, yaml_mark_t mark,
-    const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void seterr(struct loader *ld, size_t line, size_t col, const char *fmt,
+    va_list ap) __attribute__((format(printf, 4, 0)));
+static void errat(struct loader *ld, yaml_mark_t mark, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Write "NAME:LINE:COL: message" (1-based; line 0 means no position). */
 static void
-seterr(struct loader *ld, size_t line, size_t col, const char *fmt,
-    va_list ap)
+seterr(struct loader *ld, size_t line, size_t col, const char *fmt, va_list ap)
 {
 	int n;
 
@@ -95,7 +94,7 @@ cfg_quote(char buf[QUOTE_MAX], const char *s)
 			n = (size_t)snprintf(esc, sizeof(esc), "\\x%02x", ch);
 		else
 			n = (size_t)snprintf(esc, sizeof(esc), "%c", ch);
-		if (o + n + 5 > QUOTE_MAX) {	/* room for `..."` and NUL */
+		if (o + n + 5 > QUOTE_MAX) { /* room for `..."` and NUL */
 			memcpy(buf + o, "...", 3);
 			o += 3;
 			break;
@@ -116,8 +115,11 @@ duration_text(char *buf, size_t size, int64_t ms)
 		const char *unit;
 		int64_t ms;
 	} units[] = {
-		{ "d", DAY_MS }, { "h", 3600000 }, { "m", 60000 },
-		{ "s", 1000 }, { "ms", 1 },
+		{ "d", DAY_MS },
+		{ "h", 3600000 },
+		{ "m", 60000 },
+		{ "s", 1000 },
+		{ "ms", 1 },
 	};
 	size_t i;
 
@@ -213,7 +215,7 @@ cfg_key_name(struct loader *ld, yaml_node_t *k, const char *where)
 {
 	if (k->type != YAML_SCALAR_NODE || cfg_is_null(k) ||
 	    strlen((const char *)k->data.scalar.value) !=
-	    k->data.scalar.length) {
+		k->data.scalar.length) {
 		cfg_errf(ld, k, "expected a key name%s%s", where ? " in " : "",
 		    where ? where : "");
 		return NULL;
@@ -250,11 +252,11 @@ parse_int(struct loader *ld, const char *what, yaml_node_t *v, int64_t min,
 	int64_t n;
 
 	if (max == INT64_MAX)
-		snprintf(expect, sizeof(expect), "an integer of at least %"
-		    PRId64, min);
+		snprintf(expect, sizeof(expect),
+		    "an integer of at least %" PRId64, min);
 	else
-		snprintf(expect, sizeof(expect), "an integer from %" PRId64
-		    " to %" PRId64, min, max);
+		snprintf(expect, sizeof(expect),
+		    "an integer from %" PRId64 " to %" PRId64, min, max);
 	if ((s = cfg_scalar(ld, what, v, expect)) == NULL)
 		return -1;
 	if (util_parse_int64(s, &n) != 0 || n < min || n > max) {
@@ -266,8 +268,8 @@ parse_int(struct loader *ld, const char *what, yaml_node_t *v, int64_t min,
 }
 
 static int
-parse_duration(struct loader *ld, const char *what, yaml_node_t *v,
-    int64_t min, int64_t max, int64_t *out)
+parse_duration(struct loader *ld, const char *what, yaml_node_t *v, int64_t min,
+    int64_t max, int64_t *out)
 {
 	static const char expect[] =
 	    "a duration such as 250ms, 10s, 1m, 1h or 1d";
@@ -278,8 +280,10 @@ parse_duration(struct loader *ld, const char *what, yaml_node_t *v,
 	if ((s = cfg_scalar(ld, what, v, expect)) == NULL)
 		return -1;
 	if (util_parse_int64(s, &n) == 0) {
-		cfg_errf(ld, v, "%s: %s has no unit; add one of ms, s, m, h or "
-		    "d (e.g. %ss)", what, cfg_quote(q, s), s);
+		cfg_errf(ld, v,
+		    "%s: %s has no unit; add one of ms, s, m, h or "
+		    "d (e.g. %ss)",
+		    what, cfg_quote(q, s), s);
 		return -1;
 	}
 	if (util_parse_duration_ms(s, &n) != 0) {
@@ -290,8 +294,10 @@ parse_duration(struct loader *ld, const char *what, yaml_node_t *v,
 		duration_text(lo, sizeof(lo), min);
 		duration_text(hi, sizeof(hi), max);
 		if (max == INT64_MAX)
-			cfg_errf(ld, v, "%s: expected a duration of at least "
-			    "%s", what, lo);
+			cfg_errf(ld, v,
+			    "%s: expected a duration of at least "
+			    "%s",
+			    what, lo);
 		else
 			cfg_errf(ld, v, "%s: expected a duration from %s to %s",
 			    what, lo, hi);
@@ -349,8 +355,8 @@ parse_field(struct loader *ld, const struct field *f, const char *path,
 	switch (f->type) {
 	case F_STRING:
 	case F_STRING0:
-		if (cfg_parse_string(ld, path, v, f->type == F_STRING0,
-		    dst) != 0)
+		if (cfg_parse_string(ld, path, v, f->type == F_STRING0, dst) !=
+		    0)
 			return -1;
 		break;
 	case F_INT:
@@ -400,8 +406,8 @@ cfg_walk_mapping(struct loader *ld, const char *what, yaml_node_t *map,
 		cfg_errf(ld, map, "%s: expected a mapping", what);
 		return -1;
 	}
-	for (p = map->data.mapping.pairs.start;
-	    p < map->data.mapping.pairs.top; p++) {
+	for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+	     p++) {
 		yaml_node_t *k = yaml_document_get_node(ld->doc, p->key);
 		yaml_node_t *v = yaml_document_get_node(ld->doc, p->value);
 		const struct field *f = NULL;
@@ -462,7 +468,7 @@ field_differs(const struct field *f, const char *a, const char *b)
 	switch (f->type) {
 	case F_STRING:
 	case F_STRING0:
-	case F_CUSTOM:		/* custom strings (redis.url) */
+	case F_CUSTOM: /* custom strings (redis.url) */
 		x = *(const char *const *)x;
 		y = *(const char *const *)y;
 		if (x == NULL || y == NULL)
@@ -490,10 +496,9 @@ cfg_start_changes(const struct schema *s, const char *a, const char *b,
 		const struct field *f = &s->fields[i];
 
 		if (f->sub != NULL)
-			n += cfg_start_changes(f->sub, a + f->off,
-			    b + f->off, fn, arg);
-		else if ((f->flags & F_START_ONLY) &&
-		    field_differs(f, a, b)) {
+			n += cfg_start_changes(f->sub, a + f->off, b + f->off,
+			    fn, arg);
+		else if ((f->flags & F_START_ONLY) && field_differs(f, a, b)) {
 			snprintf(path, sizeof(path), "%s%s",
 			    s->prefix != NULL ? s->prefix : "", f->name);
 			fn(path, arg);

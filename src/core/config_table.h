@@ -26,16 +26,16 @@
 
 #include <yaml.h>
 
-#define MAX_FIELDS	32		/* keys in the largest schema */
-#define QUOTE_MAX	72		/* user text quoted in a message */
-#define DAY_MS		INT64_C(86400000)
+#define MAX_FIELDS 32 /* keys in the largest schema */
+#define QUOTE_MAX  72 /* user text quoted in a message */
+#define DAY_MS	   INT64_C(86400000)
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
 /* State of one load, threaded through every parsing function. */
 struct loader {
-	const char *name;	/* FILE in messages */
-	const char *text;	/* the YAML text, to place reader errors */
+	const char *name; /* FILE in messages */
+	const char *text; /* the YAML text, to place reader errors */
 	size_t len;
 	yaml_document_t *doc;
 	char *err;
@@ -51,19 +51,19 @@ typedef int (*field_parse_fn)(struct loader *ld, const char *what,
     yaml_node_t *v, void *dst);
 
 enum field_type {
-	F_STRING,	/* char *, non-empty */
-	F_STRING0,	/* char *, may be empty */
-	F_INT,		/* int within [min, max] */
-	F_INT64,	/* int64_t within [min, max] */
-	F_DURATION,	/* int64_t milliseconds within [min, max] */
-	F_BOOL,		/* bool: true | false */
-	F_CUSTOM	/* parse(); compound fields get the whole object */
+	F_STRING,   /* char *, non-empty */
+	F_STRING0,  /* char *, may be empty */
+	F_INT,	    /* int within [min, max] */
+	F_INT64,    /* int64_t within [min, max] */
+	F_DURATION, /* int64_t milliseconds within [min, max] */
+	F_BOOL,	    /* bool: true | false */
+	F_CUSTOM    /* parse(); compound fields get the whole object */
 };
 
 /* Flags of a key (struct field.flags). */
-#define F_START_ONLY	0x1	/* applies at the next start, not on reload */
-#define F_CMP_ENUM	0x2	/* F_CUSTOM holding an enum (compared as int) */
-#define F_CMP_LIST	0x4	/* F_CUSTOM at a `char **v; size_t n;` pair */
+#define F_START_ONLY 0x1 /* applies at the next start, not on reload */
+#define F_CMP_ENUM   0x2 /* F_CUSTOM holding an enum (compared as int) */
+#define F_CMP_LIST   0x4 /* F_CUSTOM at a `char **v; size_t n;` pair */
 
 struct schema;
 
@@ -73,14 +73,14 @@ struct field {
 	size_t off;
 	int64_t min, max;
 	field_parse_fn parse;
-	unsigned flags;			/* F_START_ONLY, F_CMP_* */
-	const struct schema *sub;	/* a section: its own keys at off */
+	unsigned flags;		  /* F_START_ONLY, F_CMP_* */
+	const struct schema *sub; /* a section: its own keys at off */
 };
 
 /* The keys one mapping may hold. */
 struct schema {
-	const char *where;	/* "redis": 'unknown key "x" in redis' */
-	const char *prefix;	/* "redis.": 'redis.timeout: ...' */
+	const char *where;  /* "redis": 'unknown key "x" in redis' */
+	const char *prefix; /* "redis.": 'redis.timeout: ...' */
 	const struct field *fields;
 	size_t nfields;
 };
@@ -127,8 +127,7 @@ const char *cfg_scalar(struct loader *ld, const char *what, yaml_node_t *v,
 
 /* The text of mapping key k, or NULL after an error naming `where` (as in
  * struct schema; may be NULL).  Borrowed from the document. */
-const char *cfg_key_name(struct loader *ld, yaml_node_t *k,
-    const char *where);
+const char *cfg_key_name(struct loader *ld, yaml_node_t *k, const char *where);
 
 /* A copy of string v in *dst (freeing what *dst held), empty only if
  * empty_ok.  Returns 0, or -1 with the error set (*dst unchanged). */
@@ -160,7 +159,7 @@ int cfg_walk_mapping(struct loader *ld, const char *what, yaml_node_t *map,
  * F_START_ONLY whose value differs between the structs at a and b, call
  * fn("PREFIXKEY", arg).  Returns how many.
  */
-size_t cfg_start_changes(const struct schema *s, const char *a,
-    const char *b, void (*fn)(const char *key, void *arg), void *arg);
+size_t cfg_start_changes(const struct schema *s, const char *a, const char *b,
+    void (*fn)(const char *key, void *arg), void *arg);
 
 #endif

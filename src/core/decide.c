@@ -5,8 +5,8 @@
  * applying rule's key renders within RL_MAX_KEY_BYTES and its cost fits its
  * limit.  Only then is the backend called, once, with every applying rule,
  * so a bad request never touches the store and a good one is evaluated
- * all-or-nothing.  The failure policy (docs/operations.md) is applied here, the same
- * for every backend.
+ * all-or-nothing.  The failure policy (docs/operations.md) is applied here, the
+ * same for every backend.
  *
  * A job holds what the store call borrows (checks, results, keys) from
  * prepare to completion: one allocation, with room for DECIDE_STACK_RULES
@@ -34,11 +34,11 @@
 
 struct applying {
 	const struct rule *rule;
-	size_t keyoff;		/* the key's offset in the key arena */
+	size_t keyoff; /* the key's offset in the key arena */
 	size_t keylen;
-	uint64_t groups;	/* bit g: group g's (with req->groups) */
-	size_t tokoff;		/* concurrency: its lease token's offset in
-				 * the key arena; else SIZE_MAX */
+	uint64_t groups; /* bit g: group g's (with req->groups) */
+	size_t tokoff;	 /* concurrency: its lease token's offset in
+			  * the key arena; else SIZE_MAX */
 };
 
 struct decide_job {
@@ -48,13 +48,13 @@ struct decide_job {
 	decide_done_fn done;
 	void *arg;
 	struct backend_call call;
-	bool on_local;		/* the call went to the local store */
-	bool leases;		/* req->leases */
-	int64_t req_start_us;	/* req->start_us */
-	int64_t req_deadline_us;	/* req->deadline_us */
-	int64_t submit_us;	/* monotonic: when the store was asked */
-	int64_t wait_us;	/* docs/waiting.md; 0: no waiting */
-	struct decide_group_result *group_out;	/* ngroups, or NULL */
+	bool on_local;		 /* the call went to the local store */
+	bool leases;		 /* req->leases */
+	int64_t req_start_us;	 /* req->start_us */
+	int64_t req_deadline_us; /* req->deadline_us */
+	int64_t submit_us;	 /* monotonic: when the store was asked */
+	int64_t wait_us;	 /* docs/waiting.md; 0: no waiting */
+	struct decide_group_result *group_out; /* ngroups, or NULL */
 	size_t ngroups;
 	size_t n;
 	struct applying *ap;
@@ -173,12 +173,15 @@ pick_groups(const struct decide_job *job)
 			if (!(job->ap[i].groups & ((uint64_t)1 << g)))
 				continue;
 			if (!job->res[i].allowed && !job->checks[i].shadow) {
-				if (!denied || job->res[i].retry_after_ms >
-				    job->res[best].retry_after_ms)
+				if (!denied ||
+				    job->res[i].retry_after_ms >
+					job->res[best].retry_after_ms)
 					best = i;
 				denied = true;
-			} else if (!denied && (!found ||
-			    job->res[i].remaining < job->res[best].remaining))
+			} else if (!denied &&
+			    (!found ||
+				job->res[i].remaining <
+				    job->res[best].remaining))
 				best = i;
 			found = true;
 		}
@@ -204,7 +207,8 @@ allow_groups(const struct decide_job *job)
 
 	for (g = 0; g < job->ngroups; g++)
 		job->group_out[g] = (struct decide_group_result){
-			.allowed = true };
+			.allowed = true
+		};
 }
 
 static void
@@ -269,7 +273,7 @@ deny_cached(const struct decider *d, struct decide_job *job)
 		if (c->shadow || c->cost == 0 ||
 		    c->algorithm == RL_ALG_CONCURRENCY ||
 		    !deny_cache_get(d->deny, c->key, c->keylen, c->cost, now,
-		    &t))
+			&t))
 			continue;
 		if (!hit || t.until_us > best_t.until_us) {
 			best = i;
@@ -312,8 +316,7 @@ deny_learn(const struct decider *d, const struct decide_job *job)
 
 		/* A concurrency key may free at once (a release). */
 		if (c->shadow || c->cost == 0 || r->allowed ||
-		    c->algorithm == RL_ALG_CONCURRENCY ||
-		    r->retry_after_ms < 2)
+		    c->algorithm == RL_ALG_CONCURRENCY || r->retry_after_ms < 2)
 			continue;
 		t.until_us = sent + (r->retry_after_ms - 1) * 1000;
 		t.reset_us = sent + (r->reset_ms - 1) * 1000;
@@ -446,13 +449,13 @@ job_call_done(struct backend_call *call)
 
 	if (d->on_backend != NULL)
 		d->on_backend(b->name, util_monotonic_us() - job->submit_us,
-		    call->rc == 0 ? BACKEND_ERR_NONE : call->kind,
-		    d->hook_arg);
+		    call->rc == 0 ? BACKEND_ERR_NONE : call->kind, d->hook_arg);
 	if (call->rc == 0) {
 		pick_deciding(job->ap, job->checks, job->res, job->n,
 		    call->all_allowed, out);
 		out->waited_ms = call->all_allowed && call->waited_us > 0 ?
-		    util_ceil_div(call->waited_us, 1000) : 0;
+		    util_ceil_div(call->waited_us, 1000) :
+		    0;
 		pick_groups(job);
 		out->degraded = job->on_local;
 		if (call->all_allowed && !job->on_local)
@@ -460,8 +463,8 @@ job_call_done(struct backend_call *call)
 		if (!call->all_allowed && !job->on_local && job->wait_us > 0)
 			lease_wait_check(job);
 		report(d, job->ap, job->checks, job->res, job->n,
-		    call->all_allowed, job->on_local ? DECIDE_RULE_DEGRADED :
-		    DECIDE_RULE_ALLOWED);
+		    call->all_allowed,
+		    job->on_local ? DECIDE_RULE_DEGRADED : DECIDE_RULE_ALLOWED);
 		if (!call->all_allowed && !job->on_local && d->deny != NULL &&
 		    !b->completes_inline)
 			deny_learn(d, job);
@@ -476,9 +479,10 @@ job_call_done(struct backend_call *call)
 			    DECIDE_RULE_ERROR);
 			/* The kind only: the store's own text (its replies,
 			 * addresses) goes to the log, not to clients. */
-			fail(out, DECIDE_BACKEND_UNAVAILABLE, "the %s store "
-			    "failed (%s)", b->name,
-			    backend_error_kind_name(call->kind));
+			fail(out, DECIDE_BACKEND_UNAVAILABLE,
+			    "the %s store "
+			    "failed (%s)",
+			    b->name, backend_error_kind_name(call->kind));
 			job_finish(job);
 			return;
 		case RL_ON_ERROR_LOCAL:
@@ -525,7 +529,7 @@ collect(struct decide_job *job, const struct config *cfg,
 		if (forced == NULL && !rule_matches(r, attrs))
 			continue;
 		if (r->algorithm == RL_ALG_CONCURRENCY && !job->leases)
-			continue;	/* no client to release it */
+			continue; /* no client to release it */
 		if (r->algorithm == RL_ALG_CONCURRENCY)
 			need += LEASE_TOKEN_LEN + 1;
 		if ((na = rl_realloc(job->arena, off + need)) == NULL)
@@ -541,7 +545,7 @@ collect(struct decide_job *job, const struct config *cfg,
 		for (j = 0; j < n; j++)
 			if (job->ap[j].rule == r && job->ap[j].keylen == len &&
 			    memcmp(job->arena + job->ap[j].keyoff,
-			    job->arena + off, len) == 0)
+				job->arena + off, len) == 0)
 				break;
 		if (j < n)
 			cost += job->checks[j].cost;
@@ -555,14 +559,17 @@ collect(struct decide_job *job, const struct config *cfg,
 			continue;
 		}
 		job->ap[n].rule = r;
-		job->ap[n].keyoff = off;	/* the arena may still move */
+		job->ap[n].keyoff = off; /* the arena may still move */
 		job->ap[n].keylen = len;
 		job->ap[n].groups = bit;
 		job->ap[n].tokoff = SIZE_MAX;
 		job->checks[n] = (struct rl_check){
-			.algorithm = r->algorithm, .limit = r->limit,
-			.window_ms = r->window_ms, .cost = cost,
-			.shadow = r->shadow, .keylen = len,
+			.algorithm = r->algorithm,
+			.limit = r->limit,
+			.window_ms = r->window_ms,
+			.cost = cost,
+			.shadow = r->shadow,
+			.keylen = len,
 		};
 		off += len + 1;
 		if (r->algorithm == RL_ALG_CONCURRENCY) {
@@ -595,14 +602,19 @@ decide_prepare(const struct decider *d, const struct config *cfg,
 	ngroups = req->ngroups;
 	for (g = 0; g < ngroups; g++)
 		req->group_out[g] = (struct decide_group_result){
-			.allowed = true };
+			.allowed = true
+		};
 	if (ngroups > DECIDE_MAX_GROUPS)
-		return fail(out, DECIDE_INTERNAL, "more than %d attribute "
-		    "sets in one request", DECIDE_MAX_GROUPS), 0;
+		return fail(out, DECIDE_INTERNAL,
+			   "more than %d attribute "
+			   "sets in one request",
+			   DECIDE_MAX_GROUPS),
+		       0;
 	if (ngroups == 0 && req->rule != NULL) {
 		if ((forced = config_find_rule(cfg, req->rule)) == NULL)
 			return fail(out, DECIDE_UNKNOWN_RULE,
-			    "no rule named \"%s\"", req->rule), 0;
+				   "no rule named \"%s\"", req->rule),
+			       0;
 		nrules = 1;
 	} else
 		nrules = cfg->nrules;
@@ -624,7 +636,7 @@ decide_prepare(const struct decider *d, const struct config *cfg,
 	job->req_start_us = req->start_us;
 	job->req_deadline_us = req->deadline_us;
 	job->wait_us = ngroups > 0 || req->wait_ms <= 0 ? 0 :
-	    req->wait_ms * 1000;
+							  req->wait_ms * 1000;
 	job->group_out = ngroups > 0 ? req->group_out : NULL;
 	job->ngroups = ngroups;
 	job->leases = req->leases && ngroups == 0;
@@ -635,17 +647,17 @@ decide_prepare(const struct decider *d, const struct config *cfg,
 		job->ap = rl_calloc(nmax, sizeof(*job->ap));
 		job->checks = rl_calloc(nmax, sizeof(*job->checks));
 		job->res = rl_calloc(nmax, sizeof(*job->res));
-		if (job->ap == NULL || job->checks == NULL ||
-		    job->res == NULL)
+		if (job->ap == NULL || job->checks == NULL || job->res == NULL)
 			goto oom;
 	}
 
 	/* Which rules apply, with their keys and costs. */
 	for (g = 0; g < (ngroups > 0 ? ngroups : 1); g++) {
-		rc = ngroups > 0 ? collect(job, cfg, forced, nrules,
-		    req->groups[g].attrs, req->groups[g].cost,
-		    (uint64_t)1 << g, &n, &off) : collect(job, cfg, forced,
-		    nrules, req->attrs, req->cost, 0, &n, &off);
+		rc = ngroups > 0 ?
+		    collect(job, cfg, forced, nrules, req->groups[g].attrs,
+			req->groups[g].cost, (uint64_t)1 << g, &n, &off) :
+		    collect(job, cfg, forced, nrules, req->attrs, req->cost, 0,
+			&n, &off);
 		if (rc == -2)
 			goto oom;
 		if (rc == -1)
@@ -656,7 +668,8 @@ decide_prepare(const struct decider *d, const struct config *cfg,
 	job->n = n;
 	for (i = 0; i < n; i++) {
 		job->checks[i].key = job->arena + job->ap[i].keyoff;
-		job->checks[i].token = job->ap[i].tokoff == SIZE_MAX ? NULL :
+		job->checks[i].token = job->ap[i].tokoff == SIZE_MAX ?
+		    NULL :
 		    job->arena + job->ap[i].tokoff;
 	}
 	/* The cache knows a key, not a group's other rules: it answers
@@ -684,8 +697,7 @@ decide_run(struct decide_job *job, decide_done_fn done, void *arg)
 }
 
 size_t
-decide_job_lease_keys(const struct decide_job *job, uint64_t *keys,
-    size_t max)
+decide_job_lease_keys(const struct decide_job *job, uint64_t *keys, size_t max)
 {
 	size_t i, k = 0;
 

@@ -2,8 +2,9 @@
  * decide.h - turns one request (attributes, an optional forced rule and
  * cost) into one decision under one config snapshot: which rules apply,
  * their keys, one atomic backend call, the failure policy, and the deciding
- * rule (docs/algorithms.md, docs/http.md, docs/operations.md).  No HTTP here; the front ends map a decision to
- * their answer.  Every front end takes this one path.
+ * rule (docs/algorithms.md, docs/http.md, docs/operations.md).  No HTTP here;
+ * the front ends map a decision to their answer.  Every front end takes this
+ * one path.
  *
  * A decision has two halves.  decide_prepare() does everything that needs
  * no store: the rules that apply, their keys and costs, the checks, and the
@@ -50,15 +51,15 @@ struct decide_group_result {
 /* What a request asks.  Everything borrowed for the call. */
 struct decide_request {
 	const struct attrs *attrs;
-	const char *rule;	/* evaluate only this rule (skip match); or NULL */
-	int64_t cost;		/* -1: each rule's own default cost */
-	int64_t start_us;	/* monotonic: the request's arrival, from
-				 * which the store's timeout runs; 0: now */
-	int64_t deadline_us;	/* monotonic: the caller's own tighter
-				 * bound (grpc-timeout); 0: none */
-	int64_t wait_ms;	/* docs/waiting.md: 0 answers now; else the store
-				 * may reserve a time within wait_ms (one
-				 * attribute set only) */
+	const char *rule;    /* evaluate only this rule (skip match); or NULL */
+	int64_t cost;	     /* -1: each rule's own default cost */
+	int64_t start_us;    /* monotonic: the request's arrival, from
+			      * which the store's timeout runs; 0: now */
+	int64_t deadline_us; /* monotonic: the caller's own tighter
+			      * bound (grpc-timeout); 0: none */
+	int64_t wait_ms;     /* docs/waiting.md: 0 answers now; else the store
+			      * may reserve a time within wait_ms (one
+			      * attribute set only) */
 	/*
 	 * Or, when ngroups > 0, several attribute sets in one decision
 	 * (attrs, rule and cost are then unused): the rules that apply to
@@ -80,27 +81,27 @@ struct decide_request {
 
 /* A lease one allowed request took (docs/leases.md). */
 struct decide_lease {
-	const struct rule *rule;	/* borrowed from the config snapshot */
-	char *lease;			/* the lease string (lease.h); owned */
-	int64_t expires_ms;		/* the rule's window */
+	const struct rule *rule; /* borrowed from the config snapshot */
+	char *lease;		 /* the lease string (lease.h); owned */
+	int64_t expires_ms;	 /* the rule's window */
 };
 
 enum decide_status {
 	DECIDE_OK = 0,
-	DECIDE_UNKNOWN_RULE,		/* 400 unknown_rule */
-	DECIDE_COST_EXCEEDS_LIMIT,	/* 400 cost_exceeds_limit */
-	DECIDE_KEY_TOO_LONG,		/* 400 key_too_long */
-	DECIDE_BACKEND_UNAVAILABLE,	/* 503, on_backend_error: deny */
-	DECIDE_INTERNAL			/* 500, out of memory */
+	DECIDE_UNKNOWN_RULE,	    /* 400 unknown_rule */
+	DECIDE_COST_EXCEEDS_LIMIT,  /* 400 cost_exceeds_limit */
+	DECIDE_KEY_TOO_LONG,	    /* 400 key_too_long */
+	DECIDE_BACKEND_UNAVAILABLE, /* 503, on_backend_error: deny */
+	DECIDE_INTERNAL		    /* 500, out of memory */
 };
 
 /* Outcome of one applying rule, for metrics and the access log. */
 enum decide_rule_result {
 	DECIDE_RULE_ALLOWED,
-	DECIDE_RULE_DENIED,		/* denied, or not recorded: another denied */
-	DECIDE_RULE_SHADOW_DENIED,	/* a shadow rule that would deny */
-	DECIDE_RULE_DEGRADED,		/* answered without the backend */
-	DECIDE_RULE_ERROR		/* backend failed, policy deny */
+	DECIDE_RULE_DENIED,	   /* denied, or not recorded: another denied */
+	DECIDE_RULE_SHADOW_DENIED, /* a shadow rule that would deny */
+	DECIDE_RULE_DEGRADED,	   /* answered without the backend */
+	DECIDE_RULE_ERROR	   /* backend failed, policy deny */
 };
 
 #define DECIDE_MESSAGE_MAX 256
@@ -109,22 +110,22 @@ enum decide_rule_result {
 
 struct decision {
 	enum decide_status status;
-	char message[DECIDE_MESSAGE_MAX];	/* for status != DECIDE_OK */
+	char message[DECIDE_MESSAGE_MAX]; /* for status != DECIDE_OK */
 
 	bool allowed;
-	bool degraded;		/* the backend failed; policy allow or local */
-	enum backend_error_kind backend_error;	/* when the backend failed */
-	const struct rule *rule;	/* deciding rule, NULL if none applies;
-					 * borrowed from the config snapshot */
+	bool degraded; /* the backend failed; policy allow or local */
+	enum backend_error_kind backend_error; /* when the backend failed */
+	const struct rule *rule; /* deciding rule, NULL if none applies;
+				  * borrowed from the config snapshot */
 	int64_t limit, remaining, reset_ms, retry_after_ms;
-	int64_t effective_ms;	/* the deciding rule's (struct rl_result) */
-	bool shadow;		/* the deciding rule is a shadow rule */
+	int64_t effective_ms; /* the deciding rule's (struct rl_result) */
+	bool shadow;	      /* the deciding rule is a shadow rule */
 	/* With req->leases: one per concurrency rule that recorded, when the
 	 * store itself allowed (not degraded).  Owned: decide_leases_free(). */
 	struct decide_lease *leases;
 	size_t nleases;
-	int64_t waited_ms;	/* allowed by a reservation this far ahead
-				 * (store time): answer then; else 0 */
+	int64_t waited_ms; /* allowed by a reservation this far ahead
+			    * (store time): answer then; else 0 */
 	/*
 	 * docs/leases.md with wait_ms: denied by a concurrency rule while every
 	 * other rule that denied could admit the request within wait_ms, so
@@ -155,15 +156,15 @@ struct deny_cache;
 
 /* The long-lived parts a decision needs.  Borrowed; set up by main.c. */
 struct decider {
-	struct backend *backend;	/* the configured store */
-	struct backend *local;		/* in-process store for
-					 * on_backend_error: local; may be NULL */
-	struct deny_cache *deny;	/* keys denied lately; may be NULL.
-					 * Used only for a store that does not
-					 * answer inline. */
+	struct backend *backend; /* the configured store */
+	struct backend *local;	 /* in-process store for
+				  * on_backend_error: local; may be NULL */
+	struct deny_cache *deny; /* keys denied lately; may be NULL.
+				  * Used only for a store that does not
+				  * answer inline. */
 	decide_rule_fn on_rule;
 	decide_backend_fn on_backend;
-	void *hook_arg;			/* passed to both hooks */
+	void *hook_arg; /* passed to both hooks */
 };
 
 struct decide_job;

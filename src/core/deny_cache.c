@@ -22,7 +22,7 @@
 
 struct deny_entry {
 	uint64_t hash;
-	char *key;		/* NULL: empty */
+	char *key; /* NULL: empty */
 	size_t keylen;
 	int64_t cost;
 	struct deny_times t;
@@ -102,7 +102,7 @@ deny_cache_put(struct deny_cache *dc, const char *key, size_t keylen,
 	if (e->key == NULL || e->hash != h || e->keylen != keylen ||
 	    memcmp(e->key, key, keylen) != 0) {
 		if ((copy = rl_malloc(keylen + 1)) == NULL)
-			goto out;	/* a cache: go without */
+			goto out; /* a cache: go without */
 		memcpy(copy, key, keylen);
 		copy[keylen] = '\0';
 		rl_free(e->key);

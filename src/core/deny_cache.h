@@ -37,9 +37,9 @@ void deny_cache_clear(struct deny_cache *dc);
 
 /* The times of a denial, on the caller's clock. */
 struct deny_times {
-	int64_t until_us;	/* denied for this cost until then */
-	int64_t reset_us;	/* the whole limit is free again */
-	int64_t effective_us;	/* more quota comes back (RateLimit t) */
+	int64_t until_us;     /* denied for this cost until then */
+	int64_t reset_us;     /* the whole limit is free again */
+	int64_t effective_us; /* more quota comes back (RateLimit t) */
 };
 
 /* Remember that key, for cost, is denied with the times *t. */

@@ -27,7 +27,7 @@
 #define LEASE_TOKEN_LEN LIMITER_TOKEN_LEN
 /* "<rule>:{<key>}": a rule name (at most LEASE_RULE_MAX bytes), the
  * rendered key (at most RL_MAX_KEY_BYTES), ":{" and "}". */
-#define LEASE_RULE_MAX 255
+#define LEASE_RULE_MAX	 255
 #define LEASE_SUFFIX_MAX (LEASE_RULE_MAX + RL_MAX_KEY_BYTES + 3)
 
 /* A new token: LEASE_TOKEN_LEN hex digits and a NUL in out.  0, or -1 when
@@ -48,10 +48,10 @@ uint64_t lease_key_hash(const char *key, size_t len);
 
 /* A parsed lease. */
 struct lease_ref {
-	char suffix[LEASE_SUFFIX_MAX + 1];	/* "<rule>:{<key>}", NUL */
+	char suffix[LEASE_SUFFIX_MAX + 1]; /* "<rule>:{<key>}", NUL */
 	size_t suffix_len;
-	char rule[LEASE_RULE_MAX + 1];		/* the rule's name */
-	int64_t cost;				/* >= 1 */
+	char rule[LEASE_RULE_MAX + 1]; /* the rule's name */
+	int64_t cost;		       /* >= 1 */
 	char token[LEASE_TOKEN_LEN + 1];
 };
 

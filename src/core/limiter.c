@@ -47,8 +47,8 @@
 
 #include "base/util.h"
 
-#define SW_B LIMITER_SW_BUCKETS
-#define SW_SLOTS (LIMITER_SW_BUCKETS + 1)
+#define SW_B	    LIMITER_SW_BUCKETS
+#define SW_SLOTS    (LIMITER_SW_BUCKETS + 1)
 #define LOG_MIN_CAP 4
 
 /* ceil_ms(x) of docs/algorithms.md: microseconds to milliseconds, rounded
@@ -151,8 +151,7 @@ log_resize(struct limiter_state *s, size_t cap)
 /* Drop units with t <= now - W; give back memory the ring no longer needs
  * (best effort: a failed shrink keeps the larger ring). */
 static void
-log_expire(struct limiter_state *s, const struct limiter_params *p,
-    int64_t now)
+log_expire(struct limiter_state *s, const struct limiter_params *p, int64_t now)
 {
 	int64_t edge = now - p->window_us;
 	struct limiter_run *r;
@@ -167,8 +166,8 @@ log_expire(struct limiter_state *s, const struct limiter_params *p,
 }
 
 static int
-log_check(struct limiter_state *s, const struct limiter_params *p,
-    int64_t now, int64_t cost, bool *allowed, char *err, size_t errlen)
+log_check(struct limiter_state *s, const struct limiter_params *p, int64_t now,
+    int64_t cost, bool *allowed, char *err, size_t errlen)
 {
 	size_t cap;
 
@@ -217,7 +216,8 @@ log_result(const struct limiter_state *s, const struct limiter_params *p,
 	size_t j;
 
 	out->remaining = used >= p->limit ? 0 : p->limit - used;
-	out->reset_ms = s->u.log.len == 0 ? 0 :
+	out->reset_ms = s->u.log.len == 0 ?
+	    0 :
 	    ceil_ms(log_at(s, s->u.log.len - 1)->t + p->window_us - now);
 	if (allowed)
 		return;
@@ -321,9 +321,11 @@ fixed_result(const struct limiter_state *s, const struct limiter_params *p,
 		/* A later window holds reservations. */
 		out->remaining = 0;
 		out->reset_ms = ceil_ms(s->u.fixed.start + p->window_us - now);
-		if (!allowed)
-			out->retry_after_ms = ceil_ms(fixed_earliest(s, p,
-			    now, cost) - now);
+		if (!allowed) {
+			int64_t at = fixed_earliest(s, p, now, cost);
+
+			out->retry_after_ms = ceil_ms(at - now);
+		}
 		return;
 	}
 	out->remaining = n >= p->limit ? 0 : p->limit - n;
@@ -406,7 +408,7 @@ bucket_expiry(const struct limiter_state *s)
 static int64_t
 sw_granule(const struct limiter_params *p)
 {
-	return p->window_us / SW_B;	/* G; W is a multiple of 1000 */
+	return p->window_us / SW_B; /* G; W is a multiple of 1000 */
 }
 
 static size_t
@@ -461,7 +463,7 @@ sw_view(const struct limiter_state *s, const struct limiter_params *p,
 {
 	int64_t g = sw_granule(p), j;
 
-	v->i = now / g;		/* (now - fmod(now, G)) / G */
+	v->i = now / g; /* (now - fmod(now, G)) / G */
 	v->full = 0;
 	for (j = v->i - SW_B + 1; j <= v->i; j++)
 		v->full += sw_count(s, j);
@@ -470,8 +472,8 @@ sw_view(const struct limiter_state *s, const struct limiter_params *p,
 }
 
 static int
-sw_check(struct limiter_state *s, const struct limiter_params *p,
-    int64_t now, int64_t cost, bool *allowed, char *err, size_t errlen)
+sw_check(struct limiter_state *s, const struct limiter_params *p, int64_t now,
+    int64_t cost, bool *allowed, char *err, size_t errlen)
 {
 	struct sw_view v;
 
@@ -490,8 +492,8 @@ sw_check(struct limiter_state *s, const struct limiter_params *p,
 }
 
 static void
-sw_record(struct limiter_state *s, const struct limiter_params *p,
-    int64_t now, int64_t cost)
+sw_record(struct limiter_state *s, const struct limiter_params *p, int64_t now,
+    int64_t cost)
 {
 	int64_t i = now / sw_granule(p);
 
@@ -511,10 +513,11 @@ sw_retry(const struct limiter_state *s, const struct limiter_params *p,
 
 	for (step = 0; step <= SW_B; step++) {
 		b = (i + 1) * g;
-		if (cost <= L - full) {		/* full + c <= L */
+		if (cost <= L - full) { /* full + c <= L */
 			if (old > 0) {
-				t = (double)b - (double)g *
-				    (double)(L - cost - full) / (double)old;
+				t = (double)b -
+				    (double)g * (double)(L - cost - full) /
+					(double)old;
 				if (t < (double)now)
 					t = (double)now;
 			}
@@ -541,8 +544,8 @@ sw_result(const struct limiter_state *s, const struct limiter_params *p,
 	est = v.est;
 	if (recorded) {
 		/* est' = est + c, with est of phase 1 (bucket i without c). */
-		est = (double)(v.full - cost) + (double)v.old *
-		    sw_fraction(p, now, v.i);
+		est = (double)(v.full - cost) +
+		    (double)v.old * sw_fraction(p, now, v.i);
 		est = est + (double)cost;
 	}
 	rem = floor((double)p->limit - est);
@@ -579,8 +582,8 @@ sw_expiry(const struct limiter_state *s, const struct limiter_params *p)
  * back.  No t for a concurrency rule: its units come back on release.
  */
 static int64_t
-limiter_effective(const struct limiter_state *s,
-    const struct limiter_params *p, int64_t now, int64_t remaining)
+limiter_effective(const struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t remaining)
 {
 	struct rl_result r = { 0 };
 
@@ -693,7 +696,7 @@ int64_t
 limiter_expiry(const struct limiter_state *s, const struct limiter_params *p)
 {
 	if (s->algorithm != p->algorithm)
-		return INT64_MIN;	/* the next check resets it anyway */
+		return INT64_MIN; /* the next check resets it anyway */
 	switch (p->algorithm) {
 	case RL_ALG_SLIDING_LOG:
 		return log_expiry(s, p);
@@ -726,8 +729,7 @@ limiter_state_bytes(const struct limiter_state *s)
 
 int
 limiter_take(struct limiter_state *s, const struct limiter_params *p,
-    int64_t now, int64_t cost, struct rl_result *out, char *err,
-    size_t errlen)
+    int64_t now, int64_t cost, struct rl_result *out, char *err, size_t errlen)
 {
 	bool allowed;
 
@@ -765,7 +767,7 @@ log_earliest(const struct limiter_state *s, const struct limiter_params *p,
 		if (acc >= k)
 			return log_at(s, j)->t + p->window_us;
 	}
-	return INT64_MAX;	/* cost > L: refused by the callers */
+	return INT64_MAX; /* cost > L: refused by the callers */
 }
 
 /* token_bucket: t >= from with max(tat, t) + c*W/L - t <= W + 1. */
@@ -793,8 +795,8 @@ bucket_earliest(const struct limiter_state *s, const struct limiter_params *p,
 }
 
 int64_t
-limiter_earliest(const struct limiter_state *s,
-    const struct limiter_params *p, int64_t now, int64_t from, int64_t cost)
+limiter_earliest(const struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t from, int64_t cost)
 {
 	bool ok;
 
@@ -822,7 +824,8 @@ limiter_earliest(const struct limiter_state *s,
 	case RL_ALG_CONCURRENCY:
 		/* Not in the store: a lease is waited for by the daemon. */
 		return from == now && cost <= p->limit - s->u.conc.used ?
-		    now : INT64_MAX;
+		    now :
+		    INT64_MAX;
 	}
 	return INT64_MAX;
 }
@@ -839,8 +842,10 @@ limiter_reserve_room(struct limiter_state *s, const struct limiter_params *p,
 		 * after now), so the ring is not capped at L runs here. */
 		cap = s->u.log.cap == 0 ? LOG_MIN_CAP : 2 * s->u.log.cap;
 		if (log_resize(s, cap) == -1) {
-			snprintf(err, errlen, "out of memory (sliding_log of "
-			    "%zu runs)", cap);
+			snprintf(err, errlen,
+			    "out of memory (sliding_log of "
+			    "%zu runs)",
+			    cap);
 			return -1;
 		}
 	}

@@ -32,11 +32,11 @@
 #include "core/backend.h"
 #include "core/rules.h"
 
-#define LIMITER_SW_BUCKETS 20	/* B of sliding_window */
+#define LIMITER_SW_BUCKETS 20 /* B of sliding_window */
 /* Counts and times stay exact in doubles below 2^53 (the Lua side has only
  * doubles), which bounds the limit and the window. */
-#define LIMITER_MAX_LIMIT (INT64_C(1) << 53)
-#define LIMITER_MAX_WINDOW_MS INT64_C(1000000000000)	/* ~31 years */
+#define LIMITER_MAX_LIMIT     (INT64_C(1) << 53)
+#define LIMITER_MAX_WINDOW_MS INT64_C(1000000000000) /* ~31 years */
 
 /* A lease token: LIMITER_TOKEN_LEN lower-case hex digits (128 bits). */
 #define LIMITER_TOKEN_LEN 32
@@ -45,8 +45,8 @@
  * limiter_params_set(). */
 struct limiter_params {
 	enum rl_algorithm algorithm;
-	int64_t limit;		/* L, 1 .. LIMITER_MAX_LIMIT */
-	int64_t window_us;	/* W = window_ms * 1000 */
+	int64_t limit;	   /* L, 1 .. LIMITER_MAX_LIMIT */
+	int64_t window_us; /* W = window_ms * 1000 */
 	/* concurrency only: the token of the lease this call records
 	 * (LIMITER_TOKEN_LEN hex digits), borrowed for the call; set by the
 	 * caller after limiter_params_set(), which leaves it NULL. */
@@ -75,28 +75,28 @@ struct limiter_run {
  * its history (docs/algorithms.md says how each algorithm reads it).
  */
 struct limiter_state {
-	enum rl_algorithm algorithm;	/* the algorithm that built it */
+	enum rl_algorithm algorithm; /* the algorithm that built it */
 	union {
-		struct {		/* sliding_log: ring of runs, by t */
+		struct { /* sliding_log: ring of runs, by t */
 			struct limiter_run *runs;
 			size_t cap, head, len;
-			int64_t used;	/* sum of n over the runs */
+			int64_t used; /* sum of n over the runs */
 		} log;
-		struct {		/* fixed_window */
-			int64_t start;	/* s */
+		struct {	       /* fixed_window */
+			int64_t start; /* s */
 			int64_t n;
 		} fixed;
-		struct {		/* token_bucket */
-			double tat;	/* -HUGE_VAL: absent */
+		struct {	    /* token_bucket */
+			double tat; /* -HUGE_VAL: absent */
 		} bucket;
-		struct {		/* sliding_window */
-			int64_t *counts;	/* B + 1 slots, or NULL */
-			int64_t newest;	/* slots hold newest-B .. newest */
+		struct {		 /* sliding_window */
+			int64_t *counts; /* B + 1 slots, or NULL */
+			int64_t newest;	 /* slots hold newest-B .. newest */
 		} window;
-		struct {		/* concurrency: unordered leases */
+		struct { /* concurrency: unordered leases */
 			struct limiter_lease *leases;
 			size_t cap, len;
-			int64_t used;	/* sum of cost over the leases */
+			int64_t used; /* sum of cost over the leases */
 		} conc;
 	} u;
 };
@@ -138,8 +138,8 @@ void limiter_record(struct limiter_state *s, const struct limiter_params *p,
  * The results of the call at `now`, after limiter_check() and, if the
  * request was admitted overall, limiter_record(): out->allowed = allowed
  * (phase 1's answer), and remaining, reset_ms, retry_after_ms and
- * effective_ms as docs/algorithms.md defines them.  recorded: limiter_record() ran in this
- * call (sliding_window's est' is phase 1's est + c, in that order).
+ * effective_ms as docs/algorithms.md defines them.  recorded: limiter_record()
+ * ran in this call (sliding_window's est' is phase 1's est + c, in that order).
  */
 void limiter_result(const struct limiter_state *s,
     const struct limiter_params *p, int64_t now, int64_t cost, bool allowed,
@@ -165,8 +165,8 @@ size_t limiter_state_bytes(const struct limiter_state *s);
  * (out of memory; nothing recorded).
  */
 int limiter_take(struct limiter_state *s, const struct limiter_params *p,
-    int64_t now, int64_t cost, struct rl_result *out, char *err,
-    size_t errlen) __attribute__((warn_unused_result));
+    int64_t now, int64_t cost, struct rl_result *out, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
 
 /*
  * concurrency: free the lease `token` holding `cost` units of *s at now

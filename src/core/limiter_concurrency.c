@@ -112,8 +112,8 @@ conc_find(const struct limiter_state *s, const char *token, int64_t cost)
 }
 
 int
-conc_check(struct limiter_state *s, const struct limiter_params *p,
-    int64_t now, int64_t cost, bool *allowed, char *err, size_t errlen)
+conc_check(struct limiter_state *s, const struct limiter_params *p, int64_t now,
+    int64_t cost, bool *allowed, char *err, size_t errlen)
 {
 	size_t cap;
 
@@ -154,7 +154,8 @@ conc_result(const struct limiter_state *s, const struct limiter_params *p,
 	size_t j;
 
 	out->remaining = used >= p->limit ? 0 : p->limit - used;
-	out->reset_ms = s->u.conc.len == 0 ? 0 :
+	out->reset_ms = s->u.conc.len == 0 ?
+	    0 :
 	    ceil_ms(s->u.conc.leases[s->u.conc.len - 1].expires - now);
 	if (allowed)
 		return;
@@ -170,7 +171,7 @@ conc_result(const struct limiter_state *s, const struct limiter_params *p,
 			return;
 		}
 	}
-	out->retry_after_ms = 1;	/* not reached: cost <= L */
+	out->retry_after_ms = 1; /* not reached: cost <= L */
 }
 
 int64_t
@@ -188,8 +189,8 @@ conc_bytes(const struct limiter_state *s)
 }
 
 bool
-limiter_lease_release(struct limiter_state *s, int64_t now,
-    const char *token, int64_t cost)
+limiter_lease_release(struct limiter_state *s, int64_t now, const char *token,
+    int64_t cost)
 {
 	size_t k;
 

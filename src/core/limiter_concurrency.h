@@ -17,9 +17,8 @@ int conc_check(struct limiter_state *s, const struct limiter_params *p,
     int64_t now, int64_t cost, bool *allowed, char *err, size_t errlen);
 void conc_record(struct limiter_state *s, const struct limiter_params *p,
     int64_t now, int64_t cost);
-void conc_result(const struct limiter_state *s,
-    const struct limiter_params *p, int64_t now, int64_t cost, bool allowed,
-    struct rl_result *out);
+void conc_result(const struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t cost, bool allowed, struct rl_result *out);
 int64_t conc_expiry(const struct limiter_state *s);
 size_t conc_bytes(const struct limiter_state *s);
 

@@ -11,8 +11,10 @@
 static int
 bad(char *err, size_t errlen, const char *s)
 {
-	snprintf(err, errlen, "\"%s\": expected host:port, [v6]:port or "
-	    "unix:/path", s);
+	snprintf(err, errlen,
+	    "\"%s\": expected host:port, [v6]:port or "
+	    "unix:/path",
+	    s);
 	return -1;
 }
 
@@ -30,8 +32,10 @@ listen_addr_parse(const char *s, struct listen_addr *out, char *err,
 		if (s[5] == '\0')
 			return bad(err, errlen, s);
 		if (strlen(s + 5) > LISTEN_PATH_MAX) {
-			snprintf(err, errlen, "unix socket path longer than %d "
-			    "bytes", LISTEN_PATH_MAX);
+			snprintf(err, errlen,
+			    "unix socket path longer than %d "
+			    "bytes",
+			    LISTEN_PATH_MAX);
 			return -1;
 		}
 		memcpy(out->path, s + 5, strlen(s + 5) + 1);
@@ -51,7 +55,7 @@ listen_addr_parse(const char *s, struct listen_addr *out, char *err,
 		host = s;
 		hlen = (size_t)(end - s);
 		port = end + 1;
-		if (memchr(host, ':', hlen) != NULL)	/* v6 needs [] */
+		if (memchr(host, ':', hlen) != NULL) /* v6 needs [] */
 			return bad(err, errlen, s);
 	}
 	if (hlen > LISTEN_HOST_MAX) {
@@ -67,8 +71,10 @@ listen_addr_parse(const char *s, struct listen_addr *out, char *err,
 		p = p * 10 + (*port - '0');
 	}
 	if (*port != '\0' || p < 1 || p > 65535) {
-		snprintf(err, errlen, "\"%s\": the port must be a number from 1 "
-		    "to 65535", s);
+		snprintf(err, errlen,
+		    "\"%s\": the port must be a number from 1 "
+		    "to 65535",
+		    s);
 		return -1;
 	}
 	memcpy(out->host, host, hlen);

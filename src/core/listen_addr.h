@@ -13,14 +13,14 @@
 #include <stddef.h>
 
 #define LISTEN_HOST_MAX 255
-#define LISTEN_PATH_MAX 107	/* sun_path holds 108 bytes with the NUL */
+#define LISTEN_PATH_MAX 107 /* sun_path holds 108 bytes with the NUL */
 
 struct listen_addr {
 	bool is_unix;
-	char host[LISTEN_HOST_MAX + 1];	/* TCP: name or address, no
+	char host[LISTEN_HOST_MAX + 1]; /* TCP: name or address, no
 					 * brackets; "" for every address */
 	int port;			/* TCP: 1..65535 */
-	char path[LISTEN_PATH_MAX + 1];	/* unix */
+	char path[LISTEN_PATH_MAX + 1]; /* unix */
 };
 
 /* Parse s into *out.  Returns 0, or -1 with a message in err. */

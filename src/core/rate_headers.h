@@ -16,7 +16,7 @@
 #define RATE_HEADER_VALUE_MAX (RL_MAX_NAME_BYTES + 80)
 
 struct rate_header {
-	const char *name;	/* static */
+	const char *name; /* static */
 	char value[RATE_HEADER_VALUE_MAX];
 };
 

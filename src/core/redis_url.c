@@ -13,10 +13,11 @@
 #include "core/redis_url.h"
 #include "base/util.h"
 
-#define REDACTED_MAX 512	/* enough of a URL to recognise it */
+#define REDACTED_MAX 512 /* enough of a URL to recognise it */
 #define PASSWORD_MAX 4096
 
-static int hexval(int ch)
+static int
+hexval(int ch)
 {
 	if (ch >= '0' && ch <= '9')
 		return ch - '0';
@@ -29,7 +30,8 @@ static int hexval(int ch)
 
 /* Percent-decode s[0..n) into a new string.  NULL for a bad escape, an
  * encoded NUL or OOM (*oom tells which). */
-static char *pct_decode(const char *s, size_t n, bool *oom)
+static char *
+pct_decode(const char *s, size_t n, bool *oom)
 {
 	char *out, *o;
 	size_t i;
@@ -64,8 +66,8 @@ bad:
 }
 
 /* Parse s[0..n) as a decimal integer in [lo, hi].  0 or -1. */
-static int parse_range(const char *s, size_t n, int64_t lo, int64_t hi,
-    int64_t *out)
+static int
+parse_range(const char *s, size_t n, int64_t lo, int64_t hi, int64_t *out)
 {
 	int64_t v = 0;
 	size_t i;
@@ -84,8 +86,8 @@ static int parse_range(const char *s, size_t n, int64_t lo, int64_t hi,
 }
 
 /* Append s[0..n) to buf at *off, bounded by buflen, NUL-terminated. */
-static void redact_put(char *buf, size_t buflen, size_t *off, const char *s,
-    size_t n)
+static void
+redact_put(char *buf, size_t buflen, size_t *off, const char *s, size_t n)
 {
 	if (*off + 1 < buflen) {
 		size_t room = buflen - 1 - *off;
@@ -96,7 +98,8 @@ static void redact_put(char *buf, size_t buflen, size_t *off, const char *s,
 	*off += n;
 }
 
-size_t redis_url_redact(const char *url, char *buf, size_t buflen)
+size_t
+redis_url_redact(const char *url, char *buf, size_t buflen)
 {
 	const char *start, *at, *p;
 	size_t off = 0;
@@ -122,24 +125,29 @@ size_t redis_url_redact(const char *url, char *buf, size_t buflen)
 	return off;
 }
 
-static int parse_unix(const char *rest, struct redis_url *out,
-    const char *shown, char *err, size_t errlen)
+static int
+parse_unix(const char *rest, struct redis_url *out, const char *shown,
+    char *err, size_t errlen)
 {
 	const char *q = strchr(rest, '?');
 	size_t plen = q != NULL ? (size_t)(q - rest) : strlen(rest);
 
 	if (plen < 2 || rest[0] != '/') {
-		snprintf(err, errlen, "redis URL %s: unix:// needs an "
+		snprintf(err, errlen,
+		    "redis URL %s: unix:// needs an "
 		    "absolute socket path (a password goes in "
-		    "password_file)", shown);
+		    "password_file)",
+		    shown);
 		return -1;
 	}
 	if (q != NULL) {
 		if (strncmp(q, "?db=", 4) != 0 ||
-		    parse_range(q + 4, strlen(q + 4), 0, INT32_MAX,
-		    &out->db) == -1) {
-			snprintf(err, errlen, "redis URL %s: the only query "
-			    "is ?db=N", shown);
+		    parse_range(q + 4, strlen(q + 4), 0, INT32_MAX, &out->db) ==
+			-1) {
+			snprintf(err, errlen,
+			    "redis URL %s: the only query "
+			    "is ?db=N",
+			    shown);
 			return -1;
 		}
 	}
@@ -151,7 +159,8 @@ static int parse_unix(const char *rest, struct redis_url *out,
 	return 0;
 }
 
-static int parse_userinfo(const char *ui, size_t n, struct redis_url *out,
+static int
+parse_userinfo(const char *ui, size_t n, struct redis_url *out,
     const char *shown, char *err, size_t errlen)
 {
 	const char *colon = memchr(ui, ':', n);
@@ -168,29 +177,34 @@ static int parse_userinfo(const char *ui, size_t n, struct redis_url *out,
 	}
 	if (ulen > 0 && (out->user = pct_decode(ui, ulen, &oom)) == NULL)
 		goto bad;
-	if (colon != NULL && (out->password = pct_decode(colon + 1,
-	    n - ulen - 1, &oom)) == NULL)
+	if (colon != NULL &&
+	    (out->password = pct_decode(colon + 1, n - ulen - 1, &oom)) == NULL)
 		goto bad;
 	return 0;
 bad:
 	if (oom)
 		snprintf(err, errlen, "out of memory");
 	else
-		snprintf(err, errlen, "redis URL %s: bad %%-escape in user "
-		    "or password", shown);
+		snprintf(err, errlen,
+		    "redis URL %s: bad %%-escape in user "
+		    "or password",
+		    shown);
 	return -1;
 }
 
-static int parse_tcp(const char *rest, struct redis_url *out,
-    const char *shown, char *err, size_t errlen)
+static int
+parse_tcp(const char *rest, struct redis_url *out, const char *shown, char *err,
+    size_t errlen)
 {
 	const char *auth_end, *at, *p, *host, *host_end, *port;
 	int64_t v;
 
 	auth_end = rest + strcspn(rest, "/?#");
 	if (strpbrk(rest, "?#") != NULL) {
-		snprintf(err, errlen, "redis URL %s: query strings are not "
-		    "supported", shown);
+		snprintf(err, errlen,
+		    "redis URL %s: query strings are not "
+		    "supported",
+		    shown);
 		return -1;
 	}
 	at = NULL;
@@ -199,7 +213,7 @@ static int parse_tcp(const char *rest, struct redis_url *out,
 			at = p;
 	if (at != NULL) {
 		if (parse_userinfo(rest, (size_t)(at - rest), out, shown, err,
-		    errlen) == -1)
+			errlen) == -1)
 			return -1;
 		host = at + 1;
 	} else
@@ -209,14 +223,18 @@ static int parse_tcp(const char *rest, struct redis_url *out,
 	if (*host == '[') {
 		host_end = memchr(host, ']', (size_t)(auth_end - host));
 		if (host_end == NULL || host_end == host + 1) {
-			snprintf(err, errlen, "redis URL %s: bad [IPv6] "
-			    "address", shown);
+			snprintf(err, errlen,
+			    "redis URL %s: bad [IPv6] "
+			    "address",
+			    shown);
 			return -1;
 		}
 		if (host_end + 1 < auth_end) {
 			if (host_end[1] != ':') {
-				snprintf(err, errlen, "redis URL %s: junk "
-				    "after ]", shown);
+				snprintf(err, errlen,
+				    "redis URL %s: junk "
+				    "after ]",
+				    shown);
 				return -1;
 			}
 			port = host_end + 2;
@@ -227,8 +245,10 @@ static int parse_tcp(const char *rest, struct redis_url *out,
 		if (host_end != NULL) {
 			port = host_end + 1;
 			if (memchr(port, ':', (size_t)(auth_end - port))) {
-				snprintf(err, errlen, "redis URL %s: an IPv6 "
-				    "address needs [brackets]", shown);
+				snprintf(err, errlen,
+				    "redis URL %s: an IPv6 "
+				    "address needs [brackets]",
+				    shown);
 				return -1;
 			}
 		} else
@@ -241,29 +261,33 @@ static int parse_tcp(const char *rest, struct redis_url *out,
 	out->port = REDIS_DEFAULT_PORT;
 	if (port != NULL) {
 		if (parse_range(port, (size_t)(auth_end - port), 1, 65535,
-		    &v) == -1) {
-			snprintf(err, errlen, "redis URL %s: bad port (want "
-			    "1..65535)", shown);
+			&v) == -1) {
+			snprintf(err, errlen,
+			    "redis URL %s: bad port (want "
+			    "1..65535)",
+			    shown);
 			return -1;
 		}
 		out->port = (int)v;
 	}
 	if (*auth_end == '/' && auth_end[1] != '\0' &&
 	    parse_range(auth_end + 1, strlen(auth_end + 1), 0, INT32_MAX,
-	    &out->db) == -1) {
-		snprintf(err, errlen, "redis URL %s: bad database number "
-		    "after /", shown);
+		&out->db) == -1) {
+		snprintf(err, errlen,
+		    "redis URL %s: bad database number "
+		    "after /",
+		    shown);
 		return -1;
 	}
-	if ((out->host = rl_strndup(host, (size_t)(host_end - host))) ==
-	    NULL) {
+	if ((out->host = rl_strndup(host, (size_t)(host_end - host))) == NULL) {
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
 	return 0;
 }
 
-int redis_url_parse(const char *url, struct redis_url *out, char *err,
+int
+redis_url_parse(const char *url, struct redis_url *out, char *err,
     size_t errlen)
 {
 	char shown[REDACTED_MAX];
@@ -276,12 +300,16 @@ int redis_url_parse(const char *url, struct redis_url *out, char *err,
 	else if (strncasecmp(url, "unix://", 7) == 0)
 		rc = parse_unix(url + 7, out, shown, err, errlen);
 	else if (strncasecmp(url, "rediss://", 9) == 0) {
-		snprintf(err, errlen, "redis URL %s: TLS (rediss://) is not "
-		    "supported", shown);
+		snprintf(err, errlen,
+		    "redis URL %s: TLS (rediss://) is not "
+		    "supported",
+		    shown);
 		rc = -1;
 	} else {
-		snprintf(err, errlen, "redis URL %s: want redis://host:port "
-		    "or unix:///path", shown);
+		snprintf(err, errlen,
+		    "redis URL %s: want redis://host:port "
+		    "or unix:///path",
+		    shown);
 		rc = -1;
 	}
 	if (rc == -1)
@@ -289,7 +317,8 @@ int redis_url_parse(const char *url, struct redis_url *out, char *err,
 	return rc;
 }
 
-void redis_url_free(struct redis_url *u)
+void
+redis_url_free(struct redis_url *u)
 {
 	if (u->password != NULL)
 		explicit_bzero(u->password, strlen(u->password));
@@ -300,8 +329,8 @@ void redis_url_free(struct redis_url *u)
 	memset(u, 0, sizeof(*u));
 }
 
-int redis_read_password_file(const char *path, char **out, char *err,
-    size_t errlen)
+int
+redis_read_password_file(const char *path, char **out, char *err, size_t errlen)
 {
 	char buf[PASSWORD_MAX + 2];
 	size_t n, len;
@@ -324,13 +353,17 @@ int redis_read_password_file(const char *path, char **out, char *err,
 	if (len > 0 && buf[len - 1] == '\r')
 		len--;
 	if (len > PASSWORD_MAX) {
-		snprintf(err, errlen, "password_file %s: first line longer "
-		    "than %d bytes", path, PASSWORD_MAX);
+		snprintf(err, errlen,
+		    "password_file %s: first line longer "
+		    "than %d bytes",
+		    path, PASSWORD_MAX);
 		goto out_wipe;
 	}
 	if (len == 0) {
-		snprintf(err, errlen, "password_file %s: the first line is "
-		    "empty", path);
+		snprintf(err, errlen,
+		    "password_file %s: the first line is "
+		    "empty",
+		    path);
 		goto out_wipe;
 	}
 	if ((*out = rl_strndup(buf, len)) == NULL) {

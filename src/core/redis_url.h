@@ -1,6 +1,6 @@
 /*
- * redis_url.h - the Redis address of the config file (docs/configuration.md), parsed
- * without touching a socket so that it can be tested alone.
+ * redis_url.h - the Redis address of the config file (docs/configuration.md),
+ * parsed without touching a socket so that it can be tested alone.
  *
  *   redis://[user:pass@]host[:port][/db]   port 6379 and db 0 by default;
  *                                          host may be [v6]
@@ -22,12 +22,12 @@
 
 struct redis_url {
 	bool is_unix;
-	char *host;		/* TCP: host name or address, no brackets */
-	int port;		/* TCP: 1..65535 */
-	char *path;		/* unix: socket path */
-	char *user;		/* NULL, or the ACL user name */
-	char *password;		/* NULL, or the password */
-	int64_t db;		/* >= 0 */
+	char *host;	/* TCP: host name or address, no brackets */
+	int port;	/* TCP: 1..65535 */
+	char *path;	/* unix: socket path */
+	char *user;	/* NULL, or the ACL user name */
+	char *password; /* NULL, or the password */
+	int64_t db;	/* >= 0 */
 };
 
 /*

@@ -42,8 +42,8 @@ is_reserved(const char *const *reserved, const char *name)
 /* The attribute text of v into val/vlen (num is scratch).  0, or -1 for a
  * type that is no attribute; *skip for null. */
 static int
-attr_text(json_t *v, char *num, size_t numlen, const char **val,
-    size_t *vlen, bool *skip)
+attr_text(json_t *v, char *num, size_t numlen, const char **val, size_t *vlen,
+    bool *skip)
 {
 	*skip = false;
 	switch (json_typeof(v)) {
@@ -73,9 +73,8 @@ attr_text(json_t *v, char *num, size_t numlen, const char **val,
 }
 
 int
-request_json_parse(const char *body, size_t len,
-    const char *const *reserved, size_t max_attrs, struct attrs *a,
-    json_t **fields, struct request_error *e)
+request_json_parse(const char *body, size_t len, const char *const *reserved,
+    size_t max_attrs, struct attrs *a, json_t **fields, struct request_error *e)
 {
 	json_t *root = NULL, *v;
 	json_error_t jerr;
@@ -86,12 +85,11 @@ request_json_parse(const char *body, size_t len,
 	if ((*fields = json_object()) == NULL)
 		goto oom;
 	if (len == 0)
-		return 0;	/* no body: no attributes */
+		return 0; /* no body: no attributes */
 	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (root == NULL) {
 		request_error_set(e, 400, "invalid_json",
-		    "line %d column %d: %s", jerr.line, jerr.column,
-		    jerr.text);
+		    "line %d column %d: %s", jerr.line, jerr.column, jerr.text);
 		goto fail;
 	}
 	if (!json_is_object(root)) {
@@ -99,7 +97,8 @@ request_json_parse(const char *body, size_t len,
 		    "the body must be a JSON object");
 		goto fail;
 	}
-	json_object_foreach(root, name, v) {
+	json_object_foreach(root, name, v)
+	{
 		const char *val = NULL;
 		size_t vlen = 0;
 		bool skip;
@@ -112,11 +111,12 @@ request_json_parse(const char *body, size_t len,
 		if (attr_text(v, num, sizeof(num), &val, &vlen, &skip) < 0) {
 			request_error_set(e, 400, "invalid_attribute",
 			    "attribute \"%.64s\" must be a string, integer "
-			    "or boolean", name);
+			    "or boolean",
+			    name);
 			goto fail;
 		}
 		if (skip)
-			continue;	/* null: the attribute is absent */
+			continue; /* null: the attribute is absent */
 		if (memchr(val, '\0', vlen) != NULL) {
 			request_error_set(e, 400, "invalid_attribute",
 			    "attribute \"%.64s\" contains a NUL byte", name);
@@ -151,8 +151,7 @@ request_json_int(const json_t *fields, const char *name, int64_t min,
 
 	if (v == NULL)
 		return 0;
-	if (!json_is_integer(v) || (i = json_integer_value(v)) < min ||
-	    i > max)
+	if (!json_is_integer(v) || (i = json_integer_value(v)) < min || i > max)
 		return request_error_set(e, 400, code,
 		    "%s must be an integer from %lld to %lld", name,
 		    (long long)min, (long long)max);
@@ -161,8 +160,8 @@ request_json_int(const json_t *fields, const char *name, int64_t min,
 }
 
 int
-request_json_string(const json_t *fields, const char *name,
-    const char *code, const char **out, struct request_error *e)
+request_json_string(const json_t *fields, const char *name, const char *code,
+    const char **out, struct request_error *e)
 {
 	json_t *v = json_object_get(fields, name);
 
@@ -170,8 +169,8 @@ request_json_string(const json_t *fields, const char *name,
 		return 0;
 	if (!json_is_string(v) ||
 	    memchr(json_string_value(v), '\0', json_string_length(v)) != NULL)
-		return request_error_set(e, 400, code,
-		    "%s must be a string", name);
+		return request_error_set(e, 400, code, "%s must be a string",
+		    name);
 	*out = json_string_value(v);
 	return 0;
 }

@@ -22,10 +22,11 @@
 
 #define REQUEST_ERROR_MAX 256
 
-/* Why a body was refused: an error code (docs/http.md) and a message for people. */
+/* Why a body was refused: an error code (docs/http.md) and a message for
+ * people. */
 struct request_error {
-	const char *code;	/* "invalid_json", "invalid_attribute", ... */
-	int status;		/* 400, or 500 for out of memory */
+	const char *code; /* "invalid_json", "invalid_attribute", ... */
+	int status;	  /* 400, or 500 for out of memory */
 	char message[REQUEST_ERROR_MAX];
 };
 

@@ -33,7 +33,7 @@ attrs_find(const struct attrs *a, const char *name, uint32_t h)
 		return a->n;
 	}
 	for (k = h & (a->idx_cap - 1); a->idx[k] != 0;
-	    k = (k + 1) & (a->idx_cap - 1)) {
+	     k = (k + 1) & (a->idx_cap - 1)) {
 		i = a->idx[k] - 1;
 		if (a->v[i].hash == h && strcmp(a->v[i].name, name) == 0)
 			return i;
@@ -56,7 +56,7 @@ attrs_reindex(struct attrs *a, size_t want)
 		return -1;
 	for (i = 0; i < a->n; i++) {
 		for (k = a->v[i].hash & (cap - 1); idx[k] != 0;
-		    k = (k + 1) & (cap - 1))
+		     k = (k + 1) & (cap - 1))
 			;
 		idx[k] = (uint32_t)(i + 1);
 	}
@@ -98,7 +98,7 @@ attrs_setn(struct attrs *a, const char *name, const char *value,
 	a->v[a->n].value = v;
 	if (a->idx != NULL) {
 		for (k = h & (a->idx_cap - 1); a->idx[k] != 0;
-		    k = (k + 1) & (a->idx_cap - 1))
+		     k = (k + 1) & (a->idx_cap - 1))
 			;
 		a->idx[k] = (uint32_t)(a->n + 1);
 	}
@@ -182,10 +182,10 @@ glob_match(const char *pat, const char *s)
  * Returns -1 for a back-reference (`\1`), which makes matching exponential
  * in the value's length.
  */
-#define REGEX_COST_MAX 20000
+#define REGEX_COST_MAX	20000
 #define REGEX_DEPTH_MAX 32
 #define REGEX_STACK_MAX 2
-#define REGEX_NEST_MAX 3
+#define REGEX_NEST_MAX	3
 
 static double
 regex_cost(const char *src)
@@ -200,7 +200,7 @@ regex_cost(const char *src)
 		switch (*p) {
 		case '\\':
 			if (p[1] >= '1' && p[1] <= '9')
-				return -1;	/* a back-reference */
+				return -1; /* a back-reference */
 			p += p[1] != '\0' ? 2 : 1;
 			goto atom;
 		case '[':
@@ -234,7 +234,9 @@ regex_cost(const char *src)
 			stacked = 0;
 			p++;
 			continue;
-		case '*': case '+': case '?':
+		case '*':
+		case '+':
+		case '?':
 			k = 2;
 			p++;
 			break;
@@ -249,7 +251,7 @@ regex_cost(const char *src)
 					n = m + 1;
 			} else
 				n = m;
-			if (*q != '}') {	/* a literal '{' */
+			if (*q != '}') { /* a literal '{' */
 				p++;
 				goto atom;
 			}
@@ -261,8 +263,7 @@ regex_cost(const char *src)
 			goto atom;
 		}
 		/* A repetition of the last atom. */
-		if (++stacked > REGEX_STACK_MAX ||
-		    ++last_nest > REGEX_NEST_MAX)
+		if (++stacked > REGEX_STACK_MAX || ++last_nest > REGEX_NEST_MAX)
 			return REGEX_COST_MAX + 1;
 		if (last_nest > nest[depth])
 			nest[depth] = last_nest;
@@ -305,16 +306,19 @@ pattern_compile(struct pattern *p, const char *src, char *err, size_t errlen)
 	if (p->kind != PATTERN_REGEX)
 		return 0;
 	if ((cost = regex_cost(src)) < 0) {
-		snprintf(err, errlen, "regex \"%.64s%s\": back-references are "
-		    "not allowed", src, strlen(src) > 64 ? "..." : "");
+		snprintf(err, errlen,
+		    "regex \"%.64s%s\": back-references are "
+		    "not allowed",
+		    src, strlen(src) > 64 ? "..." : "");
 		rl_free(p->text);
 		p->text = NULL;
 		return -1;
 	}
 	if (cost > REGEX_COST_MAX) {
-		snprintf(err, errlen, "regex \"%.64s%s\" is too large once its "
-		    "repetitions are expanded (more than %d states)", src,
-		    strlen(src) > 64 ? "..." : "", REGEX_COST_MAX);
+		snprintf(err, errlen,
+		    "regex \"%.64s%s\" is too large once its "
+		    "repetitions are expanded (more than %d states)",
+		    src, strlen(src) > 64 ? "..." : "", REGEX_COST_MAX);
 		rl_free(p->text);
 		p->text = NULL;
 		return -1;
@@ -364,8 +368,7 @@ is_name_char(char c)
 }
 
 static int
-template_add(struct key_template *t, bool is_attr, const char *text,
-    size_t len)
+template_add(struct key_template *t, bool is_attr, const char *text, size_t len)
 {
 	struct template_part *np;
 
@@ -410,9 +413,11 @@ template_compile(struct key_template *t, const char *src, char *err,
 		for (end = name; is_name_char(*end); end++)
 			;
 		if (*end != '}') {
-			snprintf(err, errlen, *end == '\0' ?
-			    "key template \"%s\": unterminated \"${\"" :
-			    "key template \"%s\": bad attribute name", src);
+			snprintf(err, errlen,
+			    *end == '\0' ?
+				"key template \"%s\": unterminated \"${\"" :
+				"key template \"%s\": bad attribute name",
+			    src);
 			goto fail;
 		}
 		if (end == name) {
@@ -448,8 +453,8 @@ template_free(struct key_template *t)
 }
 
 enum render_result
-template_render(const struct key_template *t, const struct attrs *a,
-    char *buf, size_t buflen, size_t *outlen)
+template_render(const struct key_template *t, const struct attrs *a, char *buf,
+    size_t buflen, size_t *outlen)
 {
 	size_t off = 0, i;
 	enum render_result rc = RENDER_OK;
@@ -520,7 +525,7 @@ rl_algorithm_parse(const char *s, enum rl_algorithm *out)
 	size_t i;
 
 	for (i = 0; i < sizeof(algorithm_names) / sizeof(*algorithm_names);
-	    i++) {
+	     i++) {
 		if (strcmp(s, algorithm_names[i]) == 0) {
 			*out = (enum rl_algorithm)i;
 			return 0;

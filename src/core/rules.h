@@ -19,8 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RL_MAX_KEY_BYTES 512	/* rendered key; longer => key_too_long */
-#define RL_MAX_NAME_BYTES 128	/* rule and stat names */
+#define RL_MAX_KEY_BYTES  512 /* rendered key; longer => key_too_long */
+#define RL_MAX_NAME_BYTES 128 /* rule and stat names */
 
 /* A map of string attributes, in insertion order.  Owns copies of names
  * and values.  Up to ATTRS_SCAN entries a lookup is a scan; past that an
@@ -37,15 +37,16 @@ struct attr {
 struct attrs {
 	struct attr *v;
 	size_t n, cap;
-	uint32_t *idx;		/* position + 1, 0 empty; idx_cap slots */
-	size_t idx_cap;		/* 0, or a power of two >= 2 * n */
+	uint32_t *idx;	/* position + 1, 0 empty; idx_cap slots */
+	size_t idx_cap; /* 0, or a power of two >= 2 * n */
 };
 
 /* Set name=value (copies both), replacing an existing value.  0 or -1 (OOM). */
 int attrs_set(struct attrs *a, const char *name, const char *value);
 int attrs_setn(struct attrs *a, const char *name, const char *value,
     size_t valuelen);
-/* Borrowed pointer valid until the attribute is replaced or cleared, or NULL. */
+/* Borrowed pointer valid until the attribute is replaced or cleared, or NULL.
+ */
 const char *attrs_get(const struct attrs *a, const char *name);
 /* Free every entry; *a is then empty and reusable. */
 void attrs_clear(struct attrs *a);
@@ -54,8 +55,8 @@ enum pattern_kind { PATTERN_EXACT, PATTERN_GLOB, PATTERN_REGEX };
 
 struct pattern {
 	enum pattern_kind kind;
-	char *text;		/* owned; for REGEX without the leading '~' */
-	regex_t re;		/* compiled iff kind == PATTERN_REGEX */
+	char *text; /* owned; for REGEX without the leading '~' */
+	regex_t re; /* compiled iff kind == PATTERN_REGEX */
 };
 
 /* Compile src into *p.  Returns 0, or -1 with a message in err (e.g. the
@@ -70,15 +71,15 @@ void pattern_free(struct pattern *p);
 bool glob_match(const char *pat, const char *s);
 
 struct template_part {
-	bool is_attr;		/* true: text is an attribute name */
-	char *text;		/* owned */
+	bool is_attr; /* true: text is an attribute name */
+	char *text;   /* owned */
 	size_t len;
 };
 
 struct key_template {
 	struct template_part *parts;
 	size_t nparts;
-	char *source;		/* owned copy of the template text */
+	char *source; /* owned copy of the template text */
 };
 
 /* Compile "${ip}:${header.x-user}" into *t.  0, or -1 with err for an
@@ -90,8 +91,8 @@ void template_free(struct key_template *t);
 
 enum render_result {
 	RENDER_OK = 0,
-	RENDER_MISSING = 1,	/* an attribute is absent: rule does not apply */
-	RENDER_TOO_LONG = 2	/* longer than buflen - 1 bytes */
+	RENDER_MISSING = 1, /* an attribute is absent: rule does not apply */
+	RENDER_TOO_LONG = 2 /* longer than buflen - 1 bytes */
 };
 
 /* Render t with attributes into buf (NUL-terminated), length in *outlen.
@@ -101,7 +102,7 @@ enum render_result template_render(const struct key_template *t,
 
 /* One entry of a rule's match: attribute `attr` must exist and match. */
 struct rule_match {
-	char *attr;		/* owned */
+	char *attr; /* owned */
 	struct pattern pattern;
 };
 
@@ -110,7 +111,7 @@ enum rl_algorithm {
 	RL_ALG_SLIDING_WINDOW,
 	RL_ALG_FIXED_WINDOW,
 	RL_ALG_TOKEN_BUCKET,
-	RL_ALG_CONCURRENCY	/* leases held at once (docs/leases.md) */
+	RL_ALG_CONCURRENCY /* leases held at once (docs/leases.md) */
 };
 
 /* "sliding_log" etc.  0 or -1. */
@@ -119,16 +120,16 @@ const char *rl_algorithm_name(enum rl_algorithm alg);
 
 /* A compiled rule.  Owned by its struct config; read-only once loaded. */
 struct rule {
-	char *name;			/* [A-Za-z0-9_.-]+, unique */
-	struct rule_match *match;	/* every entry must match */
+	char *name;		  /* [A-Za-z0-9_.-]+, unique */
+	struct rule_match *match; /* every entry must match */
 	size_t nmatch;
-	struct key_template *key;	/* NULL: one counter for the rule */
-	int64_t limit;			/* >= 1 */
-	int64_t window_ms;		/* >= 1 */
+	struct key_template *key; /* NULL: one counter for the rule */
+	int64_t limit;		  /* >= 1 */
+	int64_t window_ms;	  /* >= 1 */
 	enum rl_algorithm algorithm;
-	int64_t cost;			/* default cost, >= 0 */
+	int64_t cost; /* default cost, >= 0 */
 	bool shadow;
-	size_t index;			/* position in config->rules */
+	size_t index; /* position in config->rules */
 };
 
 /* True iff every match entry's attribute is present and matches. */

@@ -142,8 +142,8 @@ sketch_add(struct sketch *s, const struct sketch_params *p, double v,
 	if (s->count == 0 || v > s->max)
 		s->max = v;
 	s->count += n;
-	s->sum = sum_add(s->sum, sum_add(v * (double)(n / 2),
-	    v * (double)(n - n / 2)));
+	s->sum = sum_add(s->sum,
+	    sum_add(v * (double)(n / 2), v * (double)(n - n / 2)));
 	return 0;
 }
 
@@ -183,8 +183,7 @@ clamp(const struct sketch *s, double v)
 }
 
 double
-sketch_quantile(const struct sketch *s, const struct sketch_params *p,
-    double q)
+sketch_quantile(const struct sketch *s, const struct sketch_params *p, double q)
 {
 	uint64_t rank, seen = 0;
 	uint32_t k;
@@ -201,8 +200,8 @@ sketch_quantile(const struct sketch *s, const struct sketch_params *p,
 	for (k = s->neg.n; k-- > 0;) {
 		seen += s->neg.b[k].count;
 		if (seen > rank)
-			return clamp(s, -sketch_bucket_value(p,
-			    s->neg.b[k].index));
+			return clamp(s,
+			    -sketch_bucket_value(p, s->neg.b[k].index));
 	}
 	seen += s->zeros;
 	if (seen > rank)
@@ -210,8 +209,8 @@ sketch_quantile(const struct sketch *s, const struct sketch_params *p,
 	for (k = 0; k < s->pos.n; k++) {
 		seen += s->pos.b[k].count;
 		if (seen > rank)
-			return clamp(s, sketch_bucket_value(p,
-			    s->pos.b[k].index));
+			return clamp(s,
+			    sketch_bucket_value(p, s->pos.b[k].index));
 	}
 	return s->max;
 }

@@ -25,18 +25,18 @@
 
 #define SKETCH_MIN_ACCURACY 0.0001
 #define SKETCH_MAX_ACCURACY 0.1
-#define SKETCH_MAX_BUCKETS 4096		/* per sign, per sketch */
+#define SKETCH_MAX_BUCKETS  4096 /* per sign, per sketch */
 
 /* The mapping of one relative accuracy; fill with sketch_params_set(). */
 struct sketch_params {
-	double accuracy;	/* a */
-	double gamma;		/* (1 + a) / (1 - a) */
-	double ln_gamma;	/* log(gamma) */
+	double accuracy; /* a */
+	double gamma;	 /* (1 + a) / (1 - a) */
+	double ln_gamma; /* log(gamma) */
 };
 
 struct sketch_bucket {
 	int32_t index;
-	uint64_t count;		/* >= 1 */
+	uint64_t count; /* >= 1 */
 };
 
 /* One sign's buckets, sorted by index, at most SKETCH_MAX_BUCKETS. */
@@ -47,9 +47,9 @@ struct sketch_side {
 
 /* Zero it (or sketch_init) before use; release with sketch_clear(). */
 struct sketch {
-	uint64_t count;		/* every value added */
-	uint64_t zeros;		/* of which exactly 0 */
-	double sum, min, max;	/* min and max meaningful iff count > 0 */
+	uint64_t count;	      /* every value added */
+	uint64_t zeros;	      /* of which exactly 0 */
+	double sum, min, max; /* min and max meaningful iff count > 0 */
 	struct sketch_side pos, neg;
 };
 

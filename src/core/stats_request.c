@@ -15,8 +15,8 @@
 /* The quantiles answered when the request names none: p50, p90, p99. */
 static const double default_quantiles[] = { 0.5, 0.9, 0.99 };
 
-static const char *const record_reserved[] = { "value", "stat",
-	"quantiles", NULL };
+static const char *const record_reserved[] = { "value", "stat", "quantiles",
+	NULL };
 
 /* "value": a finite JSON number. */
 static int
@@ -61,23 +61,26 @@ parse_quantiles(const json_t *fields, struct stats_request *sr,
 	    json_array_size(v) > RL_STATS_MAX_QUANTILES)
 		return request_error_set(e, 400, "invalid_quantiles",
 		    "\"quantiles\" must be an array of 1 to %d numbers in "
-		    "[0, 1]", RL_STATS_MAX_QUANTILES);
-	json_array_foreach(v, i, q) {
+		    "[0, 1]",
+		    RL_STATS_MAX_QUANTILES);
+	json_array_foreach(v, i, q)
+	{
 		double x;
 		size_t j;
 
-		if (!json_is_number(q) || !(x = json_number_value(q),
-		    x >= 0 && x <= 1))
+		if (!json_is_number(q) ||
+		    !(x = json_number_value(q), x >= 0 && x <= 1))
 			return request_error_set(e, 400, "invalid_quantiles",
-			    "\"quantiles\"[%zu] must be a number in [0, 1]",
-			    i);
+			    "\"quantiles\"[%zu] must be a number in [0, 1]", i);
 		/* Each answers under its own name (p<percent>): one number
 		 * twice (0 and -0 too) would give one name two values. */
 		for (j = 0; j < i; j++)
 			if (sr->quantiles[j] == x)
 				return request_error_set(e, 400,
-				    "invalid_quantiles", "\"quantiles\"[%zu] "
-				    "repeats \"quantiles\"[%zu]", i, j);
+				    "invalid_quantiles",
+				    "\"quantiles\"[%zu] "
+				    "repeats \"quantiles\"[%zu]",
+				    i, j);
 		sr->quantiles[i] = x == 0 ? 0 : x;
 	}
 	sr->nquantiles = json_array_size(v);
@@ -114,8 +117,8 @@ add_stat(struct stats_request *sr, const struct config *cfg,
 			    sd->rule.name, RL_MAX_KEY_BYTES);
 		}
 	}
-	klen = strlen(cfg->redis.key_prefix) + 5 + strlen(sd->rule.name) +
-	    3 + n + 1;
+	klen = strlen(cfg->redis.key_prefix) + 5 + strlen(sd->rule.name) + 3 +
+	    n + 1;
 	if ((sr->keys[i] = rl_strdup(rendered)) == NULL ||
 	    (sr->store_keys[i] = rl_malloc(klen)) == NULL) {
 		rl_free(sr->keys[i]);
@@ -154,7 +157,7 @@ stats_request_prepare(struct stats_request *sr, const struct config *cfg,
 	memset(sr, 0, sizeof(*sr));
 	sr->record = record;
 	if (request_json_parse(body, len, record_reserved,
-	    (size_t)cfg->max_attributes, &sr->attrs, &fields, e) < 0)
+		(size_t)cfg->max_attributes, &sr->attrs, &fields, e) < 0)
 		return -1;
 	if (parse_value(fields, record, &sr->value, e) < 0 ||
 	    parse_quantiles(fields, sr, e) < 0 ||
@@ -162,19 +165,22 @@ stats_request_prepare(struct stats_request *sr, const struct config *cfg,
 		goto done;
 	if (name != NULL) {
 		if ((forced = config_find_stat(cfg, name)) == NULL) {
-			request_error_set(e, 400, "unknown_stat", "no stat "
-			    "named %s", name);
+			request_error_set(e, 400, "unknown_stat",
+			    "no stat "
+			    "named %s",
+			    name);
 			goto done;
 		}
 		max = 1;
 	}
 	if (max > 0 &&
 	    ((sr->defs = rl_calloc(max, sizeof(*sr->defs))) == NULL ||
-	    (sr->keys = rl_calloc(max, sizeof(*sr->keys))) == NULL ||
-	    (sr->store_keys = rl_calloc(max, sizeof(*sr->store_keys))) ==
-	    NULL || (sr->ops = rl_calloc(max, sizeof(*sr->ops))) == NULL ||
-	    (sr->results = rl_calloc(max, sizeof(*sr->results))) == NULL ||
-	    (sr->calls = rl_calloc(max, sizeof(*sr->calls))) == NULL)) {
+		(sr->keys = rl_calloc(max, sizeof(*sr->keys))) == NULL ||
+		(sr->store_keys = rl_calloc(max, sizeof(*sr->store_keys))) ==
+		    NULL ||
+		(sr->ops = rl_calloc(max, sizeof(*sr->ops))) == NULL ||
+		(sr->results = rl_calloc(max, sizeof(*sr->results))) == NULL ||
+		(sr->calls = rl_calloc(max, sizeof(*sr->calls))) == NULL)) {
 		oom(e);
 		goto done;
 	}
@@ -183,7 +189,7 @@ stats_request_prepare(struct stats_request *sr, const struct config *cfg,
 		const struct stat_def *sd = &cfg->stats[i];
 
 		if (forced != NULL ? sd != forced :
-		    !rule_matches(&sd->rule, &sr->attrs))
+				     !rule_matches(&sd->rule, &sr->attrs))
 			continue;
 		if ((r = add_stat(sr, cfg, sd, e)) < 0)
 			goto done;
@@ -217,7 +223,7 @@ stats_quantile_name(char *buf, size_t len, double q)
 	int prec, exp10, nd = 0, o = 0, i;
 	const char *p;
 
-	if (q == 0) {			/* -0.0 too */
+	if (q == 0) { /* -0.0 too */
 		snprintf(buf, len, "p0");
 		return;
 	}
@@ -272,26 +278,27 @@ stats_request_answer(const struct stats_request *sr, size_t *len)
 		if (o == NULL || json_array_append_new(list, o) != 0)
 			goto out;
 		if (json_object_set_new(o, "name",
-		    json_string(sr->defs[i]->rule.name)) != 0 ||
-		    json_object_set_new(o, "key",
-		    json_string(sr->keys[i])) != 0 ||
+			json_string(sr->defs[i]->rule.name)) != 0 ||
+		    json_object_set_new(o, "key", json_string(sr->keys[i])) !=
+			0 ||
 		    json_object_set_new(o, "window_ms",
-		    json_integer(sr->defs[i]->rule.window_ms)) != 0 ||
+			json_integer(sr->defs[i]->rule.window_ms)) != 0 ||
 		    json_object_set_new(o, "count",
-		    json_integer((json_int_t)r->count)) != 0 ||
-		    json_object_set_new(o, "sum", empty ? json_null() :
-		    number(r->sum)) != 0 ||
-		    json_object_set_new(o, "avg", empty ? json_null() :
-		    number(r->sum / (double)r->count)) != 0 ||
-		    json_object_set_new(o, "min", empty ? json_null() :
-		    number(r->min)) != 0 ||
-		    json_object_set_new(o, "max", empty ? json_null() :
-		    number(r->max)) != 0)
+			json_integer((json_int_t)r->count)) != 0 ||
+		    json_object_set_new(o, "sum",
+			empty ? json_null() : number(r->sum)) != 0 ||
+		    json_object_set_new(o, "avg",
+			empty ? json_null() :
+				number(r->sum / (double)r->count)) != 0 ||
+		    json_object_set_new(o, "min",
+			empty ? json_null() : number(r->min)) != 0 ||
+		    json_object_set_new(o, "max",
+			empty ? json_null() : number(r->max)) != 0)
 			goto out;
 		for (j = 0; j < sr->nquantiles; j++) {
 			stats_quantile_name(qn, sizeof(qn), sr->quantiles[j]);
-			if (json_object_set_new(o, qn, empty ? json_null() :
-			    number(r->q[j])) != 0)
+			if (json_object_set_new(o, qn,
+				empty ? json_null() : number(r->q[j])) != 0)
 				goto out;
 		}
 	}

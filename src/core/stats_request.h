@@ -19,20 +19,20 @@
 #include "core/request_json.h"
 
 struct stats_request {
-	bool record;			/* /record, else /stats */
-	double value;			/* /record */
+	bool record;  /* /record, else /stats */
+	double value; /* /record */
 	double quantiles[RL_STATS_MAX_QUANTILES];
 	size_t nquantiles;
 	struct attrs attrs;
 
 	/* The stats that apply, in config order: n of each. */
 	size_t n;
-	const struct stat_def **defs;	/* borrowed from the config */
-	char **keys;			/* the rendered keys, for the answer */
-	char **store_keys;		/* "<prefix>stat:<name>:{<key>}" */
+	const struct stat_def **defs; /* borrowed from the config */
+	char **keys;		      /* the rendered keys, for the answer */
+	char **store_keys;	      /* "<prefix>stat:<name>:{<key>}" */
 	struct rl_stat_op *ops;
 	struct rl_stat_result *results;
-	struct backend_call *calls;	/* one per op, for the caller */
+	struct backend_call *calls; /* one per op, for the caller */
 };
 
 /*

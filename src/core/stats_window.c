@@ -31,7 +31,8 @@ stats_window_params_set(struct stats_window_params *p, int64_t window_ms,
 	int64_t n;
 
 	if (window_ms < 1 || resolution_ms < 1 || resolution_ms > window_ms) {
-		snprintf(err, errlen, "resolution must be between 1ms and the "
+		snprintf(err, errlen,
+		    "resolution must be between 1ms and the "
 		    "window");
 		return -1;
 	}
@@ -42,8 +43,10 @@ stats_window_params_set(struct stats_window_params *p, int64_t window_ms,
 		return -1;
 	}
 	if (sketch_params_set(&p->sketch, accuracy) < 0) {
-		snprintf(err, errlen, "relative_accuracy must be between %g "
-		    "and %g", SKETCH_MIN_ACCURACY, SKETCH_MAX_ACCURACY);
+		snprintf(err, errlen,
+		    "relative_accuracy must be between %g "
+		    "and %g",
+		    SKETCH_MIN_ACCURACY, SKETCH_MAX_ACCURACY);
 		return -1;
 	}
 	p->window_ms = window_ms;
@@ -101,8 +104,8 @@ fit(struct stats_window *w, const struct stats_window_params *p)
 }
 
 int
-stats_window_record(struct stats_window *w,
-    const struct stats_window_params *p, int64_t now_ms, double v)
+stats_window_record(struct stats_window *w, const struct stats_window_params *p,
+    int64_t now_ms, double v)
 {
 	int64_t s = floor_div(now_ms, p->resolution_ms);
 	uint32_t slot;

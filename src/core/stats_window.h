@@ -23,20 +23,20 @@
 /* A stat's parameters; fill with stats_window_params_set(). */
 struct stats_window_params {
 	struct sketch_params sketch;
-	int64_t window_ms;	/* W >= 1 */
-	int64_t resolution_ms;	/* R, 1 .. W */
-	uint32_t nsub;		/* ring size: ceil(W / R) + 1 */
+	int64_t window_ms;     /* W >= 1 */
+	int64_t resolution_ms; /* R, 1 .. W */
+	uint32_t nsub;	       /* ring size: ceil(W / R) + 1 */
 };
 
-#define STATS_MAX_SUBWINDOWS 1000	/* W / R at most this */
+#define STATS_MAX_SUBWINDOWS 1000 /* W / R at most this */
 
 struct stats_window {
-	struct sketch *sub;	/* nsub sketches */
-	int64_t *id;		/* the sub-window each holds; -1 none */
+	struct sketch *sub; /* nsub sketches */
+	int64_t *id;	    /* the sub-window each holds; -1 none */
 	uint32_t nsub;
-	double accuracy;	/* the params it was built with */
+	double accuracy; /* the params it was built with */
 	int64_t resolution_ms;
-	int64_t last;		/* newest sub-window recorded, -1 none */
+	int64_t last; /* newest sub-window recorded, -1 none */
 };
 
 /* Returns 0, or -1 with a message in err (a bound broken). */

@@ -58,20 +58,21 @@
 #include "front/rls.h"
 #include "base/util.h"
 
-#define GRPC_PREFIX 5			/* compressed flag, length (BE) */
-#define GRPC_MAX_STREAMS 128		/* concurrent calls per connection */
-#define GRPC_READ_CHUNK 16384
+#define GRPC_PREFIX	 5   /* compressed flag, length (BE) */
+#define GRPC_MAX_STREAMS 128 /* concurrent calls per connection */
+#define GRPC_READ_CHUNK	 16384
 /* Request bytes held per connection. */
-#define GRPC_CONN_BUFFERED (256 * 1024)
-#define GRPC_TICK_MS 250		/* timeouts are checked this often */
-#define GRPC_ACCEPT_PAUSE_MS 100	/* out of descriptors: accept later */
-#define GRPC_ACCEPT_BATCH 16		/* accepted per wake, so loops share */
-#define GRPC_MAX_PENDING 1024		/* calls in the store, whole server */
-#define GRPC_RESET_BURST 512		/* RST_STREAM frames a client may */
-#define GRPC_RESET_RATE 128		/* send at once, and then per second */
-#define GRPC_HEADER_STRIKES 2		/* header lists refused, then GOAWAY */
+#define GRPC_CONN_BUFFERED   (256 * 1024)
+#define GRPC_TICK_MS	     250  /* timeouts are checked this often */
+#define GRPC_ACCEPT_PAUSE_MS 100  /* out of descriptors: accept later */
+#define GRPC_ACCEPT_BATCH    16	  /* accepted per wake, so loops share */
+#define GRPC_MAX_PENDING     1024 /* calls in the store, whole server */
+#define GRPC_RESET_BURST     512  /* RST_STREAM frames a client may */
+#define GRPC_RESET_RATE	     128  /* send at once, and then per second */
+#define GRPC_HEADER_STRIKES  2	  /* header lists refused, then GOAWAY */
 
-#define PATH_RLS "/envoy.service.ratelimit.v3.RateLimitService/" \
+#define PATH_RLS \
+	"/envoy.service.ratelimit.v3.RateLimitService/" \
 	"ShouldRateLimit"
 #define PATH_HEALTH "/grpc.health.v1.Health/Check"
 #define SERVICE_RLS "envoy.service.ratelimit.v3.RateLimitService"
@@ -85,56 +86,56 @@ struct gstream {
 	int32_t id;
 	struct gconn *c;
 	enum gmethod method;
-	bool post, grpc_type;		/* :method POST, application/grpc */
-	bool too_big;			/* the message passed the limit */
+	bool post, grpc_type; /* :method POST, application/grpc */
+	bool too_big;	      /* the message passed the limit */
 	bool answered;
-	bool cut;			/* reset once its answer is out */
-	bool waiting;			/* whole, waiting for a place */
-	size_t header_bytes;		/* decoded, as HTTP/2 counts them */
-	bool reset;			/* RST_STREAM submitted */
-	int64_t start_us;		/* monotonic, at its first header */
-	int64_t answered_us;		/* when its answer was submitted */
-	int64_t timeout_us;		/* grpc-timeout, or 0 */
-	uint8_t *in;			/* the request's bytes */
+	bool cut;	     /* reset once its answer is out */
+	bool waiting;	     /* whole, waiting for a place */
+	size_t header_bytes; /* decoded, as HTTP/2 counts them */
+	bool reset;	     /* RST_STREAM submitted */
+	int64_t start_us;    /* monotonic, at its first header */
+	int64_t answered_us; /* when its answer was submitted */
+	int64_t timeout_us;  /* grpc-timeout, or 0 */
+	uint8_t *in;	     /* the request's bytes */
 	size_t inlen, incap;
-	uint8_t *out;			/* the framed response message */
+	uint8_t *out; /* the framed response message */
 	size_t outlen, outoff;
-	int status;			/* grpc-status for the trailers */
-	struct gcall *call;		/* in the store's hands, or NULL */
+	int status;	    /* grpc-status for the trailers */
+	struct gcall *call; /* in the store's hands, or NULL */
 	struct gstream *next, *prev;
 };
 
 struct gconn {
 	int fd;
 	struct grpc_server *s;
-	struct gloop *l;		/* the loop that owns it */
+	struct gloop *l; /* the loop that owns it */
 	nghttp2_session *h2;
 	struct gstream *streams;
 	int nstreams;
-	int ncalls;			/* its calls in the store, their
-					 * streams reset or not */
-	int nwaiting;			/* streams with waiting set */
-	int credit;			/* calls it may still abandon */
-	int strikes;			/* header lists refused */
-	size_t buffered;		/* request bytes its streams hold */
-	int64_t last_us;		/* last read, monotonic */
-	int64_t out_us;			/* last byte written, or nothing
-					 * left to write */
-	uint32_t events;		/* what its epoll entry watches */
-	bool goaway;			/* GOAWAY sent */
-	bool dead;			/* closed; freed when ncalls is 0 */
+	int ncalls;	 /* its calls in the store, their
+			  * streams reset or not */
+	int nwaiting;	 /* streams with waiting set */
+	int credit;	 /* calls it may still abandon */
+	int strikes;	 /* header lists refused */
+	size_t buffered; /* request bytes its streams hold */
+	int64_t last_us; /* last read, monotonic */
+	int64_t out_us;	 /* last byte written, or nothing
+			  * left to write */
+	uint32_t events; /* what its epoll entry watches */
+	bool goaway;	 /* GOAWAY sent */
+	bool dead;	 /* closed; freed when ncalls is 0 */
 	struct gconn *next, *prev;
 };
 
 /* A decision or a probe in the store's hands. */
 struct gcall {
 	struct grpc_server *s;
-	struct gconn *c;		/* kept allocated while it is here */
-	struct gstream *st;		/* NULL once the stream is gone */
-	struct config *cfg;		/* one reference */
+	struct gconn *c;    /* kept allocated while it is here */
+	struct gstream *st; /* NULL once the stream is gone */
+	struct config *cfg; /* one reference */
 	enum gmethod method;
-	struct rls_call rls;		/* M_RLS */
-	struct backend_call probe;	/* M_HEALTH */
+	struct rls_call rls;	   /* M_RLS */
+	struct backend_call probe; /* M_HEALTH */
 	struct gcall *qnext;
 };
 
@@ -144,13 +145,13 @@ struct gloop {
 	int efd, epfd;
 	pthread_t thread;
 	bool thread_started;
-	pthread_mutex_t lock;		/* guards the done queue */
+	pthread_mutex_t lock; /* guards the done queue */
 	struct gcall *done_head, *done_tail;
-	bool quiesced;			/* the loop acted on quiesce */
-	bool listening;			/* the listener is in the epoll */
-	bool fd_warned;			/* out of descriptors, logged */
-	int64_t accept_at_us;		/* paused: listen again then */
-	struct config *cur;		/* the loop's snapshot for this turn */
+	bool quiesced;	      /* the loop acted on quiesce */
+	bool listening;	      /* the listener is in the epoll */
+	bool fd_warned;	      /* out of descriptors, logged */
+	int64_t accept_at_us; /* paused: listen again then */
+	struct config *cur;   /* the loop's snapshot for this turn */
 	struct gconn *conns;
 };
 
@@ -158,12 +159,12 @@ struct grpc_server {
 	int lfd;
 	const struct decider *decider;
 	struct metrics *metrics;
-	struct config_slot cfg;		/* the snapshot served */
+	struct config_slot cfg; /* the snapshot served */
 
 	atomic_bool quiesce, stop;
-	atomic_int inflight;		/* calls received, not answered */
-	atomic_int pending;		/* gcalls not yet back from the store */
-	atomic_int nconns;		/* open connections, every loop */
+	atomic_int inflight; /* calls received, not answered */
+	atomic_int pending;  /* gcalls not yet back from the store */
+	atomic_int nconns;   /* open connections, every loop */
 	nghttp2_session_callbacks *cbs;
 	nghttp2_option *opt;
 	struct gloop *loops;
@@ -211,8 +212,11 @@ percent_encode(const char *in, char *out, size_t outlen)
 	out[o] = '\0';
 }
 
-#define NV(n, v) { (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, \
-	strlen(v), NGHTTP2_NV_FLAG_NONE }
+#define NV(n, v) \
+	{ \
+		(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), \
+		    NGHTTP2_NV_FLAG_NONE \
+	}
 
 /* Answer a call that failed: trailers-only, the status in the headers. */
 static void
@@ -237,10 +241,9 @@ answer_status(struct gstream *st, int status, const char *message)
 		};
 
 		if (nghttp2_submit_response(st->c->h2, st->id, nv,
-		    msg[0] != '\0' ? 4 : 3, NULL) != 0)
-			nghttp2_submit_rst_stream(st->c->h2,
-			    NGHTTP2_FLAG_NONE, st->id,
-			    NGHTTP2_INTERNAL_ERROR);
+			msg[0] != '\0' ? 4 : 3, NULL) != 0)
+			nghttp2_submit_rst_stream(st->c->h2, NGHTTP2_FLAG_NONE,
+			    st->id, NGHTTP2_INTERNAL_ERROR);
 	}
 }
 
@@ -410,8 +413,7 @@ call_deadline(const struct gstream *st)
 }
 
 static void
-start_rls(struct gstream *st, struct gcall *gc, const uint8_t *msg,
-    size_t len)
+start_rls(struct gstream *st, struct gcall *gc, const uint8_t *msg, size_t len)
 {
 	struct grpc_server *s = st->c->s;
 	struct decide_job *job;
@@ -419,15 +421,16 @@ start_rls(struct gstream *st, struct gcall *gc, const uint8_t *msg,
 
 	gc->method = M_RLS;
 	if (rls_decode(&gc->rls, msg, len, gc->cfg->max_attributes, err,
-	    sizeof(err)) < 0) {
+		sizeof(err)) < 0) {
 		answer_status(st, GRPC_INVALID_ARGUMENT, err);
 		call_free(gc);
 		return;
 	}
 	gc->rls.req.start_us = st->start_us;
 	gc->rls.req.deadline_us = call_deadline(st);
-	if (gc->rls.n == 0 || decide_prepare(s->decider, gc->cfg,
-	    &gc->rls.req, &gc->rls.decision, &job) == 0) {
+	if (gc->rls.n == 0 ||
+	    decide_prepare(s->decider, gc->cfg, &gc->rls.req, &gc->rls.decision,
+		&job) == 0) {
 		/* Settled without the store. */
 		if (gc->rls.n == 0)
 			gc->rls.decision = (struct decision){ .allowed = true };
@@ -458,8 +461,7 @@ start_health(struct gstream *st, struct gcall *gc, const uint8_t *msg,
 		call_free(gc);
 		return;
 	}
-	known = rq->service[0] == '\0' || strcmp(rq->service,
-	    SERVICE_RLS) == 0;
+	known = rq->service[0] == '\0' || strcmp(rq->service, SERVICE_RLS) == 0;
 	grpc__health__v1__health_check_request__free_unpacked(rq, NULL);
 	if (!known) {
 		answer_status(st, GRPC_NOT_FOUND, "unknown service");
@@ -533,7 +535,8 @@ stream_request(struct gstream *st)
 	mlen = (uint32_t)st->in[1] << 24 | (uint32_t)st->in[2] << 16 |
 	    (uint32_t)st->in[3] << 8 | st->in[4];
 	if (mlen != st->inlen - GRPC_PREFIX) {
-		answer_status(st, GRPC_INTERNAL, "a unary call carries one "
+		answer_status(st, GRPC_INTERNAL,
+		    "a unary call carries one "
 		    "whole message");
 		return;
 	}
@@ -557,14 +560,15 @@ on_send(nghttp2_session *h2, const uint8_t *data, size_t len, int flags,
 
 	(void)h2;
 	(void)flags;
-	if (c->fd < 0)			/* grpc_fuzz_feed(): no socket */
+	if (c->fd < 0) /* grpc_fuzz_feed(): no socket */
 		return (ssize_t)len;
 	n = send(c->fd, data, len, MSG_NOSIGNAL);
 	if (n > 0)
 		c->out_us = util_monotonic_us();
 	if (n < 0)
 		return errno == EAGAIN || errno == EWOULDBLOCK ||
-		    errno == EINTR ? NGHTTP2_ERR_WOULDBLOCK :
+			errno == EINTR ?
+		    NGHTTP2_ERR_WOULDBLOCK :
 		    NGHTTP2_ERR_CALLBACK_FAILURE;
 	return n;
 }
@@ -662,8 +666,8 @@ on_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t *name,
 	(void)flags;
 	if (f->hd.type != NGHTTP2_HEADERS ||
 	    f->headers.cat != NGHTTP2_HCAT_REQUEST ||
-	    (st = nghttp2_session_get_stream_user_data(h2,
-	    f->hd.stream_id)) == NULL)
+	    (st = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id)) ==
+		NULL)
 		return 0;
 	st->header_bytes += namelen + valuelen + 32;
 	if (st->header_bytes > (size_t)c->l->cur->max_header_bytes)
@@ -672,11 +676,12 @@ on_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t *name,
 		st->post = is(value, valuelen, "POST");
 	else if (is(name, namelen, ":path"))
 		st->method = is(value, valuelen, PATH_RLS) ? M_RLS :
-		    is(value, valuelen, PATH_HEALTH) ? M_HEALTH : M_OTHER;
+		    is(value, valuelen, PATH_HEALTH)	   ? M_HEALTH :
+							     M_OTHER;
 	else if (is(name, namelen, "content-type"))
-		st->grpc_type = valuelen >= 16 && memcmp(value,
-		    "application/grpc", 16) == 0 && (valuelen == 16 ||
-		    value[16] == '+' || value[16] == ';');
+		st->grpc_type = valuelen >= 16 &&
+		    memcmp(value, "application/grpc", 16) == 0 &&
+		    (valuelen == 16 || value[16] == '+' || value[16] == ';');
 	else if (is(name, namelen, "grpc-timeout"))
 		st->timeout_us = parse_timeout(value, valuelen);
 	return 0;
@@ -723,8 +728,9 @@ on_frame(nghttp2_session *h2, const nghttp2_frame *f, void *arg)
 	(void)arg;
 	if ((f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA) ||
 	    !(f->hd.flags & NGHTTP2_FLAG_END_STREAM) ||
-	    (st = nghttp2_session_get_stream_user_data(h2,
-	    f->hd.stream_id)) == NULL || st->answered || st->call != NULL)
+	    (st = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id)) ==
+		NULL ||
+	    st->answered || st->call != NULL)
 		return 0;
 	stream_request(st);
 	return 0;
@@ -744,8 +750,9 @@ on_frame_sent(nghttp2_session *h2, const nghttp2_frame *f, void *arg)
 	(void)arg;
 	if (f->hd.type == NGHTTP2_HEADERS &&
 	    (f->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
-	    (st = nghttp2_session_get_stream_user_data(h2,
-	    f->hd.stream_id)) != NULL && st->cut)
+	    (st = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id)) !=
+		NULL &&
+	    st->cut)
 		nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, st->id,
 		    NGHTTP2_NO_ERROR);
 	return 0;
@@ -755,7 +762,7 @@ static void
 stream_free(struct gconn *c, struct gstream *st)
 {
 	if (st->call != NULL)
-		st->call->st = NULL;	/* the store still has it */
+		st->call->st = NULL; /* the store still has it */
 	if (st->waiting)
 		c->nwaiting--;
 	if (!st->answered)
@@ -785,8 +792,10 @@ conn_abandoned(struct gconn *c)
 	if (--c->credit > 0 || c->goaway)
 		return;
 	c->goaway = true;
-	log_debug("grpc: a connection abandoned %d calls more than it was "
-	    "answered; GOAWAY", GRPC_MAX_STREAMS);
+	log_debug(
+	    "grpc: a connection abandoned %d calls more than it was "
+	    "answered; GOAWAY",
+	    GRPC_MAX_STREAMS);
 	nghttp2_session_terminate_session(c->h2, NGHTTP2_ENHANCE_YOUR_CALM);
 }
 
@@ -886,8 +895,8 @@ conn_read(struct gconn *c)
 			break;
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n <= 0 || nghttp2_session_mem_recv(c->h2, buf,
-		    (size_t)n) < 0) {
+		if (n <= 0 ||
+		    nghttp2_session_mem_recv(c->h2, buf, (size_t)n) < 0) {
 			conn_close(c);
 			return;
 		}
@@ -915,8 +924,8 @@ conn_start_waiting(struct gconn *c)
 {
 	struct gstream *st;
 
-	for (st = c->streams; st != NULL && c->nwaiting > 0 &&
-	    call_has_place(c); st = st->next)
+	for (st = c->streams;
+	     st != NULL && c->nwaiting > 0 && call_has_place(c); st = st->next)
 		if (st->waiting) {
 			st->waiting = false;
 			c->nwaiting--;
@@ -941,8 +950,10 @@ listen_pause(struct gloop *l, int err)
 	l->accept_at_us = util_monotonic_us() + GRPC_ACCEPT_PAUSE_MS * 1000;
 	if (!l->fd_warned) {
 		l->fd_warned = true;
-		log_warnx("grpc: cannot accept connections (%s); retrying "
-		    "every %d ms", strerror(err), GRPC_ACCEPT_PAUSE_MS);
+		log_warnx(
+		    "grpc: cannot accept connections (%s); retrying "
+		    "every %d ms",
+		    strerror(err), GRPC_ACCEPT_PAUSE_MS);
 	}
 }
 
@@ -951,7 +962,7 @@ static int
 listen_resume(struct gloop *l)
 {
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE,
-	    .data.ptr = &tag_listen };
+		.data.ptr = &tag_listen };
 
 	if (l->listening || l->quiesced)
 		return 0;
@@ -980,8 +991,7 @@ conn_new(struct gloop *l, int fd)
 	c->l = l;
 	c->credit = GRPC_MAX_STREAMS;
 	c->last_us = c->out_us = util_monotonic_us();
-	if (nghttp2_session_server_new2(&c->h2, l->s->cbs, c,
-	    l->s->opt) != 0) {
+	if (nghttp2_session_server_new2(&c->h2, l->s->cbs, c, l->s->opt) != 0) {
 		rl_free(c);
 		return NULL;
 	}
@@ -1022,7 +1032,7 @@ accept_some(struct gloop *l)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = c };
 		if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-			conn_close(c);	/* closes fd */
+			conn_close(c); /* closes fd */
 			continue;
 		}
 		conn_flush(c);
@@ -1111,8 +1121,8 @@ sweep(struct gloop *l)
 			}
 		if (l->quiesced)
 			conn_goaway(c);
-		if (c->nstreams == 0 && (l->quiesced ||
-		    now - c->last_us > idle_us)) {
+		if (c->nstreams == 0 &&
+		    (l->quiesced || now - c->last_us > idle_us)) {
 			conn_goaway(c);
 			nghttp2_session_send(c->h2);
 			conn_close(c);
@@ -1167,8 +1177,7 @@ loop_main(void *arg)
 			}
 			/* A connection not read now (conn_reading) still
 			 * reports errors: nothing more can come from it. */
-			if ((e & (EPOLLERR | EPOLLHUP)) &&
-			    !conn_reading(p))
+			if ((e & (EPOLLERR | EPOLLHUP)) && !conn_reading(p))
 				conn_close(p);
 			else if (e & (EPOLLIN | EPOLLERR | EPOLLHUP))
 				conn_read(p);
@@ -1270,8 +1279,8 @@ grpc_server_start(int listen_fd, struct config *cfg,
 	s->metrics = metrics;
 	config_slot_init(&s->cfg, cfg);
 	s->nloops = cfg->threads > 0 ? cfg->threads : 1;
-	if ((s->loops = rl_calloc((size_t)s->nloops,
-	    sizeof(*s->loops))) == NULL) {
+	if ((s->loops = rl_calloc((size_t)s->nloops, sizeof(*s->loops))) ==
+	    NULL) {
 		s->nloops = 0;
 		snprintf(err, errlen, "out of memory");
 		goto fail;
@@ -1293,7 +1302,7 @@ grpc_server_start(int listen_fd, struct config *cfg,
 	metrics_set_grpc(metrics);
 	for (i = 0; i < s->nloops; i++) {
 		if (pthread_create(&s->loops[i].thread, NULL, loop_main,
-		    &s->loops[i]) != 0) {
+			&s->loops[i]) != 0) {
 			snprintf(err, errlen, "grpc: cannot start its threads");
 			grpc_server_stop(s);
 			return NULL;

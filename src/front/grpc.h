@@ -25,10 +25,10 @@ struct metrics;
 
 /*
  * Serve on listen_fd (a listening socket; ownership passes to the server)
- * with cfg->threads threads (start-only).  Takes one reference to cfg.  decider (its on_rule
- * hook counts decisions as gRPC's) and metrics (may be NULL) are borrowed
- * for the server's life.  Returns the server, or NULL with a message in
- * err.  Start-up.
+ * with cfg->threads threads (start-only).  Takes one reference to cfg.  decider
+ * (its on_rule hook counts decisions as gRPC's) and metrics (may be NULL) are
+ * borrowed for the server's life.  Returns the server, or NULL with a message
+ * in err.  Start-up.
  */
 struct grpc_server *grpc_server_start(int listen_fd, struct config *cfg,
     const struct decider *decider, struct metrics *metrics, char *err,

@@ -51,7 +51,7 @@
 #include "front/lease_wait.h"
 #include "front/wait_timer.h"
 
-#define HTTP_CONN_MEMORY (16 * 1024)	/* per connection, see start */
+#define HTTP_CONN_MEMORY    (16 * 1024) /* per connection, see start */
 #define HTTP_MHD_CONN_LIMIT 1100000	/* past max_connections' bound */
 /* The longest a stop waits for suspended requests: past every store
  * deadline (redis.timeout is at most a day, but a store fails its calls
@@ -78,8 +78,8 @@ client_half_closed(struct MHD_Connection *conn)
 	    MHD_CONNECTION_INFO_CONNECTION_FD);
 	char c;
 
-	return ci != NULL && recv(ci->connect_fd, &c, 1,
-	    MSG_PEEK | MSG_DONTWAIT) == 0;
+	return ci != NULL &&
+	    recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
 /* The guard's record of a connection (its socket context). */
@@ -137,11 +137,11 @@ http_request_enter(struct request *rq, enum request_state to)
 			return false;
 		}
 		if (to == RQ_WAITING_TURN && !rq->waited_turn) {
-			rq->waited_turn = true;	/* before the timer has it */
+			rq->waited_turn = true; /* before the timer has it */
 			metrics_waiting(s->metrics, METRICS_WAIT_TURN, 1);
 		}
 		if (to == RQ_WAITING_LEASE && !rq->waited_lease) {
-			rq->waited_lease = true;	/* before it is parked */
+			rq->waited_lease = true; /* before it is parked */
 			metrics_waiting(s->metrics, METRICS_WAIT_LEASE, 1);
 		}
 		rq->state = to;
@@ -164,7 +164,7 @@ http_request_enter(struct request *rq, enum request_state to)
 	}
 	rq->state = to;
 	if (to == RQ_RESUMED || to == RQ_ANSWERED_RAW)
-		MHD_resume_connection(rq->conn);	/* the loop's again */
+		MHD_resume_connection(rq->conn); /* the loop's again */
 	return true;
 }
 
@@ -183,7 +183,7 @@ http_resume(void *arg)
 	if (EP_DECIDES(rq->ep) && !http_wait_needed(rq) && !rq->cut &&
 	    client_half_closed(rq->conn) &&
 	    (ci = MHD_get_connection_info(rq->conn,
-	    MHD_CONNECTION_INFO_CONNECTION_FD)) != NULL) {
+		 MHD_CONNECTION_INFO_CONNECTION_FD)) != NULL) {
 		(void)http_answer_raw(rq->s, ci->connect_fd, rq);
 		to = RQ_ANSWERED_RAW;
 	}
@@ -246,8 +246,8 @@ http_submit(struct request *rq, struct decide_job *job,
 		}
 	}
 	if (job != NULL)
-		decide_run(job, now ? inline_done : http_resume, now ? NULL :
-		    rq);
+		decide_run(job, now ? inline_done : http_resume,
+		    now ? NULL : rq);
 	for (i = 0; i < n; i++)
 		backend_submit(b, &calls[i]);
 	return now ? 1 : 0;
@@ -282,8 +282,8 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 		*con_cls = rq;
 		{
 			bool answered;
-			enum MHD_Result fr = http_check_framing(s, conn, rq->cfg,
-			    url, &answered);
+			enum MHD_Result fr = http_check_framing(s, conn,
+			    rq->cfg, url, &answered);
 
 			if (answered)
 				return fr;
@@ -291,10 +291,10 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 		cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 		    MHD_HTTP_HEADER_CONTENT_LENGTH);
 		rq->declared_len = cl != NULL ? (int64_t)strtoll(cl, NULL, 10) :
-		    -1;
+						-1;
 		if (EP_HAS_BODY(rq->ep) && cl != NULL &&
-		    strtoull(cl, NULL, 10) > (unsigned long long)
-		    rq->cfg->max_body_bytes)
+		    strtoull(cl, NULL, 10) >
+			(unsigned long long)rq->cfg->max_body_bytes)
 			rq->too_large = true;
 		return MHD_YES;
 	}
@@ -304,7 +304,7 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 		*upload_data_size = 0;
 		rq->body_seen += n;
 		if (!EP_HAS_BODY(rq->ep) || rq->too_large)
-			return MHD_YES;		/* discard */
+			return MHD_YES; /* discard */
 		if (rq->len + n > (size_t)rq->cfg->max_body_bytes) {
 			rq->too_large = true;
 			return MHD_YES;
@@ -324,7 +324,7 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 		rq->len += n;
 		return MHD_YES;
 	}
-	if (rq->state == RQ_ANSWERED_RAW) {	/* answered: close */
+	if (rq->state == RQ_ANSWERED_RAW) { /* answered: close */
 		http_request_enter(rq, RQ_DONE);
 		if (rq->cfg->access_log && log_enabled(LOG_LEVEL_INFO))
 			http_log_access(rq);
@@ -337,7 +337,8 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 		/* The body libmicrohttpd framed is not the one the header
 		 * names (a folded Content-Length): what follows is not a
 		 * request we can trust. */
-		return http_refuse(s, conn, 400, "bad_request", "the body is not "
+		return http_refuse(s, conn, 400, "bad_request",
+		    "the body is not "
 		    "as long as its Content-Length says");
 	switch (rq->ep) {
 	case EP_ACQUIRE:
@@ -356,13 +357,18 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 	case EP_BAD_METHOD:
 		return http_respond_error(s, conn, 405, "method_not_allowed",
 		    "%s %s: use %s", method, url,
-		    strcmp(url, "/acquire") == 0 || strcmp(url, "/record") ==
-		    0 || strcmp(url, "/stats") == 0 || strcmp(url, "/release")
-		    == 0 || strcmp(url, "/renew") == 0 ? "POST" : "GET");
+		    strcmp(url, "/acquire") == 0 ||
+			    strcmp(url, "/record") == 0 ||
+			    strcmp(url, "/stats") == 0 ||
+			    strcmp(url, "/release") == 0 ||
+			    strcmp(url, "/renew") == 0 ?
+			"POST" :
+			"GET");
 	case EP_NOT_FOUND:
 		break;
 	}
-	return http_respond_error(s, conn, 404, "not_found", "no endpoint %s", url);
+	return http_respond_error(s, conn, 404, "not_found", "no endpoint %s",
+	    url);
 }
 
 static void
@@ -384,8 +390,8 @@ request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
 		    conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 
-		if (EP_DECIDES(rq->ep) && ci != NULL &&
-		    !http_wait_needed(rq) && !rq->cut)
+		if (EP_DECIDES(rq->ep) && ci != NULL && !http_wait_needed(rq) &&
+		    !rq->cut)
 			(void)http_answer_raw(s, ci->connect_fd, rq);
 	}
 	if (rq->state != RQ_DONE)
@@ -448,8 +454,8 @@ accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 }
 
 static void
-notify_connection(void *cls, struct MHD_Connection *conn,
-    void **socket_context, enum MHD_ConnectionNotificationCode toe)
+notify_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+    enum MHD_ConnectionNotificationCode toe)
 {
 	struct http_server *s = cls;
 	const union MHD_ConnectionInfo *ci;
@@ -482,8 +488,7 @@ http_server_start(int listen_fd, struct config *cfg,
 	s->leases = leases;
 	s->metrics = metrics;
 	s->listen_fd = listen_fd;
-	if ((s->guard = http_guard_start(guard_limits, s, err, errlen)) ==
-	    NULL)
+	if ((s->guard = http_guard_start(guard_limits, s, err, errlen)) == NULL)
 		goto fail;
 	if ((s->timer = wait_timer_new(err, errlen)) == NULL)
 		goto fail;
@@ -496,10 +501,9 @@ http_server_start(int listen_fd, struct config *cfg,
 	 * the guard's (max_connections, refused at once, changed by a
 	 * reload): libmicrohttpd's own is set past any it allows, since at
 	 * its limit it stops accepting and new clients wait unanswered. */
-	s->mhd = MHD_start_daemon(flags, 0, accept_policy, s, access_handler,
-	    s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-	    MHD_OPTION_LISTEN_SOCKET, listen_fd,
-	    MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)cfg->threads,
+	s->mhd = MHD_start_daemon(flags, 0, accept_policy, s, access_handler, s,
+	    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET,
+	    listen_fd, MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)cfg->threads,
 	    MHD_OPTION_NOTIFY_COMPLETED, request_completed, s,
 	    MHD_OPTION_NOTIFY_CONNECTION, notify_connection, s,
 	    MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTP_MHD_CONN_LIMIT,
@@ -507,7 +511,8 @@ http_server_start(int listen_fd, struct config *cfg,
 	    (unsigned int)((cfg->idle_timeout_ms + 999) / 1000),
 	    MHD_OPTION_CONNECTION_MEMORY_LIMIT,
 	    (size_t)(2 * cfg->max_header_bytes > HTTP_CONN_MEMORY ?
-	    2 * cfg->max_header_bytes : HTTP_CONN_MEMORY),
+		    2 * cfg->max_header_bytes :
+		    HTTP_CONN_MEMORY),
 	    MHD_OPTION_END);
 	if (s->mhd == NULL) {
 		snprintf(err, errlen, "%s: cannot start the HTTP server",
@@ -551,9 +556,9 @@ http_server_quiesce(struct http_server *s)
 	}
 	/* Waiters due within shutdown_timeout are answered then; the
 	 * others at once, 503 (docs/waiting.md). */
-	wait_timer_cut(s->timer, util_monotonic_us() +
-	    c->shutdown_timeout_ms * 1000);
-	lease_wait_cut(s->leases);	/* no known time: 503 now */
+	wait_timer_cut(s->timer,
+	    util_monotonic_us() + c->shutdown_timeout_ms * 1000);
+	lease_wait_cut(s->leases); /* no known time: 503 now */
 	config_unref(c);
 	__atomic_store_n(&s->draining, true, __ATOMIC_RELEASE);
 }
@@ -584,12 +589,13 @@ http_server_stop(struct http_server *s)
 	    util_monotonic_us() < give_up)
 		nanosleep(&tick, NULL);
 	if (__atomic_load_n(&s->suspended, __ATOMIC_SEQ_CST) > 0) {
-		log_warnx("shutdown: %d requests still wait for the store; "
+		log_warnx(
+		    "shutdown: %d requests still wait for the store; "
 		    "exiting without them",
 		    __atomic_load_n(&s->suspended, __ATOMIC_SEQ_CST));
 		log_info("stopped");
 		_exit(0);
 	}
-	MHD_stop_daemon(s->mhd);	/* closes the listening socket */
+	MHD_stop_daemon(s->mhd); /* closes the listening socket */
 	server_free(s);
 }

@@ -19,13 +19,13 @@
 #include "front/http_priv.h"
 
 struct framing {
-	int content_length;		/* Content-Length headers */
+	int content_length; /* Content-Length headers */
 	const char *cl_first;
 	bool cl_differ, cl_bad;
 	int transfer_encoding;
 	const char *te;
-	bool bad_name;			/* a header name that is no token */
-	size_t bytes;			/* names and values */
+	bool bad_name; /* a header name that is no token */
+	size_t bytes;  /* names and values */
 	size_t count;
 };
 
@@ -57,14 +57,14 @@ framing_walk(void *cls, enum MHD_ValueKind kind, const char *key,
 	/* libmicrohttpd turns "Content-Length:" folded onto a next line
 	 * " 34" into a header named "Content-Length34": a framing header
 	 * in disguise, which the proxy in front may have read as one. */
-	if (!is_token(key) || (strncasecmp(key, "content-length", 14) == 0 &&
-	    key[14] != '\0') || (strncasecmp(key, "transfer-encoding", 17) ==
-	    0 && key[17] != '\0'))
+	if (!is_token(key) ||
+	    (strncasecmp(key, "content-length", 14) == 0 && key[14] != '\0') ||
+	    (strncasecmp(key, "transfer-encoding", 17) == 0 && key[17] != '\0'))
 		f->bad_name = true;
 	if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
-		if (value[0] == '\0' || strspn(value, "0123456789") !=
-		    strlen(value))
-			f->cl_bad = true;	/* empty (a folded line), signs */
+		if (value[0] == '\0' ||
+		    strspn(value, "0123456789") != strlen(value))
+			f->cl_bad = true; /* empty (a folded line), signs */
 		if (f->content_length++ > 0 && strcmp(f->cl_first, value) != 0)
 			f->cl_differ = true;
 		if (f->cl_first == NULL)
@@ -94,24 +94,30 @@ http_check_framing(struct http_server *s, struct MHD_Connection *conn,
 	*answered = true;
 	MHD_get_connection_values(conn, MHD_HEADER_KIND, framing_walk, &f);
 	if (f.bytes + strlen(url) > (size_t)cfg->max_header_bytes)
-		return http_refuse(s, conn, 431, "headers_too_large", "the request "
+		return http_refuse(s, conn, 431, "headers_too_large",
+		    "the request "
 		    "line and headers are larger than %d bytes",
 		    cfg->max_header_bytes);
 	if (f.bad_name)
-		return http_refuse(s, conn, 400, "bad_request", "a header name "
+		return http_refuse(s, conn, 400, "bad_request",
+		    "a header name "
 		    "is not a token");
 	if (f.content_length > 0 && f.transfer_encoding > 0)
-		return http_refuse(s, conn, 400, "bad_request", "both "
+		return http_refuse(s, conn, 400, "bad_request",
+		    "both "
 		    "Content-Length and Transfer-Encoding");
 	if (f.content_length > 1 && f.cl_differ)
-		return http_refuse(s, conn, 400, "bad_request", "Content-Length "
+		return http_refuse(s, conn, 400, "bad_request",
+		    "Content-Length "
 		    "headers that differ");
 	if (f.cl_bad)
-		return http_refuse(s, conn, 400, "bad_request", "a Content-Length "
+		return http_refuse(s, conn, 400, "bad_request",
+		    "a Content-Length "
 		    "that is not a number");
-	if (f.transfer_encoding > 1 || (f.transfer_encoding == 1 &&
-	    strcasecmp(f.te, "chunked") != 0))
-		return http_refuse(s, conn, 501, "not_implemented", "only the "
+	if (f.transfer_encoding > 1 ||
+	    (f.transfer_encoding == 1 && strcasecmp(f.te, "chunked") != 0))
+		return http_refuse(s, conn, 501, "not_implemented",
+		    "only the "
 		    "chunked transfer coding is understood");
 	*answered = false;
 	return MHD_YES;

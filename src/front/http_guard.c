@@ -38,19 +38,19 @@ struct guard_conn {
 	struct guard_conn *prev, *next;
 	int fd;
 	bool tcp;
-	atomic_uint done;		/* requests ended */
+	atomic_uint done; /* requests ended */
 	atomic_bool waiting;
-	unsigned seen_done;		/* the guard thread's */
-	uint64_t baseline;		/* bytes when the last request ended */
-	int64_t began_us;		/* the current request's first byte seen;
-					 * 0: none yet */
+	unsigned seen_done; /* the guard thread's */
+	uint64_t baseline;  /* bytes when the last request ended */
+	int64_t began_us;   /* the current request's first byte seen;
+			     * 0: none yet */
 };
 
 struct http_guard {
 	http_guard_limits_fn limits;
 	void *arg;
 	pthread_mutex_t mu;
-	pthread_cond_t cv;		/* wakes the thread to stop */
+	pthread_cond_t cv; /* wakes the thread to stop */
 	bool stop;
 	pthread_t thread;
 	struct guard_conn *head;
@@ -67,7 +67,7 @@ bytes_received(int fd, uint64_t *out)
 	memset(&ti, 0, sizeof(ti));
 	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
 	    len < offsetof(struct tcp_info, tcpi_bytes_received) +
-	    sizeof(ti.tcpi_bytes_received))
+		    sizeof(ti.tcpi_bytes_received))
 		return false;
 	*out = ti.tcpi_bytes_received;
 	return true;
@@ -104,8 +104,10 @@ guard_tick(struct http_guard *g, int64_t timeout_us)
 		c->began_us = INT64_MAX / 2;
 		(void)shutdown(c->fd, SHUT_RDWR);
 		atomic_fetch_add(&g->cut, 1);
-		log_debug("http: a request past request_timeout (%lld ms) "
-		    "was cut off", (long long)(timeout_us / 1000));
+		log_debug(
+		    "http: a request past request_timeout (%lld ms) "
+		    "was cut off",
+		    (long long)(timeout_us / 1000));
 	}
 }
 
@@ -206,7 +208,7 @@ http_guard_opened(struct http_guard *g, int fd, void **ctx)
 	atomic_fetch_add(&g->open, 1);
 	*ctx = c;
 	if (c == NULL)
-		return;		/* not watched; still counted */
+		return; /* not watched; still counted */
 	c->fd = fd;
 	c->tcp = getsockname(fd, (struct sockaddr *)&ss, &len) == 0 &&
 	    (ss.ss_family == AF_INET || ss.ss_family == AF_INET6);

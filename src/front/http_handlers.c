@@ -31,13 +31,14 @@ http_log_access(const struct request *rq)
 {
 	const struct decision *d = &rq->decision;
 	char lim[24], rem[24], retry[24];
-	const char *k[] = { "endpoint", "allowed", "rule", "limit",
-	    "remaining", "retry_after_ms", "degraded" };
+	const char *k[] = { "endpoint", "allowed", "rule", "limit", "remaining",
+		"retry_after_ms", "degraded" };
 	const char *v[] = { rq->ep == EP_ACQUIRE ? "acquire" : "auth",
-	    d->status != DECIDE_OK ? decide_status_code(d->status) :
-	    d->allowed ? "true" : "false",
-	    d->rule != NULL ? d->rule->name : "", lim, rem, retry,
-	    d->degraded ? "true" : "false" };
+		d->status != DECIDE_OK ? decide_status_code(d->status) :
+		    d->allowed	       ? "true" :
+					 "false",
+		d->rule != NULL ? d->rule->name : "", lim, rem, retry,
+		d->degraded ? "true" : "false" };
 
 	lim[0] = rem[0] = '\0';
 	if (d->rule != NULL) {
@@ -72,7 +73,7 @@ http_handle_decision(struct http_server *s, struct MHD_Connection *conn,
 	struct decide_job *job;
 	int rc;
 
-	if (rq->state == RQ_ANSWERING)		/* resumed */
+	if (rq->state == RQ_ANSWERING) /* resumed */
 		return http_answer_decision(s, conn, rq);
 	if (rq->too_large)
 		return http_respond_error(s, conn, 413, "body_too_large",
@@ -86,27 +87,29 @@ http_handle_decision(struct http_server *s, struct MHD_Connection *conn,
 		struct request_error e;
 
 		if (http_acquire_parse(rq->cfg, rq->body, rq->len, &rq->attrs,
-		    &acq, &e) < 0)
+			&acq, &e) < 0)
 			return http_respond_error(s, conn, e.status, e.code,
 			    "%s", e.message);
 		rq->rule = acq.rule;
 		rq->dr.cost = acq.cost;
 		rq->dr.wait_ms = acq.wait_ms;
 		rq->dr.rule = rq->rule;
-		rq->dr.leases = true;	/* /auth: concurrency rules skipped */
+		rq->dr.leases = true; /* /auth: concurrency rules skipped */
 		http_wait_take_slot(s, rq);
 		rq->wait_until_us = rq->arrived_us + rq->dr.wait_ms * 1000;
 		rq->lw.fn = http_lease_event;
 		rq->tried_us = util_monotonic_us();
 	} else if ((rc = http_auth_attrs(conn, rq->cfg, url, method,
-	    &rq->attrs)) < 0)
-		return rc == -2 ? http_respond_error(s, conn, 400,
-		    "too_many_attributes", "more than %d attributes (headers "
-		    "included)", rq->cfg->max_attributes) :
+			&rq->attrs)) < 0)
+		return rc == -2 ?
+		    http_respond_error(s, conn, 400, "too_many_attributes",
+			"more than %d attributes (headers "
+			"included)",
+			rq->cfg->max_attributes) :
 		    http_respond_error(s, conn, 500, "internal_error",
-		    "out of memory");
-	if (decide_prepare(s->decider, rq->cfg, &rq->dr, &rq->decision,
-	    &job) == 0)
+			"out of memory");
+	if (decide_prepare(s->decider, rq->cfg, &rq->dr, &rq->decision, &job) ==
+	    0)
 		return http_finish_decision(s, conn, rq);
 	if ((rc = http_lease_queue_behind(s, rq, job)) == 0 &&
 	    (rc = http_submit(rq, job, NULL, 0)) == 1)
@@ -114,7 +117,7 @@ http_handle_decision(struct http_server *s, struct MHD_Connection *conn,
 	if (rc < 0)
 		return http_respond_error(s, conn, 503, "shutting_down",
 		    "the server is shutting down");
-	return MHD_YES;		/* suspended: queued behind, or submitted */
+	return MHD_YES; /* suspended: queued behind, or submitted */
 }
 
 /* /readyz: a probe of the store, answered when it answers. */
@@ -154,9 +157,10 @@ finish_stats(struct http_server *s, struct MHD_Connection *conn,
 			log_debug("stat %s: %s", sr->defs[i]->rule.name,
 			    sr->calls[i].err);
 			return http_respond_error(s, conn, 503,
-			    "backend_unavailable", "stat %s: the %s store "
-			    "failed (%s)", sr->defs[i]->rule.name,
-			    s->decider->backend->name,
+			    "backend_unavailable",
+			    "stat %s: the %s store "
+			    "failed (%s)",
+			    sr->defs[i]->rule.name, s->decider->backend->name,
 			    backend_error_kind_name(sr->calls[i].kind));
 		}
 	if (sr->record)
@@ -185,14 +189,14 @@ http_handle_stats(struct http_server *s, struct MHD_Connection *conn,
 	size_t i;
 	int rc;
 
-	if (rq->state == RQ_ANSWERING)		/* resumed */
+	if (rq->state == RQ_ANSWERING) /* resumed */
 		return finish_stats(s, conn, rq);
 	if (rq->too_large)
 		return http_respond_error(s, conn, 413, "body_too_large",
 		    "the body is larger than %lld bytes",
 		    (long long)rq->cfg->max_body_bytes);
 	if (stats_request_prepare(sr, rq->cfg, rq->body, rq->len,
-	    rq->ep == EP_RECORD, &e) < 0)
+		rq->ep == EP_RECORD, &e) < 0)
 		return http_respond_error(s, conn, e.status, e.code, "%s",
 		    e.message);
 	if (sr->n == 0)
@@ -222,7 +226,7 @@ http_handle_lease(struct http_server *s, struct MHD_Connection *conn,
 	size_t plen;
 	int rc;
 
-	if (rq->state == RQ_ANSWERING)		/* resumed */
+	if (rq->state == RQ_ANSWERING) /* resumed */
 		goto answer;
 	if (rq->too_large)
 		return http_respond_error(s, conn, 413, "body_too_large",
@@ -235,8 +239,9 @@ http_handle_lease(struct http_server *s, struct MHD_Connection *conn,
 		    "the body is not a JSON object");
 	}
 	v = json_object_get(root, "lease");
-	rc = v != NULL && json_is_string(v) ? lease_parse(json_string_value(v),
-	    json_string_length(v), &ref) : -1;
+	rc = v != NULL && json_is_string(v) ?
+	    lease_parse(json_string_value(v), json_string_length(v), &ref) :
+	    -1;
 	json_decref(root);
 	if (rc == -1)
 		return http_respond_error(s, conn, 400, "invalid_lease",
@@ -245,11 +250,11 @@ http_handle_lease(struct http_server *s, struct MHD_Connection *conn,
 	if (r != NULL && r->algorithm != RL_ALG_CONCURRENCY)
 		r = NULL;
 	if (renew && r == NULL)
-		return http_respond(s, conn, 200, JSON_TYPE, "{\"renewed\":false}",
-		    17, NULL);
+		return http_respond(s, conn, 200, JSON_TYPE,
+		    "{\"renewed\":false}", 17, NULL);
 	plen = strlen(rq->cfg->redis.key_prefix);
 	if ((rq->lease_key = rl_malloc(plen + ref.suffix_len + 1 +
-	    LEASE_TOKEN_LEN + 1)) == NULL)
+		 LEASE_TOKEN_LEN + 1)) == NULL)
 		return http_respond_error(s, conn, 500, "internal_error",
 		    "out of memory");
 	memcpy(rq->lease_key, rq->cfg->redis.key_prefix, plen);
@@ -267,13 +272,13 @@ http_handle_lease(struct http_server *s, struct MHD_Connection *conn,
 		.token = rq->lease_key + plen + ref.suffix_len + 1,
 	};
 	if (rq->lease_check.limit < ref.cost)
-		rq->lease_check.limit = ref.cost;	/* a reload lowered it */
+		rq->lease_check.limit = ref.cost; /* a reload lowered it */
 	memset(&rq->probe, 0, sizeof(rq->probe));
 	rq->probe.checks = &rq->lease_check;
 	rq->probe.n = 1;
 	rq->probe.out = &rq->lease_out;
 	rq->probe.lease_op = renew ? BACKEND_LEASE_RENEW :
-	    BACKEND_LEASE_RELEASE;
+				     BACKEND_LEASE_RELEASE;
 	rq->probe.start_us = rq->arrived_us;
 	if ((rc = http_submit(rq, NULL, &rq->probe, 1)) < 0)
 		return http_respond_error(s, conn, 503, "shutting_down",
@@ -285,24 +290,28 @@ answer:
 		return http_respond_error(s, conn, 503, "backend_unavailable",
 		    "the %s store failed (%s)", s->decider->backend->name,
 		    backend_error_kind_name(rq->probe.kind));
-	if (!renew && rq->lease_out.allowed)	/* its waiters may go on */
-		lease_wait_released(s->leases, lease_key_hash(
-		    rq->lease_check.key, rq->lease_check.keylen));
+	if (!renew && rq->lease_out.allowed) /* its waiters may go on */
+		lease_wait_released(s->leases,
+		    lease_key_hash(rq->lease_check.key,
+			rq->lease_check.keylen));
 	if (!renew)
 		return rq->lease_out.allowed ?
-		    http_respond(s, conn, 200, JSON_TYPE, "{\"released\":true}", 17,
-		    NULL) :
-		    http_respond(s, conn, 200, JSON_TYPE, "{\"released\":false}",
-		    18, NULL);
+		    http_respond(s, conn, 200, JSON_TYPE, "{\"released\":true}",
+			17, NULL) :
+		    http_respond(s, conn, 200, JSON_TYPE,
+			"{\"released\":false}", 18, NULL);
 	if (!rq->lease_out.allowed)
-		return http_respond(s, conn, 200, JSON_TYPE, "{\"renewed\":false}",
-		    17, NULL);
+		return http_respond(s, conn, 200, JSON_TYPE,
+		    "{\"renewed\":false}", 17, NULL);
 	{
 		char body[80];
-		int n = snprintf(body, sizeof(body), "{\"renewed\":true,"
-		    "\"expires_ms\":%lld}", (long long)rq->lease_out.reset_ms);
+		int n = snprintf(body, sizeof(body),
+		    "{\"renewed\":true,"
+		    "\"expires_ms\":%lld}",
+		    (long long)rq->lease_out.reset_ms);
 
-		return http_respond(s, conn, 200, JSON_TYPE, body, (size_t)n, NULL);
+		return http_respond(s, conn, 200, JSON_TYPE, body, (size_t)n,
+		    NULL);
 	}
 }
 
@@ -315,24 +324,25 @@ http_handle_simple(struct http_server *s, struct MHD_Connection *conn,
 	enum MHD_Result ret;
 
 	if (strcmp(url, "/healthz") == 0)
-		return http_respond(s, conn, 200, "text/plain", "ok\n", 3, NULL);
+		return http_respond(s, conn, 200, "text/plain", "ok\n", 3,
+		    NULL);
 	/* /metrics: the shared families, then the connection guard's. */
 	if (metrics_render(s->metrics, &text, &len) < 0 ||
 	    (guard = http_fmt_buf(stack, sizeof(stack), &glen,
-	    "# HELP ratelimitd_http_connections_open Client connections open "
-	    "now.\n# TYPE ratelimitd_http_connections_open gauge\n"
-	    "ratelimitd_http_connections_open %lld\n"
-	    "# HELP ratelimitd_http_connections_refused_total Connections "
-	    "closed at once: max_connections were open.\n"
-	    "# TYPE ratelimitd_http_connections_refused_total counter\n"
-	    "ratelimitd_http_connections_refused_total %llu\n"
-	    "# HELP ratelimitd_http_requests_cut_total Requests cut off past "
-	    "request_timeout.\n"
-	    "# TYPE ratelimitd_http_requests_cut_total counter\n"
-	    "ratelimitd_http_requests_cut_total %llu\n",
-	    (long long)http_guard_open(s->guard),
-	    (unsigned long long)http_guard_refused(s->guard),
-	    (unsigned long long)http_guard_cut(s->guard))) == NULL ||
+		 "# HELP ratelimitd_http_connections_open Client connections open "
+		 "now.\n# TYPE ratelimitd_http_connections_open gauge\n"
+		 "ratelimitd_http_connections_open %lld\n"
+		 "# HELP ratelimitd_http_connections_refused_total Connections "
+		 "closed at once: max_connections were open.\n"
+		 "# TYPE ratelimitd_http_connections_refused_total counter\n"
+		 "ratelimitd_http_connections_refused_total %llu\n"
+		 "# HELP ratelimitd_http_requests_cut_total Requests cut off past "
+		 "request_timeout.\n"
+		 "# TYPE ratelimitd_http_requests_cut_total counter\n"
+		 "ratelimitd_http_requests_cut_total %llu\n",
+		 (long long)http_guard_open(s->guard),
+		 (unsigned long long)http_guard_refused(s->guard),
+		 (unsigned long long)http_guard_cut(s->guard))) == NULL ||
 	    (all = rl_realloc(text, len + glen + 1)) == NULL) {
 		if (guard != NULL)
 			http_fmt_free(guard, stack);
@@ -342,8 +352,8 @@ http_handle_simple(struct http_server *s, struct MHD_Connection *conn,
 	}
 	memcpy(all + len, guard, glen + 1);
 	http_fmt_free(guard, stack);
-	ret = http_respond(s, conn, 200, "text/plain; version=0.0.4; charset=utf-8",
-	    all, len + glen, NULL);
+	ret = http_respond(s, conn, 200,
+	    "text/plain; version=0.0.4; charset=utf-8", all, len + glen, NULL);
 	rl_free(all);
 	return ret;
 }
@@ -355,18 +365,15 @@ http_route(const char *url, const char *method)
 	bool is_get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 
 	if (strcmp(url, "/acquire") == 0)
-		return strcmp(method, "POST") == 0 ? EP_ACQUIRE :
-		    EP_BAD_METHOD;
+		return strcmp(method, "POST") == 0 ? EP_ACQUIRE : EP_BAD_METHOD;
 	if (strcmp(url, "/record") == 0)
 		return strcmp(method, "POST") == 0 ? EP_RECORD : EP_BAD_METHOD;
 	if (strcmp(url, "/stats") == 0)
 		return strcmp(method, "POST") == 0 ? EP_STATS : EP_BAD_METHOD;
 	if (strcmp(url, "/release") == 0)
-		return strcmp(method, "POST") == 0 ? EP_RELEASE :
-		    EP_BAD_METHOD;
+		return strcmp(method, "POST") == 0 ? EP_RELEASE : EP_BAD_METHOD;
 	if (strcmp(url, "/renew") == 0)
-		return strcmp(method, "POST") == 0 ? EP_RENEW :
-		    EP_BAD_METHOD;
+		return strcmp(method, "POST") == 0 ? EP_RENEW : EP_BAD_METHOD;
 	if (strcmp(url, "/auth") == 0 || strncmp(url, "/auth/", 6) == 0)
 		return EP_AUTH;
 	if (strcmp(url, "/readyz") == 0)

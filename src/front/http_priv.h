@@ -37,35 +37,43 @@
 #define JSON_TYPE "application/json"
 
 enum endpoint {
-	EP_ACQUIRE, EP_AUTH, EP_READY, EP_SIMPLE, EP_BAD_METHOD, EP_NOT_FOUND,
-	EP_RECORD, EP_STATS,	/* docs/stats.md */
-	EP_RELEASE, EP_RENEW	/* docs/leases.md */
+	EP_ACQUIRE,
+	EP_AUTH,
+	EP_READY,
+	EP_SIMPLE,
+	EP_BAD_METHOD,
+	EP_NOT_FOUND,
+	EP_RECORD,
+	EP_STATS, /* docs/stats.md */
+	EP_RELEASE,
+	EP_RENEW /* docs/leases.md */
 };
 
 /* The endpoints whose JSON body is read, and which are answered with a
  * decision when answered straight on the socket (http_resume()). */
-#define EP_HAS_BODY(ep) ((ep) == EP_ACQUIRE || (ep) == EP_RECORD || \
-	(ep) == EP_STATS || (ep) == EP_RELEASE || (ep) == EP_RENEW)
+#define EP_HAS_BODY(ep) \
+	((ep) == EP_ACQUIRE || (ep) == EP_RECORD || (ep) == EP_STATS || \
+	    (ep) == EP_RELEASE || (ep) == EP_RENEW)
 #define EP_DECIDES(ep) ((ep) == EP_ACQUIRE || (ep) == EP_AUTH)
 
 /* One per server; made by http_server_start(), freed by
  * http_server_stop().  The atomics are read and written by every thread. */
 struct http_server {
 	struct MHD_Daemon *mhd;
-	int listen_fd;			/* -1 once quiesced */
-	struct config_slot cfg;		/* the snapshot served */
-	const struct decider *decider;	/* borrowed */
-	struct metrics *metrics;	/* borrowed */
-	int inflight;			/* atomic */
-	int suspended;			/* atomic: waiting for the store */
-	bool draining;			/* atomic: quiesced; close after each
-					 * answer */
-	bool stopping;			/* atomic: suspend nothing more */
-	struct http_guard *guard;	/* connection limit, request timeout */
-	struct wait_timer *timer;	/* answers waiting requests */
-	long long waiting;		/* atomic: requests that may wait */
-	struct lease_wait *leases;	/* requests waiting for a lease;
-					 * borrowed */
+	int listen_fd;		       /* -1 once quiesced */
+	struct config_slot cfg;	       /* the snapshot served */
+	const struct decider *decider; /* borrowed */
+	struct metrics *metrics;       /* borrowed */
+	int inflight;		       /* atomic */
+	int suspended;		       /* atomic: waiting for the store */
+	bool draining;		       /* atomic: quiesced; close after each
+					* answer */
+	bool stopping;		       /* atomic: suspend nothing more */
+	struct http_guard *guard;      /* connection limit, request timeout */
+	struct wait_timer *timer;      /* answers waiting requests */
+	long long waiting;	       /* atomic: requests that may wait */
+	struct lease_wait *leases;     /* requests waiting for a lease;
+					* borrowed */
 };
 
 /*
@@ -89,19 +97,19 @@ struct http_server {
  * uncounts the suspension; DONE gives back the wait slot and the gauges.
  */
 enum request_state {
-	RQ_READING,		/* the loop: headers and body come in */
-	RQ_DECIDING,		/* suspended: a store call is out
-				 * (http_submit) */
-	RQ_WAITING_LEASE,	/* suspended: in the lease queues, tries
-				 * included (http_wait.c) */
-	RQ_WAITING_TURN,	/* suspended: the wait timer has it */
-	RQ_RESUMED,		/* resumed with its answer; the handler has
-				 * not run yet */
-	RQ_ANSWERED_RAW,	/* resumed after its answer was written on
-				 * the socket (http_resume()) */
-	RQ_ANSWERING,		/* the loop: answered inline or after a
-				 * resume, or about to wait */
-	RQ_DONE			/* answered or abandoned; freed next */
+	RQ_READING,	  /* the loop: headers and body come in */
+	RQ_DECIDING,	  /* suspended: a store call is out
+			   * (http_submit) */
+	RQ_WAITING_LEASE, /* suspended: in the lease queues, tries
+			   * included (http_wait.c) */
+	RQ_WAITING_TURN,  /* suspended: the wait timer has it */
+	RQ_RESUMED,	  /* resumed with its answer; the handler has
+			   * not run yet */
+	RQ_ANSWERED_RAW,  /* resumed after its answer was written on
+			   * the socket (http_resume()) */
+	RQ_ANSWERING,	  /* the loop: answered inline or after a
+			   * resume, or about to wait */
+	RQ_DONE		  /* answered or abandoned; freed next */
 };
 
 /* One per request: made by the first call of access_handler() (http.c),
@@ -111,7 +119,7 @@ struct request {
 	enum endpoint ep;
 	enum request_state state;
 	struct http_server *s;
-	struct config *cfg;		/* the snapshot this request uses */
+	struct config *cfg; /* the snapshot this request uses */
 	int64_t arrived_us;
 	char *body;
 	size_t len, cap;
@@ -124,14 +132,14 @@ struct request {
 	char *rule;
 	struct decide_request dr;
 	struct decision decision;
-	struct backend_call probe;	/* EP_READY */
-	struct stats_request sr;	/* EP_RECORD, EP_STATS */
-	struct rl_check lease_check;	/* EP_RELEASE, EP_RENEW, with probe */
+	struct backend_call probe;   /* EP_READY */
+	struct stats_request sr;     /* EP_RECORD, EP_STATS */
+	struct rl_check lease_check; /* EP_RELEASE, EP_RENEW, with probe */
 	struct rl_result lease_out;
-	char *lease_key;		/* lease_check's key and token */
-	int calls_pending;		/* atomic: store calls not done */
-	uint64_t body_seen;		/* body bytes, kept or not */
-	int64_t declared_len;		/* Content-Length, or -1 */
+	char *lease_key;      /* lease_check's key and token */
+	int calls_pending;    /* atomic: store calls not done */
+	uint64_t body_seen;   /* body bytes, kept or not */
+	int64_t declared_len; /* Content-Length, or -1 */
 	/*
 	 * Waiting (docs/waiting.md, docs/leases.md with wait_ms).  These are
 	 * not states: wait_slot is a share of max_waiting held for the whole
@@ -141,16 +149,16 @@ struct request {
 	 * and stops waiting for a lease at its deadline while the last try
 	 * is still out); cut is part of the answer, like the decision.
 	 */
-	bool wait_slot;			/* counted in s->waiting */
-	bool waited_turn;		/* entered WAITING_TURN; in its gauge */
-	bool waited_lease;		/* entered WAITING_LEASE; in its gauge */
-	bool lease_over;		/* no more waiting for a lease */
-	bool cut;			/* a shutdown cut the wait: the answer
-					 * is 503 shutting_down */
+	bool wait_slot;	   /* counted in s->waiting */
+	bool waited_turn;  /* entered WAITING_TURN; in its gauge */
+	bool waited_lease; /* entered WAITING_LEASE; in its gauge */
+	bool lease_over;   /* no more waiting for a lease */
+	bool cut;	   /* a shutdown cut the wait: the answer
+			    * is 503 shutting_down */
 	struct lease_waiter lw;
-	int64_t wait_until_us;		/* arrival + wait_ms */
-	int64_t lease_waited_ms;	/* answered after this wait */
-	int64_t tried_us;		/* the last decision was asked then */
+	int64_t wait_until_us;	 /* arrival + wait_ms */
+	int64_t lease_waited_ms; /* answered after this wait */
+	int64_t tried_us;	 /* the last decision was asked then */
 };
 
 /* --- http.c: suspend and resume (the event loop; http_resume() on any
@@ -168,23 +176,23 @@ int http_submit(struct request *rq, struct decide_job *job,
 /* --- http_response.c (the event loop; http_answer_raw() where noted) --- */
 /* Queue an answer on conn (body copied, or a prepared response consumed);
  * "Connection: close" once the server drains. */
-enum MHD_Result http_respond(struct http_server *s,
-    struct MHD_Connection *conn, int status, const char *type,
-    const char *body, size_t len, struct MHD_Response *prepared);
+enum MHD_Result http_respond(struct http_server *s, struct MHD_Connection *conn,
+    int status, const char *type, const char *body, size_t len,
+    struct MHD_Response *prepared);
 /* The one place the error JSON {"error": code, "message": ...} is built:
  * a new buffer (free()), or NULL when out of memory. */
 char *http_error_json(const char *code, const char *fmt, va_list ap);
 char *http_error_text(const char *code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 enum MHD_Result http_respond_error(struct http_server *s,
-    struct MHD_Connection *conn, int status, const char *code,
-    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+    struct MHD_Connection *conn, int status, const char *code, const char *fmt,
+    ...) __attribute__((format(printf, 5, 6)));
 /* An error answer that closes its connection (framing in doubt). */
-enum MHD_Result http_refuse(struct http_server *s,
-    struct MHD_Connection *conn, int status, const char *code,
-    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-char *http_fmt_buf(char *stack, size_t cap, size_t *len, const char *fmt,
-    ...) __attribute__((format(printf, 4, 5)));
+enum MHD_Result http_refuse(struct http_server *s, struct MHD_Connection *conn,
+    int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+char *http_fmt_buf(char *stack, size_t cap, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 void http_fmt_free(char *text, const char *stack);
 enum MHD_Result http_respond_decision(struct http_server *s,
     struct MHD_Connection *conn, const struct request *rq);
@@ -195,7 +203,7 @@ enum MHD_Result http_respond_decision(struct http_server *s,
  */
 struct http_answer {
 	int status;
-	const char *type;		/* Content-Type (static), or NULL */
+	const char *type; /* Content-Type (static), or NULL */
 	char *body;
 	size_t len;
 	struct rate_header headers[RATE_HEADERS_MAX];
@@ -206,8 +214,7 @@ int http_render_decision(const struct request *rq, struct http_answer *a);
 void http_answer_clear(struct http_answer *a);
 /* The thread that resumes rq, while suspended: the rendered answer
  * written straight on the socket fd. */
-bool http_answer_raw(struct http_server *s, int fd,
-    const struct request *rq);
+bool http_answer_raw(struct http_server *s, int fd, const struct request *rq);
 
 /* --- http_request.c (the event loop) ------------------------------------ */
 /* The headers and peer of conn through http_request.h: 0, -1 (out of

@@ -27,7 +27,7 @@
 
 /* The fields of /acquire that are not attributes (docs/http.md). */
 static const char *const acquire_reserved[] = { "cost", "rule", "wait_ms",
-    NULL };
+	NULL };
 
 int
 http_acquire_parse(const struct config *cfg, const char *body, size_t len,
@@ -41,12 +41,12 @@ http_acquire_parse(const struct config *cfg, const char *body, size_t len,
 	out->rule = NULL;
 	out->wait_ms = 0;
 	if (request_json_parse(body, len, acquire_reserved,
-	    (size_t)cfg->max_attributes, a, &fields, e) < 0)
+		(size_t)cfg->max_attributes, a, &fields, e) < 0)
 		return -1;
 	if (request_json_int(fields, "cost", 0, INT64_MAX, "invalid_cost",
-	    &out->cost, e) < 0 ||
+		&out->cost, e) < 0 ||
 	    request_json_int(fields, "wait_ms", 0, cfg->max_wait_ms,
-	    "invalid_wait", &out->wait_ms, e) < 0 ||
+		"invalid_wait", &out->wait_ms, e) < 0 ||
 	    request_json_string(fields, "rule", "unknown_rule", &r, e) < 0)
 		goto done;
 	if (r != NULL && (out->rule = rl_strdup(r)) == NULL) {
@@ -65,8 +65,7 @@ http_headers_init(struct http_headers *h, struct attrs *a,
 {
 	h->a = a;
 	h->n = 0;
-	h->max = cfg->max_attributes > 4 ? (size_t)cfg->max_attributes - 4 :
-	    1;
+	h->max = cfg->max_attributes > 4 ? (size_t)cfg->max_attributes - 4 : 1;
 }
 
 int
@@ -119,8 +118,8 @@ first_of(const struct attrs *a, const char *h1, const char *h2,
 }
 
 int
-http_auth_derive(const struct config *cfg, const char *url,
-    const char *method, const char *peer, struct attrs *a)
+http_auth_derive(const struct config *cfg, const char *url, const char *method,
+    const char *peer, struct attrs *a)
 {
 	char ip[CLIENT_IP_MAX];
 	const char *v;
@@ -133,16 +132,17 @@ http_auth_derive(const struct config *cfg, const char *url,
 	 * /auth/login is a check of /login. */
 	if (strncmp(url, "/auth/", 6) == 0)
 		url += 5;
-	v = first_of(a, "header.x-original-uri", "header.x-forwarded-uri",
-	    url);
+	v = first_of(a, "header.x-original-uri", "header.x-forwarded-uri", url);
 	if (attrs_setn(a, "path", v, strcspn(v, "?")) < 0)
 		return -1;
-	if ((v = first_of(a, "header.x-forwarded-host", "header.host",
-	    NULL)) != NULL && attrs_set(a, "host", v) < 0)
+	if ((v = first_of(a, "header.x-forwarded-host", "header.host", NULL)) !=
+		NULL &&
+	    attrs_set(a, "host", v) < 0)
 		return -1;
 	if (client_ip_pick(&cfg->auth_ip, attrs_get(a, "header.x-real-ip"),
-	    attrs_get(a, "header.x-forwarded-for"), peer, ip,
-	    sizeof(ip)) == 0 && attrs_set(a, "ip", ip) < 0)
+		attrs_get(a, "header.x-forwarded-for"), peer, ip,
+		sizeof(ip)) == 0 &&
+	    attrs_set(a, "ip", ip) < 0)
 		return -1;
 	return 0;
 }
@@ -187,9 +187,9 @@ http_auth_attrs(struct MHD_Connection *conn, const struct config *cfg,
 			    sizeof(peer));
 		else if (sa->sa_family == AF_INET6)
 			inet_ntop(AF_INET6,
-			    &((const struct sockaddr_in6 *)sa)->sin6_addr,
-			    peer, sizeof(peer));
+			    &((const struct sockaddr_in6 *)sa)->sin6_addr, peer,
+			    sizeof(peer));
 	}
-	return http_auth_derive(cfg, url, method, peer[0] != '\0' ? peer :
-	    NULL, a);
+	return http_auth_derive(cfg, url, method, peer[0] != '\0' ? peer : NULL,
+	    a);
 }

@@ -22,9 +22,9 @@
 
 /* What an /acquire body asks besides its attributes. */
 struct http_acquire {
-	char *rule;		/* "rule": a new string (rl_free), or NULL */
-	int64_t cost;		/* "cost", or -1: each rule's own */
-	int64_t wait_ms;	/* "wait_ms", or 0 */
+	char *rule;	 /* "rule": a new string (rl_free), or NULL */
+	int64_t cost;	 /* "cost", or -1: each rule's own */
+	int64_t wait_ms; /* "wait_ms", or 0 */
 };
 
 /*
@@ -33,14 +33,13 @@ struct http_acquire {
  * max_wait_ms.  Returns 0, or -1 with the answer's status, code and
  * message in *e (out->rule is then NULL).
  */
-int http_acquire_parse(const struct config *cfg, const char *body,
-    size_t len, struct attrs *a, struct http_acquire *out,
-    struct request_error *e);
+int http_acquire_parse(const struct config *cfg, const char *body, size_t len,
+    struct attrs *a, struct http_acquire *out, struct request_error *e);
 
 /* The headers of a request to /auth as they are walked into attributes. */
 struct http_headers {
 	struct attrs *a;
-	size_t n, max;		/* seen; 0: no bound */
+	size_t n, max; /* seen; 0: no bound */
 };
 
 /* Walk into a, at most cfg's max_attributes less the four that /auth

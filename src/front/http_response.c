@@ -33,15 +33,14 @@ http_respond(struct http_server *s, struct MHD_Connection *conn, int status,
 	enum MHD_Result ret;
 
 	if (r == NULL)
-		r = MHD_create_response_from_buffer(len, (void *)(uintptr_t)body,
-		    MHD_RESPMEM_MUST_COPY);
+		r = MHD_create_response_from_buffer(len,
+		    (void *)(uintptr_t)body, MHD_RESPMEM_MUST_COPY);
 	if (r == NULL)
 		return MHD_NO;
 	if (type != NULL)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
 	if (__atomic_load_n(&s->draining, __ATOMIC_ACQUIRE))
-		MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION,
-		    "close");
+		MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
 	ret = MHD_queue_response(conn, (unsigned)status, r);
 	MHD_destroy_response(r);
 	metrics_http_response(s->metrics, status);
@@ -88,7 +87,8 @@ http_respond_error(struct http_server *s, struct MHD_Connection *conn,
 	va_end(ap);
 	if (text == NULL)
 		return http_respond(s, conn, 500, NULL, "", 0, NULL);
-	ret = http_respond(s, conn, status, JSON_TYPE, text, strlen(text), NULL);
+	ret = http_respond(s, conn, status, JSON_TYPE, text, strlen(text),
+	    NULL);
 	free(text);
 	return ret;
 }
@@ -96,8 +96,8 @@ http_respond_error(struct http_server *s, struct MHD_Connection *conn,
 /*
  * printf into stack (cap bytes) when it fits, else into a new allocation of
  * the exact size: a rule name or other data of any length is never cut or
- * read past.  Returns the text (free it with http_fmt_free(text, stack)) and its
- * length in *len, or NULL (OOM, or a format error).
+ * read past.  Returns the text (free it with http_fmt_free(text, stack)) and
+ * its length in *len, or NULL (OOM, or a format error).
  */
 static char *
 vfmt_buf(char *stack, size_t cap, size_t *len, const char *fmt, va_list ap)
@@ -120,7 +120,7 @@ vfmt_buf(char *stack, size_t cap, size_t *len, const char *fmt, va_list ap)
 	return p;
 }
 
-char * __attribute__((format(printf, 4, 5)))
+char *__attribute__((format(printf, 4, 5)))
 http_fmt_buf(char *stack, size_t cap, size_t *len, const char *fmt, ...)
 {
 	va_list ap;
@@ -160,10 +160,11 @@ leases_json(const struct decision *d)
 		return p;
 	off = (size_t)snprintf(p, cap, ",\"leases\":[");
 	for (i = 0; i < d->nleases; i++)
-		off += (size_t)snprintf(p + off, cap - off, "%s{\"rule\":\"%s\","
-		    "\"lease\":\"%s\",\"expires_ms\":%lld}", i > 0 ? "," : "",
-		    d->leases[i].rule->name, d->leases[i].lease,
-		    (long long)d->leases[i].expires_ms);
+		off += (size_t)snprintf(p + off, cap - off,
+		    "%s{\"rule\":\"%s\","
+		    "\"lease\":\"%s\",\"expires_ms\":%lld}",
+		    i > 0 ? "," : "", d->leases[i].rule->name,
+		    d->leases[i].lease, (long long)d->leases[i].expires_ms);
 	snprintf(p + off, cap - off, "]");
 	return p;
 }
@@ -188,8 +189,8 @@ waited_field(const struct request *rq, const struct decision *d, char *buf,
  * (fmt_free); NULL when out of memory.
  */
 static char *
-decision_body(const struct request *rq, const struct decision *d,
-    char *stack, size_t cap, size_t *n, int *status)
+decision_body(const struct request *rq, const struct decision *d, char *stack,
+    size_t cap, size_t *n, int *status)
 {
 	char *leases, *body, waited[40];
 
@@ -203,20 +204,23 @@ decision_body(const struct request *rq, const struct decision *d,
 		if ((leases = leases_json(d)) == NULL)
 			return NULL;
 		/* Rule names are [A-Za-z0-9_.-]+: nothing to escape. */
-		body = http_fmt_buf(stack, cap, n, "{\"allowed\":%s,"
+		body = http_fmt_buf(stack, cap, n,
+		    "{\"allowed\":%s,"
 		    "\"rule\":\"%s\",\"limit\":%lld,\"remaining\":%lld,"
 		    "\"reset_ms\":%lld,\"retry_after_ms\":%lld,"
-		    "\"shadow\":%s%s%s%s}", d->allowed ? "true" : "false",
-		    d->rule->name, (long long)d->limit,
-		    (long long)d->remaining, (long long)d->reset_ms,
-		    (long long)d->retry_after_ms, d->shadow ? "true" : "false",
+		    "\"shadow\":%s%s%s%s}",
+		    d->allowed ? "true" : "false", d->rule->name,
+		    (long long)d->limit, (long long)d->remaining,
+		    (long long)d->reset_ms, (long long)d->retry_after_ms,
+		    d->shadow ? "true" : "false",
 		    d->degraded ? ",\"degraded\":true" : "",
 		    waited_field(rq, d, waited, sizeof(waited)), leases);
 		rl_free(leases);
 		return body;
 	}
 	if (rq->ep == EP_ACQUIRE)
-		return http_fmt_buf(stack, cap, n, "{\"allowed\":true,"
+		return http_fmt_buf(stack, cap, n,
+		    "{\"allowed\":true,"
 		    "\"rule\":null,\"limit\":null,\"remaining\":null,"
 		    "\"reset_ms\":0,\"retry_after_ms\":0,\"shadow\":false%s}",
 		    d->degraded ? ",\"degraded\":true" : "");
@@ -243,7 +247,8 @@ http_render_decision(const struct request *rq, struct http_answer *a)
 		    "%s", d->message);
 
 		a->status = d->status == DECIDE_BACKEND_UNAVAILABLE ? 503 :
-		    d->status == DECIDE_INTERNAL ? 500 : 400;
+		    d->status == DECIDE_INTERNAL		    ? 500 :
+								      400;
 		a->type = JSON_TYPE;
 		if (text == NULL)
 			return -1;
@@ -252,8 +257,8 @@ http_render_decision(const struct request *rq, struct http_answer *a)
 		free(text);
 		return a->body != NULL ? 0 : -1;
 	}
-		if ((a->body = decision_body(rq, d, a->stack, sizeof(a->stack),
-	    &a->len, &a->status)) == NULL)
+	if ((a->body = decision_body(rq, d, a->stack, sizeof(a->stack), &a->len,
+		 &a->status)) == NULL)
 		return -1;
 	if (rq->ep == EP_ACQUIRE)
 		a->type = JSON_TYPE;
@@ -326,13 +331,14 @@ http_answer_raw(struct http_server *s, int fd, const struct request *rq)
 		return false;
 	cap = 256 + (a.type != NULL ? strlen(a.type) + 20 : 0);
 	for (i = 0; i < a.nheaders; i++)
-		cap += strlen(a.headers[i].name) +
-		    strlen(a.headers[i].value) + 4;
+		cap += strlen(a.headers[i].name) + strlen(a.headers[i].value) +
+		    4;
 	if ((head = rl_malloc(cap)) == NULL)
 		goto out;
-	off = (size_t)snprintf(head, cap, "HTTP/1.1 %d %s\r\n"
-	    "Connection: close\r\nContent-Length: %zu\r\n", a.status,
-	    MHD_get_reason_phrase_for((unsigned)a.status), a.len);
+	off = (size_t)snprintf(head, cap,
+	    "HTTP/1.1 %d %s\r\n"
+	    "Connection: close\r\nContent-Length: %zu\r\n",
+	    a.status, MHD_get_reason_phrase_for((unsigned)a.status), a.len);
 	if (a.type != NULL)
 		off += (size_t)snprintf(head + off, cap - off, "%s: %s\r\n",
 		    MHD_HTTP_HEADER_CONTENT_TYPE, a.type);

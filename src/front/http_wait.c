@@ -80,8 +80,7 @@ lease_wait_needed(const struct request *rq)
 {
 	return rq->wait_slot && !rq->lease_over &&
 	    rq->decision.status == DECIDE_OK && !rq->decision.allowed &&
-	    rq->decision.lease_wait &&
-	    util_monotonic_us() < rq->wait_until_us;
+	    rq->decision.lease_wait && util_monotonic_us() < rq->wait_until_us;
 }
 
 static void lease_try(struct request *rq);
@@ -97,10 +96,10 @@ lease_park(struct request *rq, uint64_t key, int64_t retry_us)
 	if (rc == 0)
 		return;
 	rq->lease_over = true;
-	if (rc == -1) {			/* stopping */
+	if (rc == -1) { /* stopping */
 		rq->cut = true;
 		http_resume(rq);
-	} else				/* out of memory: decide now */
+	} else /* out of memory: decide now */
 		lease_try(rq);
 }
 
@@ -131,13 +130,12 @@ lease_try(struct request *rq)
 
 	if (now >= rq->wait_until_us)
 		rq->lease_over = true;
-	rq->dr.wait_ms = rq->lease_over ? 0 :
-	    (rq->wait_until_us - now) / 1000;
+	rq->dr.wait_ms = rq->lease_over ? 0 : (rq->wait_until_us - now) / 1000;
 	rq->dr.start_us = now;
 	rq->tried_us = now;
 	decide_leases_free(&rq->decision);
 	if (decide_prepare(rq->s->decider, rq->cfg, &rq->dr, &rq->decision,
-	    &job) == 0) {
+		&job) == 0) {
 		lease_tried(rq);
 		return;
 	}
@@ -201,7 +199,7 @@ http_answer_decision(struct http_server *s, struct MHD_Connection *conn,
 		if (http_request_enter(rq, RQ_WAITING_LEASE)) {
 			lease_park(rq, rq->decision.lease_key,
 			    util_monotonic_us() +
-			    rq->decision.lease_retry_ms * 1000);
+				rq->decision.lease_retry_ms * 1000);
 			return MHD_YES;
 		}
 		rq->cut = true;
@@ -209,8 +207,10 @@ http_answer_decision(struct http_server *s, struct MHD_Connection *conn,
 	if (http_wait_needed(rq)) {
 		if (!http_request_enter(rq, RQ_WAITING_TURN)) {
 			rq->cut = true;
-		} else if (wait_timer_add(s->timer, util_monotonic_us() +
-		    rq->decision.waited_ms * 1000, wait_fire, rq) == -1) {
+		} else if (wait_timer_add(s->timer,
+			       util_monotonic_us() +
+				   rq->decision.waited_ms * 1000,
+			       wait_fire, rq) == -1) {
 			/* Out of memory: resume it at once, cut. */
 			wait_fire(rq, true);
 			return MHD_YES;

@@ -30,16 +30,16 @@
 
 #include "base/util.h"
 
-#define LW_BUCKETS 1024		/* a power of two */
-#define LW_BATCH 64		/* events told per turn of the thread */
-#define LW_RECENT 256		/* releases remembered (a power of two) */
+#define LW_BUCKETS 1024 /* a power of two */
+#define LW_BATCH   64	/* events told per turn of the thread */
+#define LW_RECENT  256	/* releases remembered (a power of two) */
 
 struct lease_queue {
 	uint64_t key;
 	struct lease_waiter *head, *tail;
 	bool wake, again;
-	struct lease_queue *hnext;		/* in its bucket */
-	struct lease_queue *prev, *next;	/* on the list of queues */
+	struct lease_queue *hnext;	 /* in its bucket */
+	struct lease_queue *prev, *next; /* on the list of queues */
 };
 
 struct lease_wait {
@@ -51,7 +51,10 @@ struct lease_wait {
 	size_t count;
 	bool cut, stop;
 	/* The last LW_RECENT releases heard, and the last "all". */
-	struct { uint64_t key; int64_t at; } recent[LW_RECENT];
+	struct {
+		uint64_t key;
+		int64_t at;
+	} recent[LW_RECENT];
 	size_t nrecent;
 	int64_t all_at;
 };
@@ -125,7 +128,7 @@ released_since(const struct lease_wait *lw, uint64_t key, int64_t since_us)
 		return true;
 	if (lw->nrecent > LW_RECENT &&
 	    lw->recent[lw->nrecent % LW_RECENT].at >= since_us)
-		return true;		/* the oldest remembered is newer */
+		return true; /* the oldest remembered is newer */
 	for (i = 0; i < n; i++)
 		if (lw->recent[i].key == key && lw->recent[i].at >= since_us)
 			return true;
@@ -181,8 +184,8 @@ walk(struct lease_wait *lw, int64_t now, struct lw_event *ev, size_t *nev)
 					return 0;
 				unlink_waiter(lw, w);
 				ev[(*nev)++] = (struct lw_event){ w,
-				    lw->cut ? LEASE_WAIT_CUT :
-				    LEASE_WAIT_TIMEOUT };
+					lw->cut ? LEASE_WAIT_CUT :
+						  LEASE_WAIT_TIMEOUT };
 			} else if (w->deadline_us < next)
 				next = w->deadline_us;
 		}
@@ -254,8 +257,7 @@ lease_wait_new(char *err, size_t errlen)
 	pthread_cond_init(&lw->cond, &ca);
 	pthread_condattr_destroy(&ca);
 	if ((rc = pthread_create(&lw->thread, NULL, lw_thread, lw)) != 0) {
-		snprintf(err, errlen, "lease waits: thread: %s",
-		    strerror(rc));
+		snprintf(err, errlen, "lease waits: thread: %s", strerror(rc));
 		pthread_cond_destroy(&lw->cond);
 		pthread_mutex_destroy(&lw->lock);
 		rl_free(lw);
@@ -265,8 +267,8 @@ lease_wait_new(char *err, size_t errlen)
 }
 
 int
-lease_wait_park(struct lease_wait *lw, struct lease_waiter *w,
-    uint64_t key, int64_t retry_us, int64_t deadline_us, int64_t since_us)
+lease_wait_park(struct lease_wait *lw, struct lease_waiter *w, uint64_t key,
+    int64_t retry_us, int64_t deadline_us, int64_t since_us)
 {
 	struct lease_queue *q;
 	int rc = 0;
@@ -283,7 +285,7 @@ lease_wait_park(struct lease_wait *lw, struct lease_waiter *w,
 		goto out;
 	}
 	if (w->q != NULL && w->q->key != key) {
-		q = w->q;			/* denied on another key now */
+		q = w->q; /* denied on another key now */
 		unlink_waiter(lw, w);
 		if (q->head == NULL)
 			queue_free(lw, q);
@@ -302,11 +304,12 @@ lease_wait_park(struct lease_wait *lw, struct lease_waiter *w,
 			q->head = w;
 		q->tail = w;
 		lw->count++;
-		if (q->head == w && (retry_us == INT64_MAX ||
-		    released_since(lw, key, since_us)))
+		if (q->head == w &&
+		    (retry_us == INT64_MAX ||
+			released_since(lw, key, since_us)))
 			q->wake = true;
 	} else if (w->trying && w->q->again) {
-		w->q->wake = true;		/* freed while it tried */
+		w->q->wake = true; /* freed while it tried */
 		w->q->again = false;
 	}
 	w->trying = false;

@@ -37,15 +37,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum lease_wait_event {
-	LEASE_WAIT_TRY,
-	LEASE_WAIT_TIMEOUT,
-	LEASE_WAIT_CUT
-};
+enum lease_wait_event { LEASE_WAIT_TRY, LEASE_WAIT_TIMEOUT, LEASE_WAIT_CUT };
 
 struct lease_waiter;
-typedef void (*lease_wait_fn)(struct lease_waiter *w,
-    enum lease_wait_event ev);
+typedef void (*lease_wait_fn)(struct lease_waiter *w, enum lease_wait_event ev);
 
 struct lease_queue;
 
@@ -54,11 +49,11 @@ struct lease_queue;
 struct lease_waiter {
 	lease_wait_fn fn;
 
-	struct lease_queue *q;		/* NULL: not queued */
+	struct lease_queue *q; /* NULL: not queued */
 	struct lease_waiter *prev, *next;
-	int64_t retry_us;		/* first of its key: try then */
+	int64_t retry_us; /* first of its key: try then */
 	int64_t deadline_us;
-	bool trying;			/* told TRY, not parked again yet */
+	bool trying; /* told TRY, not parked again yet */
 };
 
 struct lease_wait;
@@ -76,8 +71,8 @@ struct lease_wait *lease_wait_new(char *err, size_t errlen);
  * waiter tries at once then too.  Returns 0; -1 when the daemon is
  * stopping, -2 when out of memory (w is not queued; no event will come).
  */
-int lease_wait_park(struct lease_wait *lw, struct lease_waiter *w,
-    uint64_t key, int64_t retry_us, int64_t deadline_us, int64_t since_us);
+int lease_wait_park(struct lease_wait *lw, struct lease_waiter *w, uint64_t key,
+    int64_t retry_us, int64_t deadline_us, int64_t since_us);
 
 /* w is done (it got its lease, failed, or gives up): it leaves its queue,
  * and the next waiter of its key tries at once.  Not queued: no-op. */

@@ -56,12 +56,14 @@ listen_socket_open(const char *listen_s, int mode, char *err, size_t errlen)
 			goto syserr;
 		if (stat(la.path, &st) == 0 && S_ISSOCK(st.st_mode)) {
 			if (unix_socket_is_live(&sun)) {
-				snprintf(err, errlen, "%s: another process "
-				    "accepts connections on it", listen_s);
+				snprintf(err, errlen,
+				    "%s: another process "
+				    "accepts connections on it",
+				    listen_s);
 				close(fd);
 				return -1;
 			}
-			unlink(la.path);	/* stale */
+			unlink(la.path); /* stale */
 		}
 		if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0)
 			goto syserr;
@@ -77,13 +79,13 @@ listen_socket_open(const char *listen_s, int mode, char *err, size_t errlen)
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
 	snprintf(port, sizeof(port), "%d", la.port);
-	if ((rc = getaddrinfo(la.host[0] != '\0' ? la.host : NULL, port,
-	    &hints, &res)) != 0) {
+	if ((rc = getaddrinfo(la.host[0] != '\0' ? la.host : NULL, port, &hints,
+		 &res)) != 0) {
 		snprintf(err, errlen, "%s: %s", listen_s, gai_strerror(rc));
 		return -1;
 	}
-	if ((fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC,
-	    0)) < 0)
+	if ((fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, 0)) <
+	    0)
 		goto syserr;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (res->ai_family == AF_INET6)

@@ -21,7 +21,6 @@
  * is replaced, a live one (a daemon accepts on it) is an error; mode >= 0
  * is the unix socket's file mode (listen_mode).
  */
-int listen_socket_open(const char *listen, int mode, char *err,
-    size_t errlen);
+int listen_socket_open(const char *listen, int mode, char *err, size_t errlen);
 
 #endif

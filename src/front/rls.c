@@ -22,18 +22,15 @@ typedef Envoy__Service__Ratelimit__V3__RateLimitDescriptor rls_descriptor;
 typedef Envoy__Service__Ratelimit__V3__RateLimitResponse rls_response;
 typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus
     rls_status;
-typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit
-    rls_limit;
+typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit rls_limit;
 typedef Envoy__Service__Ratelimit__V3__Duration rls_duration;
 typedef Envoy__Service__Ratelimit__V3__HeaderValue rls_header;
 
 /* protoc-c's names, shorter. */
-#define response_init \
-	envoy__service__ratelimit__v3__rate_limit_response__init
+#define response_init envoy__service__ratelimit__v3__rate_limit_response__init
 #define response_size \
 	envoy__service__ratelimit__v3__rate_limit_response__get_packed_size
-#define response_pack \
-	envoy__service__ratelimit__v3__rate_limit_response__pack
+#define response_pack envoy__service__ratelimit__v3__rate_limit_response__pack
 #define status_init \
 	envoy__service__ratelimit__v3__rate_limit_response__descriptor_status__init
 #define limit_init \
@@ -76,26 +73,31 @@ rls_decode(struct rls_call *c, const uint8_t *msg, size_t len,
 		int64_t cost = rq->hits_addend > 0 ? rq->hits_addend : 1;
 
 		if (d->n_entries + 1 > (size_t)max_attributes) {
-			snprintf(err, errlen, "descriptor %zu: more than %d "
-			    "attributes", i, max_attributes);
+			snprintf(err, errlen,
+			    "descriptor %zu: more than %d "
+			    "attributes",
+			    i, max_attributes);
 			goto out;
 		}
 		for (j = 0; j < d->n_entries; j++)
 			if (attrs_set(&c->attrs[i], d->entries[j]->key,
-			    d->entries[j]->value) < 0)
+				d->entries[j]->value) < 0)
 				goto oom;
 		/* Last, so that the call's domain wins over an entry of
 		 * the same name (docs/grpc.md). */
 		if (attrs_set(&c->attrs[i], "domain", rq->domain) < 0)
 			goto oom;
 		if (d->hits_addend != NULL)
-			cost = d->hits_addend->value > INT64_MAX ? INT64_MAX :
+			cost = d->hits_addend->value > INT64_MAX ?
+			    INT64_MAX :
 			    (int64_t)d->hits_addend->value;
 		c->groups[i] = (struct decide_group){ &c->attrs[i], cost };
 	}
 	c->n = rq->n_descriptors;
-	c->req = (struct decide_request){ .cost = -1, .groups = c->groups,
-	    .ngroups = c->n, .group_out = c->results };
+	c->req = (struct decide_request){ .cost = -1,
+		.groups = c->groups,
+		.ngroups = c->n,
+		.group_out = c->results };
 	rc = 0;
 	goto out;
 oom:
@@ -111,7 +113,7 @@ static void
 limit_per_unit(int64_t limit, int64_t window_ms, rls_limit *l)
 {
 	static const int64_t unit_ms[] = { 86400000, 3600000, 60000, 1000 };
-	static const int unit[] = { 4, 3, 2, 1 };	/* DAY .. SECOND */
+	static const int unit[] = { 4, 3, 2, 1 }; /* DAY .. SECOND */
 	double per;
 	size_t i;
 
@@ -119,8 +121,9 @@ limit_per_unit(int64_t limit, int64_t window_ms, rls_limit *l)
 		;
 	per = (double)limit * (double)unit_ms[i] / (double)window_ms;
 	l->unit = unit[i];
-	l->requests_per_unit = per < 1 ? 1 : per >= 4294967295.0 ?
-	    UINT32_MAX : (uint32_t)per;
+	l->requests_per_unit = per < 1 ? 1 :
+	    per >= 4294967295.0	       ? UINT32_MAX :
+					 (uint32_t)per;
 }
 
 enum grpc_status
@@ -171,7 +174,8 @@ rls_encode(const struct rls_call *c, size_t headroom, uint8_t **out,
 		lim[i].name = g->rule->name;
 		limit_per_unit(g->limit, g->rule->window_ms, &lim[i]);
 		st[i].current_limit = &lim[i];
-		st[i].limit_remaining = g->remaining > UINT32_MAX ? UINT32_MAX :
+		st[i].limit_remaining = g->remaining > UINT32_MAX ?
+		    UINT32_MAX :
 		    (uint32_t)g->remaining;
 		envoy__service__ratelimit__v3__duration__init(&dur[i]);
 		dur[i].seconds = g->reset_ms / 1000;

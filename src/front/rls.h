@@ -29,12 +29,12 @@ enum grpc_status {
 
 /* One ShouldRateLimit call: what it asks, and the decision. */
 struct rls_call {
-	struct attrs attrs[DECIDE_MAX_GROUPS];	/* one per descriptor */
+	struct attrs attrs[DECIDE_MAX_GROUPS]; /* one per descriptor */
 	struct decide_group groups[DECIDE_MAX_GROUPS];
 	struct decide_group_result results[DECIDE_MAX_GROUPS];
-	size_t n;			/* descriptors */
-	struct decide_request req;	/* set by rls_decode, but deadline_us */
-	struct decision decision;	/* filled by the decision */
+	size_t n;		   /* descriptors */
+	struct decide_request req; /* set by rls_decode, but deadline_us */
+	struct decision decision;  /* filled by the decision */
 };
 
 /*

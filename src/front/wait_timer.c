@@ -36,7 +36,7 @@ struct wait_timer {
 	struct wait_entry *heap;
 	size_t len, cap;
 	uint64_t seq;
-	int64_t cut_after;	/* INT64_MAX: no cut */
+	int64_t cut_after; /* INT64_MAX: no cut */
 	bool stop;
 };
 
@@ -65,8 +65,8 @@ heap_down(struct wait_timer *t, size_t i)
 	size_t c;
 
 	while ((c = 2 * i + 1) < t->len) {
-		if (c + 1 < t->len && entry_before(&t->heap[c + 1],
-		    &t->heap[c]))
+		if (c + 1 < t->len &&
+		    entry_before(&t->heap[c + 1], &t->heap[c]))
 			c++;
 		if (!entry_before(&t->heap[c], &e))
 			break;

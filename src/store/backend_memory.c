@@ -48,30 +48,30 @@
 #include "base/util.h"
 #include "store/memory.h"
 
-#define MEMORY_STRIPE_BITS 6
-#define MEMORY_STRIPES (1 << MEMORY_STRIPE_BITS)	/* 64: a uint64_t */
-#define MEMORY_INITIAL_BUCKETS 16	/* per stripe, a power of two */
-#define MEMORY_SWEEP_CHAINS 2		/* chains swept per insert */
-#define MEMORY_SMALL_CALL 16		/* checks handled without malloc */
-#define MEMORY_PINNED INT64_MAX		/* expiry of an entry in use */
+#define MEMORY_STRIPE_BITS     6
+#define MEMORY_STRIPES	       (1 << MEMORY_STRIPE_BITS) /* 64: a uint64_t */
+#define MEMORY_INITIAL_BUCKETS 16	 /* per stripe, a power of two */
+#define MEMORY_SWEEP_CHAINS    2	 /* chains swept per insert */
+#define MEMORY_SMALL_CALL      16	 /* checks handled without malloc */
+#define MEMORY_PINNED	       INT64_MAX /* expiry of an entry in use */
 /* At most one full sweep a second when the store is full. */
 #define MEMORY_FULL_SWEEP_US 1000000
 
 struct memory_entry {
-	struct memory_entry *next;	/* hash chain */
+	struct memory_entry *next; /* hash chain */
 	uint64_t hash;
-	int64_t expires;		/* limiter_expiry(), or MEMORY_PINNED */
+	int64_t expires; /* limiter_expiry(), or MEMORY_PINNED */
 	struct limiter_state state;
 	size_t keylen;
-	char key[];			/* keylen bytes, not NUL-terminated */
+	char key[]; /* keylen bytes, not NUL-terminated */
 };
 
 struct memory_stripe {
 	pthread_mutex_t lock;
-	struct memory_entry **buckets;	/* nbuckets chains */
-	size_t nbuckets;		/* a power of two */
-	size_t count;			/* entries in this stripe */
-	size_t sweep;			/* next chain to sweep */
+	struct memory_entry **buckets; /* nbuckets chains */
+	size_t nbuckets;	       /* a power of two */
+	size_t count;		       /* entries in this stripe */
+	size_t sweep;		       /* next chain to sweep */
 };
 
 /* A stripe on cache lines of its own, so locking one stripe does not slow
@@ -83,16 +83,16 @@ union memory_stripe_slot {
 _Static_assert(sizeof(struct memory_stripe) <= 128, "stripe padding");
 
 struct memory_backend {
-	struct backend base;		/* first: a struct backend * is one */
+	struct backend base; /* first: a struct backend * is one */
 	backend_clock_fn clock;
 	void *clock_arg;
-	int64_t max_keys;		/* < 1: no bound */
-	atomic_llong nkeys;		/* entries in every stripe */
-	atomic_llong last_full_sweep;	/* clock time of the last one */
-	atomic_llong last_full_log;	/* monotonic us of the last "full" line */
-	atomic_llong full_unlogged;	/* full answers since that line */
-	uint64_t seed[2];		/* SipHash key */
-	struct memory_stats *stats;	/* the stat keys (memory_stats.c) */
+	int64_t max_keys;	      /* < 1: no bound */
+	atomic_llong nkeys;	      /* entries in every stripe */
+	atomic_llong last_full_sweep; /* clock time of the last one */
+	atomic_llong last_full_log;   /* monotonic us of the last "full" line */
+	atomic_llong full_unlogged;   /* full answers since that line */
+	uint64_t seed[2];	      /* SipHash key */
+	struct memory_stats *stats;   /* the stat keys (memory_stats.c) */
 	union memory_stripe_slot stripes[MEMORY_STRIPES];
 };
 
@@ -101,9 +101,9 @@ struct memory_slot {
 	struct limiter_params params;
 	uint64_t hash;
 	struct memory_entry *entry;
-	int64_t prev_expires;	/* the entry's expiry before the call;
-				 * INT64_MIN: new or reset; MEMORY_PINNED:
-				 * an earlier slot of the call has it */
+	int64_t prev_expires; /* the entry's expiry before the call;
+			       * INT64_MIN: new or reset; MEMORY_PINNED:
+			       * an earlier slot of the call has it */
 	bool allowed;
 	bool recorded;
 };
@@ -111,19 +111,30 @@ struct memory_slot {
 /* Outcomes of one locked attempt at a call. */
 enum memory_attempt {
 	MEMORY_OK = 0,
-	MEMORY_ERROR = -1,	/* kind and err are set */
-	MEMORY_FULL = -2	/* at max_keys: sweep everything and retry */
+	MEMORY_ERROR = -1, /* kind and err are set */
+	MEMORY_FULL = -2   /* at max_keys: sweep everything and retry */
 };
 
 /* --- hashing ----------------------------------------------------------- */
 
 #define ROTL64(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
-#define SIPROUND do {							\
-	v0 += v1; v1 = ROTL64(v1, 13); v1 ^= v0; v0 = ROTL64(v0, 32);	\
-	v2 += v3; v3 = ROTL64(v3, 16); v3 ^= v2;			\
-	v0 += v3; v3 = ROTL64(v3, 21); v3 ^= v0;			\
-	v2 += v1; v1 = ROTL64(v1, 17); v1 ^= v2; v2 = ROTL64(v2, 32);	\
-} while (0)
+#define SIPROUND \
+	do { \
+		v0 += v1; \
+		v1 = ROTL64(v1, 13); \
+		v1 ^= v0; \
+		v0 = ROTL64(v0, 32); \
+		v2 += v3; \
+		v3 = ROTL64(v3, 16); \
+		v3 ^= v2; \
+		v0 += v3; \
+		v3 = ROTL64(v3, 21); \
+		v3 ^= v0; \
+		v2 += v1; \
+		v1 = ROTL64(v1, 17); \
+		v1 ^= v2; \
+		v2 = ROTL64(v2, 32); \
+	} while (0)
 
 /* SipHash-2-4 (Aumasson and Bernstein) of len bytes under key k. */
 static uint64_t
@@ -173,8 +184,7 @@ memory_lookup(struct memory_stripe *st, uint64_t hash, const char *key,
 {
 	struct memory_entry *e;
 
-	for (e = st->buckets[hash & (st->nbuckets - 1)]; e != NULL;
-	    e = e->next)
+	for (e = st->buckets[hash & (st->nbuckets - 1)]; e != NULL; e = e->next)
 		if (e->hash == hash && e->keylen == keylen &&
 		    memcmp(e->key, key, keylen) == 0)
 			return e;
@@ -206,8 +216,8 @@ memory_remove(struct memory_backend *m, struct memory_stripe *st,
 
 /* Free the expired entries of chain `b`. */
 static void
-memory_sweep_chain(struct memory_backend *m, struct memory_stripe *st,
-    size_t b, int64_t now)
+memory_sweep_chain(struct memory_backend *m, struct memory_stripe *st, size_t b,
+    int64_t now)
 {
 	struct memory_entry **pp = &st->buckets[b], *e;
 
@@ -262,16 +272,17 @@ memory_insert(struct memory_backend *m, struct memory_stripe *st,
 		memory_sweep_chain(m, st, st->sweep, now);
 		st->sweep = (st->sweep + 1) & (st->nbuckets - 1);
 	}
-	if (atomic_fetch_add(&m->nkeys, 1) >= m->max_keys &&
-	    m->max_keys > 0) {
+	if (atomic_fetch_add(&m->nkeys, 1) >= m->max_keys && m->max_keys > 0) {
 		atomic_fetch_sub(&m->nkeys, 1);
 		return MEMORY_FULL;
 	}
 	if (c->keylen > SIZE_MAX - sizeof(*e) ||
 	    (e = rl_malloc(sizeof(*e) + c->keylen)) == NULL) {
 		atomic_fetch_sub(&m->nkeys, 1);
-		snprintf(err, errlen, "memory store: out of memory "
-		    "(new key of %zu bytes)", c->keylen);
+		snprintf(err, errlen,
+		    "memory store: out of memory "
+		    "(new key of %zu bytes)",
+		    c->keylen);
 		return MEMORY_ERROR;
 	}
 	e->hash = slot->hash;
@@ -387,14 +398,14 @@ memory_reserve(const struct rl_check *checks, struct memory_slot *slots,
 	if (round == MEMORY_WAIT_ROUNDS || t == now)
 		return 0;
 	for (i = 0; i < n; i++)
-		if (checks[i].cost > 0 && limiter_reserve_room(
-		    &slots[i].entry->state, &slots[i].params, err,
-		    errlen) == -1)
+		if (checks[i].cost > 0 &&
+		    limiter_reserve_room(&slots[i].entry->state,
+			&slots[i].params, err, errlen) == -1)
 			return -1;
 	for (i = 0; i < n; i++) {
 		slots[i].allowed = !checks[i].shadow ||
 		    limiter_earliest(&slots[i].entry->state, &slots[i].params,
-		    now, t, checks[i].cost) == t;
+			now, t, checks[i].cost) == t;
 		if (slots[i].allowed && checks[i].cost > 0) {
 			limiter_record_at(&slots[i].entry->state,
 			    &slots[i].params, now, t, checks[i].cost);
@@ -437,7 +448,7 @@ memory_attempt(struct memory_backend *m, const struct rl_check *checks,
 				break;
 			slots[i].prev_expires = INT64_MIN;
 		} else if (e->expires <= now) {
-			limiter_state_clear(&e->state);	/* as if absent */
+			limiter_state_clear(&e->state); /* as if absent */
 			slots[i].prev_expires = INT64_MIN;
 		} else {
 			slots[i].prev_expires = e->expires;
@@ -446,16 +457,16 @@ memory_attempt(struct memory_backend *m, const struct rl_check *checks,
 		slots[i].entry = e;
 	}
 	for (i = 0; i < n && rc == MEMORY_OK; i++) {
-		if (limiter_check(&slots[i].entry->state, &slots[i].params,
-		    now, checks[i].cost, &slots[i].allowed, err, errlen) == -1)
+		if (limiter_check(&slots[i].entry->state, &slots[i].params, now,
+			checks[i].cost, &slots[i].allowed, err, errlen) == -1)
 			rc = MEMORY_ERROR;
 		else if (!slots[i].allowed && !checks[i].shadow)
 			all = false;
 	}
 	*waited_us = 0;
 	if (rc == MEMORY_OK && !all && wait_us > 0) {
-		int64_t w = memory_reserve(checks, slots, n, now, wait_us,
-		    err, errlen);
+		int64_t w = memory_reserve(checks, slots, n, now, wait_us, err,
+		    errlen);
 
 		if (w < 0) {
 			rc = MEMORY_ERROR;
@@ -464,8 +475,8 @@ memory_attempt(struct memory_backend *m, const struct rl_check *checks,
 			*all_allowed = true;
 			for (i = 0; i < n; i++)
 				limiter_result(&slots[i].entry->state,
-				    &slots[i].params, now, checks[i].cost,
-				    true, slots[i].recorded, &out[i]);
+				    &slots[i].params, now, checks[i].cost, true,
+				    slots[i].recorded, &out[i]);
 			goto unpin;
 		}
 	}
@@ -478,9 +489,9 @@ memory_attempt(struct memory_backend *m, const struct rl_check *checks,
 			}
 		}
 		for (i = 0; i < n; i++)
-			limiter_result(&slots[i].entry->state,
-			    &slots[i].params, now, checks[i].cost,
-			    slots[i].allowed, slots[i].recorded, &out[i]);
+			limiter_result(&slots[i].entry->state, &slots[i].params,
+			    now, checks[i].cost, slots[i].allowed,
+			    slots[i].recorded, &out[i]);
 		*all_allowed = all;
 	}
 
@@ -500,8 +511,9 @@ unpin:
 			    &slots[i].params);
 	for (i = 0; i < n; i++) {
 		if ((e = slots[i].entry) == NULL ||
-		    (e->expires > now && limiter_expiry(&e->state,
-		    &slots[i].params) != INT64_MIN))
+		    (e->expires > now &&
+			limiter_expiry(&e->state, &slots[i].params) !=
+			    INT64_MIN))
 			continue;
 		for (j = i; j < n; j++)
 			if (slots[j].entry == e)
@@ -525,7 +537,8 @@ memory_log_full(struct memory_backend *m)
 	    !atomic_compare_exchange_strong(&m->last_full_log, &last, now))
 		return;
 	n = atomic_exchange(&m->full_unlogged, 0);
-	log_warnx("memory store full: %lld keys (memory.max_keys); %lld "
+	log_warnx(
+	    "memory store full: %lld keys (memory.max_keys); %lld "
 	    "calls answered by on_backend_error since the last such line",
 	    (long long)m->max_keys, n);
 }
@@ -533,8 +546,7 @@ memory_log_full(struct memory_backend *m)
 static int
 memory_decide(struct backend *b, const struct rl_check *checks, size_t n,
     struct rl_result *out, bool *all_allowed, int64_t wait_us,
-    int64_t *waited_us, enum backend_error_kind *kind, char *err,
-    size_t errlen)
+    int64_t *waited_us, enum backend_error_kind *kind, char *err, size_t errlen)
 {
 	struct memory_backend *m = (struct memory_backend *)b;
 	struct memory_slot small[MEMORY_SMALL_CALL], *slots = small;
@@ -547,22 +559,24 @@ memory_decide(struct backend *b, const struct rl_check *checks, size_t n,
 	if (n > MEMORY_SMALL_CALL &&
 	    (slots = rl_calloc(n, sizeof(*slots))) == NULL) {
 		*kind = BACKEND_ERR_FULL;
-		snprintf(err, errlen, "memory store: out of memory "
-		    "(call of %zu checks)", n);
+		snprintf(err, errlen,
+		    "memory store: out of memory "
+		    "(call of %zu checks)",
+		    n);
 		return -1;
 	}
 	for (i = 0; i < n; i++) {
 		const struct rl_check *c = &checks[i];
 
-		if (limiter_params_set(&slots[i].params, c->algorithm,
-		    c->limit, c->window_ms, why, sizeof(why)) == -1 ||
+		if (limiter_params_set(&slots[i].params, c->algorithm, c->limit,
+			c->window_ms, why, sizeof(why)) == -1 ||
 		    (c->algorithm == RL_ALG_CONCURRENCY && c->token == NULL) ||
-		    c->cost < 0 || c->cost > c->limit ||
-		    c->key == NULL) {
+		    c->cost < 0 || c->cost > c->limit || c->key == NULL) {
 			*kind = BACKEND_ERR_PROTOCOL;
-			snprintf(err, errlen, "memory store: invalid check "
-			    "%zu (limit %lld, window %lld ms, cost %lld)", i,
-			    (long long)c->limit, (long long)c->window_ms,
+			snprintf(err, errlen,
+			    "memory store: invalid check "
+			    "%zu (limit %lld, window %lld ms, cost %lld)",
+			    i, (long long)c->limit, (long long)c->window_ms,
 			    (long long)c->cost);
 			goto free_slots;
 		}
@@ -580,11 +594,13 @@ memory_decide(struct backend *b, const struct rl_check *checks, size_t n,
 	}
 	if (rc == MEMORY_FULL) {
 		*kind = BACKEND_ERR_FULL;
-		snprintf(err, errlen, "memory store full: %lld keys "
-		    "(max_keys)", (long long)m->max_keys);
+		snprintf(err, errlen,
+		    "memory store full: %lld keys "
+		    "(max_keys)",
+		    (long long)m->max_keys);
 		memory_log_full(m);
 	} else if (rc == MEMORY_ERROR) {
-		*kind = BACKEND_ERR_FULL;	/* out of memory */
+		*kind = BACKEND_ERR_FULL; /* out of memory */
 	} else {
 		*kind = BACKEND_ERR_NONE;
 		ret = 0;
@@ -602,8 +618,7 @@ free_slots:
  */
 static int
 memory_lease(struct memory_backend *m, const struct rl_check *c,
-    enum backend_lease_op op, struct rl_result *out, char *err,
-    size_t errlen)
+    enum backend_lease_op op, struct rl_result *out, char *err, size_t errlen)
 {
 	struct limiter_params params;
 	struct memory_stripe *st;
@@ -615,7 +630,7 @@ memory_lease(struct memory_backend *m, const struct rl_check *c,
 	memset(out, 0, sizeof(*out));
 	if (c->key == NULL || c->token == NULL ||
 	    limiter_params_set(&params, RL_ALG_CONCURRENCY, c->limit,
-	    c->window_ms, err, errlen) == -1)
+		c->window_ms, err, errlen) == -1)
 		return -1;
 	hash = memory_siphash(m->seed, (const unsigned char *)c->key,
 	    c->keylen);
@@ -627,7 +642,7 @@ memory_lease(struct memory_backend *m, const struct rl_check *c,
 		held = op == BACKEND_LEASE_RELEASE ?
 		    limiter_lease_release(&e->state, now, c->token, c->cost) :
 		    limiter_lease_renew(&e->state, &params, now, c->token,
-		    c->cost);
+			c->cost);
 		if (held)
 			e->expires = limiter_expiry(&e->state, &params);
 		if (e->expires <= now || e->expires == INT64_MIN)
@@ -651,8 +666,10 @@ memory_submit(struct backend *b, struct backend_call *call)
 	call->kind = BACKEND_ERR_NONE;
 	call->err[0] = '\0';
 	if (call->lease_op != BACKEND_LEASE_NONE) {
-		call->rc = call->n != 1 ? -1 : memory_lease(m, call->checks,
-		    call->lease_op, call->out, call->err, sizeof(call->err));
+		call->rc = call->n != 1 ?
+		    -1 :
+		    memory_lease(m, call->checks, call->lease_op, call->out,
+			call->err, sizeof(call->err));
 		if (call->rc == -1)
 			call->kind = BACKEND_ERR_PROTOCOL;
 	} else if (call->n == 0 && call->stat != NULL)
@@ -660,10 +677,11 @@ memory_submit(struct backend *b, struct backend_call *call)
 		    m->clock(m->clock_arg), call->stat_out, &call->kind,
 		    call->err, sizeof(call->err));
 	else
-		call->rc = call->n == 0 ? 0 : memory_decide(b, call->checks,
-		    call->n, call->out, &call->all_allowed, call->wait_us,
-		    &call->waited_us, &call->kind, call->err,
-		    sizeof(call->err));
+		call->rc = call->n == 0 ?
+		    0 :
+		    memory_decide(b, call->checks, call->n, call->out,
+			&call->all_allowed, call->wait_us, &call->waited_us,
+			&call->kind, call->err, sizeof(call->err));
 	call->done(call);
 }
 

@@ -112,9 +112,11 @@ redis_submit(struct backend *b, struct backend_call *call)
 	q->next = q->prev = NULL;
 	q->batch = NULL;
 	q->split = NULL;
-	q->kind = call->n > 0 ? (call->lease_op != BACKEND_LEASE_NONE ?
-	    REDIS_CALL_LEASE : REDIS_CALL_REQUEST) : call->stat != NULL ?
-	    REDIS_CALL_STATS : REDIS_CALL_PROBE;
+	q->kind = call->n > 0 ?
+	    (call->lease_op != BACKEND_LEASE_NONE ? REDIS_CALL_LEASE :
+						    REDIS_CALL_REQUEST) :
+	    call->stat != NULL ? REDIS_CALL_STATS :
+				 REDIS_CALL_PROBE;
 	q->redirects = 0;
 	q->trial = false;
 	call->all_allowed = false;
@@ -130,7 +132,8 @@ redis_submit(struct backend *b, struct backend_call *call)
 	    redis_circuit_enter(rb, &q->trial) == -1) {
 		call->rc = -1;
 		call->kind = BACKEND_ERR_CIRCUIT_OPEN;
-		snprintf(call->err, sizeof(call->err), "redis: circuit open "
+		snprintf(call->err, sizeof(call->err),
+		    "redis: circuit open "
 		    "after repeated failures");
 		call->done(call);
 		return;
@@ -199,7 +202,7 @@ redis_free(struct backend *b)
 	for (i = 0; ss->urls != NULL && i < ss->n; i++)
 		rl_free(ss->urls[i].host);
 	if (ss->urls != NULL)
-		rl_free(ss->urls[0].password);	/* shared by all */
+		rl_free(ss->urls[0].password); /* shared by all */
 	rl_free(ss->urls);
 	rl_free(ss->cfgs);
 	rl_free(ss->q);
@@ -221,7 +224,6 @@ static const struct backend_ops redis_ops = {
 	.free = redis_free,
 };
 
-
 struct backend *
 backend_redis_new(const struct redis_config *rc, char *err, size_t errlen)
 {
@@ -231,9 +233,10 @@ backend_redis_new(const struct redis_config *rc, char *err, size_t errlen)
 	const char *url = rc->url != NULL ? rc->url : "redis://127.0.0.1:6379";
 
 	if ((rc->url == NULL && rc->ncluster == 0 &&
-	    rc->sentinel.master == NULL) || rc->pool_size < 1 ||
-	    rc->timeout_ms < 1 || rc->pool_size > 0xffff) {
-		snprintf(err, errlen, "redis: need a url, cluster or "
+		rc->sentinel.master == NULL) ||
+	    rc->pool_size < 1 || rc->timeout_ms < 1 || rc->pool_size > 0xffff) {
+		snprintf(err, errlen,
+		    "redis: need a url, cluster or "
 		    "sentinel, pool_size >= 1 and timeout >= 1ms");
 		return NULL;
 	}
@@ -260,20 +263,22 @@ backend_redis_new(const struct redis_config *rc, char *err, size_t errlen)
 	if (redis_url_parse(url, &rb->url, err, errlen) == -1)
 		goto fail;
 	if (rb->url.password == NULL && rc->password_file != NULL &&
-	    redis_read_password_file(rc->password_file, &rb->url.password,
-	    err, errlen) == -1)
+	    redis_read_password_file(rc->password_file, &rb->url.password, err,
+		errlen) == -1)
 		goto fail;
 	if (rb->url.user != NULL && rb->url.password == NULL) {
-		snprintf(err, errlen, "redis URL: user name without a "
+		snprintf(err, errlen,
+		    "redis URL: user name without a "
 		    "password (add :pass or a password_file)");
 		goto fail;
 	}
-	if ((rb->rel_channel = rl_malloc(strlen(rc->key_prefix != NULL ?
-	    rc->key_prefix : "") + 9)) == NULL)
+	if ((rb->rel_channel = rl_malloc(
+		 strlen(rc->key_prefix != NULL ? rc->key_prefix : "") + 9)) ==
+	    NULL)
 		goto oom;
-	snprintf(rb->rel_channel, strlen(rc->key_prefix != NULL ?
-	    rc->key_prefix : "") + 9, "%sreleased", rc->key_prefix != NULL ?
-	    rc->key_prefix : "");
+	snprintf(rb->rel_channel,
+	    strlen(rc->key_prefix != NULL ? rc->key_prefix : "") + 9,
+	    "%sreleased", rc->key_prefix != NULL ? rc->key_prefix : "");
 	if (rc->ncluster > 0)
 		url = rc->cluster[0];
 	else if (rc->sentinel.master != NULL)
@@ -292,7 +297,7 @@ backend_redis_new(const struct redis_config *rc, char *err, size_t errlen)
 	} else {
 		rb->mode = REDIS_SINGLE;
 		if (redis_node_add(rb, rb->url.host != NULL ? rb->url.host : "",
-		    rb->url.port) == -1)
+			rb->url.port) == -1)
 			goto oom;
 	}
 	if ((rb->epfd = epoll_create1(EPOLL_CLOEXEC)) == -1 ||
@@ -305,9 +310,8 @@ backend_redis_new(const struct redis_config *rc, char *err, size_t errlen)
 	ev.data.u64 = REDIS_EVFD_TAG;
 	if (epoll_ctl(rb->epfd, EPOLL_CTL_ADD, rb->evfd, &ev) == -1 ||
 	    (errno = pthread_create(&rb->thread, NULL, redis_loop_run, rb)) !=
-	    0) {
-		snprintf(err, errlen, "redis: I/O thread: %s",
-		    strerror(errno));
+		0) {
+		snprintf(err, errlen, "redis: I/O thread: %s", strerror(errno));
 		goto fail;
 	}
 	rb->thread_started = true;

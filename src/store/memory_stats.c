@@ -21,7 +21,7 @@
 #include "base/util.h"
 
 #define STATS_INITIAL_BUCKETS 64
-#define STATS_SWEEP_CHAINS 2
+#define STATS_SWEEP_CHAINS    2
 
 struct stats_entry {
 	struct stats_entry *next;
@@ -35,12 +35,12 @@ struct stats_entry {
 struct memory_stats {
 	pthread_mutex_t mu;
 	struct stats_entry **buckets;
-	size_t nbuckets;		/* a power of two */
+	size_t nbuckets; /* a power of two */
 	size_t count;
 	size_t sweep;
 	int64_t max_keys;
 	uint64_t seed;
-	struct sketch scratch;		/* merge target, reused */
+	struct sketch scratch; /* merge target, reused */
 };
 
 static uint64_t
@@ -138,7 +138,7 @@ grow(struct memory_stats *ms)
 
 	if (ms->count < ms->nbuckets ||
 	    (nb = rl_calloc(n, sizeof(*nb))) == NULL)
-		return;			/* longer chains, still correct */
+		return; /* longer chains, still correct */
 	for (k = 0; k < ms->nbuckets; k++)
 		for (e = ms->buckets[k]; e != NULL; e = next) {
 			next = e->next;
@@ -187,8 +187,8 @@ fill(struct rl_stat_result *out, const struct sketch *s,
 
 int
 memory_stats_run(struct memory_stats *ms, const struct rl_stat_op *op,
-    int64_t now_us, struct rl_stat_result *out,
-    enum backend_error_kind *kind, char *err, size_t errlen)
+    int64_t now_us, struct rl_stat_result *out, enum backend_error_kind *kind,
+    char *err, size_t errlen)
 {
 	struct stats_window_params p;
 	struct stats_entry *e;
@@ -197,7 +197,7 @@ memory_stats_run(struct memory_stats *ms, const struct rl_stat_op *op,
 	int rc = -1;
 
 	if (stats_window_params_set(&p, op->window_ms, op->resolution_ms,
-	    op->accuracy, err, errlen) != 0) {
+		op->accuracy, err, errlen) != 0) {
 		*kind = BACKEND_ERR_PROTOCOL;
 		return -1;
 	}
@@ -215,8 +215,10 @@ memory_stats_run(struct memory_stats *ms, const struct rl_stat_op *op,
 			sweep_all(ms, now_ms);
 		if (ms->max_keys > 0 && ms->count >= (size_t)ms->max_keys) {
 			*kind = BACKEND_ERR_FULL;
-			snprintf(err, errlen, "memory store full: %lld stat "
-			    "keys", (long long)ms->max_keys);
+			snprintf(err, errlen,
+			    "memory store full: %lld stat "
+			    "keys",
+			    (long long)ms->max_keys);
 			goto out;
 		}
 		if ((e = rl_calloc(1, sizeof(*e) + op->keylen)) == NULL)
@@ -236,8 +238,8 @@ memory_stats_run(struct memory_stats *ms, const struct rl_stat_op *op,
 		e->expires_ms = stats_window_expiry_ms(&e->w, &p);
 	}
 	sketch_clear(&ms->scratch);
-	if (e != NULL && stats_window_read(&e->w, &p, now_ms,
-	    &ms->scratch) != 0)
+	if (e != NULL &&
+	    stats_window_read(&e->w, &p, now_ms, &ms->scratch) != 0)
 		goto oom;
 	fill(out, &ms->scratch, op, &p.sketch);
 	rc = 0;

@@ -28,8 +28,8 @@ void memory_stats_free(struct memory_stats *ms);
  * nothing is recorded then.
  */
 int memory_stats_run(struct memory_stats *ms, const struct rl_stat_op *op,
-    int64_t now_us, struct rl_stat_result *out,
-    enum backend_error_kind *kind, char *err, size_t errlen);
+    int64_t now_us, struct rl_stat_result *out, enum backend_error_kind *kind,
+    char *err, size_t errlen);
 
 /* Live stat keys now (sweeps the expired ones first). */
 size_t memory_stats_key_count(struct memory_stats *ms, int64_t now_us);

@@ -30,8 +30,7 @@ struct backend *backend_redis_new(const struct redis_config *rc, char *err,
  * store's I/O thread and must be quick; arg must outlive the store.
  * Start-up, once, before the first call.
  */
-typedef void (*backend_released_fn)(void *arg, const char *key,
-    size_t keylen);
+typedef void (*backend_released_fn)(void *arg, const char *key, size_t keylen);
 void backend_redis_watch_releases(struct backend *b, backend_released_fn fn,
     void *arg);
 

@@ -18,27 +18,28 @@
  * on a connection of node.  The slot, or NULL with err. */
 static struct redis_slot *
 command_send(struct redis_backend *rb, struct redis_node *node,
-    struct redis_conn *conn, struct redis_batch *b, int argc,
-    const char **argv, const size_t *lens, char *err, size_t errlen)
+    struct redis_conn *conn, struct redis_batch *b, int argc, const char **argv,
+    const size_t *lens, char *err, size_t errlen)
 {
 	if (conn != NULL)
 		return redis_conn_send(conn, argc, argv, lens,
-		    redis_reply_batch, b, err, errlen) == 0 ? b->slot : NULL;
-	return redis_node_send(rb, node, argc, argv, lens, redis_reply_batch,
-	    b, err, errlen);
+			   redis_reply_batch, b, err, errlen) == 0 ?
+		    b->slot :
+		    NULL;
+	return redis_node_send(rb, node, argc, argv, lens, redis_reply_batch, b,
+	    err, errlen);
 }
 
 /* EVALSHA ratelimit.lua for the requests of b. */
 static struct redis_slot *
 script_send(struct redis_backend *rb, struct redis_node *node,
-    struct redis_conn *conn, struct redis_batch *b, char *err,
-    size_t errlen)
+    struct redis_conn *conn, struct redis_batch *b, char *err, size_t errlen)
 {
 	struct redis_script_args a;
 	struct redis_slot *s;
 
 	if (redis_script_encode(b->calls, b->ncalls, rl_lua_ratelimit_sha,
-	    rb->mode == REDIS_CLUSTER, &a) == -1) {
+		rb->mode == REDIS_CLUSTER, &a) == -1) {
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
@@ -51,8 +52,7 @@ script_send(struct redis_backend *rb, struct redis_node *node,
 /* PING for the probes of b. */
 static struct redis_slot *
 ping_send(struct redis_backend *rb, struct redis_node *node,
-    struct redis_conn *conn, struct redis_batch *b, char *err,
-    size_t errlen)
+    struct redis_conn *conn, struct redis_batch *b, char *err, size_t errlen)
 {
 	const char *argv[1] = { "PING" };
 	size_t lens[1] = { 4 };
@@ -112,8 +112,7 @@ takeback_send(struct redis_backend *rb, struct redis_node *node,
 	for (i = 0; i < argc; i++)
 		if (lens[i] == 0)
 			lens[i] = strlen(argv[i]);
-	s = command_send(rb, node, conn, b, (int)argc, argv, lens, err,
-	    errlen);
+	s = command_send(rb, node, conn, b, (int)argc, argv, lens, err, errlen);
 out:
 	rl_free(argv);
 	rl_free(lens);
@@ -125,15 +124,14 @@ out:
  * call of b. */
 static struct redis_slot *
 stats_send(struct redis_backend *rb, struct redis_node *node,
-    struct redis_conn *conn, struct redis_batch *b, char *err,
-    size_t errlen)
+    struct redis_conn *conn, struct redis_batch *b, char *err, size_t errlen)
 {
 	const struct rl_stat_op *op = b->calls[0]->stat;
 	struct redis_stats_args a;
 	struct redis_slot *s;
 
 	if (redis_stats_encode(op, b->resent ? rl_lua_stats : NULL,
-	    rl_lua_stats_sha, &a) < 0) {
+		rl_lua_stats_sha, &a) < 0) {
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
@@ -165,7 +163,7 @@ lease_send(struct redis_backend *rb, struct redis_node *node,
 	argv[5] = c->token != NULL ? c->token : "";
 	argv[6] = cost;
 	argv[7] = wms;
-	argv[8] = rb->rel_channel;	/* release: PUBLISH the key there */
+	argv[8] = rb->rel_channel; /* release: PUBLISH the key there */
 	for (i = 0; i < 9; i++)
 		lens[i] = strlen(argv[i]);
 	lens[3] = c->keylen;
@@ -196,8 +194,8 @@ kind_send(struct redis_backend *rb, struct redis_node *node,
  * no node is known for it now (nothing sent; the caller parks it).
  */
 int
-redis_batch_send(struct redis_backend *rb, struct redis_batch *b,
-    char *err, size_t errlen)
+redis_batch_send(struct redis_backend *rb, struct redis_batch *b, char *err,
+    size_t errlen)
 {
 	const char *asking[1] = { "ASKING" };
 	size_t asking_len[1] = { 6 };
@@ -213,7 +211,7 @@ redis_batch_send(struct redis_backend *rb, struct redis_batch *b,
 	if (b->ask_node >= 0) {
 		/* The command must follow ASKING on the same connection. */
 		if ((s = redis_node_send(rb, node, 1, asking, asking_len,
-		    redis_reply_ignore, NULL, err, errlen)) == NULL)
+			 redis_reply_ignore, NULL, err, errlen)) == NULL)
 			return -1;
 		b->slot = s;
 		conn = s->conn;
@@ -244,10 +242,12 @@ redis_batch_reload(struct redis_backend *rb, struct redis_batch *b,
 	b->resent = true;
 	if (b->kind == REDIS_CALL_STATS)
 		return stats_send(rb, s->node, s->conn, b, err, errlen) !=
-		    NULL ? 0 : -1;
+			NULL ?
+		    0 :
+		    -1;
 	redis_batch_compact(b);
 	if (redis_conn_send(s->conn, 3, argv, lens, redis_reply_ignore, NULL,
-	    err, errlen) == -1)
+		err, errlen) == -1)
 		return -1;
 	if ((rc = redis_batch_send(rb, b, err, errlen)) == 1)
 		snprintf(err, errlen, "no primary known for its keys");

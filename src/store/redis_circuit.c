@@ -23,8 +23,9 @@
 #include "store/redis_priv.h"
 
 /* Log msg at most once a second per kind.  Any thread, lock-free. */
-void redis_log_failure(struct redis_backend *rb,
-    enum backend_error_kind kind, const char *msg)
+void
+redis_log_failure(struct redis_backend *rb, enum backend_error_kind kind,
+    const char *msg)
 {
 	int64_t now = util_monotonic_us();
 	int64_t last = atomic_load(&rb->last_log_us[kind]);
@@ -32,15 +33,16 @@ void redis_log_failure(struct redis_backend *rb,
 
 	if ((last != INT64_MIN && now - last < REDIS_LOG_INTERVAL_US) ||
 	    !atomic_compare_exchange_strong(&rb->last_log_us[kind], &last,
-	    now)) {
+		now)) {
 		atomic_fetch_add(&rb->suppressed[kind], 1);
 		return;
 	}
 	held = atomic_exchange(&rb->suppressed[kind], 0);
 	if (held > 0)
-		log_warnx("redis %s: %s (kind=%s; %ld similar lines "
-		    "suppressed)", rb->shown_url, msg,
-		    backend_error_kind_name(kind), held);
+		log_warnx(
+		    "redis %s: %s (kind=%s; %ld similar lines "
+		    "suppressed)",
+		    rb->shown_url, msg, backend_error_kind_name(kind), held);
 	else
 		log_warnx("redis %s: %s (kind=%s)", rb->shown_url, msg,
 		    backend_error_kind_name(kind));
@@ -50,7 +52,8 @@ void redis_log_failure(struct redis_backend *rb,
 
 /* May this call go to Redis?  Sets *trial when it is the half-open trial.
  * Returns 0, or -1 when the circuit is open. */
-int redis_circuit_enter(struct redis_backend *rb, bool *trial)
+int
+redis_circuit_enter(struct redis_backend *rb, bool *trial)
 {
 	int rc = 0;
 
@@ -75,7 +78,8 @@ int redis_circuit_enter(struct redis_backend *rb, bool *trial)
 	return rc;
 }
 
-static void redis_circuit_open(struct redis_backend *rb)
+static void
+redis_circuit_open(struct redis_backend *rb)
 {
 	rb->circuit = REDIS_CIRCUIT_OPEN;
 	rb->open_until_us = util_monotonic_us() + rb->backoff_ms * 1000;
@@ -84,7 +88,8 @@ static void redis_circuit_open(struct redis_backend *rb)
 /* The topology changed (a new slot map, a new primary): an open circuit
  * tries again at once, with the shortest backoff.  Returns whether the
  * circuit was open. */
-bool redis_circuit_kick(struct redis_backend *rb)
+bool
+redis_circuit_kick(struct redis_backend *rb)
 {
 	bool open;
 
@@ -99,7 +104,8 @@ bool redis_circuit_kick(struct redis_backend *rb)
 }
 
 /* Account for the outcome of a call let through by redis_circuit_enter. */
-void redis_circuit_leave(struct redis_backend *rb, bool trial,
+void
+redis_circuit_leave(struct redis_backend *rb, bool trial,
     enum redis_outcome outcome)
 {
 	bool opened = false, closed = false;
@@ -134,9 +140,10 @@ void redis_circuit_leave(struct redis_backend *rb, bool trial,
 	}
 	pthread_mutex_unlock(&rb->mu);
 	if (opened)
-		log_warnx("redis %s: circuit open after %d consecutive "
-		    "failures; next try in %" PRId64 " ms", rb->shown_url,
-		    REDIS_CB_THRESHOLD, backoff);
+		log_warnx(
+		    "redis %s: circuit open after %d consecutive "
+		    "failures; next try in %" PRId64 " ms",
+		    rb->shown_url, REDIS_CB_THRESHOLD, backoff);
 	if (closed)
 		log_info("redis %s: circuit closed, Redis answers again",
 		    rb->shown_url);
@@ -152,13 +159,15 @@ redis_circuit_node_failed(struct redis_backend *rb, struct redis_node *node)
 	    ++node->failures < REDIS_NODE_THRESHOLD)
 		return;
 	node->backoff_us = node->backoff_us == 0 ?
-	    REDIS_CB_BACKOFF_MIN_MS * 1000 : node->backoff_us * 2;
+	    REDIS_CB_BACKOFF_MIN_MS * 1000 :
+	    node->backoff_us * 2;
 	if (node->backoff_us > REDIS_CB_BACKOFF_MAX_MS * 1000)
 		node->backoff_us = REDIS_CB_BACKOFF_MAX_MS * 1000;
 	if (node->down_until_us == 0)
-		log_warnx("redis cluster: %.64s:%d is down; its slots fail at "
-		    "once until it or its replica answers", node->host,
-		    node->url.port);
+		log_warnx(
+		    "redis cluster: %.64s:%d is down; its slots fail at "
+		    "once until it or its replica answers",
+		    node->host, node->url.port);
 	node->down_until_us = util_monotonic_us() + node->backoff_us;
 }
 

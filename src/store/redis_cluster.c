@@ -29,7 +29,7 @@ redis_cluster_sync_nodes(struct redis_backend *rb)
 {
 	while (rb->nnodes < rb->map.nnodes)
 		if (redis_node_add(rb, rb->map.nodes[rb->nnodes].host,
-		    rb->map.nodes[rb->nnodes].port) == -1)
+			rb->map.nodes[rb->nnodes].port) == -1)
 			return -1;
 	return 0;
 }
@@ -53,7 +53,7 @@ refresh_reply(void *arg, redisReply *r, const char *err)
 		goto fail;
 	}
 	if (redis_topology_slots(r, node->host, &ranges, &n, msg,
-	    sizeof(msg)) == -1)
+		sizeof(msg)) == -1)
 		goto fail;
 	memcpy(rb->last_owner, rb->map.owner, sizeof(rb->last_owner));
 	if (slot_map_build(&rb->map, ranges, n, msg, sizeof(msg)) == -1 ||
@@ -73,11 +73,14 @@ refresh_reply(void *arg, redisReply *r, const char *err)
 		rl_free(owns);
 	}
 	if (memcmp(rb->last_owner, rb->map.owner, sizeof(rb->last_owner)) !=
-	    0 && redis_circuit_kick(rb))
+		0 &&
+	    redis_circuit_kick(rb))
 		log_info("redis cluster: the slot map changed; trying again");
 	if (owners != rb->nprimaries)
-		log_info("redis cluster: %zu primaries, slot map from "
-		    "%s:%d", owners, node->host, node->url.port);
+		log_info(
+		    "redis cluster: %zu primaries, slot map from "
+		    "%s:%d",
+		    owners, node->host, node->url.port);
 	rb->nprimaries = owners;
 	if (slot_map_unowned(&rb->map) > 0) {
 		/* Part of the cluster is down: ask again, less often. */
@@ -105,7 +108,7 @@ redis_cluster_refresh(struct redis_backend *rb)
 	rb->next_refresh_us = util_monotonic_us() + REDIS_TOPOLOGY_US;
 	node = rb->nodes[rb->refresh_next % rb->nnodes];
 	if (redis_node_send(rb, node, 2, argv, lens, refresh_reply, node, err,
-	    sizeof(err)) == NULL) {
+		sizeof(err)) == NULL) {
 		rb->refresh_next++;
 		redis_log_failure(rb, BACKEND_ERR_CONNECT, err);
 		return;
@@ -140,7 +143,8 @@ redis_cluster_redirect(struct redis_batch *b, const redisReply *r, char *msg,
 	if (kind == SLOT_REDIRECT_MOVED) {
 		metrics_redis_event(rb->metrics, METRICS_REDIS_MOVED);
 		if (slot_map_move(&rb->map, slot, host, port, msg, msglen) ==
-		    -1 || redis_cluster_sync_nodes(rb) == -1)
+			-1 ||
+		    redis_cluster_sync_nodes(rb) == -1)
 			return -1;
 		rb->refresh_wanted = true;
 		redis_flight_park(b, util_monotonic_us(), true);
@@ -153,7 +157,7 @@ redis_cluster_redirect(struct redis_batch *b, const redisReply *r, char *msg,
 	for (i = 0; i < b->ncalls; i++)
 		if (b->calls[i] != NULL &&
 		    ++redis_call(b->calls[i])->redirects >
-		    REDIS_REDIRECTS_MAX) {
+			REDIS_REDIRECTS_MAX) {
 			snprintf(msg, msglen, "too many cluster redirections");
 			return -1;
 		}
@@ -184,9 +188,9 @@ split_takeback_done(struct backend_call *tb)
 	if (tb->rc == 0)
 		metrics_redis_event(rb->metrics, METRICS_REDIS_TAKEBACK);
 	else {
-		metrics_redis_event(rb->metrics,
-		    METRICS_REDIS_TAKEBACK_FAILED);
-		log_warnx("redis %s: a denied request's units could not be "
+		metrics_redis_event(rb->metrics, METRICS_REDIS_TAKEBACK_FAILED);
+		log_warnx(
+		    "redis %s: a denied request's units could not be "
 		    "taken back (%s); they count until they expire",
 		    rb->shown_url, tb->err);
 	}
@@ -216,8 +220,10 @@ split_part_done(struct backend_call *part)
 	deadline = late ? now + rb->timeout_us : parent->deadline_us;
 	n = redis_split_takebacks(s, split_takeback_done, deadline);
 	if (n < 0)
-		log_warnx("redis %s: out of memory: a denied request's units "
-		    "count until they expire", rb->shown_url);
+		log_warnx(
+		    "redis %s: out of memory: a denied request's units "
+		    "count until they expire",
+		    rb->shown_url);
 	if (n <= 0) {
 		split_answer(s);
 		redis_split_free(s);
@@ -232,7 +238,6 @@ split_part_done(struct backend_call *part)
 		redis_flight_soon(rb, tb);
 	}
 }
-
 
 /* Cluster: a request whose keys are in several slots, one part each. */
 void
@@ -272,9 +277,11 @@ redis_cluster_init(struct redis_backend *rb, const struct redis_config *rc,
 	slot_map_init(&rb->map);
 	for (i = 0; i < rc->ncluster; i++) {
 		if (redis_hostport_parse(rc->cluster[i], host, sizeof(host),
-		    &port) == -1) {
-			snprintf(err, errlen, "redis.cluster: bad node "
-			    "\"%.64s\"", rc->cluster[i]);
+			&port) == -1) {
+			snprintf(err, errlen,
+			    "redis.cluster: bad node "
+			    "\"%.64s\"",
+			    rc->cluster[i]);
 			return -1;
 		}
 		if (slot_map_node(&rb->map, host, port, err, errlen) < 0)

@@ -46,8 +46,8 @@
 #include "store/redis_resolve.h"
 #include "base/util.h"
 
-#define REDIS_CONN_READ_CHUNK	16384
-#define REDIS_CONN_RING_MIN	16
+#define REDIS_CONN_READ_CHUNK 16384
+#define REDIS_CONN_RING_MIN   16
 
 struct redis_pending {
 	redis_reply_fn fn;
@@ -61,16 +61,16 @@ struct redis_conn {
 	int fd;
 	uint64_t generation;
 	int64_t connect_deadline_us;
-	struct redis_resolve *resolve;	/* the name's lookup, if one runs */
+	struct redis_resolve *resolve; /* the name's lookup, if one runs */
 	redisReader *reader;
 
-	char *out;			/* formatted commands to write */
+	char *out; /* formatted commands to write */
 	size_t out_off, out_len, out_cap;
 
-	struct redis_pending *ring;	/* commands waiting for a reply */
+	struct redis_pending *ring; /* commands waiting for a reply */
 	size_t head, count, cap;
 
-	redis_reply_fn push_fn;		/* replies nobody asked for */
+	redis_reply_fn push_fn; /* replies nobody asked for */
 	void *push_arg;
 
 	char last_error[160];
@@ -95,7 +95,9 @@ ring_push(struct redis_conn *c, redis_reply_fn fn, void *arg)
 		c->head = 0;
 	}
 	c->ring[(c->head + c->count) % c->cap] = (struct redis_pending){
-		.fn = fn, .arg = arg, .queued_us = util_monotonic_us(),
+		.fn = fn,
+		.arg = arg,
+		.queued_us = util_monotonic_us(),
 	};
 	c->count++;
 	return 0;
@@ -176,7 +178,7 @@ static void *
 bounded_create_array(const redisReadTask *task, int elements)
 {
 	if (elements > REDIS_REPLY_ELEMENTS_MAX)
-		return NULL;	/* the reader says "Out of memory" */
+		return NULL; /* the reader says "Out of memory" */
 	return default_create_array(task, elements);
 }
 
@@ -242,7 +244,7 @@ redis_conn_close(struct redis_conn *c, const char *why)
 		redis_resolve_drop(c->resolve);
 		c->resolve = NULL;
 	} else if (c->resolve != NULL)
-		redis_resolve_unwatch(c->resolve);	/* leaves epoll too */
+		redis_resolve_unwatch(c->resolve); /* leaves epoll too */
 	if (c->reader != NULL)
 		redisReaderFree(c->reader);
 	c->reader = NULL;
@@ -282,7 +284,7 @@ handshake_check(struct redis_conn *c, const char *what, redisReply *r)
 	char why[160];
 
 	if (r == NULL)
-		return;		/* closing already */
+		return; /* closing already */
 	if (r->type == REDIS_REPLY_ERROR) {
 		snprintf(why, sizeof(why), "%s failed: %s", what, r->str);
 		redis_conn_close(c, why);
@@ -341,8 +343,8 @@ queue_handshake(struct redis_conn *c)
 	/* Redis refuses a bulk string over 16 KiB from a client not yet
 	 * authenticated, and reads the pipelined SCRIPT LOAD before AUTH
 	 * has run: a larger script waits for its first NOSCRIPT instead. */
-	if (c->cfg->script != NULL && (u->password == NULL ||
-	    strlen(c->cfg->script) <= 16384)) {
+	if (c->cfg->script != NULL &&
+	    (u->password == NULL || strlen(c->cfg->script) <= 16384)) {
 		argv[0] = "SCRIPT";
 		argv[1] = "LOAD";
 		argv[2] = c->cfg->script;
@@ -364,8 +366,9 @@ connect_addrs(const struct addrinfo *res, char *err, size_t errlen)
 	int fd = -1, one = 1, saved = EADDRNOTAVAIL;
 
 	for (ai = res; ai != NULL; ai = ai->ai_next) {
-		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK |
-		    SOCK_CLOEXEC, ai->ai_protocol);
+		fd = socket(ai->ai_family,
+		    ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+		    ai->ai_protocol);
 		if (fd < 0) {
 			saved = errno;
 			continue;
@@ -401,8 +404,9 @@ connect_unix(const char *path, char *err, size_t errlen)
 	}
 	util_strlcpy(sun.sun_path, path, sizeof(sun.sun_path));
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0 || (connect(fd, (struct sockaddr *)&sun,
-	    sizeof(sun)) < 0 && errno != EINPROGRESS && errno != EAGAIN)) {
+	if (fd < 0 ||
+	    (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 &&
+		errno != EINPROGRESS && errno != EAGAIN)) {
 		snprintf(err, errlen, "connect: %s", strerror(errno));
 		if (fd >= 0)
 			close(fd);
@@ -456,13 +460,13 @@ conn_open(struct redis_conn *c, char *err, size_t errlen)
 		 * came while closed may be old: ask anew. */
 		if (c->resolve != NULL &&
 		    (!redis_resolve_is_for(c->resolve, u->host, u->port) ||
-		    redis_resolve_is_done(c->resolve))) {
+			redis_resolve_is_done(c->resolve))) {
 			redis_resolve_drop(c->resolve);
 			c->resolve = NULL;
 		}
-		if (c->resolve == NULL && (c->resolve =
-		    redis_resolve_start(u->host, u->port, err, errlen)) ==
-		    NULL)
+		if (c->resolve == NULL &&
+		    (c->resolve = redis_resolve_start(u->host, u->port, err,
+			 errlen)) == NULL)
 			return -1;
 		fd = redis_resolve_fd(c->resolve, err, errlen);
 		state = REDIS_CONN_RESOLVING;
@@ -502,11 +506,12 @@ conn_resolved(struct redis_conn *c)
 	if (!redis_resolve_is_done(c->resolve))
 		return;
 	if ((res = redis_resolve_result(c->resolve, why, sizeof(why))) ==
-	    NULL || (fd = connect_addrs(res, why, sizeof(why))) < 0) {
+		NULL ||
+	    (fd = connect_addrs(res, why, sizeof(why))) < 0) {
 		redis_conn_close(c, why);
 		return;
 	}
-	redis_resolve_drop(c->resolve);	/* closes the eventfd */
+	redis_resolve_drop(c->resolve); /* closes the eventfd */
 	c->resolve = NULL;
 	c->fd = fd;
 	c->generation++;
@@ -517,8 +522,7 @@ conn_resolved(struct redis_conn *c)
 
 int
 redis_conn_send(struct redis_conn *c, int argc, const char **argv,
-    const size_t *lens, redis_reply_fn fn, void *arg, char *err,
-    size_t errlen)
+    const size_t *lens, redis_reply_fn fn, void *arg, char *err, size_t errlen)
 {
 	if (c->state == REDIS_CONN_CLOSED && conn_open(c, err, errlen) == -1) {
 		snprintf(c->last_error, sizeof(c->last_error), "%s", err);
@@ -575,9 +579,9 @@ conn_read(struct redis_conn *c)
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return replies;
 		if (n <= 0) {
-			snprintf(why, sizeof(why), "%s", n == 0 ?
-			    "connection closed by the server" :
-			    strerror(errno));
+			snprintf(why, sizeof(why), "%s",
+			    n == 0 ? "connection closed by the server" :
+				     strerror(errno));
 			redis_conn_close(c, why);
 			return replies;
 		}
@@ -606,7 +610,8 @@ conn_read(struct redis_conn *c)
 			}
 			if (c->count == 0) {
 				freeReplyObject(reply);
-				redis_conn_close(c, "protocol: a reply "
+				redis_conn_close(c,
+				    "protocol: a reply "
 				    "nobody asked for");
 				return replies;
 			}
@@ -666,7 +671,7 @@ bool
 redis_conn_wants_write(const struct redis_conn *c)
 {
 	if (c->state == REDIS_CONN_RESOLVING)
-		return false;	/* an eventfd is always writable */
+		return false; /* an eventfd is always writable */
 	return c->state == REDIS_CONN_CONNECTING || c->out_off < c->out_len;
 }
 
@@ -698,7 +703,8 @@ int64_t
 redis_conn_connect_deadline_us(const struct redis_conn *c)
 {
 	return c->state == REDIS_CONN_CONNECTING ||
-	    c->state == REDIS_CONN_RESOLVING ? c->connect_deadline_us :
+		c->state == REDIS_CONN_RESOLVING ?
+	    c->connect_deadline_us :
 	    INT64_MAX;
 }
 

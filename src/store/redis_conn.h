@@ -26,10 +26,10 @@
 #include "core/redis_url.h"
 
 enum redis_conn_state {
-	REDIS_CONN_CLOSED,	/* no socket */
-	REDIS_CONN_RESOLVING,	/* the host name is being looked up */
-	REDIS_CONN_CONNECTING,	/* connect(2) in progress */
-	REDIS_CONN_UP		/* connected; the handshake may still run */
+	REDIS_CONN_CLOSED,     /* no socket */
+	REDIS_CONN_RESOLVING,  /* the host name is being looked up */
+	REDIS_CONN_CONNECTING, /* connect(2) in progress */
+	REDIS_CONN_UP	       /* connected; the handshake may still run */
 };
 
 /*
@@ -43,7 +43,7 @@ typedef void (*redis_reply_fn)(void *arg, redisReply *r, const char *err);
 /* The server and what every new connection sends first.  Borrowed. */
 struct redis_conn_config {
 	const struct redis_url *url;
-	const char *script;		/* SCRIPT LOAD on every connection */
+	const char *script; /* SCRIPT LOAD on every connection */
 	int64_t connect_timeout_us;
 };
 
@@ -62,8 +62,7 @@ void redis_conn_free(struct redis_conn *c, const char *why);
  * and fn not called.
  */
 int redis_conn_send(struct redis_conn *c, int argc, const char **argv,
-    const size_t *lens, redis_reply_fn fn, void *arg, char *err,
-    size_t errlen);
+    const size_t *lens, redis_reply_fn fn, void *arg, char *err, size_t errlen);
 
 /*
  * Replies that arrive with no command waiting (a SUBSCRIBE's messages) go

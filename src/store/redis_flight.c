@@ -92,8 +92,8 @@ redis_flight_finish(struct redis_backend *rb, struct backend_call *call, int rc,
 	/* A part of a split request counts once, with its request. */
 	if ((q->kind == REDIS_CALL_REQUEST || q->kind == REDIS_CALL_LEASE) &&
 	    q->split == NULL && rb->mode != REDIS_CLUSTER)
-		redis_circuit_leave(rb, q->trial, rc == 0 ?
-		    REDIS_OUTCOME_OK : REDIS_OUTCOME_FAIL);
+		redis_circuit_leave(rb, q->trial,
+		    rc == 0 ? REDIS_OUTCOME_OK : REDIS_OUTCOME_FAIL);
 	call->done(call);
 }
 

@@ -77,7 +77,7 @@ slot_of_tag(struct redis_backend *rb, uint64_t tag)
 {
 	if (tag == REDIS_SUB_TAG)
 		return rb->sentinels.sub.conn != NULL ? &rb->sentinels.sub :
-		    NULL;
+							NULL;
 	if (tag == REDIS_REL_TAG)
 		return rb->rel.conn != NULL ? &rb->rel : NULL;
 	if (tag & REDIS_SENTINEL_TAG) {
@@ -100,8 +100,8 @@ each_slot(struct redis_backend *rb,
 
 	for (i = 0; i < rb->nnodes; i++)
 		for (j = 0; j < rb->nodes[i]->nconns; j++)
-			fn(rb, &rb->nodes[i]->conns[j],
-			    ((uint64_t)i << 16) | j, arg);
+			fn(rb, &rb->nodes[i]->conns[j], ((uint64_t)i << 16) | j,
+			    arg);
 	for (i = 0; i < rb->sentinels.n; i++)
 		fn(rb, &rb->sentinels.q[i], REDIS_SENTINEL_TAG | i, arg);
 	if (rb->sentinels.sub.conn != NULL)
@@ -144,7 +144,8 @@ expire(struct redis_backend *rb, int64_t next)
 		snprintf(msg, sizeof(msg), "no answer within %" PRId64 " ms%s",
 		    rb->timeout_us / 1000,
 		    redis_call(rb->fhead)->batch == NULL ?
-		    " (no primary known for its keys)" : "");
+			" (no primary known for its keys)" :
+			"");
 		redis_flight_finish(rb, rb->fhead, -1, BACKEND_ERR_TIMEOUT,
 		    msg);
 	}
@@ -288,8 +289,8 @@ redis_loop_run(void *arg)
 			rb->shead = rb->stail = NULL;
 			redis_route_dispatch(rb, list);
 		}
-		if (rb->hhead != NULL && (rb->batches_out < window(rb) ||
-		    stop)) {
+		if (rb->hhead != NULL &&
+		    (rb->batches_out < window(rb) || stop)) {
 			list = rb->hhead;
 			rb->hhead = rb->htail = NULL;
 			redis_route_dispatch(rb, list);

@@ -46,7 +46,7 @@ redis_node_add(struct redis_backend *rb, const char *host, int port)
 		return -1;
 	node->rb = rb;
 	node->index = rb->nnodes;
-	node->url = rb->url;		/* credentials, db: borrowed */
+	node->url = rb->url; /* credentials, db: borrowed */
 	if (!rb->url.is_unix) {
 		util_strlcpy(node->host, host, sizeof(node->host));
 		node->url.host = node->host;
@@ -100,8 +100,8 @@ redis_node_for(struct redis_backend *rb, int hslot)
 	case REDIS_SENTINEL:
 		return rb->sentinels.known ? 0 : -1;
 	case REDIS_CLUSTER:
-		return hslot < 0 ? -1 : slot_map_owner(&rb->map,
-		    (unsigned)hslot);
+		return hslot < 0 ? -1 :
+				   slot_map_owner(&rb->map, (unsigned)hslot);
 	}
 	return -1;
 }
@@ -170,7 +170,8 @@ redis_node_send(struct redis_backend *rb, struct redis_node *node, int argc,
 	struct redis_slot *s = slot_pick(rb, node, util_monotonic_us());
 
 	if (s == NULL) {
-		snprintf(err, errlen, "no connection to %.64s:%d "
+		snprintf(err, errlen,
+		    "no connection to %.64s:%d "
 		    "(reconnecting: %.80s)",
 		    node->url.is_unix ? node->url.path : node->host,
 		    node->url.port, redis_conn_last_error(node->conns[0].conn));
@@ -178,8 +179,8 @@ redis_node_send(struct redis_backend *rb, struct redis_node *node, int argc,
 	}
 	if (redis_conn_state(s->conn) == REDIS_CONN_CLOSED)
 		s->next_connect_us = util_monotonic_us() + REDIS_RECONNECT_US;
-	if (redis_conn_send(s->conn, argc, argv, lens, fn, arg, err,
-	    errlen) == -1)
+	if (redis_conn_send(s->conn, argc, argv, lens, fn, arg, err, errlen) ==
+	    -1)
 		return NULL;
 	redis_slot_busy(rb, s);
 	return s;
@@ -193,8 +194,7 @@ redis_hostport_parse(const char *s, char *host, size_t hostlen, int *port)
 	char *end;
 	long p;
 
-	if (colon == NULL || colon == s ||
-	    (size_t)(colon - s) >= hostlen)
+	if (colon == NULL || colon == s || (size_t)(colon - s) >= hostlen)
 		return -1;
 	p = strtol(colon + 1, &end, 10);
 	if (*end != '\0' || p < 1 || p > 65535)

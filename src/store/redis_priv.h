@@ -35,54 +35,54 @@ extern const char rl_lua_takeback[];
 extern const char rl_lua_stats[], rl_lua_stats_sha[];
 extern const char rl_lua_lease[];
 
-#define REDIS_CB_THRESHOLD	5	/* consecutive failures to open */
-#define REDIS_CB_BACKOFF_MIN_MS	100
-#define REDIS_CB_BACKOFF_MAX_MS	5000
-#define REDIS_LOG_INTERVAL_US	1000000	/* one line per kind per second */
+#define REDIS_CB_THRESHOLD	5 /* consecutive failures to open */
+#define REDIS_CB_BACKOFF_MIN_MS 100
+#define REDIS_CB_BACKOFF_MAX_MS 5000
+#define REDIS_LOG_INTERVAL_US	1000000 /* one line per kind per second */
 #define REDIS_NKINDS		(BACKEND_ERR_CIRCUIT_OPEN + 1)
-#define REDIS_BATCH_CALLS	64	/* requests in one EVALSHA */
-#define REDIS_BATCH_KEYS	512	/* keys in one EVALSHA */
-#define REDIS_RECONNECT_US	100000	/* between connects of one slot */
+#define REDIS_BATCH_CALLS	64     /* requests in one EVALSHA */
+#define REDIS_BATCH_KEYS	512    /* keys in one EVALSHA */
+#define REDIS_RECONNECT_US	100000 /* between connects of one slot */
 #define REDIS_EVFD_TAG		UINT64_MAX
-#define REDIS_SENTINEL_TAG	(UINT64_C(1) << 40)	/* | sentinel index */
+#define REDIS_SENTINEL_TAG	(UINT64_C(1) << 40) /* | sentinel index */
 #define REDIS_SUB_TAG		(UINT64_C(1) << 41)
 #define REDIS_REL_TAG		(UINT64_C(1) << 42)
-#define REDIS_REL_RETRY_US	1000000	/* between subscription attempts */
-#define REDIS_REL_REFUSED_US	60000000	/* ... after a refusal */
+#define REDIS_REL_RETRY_US	1000000	 /* between subscription attempts */
+#define REDIS_REL_REFUSED_US	60000000 /* ... after a refusal */
 #define REDIS_HUNG		"no reply within the timeout"
 /* Script calls in flight at once, per primary.  Redis runs one script at
  * a time, so more would only wait there; calls that arrive meanwhile wait
  * here and leave together, in one call, when one comes back. */
-#define REDIS_WINDOW		8
-#define REDIS_RETRY_US		50000	/* after TRYAGAIN, CLUSTERDOWN */
-#define REDIS_REDIRECTS_MAX	5	/* MOVED / ASK followed per call */
-#define REDIS_TOPOLOGY_US	100000	/* between topology questions */
-#define REDIS_OPEN_BATCHES	64	/* batches filled in one turn */
-#define REDIS_WATCH_US		500000	/* topology while the circuit is open */
-#define REDIS_NODE_THRESHOLD	3	/* lost connections to mark one down */
+#define REDIS_WINDOW	     8
+#define REDIS_RETRY_US	     50000  /* after TRYAGAIN, CLUSTERDOWN */
+#define REDIS_REDIRECTS_MAX  5	    /* MOVED / ASK followed per call */
+#define REDIS_TOPOLOGY_US    100000 /* between topology questions */
+#define REDIS_OPEN_BATCHES   64	    /* batches filled in one turn */
+#define REDIS_WATCH_US	     500000 /* topology while the circuit is open */
+#define REDIS_NODE_THRESHOLD 3	    /* lost connections to mark one down */
 
 enum redis_mode { REDIS_SINGLE, REDIS_CLUSTER, REDIS_SENTINEL };
 
 /* What a call is (set by backend_redis.c's submit, or by whoever makes
  * the call inside the store: split parts, take-backs). */
 enum redis_call_kind {
-	REDIS_CALL_REQUEST,	/* a request's checks: lua/ratelimit.lua */
-	REDIS_CALL_PROBE,	/* readiness: PING */
-	REDIS_CALL_TAKEBACK,	/* Cluster: undo a split part */
-	REDIS_CALL_STATS,	/* /record, /stats: lua/stats.lua */
-	REDIS_CALL_LEASE	/* /release, /renew: lua/lease.lua */
+	REDIS_CALL_REQUEST,  /* a request's checks: lua/ratelimit.lua */
+	REDIS_CALL_PROBE,    /* readiness: PING */
+	REDIS_CALL_TAKEBACK, /* Cluster: undo a split part */
+	REDIS_CALL_STATS,    /* /record, /stats: lua/stats.lua */
+	REDIS_CALL_LEASE     /* /release, /renew: lua/lease.lua */
 };
 
 enum redis_circuit {
 	REDIS_CIRCUIT_CLOSED,
 	REDIS_CIRCUIT_OPEN,
-	REDIS_CIRCUIT_HALF_OPEN		/* one trial call in flight */
+	REDIS_CIRCUIT_HALF_OPEN /* one trial call in flight */
 };
 
 enum redis_outcome {
 	REDIS_OUTCOME_OK,
 	REDIS_OUTCOME_FAIL,
-	REDIS_OUTCOME_NEUTRAL		/* says nothing about Redis */
+	REDIS_OUTCOME_NEUTRAL /* says nothing about Redis */
 };
 
 struct redis_node;
@@ -93,11 +93,11 @@ struct redis_split;
 struct redis_slot {
 	struct redis_node *node;
 	struct redis_conn *conn;
-	int reg_fd;			/* registered with epoll, or -1 */
+	int reg_fd; /* registered with epoll, or -1 */
 	uint64_t reg_gen;
 	uint32_t reg_events;
-	int64_t next_connect_us;	/* no new connect before */
-	bool busy;			/* counted in the pool gauge */
+	int64_t next_connect_us; /* no new connect before */
+	bool busy;		 /* counted in the pool gauge */
 };
 
 /* One server and its connections.  Owned by the backend (rb->nodes);
@@ -106,15 +106,15 @@ struct redis_node {
 	struct redis_backend *rb;
 	size_t index;
 	char host[SLOT_MAP_HOST_MAX];
-	struct redis_url url;		/* the config's, at host:port */
+	struct redis_url url; /* the config's, at host:port */
 	struct redis_conn_config ccfg;
 	struct redis_slot *conns;
 	size_t nconns;
 
 	/* Cluster: the breaker of this primary alone (the others keep
 	 * deciding while it is down; redis_circuit.c). */
-	int failures;			/* consecutive lost connections */
-	int64_t down_until_us;		/* calls fail at once until then */
+	int failures;	       /* consecutive lost connections */
+	int64_t down_until_us; /* calls fail at once until then */
 	int64_t backoff_us;
 };
 
@@ -123,13 +123,13 @@ struct redis_node {
  * before it is sent.  Its calls are borrowed from their callers. */
 struct redis_batch {
 	struct redis_backend *rb;
-	struct redis_slot *slot;	/* sent on; NULL before */
-	size_t ncalls, live;		/* live: calls not answered yet */
-	int kind;			/* REDIS_CALL_* of every call in it */
+	struct redis_slot *slot; /* sent on; NULL before */
+	size_t ncalls, live;	 /* live: calls not answered yet */
+	int kind;		 /* REDIS_CALL_* of every call in it */
 	bool resent, counted;
-	int hslot;			/* Cluster: its keys' slot; else -1 */
-	int ask_node;			/* ASK: send there once; else -1 */
-	struct backend_call *calls[REDIS_BATCH_CALLS];	/* NULL: answered */
+	int hslot;    /* Cluster: its keys' slot; else -1 */
+	int ask_node; /* ASK: send there once; else -1 */
+	struct backend_call *calls[REDIS_BATCH_CALLS]; /* NULL: answered */
 	size_t counts[REDIS_BATCH_CALLS];
 };
 
@@ -137,22 +137,22 @@ struct redis_batch {
 struct redis_sentinels {
 	char *master;
 	size_t n;
-	struct redis_url *urls;		/* host:port and password */
+	struct redis_url *urls; /* host:port and password */
 	struct redis_conn_config *cfgs;
-	struct redis_slot *q;		/* for questions, one per sentinel */
-	struct redis_slot sub;		/* SUBSCRIBE +switch-master */
-	size_t ask_next, sub_next;	/* which sentinel is asked next */
+	struct redis_slot *q;	   /* for questions, one per sentinel */
+	struct redis_slot sub;	   /* SUBSCRIBE +switch-master */
+	size_t ask_next, sub_next; /* which sentinel is asked next */
 	bool asking, ask_wanted, subscribed, sub_wanted;
 	int64_t next_ask_us, next_sub_us;
-	bool known;			/* node 0 is the primary they named */
+	bool known; /* node 0 is the primary they named */
 };
 
 /* The store.  Made by backend_redis_new(), freed by its ops' free. */
 struct redis_backend {
-	struct backend base;		/* first: we are a struct backend */
+	struct backend base; /* first: we are a struct backend */
 	enum redis_mode mode;
-	struct redis_url url;		/* credentials (and the single node) */
-	char *shown_url;		/* redacted, for messages */
+	struct redis_url url; /* credentials (and the single node) */
+	char *shown_url;      /* redacted, for messages */
 	int64_t timeout_us;
 	size_t pool_size;
 
@@ -161,11 +161,11 @@ struct redis_backend {
 
 	/* Cluster: the slot map, and asking for a new one. */
 	struct slot_map map;
-	int16_t last_owner[SLOT_MAP_SLOTS];	/* the map before */
-	size_t nprimaries;		/* nodes that own slots */
+	int16_t last_owner[SLOT_MAP_SLOTS]; /* the map before */
+	size_t nprimaries;		    /* nodes that own slots */
 	bool refresh_wanted, refreshing;
-	int64_t next_watch_us;		/* topology while the circuit is open */
-	size_t refresh_next;		/* node asked next */
+	int64_t next_watch_us; /* topology while the circuit is open */
+	size_t refresh_next;   /* node asked next */
 	int64_t next_refresh_us;
 
 	struct redis_sentinels sentinels;
@@ -175,19 +175,19 @@ struct redis_backend {
 	 * rel_arg are set once, under qmu, before the first request. */
 	backend_released_fn rel_fn;
 	void *rel_arg;
-	char *rel_channel;		/* "<key_prefix>released" */
+	char *rel_channel; /* "<key_prefix>released" */
 	struct redis_slot rel;
 	struct redis_conn_config rel_cfg;
-	size_t rel_node;		/* the node subscribed to, or next */
+	size_t rel_node; /* the node subscribed to, or next */
 	bool rel_started, rel_wanted;
-	bool rel_refused;		/* the last SUBSCRIBE was refused */
+	bool rel_refused; /* the last SUBSCRIBE was refused */
 	int64_t next_rel_us;
 
 	pthread_t thread;
 	bool thread_started;
 	int epfd, evfd;
 
-	pthread_mutex_t qmu;		/* guards the submission queue */
+	pthread_mutex_t qmu; /* guards the submission queue */
 	struct backend_call *qhead, *qtail;
 	bool stopping;
 
@@ -196,23 +196,23 @@ struct redis_backend {
 	 * full (FIFO). */
 	struct backend_call *fhead, *ftail;
 	struct backend_call *hhead, *htail;
-	struct backend_call *shead, *stail;	/* to route next turn */
-	size_t batches_out;		/* script calls in flight */
-	size_t parked;			/* calls in flight with no batch */
-	int64_t unpark_us;		/* send parked calls then; 0: never */
-	bool closing;			/* the thread is stopping */
+	struct backend_call *shead, *stail; /* to route next turn */
+	size_t batches_out;		    /* script calls in flight */
+	size_t parked;			    /* calls in flight with no batch */
+	int64_t unpark_us; /* send parked calls then; 0: never */
+	bool closing;	   /* the thread is stopping */
 
-	pthread_mutex_t mu;		/* guards the circuit */
+	pthread_mutex_t mu; /* guards the circuit */
 	enum redis_circuit circuit;
-	int failures;			/* consecutive */
-	int64_t backoff_ms;		/* of the next opening */
-	int64_t open_until_us;		/* monotonic; when OPEN */
+	int failures;	       /* consecutive */
+	int64_t backoff_ms;    /* of the next opening */
+	int64_t open_until_us; /* monotonic; when OPEN */
 
 	/* Borrowed; may be NULL.  Set by backend_redis_set_metrics() on
 	 * another thread while this one runs: atomic. */
 	struct metrics *_Atomic metrics;
 
-	_Atomic int64_t last_log_us[REDIS_NKINDS];	/* INT64_MIN: never */
+	_Atomic int64_t last_log_us[REDIS_NKINDS]; /* INT64_MIN: never */
 	atomic_long suppressed[REDIS_NKINDS];
 };
 
@@ -223,19 +223,21 @@ struct redis_backend {
  * redis_split.c for the calls it makes; the I/O thread's from then on.
  */
 struct redis_call_priv {
-	struct backend_call *next, *prev;	/* the list it is on */
-	struct redis_batch *batch;	/* sent or about to be; NULL: none */
-	struct redis_split *split;	/* Cluster: a part's or take-back's */
-	bool trial;			/* the half-open circuit's trial */
-	unsigned char kind;		/* enum redis_call_kind */
-	unsigned char redirects;	/* Cluster: MOVED / ASK followed */
+	struct backend_call *next, *prev; /* the list it is on */
+	struct redis_batch *batch;	  /* sent or about to be; NULL: none */
+	struct redis_split *split;	  /* Cluster: a part's or take-back's */
+	bool trial;			  /* the half-open circuit's trial */
+	unsigned char kind;		  /* enum redis_call_kind */
+	unsigned char redirects;	  /* Cluster: MOVED / ASK followed */
 };
 
 _Static_assert(sizeof(struct redis_call_priv) <=
-    sizeof(struct backend_call_store), "struct redis_call_priv does not "
+	sizeof(struct backend_call_store),
+    "struct redis_call_priv does not "
     "fit in a call's store area (BACKEND_CALL_STORE_SIZE)");
 _Static_assert(_Alignof(struct redis_call_priv) <=
-    _Alignof(struct backend_call_store), "struct redis_call_priv needs "
+	_Alignof(struct backend_call_store),
+    "struct redis_call_priv needs "
     "more alignment than a call's store area has");
 
 /* The store's part of call (submitted to this store, or made by it). */
@@ -251,8 +253,8 @@ struct redis_turn;
 /* ---- redis_circuit.c: the breakers and the failure log ---------------- */
 
 /* Log msg at most once a second per kind.  Any thread, lock-free. */
-void redis_log_failure(struct redis_backend *rb,
-    enum backend_error_kind kind, const char *msg);
+void redis_log_failure(struct redis_backend *rb, enum backend_error_kind kind,
+    const char *msg);
 /* May this call go to Redis?  Sets *trial when it is the half-open trial.
  * Returns 0, or -1 when the circuit is open.  Any thread. */
 int redis_circuit_enter(struct redis_backend *rb, bool *trial);
@@ -277,8 +279,7 @@ bool redis_circuit_any_node_down(const struct redis_backend *rb);
 
 /* Into / out of the deadline-sorted list of calls in flight. */
 void redis_flight_add(struct redis_backend *rb, struct backend_call *call);
-void redis_flight_remove(struct redis_backend *rb,
-    struct backend_call *call);
+void redis_flight_remove(struct redis_backend *rb, struct backend_call *call);
 /* Route call at the next turn, whatever the window (FIFO). */
 void redis_flight_soon(struct redis_backend *rb, struct backend_call *call);
 /* Answer call: out of the list and its batch, the circuit told, its done
@@ -313,20 +314,18 @@ void redis_node_want_topology(struct redis_backend *rb);
 /* Queue one command on a connection of node (connecting if need be).
  * Returns the slot, or NULL with err. */
 struct redis_slot *redis_node_send(struct redis_backend *rb,
-    struct redis_node *node, int argc, const char **argv,
-    const size_t *lens, redis_reply_fn fn, void *arg, char *err,
-    size_t errlen);
+    struct redis_node *node, int argc, const char **argv, const size_t *lens,
+    redis_reply_fn fn, void *arg, char *err, size_t errlen);
 /* "host:port" (the port after the last ':', [v6] unbracketed) into host
  * and *port.  0 or -1. */
-int redis_hostport_parse(const char *s, char *host, size_t hostlen,
-    int *port);
+int redis_hostport_parse(const char *s, char *host, size_t hostlen, int *port);
 
 /* ---- redis_batch.c: a batch into commands on a connection -------------- */
 
 /* Send b to its node.  0; -1 with err (nothing sent; b intact); or 1 when
  * no node is known for it now (nothing sent; the caller parks it). */
-int redis_batch_send(struct redis_backend *rb, struct redis_batch *b,
-    char *err, size_t errlen);
+int redis_batch_send(struct redis_backend *rb, struct redis_batch *b, char *err,
+    size_t errlen);
 /* b's script was not loaded where it went (NOSCRIPT on s): send it once
  * more so that it loads.  0, or -1 with err. */
 int redis_batch_reload(struct redis_backend *rb, struct redis_batch *b,
@@ -348,8 +347,7 @@ void redis_reply_ignore(void *arg, redisReply *r, const char *err);
 
 /* Route a list of calls (linked by redis_call()->next), then send every
  * batch. */
-void redis_route_dispatch(struct redis_backend *rb,
-    struct backend_call *list);
+void redis_route_dispatch(struct redis_backend *rb, struct backend_call *list);
 /* Put one call into a batch of turn t, or park or fail it. */
 void redis_route_call(struct redis_backend *rb, struct redis_turn *t,
     struct backend_call *call);
@@ -357,8 +355,8 @@ void redis_route_call(struct redis_backend *rb, struct redis_turn *t,
 /* ---- redis_cluster.c: slot map, redirections, requests across slots ---- */
 
 /* The seeds of redis.cluster as the first nodes.  0 or -1 with err. */
-int redis_cluster_init(struct redis_backend *rb,
-    const struct redis_config *rc, char *err, size_t errlen);
+int redis_cluster_init(struct redis_backend *rb, const struct redis_config *rc,
+    char *err, size_t errlen);
 /* A node for every address the slot map knows.  0 or -1 (OOM). */
 int redis_cluster_sync_nodes(struct redis_backend *rb);
 /* Ask the next node for the slot map. */
@@ -377,8 +375,8 @@ void redis_cluster_split(struct redis_backend *rb, struct redis_turn *t,
 
 /* The sentinels of redis.sentinel, node 0 waiting for a primary.  0 or -1
  * with err. */
-int redis_sentinel_init(struct redis_backend *rb,
-    const struct redis_config *rc, char *err, size_t errlen);
+int redis_sentinel_init(struct redis_backend *rb, const struct redis_config *rc,
+    char *err, size_t errlen);
 /* Ask the next sentinel for the primary. */
 void redis_sentinel_ask(struct redis_backend *rb);
 /* Subscribe to +switch-master on the next sentinel. */

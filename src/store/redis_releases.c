@@ -40,8 +40,7 @@ rel_push(void *arg, redisReply *r, const char *err)
 	    r->element[0]->type == REDIS_REPLY_STRING &&
 	    strcmp(r->element[0]->str, "message") == 0 &&
 	    r->element[2]->type == REDIS_REPLY_STRING)
-		rb->rel_fn(rb->rel_arg, r->element[2]->str,
-		    r->element[2]->len);
+		rb->rel_fn(rb->rel_arg, r->element[2]->str, r->element[2]->len);
 }
 
 static void
@@ -67,9 +66,11 @@ rel_sub_reply(void *arg, redisReply *r, const char *err)
 	/* Refused (an ACL without the channel): say so once, and ask again
 	 * only now and then. */
 	if (!rb->rel_refused)
-		log_warnx("redis: SUBSCRIBE %s refused (%s): requests waiting "
+		log_warnx(
+		    "redis: SUBSCRIBE %s refused (%s): requests waiting "
 		    "for a lease learn of releases through other daemons "
-		    "only when the lease expires", rb->rel_channel,
+		    "only when the lease expires",
+		    rb->rel_channel,
 		    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
 	rb->rel_refused = true;
 	rb->next_rel_us = util_monotonic_us() + REDIS_REL_REFUSED_US;
@@ -90,14 +91,14 @@ redis_releases_subscribe(struct redis_backend *rb)
 		rb->rel.conn = NULL;
 		rb->rel.reg_fd = -1;
 	}
-	if (rb->nnodes == 0 || (rb->mode == REDIS_SENTINEL &&
-	    !rb->sentinels.known)) {
-		rb->rel_wanted = true;		/* no address yet */
+	if (rb->nnodes == 0 ||
+	    (rb->mode == REDIS_SENTINEL && !rb->sentinels.known)) {
+		rb->rel_wanted = true; /* no address yet */
 		rb->next_rel_us = util_monotonic_us() + REDIS_TOPOLOGY_US;
 		return;
 	}
-	node = rb->nodes[rb->mode == REDIS_CLUSTER ?
-	    rb->rel_node % rb->nnodes : 0];
+	node = rb->nodes[rb->mode == REDIS_CLUSTER ? rb->rel_node % rb->nnodes :
+						     0];
 	rb->rel_cfg = node->ccfg;
 	rb->rel_cfg.script = NULL;
 	if ((rb->rel.conn = redis_conn_new(&rb->rel_cfg)) == NULL) {
@@ -105,8 +106,8 @@ redis_releases_subscribe(struct redis_backend *rb)
 		return;
 	}
 	redis_conn_set_push(rb->rel.conn, rel_push, rb);
-	if (redis_conn_send(rb->rel.conn, 2, argv, lens, rel_sub_reply, rb,
-	    err, sizeof(err)) == -1) {
+	if (redis_conn_send(rb->rel.conn, 2, argv, lens, rel_sub_reply, rb, err,
+		sizeof(err)) == -1) {
 		redis_log_failure(rb, BACKEND_ERR_CONNECT, err);
 		rel_later(rb);
 	}

@@ -19,9 +19,9 @@
 
 /* What reply_error() did with the batch. */
 enum reply_next {
-	REPLY_READ,		/* nothing: the kind's reply reads it */
-	REPLY_AGAIN,		/* sent again: the batch is in flight */
-	REPLY_DONE		/* parked or failed: the batch is done with */
+	REPLY_READ,  /* nothing: the kind's reply reads it */
+	REPLY_AGAIN, /* sent again: the batch is in flight */
+	REPLY_DONE   /* parked or failed: the batch is done with */
 };
 
 /* Replies that matter not (SCRIPT LOAD after NOSCRIPT, ASKING): a
@@ -80,8 +80,7 @@ reply_lost(struct redis_batch *b, const char *err)
  * the reply came on.
  */
 static enum reply_next
-reply_error(struct redis_batch *b, struct redis_slot *s,
-    const redisReply *r)
+reply_error(struct redis_batch *b, struct redis_slot *s, const redisReply *r)
 {
 	struct redis_backend *rb = b->rb;
 	char msg[BACKEND_ERR_MAX];
@@ -90,9 +89,9 @@ reply_error(struct redis_batch *b, struct redis_slot *s,
 		return REPLY_READ;
 	switch (redis_cluster_redirect(b, r, msg, sizeof(msg))) {
 	case 1:
-		return REPLY_AGAIN;		/* ASK: sent there */
+		return REPLY_AGAIN; /* ASK: sent there */
 	case 0:
-		return REPLY_DONE;		/* MOVED: parked */
+		return REPLY_DONE; /* MOVED: parked */
 	}
 	if (is_error(r, "TRYAGAIN") || is_error(r, "CLUSTERDOWN") ||
 	    is_error(r, "LOADING") || is_error(r, "MASTERDOWN")) {
@@ -129,13 +128,11 @@ reply_probe(struct redis_batch *b, const redisReply *r)
 {
 	struct redis_backend *rb = b->rb;
 	char msg[BACKEND_ERR_MAX];
-	bool ok = r->type == REDIS_REPLY_STATUS &&
-	    strcmp(r->str, "PONG") == 0;
+	bool ok = r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
 
 	snprintf(msg, sizeof(msg), "PING: %s",
 	    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-	if (ok && rb->mode == REDIS_CLUSTER &&
-	    slot_map_unowned(&rb->map) > 0) {
+	if (ok && rb->mode == REDIS_CLUSTER && slot_map_unowned(&rb->map) > 0) {
 		ok = false;
 		snprintf(msg, sizeof(msg), "%zu cluster slots have no primary",
 		    slot_map_unowned(&rb->map));
@@ -145,8 +142,7 @@ reply_probe(struct redis_batch *b, const redisReply *r)
 
 /* lua/ratelimit.lua: each request's results (redis_script.c decodes). */
 static void
-reply_request(struct redis_batch *b, struct redis_slot *s,
-    const redisReply *r)
+reply_request(struct redis_batch *b, struct redis_slot *s, const redisReply *r)
 {
 	struct redis_backend *rb = b->rb;
 	char msg[BACKEND_ERR_MAX];
@@ -159,7 +155,7 @@ reply_request(struct redis_batch *b, struct redis_slot *s,
 		return;
 	}
 	if (redis_script_decode(r, b->calls, b->counts, b->ncalls,
-	    rb->mode == REDIS_CLUSTER, msg, sizeof(msg)) == -1) {
+		rb->mode == REDIS_CLUSTER, msg, sizeof(msg)) == -1) {
 		redis_flight_fail(b, BACKEND_ERR_PROTOCOL, msg);
 		return;
 	}
@@ -200,12 +196,13 @@ reply_lease(struct redis_batch *b, const redisReply *r)
 		if (ok) {
 			memset(&c->out[0], 0, sizeof(c->out[0]));
 			c->out[0].allowed = r->integer > 0;
-			c->out[0].reset_ms =
-			    c->lease_op == BACKEND_LEASE_RENEW ?
-			    r->integer : 0;
+			c->out[0].reset_ms = c->lease_op ==
+				BACKEND_LEASE_RENEW ?
+			    r->integer :
+			    0;
 		}
-		redis_flight_finish(b->rb, c, ok ? 0 : -1,
-		    BACKEND_ERR_PROTOCOL, msg);
+		redis_flight_finish(b->rb, c, ok ? 0 : -1, BACKEND_ERR_PROTOCOL,
+		    msg);
 	}
 }
 
@@ -225,7 +222,7 @@ redis_reply_batch(void *arg, redisReply *r, const char *err)
 {
 	struct redis_batch *b = arg;
 	struct redis_backend *rb = b->rb;
-	struct redis_slot *s = b->slot;	/* b->slot moves on ASK */
+	struct redis_slot *s = b->slot; /* b->slot moves on ASK */
 
 	if (r == NULL) {
 		reply_lost(b, err);
@@ -234,7 +231,7 @@ redis_reply_batch(void *arg, redisReply *r, const char *err)
 	if (s != NULL)
 		redis_circuit_node_answered(rb, s->node);
 	if (b->live == 0)
-		goto out;		/* every call timed out already */
+		goto out; /* every call timed out already */
 	/* A probe reads any reply, errors included. */
 	if (b->kind != REDIS_CALL_PROBE) {
 		switch (reply_error(b, s, r)) {

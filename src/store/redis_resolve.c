@@ -33,15 +33,15 @@
 
 struct redis_resolve {
 	pthread_mutex_t mu;
-	bool done;		/* the answer is in */
-	bool dropped;		/* the owner left: the thread frees */
-	int efd;		/* the owner's, or -1 */
+	bool done;    /* the answer is in */
+	bool dropped; /* the owner left: the thread frees */
+	int efd;      /* the owner's, or -1 */
 	int port;
 	char *host;
-	int rc;			/* getaddrinfo()'s result */
-	int sys_errno;		/* errno, when rc is EAI_SYSTEM */
+	int rc;	       /* getaddrinfo()'s result */
+	int sys_errno; /* errno, when rc is EAI_SYSTEM */
 	struct addrinfo *res;
-	struct redis_resolve *next;	/* in the spawner's queue */
+	struct redis_resolve *next; /* in the spawner's queue */
 };
 
 /* The spawner: lookups waiting for their thread. */
@@ -50,8 +50,8 @@ static struct {
 	pthread_cond_t cv;
 	struct redis_resolve *head, *tail;
 	bool started;
-} spawner = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL,
-    NULL, false };
+} spawner = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL,
+	false };
 
 static void
 resolve_free(struct redis_resolve *r)
@@ -106,7 +106,7 @@ resolve_thread(void *arg)
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_flags = AI_NUMERICSERV;
-	snprintf(port, sizeof(port), "%d", r->port);	/* immutable */
+	snprintf(port, sizeof(port), "%d", r->port); /* immutable */
 	rc = getaddrinfo(r->host, port, &hints, &res);
 	resolve_finish(r, rc, errno, res);
 	return NULL;
@@ -166,8 +166,7 @@ redis_resolve_start(const char *host, int port, char *err, size_t errlen)
 	if (!spawner.started) {
 		sigfillset(&all);
 		pthread_sigmask(SIG_SETMASK, &all, &old);
-		if ((rc = pthread_create(&tid, NULL, spawner_main, NULL)) ==
-		    0)
+		if ((rc = pthread_create(&tid, NULL, spawner_main, NULL)) == 0)
 			(void)pthread_detach(tid);
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
 		spawner.started = rc == 0;
@@ -222,8 +221,7 @@ redis_resolve_unwatch(struct redis_resolve *r)
 }
 
 bool
-redis_resolve_is_for(const struct redis_resolve *r, const char *host,
-    int port)
+redis_resolve_is_for(const struct redis_resolve *r, const char *host, int port)
 {
 	return r->port == port && strcmp(r->host, host) == 0;
 }
@@ -240,15 +238,14 @@ redis_resolve_is_done(struct redis_resolve *r)
 }
 
 const struct addrinfo *
-redis_resolve_result(const struct redis_resolve *r, char *err,
-    size_t errlen)
+redis_resolve_result(const struct redis_resolve *r, char *err, size_t errlen)
 {
 	/* Written before done was set under the mutex, which the owner
 	 * took in redis_resolve_is_done(); not written again. */
 	if (r->rc != 0) {
 		snprintf(err, errlen, "connect: %s: %s", r->host,
 		    r->rc == EAI_SYSTEM ? strerror(r->sys_errno) :
-		    gai_strerror(r->rc));
+					  gai_strerror(r->rc));
 		return NULL;
 	}
 	if (r->res == NULL)

@@ -35,8 +35,8 @@ struct redis_resolve;
  * NULL with why in err (out of memory, no thread).  The caller owns it
  * until redis_resolve_drop().
  */
-struct redis_resolve *redis_resolve_start(const char *host, int port,
-    char *err, size_t errlen);
+struct redis_resolve *redis_resolve_start(const char *host, int port, char *err,
+    size_t errlen);
 
 /* A descriptor that becomes readable when the lookup is done (at once if
  * it is), opened if need be: the owner's until redis_resolve_unwatch() or

@@ -90,7 +90,7 @@ redis_route_call(struct redis_backend *rb, struct redis_turn *t,
 	}
 	if ((n = redis_node_for(rb, hslot)) < 0) {
 		redis_node_want_topology(rb);
-		return;				/* parked */
+		return; /* parked */
 	}
 	if (redis_circuit_node_is_down(rb->nodes[n], util_monotonic_us())) {
 		redis_flight_finish(rb, call, -1, BACKEND_ERR_CIRCUIT_OPEN,
@@ -99,10 +99,10 @@ redis_route_call(struct redis_backend *rb, struct redis_turn *t,
 	}
 	/* A batch of the same kind and slot with room, but a take-back
 	 * always alone. */
-	for (k = 0; q->kind != REDIS_CALL_TAKEBACK &&
-	    q->kind != REDIS_CALL_STATS &&
-	    q->kind != REDIS_CALL_LEASE &&
-	    k < t->nopen; k++) {
+	for (k = 0;
+	     q->kind != REDIS_CALL_TAKEBACK && q->kind != REDIS_CALL_STATS &&
+	     q->kind != REDIS_CALL_LEASE && k < t->nopen;
+	     k++) {
 		struct redis_batch *o = t->open[k];
 
 		if (o->kind != q->kind || o->hslot != hslot)
@@ -136,8 +136,7 @@ redis_route_call(struct redis_backend *rb, struct redis_turn *t,
 	b->live++;
 	q->batch = b;
 	t->keys[k] += call->n;
-	if (q->kind == REDIS_CALL_TAKEBACK ||
-	    q->kind == REDIS_CALL_STATS ||
+	if (q->kind == REDIS_CALL_TAKEBACK || q->kind == REDIS_CALL_STATS ||
 	    q->kind == REDIS_CALL_LEASE)
 		turn_send(rb, t, k);
 }

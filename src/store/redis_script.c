@@ -13,11 +13,11 @@
 
 #include "base/util.h"
 
-#define ARGS_PER_CHECK	5
+#define ARGS_PER_CHECK	 5
 #define FIELDS_PER_CHECK 5
 /* An int64 in decimal, or a concurrency algorithm and its lease token, and
  * a NUL. */
-#define NUM_MAX		40
+#define NUM_MAX 40
 
 /* Put v (>= 0, as every argument is) in decimal at *num as argument k;
  * printf's machinery was a tenth of the daemon's time. */
@@ -78,7 +78,8 @@ redis_script_encode(struct backend_call *const *calls, size_t ncalls,
 	put_num(a, arg++, &num, (int64_t)ncalls);
 	for (i = 0; i < ncalls; i++) {
 		if (calls[i]->wait_us > 0) {
-			/* "<count>:<wait_us>": wait for a turn (docs/waiting.md) */
+			/* "<count>:<wait_us>": wait for a turn
+			 * (docs/waiting.md) */
 			snprintf(num, NUM_MAX, "%zu:%lld", calls[i]->n,
 			    (long long)calls[i]->wait_us);
 			a->argv[arg] = num;
@@ -125,8 +126,7 @@ redis_script_args_free(struct redis_script_args *a)
 
 int
 redis_script_decode(const redisReply *r, struct backend_call *const *calls,
-    const size_t *counts, size_t ncalls, bool marks, char *err,
-    size_t errlen)
+    const size_t *counts, size_t ncalls, bool marks, char *err, size_t errlen)
 {
 	size_t fields = FIELDS_PER_CHECK + (marks ? 1 : 0);
 	size_t want = 0, i, j, at;
@@ -139,8 +139,10 @@ redis_script_decode(const redisReply *r, struct backend_call *const *calls,
 	for (i = 0; i < ncalls; i++)
 		want += 1 + counts[i] * fields;
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != want) {
-		snprintf(err, errlen, "script: unexpected reply (type %d, %zu "
-		    "elements, expected %zu)", r->type,
+		snprintf(err, errlen,
+		    "script: unexpected reply (type %d, %zu "
+		    "elements, expected %zu)",
+		    r->type,
 		    r->type == REDIS_REPLY_ARRAY ? r->elements : (size_t)0,
 		    want);
 		return -1;
@@ -152,7 +154,8 @@ redis_script_decode(const redisReply *r, struct backend_call *const *calls,
 
 			if (m->type != REDIS_REPLY_STRING || m->len == 0 ||
 			    (strtod(m->str, &end), *end != '\0')) {
-				snprintf(err, errlen, "script: a mark is not "
+				snprintf(err, errlen,
+				    "script: a mark is not "
 				    "a number");
 				return -1;
 			}
@@ -161,11 +164,13 @@ redis_script_decode(const redisReply *r, struct backend_call *const *calls,
 	}
 	for (i = 0; i < r->elements; i++) {
 		if (r->element[i]->type == REDIS_REPLY_STRING && marks)
-			continue;	/* checked above, by position */
+			continue; /* checked above, by position */
 		if (r->element[i]->type != REDIS_REPLY_INTEGER ||
 		    r->element[i]->integer < 0) {
-			snprintf(err, errlen, "script: element %zu is not a "
-			    "non-negative integer", i);
+			snprintf(err, errlen,
+			    "script: element %zu is not a "
+			    "non-negative integer",
+			    i);
 			return -1;
 		}
 	}
@@ -193,7 +198,7 @@ redis_script_decode(const redisReply *r, struct backend_call *const *calls,
 
 /* ---- stats.lua --------------------------------------------------------- */
 
-#define STATS_NUM 32		/* bytes for one number argument */
+#define STATS_NUM 32 /* bytes for one number argument */
 
 int
 redis_stats_encode(const struct rl_stat_op *op, const char *script,
@@ -206,8 +211,9 @@ redis_stats_encode(const struct rl_stat_op *op, const char *script,
 	a->lens = NULL;
 	a->argc = 0;
 	/* argv, lens and the numbers in one block. */
-	a->argv = rl_calloc(1, argc * (sizeof(*a->argv) + sizeof(*a->lens)) +
-	    (5 + op->nquantiles) * STATS_NUM);
+	a->argv = rl_calloc(1,
+	    argc * (sizeof(*a->argv) + sizeof(*a->lens)) +
+		(5 + op->nquantiles) * STATS_NUM);
 	if (a->argv == NULL)
 		return -1;
 	a->lens = (size_t *)(void *)(a->argv + argc);

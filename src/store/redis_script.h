@@ -42,8 +42,7 @@ void redis_script_args_free(struct redis_script_args *a);
  * Returns 0, or -1 with a message in err and no call touched.
  */
 int redis_script_decode(const redisReply *r, struct backend_call *const *calls,
-    const size_t *counts, size_t ncalls, bool marks, char *err,
-    size_t errlen);
+    const size_t *counts, size_t ncalls, bool marks, char *err, size_t errlen);
 
 /* The arguments of one stats.lua call (docs/stats.md), in one allocation;
  * the key and the script or SHA are borrowed. */

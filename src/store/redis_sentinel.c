@@ -30,19 +30,21 @@ sentinel_primary(struct redis_backend *rb, const char *host, int port,
 		if (ss->known) {
 			metrics_redis_event(rb->metrics,
 			    METRICS_REDIS_FAILOVER);
-			log_warnx("redis sentinel: primary \"%s\" moved from "
-			    "%s:%d to %s:%d (%s)", ss->master, node->host,
-			    node->url.port, host, port, how);
+			log_warnx(
+			    "redis sentinel: primary \"%s\" moved from "
+			    "%s:%d to %s:%d (%s)",
+			    ss->master, node->host, node->url.port, host, port,
+			    how);
 		} else
 			log_info("redis sentinel: primary \"%s\" is %s:%d",
 			    ss->master, host, port);
-		snprintf(why, sizeof(why), "the primary moved to %s:%d",
-		    host, port);
+		snprintf(why, sizeof(why), "the primary moved to %s:%d", host,
+		    port);
 		redis_node_close(rb, node, why);
 		util_strlcpy(node->host, host, sizeof(node->host));
 		node->url.port = port;
 		ss->known = true;
-		rb->rel_wanted = rb->rel_started;	/* follow it there */
+		rb->rel_wanted = rb->rel_started; /* follow it there */
 		rb->next_rel_us = 0;
 		(void)redis_circuit_kick(rb);
 	}
@@ -58,16 +60,17 @@ sentinel_ask_reply(void *arg, redisReply *r, const char *err)
 	int port;
 
 	ss->asking = false;
-	if (r != NULL && redis_topology_sentinel_addr(r, host, sizeof(host),
-	    &port) == 0) {
+	if (r != NULL &&
+	    redis_topology_sentinel_addr(r, host, sizeof(host), &port) == 0) {
 		sentinel_primary(rb, host, port, "asked");
 		return;
 	}
 	snprintf(msg, sizeof(msg), "sentinel %s:%d: %s",
 	    ss->urls[ss->ask_next % ss->n].host,
-	    ss->urls[ss->ask_next % ss->n].port, r == NULL ? err :
-	    r->type == REDIS_REPLY_ERROR ? r->str :
-	    "does not know the primary");
+	    ss->urls[ss->ask_next % ss->n].port,
+	    r == NULL			     ? err :
+		r->type == REDIS_REPLY_ERROR ? r->str :
+					       "does not know the primary");
 	redis_log_failure(rb, BACKEND_ERR_CONNECT, msg);
 	ss->ask_next++;
 	ss->ask_wanted = true;
@@ -79,13 +82,13 @@ redis_sentinel_ask(struct redis_backend *rb)
 	struct redis_sentinels *ss = &rb->sentinels;
 	struct redis_slot *s = &ss->q[ss->ask_next % ss->n];
 	const char *argv[3] = { "SENTINEL", "GET-MASTER-ADDR-BY-NAME",
-	    ss->master };
+		ss->master };
 	size_t lens[3] = { 8, 23, strlen(ss->master) };
 	char err[BACKEND_ERR_MAX];
 
 	ss->next_ask_us = util_monotonic_us() + REDIS_TOPOLOGY_US;
-	if (redis_conn_send(s->conn, 3, argv, lens, sentinel_ask_reply, rb,
-	    err, sizeof(err)) == -1) {
+	if (redis_conn_send(s->conn, 3, argv, lens, sentinel_ask_reply, rb, err,
+		sizeof(err)) == -1) {
 		redis_log_failure(rb, BACKEND_ERR_CONNECT, err);
 		ss->ask_next++;
 		return;
@@ -112,7 +115,7 @@ sentinel_push(void *arg, redisReply *r, const char *err)
 		return;
 	}
 	if (redis_topology_switch_master(r, ss->master, host, sizeof(host),
-	    &port) == 0)
+		&port) == 0)
 		sentinel_primary(rb, host, port, "+switch-master");
 }
 
@@ -155,8 +158,8 @@ redis_sentinel_subscribe(struct redis_backend *rb)
 		return;
 	}
 	redis_conn_set_push(ss->sub.conn, sentinel_push, rb);
-	if (redis_conn_send(ss->sub.conn, 2, argv, lens, sentinel_sub_reply,
-	    rb, err, sizeof(err)) == -1) {
+	if (redis_conn_send(ss->sub.conn, 2, argv, lens, sentinel_sub_reply, rb,
+		err, sizeof(err)) == -1) {
 		redis_log_failure(rb, BACKEND_ERR_CONNECT, err);
 		ss->sub_next++;
 		ss->sub_wanted = true;
@@ -175,8 +178,9 @@ redis_sentinel_init(struct redis_backend *rb, const struct redis_config *rc,
 	int port;
 
 	rb->mode = REDIS_SENTINEL;
-	if (sc->password_file != NULL && redis_read_password_file(
-	    sc->password_file, &password, err, errlen) == -1)
+	if (sc->password_file != NULL &&
+	    redis_read_password_file(sc->password_file, &password, err,
+		errlen) == -1)
 		return -1;
 	if ((ss->master = rl_strdup(sc->master)) == NULL ||
 	    (ss->urls = rl_calloc(sc->nnodes, sizeof(*ss->urls))) == NULL ||
@@ -189,9 +193,11 @@ redis_sentinel_init(struct redis_backend *rb, const struct redis_config *rc,
 		ss->urls[0].password = password;
 	for (i = 0; i < sc->nnodes; i++) {
 		if (redis_hostport_parse(sc->nodes[i], host, sizeof(host),
-		    &port) == -1) {
-			snprintf(err, errlen, "redis.sentinel.nodes: bad node "
-			    "\"%.64s\"", sc->nodes[i]);
+			&port) == -1) {
+			snprintf(err, errlen,
+			    "redis.sentinel.nodes: bad node "
+			    "\"%.64s\"",
+			    sc->nodes[i]);
 			return -1;
 		}
 		if ((ss->urls[i].host = rl_strdup(host)) == NULL)

@@ -15,17 +15,17 @@ struct redis_split {
 	void *user;
 	bool answered;
 	size_t nparts, outstanding;
-	struct backend_call *parts;	/* nparts */
-	struct rl_check *checks;	/* the parent's, grouped by slot */
-	struct rl_result *out;		/* the parts' results, same order */
-	size_t *index;			/* grouped position -> parent's */
-	size_t *first;			/* part -> its first grouped check */
+	struct backend_call *parts; /* nparts */
+	struct rl_check *checks;    /* the parent's, grouped by slot */
+	struct rl_result *out;	    /* the parts' results, same order */
+	size_t *index;		    /* grouped position -> parent's */
+	size_t *first;		    /* part -> its first grouped check */
 
-	struct backend_call *tbs;	/* take-backs, ntbs */
+	struct backend_call *tbs; /* take-backs, ntbs */
 	size_t ntbs;
-	struct rl_check *tb_checks;	/* their checks, at most n */
+	struct rl_check *tb_checks; /* their checks, at most n */
 	struct rl_result *tb_out;
-	bool *taken;			/* grouped check: taken back */
+	bool *taken; /* grouped check: taken back */
 };
 
 struct redis_split *
@@ -185,7 +185,7 @@ redis_split_takebacks(struct redis_split *s, backend_done_fn tb_done,
 			if (!part->out[k].allowed || part->checks[k].cost == 0)
 				continue;
 			s->tb_checks[m] = part->checks[k];
-			s->tb_out[m] = part->out[k];	/* the mark */
+			s->tb_out[m] = part->out[k]; /* the mark */
 			s->taken[s->first[p] + k] = true;
 			m++;
 		}

@@ -43,17 +43,21 @@ redis_topology_slots(const redisReply *r, const char *asked_host,
 		    node->element[0]->type != REDIS_REPLY_STRING ||
 		    node->element[1]->type != REDIS_REPLY_INTEGER ||
 		    e->element[0]->integer < 0 || e->element[1]->integer < 0) {
-			snprintf(err, errlen, "CLUSTER SLOTS: entry %zu is "
-			    "not [start, end, [host, port, ...], ...]", i);
+			snprintf(err, errlen,
+			    "CLUSTER SLOTS: entry %zu is "
+			    "not [start, end, [host, port, ...], ...]",
+			    i);
 			rl_free(ranges);
 			return -1;
 		}
 		ranges[k].start = (unsigned)e->element[0]->integer;
 		ranges[k].end = (unsigned)e->element[1]->integer;
 		ranges[k].host = node->element[0]->len > 0 &&
-		    strcmp(node->element[0]->str, "?") != 0 ?
-		    node->element[0]->str : asked_host;
-		ranges[k].port = node->element[1]->integer > 65535 ? 0 :
+			strcmp(node->element[0]->str, "?") != 0 ?
+		    node->element[0]->str :
+		    asked_host;
+		ranges[k].port = node->element[1]->integer > 65535 ?
+		    0 :
 		    (int)node->element[1]->integer;
 		k++;
 	}
@@ -63,8 +67,8 @@ redis_topology_slots(const redisReply *r, const char *asked_host,
 }
 
 int
-redis_topology_sentinel_addr(const redisReply *r, char *host,
-    size_t hostlen, int *port)
+redis_topology_sentinel_addr(const redisReply *r, char *host, size_t hostlen,
+    int *port)
 {
 	long p;
 	char *end;
@@ -96,9 +100,10 @@ redis_topology_switch_master(const redisReply *r, const char *master,
 	    r->element[2]->type != REDIS_REPLY_STRING)
 		return -1;
 	msg = r->element[2]->str;
-	if (sscanf(msg, "%255s %255s %d %255s %d", name, oldip, &oldport,
-	    newip, &newport) != 5 || strcmp(name, master) != 0 ||
-	    newport < 1 || newport > 65535 || strlen(newip) >= hostlen)
+	if (sscanf(msg, "%255s %255s %d %255s %d", name, oldip, &oldport, newip,
+		&newport) != 5 ||
+	    strcmp(name, master) != 0 || newport < 1 || newport > 65535 ||
+	    strlen(newip) >= hostlen)
 		return -1;
 	memcpy(host, newip, strlen(newip) + 1);
 	*port = newport;

@@ -12,7 +12,8 @@
 /* CRC16-CCITT (XMODEM): polynomial 0x1021, initial 0, no reflection.  A
  * table built once per byte value would be faster; keys are short and
  * this runs once per key, so the bitwise form stays. */
-uint16_t slot_map_crc16(const char *buf, size_t len)
+uint16_t
+slot_map_crc16(const char *buf, size_t len)
 {
 	uint16_t crc = 0;
 	size_t i;
@@ -21,13 +22,14 @@ uint16_t slot_map_crc16(const char *buf, size_t len)
 	for (i = 0; i < len; i++) {
 		crc ^= (uint16_t)((unsigned char)buf[i] << 8);
 		for (b = 0; b < 8; b++)
-			crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021)
-			    : (uint16_t)(crc << 1);
+			crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) :
+					       (uint16_t)(crc << 1);
 	}
 	return crc;
 }
 
-unsigned slot_map_keyslot(const char *key, size_t len)
+unsigned
+slot_map_keyslot(const char *key, size_t len)
 {
 	const char *open, *close;
 
@@ -36,12 +38,14 @@ unsigned slot_map_keyslot(const char *key, size_t len)
 		close = memchr(open + 1, '}', len - (size_t)(open + 1 - key));
 		if (close != NULL && close > open + 1)
 			return slot_map_crc16(open + 1,
-			    (size_t)(close - open - 1)) & (SLOT_MAP_SLOTS - 1);
+				   (size_t)(close - open - 1)) &
+			    (SLOT_MAP_SLOTS - 1);
 	}
 	return slot_map_crc16(key, len) & (SLOT_MAP_SLOTS - 1);
 }
 
-void slot_map_init(struct slot_map *m)
+void
+slot_map_init(struct slot_map *m)
 {
 	size_t i;
 
@@ -52,14 +56,16 @@ void slot_map_init(struct slot_map *m)
 	m->version = 0;
 }
 
-void slot_map_release(struct slot_map *m)
+void
+slot_map_release(struct slot_map *m)
 {
 	rl_free(m->nodes);
 	m->nodes = NULL;
 	m->nnodes = 0;
 }
 
-int slot_map_node(struct slot_map *m, const char *host, int port, char *err,
+int
+slot_map_node(struct slot_map *m, const char *host, int port, char *err,
     size_t errlen)
 {
 	struct slot_map_node *grown;
@@ -90,8 +96,9 @@ int slot_map_node(struct slot_map *m, const char *host, int port, char *err,
 	return (int)m->nnodes++;
 }
 
-int slot_map_build(struct slot_map *m, const struct slot_range *ranges,
-    size_t n, char *err, size_t errlen)
+int
+slot_map_build(struct slot_map *m, const struct slot_range *ranges, size_t n,
+    char *err, size_t errlen)
 {
 	int16_t owner[SLOT_MAP_SLOTS];
 	size_t i, s;
@@ -103,19 +110,21 @@ int slot_map_build(struct slot_map *m, const struct slot_range *ranges,
 		const struct slot_range *r = &ranges[i];
 
 		if (r->start > r->end || r->end >= SLOT_MAP_SLOTS) {
-			snprintf(err, errlen, "bad slot range %u-%u",
-			    r->start, r->end);
+			snprintf(err, errlen, "bad slot range %u-%u", r->start,
+			    r->end);
 			return -1;
 		}
 		/* Nodes added for a map that is then refused stay known
 		 * and own nothing: harmless. */
-		if ((node = slot_map_node(m, r->host, r->port, err,
-		    errlen)) < 0)
+		if ((node = slot_map_node(m, r->host, r->port, err, errlen)) <
+		    0)
 			return -1;
 		for (s = r->start; s <= r->end; s++) {
 			if (owner[s] != -1) {
-				snprintf(err, errlen, "slot %zu is in two "
-				    "ranges", s);
+				snprintf(err, errlen,
+				    "slot %zu is in two "
+				    "ranges",
+				    s);
 				return -1;
 			}
 			owner[s] = (int16_t)node;
@@ -126,8 +135,9 @@ int slot_map_build(struct slot_map *m, const struct slot_range *ranges,
 	return 0;
 }
 
-int slot_map_move(struct slot_map *m, unsigned slot, const char *host,
-    int port, char *err, size_t errlen)
+int
+slot_map_move(struct slot_map *m, unsigned slot, const char *host, int port,
+    char *err, size_t errlen)
 {
 	int node;
 
@@ -144,7 +154,8 @@ int slot_map_move(struct slot_map *m, unsigned slot, const char *host,
 	return 0;
 }
 
-size_t slot_map_unowned(const struct slot_map *m)
+size_t
+slot_map_unowned(const struct slot_map *m)
 {
 	size_t s, n = 0;
 
@@ -154,7 +165,8 @@ size_t slot_map_unowned(const struct slot_map *m)
 }
 
 /* A decimal number of at most 5 digits from *p; advances *p. */
-static int read_number(const char **p, const char *end, long *out)
+static int
+read_number(const char **p, const char *end, long *out)
 {
 	long v = 0;
 	int digits = 0;
@@ -170,8 +182,9 @@ static int read_number(const char **p, const char *end, long *out)
 	return 0;
 }
 
-enum slot_redirect slot_map_parse_redirect(const char *msg, size_t len,
-    unsigned *slot, char *host, size_t hostlen, int *port)
+enum slot_redirect
+slot_map_parse_redirect(const char *msg, size_t len, unsigned *slot, char *host,
+    size_t hostlen, int *port)
 {
 	const char *p = msg, *end = msg + len, *colon, *q;
 	enum slot_redirect kind;
@@ -186,8 +199,8 @@ enum slot_redirect slot_map_parse_redirect(const char *msg, size_t len,
 		p += 4;
 	} else
 		return SLOT_REDIRECT_NONE;
-	if (read_number(&p, end, &v) < 0 || v >= SLOT_MAP_SLOTS ||
-	    p >= end || *p != ' ')
+	if (read_number(&p, end, &v) < 0 || v >= SLOT_MAP_SLOTS || p >= end ||
+	    *p != ' ')
 		return SLOT_REDIRECT_NONE;
 	*slot = (unsigned)v;
 	p++;

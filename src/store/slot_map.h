@@ -26,9 +26,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SLOT_MAP_SLOTS		16384
-#define SLOT_MAP_NODES_MAX	1024
-#define SLOT_MAP_HOST_MAX	256	/* host names up to 255 bytes */
+#define SLOT_MAP_SLOTS	   16384
+#define SLOT_MAP_NODES_MAX 1024
+#define SLOT_MAP_HOST_MAX  256 /* host names up to 255 bytes */
 
 /* CRC16-CCITT (XMODEM), the cluster's: "123456789" -> 0x31C3. */
 uint16_t slot_map_crc16(const char *buf, size_t len);
@@ -54,10 +54,10 @@ struct slot_range {
 };
 
 struct slot_map {
-	int16_t owner[SLOT_MAP_SLOTS];	/* node index, or -1 */
+	int16_t owner[SLOT_MAP_SLOTS]; /* node index, or -1 */
 	struct slot_map_node *nodes;
 	size_t nnodes;
-	uint64_t version;		/* grows with every change */
+	uint64_t version; /* grows with every change */
 };
 
 /* An empty map (every slot unowned, no node).  Cannot fail. */
@@ -82,11 +82,12 @@ int slot_map_build(struct slot_map *m, const struct slot_range *ranges,
     size_t n, char *err, size_t errlen);
 
 /* Give one slot to host:port (a MOVED answer).  0, or -1 with err. */
-int slot_map_move(struct slot_map *m, unsigned slot, const char *host,
-    int port, char *err, size_t errlen);
+int slot_map_move(struct slot_map *m, unsigned slot, const char *host, int port,
+    char *err, size_t errlen);
 
 /* The node that owns slot, or -1 (unknown: refresh the map). */
-static inline int slot_map_owner(const struct slot_map *m, unsigned slot)
+static inline int
+slot_map_owner(const struct slot_map *m, unsigned slot)
 {
 	return slot < SLOT_MAP_SLOTS ? m->owner[slot] : -1;
 }
@@ -96,8 +97,8 @@ size_t slot_map_unowned(const struct slot_map *m);
 
 enum slot_redirect {
 	SLOT_REDIRECT_NONE,
-	SLOT_REDIRECT_MOVED,	/* the slot lives elsewhere now */
-	SLOT_REDIRECT_ASK	/* this once, ask the other node (migrating) */
+	SLOT_REDIRECT_MOVED, /* the slot lives elsewhere now */
+	SLOT_REDIRECT_ASK    /* this once, ask the other node (migrating) */
 };
 
 /*

@@ -36,11 +36,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	n = strlen(xff);
 	peer = xff + n + 1 <= buf + size ? xff + n + 1 : xff + n;
 	if (client_ip_pick(&p, *real ? real : NULL, *xff ? xff : NULL,
-	    *peer ? peer : NULL, out, sizeof(out)) == 0) {
+		*peer ? peer : NULL, out, sizeof(out)) == 0) {
 		/* An answer is already canonical (IPv4: itself). */
-		if (strchr(out, ':') == NULL && (client_ip_normalize(out,
-		    strlen(out), 128, again, sizeof(again)) != 0 ||
-		    strcmp(out, again) != 0))
+		if (strchr(out, ':') == NULL &&
+		    (client_ip_normalize(out, strlen(out), 128, again,
+			 sizeof(again)) != 0 ||
+			strcmp(out, again) != 0))
 			__builtin_trap();
 	}
 	free(buf);

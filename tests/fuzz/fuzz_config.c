@@ -15,7 +15,7 @@ none(const char *key, void *arg)
 {
 	(void)key;
 	(void)arg;
-	__builtin_trap();	/* a config differs from itself */
+	__builtin_trap(); /* a config differs from itself */
 }
 
 int

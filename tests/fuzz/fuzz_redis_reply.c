@@ -34,7 +34,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		calls[i].out = out[i];
 		cp[i] = &calls[i];
 	}
-	cp[1] = size > 0 && data[0] & 1 ? NULL : cp[1];	/* one answered */
+	cp[1] = size > 0 && data[0] & 1 ? NULL : cp[1]; /* one answered */
 	if (redisReaderFeed(r, (const char *)data, size) == REDIS_OK) {
 		while (redisReaderGetReply(r, &reply) == REDIS_OK &&
 		    reply != NULL) {

@@ -28,11 +28,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t i;
 
 	if (request_json_parse((const char *)data, size, reserved, 64, &a,
-	    &fields, &e) == 0) {
+		&fields, &e) == 0) {
 		(void)request_json_int(fields, "cost", 0, INT64_MAX,
 		    "invalid_cost", &cost, &e);
-		(void)request_json_string(fields, "rule", "unknown_rule",
-		    &rule, &e);
+		(void)request_json_string(fields, "rule", "unknown_rule", &rule,
+		    &e);
 		for (i = 0; i < a.n; i++)
 			if (attrs_get(&a, a.v[i].name) != a.v[i].value)
 				__builtin_trap();

@@ -16,15 +16,15 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const char yaml[] =
-	"stats:\n"
-	"  - name: lat\n"
-	"    match: { route: \"/api/*\" }\n"
-	"    key: \"${upstream}:${route}\"\n"
-	"    window: 1m\n"
-	"  - name: all\n"
-	"    window: 10s\n"
-	"    resolution: 1s\n"
-	"    relative_accuracy: 0.001\n";
+    "stats:\n"
+    "  - name: lat\n"
+    "    match: { route: \"/api/*\" }\n"
+    "    key: \"${upstream}:${route}\"\n"
+    "    window: 1m\n"
+    "  - name: all\n"
+    "    window: 10s\n"
+    "    resolution: 1s\n"
+    "    relative_accuracy: 0.001\n";
 
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -38,11 +38,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (cfg == NULL &&
 	    (cfg = config_load_string("f.yaml", yaml, strlen(yaml), err,
-	    sizeof(err))) == NULL)
+		 sizeof(err))) == NULL)
 		abort();
 	for (pass = 0; pass < 2; pass++) {
 		if (stats_request_prepare(&sr, cfg, (const char *)data, size,
-		    pass == 0, &e) == 0) {
+			pass == 0, &e) == 0) {
 			if (sr.n > cfg->nstats ||
 			    sr.nquantiles > RL_STATS_MAX_QUANTILES)
 				__builtin_trap();

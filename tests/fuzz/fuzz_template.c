@@ -37,13 +37,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	(void)attrs_set(&a, "user", pt);
 	(void)attrs_set(&a, "header.x-user", tpl);
 	if (template_compile(&t, tpl, err, sizeof(err)) == 0) {
-		if (template_render(&t, &a, out, sizeof(out), &n) == RENDER_OK &&
+		if (template_render(&t, &a, out, sizeof(out), &n) ==
+			RENDER_OK &&
 		    (n >= sizeof(out) || strlen(out) != n))
 			__builtin_trap();
 		template_free(&t);
 	}
-	if (strlen(pt) < 256 && pattern_compile(&pat, pt, err,
-	    sizeof(err)) == 0) {
+	if (strlen(pt) < 256 &&
+	    pattern_compile(&pat, pt, err, sizeof(err)) == 0) {
 		(void)pattern_matches(&pat, val);
 		pattern_free(&pat);
 	}

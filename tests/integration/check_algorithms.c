@@ -26,41 +26,42 @@
 #include "harness.h"
 
 static const char memory_head[] =
-	"listen: \"127.0.0.1:%PORT%\"\n"
-	"threads: 4\n"
-	"shutdown_timeout: 2s\n"
-	"backend: memory\n";
+    "listen: \"127.0.0.1:%PORT%\"\n"
+    "threads: 4\n"
+    "shutdown_timeout: 2s\n"
+    "backend: memory\n";
 
 static const char redis_head[] =
-	"listen: \"127.0.0.1:%PORT%\"\n"
-	"threads: 4\n"
-	"shutdown_timeout: 2s\n"
-	"backend: redis\n"
-	"redis:\n"
-	"  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
-	"  timeout: 500ms\n"
-	"  key_prefix: \"alg:\"\n"
-	"on_backend_error: deny\n";
+    "listen: \"127.0.0.1:%PORT%\"\n"
+    "threads: 4\n"
+    "shutdown_timeout: 2s\n"
+    "backend: redis\n"
+    "redis:\n"
+    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+    "  timeout: 500ms\n"
+    "  key_prefix: \"alg:\"\n"
+    "on_backend_error: deny\n";
 
 #define RULE_W(name, alg, limit, window) \
-	"  - name: " name "\n" \
+	"  - name: " name \
+	"\n" \
 	"    match:\n" \
-	"      t: " name "\n" \
-	"    limit: " #limit "\n" \
-	"    window: " window "\n" \
+	"      t: " name \
+	"\n" \
+	"    limit: " #limit \
+	"\n" \
+	"    window: " window \
+	"\n" \
 	"    algorithm: " alg "\n"
 #define RULE(name, alg, limit) RULE_W(name, alg, limit, "1s")
 
-static const char rules_yaml[] =
-	"rules:\n"
-	RULE("fw", "fixed_window", 2)
-	RULE("sl", "sliding_log", 2)
-	RULE("tb", "token_bucket", 5)
+static const char rules_yaml[] = "rules:\n" RULE("fw", "fixed_window", 2)
+    RULE("sl", "sliding_log", 2) RULE("tb", "token_bucket", 5)
 	RULE("sw", "sliding_window", 20)
-	RULE_W("big", "sliding_log", 1000000, "60s");
+	    RULE_W("big", "sliding_log", 1000000, "60s");
 
-#define SW_LIMIT 20
-#define SW_BUCKET_MAX 4	/* admitted in a 50 ms bucket at 40/s, jitter */
+#define SW_LIMIT      20
+#define SW_BUCKET_MAX 4 /* admitted in a 50 ms bucket at 40/s, jitter */
 
 /* Set in the runner by the TCase's unchecked fixture, inherited by tests. */
 static bool use_redis;
@@ -72,7 +73,8 @@ struct conn {
 	struct h_resp r;
 };
 
-static void conn_open(struct conn *c)
+static void
+conn_open(struct conn *c)
 {
 	char yaml[4096];
 
@@ -83,7 +85,8 @@ static void conn_open(struct conn *c)
 	c->curl = h_curl_new();
 }
 
-static void conn_close(struct conn *c)
+static void
+conn_close(struct conn *c)
 {
 	h_resp_free(&c->r);
 	curl_easy_cleanup(c->curl);
@@ -95,15 +98,16 @@ static void conn_close(struct conn *c)
  * it was allowed (200) and sets *retry_ms to retry_after_ms.  Anything but
  * a 200 or a 429 from that rule fails the test.
  */
-static bool acquire(struct conn *c, const char *rule, long long *retry_ms,
-    const char *what)
+static bool
+acquire(struct conn *c, const char *rule, long long *retry_ms, const char *what)
 {
 	char body[64];
 	const char *got;
 
 	snprintf(body, sizeof(body), "{\"t\":\"%s\"}", rule);
 	ck_assert_msg(h_request(c->curl, c->d.port, &c->r, "POST", "/acquire",
-	    body, strlen(body), NULL) == 0, "%s: %s", what, c->r.err);
+			  body, strlen(body), NULL) == 0,
+	    "%s: %s", what, c->r.err);
 	ck_assert_msg(c->r.status == 200 || c->r.status == 429,
 	    "%s: status %ld (body %s)", what, c->r.status, c->r.body);
 	got = h_json_str(&c->r, "rule");
@@ -114,8 +118,9 @@ static bool acquire(struct conn *c, const char *rule, long long *retry_ms,
 	return c->r.status == 200;
 }
 
-static void expect(struct conn *c, const char *rule, bool allowed,
-    long long min_retry, long long max_retry, const char *what)
+static void
+expect(struct conn *c, const char *rule, bool allowed, long long min_retry,
+    long long max_retry, const char *what)
 {
 	long long retry;
 	bool got = acquire(c, rule, &retry, what);
@@ -129,7 +134,8 @@ static void expect(struct conn *c, const char *rule, bool allowed,
 
 /* The backend's clock in microseconds: Redis TIME, or this host's real
  * time for the memory store (the daemon's util_realtime_us). */
-static long long backend_now_us(void)
+static long long
+backend_now_us(void)
 {
 	struct timespec ts;
 	redisReply *rep;
@@ -141,14 +147,16 @@ static long long backend_now_us(void)
 	}
 	rep = redisCommand(h_redis_ctx(&redis), "TIME");
 	ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_ARRAY &&
-	    rep->elements == 2, "redis TIME failed");
+		rep->elements == 2,
+	    "redis TIME failed");
 	us = atoll(rep->element[0]->str) * 1000000 +
 	    atoll(rep->element[1]->str);
 	freeReplyObject(rep);
 	return us;
 }
 
-static void sleep_until(long long mono_ms)
+static void
+sleep_until(long long mono_ms)
 {
 	long long now = h_now_ms();
 
@@ -185,16 +193,21 @@ START_TEST(test_fixed_vs_sliding_at_boundary)
 	expect(&c, "sl", true, 0, 0, "sl 1 at +600 ms");
 	expect(&c, "sl", true, 0, 0, "sl 2 at +600 ms");
 	expect(&c, "sl", false, 800, 1000, "sl 3 at +600 ms (log full)");
-	ck_assert_msg(h_now_ms() < b + 800, "too slow: the first six "
-	    "requests took until +%lld ms, past +800", h_now_ms() - b);
+	ck_assert_msg(h_now_ms() < b + 800,
+	    "too slow: the first six "
+	    "requests took until +%lld ms, past +800",
+	    h_now_ms() - b);
 
 	sleep_until(b + 1200);
 	expect(&c, "fw", true, 0, 0, "fw at +1200 ms (a new fixed window)");
 	/* the oldest unit went in between +600 and +800 */
-	expect(&c, "sl", false, 150, 600, "sl at +1200 ms (both units of "
+	expect(&c, "sl", false, 150, 600,
+	    "sl at +1200 ms (both units of "
 	    "+600 ms are still in the last second)");
-	ck_assert_msg(h_now_ms() < b + 1400, "too slow: the requests after "
-	    "the boundary took until +%lld ms, past +1400", h_now_ms() - b);
+	ck_assert_msg(h_now_ms() < b + 1400,
+	    "too slow: the requests after "
+	    "the boundary took until +%lld ms, past +1400",
+	    h_now_ms() - b);
 	conn_close(&c);
 }
 END_TEST
@@ -221,19 +234,28 @@ START_TEST(test_token_bucket_one_more)
 	}
 	ck_assert_msg(!acquire(&c, "tb", &retry, "tb 6"),
 	    "tb 6: allowed, expected denied (the burst is 5)");
-	ck_assert_msg(h_now_ms() - t0 < 150, "too slow: six requests took "
-	    "%lld ms", h_now_ms() - t0);
-	ck_assert_msg(retry >= 1 && retry <= 200, "tb 6: retry_after_ms "
-	    "%lld, expected 1..200", retry);
+	ck_assert_msg(h_now_ms() - t0 < 150,
+	    "too slow: six requests took "
+	    "%lld ms",
+	    h_now_ms() - t0);
+	ck_assert_msg(retry >= 1 && retry <= 200,
+	    "tb 6: retry_after_ms "
+	    "%lld, expected 1..200",
+	    retry);
 
 	h_sleep_ms(retry + 50);
 	expect(&c, "tb", true, 0, 0, "tb 7, after retry_after_ms + 50 ms");
-	ck_assert_msg(!acquire(&c, "tb", &retry2, "tb 8"), "tb 8: allowed "
+	ck_assert_msg(!acquire(&c, "tb", &retry2, "tb 8"),
+	    "tb 8: allowed "
 	    "right after tb 7, expected denied (one unit per 200 ms)");
-	ck_assert_msg(h_now_ms() - t0 < 380, "too slow: eight requests took "
-	    "%lld ms, the 8th may have earned its unit", h_now_ms() - t0);
-	ck_assert_msg(retry2 >= 20 && retry2 <= 200, "tb 8: retry_after_ms "
-	    "%lld, expected about 150", retry2);
+	ck_assert_msg(h_now_ms() - t0 < 380,
+	    "too slow: eight requests took "
+	    "%lld ms, the 8th may have earned its unit",
+	    h_now_ms() - t0);
+	ck_assert_msg(retry2 >= 20 && retry2 <= 200,
+	    "tb 8: retry_after_ms "
+	    "%lld, expected about 150",
+	    retry2);
 	conn_close(&c);
 }
 END_TEST
@@ -267,8 +289,10 @@ START_TEST(test_sliding_window_overload)
 		ok[i] = acquire(&c, "sw", NULL, what);
 		admitted += ok[i];
 	}
-	ck_assert_msg(h_now_ms() - start < 3100, "too slow: %d requests "
-	    "took %lld ms instead of 3000", N, h_now_ms() - start);
+	ck_assert_msg(h_now_ms() - start < 3100,
+	    "too slow: %d requests "
+	    "took %lld ms instead of 3000",
+	    N, h_now_ms() - start);
 	/* For the log only: the most admitted in 1 s by the client's clock
 	 * (off by the request's latency from the server's). */
 	for (i = 0; i < N; i++) {
@@ -277,18 +301,18 @@ START_TEST(test_sliding_window_overload)
 		if (in > worst)
 			worst = in;
 	}
-	fprintf(stderr, "sliding_window (%s): %d of %d admitted in 3 s, at "
+	fprintf(stderr,
+	    "sliding_window (%s): %d of %d admitted in 3 s, at "
 	    "most %lld in one second; an exact limit admits %d\n",
-	    use_redis ? "redis" : "memory", admitted, N, worst,
-	    3 * SW_LIMIT);
+	    use_redis ? "redis" : "memory", admitted, N, worst, 3 * SW_LIMIT);
 	ck_assert_msg(admitted <= 3 * (SW_LIMIT + SW_BUCKET_MAX),
 	    "sliding_window admitted %d of %d in 3 s, more than 3 * (L + %d) "
-	    "= %d", admitted, N, SW_BUCKET_MAX,
-	    3 * (SW_LIMIT + SW_BUCKET_MAX));
+	    "= %d",
+	    admitted, N, SW_BUCKET_MAX, 3 * (SW_LIMIT + SW_BUCKET_MAX));
 	ck_assert_msg(admitted >= 3 * (SW_LIMIT - 1 - SW_BUCKET_MAX) + 3,
 	    "sliding_window admitted %d of %d in 3 s, fewer than "
-	    "3 * (L - 1 - %d) + 3 = %d", admitted, N, SW_BUCKET_MAX,
-	    3 * (SW_LIMIT - 1 - SW_BUCKET_MAX) + 3);
+	    "3 * (L - 1 - %d) + 3 = %d",
+	    admitted, N, SW_BUCKET_MAX, 3 * (SW_LIMIT - 1 - SW_BUCKET_MAX) + 3);
 	conn_close(&c);
 }
 END_TEST
@@ -308,25 +332,33 @@ START_TEST(test_log_large_cost)
 
 	conn_open(&c);
 	ck_assert_msg(h_request(c.curl, c.d.port, &c.r, "POST", "/acquire",
-	    body, strlen(body), NULL) == 0, "cost 1e6: %s", c.r.err);
-	ck_assert_msg(c.r.status == 200, "cost 1e6: status %ld, expected 200 "
-	    "(body %s)", c.r.status, c.r.body);
+			  body, strlen(body), NULL) == 0,
+	    "cost 1e6: %s", c.r.err);
+	ck_assert_msg(c.r.status == 200,
+	    "cost 1e6: status %ld, expected 200 "
+	    "(body %s)",
+	    c.r.status, c.r.body);
 	ck_assert_int_eq(h_json_int(&c.r, "remaining"), 0);
 	ck_assert_msg(!acquire(&c, "big", &retry, "one more unit"),
 	    "one more unit: allowed past the limit of 1,000,000");
-	ck_assert_msg(retry > 59000 && retry <= 60000, "one more unit: "
-	    "retry_after_ms %lld, expected about the 60 s window", retry);
+	ck_assert_msg(retry > 59000 && retry <= 60000,
+	    "one more unit: "
+	    "retry_after_ms %lld, expected about the 60 s window",
+	    retry);
 
 	keys = redisCommand(h_redis_ctx(&redis), "KEYS alg:big:*");
 	ck_assert_msg(keys != NULL && keys->type == REDIS_REPLY_ARRAY &&
-	    keys->elements == 1, "expected one key alg:big:*");
-	ck_assert_int_eq(h_redis_int(&redis, "ZCARD %s",
-	    keys->element[0]->str), 1);
+		keys->elements == 1,
+	    "expected one key alg:big:*");
+	ck_assert_int_eq(h_redis_int(&redis, "ZCARD %s", keys->element[0]->str),
+	    1);
 	mem = redisCommand(h_redis_ctx(&redis), "MEMORY USAGE %s SAMPLES 0",
 	    keys->element[0]->str);
 	ck_assert_msg(mem != NULL && mem->type == REDIS_REPLY_INTEGER &&
-	    mem->integer < 1024, "MEMORY USAGE of the key: %lld bytes, "
-	    "expected < 1 KiB", mem != NULL ? mem->integer : -1);
+		mem->integer < 1024,
+	    "MEMORY USAGE of the key: %lld bytes, "
+	    "expected < 1 KiB",
+	    mem != NULL ? mem->integer : -1);
 	freeReplyObject(mem);
 	freeReplyObject(keys);
 	conn_close(&c);
@@ -335,29 +367,34 @@ END_TEST
 
 /* --- fixtures and main -------------------------------------------------- */
 
-static void use_memory_backend(void)
+static void
+use_memory_backend(void)
 {
 	use_redis = false;
 }
 
-static void use_redis_backend(void)
+static void
+use_redis_backend(void)
 {
 	use_redis = true;
 	if (redis.pid == 0)
 		h_redis_start(&redis);
 }
 
-static void flush_redis(void)
+static void
+flush_redis(void)
 {
 	h_redis_flush(&redis);
 }
 
-static TCase *backend_tcase(const char *name, bool with_redis)
+static TCase *
+backend_tcase(const char *name, bool with_redis)
 {
 	TCase *tc = tcase_create(name);
 
-	tcase_add_unchecked_fixture(tc, with_redis ? use_redis_backend :
-	    use_memory_backend, h_reap_orphans);
+	tcase_add_unchecked_fixture(tc,
+	    with_redis ? use_redis_backend : use_memory_backend,
+	    h_reap_orphans);
 	tcase_add_checked_fixture(tc, with_redis ? flush_redis : NULL,
 	    h_test_teardown);
 	tcase_set_timeout(tc, 30);
@@ -369,12 +406,14 @@ static TCase *backend_tcase(const char *name, bool with_redis)
 	return tc;
 }
 
-static void suite_done(void)
+static void
+suite_done(void)
 {
 	h_redis_stop(&redis);
 }
 
-Suite *test_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("algorithms");
 

@@ -1,10 +1,10 @@
 /*
  * check_auth_ip.c - the `ip` attribute of /auth through the real daemon
- * (docs/http.md, docs/security.md): X-Forwarded-For counted from the right, repeated
- * headers as one list, auth.client_ip and IPv6 networks.  Each case runs a
- * daemon on the memory store with one rule keyed on ${ip}, limit 1, so the
- * second request of the same key is denied and a request of another key
- * is not.
+ * (docs/http.md, docs/security.md): X-Forwarded-For counted from the right,
+ * repeated headers as one list, auth.client_ip and IPv6 networks.  Each case
+ * runs a daemon on the memory store with one rule keyed on ${ip}, limit 1, so
+ * the second request of the same key is denied and a request of another key is
+ * not.
  */
 #include <check.h>
 #include <stdio.h>
@@ -31,7 +31,8 @@ start(struct h_daemon *d, const char *auth)
 	    "  - name: per-ip\n"
 	    "    key: \"${ip}\"\n"
 	    "    limit: 1\n"
-	    "    window: 1m\n", auth);
+	    "    window: 1m\n",
+	    auth);
 	h_daemon_start(d, yaml);
 }
 
@@ -49,12 +50,14 @@ auth(const char *h1, const char *h2, const char *h3)
 	return status;
 }
 
-#define EXPECT(status, h1, h2, h3) do {					\
-	long got_ = auth(h1, h2, h3);					\
-	ck_assert_msg(got_ == (status), "%s | %s | %s: status %ld, "	\
-	    "expected %d", h1 ? h1 : "", h2 ? h2 : "", h3 ? h3 : "",	\
-	    got_, (status));						\
-} while (0)
+#define EXPECT(status, h1, h2, h3) \
+	do { \
+		long got_ = auth(h1, h2, h3); \
+		ck_assert_msg(got_ == (status), \
+		    "%s | %s | %s: status %ld, " \
+		    "expected %d", \
+		    h1 ? h1 : "", h2 ? h2 : "", h3 ? h3 : "", got_, (status)); \
+	} while (0)
 
 /*
  * The regression: a client writing a new address ahead of the one its
@@ -91,8 +94,8 @@ START_TEST(test_trusted_hops_across_headers)
 	    "X-Forwarded-For: 203.0.113.9", NULL);
 	/* The same client through the same two proxies, written as one
 	 * header, with a forged entry ahead. */
-	EXPECT(429, "X-Forwarded-For: 9.9.9.9, 198.51.100.1, 203.0.113.9",
-	    NULL, NULL);
+	EXPECT(429, "X-Forwarded-For: 9.9.9.9, 198.51.100.1, 203.0.113.9", NULL,
+	    NULL);
 	/* A list shorter than the hops gives its first address. */
 	EXPECT(429, "X-Forwarded-For: 198.51.100.1", NULL, NULL);
 	EXPECT(200, "X-Forwarded-For: 198.51.100.2, 203.0.113.9", NULL, NULL);
@@ -107,8 +110,7 @@ START_TEST(test_client_ip_peer)
 
 	start(&d, "  client_ip: peer\n");
 	EXPECT(200, "X-Real-IP: 192.0.2.1", NULL, NULL);
-	EXPECT(429, "X-Real-IP: 192.0.2.2", "X-Forwarded-For: 192.0.2.3",
-	    NULL);
+	EXPECT(429, "X-Real-IP: 192.0.2.2", "X-Forwarded-For: 192.0.2.3", NULL);
 	EXPECT(429, NULL, NULL, NULL);
 	h_daemon_stop(&d);
 }
@@ -136,8 +138,7 @@ START_TEST(test_ipv6_networks)
 
 	start(&d, "");
 	EXPECT(200, "X-Real-IP: 2001:db8:1:2::1", NULL, NULL);
-	EXPECT(429, "X-Real-IP: 2001:db8:1:2:ffff:ffff:ffff:ffff", NULL,
-	    NULL);
+	EXPECT(429, "X-Real-IP: 2001:db8:1:2:ffff:ffff:ffff:ffff", NULL, NULL);
 	EXPECT(200, "X-Real-IP: 2001:db8:1:3::1", NULL, NULL);
 	h_daemon_stop(&d);
 

@@ -26,55 +26,58 @@
 static struct h_cluster cluster;
 
 static const char yaml_fmt[] =
-	"listen: \"127.0.0.1:%%PORT%%\"\n"
-	"threads: 2\n"
-	"shutdown_timeout: 2s\n"
-	"backend: redis\n"
-	"redis:\n"
-	"  cluster: [\"127.0.0.1:%d\"]\n"
-	"  timeout: %s\n"
-	"  pool_size: 2\n"
-	"  key_prefix: \"cl:\"\n"
-	"on_backend_error: deny\n"
-	"rules:\n"
-	"  - name: one\n"
-	"    match: { t: one }\n"
-	"    key: \"${user}\"\n"
-	"    limit: %d\n"
-	"    window: 1h\n"
-	"  - name: wide\n"
-	"    match: { t: pair }\n"
-	"    key: \"${user}\"\n"
-	"    limit: 10\n"
-	"    window: 1h\n"
-	"  - name: narrow\n"
-	"    match: { t: pair }\n"
-	"    key: \"${user}:n\"\n"
-	"    limit: 3\n"
-	"    window: 1h\n"
-	"  - name: lk\n"
-	"    match: { t: lock }\n"
-	"    key: \"${user}\"\n"
-	"    algorithm: concurrency\n"
-	"    limit: 1\n"
-	"    window: 1h\n"
-	"stats:\n"
-	"  - name: lat\n"
-	"    match: { t: stat }\n"
-	"    key: \"${user}\"\n"
-	"    window: 1h\n";
+    "listen: \"127.0.0.1:%%PORT%%\"\n"
+    "threads: 2\n"
+    "shutdown_timeout: 2s\n"
+    "backend: redis\n"
+    "redis:\n"
+    "  cluster: [\"127.0.0.1:%d\"]\n"
+    "  timeout: %s\n"
+    "  pool_size: 2\n"
+    "  key_prefix: \"cl:\"\n"
+    "on_backend_error: deny\n"
+    "rules:\n"
+    "  - name: one\n"
+    "    match: { t: one }\n"
+    "    key: \"${user}\"\n"
+    "    limit: %d\n"
+    "    window: 1h\n"
+    "  - name: wide\n"
+    "    match: { t: pair }\n"
+    "    key: \"${user}\"\n"
+    "    limit: 10\n"
+    "    window: 1h\n"
+    "  - name: narrow\n"
+    "    match: { t: pair }\n"
+    "    key: \"${user}:n\"\n"
+    "    limit: 3\n"
+    "    window: 1h\n"
+    "  - name: lk\n"
+    "    match: { t: lock }\n"
+    "    key: \"${user}\"\n"
+    "    algorithm: concurrency\n"
+    "    limit: 1\n"
+    "    window: 1h\n"
+    "stats:\n"
+    "  - name: lat\n"
+    "    match: { t: stat }\n"
+    "    key: \"${user}\"\n"
+    "    window: 1h\n";
 
-static void cluster_up(void)
+static void
+cluster_up(void)
 {
 	h_cluster_start(&cluster);
 }
 
-static void cluster_down(void)
+static void
+cluster_down(void)
 {
 	h_reap_orphans();
 }
 
-static void flush_all(void)
+static void
+flush_all(void)
 {
 	int i;
 
@@ -87,12 +90,12 @@ static void flush_all(void)
 		c = h_redis_ctx(&cluster.node[i]);
 		r = redisCommand(c, "FLUSHALL");
 		if (r != NULL)
-			freeReplyObject(r);	/* replicas refuse: fine */
+			freeReplyObject(r); /* replicas refuse: fine */
 	}
 }
 
-static void start(struct h_daemon *d, int seed, const char *timeout,
-    int limit)
+static void
+start(struct h_daemon *d, int seed, const char *timeout, int limit)
 {
 	char yaml[2048];
 
@@ -103,18 +106,21 @@ static void start(struct h_daemon *d, int seed, const char *timeout,
 }
 
 /* The primary (index) that holds key now, asked of the cluster. */
-static int owner_of(const char *key)
+static int
+owner_of(const char *key)
 {
 	return h_cluster_owner(&cluster, slot_map_keyslot(key, strlen(key)));
 }
 
 /* Units of a sliding_log key on node i (0 if it has none there). */
-static long long units_on(int i, const char *key)
+static long long
+units_on(int i, const char *key)
 {
 	return h_redis_log_units(&cluster.node[i], key);
 }
 
-static long get_status(const char *path)
+static long
+get_status(const char *path)
 {
 	struct h_resp r = { 0 };
 	long status;
@@ -125,7 +131,8 @@ static long get_status(const char *path)
 	return status;
 }
 
-static long acquire(const char *body)
+static long
+acquire(const char *body)
 {
 	struct h_resp r = { 0 };
 	long status;
@@ -153,15 +160,18 @@ START_TEST(test_keys_on_their_primaries)
 		snprintf(key, sizeof(key), "cl:one:{u%d}", i);
 		n = owner_of(key);
 		ck_assert_msg(n >= 0, "no primary owns %s", key);
-		ck_assert_msg(units_on(n, key) == 1, "%s: %lld units on its "
-		    "primary (port %d), expected 1", key, units_on(n, key),
-		    cluster.node[n].port);
+		ck_assert_msg(units_on(n, key) == 1,
+		    "%s: %lld units on its "
+		    "primary (port %d), expected 1",
+		    key, units_on(n, key), cluster.node[n].port);
 		on[n] = true;
 	}
 	for (i = 0; i < H_CLUSTER_NODES; i++)
 		used += on[i];
-	ck_assert_msg(used == 3, "300 keys landed on %d primaries, "
-	    "expected all 3", used);
+	ck_assert_msg(used == 3,
+	    "300 keys landed on %d primaries, "
+	    "expected all 3",
+	    used);
 	h_daemon_stop(&d);
 }
 END_TEST
@@ -178,8 +188,10 @@ START_TEST(test_stats_on_their_primaries)
 	start(&d, cluster.node[0].port, "2s", 3);
 	for (k = 0; k < 3; k++)
 		for (i = 0; i < 30; i++) {
-			snprintf(body, sizeof(body), "{\"t\":\"stat\","
-			    "\"user\":\"u%d\",\"value\":%d}", i, 10 * k + i);
+			snprintf(body, sizeof(body),
+			    "{\"t\":\"stat\","
+			    "\"user\":\"u%d\",\"value\":%d}",
+			    i, 10 * k + i);
 			h_http(&r, "POST", "/record", body, NULL);
 			ck_assert_msg(r.status == 200, "%s: %ld %s", body,
 			    r.status, r.body);
@@ -188,22 +200,27 @@ START_TEST(test_stats_on_their_primaries)
 		redisReply *keys;
 		json_t *o;
 
-		snprintf(body, sizeof(body), "{\"t\":\"stat\",\"user\":"
-		    "\"u%d\"}", i);
+		snprintf(body, sizeof(body),
+		    "{\"t\":\"stat\",\"user\":"
+		    "\"u%d\"}",
+		    i);
 		h_http(&r, "POST", "/stats", body, NULL);
 		ck_assert_int_eq(r.status, 200);
 		o = json_array_get(h_json_get(&r, "stats"), 0);
 		ck_assert_int_eq(json_integer_value(json_object_get(o,
-		    "count")), 3);
+				     "count")),
+		    3);
 		ck_assert(json_number_value(json_object_get(o, "sum")) ==
 		    30 + 3 * i);
 		snprintf(pattern, sizeof(pattern), "cl:stat:lat:{u%d}", i);
 		n = owner_of(pattern);
 		ck_assert(n >= 0);
-		keys = redisCommand(h_redis_ctx(&cluster.node[n]),
-		    "KEYS %s:*", pattern);
-		ck_assert_msg(keys != NULL && keys->elements >= 1, "no "
-		    "sub-window of %s on its primary", pattern);
+		keys = redisCommand(h_redis_ctx(&cluster.node[n]), "KEYS %s:*",
+		    pattern);
+		ck_assert_msg(keys != NULL && keys->elements >= 1,
+		    "no "
+		    "sub-window of %s on its primary",
+		    pattern);
 		freeReplyObject(keys);
 	}
 	h_resp_free(&r);
@@ -213,9 +230,9 @@ END_TEST
 
 /* --- exactness: two daemons, threads, one key -------------------------- */
 
-#define THREADS 8
+#define THREADS	   8
 #define PER_THREAD 60
-#define HOT_LIMIT 100
+#define HOT_LIMIT  100
 
 struct worker {
 	pthread_t thread;
@@ -223,7 +240,8 @@ struct worker {
 	int ok, denied, other;
 };
 
-static void *work(void *arg)
+static void *
+work(void *arg)
 {
 	struct worker *w = arg;
 	static const char body[] = "{\"t\":\"one\",\"user\":\"hot\"}";
@@ -233,7 +251,7 @@ static void *work(void *arg)
 
 	for (k = 0; k < PER_THREAD; k++) {
 		if (h_request(c, w->port, &r, "POST", "/acquire", body,
-		    strlen(body), NULL) != 0)
+			strlen(body), NULL) != 0)
 			w->other++;
 		else if (r.status == 200)
 			w->ok++;
@@ -266,10 +284,9 @@ START_TEST(test_two_daemons_exact)
 		denied += w[i].denied;
 		other += w[i].other;
 	}
-	ck_assert_msg(other == 0, "%d answers were neither 200 nor 429",
-	    other);
-	ck_assert_msg(ok == HOT_LIMIT, "%d admitted, expected exactly %d",
-	    ok, HOT_LIMIT);
+	ck_assert_msg(other == 0, "%d answers were neither 200 nor 429", other);
+	ck_assert_msg(ok == HOT_LIMIT, "%d admitted, expected exactly %d", ok,
+	    HOT_LIMIT);
 	ck_assert_int_eq(denied, THREADS * PER_THREAD - HOT_LIMIT);
 	n = owner_of("cl:one:{hot}");
 	ck_assert_int_eq(units_on(n, "cl:one:{hot}"), HOT_LIMIT);
@@ -302,10 +319,10 @@ START_TEST(test_across_slots_all_or_nothing)
 	ck_assert_int_eq(units_on(owner_of(narrow), narrow), 3);
 	/* The first denial takes back; the deny cache answers the next
 	 * ones without a store call, so nothing is recorded for them. */
-	ck_assert_int_ge(h_metric(
-	    "ratelimitd_redis_takebacks_total{result=\"ok\"}"), 1);
-	ck_assert_int_eq(h_metric(
-	    "ratelimitd_redis_takebacks_total{result=\"failed\"}"), 0);
+	ck_assert_int_ge(
+	    h_metric("ratelimitd_redis_takebacks_total{result=\"ok\"}"), 1);
+	ck_assert_int_eq(
+	    h_metric("ratelimitd_redis_takebacks_total{result=\"failed\"}"), 0);
 	h_daemon_stop(&d);
 }
 END_TEST
@@ -318,31 +335,31 @@ END_TEST
  * sees 10 - 3 - 1 = 6 remaining (5 if the units stayed).
  */
 static const char algo_fmt[] =
-	"listen: \"127.0.0.1:%%PORT%%\"\n"
-	"backend: redis\n"
-	"redis:\n"
-	"  cluster: [\"127.0.0.1:%d\"]\n"
-	"  timeout: 2s\n"
-	"  key_prefix: \"cl:\"\n"
-	"on_backend_error: deny\n"
-	"rules:\n"
-	"  - name: wide\n"
-	"    match: { t: \"~^(pair|solo)$\" }\n"
-	"    key: \"${user}\"\n"
-	"    algorithm: %s\n"
-	"    limit: 10\n"
-	"    window: 1h\n"
-	"  - name: narrow\n"
-	"    match: { t: pair }\n"
-	"    key: \"${user}:n\"\n"
-	"    limit: 3\n"
-	"    window: 1h\n";
+    "listen: \"127.0.0.1:%%PORT%%\"\n"
+    "backend: redis\n"
+    "redis:\n"
+    "  cluster: [\"127.0.0.1:%d\"]\n"
+    "  timeout: 2s\n"
+    "  key_prefix: \"cl:\"\n"
+    "on_backend_error: deny\n"
+    "rules:\n"
+    "  - name: wide\n"
+    "    match: { t: \"~^(pair|solo)$\" }\n"
+    "    key: \"${user}\"\n"
+    "    algorithm: %s\n"
+    "    limit: 10\n"
+    "    window: 1h\n"
+    "  - name: narrow\n"
+    "    match: { t: pair }\n"
+    "    key: \"${user}:n\"\n"
+    "    limit: 3\n"
+    "    window: 1h\n";
 
 START_TEST(test_takeback_each_algorithm)
 {
 	static const char *const algos[] = {
 		"sliding_log", "sliding_window", "fixed_window", "token_bucket",
-		"concurrency"	/* the lease of the denied request is freed */
+		"concurrency" /* the lease of the denied request is freed */
 	};
 	struct h_daemon d;
 	struct h_resp r = { 0 };
@@ -362,12 +379,13 @@ START_TEST(test_takeback_each_algorithm)
 		    200);
 		ck_assert_int_eq(acquire("{\"t\":\"pair\",\"user\":\"tb\"}"),
 		    429);
-		h_http(&r, "POST", "/acquire", "{\"t\":\"solo\",\"user\":\"tb\"}",
-		    NULL);
+		h_http(&r, "POST", "/acquire",
+		    "{\"t\":\"solo\",\"user\":\"tb\"}", NULL);
 		ck_assert_int_eq(r.status, 200);
-		ck_assert_msg(h_json_int(&r, "remaining") == 6, "%s: %lld "
-		    "remaining after the take-back, expected 6", algos[i],
-		    h_json_int(&r, "remaining"));
+		ck_assert_msg(h_json_int(&r, "remaining") == 6,
+		    "%s: %lld "
+		    "remaining after the take-back, expected 6",
+		    algos[i], h_json_int(&r, "remaining"));
 		h_resp_free(&r);
 		h_daemon_stop(&d);
 		flush_all();
@@ -377,7 +395,8 @@ END_TEST
 
 /* --- a slot migrated under the daemon ----------------------------------- */
 
-static void node_id(int i, char *out, size_t outlen)
+static void
+node_id(int i, char *out, size_t outlen)
 {
 	redisReply *r = redisCommand(h_redis_ctx(&cluster.node[i]),
 	    "CLUSTER MYID");
@@ -387,10 +406,10 @@ static void node_id(int i, char *out, size_t outlen)
 	freeReplyObject(r);
 }
 
-static void cmd_ok(int i, const char *fmt, const char *a, const char *b)
+static void
+cmd_ok(int i, const char *fmt, const char *a, const char *b)
 {
-	redisReply *r = redisCommand(h_redis_ctx(&cluster.node[i]), fmt, a,
-	    b);
+	redisReply *r = redisCommand(h_redis_ctx(&cluster.node[i]), fmt, a, b);
 
 	ck_assert_msg(r != NULL && r->type != REDIS_REPLY_ERROR,
 	    "node %d: %s: %s", i, fmt, r != NULL ? r->str : "no reply");
@@ -407,7 +426,8 @@ struct migration {
 	int src, dst;
 };
 
-static void migration_start(struct migration *m, const char *key)
+static void
+migration_start(struct migration *m, const char *key)
 {
 	char src_id[64], port[16];
 	redisReply *r;
@@ -434,12 +454,13 @@ static void migration_start(struct migration *m, const char *key)
 	snprintf(port, sizeof(port), "%d", cluster.node[m->dst].port);
 	r = redisCommand(h_redis_ctx(&cluster.node[m->src]),
 	    "MIGRATE 127.0.0.1 %s %s 0 5000 KEYS %s", port, "", key);
-	ck_assert_msg(r != NULL && r->type != REDIS_REPLY_ERROR,
-	    "MIGRATE: %s", r != NULL ? r->str : "no reply");
+	ck_assert_msg(r != NULL && r->type != REDIS_REPLY_ERROR, "MIGRATE: %s",
+	    r != NULL ? r->str : "no reply");
 	freeReplyObject(r);
 }
 
-static void migration_end(const struct migration *m)
+static void
+migration_end(const struct migration *m)
 {
 	int i;
 
@@ -451,7 +472,7 @@ static void migration_end(const struct migration *m)
 		r = redisCommand(h_redis_ctx(&cluster.node[i]),
 		    "CLUSTER SETSLOT %s NODE %s", m->slot, m->dst_id);
 		if (r != NULL)
-			freeReplyObject(r);	/* replicas may refuse */
+			freeReplyObject(r); /* replicas may refuse */
 	}
 }
 
@@ -473,7 +494,8 @@ START_TEST(test_slot_migration_ask_then_moved)
 	    "ASKING"));
 	ck_assert_int_eq(units_on(m.dst, old_key), 2);
 	ck_assert_int_ge(h_metric("ratelimitd_redis_redirects_total"
-	    "{kind=\"ask\"}"), 1);
+				  "{kind=\"ask\"}"),
+	    1);
 
 	/* MOVED: the slot is the destination's now, everywhere. */
 	migration_end(&m);
@@ -481,7 +503,8 @@ START_TEST(test_slot_migration_ask_then_moved)
 	ck_assert_int_eq(acquire("{\"t\":\"one\",\"user\":\"m1\"}"), 429);
 	ck_assert_int_eq(units_on(m.dst, old_key), 3);
 	ck_assert_int_ge(h_metric("ratelimitd_redis_redirects_total"
-	    "{kind=\"moved\"}"), 1);
+				  "{kind=\"moved\"}"),
+	    1);
 	ck_assert(h_cluster_wait_ok(&cluster, 20000));
 	h_daemon_stop(&d);
 }
@@ -503,14 +526,14 @@ START_TEST(test_lease_release_ask)
 	h_http(&r, "POST", "/acquire", "{\"t\":\"lock\",\"user\":\"m2\"}",
 	    NULL);
 	ck_assert_int_eq(r.status, 200);
-	snprintf(body, sizeof(body), "{\"lease\":\"%s\"}", json_string_value(
-	    json_object_get(json_array_get(h_json_get(&r, "leases"), 0),
-	    "lease")));
+	snprintf(body, sizeof(body), "{\"lease\":\"%s\"}",
+	    json_string_value(json_object_get(
+		json_array_get(h_json_get(&r, "leases"), 0), "lease")));
 	migration_start(&m, key);
 	h_http(&r, "POST", "/release", body, NULL);
-	ck_assert_msg(r.status == 200 && strstr(r.body, "\"released\":true")
-	    != NULL, "release during the migration: %ld %s", r.status,
-	    r.body);
+	ck_assert_msg(r.status == 200 &&
+		strstr(r.body, "\"released\":true") != NULL,
+	    "release during the migration: %ld %s", r.status, r.body);
 	freeReplyObject(redisCommand(h_redis_ctx(&cluster.node[m.dst]),
 	    "ASKING"));
 	ck_assert_int_eq(h_redis_int(&cluster.node[m.dst], "EXISTS %s", key),
@@ -541,11 +564,11 @@ lock_wait_run(void *arg)
 	CURL *c = h_curl_new();
 
 	if (h_request(c, w->port, &r, "POST", "/acquire", w->body,
-	    strlen(w->body), NULL) == 0)
+		strlen(w->body), NULL) == 0)
 		w->status = r.status;
 	w->answered_ms = h_now_ms();
-	snprintf(w->answer, sizeof(w->answer), "%s", r.body != NULL ?
-	    r.body : r.err);
+	snprintf(w->answer, sizeof(w->answer), "%s",
+	    r.body != NULL ? r.body : r.err);
 	h_resp_free(&r);
 	curl_easy_cleanup(c);
 	return NULL;
@@ -584,29 +607,35 @@ START_TEST(test_lease_wait_across_nodes)
 		h_post(a.port, "/acquire", body, &r);
 		ck_assert_int_eq(r.status, 200);
 		snprintf(body, sizeof(body), "{\"lease\":\"%s\"}",
-		    json_string_value(json_object_get(json_array_get(
-		    h_json_get(&r, "leases"), 0), "lease")));
+		    json_string_value(json_object_get(
+			json_array_get(h_json_get(&r, "leases"), 0), "lease")));
 		memset(&w, 0, sizeof(w));
 		w.port = b.port;
-		snprintf(w.body, sizeof(w.body), "{\"t\":\"lock\",\"user\":"
-		    "\"%s\",\"wait_ms\":10000}", user);
+		snprintf(w.body, sizeof(w.body),
+		    "{\"t\":\"lock\",\"user\":"
+		    "\"%s\",\"wait_ms\":10000}",
+		    user);
 		ck_assert_int_eq(pthread_create(&w.thread, NULL, lock_wait_run,
-		    &w), 0);
+				     &w),
+		    0);
 		h_sleep_ms(300);
 		released = h_now_ms();
 		h_post(a.port, "/release", body, &r);
-		ck_assert_msg(strstr(r.body, "\"released\":true") != NULL,
-		    "%s", r.body);
+		ck_assert_msg(strstr(r.body, "\"released\":true") != NULL, "%s",
+		    r.body);
 		pthread_join(w.thread, NULL);
-		ck_assert_msg(w.status == 200 && strstr(w.answer,
-		    "\"leases\"") != NULL, "waiter for %s (node %d): %ld %s",
-		    user, owner, w.status, w.answer);
-		ck_assert_msg(w.answered_ms - released < 1500, "waiter for %s "
-		    "(node %d) answered %lld ms after the release", user,
+		ck_assert_msg(w.status == 200 &&
+			strstr(w.answer, "\"leases\"") != NULL,
+		    "waiter for %s (node %d): %ld %s", user, owner, w.status,
+		    w.answer);
+		ck_assert_msg(w.answered_ms - released < 1500,
+		    "waiter for %s "
+		    "(node %d) answered %lld ms after the release",
+		    user, owner, w.answered_ms - released);
+		printf(
+		    "cluster: waiter for a key on node %d served %lld ms "
+		    "after the release through the other daemon\n",
 		    owner, w.answered_ms - released);
-		printf("cluster: waiter for a key on node %d served %lld ms "
-		    "after the release through the other daemon\n", owner,
-		    w.answered_ms - released);
 	}
 	ck_assert_int_eq(keys, 3);
 	h_resp_free(&r);
@@ -637,8 +666,8 @@ START_TEST(test_takeback_ask)
 	ck_assert_int_eq(acquire(body), 429);
 	migration_end(&m);
 	ck_assert_int_eq(units_on(m.dst, wide), 3);
-	ck_assert_int_eq(h_metric(
-	    "ratelimitd_redis_takebacks_total{result=\"failed\"}"), 0);
+	ck_assert_int_eq(
+	    h_metric("ratelimitd_redis_takebacks_total{result=\"failed\"}"), 0);
 	ck_assert(h_cluster_wait_ok(&cluster, 20000));
 	h_daemon_stop(&d);
 }
@@ -661,8 +690,8 @@ START_TEST(test_primary_killed_failover)
 	/* The runner started it and reaps it when the suite ends. */
 	kill(cluster.node[victim].pid, SIGKILL);
 	cluster.node[victim].pid = 0;
-	(void)h_failover_measure("cluster",
-	    "{\"t\":\"one\",\"user\":\"k1\"}", load, 30000, 500);
+	(void)h_failover_measure("cluster", "{\"t\":\"one\",\"user\":\"k1\"}",
+	    load, 30000, 500);
 	ck_assert_int_ge(h_metric("ratelimitd_redis_topology_refreshes_total"),
 	    2);
 	ck_assert_int_eq(get_status("/readyz"), 200);
@@ -670,12 +699,14 @@ START_TEST(test_primary_killed_failover)
 }
 END_TEST
 
-static void suite_done(void)
+static void
+suite_done(void)
 {
 	h_cluster_stop(&cluster);
 }
 
-Suite *test_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("cluster");
 	TCase *tc = tcase_create("cluster");

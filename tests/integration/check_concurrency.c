@@ -30,65 +30,69 @@
 #include "check_main.h"
 #include "harness.h"
 
-#define THREADS 16
-#define TOTAL 2000
+#define THREADS	   16
+#define TOTAL	   2000
 #define PER_THREAD (TOTAL / THREADS)
-#define MAX_LIMIT 200
+#define MAX_LIMIT  200
 
 static const char memory_head[] =
-	"listen: \"127.0.0.1:%PORT%\"\n"
-	"threads: 4\n"
-	"shutdown_timeout: 2s\n"
-	"backend: memory\n";
+    "listen: \"127.0.0.1:%PORT%\"\n"
+    "threads: 4\n"
+    "shutdown_timeout: 2s\n"
+    "backend: memory\n";
 
 static const char redis_head[] =
-	"listen: \"127.0.0.1:%PORT%\"\n"
-	"threads: 4\n"
-	"shutdown_timeout: 2s\n"
-	"backend: redis\n"
-	"redis:\n"
-	"  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
-	"  timeout: 1s\n"
-	"  pool_size: 8\n"
-	"  key_prefix: \"cc:\"\n"
-	"on_backend_error: deny\n";
+    "listen: \"127.0.0.1:%PORT%\"\n"
+    "threads: 4\n"
+    "shutdown_timeout: 2s\n"
+    "backend: redis\n"
+    "redis:\n"
+    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+    "  timeout: 1s\n"
+    "  pool_size: 8\n"
+    "  key_prefix: \"cc:\"\n"
+    "on_backend_error: deny\n";
 
 static const char rules_yaml[] =
-	"rules:\n"
-	"  - name: burst\n"
-	"    match:\n"
-	"      t: burst\n"
-	"    key: \"${user}\"\n"
-	"    limit: 200\n"
-	"    window: 1h\n"
-	"  - name: pair-wide\n"
-	"    match:\n"
-	"      t: pair\n"
-	"    key: \"${user}\"\n"
-	"    limit: 200\n"
-	"    window: 1h\n"
-	"  - name: pair-narrow\n"
-	"    match:\n"
-	"      t: pair\n"
-	"    key: \"${user}\"\n"
-	"    limit: 150\n"
-	"    window: 1h\n";
+    "rules:\n"
+    "  - name: burst\n"
+    "    match:\n"
+    "      t: burst\n"
+    "    key: \"${user}\"\n"
+    "    limit: 200\n"
+    "    window: 1h\n"
+    "  - name: pair-wide\n"
+    "    match:\n"
+    "      t: pair\n"
+    "    key: \"${user}\"\n"
+    "    limit: 200\n"
+    "    window: 1h\n"
+    "  - name: pair-narrow\n"
+    "    match:\n"
+    "      t: pair\n"
+    "    key: \"${user}\"\n"
+    "    limit: 150\n"
+    "    window: 1h\n";
 
 /* One scenario: what is sent, and what must come back. */
 struct scenario {
 	const char *body;
-	const char *rule;	/* the deciding rule of every answer */
-	int limit;		/* that rule's limit: exactly this many 200s */
-	const char *keys[2];	/* redis keys that must hold `limit` units */
+	const char *rule;    /* the deciding rule of every answer */
+	int limit;	     /* that rule's limit: exactly this many 200s */
+	const char *keys[2]; /* redis keys that must hold `limit` units */
 };
 
 static const struct scenario one_rule = {
-	"{\"t\":\"burst\",\"user\":\"hot\"}", "burst", 200,
+	"{\"t\":\"burst\",\"user\":\"hot\"}",
+	"burst",
+	200,
 	{ "cc:burst:{hot}", NULL },
 };
 
 static const struct scenario two_rules = {
-	"{\"t\":\"pair\",\"user\":\"hot\"}", "pair-narrow", 150,
+	"{\"t\":\"pair\",\"user\":\"hot\"}",
+	"pair-narrow",
+	150,
 	{ "cc:pair-wide:{hot}", "cc:pair-narrow:{hot}" },
 };
 
@@ -101,13 +105,14 @@ struct worker {
 	pthread_barrier_t *go;
 	/* results */
 	int ok, denied, other;
-	int remaining[PER_THREAD];	/* of each 200, in order */
-	char problem[256];		/* the first unexpected answer */
+	int remaining[PER_THREAD]; /* of each 200, in order */
+	char problem[256];	   /* the first unexpected answer */
 };
 
 static struct h_redis redis;
 
-static void *work(void *arg)
+static void *
+work(void *arg)
 {
 	struct worker *w = arg;
 	struct h_resp r = { 0 };
@@ -117,7 +122,8 @@ static void *work(void *arg)
 
 	pthread_barrier_wait(w->go);
 	if (c == NULL) {
-		snprintf(w->problem, sizeof(w->problem), "curl_easy_init "
+		snprintf(w->problem, sizeof(w->problem),
+		    "curl_easy_init "
 		    "failed");
 		w->other = PER_THREAD;
 		return NULL;
@@ -127,8 +133,8 @@ static void *work(void *arg)
 		const char *rule;
 		json_t *rem;
 
-		if (h_request(c, port, &r, "POST", "/acquire", w->sc->body,
-		    len, NULL) != 0) {
+		if (h_request(c, port, &r, "POST", "/acquire", w->sc->body, len,
+			NULL) != 0) {
 			if (w->other++ == 0)
 				snprintf(w->problem, sizeof(w->problem),
 				    "request failed: %.200s", r.err);
@@ -137,8 +143,7 @@ static void *work(void *arg)
 		rule = h_json_str(&r, "rule");
 		rem = h_json_get(&r, "remaining");
 		if ((r.status != 200 && r.status != 429) || rule == NULL ||
-		    strcmp(rule, w->sc->rule) != 0 ||
-		    !json_is_integer(rem)) {
+		    strcmp(rule, w->sc->rule) != 0 || !json_is_integer(rem)) {
 			if (w->other++ == 0)
 				snprintf(w->problem, sizeof(w->problem),
 				    "status %ld, body %.200s", r.status,
@@ -157,7 +162,8 @@ static void *work(void *arg)
 
 /* Fire TOTAL requests from THREADS threads at the daemons and check the
  * answers (see the top of the file). */
-static void hammer(struct h_daemon *d, int nd, const struct scenario *sc)
+static void
+hammer(struct h_daemon *d, int nd, const struct scenario *sc)
 {
 	static struct worker w[THREADS];
 	pthread_barrier_t go;
@@ -175,8 +181,7 @@ static void hammer(struct h_daemon *d, int nd, const struct scenario *sc)
 		w[i].nports = nd;
 		w[i].sc = sc;
 		w[i].go = &go;
-		ck_assert(pthread_create(&w[i].thread, NULL, work, &w[i]) ==
-		    0);
+		ck_assert(pthread_create(&w[i].thread, NULL, work, &w[i]) == 0);
 	}
 	memset(seen, 0, sizeof(seen));
 	for (i = 0; i < THREADS; i++) {
@@ -189,42 +194,50 @@ static void hammer(struct h_daemon *d, int nd, const struct scenario *sc)
 		for (k = 0; k < w[i].ok; k++) {
 			int rem = w[i].remaining[k];
 
-			seen[rem >= 0 && rem < sc->limit ? rem :
-			    MAX_LIMIT]++;
+			seen[rem >= 0 && rem < sc->limit ? rem : MAX_LIMIT]++;
 		}
 	}
 	pthread_barrier_destroy(&go);
 
-	ck_assert_msg(other == 0, "%d of %d answers were neither a 200 nor a"
-	    " 429 decided by %s; first: %s", other, TOTAL, sc->rule,
-	    problem ? problem : "?");
+	ck_assert_msg(other == 0,
+	    "%d of %d answers were neither a 200 nor a"
+	    " 429 decided by %s; first: %s",
+	    other, TOTAL, sc->rule, problem ? problem : "?");
 	ck_assert_msg(ok == sc->limit && denied == TOTAL - sc->limit,
 	    "%d daemon(s), limit %d: %d allowed and %d denied, expected %d "
-	    "and %d", nd, sc->limit, ok, denied, sc->limit,
-	    TOTAL - sc->limit);
-	ck_assert_msg(seen[MAX_LIMIT] == 0, "%d allowed answers had a "
-	    "remaining outside [0, %d)", seen[MAX_LIMIT], sc->limit);
+	    "and %d",
+	    nd, sc->limit, ok, denied, sc->limit, TOTAL - sc->limit);
+	ck_assert_msg(seen[MAX_LIMIT] == 0,
+	    "%d allowed answers had a "
+	    "remaining outside [0, %d)",
+	    seen[MAX_LIMIT], sc->limit);
 	for (k = 0; k < sc->limit; k++)
-		ck_assert_msg(seen[k] == 1, "remaining=%d was answered %d "
+		ck_assert_msg(seen[k] == 1,
+		    "remaining=%d was answered %d "
 		    "times to allowed requests, expected once (a lost or "
-		    "double count)", k, seen[k]);
+		    "double count)",
+		    k, seen[k]);
 }
 
-static void check_keys(const struct scenario *sc)
+static void
+check_keys(const struct scenario *sc)
 {
 	size_t i;
 
 	for (i = 0; i < 2 && sc->keys[i] != NULL; i++) {
 		long long card = h_redis_log_units(&redis, sc->keys[i]);
 
-		ck_assert_msg(card == sc->limit, "%s holds %lld units, expected "
-		    "%d: %s", sc->keys[i], card, sc->limit,
-		    card > sc->limit ? "denied requests were recorded"
-		    : "admitted requests were not recorded");
+		ck_assert_msg(card == sc->limit,
+		    "%s holds %lld units, expected "
+		    "%d: %s",
+		    sc->keys[i], card, sc->limit,
+		    card > sc->limit ? "denied requests were recorded" :
+				       "admitted requests were not recorded");
 	}
 }
 
-static void start(struct h_daemon *d, bool with_redis)
+static void
+start(struct h_daemon *d, bool with_redis)
 {
 	char yaml[4096];
 
@@ -233,7 +246,8 @@ static void start(struct h_daemon *d, bool with_redis)
 	h_daemon_start(d, yaml);
 }
 
-static void run_redis(const struct scenario *sc)
+static void
+run_redis(const struct scenario *sc)
 {
 	struct h_daemon d[2];
 
@@ -246,7 +260,8 @@ static void run_redis(const struct scenario *sc)
 	h_daemon_stop(&d[1]);
 }
 
-static void run_memory(const struct scenario *sc)
+static void
+run_memory(const struct scenario *sc)
 {
 	struct h_daemon d = { 0 };
 
@@ -279,23 +294,27 @@ START_TEST(test_memory_two_rules)
 }
 END_TEST
 
-static void redis_up(void)
+static void
+redis_up(void)
 {
 	if (redis.pid == 0)
 		h_redis_start(&redis);
 }
 
-static void flush_redis(void)
+static void
+flush_redis(void)
 {
 	h_redis_flush(&redis);
 }
 
-static void suite_done(void)
+static void
+suite_done(void)
 {
 	h_redis_stop(&redis);
 }
 
-Suite *test_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("concurrency");
 	TCase *red = tcase_create("redis");

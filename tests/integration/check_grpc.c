@@ -23,7 +23,8 @@
 #include "harness.h"
 #include "ops.h"
 
-#define RLS_PATH "/envoy.service.ratelimit.v3.RateLimitService/" \
+#define RLS_PATH \
+	"/envoy.service.ratelimit.v3.RateLimitService/" \
 	"ShouldRateLimit"
 
 static int grpc_port;
@@ -42,7 +43,8 @@ start(struct h_daemon *d, const char *more, const char *rules)
 	    "threads: 2\n"
 	    "shutdown_timeout: 2s\n"
 	    "%s"
-	    "rules:\n%s", grpc_port, more, rules);
+	    "rules:\n%s",
+	    grpc_port, more, rules);
 	h_daemon_start(d, yaml);
 }
 
@@ -60,9 +62,10 @@ client(const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(args, sizeof(args), fmt, ap);
 	va_end(ap);
-	snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s/tests/grpc/rls_client.py"
-	    " 127.0.0.1:%d %s/proto %s", src != NULL ? src : ".", grpc_port,
-	    src != NULL ? src : ".", args);
+	snprintf(cmd, sizeof(cmd),
+	    "/usr/bin/python3 %s/tests/grpc/rls_client.py"
+	    " 127.0.0.1:%d %s/proto %s",
+	    src != NULL ? src : ".", grpc_port, src != NULL ? src : ".", args);
 	ck_assert_ptr_nonnull(p = popen(cmd, "r"));
 	line[0] = '\0';
 	if (fgets(line, sizeof(line), p) == NULL)
@@ -110,8 +113,8 @@ status_int(json_t *j, size_t i, const char *field)
 static const char *
 header(json_t *j, const char *name)
 {
-	return json_string_value(json_object_get(json_object_get(j,
-	    "headers"), name));
+	return json_string_value(json_object_get(json_object_get(j, "headers"),
+	    name));
 }
 
 static const char rules_edge[] =
@@ -134,7 +137,8 @@ static const char rules_edge[] =
  */
 START_TEST(test_allowed_then_over_limit)
 {
-	const char *spec = "{\"domain\": \"edge\", \"descriptors\": "
+	const char *spec =
+	    "{\"domain\": \"edge\", \"descriptors\": "
 	    "[[[\"user\", \"bob\"]], [[\"route\", \"/a\"]]]}";
 	struct h_daemon d = { 0 };
 	struct h_resp r = { 0 };
@@ -149,8 +153,8 @@ START_TEST(test_allowed_then_over_limit)
 	lim = json_object_get(status(j, 0), "limit");
 	ck_assert_str_eq(json_string_value(json_object_get(lim, "name")),
 	    "per-user");
-	ck_assert_int_eq(json_integer_value(json_object_get(lim,
-	    "per_unit")), 3);
+	ck_assert_int_eq(json_integer_value(json_object_get(lim, "per_unit")),
+	    3);
 	ck_assert_str_eq(json_string_value(json_object_get(lim, "unit")),
 	    "MINUTE");
 	ck_assert_int_eq(status_int(j, 0, "remaining"), 2);
@@ -183,20 +187,28 @@ START_TEST(test_allowed_then_over_limit)
 	json_decref(j);
 
 	/* A descriptor no rule applies to: OK without a limit. */
-	j = call("{\"domain\": \"other\", \"descriptors\": "
+	j = call(
+	    "{\"domain\": \"other\", \"descriptors\": "
 	    "[[[\"user\", \"bob\"]]]}");
 	ck_assert_str_eq(str(j, "overall"), "OK");
 	ck_assert_ptr_null(json_object_get(status(j, 0), "limit"));
 	json_decref(j);
 
-	ck_assert_int_eq(h_metric("ratelimitd_decisions_total{rule=\"per-user\","
-	    "result=\"allowed\",protocol=\"grpc\"}"), 2);
-	ck_assert_int_eq(h_metric("ratelimitd_decisions_total{rule=\"per-user\","
-	    "result=\"allowed\",protocol=\"http\"}"), 1);
-	ck_assert_int_eq(h_metric("ratelimitd_decisions_total{rule=\"per-user\","
-	    "result=\"denied\",protocol=\"grpc\"}"), 1);
+	ck_assert_int_eq(
+	    h_metric("ratelimitd_decisions_total{rule=\"per-user\","
+		     "result=\"allowed\",protocol=\"grpc\"}"),
+	    2);
+	ck_assert_int_eq(
+	    h_metric("ratelimitd_decisions_total{rule=\"per-user\","
+		     "result=\"allowed\",protocol=\"http\"}"),
+	    1);
+	ck_assert_int_eq(
+	    h_metric("ratelimitd_decisions_total{rule=\"per-user\","
+		     "result=\"denied\",protocol=\"grpc\"}"),
+	    1);
 	ck_assert_int_eq(h_metric("ratelimitd_grpc_responses_total"
-	    "{code=\"OK\"}"), 4);
+				  "{code=\"OK\"}"),
+	    4);
 	h_daemon_stop(&d);
 }
 END_TEST
@@ -214,10 +226,13 @@ START_TEST(test_all_or_nothing_and_hits_addend_on_redis)
 	json_t *j;
 
 	h_redis_start(&rs);
-	start(&d, "backend: redis\nredis:\n"
+	start(&d,
+	    "backend: redis\nredis:\n"
 	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
-	    "  timeout: 500ms\n", rules_edge);
-	j = call("{\"domain\": \"edge\", \"hits_addend\": 3, \"descriptors\": "
+	    "  timeout: 500ms\n",
+	    rules_edge);
+	j = call(
+	    "{\"domain\": \"edge\", \"hits_addend\": 3, \"descriptors\": "
 	    "[[[\"user\", \"ann\"]]]}");
 	ck_assert_str_eq(str(j, "overall"), "OK");
 	ck_assert_int_eq(status_int(j, 0, "remaining"), 0);
@@ -225,7 +240,8 @@ START_TEST(test_all_or_nothing_and_hits_addend_on_redis)
 	ck_assert_int_eq(h_redis_log_units(&rs, "rl:per-user:{ann}"), 3);
 
 	/* ann is full: the route is not charged either. */
-	j = call("{\"domain\": \"edge\", \"descriptors\": "
+	j = call(
+	    "{\"domain\": \"edge\", \"descriptors\": "
 	    "[[[\"route\", \"/r\"]], [[\"user\", \"ann\"]]]}");
 	ck_assert_str_eq(str(j, "overall"), "OVER_LIMIT");
 	ck_assert_str_eq(str(status(j, 0), "code"), "OK");
@@ -234,7 +250,8 @@ START_TEST(test_all_or_nothing_and_hits_addend_on_redis)
 	ck_assert_int_eq(h_redis_log_units(&rs, "rl:per-route:{/r}"), 0);
 
 	/* hits_addend 0 is one hit; a descriptor's own 0 records nothing. */
-	j = call("{\"domain\": \"edge\", \"hits_addend\": 0, \"descriptors\": "
+	j = call(
+	    "{\"domain\": \"edge\", \"hits_addend\": 0, \"descriptors\": "
 	    "[[[\"route\", \"/r\"]], [[\"user\", \"cy\"]]], "
 	    "\"descriptor_hits\": [null, 0]}");
 	ck_assert_str_eq(str(j, "overall"), "OK");
@@ -245,7 +262,8 @@ START_TEST(test_all_or_nothing_and_hits_addend_on_redis)
 	ck_assert_int_eq(h_redis_log_units(&rs, "rl:per-user:{cy}"), 0);
 
 	/* More than the limit in one call can never fit. */
-	j = call("{\"domain\": \"edge\", \"hits_addend\": 4, \"descriptors\": "
+	j = call(
+	    "{\"domain\": \"edge\", \"hits_addend\": 4, \"descriptors\": "
 	    "[[[\"user\", \"dee\"]]]}");
 	ck_assert_str_eq(str(j, "overall"), "OVER_LIMIT");
 	json_decref(j);
@@ -264,14 +282,16 @@ START_TEST(test_concurrent_streams_exact)
 	json_t *j;
 
 	h_redis_start(&rs);
-	start(&d, "backend: redis\nredis:\n"
+	start(&d,
+	    "backend: redis\nredis:\n"
 	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
 	    "  timeout: 2s\n",
 	    "  - name: shared\n"
 	    "    key: \"${k}\"\n"
 	    "    limit: 25\n"
 	    "    window: 1m\n");
-	j = client("concurrent 60 '{\"domain\": \"x\", \"descriptors\": "
+	j = client(
+	    "concurrent 60 '{\"domain\": \"x\", \"descriptors\": "
 	    "[[[\"k\", \"one\"]]]}'");
 	ck_assert_int_eq(json_integer_value(json_object_get(j, "OK")), 25);
 	ck_assert_int_eq(json_integer_value(json_object_get(j, "OVER_LIMIT")),
@@ -297,14 +317,16 @@ nghttp(const char *path, const char *ctype, const unsigned char *body,
 	ck_assert_ptr_nonnull(f = fopen(file, "wb"));
 	ck_assert_uint_eq(fwrite(body, 1, len, f), len);
 	fclose(f);
-	snprintf(cmd, sizeof(cmd), "nghttp -v -H 'content-type: %s' -d %s "
-	    "http://127.0.0.1:%d%s 2>&1", ctype, file, grpc_port, path);
+	snprintf(cmd, sizeof(cmd),
+	    "nghttp -v -H 'content-type: %s' -d %s "
+	    "http://127.0.0.1:%d%s 2>&1",
+	    ctype, file, grpc_port, path);
 	ck_assert_ptr_nonnull(p = popen(cmd, "r"));
 	out = calloc(1, 65536);
 	n = fread(out, 1, 65535, p);
 	out[n] = '\0';
 	pclose(p);
-	while (n-- > 0)		/* the body is printed raw */
+	while (n-- > 0) /* the body is printed raw */
 		if (out[n] == '\0')
 			out[n] = '.';
 	return out;
@@ -357,12 +379,14 @@ START_TEST(test_health_and_bad_calls)
 	ck_assert_msg(strstr(out, "grpc-status: 0") != NULL, "%s", out);
 	free(out);
 
-	j = call("{\"domain\": \"edge\", \"descriptors\": "
+	j = call(
+	    "{\"domain\": \"edge\", \"descriptors\": "
 	    "[[[\"user\", \"eve\"]]]}");
 	ck_assert_str_eq(str(j, "overall"), "OK");
 	json_decref(j);
 	ck_assert_int_eq(h_metric("ratelimitd_grpc_responses_total"
-	    "{code=\"UNIMPLEMENTED\"}"), 2);
+				  "{code=\"UNIMPLEMENTED\"}"),
+	    2);
 	h_daemon_stop(&d);
 }
 END_TEST
@@ -373,7 +397,8 @@ END_TEST
 START_TEST(test_backend_down_policies)
 {
 	static const char *const policy[] = { "allow", "deny", "local" };
-	const char *spec = "{\"domain\": \"edge\", \"descriptors\": "
+	const char *spec =
+	    "{\"domain\": \"edge\", \"descriptors\": "
 	    "[[[\"user\", \"fay\"]]]}";
 	char more[512];
 	struct h_daemon d = { 0 };
@@ -382,10 +407,12 @@ START_TEST(test_backend_down_policies)
 	json_t *j;
 
 	for (i = 0; i < 3; i++) {
-		snprintf(more, sizeof(more), "backend: redis\nredis:\n"
+		snprintf(more, sizeof(more),
+		    "backend: redis\nredis:\n"
 		    "  url: \"redis://127.0.0.1:%d/0\"\n"
 		    "  timeout: 100ms\n"
-		    "on_backend_error: %s\n", dead, policy[i]);
+		    "on_backend_error: %s\n",
+		    dead, policy[i]);
 		start(&d, more, rules_edge);
 		j = call(spec);
 		if (i == 0) {
@@ -422,25 +449,30 @@ START_TEST(test_grpc_timeout_bounds_the_store)
 	json_t *j;
 
 	h_redis_start(&rs);
-	start(&d, "backend: redis\nredis:\n"
+	start(&d,
+	    "backend: redis\nredis:\n"
 	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
 	    "  timeout: 3s\n"
-	    "on_backend_error: deny\n", rules_edge);
+	    "on_backend_error: deny\n",
+	    rules_edge);
 	/* Connected first, so only the deadline is left to stop it. */
-	json_decref(call("{\"domain\": \"edge\", \"descriptors\": "
-	    "[[[\"user\", \"hal\"]]]}"));
+	json_decref(
+	    call("{\"domain\": \"edge\", \"descriptors\": "
+		 "[[[\"user\", \"hal\"]]]}"));
 	kill(rs.pid, SIGSTOP);
 	t0 = h_now_ms();
-	j = call("{\"domain\": \"edge\", \"timeout\": 0.3, "
+	j = call(
+	    "{\"domain\": \"edge\", \"timeout\": 0.3, "
 	    "\"descriptors\": [[[\"user\", \"hal\"]]]}");
 	/* The client's deadline and the daemon's are the same 300 ms: the
 	 * client may give up first, or get the policy's answer first. */
 	ck_assert_msg(strcmp(str(j, "code"), "DEADLINE_EXCEEDED") == 0 ||
-	    strcmp(str(j, "code"), "UNAVAILABLE") == 0, "%s",
-	    str(j, "code"));
+		strcmp(str(j, "code"), "UNAVAILABLE") == 0,
+	    "%s", str(j, "code"));
 	json_decref(j);
 	ck_assert(ops_wait_metric("ratelimitd_backend_errors_total"
-	    "{backend=\"redis\",kind=\"timeout\"}", 1, 5000) == 1);
+				  "{backend=\"redis\",kind=\"timeout\"}",
+		      1, 5000) == 1);
 	ck_assert_msg(h_now_ms() - t0 < 2500, "the store call took %lld ms",
 	    h_now_ms() - t0);
 	kill(rs.pid, SIGCONT);
@@ -464,13 +496,17 @@ START_TEST(test_sigterm_answers_calls_in_flight)
 	FILE *p;
 
 	h_redis_start(&rs);
-	start(&d, "backend: redis\nredis:\n"
+	start(&d,
+	    "backend: redis\nredis:\n"
 	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
-	    "  timeout: 2s\n", rules_edge);
-	json_decref(call("{\"domain\": \"edge\", \"descriptors\": "
-	    "[[[\"user\", \"ida\"]]]}"));
+	    "  timeout: 2s\n",
+	    rules_edge);
+	json_decref(
+	    call("{\"domain\": \"edge\", \"descriptors\": "
+		 "[[[\"user\", \"ida\"]]]}"));
 	kill(rs.pid, SIGSTOP);
-	snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s/tests/grpc/rls_client.py"
+	snprintf(cmd, sizeof(cmd),
+	    "/usr/bin/python3 %s/tests/grpc/rls_client.py"
 	    " 127.0.0.1:%d %s/proto concurrent 5 '{\"domain\": \"edge\", "
 	    "\"descriptors\": [[[\"user\", \"ida\"]]]}'",
 	    src != NULL ? src : ".", grpc_port, src != NULL ? src : ".");
@@ -478,8 +514,8 @@ START_TEST(test_sigterm_answers_calls_in_flight)
 	/* The calls are sent once the client has started (~0.5 s). */
 	ck_assert(ops_wait_metric("ratelimitd_redis_pool_in_use", 1, 5000) >=
 	    1);
-	h_sleep_ms(300);		/* all five in */
-	h_daemon_stop(&d);		/* SIGTERM; asserts exit status 0 */
+	h_sleep_ms(300);   /* all five in */
+	h_daemon_stop(&d); /* SIGTERM; asserts exit status 0 */
 	line[0] = '\0';
 	if (fgets(line, sizeof(line), p) == NULL)
 		line[0] = '\0';
@@ -507,12 +543,17 @@ START_TEST(test_unfinished_request_is_cut)
 	json_t *j;
 	FILE *p;
 
-	start(&d, "backend: memory\nrequest_timeout: 500ms\n"
-	    "idle_timeout: 1s\n", rules_edge);
-	snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s/tests/grpc/"
-	    "h2_dribble.py %d 6", src != NULL ? src : ".", grpc_port);
+	start(&d,
+	    "backend: memory\nrequest_timeout: 500ms\n"
+	    "idle_timeout: 1s\n",
+	    rules_edge);
+	snprintf(cmd, sizeof(cmd),
+	    "/usr/bin/python3 %s/tests/grpc/"
+	    "h2_dribble.py %d 6",
+	    src != NULL ? src : ".", grpc_port);
 	ck_assert_ptr_nonnull(p = popen(cmd, "r"));
-	j = call("{\"domain\": \"edge\", \"descriptors\": "
+	j = call(
+	    "{\"domain\": \"edge\", \"descriptors\": "
 	    "[[[\"user\", \"jo\"]]]}");
 	ck_assert_str_eq(str(j, "overall"), "OK");
 	json_decref(j);
@@ -522,7 +563,8 @@ START_TEST(test_unfinished_request_is_cut)
 	ck_assert_int_eq(pclose(p), 0);
 	ck_assert_msg((j = json_loads(line, 0, NULL)) != NULL, "%s", line);
 	ck_assert_msg(json_is_integer(json_object_get(j, "rst_after_ms")) &&
-	    json_is_integer(json_object_get(j, "closed_after_ms")), "%s", line);
+		json_is_integer(json_object_get(j, "closed_after_ms")),
+	    "%s", line);
 	rst = json_integer_value(json_object_get(j, "rst_after_ms"));
 	closed = json_integer_value(json_object_get(j, "closed_after_ms"));
 	ck_assert_msg(rst >= 400 && rst < 2000, "reset after %lld ms", rst);
@@ -551,14 +593,15 @@ START_TEST(test_deadline_answer_arrives)
 	long long t0;
 	bool rst = false, answered_first = false;
 
-	start(&d, "backend: memory\nrequest_timeout: 300ms\n"
-	    "idle_timeout: 5s\n", rules_edge);
+	start(&d,
+	    "backend: memory\nrequest_timeout: 300ms\n"
+	    "idle_timeout: 5s\n",
+	    rules_edge);
 	h2raw_connect(&c, grpc_port, NULL, 0);
 	h2raw_call_headers(buf, &len, 1, H2RAW_RLS_PATH, false);
 	ck_assert_uint_eq(h2raw_send(&c, buf, len, 1000), len);
 	t0 = h_now_ms();
-	while (!rst && h_now_ms() - t0 < 3000 &&
-	    h2raw_read(&c, &f, 200) >= 0) {
+	while (!rst && h_now_ms() - t0 < 3000 && h2raw_read(&c, &f, 200) >= 0) {
 		if (f.payload == NULL || f.stream != 1)
 			continue;
 		if (f.type == H2_HEADERS &&
@@ -573,7 +616,8 @@ START_TEST(test_deadline_answer_arrives)
 	ck_assert_msg(rst, "the stream was not reset");
 	h2raw_close(&c);
 	ck_assert_int_eq(h_metric("ratelimitd_grpc_responses_total"
-	    "{code=\"DEADLINE_EXCEEDED\"}"), 1);
+				  "{code=\"DEADLINE_EXCEEDED\"}"),
+	    1);
 	h_daemon_stop(&d);
 }
 END_TEST
@@ -594,8 +638,11 @@ cpu_ms(pid_t pid)
 	buf[n] = '\0';
 	/* Fields 14 and 15, counted after the command's closing ')'. */
 	ck_assert_ptr_nonnull(p = strrchr(buf, ')'));
-	ck_assert_int_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u "
-	    "%*u %*u %llu %llu", &ut, &st), 2);
+	ck_assert_int_eq(sscanf(p + 2,
+			     "%*c %*d %*d %*d %*d %*d %*u %*u %*u "
+			     "%*u %*u %llu %llu",
+			     &ut, &st),
+	    2);
 	return (long long)(ut + st) * 1000 / sysconf(_SC_CLK_TCK);
 }
 
@@ -637,8 +684,8 @@ START_TEST(test_out_of_descriptors)
 	start(&d, "backend: memory\n", rules_edge);
 	log = ops_slurp(d.log);
 	ck_assert_msg(strstr(log, "open files limited to 64") != NULL &&
-	    strstr(log, "HTTP and gRPC") != NULL, "no warning at start: %s",
-	    log);
+		strstr(log, "HTTP and gRPC") != NULL,
+	    "no warning at start: %s", log);
 	free(log);
 
 	for (i = 0; i < HOLD; i++)
@@ -651,12 +698,15 @@ START_TEST(test_out_of_descriptors)
 	t1 = h_now_ms();
 	fprintf(stderr, "out of descriptors: %lld ms of CPU in %lld ms\n",
 	    cpu1 - cpu0, t1 - t0);
-	ck_assert_msg(cpu1 - cpu0 < 300, "%lld ms of CPU in %lld ms out of "
-	    "descriptors", cpu1 - cpu0, t1 - t0);
+	ck_assert_msg(cpu1 - cpu0 < 300,
+	    "%lld ms of CPU in %lld ms out of "
+	    "descriptors",
+	    cpu1 - cpu0, t1 - t0);
 
 	for (i = 0; i < HOLD; i++)
 		close(fds[i]);
-	j = call("{\"domain\": \"edge\", \"timeout\": 5, \"descriptors\": "
+	j = call(
+	    "{\"domain\": \"edge\", \"timeout\": 5, \"descriptors\": "
 	    "[[[\"user\", \"kim\"]]]}");
 	ck_assert_str_eq(str(j, "overall"), "OK");
 	json_decref(j);
@@ -682,8 +732,10 @@ START_TEST(test_window_zero_client_is_cut)
 	long long t0, rst = -1, closed = -1;
 	int r;
 
-	start(&d, "backend: memory\nrequest_timeout: 1s\n"
-	    "idle_timeout: 1s\n", rules_edge);
+	start(&d,
+	    "backend: memory\nrequest_timeout: 1s\n"
+	    "idle_timeout: 1s\n",
+	    rules_edge);
 	h2raw_connect(&c, grpc_port, window0, 1);
 	h2raw_call_headers(buf, &len, 1, H2RAW_RLS_PATH, false);
 	h2raw_call_data(buf, &len, 1, "edge", "user", "lee");
@@ -698,8 +750,10 @@ START_TEST(test_window_zero_client_is_cut)
 			rst = h_now_ms() - t0;
 	}
 	h2raw_close(&c);
-	fprintf(stderr, "window 0: reset after %lld ms, closed after %lld "
-	    "ms\n", rst, closed);
+	fprintf(stderr,
+	    "window 0: reset after %lld ms, closed after %lld "
+	    "ms\n",
+	    rst, closed);
 	ck_assert_msg(rst >= 900 && rst < 2500, "reset after %lld ms", rst);
 	ck_assert_msg(closed >= rst && closed < 4500, "closed after %lld ms",
 	    closed);
@@ -724,14 +778,15 @@ START_TEST(test_rapid_reset_is_bounded)
 	struct h_daemon d = { 0 };
 	struct h2raw c;
 	struct h2raw_frame f = { 0 };
-	uint8_t rst[4] = { 0, 0, 0, 8 };	/* CANCEL */
+	uint8_t rst[4] = { 0, 0, 0, 8 }; /* CANCEL */
 	size_t len = 0, sent;
 	long long t0, stored, goaway = -1;
 	uint32_t id;
 	int i, r;
 
 	h_redis_start(&rs);
-	start(&d, "backend: redis\nredis:\n"
+	start(&d,
+	    "backend: redis\nredis:\n"
 	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
 	    "  timeout: 1s\n"
 	    "on_backend_error: allow\n",
@@ -740,8 +795,9 @@ START_TEST(test_rapid_reset_is_bounded)
 	    "    limit: 1000000\n"
 	    "    window: 1h\n");
 	/* Connected first, so the calls wait only for Redis. */
-	json_decref(call("{\"domain\": \"x\", \"descriptors\": "
-	    "[[[\"k\", \"warm\"]]]}"));
+	json_decref(
+	    call("{\"domain\": \"x\", \"descriptors\": "
+		 "[[[\"k\", \"warm\"]]]}"));
 	kill(rs.pid, SIGSTOP);
 	h2raw_connect(&c, grpc_port, NULL, 0);
 	for (i = 0; i < N; i++) {
@@ -759,12 +815,18 @@ START_TEST(test_rapid_reset_is_bounded)
 	/* Every call that reached the store fails by redis.timeout (1 s). */
 	h_sleep_ms(2000 - (h_now_ms() - t0));
 	kill(rs.pid, SIGCONT);
-	stored = (long long)ops_wait_metric("ratelimitd_backend_errors_total"
-	    "{backend=\"redis\",kind=\"timeout\"}", -1, 1500);
-	fprintf(stderr, "rapid reset: %zu of %zu bytes sent, %lld calls in "
-	    "the store, GOAWAY after %lld ms\n", sent, len, stored, goaway);
-	ck_assert_msg(stored >= 1 && stored <= 128, "%lld calls reached the "
-	    "store", stored);
+	stored = (long long)ops_wait_metric(
+	    "ratelimitd_backend_errors_total"
+	    "{backend=\"redis\",kind=\"timeout\"}",
+	    -1, 1500);
+	fprintf(stderr,
+	    "rapid reset: %zu of %zu bytes sent, %lld calls in "
+	    "the store, GOAWAY after %lld ms\n",
+	    sent, len, stored, goaway);
+	ck_assert_msg(stored >= 1 && stored <= 128,
+	    "%lld calls reached the "
+	    "store",
+	    stored);
 	ck_assert_msg(goaway >= 0, "no GOAWAY");
 	h_daemon_stop(&d);
 	h_redis_stop(&rs);
@@ -847,7 +909,8 @@ START_TEST(test_rapid_reset_flood_memory)
 	FILE *p;
 
 	h_redis_start(&rs);
-	start(&d, "backend: redis\nredis:\n"
+	start(&d,
+	    "backend: redis\nredis:\n"
 	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
 	    "  timeout: 1s\n",
 	    "  - name: wide\n"
@@ -855,19 +918,26 @@ START_TEST(test_rapid_reset_flood_memory)
 	    "    limit: 1000000\n"
 	    "    window: 1h\n");
 	before = proc_status_kb(d.pid, "VmRSS");
-	snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s/tests/grpc/"
-	    "h2_flood.py %d 4 4", src != NULL ? src : ".", grpc_port);
+	snprintf(cmd, sizeof(cmd),
+	    "/usr/bin/python3 %s/tests/grpc/"
+	    "h2_flood.py %d 4 4",
+	    src != NULL ? src : ".", grpc_port);
 	ck_assert_ptr_nonnull(p = popen(cmd, "r"));
 	line[0] = '\0';
 	if (fgets(line, sizeof(line), p) == NULL)
 		line[0] = '\0';
 	ck_assert_int_eq(pclose(p), 0);
 	after = proc_status_kb(d.pid, "VmRSS");
-	fprintf(stderr, "rapid reset flood: %s RSS %lld kB before, %lld kB "
-	    "after\n", line, before, after);
-	ck_assert_msg(after < 64 * 1024 || under_asan(d.pid), "RSS %lld kB "
-	    "after the flood (%lld kB before)", after, before);
-	j = call("{\"domain\": \"x\", \"descriptors\": "
+	fprintf(stderr,
+	    "rapid reset flood: %s RSS %lld kB before, %lld kB "
+	    "after\n",
+	    line, before, after);
+	ck_assert_msg(after < 64 * 1024 || under_asan(d.pid),
+	    "RSS %lld kB "
+	    "after the flood (%lld kB before)",
+	    after, before);
+	j = call(
+	    "{\"domain\": \"x\", \"descriptors\": "
 	    "[[[\"k\", \"after\"]]]}");
 	ck_assert_str_eq(str(j, "overall"), "OK");
 	json_decref(j);
@@ -901,7 +971,7 @@ hpack_bomb(uint8_t *buf, size_t *len, uint32_t stream)
 	block[n++] = 6;
 	memcpy(block + n, "x-bomb", 6);
 	n += 6;
-	block[n++] = 0x7f;		/* 7-bit prefix full: 127 + varint */
+	block[n++] = 0x7f; /* 7-bit prefix full: 127 + varint */
 	while (v >= 128) {
 		block[n++] = (uint8_t)(v % 128 + 128);
 		v /= 128;
@@ -910,7 +980,7 @@ hpack_bomb(uint8_t *buf, size_t *len, uint32_t stream)
 	memset(block + n, 'b', VALUE);
 	n += VALUE;
 	while (n < sizeof(block))
-		block[n++] = 0xbe;	/* indexed: dynamic entry 62 */
+		block[n++] = 0xbe; /* indexed: dynamic entry 62 */
 	for (i = 0, off = 0; off < n; i++, off += chunk) {
 		chunk = n - off < FRAME ? n - off : FRAME;
 		h2raw_frame(buf, len, i == 0 ? H2_HEADERS : H2_CONTINUATION,
@@ -953,8 +1023,9 @@ START_TEST(test_hpack_bomb_is_refused)
 	while (h_now_ms() - t0 < 20000 && (r = h2raw_read(&c, &f, 200)) >= 0) {
 		if (r == 0)
 			continue;
-		if (f.type == H2_HEADERS && h2raw_header(&f, "grpc-status",
-		    status, sizeof(status)) && strcmp(status, "0") == 0)
+		if (f.type == H2_HEADERS &&
+		    h2raw_header(&f, "grpc-status", status, sizeof(status)) &&
+		    strcmp(status, "0") == 0)
 			ok++;
 		if (f.type == H2_RST_STREAM)
 			rst++;
@@ -963,20 +1034,21 @@ START_TEST(test_hpack_bomb_is_refused)
 		if (ok + rst == (sent == len ? BOMBS : 1) || goaway >= 0) {
 			if (sent == len)
 				break;
-			sent += h2raw_send(&c, buf + first, len - first,
-			    20000);
+			sent += h2raw_send(&c, buf + first, len - first, 20000);
 		}
 	}
 	took = h_now_ms() - t0;
 	h2raw_close(&c);
-	fprintf(stderr, "hpack bomb: %zu of %zu bytes sent, %d answered OK, "
-	    "%d reset, GOAWAY after %lld ms, %lld ms in all\n", sent, len, ok,
-	    rst, goaway, took);
+	fprintf(stderr,
+	    "hpack bomb: %zu of %zu bytes sent, %d answered OK, "
+	    "%d reset, GOAWAY after %lld ms, %lld ms in all\n",
+	    sent, len, ok, rst, goaway, took);
 	ck_assert_msg(ok == 0, "%d bombs answered OK", ok);
 	ck_assert_msg(rst >= 1, "no stream reset");
 	ck_assert_msg(goaway >= 0, "no GOAWAY");
 	ck_assert_msg(took < 2000, "%lld ms for the bombs", took);
-	j = call("{\"domain\": \"edge\", \"descriptors\": "
+	j = call(
+	    "{\"domain\": \"edge\", \"descriptors\": "
 	    "[[[\"user\", \"mo\"]]]}");
 	ck_assert_str_eq(str(j, "overall"), "OK");
 	json_decref(j);
@@ -1002,20 +1074,25 @@ START_TEST(test_reload)
 	    "  - name: strict\n"
 	    "    key: \"${user}\"\n"
 	    "    limit: 1\n"
-	    "    window: 1m\n", d.port, grpc_port);
+	    "    window: 1m\n",
+	    d.port, grpc_port);
 	ck_assert_ptr_nonnull(f = fopen(d.conf, "w"));
 	fputs(yaml, f);
 	fclose(f);
 	kill(d.pid, SIGHUP);
 	ck_assert(ops_wait_metric("ratelimitd_config_reloads_total"
-	    "{result=\"success\"}", 1, 3000) == 1);
-	json_decref(call("{\"domain\": \"any\", \"descriptors\": "
-	    "[[[\"user\", \"gus\"]]]}"));
-	j = call("{\"domain\": \"any\", \"descriptors\": "
+				  "{result=\"success\"}",
+		      1, 3000) == 1);
+	json_decref(
+	    call("{\"domain\": \"any\", \"descriptors\": "
+		 "[[[\"user\", \"gus\"]]]}"));
+	j = call(
+	    "{\"domain\": \"any\", \"descriptors\": "
 	    "[[[\"user\", \"gus\"]]]}");
 	ck_assert_str_eq(str(j, "overall"), "OVER_LIMIT");
-	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(
-	    status(j, 0), "limit"), "name")), "strict");
+	ck_assert_str_eq(json_string_value(json_object_get(
+			     json_object_get(status(j, 0), "limit"), "name")),
+	    "strict");
 	json_decref(j);
 	h_daemon_stop(&d);
 }

@@ -42,142 +42,143 @@
 #define KEY_PREFIX "it:"
 
 static const char memory_head[] =
-	"listen: \"127.0.0.1:%PORT%\"\n"
-	"threads: 4\n"
-	"max_body_bytes: 1024\n"
-	"shutdown_timeout: 2s\n"
-	"backend: memory\n";
+    "listen: \"127.0.0.1:%PORT%\"\n"
+    "threads: 4\n"
+    "max_body_bytes: 1024\n"
+    "shutdown_timeout: 2s\n"
+    "backend: memory\n";
 
 static const char redis_head[] =
-	"listen: \"127.0.0.1:%PORT%\"\n"
-	"threads: 4\n"
-	"max_body_bytes: 1024\n"
-	"shutdown_timeout: 2s\n"
-	"backend: redis\n"
-	"redis:\n"
-	"  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
-	"  timeout: 200ms\n"
-	"  key_prefix: \"" KEY_PREFIX "\"\n"
-	"on_backend_error: deny\n";
+    "listen: \"127.0.0.1:%PORT%\"\n"
+    "threads: 4\n"
+    "max_body_bytes: 1024\n"
+    "shutdown_timeout: 2s\n"
+    "backend: redis\n"
+    "redis:\n"
+    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+    "  timeout: 200ms\n"
+    "  key_prefix: \"" KEY_PREFIX
+    "\"\n"
+    "on_backend_error: deny\n";
 
 /* The rules every test runs with; each case uses its own few (by the
  * attribute t, or by path/code/... for the match cases). */
 static const char rules_yaml[] =
-	"rules:\n"
-	"  - name: basic\n"
-	"    match:\n"
-	"      t: basic\n"
-	"    key: \"${user}\"\n"
-	"    limit: 3\n"
-	"    window: 1m\n"
-	"  - name: nokey\n"
-	"    match:\n"
-	"      t: nokey\n"
-	"    limit: 2\n"
-	"    window: 10s\n"
-	"  - name: cost\n"
-	"    match:\n"
-	"      t: cost\n"
-	"    key: \"${user}\"\n"
-	"    limit: 5\n"
-	"    window: 1m\n"
-	"  - name: dcost\n"
-	"    match:\n"
-	"      t: dcost\n"
-	"    limit: 6\n"
-	"    window: 1m\n"
-	"    cost: 3\n"
-	"  - name: r-exact\n"
-	"    match:\n"
-	"      path: \"/exact\"\n"
-	"    limit: 100\n"
-	"    window: 1h\n"
-	"  - name: r-glob\n"
-	"    match:\n"
-	"      path: \"/glob/*/x?\"\n"
-	"    limit: 100\n"
-	"    window: 1h\n"
-	"  - name: r-regex\n"
-	"    match:\n"
-	"      path: \"~^/v[0-9]+/login$\"\n"
-	"    limit: 100\n"
-	"    window: 1h\n"
-	"  - name: r-search\n"
-	"    match:\n"
-	"      code: \"~[0-9]{3}\"\n"
-	"    limit: 100\n"
-	"    window: 1h\n"
-	"  - name: r-multi\n"
-	"    match:\n"
-	"      method: POST\n"
-	"      path: \"/multi/*\"\n"
-	"    limit: 100\n"
-	"    window: 1h\n"
-	"  - name: r-int\n"
-	"    match:\n"
-	"      tier: \"7\"\n"
-	"    limit: 100\n"
-	"    window: 1h\n"
-	"  - name: r-bool\n"
-	"    match:\n"
-	"      vip: \"true\"\n"
-	"    limit: 100\n"
-	"    window: 1h\n"
-	"  - name: ip\n"
-	"    match:\n"
-	"      t: ip\n"
-	"    key: \"${ip}\"\n"
-	"    limit: 1\n"
-	"    window: 1m\n"
-	"  - name: pair\n"
-	"    match:\n"
-	"      t: pair\n"
-	"    key: \"u=${user}/i=${ip}\"\n"
-	"    limit: 1\n"
-	"    window: 1m\n"
-	"  - name: aon-wide\n"
-	"    match:\n"
-	"      t: aon\n"
-	"    key: \"${user}\"\n"
-	"    limit: 5\n"
-	"    window: 1m\n"
-	"  - name: aon-narrow\n"
-	"    match:\n"
-	"      t: aon\n"
-	"    key: \"${user}\"\n"
-	"    limit: 1\n"
-	"    window: 1m\n"
-	"  - name: shadow\n"
-	"    match:\n"
-	"      t: shadow\n"
-	"    key: \"${user}\"\n"
-	"    limit: 3\n"
-	"    window: 1m\n"
-	"    shadow: true\n"
-	"  - name: shadow2\n"
-	"    match:\n"
-	"      t: mix\n"
-	"    key: \"${user}\"\n"
-	"    limit: 1\n"
-	"    window: 1m\n"
-	"    shadow: true\n"
-	"  - name: mixreal\n"
-	"    match:\n"
-	"      t: mix\n"
-	"    key: \"${user}\"\n"
-	"    limit: 3\n"
-	"    window: 1m\n"
-	"  - name: keep\n"
-	"    match:\n"
-	"      t: keep\n"
-	"    key: \"${user}\"\n"
-	"    limit: 2\n"
-	"    window: 1m\n"
-	"  - name: slide\n"
-	"    match:\n"
-	"      t: slide\n"
-	"    limit: 2\n"
-	"    window: 2s\n";
+    "rules:\n"
+    "  - name: basic\n"
+    "    match:\n"
+    "      t: basic\n"
+    "    key: \"${user}\"\n"
+    "    limit: 3\n"
+    "    window: 1m\n"
+    "  - name: nokey\n"
+    "    match:\n"
+    "      t: nokey\n"
+    "    limit: 2\n"
+    "    window: 10s\n"
+    "  - name: cost\n"
+    "    match:\n"
+    "      t: cost\n"
+    "    key: \"${user}\"\n"
+    "    limit: 5\n"
+    "    window: 1m\n"
+    "  - name: dcost\n"
+    "    match:\n"
+    "      t: dcost\n"
+    "    limit: 6\n"
+    "    window: 1m\n"
+    "    cost: 3\n"
+    "  - name: r-exact\n"
+    "    match:\n"
+    "      path: \"/exact\"\n"
+    "    limit: 100\n"
+    "    window: 1h\n"
+    "  - name: r-glob\n"
+    "    match:\n"
+    "      path: \"/glob/*/x?\"\n"
+    "    limit: 100\n"
+    "    window: 1h\n"
+    "  - name: r-regex\n"
+    "    match:\n"
+    "      path: \"~^/v[0-9]+/login$\"\n"
+    "    limit: 100\n"
+    "    window: 1h\n"
+    "  - name: r-search\n"
+    "    match:\n"
+    "      code: \"~[0-9]{3}\"\n"
+    "    limit: 100\n"
+    "    window: 1h\n"
+    "  - name: r-multi\n"
+    "    match:\n"
+    "      method: POST\n"
+    "      path: \"/multi/*\"\n"
+    "    limit: 100\n"
+    "    window: 1h\n"
+    "  - name: r-int\n"
+    "    match:\n"
+    "      tier: \"7\"\n"
+    "    limit: 100\n"
+    "    window: 1h\n"
+    "  - name: r-bool\n"
+    "    match:\n"
+    "      vip: \"true\"\n"
+    "    limit: 100\n"
+    "    window: 1h\n"
+    "  - name: ip\n"
+    "    match:\n"
+    "      t: ip\n"
+    "    key: \"${ip}\"\n"
+    "    limit: 1\n"
+    "    window: 1m\n"
+    "  - name: pair\n"
+    "    match:\n"
+    "      t: pair\n"
+    "    key: \"u=${user}/i=${ip}\"\n"
+    "    limit: 1\n"
+    "    window: 1m\n"
+    "  - name: aon-wide\n"
+    "    match:\n"
+    "      t: aon\n"
+    "    key: \"${user}\"\n"
+    "    limit: 5\n"
+    "    window: 1m\n"
+    "  - name: aon-narrow\n"
+    "    match:\n"
+    "      t: aon\n"
+    "    key: \"${user}\"\n"
+    "    limit: 1\n"
+    "    window: 1m\n"
+    "  - name: shadow\n"
+    "    match:\n"
+    "      t: shadow\n"
+    "    key: \"${user}\"\n"
+    "    limit: 3\n"
+    "    window: 1m\n"
+    "    shadow: true\n"
+    "  - name: shadow2\n"
+    "    match:\n"
+    "      t: mix\n"
+    "    key: \"${user}\"\n"
+    "    limit: 1\n"
+    "    window: 1m\n"
+    "    shadow: true\n"
+    "  - name: mixreal\n"
+    "    match:\n"
+    "      t: mix\n"
+    "    key: \"${user}\"\n"
+    "    limit: 3\n"
+    "    window: 1m\n"
+    "  - name: keep\n"
+    "    match:\n"
+    "      t: keep\n"
+    "    key: \"${user}\"\n"
+    "    limit: 2\n"
+    "    window: 1m\n"
+    "  - name: slide\n"
+    "    match:\n"
+    "      t: slide\n"
+    "    limit: 2\n"
+    "    window: 2s\n";
 
 /* The window of each rule above, to check headers and bounds. */
 /* clang-format off */
@@ -202,15 +203,15 @@ static struct h_redis redis;
 /* --- the table -------------------------------------------------------- */
 
 struct step {
-	const char *method;	/* NULL: POST */
-	const char *path;	/* NULL: /acquire */
-	const char *body;	/* ' for ", #N# for N a's; NULL: no body */
-	size_t body_len;	/* if set, the expanded body has this length */
+	const char *method; /* NULL: POST */
+	const char *path;   /* NULL: /acquire */
+	const char *body;   /* ' for ", #N# for N a's; NULL: no body */
+	size_t body_len;    /* if set, the expanded body has this length */
 	int status;
 	const char *json;	/* a subset the JSON answer must contain */
 	const char *error;	/* the error code of an error answer */
 	const char *text;	/* the exact body of a text answer */
-	long long min_retry_ms;	/* retry_after_ms must be at least this */
+	long long min_retry_ms; /* retry_after_ms must be at least this */
 	const char *rkey;	/* redis: this key (after the prefix) ... */
 	long long units;	/* ... holds this many units (0: none) */
 };
@@ -219,7 +220,7 @@ struct step {
 
 struct http_case {
 	const char *name;
-	struct step steps[MAX_STEPS];	/* up to the first status 0 */
+	struct step steps[MAX_STEPS]; /* up to the first status 0 */
 };
 
 /* clang-format off */
@@ -484,7 +485,8 @@ static const struct http_case cases[] = {
 #define NCASES ((int)(sizeof(cases) / sizeof(cases[0])))
 
 /* ' becomes ", and #N# becomes N letters a.  Caller frees. */
-static char *expand(const char *src, size_t *lenp)
+static char *
+expand(const char *src, size_t *lenp)
 {
 	size_t cap = strlen(src) + 1, n = 0;
 	char *out = malloc(cap), *end;
@@ -515,29 +517,35 @@ static char *expand(const char *src, size_t *lenp)
 	return out;
 }
 
-static long long window_ms_of(const char *rule)
+static long long
+window_ms_of(const char *rule)
 {
 	size_t i;
 
 	for (i = 0; i < sizeof(windows) / sizeof(windows[0]); i++)
 		if (strcmp(windows[i].name, rule) == 0)
 			return windows[i].window_ms;
-	ck_abort_msg("the answer names rule \"%s\", which is not in the "
-	    "config", rule);
+	ck_abort_msg(
+	    "the answer names rule \"%s\", which is not in the "
+	    "config",
+	    rule);
 	return 0;
 }
 
-static const char *or_none(const char *s)
+static const char *
+or_none(const char *s)
 {
 	return s != NULL ? s : "(none)";
 }
 
-static long long ceil_s(long long ms)
+static long long
+ceil_s(long long ms)
 {
 	return ms <= 0 ? 0 : (ms + 999) / 1000;
 }
 
-static void start_daemon(struct h_daemon *d)
+static void
+start_daemon(struct h_daemon *d)
 {
 	char yaml[8192];
 
@@ -546,7 +554,8 @@ static void start_daemon(struct h_daemon *d)
 	h_daemon_start(d, yaml);
 }
 
-static bool is_json_type(const struct h_resp *r)
+static bool
+is_json_type(const struct h_resp *r)
 {
 	const char *ct = h_resp_header(r, "Content-Type");
 
@@ -554,7 +563,8 @@ static bool is_json_type(const struct h_resp *r)
 }
 
 /* The headers and bounds every decision must satisfy (see the top). */
-static void check_decision(struct h_resp *r, const char *ctx)
+static void
+check_decision(struct h_resp *r, const char *ctx)
 {
 	json_t *j = h_json(r), *rule, *allowed, *degraded;
 	static const char *const rl_headers[] = { "RateLimit-Policy",
@@ -564,28 +574,32 @@ static void check_decision(struct h_resp *r, const char *ctx)
 	char want[640];
 	size_t i;
 
-	ck_assert_msg(json_is_object(j), "%s: answer is not a JSON object: "
-	    "%s", ctx, r->body);
-	ck_assert_msg(is_json_type(r), "%s: Content-Type is %s, expected "
-	    "application/json", ctx,
-	    or_none(h_resp_header(r, "Content-Type")));
+	ck_assert_msg(json_is_object(j),
+	    "%s: answer is not a JSON object: "
+	    "%s",
+	    ctx, r->body);
+	ck_assert_msg(is_json_type(r),
+	    "%s: Content-Type is %s, expected "
+	    "application/json",
+	    ctx, or_none(h_resp_header(r, "Content-Type")));
 	allowed = json_object_get(j, "allowed");
 	ck_assert_msg(json_is_boolean(allowed) &&
-	    json_is_true(allowed) == (r->status == 200),
+		json_is_true(allowed) == (r->status == 200),
 	    "%s: status %ld but allowed is %s", ctx, r->status,
-	    allowed ? (json_is_true(allowed) ? "true" : "false/other")
-	    : "absent");
+	    allowed ? (json_is_true(allowed) ? "true" : "false/other") :
+		      "absent");
 	degraded = json_object_get(j, "degraded");
-	ck_assert_msg(!json_is_true(degraded), "%s: degraded answer: %s",
-	    ctx, r->body);
-	rule = json_object_get(j, "rule");
-	ck_assert_msg(rule != NULL, "%s: no \"rule\" field: %s", ctx,
+	ck_assert_msg(!json_is_true(degraded), "%s: degraded answer: %s", ctx,
 	    r->body);
+	rule = json_object_get(j, "rule");
+	ck_assert_msg(rule != NULL, "%s: no \"rule\" field: %s", ctx, r->body);
 	if (json_is_null(rule)) {
-		ck_assert_msg(r->status == 200, "%s: no rule but status "
-		    "%ld", ctx, r->status);
+		ck_assert_msg(r->status == 200,
+		    "%s: no rule but status "
+		    "%ld",
+		    ctx, r->status);
 		ck_assert_msg(json_is_null(json_object_get(j, "limit")) &&
-		    json_is_null(json_object_get(j, "remaining")),
+			json_is_null(json_object_get(j, "remaining")),
 		    "%s: no rule, but limit/remaining are not null: %s", ctx,
 		    r->body);
 		for (i = 0; i < sizeof(rl_headers) / sizeof(*rl_headers); i++)
@@ -596,8 +610,10 @@ static void check_decision(struct h_resp *r, const char *ctx)
 		    ctx);
 		return;
 	}
-	ck_assert_msg(json_is_string(rule), "%s: rule is neither a string "
-	    "nor null: %s", ctx, r->body);
+	ck_assert_msg(json_is_string(rule),
+	    "%s: rule is neither a string "
+	    "nor null: %s",
+	    ctx, r->body);
 	{
 		const char *name = json_string_value(rule);
 		long long win = window_ms_of(name);
@@ -612,13 +628,18 @@ static void check_decision(struct h_resp *r, const char *ctx)
 		ck_assert_msg(remaining >= 0 && remaining <= limit,
 		    "%s: remaining %lld outside [0, %lld]", ctx, remaining,
 		    limit);
-		ck_assert_msg(reset >= 0 && reset <= win, "%s: reset_ms %lld "
-		    "outside [0, window %lld]", ctx, reset, win);
+		ck_assert_msg(reset >= 0 && reset <= win,
+		    "%s: reset_ms %lld "
+		    "outside [0, window %lld]",
+		    ctx, reset, win);
 		if (r->status == 200)
-			ck_assert_msg(retry == 0, "%s: allowed but "
-			    "retry_after_ms is %lld", ctx, retry);
+			ck_assert_msg(retry == 0,
+			    "%s: allowed but "
+			    "retry_after_ms is %lld",
+			    ctx, retry);
 		else
-			ck_assert_msg(retry >= 1 && retry <= win, "%s: denied"
+			ck_assert_msg(retry >= 1 && retry <= win,
+			    "%s: denied"
 			    " but retry_after_ms %lld outside [1, %lld]",
 			    ctx, retry, win);
 
@@ -642,12 +663,14 @@ static void check_decision(struct h_resp *r, const char *ctx)
 			long long t = atoll(v + strlen(want));
 
 			if (remaining == limit)
-				ck_assert_msg(t == ceil_s(win), "%s: RateLimit "
+				ck_assert_msg(t == ceil_s(win),
+				    "%s: RateLimit "
 				    "%s: nothing used, t is not the window",
 				    ctx, v);
 			else
 				ck_assert_msg(t >= 1 && t <= ceil_s(reset) &&
-				    (r->status == 200 || t <= ceil_s(retry)),
+					(r->status == 200 ||
+					    t <= ceil_s(retry)),
 				    "%s: RateLimit %s: t outside [1, reset "
 				    "%lld s] or after the retry (%lld ms)",
 				    ctx, v, ceil_s(reset), retry);
@@ -660,61 +683,66 @@ static void check_decision(struct h_resp *r, const char *ctx)
 		snprintf(want, sizeof(want), "%lld", remaining);
 		v = h_resp_header(r, "X-RateLimit-Remaining");
 		ck_assert_msg(v != NULL && strcmp(v, want) == 0,
-		    "%s: X-RateLimit-Remaining: expected %s, got %s", ctx,
-		    want, or_none(v));
+		    "%s: X-RateLimit-Remaining: expected %s, got %s", ctx, want,
+		    or_none(v));
 		snprintf(want, sizeof(want), "%lld", ceil_s(reset));
 		v = h_resp_header(r, "X-RateLimit-Reset");
 		ck_assert_msg(v != NULL && strcmp(v, want) == 0,
 		    "%s: X-RateLimit-Reset: expected %s (reset_ms %lld), "
-		    "got %s", ctx, want, reset, or_none(v));
+		    "got %s",
+		    ctx, want, reset, or_none(v));
 		if (r->status == 429) {
 			snprintf(want, sizeof(want), "%lld",
 			    ceil_s(retry) < 1 ? 1 : ceil_s(retry));
 			ck_assert_msg(retry_hdr != NULL &&
-			    strcmp(retry_hdr, want) == 0,
+				strcmp(retry_hdr, want) == 0,
 			    "%s: Retry-After: expected %s (retry_after_ms "
-			    "%lld), got %s", ctx, want, retry,
-			    or_none(retry_hdr));
+			    "%lld), got %s",
+			    ctx, want, retry, or_none(retry_hdr));
 		} else {
-			ck_assert_msg(retry_hdr == NULL, "%s: Retry-After: %s"
-			    " on a 200", ctx, retry_hdr);
+			ck_assert_msg(retry_hdr == NULL,
+			    "%s: Retry-After: %s"
+			    " on a 200",
+			    ctx, retry_hdr);
 		}
 	}
 }
 
-static void check_error(struct h_resp *r, const char *code,
-    const char *ctx)
+static void
+check_error(struct h_resp *r, const char *code, const char *ctx)
 {
 	json_t *j = h_json(r);
 	const char *err = h_json_str(r, "error");
 	const char *msg = h_json_str(r, "message");
 
-	ck_assert_msg(json_is_object(j), "%s: error body is not a JSON "
-	    "object: %s", ctx, r->body);
+	ck_assert_msg(json_is_object(j),
+	    "%s: error body is not a JSON "
+	    "object: %s",
+	    ctx, r->body);
 	ck_assert_msg(err != NULL && msg != NULL && *msg != '\0',
-	    "%s: error body lacks \"error\" or \"message\": %s", ctx,
-	    r->body);
+	    "%s: error body lacks \"error\" or \"message\": %s", ctx, r->body);
 	ck_assert_msg(strcmp(code, "*") == 0 || strcmp(err, code) == 0,
 	    "%s: error \"%s\", expected \"%s\" (body %s)", ctx, err, code,
 	    r->body);
-	ck_assert_msg(is_json_type(r), "%s: Content-Type is %s, expected "
-	    "application/json", ctx,
-	    or_none(h_resp_header(r, "Content-Type")));
+	ck_assert_msg(is_json_type(r),
+	    "%s: Content-Type is %s, expected "
+	    "application/json",
+	    ctx, or_none(h_resp_header(r, "Content-Type")));
 }
 
-static void check_subset(struct h_resp *r, const char *expected,
-    const char *ctx)
+static void
+check_subset(struct h_resp *r, const char *expected, const char *ctx)
 {
 	char *text = expand(expected, NULL);
 	json_error_t e;
 	json_t *want = json_loads(text, 0, &e), *got = h_json(r), *v;
 	const char *k;
 
-	ck_assert_msg(want != NULL, "bad expected JSON %s: %s", text,
-	    e.text);
-	json_object_foreach(want, k, v) {
-		json_t *g = json_is_object(got) ? json_object_get(got, k)
-		    : NULL;
+	ck_assert_msg(want != NULL, "bad expected JSON %s: %s", text, e.text);
+	json_object_foreach(want, k, v)
+	{
+		json_t *g = json_is_object(got) ? json_object_get(got, k) :
+						  NULL;
 		char *ws = json_dumps(v, JSON_ENCODE_ANY);
 		char *gs = g ? json_dumps(g, JSON_ENCODE_ANY) : NULL;
 
@@ -728,7 +756,8 @@ static void check_subset(struct h_resp *r, const char *expected,
 	free(text);
 }
 
-static void check_redis_key(const struct step *s, const char *ctx)
+static void
+check_redis_key(const struct step *s, const char *ctx)
 {
 	char *rkey = expand(s->rkey, NULL);
 	char key[1024], rule[64];
@@ -738,8 +767,10 @@ static void check_redis_key(const struct step *s, const char *ctx)
 	snprintf(key, sizeof(key), "%s%s", KEY_PREFIX, rkey);
 	snprintf(rule, sizeof(rule), "%.*s", (int)rl, rkey);
 	units = h_redis_log_units(&redis, key);
-	ck_assert_msg(units == s->units, "%s: %s holds %lld units, expected "
-	    "%lld", ctx, key, units, s->units);
+	ck_assert_msg(units == s->units,
+	    "%s: %s holds %lld units, expected "
+	    "%lld",
+	    ctx, key, units, s->units);
 	if (s->units > 0) {
 		pttl = h_redis_int(&redis, "PTTL %s", key);
 		ck_assert_msg(pttl > 0 && pttl <= window_ms_of(rule),
@@ -749,7 +780,8 @@ static void check_redis_key(const struct step *s, const char *ctx)
 	free(rkey);
 }
 
-static void run_step(const struct step *s, int n, const char *name)
+static void
+run_step(const struct step *s, int n, const char *name)
 {
 	const char *method = s->method ? s->method : "POST";
 	const char *path = s->path ? s->path : "/acquire";
@@ -762,23 +794,27 @@ static void run_step(const struct step *s, int n, const char *name)
 	char ctx[400];
 	CURL *c;
 
-	snprintf(ctx, sizeof(ctx),
-	    "[%s] case \"%s\", step %d, %s %s %.100s%s",
+	snprintf(ctx, sizeof(ctx), "[%s] case \"%s\", step %d, %s %s %.100s%s",
 	    use_redis ? "redis" : "memory", name, n + 1, method, path,
 	    body ? body : "", len > 100 ? "..." : "");
 	if (s->body_len != 0)
-		ck_assert_msg(len == s->body_len, "%s: the table's body is "
-		    "%zu bytes, meant %zu", ctx, len, s->body_len);
+		ck_assert_msg(len == s->body_len,
+		    "%s: the table's body is "
+		    "%zu bytes, meant %zu",
+		    ctx, len, s->body_len);
 	if (use_redis) {
 		dbsize = h_redis_int(&redis, "DBSIZE");
 		scripts = h_redis_script_calls(&redis);
 	}
 	c = h_curl_new();
 	ck_assert_msg(h_request(c, d->port, &r, method, path, body, len,
-	    NULL) == 0, "%s: %s", ctx, r.err);
+			  NULL) == 0,
+	    "%s: %s", ctx, r.err);
 	curl_easy_cleanup(c);
-	ck_assert_msg(r.status == s->status, "%s: status %ld, expected %d "
-	    "(body %s)", ctx, r.status, s->status, r.body);
+	ck_assert_msg(r.status == s->status,
+	    "%s: status %ld, expected %d "
+	    "(body %s)",
+	    ctx, r.status, s->status, r.body);
 
 	if (strcmp(path, "/acquire") == 0 && !is_error) {
 		check_decision(&r, ctx);
@@ -789,22 +825,24 @@ static void run_step(const struct step *s, int n, const char *name)
 		    r.status == 200)
 			ck_assert_msg(h_redis_script_calls(&redis) > scripts,
 			    "%s: decided by a rule, but no script ran in "
-			    "Redis", ctx);
+			    "Redis",
+			    ctx);
 	}
 	if (s->json != NULL)
 		check_subset(&r, s->json, ctx);
 	if (s->min_retry_ms > 0)
 		ck_assert_msg(h_json_int(&r, "retry_after_ms") >=
-		    s->min_retry_ms, "%s: retry_after_ms %lld, expected at "
-		    "least %lld", ctx, h_json_int(&r, "retry_after_ms"),
-		    s->min_retry_ms);
+			s->min_retry_ms,
+		    "%s: retry_after_ms %lld, expected at "
+		    "least %lld",
+		    ctx, h_json_int(&r, "retry_after_ms"), s->min_retry_ms);
 	if (s->text != NULL) {
 		size_t tl = strlen(s->text);
 
-		ck_assert_msg(r.len >= tl && memcmp(r.body, s->text, tl) == 0
-		    && (r.len == tl || (r.len == tl + 1 &&
-		    r.body[tl] == '\n')), "%s: body \"%s\", expected \"%s\"",
-		    ctx, r.body, s->text);
+		ck_assert_msg(r.len >= tl && memcmp(r.body, s->text, tl) == 0 &&
+			(r.len == tl ||
+			    (r.len == tl + 1 && r.body[tl] == '\n')),
+		    "%s: body \"%s\", expected \"%s\"", ctx, r.body, s->text);
 	}
 	if (is_error) {
 		check_error(&r, s->error ? s->error : "*", ctx);
@@ -812,14 +850,20 @@ static void run_step(const struct step *s, int n, const char *name)
 			long long db2 = h_redis_int(&redis, "DBSIZE");
 			long long sc2 = h_redis_script_calls(&redis);
 
-			ck_assert_msg(db2 == dbsize, "%s: touched Redis: "
-			    "DBSIZE %lld -> %lld", ctx, dbsize, db2);
-			ck_assert_msg(sc2 == scripts, "%s: touched Redis: "
-			    "%lld script calls", ctx, sc2 - scripts);
+			ck_assert_msg(db2 == dbsize,
+			    "%s: touched Redis: "
+			    "DBSIZE %lld -> %lld",
+			    ctx, dbsize, db2);
+			ck_assert_msg(sc2 == scripts,
+			    "%s: touched Redis: "
+			    "%lld script calls",
+			    ctx, sc2 - scripts);
 		}
 		h_http(&hz, "GET", "/healthz", NULL, NULL);
-		ck_assert_msg(hz.status == 200, "%s: /healthz answers %ld "
-		    "afterwards", ctx, hz.status);
+		ck_assert_msg(hz.status == 200,
+		    "%s: /healthz answers %ld "
+		    "afterwards",
+		    ctx, hz.status);
 	}
 	if (use_redis && s->rkey != NULL)
 		check_redis_key(s, ctx);
@@ -866,18 +910,19 @@ START_TEST(test_keepalive)
 	c = h_curl_new();
 	for (i = 0; i < sizeof(seq) / sizeof(seq[0]); i++) {
 		ck_assert_msg(h_request(c, d.port, &r, seq[i].method,
-		    seq[i].path, seq[i].body,
-		    seq[i].body ? strlen(seq[i].body) : 0, NULL) == 0,
+				  seq[i].path, seq[i].body,
+				  seq[i].body ? strlen(seq[i].body) : 0,
+				  NULL) == 0,
 		    "request %zu: %s", i + 1, r.err);
-		ck_assert_msg(r.status == seq[i].status, "request %zu: "
-		    "status %ld, expected %ld", i + 1, r.status,
-		    seq[i].status);
+		ck_assert_msg(r.status == seq[i].status,
+		    "request %zu: "
+		    "status %ld, expected %ld",
+		    i + 1, r.status, seq[i].status);
 		ck_assert_msg(r.num_connects == (i == 0 ? 1 : 0),
 		    "request %zu (%s %s, after a %ld): %ld new connections, "
-		    "expected %d: the connection was not kept alive", i + 1,
-		    seq[i].method, seq[i].path,
-		    i ? seq[i - 1].status : 0L, r.num_connects,
-		    i == 0 ? 1 : 0);
+		    "expected %d: the connection was not kept alive",
+		    i + 1, seq[i].method, seq[i].path,
+		    i ? seq[i - 1].status : 0L, r.num_connects, i == 0 ? 1 : 0);
 	}
 	h_resp_free(&r);
 	curl_easy_cleanup(c);
@@ -885,21 +930,25 @@ START_TEST(test_keepalive)
 }
 END_TEST
 
-static void acquire_slide(long status, const char *what,
-    long long retry_lo, long long retry_hi, long long want_t)
+static void
+acquire_slide(long status, const char *what, long long retry_lo,
+    long long retry_hi, long long want_t)
 {
 	struct h_resp r = { 0 };
 	long long retry;
 	char want[64];
 
 	h_http(&r, "POST", "/acquire", "{\"t\":\"slide\"}", NULL);
-	ck_assert_msg(r.status == status, "%s: status %ld, expected %ld "
-	    "(body %s)", what, r.status, status, r.body);
+	ck_assert_msg(r.status == status,
+	    "%s: status %ld, expected %ld "
+	    "(body %s)",
+	    what, r.status, status, r.body);
 	check_decision(&r, what);
 	snprintf(want, sizeof(want), "\"slide\";r=%lld;t=%lld",
 	    h_json_int(&r, "remaining"), want_t);
 	ck_assert_msg(strcmp(or_none(h_resp_header(&r, "RateLimit")), want) ==
-	    0, "%s: RateLimit: %s, expected %s", what,
+		0,
+	    "%s: RateLimit: %s, expected %s", what,
 	    or_none(h_resp_header(&r, "RateLimit")), want);
 	if (status == 429) {
 		retry = h_json_int(&r, "retry_after_ms");
@@ -941,10 +990,12 @@ START_TEST(test_sliding_not_fixed)
 	acquire_slide(429, "X at 1.2 s", 500, 900, 1);
 	h_sleep_ms(t0 + 2400 - h_now_ms());
 	acquire_slide(200, "C at 2.4 s (A has expired)", 0, 0, 1);
-	acquire_slide(429, "D at 2.4 s (B is still in the window)", 500,
-	    900, 1);
-	ck_assert_msg(h_now_ms() - t0 < 2900, "the requests were too slow "
-	    "(%lld ms) for the timing to mean anything", h_now_ms() - t0);
+	acquire_slide(429, "D at 2.4 s (B is still in the window)", 500, 900,
+	    1);
+	ck_assert_msg(h_now_ms() - t0 < 2900,
+	    "the requests were too slow "
+	    "(%lld ms) for the timing to mean anything",
+	    h_now_ms() - t0);
 	h_daemon_stop(&d);
 }
 END_TEST
@@ -957,17 +1008,20 @@ END_TEST
  */
 START_TEST(test_long_rule_name)
 {
-	static const char name[] = "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn";
+	static const char name[] =
+	    "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn";
 	struct h_daemon d = { 0 };
 	struct h_resp r = { 0 };
 	char yaml[1024], want[512];
 	int i;
 
-	snprintf(yaml, sizeof(yaml), "%s"
+	snprintf(yaml, sizeof(yaml),
+	    "%s"
 	    "rules:\n"
 	    "  - name: %s\n"
 	    "    limit: 1\n"
-	    "    window: 1m\n", memory_head, name);
+	    "    window: 1m\n",
+	    memory_head, name);
 	h_daemon_start(&d, yaml);
 	for (i = 0; i < 2; i++) {
 		h_http(&r, "POST", "/acquire", "{}", NULL);
@@ -979,15 +1033,16 @@ START_TEST(test_long_rule_name)
 		    want);
 		snprintf(want, sizeof(want), "\"%s\";r=0;t=", name);
 		ck_assert_msg(strncmp(or_none(h_resp_header(&r, "RateLimit")),
-		    want, strlen(want)) == 0, "RateLimit: %s",
-		    or_none(h_resp_header(&r, "RateLimit")));
+				  want, strlen(want)) == 0,
+		    "RateLimit: %s", or_none(h_resp_header(&r, "RateLimit")));
 		h_resp_free(&r);
 	}
 	h_daemon_stop(&d);
 }
 END_TEST
 
-static long poll_status(const char *path, long want, long long ms)
+static long
+poll_status(const char *path, long want, long long ms)
 {
 	struct h_resp r = { 0 };
 	long long end = h_now_ms() + ms;
@@ -1020,26 +1075,35 @@ START_TEST(test_readyz_follows_redis)
 
 	h_redis_stop(&own);
 	st = poll_status("/readyz", 503, 3000);
-	ck_assert_msg(st == 503, "/readyz answers %ld with Redis stopped, "
-	    "expected 503", st);
+	ck_assert_msg(st == 503,
+	    "/readyz answers %ld with Redis stopped, "
+	    "expected 503",
+	    st);
 	h_http(&r, "GET", "/healthz", NULL, NULL);
-	ck_assert_msg(r.status == 200, "/healthz answers %ld with Redis "
-	    "stopped", r.status);
-	h_http(&r, "POST", "/acquire",
-	    "{\"t\":\"basic\",\"user\":\"down\"}", NULL);
-	ck_assert_msg(r.status == 503, "/acquire with Redis down and "
+	ck_assert_msg(r.status == 200,
+	    "/healthz answers %ld with Redis "
+	    "stopped",
+	    r.status);
+	h_http(&r, "POST", "/acquire", "{\"t\":\"basic\",\"user\":\"down\"}",
+	    NULL);
+	ck_assert_msg(r.status == 503,
+	    "/acquire with Redis down and "
 	    "on_backend_error: deny: status %ld, expected 503 (body %s)",
 	    r.status, r.body);
 	check_error(&r, "backend_unavailable", "/acquire, Redis down");
 
-	h_redis_start(&own);	/* the same port */
+	h_redis_start(&own); /* the same port */
 	st = poll_status("/readyz", 200, 10000);
-	ck_assert_msg(st == 200, "/readyz answers %ld 10 s after Redis came "
-	    "back, expected 200", st);
-	h_http(&r, "POST", "/acquire",
-	    "{\"t\":\"basic\",\"user\":\"down\"}", NULL);
-	ck_assert_msg(r.status == 200, "/acquire after Redis came back: "
-	    "status %ld (body %s)", r.status, r.body);
+	ck_assert_msg(st == 200,
+	    "/readyz answers %ld 10 s after Redis came "
+	    "back, expected 200",
+	    st);
+	h_http(&r, "POST", "/acquire", "{\"t\":\"basic\",\"user\":\"down\"}",
+	    NULL);
+	ck_assert_msg(r.status == 200,
+	    "/acquire after Redis came back: "
+	    "status %ld (body %s)",
+	    r.status, r.body);
 	check_subset(&r, "{'rule':'basic','remaining':2}", "after Redis");
 	h_resp_free(&r);
 	h_daemon_stop(&d);
@@ -1049,29 +1113,34 @@ END_TEST
 
 /* --- fixtures and main -------------------------------------------------- */
 
-static void use_memory_backend(void)
+static void
+use_memory_backend(void)
 {
 	use_redis = false;
 }
 
-static void use_redis_backend(void)
+static void
+use_redis_backend(void)
 {
 	use_redis = true;
 	if (redis.pid == 0)
 		h_redis_start(&redis);
 }
 
-static void flush_redis(void)
+static void
+flush_redis(void)
 {
 	h_redis_flush(&redis);
 }
 
-static TCase *backend_tcase(const char *name, bool with_redis)
+static TCase *
+backend_tcase(const char *name, bool with_redis)
 {
 	TCase *tc = tcase_create(name);
 
-	tcase_add_unchecked_fixture(tc, with_redis ? use_redis_backend :
-	    use_memory_backend, h_reap_orphans);
+	tcase_add_unchecked_fixture(tc,
+	    with_redis ? use_redis_backend : use_memory_backend,
+	    h_reap_orphans);
 	tcase_add_checked_fixture(tc, with_redis ? flush_redis : NULL,
 	    h_test_teardown);
 	tcase_set_timeout(tc, 60);
@@ -1081,12 +1150,14 @@ static TCase *backend_tcase(const char *name, bool with_redis)
 	return tc;
 }
 
-static void suite_done(void)
+static void
+suite_done(void)
 {
 	h_redis_stop(&redis);
 }
 
-Suite *test_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("http");
 	TCase *mem, *red;

@@ -36,84 +36,84 @@
 #include "check_main.h"
 #include "harness.h"
 
-#define THREADS 16
+#define THREADS	   16
 #define PER_THREAD 20
-#define LIMIT 5
+#define LIMIT	   5
 
 static const char memory_head[] =
-	"listen: \"127.0.0.1:%PORT%\"\n"
-	"threads: 4\n"
-	"shutdown_timeout: 2s\n"
-	"backend: memory\n";
+    "listen: \"127.0.0.1:%PORT%\"\n"
+    "threads: 4\n"
+    "shutdown_timeout: 2s\n"
+    "backend: memory\n";
 
 static const char redis_head[] =
-	"listen: \"127.0.0.1:%PORT%\"\n"
-	"threads: 4\n"
-	"shutdown_timeout: 2s\n"
-	"backend: redis\n"
-	"redis:\n"
-	"  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
-	"  timeout: 1s\n"
-	"  key_prefix: \"ls:\"\n"
-	"on_backend_error: deny\n";
+    "listen: \"127.0.0.1:%PORT%\"\n"
+    "threads: 4\n"
+    "shutdown_timeout: 2s\n"
+    "backend: redis\n"
+    "redis:\n"
+    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+    "  timeout: 1s\n"
+    "  key_prefix: \"ls:\"\n"
+    "on_backend_error: deny\n";
 
 static const char rules_yaml[] =
-	"rules:\n"
-	"  - name: exports\n"
-	"    match:\n"
-	"      t: exports\n"
-	"    key: \"${tenant}\"\n"
-	"    algorithm: concurrency\n"
-	"    limit: 5\n"
-	"    window: 1h\n"
-	"  - name: short\n"
-	"    match:\n"
-	"      t: short\n"
-	"    key: \"${job}\"\n"
-	"    algorithm: concurrency\n"
-	"    limit: 1\n"
-	"    window: 1s\n"
-	"  - name: lock\n"
-	"    match:\n"
-	"      t: lock\n"
-	"    key: \"${job}\"\n"
-	"    algorithm: concurrency\n"
-	"    limit: 1\n"
-	"    window: 30s\n"
-	"  - name: pair-lease\n"
-	"    match:\n"
-	"      t: pair\n"
-	"    key: \"${job}\"\n"
-	"    algorithm: concurrency\n"
-	"    limit: 2\n"
-	"    window: 1h\n"
-	"  - name: pair-gate\n"
-	"    match:\n"
-	"      t: pair\n"
-	"    key: \"${job}\"\n"
-	"    algorithm: fixed_window\n"
-	"    limit: 1\n"
-	"    window: 1h\n"
-	"  - name: both-lease\n"
-	"    match:\n"
-	"      t: both\n"
-	"    key: \"${job}\"\n"
-	"    algorithm: concurrency\n"
-	"    limit: 1\n"
-	"    window: 1h\n"
-	"  - name: both-gate\n"
-	"    match:\n"
-	"      t: both\n"
-	"    key: \"${job}\"\n"
-	"    algorithm: fixed_window\n"
-	"    limit: 1\n"
-	"    window: 1h\n"
-	"  - name: proxied\n"
-	"    match:\n"
-	"      path: \"/upload*\"\n"
-	"    algorithm: concurrency\n"
-	"    limit: 1\n"
-	"    window: 1h\n";
+    "rules:\n"
+    "  - name: exports\n"
+    "    match:\n"
+    "      t: exports\n"
+    "    key: \"${tenant}\"\n"
+    "    algorithm: concurrency\n"
+    "    limit: 5\n"
+    "    window: 1h\n"
+    "  - name: short\n"
+    "    match:\n"
+    "      t: short\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: concurrency\n"
+    "    limit: 1\n"
+    "    window: 1s\n"
+    "  - name: lock\n"
+    "    match:\n"
+    "      t: lock\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: concurrency\n"
+    "    limit: 1\n"
+    "    window: 30s\n"
+    "  - name: pair-lease\n"
+    "    match:\n"
+    "      t: pair\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: concurrency\n"
+    "    limit: 2\n"
+    "    window: 1h\n"
+    "  - name: pair-gate\n"
+    "    match:\n"
+    "      t: pair\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: fixed_window\n"
+    "    limit: 1\n"
+    "    window: 1h\n"
+    "  - name: both-lease\n"
+    "    match:\n"
+    "      t: both\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: concurrency\n"
+    "    limit: 1\n"
+    "    window: 1h\n"
+    "  - name: both-gate\n"
+    "    match:\n"
+    "      t: both\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: fixed_window\n"
+    "    limit: 1\n"
+    "    window: 1h\n"
+    "  - name: proxied\n"
+    "    match:\n"
+    "      path: \"/upload*\"\n"
+    "    algorithm: concurrency\n"
+    "    limit: 1\n"
+    "    window: 1h\n";
 
 static struct h_redis redis;
 static struct h_daemon daemons[2];
@@ -184,10 +184,9 @@ lease_call(int k, const char *path, const char *lease, struct h_resp *r)
 
 	snprintf(body, sizeof(body), "{\"lease\":\"%s\"}", lease);
 	post(k, path, body, r);
-	ck_assert_msg(r->status == 200, "%s: %ld %s", path, r->status,
-	    r->body);
-	v = h_json_get(r, strcmp(path, "/release") == 0 ? "released" :
-	    "renewed");
+	ck_assert_msg(r->status == 200, "%s: %ld %s", path, r->status, r->body);
+	v = h_json_get(r,
+	    strcmp(path, "/release") == 0 ? "released" : "renewed");
 	ck_assert_msg(json_is_boolean(v), "%s: %s", path, r->body);
 	return json_is_true(v) ? 1 : 0;
 }
@@ -197,7 +196,7 @@ lease_call(int k, const char *path, const char *lease, struct h_resp *r)
 struct worker {
 	pthread_t thread;
 	int id;
-	bool cycle;		/* take, hold, release; else take only */
+	bool cycle; /* take, hold, release; else take only */
 	pthread_barrier_t *go;
 	int ok, denied, other;
 	char leases[PER_THREAD][256];
@@ -232,7 +231,7 @@ work(void *arg)
 	pthread_barrier_wait(w->go);
 	for (k = 0; c != NULL && k < PER_THREAD; k++) {
 		if (h_request(c, port_of(w->id + k), &r, "POST", "/acquire",
-		    body, strlen(body), NULL) != 0 ||
+			body, strlen(body), NULL) != 0 ||
 		    (r.status != 200 && r.status != 429)) {
 			if (w->other++ == 0)
 				snprintf(w->problem, sizeof(w->problem),
@@ -256,10 +255,10 @@ work(void *arg)
 		snprintf(rel, sizeof(rel), "{\"lease\":\"%s\"}",
 		    w->leases[w->ok - 1]);
 		/* Released through the other daemon, when there are two. */
-		if (h_request(c, port_of(w->id + k + 1), &r, "POST",
-		    "/release", rel, strlen(rel), NULL) != 0 ||
-		    r.status != 200 || strstr(r.body, "\"released\":true") ==
-		    NULL) {
+		if (h_request(c, port_of(w->id + k + 1), &r, "POST", "/release",
+			rel, strlen(rel), NULL) != 0 ||
+		    r.status != 200 ||
+		    strstr(r.body, "\"released\":true") == NULL) {
 			if (w->other++ == 0)
 				snprintf(w->problem, sizeof(w->problem),
 				    "release: %ld %.200s", r.status, r.body);
@@ -283,15 +282,16 @@ race(struct worker *w, bool cycle)
 		w[i].id = i;
 		w[i].cycle = cycle;
 		w[i].go = &go;
-		ck_assert(pthread_create(&w[i].thread, NULL, work, &w[i]) ==
-		    0);
+		ck_assert(pthread_create(&w[i].thread, NULL, work, &w[i]) == 0);
 	}
 	for (i = 0; i < THREADS; i++)
 		pthread_join(w[i].thread, NULL);
 	pthread_barrier_destroy(&go);
 	for (i = 0; i < THREADS; i++)
-		ck_assert_msg(w[i].other == 0, "thread %d: %d unexpected "
-		    "answers, first: %s", i, w[i].other, w[i].problem);
+		ck_assert_msg(w[i].other == 0,
+		    "thread %d: %d unexpected "
+		    "answers, first: %s",
+		    i, w[i].other, w[i].problem);
 }
 
 START_TEST(test_exact_limit)
@@ -318,11 +318,12 @@ START_TEST(test_exact_limit)
 	ck_assert_msg(ok == LIMIT, "%d leases granted with limit %d", ok,
 	    LIMIT);
 	for (k = 0; k < LIMIT; k++)
-		ck_assert_msg(seen[k] == 1, "remaining=%d answered %d times",
-		    k, seen[k]);
+		ck_assert_msg(seen[k] == 1, "remaining=%d answered %d times", k,
+		    seen[k]);
 	if (_i == 1)
 		ck_assert_int_eq(h_redis_int(&redis, "ZCARD %s",
-		    "ls:exports:{acme}"), LIMIT + 1);	/* and '#used' */
+				     "ls:exports:{acme}"),
+		    LIMIT + 1); /* and '#used' */
 	/* Each is released once (through the other daemon), then never. */
 	for (k = 0; k < LIMIT; k++)
 		ck_assert_int_eq(lease_call(k + 1, "/release", all[k], &r), 1);
@@ -330,7 +331,8 @@ START_TEST(test_exact_limit)
 		ck_assert_int_eq(lease_call(k, "/release", all[k], &r), 0);
 	if (_i == 1)
 		ck_assert_int_eq(h_redis_int(&redis, "EXISTS %s",
-		    "ls:exports:{acme}"), 0);
+				     "ls:exports:{acme}"),
+		    0);
 
 	/* Take, hold 2 ms, release, in a loop: never more than LIMIT held,
 	 * and every lease granted was released. */
@@ -338,13 +340,16 @@ START_TEST(test_exact_limit)
 	race(w, true);
 	for (ok = 0, i = 0; i < THREADS; i++)
 		ok += w[i].ok;
-	ck_assert_msg(held_max <= LIMIT && held_max >= 1, "%d held at once "
-	    "(limit %d)", held_max, LIMIT);
+	ck_assert_msg(held_max <= LIMIT && held_max >= 1,
+	    "%d held at once "
+	    "(limit %d)",
+	    held_max, LIMIT);
 	ck_assert_msg(ok >= LIMIT, "only %d leases in %d tries", ok,
 	    THREADS * PER_THREAD);
-	fprintf(stderr, "leases (%s): %d of %d acquires granted while "
-	    "cycling, at most %d held at once\n", _i ? "redis" : "memory", ok,
-	    THREADS * PER_THREAD, held_max);
+	fprintf(stderr,
+	    "leases (%s): %d of %d acquires granted while "
+	    "cycling, at most %d held at once\n",
+	    _i ? "redis" : "memory", ok, THREADS * PER_THREAD, held_max);
 	post(0, "/acquire", "{\"t\":\"exports\",\"tenant\":\"acme\"}", &r);
 	ck_assert_int_eq(r.status, 200);
 	ck_assert_int_eq(h_json_int(&r, "remaining"), LIMIT - 1);
@@ -379,8 +384,8 @@ START_TEST(test_release_by_token_only)
 	dot[1] = '2';
 	ck_assert_int_eq(lease_call(1, "/release", other, &r), 0);
 	/* The same token under another key (job j2). */
-	snprintf(other, sizeof(other), "6c6f636b3a7b6a327d%s", strchr(lease,
-	    '.'));
+	snprintf(other, sizeof(other), "6c6f636b3a7b6a327d%s",
+	    strchr(lease, '.'));
 	ck_assert_int_eq(lease_call(1, "/release", other, &r), 0);
 
 	/* Malformed: 400 invalid_lease, nothing freed. */
@@ -391,7 +396,7 @@ START_TEST(test_release_by_token_only)
 	ck_assert_int_eq(r.status, 400);
 	ck_assert_str_eq(h_json_str(&r, "error"), "invalid_lease");
 	snprintf(other, sizeof(other), "{\"lease\":\"%.*s\"}",
-	    (int)strlen(lease) - 1, lease);		/* a digit short */
+	    (int)strlen(lease) - 1, lease); /* a digit short */
 	post(1, "/release", other, &r);
 	ck_assert_int_eq(r.status, 400);
 	post(1, "/release", "{}", &r);
@@ -487,12 +492,17 @@ START_TEST(test_denied_takes_no_lease)
 	}
 	if (_i == 1)
 		ck_assert_int_eq(h_redis_int(&redis, "ZCARD %s",
-		    "ls:pair-lease:{p}"), 2);	/* one lease and '#used' */
+				     "ls:pair-lease:{p}"),
+		    2); /* one lease and '#used' */
 	/* pair-lease alone: one of its two units is still free. */
-	post(1, "/acquire", "{\"t\":\"pair\",\"job\":\"p\","
-	    "\"rule\":\"pair-lease\"}", &r);
-	ck_assert_msg(r.status == 200, "a denied request took a lease: %ld "
-	    "%s", r.status, r.body);
+	post(1, "/acquire",
+	    "{\"t\":\"pair\",\"job\":\"p\","
+	    "\"rule\":\"pair-lease\"}",
+	    &r);
+	ck_assert_msg(r.status == 200,
+	    "a denied request took a lease: %ld "
+	    "%s",
+	    r.status, r.body);
 	ck_assert_int_eq(h_json_int(&r, "remaining"), 0);
 
 	/* /auth skips concurrency rules: a proxy cannot release. */
@@ -503,7 +513,7 @@ START_TEST(test_denied_takes_no_lease)
 		h_resp_free(&r);
 		memset(&r, 0, sizeof(r));
 		ck_assert(h_request(c, port_of(k), &r, "GET", "/auth", NULL, 0,
-		    hdr) == 0);
+			      hdr) == 0);
 		curl_easy_cleanup(c);
 		ck_assert_int_eq(r.status, 200);
 	}
@@ -516,7 +526,8 @@ START_TEST(test_denied_takes_no_lease)
 }
 END_TEST
 
-/* --- a lock handed from worker to worker ----------------------------------- */
+/* --- a lock handed from worker to worker -----------------------------------
+ */
 
 START_TEST(test_lock_handoff)
 {
@@ -557,13 +568,13 @@ END_TEST
 /* One /acquire on its own thread: what it answered, and when. */
 struct waiter {
 	pthread_t thread;
-	int k;			/* the daemon asked */
+	int k; /* the daemon asked */
 	char body[256];
 	long status;
 	char lease[512];
 	long long sent_ms, answered_ms, waited_ms, retry_ms;
 	char answer[512];
-	bool hold_release;	/* on 200: hold HOLD_MS, then release */
+	bool hold_release; /* on 200: hold HOLD_MS, then release */
 	long long released_ms;
 };
 
@@ -582,19 +593,19 @@ waiter_run(void *arg)
 
 	w->sent_ms = h_now_ms();
 	if (h_request(c, port_of(w->k), &r, "POST", "/acquire", w->body,
-	    strlen(w->body), NULL) == 0)
+		strlen(w->body), NULL) == 0)
 		w->status = r.status;
 	w->answered_ms = h_now_ms();
-	snprintf(w->answer, sizeof(w->answer), "%s", r.body != NULL ?
-	    r.body : r.err);
-	if (w->status == 200 && (l = json_array_get(h_json_get(&r, "leases"),
-	    0)) != NULL)
+	snprintf(w->answer, sizeof(w->answer), "%s",
+	    r.body != NULL ? r.body : r.err);
+	if (w->status == 200 &&
+	    (l = json_array_get(h_json_get(&r, "leases"), 0)) != NULL)
 		snprintf(w->lease, sizeof(w->lease), "%s",
 		    json_string_value(json_object_get(l, "lease")));
 	w->waited_ms = json_is_integer(h_json_get(&r, "waited_ms")) ?
-	    h_json_int(&r, "waited_ms") : 0;
-	w->retry_ms = w->status == 429 ? h_json_int(&r, "retry_after_ms") :
+	    h_json_int(&r, "waited_ms") :
 	    0;
+	w->retry_ms = w->status == 429 ? h_json_int(&r, "retry_after_ms") : 0;
 	if (w->status == 200 && w->hold_release) {
 		char rel[600];
 
@@ -640,7 +651,8 @@ START_TEST(test_wait_release)
 		post(k, "/acquire", "{\"t\":\"lock\",\"job\":\"w\"}", &r);
 		ck_assert_int_eq(r.status, 200);
 		lease_of(&r, "lock", a, sizeof(a));
-		waiter_go(&w, k + 1, "{\"t\":\"lock\",\"job\":\"w\","
+		waiter_go(&w, k + 1,
+		    "{\"t\":\"lock\",\"job\":\"w\","
 		    "\"wait_ms\":5000}");
 		h_sleep_ms(300);
 		released = h_now_ms();
@@ -648,15 +660,19 @@ START_TEST(test_wait_release)
 		pthread_join(w.thread, NULL);
 		ck_assert_msg(w.status == 200 && w.lease[0] != '\0',
 		    "waiter: %ld %s", w.status, w.answer);
-		ck_assert_msg(w.answered_ms >= released && w.answered_ms -
-		    released < 1000, "waiter answered %lld ms after the "
-		    "release", w.answered_ms - released);
-		ck_assert_msg(w.waited_ms >= 250 && w.waited_ms <=
-		    w.answered_ms - w.sent_ms + 1, "waited_ms %lld",
-		    w.waited_ms);
-		fprintf(stderr, "lease wait (%s): waiter served %lld ms after "
-		    "a release through %s daemon\n", _i ? "redis" : "memory",
-		    w.answered_ms - released, _i ? "the other" : "its");
+		ck_assert_msg(w.answered_ms >= released &&
+			w.answered_ms - released < 1000,
+		    "waiter answered %lld ms after the "
+		    "release",
+		    w.answered_ms - released);
+		ck_assert_msg(w.waited_ms >= 250 &&
+			w.waited_ms <= w.answered_ms - w.sent_ms + 1,
+		    "waited_ms %lld", w.waited_ms);
+		fprintf(stderr,
+		    "lease wait (%s): waiter served %lld ms after "
+		    "a release through %s daemon\n",
+		    _i ? "redis" : "memory", w.answered_ms - released,
+		    _i ? "the other" : "its");
 		ck_assert_int_eq(lease_call(k + 1, "/release", w.lease, &r), 1);
 	}
 	h_resp_free(&r);
@@ -678,10 +694,13 @@ START_TEST(test_wait_expiry_timeout)
 	/* Daemon 1 (the memory store's one daemon) counts it meanwhile. */
 	h_sleep_ms(300);
 	ck_assert_int_eq(h_metric("ratelimitd_waiting_requests"
-	    "{for=\"lease\"}"), 1);
+				  "{for=\"lease\"}"),
+	    1);
 	pthread_join(w.thread, NULL);
 	ck_assert_int_eq(h_metric_settles("ratelimitd_waiting_requests"
-	    "{for=\"lease\"}", 0), 0);
+					  "{for=\"lease\"}",
+			     0),
+	    0);
 	took = w.answered_ms - w.sent_ms;
 	ck_assert_msg(w.status == 200 && took >= 900 && took < 3000,
 	    "expiry: %ld after %lld ms: %s", w.status, took, w.answer);
@@ -716,12 +735,14 @@ START_TEST(test_wait_order)
 	holders = holders_max = 0;
 	for (i = 0; i < 5; i++) {
 		memset(&w[i], 0, sizeof(w[i]));
-		w[i].k = 2 * i;		/* all on daemon 0 */
+		w[i].k = 2 * i; /* all on daemon 0 */
 		w[i].hold_release = true;
-		snprintf(w[i].body, sizeof(w[i].body), "{\"t\":\"lock\","
-		    "\"job\":\"o\",\"wait_ms\":10000,\"n\":\"%d\"}", i);
+		snprintf(w[i].body, sizeof(w[i].body),
+		    "{\"t\":\"lock\","
+		    "\"job\":\"o\",\"wait_ms\":10000,\"n\":\"%d\"}",
+		    i);
 		ck_assert(pthread_create(&w[i].thread, NULL, waiter_run,
-		    &w[i]) == 0);
+			      &w[i]) == 0);
 		h_sleep_ms(60);
 	}
 	ck_assert_int_eq(lease_call(1, "/release", a, &r), 1);
@@ -732,11 +753,11 @@ START_TEST(test_wait_order)
 		    w[i].status, w[i].answer);
 		if (i > 0)
 			ck_assert_msg(w[i].answered_ms >=
-			    w[i - 1].released_ms && w[i].answered_ms >
-			    w[i - 1].answered_ms,
+				    w[i - 1].released_ms &&
+				w[i].answered_ms > w[i - 1].answered_ms,
 			    "waiter %d answered at %lld, before waiter %d "
-			    "released at %lld", i, w[i].answered_ms, i - 1,
-			    w[i - 1].released_ms);
+			    "released at %lld",
+			    i, w[i].answered_ms, i - 1, w[i - 1].released_ms);
 	}
 	ck_assert_int_eq(holders_max, 1);
 	h_resp_free(&r);
@@ -747,7 +768,7 @@ END_TEST
 /* Workers hand a lock on with wait_ms: every acquire succeeds, one
  * holder at a time, and no one waits for an expiry (window 30 s). */
 #define LOCK_WORKERS 6
-#define LOCK_ROUNDS 4
+#define LOCK_ROUNDS  4
 
 struct lock_worker {
 	pthread_t thread;
@@ -771,9 +792,9 @@ lock_work(void *arg)
 
 	for (n = 0; n < LOCK_ROUNDS; n++) {
 		if (h_request(c, port_of(lw->k), &r, "POST", "/acquire", body,
-		    strlen(body), NULL) != 0 || r.status != 200 ||
-		    (l = json_array_get(h_json_get(&r, "leases"), 0)) ==
-		    NULL) {
+			strlen(body), NULL) != 0 ||
+		    r.status != 200 ||
+		    (l = json_array_get(h_json_get(&r, "leases"), 0)) == NULL) {
 			snprintf(lw->problem, sizeof(lw->problem), "%ld %.200s",
 			    r.status, r.body != NULL ? r.body : r.err);
 			break;
@@ -796,10 +817,12 @@ lock_work(void *arg)
 		last_release_ms = h_now_ms();
 		pthread_mutex_unlock(&order_mu);
 		if (h_request(c, port_of(lw->k + 1), &r, "POST", "/release",
-		    rel, strlen(rel), NULL) != 0 ||
+			rel, strlen(rel), NULL) != 0 ||
 		    strstr(r.body, "\"released\":true") == NULL) {
-			snprintf(lw->problem, sizeof(lw->problem), "release: "
-			    "%.200s", r.body != NULL ? r.body : r.err);
+			snprintf(lw->problem, sizeof(lw->problem),
+			    "release: "
+			    "%.200s",
+			    r.body != NULL ? r.body : r.err);
 			break;
 		}
 		lw->ok++;
@@ -824,22 +847,25 @@ START_TEST(test_wait_lock_workers)
 		memset(&lw[i], 0, sizeof(lw[i]));
 		lw[i].k = i;
 		ck_assert(pthread_create(&lw[i].thread, NULL, lock_work,
-		    &lw[i]) == 0);
+			      &lw[i]) == 0);
 	}
 	for (i = 0; i < LOCK_WORKERS; i++)
 		pthread_join(lw[i].thread, NULL);
 	took = h_now_ms() - t0;
 	for (i = 0; i < LOCK_WORKERS; i++)
-		ck_assert_msg(lw[i].ok == LOCK_ROUNDS, "worker %d: %d rounds; "
-		    "%s", i, lw[i].ok, lw[i].problem);
+		ck_assert_msg(lw[i].ok == LOCK_ROUNDS,
+		    "worker %d: %d rounds; "
+		    "%s",
+		    i, lw[i].ok, lw[i].problem);
 	ck_assert_int_eq(holders_max, 1);
 	ck_assert_msg(took < 20000, "%d hand-offs took %lld ms",
 	    LOCK_WORKERS * LOCK_ROUNDS, took);
-	fprintf(stderr, "lease wait (%s): %d lock hand-offs among %d workers "
+	fprintf(stderr,
+	    "lease wait (%s): %d lock hand-offs among %d workers "
 	    "in %lld ms (30 ms held each); release to next holder %lld..%lld "
-	    "ms\n", _i ? "redis, 2 daemons" : "memory",
-	    LOCK_WORKERS * LOCK_ROUNDS, LOCK_WORKERS, took, handoff_min,
-	    handoff_max);
+	    "ms\n",
+	    _i ? "redis, 2 daemons" : "memory", LOCK_WORKERS * LOCK_ROUNDS,
+	    LOCK_WORKERS, took, handoff_min, handoff_max);
 	stop();
 }
 END_TEST
@@ -879,11 +905,12 @@ START_TEST(test_wait_sigterm)
 	sig = h_now_ms();
 	ck_assert(kill(daemons[0].pid, SIGTERM) == 0);
 	pthread_join(w.thread, NULL);
-	ck_assert_msg(w.status == 503 && strstr(w.answer, "shutting_down") !=
-	    NULL && w.answered_ms - sig < 1500, "%ld after %lld ms: %s",
-	    w.status, w.answered_ms - sig, w.answer);
+	ck_assert_msg(w.status == 503 &&
+		strstr(w.answer, "shutting_down") != NULL &&
+		w.answered_ms - sig < 1500,
+	    "%ld after %lld ms: %s", w.status, w.answered_ms - sig, w.answer);
 	h_resp_free(&r);
-	stop();			/* asserts exit status 0 */
+	stop(); /* asserts exit status 0 */
 }
 END_TEST
 
@@ -903,17 +930,20 @@ START_TEST(test_wait_without_channel_acl)
 	char line[1024];
 	int i, refused = 0;
 
-	rep = redisCommand(h_redis_ctx(&redis), "ACL SETUSER nochan on >pw "
+	rep = redisCommand(h_redis_ctx(&redis),
+	    "ACL SETUSER nochan on >pw "
 	    "~* +@all resetchannels");
 	ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_STATUS,
 	    "ACL SETUSER: %s", rep != NULL ? rep->str : "no reply");
 	freeReplyObject(rep);
-	snprintf(yaml, sizeof(yaml), "listen: \"127.0.0.1:%%PORT%%\"\n"
+	snprintf(yaml, sizeof(yaml),
+	    "listen: \"127.0.0.1:%%PORT%%\"\n"
 	    "backend: redis\n"
 	    "redis:\n"
 	    "  url: \"redis://nochan:pw@127.0.0.1:%%REDIS_PORT%%/0\"\n"
 	    "  key_prefix: \"ls:\"\n"
-	    "%s", rules_yaml);
+	    "%s",
+	    rules_yaml);
 	memset(daemons, 0, sizeof(daemons));
 	ndaemons = 2;
 	for (i = 0; i < 2; i++)
@@ -925,7 +955,8 @@ START_TEST(test_wait_without_channel_acl)
 	post(0, "/acquire", "{\"t\":\"short\",\"job\":\"acl\"}", &r);
 	ck_assert_int_eq(r.status, 200);
 	lease_of(&r, "short", a, sizeof(a));
-	waiter_go(&w, 1, "{\"t\":\"short\",\"job\":\"acl\","
+	waiter_go(&w, 1,
+	    "{\"t\":\"short\",\"job\":\"acl\","
 	    "\"wait_ms\":5000}");
 	h_sleep_ms(200);
 	ck_assert_int_eq(lease_call(0, "/release", a, &r), 1);
@@ -985,17 +1016,25 @@ START_TEST(test_check_warns_auth)
 	char out[4096];
 
 	/* method, path, host, ip and header.* are /auth's: a warning. */
-	ck_assert_int_eq(run_check("rules:\n  - name: up\n    match:\n"
-	    "      path: \"/upload*\"\n    key: \"${header.x-user}\"\n"
-	    "    algorithm: concurrency\n    limit: 2\n    window: 1m\n",
-	    out, sizeof(out)), 0);
-	ck_assert_msg(strstr(out, "warning: rule \"up\" (concurrency) could "
-	    "match /auth") != NULL && strstr(out, "ok: 1 rules") != NULL,
+	ck_assert_int_eq(
+	    run_check(
+		"rules:\n  - name: up\n    match:\n"
+		"      path: \"/upload*\"\n    key: \"${header.x-user}\"\n"
+		"    algorithm: concurrency\n    limit: 2\n    window: 1m\n",
+		out, sizeof(out)),
+	    0);
+	ck_assert_msg(strstr(out,
+			  "warning: rule \"up\" (concurrency) could "
+			  "match /auth") != NULL &&
+		strstr(out, "ok: 1 rules") != NULL,
 	    "%s", out);
 	/* a key from a JSON field /auth never sets: no warning */
-	ck_assert_int_eq(run_check("rules:\n  - name: ex\n"
-	    "    key: \"${tenant}\"\n    algorithm: concurrency\n"
-	    "    limit: 2\n    window: 1m\n", out, sizeof(out)), 0);
+	ck_assert_int_eq(
+	    run_check("rules:\n  - name: ex\n"
+		      "    key: \"${tenant}\"\n    algorithm: concurrency\n"
+		      "    limit: 2\n    window: 1m\n",
+		out, sizeof(out)),
+	    0);
 	ck_assert_msg(strstr(out, "warning") == NULL, "%s", out);
 }
 END_TEST

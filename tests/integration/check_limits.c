@@ -38,19 +38,20 @@
 #include "ops.h"
 
 static const char head[] =
-	"listen: \"127.0.0.1:%PORT%\"\n"
-	"threads: 2\n"
-	"shutdown_timeout: 2s\n"
-	"backend: memory\n";
+    "listen: \"127.0.0.1:%PORT%\"\n"
+    "threads: 2\n"
+    "shutdown_timeout: 2s\n"
+    "backend: memory\n";
 
 static const char rules[] =
-	"rules:\n"
-	"  - name: r\n"
-	"    key: \"${user}\"\n"
-	"    limit: 1000000\n"
-	"    window: 60s\n";
+    "rules:\n"
+    "  - name: r\n"
+    "    key: \"${user}\"\n"
+    "    limit: 1000000\n"
+    "    window: 60s\n";
 
-static void start(struct h_daemon *d, const char *extra)
+static void
+start(struct h_daemon *d, const char *extra)
 {
 	char yaml[2048];
 
@@ -60,7 +61,8 @@ static void start(struct h_daemon *d, const char *extra)
 
 /* --- raw sockets ------------------------------------------------------- */
 
-static int raw_connect(int port)
+static int
+raw_connect(int port)
 {
 	struct sockaddr_in sin;
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -75,19 +77,21 @@ static int raw_connect(int port)
 	return fd;
 }
 
-static void raw_send(int fd, const char *s)
+static void
+raw_send(int fd, const char *s)
 {
 	size_t n = strlen(s);
 
-	ck_assert_msg(send(fd, s, n, MSG_NOSIGNAL) == (ssize_t)n,
-	    "send: %s", strerror(errno));
+	ck_assert_msg(send(fd, s, n, MSG_NOSIGNAL) == (ssize_t)n, "send: %s",
+	    strerror(errno));
 }
 
 /*
  * Read what comes within ms into buf (NUL-terminated); *closed says
  * whether the peer closed (EOF or reset) by then.
  */
-static size_t raw_read(int fd, char *buf, size_t cap, int ms, bool *closed)
+static size_t
+raw_read(int fd, char *buf, size_t cap, int ms, bool *closed)
 {
 	long long until = h_now_ms() + ms;
 	size_t have = 0;
@@ -112,7 +116,8 @@ static size_t raw_read(int fd, char *buf, size_t cap, int ms, bool *closed)
 	return have;
 }
 
-static int count(const char *hay, const char *needle)
+static int
+count(const char *hay, const char *needle)
 {
 	int n = 0;
 
@@ -126,7 +131,7 @@ static int count(const char *hay, const char *needle)
 struct shape {
 	const char *name;
 	const char *bytes;
-	const char *status;	/* the status line's start */
+	const char *status; /* the status line's start */
 };
 
 /* Each shape hides a second request, GET /metrics, behind the first: it
@@ -167,10 +172,14 @@ START_TEST(test_smuggling_shapes)
 	raw_read(fd, buf, sizeof(buf), 3000, &closed);
 	ck_assert_msg(strncmp(buf, sh->status, strlen(sh->status)) == 0,
 	    "%s: answered \"%.40s\", expected %s", sh->name, buf, sh->status);
-	ck_assert_msg(count(buf, "HTTP/1.1 ") == 1, "%s: %d answers: the "
-	    "hidden request was served", sh->name, count(buf, "HTTP/1.1 "));
-	ck_assert_msg(strstr(buf, "ratelimitd_") == NULL, "%s: /metrics was "
-	    "served", sh->name);
+	ck_assert_msg(count(buf, "HTTP/1.1 ") == 1,
+	    "%s: %d answers: the "
+	    "hidden request was served",
+	    sh->name, count(buf, "HTTP/1.1 "));
+	ck_assert_msg(strstr(buf, "ratelimitd_") == NULL,
+	    "%s: /metrics was "
+	    "served",
+	    sh->name);
 	ck_assert_msg(closed, "%s: the connection stayed open", sh->name);
 	close(fd);
 	h_daemon_stop(&d);
@@ -188,13 +197,16 @@ START_TEST(test_keepalive_still_works)
 
 	start(&d, "");
 	fd = raw_connect(d.port);
-	raw_send(fd, "POST /acquire HTTP/1.1\r\nHost: x\r\nContent-Length: 12"
+	raw_send(fd,
+	    "POST /acquire HTTP/1.1\r\nHost: x\r\nContent-Length: 12"
 	    "\r\n\r\n{\"user\":\"a\"}POST /acquire HTTP/1.1\r\nHost: x\r\n"
 	    "Transfer-Encoding: chunked\r\n\r\nc\r\n{\"user\":\"b\"}\r\n0\r\n"
 	    "\r\n");
 	raw_read(fd, buf, sizeof(buf), 1500, &closed);
-	ck_assert_msg(count(buf, "HTTP/1.1 200") == 2, "expected two 200s: "
-	    "%s", buf);
+	ck_assert_msg(count(buf, "HTTP/1.1 200") == 2,
+	    "expected two 200s: "
+	    "%s",
+	    buf);
 	ck_assert(!closed);
 	close(fd);
 	h_daemon_stop(&d);
@@ -219,22 +231,28 @@ START_TEST(test_max_connections)
 	extra = raw_connect(d.port);
 	raw_send(extra, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
 	raw_read(extra, buf, sizeof(buf), 2000, &closed);
-	ck_assert_msg(closed && buf[0] == '\0', "connection 21 of 20 was "
-	    "%s (\"%.20s\")", closed ? "answered" : "kept waiting", buf);
+	ck_assert_msg(closed && buf[0] == '\0',
+	    "connection 21 of 20 was "
+	    "%s (\"%.20s\")",
+	    closed ? "answered" : "kept waiting", buf);
 	close(extra);
 	/* The held ones are served. */
 	raw_send(fds[0], "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
 	raw_read(fds[0], buf, sizeof(buf), 2000, &closed);
-	ck_assert_msg(strncmp(buf, "HTTP/1.1 200", 12) == 0, "a held "
-	    "connection: \"%.20s\"", buf);
+	ck_assert_msg(strncmp(buf, "HTTP/1.1 200", 12) == 0,
+	    "a held "
+	    "connection: \"%.20s\"",
+	    buf);
 	/* A place freed is taken again. */
 	close(fds[1]);
 	h_sleep_ms(300);
 	again = raw_connect(d.port);
 	raw_send(again, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
 	raw_read(again, buf, sizeof(buf), 2000, &closed);
-	ck_assert_msg(strncmp(buf, "HTTP/1.1 200", 12) == 0, "after one "
-	    "closed: \"%.20s\"", buf);
+	ck_assert_msg(strncmp(buf, "HTTP/1.1 200", 12) == 0,
+	    "after one "
+	    "closed: \"%.20s\"",
+	    buf);
 	close(again);
 	for (i = 0; i < 20; i++)
 		if (i != 1)
@@ -250,7 +268,8 @@ END_TEST
  */
 START_TEST(test_request_timeout_dribbler)
 {
-	static const char req[] = "POST /acquire HTTP/1.1\r\nHost: x\r\n"
+	static const char req[] =
+	    "POST /acquire HTTP/1.1\r\nHost: x\r\n"
 	    "X-Slow: 0123456789012345678901234567890123456789012345678901"
 	    "23456789\r\n";
 	struct h_daemon d = { 0 };
@@ -281,9 +300,11 @@ START_TEST(test_request_timeout_dribbler)
 			h_resp_free(&r);
 		}
 	}
-	ck_assert_msg(cut_ms >= 900 && cut_ms < 4000, "the dribbling client "
-	    "was %s after %lld ms (request_timeout 1s)", cut_ms < 0 ?
-	    "never cut" : "cut", cut_ms < 0 ? h_now_ms() - t0 : cut_ms);
+	ck_assert_msg(cut_ms >= 900 && cut_ms < 4000,
+	    "the dribbling client "
+	    "was %s after %lld ms (request_timeout 1s)",
+	    cut_ms < 0 ? "never cut" : "cut",
+	    cut_ms < 0 ? h_now_ms() - t0 : cut_ms);
 	close(fd);
 	h_daemon_stop(&d);
 }
@@ -305,17 +326,21 @@ START_TEST(test_idle_timeout)
 	ck_assert_msg(strncmp(buf, "HTTP/1.1 200", 12) == 0, "%.20s", buf);
 	ck_assert(!closed);
 	raw_read(fd, buf, sizeof(buf), 5000, &closed);
-	ck_assert_msg(closed, "an idle connection was still open after 5 s "
+	ck_assert_msg(closed,
+	    "an idle connection was still open after 5 s "
 	    "(idle_timeout 1s)");
-	ck_assert_msg(h_now_ms() - t0 >= 800, "closed after %lld ms, before "
-	    "idle_timeout", h_now_ms() - t0);
+	ck_assert_msg(h_now_ms() - t0 >= 800,
+	    "closed after %lld ms, before "
+	    "idle_timeout",
+	    h_now_ms() - t0);
 	close(fd);
 	h_daemon_stop(&d);
 }
 END_TEST
 
 /* A metric's value from a fresh scrape of the current daemon. */
-static long long metric(const char *series)
+static long long
+metric(const char *series)
 {
 	return (long long)ops_metric(series);
 }
@@ -341,7 +366,8 @@ START_TEST(test_slow_and_half_sent_clients)
 	start(&d, "request_timeout: 1s\n");
 	for (i = 0; i < HALF; i++) {
 		fd = raw_connect(d.port);
-		raw_send(fd, "POST /acquire HTTP/1.1\r\nHost: x\r\n"
+		raw_send(fd,
+		    "POST /acquire HTTP/1.1\r\nHost: x\r\n"
 		    "Content-Length: 100\r\n\r\n{\"user\":");
 		close(fd);
 	}
@@ -362,18 +388,24 @@ START_TEST(test_slow_and_half_sent_clients)
 			worst = took;
 		h_sleep_ms(100);
 	}
-	fprintf(stderr, "slow clients: slowest of %d normal requests %lld "
-	    "ms\n", NORMAL, worst);
-	ck_assert_msg(worst < 1000, "a normal request took %lld ms among "
-	    "%d slow and %d half-sent clients", worst, SLOW, HALF);
+	fprintf(stderr,
+	    "slow clients: slowest of %d normal requests %lld "
+	    "ms\n",
+	    NORMAL, worst);
+	ck_assert_msg(worst < 1000,
+	    "a normal request took %lld ms among "
+	    "%d slow and %d half-sent clients",
+	    worst, SLOW, HALF);
 	for (i = 0; i < 40; i++) {
 		h_sleep_ms(100);
 		if ((open_now = metric("ratelimitd_http_connections_open")) <=
 		    5)
 			break;
 	}
-	ck_assert_msg(open_now >= 0 && open_now <= 5, "%lld connections "
-	    "still open 6 s later (request_timeout 1s)", open_now);
+	ck_assert_msg(open_now >= 0 && open_now <= 5,
+	    "%lld connections "
+	    "still open 6 s later (request_timeout 1s)",
+	    open_now);
 	/* Every dribbler was cut; the half-sent ones were cut or reaped. */
 	ck_assert_int_ge(metric("ratelimitd_http_requests_cut_total"), SLOW);
 	for (i = 0; i < SLOW; i++)
@@ -437,25 +469,33 @@ START_TEST(test_header_and_attribute_limits)
 	memset(big, 'a', sizeof(big) - 1);
 	big[sizeof(big) - 1] = '\0';
 	fd = raw_connect(d.port);
-	snprintf(buf, sizeof(buf), "GET /healthz HTTP/1.1\r\nHost: x\r\n"
-	    "X-Big: %s\r\n\r\n", big);
+	snprintf(buf, sizeof(buf),
+	    "GET /healthz HTTP/1.1\r\nHost: x\r\n"
+	    "X-Big: %s\r\n\r\n",
+	    big);
 	raw_send(fd, buf);
 	raw_read(fd, buf, sizeof(buf), 2000, &closed);
-	ck_assert_msg(strncmp(buf, "HTTP/1.1 431", 12) == 0, "3 KB of "
-	    "headers over max_header_bytes 2048: \"%.20s\"", buf);
+	ck_assert_msg(strncmp(buf, "HTTP/1.1 431", 12) == 0,
+	    "3 KB of "
+	    "headers over max_header_bytes 2048: \"%.20s\"",
+	    buf);
 	close(fd);
 
 	/* Eight attributes pass, nine do not. */
-	h_http(&r, "POST", "/acquire", "{\"user\":\"u\",\"a\":1,\"b\":1,"
-	    "\"c\":1,\"d\":1,\"e\":1,\"f\":1,\"g\":1}", NULL);
+	h_http(&r, "POST", "/acquire",
+	    "{\"user\":\"u\",\"a\":1,\"b\":1,"
+	    "\"c\":1,\"d\":1,\"e\":1,\"f\":1,\"g\":1}",
+	    NULL);
 	ck_assert_msg(r.status == 200, "8 attributes: %ld %s", r.status,
 	    r.body);
 	h_resp_free(&r);
-	h_http(&r, "POST", "/acquire", "{\"user\":\"u\",\"a\":1,\"b\":1,"
-	    "\"c\":1,\"d\":1,\"e\":1,\"f\":1,\"g\":1,\"h\":1}", NULL);
-	ck_assert_msg(r.status == 400 && strcmp(h_json_str(&r, "error"),
-	    "too_many_attributes") == 0, "9 attributes: %ld %s", r.status,
-	    r.body);
+	h_http(&r, "POST", "/acquire",
+	    "{\"user\":\"u\",\"a\":1,\"b\":1,"
+	    "\"c\":1,\"d\":1,\"e\":1,\"f\":1,\"g\":1,\"h\":1}",
+	    NULL);
+	ck_assert_msg(r.status == 400 &&
+		strcmp(h_json_str(&r, "error"), "too_many_attributes") == 0,
+	    "9 attributes: %ld %s", r.status, r.body);
 	h_resp_free(&r);
 
 	/* /auth: headers are attributes too. */
@@ -465,8 +505,10 @@ START_TEST(test_header_and_attribute_limits)
 	}
 	h[12] = NULL;
 	h_http(&r, "GET", "/auth", NULL, h);
-	ck_assert_msg(r.status == 400, "/auth with 14 headers, "
-	    "max_attributes 8: %ld", r.status);
+	ck_assert_msg(r.status == 400,
+	    "/auth with 14 headers, "
+	    "max_attributes 8: %ld",
+	    r.status);
 	h_resp_free(&r);
 	h_daemon_stop(&d);
 }
@@ -485,9 +527,11 @@ START_TEST(test_memory_full_said_and_counted)
 	FILE *f;
 	int i;
 
-	h_daemon_start(&d, "listen: \"127.0.0.1:%PORT%\"\nbackend: memory\n"
+	h_daemon_start(&d,
+	    "listen: \"127.0.0.1:%PORT%\"\nbackend: memory\n"
 	    "memory:\n  max_keys: 3\non_backend_error: deny\n"
-	    "shutdown_timeout: 1s\n" "rules:\n  - name: r\n"
+	    "shutdown_timeout: 1s\n"
+	    "rules:\n  - name: r\n"
 	    "    key: \"${user}\"\n    limit: 5\n    window: 60s\n");
 	for (i = 0; i < 6; i++) {
 		snprintf(body, sizeof(body), "{\"user\":\"u%d\"}", i);
@@ -495,14 +539,17 @@ START_TEST(test_memory_full_said_and_counted)
 		if (i < 3)
 			ck_assert_int_eq(r.status, 200);
 		else {
-			ck_assert_msg(r.status == 503 && strcmp(h_json_str(&r,
-			    "message"), "the memory store failed (full)") == 0,
-			    "key %d of max_keys 3: %ld %s", i, r.status, r.body);
+			ck_assert_msg(r.status == 503 &&
+				strcmp(h_json_str(&r, "message"),
+				    "the memory store failed (full)") == 0,
+			    "key %d of max_keys 3: %ld %s", i, r.status,
+			    r.body);
 		}
 		h_resp_free(&r);
 	}
 	ck_assert_int_ge(metric("ratelimitd_backend_errors_total{backend="
-	    "\"memory\",kind=\"full\"}"), 3);
+				"\"memory\",kind=\"full\"}"),
+	    3);
 	f = fopen(d.log, "r");
 	ck_assert(f != NULL);
 	while (fgets(line, sizeof(line), f) != NULL)
@@ -522,16 +569,18 @@ START_TEST(test_backend_error_text_not_leaked)
 	char yaml[1024];
 	int port = h_free_port();
 
-	snprintf(yaml, sizeof(yaml), "listen: \"127.0.0.1:%%PORT%%\"\n"
+	snprintf(yaml, sizeof(yaml),
+	    "listen: \"127.0.0.1:%%PORT%%\"\n"
 	    "backend: redis\nredis:\n  url: \"redis://127.0.0.1:%d/0\"\n"
-	    "on_backend_error: deny\nshutdown_timeout: 1s\n%s", port, rules);
+	    "on_backend_error: deny\nshutdown_timeout: 1s\n%s",
+	    port, rules);
 	h_daemon_start(&d, yaml);
 	h_http(&r, "POST", "/acquire", "{\"user\":\"a\"}", NULL);
 	ck_assert_msg(r.status == 503, "%ld %s", r.status, r.body);
 	/* "connect", or "timeout" on a slow machine (valgrind). */
 	ck_assert_msg(strstr(r.body, "127.0.0.1") == NULL &&
-	    strstr(r.body, "refused") == NULL &&
-	    strstr(r.body, "\"the redis store failed (") != NULL,
+		strstr(r.body, "refused") == NULL &&
+		strstr(r.body, "\"the redis store failed (") != NULL,
 	    "503 body: %s", r.body);
 	h_resp_free(&r);
 	h_daemon_stop(&d);
@@ -554,15 +603,19 @@ START_TEST(test_half_close_on_redis)
 	bool closed;
 
 	h_redis_start(&red);
-	snprintf(yaml, sizeof(yaml), "listen: \"127.0.0.1:%%PORT%%\"\n"
+	snprintf(yaml, sizeof(yaml),
+	    "listen: \"127.0.0.1:%%PORT%%\"\n"
 	    "backend: redis\nredis:\n  url: \"redis://127.0.0.1:%d/0\"\n"
-	    "  timeout: 2s\nshutdown_timeout: 1s\n%s", red.port, rules);
+	    "  timeout: 2s\nshutdown_timeout: 1s\n%s",
+	    red.port, rules);
 	h_daemon_start(&d, yaml);
 	for (i = 0; i < N; i++) {
 		int body = snprintf(buf, sizeof(buf), "{\"user\":\"h%d\"}", i);
 
-		snprintf(req, sizeof(req), "POST /acquire HTTP/1.1\r\nHost: x"
-		    "\r\nContent-Length: %d\r\n\r\n%s", body, buf);
+		snprintf(req, sizeof(req),
+		    "POST /acquire HTTP/1.1\r\nHost: x"
+		    "\r\nContent-Length: %d\r\n\r\n%s",
+		    body, buf);
 		fds[i] = raw_connect(d.port);
 		raw_send(fds[i], req);
 		shutdown(fds[i], SHUT_WR);
@@ -583,7 +636,8 @@ END_TEST
 /* --- unix sockets and users ---------------------------------------------- */
 
 /* Start the daemon on yaml (no HTTP port to wait on); returns its pid. */
-static pid_t spawn(const char *conf, const char *yaml, const char *log)
+static pid_t
+spawn(const char *conf, const char *yaml, const char *log)
 {
 	FILE *f = fopen(conf, "w");
 	pid_t pid;
@@ -605,7 +659,8 @@ static pid_t spawn(const char *conf, const char *yaml, const char *log)
 }
 
 /* Exit status of pid within ms, or -1 if it still runs. */
-static int exited(pid_t pid, int ms)
+static int
+exited(pid_t pid, int ms)
 {
 	long long until = h_now_ms() + ms;
 	int st;
@@ -618,7 +673,8 @@ static int exited(pid_t pid, int ms)
 	return -1;
 }
 
-static bool unix_answers(const char *path)
+static bool
+unix_answers(const char *path)
 {
 	struct sockaddr_un sun;
 	char buf[256];
@@ -652,21 +708,25 @@ START_TEST(test_unix_socket_live_and_mode)
 	snprintf(c2, sizeof(c2), "%s/u2.yaml", h_tmpdir());
 	snprintf(l1, sizeof(l1), "%s/u1.log", h_tmpdir());
 	snprintf(l2, sizeof(l2), "%s/u2.log", h_tmpdir());
-	snprintf(yaml, sizeof(yaml), "listen: \"unix:%s\"\nlisten_mode: "
-	    "\"0600\"\nbackend: memory\nshutdown_timeout: 1s\n%s", sock,
-	    rules);
+	snprintf(yaml, sizeof(yaml),
+	    "listen: \"unix:%s\"\nlisten_mode: "
+	    "\"0600\"\nbackend: memory\nshutdown_timeout: 1s\n%s",
+	    sock, rules);
 	a = spawn(c1, yaml, l1);
 	for (i = 0; i < 100 && !unix_answers(sock); i++)
 		h_sleep_ms(50);
-	ck_assert_msg(unix_answers(sock), "the first daemon does not answer "
-	    "on %s", sock);
+	ck_assert_msg(unix_answers(sock),
+	    "the first daemon does not answer "
+	    "on %s",
+	    sock);
 	ck_assert_int_eq(stat(sock, &st), 0);
 	ck_assert_msg((st.st_mode & 07777) == 0600, "mode %o, expected 600",
 	    st.st_mode & 07777);
 
 	/* A second daemon on the same path must not take it over. */
 	b = spawn(c2, yaml, l2);
-	ck_assert_msg(exited(b, 3000) == 1, "the second daemon did not exit "
+	ck_assert_msg(exited(b, 3000) == 1,
+	    "the second daemon did not exit "
 	    "1 on a live socket");
 	ck_assert_msg(unix_answers(sock), "the first daemon lost its socket");
 
@@ -676,7 +736,8 @@ START_TEST(test_unix_socket_live_and_mode)
 	b = spawn(c2, yaml, l2);
 	for (i = 0; i < 100 && !unix_answers(sock); i++)
 		h_sleep_ms(50);
-	ck_assert_msg(unix_answers(sock), "a daemon did not take over a "
+	ck_assert_msg(unix_answers(sock),
+	    "a daemon did not take over a "
 	    "stale socket");
 	kill(b, SIGTERM);
 	ck_assert_int_eq(exited(b, 5000), 0);
@@ -692,7 +753,8 @@ START_TEST(test_user_drops_root)
 	FILE *f;
 
 	/* make check runs as root; Debian's base-passwd has nobody. */
-	ck_assert_msg(geteuid() == 0, "test_user_drops_root needs root (uid "
+	ck_assert_msg(geteuid() == 0,
+	    "test_user_drops_root needs root (uid "
 	    "%u): only root can start a daemon that drops to a user",
 	    (unsigned)geteuid());
 	ck_assert_msg(pw != NULL, "test_user_drops_root: no user nobody");
@@ -704,8 +766,10 @@ START_TEST(test_user_drops_root)
 		if (sscanf(line, "Uid: %u %u", &uid, &euid) == 2)
 			break;
 	fclose(f);
-	ck_assert_msg(uid == pw->pw_uid && euid == pw->pw_uid, "uid %u euid "
-	    "%u, expected %u (nobody)", uid, euid, (unsigned)pw->pw_uid);
+	ck_assert_msg(uid == pw->pw_uid && euid == pw->pw_uid,
+	    "uid %u euid "
+	    "%u, expected %u (nobody)",
+	    uid, euid, (unsigned)pw->pw_uid);
 	h_daemon_stop(&d);
 }
 END_TEST
@@ -732,8 +796,7 @@ START_TEST(test_check_what_start_reads)
 		fputs(bad[i], f);
 		fclose(f);
 		if ((pid = fork()) == 0) {
-			int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC,
-			    0644);
+			int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 
 			dup2(fd, 1);
 			dup2(fd, 2);
@@ -742,13 +805,16 @@ START_TEST(test_check_what_start_reads)
 			_exit(127);
 		}
 		ck_assert(waitpid(pid, &st, 0) == pid);
-		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "--check "
-		    "passed: %s", bad[i]);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1,
+		    "--check "
+		    "passed: %s",
+		    bad[i]);
 	}
 }
 END_TEST
 
-Suite *test_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("limits");
 	TCase *tc = tcase_create("limits");

@@ -36,13 +36,14 @@
 #include "harness.h"
 #include "ops.h"
 
-#define TIMEOUT_MS	OPS_TIMEOUT_MS	/* redis.timeout, mostly */
-#define MARGIN_MS	150	/* what a request may take beyond it */
-#define LOAD_THREADS	4
+#define TIMEOUT_MS   OPS_TIMEOUT_MS /* redis.timeout, mostly */
+#define MARGIN_MS    150	    /* what a request may take beyond it */
+#define LOAD_THREADS 4
 
 /* Assert every recorded request of the workers was a degraded 200 that
  * took at most TIMEOUT_MS + MARGIN_MS. */
-static void assert_all_degraded_and_quick(const struct ops_worker *w, int n)
+static void
+assert_all_degraded_and_quick(const struct ops_worker *w, int n)
 {
 	size_t k, total = 0;
 	int i;
@@ -53,8 +54,8 @@ static void assert_all_degraded_and_quick(const struct ops_worker *w, int n)
 
 			ck_assert_msg(s->status == 200 && s->degraded,
 			    "request %zu of thread %d: status %ld, degraded "
-			    "%d; expected a degraded 200", k, i, s->status,
-			    s->degraded);
+			    "%d; expected a degraded 200",
+			    k, i, s->status, s->degraded);
 		}
 	}
 	ck_assert_msg(total > 0, "no request was made");
@@ -130,9 +131,10 @@ START_TEST(test_policy_local_refused)
 	    &(struct ops_conf){ .policy = "local" });
 	for (i = 0; i < 4; i++) {
 		ops_acquire_timed(&r, "l", &ms);
-		ck_assert_msg(r.status == want_status[i], "request %d: status "
-		    "%ld, expected %ld: %s", i + 1, r.status, want_status[i],
-		    r.body);
+		ck_assert_msg(r.status == want_status[i],
+		    "request %d: status "
+		    "%ld, expected %ld: %s",
+		    i + 1, r.status, want_status[i], r.body);
 		ck_assert_msg(ops_is_degraded(&r), "not degraded: %s", r.body);
 		ck_assert_str_eq(h_json_str(&r, "rule"), "x");
 		ck_assert_int_eq(h_json_int(&r, "limit"), 2);
@@ -228,11 +230,13 @@ START_TEST(test_redis_by_host_name)
 	struct h_resp r = { 0 };
 
 	h_redis_start(&red);
-	ops_start(&d, red.port, &(struct ops_conf){ .policy = "deny",
-	    .url = "redis://localhost:%REDIS_PORT%/0", .timeout_ms = 1000 });
+	ops_start(&d, red.port,
+	    &(struct ops_conf){ .policy = "deny",
+		.url = "redis://localhost:%REDIS_PORT%/0",
+		.timeout_ms = 1000 });
 	ck_assert(ops_wait_not_degraded("h", 3000));
 	ops_acquire(&r, "h");
-	ck_assert_int_eq(r.status, 200);	/* limit 2: the wait took one */
+	ck_assert_int_eq(r.status, 200); /* limit 2: the wait took one */
 	h_resp_free(&r);
 	ops_acquire(&r, "h");
 	ck_assert_int_eq(r.status, 429);
@@ -258,7 +262,8 @@ static const char *const dns_policy[] = { "allow", "deny", "local" };
 /* A UDP socket on 127.0.0.1:53 that never reads: a resolver that does
  * not answer.  The test fails when the port cannot be had (it needs root,
  * as make check runs, and nothing else serving DNS on 127.0.0.1). */
-static int silent_resolver(void)
+static int
+silent_resolver(void)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET };
 	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), one = 1;
@@ -271,7 +276,8 @@ static int silent_resolver(void)
 	sa.sin_port = htons(53);
 	ck_assert_msg(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0,
 	    "DNS test: cannot bind 127.0.0.1:53/udp (%s): run as root, with "
-	    "no resolver listening on 127.0.0.1", strerror(errno));
+	    "no resolver listening on 127.0.0.1",
+	    strerror(errno));
 	return fd;
 }
 
@@ -281,14 +287,16 @@ static int silent_resolver(void)
  * takes the queries and never answers.  Fails the test when this machine
  * cannot (no mount namespace for it, or the port taken).
  */
-static int dns_unanswered_setup(const char *options)
+static int
+dns_unanswered_setup(const char *options)
 {
 	const char *unshare = geteuid() == 0 ? "unshare -m" : "unshare -rm";
 	char rc[H_PATH_MAX], pre[2 * H_PATH_MAX], text[256], probe[64];
 	int fd;
 
 	snprintf(probe, sizeof(probe), "%s true 2>/dev/null", unshare);
-	ck_assert_msg(system(probe) == 0, "DNS test: \"%s true\" failed: it "
+	ck_assert_msg(system(probe) == 0,
+	    "DNS test: \"%s true\" failed: it "
 	    "needs a private mount namespace (root, or user namespaces)",
 	    unshare);
 	fd = silent_resolver();
@@ -300,7 +308,8 @@ static int dns_unanswered_setup(const char *options)
 	    "  export RL_PRIVATE_NS=1\n"
 	    "  exec %s \"$0\" \"$@\"\n"
 	    "fi\n"
-	    "mount --bind '%s' /etc/resolv.conf || exit 1", unshare, rc);
+	    "mount --bind '%s' /etc/resolv.conf || exit 1",
+	    unshare, rc);
 	ops_wrap_daemon(pre);
 	return fd;
 }
@@ -315,13 +324,15 @@ START_TEST(test_dns_unanswered)
 
 	if ((fd = dns_unanswered_setup("options timeout:5 attempts:1")) < 0)
 		return;
-	ops_start(&d, 0, &(struct ops_conf){ .policy = policy,
-	    .url = "redis://redis-0.ratelimitd.test:6379/0" });
+	ops_start(&d, 0,
+	    &(struct ops_conf){ .policy = policy,
+		.url = "redis://redis-0.ratelimitd.test:6379/0" });
 	for (i = 0; i < 4; i++) {
 		ops_acquire_timed(&r, "n", &ms);
-		ck_assert_msg(ms < TIMEOUT_MS + MARGIN_MS, "%s: request %d "
-		    "took %lld ms; redis.timeout is %d ms", policy, i + 1, ms,
-		    TIMEOUT_MS);
+		ck_assert_msg(ms < TIMEOUT_MS + MARGIN_MS,
+		    "%s: request %d "
+		    "took %lld ms; redis.timeout is %d ms",
+		    policy, i + 1, ms, TIMEOUT_MS);
 		if (_i == 1) {
 			ck_assert_int_eq(r.status, 503);
 			ck_assert_str_eq(h_json_str(&r, "error"),
@@ -343,7 +354,8 @@ START_TEST(test_dns_unanswered)
 END_TEST
 
 /* The CPU time (ms) pid has used so far. */
-static long long cpu_ms(pid_t pid)
+static long long
+cpu_ms(pid_t pid)
 {
 	char path[64], buf[1024], *p;
 	unsigned long long ut = 0, st = 0;
@@ -355,8 +367,10 @@ static long long cpu_ms(pid_t pid)
 	fclose(f);
 	ck_assert((p = strrchr(buf, ')')) != NULL);
 	/* After "pid (comm)": state is field 3, utime 14, stime 15. */
-	ck_assert(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u "
-	    "%*u %llu %llu", &ut, &st) == 2);
+	ck_assert(sscanf(p + 2,
+		      "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u "
+		      "%*u %llu %llu",
+		      &ut, &st) == 2);
 	return (long long)(ut + st) * 1000 / sysconf(_SC_CLK_TCK);
 }
 
@@ -376,18 +390,21 @@ START_TEST(test_dns_lookup_outlives_connection)
 
 	if ((fd = dns_unanswered_setup("options timeout:1 attempts:1")) < 0)
 		return;
-	ops_start(&d, 0, &(struct ops_conf){ .policy = "deny",
-	    .url = "redis://redis-1.ratelimitd.test:6379/0",
-	    .redis_extra = "  pool_size: 1\n" });
+	ops_start(&d, 0,
+	    &(struct ops_conf){ .policy = "deny",
+		.url = "redis://redis-1.ratelimitd.test:6379/0",
+		.redis_extra = "  pool_size: 1\n" });
 	for (i = 0; i < 3; i++) {
 		if (i == 2)
-			h_sleep_ms(2500);	/* the lookup gave up */
+			h_sleep_ms(2500); /* the lookup gave up */
 		else if (i == 1)
-			h_sleep_ms(150);	/* the connect timed out */
+			h_sleep_ms(150); /* the connect timed out */
 		ops_acquire_timed(&r, "o", &ms);
 		ck_assert_int_eq(r.status, 503);
-		ck_assert_msg(ms < TIMEOUT_MS + MARGIN_MS, "request %d took "
-		    "%lld ms", i + 1, ms);
+		ck_assert_msg(ms < TIMEOUT_MS + MARGIN_MS,
+		    "request %d took "
+		    "%lld ms",
+		    i + 1, ms);
 		h_resp_free(&r);
 		if (i == 1) {
 			/* Idle, with a finished lookup nobody waits for. */
@@ -395,14 +412,18 @@ START_TEST(test_dns_lookup_outlives_connection)
 			cpu = cpu_ms(d.pid);
 			h_sleep_ms(1000);
 			cpu = cpu_ms(d.pid) - cpu;
-			ck_assert_msg(cpu < 300, "idle, the daemon used %lld "
-			    "ms of CPU in 1 s", cpu);
+			ck_assert_msg(cpu < 300,
+			    "idle, the daemon used %lld "
+			    "ms of CPU in 1 s",
+			    cpu);
 		}
 	}
 	ck_assert_int_eq(ops_metric("ratelimitd_backend_errors_total"
-	    "{backend=\"redis\",kind=\"connect\"}"), 0);
+				    "{backend=\"redis\",kind=\"connect\"}"),
+	    0);
 	ck_assert_int_ge(ops_metric("ratelimitd_backend_errors_total"
-	    "{backend=\"redis\",kind=\"timeout\"}"), 3);
+				    "{backend=\"redis\",kind=\"timeout\"}"),
+	    3);
 	h_daemon_stop(&d);
 	close(fd);
 }
@@ -426,7 +447,8 @@ START_TEST(test_redis_paused_under_load)
 	ops_load_join(w, LOAD_THREADS);
 	ck_assert_msg(ops_load_max_ms(w, LOAD_THREADS) < TIMEOUT_MS + MARGIN_MS,
 	    "a request took %lld ms while Redis was paused; redis.timeout "
-	    "is %d ms", ops_load_max_ms(w, LOAD_THREADS), TIMEOUT_MS);
+	    "is %d ms",
+	    ops_load_max_ms(w, LOAD_THREADS), TIMEOUT_MS);
 	free(w);
 	ck_assert_msg(ops_wait_not_degraded("after", 8000),
 	    "still degraded 8 s after Redis resumed");
@@ -435,9 +457,9 @@ START_TEST(test_redis_paused_under_load)
 }
 END_TEST
 
-#define HOL_CONNS	5	/* keep-alive connections ... */
-#define HOL_THREADS	4	/* ... on this many HTTP worker threads */
-#define HOL_TIMEOUT_MS	200
+#define HOL_CONNS      5 /* keep-alive connections ... */
+#define HOL_THREADS    4 /* ... on this many HTTP worker threads */
+#define HOL_TIMEOUT_MS 200
 
 /*
  * A request that waits on Redis holds up no other connection while worker
@@ -456,8 +478,9 @@ START_TEST(test_no_head_of_line_blocking)
 	long long health_ms = 0, first_ms, second_ms;
 	int port, fd = ops_silent_listener(&port), i, j, si = -1, sj = -1;
 
-	ops_start(&d, port, &(struct ops_conf){ .threads = HOL_THREADS,
-	    .timeout_ms = HOL_TIMEOUT_MS });
+	ops_start(&d, port,
+	    &(struct ops_conf){
+		.threads = HOL_THREADS, .timeout_ms = HOL_TIMEOUT_MS });
 	for (i = 0; i < HOL_CONNS; i++) {
 		c[i] = h_curl_new();
 		ops_call_start(&fast, c[i], "GET", "/healthz", NULL);
@@ -495,8 +518,10 @@ START_TEST(test_no_head_of_line_blocking)
 		    "waited for a /acquire on another connection (%lld ms), "
 		    "with only 2 requests in flight and %d worker threads",
 		    second_ms, HOL_TIMEOUT_MS, first_ms, HOL_THREADS);
-		ck_assert_msg(health_ms <= MARGIN_MS, "GET /healthz took %lld "
-		    "ms behind a /readyz on another connection", health_ms);
+		ck_assert_msg(health_ms <= MARGIN_MS,
+		    "GET /healthz took %lld "
+		    "ms behind a /readyz on another connection",
+		    health_ms);
 	}
 	for (i = 0; i < HOL_CONNS; i++)
 		curl_easy_cleanup(c[i]);
@@ -518,20 +543,20 @@ START_TEST(test_redis_killed_under_load)
 	int i;
 
 	h_redis_start(&red);
-	ops_start(&d, red.port, &(struct ops_conf){ .policy = "allow",
-	    .limit = 1000000 });
+	ops_start(&d, red.port,
+	    &(struct ops_conf){ .policy = "allow", .limit = 1000000 });
 	ck_assert(ops_wait_not_degraded("load", 2000));
 	w = ops_load_start(LOAD_THREADS, 3000, 0, 5);
 
 	h_sleep_ms(1000);
 	killed_at = h_now_ms();
 	ck_assert(kill(red.pid, SIGKILL) == 0);
-	h_redis_stop(&red);		/* reaps it */
+	h_redis_stop(&red); /* reaps it */
 	h_sleep_ms(200);
 	ck_assert_int_eq(ops_get("/readyz", NULL), 503);
 	h_sleep_ms(800);
 	back_at = h_now_ms();
-	h_redis_start(&red);		/* the same port */
+	h_redis_start(&red); /* the same port */
 
 	ops_load_join(w, LOAD_THREADS);
 	ck_assert_msg(ops_is_running(d.pid), "the daemon died");
@@ -539,24 +564,29 @@ START_TEST(test_redis_killed_under_load)
 		for (k = 0; k < w[i].n; k++) {
 			const struct ops_sample *s = &w[i].s[k];
 
-			ck_assert_msg(s->status == 200, "thread %d request "
-			    "%zu (at %lld ms): status %ld, expected 200", i,
-			    k, s->t0 - killed_at, s->status);
+			ck_assert_msg(s->status == 200,
+			    "thread %d request "
+			    "%zu (at %lld ms): status %ld, expected 200",
+			    i, k, s->t0 - killed_at, s->status);
 			if (s->t1 < killed_at) {
 				before++;
-				ck_assert_msg(!s->degraded, "degraded before "
+				ck_assert_msg(!s->degraded,
+				    "degraded before "
 				    "Redis was killed");
 			}
 			if (s->t0 > killed_at && s->t1 < back_at) {
 				during++;
-				ck_assert_msg(s->degraded, "not degraded "
+				ck_assert_msg(s->degraded,
+				    "not degraded "
 				    "while Redis was down (at %lld ms)",
 				    s->t0 - killed_at);
 			}
 		}
 	}
-	ck_assert_msg(before > 0 && during > 0, "%zu requests before the "
-	    "kill, %zu during the outage", before, during);
+	ck_assert_msg(before > 0 && during > 0,
+	    "%zu requests before the "
+	    "kill, %zu during the outage",
+	    before, during);
 	ck_assert_msg(ops_load_max_ms(w, LOAD_THREADS) < TIMEOUT_MS + MARGIN_MS,
 	    "a request took %lld ms; redis.timeout is %d ms",
 	    ops_load_max_ms(w, LOAD_THREADS), TIMEOUT_MS);
@@ -587,7 +617,9 @@ START_TEST(test_reload_sighup)
 	ck_assert_int_eq(ops_current_limit(), 1);
 	ck_assert(kill(d.pid, SIGHUP) == 0);
 	ck_assert_msg(ops_wait_metric("ratelimitd_config_reloads_total"
-	    "{result=\"success\"}", 1, 2000) == 1, "SIGHUP did not reload");
+				      "{result=\"success\"}",
+			  1, 2000) == 1,
+	    "SIGHUP did not reload");
 	log = ops_slurp(d.log);
 	ck_assert_msg(strstr(log, "reloaded") != NULL, "log: %s", log);
 	free(log);
@@ -630,10 +662,14 @@ timeout_reloaded(int start_ms, int reload_ms, long want, long long *ms)
 	ops_write_file(d.conf, yaml);
 	ck_assert(kill(d.pid, SIGHUP) == 0);
 	ck_assert_msg(ops_wait_metric("ratelimitd_config_reloads_total"
-	    "{result=\"success\"}", 1, 2000) >= 1, "no reload");
+				      "{result=\"success\"}",
+			  1, 2000) >= 1,
+	    "no reload");
 	log = ops_slurp(d.log);
-	ck_assert_msg(strstr(log, "redis.timeout changed; it applies after "
-	    "a restart") != NULL, "log: %s", log);
+	ck_assert_msg(strstr(log,
+			  "redis.timeout changed; it applies after "
+			  "a restart") != NULL,
+	    "log: %s", log);
 	free(log);
 
 	curl = h_curl_new();
@@ -642,9 +678,10 @@ timeout_reloaded(int start_ms, int reload_ms, long want, long long *ms)
 	h_sleep_ms(600);
 	ck_assert(kill(red.pid, SIGCONT) == 0);
 	*ms = ops_call_finish(&q);
-	ck_assert_msg(q.r.status == want, "started at %d ms, reloaded to %d "
-	    "ms: status %ld after %lld ms, expected %ld: %s", start_ms,
-	    reload_ms, q.r.status, *ms, want, q.r.body);
+	ck_assert_msg(q.r.status == want,
+	    "started at %d ms, reloaded to %d "
+	    "ms: status %ld after %lld ms, expected %ld: %s",
+	    start_ms, reload_ms, q.r.status, *ms, want, q.r.body);
 	h_resp_free(&q.r);
 	curl_easy_cleanup(curl);
 	h_daemon_stop(&d);
@@ -656,11 +693,15 @@ START_TEST(test_reload_redis_timeout_start_only)
 	long long ms;
 
 	timeout_reloaded(2000, 20, 200, &ms);
-	ck_assert_msg(ms >= 550, "answered after %lld ms, before Redis was "
-	    "back", ms);
+	ck_assert_msg(ms >= 550,
+	    "answered after %lld ms, before Redis was "
+	    "back",
+	    ms);
 	timeout_reloaded(20, 2000, 503, &ms);
-	ck_assert_msg(ms < 550, "answered after %lld ms: the start value "
-	    "is 20 ms", ms);
+	ck_assert_msg(ms < 550,
+	    "answered after %lld ms: the start value "
+	    "is 20 ms",
+	    ms);
 }
 END_TEST
 
@@ -692,17 +733,23 @@ START_TEST(test_reload_to_local)
 	ops_write_file(d.conf, yaml);
 	ck_assert(kill(d.pid, SIGHUP) == 0);
 	ck_assert_msg(ops_wait_metric("ratelimitd_config_reloads_total"
-	    "{result=\"success\"}", 1, 2000) >= 1, "no reload");
+				      "{result=\"success\"}",
+			  1, 2000) >= 1,
+	    "no reload");
 	for (i = 0; i < 3; i++) {
 		ops_acquire(&r, "r");
-		ck_assert_msg(r.status == want[i], "request %d: status %ld, "
-		    "expected %ld: %s", i + 1, r.status, want[i], r.body);
+		ck_assert_msg(r.status == want[i],
+		    "request %d: status %ld, "
+		    "expected %ld: %s",
+		    i + 1, r.status, want[i], r.body);
 		ck_assert(ops_is_degraded(&r));
 		h_resp_free(&r);
 	}
 	log = ops_slurp(d.log);
-	ck_assert_msg(strstr(log, "reload: threads changed; it applies after "
-	    "a restart") != NULL, "log: %s", log);
+	ck_assert_msg(strstr(log,
+			  "reload: threads changed; it applies after "
+			  "a restart") != NULL,
+	    "log: %s", log);
 	ck_assert_msg(strstr(log, "on_backend_error changed") == NULL,
 	    "log: %s", log);
 	free(log);
@@ -724,7 +771,7 @@ START_TEST(test_reload_rename)
 	ops_render_for(&d, &c, yaml, sizeof(yaml));
 	ops_replace_file(d.conf, yaml);
 	ck_assert_int_eq(ops_wait_limit(4, 2000), 4);
-	c.limit = 5;		/* and again: the watch survives */
+	c.limit = 5; /* and again: the watch survives */
 	ops_render_for(&d, &c, yaml, sizeof(yaml));
 	ops_replace_file(d.conf, yaml);
 	ck_assert_int_eq(ops_wait_limit(5, 2000), 5);
@@ -733,8 +780,8 @@ START_TEST(test_reload_rename)
 END_TEST
 
 /* Put text into dir/..<version>/ratelimitd.yaml. */
-static void cm_version(const char *dir, const char *version,
-    const char *text)
+static void
+cm_version(const char *dir, const char *version, const char *text)
 {
 	char p[H_PATH_MAX + 64];
 
@@ -746,7 +793,8 @@ static void cm_version(const char *dir, const char *version,
 
 /* Point dir/..data at version the way the kubelet does: a new symlink,
  * renamed over the old one. */
-static void cm_swap(const char *dir, const char *version)
+static void
+cm_swap(const char *dir, const char *version)
 {
 	char tmp[H_PATH_MAX + 32], data[H_PATH_MAX + 32];
 
@@ -774,8 +822,10 @@ START_TEST(test_reload_configmap)
 	snprintf(link, sizeof(link), "%s/ratelimitd.yaml", dir);
 	ck_assert(symlink("..data/ratelimitd.yaml", link) == 0);
 	/* The daemon reads the harness's file through the volume. */
-	snprintf(pre, sizeof(pre), "cp \"$2\" '%s/..v1/ratelimitd.yaml' && "
-	    "set -- -c '%s'", dir, link);
+	snprintf(pre, sizeof(pre),
+	    "cp \"$2\" '%s/..v1/ratelimitd.yaml' && "
+	    "set -- -c '%s'",
+	    dir, link);
 	ops_wrap_daemon(pre);
 	ops_start(&d, 0, &c);
 	ck_assert_int_eq(ops_current_limit(), 1);
@@ -832,8 +882,10 @@ START_TEST(test_reload_bad_file)
 
 	log = ops_slurp(d.log);
 	snprintf(where, sizeof(where), "%s:%d:3: ", d.conf, bad_line);
-	ck_assert_msg(strstr(log, where) != NULL, "the log does not say "
-	    "\"%s\":\n%s", where, log);
+	ck_assert_msg(strstr(log, where) != NULL,
+	    "the log does not say "
+	    "\"%s\":\n%s",
+	    where, log);
 	free(log);
 	h_daemon_stop(&d);
 }
@@ -868,22 +920,36 @@ START_TEST(test_metrics)
 	ck_assert_msg(ctype != NULL && strstr(ctype, "version=0.0.4") != NULL,
 	    "Content-Type: %s", ctype ? ctype : "(none)");
 	ops_promtool_check(r.body);
-	ck_assert_int_eq(ops_metric_in(r.body, "ratelimitd_decisions_total"
-	    "{rule=\"x\",result=\"allowed\",protocol=\"http\"}"), allowed);
-	ck_assert_int_eq(ops_metric_in(r.body, "ratelimitd_decisions_total"
-	    "{rule=\"x\",result=\"denied\",protocol=\"http\"}"), denied);
-	ck_assert_int_eq(ops_metric_in(r.body, "ratelimitd_http_responses_total"
-	    "{code=\"429\"}"), denied);
+	ck_assert_int_eq(
+	    ops_metric_in(r.body,
+		"ratelimitd_decisions_total"
+		"{rule=\"x\",result=\"allowed\",protocol=\"http\"}"),
+	    allowed);
+	ck_assert_int_eq(
+	    ops_metric_in(r.body,
+		"ratelimitd_decisions_total"
+		"{rule=\"x\",result=\"denied\",protocol=\"http\"}"),
+	    denied);
+	ck_assert_int_eq(ops_metric_in(r.body,
+			     "ratelimitd_http_responses_total"
+			     "{code=\"429\"}"),
+	    denied);
 	/* Each request asked Redis, or was a repeated denial answered
 	 * from the deny cache: the 4th is Redis' first denial, so at
 	 * least 4 calls. */
-	ck_assert_int_ge(ops_metric_in(r.body, "ratelimitd_backend_request_"
-	    "duration_seconds_count{backend=\"redis\"}"), 4);
-	ck_assert_int_eq(ops_metric_in(r.body, "ratelimitd_backend_request_"
-	    "duration_seconds_count{backend=\"redis\"}") +
-	    ops_metric_in(r.body, "ratelimitd_deny_cache_hits_total"), 5);
-	ck_assert_int_eq(ops_metric_in(r.body, "ratelimitd_backend_errors_total"
-	    "{backend=\"redis\",kind=\"connect\"}"), 0);
+	ck_assert_int_ge(ops_metric_in(r.body,
+			     "ratelimitd_backend_request_"
+			     "duration_seconds_count{backend=\"redis\"}"),
+	    4);
+	ck_assert_int_eq(ops_metric_in(r.body,
+			     "ratelimitd_backend_request_"
+			     "duration_seconds_count{backend=\"redis\"}") +
+		ops_metric_in(r.body, "ratelimitd_deny_cache_hits_total"),
+	    5);
+	ck_assert_int_eq(ops_metric_in(r.body,
+			     "ratelimitd_backend_errors_total"
+			     "{backend=\"redis\",kind=\"connect\"}"),
+	    0);
 	h_resp_free(&r);
 
 	h_redis_stop(&red);
@@ -897,12 +963,20 @@ START_TEST(test_metrics)
 	}
 	ops_scrape(&r);
 	ops_promtool_check(r.body);
-	ck_assert_int_ge(ops_metric_in(r.body, "ratelimitd_backend_errors_total"
-	    "{backend=\"redis\",kind=\"connect\"}"), 1);
-	ck_assert_int_eq(ops_metric_in(r.body, "ratelimitd_decisions_total"
-	    "{rule=\"x\",result=\"degraded\",protocol=\"http\"}"), 3);
-	ck_assert_int_eq(ops_metric_in(r.body, "ratelimitd_decisions_total"
-	    "{rule=\"x\",result=\"allowed\",protocol=\"http\"}"), allowed);
+	ck_assert_int_ge(ops_metric_in(r.body,
+			     "ratelimitd_backend_errors_total"
+			     "{backend=\"redis\",kind=\"connect\"}"),
+	    1);
+	ck_assert_int_eq(
+	    ops_metric_in(r.body,
+		"ratelimitd_decisions_total"
+		"{rule=\"x\",result=\"degraded\",protocol=\"http\"}"),
+	    3);
+	ck_assert_int_eq(
+	    ops_metric_in(r.body,
+		"ratelimitd_decisions_total"
+		"{rule=\"x\",result=\"allowed\",protocol=\"http\"}"),
+	    allowed);
 	h_resp_free(&r);
 	h_daemon_stop(&d);
 }
@@ -917,19 +991,20 @@ struct outcome {
 	long long t1;
 	CURLcode rc;
 	long status;
-	bool json_ok;		/* a JSON object with "allowed" */
+	bool json_ok; /* a JSON object with "allowed" */
 };
 
 struct client {
 	pthread_t thread;
 	int port;
-	bool fresh;		/* a new connection for every request */
+	bool fresh; /* a new connection for every request */
 	atomic_bool *stop;
 	struct outcome o[8192];
 	size_t n;
 };
 
-static size_t sink(char *data, size_t size, size_t nmemb, void *arg)
+static size_t
+sink(char *data, size_t size, size_t nmemb, void *arg)
 {
 	char *buf = arg;
 	size_t n = size * nmemb, have = strlen(buf);
@@ -942,7 +1017,8 @@ static size_t sink(char *data, size_t size, size_t nmemb, void *arg)
 }
 
 /* POST /acquire, reporting libcurl's own result. */
-static void post_raw(CURL *c, int port, bool fresh, struct outcome *o)
+static void
+post_raw(CURL *c, int port, bool fresh, struct outcome *o)
 {
 	static const char body[] = "{\"user\":\"s\"}";
 	char url[64], resp[4096] = "";
@@ -969,7 +1045,8 @@ static void post_raw(CURL *c, int port, bool fresh, struct outcome *o)
 	json_decref(j);
 }
 
-static void *client_main(void *arg)
+static void *
+client_main(void *arg)
 {
 	struct client *cl = arg;
 	CURL *c = curl_easy_init();
@@ -986,7 +1063,8 @@ static void *client_main(void *arg)
 }
 
 /* A connection error, as opposed to a broken or partial answer. */
-static bool is_connection_error(CURLcode rc)
+static bool
+is_connection_error(CURLcode rc)
 {
 	return rc == CURLE_COULDNT_CONNECT || rc == CURLE_GOT_NOTHING ||
 	    rc == CURLE_RECV_ERROR || rc == CURLE_SEND_ERROR;
@@ -1012,8 +1090,7 @@ START_TEST(test_sigterm_under_load)
 	ck_assert(cl != NULL);
 	if (on_redis) {
 		h_redis_start(&red);
-		ops_start(&d, red.port,
-		    &(struct ops_conf){ .limit = 1000000 });
+		ops_start(&d, red.port, &(struct ops_conf){ .limit = 1000000 });
 	} else
 		ops_start(&d, 0,
 		    &(struct ops_conf){ .memory = true, .limit = 1000000 });
@@ -1022,7 +1099,7 @@ START_TEST(test_sigterm_under_load)
 		cl[i].fresh = i % 2 == 1;
 		cl[i].stop = &stop;
 		ck_assert(pthread_create(&cl[i].thread, NULL, client_main,
-		    &cl[i]) == 0);
+			      &cl[i]) == 0);
 	}
 	h_sleep_ms(300);
 	sig_at = h_now_ms();
@@ -1032,9 +1109,10 @@ START_TEST(test_sigterm_under_load)
 	atomic_store(&stop, true);
 	for (i = 0; i < LOAD_THREADS; i++)
 		pthread_join(cl[i].thread, NULL);
-	ck_assert_msg(took >= 0, "still running 3 s after SIGTERM "
+	ck_assert_msg(took >= 0,
+	    "still running 3 s after SIGTERM "
 	    "(shutdown_timeout 2s)");
-	h_daemon_stop(&d);		/* asserts exit status 0 */
+	h_daemon_stop(&d); /* asserts exit status 0 */
 
 	for (i = 0; i < LOAD_THREADS; i++) {
 		for (k = 0; k < cl[i].n; k++) {
@@ -1042,22 +1120,25 @@ START_TEST(test_sigterm_under_load)
 
 			if (o->rc == CURLE_OK && o->status == 503 &&
 			    o->t1 >= sig_at)
-				continue;	/* shutting down */
+				continue; /* shutting down */
 			if (o->rc == CURLE_OK) {
 				ck_assert_msg(o->status == 200 && o->json_ok,
 				    "client %d request %zu: status %ld, "
-				    "body %s JSON", i, k, o->status,
+				    "body %s JSON",
+				    i, k, o->status,
 				    o->json_ok ? "is" : "is not");
 				ok_before += o->t1 < sig_at;
 				continue;
 			}
 			ck_assert_msg(is_connection_error(o->rc),
 			    "client %d request %zu, %lld ms after SIGTERM: %s "
-			    "(%d)", i, k, o->t1 - sig_at,
-			    curl_easy_strerror(o->rc), o->rc);
-			ck_assert_msg(o->t1 >= sig_at, "client %d request "
-			    "%zu: %s before SIGTERM", i, k,
-			    curl_easy_strerror(o->rc));
+			    "(%d)",
+			    i, k, o->t1 - sig_at, curl_easy_strerror(o->rc),
+			    o->rc);
+			ck_assert_msg(o->t1 >= sig_at,
+			    "client %d request "
+			    "%zu: %s before SIGTERM",
+			    i, k, curl_easy_strerror(o->rc));
 			refused_after += o->rc == CURLE_COULDNT_CONNECT;
 		}
 	}
@@ -1089,7 +1170,8 @@ START_TEST(test_sigterm_finishes_in_flight)
 	h_daemon_stop(&d);
 	ck_assert_msg(q.r.status == 200 && ops_is_degraded(&q.r),
 	    "the request in flight got status %ld (%s), expected a "
-	    "degraded 200", q.r.status, q.r.status ? q.r.body : q.r.err);
+	    "degraded 200",
+	    q.r.status, q.r.status ? q.r.body : q.r.err);
 	h_resp_free(&q.r);
 	curl_easy_cleanup(c);
 	close(fd);
@@ -1106,8 +1188,8 @@ START_TEST(test_sigterm_bounded_by_shutdown_timeout)
 	long long took;
 	int port, fd = ops_silent_listener(&port);
 
-	ops_start(&d, port, &(struct ops_conf){ .timeout_ms = 4000,
-	    .shutdown = "500ms" });
+	ops_start(&d, port,
+	    &(struct ops_conf){ .timeout_ms = 4000, .shutdown = "500ms" });
 	ops_call_start(&q, c, "POST", "/acquire", "{\"user\":\"q\"}");
 	h_sleep_ms(200);
 	ck_assert(kill(d.pid, SIGTERM) == 0);
@@ -1115,7 +1197,8 @@ START_TEST(test_sigterm_bounded_by_shutdown_timeout)
 	ops_call_finish(&q);
 	h_resp_free(&q.r);
 	curl_easy_cleanup(c);
-	ck_assert_msg(took >= 0, "still running 1.5 s after SIGTERM with "
+	ck_assert_msg(took >= 0,
+	    "still running 1.5 s after SIGTERM with "
 	    "shutdown_timeout 500ms (a request was waiting on Redis, "
 	    "redis.timeout 4s)");
 	h_daemon_stop(&d);
@@ -1129,7 +1212,8 @@ END_TEST
 
 /* Make the daemon log a bit of everything: decisions (allowed, denied,
  * degraded), an error answer, /readyz, a good and a bad reload. */
-static void exercise_logging(struct h_daemon *d, const struct ops_conf *c)
+static void
+exercise_logging(struct h_daemon *d, const struct ops_conf *c)
 {
 	struct h_resp r = { 0 };
 	char yaml[4096];
@@ -1144,12 +1228,14 @@ static void exercise_logging(struct h_daemon *d, const struct ops_conf *c)
 	(void)ops_get("/readyz", NULL);
 	ck_assert(kill(d->pid, SIGHUP) == 0);
 	ck_assert(ops_wait_metric("ratelimitd_config_reloads_total"
-	    "{result=\"success\"}", 1, 2000) == 1);
+				  "{result=\"success\"}",
+		      1, 2000) == 1);
 	ops_render_for(d, c, yaml, sizeof(yaml));
 	strcat(yaml, "rules: [\"unterminated\n");
 	ops_replace_file(d->conf, yaml);
 	ck_assert(ops_wait_metric("ratelimitd_config_reloads_total"
-	    "{result=\"failure\"}", 1, 2000) == 1);
+				  "{result=\"failure\"}",
+		      1, 2000) == 1);
 }
 
 /* log_format: json => every line is a JSON object with ts, level, msg. */
@@ -1157,8 +1243,10 @@ START_TEST(test_log_json)
 {
 	static const char *const levels[] = { "debug", "info", "warn",
 		"error" };
-	struct ops_conf c = { .policy = "allow", .extra = "log_format: json\n"
-	    "log_level: debug\naccess_log: true\n" };
+	struct ops_conf c = { .policy = "allow",
+		.extra =
+		    "log_format: json\n"
+		    "log_level: debug\naccess_log: true\n" };
 	struct h_daemon d = { 0 };
 	char *log, *line, *save = NULL;
 	int nlines = 0, nwarn = 0;
@@ -1170,7 +1258,7 @@ START_TEST(test_log_json)
 
 	log = ops_slurp(d.log);
 	for (line = strtok_r(log, "\n", &save); line != NULL;
-	    line = strtok_r(NULL, "\n", &save), nlines++) {
+	     line = strtok_r(NULL, "\n", &save), nlines++) {
 		json_error_t e;
 		json_t *j = json_loads(line, 0, &e);
 		const char *lv;
@@ -1179,8 +1267,8 @@ START_TEST(test_log_json)
 		ck_assert_msg(json_is_object(j), "not a JSON object (%s): %s",
 		    e.text, line);
 		ck_assert_msg(json_is_string(json_object_get(j, "ts")) &&
-		    json_is_string(json_object_get(j, "msg")) &&
-		    json_is_string(json_object_get(j, "level")),
+			json_is_string(json_object_get(j, "msg")) &&
+			json_is_string(json_object_get(j, "level")),
 		    "ts, level or msg missing: %s", line);
 		lv = json_string_value(json_object_get(j, "level"));
 		for (i = 0; i < sizeof(levels) / sizeof(levels[0]); i++)
@@ -1196,7 +1284,8 @@ START_TEST(test_log_json)
 END_TEST
 
 /* The value of level= in a logfmt line, copied into out. */
-static void logfmt_level(const char *line, char *out, size_t len)
+static void
+logfmt_level(const char *line, char *out, size_t len)
 {
 	const char *p = strstr(line, " level=");
 	size_t n = 0;
@@ -1223,10 +1312,11 @@ START_TEST(test_log_level_warn)
 
 	log = ops_slurp(d.log);
 	for (line = strtok_r(log, "\n", &save); line != NULL;
-	    line = strtok_r(NULL, "\n", &save)) {
+	     line = strtok_r(NULL, "\n", &save)) {
 		logfmt_level(line, lv, sizeof(lv));
 		ck_assert_msg(strcmp(lv, "warn") == 0 ||
-		    strcmp(lv, "error") == 0, "below warn: %s", line);
+			strcmp(lv, "error") == 0,
+		    "below warn: %s", line);
 		nwarn += strcmp(lv, "warn") == 0;
 	}
 	ck_assert_msg(nwarn > 0, "no warning was logged at all");
@@ -1242,8 +1332,9 @@ START_TEST(test_access_log)
 	long long end;
 	int i, n;
 
-	ops_start(&d, 0, &(struct ops_conf){ .memory = true,
-	    .extra = "access_log: true\n" });
+	ops_start(&d, 0,
+	    &(struct ops_conf){
+		.memory = true, .extra = "access_log: true\n" });
 	for (i = 0; i < 3; i++) {
 		ops_acquire(&r, "acc");
 		ck_assert_int_eq(r.status, i < 2 ? 200 : 429);
@@ -1269,7 +1360,7 @@ START_TEST(test_log_hides_password)
 	struct h_daemon d = { 0 };
 	struct h_resp r = { 0 };
 	struct ops_conf c = { .url = "redis://:s3cret@127.0.0.1:%REDIS_PORT%/0",
-	    .extra = "log_level: debug\naccess_log: true\n" };
+		.extra = "log_level: debug\naccess_log: true\n" };
 	char yaml[4096], shown[64], *log;
 	int i, port = ops_closed_port();
 
@@ -1279,26 +1370,32 @@ START_TEST(test_log_hides_password)
 		ck_assert(ops_is_degraded(&r));
 		h_resp_free(&r);
 		(void)ops_get("/readyz", NULL);
-		h_sleep_ms(i == 3 ? 1100 : 0);	/* past the log's limit */
+		h_sleep_ms(i == 3 ? 1100 : 0); /* past the log's limit */
 	}
-	c.url = "redis://:s3cret@127.0.0.1:99999/0";	/* bad port */
+	c.url = "redis://:s3cret@127.0.0.1:99999/0"; /* bad port */
 	ops_render_for(&d, &c, yaml, sizeof(yaml));
 	ops_replace_file(d.conf, yaml);
 	ck_assert(ops_wait_metric("ratelimitd_config_reloads_total"
-	    "{result=\"failure\"}", 1, 2000) == 1);
+				  "{result=\"failure\"}",
+		      1, 2000) == 1);
 	c.url = "redis://:s3cret2@127.0.0.1:%REDIS_PORT%/0";
 	ops_render_for(&d, &c, yaml, sizeof(yaml));
 	ops_replace_file(d.conf, yaml);
 	ck_assert(ops_wait_metric("ratelimitd_config_reloads_total"
-	    "{result=\"success\"}", 1, 2000) == 1);
+				  "{result=\"success\"}",
+		      1, 2000) == 1);
 	h_daemon_stop(&d);
 
 	log = ops_slurp(d.log);
 	snprintf(shown, sizeof(shown), "127.0.0.1:%d", port);
-	ck_assert_msg(strstr(log, shown) != NULL, "the log never names "
-	    "Redis at %s:\n%s", shown, log);
-	ck_assert_msg(strstr(log, "s3cret") == NULL, "the password is in "
-	    "the log:\n%s", log);
+	ck_assert_msg(strstr(log, shown) != NULL,
+	    "the log never names "
+	    "Redis at %s:\n%s",
+	    shown, log);
+	ck_assert_msg(strstr(log, "s3cret") == NULL,
+	    "the password is in "
+	    "the log:\n%s",
+	    log);
 	free(log);
 }
 END_TEST
@@ -1309,32 +1406,36 @@ END_TEST
 
 /* Redis decided (not degraded) for user, keeping its counter in database
  * db, and /readyz is 200. */
-static void assert_redis_decides_in(struct h_redis *red, int db,
-    const char *user)
+static void
+assert_redis_decides_in(struct h_redis *red, int db, const char *user)
 {
 	struct h_resp r = { 0 };
 	char key[128];
 
 	ops_acquire(&r, user);
 	ck_assert_msg(r.status == 200 && !ops_is_degraded(&r) &&
-	    h_json_str(&r, "rule") != NULL, "status %ld: %s", r.status,
-	    r.body);
+		h_json_str(&r, "rule") != NULL,
+	    "status %ld: %s", r.status, r.body);
 	h_resp_free(&r);
 	snprintf(key, sizeof(key), "rl:x:{%s}", user);
 	ops_redis_ok(red, "SELECT %d", db);
-	ck_assert_msg(h_redis_int(red, "EXISTS %s", key) == 1, "no key %s "
-	    "in database %d", key, db);
+	ck_assert_msg(h_redis_int(red, "EXISTS %s", key) == 1,
+	    "no key %s "
+	    "in database %d",
+	    key, db);
 	ck_assert_int_eq(ops_get("/readyz", NULL), 200);
 }
 
-static void assert_redis_decides(struct h_redis *red, const char *user)
+static void
+assert_redis_decides(struct h_redis *red, const char *user)
 {
 	assert_redis_decides_in(red, 0, user);
 }
 
 /* A Redis on which the default user needs password pass; our own
  * connection (made first) stays authenticated. */
-static void redis_with_password(struct h_redis *red, const char *pass)
+static void
+redis_with_password(struct h_redis *red, const char *pass)
 {
 	h_redis_start(red);
 	(void)h_redis_ctx(red);
@@ -1347,8 +1448,9 @@ START_TEST(test_auth_requirepass)
 	struct h_daemon d = { 0 };
 
 	redis_with_password(&red, "pass");
-	ops_start(&d, red.port, &(struct ops_conf){
-	    .url = "redis://:pass@127.0.0.1:%REDIS_PORT%/0" });
+	ops_start(&d, red.port,
+	    &(struct ops_conf){
+		.url = "redis://:pass@127.0.0.1:%REDIS_PORT%/0" });
 	assert_redis_decides(&red, "rp");
 	h_daemon_stop(&d);
 	h_redis_stop(&red);
@@ -1363,8 +1465,9 @@ START_TEST(test_auth_encoded_password_and_db)
 	struct h_daemon d = { 0 };
 
 	redis_with_password(&red, "p@ss:w/rd");
-	ops_start(&d, red.port, &(struct ops_conf){
-	    .url = "redis://:p%40ss%3Aw%2Frd@127.0.0.1:%REDIS_PORT%/3" });
+	ops_start(&d, red.port,
+	    &(struct ops_conf){
+		.url = "redis://:p%40ss%3Aw%2Frd@127.0.0.1:%REDIS_PORT%/3" });
 	assert_redis_decides_in(&red, 3, "enc");
 	h_daemon_stop(&d);
 	h_redis_stop(&red);
@@ -1378,8 +1481,9 @@ START_TEST(test_auth_acl_user)
 
 	redis_with_password(&red, "other");
 	ops_redis_ok(&red, "ACL SETUSER rl on >pw ~* +@all");
-	ops_start(&d, red.port, &(struct ops_conf){
-	    .url = "redis://rl:pw@127.0.0.1:%REDIS_PORT%/0" });
+	ops_start(&d, red.port,
+	    &(struct ops_conf){
+		.url = "redis://rl:pw@127.0.0.1:%REDIS_PORT%/0" });
 	assert_redis_decides(&red, "acl");
 	h_daemon_stop(&d);
 	h_redis_stop(&red);
@@ -1411,7 +1515,8 @@ START_TEST(test_auth_env_url)
 	char pre[256];
 
 	redis_with_password(&red, "envpass");
-	snprintf(pre, sizeof(pre), "RATELIMITD_REDIS_URL="
+	snprintf(pre, sizeof(pre),
+	    "RATELIMITD_REDIS_URL="
 	    "'redis://:envpass@127.0.0.1:%d/0'\nexport RATELIMITD_REDIS_URL",
 	    red.port);
 	ops_wrap_daemon(pre);
@@ -1432,19 +1537,23 @@ START_TEST(test_auth_wrong_password)
 	int i;
 
 	redis_with_password(&red, "right");
-	ops_start(&d, red.port, &(struct ops_conf){
-	    .url = "redis://:wrong@127.0.0.1:%REDIS_PORT%/0" });
+	ops_start(&d, red.port,
+	    &(struct ops_conf){
+		.url = "redis://:wrong@127.0.0.1:%REDIS_PORT%/0" });
 	ck_assert_int_eq(ops_get("/readyz", NULL), 503);
 	for (i = 0; i < 3; i++) {
 		ops_acquire_timed(&r, "wp", &ms);
-		ck_assert_msg(r.status == 200 && ops_is_degraded(&r), "status "
-		    "%ld: %s", r.status, r.body);
+		ck_assert_msg(r.status == 200 && ops_is_degraded(&r),
+		    "status "
+		    "%ld: %s",
+		    r.status, r.body);
 		ck_assert_msg(ms < TIMEOUT_MS + MARGIN_MS, "took %lld ms", ms);
 		h_resp_free(&r);
 	}
 	ck_assert_int_eq(h_redis_int(&red, "DBSIZE"), 0);
 	ck_assert_int_ge(ops_metric("ratelimitd_backend_errors_total"
-	    "{backend=\"redis\",kind=\"connect\"}"), 1);
+				    "{backend=\"redis\",kind=\"connect\"}"),
+	    1);
 	h_daemon_stop(&d);
 	h_redis_stop(&red);
 }
@@ -1452,7 +1561,8 @@ END_TEST
 
 /* --- the runner ------------------------------------------------------- */
 
-static TCase *tcase(Suite *s, const char *name)
+static TCase *
+tcase(Suite *s, const char *name)
 {
 	TCase *tc = tcase_create(name);
 
@@ -1463,7 +1573,8 @@ static TCase *tcase(Suite *s, const char *name)
 	return tc;
 }
 
-Suite *test_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("ops");
 	TCase *tc;

@@ -187,8 +187,10 @@ own_reap(void)
 	for (i = 0; i < n; i++) {
 		if (pids[i] == 0)
 			continue;
-		fprintf(stderr, "check_proxy: pid %ld was left running by a "
-		    "failed test; stopping it\n", pids[i]);
+		fprintf(stderr,
+		    "check_proxy: pid %ld was left running by a "
+		    "failed test; stopping it\n",
+		    pids[i]);
 		own_stop((pid_t)pids[i], 5000);
 	}
 }
@@ -236,8 +238,8 @@ static void
 make_dir(char *out, size_t len, const char *stem)
 {
 	snprintf(out, len, "%s/%s-%ld", h_tmpdir(), stem, (long)getpid());
-	ck_assert_msg(mkdir(out, 0755) == 0 || errno == EEXIST,
-	    "mkdir %s: %s", out, strerror(errno));
+	ck_assert_msg(mkdir(out, 0755) == 0 || errno == EEXIST, "mkdir %s: %s",
+	    out, strerror(errno));
 }
 
 /* --- HTTP shaped like a proxy's ------------------------------------------ */
@@ -303,8 +305,8 @@ on_header(char *data, size_t size, size_t nmemb, void *arg)
  * one.  Aborts the test if the transfer fails.
  */
 static void
-raw_request(struct h_resp *out, int port, const char *method,
-    const char *path, const char *const *headers)
+raw_request(struct h_resp *out, int port, const char *method, const char *path,
+    const char *const *headers)
 {
 	struct curl_slist *hl = NULL, *t;
 	char url[H_PATH_MAX + 64];
@@ -357,8 +359,8 @@ header_long(const struct h_resp *r, const char *name)
 /* --- nginx auth_request with the shipped configuration ------------------ */
 
 struct nginx {
-	int port;		/* the proxy the client talks to */
-	int upstream_port;	/* the application behind it */
+	int port;	   /* the proxy the client talks to */
+	int upstream_port; /* the application behind it */
 	pid_t pid;
 	char dir[H_PATH_MAX];
 	char conf[H_PATH_MAX + 16];
@@ -510,20 +512,20 @@ nginx_stop(struct nginx *n)
 }
 
 static const char nginx_daemon_yaml[] =
-	"listen: \"127.0.0.1:%PORT%\"\n"
-	"threads: 2\n"
-	"shutdown_timeout: 2s\n"
-	"backend: memory\n"
-	"auth:\n"
-	"  deny_status: 403\n"
-	"  client_ip: x-real-ip\n"
-	"rules:\n"
-	"  - name: api-per-ip\n"
-	"    match:\n"
-	"      path: \"/api/*\"\n"
-	"    key: \"${ip}\"\n"
-	"    limit: 3\n"
-	"    window: 1m\n";
+    "listen: \"127.0.0.1:%PORT%\"\n"
+    "threads: 2\n"
+    "shutdown_timeout: 2s\n"
+    "backend: memory\n"
+    "auth:\n"
+    "  deny_status: 403\n"
+    "  client_ip: x-real-ip\n"
+    "rules:\n"
+    "  - name: api-per-ip\n"
+    "    match:\n"
+    "      path: \"/api/*\"\n"
+    "    key: \"${ip}\"\n"
+    "    limit: 3\n"
+    "    window: 1m\n";
 
 /* An answer that the upstream gave, passed through: its status and body,
  * and the rule's state in the copied headers (remaining < 0: none). */
@@ -538,13 +540,13 @@ expect_upstream(const struct h_resp *r, const char *what, long status,
 	    "%s: Retry-After on an allowed request", what);
 	if (remaining < 0) {
 		ck_assert_msg(h_resp_header(r, "RateLimit-Policy") == NULL &&
-		    h_resp_header(r, "X-RateLimit-Limit") == NULL,
+			h_resp_header(r, "X-RateLimit-Limit") == NULL,
 		    "%s: RateLimit headers, but no rule applies", what);
 		return;
 	}
 	ck_assert_msg(h_resp_header_count(r, "RateLimit-Policy") == 1 &&
-	    strcmp(h_resp_header(r, "RateLimit-Policy"),
-	    "\"api-per-ip\";q=3;w=60") == 0,
+		strcmp(h_resp_header(r, "RateLimit-Policy"),
+		    "\"api-per-ip\";q=3;w=60") == 0,
 	    "%s: RateLimit-Policy \"%s\"", what,
 	    h_resp_header(r, "RateLimit-Policy"));
 	ck_assert_msg(header_long(r, "X-RateLimit-Limit") == 3,
@@ -561,15 +563,17 @@ expect_upstream(const struct h_resp *r, const char *what, long status,
 static void
 expect_limited(const struct h_resp *r, const char *what)
 {
-	static const char *const once[] = { "Retry-After",
-		"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit",
-		"X-RateLimit-Remaining", "X-RateLimit-Reset" };
+	static const char *const once[] = { "Retry-After", "RateLimit-Policy",
+		"RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining",
+		"X-RateLimit-Reset" };
 	const char *state;
 	long ra, reset;
 	size_t i;
 
-	ck_assert_msg(r->status == 429, "%s: status %ld (body \"%s\"), "
-	    "expected 429", what, r->status, r->body);
+	ck_assert_msg(r->status == 429,
+	    "%s: status %ld (body \"%s\"), "
+	    "expected 429",
+	    what, r->status, r->body);
 	ck_assert_msg(strstr(r->body, "rate_limited") != NULL,
 	    "%s: body \"%s\"", what, r->body);
 	for (i = 0; i < sizeof(once) / sizeof(once[0]); i++)
@@ -580,19 +584,22 @@ expect_limited(const struct h_resp *r, const char *what)
 	ck_assert_msg(ra >= 1 && ra <= 60, "%s: Retry-After \"%s\"", what,
 	    h_resp_header(r, "Retry-After"));
 	ck_assert_msg(strcmp(h_resp_header(r, "RateLimit-Policy"),
-	    "\"api-per-ip\";q=3;w=60") == 0, "%s: RateLimit-Policy \"%s\"",
-	    what, h_resp_header(r, "RateLimit-Policy"));
+			  "\"api-per-ip\";q=3;w=60") == 0,
+	    "%s: RateLimit-Policy \"%s\"", what,
+	    h_resp_header(r, "RateLimit-Policy"));
 	state = h_resp_header(r, "RateLimit");
 	ck_assert_msg(strncmp(state, "\"api-per-ip\";r=0;t=", 19) == 0,
 	    "%s: RateLimit \"%s\"", what, state);
 	ck_assert_msg(header_long(r, "X-RateLimit-Limit") == 3 &&
-	    header_long(r, "X-RateLimit-Remaining") == 0,
-	    "%s: X-RateLimit-Limit \"%s\", X-RateLimit-Remaining \"%s\"",
-	    what, h_resp_header(r, "X-RateLimit-Limit"),
+		header_long(r, "X-RateLimit-Remaining") == 0,
+	    "%s: X-RateLimit-Limit \"%s\", X-RateLimit-Remaining \"%s\"", what,
+	    h_resp_header(r, "X-RateLimit-Limit"),
 	    h_resp_header(r, "X-RateLimit-Remaining"));
 	reset = header_long(r, "X-RateLimit-Reset");
-	ck_assert_msg(reset >= 1 && reset <= 60, "%s: X-RateLimit-Reset "
-	    "\"%s\"", what, h_resp_header(r, "X-RateLimit-Reset"));
+	ck_assert_msg(reset >= 1 && reset <= 60,
+	    "%s: X-RateLimit-Reset "
+	    "\"%s\"",
+	    what, h_resp_header(r, "X-RateLimit-Reset"));
 }
 
 START_TEST(test_nginx_auth_request)
@@ -610,39 +617,40 @@ START_TEST(test_nginx_auth_request)
 
 	/* Three requests under /api/ pass to the application, with the
 	 * rule's state copied into the answer. */
-	ck_assert(h_request(c, n.port, &r, "GET", "/api/a", NULL, 0,
-	    NULL) == 0);
+	ck_assert(h_request(c, n.port, &r, "GET", "/api/a", NULL, 0, NULL) ==
+	    0);
 	expect_upstream(&r, "1st GET /api/a", 200, "upstream /api/a", 2);
 	ck_assert(h_request(c, n.port, &r, "POST", "/api/b?x=1", "{}", 2,
-	    NULL) == 0);
-	expect_upstream(&r, "2nd POST /api/b?x=1", 200,
-	    "upstream /api/b?x=1", 1);
-	ck_assert(h_request(c, n.port, &r, "GET", "/api/c", NULL, 0,
-	    NULL) == 0);
+		      NULL) == 0);
+	expect_upstream(&r, "2nd POST /api/b?x=1", 200, "upstream /api/b?x=1",
+	    1);
+	ck_assert(h_request(c, n.port, &r, "GET", "/api/c", NULL, 0, NULL) ==
+	    0);
 	expect_upstream(&r, "3rd GET /api/c", 200, "upstream /api/c", 0);
 
 	/* The fourth is denied: the daemon's 403 becomes the client's 429
 	 * with Retry-After and the RateLimit headers. */
-	ck_assert(h_request(c, n.port, &r, "GET", "/api/d", NULL, 0,
-	    NULL) == 0);
+	ck_assert(h_request(c, n.port, &r, "GET", "/api/d", NULL, 0, NULL) ==
+	    0);
 	expect_limited(&r, "4th GET /api/d");
 
 	/* A client cannot pick its own key: the shipped file sets
 	 * X-Real-IP from the connection, over whatever the client sent. */
-	ck_assert(h_request(c, n.port, &r, "GET", "/api/e", NULL, 0,
-	    spoof) == 0);
-	expect_limited(&r, "GET /api/e with a forged X-Real-IP and "
+	ck_assert(h_request(c, n.port, &r, "GET", "/api/e", NULL, 0, spoof) ==
+	    0);
+	expect_limited(&r,
+	    "GET /api/e with a forged X-Real-IP and "
 	    "X-Forwarded-For");
 
 	/* Paths no rule limits still pass, and the application's own 403
 	 * reaches the client as is: error_page rewrites only the 403 of
 	 * the auth subrequest. */
 	ck_assert(h_request(c, n.port, &r, "GET", "/index.html", NULL, 0,
-	    NULL) == 0);
+		      NULL) == 0);
 	expect_upstream(&r, "GET /index.html (no rule)", 200,
 	    "upstream /index.html", -1);
 	ck_assert(h_request(c, n.port, &r, "GET", "/private/x", NULL, 0,
-	    NULL) == 0);
+		      NULL) == 0);
 	expect_upstream(&r, "GET /private/x (the application's 403)", 403,
 	    "upstream forbidden", -1);
 
@@ -650,9 +658,11 @@ START_TEST(test_nginx_auth_request)
 	 * turns the 502 of its subrequest into a 500 (docs/proxies.md). */
 	h_daemon_stop(&d);
 	ck_assert(h_request(c, n.port, &r, "GET", "/index.html", NULL, 0,
-	    NULL) == 0);
-	ck_assert_msg(r.status == 500, "GET /index.html with ratelimitd "
-	    "stopped: status %ld, expected 500", r.status);
+		      NULL) == 0);
+	ck_assert_msg(r.status == 500,
+	    "GET /index.html with ratelimitd "
+	    "stopped: status %ld, expected 500",
+	    r.status);
 
 	h_resp_free(&r);
 	curl_easy_cleanup(c);
@@ -670,30 +680,30 @@ END_TEST
  * apply.  "root" is there for Envoy's "/auth/" (the original path "/").
  */
 static const char attrs_yaml[] =
-	"listen: \"127.0.0.1:%PORT%\"\n"
-	"threads: 2\n"
-	"shutdown_timeout: 2s\n"
-	"backend: memory\n"
-	"rules:\n"
-	"  - name: items\n"
-	"    match:\n"
-	"      path: \"/api/items\"\n"
-	"      host: \"app.example.com\"\n"
-	"    key: \"${ip}:${method}\"\n"
-	"    limit: 1\n"
-	"    window: 1m\n"
-	"  - name: root\n"
-	"    match:\n"
-	"      path: \"/\"\n"
-	"      host: \"app.example.com\"\n"
-	"    key: \"${ip}\"\n"
-	"    limit: 100\n"
-	"    window: 1m\n";
+    "listen: \"127.0.0.1:%PORT%\"\n"
+    "threads: 2\n"
+    "shutdown_timeout: 2s\n"
+    "backend: memory\n"
+    "rules:\n"
+    "  - name: items\n"
+    "    match:\n"
+    "      path: \"/api/items\"\n"
+    "      host: \"app.example.com\"\n"
+    "    key: \"${ip}:${method}\"\n"
+    "    limit: 1\n"
+    "    window: 1m\n"
+    "  - name: root\n"
+    "    match:\n"
+    "      path: \"/\"\n"
+    "      host: \"app.example.com\"\n"
+    "    key: \"${ip}\"\n"
+    "    limit: 100\n"
+    "    window: 1m\n";
 
 /* What a proxy saw from its client, in one of the proxy's shapes. */
 struct orig {
 	const char *method;
-	const char *uri;	/* path and query, as the client sent it */
+	const char *uri; /* path and query, as the client sent it */
 	const char *host;
 	const char *ip;
 };
@@ -712,8 +722,8 @@ static void
 envoy_check(struct h_resp *r, int port, const struct orig *o)
 {
 	char path[256], host[128], xff[96], xea[96], xri[96];
-	const char *const hdr[] = { host, "content-length: 0", xff, xea,
-		xri, "x-envoy-expected-rq-timeout-ms: 250", NULL };
+	const char *const hdr[] = { host, "content-length: 0", xff, xea, xri,
+		"x-envoy-expected-rq-timeout-ms: 250", NULL };
 
 	snprintf(path, sizeof(path), "/auth%s", o->uri);
 	snprintf(host, sizeof(host), "Host: %s", o->host);
@@ -775,18 +785,21 @@ expect_auth(shape_fn *shape, const char *proxy, const struct orig *o,
 
 	shape(&r, d->port, o);
 	pol = h_resp_header(&r, "RateLimit-Policy");
-	ck_assert_msg(r.status == status, "%s: %s %s, host %s, client %s: "
-	    "status %ld, expected %ld (RateLimit-Policy: %s)", proxy,
-	    o->method, o->uri, o->host, o->ip, r.status, status,
+	ck_assert_msg(r.status == status,
+	    "%s: %s %s, host %s, client %s: "
+	    "status %ld, expected %ld (RateLimit-Policy: %s)",
+	    proxy, o->method, o->uri, o->host, o->ip, r.status, status,
 	    pol ? pol : "none");
 	if (rule == NULL) {
-		ck_assert_msg(pol == NULL, "%s: %s %s, host %s, client %s: "
-		    "rule %s applied, expected none", proxy, o->method,
-		    o->uri, o->host, o->ip, pol);
+		ck_assert_msg(pol == NULL,
+		    "%s: %s %s, host %s, client %s: "
+		    "rule %s applied, expected none",
+		    proxy, o->method, o->uri, o->host, o->ip, pol);
 	} else {
 		snprintf(want, sizeof(want), "\"%s\";", rule);
-		ck_assert_msg(pol != NULL && strncmp(pol, want,
-		    strlen(want)) == 0, "%s: %s %s, host %s, client %s: "
+		ck_assert_msg(pol != NULL &&
+			strncmp(pol, want, strlen(want)) == 0,
+		    "%s: %s %s, host %s, client %s: "
 		    "RateLimit-Policy %s, expected rule \"%s\" to apply "
 		    "(the attributes were not derived as docs/http.md says)",
 		    proxy, o->method, o->uri, o->host, o->ip,
@@ -866,8 +879,7 @@ has_line(const char *msg, const char *want)
 	const char *p;
 
 	for (p = msg; p != NULL; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
-		if (strncmp(p, want, n) == 0 &&
-		    (p[n] == '\n' || p[n] == '\0'))
+		if (strncmp(p, want, n) == 0 && (p[n] == '\n' || p[n] == '\0'))
 			return true;
 	return false;
 }
@@ -878,8 +890,8 @@ has_line(const char *msg, const char *want)
  * if it does not come or the daemon exits meanwhile.
  */
 static void
-expect_notify(int fd, pid_t pid, const char *want, long long ms,
-    char *seen, size_t seenlen, const char *log)
+expect_notify(int fd, pid_t pid, const char *want, long long ms, char *seen,
+    size_t seenlen, const char *log)
 {
 	long long end = h_now_ms() + ms;
 	struct pollfd p = { fd, POLLIN, 0 };
@@ -902,8 +914,10 @@ expect_notify(int fd, pid_t pid, const char *want, long long ms,
 		if (waitpid(pid, &status, WNOHANG) == pid) {
 			own_note('E', pid);
 			h_print_file("ratelimitd log", log);
-			ck_abort_msg("the daemon exited before sending %s; "
-			    "received: %s", want, seen);
+			ck_abort_msg(
+			    "the daemon exited before sending %s; "
+			    "received: %s",
+			    want, seen);
 		}
 	}
 	h_print_file("ratelimitd log", log);
@@ -947,7 +961,8 @@ START_TEST(test_systemd_notify)
 	    "  - name: per-ip\n"
 	    "    key: \"${ip}\"\n"
 	    "    limit: 10\n"
-	    "    window: 1m\n", port);
+	    "    window: 1m\n",
+	    port);
 	write_text(conf, yaml);
 	argv[0] = (char *)bin;
 	argv[1] = (char *)"-c";
@@ -959,8 +974,11 @@ START_TEST(test_systemd_notify)
 	expect_notify(fd, pid, "READY=1", 5000, seen, sizeof(seen), log);
 	c = h_curl_new();
 	ck_assert_msg(h_request(c, port, &r, "GET", "/healthz", NULL, 0,
-	    NULL) == 0 && r.status == 200, "READY=1 was sent, but GET "
-	    "/healthz answers %ld (%s)", r.status, r.err);
+			  NULL) == 0 &&
+		r.status == 200,
+	    "READY=1 was sent, but GET "
+	    "/healthz answers %ld (%s)",
+	    r.status, r.err);
 
 	/* SIGHUP: RELOADING=1, then READY=1 again, and still serving. */
 	seen[0] = '\0';
@@ -968,8 +986,11 @@ START_TEST(test_systemd_notify)
 	expect_notify(fd, pid, "RELOADING=1", 5000, seen, sizeof(seen), log);
 	expect_notify(fd, pid, "READY=1", 5000, seen, sizeof(seen), log);
 	ck_assert_msg(h_request(c, port, &r, "GET", "/healthz", NULL, 0,
-	    NULL) == 0 && r.status == 200, "after the reload GET /healthz "
-	    "answers %ld (%s)", r.status, r.err);
+			  NULL) == 0 &&
+		r.status == 200,
+	    "after the reload GET /healthz "
+	    "answers %ld (%s)",
+	    r.status, r.err);
 	h_resp_free(&r);
 	curl_easy_cleanup(c);
 
@@ -985,8 +1006,10 @@ START_TEST(test_systemd_notify)
 	own_note('E', pid);
 	if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
 		h_print_file("ratelimitd log", log);
-		ck_abort_msg("after SIGTERM: wait status %d, expected exit "
-		    "status 0", status);
+		ck_abort_msg(
+		    "after SIGTERM: wait status %d, expected exit "
+		    "status 0",
+		    status);
 	}
 	close(fd);
 }

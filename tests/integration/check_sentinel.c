@@ -24,44 +24,47 @@
 static struct h_sentinel sen;
 
 static const char yaml_fmt[] =
-	"listen: \"127.0.0.1:%%PORT%%\"\n"
-	"threads: 2\n"
-	"shutdown_timeout: 2s\n"
-	"backend: redis\n"
-	"redis:\n"
-	"  sentinel:\n"
-	"    master: mymaster\n"
-	"    nodes: [\"127.0.0.1:%d\", \"127.0.0.1:%d\", \"127.0.0.1:%d\"]\n"
-	"  timeout: 500ms\n"
-	"  pool_size: 2\n"
-	"  key_prefix: \"sn:\"\n"
-	"on_backend_error: deny\n"
-	"rules:\n"
-	"  - name: one\n"
-	"    key: \"${user}\"\n"
-	"    limit: 1000\n"
-	"    window: 1h\n"
-	"  - name: lk\n"
-	"    match: { t: lock }\n"
-	"    key: \"${user}\"\n"
-	"    algorithm: concurrency\n"
-	"    limit: 1\n"
-	"    window: 1h\n";
+    "listen: \"127.0.0.1:%%PORT%%\"\n"
+    "threads: 2\n"
+    "shutdown_timeout: 2s\n"
+    "backend: redis\n"
+    "redis:\n"
+    "  sentinel:\n"
+    "    master: mymaster\n"
+    "    nodes: [\"127.0.0.1:%d\", \"127.0.0.1:%d\", \"127.0.0.1:%d\"]\n"
+    "  timeout: 500ms\n"
+    "  pool_size: 2\n"
+    "  key_prefix: \"sn:\"\n"
+    "on_backend_error: deny\n"
+    "rules:\n"
+    "  - name: one\n"
+    "    key: \"${user}\"\n"
+    "    limit: 1000\n"
+    "    window: 1h\n"
+    "  - name: lk\n"
+    "    match: { t: lock }\n"
+    "    key: \"${user}\"\n"
+    "    algorithm: concurrency\n"
+    "    limit: 1\n"
+    "    window: 1h\n";
 
 static void sentinels_resume(void);
 
-static void sentinels_up(void)
+static void
+sentinels_up(void)
 {
 	h_sentinel_start(&sen);
 }
 
-static void sentinels_down(void)
+static void
+sentinels_down(void)
 {
 	sentinels_resume();
 	h_reap_orphans();
 }
 
-static void start(struct h_daemon *d)
+static void
+start(struct h_daemon *d)
 {
 	char yaml[2048];
 
@@ -72,7 +75,8 @@ static void start(struct h_daemon *d)
 	h_daemon_start(d, yaml);
 }
 
-static long get(const char *path, const char *body)
+static long
+get(const char *path, const char *body)
 {
 	struct h_resp r = { 0 };
 	long status;
@@ -85,7 +89,8 @@ static long get(const char *path, const char *body)
 
 /* The servers in their roles now (a failover swaps them): the one the
  * sentinels name as primary, and the other. */
-static void roles(struct h_redis **primary, struct h_redis **replica)
+static void
+roles(struct h_redis **primary, struct h_redis **replica)
 {
 	int port = h_sentinel_primary_port(&sen);
 
@@ -95,7 +100,8 @@ static void roles(struct h_redis **primary, struct h_redis **replica)
 }
 
 /* Whether r says it is a replica (ROLE). */
-static bool is_replica(struct h_redis *r)
+static bool
+is_replica(struct h_redis *r)
 {
 	redisContext *c;
 	redisReply *rep;
@@ -117,7 +123,8 @@ static bool is_replica(struct h_redis *r)
 }
 
 /* Whether the file at path holds text. */
-static bool log_has(const char *path, const char *text)
+static bool
+log_has(const char *path, const char *text)
 {
 	char line[1024];
 	FILE *f = fopen(path, "r");
@@ -131,7 +138,8 @@ static bool log_has(const char *path, const char *text)
 }
 
 /* Resume every sentinel (a test that failed may have left one stopped). */
-static void sentinels_resume(void)
+static void
+sentinels_resume(void)
 {
 	int i;
 
@@ -142,7 +150,8 @@ static void sentinels_resume(void)
 
 /* A fresh connection to r (a server that changed roles drops its
  * clients). */
-static struct h_redis *fresh(struct h_redis *r)
+static struct h_redis *
+fresh(struct h_redis *r)
 {
 	if (r->ctx != NULL) {
 		redisFree(r->ctx);
@@ -153,8 +162,8 @@ static struct h_redis *fresh(struct h_redis *r)
 
 /* The replica has caught up with what the primary holds (so a failover
  * keeps it), at most 10 s. */
-static void wait_replicated(struct h_redis *replica, const char *key,
-    long long units)
+static void
+wait_replicated(struct h_redis *replica, const char *key, long long units)
 {
 	long long end = h_now_ms() + 10000;
 
@@ -176,8 +185,7 @@ START_TEST(test_primary_from_sentinels)
 		ck_assert_int_eq(get("/acquire", "{\"user\":\"a\"}"), 200);
 	ck_assert_int_eq(h_redis_log_units(&sen.primary, "sn:one:{a}"), 5);
 	/* The replica is a replica: it refuses what the daemon would do. */
-	ck_assert_int_eq(h_redis_log_units(&sen.replica, "sn:one:{a}") >= 0,
-	    1);
+	ck_assert_int_eq(h_redis_log_units(&sen.replica, "sn:one:{a}") >= 0, 1);
 	ck_assert_int_eq(get("/readyz", NULL), 200);
 	h_daemon_stop(&d);
 }
@@ -214,7 +222,8 @@ START_TEST(test_readonly_followed)
 	 * window)... */
 	while (!is_replica(primary) && h_now_ms() - t0 < 30000)
 		h_sleep_ms(100);
-	ck_assert_msg(is_replica(primary), "the old primary was not turned "
+	ck_assert_msg(is_replica(primary),
+	    "the old primary was not turned "
 	    "into a replica");
 	units = h_redis_log_units(fresh(replica), "sn:one:{r}");
 	/* ... and the daemon's next admission lands on the new one. */
@@ -224,22 +233,27 @@ START_TEST(test_readonly_followed)
 		ck_assert_msg(st == 200 || st == 503, "status %ld", st);
 		if (st == 200) {
 			ck_assert_int_eq(h_redis_log_units(fresh(replica),
-			    "sn:one:{r}"), units + 1);
+					     "sn:one:{r}"),
+			    units + 1);
 			back = h_now_ms() - t0;
 			break;
 		}
 		h_sleep_ms(100);
 	}
 	kill(sen.sentinel[0].pid, SIGCONT);
-	fprintf(stderr, "sentinel failover without +switch-master: the new "
-	    "primary decides %lld ms after SENTINEL FAILOVER\n", back);
-	ck_assert_msg(back >= 0, "the daemon did not move to the new "
+	fprintf(stderr,
+	    "sentinel failover without +switch-master: the new "
+	    "primary decides %lld ms after SENTINEL FAILOVER\n",
+	    back);
+	ck_assert_msg(back >= 0,
+	    "the daemon did not move to the new "
 	    "primary within 30 s");
 	ck_assert_int_ge(h_metric("ratelimitd_redis_failovers_total"), 1);
 	h_daemon_stop(&d);
 	/* It moved because it asked, not because it was told. */
 	ck_assert_msg(log_has(d.log, "(asked)") &&
-	    !log_has(d.log, "+switch-master"), "the daemon did not move by "
+		!log_has(d.log, "+switch-master"),
+	    "the daemon did not move by "
 	    "asking the sentinels");
 }
 END_TEST
@@ -252,7 +266,8 @@ struct lock_waiter {
 	long long answered_ms;
 };
 
-static void *lock_wait_run(void *arg)
+static void *
+lock_wait_run(void *arg)
 {
 	struct lock_waiter *w = arg;
 	const char *body = "{\"t\":\"lock\",\"user\":\"w\",\"wait_ms\":10000}";
@@ -271,7 +286,8 @@ static void *lock_wait_run(void *arg)
  * the new primary) releases the lock, long before its lease (1 h) would
  * expire.
  */
-static void lease_wait_after_failover(struct h_daemon *d)
+static void
+lease_wait_after_failover(struct h_daemon *d)
 {
 	struct h_daemon other;
 	struct lock_waiter w;
@@ -280,16 +296,14 @@ static void lease_wait_after_failover(struct h_daemon *d)
 	long long released;
 
 	start(&other);
-	h_post(other.port, "/acquire", "{\"t\":\"lock\",\"user\":\"w\"}",
-	    &r);
+	h_post(other.port, "/acquire", "{\"t\":\"lock\",\"user\":\"w\"}", &r);
 	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
 	snprintf(body, sizeof(body), "{\"lease\":\"%s\"}",
-	    json_string_value(json_object_get(json_array_get(
-	    h_json_get(&r, "leases"), 0), "lease")));
+	    json_string_value(json_object_get(
+		json_array_get(h_json_get(&r, "leases"), 0), "lease")));
 	memset(&w, 0, sizeof(w));
 	w.port = d->port;
-	ck_assert_int_eq(pthread_create(&w.thread, NULL, lock_wait_run, &w),
-	    0);
+	ck_assert_int_eq(pthread_create(&w.thread, NULL, lock_wait_run, &w), 0);
 	h_sleep_ms(300);
 	released = h_now_ms();
 	h_post(other.port, "/release", body, &r);
@@ -298,9 +312,12 @@ static void lease_wait_after_failover(struct h_daemon *d)
 	pthread_join(w.thread, NULL);
 	ck_assert_msg(w.r.status == 200, "the waiter: %ld %s", w.r.status,
 	    w.r.body != NULL ? w.r.body : w.r.err);
-	ck_assert_msg(w.answered_ms - released < 1500, "the waiter was "
-	    "served %lld ms after the release", w.answered_ms - released);
-	fprintf(stderr, "sentinel: after the failover, a waiter served %lld "
+	ck_assert_msg(w.answered_ms - released < 1500,
+	    "the waiter was "
+	    "served %lld ms after the release",
+	    w.answered_ms - released);
+	fprintf(stderr,
+	    "sentinel: after the failover, a waiter served %lld "
 	    "ms after a release through another daemon\n",
 	    w.answered_ms - released);
 	h_resp_free(&w.r);
@@ -340,12 +357,14 @@ START_TEST(test_failover_followed)
 }
 END_TEST
 
-static void suite_done(void)
+static void
+suite_done(void)
 {
 	h_sentinel_stop(&sen);
 }
 
-Suite *test_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("sentinel");
 	TCase *tc = tcase_create("sentinel");

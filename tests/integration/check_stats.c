@@ -25,32 +25,32 @@
 #include "harness.h"
 
 static const char memory_head[] =
-	"listen: \"127.0.0.1:%PORT%\"\n"
-	"threads: 2\n"
-	"shutdown_timeout: 2s\n"
-	"backend: memory\n";
+    "listen: \"127.0.0.1:%PORT%\"\n"
+    "threads: 2\n"
+    "shutdown_timeout: 2s\n"
+    "backend: memory\n";
 
 static const char redis_head[] =
-	"listen: \"127.0.0.1:%PORT%\"\n"
-	"threads: 2\n"
-	"shutdown_timeout: 2s\n"
-	"backend: redis\n"
-	"redis:\n"
-	"  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
-	"  timeout: 1s\n"
-	"  key_prefix: \"st:\"\n";
+    "listen: \"127.0.0.1:%PORT%\"\n"
+    "threads: 2\n"
+    "shutdown_timeout: 2s\n"
+    "backend: redis\n"
+    "redis:\n"
+    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+    "  timeout: 1s\n"
+    "  key_prefix: \"st:\"\n";
 
 static const char stats_yaml[] =
-	"stats:\n"
-	"  - name: lat\n"
-	"    match: { kind: lat }\n"
-	"    key: \"${route}\"\n"
-	"    window: 1m\n"
-	"    resolution: 3s\n"
-	"  - name: slide\n"
-	"    match: { kind: slide }\n"
-	"    window: 2s\n"
-	"    resolution: 200ms\n";
+    "stats:\n"
+    "  - name: lat\n"
+    "    match: { kind: lat }\n"
+    "    key: \"${route}\"\n"
+    "    window: 1m\n"
+    "    resolution: 3s\n"
+    "  - name: slide\n"
+    "    match: { kind: slide }\n"
+    "    window: 2s\n"
+    "    resolution: 200ms\n";
 
 static bool use_redis;
 static struct h_redis redis;
@@ -61,7 +61,8 @@ struct conn {
 	struct h_resp r;
 };
 
-static void conn_open(struct conn *c)
+static void
+conn_open(struct conn *c)
 {
 	char yaml[4096];
 
@@ -72,7 +73,8 @@ static void conn_open(struct conn *c)
 	c->curl = h_curl_new();
 }
 
-static void conn_close(struct conn *c)
+static void
+conn_close(struct conn *c)
 {
 	h_resp_free(&c->r);
 	curl_easy_cleanup(c->curl);
@@ -80,15 +82,18 @@ static void conn_close(struct conn *c)
 }
 
 /* POST body to path; returns the status. */
-static long post(struct conn *c, const char *path, const char *body)
+static long
+post(struct conn *c, const char *path, const char *body)
 {
-	ck_assert_msg(h_request(c->curl, c->d.port, &c->r, "POST", path,
-	    body, strlen(body), NULL) == 0, "%s: %s", path, c->r.err);
+	ck_assert_msg(h_request(c->curl, c->d.port, &c->r, "POST", path, body,
+			  strlen(body), NULL) == 0,
+	    "%s: %s", path, c->r.err);
 	return c->r.status;
 }
 
 /* The first stat of the last answer (200 asserted). */
-static json_t *first_stat(struct conn *c)
+static json_t *
+first_stat(struct conn *c)
 {
 	json_t *list;
 
@@ -100,7 +105,8 @@ static json_t *first_stat(struct conn *c)
 	return json_array_get(list, 0);
 }
 
-static double num(json_t *o, const char *field)
+static double
+num(json_t *o, const char *field)
 {
 	json_t *v = json_object_get(o, field);
 
@@ -108,7 +114,8 @@ static double num(json_t *o, const char *field)
 	return json_number_value(v);
 }
 
-static long long count_of(struct conn *c, const char *body)
+static long long
+count_of(struct conn *c, const char *body)
 {
 	json_t *o;
 
@@ -117,19 +124,21 @@ static long long count_of(struct conn *c, const char *body)
 	return (long long)json_integer_value(json_object_get(o, "count"));
 }
 
-static void record(struct conn *c, const char *attrs, double v)
+static void
+record(struct conn *c, const char *attrs, double v)
 {
 	char body[256];
 
 	snprintf(body, sizeof(body), "{%s, \"value\": %.17g}", attrs, v);
-	ck_assert_msg(post(c, "/record", body) == 200, "record %g: %ld %s",
-	    v, c->r.status, c->r.body);
+	ck_assert_msg(post(c, "/record", body) == 200, "record %g: %ld %s", v,
+	    c->r.status, c->r.body);
 }
 
 /* xorshift64*, seeded. */
 static uint64_t rng = 88172645463325252u;
 
-static double uniform(void)
+static double
+uniform(void)
 {
 	rng ^= rng >> 12;
 	rng ^= rng << 25;
@@ -138,7 +147,8 @@ static double uniform(void)
 	    9007199254740992.0;
 }
 
-static int cmp_double(const void *a, const void *b)
+static int
+cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
 
@@ -177,8 +187,10 @@ START_TEST(test_exact_and_quantiles)
 	o = first_stat(&c);
 	ck_assert_int_eq(json_integer_value(json_object_get(o, "count")),
 	    NVALUES);
-	ck_assert_int_eq(post(&c, "/stats", "{\"kind\": \"lat\", \"route\": "
-	    "\"pay\", \"quantiles\": [0.01, 0.25, 0.5, 0.9, 0.99, 0.999]}"),
+	ck_assert_int_eq(
+	    post(&c, "/stats",
+		"{\"kind\": \"lat\", \"route\": "
+		"\"pay\", \"quantiles\": [0.01, 0.25, 0.5, 0.9, 0.99, 0.999]}"),
 	    200);
 	o = first_stat(&c);
 	ck_assert_str_eq(json_string_value(json_object_get(o, "name")), "lat");
@@ -197,13 +209,18 @@ START_TEST(test_exact_and_quantiles)
 		double truth = v[(size_t)floor(qs[i] * (NVALUES - 1))];
 		double got = num(o, qn[i]);
 
-		ck_assert_msg(truth == 0 ? got == 0 : fabs(got - truth) <=
-		    0.01 * fabs(truth) * (1 + 1e-9), "%s: %.17g, exact "
-		    "%.17g", qn[i], got, truth);
+		ck_assert_msg(truth == 0 ?
+			got == 0 :
+			fabs(got - truth) <= 0.01 * fabs(truth) * (1 + 1e-9),
+		    "%s: %.17g, exact "
+		    "%.17g",
+		    qn[i], got, truth);
 	}
 	/* Another key of the same stat is empty: count 0, the rest null. */
-	ck_assert_int_eq(post(&c, "/stats", "{\"kind\": \"lat\", \"route\": "
-	    "\"other\"}"), 200);
+	ck_assert_int_eq(post(&c, "/stats",
+			     "{\"kind\": \"lat\", \"route\": "
+			     "\"other\"}"),
+	    200);
 	o = first_stat(&c);
 	ck_assert_int_eq(json_integer_value(json_object_get(o, "count")), 0);
 	ck_assert(json_is_null(json_object_get(o, "sum")));
@@ -232,8 +249,8 @@ START_TEST(test_window_slides)
 	h_sleep_ms(a_after + 2400 - h_now_ms());
 	ck_assert_int_eq(count_of(&c, body), 1);
 	now = h_now_ms();
-	ck_assert_msg(now - b_before < 1800, "too slow: %lld ms", now -
-	    b_before);
+	ck_assert_msg(now - b_before < 1800, "too slow: %lld ms",
+	    now - b_before);
 	ck_assert(num(first_stat(&c), "sum") == 2);
 	/* B: at least 2.4 s old. */
 	h_sleep_ms(b_before + 2000 + 200 + 400 + 200 - h_now_ms());
@@ -250,9 +267,11 @@ END_TEST
  */
 START_TEST(test_sum_saturates)
 {
-	static const char rec[] = "{\"kind\": \"lat\", \"route\": \"huge\", "
+	static const char rec[] =
+	    "{\"kind\": \"lat\", \"route\": \"huge\", "
 	    "\"value\": 1.7e308}";
-	static const char neg[] = "{\"kind\": \"lat\", \"route\": \"tiny\", "
+	static const char neg[] =
+	    "{\"kind\": \"lat\", \"route\": \"tiny\", "
 	    "\"value\": -1.7e308}";
 	struct conn c;
 	json_t *o;
@@ -263,14 +282,17 @@ START_TEST(test_sum_saturates)
 		ck_assert_int_eq(post(&c, "/record", rec), 200);
 		o = first_stat(&c);
 		ck_assert_int_eq(json_integer_value(json_object_get(o,
-		    "count")), i + 1);
+				     "count")),
+		    i + 1);
 		ck_assert_msg(num(o, "sum") == (i == 0 ? 1.7e308 : DBL_MAX),
 		    "sum %.17g after %d", num(o, "sum"), i + 1);
 		ck_assert(num(o, "max") == 1.7e308);
 		ck_assert(isfinite(num(o, "avg")));
 	}
-	ck_assert_int_eq(post(&c, "/stats", "{\"kind\": \"lat\", \"route\": "
-	    "\"huge\"}"), 200);
+	ck_assert_int_eq(post(&c, "/stats",
+			     "{\"kind\": \"lat\", \"route\": "
+			     "\"huge\"}"),
+	    200);
 	ck_assert(num(first_stat(&c), "sum") == DBL_MAX);
 	for (i = 0; i < 2; i++)
 		ck_assert_int_eq(post(&c, "/record", neg), 200);
@@ -315,12 +337,12 @@ START_TEST(test_bad_input)
 		    "\"quantiles\": [0, -0.0]}" },
 	};
 	/* clang-format on */
-	static const char *const codes[] = { "invalid_value",
-		"invalid_value", "invalid_value", "invalid_value",
-		"invalid_json", "invalid_quantiles", "invalid_quantiles",
-		"invalid_quantiles", "unknown_stat", "invalid_attribute",
-		"invalid_json", "invalid_value", "invalid_quantiles",
-		"invalid_quantiles", "invalid_quantiles" };
+	static const char *const codes[] = { "invalid_value", "invalid_value",
+		"invalid_value", "invalid_value", "invalid_json",
+		"invalid_quantiles", "invalid_quantiles", "invalid_quantiles",
+		"unknown_stat", "invalid_attribute", "invalid_json",
+		"invalid_value", "invalid_quantiles", "invalid_quantiles",
+		"invalid_quantiles" };
 	struct conn c;
 	size_t i;
 
@@ -335,21 +357,29 @@ START_TEST(test_bad_input)
 		    "%s: %s, expected %s", bad[i][1], code ? code : "none",
 		    codes[i]);
 	}
-	ck_assert_int_eq(count_of(&c, "{\"kind\": \"lat\", \"route\": "
-	    "\"b\"}"), 0);
+	ck_assert_int_eq(count_of(&c,
+			     "{\"kind\": \"lat\", \"route\": "
+			     "\"b\"}"),
+	    0);
 	/* GET is not the method, and no stat applies => []. */
 	ck_assert_int_eq(h_request(c.curl, c.d.port, &c.r, "GET", "/stats",
-	    NULL, 0, NULL), 0);
+			     NULL, 0, NULL),
+	    0);
 	ck_assert_int_eq(c.r.status, 405);
-	ck_assert_int_eq(post(&c, "/record", "{\"kind\": \"none\", "
-	    "\"value\": 3}"), 200);
+	ck_assert_int_eq(post(&c, "/record",
+			     "{\"kind\": \"none\", "
+			     "\"value\": 3}"),
+	    200);
 	ck_assert_str_eq(c.r.body, "{\"stats\":[]}");
 	/* A stat whose key attribute is missing does not apply. */
-	ck_assert_int_eq(post(&c, "/record", "{\"kind\": \"lat\", "
-	    "\"value\": 3}"), 200);
+	ck_assert_int_eq(post(&c, "/record",
+			     "{\"kind\": \"lat\", "
+			     "\"value\": 3}"),
+	    200);
 	ck_assert_str_eq(c.r.body, "{\"stats\":[]}");
 	ck_assert_int_eq(h_metric("ratelimitd_stats_records_total"
-	    "{stat=\"lat\"}"), -1);
+				  "{stat=\"lat\"}"),
+	    -1);
 	conn_close(&c);
 }
 END_TEST
@@ -363,20 +393,28 @@ START_TEST(test_metrics_and_forced)
 	for (i = 0; i < 5; i++)
 		record(&c, "\"kind\": \"lat\", \"route\": \"m\"", i);
 	/* "stat" forces one stat, skipping match. */
-	record(&c, "\"stat\": \"slide\", \"kind\": \"lat\", \"route\": "
-	    "\"m\"", 7);
+	record(&c,
+	    "\"stat\": \"slide\", \"kind\": \"lat\", \"route\": "
+	    "\"m\"",
+	    7);
 	ck_assert_str_eq(json_string_value(json_object_get(first_stat(&c),
-	    "name")), "slide");
+			     "name")),
+	    "slide");
 	ck_assert_int_eq(json_array_size(h_json_get(&c.r, "stats")), 1);
 	ck_assert_int_eq(h_metric("ratelimitd_stats_records_total"
-	    "{stat=\"lat\"}"), 5);
+				  "{stat=\"lat\"}"),
+	    5);
 	ck_assert_int_eq(h_metric("ratelimitd_stats_records_total"
-	    "{stat=\"slide\"}"), 1);
+				  "{stat=\"slide\"}"),
+	    1);
 	/* /stats records nothing. */
-	ck_assert_int_eq(count_of(&c, "{\"kind\": \"lat\", \"route\": "
-	    "\"m\"}"), 5);
+	ck_assert_int_eq(count_of(&c,
+			     "{\"kind\": \"lat\", \"route\": "
+			     "\"m\"}"),
+	    5);
 	ck_assert_int_eq(h_metric("ratelimitd_stats_records_total"
-	    "{stat=\"lat\"}"), 5);
+				  "{stat=\"lat\"}"),
+	    5);
 	conn_close(&c);
 }
 END_TEST
@@ -394,10 +432,14 @@ START_TEST(test_two_daemons)
 		record(&a, "\"kind\": \"lat\", \"route\": \"two\"", i);
 		record(&b, "\"kind\": \"lat\", \"route\": \"two\"", 1000 + i);
 	}
-	ck_assert_int_eq(count_of(&a, "{\"kind\": \"lat\", \"route\": "
-	    "\"two\"}"), 200);
-	ck_assert_int_eq(count_of(&b, "{\"kind\": \"lat\", \"route\": "
-	    "\"two\"}"), 200);
+	ck_assert_int_eq(count_of(&a,
+			     "{\"kind\": \"lat\", \"route\": "
+			     "\"two\"}"),
+	    200);
+	ck_assert_int_eq(count_of(&b,
+			     "{\"kind\": \"lat\", \"route\": "
+			     "\"two\"}"),
+	    200);
 	snprintf(body_a, sizeof(body_a), "%s", a.r.body);
 	snprintf(body_b, sizeof(body_b), "%s", b.r.body);
 	ck_assert_str_eq(body_a, body_b);
@@ -426,7 +468,8 @@ START_TEST(test_redis_keys)
 		long long ttl = h_redis_int(&redis, "PTTL %s", k);
 
 		ck_assert_msg(strncmp(k, "st:stat:slide:{}:", 17) == 0 ||
-		    strncmp(k, "st:stat:lat:{k}:", 16) == 0, "key %s", k);
+			strncmp(k, "st:stat:lat:{k}:", 16) == 0,
+		    "key %s", k);
 		ck_assert_msg(ttl > 0 && ttl <= (k[8] == 's' ? 2200 : 63000),
 		    "%s: ttl %lld", k, ttl);
 	}
@@ -441,7 +484,8 @@ END_TEST
  * sub-windows the two clocks cut. */
 START_TEST(test_same_answer_both_stores)
 {
-	static const char q[] = "{\"kind\": \"lat\", \"route\": \"both\", "
+	static const char q[] =
+	    "{\"kind\": \"lat\", \"route\": \"both\", "
 	    "\"quantiles\": [0, 0.05, 0.3, 0.5, 0.77, 0.9, 0.99, 1]}";
 	struct conn mem, red;
 	char *mem_body;
@@ -463,7 +507,8 @@ START_TEST(test_same_answer_both_stores)
 	mem_body = strdup(mem.r.body);
 	ck_assert_str_eq(mem_body, red.r.body);
 	ck_assert_int_eq(json_integer_value(json_object_get(first_stat(&red),
-	    "count")), 400);
+			     "count")),
+	    400);
 	free(mem_body);
 	conn_close(&mem);
 	conn_close(&red);
@@ -474,7 +519,8 @@ END_TEST
  * redis.timeout (1 s) and a bit, and work again once it is back. */
 START_TEST(test_redis_down)
 {
-	static const char body[] = "{\"kind\": \"lat\", \"route\": \"down\", "
+	static const char body[] =
+	    "{\"kind\": \"lat\", \"route\": \"down\", "
 	    "\"value\": 4}";
 	struct h_redis own = { 0 };
 	struct conn c;
@@ -482,7 +528,7 @@ START_TEST(test_redis_down)
 	const char *code;
 
 	h_redis_start(&own);
-	conn_open(&c);		/* on own: the last started */
+	conn_open(&c); /* on own: the last started */
 	ck_assert_int_eq(post(&c, "/record", body), 200);
 	h_redis_stop(&own);
 	t0 = h_now_ms();
@@ -490,13 +536,16 @@ START_TEST(test_redis_down)
 	ck_assert_msg(h_now_ms() - t0 < 2500, "took %lld ms", h_now_ms() - t0);
 	code = h_json_str(&c.r, "error");
 	ck_assert_str_eq(code != NULL ? code : "", "backend_unavailable");
-	ck_assert_int_eq(post(&c, "/stats", "{\"kind\": \"lat\", "
-	    "\"route\": \"down\"}"), 503);
-	h_redis_start(&own);	/* same port, empty */
+	ck_assert_int_eq(post(&c, "/stats",
+			     "{\"kind\": \"lat\", "
+			     "\"route\": \"down\"}"),
+	    503);
+	h_redis_start(&own); /* same port, empty */
 	h_sleep_ms(300);
 	ck_assert_int_eq(post(&c, "/record", body), 200);
 	ck_assert_int_eq(json_integer_value(json_object_get(first_stat(&c),
-	    "count")), 1);
+			     "count")),
+	    1);
 	conn_close(&c);
 	h_redis_stop(&own);
 }
@@ -507,7 +556,8 @@ END_TEST
  * "OOM command not allowed ... script: <sha1>, on @user_script:51". */
 START_TEST(test_redis_error_not_in_body)
 {
-	static const char body[] = "{\"kind\": \"lat\", \"route\": \"oom\", "
+	static const char body[] =
+	    "{\"kind\": \"lat\", \"route\": \"oom\", "
 	    "\"value\": 4}";
 	struct h_redis own = { 0 };
 	redisReply *rep;
@@ -515,7 +565,7 @@ START_TEST(test_redis_error_not_in_body)
 	const char *code, *msg;
 
 	h_redis_start(&own);
-	conn_open(&c);		/* on own: the last started */
+	conn_open(&c); /* on own: the last started */
 	rep = redisCommand(h_redis_ctx(&own), "CONFIG SET maxmemory 1");
 	ck_assert_ptr_nonnull(rep);
 	freeReplyObject(rep);
@@ -524,36 +574,42 @@ START_TEST(test_redis_error_not_in_body)
 	msg = h_json_str(&c.r, "message");
 	ck_assert_str_eq(code != NULL ? code : "", "backend_unavailable");
 	ck_assert_msg(msg != NULL && strstr(msg, "OOM") == NULL &&
-	    strstr(msg, "script") == NULL && strstr(msg, "maxmemory") ==
-	    NULL, "the 503 carries Redis's reply: %s", c.r.body);
+		strstr(msg, "script") == NULL &&
+		strstr(msg, "maxmemory") == NULL,
+	    "the 503 carries Redis's reply: %s", c.r.body);
 	conn_close(&c);
 	h_redis_stop(&own);
 }
 END_TEST
 
-static void use_memory_backend(void)
+static void
+use_memory_backend(void)
 {
 	use_redis = false;
 }
 
-static void use_redis_backend(void)
+static void
+use_redis_backend(void)
 {
 	use_redis = true;
 	if (redis.pid == 0)
 		h_redis_start(&redis);
 }
 
-static void flush_redis(void)
+static void
+flush_redis(void)
 {
 	h_redis_flush(&redis);
 }
 
-static TCase *backend_tcase(const char *name, bool with_redis)
+static TCase *
+backend_tcase(const char *name, bool with_redis)
 {
 	TCase *tc = tcase_create(name);
 
-	tcase_add_unchecked_fixture(tc, with_redis ? use_redis_backend :
-	    use_memory_backend, h_reap_orphans);
+	tcase_add_unchecked_fixture(tc,
+	    with_redis ? use_redis_backend : use_memory_backend,
+	    h_reap_orphans);
 	tcase_add_checked_fixture(tc, with_redis ? flush_redis : NULL,
 	    h_test_teardown);
 	tcase_set_timeout(tc, 60);
@@ -572,12 +628,14 @@ static TCase *backend_tcase(const char *name, bool with_redis)
 	return tc;
 }
 
-static void suite_done(void)
+static void
+suite_done(void)
 {
 	h_redis_stop(&redis);
 }
 
-Suite *test_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("stats");
 

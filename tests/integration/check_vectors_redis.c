@@ -49,7 +49,8 @@ static struct h_redis redis;
 /* The script split around TIME_LINE (at start-up, in the runner). */
 static char *script_head, *script_tail;
 
-static void split_script(void)
+static void
+split_script(void)
 {
 	const char *s = rl_lua_ratelimit, *at, *again;
 	size_t n = strlen(TIME_LINE);
@@ -57,10 +58,13 @@ static void split_script(void)
 	at = strstr(s, TIME_LINE);
 	again = at != NULL ? strstr(at + n, TIME_LINE) : NULL;
 	if (at == NULL || (at != s && at[-1] != '\n') || again != NULL) {
-		fprintf(stderr, "lua/ratelimit.lua: the line \"%.*s\" is %s; "
+		fprintf(stderr,
+		    "lua/ratelimit.lua: the line \"%.*s\" is %s; "
 		    "this test replaces it to set the script's time\n",
-		    (int)n - 1, TIME_LINE, at == NULL ? "gone" :
-		    again != NULL ? "there twice" : "not a whole line");
+		    (int)n - 1, TIME_LINE,
+		    at == NULL	      ? "gone" :
+			again != NULL ? "there twice" :
+					"not a whole line");
 		exit(EXIT_FAILURE);
 	}
 	script_head = strndup(s, (size_t)(at - s));
@@ -72,19 +76,20 @@ static void split_script(void)
 }
 
 /* The script with its time fixed at now (microseconds).  Free it. */
-static char *script_at(int64_t now)
+static char *
+script_at(int64_t now)
 {
 	char *text;
 
-	if (asprintf(&text, "%slocal time = {'%" PRId64 "', '%" PRId64
-	    "'}\n%s", script_head, now / 1000000, now % 1000000,
-	    script_tail) == -1)
+	if (asprintf(&text, "%slocal time = {'%" PRId64 "', '%" PRId64 "'}\n%s",
+		script_head, now / 1000000, now % 1000000, script_tail) == -1)
 		ck_abort_msg("out of memory");
 	return text;
 }
 
 /* Read one reply of a pipeline; abort on a transport error. */
-static redisReply *get_reply(redisContext *c)
+static redisReply *
+get_reply(redisContext *c)
 {
 	void *rep = NULL;
 
@@ -95,9 +100,9 @@ static redisReply *get_reply(redisContext *c)
 
 /* Run one step: MULTI, EVAL, PERSIST of every key, EXEC; return EXEC's
  * first element (EVAL's reply) in *out, to free with the returned reply. */
-static redisReply *run_step(redisContext *c, const struct vec_scenario *sc,
-    char keys[][96], int64_t now, int64_t cost, int64_t wait_us, size_t step,
-    redisReply **out)
+static redisReply *
+run_step(redisContext *c, const struct vec_scenario *sc, char keys[][96],
+    int64_t now, int64_t cost, int64_t wait_us, size_t step, redisReply **out)
 {
 	const char *argv[5 + 6 * VEC_MAX_RULES];
 	size_t argl[5 + 6 * VEC_MAX_RULES];
@@ -150,16 +155,19 @@ static redisReply *run_step(redisContext *c, const struct vec_scenario *sc,
 	redisAppendCommand(c, "EXEC");
 	free(text);
 	for (j = 0; j < n + 2; j++) {
-		rep = get_reply(c);	/* +OK, then +QUEUED each */
+		rep = get_reply(c); /* +OK, then +QUEUED each */
 		ck_assert_msg(rep->type == REDIS_REPLY_STATUS, "redis: %s",
-		    rep->type == REDIS_REPLY_ERROR ? rep->str :
-		    "unexpected reply in MULTI");
+		    rep->type == REDIS_REPLY_ERROR ?
+			rep->str :
+			"unexpected reply in MULTI");
 		freeReplyObject(rep);
 	}
 	exec = get_reply(c);
 	ck_assert_msg(exec->type == REDIS_REPLY_ARRAY &&
-	    exec->elements == n + 1, "redis: EXEC did not answer %zu "
-	    "replies", n + 1);
+		exec->elements == n + 1,
+	    "redis: EXEC did not answer %zu "
+	    "replies",
+	    n + 1);
 	*out = exec->element[0];
 	return exec;
 }
@@ -183,43 +191,48 @@ START_TEST(test_scenario)
 		exec = run_step(c, sc, keys, sc->epoch + st->t, st->cost,
 		    st->wait_us, s, &rep);
 		ck_assert_msg(rep->type == REDIS_REPLY_ARRAY &&
-		    rep->elements == 1 + 5 * sc->nrules,
-		    "%s:%d (%s): the script answered %s", vec_path,
-		    st->line, sc->name, rep->type == REDIS_REPLY_ERROR ?
-		    rep->str : "not an array of 1 + 5n");
+			rep->elements == 1 + 5 * sc->nrules,
+		    "%s:%d (%s): the script answered %s", vec_path, st->line,
+		    sc->name,
+		    rep->type == REDIS_REPLY_ERROR ? rep->str :
+						     "not an array of 1 + 5n");
 		for (j = 0; j < rep->elements; j++)
 			ck_assert_msg(rep->element[j]->type ==
-			    REDIS_REPLY_INTEGER, "%s:%d: element %zu of the "
-			    "reply is not an integer", vec_path, st->line, j);
+				REDIS_REPLY_INTEGER,
+			    "%s:%d: element %zu of the "
+			    "reply is not an integer",
+			    vec_path, st->line, j);
 		for (r = 0; r < sc->nrules; r++) {
 			const struct vec_result *w = &st->want[r];
 
 			for (j = 0; j < 5; j++)
 				got[j] = rep->element[1 + 5 * r + j]->integer;
 			ck_assert_msg(vec_field_ok(w, 0, got[0]) &&
-			    vec_field_ok(w, 1, got[1]) &&
-			    vec_field_ok(w, 2, got[2]) &&
-			    vec_field_ok(w, 3, got[3]) &&
-			    vec_field_ok(w, 4, got[4]),
+				vec_field_ok(w, 1, got[1]) &&
+				vec_field_ok(w, 2, got[2]) &&
+				vec_field_ok(w, 3, got[3]) &&
+				vec_field_ok(w, 4, got[4]),
 			    "%s:%d (%s, rule %zu, %s): got %lld %lld %lld "
-			    "%lld t=%lld, want %d %" PRId64 " %" PRId64 " %"
-			    PRId64 " t=%" PRId64, vec_path, st->line, sc->name,
-			    r + 1, rl_algorithm_name(sc->rules[r].alg), got[0],
-			    got[1], got[2], got[3], got[4], (int)w->allowed,
+			    "%lld t=%lld, want %d %" PRId64 " %" PRId64
+			    " %" PRId64 " t=%" PRId64,
+			    vec_path, st->line, sc->name, r + 1,
+			    rl_algorithm_name(sc->rules[r].alg), got[0], got[1],
+			    got[2], got[3], got[4], (int)w->allowed,
 			    w->remaining, w->reset_ms, w->retry_after_ms,
 			    w->effective_ms);
 		}
 		/* all_allowed: 0, 1, or 1 + the microseconds to the turn
 		 * reserved. */
 		ck_assert_msg((rep->element[0]->integer >= 1) == st->want_all,
-		    "%s:%d (%s): all_allowed %lld, want %d", vec_path,
-		    st->line, sc->name, rep->element[0]->integer,
-		    (int)st->want_all);
+		    "%s:%d (%s): all_allowed %lld, want %d", vec_path, st->line,
+		    sc->name, rep->element[0]->integer, (int)st->want_all);
 		waited = rep->element[0]->integer > 1 ?
-		    rep->element[0]->integer - 1 : 0;
-		ck_assert_msg(waited == st->waited_us, "%s:%d (%s): waited "
-		    "%lld us, want %" PRId64, vec_path, st->line, sc->name,
-		    waited, st->waited_us);
+		    rep->element[0]->integer - 1 :
+		    0;
+		ck_assert_msg(waited == st->waited_us,
+		    "%s:%d (%s): waited "
+		    "%lld us, want %" PRId64,
+		    vec_path, st->line, sc->name, waited, st->waited_us);
 		freeReplyObject(exec);
 	}
 }
@@ -227,18 +240,21 @@ END_TEST
 
 /* --- fixtures and main -------------------------------------------------- */
 
-static void start_redis(void)
+static void
+start_redis(void)
 {
 	if (redis.pid == 0)
 		h_redis_start(&redis);
 }
 
-static void flush_redis(void)
+static void
+flush_redis(void)
 {
 	h_redis_flush(&redis);
 }
 
-static void suite_done(void)
+static void
+suite_done(void)
 {
 	h_redis_stop(&redis);
 	printf("%zu scenarios from %s\n", nscenarios, vec_path);
@@ -246,7 +262,8 @@ static void suite_done(void)
 	free(script_tail);
 }
 
-Suite *test_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("vectors_redis");
 	TCase *tc = tcase_create("redis");

@@ -24,79 +24,79 @@
 #define WAITERS 12
 
 static const char yaml[] =
-	"listen: \"127.0.0.1:%PORT%\"\n"
-	"threads: 2\n"
-	"shutdown_timeout: 1200ms\n"
-	"backend: memory\n"
-	"max_waiting: 20\n"
-	"rules:\n"
-	"  - name: log3\n"
-	"    match: { t: log }\n"
-	"    key: \"${w}\"\n"
-	"    algorithm: sliding_log\n"
-	"    limit: 3\n"
-	"    window: 1s\n"
-	"  - name: one\n"
-	"    match: { t: one }\n"
-	"    key: \"${w}\"\n"
-	"    algorithm: sliding_log\n"
-	"    limit: 1\n"
-	"    window: 1s\n"
-	"  - name: sw\n"
-	"    match: { t: sw }\n"
-	"    key: \"${w}\"\n"
-	"    algorithm: sliding_window\n"
-	"    limit: 1\n"
-	"    window: 10s\n";
+    "listen: \"127.0.0.1:%PORT%\"\n"
+    "threads: 2\n"
+    "shutdown_timeout: 1200ms\n"
+    "backend: memory\n"
+    "max_waiting: 20\n"
+    "rules:\n"
+    "  - name: log3\n"
+    "    match: { t: log }\n"
+    "    key: \"${w}\"\n"
+    "    algorithm: sliding_log\n"
+    "    limit: 3\n"
+    "    window: 1s\n"
+    "  - name: one\n"
+    "    match: { t: one }\n"
+    "    key: \"${w}\"\n"
+    "    algorithm: sliding_log\n"
+    "    limit: 1\n"
+    "    window: 1s\n"
+    "  - name: sw\n"
+    "    match: { t: sw }\n"
+    "    key: \"${w}\"\n"
+    "    algorithm: sliding_window\n"
+    "    limit: 1\n"
+    "    window: 10s\n";
 
 static struct h_redis redis;
 
 static const char redis_head[] =
-	"listen: \"127.0.0.1:%PORT%\"\n"
-	"threads: 2\n"
-	"shutdown_timeout: 1200ms\n"
-	"backend: redis\n"
-	"redis:\n"
-	"  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
-	"  timeout: 1s\n"
-	"on_backend_error: deny\n"
-	"max_waiting: 20\n";
+    "listen: \"127.0.0.1:%PORT%\"\n"
+    "threads: 2\n"
+    "shutdown_timeout: 1200ms\n"
+    "backend: redis\n"
+    "redis:\n"
+    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+    "  timeout: 1s\n"
+    "on_backend_error: deny\n"
+    "max_waiting: 20\n";
 
 static const char redis_rules[] =
-	"rules:\n"
-	"  - name: log3\n"
-	"    match: { t: log }\n"
-	"    key: \"${w}\"\n"
-	"    algorithm: sliding_log\n"
-	"    limit: 3\n"
-	"    window: 1s\n"
-	"  - name: fw3\n"
-	"    match: { t: fw }\n"
-	"    key: \"${w}\"\n"
-	"    algorithm: fixed_window\n"
-	"    limit: 3\n"
-	"    window: 1s\n"
-	"  - name: tb\n"
-	"    match: { t: tb }\n"
-	"    key: \"${w}\"\n"
-	"    algorithm: token_bucket\n"
-	"    limit: 3\n"
-	"    window: 1s\n"
-	"  - name: one\n"
-	"    match: { t: one }\n"
-	"    key: \"${w}\"\n"
-	"    algorithm: sliding_log\n"
-	"    limit: 1\n"
-	"    window: 1s\n";
+    "rules:\n"
+    "  - name: log3\n"
+    "    match: { t: log }\n"
+    "    key: \"${w}\"\n"
+    "    algorithm: sliding_log\n"
+    "    limit: 3\n"
+    "    window: 1s\n"
+    "  - name: fw3\n"
+    "    match: { t: fw }\n"
+    "    key: \"${w}\"\n"
+    "    algorithm: fixed_window\n"
+    "    limit: 3\n"
+    "    window: 1s\n"
+    "  - name: tb\n"
+    "    match: { t: tb }\n"
+    "    key: \"${w}\"\n"
+    "    algorithm: token_bucket\n"
+    "    limit: 3\n"
+    "    window: 1s\n"
+    "  - name: one\n"
+    "    match: { t: one }\n"
+    "    key: \"${w}\"\n"
+    "    algorithm: sliding_log\n"
+    "    limit: 1\n"
+    "    window: 1s\n";
 
 struct waiter {
 	int port;
 	const char *body;
-	long long delay_ms;	/* before sending */
-	long status;		/* out */
-	long long waited_ms;	/* out, -1 when absent */
-	long long sent_ms, done_ms;	/* out */
-	char error[64];		/* out */
+	long long delay_ms;	    /* before sending */
+	long status;		    /* out */
+	long long waited_ms;	    /* out, -1 when absent */
+	long long sent_ms, done_ms; /* out */
+	char error[64];		    /* out */
 };
 
 static void *
@@ -116,7 +116,9 @@ waiter_main(void *arg)
 	w->done_ms = h_now_ms();
 	w->status = r.status;
 	w->waited_ms = (v = h_json_get(&r, "waited_ms")) != NULL &&
-	    json_is_integer(v) ? json_integer_value(v) : -1;
+		json_is_integer(v) ?
+	    json_integer_value(v) :
+	    -1;
 	snprintf(w->error, sizeof(w->error), "%s",
 	    h_json_str(&r, "error") != NULL ? h_json_str(&r, "error") : "");
 	h_resp_free(&r);
@@ -154,8 +156,8 @@ enum kind { K_LOG, K_FIXED, K_BUCKET };
  * (sliding_log); any 7 (fixed_window: two windows hold 6); for
  * token_bucket, consecutive answers after the burst are W/L apart. */
 static void
-run_waiters(const char *what, const int *ports, int nports,
-    const char *body, enum kind kind)
+run_waiters(const char *what, const int *ports, int nports, const char *body,
+    enum kind kind)
 {
 	bool bucket = kind == K_BUCKET;
 	int n = kind == K_FIXED ? 6 : 3;
@@ -176,12 +178,12 @@ run_waiters(const char *what, const int *ports, int nports,
 		 * is harmless, an early one breaks the limit). */
 		due = kind == K_LOG ? (i / 3) * 1000LL :
 		    kind == K_FIXED ? (i / 3 - 1) * 1000LL :
-		    (i - 2) * 1000LL / 3;
+				      (i - 2) * 1000LL / 3;
 		ck_assert_msg(w[i].done_ms - w[0].sent_ms >= due - 2,
 		    "waiter %d answered %lld ms after the first was sent, "
-		    "before its turn (%lld ms)", i,
-		    w[i].done_ms - w[0].sent_ms, due);
-		if (i > 0)	/* first come, first served */
+		    "before its turn (%lld ms)",
+		    i, w[i].done_ms - w[0].sent_ms, due);
+		if (i > 0) /* first come, first served */
 			ck_assert_msg(w[i].done_ms + 150 >= w[i - 1].done_ms,
 			    "waiter %d answered %lld ms before waiter %d", i,
 			    w[i - 1].done_ms - w[i].done_ms, i - 1);
@@ -202,19 +204,23 @@ run_waiters(const char *what, const int *ports, int nports,
 	/* 12 at 3 a second: the last is answered about 3 s after the
 	 * first. */
 	if (bucket)
-		fprintf(stderr, "%s: %d waiters over %d daemon(s), limit "
+		fprintf(stderr,
+		    "%s: %d waiters over %d daemon(s), limit "
 		    "3/1s: first to last %lld ms, shortest gap after the "
-		    "burst %lld ms (W/L is 333 ms)\n", what, WAITERS, nports,
+		    "burst %lld ms (W/L is 333 ms)\n",
+		    what, WAITERS, nports,
 		    w[WAITERS - 1].done_ms - w[0].done_ms, min_gap);
 	else
-		fprintf(stderr, "%s: %d waiters over %d daemon(s), limit "
+		fprintf(stderr,
+		    "%s: %d waiters over %d daemon(s), limit "
 		    "3/1s: first to last %lld ms, shortest span of %d "
 		    "consecutive answers %lld ms (the window is 1000 ms)\n",
 		    what, WAITERS, nports,
 		    w[WAITERS - 1].done_ms - w[0].done_ms, n + 1, min_span);
 	ck_assert_int_ge(w[WAITERS - 1].done_ms - w[0].done_ms,
-	    kind == K_LOG ? 3000 - 100 : kind == K_FIXED ? 2000 - 100 :
-	    2667 - 100);
+	    kind == K_LOG	? 3000 - 100 :
+		kind == K_FIXED ? 2000 - 100 :
+				  2667 - 100);
 }
 
 START_TEST(test_waiters_in_order_within_limit)
@@ -237,7 +243,7 @@ START_TEST(test_redis_two_daemons)
 		"{\"t\":\"tb\",\"w\":\"a\",\"wait_ms\":10000}",
 	};
 	static const char *const names[] = { "redis sliding_log",
-	    "redis fixed_window", "redis token_bucket" };
+		"redis fixed_window", "redis token_bucket" };
 	char conf[2048];
 	struct h_daemon d[2];
 	int ports[2], i = _i;
@@ -276,8 +282,10 @@ START_TEST(test_redis_disconnect_and_sigterm)
 	    "{\"t\":\"one\",\"w\":\"r\",\"wait_ms\":5000}", 0);
 	pthread_join(t[0], NULL);
 	ck_assert_int_eq(w[0].status, 200);
-	ck_assert_msg(w[0].waited_ms > 1000, "waited %lld ms: the gone "
-	    "waiter's turn was given away", w[0].waited_ms);
+	ck_assert_msg(w[0].waited_ms > 1000,
+	    "waited %lld ms: the gone "
+	    "waiter's turn was given away",
+	    w[0].waited_ms);
 
 	/* The last unit is at T (w[0]'s turn): one waiter due at T + 1 s,
 	 * the next at T + 2 s; SIGTERM to the daemon holding both. */
@@ -292,7 +300,7 @@ START_TEST(test_redis_disconnect_and_sigterm)
 	ck_assert_msg(w[1].status == 200, "the first waiter: %ld %s",
 	    w[1].status, w[1].error);
 	ck_assert_msg(w[2].status == 503 &&
-	    strcmp(w[2].error, "shutting_down") == 0,
+		strcmp(w[2].error, "shutting_down") == 0,
 	    "the second waiter: %ld %s", w[2].status, w[2].error);
 	h_daemon_stop(&d[0]);
 }
@@ -306,16 +314,17 @@ send_and_leave(int port, const char *body, long long ms)
 	char req[512];
 	int fd, n;
 
-	n = snprintf(req, sizeof(req), "POST /acquire HTTP/1.1\r\n"
+	n = snprintf(req, sizeof(req),
+	    "POST /acquire HTTP/1.1\r\n"
 	    "Host: 127.0.0.1\r\nContent-Type: application/json\r\n"
-	    "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
+	    "Content-Length: %zu\r\n\r\n%s",
+	    strlen(body), body);
 	memset(&sin, 0, sizeof(sin));
 	sin.sin_family = AF_INET;
 	sin.sin_port = htons((unsigned short)port);
 	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	ck_assert_int_ge(fd = socket(AF_INET, SOCK_STREAM, 0), 0);
-	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)),
-	    0);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
 	ck_assert_int_eq(write(fd, req, (size_t)n), n);
 	h_sleep_ms(ms);
 	close(fd);
@@ -333,15 +342,17 @@ START_TEST(test_disconnected_waiter_keeps_its_turn)
 	h_daemon_start(&d, yaml);
 	ck_assert_int_eq(post("{\"t\":\"one\",\"w\":\"b\"}", &r), 200);
 	h_resp_free(&r);
-	send_and_leave(d.port,
-	    "{\"t\":\"one\",\"w\":\"b\",\"wait_ms\":5000}", 200);
+	send_and_leave(d.port, "{\"t\":\"one\",\"w\":\"b\",\"wait_ms\":5000}",
+	    200);
 	start_waiter(&t, &next, d.port,
 	    "{\"t\":\"one\",\"w\":\"b\",\"wait_ms\":5000}", 0);
 	pthread_join(t, NULL);
 	ck_assert_int_eq(next.status, 200);
 	/* The window after the one the gone waiter holds. */
-	ck_assert_msg(next.waited_ms > 1000, "waited %lld ms: the gone "
-	    "waiter's turn was given away", next.waited_ms);
+	ck_assert_msg(next.waited_ms > 1000,
+	    "waited %lld ms: the gone "
+	    "waiter's turn was given away",
+	    next.waited_ms);
 	h_daemon_stop(&d);
 }
 END_TEST
@@ -350,15 +361,15 @@ END_TEST
 START_TEST(test_max_waiting)
 {
 	static const char small[] =
-		"listen: \"127.0.0.1:%PORT%\"\n"
-		"backend: memory\n"
-		"max_waiting: 2\n"
-		"rules:\n"
-		"  - name: one\n"
-		"    key: \"${w}\"\n"
-		"    algorithm: sliding_log\n"
-		"    limit: 1\n"
-		"    window: 2s\n";
+	    "listen: \"127.0.0.1:%PORT%\"\n"
+	    "backend: memory\n"
+	    "max_waiting: 2\n"
+	    "rules:\n"
+	    "  - name: one\n"
+	    "    key: \"${w}\"\n"
+	    "    algorithm: sliding_log\n"
+	    "    limit: 1\n"
+	    "    window: 2s\n";
 	struct h_daemon d;
 	struct h_resp r;
 	pthread_t t[3];
@@ -376,18 +387,23 @@ START_TEST(test_max_waiting)
 	    0);
 	pthread_join(t[2], NULL);
 	ck_assert_int_eq(w[2].status, 429);
-	ck_assert_msg(w[2].done_ms - w[2].sent_ms < 1000, "the third waiter "
-	    "was held %lld ms", w[2].done_ms - w[2].sent_ms);
+	ck_assert_msg(w[2].done_ms - w[2].sent_ms < 1000,
+	    "the third waiter "
+	    "was held %lld ms",
+	    w[2].done_ms - w[2].sent_ms);
 	/* Both held for their turn (the metrics count them), one refused. */
 	ck_assert_int_eq(h_metric("ratelimitd_waiting_requests"
-	    "{for=\"turn\"}"), 2);
+				  "{for=\"turn\"}"),
+	    2);
 	ck_assert_int_eq(h_metric("ratelimitd_wait_full_total"), 1);
 	for (i = 0; i < 2; i++) {
 		pthread_join(t[i], NULL);
 		ck_assert_int_eq(w[i].status, 200);
 	}
 	ck_assert_int_eq(h_metric_settles("ratelimitd_waiting_requests"
-	    "{for=\"turn\"}", 0), 0);
+					  "{for=\"turn\"}",
+			     0),
+	    0);
 	h_daemon_stop(&d);
 }
 END_TEST
@@ -413,16 +429,18 @@ START_TEST(test_sigterm_with_waiters)
 	    "{\"t\":\"one\",\"w\":\"e\",\"wait_ms\":8000}", 150);
 	h_sleep_ms(400);
 	sigterm_ms = h_now_ms();
-	h_daemon_stop(&d);	/* SIGTERM; asserts exit 0 */
+	h_daemon_stop(&d); /* SIGTERM; asserts exit 0 */
 	pthread_join(t[0], NULL);
 	pthread_join(t[1], NULL);
 	ck_assert_msg(w[0].status == 200, "the first waiter: %ld %s",
 	    w[0].status, w[0].error);
 	ck_assert_msg(w[1].status == 503 &&
-	    strcmp(w[1].error, "shutting_down") == 0,
+		strcmp(w[1].error, "shutting_down") == 0,
 	    "the second waiter: %ld %s", w[1].status, w[1].error);
-	ck_assert_msg(w[1].done_ms - sigterm_ms < 700, "the second waiter "
-	    "was held %lld ms after SIGTERM", w[1].done_ms - sigterm_ms);
+	ck_assert_msg(w[1].done_ms - sigterm_ms < 700,
+	    "the second waiter "
+	    "was held %lld ms after SIGTERM",
+	    w[1].done_ms - sigterm_ms);
 }
 END_TEST
 
@@ -446,10 +464,11 @@ START_TEST(test_invalid_wait)
 	}
 	/* The bound itself is fine, and 0 answers at once. */
 	ck_assert_int_eq(post("{\"t\":\"log\",\"w\":\"f\",\"wait_ms\":30000}",
-	    &r), 200);
+			     &r),
+	    200);
 	h_resp_free(&r);
-	ck_assert_int_eq(post("{\"t\":\"log\",\"w\":\"f\",\"wait_ms\":0}",
-	    &r), 200);
+	ck_assert_int_eq(post("{\"t\":\"log\",\"w\":\"f\",\"wait_ms\":0}", &r),
+	    200);
 	h_resp_free(&r);
 	h_daemon_stop(&d);
 }
@@ -467,30 +486,35 @@ START_TEST(test_sliding_window_answers_at_once)
 	h_resp_free(&r);
 	t0 = h_now_ms();
 	ck_assert_int_eq(post("{\"t\":\"sw\",\"w\":\"g\",\"wait_ms\":20000}",
-	    &r), 429);
+			     &r),
+	    429);
 	h_resp_free(&r);
 	ck_assert_int_lt(h_now_ms() - t0, 1000);
 	h_daemon_stop(&d);
 }
 END_TEST
 
-static void redis_up(void)
+static void
+redis_up(void)
 {
 	if (redis.pid == 0)
 		h_redis_start(&redis);
 }
 
-static void flush_redis(void)
+static void
+flush_redis(void)
 {
 	h_redis_flush(&redis);
 }
 
-static void suite_done(void)
+static void
+suite_done(void)
 {
 	h_redis_stop(&redis);
 }
 
-Suite *test_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("wait");
 	TCase *mem = tcase_create("memory");

@@ -63,13 +63,13 @@ h2raw_connect(struct h2raw *c, int port, const uint32_t *settings, size_t n)
 	memset(c, 0, sizeof(*c));
 	a.sin_port = htons((uint16_t)port);
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ck_assert_int_ge(c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC,
-	    0), 0);
+	ck_assert_int_ge(c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0),
+	    0);
 	ck_assert_msg(connect(c->fd, (struct sockaddr *)&a, sizeof(a)) == 0,
 	    "connect to %d: %s", port, strerror(errno));
 	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	ck_assert_int_eq(nghttp2_hd_inflate_new(
-	    (nghttp2_hd_inflater **)&c->inflater), 0);
+	ck_assert_int_eq(
+	    nghttp2_hd_inflate_new((nghttp2_hd_inflater **)&c->inflater), 0);
 	for (i = 0; i < n; i++) {
 		set[i * 6] = (uint8_t)(settings[2 * i] >> 8);
 		set[i * 6 + 1] = (uint8_t)settings[2 * i];
@@ -102,7 +102,7 @@ literal(uint8_t *p, size_t *len, const char *name, const char *value)
 	size_t n = strlen(name), v = strlen(value);
 
 	ck_assert(n < 127 && v < 127);
-	p[(*len)++] = 0x00;		/* without indexing, new name */
+	p[(*len)++] = 0x00; /* without indexing, new name */
 	p[(*len)++] = (uint8_t)n;
 	memcpy(p + *len, name, n);
 	*len += n;
@@ -112,8 +112,8 @@ literal(uint8_t *p, size_t *len, const char *name, const char *value)
 }
 
 void
-h2raw_call_headers(uint8_t *buf, size_t *len, uint32_t stream,
-    const char *path, bool end)
+h2raw_call_headers(uint8_t *buf, size_t *len, uint32_t stream, const char *path,
+    bool end)
 {
 	uint8_t block[512];
 	size_t n = 0;
@@ -124,8 +124,8 @@ h2raw_call_headers(uint8_t *buf, size_t *len, uint32_t stream,
 	literal(block, &n, ":authority", "x");
 	literal(block, &n, "content-type", "application/grpc");
 	literal(block, &n, "te", "trailers");
-	h2raw_frame(buf, len, H2_HEADERS, H2_END_HEADERS |
-	    (end ? H2_END_STREAM : 0), stream, block, n);
+	h2raw_frame(buf, len, H2_HEADERS,
+	    H2_END_HEADERS | (end ? H2_END_STREAM : 0), stream, block, n);
 }
 
 /* A length-delimited protobuf field (lengths under 128). */
@@ -140,8 +140,8 @@ field(uint8_t *p, size_t *len, int number, const void *v, size_t vlen)
 }
 
 void
-h2raw_call_data(uint8_t *buf, size_t *len, uint32_t stream,
-    const char *domain, const char *key, const char *value)
+h2raw_call_data(uint8_t *buf, size_t *len, uint32_t stream, const char *domain,
+    const char *key, const char *value)
 {
 	uint8_t entry[128], desc[128], msg[256];
 	size_t ne = 0, nd = 0, nm = 5;
@@ -169,8 +169,8 @@ h2raw_send(struct h2raw *c, const void *buf, size_t len, int ms)
 	ssize_t n;
 
 	while (off < len) {
-		n = send(c->fd, p + off, len - off, MSG_NOSIGNAL |
-		    MSG_DONTWAIT);
+		n = send(c->fd, p + off, len - off,
+		    MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n > 0) {
 			off += (size_t)n;
 			continue;
@@ -195,17 +195,18 @@ decode_headers(struct h2raw *c, struct h2raw_frame *f)
 	int flags;
 
 	f->headers[0] = '\0';
-	if (f->flags & 0x8) {		/* PADDED */
+	if (f->flags & 0x8) { /* PADDED */
 		ck_assert(inlen >= 1u + in[0]);
 		inlen -= 1u + in[0];
 		in++;
 	}
-	if (f->flags & 0x20) {		/* PRIORITY */
+	if (f->flags & 0x20) { /* PRIORITY */
 		ck_assert(inlen >= 5);
 		in += 5;
 		inlen -= 5;
 	}
-	ck_assert_msg(f->flags & H2_END_HEADERS, "a header block in "
+	ck_assert_msg(f->flags & H2_END_HEADERS,
+	    "a header block in "
 	    "CONTINUATION frames");
 	for (;;) {
 		flags = 0;
@@ -214,8 +215,8 @@ decode_headers(struct h2raw *c, struct h2raw_frame *f)
 		ck_assert_msg(n >= 0, "HPACK: %s", nghttp2_strerror((int)n));
 		in += n;
 		inlen -= (size_t)n;
-		if ((flags & NGHTTP2_HD_INFLATE_EMIT) && o + nv.namelen +
-		    nv.valuelen + 4 < sizeof(f->headers))
+		if ((flags & NGHTTP2_HD_INFLATE_EMIT) &&
+		    o + nv.namelen + nv.valuelen + 4 < sizeof(f->headers))
 			o += (size_t)snprintf(f->headers + o,
 			    sizeof(f->headers) - o, "%.*s: %.*s\n",
 			    (int)nv.namelen, nv.name, (int)nv.valuelen,
@@ -247,15 +248,15 @@ h2raw_read(struct h2raw *c, struct h2raw_frame *f, int ms)
 	}
 	for (;;) {
 		if (c->inlen >= 9) {
-			need = 9 + ((size_t)c->in[0] << 16 |
-			    (size_t)c->in[1] << 8 | c->in[2]);
+			need = 9 +
+			    ((size_t)c->in[0] << 16 | (size_t)c->in[1] << 8 |
+				c->in[2]);
 			if (c->inlen >= need)
 				break;
 		}
 		if (c->incap - c->inlen < 65536) {
 			c->incap = c->incap * 2 + 65536;
-			ck_assert_ptr_nonnull(c->in = realloc(c->in,
-			    c->incap));
+			ck_assert_ptr_nonnull(c->in = realloc(c->in, c->incap));
 		}
 		if (now_ms() >= end)
 			return 0;
@@ -271,7 +272,8 @@ h2raw_read(struct h2raw *c, struct h2raw_frame *f, int ms)
 	f->type = c->in[3];
 	f->flags = c->in[4];
 	f->stream = ((uint32_t)c->in[5] << 24 | (uint32_t)c->in[6] << 16 |
-	    (uint32_t)c->in[7] << 8 | c->in[8]) & 0x7fffffff;
+			(uint32_t)c->in[7] << 8 | c->in[8]) &
+	    0x7fffffff;
 	f->payload = c->in + 9;
 	f->headers[0] = '\0';
 	if (f->type == H2_HEADERS)

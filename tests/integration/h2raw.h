@@ -17,20 +17,26 @@
 #include <stdint.h>
 
 enum {
-	H2_DATA = 0, H2_HEADERS = 1, H2_RST_STREAM = 3, H2_SETTINGS = 4,
-	H2_PING = 6, H2_GOAWAY = 7, H2_WINDOW_UPDATE = 8,
+	H2_DATA = 0,
+	H2_HEADERS = 1,
+	H2_RST_STREAM = 3,
+	H2_SETTINGS = 4,
+	H2_PING = 6,
+	H2_GOAWAY = 7,
+	H2_WINDOW_UPDATE = 8,
 	H2_CONTINUATION = 9
 };
 enum { H2_END_STREAM = 0x1, H2_ACK = 0x1, H2_END_HEADERS = 0x4 };
 enum { H2_SET_INITIAL_WINDOW_SIZE = 4 };
 
-#define H2RAW_RLS_PATH "/envoy.service.ratelimit.v3.RateLimitService/" \
+#define H2RAW_RLS_PATH \
+	"/envoy.service.ratelimit.v3.RateLimitService/" \
 	"ShouldRateLimit"
 
 struct h2raw {
 	int fd;
-	void *inflater;			/* nghttp2_hd_inflater */
-	uint8_t *in;			/* read, not yet a whole frame */
+	void *inflater; /* nghttp2_hd_inflater */
+	uint8_t *in;	/* read, not yet a whole frame */
 	size_t inlen, incap;
 };
 
@@ -40,7 +46,7 @@ struct h2raw_frame {
 	uint32_t stream;
 	const uint8_t *payload;
 	size_t len;
-	char headers[4096];		/* HEADERS: "name: value\n" lines */
+	char headers[4096]; /* HEADERS: "name: value\n" lines */
 };
 
 /* Connect to 127.0.0.1:port and send the preface and one SETTINGS frame

@@ -51,7 +51,8 @@ static unsigned file_seq;
 
 /* --- small helpers ---------------------------------------------------- */
 
-long long h_now_ms(void)
+long long
+h_now_ms(void)
 {
 	struct timespec ts;
 
@@ -59,7 +60,8 @@ long long h_now_ms(void)
 	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void h_sleep_ms(long long ms)
+void
+h_sleep_ms(long long ms)
 {
 	struct timespec ts;
 
@@ -71,7 +73,8 @@ void h_sleep_ms(long long ms)
 		;
 }
 
-static void write_file(const char *path, const char *text)
+static void
+write_file(const char *path, const char *text)
 {
 	FILE *f = fopen(path, "w");
 
@@ -80,7 +83,8 @@ static void write_file(const char *path, const char *text)
 	ck_assert_msg(fclose(f) == 0, "cannot write %s", path);
 }
 
-void h_print_file(const char *title, const char *path)
+void
+h_print_file(const char *title, const char *path)
 {
 	char buf[4096];
 	size_t n;
@@ -98,8 +102,8 @@ void h_print_file(const char *title, const char *path)
 }
 
 /* A fresh path in the temporary directory: <tmpdir>/<stem>-<pid>-<n><ext>. */
-static void tmp_path(char *out, size_t outlen, const char *stem,
-    const char *ext)
+static void
+tmp_path(char *out, size_t outlen, const char *stem, const char *ext)
 {
 	int n = snprintf(out, outlen, "%s/%s-%ld-%u%s", h_tmpdir(), stem,
 	    (long)getpid(), file_seq++, ext);
@@ -109,7 +113,8 @@ static void tmp_path(char *out, size_t outlen, const char *stem,
 
 /* --- the process registry ---------------------------------------------- */
 
-static void registry_append(const char *line)
+static void
+registry_append(const char *line)
 {
 	int fd = open(registry, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC,
 	    0600);
@@ -122,7 +127,8 @@ static void registry_append(const char *line)
 	close(fd);
 }
 
-static void proc_add(pid_t pid, int kind, const char *log)
+static void
+proc_add(pid_t pid, int kind, const char *log)
 {
 	char line[H_PATH_MAX + 64];
 	size_t i;
@@ -132,8 +138,7 @@ static void proc_add(pid_t pid, int kind, const char *log)
 			procs[i].pid = pid;
 			procs[i].owner = getpid();
 			procs[i].kind = kind;
-			snprintf(procs[i].log, sizeof(procs[i].log), "%s",
-			    log);
+			snprintf(procs[i].log, sizeof(procs[i].log), "%s", log);
 			break;
 		}
 	}
@@ -143,7 +148,8 @@ static void proc_add(pid_t pid, int kind, const char *log)
 		ck_abort_msg("harness: more than %d processes", MAX_PROCS);
 }
 
-static void proc_del(pid_t pid)
+static void
+proc_del(pid_t pid)
 {
 	char line[64];
 	size_t i;
@@ -156,7 +162,8 @@ static void proc_del(pid_t pid)
 }
 
 /* Wait for pid for at most ms; returns true and the status if it ended. */
-static bool wait_pid(pid_t pid, long long ms, int *status)
+static bool
+wait_pid(pid_t pid, long long ms, int *status)
 {
 	long long end = h_now_ms() + ms;
 	pid_t w;
@@ -180,7 +187,8 @@ static bool wait_pid(pid_t pid, long long ms, int *status)
 
 /* SIGTERM, wait up to ms, then SIGKILL.  Returns the wait status, or -1
  * if it had to be killed or the status is unknown. */
-static int terminate(pid_t pid, long long ms)
+static int
+terminate(pid_t pid, long long ms)
 {
 	int status = -1;
 
@@ -196,7 +204,8 @@ static int terminate(pid_t pid, long long ms)
 	return -1;
 }
 
-static void describe_status(int status, char *buf, size_t len)
+static void
+describe_status(int status, char *buf, size_t len)
 {
 	if (status == -1)
 		snprintf(buf, len, "killed by the harness or unknown");
@@ -209,7 +218,8 @@ static void describe_status(int status, char *buf, size_t len)
 		snprintf(buf, len, "wait status %d", status);
 }
 
-void h_reap_orphans(void)
+void
+h_reap_orphans(void)
 {
 	struct orphan {
 		long pid;
@@ -256,10 +266,11 @@ void h_reap_orphans(void)
 			if (procs[j].pid == (pid_t)o[i].pid)
 				mine = true;
 		if (mine)
-			continue;	/* the runner's own, still in use */
+			continue; /* the runner's own, still in use */
 		describe_status(terminate((pid_t)o[i].pid, 5000), st,
 		    sizeof(st));
-		fprintf(stderr, "harness: %s pid %ld was left running by a "
+		fprintf(stderr,
+		    "harness: %s pid %ld was left running by a "
 		    "failed test; stopped (%s)\n",
 		    o[i].kind == PROC_DAEMON ? "ratelimitd" : "redis-server",
 		    o[i].pid, st);
@@ -271,8 +282,8 @@ void h_reap_orphans(void)
 	free(o);
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag,
-    struct FTW *ftw)
+static int
+rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
 	(void)sb;
 	(void)flag;
@@ -281,7 +292,8 @@ static int rm_entry(const char *path, const struct stat *sb, int flag,
 	return 0;
 }
 
-static void at_exit(void)
+static void
+at_exit(void)
 {
 	size_t i;
 
@@ -302,13 +314,15 @@ static void at_exit(void)
 		nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-void h_init(void)
+void
+h_init(void)
 {
 	const char *base = getenv("TMPDIR");
 	const char *bin = getenv("RATELIMITD_BIN");
 
 	if (bin == NULL || *bin == '\0') {
-		fprintf(stderr, "RATELIMITD_BIN is not set (run `make "
+		fprintf(stderr,
+		    "RATELIMITD_BIN is not set (run `make "
 		    "integration`)\n");
 		exit(1);
 	}
@@ -342,19 +356,22 @@ void h_init(void)
 	atexit(at_exit);
 }
 
-const char *h_tmpdir(void)
+const char *
+h_tmpdir(void)
 {
 	ck_assert_msg(tmpdir[0] != '\0', "h_init() was not called");
 	return tmpdir;
 }
 
-int h_free_port(void)
+int
+h_free_port(void)
 {
 	return test_free_port();
 }
 
 /* fork and exec argv with stdout/stderr to log; registered at once. */
-static pid_t spawn(char *const argv[], const char *log, int kind)
+static pid_t
+spawn(char *const argv[], const char *log, int kind)
 {
 	pid_t parent = getpid();
 	pid_t pid = fork();
@@ -397,7 +414,8 @@ static pid_t spawn(char *const argv[], const char *log, int kind)
 
 /* --- redis-server ------------------------------------------------------ */
 
-static bool redis_pings(int port)
+static bool
+redis_pings(int port)
 {
 	struct timeval tv = { 0, 200000 };
 	redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
@@ -418,7 +436,8 @@ static bool redis_pings(int port)
 	return ok;
 }
 
-void h_redis_start(struct h_redis *r)
+void
+h_redis_start(struct h_redis *r)
 {
 	char conf[2 * H_PATH_MAX + 1024];
 	char *argv[3];
@@ -434,12 +453,11 @@ void h_redis_start(struct h_redis *r)
 		snprintf(conf, sizeof(conf),
 		    "port %d\nbind 127.0.0.1\n%sdaemonize no\ndir %s\n"
 		    "logfile \"%s\"\n%s",
-		    r->port, r->sentinel ? "" :
-		    "save \"\"\nappendonly no\n", h_tmpdir(), r->log,
-		    r->extra != NULL ? r->extra : "");
+		    r->port, r->sentinel ? "" : "save \"\"\nappendonly no\n",
+		    h_tmpdir(), r->log, r->extra != NULL ? r->extra : "");
 		write_file(r->conf, conf);
 		argv[0] = r->sentinel ? (char *)"redis-sentinel" :
-		    (char *)"redis-server";
+					(char *)"redis-server";
 		argv[1] = r->conf;
 		argv[2] = NULL;
 		r->pid = spawn(argv, r->log, PROC_REDIS);
@@ -451,7 +469,7 @@ void h_redis_start(struct h_redis *r)
 				return;
 			}
 			if (waitpid(r->pid, &status, WNOHANG) == r->pid)
-				break;	/* e.g. the port was taken */
+				break; /* e.g. the port was taken */
 			h_sleep_ms(20);
 		}
 		h_print_file("redis-server log", r->log);
@@ -464,7 +482,8 @@ void h_redis_start(struct h_redis *r)
 	ck_abort_msg("redis-server did not answer PING on port %d", r->port);
 }
 
-void h_redis_stop(struct h_redis *r)
+void
+h_redis_stop(struct h_redis *r)
 {
 	if (r->ctx != NULL && r->ctx_pid == getpid())
 		redisFree(r->ctx);
@@ -476,7 +495,8 @@ void h_redis_stop(struct h_redis *r)
 	r->pid = 0;
 }
 
-redisContext *h_redis_ctx(struct h_redis *r)
+redisContext *
+h_redis_ctx(struct h_redis *r)
 {
 	struct timeval tv = { 2, 0 };
 
@@ -495,8 +515,8 @@ redisContext *h_redis_ctx(struct h_redis *r)
 	return r->ctx;
 }
 
-static redisReply *redis_vcmd(struct h_redis *r, const char *fmt,
-    va_list ap)
+static redisReply *
+redis_vcmd(struct h_redis *r, const char *fmt, va_list ap)
 {
 	redisContext *c = h_redis_ctx(r);
 	redisReply *rep = redisvCommand(c, fmt, ap);
@@ -512,7 +532,8 @@ static redisReply *redis_vcmd(struct h_redis *r, const char *fmt,
 	return rep;
 }
 
-static redisReply *redis_cmd(struct h_redis *r, const char *fmt, ...)
+static redisReply *
+redis_cmd(struct h_redis *r, const char *fmt, ...)
 {
 	va_list ap;
 	redisReply *rep;
@@ -523,7 +544,8 @@ static redisReply *redis_cmd(struct h_redis *r, const char *fmt, ...)
 	return rep;
 }
 
-long long h_redis_int(struct h_redis *r, const char *fmt, ...)
+long long
+h_redis_int(struct h_redis *r, const char *fmt, ...)
 {
 	va_list ap;
 	redisReply *rep;
@@ -541,7 +563,8 @@ long long h_redis_int(struct h_redis *r, const char *fmt, ...)
 	return v;
 }
 
-long long h_redis_log_units(struct h_redis *r, const char *key)
+long long
+h_redis_log_units(struct h_redis *r, const char *key)
 {
 	redisReply *rep = redis_cmd(r, "ZRANGE %s 0 -1", key);
 	long long units = 0, end, n;
@@ -563,13 +586,15 @@ long long h_redis_log_units(struct h_redis *r, const char *key)
 	return units;
 }
 
-void h_redis_flush(struct h_redis *r)
+void
+h_redis_flush(struct h_redis *r)
 {
 	freeReplyObject(redis_cmd(r, "FLUSHALL"));
 	freeReplyObject(redis_cmd(r, "CONFIG RESETSTAT"));
 }
 
-long long h_redis_script_calls(struct h_redis *r)
+long long
+h_redis_script_calls(struct h_redis *r)
 {
 	static const char *const names[] = { "eval", "evalsha", "eval_ro",
 		"evalsha_ro", "fcall", "fcall_ro" };
@@ -579,22 +604,24 @@ long long h_redis_script_calls(struct h_redis *r)
 	size_t i;
 
 	ck_assert_msg(rep->type == REDIS_REPLY_STRING ||
-	    rep->type == REDIS_REPLY_STATUS, "INFO: unexpected reply");
+		rep->type == REDIS_REPLY_STATUS,
+	    "INFO: unexpected reply");
 	for (p = rep->str; p != NULL && *p != '\0';) {
 		const char *eol = strchr(p, '\n');
 
 		if (strncmp(p, "cmdstat_", 8) == 0) {
 			const char *name = p + 8;
 			const char *colon = strchr(name, ':');
-			const char *calls = colon ? strstr(colon, "calls=")
-			    : NULL;
+			const char *calls = colon ? strstr(colon, "calls=") :
+						    NULL;
 
 			for (i = 0; colon && calls &&
-			    i < sizeof(names) / sizeof(names[0]); i++)
+			     i < sizeof(names) / sizeof(names[0]);
+			     i++)
 				if ((size_t)(colon - name) ==
-				    strlen(names[i]) &&
+					strlen(names[i]) &&
 				    strncasecmp(name, names[i],
-				    strlen(names[i])) == 0)
+					strlen(names[i])) == 0)
 					sum += atoll(calls + 6);
 		}
 		p = eol ? eol + 1 : NULL;
@@ -605,7 +632,8 @@ long long h_redis_script_calls(struct h_redis *r)
 
 /* --- Redis Cluster and Sentinel ----------------------------------------- */
 
-int h_run(char *const argv[], const char *log)
+int
+h_run(char *const argv[], const char *log)
 {
 	pid_t pid = spawn(argv, log, PROC_REDIS);
 	int status;
@@ -618,7 +646,8 @@ int h_run(char *const argv[], const char *log)
 }
 
 /* A short-lived connection to port, or NULL. */
-static redisContext *quick_ctx(int port)
+static redisContext *
+quick_ctx(int port)
 {
 	struct timeval tv = { 1, 0 };
 	redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
@@ -633,7 +662,8 @@ static redisContext *quick_ctx(int port)
 }
 
 /* Whether INFO-like text of "CLUSTER INFO" on port says state ok. */
-static bool cluster_ok(int port)
+static bool
+cluster_ok(int port)
 {
 	redisContext *c = quick_ctx(port);
 	redisReply *r;
@@ -652,7 +682,8 @@ static bool cluster_ok(int port)
 
 /* The primaries' ports per CLUSTER SLOTS on port, as "a-b:port,..."
  * (sorted as the server gives them), for comparing views. */
-static void cluster_view(int port, char *out, size_t outlen)
+static void
+cluster_view(int port, char *out, size_t outlen)
 {
 	redisContext *c = quick_ctx(port);
 	redisReply *r;
@@ -666,14 +697,14 @@ static void cluster_view(int port, char *out, size_t outlen)
 		for (i = 0; i < r->elements; i++) {
 			redisReply *e = r->element[i];
 
-			if (e->type != REDIS_REPLY_ARRAY ||
-			    e->elements < 3 ||
+			if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
 			    e->element[2]->type != REDIS_REPLY_ARRAY ||
 			    e->element[2]->elements < 2)
 				continue;
-			used += (size_t)snprintf(out + used, used < outlen ?
-			    outlen - used : 0, "%lld-%lld:%lld,",
-			    e->element[0]->integer, e->element[1]->integer,
+			used += (size_t)snprintf(out + used,
+			    used < outlen ? outlen - used : 0,
+			    "%lld-%lld:%lld,", e->element[0]->integer,
+			    e->element[1]->integer,
 			    e->element[2]->element[1]->integer);
 			if (used >= outlen)
 				used = outlen - 1;
@@ -684,7 +715,8 @@ static void cluster_view(int port, char *out, size_t outlen)
 	redisFree(c);
 }
 
-bool h_cluster_wait_ok(struct h_cluster *c, long long ms)
+bool
+h_cluster_wait_ok(struct h_cluster *c, long long ms)
 {
 	long long end = h_now_ms() + ms;
 	char first[512], view[512];
@@ -714,9 +746,11 @@ bool h_cluster_wait_ok(struct h_cluster *c, long long ms)
 	return false;
 }
 
-void h_cluster_start(struct h_cluster *c)
+void
+h_cluster_start(struct h_cluster *c)
 {
-	char extra[H_PATH_MAX + 128], addr[H_CLUSTER_NODES][32], log[H_PATH_MAX];
+	char extra[H_PATH_MAX + 128], addr[H_CLUSTER_NODES][32],
+	    log[H_PATH_MAX];
 	char *argv[H_CLUSTER_NODES + 8];
 	int i, n = 0;
 
@@ -756,7 +790,8 @@ void h_cluster_start(struct h_cluster *c)
 	}
 }
 
-void h_cluster_stop(struct h_cluster *c)
+void
+h_cluster_stop(struct h_cluster *c)
 {
 	int i;
 
@@ -764,7 +799,8 @@ void h_cluster_stop(struct h_cluster *c)
 		h_redis_stop(&c->node[i]);
 }
 
-int h_cluster_owner(struct h_cluster *c, unsigned slot)
+int
+h_cluster_owner(struct h_cluster *c, unsigned slot)
 {
 	redisContext *ctx;
 	redisReply *r;
@@ -777,7 +813,8 @@ int h_cluster_owner(struct h_cluster *c, unsigned slot)
 			continue;
 		r = redisCommand(ctx, "CLUSTER SLOTS");
 		for (k = 0; r != NULL && r->type == REDIS_REPLY_ARRAY &&
-		    k < r->elements; k++) {
+		     k < r->elements;
+		     k++) {
 			redisReply *e = r->element[k];
 
 			if (e->elements >= 3 &&
@@ -795,7 +832,8 @@ int h_cluster_owner(struct h_cluster *c, unsigned slot)
 	return -1;
 }
 
-void h_sentinel_start(struct h_sentinel *s)
+void
+h_sentinel_start(struct h_sentinel *s)
 {
 	char extra[512];
 	int i;
@@ -812,7 +850,8 @@ void h_sentinel_start(struct h_sentinel *s)
 		    "sentinel monitor mymaster 127.0.0.1 %d 2\n"
 		    "sentinel down-after-milliseconds mymaster 1000\n"
 		    "sentinel failover-timeout mymaster 5000\n"
-		    "sentinel parallel-syncs mymaster 1\n", s->primary.port);
+		    "sentinel parallel-syncs mymaster 1\n",
+		    s->primary.port);
 		s->sentinel[i].sentinel = true;
 		s->sentinel[i].extra = extra;
 		h_redis_start(&s->sentinel[i]);
@@ -826,18 +865,21 @@ void h_sentinel_start(struct h_sentinel *s)
 
 		while (!ready && h_now_ms() < end) {
 			redisContext *c = quick_ctx(s->sentinel[i].port);
-			redisReply *r = c != NULL ? redisCommand(c,
-			    "SENTINEL MASTER mymaster") : NULL;
+			redisReply *r = c != NULL ?
+			    redisCommand(c, "SENTINEL MASTER mymaster") :
+			    NULL;
 			long long replicas = -1, others = -1;
 			size_t k;
 
-			for (k = 0; r != NULL && r->type == REDIS_REPLY_ARRAY
-			    && k + 1 < r->elements; k += 2) {
+			for (k = 0; r != NULL && r->type == REDIS_REPLY_ARRAY &&
+			     k + 1 < r->elements;
+			     k += 2) {
+				if (strcmp(r->element[k]->str, "num-slaves") ==
+				    0)
+					replicas = atoll(
+					    r->element[k + 1]->str);
 				if (strcmp(r->element[k]->str,
-				    "num-slaves") == 0)
-					replicas = atoll(r->element[k + 1]->str);
-				if (strcmp(r->element[k]->str,
-				    "num-other-sentinels") == 0)
+					"num-other-sentinels") == 0)
 					others = atoll(r->element[k + 1]->str);
 			}
 			ready = replicas >= 1 && others >= 2;
@@ -848,12 +890,15 @@ void h_sentinel_start(struct h_sentinel *s)
 			if (!ready)
 				h_sleep_ms(100);
 		}
-		ck_assert_msg(ready, "sentinel %d did not see the replica "
-		    "and the other sentinels", i);
+		ck_assert_msg(ready,
+		    "sentinel %d did not see the replica "
+		    "and the other sentinels",
+		    i);
 	}
 }
 
-void h_sentinel_stop(struct h_sentinel *s)
+void
+h_sentinel_stop(struct h_sentinel *s)
 {
 	int i;
 
@@ -863,7 +908,8 @@ void h_sentinel_stop(struct h_sentinel *s)
 	h_redis_stop(&s->primary);
 }
 
-int h_sentinel_primary_port(struct h_sentinel *s)
+int
+h_sentinel_primary_port(struct h_sentinel *s)
 {
 	int i, port = 0;
 
@@ -874,7 +920,8 @@ int h_sentinel_primary_port(struct h_sentinel *s)
 		if (s->sentinel[i].pid == 0 ||
 		    (c = quick_ctx(s->sentinel[i].port)) == NULL)
 			continue;
-		r = redisCommand(c, "SENTINEL GET-MASTER-ADDR-BY-NAME mymaster");
+		r = redisCommand(c,
+		    "SENTINEL GET-MASTER-ADDR-BY-NAME mymaster");
 		if (r != NULL && r->type == REDIS_REPLY_ARRAY &&
 		    r->elements == 2 &&
 		    r->element[1]->type == REDIS_REPLY_STRING)
@@ -902,7 +949,8 @@ struct h_load {
 	struct h_load_worker w[H_LOAD_THREADS_MAX];
 };
 
-static void *load_work(void *arg)
+static void *
+load_work(void *arg)
 {
 	struct h_load_worker *w = arg;
 	struct h_resp r = { 0 };
@@ -916,7 +964,7 @@ static void *load_work(void *arg)
 		snprintf(body, sizeof(body), w->load->fmt,
 		    w->id * 1000 + k++ % 1000);
 		if (h_request(c, w->load->port, &r, "POST", "/acquire", body,
-		    strlen(body), NULL) != 0)
+			strlen(body), NULL) != 0)
 			w->st.other++;
 		else if (r.status == 200)
 			w->st.ok++;
@@ -936,7 +984,8 @@ static void *load_work(void *arg)
 	return NULL;
 }
 
-struct h_load *h_load_start(int port, int threads, const char *body_fmt)
+struct h_load *
+h_load_start(int port, int threads, const char *body_fmt)
 {
 	struct h_load *l = calloc(1, sizeof(*l));
 	int i;
@@ -950,12 +999,13 @@ struct h_load *h_load_start(int port, int threads, const char *body_fmt)
 		l->w[i].load = l;
 		l->w[i].id = i;
 		ck_assert(pthread_create(&l->w[i].thread, NULL, load_work,
-		    &l->w[i]) == 0);
+			      &l->w[i]) == 0);
 	}
 	return l;
 }
 
-void h_load_stop(struct h_load *l, struct h_load_stats *out)
+void
+h_load_stop(struct h_load *l, struct h_load_stats *out)
 {
 	int i;
 
@@ -976,8 +1026,9 @@ void h_load_stop(struct h_load *l, struct h_load_stats *out)
 	free(l);
 }
 
-long long h_failover_measure(const char *what, const char *body,
-    struct h_load *load, long long max_ms, long long timeout_ms)
+long long
+h_failover_measure(const char *what, const char *body, struct h_load *load,
+    long long max_ms, long long timeout_ms)
 {
 	struct h_load_stats st;
 	long long t0 = h_now_ms(), back = -1;
@@ -998,23 +1049,31 @@ long long h_failover_measure(const char *what, const char *body,
 	}
 	h_sleep_ms(300);
 	h_load_stop(load, &st);
-	fprintf(stderr, "%s failover under load: decisions back %lld ms "
+	fprintf(stderr,
+	    "%s failover under load: decisions back %lld ms "
 	    "after the primary was killed; %lld requests meanwhile (%lld "
-	    "decided by Redis, %lld 503), slowest %lld ms\n", what, back,
-	    st.requests, st.ok, st.unavailable, st.slowest_ms);
-	ck_assert_msg(back >= 0, "no decision from Redis %lld ms after the "
-	    "primary was killed", max_ms);
-	ck_assert_msg(st.other == 0 && st.denied == 0, "%lld unexpected "
-	    "answers, %lld denials", st.other, st.denied);
-	ck_assert_msg(st.slowest_ms < timeout_ms + 1500, "a request took %lld "
-	    "ms with redis.timeout %lld ms", st.slowest_ms, timeout_ms);
+	    "decided by Redis, %lld 503), slowest %lld ms\n",
+	    what, back, st.requests, st.ok, st.unavailable, st.slowest_ms);
+	ck_assert_msg(back >= 0,
+	    "no decision from Redis %lld ms after the "
+	    "primary was killed",
+	    max_ms);
+	ck_assert_msg(st.other == 0 && st.denied == 0,
+	    "%lld unexpected "
+	    "answers, %lld denials",
+	    st.other, st.denied);
+	ck_assert_msg(st.slowest_ms < timeout_ms + 1500,
+	    "a request took %lld "
+	    "ms with redis.timeout %lld ms",
+	    st.slowest_ms, timeout_ms);
 	return back;
 }
 
 /* --- the daemon ----------------------------------------------------------- */
 
 /* yaml with every %PORT% and %REDIS_PORT% replaced; caller frees. */
-static char *substitute(const char *yaml, int port, int redis_port)
+static char *
+substitute(const char *yaml, int port, int redis_port)
 {
 	static const struct {
 		const char *name;
@@ -1048,7 +1107,8 @@ static char *substitute(const char *yaml, int port, int redis_port)
 	return out;
 }
 
-static long healthz_status(int port)
+static long
+healthz_status(int port)
 {
 	struct h_resp r = { 0 };
 	CURL *c = curl_easy_init();
@@ -1063,7 +1123,8 @@ static long healthz_status(int port)
 	return status;
 }
 
-static bool log_mentions(const char *path, const char *what)
+static bool
+log_mentions(const char *path, const char *what)
 {
 	char buf[8192];
 	size_t n;
@@ -1077,7 +1138,8 @@ static bool log_mentions(const char *path, const char *what)
 	return strcasestr(buf, what) != NULL;
 }
 
-void h_daemon_start(struct h_daemon *d, const char *yaml)
+void
+h_daemon_start(struct h_daemon *d, const char *yaml)
 {
 	const char *bin = getenv("RATELIMITD_BIN");
 	char *argv[4], *text;
@@ -1128,13 +1190,13 @@ void h_daemon_start(struct h_daemon *d, const char *yaml)
 		}
 		h_print_file("ratelimitd config", d->conf);
 		h_print_file("ratelimitd log", d->log);
-		ck_abort_msg("ratelimitd -c %s did not start: %s", d->conf,
-		    st);
+		ck_abort_msg("ratelimitd -c %s did not start: %s", d->conf, st);
 	}
 	ck_abort_msg("ratelimitd: no free port after 3 attempts");
 }
 
-void h_daemon_stop(struct h_daemon *d)
+void
+h_daemon_stop(struct h_daemon *d)
 {
 	char st[96];
 	int status;
@@ -1150,17 +1212,21 @@ void h_daemon_stop(struct h_daemon *d)
 		return;
 	describe_status(status, st, sizeof(st));
 	h_print_file("ratelimitd log", d->log);
-	ck_abort_msg("ratelimitd on port %d, stopped with SIGTERM: %s "
-	    "(expected exit status 0)", d->port, st);
+	ck_abort_msg(
+	    "ratelimitd on port %d, stopped with SIGTERM: %s "
+	    "(expected exit status 0)",
+	    d->port, st);
 }
 
-struct h_daemon *h_daemon_current(void)
+struct h_daemon *
+h_daemon_current(void)
 {
 	ck_assert_msg(current_daemon != NULL, "no daemon is running");
 	return current_daemon;
 }
 
-void h_test_teardown(void)
+void
+h_test_teardown(void)
 {
 	char st[96];
 	int status;
@@ -1188,7 +1254,8 @@ void h_test_teardown(void)
 
 /* --- HTTP ----------------------------------------------------------------- */
 
-static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
+static size_t
+on_body(char *data, size_t size, size_t nmemb, void *arg)
 {
 	struct h_resp *r = arg;
 	size_t n = size * nmemb;
@@ -1211,7 +1278,8 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
 	return n;
 }
 
-static void free_headers(struct h_resp *r)
+static void
+free_headers(struct h_resp *r)
 {
 	size_t i;
 
@@ -1222,14 +1290,15 @@ static void free_headers(struct h_resp *r)
 	r->nhdr = 0;
 }
 
-static size_t on_header(char *data, size_t size, size_t nmemb, void *arg)
+static size_t
+on_header(char *data, size_t size, size_t nmemb, void *arg)
 {
 	struct h_resp *r = arg;
 	size_t n = size * nmemb, nl, vs, ve;
 	const char *colon;
 
 	if (n >= 5 && memcmp(data, "HTTP/", 5) == 0) {
-		free_headers(r);	/* a new (e.g. after 100) response */
+		free_headers(r); /* a new (e.g. after 100) response */
 		return n;
 	}
 	colon = memchr(data, ':', n);
@@ -1240,8 +1309,9 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *arg)
 	ve = n;
 	while (vs < ve && (data[vs] == ' ' || data[vs] == '\t'))
 		vs++;
-	while (ve > vs && (data[ve - 1] == '\r' || data[ve - 1] == '\n' ||
-	    data[ve - 1] == ' ' || data[ve - 1] == '\t'))
+	while (ve > vs &&
+	    (data[ve - 1] == '\r' || data[ve - 1] == '\n' ||
+		data[ve - 1] == ' ' || data[ve - 1] == '\t'))
 		ve--;
 	if (r->nhdr == r->hdrcap) {
 		size_t cap = r->hdrcap ? r->hdrcap * 2 : 16;
@@ -1260,9 +1330,9 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *arg)
 	return n;
 }
 
-int h_request(CURL *curl, int port, struct h_resp *out, const char *method,
-    const char *path, const char *body, size_t len,
-    const char *const *headers)
+int
+h_request(CURL *curl, int port, struct h_resp *out, const char *method,
+    const char *path, const char *body, size_t len, const char *const *headers)
 {
 	struct curl_slist *hl = NULL, *t;
 	char url[H_PATH_MAX + 64];
@@ -1325,7 +1395,8 @@ int h_request(CURL *curl, int port, struct h_resp *out, const char *method,
 	return ret;
 }
 
-CURL *h_curl_new(void)
+CURL *
+h_curl_new(void)
 {
 	CURL *c = curl_easy_init();
 
@@ -1333,7 +1404,8 @@ CURL *h_curl_new(void)
 	return c;
 }
 
-void h_http(struct h_resp *out, const char *method, const char *url_path,
+void
+h_http(struct h_resp *out, const char *method, const char *url_path,
     const char *body, const char *const *headers)
 {
 	struct h_daemon *d = h_daemon_current();
@@ -1345,7 +1417,8 @@ void h_http(struct h_resp *out, const char *method, const char *url_path,
 	ck_assert_msg(rc == 0, "%s %s: %s", method, url_path, out->err);
 }
 
-long long h_metric(const char *name)
+long long
+h_metric(const char *name)
 {
 	struct h_resp r = { 0 };
 	char line[256];
@@ -1361,7 +1434,8 @@ long long h_metric(const char *name)
 	return v;
 }
 
-long long h_metric_settles(const char *name, long long want)
+long long
+h_metric_settles(const char *name, long long want)
 {
 	long long v = h_metric(name), end = h_now_ms() + 1000;
 
@@ -1372,18 +1446,21 @@ long long h_metric_settles(const char *name, long long want)
 	return v;
 }
 
-void h_post(int port, const char *path, const char *body, struct h_resp *out)
+void
+h_post(int port, const char *path, const char *body, struct h_resp *out)
 {
 	CURL *c = h_curl_new();
 
 	h_resp_free(out);
 	memset(out, 0, sizeof(*out));
-	ck_assert_msg(h_request(c, port, out, "POST", path, body,
-	    strlen(body), NULL) == 0, "%s: %s", path, out->err);
+	ck_assert_msg(h_request(c, port, out, "POST", path, body, strlen(body),
+			  NULL) == 0,
+	    "%s: %s", path, out->err);
 	curl_easy_cleanup(c);
 }
 
-const char *h_resp_header(const struct h_resp *r, const char *name)
+const char *
+h_resp_header(const struct h_resp *r, const char *name)
 {
 	size_t i;
 
@@ -1393,7 +1470,8 @@ const char *h_resp_header(const struct h_resp *r, const char *name)
 	return NULL;
 }
 
-size_t h_resp_header_count(const struct h_resp *r, const char *name)
+size_t
+h_resp_header_count(const struct h_resp *r, const char *name)
 {
 	size_t i, n = 0;
 
@@ -1403,7 +1481,8 @@ size_t h_resp_header_count(const struct h_resp *r, const char *name)
 	return n;
 }
 
-void h_resp_free(struct h_resp *r)
+void
+h_resp_free(struct h_resp *r)
 {
 	free_headers(r);
 	free(r->hdr);
@@ -1413,7 +1492,8 @@ void h_resp_free(struct h_resp *r)
 	memset(r, 0, sizeof(*r));
 }
 
-json_t *h_json(struct h_resp *r)
+json_t *
+h_json(struct h_resp *r)
 {
 	json_error_t e;
 
@@ -1422,23 +1502,28 @@ json_t *h_json(struct h_resp *r)
 	return r->json;
 }
 
-json_t *h_json_get(struct h_resp *r, const char *field)
+json_t *
+h_json_get(struct h_resp *r, const char *field)
 {
 	json_t *j = h_json(r);
 
 	return json_is_object(j) ? json_object_get(j, field) : NULL;
 }
 
-long long h_json_int(struct h_resp *r, const char *field)
+long long
+h_json_int(struct h_resp *r, const char *field)
 {
 	json_t *v = h_json_get(r, field);
 
-	ck_assert_msg(json_is_integer(v), "field \"%s\" is not an integer "
-	    "in %s", field, r->body ? r->body : "(no body)");
+	ck_assert_msg(json_is_integer(v),
+	    "field \"%s\" is not an integer "
+	    "in %s",
+	    field, r->body ? r->body : "(no body)");
 	return (long long)json_integer_value(v);
 }
 
-const char *h_json_str(struct h_resp *r, const char *field)
+const char *
+h_json_str(struct h_resp *r, const char *field)
 {
 	json_t *v = h_json_get(r, field);
 

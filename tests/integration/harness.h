@@ -53,15 +53,15 @@ void h_sleep_ms(long long ms);
 /* --- redis-server ------------------------------------------------------ */
 
 struct h_redis {
-	int port;		/* in: 0 = pick a free one; out: the port */
-	pid_t pid;		/* 0 when not running */
-	pid_t owner;		/* the process that started it */
+	int port;    /* in: 0 = pick a free one; out: the port */
+	pid_t pid;   /* 0 when not running */
+	pid_t owner; /* the process that started it */
 	char conf[H_PATH_MAX];
 	char log[H_PATH_MAX];
-	redisContext *ctx;	/* this process's connection, see h_redis_ctx */
+	redisContext *ctx; /* this process's connection, see h_redis_ctx */
 	pid_t ctx_pid;
-	const char *extra;	/* in: more redis.conf lines, or NULL */
-	bool sentinel;		/* in: run redis-sentinel on the file */
+	const char *extra; /* in: more redis.conf lines, or NULL */
+	bool sentinel;	   /* in: run redis-sentinel on the file */
 };
 
 /* Write a redis.conf into the temporary directory (port, bind 127.0.0.1,
@@ -137,7 +137,7 @@ int h_run(char *const argv[], const char *log);
 struct h_load;
 struct h_load_stats {
 	long long requests, ok, denied, unavailable, other;
-	long long slowest_ms;		/* the longest request */
+	long long slowest_ms; /* the longest request */
 };
 struct h_load *h_load_start(int port, int threads, const char *body_fmt);
 void h_load_stop(struct h_load *l, struct h_load_stats *out);
@@ -156,8 +156,8 @@ long long h_failover_measure(const char *what, const char *body,
 /* --- the daemon ----------------------------------------------------------- */
 
 struct h_daemon {
-	int redis_port;		/* in: %REDIS_PORT%; 0 = the last h_redis */
-	int port;		/* out: %PORT% */
+	int redis_port; /* in: %REDIS_PORT%; 0 = the last h_redis */
+	int port;	/* out: %PORT% */
 	pid_t pid;
 	pid_t owner;
 	char conf[H_PATH_MAX];
@@ -197,13 +197,13 @@ struct h_header {
 };
 
 struct h_resp {
-	long status;		/* 0 if the transfer failed */
-	struct h_header *hdr;	/* of the final response */
+	long status;	      /* 0 if the transfer failed */
+	struct h_header *hdr; /* of the final response */
 	size_t nhdr, hdrcap;
-	char *body;		/* NUL-terminated */
+	char *body; /* NUL-terminated */
 	size_t len, cap;
-	long num_connects;	/* CURLINFO_NUM_CONNECTS */
-	json_t *json;		/* parsed on demand by h_json() */
+	long num_connects; /* CURLINFO_NUM_CONNECTS */
+	json_t *json;	   /* parsed on demand by h_json() */
 	char err[CURL_ERROR_SIZE];
 };
 
@@ -214,8 +214,7 @@ struct h_resp {
  * zeroed or h_resp_free'd).  Returns 0, or -1 with out->err set.  Touches
  * no global state: callable from several threads, one handle each. */
 int h_request(CURL *curl, int port, struct h_resp *out, const char *method,
-    const char *path, const char *body, size_t len,
-    const char *const *headers);
+    const char *path, const char *body, size_t len, const char *const *headers);
 
 /* A new easy handle for h_request(); aborts the test on failure. */
 CURL *h_curl_new(void);

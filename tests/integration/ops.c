@@ -23,7 +23,8 @@
 /* The real daemon binary, taken before a test may wrap it. */
 static char real_bin[H_PATH_MAX];
 
-void ops_init(void)
+void
+ops_init(void)
 {
 	const char *bin = getenv("RATELIMITD_BIN");
 
@@ -33,7 +34,8 @@ void ops_init(void)
 /* --- the daemon ------------------------------------------------------ */
 
 /* Replace every token in buf by the decimal value. */
-static void subst(char *buf, size_t len, const char *token, int value)
+static void
+subst(char *buf, size_t len, const char *token, int value)
 {
 	char num[16], *p;
 	size_t tl = strlen(token), nl;
@@ -47,7 +49,8 @@ static void subst(char *buf, size_t len, const char *token, int value)
 }
 
 /* The YAML of c, with %PORT% and %REDIS_PORT% left for the harness. */
-void ops_render(const struct ops_conf *c, char *buf, size_t len)
+void
+ops_render(const struct ops_conf *c, char *buf, size_t len)
 {
 	char redis[1024] = "";
 	int n;
@@ -83,8 +86,9 @@ void ops_render(const struct ops_conf *c, char *buf, size_t len)
 }
 
 /* The YAML of c as the running daemon d has it (ports filled in). */
-void ops_render_for(const struct h_daemon *d, const struct ops_conf *c,
-    char *buf, size_t len)
+void
+ops_render_for(const struct h_daemon *d, const struct ops_conf *c, char *buf,
+    size_t len)
 {
 	ops_render(c, buf, len);
 	subst(buf, len, "%PORT%", d->port);
@@ -92,7 +96,8 @@ void ops_render_for(const struct h_daemon *d, const struct ops_conf *c,
 }
 
 /* Start d on c with Redis (or the fake one) on redis_port. */
-void ops_start(struct h_daemon *d, int redis_port, const struct ops_conf *c)
+void
+ops_start(struct h_daemon *d, int redis_port, const struct ops_conf *c)
 {
 	char yaml[4096];
 
@@ -103,7 +108,8 @@ void ops_start(struct h_daemon *d, int redis_port, const struct ops_conf *c)
 
 /* --- files, processes, sockets ---------------------------------------- */
 
-void ops_write_file(const char *path, const char *text)
+void
+ops_write_file(const char *path, const char *text)
 {
 	FILE *f = fopen(path, "w");
 
@@ -113,7 +119,8 @@ void ops_write_file(const char *path, const char *text)
 }
 
 /* Replace path atomically: write a temporary file beside it, rename. */
-void ops_replace_file(const char *path, const char *text)
+void
+ops_replace_file(const char *path, const char *text)
 {
 	char tmp[H_PATH_MAX + 16];
 
@@ -124,7 +131,8 @@ void ops_replace_file(const char *path, const char *text)
 }
 
 /* The whole file as a string; caller frees. */
-char *ops_slurp(const char *path)
+char *
+ops_slurp(const char *path)
 {
 	FILE *f = fopen(path, "r");
 	char *buf = NULL;
@@ -146,15 +154,16 @@ char *ops_slurp(const char *path)
 }
 
 /* A path in the run's directory, unique to this test process. */
-void ops_tmp_name(char *out, size_t len, const char *what)
+void
+ops_tmp_name(char *out, size_t len, const char *what)
 {
-	snprintf(out, len, "%s/ops-%ld-%s", h_tmpdir(), (long)getpid(),
-	    what);
+	snprintf(out, len, "%s/ops-%ld-%s", h_tmpdir(), (long)getpid(), what);
 }
 
 /* Make h_daemon_start run an sh script that runs prelude, then execs the
  * real daemon with the harness's arguments ("$@": -c FILE). */
-void ops_wrap_daemon(const char *prelude)
+void
+ops_wrap_daemon(const char *prelude)
 {
 	char path[H_PATH_MAX], text[4096];
 
@@ -167,14 +176,16 @@ void ops_wrap_daemon(const char *prelude)
 }
 
 /* A 127.0.0.1 port where nothing listens. */
-int ops_closed_port(void)
+int
+ops_closed_port(void)
 {
 	return h_free_port();
 }
 
 /* A socket that accepts connections (the kernel does) and never reads or
  * answers: a Redis that hangs.  Returns the fd; *port gets its port. */
-int ops_silent_listener(int *port)
+int
+ops_silent_listener(int *port)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET };
 	socklen_t len = sizeof(sa);
@@ -191,15 +202,17 @@ int ops_silent_listener(int *port)
 
 /* Wait (without reaping) until pid exits; the ms it took, or -1 when it
  * still runs after ms. */
-long long ops_exit_time_ms(pid_t pid, long long ms)
+long long
+ops_exit_time_ms(pid_t pid, long long ms)
 {
 	long long start = h_now_ms();
 	siginfo_t si;
 
 	for (;;) {
 		memset(&si, 0, sizeof(si));
-		if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG |
-		    WNOWAIT) == 0 && si.si_pid == pid)
+		if (waitid(P_PID, (id_t)pid, &si,
+			WEXITED | WNOHANG | WNOWAIT) == 0 &&
+		    si.si_pid == pid)
 			return h_now_ms() - start;
 		if (h_now_ms() - start > ms)
 			return -1;
@@ -207,17 +220,20 @@ long long ops_exit_time_ms(pid_t pid, long long ms)
 	}
 }
 
-bool ops_is_running(pid_t pid)
+bool
+ops_is_running(pid_t pid)
 {
 	siginfo_t si;
 
 	memset(&si, 0, sizeof(si));
-	return waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG |
-	    WNOWAIT) == 0 && si.si_pid == 0;
+	return waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) ==
+	    0 &&
+	    si.si_pid == 0;
 }
 
 /* Run a Redis command on r that must answer +OK. */
-void ops_redis_ok(struct h_redis *r, const char *fmt, ...)
+void
+ops_redis_ok(struct h_redis *r, const char *fmt, ...)
 {
 	redisContext *c = h_redis_ctx(r);
 	redisReply *rep;
@@ -241,7 +257,8 @@ void ops_redis_ok(struct h_redis *r, const char *fmt, ...)
 static unsigned probe_seq;
 
 /* POST /acquire for user on the current daemon; *ms gets the wall time. */
-void ops_acquire_timed(struct h_resp *r, const char *user, long long *ms)
+void
+ops_acquire_timed(struct h_resp *r, const char *user, long long *ms)
 {
 	char body[256];
 	long long t0 = h_now_ms();
@@ -252,18 +269,21 @@ void ops_acquire_timed(struct h_resp *r, const char *user, long long *ms)
 		*ms = h_now_ms() - t0;
 }
 
-void ops_acquire(struct h_resp *r, const char *user)
+void
+ops_acquire(struct h_resp *r, const char *user)
 {
 	ops_acquire_timed(r, user, NULL);
 }
 
-bool ops_is_degraded(struct h_resp *r)
+bool
+ops_is_degraded(struct h_resp *r)
 {
 	return json_is_true(h_json_get(r, "degraded"));
 }
 
 /* GET path; the status, and *ms the wall time. */
-long ops_get(const char *path, long long *ms)
+long
+ops_get(const char *path, long long *ms)
 {
 	struct h_resp r = { 0 };
 	long long t0 = h_now_ms();
@@ -278,7 +298,8 @@ long ops_get(const char *path, long long *ms)
 }
 
 /* Poll path every 50 ms until it answers want; the last status. */
-long ops_poll_status(const char *path, long want, long long ms)
+long
+ops_poll_status(const char *path, long want, long long ms)
 {
 	long long end = h_now_ms() + ms;
 	long st;
@@ -289,7 +310,8 @@ long ops_poll_status(const char *path, long want, long long ms)
 }
 
 /* Rule x's limit as a fresh user sees it now, or -1 if none answered. */
-long long ops_current_limit(void)
+long long
+ops_current_limit(void)
 {
 	struct h_resp r = { 0 };
 	char user[64];
@@ -304,7 +326,8 @@ long long ops_current_limit(void)
 }
 
 /* Poll until rule x's limit is want (at most ms); the last one seen. */
-long long ops_wait_limit(long long want, long long ms)
+long long
+ops_wait_limit(long long want, long long ms)
 {
 	long long end = h_now_ms() + ms, lim;
 
@@ -315,7 +338,8 @@ long long ops_wait_limit(long long want, long long ms)
 
 /* Poll (at most ms) until a decision for user is made by Redis, not
  * degraded; true if one was. */
-bool ops_wait_not_degraded(const char *user, long long ms)
+bool
+ops_wait_not_degraded(const char *user, long long ms)
 {
 	long long end = h_now_ms() + ms;
 	struct h_resp r = { 0 };
@@ -336,7 +360,8 @@ bool ops_wait_not_degraded(const char *user, long long ms)
 
 /* The value of the sample called exactly series ("name{labels}") in the
  * exposition text, or -1 when there is none. */
-double ops_metric_in(const char *text, const char *series)
+double
+ops_metric_in(const char *text, const char *series)
 {
 	size_t n = strlen(series);
 	const char *p = text;
@@ -350,13 +375,15 @@ double ops_metric_in(const char *text, const char *series)
 }
 
 /* GET /metrics from the current daemon into r (asserts 200). */
-void ops_scrape(struct h_resp *r)
+void
+ops_scrape(struct h_resp *r)
 {
 	h_http(r, "GET", "/metrics", NULL, NULL);
 	ck_assert_int_eq(r->status, 200);
 }
 
-double ops_metric(const char *series)
+double
+ops_metric(const char *series)
 {
 	struct h_resp r = { 0 };
 	double v;
@@ -368,7 +395,8 @@ double ops_metric(const char *series)
 }
 
 /* Poll until series is at least want (at most ms); the last value. */
-double ops_wait_metric(const char *series, double want, long long ms)
+double
+ops_wait_metric(const char *series, double want, long long ms)
 {
 	long long end = h_now_ms() + ms;
 	double v;
@@ -380,7 +408,8 @@ double ops_wait_metric(const char *series, double want, long long ms)
 
 /* Feed text to `promtool check metrics`; fails the test (with promtool's
  * words) when it complains or is missing: `make check` installs it. */
-void ops_promtool_check(const char *text)
+void
+ops_promtool_check(const char *text)
 {
 	char path[H_PATH_MAX], cmd[H_PATH_MAX + 64], out[4096];
 	size_t n;
@@ -389,8 +418,7 @@ void ops_promtool_check(const char *text)
 
 	ops_tmp_name(path, sizeof(path), "metrics.txt");
 	ops_write_file(path, text);
-	snprintf(cmd, sizeof(cmd), "promtool check metrics < '%s' 2>&1",
-	    path);
+	snprintf(cmd, sizeof(cmd), "promtool check metrics < '%s' 2>&1", path);
 	p = popen(cmd, "r");
 	ck_assert_msg(p != NULL, "popen: %s", strerror(errno));
 	n = fread(out, 1, sizeof(out) - 1, p);
@@ -408,20 +436,21 @@ void ops_promtool_check(const char *text)
 /* --- client threads --------------------------------------------------- */
 
 /* Send /acquire for one user in a loop and record every answer. */
-static void *worker_main(void *arg)
+static void *
+worker_main(void *arg)
 {
 	struct ops_worker *w = arg;
 	struct h_resp r = { 0 };
 	CURL *c = curl_easy_init();
 	static const char body[] = "{\"user\":\"load\"}";
 
-	while (c != NULL && w->n < OPS_MAX_SAMPLES &&
-	    h_now_ms() < w->until && (w->max == 0 || w->n < (size_t)w->max)) {
+	while (c != NULL && w->n < OPS_MAX_SAMPLES && h_now_ms() < w->until &&
+	    (w->max == 0 || w->n < (size_t)w->max)) {
 		struct ops_sample *s = &w->s[w->n++];
 
 		s->t0 = h_now_ms();
 		if (h_request(c, w->port, &r, "POST", "/acquire", body,
-		    sizeof(body) - 1, NULL) == 0)
+			sizeof(body) - 1, NULL) == 0)
 			s->status = r.status;
 		s->t1 = h_now_ms();
 		s->degraded = s->status != 0 && ops_is_degraded(&r);
@@ -433,8 +462,8 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-struct ops_worker *ops_load_start(int n, long long ms, int max,
-    int pause_ms)
+struct ops_worker *
+ops_load_start(int n, long long ms, int max, int pause_ms)
 {
 	struct ops_worker *w = calloc((size_t)n, sizeof(*w));
 	int i;
@@ -446,12 +475,13 @@ struct ops_worker *ops_load_start(int n, long long ms, int max,
 		w[i].max = max;
 		w[i].pause_ms = pause_ms;
 		ck_assert(pthread_create(&w[i].thread, NULL, worker_main,
-		    &w[i]) == 0);
+			      &w[i]) == 0);
 	}
 	return w;
 }
 
-void ops_load_join(struct ops_worker *w, int n)
+void
+ops_load_join(struct ops_worker *w, int n)
 {
 	int i;
 
@@ -459,7 +489,8 @@ void ops_load_join(struct ops_worker *w, int n)
 		pthread_join(w[i].thread, NULL);
 }
 
-long long ops_load_max_ms(const struct ops_worker *w, int n)
+long long
+ops_load_max_ms(const struct ops_worker *w, int n)
 {
 	long long m = 0;
 	size_t k;
@@ -472,7 +503,8 @@ long long ops_load_max_ms(const struct ops_worker *w, int n)
 	return m;
 }
 
-static void *call_main(void *arg)
+static void *
+call_main(void *arg)
 {
 	struct ops_call *q = arg;
 	long long t0 = h_now_ms();
@@ -483,7 +515,8 @@ static void *call_main(void *arg)
 	return NULL;
 }
 
-void ops_call_start(struct ops_call *q, CURL *curl, const char *method,
+void
+ops_call_start(struct ops_call *q, CURL *curl, const char *method,
     const char *path, const char *body)
 {
 	memset(q, 0, sizeof(*q));
@@ -495,13 +528,15 @@ void ops_call_start(struct ops_call *q, CURL *curl, const char *method,
 	ck_assert(pthread_create(&q->thread, NULL, call_main, q) == 0);
 }
 
-long long ops_call_finish(struct ops_call *q)
+long long
+ops_call_finish(struct ops_call *q)
 {
 	pthread_join(q->thread, NULL);
 	return q->ms;
 }
 
-int ops_count_in_file(const char *path, const char *what)
+int
+ops_count_in_file(const char *path, const char *what)
 {
 	char *log = ops_slurp(path), *p = log;
 	int n = 0;

@@ -20,8 +20,8 @@
 
 #include "harness.h"
 
-#define OPS_TIMEOUT_MS		100	/* default redis.timeout */
-#define OPS_MAX_SAMPLES		2048	/* answers kept per thread */
+#define OPS_TIMEOUT_MS	100  /* default redis.timeout */
+#define OPS_MAX_SAMPLES 2048 /* answers kept per thread */
 
 /* Call once in main() after h_init(): remembers $RATELIMITD_BIN, which
  * ops_wrap_daemon() changes in a test. */
@@ -31,15 +31,15 @@ void ops_init(void);
 
 /* A daemon's YAML, declaratively; zero fields take the defaults. */
 struct ops_conf {
-	bool memory;		/* backend: memory (else redis) */
-	int threads;		/* default 8 */
-	const char *shutdown;	/* shutdown_timeout; default 2s */
-	const char *url;	/* redis.url; default on %REDIS_PORT% */
-	int timeout_ms;		/* redis.timeout; OPS_TIMEOUT_MS */
-	const char *policy;	/* on_backend_error; default allow */
-	int limit;		/* of rule x (window 1m); default 2 */
-	const char *redis_extra;	/* more lines under redis: */
-	const char *extra;	/* more top-level lines */
+	bool memory;		 /* backend: memory (else redis) */
+	int threads;		 /* default 8 */
+	const char *shutdown;	 /* shutdown_timeout; default 2s */
+	const char *url;	 /* redis.url; default on %REDIS_PORT% */
+	int timeout_ms;		 /* redis.timeout; OPS_TIMEOUT_MS */
+	const char *policy;	 /* on_backend_error; default allow */
+	int limit;		 /* of rule x (window 1m); default 2 */
+	const char *redis_extra; /* more lines under redis: */
+	const char *extra;	 /* more top-level lines */
 };
 
 /* The YAML of c into buf, with %PORT% and %REDIS_PORT% left for the
@@ -144,8 +144,8 @@ void ops_promtool_check(const char *text);
 /* --- client threads --------------------------------------------------- */
 
 struct ops_sample {
-	long long t0, t1;	/* monotonic ms */
-	long status;		/* 0: the transfer failed */
+	long long t0, t1; /* monotonic ms */
+	long status;	  /* 0: the transfer failed */
 	bool degraded;
 };
 
@@ -154,9 +154,9 @@ struct ops_sample {
 struct ops_worker {
 	pthread_t thread;
 	int port;
-	long long until;	/* monotonic ms */
-	int max;		/* requests; 0 = until `until` */
-	int pause_ms;		/* between requests */
+	long long until; /* monotonic ms */
+	int max;	 /* requests; 0 = until `until` */
+	int pause_ms;	 /* between requests */
 	struct ops_sample s[OPS_MAX_SAMPLES];
 	size_t n;
 };
@@ -164,8 +164,7 @@ struct ops_worker {
 /* Start n workers on the current daemon for ms, each sending at most max
  * requests (0: no limit) with pause_ms between them.  Free the array after
  * ops_load_join(). */
-struct ops_worker *ops_load_start(int n, long long ms, int max,
-    int pause_ms);
+struct ops_worker *ops_load_start(int n, long long ms, int max, int pause_ms);
 void ops_load_join(struct ops_worker *w, int n);
 
 /* The longest request of the n workers, in ms. */
@@ -177,7 +176,7 @@ struct ops_call {
 	CURL *curl;
 	int port;
 	const char *method, *path, *body;
-	struct h_resp r;	/* status 0 when the transfer failed */
+	struct h_resp r; /* status 0 when the transfer failed */
 	long long ms;
 };
 

@@ -17,15 +17,15 @@
 #include "base/util.h"
 #include "store/memory.h"
 
-#define T0 INT64_C(1700000000000000)
-#define MS INT64_C(1000)
+#define T0  INT64_C(1700000000000000)
+#define MS  INT64_C(1000)
 #define SEC INT64_C(1000000)
 
 static int64_t fake_now = T0;
 
 static struct rl_check
-mkcheck(enum rl_algorithm alg, int64_t limit, int64_t window_ms,
-    int64_t cost, bool shadow, const char *key)
+mkcheck(enum rl_algorithm alg, int64_t limit, int64_t window_ms, int64_t cost,
+    bool shadow, const char *key)
 {
 	struct rl_check c;
 
@@ -124,9 +124,9 @@ START_TEST(test_all_or_nothing)
 	ck_assert_int_eq(r[0].remaining, 4);
 	ck_assert_int_eq(r[1].remaining, 0);
 	ck_assert(!decide_ok(b, c, 2, r));
-	ck_assert(r[0].allowed);	/* a alone would admit it */
+	ck_assert(r[0].allowed); /* a alone would admit it */
 	ck_assert_int_eq(r[0].retry_after_ms, 0);
-	ck_assert_int_eq(r[0].remaining, 4);	/* not recorded */
+	ck_assert_int_eq(r[0].remaining, 4); /* not recorded */
 	ck_assert(!r[1].allowed);
 	ck_assert_int_eq(r[1].retry_after_ms, 1000);
 	ck_assert_int_eq(used_of(b, 5, "rl:a:{x}"), 1);
@@ -151,7 +151,7 @@ START_TEST(test_shadow)
 	ck_assert(decide_ok(b, c, 2, r));
 	ck_assert(r[0].allowed && r[1].allowed);
 	fake_now += 200 * MS;
-	ck_assert(decide_ok(b, c, 2, r));	/* the shadow does not deny */
+	ck_assert(decide_ok(b, c, 2, r)); /* the shadow does not deny */
 	ck_assert(!r[0].allowed);
 	/* its unit from T0 expires in 800 ms */
 	ck_assert_int_eq(r[0].retry_after_ms, 800);
@@ -172,7 +172,8 @@ START_TEST(test_cost_zero)
 {
 	struct backend *b = new_backend(1000);
 	static const enum rl_algorithm algs[] = { RL_ALG_SLIDING_LOG,
-	    RL_ALG_SLIDING_WINDOW, RL_ALG_FIXED_WINDOW, RL_ALG_TOKEN_BUCKET };
+		RL_ALG_SLIDING_WINDOW, RL_ALG_FIXED_WINDOW,
+		RL_ALG_TOKEN_BUCKET };
 	struct rl_check c;
 	struct rl_result r;
 	size_t i;
@@ -194,8 +195,8 @@ END_TEST
  * Each call also carries a key of the thread's own and a shadow key shared
  * by half the threads, in two orders, so calls lock several stripes. */
 #define NTHREADS 8
-#define NCALLS 10000
-#define TLIMIT 1000
+#define NCALLS	 10000
+#define TLIMIT	 1000
 
 struct worker {
 	struct backend *b;
@@ -227,7 +228,7 @@ worker_run(void *arg)
 	d[2] = c[0];
 	for (k = 0; k < NCALLS; k++) {
 		if (backend_decide(w->b, w->id % 2 ? c : d, 3, r, &all, &kind,
-		    err, sizeof(err)) != 0)
+			err, sizeof(err)) != 0)
 			w->errors++;
 		else if (all)
 			w->admitted++;
@@ -238,7 +239,8 @@ worker_run(void *arg)
 START_TEST(test_threads)
 {
 	static const enum rl_algorithm algs[] = { RL_ALG_SLIDING_LOG,
-	    RL_ALG_SLIDING_WINDOW, RL_ALG_FIXED_WINDOW, RL_ALG_TOKEN_BUCKET };
+		RL_ALG_SLIDING_WINDOW, RL_ALG_FIXED_WINDOW,
+		RL_ALG_TOKEN_BUCKET };
 	struct worker w[NTHREADS];
 	pthread_t th[NTHREADS];
 	struct backend *b;
@@ -248,17 +250,18 @@ START_TEST(test_threads)
 
 	for (a = 0; a < 4; a++) {
 		b = new_backend(1000000);
-		fake_now = T0 + 123;	/* stuck inside one window */
+		fake_now = T0 + 123; /* stuck inside one window */
 		for (i = 0; i < NTHREADS; i++) {
 			w[i].b = b;
 			w[i].alg = algs[a];
 			w[i].id = i;
 			w[i].admitted = w[i].errors = 0;
 			ck_assert_int_eq(pthread_create(&th[i], NULL,
-			    worker_run, &w[i]), 0);
+					     worker_run, &w[i]),
+			    0);
 		}
 		total = 0;
-		keys = 1;		/* the shared key */
+		keys = 1; /* the shared key */
 		memset(parity, 0, sizeof(parity));
 		for (i = 0; i < NTHREADS; i++) {
 			pthread_join(th[i], NULL);
@@ -338,15 +341,15 @@ START_TEST(test_expiry_set_by_records)
 	    "rl:e:{x}");
 	struct rl_result r;
 
-	ck_assert(decide_ok(b, &c, 1, &r));	/* expiry T0 + 1 s */
+	ck_assert(decide_ok(b, &c, 1, &r)); /* expiry T0 + 1 s */
 	c.window_ms = 10000;
 	c.cost = 0;
 	fake_now = T0 + 500 * MS;
-	(void)decide_ok(b, &c, 1, &r);		/* a read: expiry stays */
+	(void)decide_ok(b, &c, 1, &r); /* a read: expiry stays */
 	ck_assert_int_eq(r.remaining, 1);
 	fake_now = T0 + 2 * SEC;
 	(void)decide_ok(b, &c, 1, &r);
-	ck_assert_int_eq(r.remaining, 2);	/* gone at T0 + 1 s */
+	ck_assert_int_eq(r.remaining, 2); /* gone at T0 + 1 s */
 	ck_assert_uint_eq(backend_memory_key_count(b), 0);
 	backend_free(b);
 }
@@ -369,7 +372,8 @@ START_TEST(test_max_keys)
 	}
 	c = mkcheck(RL_ALG_SLIDING_LOG, 3, 1000, 1, false, "rl:m:{new}");
 	ck_assert_int_eq(backend_decide(b, &c, 1, &r, &all, &kind, err,
-	    sizeof(err)), -1);
+			     sizeof(err)),
+	    -1);
 	ck_assert_int_eq(kind, BACKEND_ERR_FULL);
 	ck_assert_ptr_nonnull(strstr(err, "full"));
 	ck_assert_str_eq(backend_error_kind_name(kind), "full");
@@ -385,8 +389,9 @@ START_TEST(test_max_keys)
 			mkcheck(RL_ALG_SLIDING_LOG, 3, 1000, 1, false,
 			    "rl:m:{new}"),
 		};
-		ck_assert_int_eq(backend_decide(b, two, 2, &r, &all, &kind,
-		    err, sizeof(err)), -1);
+		ck_assert_int_eq(backend_decide(b, two, 2, &r, &all, &kind, err,
+				     sizeof(err)),
+		    -1);
 		ck_assert_int_eq(used_of(b, 3, "rl:m:{4}"), 1);
 	}
 	ck_assert_uint_eq(backend_memory_key_count(b), 10);
@@ -442,8 +447,7 @@ START_TEST(test_many_checks)
 
 	for (k = 0; k < 40; k++) {
 		snprintf(keys[k], sizeof(keys[k]), "rl:c:{%d}", k);
-		c[k] = mkcheck(RL_ALG_SLIDING_LOG, 2, 1000, 1, false,
-		    keys[k]);
+		c[k] = mkcheck(RL_ALG_SLIDING_LOG, 2, 1000, 1, false, keys[k]);
 	}
 	ck_assert(decide_ok(b, c, 40, r));
 	ck_assert(decide_ok(b, c, 40, r));
@@ -465,17 +469,20 @@ START_TEST(test_invalid)
 	bool all;
 
 	ck_assert_int_eq(backend_decide(b, &c, 1, &r, &all, &kind, err,
-	    sizeof(err)), -1);
+			     sizeof(err)),
+	    -1);
 	ck_assert_int_eq(kind, BACKEND_ERR_PROTOCOL);
 	ck_assert_ptr_nonnull(strstr(err, "invalid"));
 	c.cost = 1;
 	c.window_ms = 0;
 	ck_assert_int_eq(backend_decide(b, &c, 1, &r, &all, &kind, err,
-	    sizeof(err)), -1);
+			     sizeof(err)),
+	    -1);
 	c.window_ms = 1000;
 	c.limit = 0;
 	ck_assert_int_eq(backend_decide(b, &c, 1, &r, &all, &kind, err,
-	    sizeof(err)), -1);
+			     sizeof(err)),
+	    -1);
 	ck_assert_uint_eq(backend_memory_key_count(b), 0);
 	backend_free(b);
 }
@@ -522,14 +529,15 @@ END_TEST
  * call records nothing (what is used afterwards is exactly what the
  * successful calls admitted); nothing leaks (under ASan).
  */
-#define AF_KEYS 20
+#define AF_KEYS	 20
 #define AF_CALLS 60
 #define AF_LIMIT 40
 
 START_TEST(test_alloc_fail_decide)
 {
 	static const enum rl_algorithm algs[] = { RL_ALG_SLIDING_LOG,
-	    RL_ALG_SLIDING_WINDOW, RL_ALG_FIXED_WINDOW, RL_ALG_TOKEN_BUCKET };
+		RL_ALG_SLIDING_WINDOW, RL_ALG_FIXED_WINDOW,
+		RL_ALG_TOKEN_BUCKET };
 	char keys[AF_KEYS][32];
 	int64_t want[AF_KEYS];
 	struct rl_check c[AF_KEYS];
@@ -545,7 +553,7 @@ START_TEST(test_alloc_fail_decide)
 		snprintf(keys[k], sizeof(keys[k]), "rl:af:{%d}", k);
 	for (n = 0; n < 120; n++) {
 		b = new_backend(0);
-		fake_now = T0 + 123;	/* no expiry during the script */
+		fake_now = T0 + 123; /* no expiry during the script */
 		memset(want, 0, sizeof(want));
 		failures = 0;
 		rl_alloc_fail_after(n);
@@ -588,9 +596,9 @@ START_TEST(test_alloc_fail_decide)
 		}
 		backend_free(b);
 		if (failures == 0)
-			break;	/* the script no longer meets a failure */
+			break; /* the script no longer meets a failure */
 	}
-	ck_assert_int_gt(n, 10);	/* failures were hit on the way */
+	ck_assert_int_gt(n, 10); /* failures were hit on the way */
 	ck_assert_int_lt(n, 120);
 }
 END_TEST

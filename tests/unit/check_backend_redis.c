@@ -43,11 +43,11 @@ static char redis_url[64];
 
 /* ---- the server ------------------------------------------------------ */
 
-static redisContext *direct(void)
+static redisContext *
+direct(void)
 {
 	struct timeval tv = { 2, 0 };
-	redisContext *c = redisConnectWithTimeout("127.0.0.1", redis_port,
-	    tv);
+	redisContext *c = redisConnectWithTimeout("127.0.0.1", redis_port, tv);
 
 	if (c == NULL || c->err != 0) {
 		if (c != NULL)
@@ -57,7 +57,8 @@ static redisContext *direct(void)
 	return c;
 }
 
-static bool redis_answers(void)
+static bool
+redis_answers(void)
 {
 	redisContext *c = direct();
 	redisReply *r;
@@ -73,7 +74,8 @@ static bool redis_answers(void)
 	return ok;
 }
 
-static void start_redis(void)
+static void
+start_redis(void)
 {
 	char conf[128], logf[128];
 	FILE *f;
@@ -93,9 +95,11 @@ static void start_redis(void)
 		perror(conf);
 		exit(1);
 	}
-	fprintf(f, "port %d\nbind 127.0.0.1\nsave \"\"\nappendonly no\n"
+	fprintf(f,
+	    "port %d\nbind 127.0.0.1\nsave \"\"\nappendonly no\n"
 	    "dir %s\nlogfile %s\ndaemonize no\nunixsocket %s/redis.sock\n"
-	    "unixsocketperm 700\n", redis_port, tmpdir, logf, tmpdir);
+	    "unixsocketperm 700\n",
+	    redis_port, tmpdir, logf, tmpdir);
 	fclose(f);
 
 	if ((redis_pid = fork()) == -1) {
@@ -106,7 +110,8 @@ static void start_redis(void)
 		/* Die with the test binary, whatever kills it. */
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		execlp("redis-server", "redis-server", conf, (char *)NULL);
-		fprintf(stderr, "\n*** check_backend_redis: cannot run "
+		fprintf(stderr,
+		    "\n*** check_backend_redis: cannot run "
 		    "redis-server: %s (apt-get install redis-server)\n\n",
 		    strerror(errno));
 		_exit(127);
@@ -117,20 +122,24 @@ static void start_redis(void)
 		if (redis_answers())
 			return;
 		if (waitpid(redis_pid, &status, WNOHANG) == redis_pid) {
-			fprintf(stderr, "\n*** check_backend_redis: "
+			fprintf(stderr,
+			    "\n*** check_backend_redis: "
 			    "redis-server exited (status %d); see %s\n\n",
 			    status, logf);
 			exit(1);
 		}
 		usleep(10000);
 	}
-	fprintf(stderr, "\n*** check_backend_redis: redis-server on port %d "
-	    "did not answer PING within 5 s\n\n", redis_port);
+	fprintf(stderr,
+	    "\n*** check_backend_redis: redis-server on port %d "
+	    "did not answer PING within 5 s\n\n",
+	    redis_port);
 	kill(redis_pid, SIGKILL);
 	exit(1);
 }
 
-static void stop_redis(void)
+static void
+stop_redis(void)
 {
 	char path[128];
 
@@ -152,7 +161,8 @@ static void stop_redis(void)
 
 /* ---- helpers --------------------------------------------------------- */
 
-static redisReply *cmd(const char *fmt, ...)
+static redisReply *
+cmd(const char *fmt, ...)
 {
 	redisContext *c = direct();
 	redisReply *r;
@@ -167,13 +177,14 @@ static redisReply *cmd(const char *fmt, ...)
 	return r;
 }
 
-static long long cmd_int(const char *fmt, const char *key)
+static long long
+cmd_int(const char *fmt, const char *key)
 {
 	redisReply *r = cmd(fmt, key);
 	long long v;
 
-	ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "%s: reply type %d",
-	    fmt, r->type);
+	ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "%s: reply type %d", fmt,
+	    r->type);
 	v = r->integer;
 	freeReplyObject(r);
 	return v;
@@ -181,7 +192,8 @@ static long long cmd_int(const char *fmt, const char *key)
 
 /* The units a sliding_log key holds: the sum of n over its members
  * "<end>:<n>" (docs/algorithms.md); each member checked for that form. */
-static long long log_units(const char *key)
+static long long
+log_units(const char *key)
 {
 	redisReply *r = cmd("ZRANGE %s 0 -1", key);
 	long long units = 0, end, n;
@@ -190,15 +202,17 @@ static long long log_units(const char *key)
 	ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
 	for (i = 0; i < r->elements; i++) {
 		ck_assert_msg(sscanf(r->element[i]->str, "%lld:%lld", &end,
-		    &n) == 2 && n >= 1 && end >= n, "member %s",
-		    r->element[i]->str);
+				  &n) == 2 &&
+			n >= 1 && end >= n,
+		    "member %s", r->element[i]->str);
 		units += n;
 	}
 	freeReplyObject(r);
 	return units;
 }
 
-static void cmd_ok(const char *fmt, ...)
+static void
+cmd_ok(const char *fmt, ...)
 {
 	redisContext *c = direct();
 	redisReply *r;
@@ -208,14 +222,15 @@ static void cmd_ok(const char *fmt, ...)
 	va_start(ap, fmt);
 	r = redisvCommand(c, fmt, ap);
 	va_end(ap);
-	ck_assert_msg(r != NULL && r->type != REDIS_REPLY_ERROR, "%s: %s",
-	    fmt, r != NULL ? r->str : c->errstr);
+	ck_assert_msg(r != NULL && r->type != REDIS_REPLY_ERROR, "%s: %s", fmt,
+	    r != NULL ? r->str : c->errstr);
 	freeReplyObject(r);
 	redisFree(c);
 }
 
 /* Undo what a failed test may have left: a password, an ACL user. */
-static void reset_server(void)
+static void
+reset_server(void)
 {
 	redisContext *c = direct();
 	redisReply *r;
@@ -233,18 +248,21 @@ static void reset_server(void)
 	redisFree(c);
 }
 
-static void setup(void)
+static void
+setup(void)
 {
 	reset_server();
 }
 
-static void teardown(void)
+static void
+teardown(void)
 {
 	reset_server();
 }
 
-static struct backend *new_backend_full(const char *url, int pool,
-    int64_t timeout_ms, const char *password_file)
+static struct backend *
+new_backend_full(const char *url, int pool, int64_t timeout_ms,
+    const char *password_file)
 {
 	struct redis_config rc;
 	struct backend *b;
@@ -262,13 +280,15 @@ static struct backend *new_backend_full(const char *url, int pool,
 	return b;
 }
 
-static struct backend *new_backend(void)
+static struct backend *
+new_backend(void)
 {
 	return new_backend_full(redis_url, 4, 1000, NULL);
 }
 
-static struct rl_check mk(enum rl_algorithm alg, int64_t limit,
-    int64_t window_ms, int64_t cost, bool shadow, const char *key)
+static struct rl_check
+mk(enum rl_algorithm alg, int64_t limit, int64_t window_ms, int64_t cost,
+    bool shadow, const char *key)
 {
 	struct rl_check c;
 
@@ -283,28 +303,30 @@ static struct rl_check mk(enum rl_algorithm alg, int64_t limit,
 }
 
 /* decide() that must succeed; returns all_allowed. */
-static bool decide_ok(struct backend *b, const struct rl_check *checks,
-    size_t n, struct rl_result *out)
+static bool
+decide_ok(struct backend *b, const struct rl_check *checks, size_t n,
+    struct rl_result *out)
 {
 	enum backend_error_kind kind = BACKEND_ERR_NONE;
 	char err[256] = "";
 	bool all = false;
 
 	ck_assert_msg(backend_decide(b, checks, n, out, &all, &kind, err,
-	    sizeof(err)) == 0, "decide: kind %d: %s", (int)kind, err);
+			  sizeof(err)) == 0,
+	    "decide: kind %d: %s", (int)kind, err);
 	ck_assert_int_eq(kind, BACKEND_ERR_NONE);
 	return all;
 }
 
-static bool decide1(struct backend *b, struct rl_check c,
-    struct rl_result *out)
+static bool
+decide1(struct backend *b, struct rl_check c, struct rl_result *out)
 {
 	return decide_ok(b, &c, 1, out);
 }
 
 /* decide() that must fail; returns the kind. */
-static enum backend_error_kind decide_fail(struct backend *b,
-    struct rl_check c, char *err, size_t errlen)
+static enum backend_error_kind
+decide_fail(struct backend *b, struct rl_check c, char *err, size_t errlen)
 {
 	enum backend_error_kind kind = BACKEND_ERR_NONE;
 	struct rl_result out;
@@ -312,13 +334,15 @@ static enum backend_error_kind decide_fail(struct backend *b,
 
 	err[0] = '\0';
 	ck_assert_int_eq(backend_decide(b, &c, 1, &out, &all, &kind, err,
-	    errlen), -1);
+			     errlen),
+	    -1);
 	ck_assert_int_ne(kind, BACKEND_ERR_NONE);
 	ck_assert(err[0] != '\0');
 	return kind;
 }
 
-static int64_t now_us(void)
+static int64_t
+now_us(void)
 {
 	struct timespec ts;
 
@@ -326,7 +350,8 @@ static int64_t now_us(void)
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static void sleep_ms(int ms)
+static void
+sleep_ms(int ms)
 {
 	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
 
@@ -345,8 +370,8 @@ START_TEST(test_sliding_log_limit_then_deny)
 	int i;
 
 	for (i = 0; i < 3; i++) {
-		ck_assert(decide1(b, mk(RL_ALG_SLIDING_LOG, 3, 1000, 1, false,
-		    key), &r));
+		ck_assert(decide1(b,
+		    mk(RL_ALG_SLIDING_LOG, 3, 1000, 1, false, key), &r));
 		ck_assert(r.allowed);
 		ck_assert_int_eq(r.remaining, 2 - i);
 		ck_assert_int_eq(r.retry_after_ms, 0);
@@ -395,14 +420,16 @@ START_TEST(test_sliding_log_unique_members)
 	 * run), none lost. */
 	t0 = now_us();
 	for (i = 0; i < 1000; i++)
-		ck_assert(decide1(b, mk(RL_ALG_SLIDING_LOG, 1000000, 60000, 1,
-		    false, key), &r));
+		ck_assert(decide1(b,
+		    mk(RL_ALG_SLIDING_LOG, 1000000, 60000, 1, false, key), &r));
 	dt = now_us() - t0;
 	ck_assert_int_le(cmd_int("ZCARD %s", key), 1000);
 	ck_assert_int_eq(log_units(key), 1000);
 	ck_assert_int_eq(r.remaining, 1000000 - 1000);
-	fprintf(stderr, "decide() round trip, sliding_log, 1 rule: %.1f us "
-	    "(mean of 1000)\n", (double)dt / 1000.0);
+	fprintf(stderr,
+	    "decide() round trip, sliding_log, 1 rule: %.1f us "
+	    "(mean of 1000)\n",
+	    (double)dt / 1000.0);
 	backend_free(b);
 }
 END_TEST
@@ -414,14 +441,14 @@ START_TEST(test_sliding_log_large_cost)
 	struct rl_result r;
 
 	/* Two calls of 2,500 units: two members, whatever the cost. */
-	ck_assert(decide1(b, mk(RL_ALG_SLIDING_LOG, 5000, 60000, 2500, false,
-	    key), &r));
-	ck_assert(decide1(b, mk(RL_ALG_SLIDING_LOG, 5000, 60000, 2500, false,
-	    key), &r));
+	ck_assert(decide1(b,
+	    mk(RL_ALG_SLIDING_LOG, 5000, 60000, 2500, false, key), &r));
+	ck_assert(decide1(b,
+	    mk(RL_ALG_SLIDING_LOG, 5000, 60000, 2500, false, key), &r));
 	ck_assert_int_eq(r.remaining, 0);
 	ck_assert_int_eq(cmd_int("ZCARD %s", key), 2);
-	ck_assert(!decide1(b, mk(RL_ALG_SLIDING_LOG, 5000, 60000, 1, false,
-	    key), &r));
+	ck_assert(!decide1(b,
+	    mk(RL_ALG_SLIDING_LOG, 5000, 60000, 1, false, key), &r));
 	ck_assert(r.retry_after_ms > 59000 && r.retry_after_ms <= 60000);
 	backend_free(b);
 }
@@ -449,8 +476,7 @@ START_TEST(test_all_or_nothing)
 	ch[3] = mk(RL_ALG_TOKEN_BUCKET, 10, 60000, 1, false, kd);
 	ch[4] = mk(RL_ALG_SLIDING_WINDOW, 10, 60000, 1, false, ke);
 	ck_assert(!decide_ok(b, ch, 5, r));
-	ck_assert(r[0].allowed && r[2].allowed && r[3].allowed &&
-	    r[4].allowed);
+	ck_assert(r[0].allowed && r[2].allowed && r[3].allowed && r[4].allowed);
 	ck_assert(!r[1].allowed);
 	ck_assert(r[1].retry_after_ms > 0);
 	/* Nothing recorded: remaining is the full limit, keys absent. */
@@ -516,16 +542,16 @@ END_TEST
 
 START_TEST(test_cost_zero_leaves_no_key)
 {
-	static const char *keys[] = {
-		"rl:z0:{k}", "rl:z1:{k}", "rl:z2:{k}", "rl:z3:{k}"
-	};
+	static const char *keys[] = { "rl:z0:{k}", "rl:z1:{k}", "rl:z2:{k}",
+		"rl:z3:{k}" };
 	struct backend *b = new_backend();
 	struct rl_result r;
 	int alg;
 
 	for (alg = 0; alg < 4; alg++) {
-		ck_assert(decide1(b, mk((enum rl_algorithm)alg, 5, 60000, 0,
-		    false, keys[alg]), &r));
+		ck_assert(decide1(b,
+		    mk((enum rl_algorithm)alg, 5, 60000, 0, false, keys[alg]),
+		    &r));
 		ck_assert(r.allowed);
 		ck_assert_int_eq(r.remaining, 5);
 		ck_assert_int_eq(r.reset_ms, 0);
@@ -533,10 +559,10 @@ START_TEST(test_cost_zero_leaves_no_key)
 		ck_assert_int_eq(cmd_int("EXISTS %s", keys[alg]), 0);
 	}
 	/* Cost 0 reports usage without adding to it. */
-	ck_assert(decide1(b, mk(RL_ALG_SLIDING_LOG, 5, 60000, 2, false,
-	    keys[0]), &r));
-	ck_assert(decide1(b, mk(RL_ALG_SLIDING_LOG, 5, 60000, 0, false,
-	    keys[0]), &r));
+	ck_assert(decide1(b,
+	    mk(RL_ALG_SLIDING_LOG, 5, 60000, 2, false, keys[0]), &r));
+	ck_assert(decide1(b,
+	    mk(RL_ALG_SLIDING_LOG, 5, 60000, 0, false, keys[0]), &r));
 	ck_assert_int_eq(r.remaining, 3);
 	ck_assert(r.reset_ms > 59000);
 	ck_assert_int_eq(cmd_int("ZCARD %s", keys[0]), 1);
@@ -555,14 +581,14 @@ START_TEST(test_fixed_window)
 	long long pttl;
 
 	/* An hour-long window: crossing its edge mid-test is unlikely. */
-	ck_assert(decide1(b, mk(RL_ALG_FIXED_WINDOW, 2, 3600000, 1, false,
-	    key), &r));
+	ck_assert(decide1(b, mk(RL_ALG_FIXED_WINDOW, 2, 3600000, 1, false, key),
+	    &r));
 	ck_assert_int_eq(r.remaining, 1);
-	ck_assert(decide1(b, mk(RL_ALG_FIXED_WINDOW, 2, 3600000, 1, false,
-	    key), &r));
+	ck_assert(decide1(b, mk(RL_ALG_FIXED_WINDOW, 2, 3600000, 1, false, key),
+	    &r));
 	ck_assert_int_eq(r.remaining, 0);
-	ck_assert(!decide1(b, mk(RL_ALG_FIXED_WINDOW, 2, 3600000, 1, false,
-	    key), &r));
+	ck_assert(!decide1(b,
+	    mk(RL_ALG_FIXED_WINDOW, 2, 3600000, 1, false, key), &r));
 	ck_assert(!r.allowed);
 	ck_assert(r.retry_after_ms > 0 && r.retry_after_ms <= 3600000);
 	ck_assert_int_eq(r.reset_ms, r.retry_after_ms);
@@ -592,14 +618,14 @@ START_TEST(test_token_bucket)
 
 	/* Burst 3, one token per 20 s. */
 	for (i = 0; i < 3; i++) {
-		ck_assert(decide1(b, mk(RL_ALG_TOKEN_BUCKET, 3, 60000, 1,
-		    false, key), &r));
+		ck_assert(decide1(b,
+		    mk(RL_ALG_TOKEN_BUCKET, 3, 60000, 1, false, key), &r));
 		ck_assert_int_eq(r.remaining, 2 - i);
 		ck_assert(r.reset_ms > 20000 * (i + 1) - 100 &&
 		    r.reset_ms <= 20000 * (i + 1));
 	}
-	ck_assert(!decide1(b, mk(RL_ALG_TOKEN_BUCKET, 3, 60000, 1, false,
-	    key), &r));
+	ck_assert(!decide1(b, mk(RL_ALG_TOKEN_BUCKET, 3, 60000, 1, false, key),
+	    &r));
 	ck_assert_int_eq(r.remaining, 0);
 	ck_assert_msg(r.retry_after_ms > 19900 && r.retry_after_ms <= 20000,
 	    "retry %lld", (long long)r.retry_after_ms);
@@ -624,14 +650,14 @@ START_TEST(test_sliding_window)
 	int i;
 
 	for (i = 0; i < 3; i++) {
-		ck_assert(decide1(b, mk(RL_ALG_SLIDING_WINDOW, 3, 60000, 1,
-		    false, key), &r));
+		ck_assert(decide1(b,
+		    mk(RL_ALG_SLIDING_WINDOW, 3, 60000, 1, false, key), &r));
 		ck_assert_int_eq(r.remaining, 2 - i);
 		/* Reset: the end of the current 3 s bucket plus W. */
 		ck_assert(r.reset_ms > 60000 && r.reset_ms <= 63000);
 	}
-	ck_assert(!decide1(b, mk(RL_ALG_SLIDING_WINDOW, 3, 60000, 1, false,
-	    key), &r));
+	ck_assert(!decide1(b,
+	    mk(RL_ALG_SLIDING_WINDOW, 3, 60000, 1, false, key), &r));
 	ck_assert_int_eq(r.remaining, 0);
 	ck_assert(r.retry_after_ms > 0 && r.retry_after_ms <= 63000);
 	rep = cmd("HGETALL %s", key);
@@ -644,8 +670,8 @@ START_TEST(test_sliding_window)
 	 * counts nowhere and is dropped; so is one long gone. */
 	cmd_ok("DEL %s", key);
 	cmd_ok("HSET %s 99999999999 7 1 7", key);
-	ck_assert(decide1(b, mk(RL_ALG_SLIDING_WINDOW, 3, 60000, 0, false,
-	    key), &r));
+	ck_assert(decide1(b, mk(RL_ALG_SLIDING_WINDOW, 3, 60000, 0, false, key),
+	    &r));
 	ck_assert_int_eq(r.remaining, 3);
 	ck_assert_int_eq(r.reset_ms, 0);
 	ck_assert_int_eq(cmd_int("EXISTS %s", key), 0);
@@ -687,11 +713,11 @@ START_TEST(test_wrong_type_recovery)
 	 * meets every other one. */
 	cmd_ok("SET %s garbage", key);
 	for (alg = 0; alg < 4; alg++) {
-		ck_assert(decide1(b, mk((enum rl_algorithm)alg, 5, 60000, 1,
-		    false, key), &r));
+		ck_assert(decide1(b,
+		    mk((enum rl_algorithm)alg, 5, 60000, 1, false, key), &r));
 		ck_assert_int_eq(r.remaining, 4);
-		ck_assert(decide1(b, mk((enum rl_algorithm)alg, 5, 60000, 1,
-		    false, key), &r));
+		ck_assert(decide1(b,
+		    mk((enum rl_algorithm)alg, 5, 60000, 1, false, key), &r));
 		ck_assert_int_eq(r.remaining, 3);
 	}
 	rep = cmd("TYPE %s", key);
@@ -702,8 +728,8 @@ START_TEST(test_wrong_type_recovery)
 	cmd_ok("DEL %s", key);
 	ck_assert(decide1(b, mk(RL_ALG_FIXED_WINDOW, 5, 60000, 2, false, key),
 	    &r));
-	ck_assert(decide1(b, mk(RL_ALG_SLIDING_WINDOW, 5, 60000, 1, false,
-	    key), &r));
+	ck_assert(decide1(b, mk(RL_ALG_SLIDING_WINDOW, 5, 60000, 1, false, key),
+	    &r));
 	ck_assert_int_eq(r.remaining, 4);
 	rep = cmd("HGETALL %s", key);
 	ck_assert_int_eq(rep->elements, 2);
@@ -727,7 +753,8 @@ END_TEST
 /* ---- failures -------------------------------------------------------- */
 
 /* A listener that completes handshakes (the kernel does) and never reads. */
-static int silent_listener(int *port)
+static int
+silent_listener(int *port)
 {
 	struct sockaddr_in sa;
 	socklen_t len = sizeof(sa);
@@ -757,8 +784,10 @@ START_TEST(test_timeout)
 	b = new_backend_full(url, 1, 200, NULL);
 	for (i = 0; i < 2; i++) {
 		t0 = now_us();
-		ck_assert_int_eq(decide_fail(b, mk(RL_ALG_SLIDING_LOG, 5,
-		    1000, 1, false, "rl:t:{k}"), err, sizeof(err)),
+		ck_assert_int_eq(decide_fail(b,
+				     mk(RL_ALG_SLIDING_LOG, 5, 1000, 1, false,
+					 "rl:t:{k}"),
+				     err, sizeof(err)),
 		    BACKEND_ERR_TIMEOUT);
 		dt = now_us() - t0;
 		ck_assert_msg(dt >= 190000 && dt <= 300000, "took %lld us",
@@ -782,8 +811,11 @@ START_TEST(test_connection_refused)
 	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", test_free_port());
 	b = new_backend_full(url, 2, 200, NULL);
 	t0 = now_us();
-	ck_assert_int_eq(decide_fail(b, mk(RL_ALG_SLIDING_LOG, 5, 1000, 1,
-	    false, "rl:t:{k}"), err, sizeof(err)), BACKEND_ERR_CONNECT);
+	ck_assert_int_eq(decide_fail(b,
+			     mk(RL_ALG_SLIDING_LOG, 5, 1000, 1, false,
+				 "rl:t:{k}"),
+			     err, sizeof(err)),
+	    BACKEND_ERR_CONNECT);
 	ck_assert(now_us() - t0 < 100000);
 	ck_assert_msg(strstr(err, "refused") != NULL, "%s", err);
 	ck_assert(!backend_is_ready(b));
@@ -791,8 +823,11 @@ START_TEST(test_connection_refused)
 
 	snprintf(url, sizeof(url), "unix://%s/nonexistent.sock", tmpdir);
 	b = new_backend_full(url, 1, 200, NULL);
-	ck_assert_int_eq(decide_fail(b, mk(RL_ALG_SLIDING_LOG, 5, 1000, 1,
-	    false, "rl:t:{k}"), err, sizeof(err)), BACKEND_ERR_CONNECT);
+	ck_assert_int_eq(decide_fail(b,
+			     mk(RL_ALG_SLIDING_LOG, 5, 1000, 1, false,
+				 "rl:t:{k}"),
+			     err, sizeof(err)),
+	    BACKEND_ERR_CONNECT);
 	backend_free(b);
 }
 END_TEST
@@ -873,7 +908,8 @@ START_TEST(test_circuit_refused_backoff_caps)
 	t0 = now_us();
 	while (now_us() - t0 < 1600000) {
 		if (decide_fail(b, c, err, sizeof(err)) ==
-		    BACKEND_ERR_CONNECT && trials < 8)
+			BACKEND_ERR_CONNECT &&
+		    trials < 8)
 			at[trials++] = now_us();
 		sleep_ms(5);
 	}
@@ -918,8 +954,8 @@ START_TEST(test_auth)
 	cmd_ok("CONFIG SET requirepass %s", TEST_PASSWORD);
 
 	/* Password only. */
-	snprintf(url, sizeof(url), "redis://:%s@127.0.0.1:%d",
-	    TEST_PASSWORD, redis_port);
+	snprintf(url, sizeof(url), "redis://:%s@127.0.0.1:%d", TEST_PASSWORD,
+	    redis_port);
 	b = new_backend_full(url, 1, 1000, NULL);
 	ck_assert(backend_is_ready(b));
 	ck_assert(decide1(b, c, &r));
@@ -1043,11 +1079,11 @@ START_TEST(test_unix_socket)
 	snprintf(url, sizeof(url), "unix://%s?db=2", sock);
 	b = new_backend_full(url, 1, 1000, NULL);
 	for (i = 0; i < 3; i++)
-		ck_assert(decide1(b, mk(RL_ALG_SLIDING_LOG, 5, 60000, 1,
-		    false, key), &r));
+		ck_assert(decide1(b,
+		    mk(RL_ALG_SLIDING_LOG, 5, 60000, 1, false, key), &r));
 	ck_assert_int_eq(r.remaining, 2);
 	backend_free(b);
-	ck_assert_int_eq(cmd_int("EXISTS %s", key), 0);	/* db 0 */
+	ck_assert_int_eq(cmd_int("EXISTS %s", key), 0); /* db 0 */
 }
 END_TEST
 
@@ -1059,7 +1095,8 @@ struct hammer {
 	int errors;
 };
 
-static void *hammer_run(void *arg)
+static void *
+hammer_run(void *arg)
 {
 	struct hammer *h = arg;
 	struct rl_check c = mk(RL_ALG_SLIDING_LOG, 1000, 60000, 1, false,
@@ -1072,7 +1109,7 @@ static void *hammer_run(void *arg)
 
 	for (i = 0; i < 500; i++) {
 		if (backend_decide(h->b, &c, 1, &r, &all, &kind, err,
-		    sizeof(err)) == -1)
+			sizeof(err)) == -1)
 			h->errors++;
 		else if (all)
 			h->allowed++;
@@ -1090,8 +1127,8 @@ START_TEST(test_threads_share_the_pool)
 	for (i = 0; i < 8; i++) {
 		h[i].b = b;
 		h[i].allowed = h[i].errors = 0;
-		ck_assert_int_eq(pthread_create(&t[i], NULL, hammer_run,
-		    &h[i]), 0);
+		ck_assert_int_eq(pthread_create(&t[i], NULL, hammer_run, &h[i]),
+		    0);
 	}
 	for (i = 0; i < 8; i++) {
 		pthread_join(t[i], NULL);
@@ -1115,7 +1152,7 @@ END_TEST
  * admitted units.  Fewer script calls than calls shows the batching.
  */
 #define BATCH_THREADS 16
-#define BATCH_CALLS 100
+#define BATCH_CALLS   100
 
 struct batcher {
 	struct backend *b;
@@ -1129,7 +1166,8 @@ struct batcher {
 	int done, allowed, errors;
 };
 
-static void batcher_done(struct backend_call *call)
+static void
+batcher_done(struct backend_call *call)
 {
 	struct batcher *t = call->arg;
 
@@ -1143,7 +1181,8 @@ static void batcher_done(struct backend_call *call)
 	pthread_mutex_unlock(&t->mu);
 }
 
-static void *batcher_run(void *arg)
+static void *
+batcher_run(void *arg)
 {
 	struct batcher *t = arg;
 	int i;
@@ -1169,7 +1208,8 @@ static void *batcher_run(void *arg)
 	return NULL;
 }
 
-static long long evalsha_calls(void)
+static long long
+evalsha_calls(void)
 {
 	redisReply *r = cmd("INFO commandstats");
 	const char *p;
@@ -1199,7 +1239,8 @@ START_TEST(test_batches_all_or_nothing)
 		pthread_mutex_init(&t[i].mu, NULL);
 		pthread_cond_init(&t[i].cv, NULL);
 		ck_assert_int_eq(pthread_create(&th[i], NULL, batcher_run,
-		    &t[i]), 0);
+				     &t[i]),
+		    0);
 	}
 	for (i = 0; i < BATCH_THREADS; i++) {
 		pthread_join(th[i], NULL);
@@ -1227,7 +1268,8 @@ START_TEST(test_batches_all_or_nothing)
 }
 END_TEST
 
-Suite *test_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("backend_redis");
 	TCase *tc = tcase_create("redis");

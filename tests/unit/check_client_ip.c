@@ -1,7 +1,8 @@
 /*
  * check_client_ip.c - unit tests of client_ip.c: which address a proxied
  * request came from, with X-Forwarded-For counted from the right
- * (docs/http.md) and IPv6 addresses reduced to their network (docs/security.md).
+ * (docs/http.md) and IPv6 addresses reduced to their network
+ * (docs/security.md).
  */
 #include <check.h>
 #include <stdio.h>
@@ -16,7 +17,7 @@ struct pick_case {
 	enum client_ip_source source;
 	int hops, prefix;
 	const char *xri, *xff, *peer;
-	const char *want;		/* NULL: no address (-1) */
+	const char *want; /* NULL: no address (-1) */
 };
 
 /* clang-format off */
@@ -122,8 +123,9 @@ START_TEST(test_spoofing_changes_nothing)
 		    i / 256, i % 256, i % 7);
 		ck_assert_int_lt(n, sizeof(xff) - 64);
 		snprintf(xff + n, sizeof(xff) - n, "203.0.113.7");
-		ck_assert_int_eq(client_ip_pick(&p, NULL, xff, "127.0.0.1",
-		    out, sizeof(out)), 0);
+		ck_assert_int_eq(client_ip_pick(&p, NULL, xff, "127.0.0.1", out,
+				     sizeof(out)),
+		    0);
 		ck_assert_str_eq(out, "203.0.113.7");
 	}
 }
@@ -136,25 +138,29 @@ START_TEST(test_normalize_bounds)
 
 	/* A too small buffer is an error, never a truncated key. */
 	ck_assert_int_eq(client_ip_normalize("203.0.113.7", 11, 64, small,
-	    sizeof(small)), -1);
+			     sizeof(small)),
+	    -1);
 	/* An overlong entry is not an address. */
 	memset(big, '1', sizeof(big) - 1);
 	big[sizeof(big) - 1] = '\0';
 	ck_assert_int_eq(client_ip_normalize(big, strlen(big), 64, out,
-	    sizeof(out)), -1);
+			     sizeof(out)),
+	    -1);
 	ck_assert_int_eq(client_ip_normalize("", 0, 64, out, sizeof(out)), -1);
-	ck_assert_int_eq(client_ip_normalize("[::1", 4, 64, out,
-	    sizeof(out)), -1);
+	ck_assert_int_eq(client_ip_normalize("[::1", 4, 64, out, sizeof(out)),
+	    -1);
 	ck_assert_int_eq(client_ip_normalize("[::1]x", 6, 128, out,
-	    sizeof(out)), -1);
+			     sizeof(out)),
+	    -1);
 	ck_assert_int_eq(client_ip_normalize("1.2.3.4:", 8, 64, out,
-	    sizeof(out)), -1);
+			     sizeof(out)),
+	    -1);
 	/* The longest form fits CLIENT_IP_MAX. */
-	ck_assert_int_eq(client_ip_normalize(
-	    "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 39, 127, out,
-	    sizeof(out)), 0);
-	ck_assert_str_eq(out,
-	    "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe/127");
+	ck_assert_int_eq(
+	    client_ip_normalize("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 39,
+		127, out, sizeof(out)),
+	    0);
+	ck_assert_str_eq(out, "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe/127");
 }
 END_TEST
 

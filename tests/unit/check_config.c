@@ -19,9 +19,9 @@
 
 #include "core/config.h"
 
-#define X10 "xxxxxxxxxx"
-#define LONG_PATH X10 X10 X10 X10 X10 X10 X10 X10 X10 X10 X10	/* 110 */
-#define LONG_HOST LONG_PATH LONG_PATH LONG_PATH	/* 330 bytes */
+#define X10	  "xxxxxxxxxx"
+#define LONG_PATH X10 X10 X10 X10 X10 X10 X10 X10 X10 X10 X10 /* 110 */
+#define LONG_HOST LONG_PATH LONG_PATH LONG_PATH		      /* 330 bytes */
 #include "core/rules.h"
 #include "base/util.h"
 
@@ -156,8 +156,13 @@ END_TEST
 START_TEST(test_defaults)
 {
 	static const char *const empties[] = {
-		"", "\n\n", "# nothing but a comment\n", "---\n", "--- ~\n",
-		"null\n", "---\n...\n",
+		"",
+		"\n\n",
+		"# nothing but a comment\n",
+		"---\n",
+		"--- ~\n",
+		"null\n",
+		"---\n...\n",
 	};
 	size_t i;
 
@@ -168,9 +173,11 @@ START_TEST(test_defaults)
 		ck_assert_str_eq(c->listen, "127.0.0.1:8080");
 		ck_assert_ptr_null(c->grpc_listen);
 		ck_assert_int_eq(c->threads,
-		    sysconf(_SC_NPROCESSORS_ONLN) < 1 ? 1 :
-		    sysconf(_SC_NPROCESSORS_ONLN) > 1024 ? 1024 :
-		    (int)sysconf(_SC_NPROCESSORS_ONLN));
+		    sysconf(_SC_NPROCESSORS_ONLN) < 1 ?
+			1 :
+			sysconf(_SC_NPROCESSORS_ONLN) > 1024 ?
+			1024 :
+			(int)sysconf(_SC_NPROCESSORS_ONLN));
 		ck_assert_int_eq(c->max_body_bytes, 16384);
 		ck_assert_int_eq(c->shutdown_timeout_ms, 10000);
 		ck_assert_int_eq(c->log_level, LOG_LEVEL_INFO);
@@ -215,7 +222,8 @@ START_TEST(test_null_sections)
 	ck_assert_ptr_null(c->redis.sentinel.master);
 	config_unref(c);
 
-	c = expect_ok("redis:\n  sentinel:\n    master: mymaster\n"
+	c = expect_ok(
+	    "redis:\n  sentinel:\n    master: mymaster\n"
 	    "    nodes: [\"10.0.0.5:26379\", \"[::1]:26380\"]\n"
 	    "    password_file: /run/s\n");
 	ck_assert_str_eq(c->redis.sentinel.master, "mymaster");
@@ -249,8 +257,7 @@ START_TEST(test_every_key)
 	ck_assert_int_eq(c->redis.pool_size, 32);
 	ck_assert_int_eq(c->redis.timeout_ms, 250);
 	ck_assert_str_eq(c->redis.key_prefix, "");
-	ck_assert_str_eq(c->redis.password_file,
-	    "/etc/ratelimitd/redis.pass");
+	ck_assert_str_eq(c->redis.password_file, "/etc/ratelimitd/redis.pass");
 	ck_assert_int_eq(c->memory.max_keys, 5000);
 	ck_assert_int_eq(c->on_backend_error, RL_ON_ERROR_LOCAL);
 	ck_assert_int_eq(c->auth_deny_status, 403);
@@ -282,10 +289,10 @@ START_TEST(test_every_key)
 	ck_assert_uint_eq(r->index, 1);
 	ck_assert_uint_eq(r->nmatch, 0);
 	ck_assert_ptr_null(r->key);
-	ck_assert_int_eq(r->limit, 1000);	/* a quoted "1000" is fine */
+	ck_assert_int_eq(r->limit, 1000); /* a quoted "1000" is fine */
 	ck_assert_int_eq(r->window_ms, 86400000);
 	ck_assert_int_eq(r->algorithm, RL_ALG_TOKEN_BUCKET);
-	ck_assert_int_eq(r->cost, 1);		/* the default */
+	ck_assert_int_eq(r->cost, 1); /* the default */
 	ck_assert(!r->shadow);
 
 	r = &c->rules[2];
@@ -799,7 +806,8 @@ START_TEST(test_error_prefixes)
 	expect_error_prefix("a: b: c\n",
 	    "t.yaml:1:5: mapping values are not allowed");
 	expect_error_prefix("threads: [1, 2\n", "t.yaml:2:1: ");
-	expect_error_prefix("listen: 'abc\n", "t.yaml:2:1: found unexpected "
+	expect_error_prefix("listen: 'abc\n",
+	    "t.yaml:2:1: found unexpected "
 	    "end of stream");
 	expect_error_prefix("rules:\n  - name: a\n   limit: 5\n",
 	    "t.yaml:3:4: ");
@@ -815,8 +823,10 @@ START_TEST(test_error_prefixes)
 	{
 		char err[ERRLEN];
 
-		ck_assert_ptr_null(load("redis:\n  url: \"redis://u:secret@h:"
-		    "99999\"\n", err));
+		ck_assert_ptr_null(
+		    load("redis:\n  url: \"redis://u:secret@h:"
+			 "99999\"\n",
+			err));
 		ck_assert_ptr_null(strstr(err, "secret"));
 		ck_assert_ptr_null(load("redis:\n  url: \"http://h\"\n", err));
 		ck_assert_msg(strncmp(err, "t.yaml:2:8: redis.url: ", 23) == 0,
@@ -898,8 +908,10 @@ START_TEST(test_load_file)
 	unlink(path);
 
 	ck_assert_ptr_null(config_load(path, err, sizeof(err)));
-	snprintf(want, sizeof(want), "%s: cannot open: No such file or "
-	    "directory", path);
+	snprintf(want, sizeof(want),
+	    "%s: cannot open: No such file or "
+	    "directory",
+	    path);
 	ck_assert_str_eq(err, want);
 }
 END_TEST
@@ -944,7 +956,8 @@ END_TEST
 
 START_TEST(test_env_overrides)
 {
-	struct config *c = expect_ok("listen: \"127.0.0.1:1\"\n"
+	struct config *c = expect_ok(
+	    "listen: \"127.0.0.1:1\"\n"
 	    "log_level: warn\n");
 	char err[ERRLEN];
 
@@ -976,7 +989,8 @@ START_TEST(test_env_errors)
 	setenv("RATELIMITD_LISTEN", "0.0.0.0:9090", 1);
 	setenv("RATELIMITD_LOG_LEVEL", "loud", 1);
 	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), -1);
-	ck_assert_str_eq(err, "RATELIMITD_LOG_LEVEL: expected debug, info, "
+	ck_assert_str_eq(err,
+	    "RATELIMITD_LOG_LEVEL: expected debug, info, "
 	    "warn or error");
 	ck_assert_str_eq(c->listen, "127.0.0.1:1");
 	ck_assert_int_eq(c->log_level, LOG_LEVEL_INFO);
@@ -1038,7 +1052,7 @@ START_TEST(test_refcount)
 	config_unref(c);
 	ck_assert_int_eq(c->refs, 1);
 	ck_assert_str_eq(c->rules[0].name, "login-per-ip");
-	config_unref(c);	/* frees: the sanitizer build checks */
+	config_unref(c); /* frees: the sanitizer build checks */
 	config_unref(NULL);
 	ck_assert_ptr_null(config_ref(NULL));
 }
@@ -1094,7 +1108,7 @@ START_TEST(test_alloc_failure)
 		ck_assert_str_eq(err, "t.yaml: out of memory");
 	}
 	ck_assert_ptr_nonnull(c);
-	ck_assert_int_gt(n, 20);	/* the loop did walk error paths */
+	ck_assert_int_gt(n, 20); /* the loop did walk error paths */
 	ck_assert_uint_eq(c->nrules, 3);
 	config_unref(c);
 
@@ -1133,13 +1147,15 @@ START_TEST(test_start_only_changes)
 	struct config *a, *b;
 	char keys[512];
 
-	a = expect_ok("listen: \"127.0.0.1:1\"\nthreads: 2\n"
+	a = expect_ok(
+	    "listen: \"127.0.0.1:1\"\nthreads: 2\n"
 	    "backend: redis\nredis:\n  url: \"redis://h:1/0\"\n"
 	    "  cluster: [\"a:1\", \"b:2\"]\n  pool_size: 4\n"
 	    "  key_prefix: \"x:\"\n"
 	    "on_backend_error: allow\nmax_body_bytes: 100\n");
 	/* Only reloadable keys differ. */
-	b = expect_ok("listen: \"127.0.0.1:1\"\nthreads: 2\n"
+	b = expect_ok(
+	    "listen: \"127.0.0.1:1\"\nthreads: 2\n"
 	    "backend: redis\nredis:\n  url: \"redis://h:1/0\"\n"
 	    "  cluster: [\"a:1\", \"b:2\"]\n  pool_size: 4\n"
 	    "  key_prefix: \"y:\"\n"
@@ -1151,19 +1167,22 @@ START_TEST(test_start_only_changes)
 	ck_assert_str_eq(keys, "");
 	config_unref(b);
 	/* Every start-only key differs. */
-	b = expect_ok("listen: \"127.0.0.1:2\"\nthreads: 3\n"
+	b = expect_ok(
+	    "listen: \"127.0.0.1:2\"\nthreads: 3\n"
 	    "backend: memory\nredis:\n  url: \"redis://h:2/0\"\n"
 	    "  cluster: [\"a:1\", \"c:2\"]\n  pool_size: 5\n"
 	    "  timeout: 1s\n  password_file: /p\n"
 	    "memory:\n  max_keys: 7\n");
 	ck_assert_uint_eq(config_start_only_changes(a, b, collect_key, keys),
 	    9);
-	ck_assert_str_eq(keys, "listen threads backend redis.url "
+	ck_assert_str_eq(keys,
+	    "listen threads backend redis.url "
 	    "redis.cluster redis.pool_size redis.timeout redis.password_file "
 	    "memory.max_keys ");
 	config_unref(b);
 	/* A shorter cluster list is a change too. */
-	b = expect_ok("listen: \"127.0.0.1:1\"\nthreads: 2\n"
+	b = expect_ok(
+	    "listen: \"127.0.0.1:1\"\nthreads: 2\n"
 	    "backend: redis\nredis:\n  url: \"redis://h:1/0\"\n"
 	    "  cluster: [\"a:1\"]\n  pool_size: 4\n");
 	keys[0] = '\0';

@@ -19,11 +19,11 @@
 struct fake {
 	struct backend base;
 	int calls;
-	int fail;			/* answer -1 with BACKEND_ERR_TIMEOUT */
-	size_t n;			/* checks in the last call */
+	int fail; /* answer -1 with BACKEND_ERR_TIMEOUT */
+	size_t n; /* checks in the last call */
 	char keys[4][600];
 	int64_t costs[4];
-	struct rl_result answer[4];	/* what to answer, by position */
+	struct rl_result answer[4]; /* what to answer, by position */
 };
 
 static int
@@ -73,9 +73,7 @@ fake_free(struct backend *b)
 	(void)b;
 }
 
-static const struct backend_ops fake_ops = {
-	fake_submit, fake_free
-};
+static const struct backend_ops fake_ops = { fake_submit, fake_free };
 
 static struct fake main_be, local_be;
 static struct rule rules[3];
@@ -109,13 +107,15 @@ add_rule(size_t i, const char *name, const char *match_attr,
 		r->match = rl_calloc(1, sizeof(*r->match));
 		r->match->attr = rl_strdup(match_attr);
 		ck_assert_int_eq(pattern_compile(&r->match->pattern, pattern,
-		    err, sizeof(err)), 0);
+				     err, sizeof(err)),
+		    0);
 		r->nmatch = 1;
 	}
 	if (key != NULL) {
 		r->key = rl_calloc(1, sizeof(*r->key));
 		ck_assert_int_eq(template_compile(r->key, key, err,
-		    sizeof(err)), 0);
+				     sizeof(err)),
+		    0);
 	}
 }
 
@@ -136,7 +136,8 @@ setup(void)
 	cfg.redis.key_prefix = (char *)"rl:";
 	cfg.on_backend_error = RL_ON_ERROR_ALLOW;
 	dec = (struct decider){ .backend = &main_be.base,
-	    .local = &local_be.base, .on_rule = on_rule };
+		.local = &local_be.base,
+		.on_rule = on_rule };
 }
 
 static void
@@ -170,7 +171,7 @@ START_TEST(test_applying_rules_and_keys)
 	ck_assert_str_eq(main_be.keys[0], "rl:login:{10.0.0.1}");
 	ck_assert_str_eq(main_be.keys[1], "rl:global:{}");
 	ck_assert(d.allowed);
-	ck_assert_str_eq(d.rule->name, "login");	/* least remaining */
+	ck_assert_str_eq(d.rule->name, "login"); /* least remaining */
 	ck_assert_int_eq(d.remaining, 4);
 	ck_assert_int_eq(d.limit, 5);
 	ck_assert_int_eq(d.retry_after_ms, 0);
@@ -185,7 +186,7 @@ START_TEST(test_no_rule_applies)
 	struct decide_request rq = { .attrs = &a, .rule = NULL, .cost = -1 };
 	struct decision d;
 
-	cfg.nrules = 1;		/* only "login", which needs a path */
+	cfg.nrules = 1; /* only "login", which needs a path */
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
 	ck_assert(d.allowed);
 	ck_assert_ptr_null(d.rule);
@@ -202,7 +203,8 @@ START_TEST(test_denied_picks_largest_retry)
 	attrs_set(&a, "path", "/login");
 	attrs_set(&a, "ip", "10.0.0.1");
 	main_be.answer[0] = (struct rl_result){ false, 0, 30000, 2000, 0, 0 };
-	main_be.answer[1] = (struct rl_result){ false, 0, 60000, 7000, 5000, 0 };
+	main_be.answer[1] = (struct rl_result){ false, 0, 60000, 7000, 5000,
+		0 };
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
 	ck_assert(!d.allowed);
 	ck_assert_str_eq(d.rule->name, "global");
@@ -406,15 +408,16 @@ START_TEST(test_groups)
 {
 	struct attrs a[3] = { { 0 }, { 0 }, { 0 } };
 	struct decide_group g[3] = { { &a[0], -1 }, { &a[1], 2 },
-	    { &a[2], -1 } };
+		{ &a[2], -1 } };
 	struct decide_group_result gr[3];
-	struct decide_request rq = { .cost = -1, .groups = g,
-	    .ngroups = 3, .group_out = gr };
+	struct decide_request rq = {
+		.cost = -1, .groups = g, .ngroups = 3, .group_out = gr
+	};
 	struct decision d;
 
 	attrs_set(&a[0], "path", "/login");
 	attrs_set(&a[0], "ip", "1.1.1.1");
-	attrs_set(&a[1], "ip", "2.2.2.2");		/* global only */
+	attrs_set(&a[1], "ip", "2.2.2.2"); /* global only */
 	attrs_set(&a[2], "path", "/login");
 	attrs_set(&a[2], "ip", "3.3.3.3");
 	main_be.answer[0] = (struct rl_result){ false, 0, 9000, 4000, 0, 0 };
@@ -427,7 +430,7 @@ START_TEST(test_groups)
 	ck_assert_str_eq(main_be.keys[1], "rl:global:{}");
 	ck_assert_str_eq(main_be.keys[2], "rl:login:{3.3.3.3}");
 	ck_assert_int_eq(main_be.costs[0], 1);
-	ck_assert_int_eq(main_be.costs[1], 1 + 2 + 1);	/* shared */
+	ck_assert_int_eq(main_be.costs[1], 1 + 2 + 1); /* shared */
 	ck_assert_int_eq(main_be.costs[2], 1);
 	ck_assert(!d.allowed);
 	ck_assert_str_eq(d.rule->name, "login");
@@ -438,14 +441,14 @@ START_TEST(test_groups)
 	ck_assert_str_eq(gr[1].rule->name, "global");
 	ck_assert_int_eq(gr[1].remaining, 50);
 	ck_assert(gr[2].allowed);
-	ck_assert_str_eq(gr[2].rule->name, "login");	/* least left */
+	ck_assert_str_eq(gr[2].rule->name, "login"); /* least left */
 	ck_assert_int_eq(gr[2].remaining, 4);
 	ck_assert_int_eq(gr[2].limit, 5);
 	ck_assert_int_eq(hook_calls[DECIDE_RULE_DENIED], 3);
 
 	/* A group no rule applies to. */
 	attrs_clear(&a[1]);
-	attrs_set(&a[1], "path", "/login");	/* login needs ${ip} */
+	attrs_set(&a[1], "path", "/login"); /* login needs ${ip} */
 	cfg.nrules = 1;
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
 	ck_assert_ptr_null(gr[1].rule);

@@ -92,7 +92,8 @@ START_TEST(test_bounded)
 }
 END_TEST
 
-Suite *test_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("deny_cache");
 	TCase *tc = tcase_create("core");

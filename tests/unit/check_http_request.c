@@ -52,8 +52,10 @@ START_TEST(test_acquire_attributes)
 	struct http_acquire q;
 	struct request_error e;
 
-	ck_assert_int_eq(acquire("{\"user\":\"alice\",\"n\":42,\"vip\":true,"
-	    "\"cost\":3,\"wait_ms\":1500,\"rule\":\"per_user\"}", &a, &q, &e),
+	ck_assert_int_eq(
+	    acquire("{\"user\":\"alice\",\"n\":42,\"vip\":true,"
+		    "\"cost\":3,\"wait_ms\":1500,\"rule\":\"per_user\"}",
+		&a, &q, &e),
 	    0);
 	ck_assert_str_eq(attrs_get(&a, "user"), "alice");
 	ck_assert_str_eq(attrs_get(&a, "n"), "42");
@@ -83,8 +85,9 @@ START_TEST(test_acquire_defaults)
 	ck_assert_ptr_null(q.rule);
 	ck_assert_ptr_null(attrs_get(&a, "user"));
 	/* null is an absent attribute. */
-	ck_assert_int_eq(acquire("{\"user\":null,\"ip\":\"10.0.0.1\"}", &a,
-	    &q, &e), 0);
+	ck_assert_int_eq(acquire("{\"user\":null,\"ip\":\"10.0.0.1\"}", &a, &q,
+			     &e),
+	    0);
 	ck_assert_ptr_null(attrs_get(&a, "user"));
 	ck_assert_str_eq(attrs_get(&a, "ip"), "10.0.0.1");
 	attrs_clear(&a);
@@ -96,7 +99,7 @@ static const struct {
 	const char *body;
 	int status;
 	const char *code;
-	const char *message;	/* a part of it */
+	const char *message; /* a part of it */
 } bad_bodies[] = {
 	{ "{\"user\":", 400, "invalid_json", "line 1" },
 	{ "[1,2]", 400, "invalid_json", "must be a JSON object" },
@@ -124,8 +127,8 @@ START_TEST(test_acquire_bad_body)
 	ck_assert_int_eq(e.status, bad_bodies[_i].status);
 	ck_assert_str_eq(e.code, bad_bodies[_i].code);
 	ck_assert_msg(strstr(e.message, bad_bodies[_i].message) != NULL,
-	    "%s: message \"%s\" lacks \"%s\"", bad_bodies[_i].body,
-	    e.message, bad_bodies[_i].message);
+	    "%s: message \"%s\" lacks \"%s\"", bad_bodies[_i].body, e.message,
+	    bad_bodies[_i].message);
 	ck_assert_ptr_null(q.rule);
 	attrs_clear(&a);
 }
@@ -162,12 +165,12 @@ headers(struct attrs *a, const char *const *kv)
 START_TEST(test_auth_plain)
 {
 	static const char *const kv[] = { "Host", "api.example.com",
-	    "User-Agent", "curl", NULL };
+		"User-Agent", "curl", NULL };
 	struct attrs a = { 0 };
 
 	ck_assert_int_eq(headers(&a, kv), 0);
-	ck_assert_int_eq(http_auth_derive(cfg, "/auth", "GET", "192.0.2.7",
-	    &a), 0);
+	ck_assert_int_eq(http_auth_derive(cfg, "/auth", "GET", "192.0.2.7", &a),
+	    0);
 	ck_assert_str_eq(attrs_get(&a, "header.host"), "api.example.com");
 	ck_assert_str_eq(attrs_get(&a, "header.user-agent"), "curl");
 	ck_assert_str_eq(attrs_get(&a, "method"), "GET");
@@ -183,15 +186,14 @@ END_TEST
 START_TEST(test_auth_original)
 {
 	static const char *const kv[] = { "X-Original-Method", "DELETE",
-	    "X-Original-URI", "/v1/items/9?force=1", NULL };
-	static const char *const kv2[] = { "X-Real-IP", "198.51.100.4",
-	    NULL };
+		"X-Original-URI", "/v1/items/9?force=1", NULL };
+	static const char *const kv2[] = { "X-Real-IP", "198.51.100.4", NULL };
 	struct attrs a = { 0 };
 
 	ck_assert_int_eq(headers(&a, kv), 0);
 	ck_assert_int_eq(headers(&a, kv2), 0);
-	ck_assert_int_eq(http_auth_derive(cfg, "/auth", "GET", "127.0.0.1",
-	    &a), 0);
+	ck_assert_int_eq(http_auth_derive(cfg, "/auth", "GET", "127.0.0.1", &a),
+	    0);
 	ck_assert_str_eq(attrs_get(&a, "method"), "DELETE");
 	ck_assert_str_eq(attrs_get(&a, "path"), "/v1/items/9");
 	ck_assert_str_eq(attrs_get(&a, "ip"), "198.51.100.4");
@@ -205,18 +207,18 @@ END_TEST
 START_TEST(test_auth_forwarded)
 {
 	static const char *const kv[] = { "X-Forwarded-Method", "PUT",
-	    "X-Forwarded-Uri", "/login?next=/", NULL };
+		"X-Forwarded-Uri", "/login?next=/", NULL };
 	static const char *const kv2[] = { "X-Forwarded-Host", "shop.test",
-	    "Host", "ratelimitd:8080", NULL };
-	static const char *const kv3[] = { "X-Forwarded-For",
-	    "203.0.113.9", NULL };
+		"Host", "ratelimitd:8080", NULL };
+	static const char *const kv3[] = { "X-Forwarded-For", "203.0.113.9",
+		NULL };
 	struct attrs a = { 0 };
 
 	ck_assert_int_eq(headers(&a, kv), 0);
 	ck_assert_int_eq(headers(&a, kv2), 0);
 	ck_assert_int_eq(headers(&a, kv3), 0);
-	ck_assert_int_eq(http_auth_derive(cfg, "/auth", "GET", "10.1.1.1",
-	    &a), 0);
+	ck_assert_int_eq(http_auth_derive(cfg, "/auth", "GET", "10.1.1.1", &a),
+	    0);
 	ck_assert_str_eq(attrs_get(&a, "method"), "PUT");
 	ck_assert_str_eq(attrs_get(&a, "path"), "/login");
 	ck_assert_str_eq(attrs_get(&a, "host"), "shop.test");
@@ -233,8 +235,9 @@ START_TEST(test_auth_path_prefix)
 	struct attrs a = { 0 };
 
 	ck_assert_int_eq(headers(&a, kv), 0);
-	ck_assert_int_eq(http_auth_derive(cfg, "/auth/login?x=1", "POST",
-	    NULL, &a), 0);
+	ck_assert_int_eq(http_auth_derive(cfg, "/auth/login?x=1", "POST", NULL,
+			     &a),
+	    0);
 	ck_assert_str_eq(attrs_get(&a, "path"), "/login");
 	ck_assert_str_eq(attrs_get(&a, "method"), "POST");
 	/* No source of an address (a unix socket): no ip. */
@@ -247,14 +250,14 @@ END_TEST
 START_TEST(test_auth_repeated_header)
 {
 	static const char *const kv[] = { "X-Forwarded-For", "198.51.100.1",
-	    "x-forwarded-for", "203.0.113.5", NULL };
+		"x-forwarded-for", "203.0.113.5", NULL };
 	struct attrs a = { 0 };
 
 	ck_assert_int_eq(headers(&a, kv), 0);
 	ck_assert_str_eq(attrs_get(&a, "header.x-forwarded-for"),
 	    "198.51.100.1,203.0.113.5");
-	ck_assert_int_eq(http_auth_derive(cfg, "/auth", "GET", "10.0.0.1",
-	    &a), 0);
+	ck_assert_int_eq(http_auth_derive(cfg, "/auth", "GET", "10.0.0.1", &a),
+	    0);
 	/* xff_trusted_hops 0: the nearest proxy's entry, the rightmost. */
 	ck_assert_str_eq(attrs_get(&a, "ip"), "203.0.113.5");
 	attrs_clear(&a);
@@ -266,7 +269,7 @@ START_TEST(test_auth_too_many_headers)
 {
 	static const char *const two[] = { "A", "1", "B", "2", NULL };
 	static const char *const three[] = { "A", "1", "B", "2", "C", "3",
-	    NULL };
+		NULL };
 	struct attrs a = { 0 };
 
 	ck_assert_int_eq(headers(&a, two), 0);
@@ -285,7 +288,8 @@ START_TEST(test_auth_bogus_ip)
 
 	ck_assert_int_eq(headers(&a, kv), 0);
 	ck_assert_int_eq(http_auth_derive(cfg, "/auth", "GET", "192.0.2.50",
-	    &a), 0);
+			     &a),
+	    0);
 	ck_assert_str_eq(attrs_get(&a, "ip"), "192.0.2.50");
 	attrs_clear(&a);
 }

@@ -64,14 +64,18 @@ START_TEST(test_format_parse)
 	ck_assert_int_eq(P("x.1.0123456789abcdef0123456789abcdef"), -1);
 	/* "a:{}" is fine; "a" (no key part) and "a b:{}" (a bad name) not */
 	ck_assert_int_eq(P("613a7b7d.1.0123456789abcdef0123456789"
-	    "abcdef"), 0);
+			   "abcdef"),
+	    0);
 	ck_assert_int_eq(P("61.1.0123456789abcdef0123456789abcdef"), -1);
 	ck_assert_int_eq(P("6120623a7b7d.1.0123456789abcdef012345"
-	    "6789abcdef"), -1);
+			   "6789abcdef"),
+	    -1);
 	ck_assert_int_eq(P("613a7b7d.0.0123456789abcdef0123456789"
-	    "abcdef"), -1);
+			   "abcdef"),
+	    -1);
 	ck_assert_int_eq(P("613a7b7d.01.0123456789abcdef012345678"
-	    "9abcdef"), -1);
+			   "9abcdef"),
+	    -1);
 }
 END_TEST
 
@@ -86,14 +90,15 @@ START_TEST(test_limiter_release_renew)
 	char err[128];
 
 	ck_assert_int_eq(limiter_params_set(&p, RL_ALG_CONCURRENCY, 2, 1000,
-	    err, sizeof(err)), 0);
+			     err, sizeof(err)),
+	    0);
 	limiter_state_init(&s, RL_ALG_CONCURRENCY);
 	p.token = T1;
-	ck_assert_int_eq(limiter_take(&s, &p, 0, 1, &out, err, sizeof(err)),
-	    0);
+	ck_assert_int_eq(limiter_take(&s, &p, 0, 1, &out, err, sizeof(err)), 0);
 	p.token = T2;
 	ck_assert_int_eq(limiter_take(&s, &p, 100000, 1, &out, err,
-	    sizeof(err)), 0);
+			     sizeof(err)),
+	    0);
 	ck_assert(out.allowed && out.remaining == 0);
 	/* wrong cost, wrong token: nothing */
 	ck_assert(!limiter_lease_release(&s, 200000, T1, 2));
@@ -107,7 +112,8 @@ START_TEST(test_limiter_release_renew)
 	ck_assert(!limiter_lease_renew(&s, &p, 1500000, T2, 1));
 	p.token = T2;
 	ck_assert_int_eq(limiter_take(&s, &p, 1500000, 1, &out, err,
-	    sizeof(err)), 0);
+			     sizeof(err)),
+	    0);
 	ck_assert(out.allowed && out.remaining == 0);
 	ck_assert(limiter_lease_release(&s, 1500000, T1, 1));
 	ck_assert(!limiter_lease_release(&s, 1500000, T1, 1));
@@ -129,8 +135,13 @@ memory_lease(struct backend *b, enum backend_lease_op op, const char *tok,
     int64_t *expires_ms)
 {
 	struct rl_check c = {
-		.algorithm = RL_ALG_CONCURRENCY, .limit = 1, .window_ms = 1000,
-		.cost = 1, .key = "k", .keylen = 1, .token = tok,
+		.algorithm = RL_ALG_CONCURRENCY,
+		.limit = 1,
+		.window_ms = 1000,
+		.cost = 1,
+		.key = "k",
+		.keylen = 1,
+		.token = tok,
 	};
 	struct rl_result out;
 	struct backend_call call;
@@ -152,8 +163,13 @@ START_TEST(test_memory_store)
 {
 	struct backend *b = backend_memory_new(100, test_clock, &now_us);
 	struct rl_check c = {
-		.algorithm = RL_ALG_CONCURRENCY, .limit = 1, .window_ms = 1000,
-		.cost = 1, .key = "k", .keylen = 1, .token = T1,
+		.algorithm = RL_ALG_CONCURRENCY,
+		.limit = 1,
+		.window_ms = 1000,
+		.cost = 1,
+		.key = "k",
+		.keylen = 1,
+		.token = T1,
 	};
 	struct rl_result out;
 	enum backend_error_kind kind;
@@ -164,27 +180,31 @@ START_TEST(test_memory_store)
 	ck_assert_ptr_nonnull(b);
 	now_us = 1000000;
 	ck_assert_int_eq(backend_decide(b, &c, 1, &out, &all, &kind, err,
-	    sizeof(err)), 0);
+			     sizeof(err)),
+	    0);
 	ck_assert(all);
 	c.token = T2;
 	ck_assert_int_eq(backend_decide(b, &c, 1, &out, &all, &kind, err,
-	    sizeof(err)), 0);
+			     sizeof(err)),
+	    0);
 	ck_assert(!all);
 	ck_assert_int_eq(out.retry_after_ms, 1000);
 	ck_assert(!memory_lease(b, BACKEND_LEASE_RELEASE, T2, NULL));
 	now_us = 1500000;
 	ck_assert(memory_lease(b, BACKEND_LEASE_RENEW, T1, &exp));
 	ck_assert_int_eq(exp, 1000);
-	now_us = 2200000;	/* past the first window, not the renewed */
+	now_us = 2200000; /* past the first window, not the renewed */
 	ck_assert_int_eq(backend_decide(b, &c, 1, &out, &all, &kind, err,
-	    sizeof(err)), 0);
+			     sizeof(err)),
+	    0);
 	ck_assert(!all);
 	ck_assert(memory_lease(b, BACKEND_LEASE_RELEASE, T1, NULL));
 	ck_assert_uint_eq(backend_memory_key_count(b), 0);
 	ck_assert_int_eq(backend_decide(b, &c, 1, &out, &all, &kind, err,
-	    sizeof(err)), 0);
+			     sizeof(err)),
+	    0);
 	ck_assert(all);
-	now_us = 3200000;	/* T2's lease expired */
+	now_us = 3200000; /* T2's lease expired */
 	ck_assert(!memory_lease(b, BACKEND_LEASE_RENEW, T2, NULL));
 	backend_free(b);
 }

@@ -19,12 +19,12 @@
 #include "front/lease_wait.h"
 #include "base/util.h"
 
-#define FAR (util_monotonic_us() + 60 * 1000000LL)
-#define NOW util_monotonic_us()
-#define QUIET_US 150000		/* no event in this long: none comes */
+#define FAR	 (util_monotonic_us() + 60 * 1000000LL)
+#define NOW	 util_monotonic_us()
+#define QUIET_US 150000 /* no event in this long: none comes */
 
 struct rec_waiter {
-	struct lease_waiter w;		/* first */
+	struct lease_waiter w; /* first */
 	int id;
 };
 
@@ -82,8 +82,10 @@ expect(int id, enum lease_wait_event ev)
 	struct rec r;
 
 	ck_assert_msg(next_event(2000000, &r), "no event for waiter %d", id);
-	ck_assert_msg(r.id == id && r.ev == ev, "expected waiter %d event %d, "
-	    "got waiter %d event %d", id, (int)ev, r.id, (int)r.ev);
+	ck_assert_msg(r.id == id && r.ev == ev,
+	    "expected waiter %d event %d, "
+	    "got waiter %d event %d",
+	    id, (int)ev, r.id, (int)r.ev);
 }
 
 static void
@@ -91,8 +93,10 @@ expect_none(void)
 {
 	struct rec r;
 
-	ck_assert_msg(!next_event(QUIET_US, &r), "unexpected event %d for "
-	    "waiter %d", (int)r.ev, r.id);
+	ck_assert_msg(!next_event(QUIET_US, &r),
+	    "unexpected event %d for "
+	    "waiter %d",
+	    (int)r.ev, r.id);
 }
 
 static struct lease_wait *lw;
@@ -161,7 +165,7 @@ START_TEST(test_release_while_trying_tries_again)
 	ck_assert_int_eq(park(1, 7, FAR, FAR), 0);
 	lease_wait_released(lw, 7);
 	expect(0, LEASE_WAIT_TRY);
-	lease_wait_released(lw, 7);	/* while 0 tries */
+	lease_wait_released(lw, 7); /* while 0 tries */
 	expect_none();
 	ck_assert_int_eq(park(0, 7, FAR, FAR), 0);
 	expect(0, LEASE_WAIT_TRY);
@@ -232,23 +236,21 @@ START_TEST(test_new_first_waiter)
 {
 	int64_t asked = NOW;
 
-	lease_wait_released(lw, 7);	/* before the denial was asked */
+	lease_wait_released(lw, 7); /* before the denial was asked */
 	usleep(2000);
 	asked = NOW;
-	ck_assert_int_eq(lease_wait_park(lw, &ws[0].w, 7, FAR, FAR, asked),
-	    0);
+	ck_assert_int_eq(lease_wait_park(lw, &ws[0].w, 7, FAR, FAR, asked), 0);
 	expect_none();
 	lease_wait_leave(lw, &ws[0].w);
-	lease_wait_released(lw, 8);	/* after it was asked */
-	ck_assert_int_eq(lease_wait_park(lw, &ws[1].w, 8, FAR, FAR, asked),
-	    0);
+	lease_wait_released(lw, 8); /* after it was asked */
+	ck_assert_int_eq(lease_wait_park(lw, &ws[1].w, 8, FAR, FAR, asked), 0);
 	expect(1, LEASE_WAIT_TRY);
-	ck_assert_int_eq(lease_wait_park(lw, &ws[2].w, 9, INT64_MAX, FAR,
-	    NOW), 0);
+	ck_assert_int_eq(lease_wait_park(lw, &ws[2].w, 9, INT64_MAX, FAR, NOW),
+	    0);
 	expect(2, LEASE_WAIT_TRY);
 	/* Behind a first waiter: no. */
-	ck_assert_int_eq(lease_wait_park(lw, &ws[3].w, 9, INT64_MAX, FAR,
-	    NOW), 0);
+	ck_assert_int_eq(lease_wait_park(lw, &ws[3].w, 9, INT64_MAX, FAR, NOW),
+	    0);
 	expect_none();
 }
 END_TEST
@@ -265,7 +267,7 @@ START_TEST(test_cut)
 	lease_wait_cut(lw);
 	ck_assert(next_event(2000000, &r1) && next_event(2000000, &r2));
 	ck_assert(r1.ev == LEASE_WAIT_CUT && r2.ev == LEASE_WAIT_CUT);
-	ck_assert_int_eq(r1.id + r2.id, 3);	/* 1 and 2, either order */
+	ck_assert_int_eq(r1.id + r2.id, 3); /* 1 and 2, either order */
 	ck_assert_int_ne(r1.id, r2.id);
 	expect_none();
 	/* The one trying is not told: its park fails, and so does a new. */

@@ -18,8 +18,8 @@
 #include "core/limiter.h"
 #include "base/util.h"
 
-#define T0 INT64_C(1700000000000000)
-#define MS INT64_C(1000)
+#define T0  INT64_C(1700000000000000)
+#define MS  INT64_C(1000)
 #define SEC INT64_C(1000000)
 
 static struct limiter_params
@@ -29,7 +29,8 @@ params(enum rl_algorithm alg, int64_t limit, int64_t window_ms)
 	char err[128];
 
 	ck_assert_int_eq(limiter_params_set(&p, alg, limit, window_ms, err,
-	    sizeof(err)), 0);
+			     sizeof(err)),
+	    0);
 	return p;
 }
 
@@ -47,14 +48,15 @@ take(struct limiter_state *s, const struct limiter_params *p, int64_t now,
 }
 
 /* Assert one call's four results. */
-#define ck_take(s, p, now, cost, allowed_, remaining_, reset_, retry_) do { \
-	struct rl_result r_ = take((s), (p), (now), (cost));		\
-	ck_assert_msg(r_.allowed == (allowed_), "allowed %d, want %d",	\
-	    (int)r_.allowed, (int)(allowed_));				\
-	ck_assert_int_eq(r_.remaining, (remaining_));			\
-	ck_assert_int_eq(r_.reset_ms, (reset_));			\
-	ck_assert_int_eq(r_.retry_after_ms, (retry_));			\
-} while (0)
+#define ck_take(s, p, now, cost, allowed_, remaining_, reset_, retry_) \
+	do { \
+		struct rl_result r_ = take((s), (p), (now), (cost)); \
+		ck_assert_msg(r_.allowed == (allowed_), "allowed %d, want %d", \
+		    (int)r_.allowed, (int)(allowed_)); \
+		ck_assert_int_eq(r_.remaining, (remaining_)); \
+		ck_assert_int_eq(r_.reset_ms, (reset_)); \
+		ck_assert_int_eq(r_.retry_after_ms, (retry_)); \
+	} while (0)
 
 /* A deterministic generator for the property tests. */
 static uint64_t rng_state = 88172645463325252ULL;
@@ -239,13 +241,12 @@ START_TEST(test_log_exact_random)
 	ck_assert_ptr_nonnull(u);
 	limiter_state_init(&s, RL_ALG_SLIDING_LOG);
 	for (k = 0; k < 4000; k++) {
-		now += (int64_t)(rng() % 60000);	/* 0 .. 60 ms */
+		now += (int64_t)(rng() % 60000); /* 0 .. 60 ms */
 		c = (int64_t)(rng() % (uint64_t)(L + 1));
 		used = admitted_in(u, now - W, now);
 		r = take(&s, &p, now, c);
 		ck_assert_msg(r.allowed == (used + c <= L),
-		    "k %d used %lld c %lld", k, (long long)used,
-		    (long long)c);
+		    "k %d used %lld c %lld", k, (long long)used, (long long)c);
 		if (r.allowed) {
 			if (c > 0) {
 				u->t[u->n] = now;
@@ -689,17 +690,22 @@ START_TEST(test_params)
 	char err[128];
 
 	ck_assert_int_eq(limiter_params_set(&p, RL_ALG_SLIDING_LOG, 0, 1000,
-	    err, sizeof(err)), -1);
+			     err, sizeof(err)),
+	    -1);
 	ck_assert_ptr_nonnull(strstr(err, "limit"));
 	ck_assert_int_eq(limiter_params_set(&p, RL_ALG_SLIDING_LOG,
-	    LIMITER_MAX_LIMIT + 1, 1000, err, sizeof(err)), -1);
-	ck_assert_int_eq(limiter_params_set(&p, RL_ALG_SLIDING_LOG, 1, 0,
-	    err, sizeof(err)), -1);
+			     LIMITER_MAX_LIMIT + 1, 1000, err, sizeof(err)),
+	    -1);
+	ck_assert_int_eq(limiter_params_set(&p, RL_ALG_SLIDING_LOG, 1, 0, err,
+			     sizeof(err)),
+	    -1);
 	ck_assert_ptr_nonnull(strstr(err, "window"));
 	ck_assert_int_eq(limiter_params_set(&p, (enum rl_algorithm)42, 1, 1,
-	    err, sizeof(err)), -1);
+			     err, sizeof(err)),
+	    -1);
 	ck_assert_int_eq(limiter_params_set(&p, RL_ALG_FIXED_WINDOW, 5, 250,
-	    err, sizeof(err)), 0);
+			     err, sizeof(err)),
+	    0);
 	ck_assert_int_eq(p.window_us, 250000);
 	ck_assert_int_eq(p.limit, 5);
 }
@@ -755,15 +761,15 @@ START_TEST(test_oom)
 	int64_t k;
 
 	limiter_state_init(&s, RL_ALG_SLIDING_LOG);
-	for (k = 0; k < 4; k++)		/* fills the first ring of 4 */
+	for (k = 0; k < 4; k++) /* fills the first ring of 4 */
 		(void)take(&s, &pl, T0 + k, 1);
 	rl_alloc_fail_after(0);
-	ck_assert_int_eq(limiter_take(&s, &pl, T0 + 4, 1, &r, err,
-	    sizeof(err)), -1);
+	ck_assert_int_eq(limiter_take(&s, &pl, T0 + 4, 1, &r, err, sizeof(err)),
+	    -1);
 	ck_assert_ptr_nonnull(strstr(err, "out of memory"));
 	/* a cost-0 call needs no memory */
-	ck_assert_int_eq(limiter_take(&s, &pl, T0 + 4, 0, &r, err,
-	    sizeof(err)), 0);
+	ck_assert_int_eq(limiter_take(&s, &pl, T0 + 4, 0, &r, err, sizeof(err)),
+	    0);
 	ck_assert_int_eq(r.remaining, 96);
 	rl_alloc_fail_after(-1);
 	ck_take(&s, &pl, T0 + 5, 1, true, 95, 1000, 0);

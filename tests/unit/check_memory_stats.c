@@ -16,7 +16,7 @@
 #include "store/memory_stats.h"
 #include "store/memory.h"
 
-#define T0 INT64_C(1700000000000000)	/* us */
+#define T0 INT64_C(1700000000000000) /* us */
 #define MS INT64_C(1000)
 
 static int64_t now_us;
@@ -35,9 +35,15 @@ stat(struct backend *b, const char *key, bool record, double v,
     struct rl_stat_result *out, struct backend_call *call)
 {
 	struct rl_stat_op op = {
-		.key = key, .keylen = strlen(key), .window_ms = 1000,
-		.resolution_ms = 100, .accuracy = 0.01, .record = record,
-		.value = v, .quantiles = qs, .nquantiles = 2,
+		.key = key,
+		.keylen = strlen(key),
+		.window_ms = 1000,
+		.resolution_ms = 100,
+		.accuracy = 0.01,
+		.record = record,
+		.value = v,
+		.quantiles = qs,
+		.nquantiles = 2,
 	};
 
 	memset(call, 0, sizeof(*call));
@@ -103,8 +109,13 @@ START_TEST(test_table_alone)
 {
 	struct memory_stats *ms = memory_stats_new(0);
 	struct rl_stat_op op = {
-		.window_ms = 1000, .resolution_ms = 100, .accuracy = 0.01,
-		.record = true, .value = 1, .quantiles = qs, .nquantiles = 2,
+		.window_ms = 1000,
+		.resolution_ms = 100,
+		.accuracy = 0.01,
+		.record = true,
+		.value = 1,
+		.quantiles = qs,
+		.nquantiles = 2,
 	};
 	enum backend_error_kind kind;
 	struct rl_stat_result r;
@@ -118,7 +129,8 @@ START_TEST(test_table_alone)
 		op.keylen = strlen(key);
 		op.value = i;
 		ck_assert_int_eq(memory_stats_run(ms, &op, T0, &r, &kind, err,
-		    sizeof(err)), 0);
+				     sizeof(err)),
+		    0);
 	}
 	ck_assert_uint_eq(memory_stats_key_count(ms, T0), 5000);
 	op.record = false;
@@ -127,7 +139,8 @@ START_TEST(test_table_alone)
 		op.key = key;
 		op.keylen = strlen(key);
 		ck_assert_int_eq(memory_stats_run(ms, &op, T0, &r, &kind, err,
-		    sizeof(err)), 0);
+				     sizeof(err)),
+		    0);
 		ck_assert_uint_eq(r.count, 1);
 		ck_assert(r.sum == i);
 	}
@@ -135,14 +148,16 @@ START_TEST(test_table_alone)
 	op.key = "absent";
 	op.keylen = 6;
 	ck_assert_int_eq(memory_stats_run(ms, &op, T0, &r, &kind, err,
-	    sizeof(err)), 0);
+			     sizeof(err)),
+	    0);
 	ck_assert_uint_eq(r.count, 0);
 	ck_assert_uint_eq(memory_stats_key_count(ms, T0), 5000);
 	/* Bad params are refused, nothing recorded. */
 	op.record = true;
 	op.resolution_ms = 0;
 	ck_assert_int_eq(memory_stats_run(ms, &op, T0, &r, &kind, err,
-	    sizeof(err)), -1);
+			     sizeof(err)),
+	    -1);
 	ck_assert_uint_eq(memory_stats_key_count(ms, T0 + 10000 * MS), 0);
 	memory_stats_free(ms);
 	memory_stats_free(NULL);

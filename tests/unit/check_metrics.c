@@ -26,7 +26,7 @@
 #define RL_VERSION "unknown"
 #endif
 
-#define MAX_RULES 10000		/* METRICS_MAX_RULES in metrics.c */
+#define MAX_RULES 10000 /* METRICS_MAX_RULES in metrics.c */
 
 /* ---- helpers -------------------------------------------------------- */
 
@@ -147,15 +147,17 @@ check_document(const char *text, size_t len)
 		if (strncmp(p, "# TYPE ", 7) == 0) {
 			nlen = strlen(family);
 			ck_assert_msg(help &&
-			    strncmp(p + 7, family, nlen) == 0 &&
-			    p[7 + nlen] == ' ', "TYPE not after its HELP");
+				strncmp(p + 7, family, nlen) == 0 &&
+				p[7 + nlen] == ' ',
+			    "TYPE not after its HELP");
 			sp = p + 7 + nlen + 1;
 			ck_assert_uint_lt((size_t)(eol - sp), sizeof(type));
 			memcpy(type, sp, (size_t)(eol - sp));
 			type[eol - sp] = '\0';
 			ck_assert_msg(strcmp(type, "counter") == 0 ||
-			    strcmp(type, "gauge") == 0 ||
-			    strcmp(type, "histogram") == 0, "type %s", type);
+				strcmp(type, "gauge") == 0 ||
+				strcmp(type, "histogram") == 0,
+			    "type %s", type);
 			continue;
 		}
 		ck_assert_msg(*p != '#', "stray comment");
@@ -166,15 +168,15 @@ check_document(const char *text, size_t len)
 		nlen = strlen(family);
 		if (strcmp(type, "histogram") == 0)
 			ck_assert_msg((size_t)(sp - p) > nlen &&
-			    strncmp(p, family, nlen) == 0 &&
-			    (has_suffix(p, (size_t)(sp - p), "_bucket") ||
-			    has_suffix(p, (size_t)(sp - p), "_sum") ||
-			    has_suffix(p, (size_t)(sp - p), "_count")),
+				strncmp(p, family, nlen) == 0 &&
+				(has_suffix(p, (size_t)(sp - p), "_bucket") ||
+				    has_suffix(p, (size_t)(sp - p), "_sum") ||
+				    has_suffix(p, (size_t)(sp - p), "_count")),
 			    "sample %.*s outside %s", (int)(eol - p), p,
 			    family);
 		else
 			ck_assert_msg((size_t)(sp - p) == nlen &&
-			    strncmp(p, family, nlen) == 0,
+				strncmp(p, family, nlen) == 0,
 			    "sample %.*s outside %s", (int)(eol - p), p,
 			    family);
 	}
@@ -193,8 +195,7 @@ render(struct metrics *m)
 }
 
 static void
-decide_n(struct metrics *m, const char *name, enum metrics_outcome res,
-    int n)
+decide_n(struct metrics *m, const char *name, enum metrics_outcome res, int n)
 {
 	while (n-- > 0)
 		metrics_decision(m, METRICS_HTTP, name, res);
@@ -228,17 +229,22 @@ START_TEST(test_fresh_document)
 	ck_assert_ptr_nonnull(v);
 	start = strtod(v, NULL);
 	ck_assert_msg(start > (double)now / 1e6 - 60 &&
-	    start <= (double)now / 1e6 + 1, "start time %s", v);
+		start <= (double)now / 1e6 + 1,
+	    "start time %s", v);
 	ck_assert_uint_eq(sample_u64(text,
-	    "ratelimitd_config_last_reload_success"), 1);
-	ck_assert_uint_eq(sample_u64(text,
-	    "ratelimitd_config_reloads_total{result=\"success\"}"), 0);
-	ck_assert_uint_eq(sample_u64(text,
-	    "ratelimitd_redis_pool_in_use"), 0);
+			      "ratelimitd_config_last_reload_success"),
+	    1);
+	ck_assert_uint_eq(
+	    sample_u64(text,
+		"ratelimitd_config_reloads_total{result=\"success\"}"),
+	    0);
+	ck_assert_uint_eq(sample_u64(text, "ratelimitd_redis_pool_in_use"), 0);
 	/* No rule seen, no HTTP response sent: families without samples. */
 	ck_assert_uint_eq(count_lines(text, "ratelimitd_decisions_total"), 0);
-	ck_assert_uint_eq(count_lines(text, "# TYPE ratelimitd_decisions_total "
-	    "counter"), 1);
+	ck_assert_uint_eq(count_lines(text,
+			      "# TYPE ratelimitd_decisions_total "
+			      "counter"),
+	    1);
 	ck_assert_uint_eq(count_lines(text, "ratelimitd_http_responses_total"),
 	    0);
 	rl_free(text);
@@ -256,26 +262,45 @@ START_TEST(test_decisions_counted)
 	decide_n(m, "login", METRICS_SHADOW_DENIED, 1);
 	decide_n(m, "login", METRICS_DEGRADED, 4);
 	decide_n(m, "login", METRICS_ERROR, 5);
-	decide_n(m, "login", (enum metrics_outcome)99, 1);	/* ignored */
+	decide_n(m, "login", (enum metrics_outcome)99, 1); /* ignored */
 	text = render(m);
-	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"api\",result=\"allowed\",protocol=\"http\"}"), "3");
-	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"api\",result=\"denied\",protocol=\"http\"}"), "2");
-	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"api\",result=\"shadow_denied\",protocol=\"http\"}"), "0");
-	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"login\",result=\"shadow_denied\","
-	        "protocol=\"http\"}"), "1");
-	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"login\",result=\"degraded\",protocol=\"http\"}"), "4");
-	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"login\",result=\"error\",protocol=\"http\"}"), "5");
-	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"login\",result=\"allowed\",protocol=\"http\"}"), "0");
+	ck_assert_str_eq(
+	    sample(text,
+		"ratelimitd_decisions_total"
+		"{rule=\"api\",result=\"allowed\",protocol=\"http\"}"),
+	    "3");
+	ck_assert_str_eq(
+	    sample(text,
+		"ratelimitd_decisions_total"
+		"{rule=\"api\",result=\"denied\",protocol=\"http\"}"),
+	    "2");
+	ck_assert_str_eq(
+	    sample(text,
+		"ratelimitd_decisions_total"
+		"{rule=\"api\",result=\"shadow_denied\",protocol=\"http\"}"),
+	    "0");
+	ck_assert_str_eq(sample(text,
+			     "ratelimitd_decisions_total"
+			     "{rule=\"login\",result=\"shadow_denied\","
+			     "protocol=\"http\"}"),
+	    "1");
+	ck_assert_str_eq(
+	    sample(text,
+		"ratelimitd_decisions_total"
+		"{rule=\"login\",result=\"degraded\",protocol=\"http\"}"),
+	    "4");
+	ck_assert_str_eq(
+	    sample(text,
+		"ratelimitd_decisions_total"
+		"{rule=\"login\",result=\"error\",protocol=\"http\"}"),
+	    "5");
+	ck_assert_str_eq(
+	    sample(text,
+		"ratelimitd_decisions_total"
+		"{rule=\"login\",result=\"allowed\",protocol=\"http\"}"),
+	    "0");
 	/* Two rules, five results each. */
-	ck_assert_uint_eq(count_lines(text, "ratelimitd_decisions_total{"),
-	    10);
+	ck_assert_uint_eq(count_lines(text, "ratelimitd_decisions_total{"), 10);
 	rl_free(text);
 	metrics_free(m);
 }
@@ -301,20 +326,32 @@ START_TEST(test_grpc_series)
 	metrics_set_grpc(m);
 	metrics_decision(m, METRICS_GRPC, r, METRICS_DENIED);
 	metrics_grpc_response(m, 0);
-	metrics_grpc_response(m, 99);		/* ignored */
+	metrics_grpc_response(m, 99); /* ignored */
 	text = render(m);
-	ck_assert_uint_eq(count_lines(text, "ratelimitd_decisions_total{"),
-	    10);
-	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"api\",result=\"allowed\",protocol=\"http\"}"), "2");
-	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"api\",result=\"denied\",protocol=\"grpc\"}"), "2");
-	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"api\",result=\"allowed\",protocol=\"grpc\"}"), "0");
-	ck_assert_str_eq(sample(text, "ratelimitd_grpc_responses_total"
-	    "{code=\"OK\"}"), "1");
-	ck_assert_str_eq(sample(text, "ratelimitd_grpc_responses_total"
-	    "{code=\"UNAVAILABLE\"}"), "1");
+	ck_assert_uint_eq(count_lines(text, "ratelimitd_decisions_total{"), 10);
+	ck_assert_str_eq(
+	    sample(text,
+		"ratelimitd_decisions_total"
+		"{rule=\"api\",result=\"allowed\",protocol=\"http\"}"),
+	    "2");
+	ck_assert_str_eq(
+	    sample(text,
+		"ratelimitd_decisions_total"
+		"{rule=\"api\",result=\"denied\",protocol=\"grpc\"}"),
+	    "2");
+	ck_assert_str_eq(
+	    sample(text,
+		"ratelimitd_decisions_total"
+		"{rule=\"api\",result=\"allowed\",protocol=\"grpc\"}"),
+	    "0");
+	ck_assert_str_eq(sample(text,
+			     "ratelimitd_grpc_responses_total"
+			     "{code=\"OK\"}"),
+	    "1");
+	ck_assert_str_eq(sample(text,
+			     "ratelimitd_grpc_responses_total"
+			     "{code=\"UNAVAILABLE\"}"),
+	    "1");
 	ck_assert_uint_eq(count_lines(text, "ratelimitd_grpc_responses_total{"),
 	    2);
 	rl_free(text);
@@ -326,15 +363,18 @@ START_TEST(test_reload_keeps_counts_by_name)
 {
 	struct metrics *m = metrics_new();
 	char *a = rl_strdup("api");
-	char *b = rl_strdup("api");	/* after a reload */
+	char *b = rl_strdup("api"); /* after a reload */
 	char *text;
 
 	metrics_decision(m, METRICS_HTTP, a, METRICS_ALLOWED);
 	rl_free(a);
 	metrics_decision(m, METRICS_HTTP, b, METRICS_ALLOWED);
 	text = render(m);
-	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"api\",result=\"allowed\",protocol=\"http\"}"), "2");
+	ck_assert_str_eq(
+	    sample(text,
+		"ratelimitd_decisions_total"
+		"{rule=\"api\",result=\"allowed\",protocol=\"http\"}"),
+	    "2");
 	rl_free(text);
 	rl_free(b);
 	metrics_free(m);
@@ -347,18 +387,25 @@ START_TEST(test_label_escaping)
 	char *text;
 
 	decide_n(m, "a\"b\\c\nd", METRICS_DENIED, 7);
-	decide_n(m, "caf\xc3\xa9", METRICS_ALLOWED, 1);	/* UTF-8 */
-	decide_n(m, "bad\xff\xc3", METRICS_ALLOWED, 1);	/* not UTF-8 */
+	decide_n(m, "caf\xc3\xa9", METRICS_ALLOWED, 1); /* UTF-8 */
+	decide_n(m, "bad\xff\xc3", METRICS_ALLOWED, 1); /* not UTF-8 */
 	text = render(m);
-	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"a\\\"b\\\\c\\nd\",result=\"denied\","
-	        "protocol=\"http\"}"), "7");
-	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"caf\xc3\xa9\",result=\"allowed\","
-	        "protocol=\"http\"}"), "1");
-	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"bad\xef\xbf\xbd\xef\xbf\xbd\",result=\"allowed\","
-	        "protocol=\"http\"}"), "1");
+	ck_assert_str_eq(sample(text,
+			     "ratelimitd_decisions_total"
+			     "{rule=\"a\\\"b\\\\c\\nd\",result=\"denied\","
+			     "protocol=\"http\"}"),
+	    "7");
+	ck_assert_str_eq(sample(text,
+			     "ratelimitd_decisions_total"
+			     "{rule=\"caf\xc3\xa9\",result=\"allowed\","
+			     "protocol=\"http\"}"),
+	    "1");
+	ck_assert_str_eq(
+	    sample(text,
+		"ratelimitd_decisions_total"
+		"{rule=\"bad\xef\xbf\xbd\xef\xbf\xbd\",result=\"allowed\","
+		"protocol=\"http\"}"),
+	    "1");
 	rl_free(text);
 	metrics_free(m);
 }
@@ -375,18 +422,31 @@ START_TEST(test_rule_cap)
 		decide_n(m, name, METRICS_ALLOWED, 1);
 	}
 	decide_n(m, "r0", METRICS_ALLOWED, 1);	/* known: its own */
-	decide_n(m, "late", METRICS_DENIED, 2);	/* new: _other */
+	decide_n(m, "late", METRICS_DENIED, 2); /* new: _other */
 	text = render(m);
-	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"r0\",result=\"allowed\",protocol=\"http\"}"), "2");
-	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"r9999\",result=\"allowed\",protocol=\"http\"}"), "1");
-	ck_assert_ptr_null(sample(text, "ratelimitd_decisions_total"
+	ck_assert_str_eq(
+	    sample(text,
+		"ratelimitd_decisions_total"
+		"{rule=\"r0\",result=\"allowed\",protocol=\"http\"}"),
+	    "2");
+	ck_assert_str_eq(
+	    sample(text,
+		"ratelimitd_decisions_total"
+		"{rule=\"r9999\",result=\"allowed\",protocol=\"http\"}"),
+	    "1");
+	ck_assert_ptr_null(sample(text,
+	    "ratelimitd_decisions_total"
 	    "{rule=\"r10000\",result=\"allowed\",protocol=\"http\"}"));
-	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"_other\",result=\"allowed\",protocol=\"http\"}"), "5");
-	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"_other\",result=\"denied\",protocol=\"http\"}"), "2");
+	ck_assert_str_eq(
+	    sample(text,
+		"ratelimitd_decisions_total"
+		"{rule=\"_other\",result=\"allowed\",protocol=\"http\"}"),
+	    "5");
+	ck_assert_str_eq(
+	    sample(text,
+		"ratelimitd_decisions_total"
+		"{rule=\"_other\",result=\"denied\",protocol=\"http\"}"),
+	    "2");
 	ck_assert_uint_eq(count_lines(text, "ratelimitd_decisions_total{"),
 	    (MAX_RULES + 1) * 5);
 	rl_free(text);
@@ -404,18 +464,22 @@ START_TEST(test_http_responses)
 	metrics_http_response(m, 429);
 	metrics_http_response(m, 100);
 	metrics_http_response(m, 599);
-	metrics_http_response(m, 99);	/* out of range: ignored */
+	metrics_http_response(m, 99); /* out of range: ignored */
 	metrics_http_response(m, 600);
 	metrics_http_response(m, -1);
 	text = render(m);
 	ck_assert_str_eq(sample(text,
-	    "ratelimitd_http_responses_total{code=\"200\"}"), "2");
+			     "ratelimitd_http_responses_total{code=\"200\"}"),
+	    "2");
 	ck_assert_str_eq(sample(text,
-	    "ratelimitd_http_responses_total{code=\"429\"}"), "1");
+			     "ratelimitd_http_responses_total{code=\"429\"}"),
+	    "1");
 	ck_assert_str_eq(sample(text,
-	    "ratelimitd_http_responses_total{code=\"100\"}"), "1");
+			     "ratelimitd_http_responses_total{code=\"100\"}"),
+	    "1");
 	ck_assert_str_eq(sample(text,
-	    "ratelimitd_http_responses_total{code=\"599\"}"), "1");
+			     "ratelimitd_http_responses_total{code=\"599\"}"),
+	    "1");
 	ck_assert_uint_eq(count_lines(text, "ratelimitd_http_responses_total{"),
 	    4);
 	rl_free(text);
@@ -425,10 +489,9 @@ END_TEST
 
 #define HIST "ratelimitd_backend_request_duration_seconds"
 
-static const char *const le[] = {
-	"0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01",
-	"0.025", "0.05", "0.1", "0.25", "0.5", "1", "+Inf"
-};
+static const char *const le[] = { "0.0001", "0.00025", "0.0005", "0.001",
+	"0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1",
+	"+Inf" };
 #define NLE (sizeof(le) / sizeof(le[0]))
 
 static unsigned long long
@@ -436,8 +499,11 @@ bucket(const char *text, const char *backend, const char *bound)
 {
 	char series[160];
 
-	snprintf(series, sizeof(series), HIST "_bucket{backend=\"%s\","
-	    "le=\"%s\"}", backend, bound);
+	snprintf(series, sizeof(series),
+	    HIST
+	    "_bucket{backend=\"%s\","
+	    "le=\"%s\"}",
+	    backend, bound);
 	return sample_u64(text, series);
 }
 
@@ -447,9 +513,8 @@ START_TEST(test_histogram)
 	/* The le bound itself belongs to its bucket. */
 	static const int64_t calls[] = { 50, 100, 101, 3000, 2000000, -5 };
 	/* Expected cumulative counts, bucket by bucket. */
-	static const unsigned long long want[NLE] = {
-		3, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 6
-	};
+	static const unsigned long long want[NLE] = { 3, 4, 4, 4, 4, 5, 5, 5, 5,
+		5, 5, 5, 5, 6 };
 	unsigned long long prev = 0, n;
 	char *text;
 	size_t i;
@@ -481,8 +546,10 @@ START_TEST(test_histogram)
 	    "0.001000");
 	ck_assert_uint_eq(count_lines(text, HIST "_bucket{"), 2 * NLE);
 	ck_assert_uint_eq(count_lines(text, HIST "_count{"), 2);
-	ck_assert_uint_eq(count_lines(text, "ratelimitd_backend_errors_total"
-	    "{backend=\"postgres\""), 0);
+	ck_assert_uint_eq(count_lines(text,
+			      "ratelimitd_backend_errors_total"
+			      "{backend=\"postgres\""),
+	    0);
 	rl_free(text);
 	metrics_free(m);
 }
@@ -500,21 +567,33 @@ START_TEST(test_backend_errors)
 	metrics_backend_call(m, "memory", 10, METRICS_STORE_OK);
 	metrics_backend_call(m, "memory", 10, (enum metrics_store_error)42);
 	text = render(m);
-	ck_assert_str_eq(sample(text, "ratelimitd_backend_errors_total"
-	    "{backend=\"redis\",kind=\"timeout\"}"), "2");
-	ck_assert_str_eq(sample(text, "ratelimitd_backend_errors_total"
-	    "{backend=\"redis\",kind=\"circuit_open\"}"), "1");
-	ck_assert_str_eq(sample(text, "ratelimitd_backend_errors_total"
-	    "{backend=\"redis\",kind=\"connect\"}"), "0");
-	ck_assert_str_eq(sample(text, "ratelimitd_backend_errors_total"
-	    "{backend=\"memory\",kind=\"full\"}"), "1");
-	ck_assert_str_eq(sample(text, "ratelimitd_backend_errors_total"
-	    "{backend=\"memory\",kind=\"protocol\"}"), "0");
+	ck_assert_str_eq(sample(text,
+			     "ratelimitd_backend_errors_total"
+			     "{backend=\"redis\",kind=\"timeout\"}"),
+	    "2");
+	ck_assert_str_eq(sample(text,
+			     "ratelimitd_backend_errors_total"
+			     "{backend=\"redis\",kind=\"circuit_open\"}"),
+	    "1");
+	ck_assert_str_eq(sample(text,
+			     "ratelimitd_backend_errors_total"
+			     "{backend=\"redis\",kind=\"connect\"}"),
+	    "0");
+	ck_assert_str_eq(sample(text,
+			     "ratelimitd_backend_errors_total"
+			     "{backend=\"memory\",kind=\"full\"}"),
+	    "1");
+	ck_assert_str_eq(sample(text,
+			     "ratelimitd_backend_errors_total"
+			     "{backend=\"memory\",kind=\"protocol\"}"),
+	    "0");
 	/* 2 backends x 5 kinds, no "none". */
 	ck_assert_uint_eq(count_lines(text, "ratelimitd_backend_errors_total{"),
 	    10);
-	ck_assert_uint_eq(count_lines(text, "ratelimitd_backend_errors_total"
-	    "{backend=\"redis\",kind=\"none\"}"), 0);
+	ck_assert_uint_eq(count_lines(text,
+			      "ratelimitd_backend_errors_total"
+			      "{backend=\"redis\",kind=\"none\"}"),
+	    0);
 	/* Failed calls are timed too. */
 	ck_assert_uint_eq(sample_u64(text, HIST "_count{backend=\"redis\"}"),
 	    3);
@@ -535,12 +614,14 @@ START_TEST(test_pool_and_reloads)
 	metrics_reload(m, false);
 	text = render(m);
 	ck_assert_str_eq(sample(text, "ratelimitd_redis_pool_in_use"), "2");
-	ck_assert_str_eq(sample(text,
-	    "ratelimitd_config_reloads_total{result=\"failure\"}"), "1");
-	ck_assert_str_eq(sample(text,
-	    "ratelimitd_config_reloads_total{result=\"success\"}"), "0");
-	ck_assert_str_eq(sample(text,
-	    "ratelimitd_config_last_reload_success"), "0");
+	ck_assert_str_eq(
+	    sample(text, "ratelimitd_config_reloads_total{result=\"failure\"}"),
+	    "1");
+	ck_assert_str_eq(
+	    sample(text, "ratelimitd_config_reloads_total{result=\"success\"}"),
+	    "0");
+	ck_assert_str_eq(sample(text, "ratelimitd_config_last_reload_success"),
+	    "0");
 	rl_free(text);
 
 	metrics_pool_in_use(m, -5);
@@ -548,10 +629,11 @@ START_TEST(test_pool_and_reloads)
 	metrics_reload(m, true);
 	text = render(m);
 	ck_assert_str_eq(sample(text, "ratelimitd_redis_pool_in_use"), "-3");
-	ck_assert_str_eq(sample(text,
-	    "ratelimitd_config_reloads_total{result=\"success\"}"), "2");
-	ck_assert_str_eq(sample(text,
-	    "ratelimitd_config_last_reload_success"), "1");
+	ck_assert_str_eq(
+	    sample(text, "ratelimitd_config_reloads_total{result=\"success\"}"),
+	    "2");
+	ck_assert_str_eq(sample(text, "ratelimitd_config_last_reload_success"),
+	    "1");
 	rl_free(text);
 	metrics_free(m);
 }
@@ -634,14 +716,21 @@ START_TEST(test_oom)
 		if (rc != 0)
 			ck_assert_ptr_null(text);
 	}
-	ck_assert_uint_gt(n, 1);	/* it did fail at least once */
+	ck_assert_uint_gt(n, 1); /* it did fail at least once */
 	check_document(text, len);
-	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"lost\",result=\"allowed\",protocol=\"http\"}"), "0");
-	ck_assert_str_eq(sample(text, "ratelimitd_decisions_total"
-	    "{rule=\"lost\",result=\"denied\",protocol=\"http\"}"), "1");
+	ck_assert_str_eq(
+	    sample(text,
+		"ratelimitd_decisions_total"
+		"{rule=\"lost\",result=\"allowed\",protocol=\"http\"}"),
+	    "0");
+	ck_assert_str_eq(
+	    sample(text,
+		"ratelimitd_decisions_total"
+		"{rule=\"lost\",result=\"denied\",protocol=\"http\"}"),
+	    "1");
 	ck_assert_str_eq(sample(text,
-	    "ratelimitd_http_responses_total{code=\"200\"}"), "1");
+			     "ratelimitd_http_responses_total{code=\"200\"}"),
+	    "1");
 	rl_free(text);
 	metrics_free(m);
 }
@@ -650,7 +739,7 @@ END_TEST
 /* ---- concurrency ---------------------------------------------------- */
 
 #define NTHREADS 4
-#define NITER 100000
+#define NITER	 100000
 
 struct worker {
 	struct metrics *m;
@@ -676,12 +765,13 @@ work(void *arg)
 		/* A fresh name now and then: the write-lock path, raced. */
 		if (i % 1000 == 0) {
 			snprintf(own, sizeof(own), "t%d.%d", w->id, i / 1000);
-			metrics_decision(w->m, METRICS_HTTP, mine, METRICS_DENIED);
+			metrics_decision(w->m, METRICS_HTTP, mine,
+			    METRICS_DENIED);
 		}
 		metrics_http_response(w->m, i % 2 == 0 ? 200 : 429);
 		metrics_backend_call(w->m, i % 2 == 0 ? "redis" : "memory",
-		    i % 3000, i % 10 == 0 ? METRICS_STORE_TIMEOUT :
-		    METRICS_STORE_OK);
+		    i % 3000,
+		    i % 10 == 0 ? METRICS_STORE_TIMEOUT : METRICS_STORE_OK);
 		metrics_pool_in_use(w->m, 1);
 		metrics_pool_in_use(w->m, -1);
 	}
@@ -725,33 +815,40 @@ START_TEST(test_threads)
 
 	text = render(m);
 	/* 100000 = 20000 of each of the 5 results, per thread. */
-	ck_assert_uint_eq(sample_u64(text, "ratelimitd_decisions_total"
-	    "{rule=\"shared\",result=\"allowed\","
-	        "protocol=\"http\"}"), NTHREADS * NITER / 5);
-	ck_assert_uint_eq(sample_u64(text, "ratelimitd_decisions_total"
-	    "{rule=\"shared\",result=\"error\","
-	        "protocol=\"http\"}"), NTHREADS * NITER / 5);
+	ck_assert_uint_eq(sample_u64(text,
+			      "ratelimitd_decisions_total"
+			      "{rule=\"shared\",result=\"allowed\","
+			      "protocol=\"http\"}"),
+	    NTHREADS * NITER / 5);
+	ck_assert_uint_eq(sample_u64(text,
+			      "ratelimitd_decisions_total"
+			      "{rule=\"shared\",result=\"error\","
+			      "protocol=\"http\"}"),
+	    NTHREADS * NITER / 5);
 	for (i = 0; i < NTHREADS; i++)
 		for (j = 0; j < NITER / 1000; j++) {
 			snprintf(series, sizeof(series),
 			    "ratelimitd_decisions_total{rule=\"t%d.%d\","
-			    "result=\"denied\",protocol=\"http\"}", i, j);
+			    "result=\"denied\",protocol=\"http\"}",
+			    i, j);
 			ck_assert_uint_eq(sample_u64(text, series), 1);
 		}
 	ck_assert_uint_eq(count_lines(text, "ratelimitd_decisions_total{"),
 	    (1 + NTHREADS * NITER / 1000) * 5);
 	ck_assert_uint_eq(sample_u64(text,
-	    "ratelimitd_http_responses_total{code=\"200\"}"),
+			      "ratelimitd_http_responses_total{code=\"200\"}"),
 	    NTHREADS * NITER / 2);
 	ck_assert_uint_eq(sample_u64(text,
-	    "ratelimitd_http_responses_total{code=\"429\"}"),
+			      "ratelimitd_http_responses_total{code=\"429\"}"),
 	    NTHREADS * NITER / 2);
 	total = sample_u64(text, HIST "_count{backend=\"redis\"}") +
 	    sample_u64(text, HIST "_count{backend=\"memory\"}");
 	ck_assert_uint_eq(total, NTHREADS * NITER);
 	ck_assert_uint_eq(bucket(text, "redis", "+Inf"), NTHREADS * NITER / 2);
-	ck_assert_uint_eq(sample_u64(text, "ratelimitd_backend_errors_total"
-	    "{backend=\"redis\",kind=\"timeout\"}"), NTHREADS * NITER / 10);
+	ck_assert_uint_eq(sample_u64(text,
+			      "ratelimitd_backend_errors_total"
+			      "{backend=\"redis\",kind=\"timeout\"}"),
+	    NTHREADS * NITER / 10);
 	ck_assert_str_eq(sample(text, "ratelimitd_redis_pool_in_use"), "0");
 	rl_free(text);
 	metrics_free(m);
@@ -770,7 +867,8 @@ START_TEST(test_promtool)
 	int status, i;
 
 	if (system("command -v promtool >/dev/null 2>&1") != 0) {
-		printf("check_metrics: promtool not installed; skipping "
+		printf(
+		    "check_metrics: promtool not installed; skipping "
 		    "test_promtool (Debian package: prometheus)\n");
 		return;
 	}

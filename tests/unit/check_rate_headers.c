@@ -27,16 +27,23 @@ value_of(const struct rate_header *h, int n, const char *name)
 START_TEST(test_t_is_the_effective_window)
 {
 	char name[] = "api";
-	struct rule r = { .name = name, .limit = 3, .window_ms = 10000,
-	    .algorithm = RL_ALG_SLIDING_LOG };
-	struct decision d = { .rule = &r, .allowed = false, .limit = 3,
-	    .remaining = 0, .reset_ms = 9000, .retry_after_ms = 5000,
-	    .effective_ms = 5000 };
+	struct rule r = { .name = name,
+		.limit = 3,
+		.window_ms = 10000,
+		.algorithm = RL_ALG_SLIDING_LOG };
+	struct decision d = { .rule = &r,
+		.allowed = false,
+		.limit = 3,
+		.remaining = 0,
+		.reset_ms = 9000,
+		.retry_after_ms = 5000,
+		.effective_ms = 5000 };
 	struct rate_header h[RATE_HEADERS_MAX];
 	int n = rate_headers(&d, h);
 
 	ck_assert_int_eq(n, 6);
-	ck_assert_str_eq(value_of(h, n, "RateLimit-Policy"), "\"api\";q=3;w=10");
+	ck_assert_str_eq(value_of(h, n, "RateLimit-Policy"),
+	    "\"api\";q=3;w=10");
 	ck_assert_str_eq(value_of(h, n, "RateLimit"), "\"api\";r=0;t=5");
 	ck_assert_str_eq(value_of(h, n, "X-RateLimit-Reset"), "9");
 	ck_assert_str_eq(value_of(h, n, "Retry-After"), "5");
@@ -51,10 +58,15 @@ END_TEST
 START_TEST(test_concurrency_policy)
 {
 	char name[] = "jobs";
-	struct rule r = { .name = name, .limit = 4, .window_ms = 30000,
-	    .algorithm = RL_ALG_CONCURRENCY };
-	struct decision d = { .rule = &r, .allowed = true, .limit = 4,
-	    .remaining = 3, .reset_ms = 30000 };
+	struct rule r = { .name = name,
+		.limit = 4,
+		.window_ms = 30000,
+		.algorithm = RL_ALG_CONCURRENCY };
+	struct decision d = { .rule = &r,
+		.allowed = true,
+		.limit = 4,
+		.remaining = 3,
+		.reset_ms = 30000 };
 	struct rate_header h[RATE_HEADERS_MAX];
 	int n = rate_headers(&d, h);
 

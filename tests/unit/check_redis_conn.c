@@ -34,16 +34,16 @@
 #include "core/redis_url.h"
 #include "store/redis_conn.h"
 
-#define WAIT_MS 5000		/* any one wait, server or client side */
+#define WAIT_MS 5000 /* any one wait, server or client side */
 
 /* --- the fake server ------------------------------------------------------ */
 
 enum step_op {
-	ACCEPT,			/* accept the next connection */
-	EXPECT,			/* read exactly data, byte for byte */
-	SEND,			/* write data */
-	GATE,			/* tell the test, wait until it says go */
-	CLOSE,			/* close the connection */
+	ACCEPT, /* accept the next connection */
+	EXPECT, /* read exactly data, byte for byte */
+	SEND,	/* write data */
+	GATE,	/* tell the test, wait until it says go */
+	CLOSE,	/* close the connection */
 	END
 };
 
@@ -185,8 +185,8 @@ fake_stop(struct fake *f)
 
 /* What one callback saw. */
 struct rec {
-	int arg;		/* which command */
-	bool null;		/* no reply: err says why */
+	int arg;   /* which command */
+	bool null; /* no reply: err says why */
 	int type;
 	long long integer;
 	char str[64];
@@ -241,8 +241,8 @@ conn_new(const char *fmt, int port, const char *script)
 	nrec = npush = 0;
 	push_err[0] = '\0';
 	snprintf(text, sizeof(text), fmt, port);
-	ck_assert_msg(redis_url_parse(text, &url, err, sizeof(err)) == 0,
-	    "%s", err);
+	ck_assert_msg(redis_url_parse(text, &url, err, sizeof(err)) == 0, "%s",
+	    err);
 	cfg.url = &url;
 	cfg.script = script;
 	cfg.connect_timeout_us = 2000000;
@@ -269,13 +269,15 @@ send_words(struct redis_conn *c, int arg, int argc, const char **argv)
 	for (i = 0; i < argc; i++)
 		lens[i] = strlen(argv[i]);
 	ck_assert_msg(redis_conn_send(c, argc, argv, lens, on_reply,
-	    (void *)(intptr_t)arg, err, sizeof(err)) == 0, "%s", err);
+			  (void *)(intptr_t)arg, err, sizeof(err)) == 0,
+	    "%s", err);
 }
 
-#define SEND_CMD(c, arg, ...) do { \
-	const char *w_[] = { __VA_ARGS__ }; \
-	send_words((c), (arg), (int)(sizeof(w_) / sizeof(w_[0])), w_); \
-} while (0)
+#define SEND_CMD(c, arg, ...) \
+	do { \
+		const char *w_[] = { __VA_ARGS__ }; \
+		send_words((c), (arg), (int)(sizeof(w_) / sizeof(w_[0])), w_); \
+	} while (0)
 
 /* One turn of the event loop: wait (at most ms) for what the connection
  * waits for, then let it work.  Returns the replies handed back. */
@@ -303,11 +305,14 @@ pump_until(struct redis_conn *c, int n)
 	size_t replies = 0;
 
 	while (nrec < n) {
-		ck_assert_msg(util_monotonic_us() < end, "%d of %d callbacks "
-		    "after %d ms (state %d)", nrec, n, WAIT_MS,
-		    (int)redis_conn_state(c));
-		ck_assert_msg(redis_conn_fd(c) >= 0, "closed with %d of %d "
-		    "callbacks: %s", nrec, n, redis_conn_last_error(c));
+		ck_assert_msg(util_monotonic_us() < end,
+		    "%d of %d callbacks "
+		    "after %d ms (state %d)",
+		    nrec, n, WAIT_MS, (int)redis_conn_state(c));
+		ck_assert_msg(redis_conn_fd(c) >= 0,
+		    "closed with %d of %d "
+		    "callbacks: %s",
+		    nrec, n, redis_conn_last_error(c));
 		replies += turn(c, 50);
 	}
 	return replies;
@@ -329,13 +334,15 @@ pump_to_gate(struct redis_conn *c, struct fake *f)
 
 /* --- tests ---------------------------------------------------------------- */
 
-#define PING "*1\r\n$4\r\nPING\r\n"
+#define PING   "*1\r\n$4\r\nPING\r\n"
 #define GET(k) "*2\r\n$3\r\nGET\r\n$1\r\n" k "\r\n"
 
 START_TEST(test_connect_and_reply)
 {
 	static const struct step steps[] = {
-		{ ACCEPT, NULL }, { EXPECT, PING }, { SEND, "+PONG\r\n" },
+		{ ACCEPT, NULL },
+		{ EXPECT, PING },
+		{ SEND, "+PONG\r\n" },
 		{ END, NULL },
 	};
 	struct redis_conn *c;
@@ -386,11 +393,13 @@ START_TEST(test_handshake)
 	 * one stream; only the command's reply reaches the caller. */
 	static const struct step steps[] = {
 		{ ACCEPT, NULL },
-		{ EXPECT, "*3\r\n$4\r\nAUTH\r\n$5\r\nalice\r\n$6\r\ns3cr3t\r\n"
+		{ EXPECT,
+		    "*3\r\n$4\r\nAUTH\r\n$5\r\nalice\r\n$6\r\ns3cr3t\r\n"
 		    "*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n"
-		    "*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n$8\r\nreturn 1\r\n"
-		    GET("k") },
-		{ SEND, "+OK\r\n+OK\r\n"
+		    "*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n$8\r\nreturn 1\r\n" GET(
+			"k") },
+		{ SEND,
+		    "+OK\r\n+OK\r\n"
 		    "$40\r\ne0e1f9fabfc9d4800c877a703b823ac0578ff831\r\n"
 		    "$1\r\nv\r\n" },
 		{ END, NULL },
@@ -399,8 +408,7 @@ START_TEST(test_handshake)
 	struct fake f;
 
 	fake_start(&f, steps);
-	c = conn_new("redis://alice:s3cr3t@127.0.0.1:%d/3", f.port,
-	    "return 1");
+	c = conn_new("redis://alice:s3cr3t@127.0.0.1:%d/3", f.port, "return 1");
 	SEND_CMD(c, 7, "GET", "k");
 	ck_assert_int_eq(redis_conn_pending(c), 4);
 	ck_assert_uint_eq(pump_until(c, 1), 4);
@@ -483,7 +491,8 @@ START_TEST(test_pipelined_in_order)
 	 * arriving in one segment, go to them in order. */
 	static const struct step steps[] = {
 		{ ACCEPT, NULL },
-		{ EXPECT, "*2\r\n$4\r\nINCR\r\n$1\r\na\r\n"
+		{ EXPECT,
+		    "*2\r\n$4\r\nINCR\r\n$1\r\na\r\n"
 		    "*2\r\n$4\r\nINCR\r\n$1\r\nb\r\n" GET("c") },
 		{ SEND, ":1\r\n:2\r\n$1\r\nz\r\n" },
 		{ END, NULL },
@@ -640,7 +649,7 @@ START_TEST(test_connect_refused)
 	c = conn_new("redis://127.0.0.1:%d", test_free_port(), NULL);
 	redis_conn_set_push(c, on_push, NULL);
 	if (redis_conn_send(c, 1, argv, lens, on_reply, NULL, err,
-	    sizeof(err)) == -1) {
+		sizeof(err)) == -1) {
 		ck_assert_str_eq(err, "connect: Connection refused");
 		ck_assert_int_eq(nrec, 0);
 	} else {
@@ -668,7 +677,9 @@ START_TEST(test_stalled_server)
 	 * waits as long as it is let: the owner's timeout (from
 	 * redis_conn_oldest_us) closes it, failing the command with why. */
 	static const struct step steps[] = {
-		{ ACCEPT, NULL }, { EXPECT, GET("k") }, { GATE, NULL },
+		{ ACCEPT, NULL },
+		{ EXPECT, GET("k") },
+		{ GATE, NULL },
 		{ END, NULL },
 	};
 	struct redis_conn *c;
@@ -704,7 +715,9 @@ END_TEST
 START_TEST(test_free_fails_in_flight)
 {
 	static const struct step steps[] = {
-		{ ACCEPT, NULL }, { EXPECT, GET("k") GET("l") }, { GATE, NULL },
+		{ ACCEPT, NULL },
+		{ EXPECT, GET("k") GET("l") },
+		{ GATE, NULL },
 		{ END, NULL },
 	};
 	struct redis_conn *c;
@@ -732,7 +745,9 @@ START_TEST(test_unasked_reply)
 	/* A reply with no command waiting closes a connection without a
 	 * push function, and goes to it when there is one. */
 	static const struct step steps[] = {
-		{ ACCEPT, NULL }, { EXPECT, PING }, { SEND, "+PONG\r\n:5\r\n" },
+		{ ACCEPT, NULL },
+		{ EXPECT, PING },
+		{ SEND, "+PONG\r\n:5\r\n" },
 		{ END, NULL },
 	};
 	struct redis_conn *c;
@@ -768,7 +783,9 @@ END_TEST
 START_TEST(test_garbage_on_the_wire)
 {
 	static const struct step steps[] = {
-		{ ACCEPT, NULL }, { EXPECT, GET("k") }, { SEND, "?x\r\n" },
+		{ ACCEPT, NULL },
+		{ EXPECT, GET("k") },
+		{ SEND, "?x\r\n" },
 		{ END, NULL },
 	};
 	struct redis_conn *c;
@@ -779,8 +796,8 @@ START_TEST(test_garbage_on_the_wire)
 	SEND_CMD(c, 1, "GET", "k");
 	pump_until(c, 1);
 	ck_assert(recs[0].null);
-	ck_assert_msg(strncmp(recs[0].err, "protocol: Protocol error", 24) ==
-	    0, "%s", recs[0].err);
+	ck_assert_msg(strncmp(recs[0].err, "protocol: Protocol error", 24) == 0,
+	    "%s", recs[0].err);
 	ck_assert_int_eq(redis_conn_state(c), REDIS_CONN_CLOSED);
 	fake_stop(&f);
 	conn_free(c);

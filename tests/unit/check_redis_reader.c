@@ -13,7 +13,8 @@
 
 #include "store/redis_conn.h"
 
-static int read_one(const char *bytes, size_t len, redisReply **out)
+static int
+read_one(const char *bytes, size_t len, redisReply **out)
 {
 	redisReader *r = redis_reader_new();
 	void *reply = NULL;
@@ -57,7 +58,8 @@ START_TEST(test_huge_array_refused)
 }
 END_TEST
 
-Suite *test_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("redis_reader");
 	TCase *tc = tcase_create("reader");

@@ -22,7 +22,8 @@ static char err[256];
 
 /* Wait (at most 10 s) until r's descriptor is readable and the lookup
  * says it is done. */
-static void wait_done(struct redis_resolve *r)
+static void
+wait_done(struct redis_resolve *r)
 {
 	struct pollfd pfd = { .events = POLLIN };
 
@@ -52,11 +53,11 @@ START_TEST(test_localhost)
 		ck_assert_int_eq(ai->ai_socktype, SOCK_STREAM);
 		if (ai->ai_family == AF_INET) {
 			const struct sockaddr_in *sin = (const void *)
-			    ai->ai_addr;
+							    ai->ai_addr;
 
 			ck_assert_int_eq(ntohs(sin->sin_port), 6380);
-			v4 = v4 || ntohl(sin->sin_addr.s_addr) ==
-			    INADDR_LOOPBACK;
+			v4 = v4 ||
+			    ntohl(sin->sin_addr.s_addr) == INADDR_LOOPBACK;
 		}
 	}
 	ck_assert_msg(v4, "no 127.0.0.1 for localhost");
@@ -107,8 +108,8 @@ END_TEST
 /* A name that cannot be: done, no addresses, and a message naming it. */
 START_TEST(test_bad_name)
 {
-	struct redis_resolve *r = redis_resolve_start("bad name..", 6379,
-	    err, sizeof(err));
+	struct redis_resolve *r = redis_resolve_start("bad name..", 6379, err,
+	    sizeof(err));
 
 	ck_assert_msg(r != NULL, "%s", err);
 	wait_done(r);
@@ -119,7 +120,8 @@ START_TEST(test_bad_name)
 }
 END_TEST
 
-Suite *test_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("redis_resolve");
 	TCase *tc = tcase_create("lookups");

@@ -24,7 +24,7 @@
 #include "base/util.h"
 #include "store/redis_script.h"
 
-#define SHA "e0e1f9fabfc9d4800c877a703b823ac0578ff831"
+#define SHA   "e0e1f9fabfc9d4800c877a703b823ac0578ff831"
 #define TOKEN "0123456789abcdef0123456789abcdef"
 
 static char err[256];
@@ -47,15 +47,14 @@ resp(const char *text)
 
 /* The arguments are exactly want[0..n-1] (C strings; lens included). */
 static void
-expect_args(const struct redis_script_args *a, const char *const *want,
-    int n)
+expect_args(const struct redis_script_args *a, const char *const *want, int n)
 {
 	int i;
 
 	ck_assert_int_eq(a->argc, n);
 	for (i = 0; i < n; i++) {
 		ck_assert_msg(a->lens[i] == strlen(want[i]) &&
-		    memcmp(a->argv[i], want[i], a->lens[i]) == 0,
+			memcmp(a->argv[i], want[i], a->lens[i]) == 0,
 		    "argument %d is \"%.*s\" (%zu bytes), want \"%s\"", i,
 		    (int)a->lens[i], a->argv[i], a->lens[i], want[i]);
 	}
@@ -89,11 +88,11 @@ START_TEST(test_encode_batch)
 {
 	static const char *const want[] = {
 		"EVALSHA", SHA, "3", "rl:a:{x}", "rl:b", "k3",
-		"2",			/* R: two requests */
-		"2", "1",		/* their check counts */
-		"0", "10", "1000", "1", "0",	/* sliding_log */
-		"3", "5", "60000", "2", "1",	/* token_bucket, shadow */
-		"2", "100", "1000", "0", "0",	/* fixed_window, cost 0 */
+		"2",			      /* R: two requests */
+		"2", "1",		      /* their check counts */
+		"0", "10", "1000", "1", "0",  /* sliding_log */
+		"3", "5", "60000", "2", "1",  /* token_bucket, shadow */
+		"2", "100", "1000", "0", "0", /* fixed_window, cost 0 */
 	};
 	struct backend_call a, b, *calls[2];
 	struct redis_script_args args;
@@ -111,11 +110,31 @@ END_TEST
 START_TEST(test_encode_marks)
 {
 	static const char *const want[] = {
-		"EVALSHA", SHA, "3", "rl:a:{x}", "rl:b", "k3", "marks",
-		"2", "2", "1",
-		"0", "10", "1000", "1", "0",
-		"3", "5", "60000", "2", "1",
-		"2", "100", "1000", "0", "0",
+		"EVALSHA",
+		SHA,
+		"3",
+		"rl:a:{x}",
+		"rl:b",
+		"k3",
+		"marks",
+		"2",
+		"2",
+		"1",
+		"0",
+		"10",
+		"1000",
+		"1",
+		"0",
+		"3",
+		"5",
+		"60000",
+		"2",
+		"1",
+		"2",
+		"100",
+		"1000",
+		"0",
+		"0",
 	};
 	struct backend_call a, b, *calls[2];
 	struct redis_script_args args;
@@ -139,10 +158,29 @@ START_TEST(test_encode_wait_and_lease)
 		{ RL_ALG_CONCURRENCY, 3, 30000, 1, false, "c:3", 3, NULL },
 	};
 	static const char *const want[] = {
-		"EVALSHA", SHA, "3", "c:1", "c:2", "c:3", "1", "3:250000",
-		"4:" TOKEN, "3", "30000", "1", "0",
-		"4:" TOKEN, "3", "30000", "1", "0",
-		"4:", "3", "30000", "1", "0",
+		"EVALSHA",
+		SHA,
+		"3",
+		"c:1",
+		"c:2",
+		"c:3",
+		"1",
+		"3:250000",
+		"4:" TOKEN,
+		"3",
+		"30000",
+		"1",
+		"0",
+		"4:" TOKEN,
+		"3",
+		"30000",
+		"1",
+		"0",
+		"4:",
+		"3",
+		"30000",
+		"1",
+		"0",
 	};
 	struct backend_call call, *calls[1] = { &call };
 	struct redis_script_args args;
@@ -192,8 +230,7 @@ START_TEST(test_encode_refused)
 	int rc;
 
 	two_calls(&a, &b, calls);
-	ck_assert_int_eq(redis_script_encode(calls, 0, SHA, false, &args),
-	    -1);
+	ck_assert_int_eq(redis_script_encode(calls, 0, SHA, false, &args), -1);
 	rl_alloc_fail_after(0);
 	rc = redis_script_encode(calls, 2, SHA, false, &args);
 	rl_alloc_fail_after(-1);
@@ -244,8 +281,9 @@ START_TEST(test_decode)
 	struct decoded d;
 
 	decoded_init(&d);
-	ck_assert_int_eq(redis_script_decode(r, d.calls, counts, 2, false,
-	    err, sizeof(err)), 0);
+	ck_assert_int_eq(redis_script_decode(r, d.calls, counts, 2, false, err,
+			     sizeof(err)),
+	    0);
 	ck_assert(d.a.all_allowed);
 	ck_assert_int_eq(d.a.waited_us, 0);
 	ck_assert(d.out_a[0].allowed);
@@ -270,7 +308,8 @@ START_TEST(test_decode)
 	decoded_init(&d);
 	d.a.all_allowed = true;
 	ck_assert_int_eq(redis_script_decode(r, &d.calls[1], &counts[1], 1,
-	    false, err, sizeof(err)), 0);
+			     false, err, sizeof(err)),
+	    0);
 	ck_assert(!d.b.all_allowed);
 	ck_assert_int_eq(d.b.waited_us, 0);
 	ck_assert_int_eq(d.out_b[0].retry_after_ms, 700);
@@ -287,8 +326,9 @@ START_TEST(test_decode_skips_answered)
 
 	decoded_init(&d);
 	d.calls[0] = NULL;
-	ck_assert_int_eq(redis_script_decode(r, d.calls, counts, 2, false,
-	    err, sizeof(err)), 0);
+	ck_assert_int_eq(redis_script_decode(r, d.calls, counts, 2, false, err,
+			     sizeof(err)),
+	    0);
 	ck_assert_int_eq(d.out_a[0].remaining, -7);
 	ck_assert_int_eq(d.a.waited_us, -7);
 	ck_assert_int_eq(d.out_b[0].remaining, 99);
@@ -301,14 +341,16 @@ START_TEST(test_decode_marks)
 {
 	/* With marks each check has a sixth field: where it recorded, a
 	 * string (a double for token_bucket). */
-	redisReply *r = resp("*13\r\n:1\r\n"
+	redisReply *r = resp(
+	    "*13\r\n:1\r\n"
 	    ":1\r\n:9\r\n:1000\r\n:0\r\n:100\r\n$13\r\n1700000000123\r\n"
 	    ":1\r\n:3\r\n:60000\r\n:0\r\n:20000\r\n$4\r\n12.5\r\n");
 	struct decoded d;
 
 	decoded_init(&d);
-	ck_assert_int_eq(redis_script_decode(r, d.calls, counts, 1, true,
-	    err, sizeof(err)), 0);
+	ck_assert_int_eq(redis_script_decode(r, d.calls, counts, 1, true, err,
+			     sizeof(err)),
+	    0);
 	ck_assert(d.a.all_allowed);
 	ck_assert(d.out_a[0].mark == 1700000000123.0);
 	ck_assert(d.out_a[1].mark == 12.5);
@@ -329,7 +371,8 @@ decode_bad(const char *text, size_t first, size_t ncalls, bool marks,
 	decoded_init(&d);
 	err[0] = '\0';
 	ck_assert_int_eq(redis_script_decode(r, d.calls + first, counts + first,
-	    ncalls, marks, err, sizeof(err)), -1);
+			     ncalls, marks, err, sizeof(err)),
+	    -1);
 	ck_assert_str_eq(err, want);
 	ck_assert_int_eq(d.out_a[0].remaining, -7);
 	ck_assert_int_eq(d.out_b[0].remaining, -7);
@@ -353,24 +396,27 @@ START_TEST(test_decode_refused)
 	/* The reply of a batch without marks, read as one with them. */
 	decode_bad(REPLY_OK, 0, 2, true,
 	    "script: unexpected reply (type 2, 17 elements, expected 20)");
-	decode_bad("*6\r\n:1\r\n:1\r\n:-1\r\n:1000\r\n:0\r\n:0\r\n", 1, 1, false,
-	    "script: element 2 is not a non-negative integer");
-	decode_bad("*6\r\n:1\r\n:1\r\n$1\r\n9\r\n:1000\r\n:0\r\n:0\r\n", 1, 1, false,
-	    "script: element 2 is not a non-negative integer");
-	decode_bad("*6\r\n:1\r\n:1\r\n$-1\r\n:1000\r\n:0\r\n:0\r\n", 1, 1, false,
-	    "script: element 2 is not a non-negative integer");
-	decode_bad("*13\r\n:1\r\n"
+	decode_bad("*6\r\n:1\r\n:1\r\n:-1\r\n:1000\r\n:0\r\n:0\r\n", 1, 1,
+	    false, "script: element 2 is not a non-negative integer");
+	decode_bad("*6\r\n:1\r\n:1\r\n$1\r\n9\r\n:1000\r\n:0\r\n:0\r\n", 1, 1,
+	    false, "script: element 2 is not a non-negative integer");
+	decode_bad("*6\r\n:1\r\n:1\r\n$-1\r\n:1000\r\n:0\r\n:0\r\n", 1, 1,
+	    false, "script: element 2 is not a non-negative integer");
+	decode_bad(
+	    "*13\r\n:1\r\n"
 	    ":1\r\n:9\r\n:1000\r\n:0\r\n:0\r\n$3\r\n1.5\r\n"
-	    ":1\r\n:3\r\n:60000\r\n:0\r\n:0\r\n$2\r\n1x\r\n", 0, 1, true,
-	    "script: a mark is not a number");
-	decode_bad("*13\r\n:1\r\n"
+	    ":1\r\n:3\r\n:60000\r\n:0\r\n:0\r\n$2\r\n1x\r\n",
+	    0, 1, true, "script: a mark is not a number");
+	decode_bad(
+	    "*13\r\n:1\r\n"
 	    ":1\r\n:9\r\n:1000\r\n:0\r\n:0\r\n$0\r\n\r\n"
-	    ":1\r\n:3\r\n:60000\r\n:0\r\n:0\r\n$1\r\n1\r\n", 0, 1, true,
-	    "script: a mark is not a number");
-	decode_bad("*13\r\n:1\r\n"
+	    ":1\r\n:3\r\n:60000\r\n:0\r\n:0\r\n$1\r\n1\r\n",
+	    0, 1, true, "script: a mark is not a number");
+	decode_bad(
+	    "*13\r\n:1\r\n"
 	    ":1\r\n:9\r\n:1000\r\n:0\r\n:0\r\n:5\r\n"
-	    ":1\r\n:3\r\n:60000\r\n:0\r\n:0\r\n$1\r\n1\r\n", 0, 1, true,
-	    "script: a mark is not a number");
+	    ":1\r\n:3\r\n:60000\r\n:0\r\n:0\r\n$1\r\n1\r\n",
+	    0, 1, true, "script: a mark is not a number");
 }
 END_TEST
 
@@ -402,22 +448,40 @@ expect_stats_args(const struct redis_stats_args *a, const char *const *want,
 	ck_assert_int_eq(a->argc, n);
 	for (i = 0; i < n; i++)
 		ck_assert_msg(a->lens[i] == strlen(want[i]) &&
-		    memcmp(a->argv[i], want[i], a->lens[i]) == 0,
-		    "argument %d is \"%.*s\", want \"%s\"", i,
-		    (int)a->lens[i], a->argv[i], want[i]);
+			memcmp(a->argv[i], want[i], a->lens[i]) == 0,
+		    "argument %d is \"%.*s\", want \"%s\"", i, (int)a->lens[i],
+		    a->argv[i], want[i]);
 }
 
 START_TEST(test_stats_encode)
 {
 	static const char *const want_sha[] = {
-		"EVALSHA", SHA, "1", "rl:stat:lat:{x}", "60000", "1000",
-		"0.01", "1", "12.5", "0.5", "0.98999999999999999",
+		"EVALSHA",
+		SHA,
+		"1",
+		"rl:stat:lat:{x}",
+		"60000",
+		"1000",
+		"0.01",
+		"1",
+		"12.5",
+		"0.5",
+		"0.98999999999999999",
 	};
 	/* A read sends 0 for the value whatever it holds; EVAL carries
 	 * the script's text instead of its SHA. */
 	static const char *const want_eval[] = {
-		"EVAL", "return 1", "1", "rl:stat:lat:{x}", "60000", "1000",
-		"0.01", "0", "0", "0.5", "0.98999999999999999",
+		"EVAL",
+		"return 1",
+		"1",
+		"rl:stat:lat:{x}",
+		"60000",
+		"1000",
+		"0.01",
+		"0",
+		"0",
+		"0.5",
+		"0.98999999999999999",
 	};
 	struct redis_stats_args a;
 	struct rl_stat_op op;
@@ -448,11 +512,11 @@ START_TEST(test_stats_decode)
 	redisReply *r;
 
 	stat_op(&op, true);
-	r = resp("*6\r\n$1\r\n3\r\n$4\r\n37.5\r\n$3\r\n2.5\r\n$2\r\n20\r\n"
+	r = resp(
+	    "*6\r\n$1\r\n3\r\n$4\r\n37.5\r\n$3\r\n2.5\r\n$2\r\n20\r\n"
 	    "$4\r\n12.5\r\n$2\r\n20\r\n");
 	memset(&res, 0xff, sizeof(res));
-	ck_assert_int_eq(redis_stats_decode(r, &op, &res, err, sizeof(err)),
-	    0);
+	ck_assert_int_eq(redis_stats_decode(r, &op, &res, err, sizeof(err)), 0);
 	ck_assert_uint_eq(res.count, 3);
 	ck_assert(res.sum == 37.5 && res.min == 2.5 && res.max == 20);
 	ck_assert(res.q[0] == 12.5 && res.q[1] == 20);
@@ -462,8 +526,7 @@ START_TEST(test_stats_decode)
 	/* An empty window is one element, and every other field 0. */
 	r = resp("*1\r\n$1\r\n0\r\n");
 	memset(&res, 0xff, sizeof(res));
-	ck_assert_int_eq(redis_stats_decode(r, &op, &res, err, sizeof(err)),
-	    0);
+	ck_assert_int_eq(redis_stats_decode(r, &op, &res, err, sizeof(err)), 0);
 	ck_assert_uint_eq(res.count, 0);
 	ck_assert(res.sum == 0 && res.min == 0 && res.max == 0 &&
 	    res.q[0] == 0);
@@ -474,21 +537,21 @@ END_TEST
 START_TEST(test_stats_decode_refused)
 {
 	static const char *const bad[] = {
-		"*1\r\n$2\r\n-1\r\n",		/* negative count */
-		"*1\r\n:3\r\n",			/* not a string */
-		"*0\r\n",			/* nothing */
-		"$1\r\n3\r\n",			/* not an array */
+		"*1\r\n$2\r\n-1\r\n", /* negative count */
+		"*1\r\n:3\r\n",	      /* not a string */
+		"*0\r\n",	      /* nothing */
+		"$1\r\n3\r\n",	      /* not an array */
 		/* count 3 but no quantiles */
 		"*4\r\n$1\r\n3\r\n$1\r\n1\r\n$1\r\n1\r\n$1\r\n1\r\n",
 		/* a field that is no number, or not finite */
 		"*6\r\n$1\r\n3\r\n$3\r\nabc\r\n$1\r\n1\r\n$1\r\n1\r\n"
-		    "$1\r\n1\r\n$1\r\n1\r\n",
+		"$1\r\n1\r\n$1\r\n1\r\n",
 		"*6\r\n$1\r\n3\r\n$3\r\ninf\r\n$1\r\n1\r\n$1\r\n1\r\n"
-		    "$1\r\n1\r\n$1\r\n1\r\n",
+		"$1\r\n1\r\n$1\r\n1\r\n",
 		"*6\r\n$1\r\n3\r\n$1\r\n1\r\n$1\r\n1\r\n$1\r\n1\r\n"
-		    "$1\r\n1\r\n$3\r\nnan\r\n",
+		"$1\r\n1\r\n$3\r\nnan\r\n",
 		"*6\r\n$1\r\n3\r\n$0\r\n\r\n$1\r\n1\r\n$1\r\n1\r\n"
-		    "$1\r\n1\r\n$1\r\n1\r\n",
+		"$1\r\n1\r\n$1\r\n1\r\n",
 	};
 	struct rl_stat_result res;
 	struct rl_stat_op op;
@@ -502,7 +565,8 @@ START_TEST(test_stats_decode_refused)
 		res.count = 77;
 		err[0] = '\0';
 		ck_assert_msg(redis_stats_decode(r, &op, &res, err,
-		    sizeof(err)) == -1, "case %zu accepted", i);
+				  sizeof(err)) == -1,
+		    "case %zu accepted", i);
 		ck_assert_str_eq(err, "stats script: unexpected reply");
 		ck_assert_uint_eq(res.count, 77);
 		freeReplyObject(r);
@@ -510,7 +574,8 @@ START_TEST(test_stats_decode_refused)
 	r = resp("-NOSCRIPT No matching script. Please use EVAL.\r\n");
 	ck_assert_int_eq(redis_stats_decode(r, &op, &res, err, sizeof(err)),
 	    -1);
-	ck_assert_str_eq(err, "stats script: NOSCRIPT No matching script. "
+	ck_assert_str_eq(err,
+	    "stats script: NOSCRIPT No matching script. "
 	    "Please use EVAL.");
 	freeReplyObject(r);
 }

@@ -16,13 +16,15 @@
 
 static int parts_done, tbs_done;
 
-static void part_done(struct backend_call *c)
+static void
+part_done(struct backend_call *c)
 {
 	(void)c;
 	parts_done++;
 }
 
-static void tb_done(struct backend_call *c)
+static void
+tb_done(struct backend_call *c)
 {
 	(void)c;
 	tbs_done++;
@@ -37,8 +39,8 @@ static struct rl_check checks[4] = {
 /* a and c in slot 7, b in slot 9, d in slot 7 too. */
 static const unsigned slots[4] = { 7, 9, 7, 7 };
 
-static struct redis_split *make(struct backend_call *parent,
-    struct rl_result *out)
+static struct redis_split *
+make(struct backend_call *parent, struct rl_result *out)
 {
 	struct redis_split *s;
 
@@ -53,7 +55,8 @@ static struct redis_split *make(struct backend_call *parent,
 }
 
 /* The script's answer for a part: every check allowed or not. */
-static void answer(struct backend_call *part, bool allowed, int64_t rem)
+static void
+answer(struct backend_call *part, bool allowed, int64_t rem)
 {
 	size_t i;
 
@@ -132,7 +135,7 @@ START_TEST(test_denied_takes_back)
 	ck_assert(tb->out[1].mark == 1001.0);
 	ck_assert_int_eq(tb->deadline_us, 99);
 	ck_assert_ptr_eq(tb->done, tb_done);
-	ck_assert(redis_split_one_done(s));	/* the one take-back */
+	ck_assert(redis_split_one_done(s)); /* the one take-back */
 	redis_split_answer(s);
 	ck_assert_int_eq(parent.rc, 0);
 	ck_assert(!parent.all_allowed);
@@ -166,7 +169,8 @@ START_TEST(test_failed_part)
 }
 END_TEST
 
-Suite *test_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("redis_split");
 	TCase *tc = tcase_create("core");

@@ -16,14 +16,16 @@
 static struct redis_url u;
 static char err[256];
 
-static void parse_ok(const char *url)
+static void
+parse_ok(const char *url)
 {
 	err[0] = '\0';
-	ck_assert_msg(redis_url_parse(url, &u, err, sizeof(err)) == 0,
-	    "%s: %s", url, err);
+	ck_assert_msg(redis_url_parse(url, &u, err, sizeof(err)) == 0, "%s: %s",
+	    url, err);
 }
 
-static void parse_bad(const char *url, const char *needle)
+static void
+parse_bad(const char *url, const char *needle)
 {
 	err[0] = '\0';
 	ck_assert_msg(redis_url_parse(url, &u, err, sizeof(err)) == -1,
@@ -31,11 +33,14 @@ static void parse_bad(const char *url, const char *needle)
 	ck_assert_ptr_null(u.host);
 	ck_assert_ptr_null(u.password);
 	if (needle != NULL)
-		ck_assert_msg(strstr(err, needle) != NULL, "%s: '%s' not in "
-		    "'%s'", url, needle, err);
+		ck_assert_msg(strstr(err, needle) != NULL,
+		    "%s: '%s' not in "
+		    "'%s'",
+		    url, needle, err);
 }
 
-static void teardown(void)
+static void
+teardown(void)
 {
 	redis_url_free(&u);
 }
@@ -177,7 +182,8 @@ START_TEST(test_errors_never_show_the_password)
 	for (i = 0; i < sizeof(urls) / sizeof(urls[0]); i++) {
 		parse_bad(urls[i], NULL);
 		ck_assert_msg(strstr(err, "hunter2") == NULL &&
-		    strstr(err, "hun") == NULL, "leak: %s", err);
+			strstr(err, "hun") == NULL,
+		    "leak: %s", err);
 		ck_assert_msg(strstr(err, "***@") != NULL, "%s", err);
 	}
 }
@@ -188,7 +194,8 @@ START_TEST(test_redact)
 	char buf[128];
 
 	ck_assert_uint_eq(redis_url_redact("redis://u:p@h:1/2", buf,
-	    sizeof(buf)), strlen("redis://***@h:1/2"));
+			      sizeof(buf)),
+	    strlen("redis://***@h:1/2"));
 	ck_assert_str_eq(buf, "redis://***@h:1/2");
 	redis_url_redact("redis://:p@h", buf, sizeof(buf));
 	ck_assert_str_eq(buf, "redis://***@h");
@@ -208,7 +215,8 @@ START_TEST(test_redact_truncates)
 	char buf[12];
 
 	ck_assert_uint_eq(redis_url_redact("redis://u:p@host:6379", buf,
-	    sizeof(buf)), strlen("redis://***@host:6379"));
+			      sizeof(buf)),
+	    strlen("redis://***@host:6379"));
 	ck_assert_str_eq(buf, "redis://***");
 	ck_assert_uint_eq(redis_url_redact("redis://h", NULL, 0), 9);
 	buf[0] = 'x';
@@ -217,7 +225,8 @@ START_TEST(test_redact_truncates)
 }
 END_TEST
 
-static char *write_tmp(const char *content, size_t len)
+static char *
+write_tmp(const char *content, size_t len)
 {
 	static char path[512];
 
@@ -229,7 +238,7 @@ START_TEST(test_password_file)
 {
 	static const struct {
 		const char *content;
-		const char *want;	/* NULL: error */
+		const char *want; /* NULL: error */
 	} cases[] = {
 		{ "hunter2\n", "hunter2" },
 		{ "hunter2", "hunter2" },
@@ -244,8 +253,7 @@ START_TEST(test_password_file)
 		char *path = write_tmp(cases[i].content,
 		    strlen(cases[i].content));
 		char *pw = NULL;
-		int rc = redis_read_password_file(path, &pw, err,
-		    sizeof(err));
+		int rc = redis_read_password_file(path, &pw, err, sizeof(err));
 
 		unlink(path);
 		if (cases[i].want != NULL) {
@@ -265,8 +273,9 @@ START_TEST(test_password_file_missing_and_long)
 {
 	char *pw = NULL, *big, *path;
 
-	ck_assert_int_eq(redis_read_password_file("/nonexistent/pw", &pw,
-	    err, sizeof(err)), -1);
+	ck_assert_int_eq(redis_read_password_file("/nonexistent/pw", &pw, err,
+			     sizeof(err)),
+	    -1);
 	ck_assert_ptr_null(pw);
 	ck_assert(strstr(err, "/nonexistent/pw") != NULL);
 
@@ -275,8 +284,8 @@ START_TEST(test_password_file_missing_and_long)
 	memset(big, 'a', 5000);
 	path = write_tmp(big, 5000);
 	free(big);
-	ck_assert_int_eq(redis_read_password_file(path, &pw, err,
-	    sizeof(err)), -1);
+	ck_assert_int_eq(redis_read_password_file(path, &pw, err, sizeof(err)),
+	    -1);
 	unlink(path);
 	ck_assert(strstr(err, "longer") != NULL);
 	ck_assert(strstr(err, "aaaa") == NULL);
@@ -292,8 +301,7 @@ START_TEST(test_oom)
 	 * eventually the parse succeeds. */
 	for (i = 0; i < 10 && rc == -1; i++) {
 		rl_alloc_fail_after(i);
-		rc = redis_url_parse("redis://u:p@h:1/2", &u, err,
-		    sizeof(err));
+		rc = redis_url_parse("redis://u:p@h:1/2", &u, err, sizeof(err));
 		rl_alloc_fail_after(-1);
 		if (rc == -1) {
 			ck_assert_str_eq(err, "out of memory");
@@ -305,7 +313,8 @@ START_TEST(test_oom)
 }
 END_TEST
 
-Suite *test_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("redis_url");
 	TCase *tc = tcase_create("parse");

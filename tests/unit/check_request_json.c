@@ -19,8 +19,8 @@ parse(const char *text, size_t max, struct attrs *a, json_t **fields,
     struct request_error *e)
 {
 	memset(e, 0, sizeof(*e));
-	return request_json_parse(text, strlen(text), reserved, max, a,
-	    fields, e);
+	return request_json_parse(text, strlen(text), reserved, max, a, fields,
+	    e);
 }
 
 START_TEST(test_attributes_and_reserved)
@@ -31,9 +31,11 @@ START_TEST(test_attributes_and_reserved)
 	int64_t cost = -1;
 	const char *rule = NULL;
 
-	ck_assert_int_eq(parse("{\"ip\":\"10.0.0.1\",\"n\":-42,\"ok\":true,"
-	    "\"no\":false,\"gone\":null,\"cost\":3,\"rule\":\"r1\"}", 0, &a,
-	    &f, &e), 0);
+	ck_assert_int_eq(
+	    parse("{\"ip\":\"10.0.0.1\",\"n\":-42,\"ok\":true,"
+		  "\"no\":false,\"gone\":null,\"cost\":3,\"rule\":\"r1\"}",
+		0, &a, &f, &e),
+	    0);
 	ck_assert_uint_eq(a.n, 4);
 	ck_assert_str_eq(attrs_get(&a, "ip"), "10.0.0.1");
 	ck_assert_str_eq(attrs_get(&a, "n"), "-42");
@@ -43,10 +45,12 @@ START_TEST(test_attributes_and_reserved)
 	ck_assert_ptr_null(attrs_get(&a, "cost"));
 	ck_assert_ptr_null(attrs_get(&a, "rule"));
 	ck_assert_int_eq(request_json_int(f, "cost", 0, 100, "invalid_cost",
-	    &cost, &e), 0);
+			     &cost, &e),
+	    0);
 	ck_assert_int_eq(cost, 3);
-	ck_assert_int_eq(request_json_string(f, "rule", "unknown_rule",
-	    &rule, &e), 0);
+	ck_assert_int_eq(request_json_string(f, "rule", "unknown_rule", &rule,
+			     &e),
+	    0);
 	ck_assert_str_eq(rule, "r1");
 	json_decref(f);
 	attrs_clear(&a);
@@ -60,13 +64,13 @@ START_TEST(test_empty_body)
 	json_t *f = NULL;
 	int64_t cost = -1;
 
-	ck_assert_int_eq(request_json_parse("", 0, reserved, 0, &a, &f, &e),
-	    0);
+	ck_assert_int_eq(request_json_parse("", 0, reserved, 0, &a, &f, &e), 0);
 	ck_assert_ptr_nonnull(f);
 	ck_assert_uint_eq(a.n, 0);
 	/* Absent reserved fields leave the default. */
 	ck_assert_int_eq(request_json_int(f, "cost", 0, 100, "invalid_cost",
-	    &cost, &e), 0);
+			     &cost, &e),
+	    0);
 	ck_assert_int_eq(cost, -1);
 	json_decref(f);
 }
@@ -79,8 +83,8 @@ static const struct {
 	{ "{", "invalid_json" },
 	{ "[1,2]", "invalid_json" },
 	{ "\"x\"", "invalid_json" },
-	{ "{\"a\":1,\"a\":2}", "invalid_json" },	/* duplicate name */
-	{ "{\"a\":\"x\\u0000y\"}", "invalid_json" },	/* NUL refused */
+	{ "{\"a\":1,\"a\":2}", "invalid_json" },     /* duplicate name */
+	{ "{\"a\":\"x\\u0000y\"}", "invalid_json" }, /* NUL refused */
 	{ "{\"a\":{\"b\":1}}", "invalid_attribute" },
 	{ "{\"a\":[1]}", "invalid_attribute" },
 	{ "{\"a\":1.5}", "invalid_attribute" },
@@ -112,7 +116,9 @@ START_TEST(test_bound_counts_attributes_only)
 	json_t *f;
 
 	ck_assert_int_eq(parse("{\"a\":1,\"b\":null,\"cost\":1,\"rule\":\"x\","
-	    "\"c\":2}", 2, &a, &f, &e), 0);
+			       "\"c\":2}",
+			     2, &a, &f, &e),
+	    0);
 	ck_assert_uint_eq(a.n, 2);
 	json_decref(f);
 	attrs_clear(&a);
@@ -127,24 +133,27 @@ START_TEST(test_reserved_readers)
 	int64_t cost = 7;
 	const char *rule = NULL;
 
-	ck_assert_int_eq(parse("{\"cost\":-1,\"rule\":5}", 0, &a, &f, &e),
-	    0);
+	ck_assert_int_eq(parse("{\"cost\":-1,\"rule\":5}", 0, &a, &f, &e), 0);
 	ck_assert_int_eq(request_json_int(f, "cost", 0, 100, "invalid_cost",
-	    &cost, &e), -1);
+			     &cost, &e),
+	    -1);
 	ck_assert_str_eq(e.code, "invalid_cost");
 	ck_assert_int_eq(cost, 7);
-	ck_assert_int_eq(request_json_string(f, "rule", "unknown_rule",
-	    &rule, &e), -1);
+	ck_assert_int_eq(request_json_string(f, "rule", "unknown_rule", &rule,
+			     &e),
+	    -1);
 	ck_assert_str_eq(e.code, "unknown_rule");
 	json_decref(f);
 
 	ck_assert_int_eq(parse("{\"cost\":\"3\"}", 0, &a, &f, &e), 0);
 	ck_assert_int_eq(request_json_int(f, "cost", 0, 100, "invalid_cost",
-	    &cost, &e), -1);
+			     &cost, &e),
+	    -1);
 	json_decref(f);
 	ck_assert_int_eq(parse("{\"cost\":101}", 0, &a, &f, &e), 0);
 	ck_assert_int_eq(request_json_int(f, "cost", 0, 100, "invalid_cost",
-	    &cost, &e), -1);
+			     &cost, &e),
+	    -1);
 	json_decref(f);
 	attrs_clear(&a);
 }
@@ -164,8 +173,8 @@ START_TEST(test_oom)
 		int rc;
 
 		rl_alloc_fail_after(n);
-		rc = request_json_parse(body, strlen(body), reserved, 0, &a,
-		    &f, &e);
+		rc = request_json_parse(body, strlen(body), reserved, 0, &a, &f,
+		    &e);
 		rl_alloc_fail_after(-1);
 		if (rc == 0) {
 			ok++;

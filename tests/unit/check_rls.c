@@ -47,8 +47,9 @@ decode_one(struct rls_call *c, const char *domain, const char *const *keys,
 	rq.domain = (char *)domain;
 	rq.n_descriptors = 1;
 	rq.descriptors = &dp;
-	len = envoy__service__ratelimit__v3__rate_limit_request__get_packed_size(
-	    &rq);
+	len =
+	    envoy__service__ratelimit__v3__rate_limit_request__get_packed_size(
+		&rq);
 	buf = malloc(len + 1);
 	ck_assert_ptr_nonnull(buf);
 	envoy__service__ratelimit__v3__rate_limit_request__pack(&rq, buf);
@@ -65,7 +66,8 @@ START_TEST(test_entries_become_attributes)
 	struct rls_call c;
 	char err[128];
 
-	ck_assert_int_eq(decode_one(&c, "edge", k, v, 2, 16, err, sizeof(err)), 0);
+	ck_assert_int_eq(decode_one(&c, "edge", k, v, 2, 16, err, sizeof(err)),
+	    0);
 	ck_assert_uint_eq(c.n, 1);
 	ck_assert_uint_eq(c.attrs[0].n, 3);
 	ck_assert_str_eq(attrs_get(&c.attrs[0], "domain"), "edge");
@@ -99,9 +101,9 @@ END_TEST
 START_TEST(test_too_many_entries)
 {
 	static const char *const k[] = { "a", "b", "c", "d", "e", "f", "g",
-	    "h" };
+		"h" };
 	static const char *const v[] = { "1", "2", "3", "4", "5", "6", "7",
-	    "8" };
+		"8" };
 	struct rls_call c;
 	char err[128] = "";
 

@@ -97,8 +97,8 @@ END_TEST
 START_TEST(test_glob)
 {
 	ck_assert_msg(glob_match(glob_cases[_i].pat, glob_cases[_i].s) ==
-	    glob_cases[_i].match, "glob \"%s\" on \"%s\"", glob_cases[_i].pat,
-	    glob_cases[_i].s);
+		glob_cases[_i].match,
+	    "glob \"%s\" on \"%s\"", glob_cases[_i].pat, glob_cases[_i].s);
 }
 END_TEST
 
@@ -121,7 +121,8 @@ START_TEST(test_pattern_kinds)
 	pattern_free(&p);
 
 	ck_assert_int_eq(pattern_compile(&p, "~^/v[0-9]+/login$", err,
-	    sizeof(err)), 0);
+			     sizeof(err)),
+	    0);
 	ck_assert_int_eq(p.kind, PATTERN_REGEX);
 	ck_assert(pattern_matches(&p, "/v12/login"));
 	ck_assert(!pattern_matches(&p, "/v/login"));
@@ -148,7 +149,8 @@ START_TEST(test_template_render)
 	attrs_set(&a, "ip", "10.1.2.3");
 	attrs_set(&a, "header.x-api-key", "k1");
 	ck_assert_int_eq(template_compile(&t, "${ip}:${header.x-api-key}$$x",
-	    err, sizeof(err)), 0);
+			     err, sizeof(err)),
+	    0);
 	ck_assert_int_eq(template_render(&t, &a, buf, sizeof(buf), &len),
 	    RENDER_OK);
 	ck_assert_str_eq(buf, "10.1.2.3:k1$x");
@@ -157,7 +159,8 @@ START_TEST(test_template_render)
 
 	/* A lone '$' is literal; a missing attribute means "no key". */
 	ck_assert_int_eq(template_compile(&t, "cost$ ${user}", err,
-	    sizeof(err)), 0);
+			     sizeof(err)),
+	    0);
 	ck_assert_int_eq(template_render(&t, &a, buf, sizeof(buf), &len),
 	    RENDER_MISSING);
 	attrs_set(&a, "user", "bob");
@@ -177,13 +180,13 @@ START_TEST(test_template_too_long)
 	size_t len;
 
 	memset(big, 'x', sizeof(big) - 1);
-	big[RL_MAX_KEY_BYTES] = '\0';		/* exactly 512 bytes: fits */
+	big[RL_MAX_KEY_BYTES] = '\0'; /* exactly 512 bytes: fits */
 	attrs_set(&a, "v", big);
 	ck_assert_int_eq(template_compile(&t, "${v}", err, sizeof(err)), 0);
 	ck_assert_int_eq(template_render(&t, &a, buf, sizeof(buf), &len),
 	    RENDER_OK);
 	ck_assert_uint_eq(len, RL_MAX_KEY_BYTES);
-	big[RL_MAX_KEY_BYTES] = 'x';		/* 513 bytes: too long */
+	big[RL_MAX_KEY_BYTES] = 'x'; /* 513 bytes: too long */
 	big[RL_MAX_KEY_BYTES + 1] = '\0';
 	attrs_set(&a, "v", big);
 	ck_assert_int_eq(template_render(&t, &a, buf, sizeof(buf), &len),
@@ -239,20 +242,22 @@ START_TEST(test_rule_matches)
 
 	m[0].attr = (char *)"method";
 	ck_assert_int_eq(pattern_compile(&m[0].pattern, "POST", err,
-	    sizeof(err)), 0);
+			     sizeof(err)),
+	    0);
 	m[1].attr = (char *)"path";
 	ck_assert_int_eq(pattern_compile(&m[1].pattern, "/login*", err,
-	    sizeof(err)), 0);
+			     sizeof(err)),
+	    0);
 	r.match = m;
 	r.nmatch = 2;
-	ck_assert(!rule_matches(&r, &a));	/* absent => no match */
+	ck_assert(!rule_matches(&r, &a)); /* absent => no match */
 	attrs_set(&a, "method", "POST");
 	ck_assert(!rule_matches(&r, &a));
 	attrs_set(&a, "path", "/login/x");
 	ck_assert(rule_matches(&r, &a));
 	attrs_set(&a, "method", "GET");
 	ck_assert(!rule_matches(&r, &a));
-	r.nmatch = 0;				/* no match: every request */
+	r.nmatch = 0; /* no match: every request */
 	ck_assert(rule_matches(&r, &a));
 	pattern_free(&m[0].pattern);
 	pattern_free(&m[1].pattern);

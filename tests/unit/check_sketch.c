@@ -46,8 +46,8 @@ cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static const double qs[] = { 0, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95,
-	0.99, 0.999, 1 };
+static const double qs[] = { 0, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99,
+	0.999, 1 };
 
 /* Add v[0..n-1], check the exact fields, then every quantile of qs
  * against the sorted data; returns the largest relative error seen. */
@@ -73,14 +73,16 @@ check_data(double *v, size_t n, double a)
 	for (k = 0; k < sizeof(qs) / sizeof(qs[0]); k++) {
 		double truth = v[(size_t)floor(qs[k] * (double)(n - 1))];
 		double got = sketch_quantile(&s, &p, qs[k]);
-		double err = truth == 0 ? fabs(got) : fabs(got - truth) /
-		    fabs(truth);
+		double err = truth == 0 ? fabs(got) :
+					  fabs(got - truth) / fabs(truth);
 
 		if (truth == 0)
 			ck_assert_msg(got == 0, "q %g: 0 expected, got %g",
 			    qs[k], got);
-		ck_assert_msg(err <= a * (1 + 1e-9), "q %g: %g for %g "
-		    "(error %g > %g)", qs[k], got, truth, err, a);
+		ck_assert_msg(err <= a * (1 + 1e-9),
+		    "q %g: %g for %g "
+		    "(error %g > %g)",
+		    qs[k], got, truth, err, a);
 		if (err > worst)
 			worst = err;
 	}
@@ -97,7 +99,7 @@ START_TEST(test_lognormal)
 
 	rng_state = 0x9e3779b97f4a7c15u;
 	for (k = 0; k < N; k++)
-		v[k] = exp(3 + 1.5 * normal());	/* a latency in ms */
+		v[k] = exp(3 + 1.5 * normal()); /* a latency in ms */
 	check_data(v, N, 0.01);
 	for (k = 0; k < N; k++)
 		v[k] = exp(3 + 1.5 * normal());
@@ -115,7 +117,7 @@ START_TEST(test_bimodal)
 	/* 90% fast cache hits near 2 ms, 10% slow misses near 800 ms. */
 	for (k = 0; k < N; k++)
 		v[k] = uniform() < 0.9 ? 2 * exp(0.2 * normal()) :
-		    800 * exp(0.3 * normal());
+					 800 * exp(0.3 * normal());
 	check_data(v, N, 0.01);
 	free(v);
 }
@@ -132,8 +134,9 @@ START_TEST(test_negative_and_zero)
 	for (k = 0; k < N; k++) {
 		double u = uniform();
 
-		v[k] = u < 1.0 / 3 ? 0 : (u < 2.0 / 3 ? -1 : 1) *
-		    pow(10, 6 * uniform() - 2);
+		v[k] = u < 1.0 / 3 ?
+		    0 :
+		    (u < 2.0 / 3 ? -1 : 1) * pow(10, 6 * uniform() - 2);
 	}
 	check_data(v, N, 0.01);
 	/* All negative. */
@@ -227,13 +230,15 @@ START_TEST(test_bucket_bound)
 	ck_assert_int_eq(sketch_params_set(&p, 0.0001), 0);
 	sketch_init(&s);
 	for (k = 0; k < 200000; k++)
-		ck_assert_int_eq(sketch_add(&s, &p, pow(10, -6 + 12.0 * k /
-		    200000), 1), 0);
+		ck_assert_int_eq(sketch_add(&s, &p,
+				     pow(10, -6 + 12.0 * k / 200000), 1),
+		    0);
 	ck_assert_uint_le(s.pos.n, SKETCH_MAX_BUCKETS);
 	ck_assert_uint_eq(s.count, 200000);
 	/* Rank floor(0.9999 * 199999) = 199979. */
-	ck_assert(fabs(sketch_quantile(&s, &p, 0.9999) / pow(10, -6 + 12.0 *
-	    199979 / 200000) - 1) <= 0.0001 * (1 + 1e-9));
+	ck_assert(fabs(sketch_quantile(&s, &p, 0.9999) /
+			  pow(10, -6 + 12.0 * 199979 / 200000) -
+		      1) <= 0.0001 * (1 + 1e-9));
 	sketch_clear(&s);
 }
 END_TEST

@@ -78,11 +78,13 @@ START_TEST(test_build_and_move)
 	/* MOVED to a known node and to a new one; numbers stay. */
 	v = m.version;
 	ck_assert_int_eq(slot_map_move(&m, 100, "127.0.0.1", 7001, err,
-	    sizeof(err)), 0);
+			     sizeof(err)),
+	    0);
 	ck_assert_int_eq(slot_map_owner(&m, 100), 1);
 	ck_assert_uint_gt(m.version, v);
 	ck_assert_int_eq(slot_map_move(&m, 101, "127.0.0.1", 7009, err,
-	    sizeof(err)), 0);
+			     sizeof(err)),
+	    0);
 	ck_assert_int_eq(slot_map_owner(&m, 101), 3);
 	ck_assert_int_eq(slot_map_owner(&m, 102), 0);
 
@@ -144,43 +146,56 @@ START_TEST(test_redirect)
 	int port = 0;
 
 	ck_assert_int_eq(slot_map_parse_redirect(K("MOVED 3999 127.0.0.1:6381"),
-	    &slot, host, sizeof(host), &port), SLOT_REDIRECT_MOVED);
+			     &slot, host, sizeof(host), &port),
+	    SLOT_REDIRECT_MOVED);
 	ck_assert_uint_eq(slot, 3999);
 	ck_assert_str_eq(host, "127.0.0.1");
 	ck_assert_int_eq(port, 6381);
-	ck_assert_int_eq(slot_map_parse_redirect(K("ASK 16383 ::1:7002"),
-	    &slot, host, sizeof(host), &port), SLOT_REDIRECT_ASK);
+	ck_assert_int_eq(slot_map_parse_redirect(K("ASK 16383 ::1:7002"), &slot,
+			     host, sizeof(host), &port),
+	    SLOT_REDIRECT_ASK);
 	ck_assert_uint_eq(slot, 16383);
 	ck_assert_str_eq(host, "::1");
 	ck_assert_int_eq(port, 7002);
 	/* An empty host: the answering node's. */
 	ck_assert_int_eq(slot_map_parse_redirect(K("MOVED 0 :6380"), &slot,
-	    host, sizeof(host), &port), SLOT_REDIRECT_MOVED);
+			     host, sizeof(host), &port),
+	    SLOT_REDIRECT_MOVED);
 	ck_assert_str_eq(host, "");
 	/* Not redirections, or broken ones. */
 	ck_assert_int_eq(slot_map_parse_redirect(K("NOSCRIPT No matching"),
-	    &slot, host, sizeof(host), &port), SLOT_REDIRECT_NONE);
-	ck_assert_int_eq(slot_map_parse_redirect(K("MOVED 16384 h:1"),
-	    &slot, host, sizeof(host), &port), SLOT_REDIRECT_NONE);
-	ck_assert_int_eq(slot_map_parse_redirect(K("MOVED 12 h"),
-	    &slot, host, sizeof(host), &port), SLOT_REDIRECT_NONE);
-	ck_assert_int_eq(slot_map_parse_redirect(K("MOVED 12 h:0"),
-	    &slot, host, sizeof(host), &port), SLOT_REDIRECT_NONE);
-	ck_assert_int_eq(slot_map_parse_redirect(K("MOVED 12 h:65536"),
-	    &slot, host, sizeof(host), &port), SLOT_REDIRECT_NONE);
-	ck_assert_int_eq(slot_map_parse_redirect(K("MOVED 12 h:6379x"),
-	    &slot, host, sizeof(host), &port), SLOT_REDIRECT_NONE);
-	ck_assert_int_eq(slot_map_parse_redirect(K("MOVED x h:1"),
-	    &slot, host, sizeof(host), &port), SLOT_REDIRECT_NONE);
-	ck_assert_int_eq(slot_map_parse_redirect(K("MOVED 12"),
-	    &slot, host, sizeof(host), &port), SLOT_REDIRECT_NONE);
+			     &slot, host, sizeof(host), &port),
+	    SLOT_REDIRECT_NONE);
+	ck_assert_int_eq(slot_map_parse_redirect(K("MOVED 16384 h:1"), &slot,
+			     host, sizeof(host), &port),
+	    SLOT_REDIRECT_NONE);
+	ck_assert_int_eq(slot_map_parse_redirect(K("MOVED 12 h"), &slot, host,
+			     sizeof(host), &port),
+	    SLOT_REDIRECT_NONE);
+	ck_assert_int_eq(slot_map_parse_redirect(K("MOVED 12 h:0"), &slot, host,
+			     sizeof(host), &port),
+	    SLOT_REDIRECT_NONE);
+	ck_assert_int_eq(slot_map_parse_redirect(K("MOVED 12 h:65536"), &slot,
+			     host, sizeof(host), &port),
+	    SLOT_REDIRECT_NONE);
+	ck_assert_int_eq(slot_map_parse_redirect(K("MOVED 12 h:6379x"), &slot,
+			     host, sizeof(host), &port),
+	    SLOT_REDIRECT_NONE);
+	ck_assert_int_eq(slot_map_parse_redirect(K("MOVED x h:1"), &slot, host,
+			     sizeof(host), &port),
+	    SLOT_REDIRECT_NONE);
+	ck_assert_int_eq(slot_map_parse_redirect(K("MOVED 12"), &slot, host,
+			     sizeof(host), &port),
+	    SLOT_REDIRECT_NONE);
 	/* A host longer than the caller's buffer. */
-	ck_assert_int_eq(slot_map_parse_redirect(K("ASK 1 abcdefgh:1"),
-	    &slot, host, 8, &port), SLOT_REDIRECT_NONE);
+	ck_assert_int_eq(slot_map_parse_redirect(K("ASK 1 abcdefgh:1"), &slot,
+			     host, 8, &port),
+	    SLOT_REDIRECT_NONE);
 }
 END_TEST
 
-Suite *test_suite(void)
+Suite *
+test_suite(void)
 {
 	Suite *s = suite_create("slot_map");
 	TCase *tc = tcase_create("core");

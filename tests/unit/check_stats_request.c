@@ -29,7 +29,7 @@ START_TEST(test_names)
 	ck_assert_str_eq(name(0.9), "p90");
 	ck_assert_str_eq(name(0.99), "p99");
 	ck_assert_str_eq(name(0.999), "p99.9");
-	ck_assert_str_eq(name(0.07), "p7");	/* 0.07 * 100 rounds */
+	ck_assert_str_eq(name(0.07), "p7"); /* 0.07 * 100 rounds */
 	ck_assert_str_eq(name(1), "p100");
 	ck_assert_str_eq(name(0), "p0");
 	ck_assert_str_eq(name(-0.0), "p0");
@@ -59,7 +59,7 @@ START_TEST(test_distinct_and_exact)
 		ck_assert_msg(strcmp(a, b) != 0, "%.17g and %.17g: %s", x, y,
 		    a);
 		ck_assert_msg(a[0] == 'p' &&
-		    fabs(strtod(a + 1, NULL) / 100 - x) <= 4e-16,
+			fabs(strtod(a + 1, NULL) / 100 - x) <= 4e-16,
 		    "%s for %.17g", a, x);
 	}
 }

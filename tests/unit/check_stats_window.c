@@ -11,7 +11,7 @@
 
 #include "core/stats_window.h"
 
-#define T0 INT64_C(1700000000000)	/* ms; a multiple of 1000 */
+#define T0 INT64_C(1700000000000) /* ms; a multiple of 1000 */
 
 static struct stats_window_params
 params(int64_t w, int64_t r)
@@ -20,7 +20,8 @@ params(int64_t w, int64_t r)
 	char err[128];
 
 	ck_assert_int_eq(stats_window_params_set(&p, w, r, 0.01, err,
-	    sizeof(err)), 0);
+			     sizeof(err)),
+	    0);
 	return p;
 }
 
@@ -82,8 +83,7 @@ START_TEST(test_ring_reuse)
 		if (t >= 1000 && t % 100 == 90)
 			/* live: floor((t - 1000) / 100) .. floor(t / 100),
 			 * 11 sub-windows, all full. */
-			ck_assert_uint_eq(count_at(&w, &p, T0 + t, NULL),
-			    110);
+			ck_assert_uint_eq(count_at(&w, &p, T0 + t, NULL), 110);
 	}
 	/* A long gap: slots still holding old sub-windows are ignored. */
 	ck_assert_uint_eq(count_at(&w, &p, T0 + 5000 + 950, NULL), 10);
@@ -100,13 +100,17 @@ START_TEST(test_params)
 	char err[128];
 
 	ck_assert_int_eq(stats_window_params_set(&p, 1000, 0, 0.01, err,
-	    sizeof(err)), -1);
+			     sizeof(err)),
+	    -1);
 	ck_assert_int_eq(stats_window_params_set(&p, 1000, 1001, 0.01, err,
-	    sizeof(err)), -1);
+			     sizeof(err)),
+	    -1);
 	ck_assert_int_eq(stats_window_params_set(&p, 100000, 1, 0.01, err,
-	    sizeof(err)), -1);
+			     sizeof(err)),
+	    -1);
 	ck_assert_int_eq(stats_window_params_set(&p, 1000, 100, 0.5, err,
-	    sizeof(err)), -1);
+			     sizeof(err)),
+	    -1);
 	/* Window 1 s, resolution 300 ms: ceil(10 / 3) + 1 = 5 slots. */
 	p = params(1000, 300);
 	ck_assert_uint_eq(p.nsub, 5);

@@ -70,8 +70,10 @@ START_TEST(test_scenario)
 		snprintf(token, sizeof(token), "%032zx", s + 1);
 		for (r = 0; r < sc->nrules; r++) {
 			checks[r].cost = st->cost;
-			checks[r].token = sc->rules[r].alg == RL_ALG_CONCURRENCY ?
-			    token : NULL;
+			checks[r].token = sc->rules[r].alg ==
+				RL_ALG_CONCURRENCY ?
+			    token :
+			    NULL;
 		}
 		memset(out, 0xa5, sizeof(out));
 		memset(&call, 0, sizeof(call));
@@ -82,19 +84,20 @@ START_TEST(test_scenario)
 		call.done = call_done;
 		call.all_allowed = !st->want_all;
 		backend_submit(b, &call);
-		ck_assert_msg(call.rc == 0, "%s:%d (%s): decide: %s",
-		    vec_path, st->line, sc->name, call.err);
+		ck_assert_msg(call.rc == 0, "%s:%d (%s): decide: %s", vec_path,
+		    st->line, sc->name, call.err);
 		for (r = 0; r < sc->nrules; r++) {
 			const struct vec_result *w = &st->want[r];
 
 			ck_assert_msg(vec_field_ok(w, 0, out[r].allowed) &&
-			    vec_field_ok(w, 1, out[r].remaining) &&
-			    vec_field_ok(w, 2, out[r].reset_ms) &&
-			    vec_field_ok(w, 3, out[r].retry_after_ms) &&
-			    vec_field_ok(w, 4, out[r].effective_ms),
+				vec_field_ok(w, 1, out[r].remaining) &&
+				vec_field_ok(w, 2, out[r].reset_ms) &&
+				vec_field_ok(w, 3, out[r].retry_after_ms) &&
+				vec_field_ok(w, 4, out[r].effective_ms),
 			    "%s:%d (%s, rule %zu, %s): got %d %" PRId64
-			    " %" PRId64 " %" PRId64 " t=%" PRId64 ", want %d %"
-			    PRId64 " %" PRId64 " %" PRId64 " t=%" PRId64,
+			    " %" PRId64 " %" PRId64 " t=%" PRId64
+			    ", want %d %" PRId64 " %" PRId64 " %" PRId64
+			    " t=%" PRId64,
 			    vec_path, st->line, sc->name, r + 1,
 			    rl_algorithm_name(sc->rules[r].alg),
 			    (int)out[r].allowed, out[r].remaining,
@@ -102,12 +105,16 @@ START_TEST(test_scenario)
 			    out[r].effective_ms, (int)w->allowed, w->remaining,
 			    w->reset_ms, w->retry_after_ms, w->effective_ms);
 		}
-		ck_assert_msg(call.all_allowed == st->want_all, "%s:%d (%s): "
-		    "all_allowed %d, want %d", vec_path, st->line, sc->name,
-		    (int)call.all_allowed, (int)st->want_all);
-		ck_assert_msg(call.waited_us == st->waited_us, "%s:%d (%s): "
-		    "waited %" PRId64 " us, want %" PRId64, vec_path, st->line,
-		    sc->name, call.waited_us, st->waited_us);
+		ck_assert_msg(call.all_allowed == st->want_all,
+		    "%s:%d (%s): "
+		    "all_allowed %d, want %d",
+		    vec_path, st->line, sc->name, (int)call.all_allowed,
+		    (int)st->want_all);
+		ck_assert_msg(call.waited_us == st->waited_us,
+		    "%s:%d (%s): "
+		    "waited %" PRId64 " us, want %" PRId64,
+		    vec_path, st->line, sc->name, call.waited_us,
+		    st->waited_us);
 	}
 	backend_free(b);
 }

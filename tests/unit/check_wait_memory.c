@@ -18,8 +18,8 @@
 #include "base/util.h"
 #include "store/memory.h"
 
-#define T0 INT64_C(1700000000000000)
-#define MS INT64_C(1000)
+#define T0  INT64_C(1700000000000000)
+#define MS  INT64_C(1000)
 #define SEC INT64_C(1000000)
 
 static int64_t fake_now = T0;
@@ -31,8 +31,8 @@ call_done(struct backend_call *call)
 }
 
 static struct rl_check
-mkcheck(enum rl_algorithm alg, int64_t limit, int64_t window_ms,
-    int64_t cost, const char *key)
+mkcheck(enum rl_algorithm alg, int64_t limit, int64_t window_ms, int64_t cost,
+    const char *key)
 {
 	struct rl_check c;
 
@@ -49,8 +49,7 @@ mkcheck(enum rl_algorithm alg, int64_t limit, int64_t window_ms,
 /* One call waiting up to wait_us: the absolute admitted time, or -1 when
  * denied. */
 static int64_t
-acquire(struct backend *b, const struct rl_check *c, size_t n,
-    int64_t wait_us)
+acquire(struct backend *b, const struct rl_check *c, size_t n, int64_t wait_us)
 {
 	struct rl_result out[4];
 	struct backend_call call;
@@ -70,8 +69,8 @@ acquire(struct backend *b, const struct rl_check *c, size_t n,
 
 /* Admitted times of `count` waiters arriving `gap` apart. */
 static void
-admit_many(struct backend *b, const struct rl_check *c, size_t n,
-    int count, int64_t gap, int64_t wait_us, int64_t *at)
+admit_many(struct backend *b, const struct rl_check *c, size_t n, int count,
+    int64_t gap, int64_t wait_us, int64_t *at)
 {
 	int i;
 
@@ -112,7 +111,7 @@ START_TEST(test_log_exact_in_order)
 	admit_many(b, &c, 1, 20, 7 * MS, 30 * SEC, at);
 	for (i = 0; i < 20; i++) {
 		ck_assert_int_ge(at[i], 0);
-		if (i > 0)	/* first come, first served */
+		if (i > 0) /* first come, first served */
 			ck_assert_int_ge(at[i], at[i - 1]);
 	}
 	/* Three at once, then three a window later, and so on. */
@@ -163,8 +162,8 @@ START_TEST(test_bucket_spacing)
 	admit_many(b, &c, 1, 25, 0, 30 * SEC, at);
 	for (i = 0; i < 25; i++) {
 		ck_assert_int_ge(at[i], 0);
-		if (i >= 6) {	/* after the burst, one per W / L (GCRA's
-				 * tolerance is 1 us) */
+		if (i >= 6) { /* after the burst, one per W / L (GCRA's
+			       * tolerance is 1 us) */
 			ck_assert_int_ge(at[i] - at[i - 1], 200 * MS - 1);
 			ck_assert_int_le(at[i] - at[i - 1], 200 * MS + 1);
 		}

@@ -19,8 +19,8 @@
 
 #include "core/rules.h"
 
-#define VEC_FILE "tests/vectors/algorithms.txt"
-#define VEC_MAX_RULES 8
+#define VEC_FILE       "tests/vectors/algorithms.txt"
+#define VEC_MAX_RULES  8
 #define VEC_MAX_TOKENS (4 + 5 * VEC_MAX_RULES)
 
 /* --- the vector file ---------------------------------------------------- */
@@ -35,17 +35,17 @@ struct vec_rule {
 struct vec_result {
 	bool allowed;
 	int64_t remaining, reset_ms, retry_after_ms;
-	int64_t effective_ms;	/* `t=MS`; unchecked (skip bit 4) if absent */
-	unsigned skip;		/* bit j: field j is '-', not checked */
+	int64_t effective_ms; /* `t=MS`; unchecked (skip bit 4) if absent */
+	unsigned skip;	      /* bit j: field j is '-', not checked */
 };
 
 struct vec_step {
 	int line;
-	int64_t t;		/* microseconds after the scenario's epoch */
+	int64_t t; /* microseconds after the scenario's epoch */
 	int64_t cost;
-	int64_t wait_us;	/* docs/waiting.md: 0 answers now */
-	int64_t waited_us;	/* the reservation's distance, or 0 */
-	bool want_all;		/* every non-shadow rule admits, or waited */
+	int64_t wait_us;   /* docs/waiting.md: 0 answers now */
+	int64_t waited_us; /* the reservation's distance, or 0 */
+	bool want_all;	   /* every non-shadow rule admits, or waited */
 	struct vec_result want[VEC_MAX_RULES];
 };
 
@@ -53,8 +53,8 @@ struct vec_step {
 static bool
 vec_field_ok(const struct vec_result *w, int j, int64_t got)
 {
-	const int64_t want[5] = { w->allowed ? 1 : 0, w->remaining,
-	    w->reset_ms, w->retry_after_ms, w->effective_ms };
+	const int64_t want[5] = { w->allowed ? 1 : 0, w->remaining, w->reset_ms,
+		w->retry_after_ms, w->effective_ms };
 
 	return (w->skip & (1u << j)) != 0 || got == want[j];
 }
@@ -93,8 +93,9 @@ static int
 parse_rule(char **tok, int n, struct vec_rule *r)
 {
 	if (n < 3 || rl_algorithm_parse(tok[0], &r->alg) == -1 ||
-	    !parse_int(tok[1], &r->limit) || !parse_int(tok[2],
-	    &r->window_ms) || r->limit < 1 || r->window_ms < 1)
+	    !parse_int(tok[1], &r->limit) ||
+	    !parse_int(tok[2], &r->window_ms) || r->limit < 1 ||
+	    r->window_ms < 1)
 		return -1;
 	r->shadow = n > 3 && strcmp(tok[3], "shadow") == 0;
 	return r->shadow ? 4 : 3;
@@ -170,9 +171,9 @@ parse_step(char **tok, int n, const struct vec_scenario *sc,
 			st->want_all = false;
 	}
 	if (k + 1 < n && strcmp(tok[k], "waited") == 0) {
-		if (st->wait_us == 0 || !parse_int(tok[k + 1],
-		    &st->waited_us) || st->waited_us < 1 ||
-		    st->waited_us > st->wait_us)
+		if (st->wait_us == 0 ||
+		    !parse_int(tok[k + 1], &st->waited_us) ||
+		    st->waited_us < 1 || st->waited_us > st->wait_us)
 			return -1;
 		k += 2;
 	}
@@ -205,14 +206,15 @@ vec_load(const char *path)
 		if ((p = strchr(line, '#')) != NULL)
 			*p = '\0';
 		n = 0;
-		for (p = strtok_r(line, " \t\r\n", &save); p != NULL &&
-		    n < VEC_MAX_TOKENS; p = strtok_r(NULL, " \t\r\n", &save))
+		for (p = strtok_r(line, " \t\r\n", &save);
+		     p != NULL && n < VEC_MAX_TOKENS;
+		     p = strtok_r(NULL, " \t\r\n", &save))
 			tok[n++] = p;
 		if (n == 0)
 			continue;
 		if (strcmp(tok[0], "scenario") == 0) {
-			scenarios = realloc(scenarios, (nscenarios + 1) *
-			    sizeof(*scenarios));
+			scenarios = realloc(scenarios,
+			    (nscenarios + 1) * sizeof(*scenarios));
 			if (scenarios == NULL)
 				goto oom;
 			sc = &scenarios[nscenarios++];
@@ -226,7 +228,7 @@ vec_load(const char *path)
 			if (sc == NULL || sc->nsteps > 0 ||
 			    sc->nrules == VEC_MAX_RULES ||
 			    parse_rule(tok + 1, n - 1,
-			    &sc->rules[sc->nrules]) != n - 1) {
+				&sc->rules[sc->nrules]) != n - 1) {
 				what = "bad rule line (or after a step)";
 				goto bad;
 			}
@@ -238,15 +240,15 @@ vec_load(const char *path)
 			}
 			if (sc->nsteps == sc->cap) {
 				sc->cap = sc->cap == 0 ? 16 : 2 * sc->cap;
-				sc->steps = realloc(sc->steps, sc->cap *
-				    sizeof(*sc->steps));
+				sc->steps = realloc(sc->steps,
+				    sc->cap * sizeof(*sc->steps));
 				if (sc->steps == NULL)
 					goto oom;
 			}
 			memset(&sc->steps[sc->nsteps], 0, sizeof(*sc->steps));
 			sc->steps[sc->nsteps].line = lineno;
-			if (parse_step(tok, n, sc,
-			    &sc->steps[sc->nsteps]) == -1) {
+			if (parse_step(tok, n, sc, &sc->steps[sc->nsteps]) ==
+			    -1) {
 				what = "bad step line";
 				goto bad;
 			}
