@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# stats_memory.sh - what one stat key (CONTRACT 9, docs/stats.md) costs in
+# stats_memory.sh - what one stat key (docs/stats.md) costs in
 # Redis after a million recorded values, against a sorted set holding the
 # same events, and how far its quantiles are from the exact ones.
 #
