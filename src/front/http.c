@@ -270,6 +270,7 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 	if (rq == NULL) {
 		const char *cl;
 
+		http_framing_headers_done(conn);
 		if ((rq = rl_calloc(1, sizeof(*rq))) == NULL)
 			return MHD_NO;
 		rq->ep = http_route(url, method);
@@ -411,15 +412,19 @@ request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 static void
 mhd_log(void *cls, const char *fmt, va_list ap)
 {
+	struct http_server *s = cls;
 	char msg[512];
 	size_t n;
 
-	(void)cls;
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	n = strlen(msg);
 	while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
 		msg[--n] = '\0';
 	log_debug("http: %s", msg);
+	if (s != NULL && http_framing_mhd_refused(s, msg))
+		log_debug(
+		    "http: that request was answered once, by the "
+		    "daemon");
 }
 
 static void
@@ -465,8 +470,10 @@ notify_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
 		    MHD_CONNECTION_INFO_CONNECTION_FD);
 		http_guard_opened(s->guard, ci != NULL ? ci->connect_fd : -1,
 		    socket_context);
-	} else
+	} else {
+		http_framing_headers_done(conn);
 		http_guard_closed(s->guard, socket_context);
+	}
 }
 
 struct http_server *
@@ -502,7 +509,8 @@ http_server_start(int listen_fd, struct config *cfg,
 	 * reload): libmicrohttpd's own is set past any it allows, since at
 	 * its limit it stops accepting and new clients wait unanswered. */
 	s->mhd = MHD_start_daemon(flags, 0, accept_policy, s, access_handler, s,
-	    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET,
+	    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_URI_LOG_CALLBACK,
+	    http_framing_request_line, NULL, MHD_OPTION_LISTEN_SOCKET,
 	    listen_fd, MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)cfg->threads,
 	    MHD_OPTION_NOTIFY_COMPLETED, request_completed, s,
 	    MHD_OPTION_NOTIFY_CONNECTION, notify_connection, s,

@@ -8,11 +8,27 @@
  * would be smuggled past it; so the answer closes the connection.
  * Connection limits and timeouts are http_guard.c's.  Runs on the event
  * loop.
+ *
+ * libmicrohttpd 0.9.75 (Debian bookworm) refuses a Content-Length that is
+ * not a number ("+9", "9, 9") or too large by itself, before the access
+ * handler runs, and writes its own 400 or 413 twice: the status line and
+ * headers of the first copy, then the whole second one, so a client sees
+ * two answers.  It tells the application only through its log line,
+ * which names no connection.  So each event-loop thread keeps the
+ * connections whose request line it has seen and whose headers have not
+ * reached the access handler yet; when libmicrohttpd logs such a refusal
+ * and exactly one connection of the thread is in that state, it is the
+ * one refused (the whole life of a connection runs on one thread): the
+ * answer is written once, here, as every other framing refusal is, and
+ * the socket is shut so that libmicrohttpd's copies are never sent.  With
+ * more than one candidate nothing is done (libmicrohttpd answers as it
+ * does).
  */
 #include <ctype.h>
 #include <stdbool.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #include <microhttpd.h>
 
@@ -121,4 +137,71 @@ http_check_framing(struct http_server *s, struct MHD_Connection *conn,
 		    "chunked transfer coding is understood");
 	*answered = false;
 	return MHD_YES;
+}
+
+/* --- libmicrohttpd's own Content-Length refusals ------------------------- */
+
+#define HEADS_MAX 64
+
+/* This thread's connections between the request line and the handler. */
+static _Thread_local struct MHD_Connection *heads[HEADS_MAX];
+static _Thread_local size_t nheads;
+static _Thread_local bool heads_lost; /* more than HEADS_MAX at once */
+
+void *
+http_framing_request_line(void *cls, const char *uri,
+    struct MHD_Connection *conn)
+{
+	(void)cls;
+	(void)uri;
+	if (nheads < HEADS_MAX)
+		heads[nheads++] = conn;
+	else
+		heads_lost = true;
+	return NULL; /* the access handler's first *con_cls */
+}
+
+void
+http_framing_headers_done(struct MHD_Connection *conn)
+{
+	size_t i;
+
+	for (i = 0; i < nheads; i++)
+		if (heads[i] == conn) {
+			heads[i] = heads[--nheads];
+			break;
+		}
+	if (nheads == 0)
+		heads_lost = false;
+}
+
+bool
+http_framing_mhd_refused(struct http_server *s, const char *msg)
+{
+	const union MHD_ConnectionInfo *ci;
+	struct MHD_Connection *conn;
+	bool too_large;
+	int fd;
+
+	too_large = strstr(msg, "Too large value of 'Content-Length'") != NULL;
+	if (!too_large &&
+	    strstr(msg, "Failed to parse `Content-Length'") == NULL)
+		return false;
+	if (nheads != 1 || heads_lost)
+		return false;
+	conn = heads[0];
+	http_framing_headers_done(conn);
+	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (ci == NULL)
+		return false;
+	fd = ci->connect_fd;
+	if (too_large)
+		http_refuse_raw(s, fd, 413, "body_too_large",
+		    "the Content-Length is larger than any body this "
+		    "server takes");
+	else
+		http_refuse_raw(s, fd, 400, "bad_request",
+		    "a Content-Length that is not a number");
+	shutdown(fd, SHUT_RDWR);
+	return true;
 }

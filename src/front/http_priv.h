@@ -191,6 +191,12 @@ enum MHD_Result http_respond_error(struct http_server *s,
 enum MHD_Result http_refuse(struct http_server *s, struct MHD_Connection *conn,
     int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* The same, written straight on the socket fd of a request that
+ * libmicrohttpd refused itself (http_framing.c); false when the socket
+ * refused it. */
+bool http_refuse_raw(struct http_server *s, int fd, int status,
+    const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 char *http_fmt_buf(char *stack, size_t cap, size_t *len, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void http_fmt_free(char *text, const char *stack);
@@ -228,6 +234,16 @@ int http_auth_attrs(struct MHD_Connection *conn, const struct config *cfg,
 enum MHD_Result http_check_framing(struct http_server *s,
     struct MHD_Connection *conn, const struct config *cfg, const char *url,
     bool *answered);
+/* libmicrohttpd's request-line callback (MHD_OPTION_URI_LOG_CALLBACK):
+ * conn's headers are being read.  Returns NULL, the first *con_cls. */
+void *http_framing_request_line(void *cls, const char *uri,
+    struct MHD_Connection *conn);
+/* conn's headers reached the access handler, or conn closed. */
+void http_framing_headers_done(struct MHD_Connection *conn);
+/* libmicrohttpd logged msg: when it refused a Content-Length by itself,
+ * answer that request once here and shut its socket (see
+ * http_framing.c).  True when it did. */
+bool http_framing_mhd_refused(struct http_server *s, const char *msg);
 
 /* --- http_wait.c (the event loop, but http_lease_event() on the queues'
  * thread) ---------------------------------------------------------------- */

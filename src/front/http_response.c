@@ -356,6 +356,37 @@ out:
 	return ok;
 }
 
+/*
+ * An error answer written straight on the socket fd, for a request that
+ * libmicrohttpd refused before the access handler (http_framing.c); the
+ * caller then shuts the socket.  Runs on the connection's event loop.
+ */
+bool __attribute__((format(printf, 5, 6)))
+http_refuse_raw(struct http_server *s, int fd, int status, const char *code,
+    const char *fmt, ...)
+{
+	char head[160], *text;
+	va_list ap;
+	size_t len;
+	bool ok;
+
+	va_start(ap, fmt);
+	text = http_error_json(code, fmt, ap);
+	va_end(ap);
+	len = text != NULL ? strlen(text) : 0;
+	snprintf(head, sizeof(head),
+	    "HTTP/1.1 %d %s\r\nConnection: close\r\n"
+	    "Content-Length: %zu\r\nContent-Type: %s\r\n\r\n",
+	    status, MHD_get_reason_phrase_for((unsigned)status), len,
+	    JSON_TYPE);
+	ok = send_all(fd, head, strlen(head)) &&
+	    send_all(fd, text != NULL ? text : "", len);
+	if (ok)
+		metrics_http_response(s->metrics, status);
+	free(text);
+	return ok;
+}
+
 /* An error answer that closes its connection. */
 enum MHD_Result __attribute__((format(printf, 5, 6)))
 http_refuse(struct http_server *s, struct MHD_Connection *conn, int status,

@@ -155,6 +155,20 @@ static const struct shape shapes[] = {
 	{ "an unknown Transfer-Encoding",
 	  "POST /acquire HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n"
 	  "\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP/1.1 501" },
+	/* libmicrohttpd refuses these three itself, and used to write its
+	 * answer twice (two status lines, the first with no body). */
+	{ "a signed Content-Length",
+	  "POST /acquire HTTP/1.1\r\nHost: x\r\nContent-Length: +9\r\n\r\n"
+	  "{\"u\":\"1\"}GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+	  "HTTP/1.1 400" },
+	{ "a Content-Length list",
+	  "POST /acquire HTTP/1.1\r\nHost: x\r\nContent-Length: 9, 9\r\n"
+	  "\r\n{\"u\":\"1\"}GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+	  "HTTP/1.1 400" },
+	{ "a Content-Length past 2^64",
+	  "POST /acquire HTTP/1.1\r\nHost: x\r\n"
+	  "Content-Length: 99999999999999999999999\r\n\r\n"
+	  "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP/1.1 413" },
 };
 /* clang-format on */
 
