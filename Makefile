@@ -315,7 +315,7 @@ FUZZ_BIN = $(patsubst tests/fuzz/%.c,build-fuzz/%,$(FUZZ_SRC))
 # server (nghttp2), whose grpc_fuzz_feed() drives one connection from a
 # buffer (tests/fuzz/fuzz_grpc_frames.c).
 FUZZ_LIB_SRC = $(filter-out src/front/%,$(CORE_SRC)) src/front/rls.c \
-	src/front/grpc.c
+	$(wildcard src/front/grpc*.c)
 FUZZ_LIB_OBJ = $(patsubst src/%.c,build-fuzz/obj/%.o,$(FUZZ_LIB_SRC)) \
 	build-fuzz/obj/lua_scripts.o \
 	$(patsubst $(BUILD)/proto/%.c,build-fuzz/obj/proto/%.o,$(PROTO_C))

@@ -1,40 +1,14 @@
 /*
  * grpc.c - the gRPC server (see grpc.h): connections, HTTP/2 through
- * libnghttp2, gRPC's framing, and the calls.
- *
- * A call is one HTTP/2 stream: request headers (:method POST, :path the
- * method, content-type application/grpc, grpc-timeout), one
- * length-prefixed message, end of stream.  The answer is headers, one
- * length-prefixed message and trailers with grpc-status; a call that
- * fails before a message is answered "trailers-only" (the status in the
- * headers).  nghttp2 does the HTTP/2 framing, flow control and stream
- * states; this file keeps per stream only what the call needs.
- *
- * Ownership: a struct gstream belongs to its connection and dies with its
- * HTTP/2 stream.  A decision or health probe in the store's hands is a
- * struct gcall, owned by the store until its completion queues it here;
- * the loop then answers the stream if it still exists and frees the call.
- * A stream that closes first only unlinks itself from its call.
+ * libnghttp2, and the server's life; the calls and their answers are in
+ * grpc_call.c, and grpc_priv.h says what the files share.
  *
  * Threads: `threads` event loops (struct gloop), as many as HTTP has,
- * each with its own epoll holding the shared listener (EPOLLEXCLUSIVE,
- * so one loop wakes per new connection); a connection, its streams and
- * its calls' answers belong to the loop that accepted it.  call_done()
- * runs on the store's thread and only queues to that loop; the
+ * each with its own epoll holding the shared listener; a connection and
+ * its streams belong to the loop that accepted it.  The
  * grpc_server_set_config/quiesce/inflight/stop entry points run on any
  * thread, through the config slot, atomics and each loop's eventfd.
- *
- * What one client can cost (docs/security.md, docs/grpc.md): a
- * connection has at most GRPC_MAX_STREAMS calls in the store at once,
- * counting those whose stream it has reset, and is not read while it
- * has that many; a whole request beyond it, or beyond GRPC_MAX_PENDING
- * calls in the store for the whole server, waits for a place.  A
- * connection that abandons more calls than it has had answered (plus
- * GRPC_MAX_STREAMS) is sent GOAWAY, as is one resetting streams faster
- * than nghttp2's reset rate limit allows.
  */
-#include "front/grpc.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -52,127 +26,12 @@
 #include <nghttp2/nghttp2.h>
 
 #include "core/config_slot.h"
-#include "health.pb-c.h"
 #include "base/log.h"
 #include "base/metrics.h"
-#include "front/rls.h"
+#include "front/grpc_priv.h"
 #include "base/util.h"
 
-#define GRPC_PREFIX	 5   /* compressed flag, length (BE) */
-#define GRPC_MAX_STREAMS 128 /* concurrent calls per connection */
-#define GRPC_READ_CHUNK	 16384
-/* Request bytes held per connection. */
-#define GRPC_CONN_BUFFERED   (256 * 1024)
-#define GRPC_TICK_MS	     250  /* timeouts are checked this often */
-#define GRPC_ACCEPT_PAUSE_MS 100  /* out of descriptors: accept later */
-#define GRPC_ACCEPT_BATCH    16	  /* accepted per wake, so loops share */
-#define GRPC_MAX_PENDING     1024 /* calls in the store, whole server */
-#define GRPC_RESET_BURST     512  /* RST_STREAM frames a client may */
-#define GRPC_RESET_RATE	     128  /* send at once, and then per second */
-#define GRPC_HEADER_STRIKES  2	  /* header lists refused, then GOAWAY */
-
-#define PATH_RLS \
-	"/envoy.service.ratelimit.v3.RateLimitService/" \
-	"ShouldRateLimit"
-#define PATH_HEALTH "/grpc.health.v1.Health/Check"
-#define SERVICE_RLS "envoy.service.ratelimit.v3.RateLimitService"
-
-enum gmethod { M_NONE, M_RLS, M_HEALTH, M_OTHER };
-
-struct gconn;
-struct gcall;
-
-struct gstream {
-	int32_t id;
-	struct gconn *c;
-	enum gmethod method;
-	bool post, grpc_type; /* :method POST, application/grpc */
-	bool too_big;	      /* the message passed the limit */
-	bool answered;
-	bool cut;	     /* reset once its answer is out */
-	bool waiting;	     /* whole, waiting for a place */
-	size_t header_bytes; /* decoded, as HTTP/2 counts them */
-	bool reset;	     /* RST_STREAM submitted */
-	int64_t start_us;    /* monotonic, at its first header */
-	int64_t answered_us; /* when its answer was submitted */
-	int64_t timeout_us;  /* grpc-timeout, or 0 */
-	uint8_t *in;	     /* the request's bytes */
-	size_t inlen, incap;
-	uint8_t *out; /* the framed response message */
-	size_t outlen, outoff;
-	int status;	    /* grpc-status for the trailers */
-	struct gcall *call; /* in the store's hands, or NULL */
-	struct gstream *next, *prev;
-};
-
-struct gconn {
-	int fd;
-	struct grpc_server *s;
-	struct gloop *l; /* the loop that owns it */
-	nghttp2_session *h2;
-	struct gstream *streams;
-	int nstreams;
-	int ncalls;	 /* its calls in the store, their
-			  * streams reset or not */
-	int nwaiting;	 /* streams with waiting set */
-	int credit;	 /* calls it may still abandon */
-	int strikes;	 /* header lists refused */
-	size_t buffered; /* request bytes its streams hold */
-	int64_t last_us; /* last read, monotonic */
-	int64_t out_us;	 /* last byte written, or nothing
-			  * left to write */
-	uint32_t events; /* what its epoll entry watches */
-	bool goaway;	 /* GOAWAY sent */
-	bool dead;	 /* closed; freed when ncalls is 0 */
-	struct gconn *next, *prev;
-};
-
-/* A decision or a probe in the store's hands. */
-struct gcall {
-	struct grpc_server *s;
-	struct gconn *c;    /* kept allocated while it is here */
-	struct gstream *st; /* NULL once the stream is gone */
-	struct config *cfg; /* one reference */
-	enum gmethod method;
-	struct rls_call rls;	   /* M_RLS */
-	struct backend_call probe; /* M_HEALTH */
-	struct gcall *qnext;
-};
-
-/* One event loop: its thread, epoll and connections. */
-struct gloop {
-	struct grpc_server *s;
-	int efd, epfd;
-	pthread_t thread;
-	bool thread_started;
-	pthread_mutex_t lock; /* guards the done queue */
-	struct gcall *done_head, *done_tail;
-	bool quiesced;	      /* the loop acted on quiesce */
-	bool listening;	      /* the listener is in the epoll */
-	bool fd_warned;	      /* out of descriptors, logged */
-	int64_t accept_at_us; /* paused: listen again then */
-	struct config *cur;   /* the loop's snapshot for this turn */
-	struct gconn *conns;
-};
-
-struct grpc_server {
-	int lfd;
-	const struct decider *decider;
-	struct metrics *metrics;
-	struct config_slot cfg; /* the snapshot served */
-
-	atomic_bool quiesce, stop;
-	atomic_int inflight; /* calls received, not answered */
-	atomic_int pending;  /* gcalls not yet back from the store */
-	atomic_int nconns;   /* open connections, every loop */
-	nghttp2_session_callbacks *cbs;
-	nghttp2_option *opt;
-	struct gloop *loops;
-	int nloops;
-};
-
-/* epoll tags for the two fds that are not connections. */
-static char tag_listen, tag_event;
+char grpc_tag_listen, grpc_tag_event;
 
 void
 grpc_server_set_config(struct grpc_server *s, struct config *cfg)
@@ -180,373 +39,12 @@ grpc_server_set_config(struct grpc_server *s, struct config *cfg)
 	config_slot_set(&s->cfg, cfg);
 }
 
-static void
-wake(struct gloop *l)
+void
+grpc_loop_wake(struct gloop *l)
 {
 	uint64_t one = 1;
 
 	(void)!write(l->efd, &one, sizeof(one));
-}
-
-/* ---- answers ---------------------------------------------------------- */
-
-/* grpc-message is percent-encoded (the gRPC spec): printable ASCII but
- * '%' as is, the rest %XX. */
-static void
-percent_encode(const char *in, char *out, size_t outlen)
-{
-	static const char hex[] = "0123456789ABCDEF";
-	size_t o = 0;
-
-	for (; *in != '\0' && o + 4 < outlen; in++) {
-		unsigned char ch = (unsigned char)*in;
-
-		if (ch >= 0x20 && ch < 0x7f && ch != '%')
-			out[o++] = (char)ch;
-		else {
-			out[o++] = '%';
-			out[o++] = hex[ch >> 4];
-			out[o++] = hex[ch & 15];
-		}
-	}
-	out[o] = '\0';
-}
-
-#define NV(n, v) \
-	{ \
-		(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), \
-		    NGHTTP2_NV_FLAG_NONE \
-	}
-
-/* Answer a call that failed: trailers-only, the status in the headers. */
-static void
-answer_status(struct gstream *st, int status, const char *message)
-{
-	char code[16], msg[512];
-
-	if (st->answered)
-		return;
-	st->answered = true;
-	st->answered_us = util_monotonic_us();
-	snprintf(code, sizeof(code), "%d", status);
-	percent_encode(message, msg, sizeof(msg));
-	metrics_grpc_response(st->c->s->metrics, status);
-	atomic_fetch_sub(&st->c->s->inflight, 1);
-	{
-		nghttp2_nv nv[] = {
-			NV(":status", "200"),
-			NV("content-type", "application/grpc"),
-			NV("grpc-status", code),
-			NV("grpc-message", msg),
-		};
-
-		if (nghttp2_submit_response(st->c->h2, st->id, nv,
-			msg[0] != '\0' ? 4 : 3, NULL) != 0)
-			nghttp2_submit_rst_stream(st->c->h2, NGHTTP2_FLAG_NONE,
-			    st->id, NGHTTP2_INTERNAL_ERROR);
-	}
-}
-
-/* The response message, then the trailers (grpc-status 0). */
-static ssize_t
-read_out(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t length,
-    uint32_t *flags, nghttp2_data_source *source, void *arg)
-{
-	struct gstream *st = source->ptr;
-	size_t n = st->outlen - st->outoff;
-	nghttp2_nv trailer[] = { NV("grpc-status", "0") };
-
-	(void)arg;
-	if (n > length)
-		n = length;
-	memcpy(buf, st->out + st->outoff, n);
-	st->outoff += n;
-	if (st->outoff == st->outlen) {
-		*flags |= NGHTTP2_DATA_FLAG_EOF |
-		    NGHTTP2_DATA_FLAG_NO_END_STREAM;
-		if (nghttp2_submit_trailer(h2, id, trailer, 1) != 0)
-			return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-	}
-	return (ssize_t)n;
-}
-
-/* Answer with msg (rl_malloc, GRPC_PREFIX bytes at its front free):
- * ownership passes to the stream. */
-static void
-answer_message(struct gstream *st, uint8_t *msg, size_t len)
-{
-	nghttp2_nv nv[] = {
-		NV(":status", "200"),
-		NV("content-type", "application/grpc"),
-	};
-	nghttp2_data_provider dp;
-	size_t body = len - GRPC_PREFIX;
-
-	if (st->answered) {
-		rl_free(msg);
-		return;
-	}
-	msg[0] = 0;
-	msg[1] = (uint8_t)(body >> 24);
-	msg[2] = (uint8_t)(body >> 16);
-	msg[3] = (uint8_t)(body >> 8);
-	msg[4] = (uint8_t)body;
-	st->out = msg;
-	st->outlen = len;
-	st->outoff = 0;
-	st->answered = true;
-	st->answered_us = util_monotonic_us();
-	dp.source.ptr = st;
-	dp.read_callback = read_out;
-	metrics_grpc_response(st->c->s->metrics, GRPC_OK);
-	atomic_fetch_sub(&st->c->s->inflight, 1);
-	if (nghttp2_submit_response(st->c->h2, st->id, nv, 2, &dp) != 0)
-		nghttp2_submit_rst_stream(st->c->h2, NGHTTP2_FLAG_NONE, st->id,
-		    NGHTTP2_INTERNAL_ERROR);
-}
-
-static void
-answer_health(struct gstream *st, bool serving)
-{
-	Grpc__Health__V1__HealthCheckResponse r =
-	    GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-	size_t size;
-	uint8_t *msg;
-
-	r.status = serving ?
-	    GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING :
-	    GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
-	size = grpc__health__v1__health_check_response__get_packed_size(&r);
-	if ((msg = rl_malloc(GRPC_PREFIX + size)) == NULL) {
-		answer_status(st, GRPC_INTERNAL, "out of memory");
-		return;
-	}
-	grpc__health__v1__health_check_response__pack(&r, msg + GRPC_PREFIX);
-	answer_message(st, msg, GRPC_PREFIX + size);
-}
-
-/* ---- calls ------------------------------------------------------------ */
-
-static void
-call_free(struct gcall *gc)
-{
-	if (gc->method == M_RLS)
-		rls_call_clear(&gc->rls);
-	config_unref(gc->cfg);
-	rl_free(gc);
-}
-
-/* The store is done with gc (any thread): queue it for the loop. */
-static void
-call_done(void *arg)
-{
-	struct gcall *gc = arg;
-	struct gloop *l = gc->c->l;
-
-	pthread_mutex_lock(&l->lock);
-	gc->qnext = NULL;
-	if (l->done_tail != NULL)
-		l->done_tail->qnext = gc;
-	else
-		l->done_head = gc;
-	l->done_tail = gc;
-	pthread_mutex_unlock(&l->lock);
-	wake(l);
-}
-
-static void
-probe_done(struct backend_call *call)
-{
-	call_done(call->arg);
-}
-
-/* Answer a call back from the store, if its stream is still there. */
-static void
-call_answer(struct gcall *gc)
-{
-	struct gstream *st = gc->st;
-	char msg[DECIDE_MESSAGE_MAX + 64];
-	enum grpc_status status;
-	uint8_t *out;
-	size_t outlen;
-
-	if (st == NULL)
-		return;
-	st->call = NULL;
-	if (gc->method == M_HEALTH) {
-		answer_health(st, gc->probe.rc == 0);
-		return;
-	}
-	status = rls_encode(&gc->rls, GRPC_PREFIX, &out, &outlen, msg,
-	    sizeof(msg));
-	if (status == GRPC_OK)
-		answer_message(st, out, outlen);
-	else
-		answer_status(st, status, msg);
-}
-
-/* gc goes to the store for connection c: it holds one of c's places
- * (GRPC_MAX_STREAMS) and one of the server's (GRPC_MAX_PENDING) until it
- * comes back, whatever becomes of its stream. */
-static void
-call_enter(struct gcall *gc, struct gconn *c)
-{
-	gc->c = c;
-	c->ncalls++;
-	atomic_fetch_add(&c->s->pending, 1);
-}
-
-/* Is there a place in the store for one more call of c? */
-static bool
-call_has_place(const struct gconn *c)
-{
-	return c->ncalls < GRPC_MAX_STREAMS &&
-	    atomic_load(&c->s->pending) < GRPC_MAX_PENDING;
-}
-
-/* The client's own deadline (grpc-timeout), or 0; the store keeps the
- * earlier of it and its own timeout from the call's arrival. */
-static int64_t
-call_deadline(const struct gstream *st)
-{
-	return st->timeout_us > 0 ? st->start_us + st->timeout_us : 0;
-}
-
-static void
-start_rls(struct gstream *st, struct gcall *gc, const uint8_t *msg, size_t len)
-{
-	struct grpc_server *s = st->c->s;
-	struct decide_job *job;
-	char err[256];
-
-	gc->method = M_RLS;
-	if (rls_decode(&gc->rls, msg, len, gc->cfg->max_attributes, err,
-		sizeof(err)) < 0) {
-		answer_status(st, GRPC_INVALID_ARGUMENT, err);
-		call_free(gc);
-		return;
-	}
-	gc->rls.req.start_us = st->start_us;
-	gc->rls.req.deadline_us = call_deadline(st);
-	if (gc->rls.n == 0 ||
-	    decide_prepare(s->decider, gc->cfg, &gc->rls.req, &gc->rls.decision,
-		&job) == 0) {
-		/* Settled without the store. */
-		if (gc->rls.n == 0)
-			gc->rls.decision = (struct decision){ .allowed = true };
-		gc->st = st;
-		call_answer(gc);
-		call_free(gc);
-		return;
-	}
-	gc->st = st;
-	st->call = gc;
-	call_enter(gc, st->c);
-	decide_run(job, call_done, gc);
-}
-
-static void
-start_health(struct gstream *st, struct gcall *gc, const uint8_t *msg,
-    size_t len)
-{
-	Grpc__Health__V1__HealthCheckRequest *rq;
-	struct grpc_server *s = st->c->s;
-	bool known;
-
-	gc->method = M_HEALTH;
-	rq = grpc__health__v1__health_check_request__unpack(NULL, len, msg);
-	if (rq == NULL) {
-		answer_status(st, GRPC_INVALID_ARGUMENT,
-		    "cannot parse a HealthCheckRequest");
-		call_free(gc);
-		return;
-	}
-	known = rq->service[0] == '\0' || strcmp(rq->service, SERVICE_RLS) == 0;
-	grpc__health__v1__health_check_request__free_unpacked(rq, NULL);
-	if (!known) {
-		answer_status(st, GRPC_NOT_FOUND, "unknown service");
-		call_free(gc);
-		return;
-	}
-	/* SERVING when the store answers a probe, as /readyz. */
-	gc->st = st;
-	st->call = gc;
-	gc->probe.start_us = st->start_us;
-	gc->probe.deadline_us = call_deadline(st);
-	gc->probe.done = probe_done;
-	gc->probe.arg = gc;
-	call_enter(gc, st->c);
-	backend_submit(s->decider->backend, &gc->probe);
-}
-
-/* Start the call of a whole, well-formed request (stream_request). */
-static void
-stream_start(struct gstream *st)
-{
-	uint32_t mlen = (uint32_t)(st->inlen - GRPC_PREFIX);
-	struct gcall *gc;
-
-	if ((gc = rl_calloc(1, sizeof(*gc))) == NULL) {
-		answer_status(st, GRPC_INTERNAL, "out of memory");
-		return;
-	}
-	gc->s = st->c->s;
-	gc->cfg = config_ref(st->c->l->cur);
-	if (st->method == M_RLS)
-		start_rls(st, gc, st->in + GRPC_PREFIX, mlen);
-	else
-		start_health(st, gc, st->in + GRPC_PREFIX, mlen);
-}
-
-/* The whole request is in: check it, then start its call, or let it wait
- * while its connection (or the server) has no place in the store. */
-static void
-stream_request(struct gstream *st)
-{
-	uint32_t mlen;
-
-	if (!st->post || st->method == M_NONE) {
-		answer_status(st, GRPC_INTERNAL, "not a gRPC request");
-		return;
-	}
-	if (st->method == M_OTHER) {
-		answer_status(st, GRPC_UNIMPLEMENTED, "unknown method");
-		return;
-	}
-	if (!st->grpc_type) {
-		answer_status(st, GRPC_INTERNAL,
-		    "content-type is not application/grpc");
-		return;
-	}
-	if (st->too_big) {
-		answer_status(st, GRPC_RESOURCE_EXHAUSTED,
-		    "message larger than max_body_bytes");
-		return;
-	}
-	if (st->inlen < GRPC_PREFIX) {
-		answer_status(st, GRPC_INTERNAL, "no message");
-		return;
-	}
-	if (st->in[0] != 0) {
-		answer_status(st, GRPC_UNIMPLEMENTED,
-		    "compressed messages are not supported");
-		return;
-	}
-	mlen = (uint32_t)st->in[1] << 24 | (uint32_t)st->in[2] << 16 |
-	    (uint32_t)st->in[3] << 8 | st->in[4];
-	if (mlen != st->inlen - GRPC_PREFIX) {
-		answer_status(st, GRPC_INTERNAL,
-		    "a unary call carries one "
-		    "whole message");
-		return;
-	}
-	if (!call_has_place(st->c)) {
-		/* Started by conn_start_waiting() once a call comes back. */
-		st->waiting = true;
-		st->c->nwaiting++;
-		return;
-	}
-	stream_start(st);
 }
 
 /* ---- HTTP/2 callbacks ------------------------------------------------- */
@@ -732,7 +230,7 @@ on_frame(nghttp2_session *h2, const nghttp2_frame *f, void *arg)
 		NULL ||
 	    st->answered || st->call != NULL)
 		return 0;
-	stream_request(st);
+	grpc_stream_request(st);
 	return 0;
 }
 
@@ -758,8 +256,8 @@ on_frame_sent(nghttp2_session *h2, const nghttp2_frame *f, void *arg)
 	return 0;
 }
 
-static void
-stream_free(struct gconn *c, struct gstream *st)
+void
+grpc_stream_free(struct gconn *c, struct gstream *st)
 {
 	if (st->call != NULL)
 		st->call->st = NULL; /* the store still has it */
@@ -810,21 +308,21 @@ on_close(nghttp2_session *h2, int32_t id, uint32_t code, void *arg)
 		nghttp2_session_set_stream_user_data(h2, id, NULL);
 		if (st->call != NULL)
 			conn_abandoned(c);
-		stream_free(c, st);
+		grpc_stream_free(c, st);
 	}
 	return 0;
 }
 
 /* ---- connections ------------------------------------------------------ */
 
-static void
-conn_close(struct gconn *c)
+void
+grpc_conn_close(struct gconn *c)
 {
 	struct gloop *l = c->l;
 
 	/* Streams die with the session: their calls lose them first. */
 	while (c->streams != NULL)
-		stream_free(c, c->streams);
+		grpc_stream_free(c, c->streams);
 	nghttp2_session_del(c->h2);
 	c->h2 = NULL;
 	epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
@@ -838,7 +336,7 @@ conn_close(struct gconn *c)
 		c->next->prev = c->prev;
 	atomic_fetch_sub(&c->s->nconns, 1);
 	/* Its calls still in the store hold its places: freed with the
-	 * last of them (drain_done). */
+	 * last of them (grpc_loop_drain). */
 	if (c->ncalls > 0)
 		c->dead = true;
 	else
@@ -848,8 +346,8 @@ conn_close(struct gconn *c)
 /* Is c read?  Not while it has GRPC_MAX_STREAMS calls in the store or a
  * whole request waiting for a place: the rest stays in the socket, and
  * TCP holds the client back. */
-static bool
-conn_reading(const struct gconn *c)
+bool
+grpc_conn_reading(const struct gconn *c)
 {
 	return c->ncalls < GRPC_MAX_STREAMS && c->nwaiting == 0;
 }
@@ -857,25 +355,26 @@ conn_reading(const struct gconn *c)
 /* Write what nghttp2 has; watch for input while c is read and for
  * output while the socket is full.  Closes a connection that is done or
  * failed (returns false then). */
-static bool
-conn_flush(struct gconn *c)
+bool
+grpc_conn_flush(struct gconn *c)
 {
 	struct epoll_event ev = { .data.ptr = c };
 	bool want;
 
 	if (nghttp2_session_send(c->h2) != 0) {
-		conn_close(c);
+		grpc_conn_close(c);
 		return false;
 	}
 	if (!nghttp2_session_want_read(c->h2) &&
 	    !nghttp2_session_want_write(c->h2)) {
-		conn_close(c);
+		grpc_conn_close(c);
 		return false;
 	}
 	want = nghttp2_session_want_write(c->h2) != 0;
 	if (!want)
 		c->out_us = util_monotonic_us();
-	ev.events = (conn_reading(c) ? EPOLLIN : 0) | (want ? EPOLLOUT : 0);
+	ev.events = (grpc_conn_reading(c) ? EPOLLIN : 0) |
+	    (want ? EPOLLOUT : 0);
 	if (ev.events != c->events) {
 		epoll_ctl(c->l->epfd, EPOLL_CTL_MOD, c->fd, &ev);
 		c->events = ev.events;
@@ -883,13 +382,13 @@ conn_flush(struct gconn *c)
 	return true;
 }
 
-static void
-conn_read(struct gconn *c)
+void
+grpc_conn_read(struct gconn *c)
 {
 	uint8_t buf[GRPC_READ_CHUNK];
 	ssize_t n;
 
-	while (conn_reading(c)) {
+	while (grpc_conn_reading(c)) {
 		n = recv(c->fd, buf, sizeof(buf), 0);
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			break;
@@ -897,14 +396,14 @@ conn_read(struct gconn *c)
 			continue;
 		if (n <= 0 ||
 		    nghttp2_session_mem_recv(c->h2, buf, (size_t)n) < 0) {
-			conn_close(c);
+			grpc_conn_close(c);
 			return;
 		}
 		c->last_us = util_monotonic_us();
 		if ((size_t)n < sizeof(buf))
 			break;
 	}
-	conn_flush(c);
+	grpc_conn_flush(c);
 }
 
 static void
@@ -925,11 +424,12 @@ conn_start_waiting(struct gconn *c)
 	struct gstream *st;
 
 	for (st = c->streams;
-	     st != NULL && c->nwaiting > 0 && call_has_place(c); st = st->next)
+	     st != NULL && c->nwaiting > 0 && grpc_call_has_place(c);
+	     st = st->next)
 		if (st->waiting) {
 			st->waiting = false;
 			c->nwaiting--;
-			stream_start(st);
+			grpc_stream_start(st);
 		}
 }
 
@@ -958,11 +458,11 @@ listen_pause(struct gloop *l, int err)
 }
 
 /* Put the listener back in the epoll, unless quiescing.  0 or -1. */
-static int
-listen_resume(struct gloop *l)
+int
+grpc_listen_resume(struct gloop *l)
 {
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE,
-		.data.ptr = &tag_listen };
+		.data.ptr = &grpc_tag_listen };
 
 	if (l->listening || l->quiesced)
 		return 0;
@@ -974,8 +474,8 @@ listen_resume(struct gloop *l)
 
 /* A connection of loop l on fd (-1: none, for grpc_fuzz_feed), its
  * SETTINGS queued; linked into l's list.  NULL when out of memory. */
-static struct gconn *
-conn_new(struct gloop *l, int fd)
+struct gconn *
+grpc_conn_new(struct gloop *l, int fd)
 {
 	nghttp2_settings_entry iv[] = {
 		{ NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, GRPC_MAX_STREAMS },
@@ -1005,8 +505,8 @@ conn_new(struct gloop *l, int fd)
 	return c;
 }
 
-static void
-accept_some(struct gloop *l)
+void
+grpc_loop_accept(struct gloop *l)
 {
 	struct grpc_server *s = l->s;
 	struct epoll_event ev;
@@ -1023,7 +523,7 @@ accept_some(struct gloop *l)
 		}
 		l->fd_warned = false;
 		if (atomic_load(&s->nconns) >= l->cur->max_connections ||
-		    (c = conn_new(l, fd)) == NULL) {
+		    (c = grpc_conn_new(l, fd)) == NULL) {
 			close(fd);
 			continue;
 		}
@@ -1032,17 +532,17 @@ accept_some(struct gloop *l)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = c };
 		if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-			conn_close(c); /* closes fd */
+			grpc_conn_close(c); /* closes fd */
 			continue;
 		}
-		conn_flush(c);
+		grpc_conn_flush(c);
 	}
 }
 
 /* Answer the calls the store gave back, start requests that waited for
  * their places, and write. */
-static void
-drain_done(struct gloop *l)
+void
+grpc_loop_drain(struct gloop *l)
 {
 	struct gcall *gc, *next;
 	struct gconn *c, *cn;
@@ -1056,8 +556,8 @@ drain_done(struct gloop *l)
 		c = gc->c;
 		if (gc->st != NULL && c->credit < GRPC_MAX_STREAMS)
 			c->credit++;
-		call_answer(gc);
-		call_free(gc);
+		grpc_call_answer(gc);
+		grpc_call_free(gc);
 		atomic_fetch_sub(&l->s->pending, 1);
 		if (--c->ncalls == 0 && c->dead)
 			rl_free(c);
@@ -1066,7 +566,7 @@ drain_done(struct gloop *l)
 		cn = c->next;
 		if (c->nwaiting > 0)
 			conn_start_waiting(c);
-		conn_flush(c);
+		grpc_conn_flush(c);
 	}
 }
 
@@ -1077,8 +577,8 @@ drain_done(struct gloop *l)
  * idle_timeout or unable to write for as long, and, quiescing, those with
  * nothing left in progress.
  */
-static void
-sweep(struct gloop *l)
+void
+grpc_loop_sweep(struct gloop *l)
 {
 	int64_t now = util_monotonic_us();
 	int64_t req_us = l->cur->request_timeout_ms * 1000;
@@ -1094,7 +594,7 @@ sweep(struct gloop *l)
 		 * anything to write here). */
 		if (nghttp2_session_want_write(c->h2) &&
 		    now - c->out_us > idle_us) {
-			conn_close(c);
+			grpc_conn_close(c);
 			continue;
 		}
 		for (st = c->streams; st != NULL; st = st->next)
@@ -1108,7 +608,7 @@ sweep(struct gloop *l)
 				 * (on_frame_sent): its client may never
 				 * end it. */
 				st->cut = true;
-				answer_status(st, GRPC_DEADLINE_EXCEEDED,
+				grpc_answer_status(st, GRPC_DEADLINE_EXCEEDED,
 				    "request_timeout passed before the "
 				    "request was whole or had a place");
 			} else if (st->answered && !st->reset &&
@@ -1125,10 +625,10 @@ sweep(struct gloop *l)
 		    (l->quiesced || now - c->last_us > idle_us)) {
 			conn_goaway(c);
 			nghttp2_session_send(c->h2);
-			conn_close(c);
+			grpc_conn_close(c);
 			continue;
 		}
-		conn_flush(c);
+		grpc_conn_flush(c);
 	}
 }
 
@@ -1157,7 +657,7 @@ loop_main(void *arg)
 		if (!l->listening && !l->quiesced) {
 			left = l->accept_at_us - util_monotonic_us();
 			if (left <= 0)
-				(void)listen_resume(l);
+				(void)grpc_listen_resume(l);
 			else if (left / 1000 + 1 < wait_ms)
 				wait_ms = (int)(left / 1000 + 1);
 		}
@@ -1167,34 +667,35 @@ loop_main(void *arg)
 			void *p = evs[i].data.ptr;
 
 			e = evs[i].events;
-			if (p == &tag_event) {
+			if (p == &grpc_tag_event) {
 				(void)!read(l->efd, &count, sizeof(count));
 				continue;
 			}
-			if (p == &tag_listen) {
-				accept_some(l);
+			if (p == &grpc_tag_listen) {
+				grpc_loop_accept(l);
 				continue;
 			}
-			/* A connection not read now (conn_reading) still
+			/* A connection not read now (grpc_conn_reading) still
 			 * reports errors: nothing more can come from it. */
-			if ((e & (EPOLLERR | EPOLLHUP)) && !conn_reading(p))
-				conn_close(p);
+			if ((e & (EPOLLERR | EPOLLHUP)) &&
+			    !grpc_conn_reading(p))
+				grpc_conn_close(p);
 			else if (e & (EPOLLIN | EPOLLERR | EPOLLHUP))
-				conn_read(p);
+				grpc_conn_read(p);
 			else if (e & EPOLLOUT)
-				conn_flush(p);
+				grpc_conn_flush(p);
 		}
 		/* The store's answers, including those given inline. */
-		drain_done(l);
+		grpc_loop_drain(l);
 		if (util_monotonic_us() >= next_sweep) {
-			sweep(l);
+			grpc_loop_sweep(l);
 			next_sweep = util_monotonic_us() + GRPC_TICK_MS * 1000;
 		}
 		config_unref(l->cur);
 		l->cur = NULL;
 	}
 	while (l->conns != NULL)
-		conn_close(l->conns);
+		grpc_conn_close(l->conns);
 	return NULL;
 }
 
@@ -1227,19 +728,20 @@ server_free(struct grpc_server *s)
 static int
 loop_init(struct grpc_server *s, struct gloop *l)
 {
-	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &tag_event };
+	struct epoll_event ev = { .events = EPOLLIN,
+		.data.ptr = &grpc_tag_event };
 
 	l->s = s;
 	if ((l->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
 	    (l->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
 	    epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->efd, &ev) != 0 ||
-	    listen_resume(l) != 0)
+	    grpc_listen_resume(l) != 0)
 		return -1;
 	return 0;
 }
 
-static int
-make_callbacks(struct grpc_server *s)
+int
+grpc_h2_callbacks_new(struct grpc_server *s)
 {
 	if (nghttp2_session_callbacks_new(&s->cbs) != 0 ||
 	    nghttp2_option_new(&s->opt) != 0)
@@ -1295,7 +797,7 @@ grpc_server_start(int listen_fd, struct config *cfg,
 			snprintf(err, errlen, "grpc: %s", strerror(errno));
 			goto fail;
 		}
-	if (make_callbacks(s) != 0) {
+	if (grpc_h2_callbacks_new(s) != 0) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
@@ -1327,7 +829,7 @@ grpc_server_quiesce(struct grpc_server *s)
 		return;
 	atomic_store(&s->quiesce, true);
 	for (i = 0; i < s->nloops; i++)
-		wake(&s->loops[i]);
+		grpc_loop_wake(&s->loops[i]);
 }
 
 int
@@ -1345,7 +847,7 @@ grpc_server_stop(struct grpc_server *s)
 		return;
 	atomic_store(&s->stop, true);
 	for (i = 0; i < s->nloops; i++)
-		wake(&s->loops[i]);
+		grpc_loop_wake(&s->loops[i]);
 	for (i = 0; i < s->nloops; i++)
 		if (s->loops[i].thread_started)
 			pthread_join(s->loops[i].thread, NULL);
@@ -1364,29 +866,29 @@ grpc_fuzz_feed(struct config *cfg, const struct decider *decider,
 	size_t off, n;
 	int rc = -1;
 
-	if (make_callbacks(&s) != 0)
+	if (grpc_h2_callbacks_new(&s) != 0)
 		goto out;
 	pthread_mutex_init(&l.lock, NULL);
-	if ((c = conn_new(&l, -1)) == NULL)
+	if ((c = grpc_conn_new(&l, -1)) == NULL)
 		goto out_lock;
 	/* In reads of up to 1,000 bytes, each followed by a loop turn: the
 	 * store's answers (inline on the memory store), and the writes. */
 	for (off = 0; off < len && l.conns == c; off += n) {
 		n = len - off < 1000 ? len - off : 1000;
-		if (!conn_reading(c))
+		if (!grpc_conn_reading(c))
 			break;
 		if (nghttp2_session_mem_recv(c->h2, data + off, n) < 0) {
-			conn_close(c);
+			grpc_conn_close(c);
 			break;
 		}
-		drain_done(&l);
+		grpc_loop_drain(&l);
 	}
 	rc = 0;
 	/* Whatever is left dies with the connection; no call can still be
 	 * in the store (the memory store answers inside the call). */
 	while (l.conns != NULL)
-		conn_close(l.conns);
-	drain_done(&l);
+		grpc_conn_close(l.conns);
+	grpc_loop_drain(&l);
 out_lock:
 	pthread_mutex_destroy(&l.lock);
 out:
