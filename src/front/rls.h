@@ -3,7 +3,7 @@
  * decision every front end takes: a RateLimitRequest's descriptors become
  * attribute groups of one decide_request (decide.h), and the decision
  * becomes a RateLimitResponse.  Protobuf in, protobuf out; no sockets and
- * no HTTP/2 here (grpc.c carries the bytes).  A call is used by one thread
+ * no HTTP/2 here (grpc_h2.c carries the bytes).  A call is used by one thread
  * at a time.
  */
 #ifndef RL_RLS_H

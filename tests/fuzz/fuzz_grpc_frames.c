@@ -1,6 +1,6 @@
 /*
  * fuzz_grpc_frames.c - libFuzzer target: bytes as read from one client of
- * the gRPC front (src/front/grpc.c), fed through grpc_fuzz_feed() to a
+ * the gRPC front (src/front/grpc*.c), fed through grpc_fuzz_feed() to a
  * server-side HTTP/2 session with the front's own callbacks: frames,
  * HPACK, gRPC framing, calls decided on the memory store, resets, the
  * limits of docs/grpc.md.  Any input must end without a crash, a leak or
