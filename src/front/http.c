@@ -254,6 +254,79 @@ http_submit(struct request *rq, struct decide_job *job,
 }
 
 /*
+ * The first call for a request, its headers in: make the request (owned
+ * by *con_cls until request_completed), refuse a request whose framing
+ * cannot be trusted (http_framing.c), and note its Content-Length: a body
+ * declared larger than max_body_bytes is refused without being read.
+ */
+static enum MHD_Result
+request_begin(struct http_server *s, struct MHD_Connection *conn,
+    const char *url, const char *method, void **con_cls)
+{
+	struct request *rq;
+	const char *cl;
+	enum MHD_Result fr;
+	bool answered;
+
+	http_framing_headers_done(conn);
+	if ((rq = rl_calloc(1, sizeof(*rq))) == NULL)
+		return MHD_NO;
+	rq->ep = http_route(url, method);
+	rq->s = s;
+	rq->conn = conn;
+	rq->arrived_us = util_monotonic_us();
+	rq->cfg = http_server_get_config(s);
+	rq->state = RQ_READING;
+	__atomic_add_fetch(&s->inflight, 1, __ATOMIC_SEQ_CST);
+	*con_cls = rq;
+	fr = http_check_framing(s, conn, rq->cfg, url, &answered);
+	if (answered)
+		return fr;
+	cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	    MHD_HTTP_HEADER_CONTENT_LENGTH);
+	rq->declared_len = cl != NULL ? (int64_t)strtoll(cl, NULL, 10) : -1;
+	if (EP_HAS_BODY(rq->ep) && cl != NULL &&
+	    strtoull(cl, NULL, 10) >
+		(unsigned long long)rq->cfg->max_body_bytes)
+		rq->too_large = true;
+	return MHD_YES;
+}
+
+/*
+ * A piece of rq's body (*size bytes at data, all taken): kept for the
+ * endpoints that read one, up to max_body_bytes; past it, or for the
+ * others, counted and dropped.  MHD_NO when out of memory.
+ */
+static enum MHD_Result
+request_gather(struct request *rq, const char *data, size_t *size)
+{
+	size_t n = *size;
+
+	*size = 0;
+	rq->body_seen += n;
+	if (!EP_HAS_BODY(rq->ep) || rq->too_large)
+		return MHD_YES; /* discard */
+	if (rq->len + n > (size_t)rq->cfg->max_body_bytes) {
+		rq->too_large = true;
+		return MHD_YES;
+	}
+	if (rq->len + n > rq->cap) {
+		size_t cap = rq->cap == 0 ? 1024 : rq->cap;
+		char *nb;
+
+		while (cap < rq->len + n)
+			cap *= 2;
+		if ((nb = rl_realloc(rq->body, cap)) == NULL)
+			return MHD_NO;
+		rq->body = nb;
+		rq->cap = cap;
+	}
+	memcpy(rq->body + rq->len, data, n);
+	rq->len += n;
+	return MHD_YES;
+}
+
+/*
  * libmicrohttpd calls this once when the headers are in, once per piece of
  * body, and once at the end.  Everything is answered in the last call: a
  * response queued earlier would make it close the connection.
@@ -267,64 +340,10 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 	struct request *rq = *con_cls;
 
 	(void)version;
-	if (rq == NULL) {
-		const char *cl;
-
-		http_framing_headers_done(conn);
-		if ((rq = rl_calloc(1, sizeof(*rq))) == NULL)
-			return MHD_NO;
-		rq->ep = http_route(url, method);
-		rq->s = s;
-		rq->conn = conn;
-		rq->arrived_us = util_monotonic_us();
-		rq->cfg = http_server_get_config(s);
-		rq->state = RQ_READING;
-		__atomic_add_fetch(&s->inflight, 1, __ATOMIC_SEQ_CST);
-		*con_cls = rq;
-		{
-			bool answered;
-			enum MHD_Result fr = http_check_framing(s, conn,
-			    rq->cfg, url, &answered);
-
-			if (answered)
-				return fr;
-		}
-		cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-		    MHD_HTTP_HEADER_CONTENT_LENGTH);
-		rq->declared_len = cl != NULL ? (int64_t)strtoll(cl, NULL, 10) :
-						-1;
-		if (EP_HAS_BODY(rq->ep) && cl != NULL &&
-		    strtoull(cl, NULL, 10) >
-			(unsigned long long)rq->cfg->max_body_bytes)
-			rq->too_large = true;
-		return MHD_YES;
-	}
-	if (*upload_data_size > 0) {
-		size_t n = *upload_data_size;
-
-		*upload_data_size = 0;
-		rq->body_seen += n;
-		if (!EP_HAS_BODY(rq->ep) || rq->too_large)
-			return MHD_YES; /* discard */
-		if (rq->len + n > (size_t)rq->cfg->max_body_bytes) {
-			rq->too_large = true;
-			return MHD_YES;
-		}
-		if (rq->len + n > rq->cap) {
-			size_t cap = rq->cap == 0 ? 1024 : rq->cap;
-			char *nb;
-
-			while (cap < rq->len + n)
-				cap *= 2;
-			if ((nb = rl_realloc(rq->body, cap)) == NULL)
-				return MHD_NO;
-			rq->body = nb;
-			rq->cap = cap;
-		}
-		memcpy(rq->body + rq->len, upload_data, n);
-		rq->len += n;
-		return MHD_YES;
-	}
+	if (rq == NULL)
+		return request_begin(s, conn, url, method, con_cls);
+	if (*upload_data_size > 0)
+		return request_gather(rq, upload_data, upload_data_size);
 	if (rq->state == RQ_ANSWERED_RAW) { /* answered: close */
 		http_request_enter(rq, RQ_DONE);
 		if (rq->cfg->access_log && log_enabled(LOG_LEVEL_INFO))
