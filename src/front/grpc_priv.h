@@ -62,9 +62,6 @@
 #include "front/grpc.h"
 #include "front/rls.h"
 
-#include "front/rls.h"
-#include "base/util.h"
-
 #define GRPC_PREFIX	 5   /* compressed flag, length (BE) */
 #define GRPC_MAX_STREAMS 128 /* concurrent calls per connection */
 #define GRPC_READ_CHUNK	 16384
@@ -89,6 +86,8 @@ enum gmethod { M_NONE, M_RLS, M_HEALTH, M_OTHER };
 struct gconn;
 struct gcall;
 
+/* One call's HTTP/2 stream; its connection owns it (grpc_h2.c makes and
+ * frees it). */
 struct gstream {
 	int32_t id;
 	struct gconn *c;
@@ -112,6 +111,7 @@ struct gstream {
 	struct gstream *next, *prev;
 };
 
+/* One client connection; its loop owns it (grpc_conn.c). */
 struct gconn {
 	int fd;
 	struct grpc_server *s;
@@ -162,6 +162,8 @@ struct gloop {
 	struct gconn *conns;
 };
 
+/* One per server: made by grpc_server_start(), freed by
+ * grpc_server_stop(); the atomics are read and written by every thread. */
 struct grpc_server {
 	int lfd;
 	const struct decider *decider;
