@@ -210,10 +210,11 @@ END_TEST
 START_TEST(test_prefetch)
 {
 	char err[ERRLEN];
-	struct config *c = load("rules:\n"
-				"  - {name: a, limit: 100, window: 1s,\n"
-				"     prefetch: {max_units: 20, hold: 50ms}}\n"
-				"  - {name: b, limit: 100, window: 1s}\n",
+	struct config *c = load(
+	    "rules:\n"
+	    "  - {name: a, limit: 100, window: 1s,\n"
+	    "     prefetch: {max_units: 20, hold: 50ms}}\n"
+	    "  - {name: b, limit: 100, window: 1s}\n",
 	    err);
 
 	ck_assert_msg(c != NULL, "%s", err);
