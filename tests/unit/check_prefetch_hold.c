@@ -1,5 +1,5 @@
 /*
- * check_prefetch.c - the quota a daemon holds in advance
+ * check_prefetch_hold.c - the quota a daemon holds in advance
  * (src/core/prefetch.c; docs/algorithms.md, "Taking quota in advance"):
  * units are taken only while enough are held and before their deadline;
  * units put back never outlive their own deadline; a second chunk keeps
@@ -104,7 +104,7 @@ END_TEST
 Suite *
 test_suite(void)
 {
-	Suite *s = suite_create("prefetch");
+	Suite *s = suite_create("prefetch_hold");
 	TCase *tc = tcase_create("core");
 
 	tcase_add_test(tc, test_take_until_deadline);
