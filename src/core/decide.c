@@ -12,6 +12,13 @@
  * prepare to completion: one allocation, with room for DECIDE_STACK_RULES
  * checks inside it, the keys in an arena of their own.
  *
+ * Quota taken in advance (prefetch.c; docs/algorithms.md, "Taking quota
+ * in advance") is used in prepare, after the deny cache: a check whose key
+ * the daemon holds enough units of is answered from them and moved after
+ * the checks that go to the store (a request with none left makes no
+ * store call); the others ask the store for a chunk.  Completion uses the
+ * units (all allowed) or puts them back, and holds the chunks recorded.
+ *
  * The deny cache (deny_cache.c) is asked in prepare, for stores that do not
  * answer inline: if any non-shadow check's key was denied lately for a cost
  * no larger, the request is denied as the store would, with the time left.

@@ -184,7 +184,8 @@ typedef void (*decide_done_fn)(void *arg);
 
 /*
  * The first half.  Returns 0 when *out is final already (a validation
- * error, no rule applies, or a denial from the deny cache), else 1 with a
+ * error, no rule applies, a denial from the deny cache, or every check
+ * admitted from quota held in advance: d->prefetch), else 1 with a
  * job for decide_run().  A request that fails validation never touches a
  * store.  cfg, req's strings and out are borrowed until the decision is
  * final.  Any thread.
