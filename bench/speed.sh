@@ -365,7 +365,7 @@ fi
 
 ratio() {
   awk -v a="${rate[$1]:-0}" -v b="${rate[$2]:-0}" \
-    'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }'
+    'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "-" }'
 }
 
 {
