@@ -155,6 +155,27 @@ redis_script_args_free(struct redis_script_args *a)
 	a->argv = NULL;
 }
 
+/* Is element i of a reply with 'chunks' one of a check's two chunk fields
+ * (taken, valid_us), which must be integers? */
+static bool
+chunk_field(const size_t *counts, size_t ncalls, size_t fields, size_t i)
+{
+	size_t at = 0, k, j;
+
+	if (fields < FIELDS_PER_CHECK + 3)
+		return false; /* no chunk fields */
+	for (k = 0; k < ncalls; k++) {
+		if (i < at + 1 + counts[k] * fields) {
+			if (i == at)
+				return false;
+			j = (i - at - 1) % fields;
+			return j >= fields - 2;
+		}
+		at += 1 + counts[k] * fields;
+	}
+	return false;
+}
+
 int
 redis_script_decode(const redisReply *r, struct backend_call *const *calls,
     const size_t *counts, size_t ncalls, bool marks, char *err, size_t errlen)
@@ -205,7 +226,8 @@ redis_script_decode(const redisReply *r, struct backend_call *const *calls,
 		at += 1 + counts[i] * fields;
 	}
 	for (i = 0; i < r->elements; i++) {
-		if (r->element[i]->type == REDIS_REPLY_STRING && marks)
+		if (r->element[i]->type == REDIS_REPLY_STRING && marks &&
+		    !chunk_field(counts, ncalls, fields, i))
 			continue; /* checked above, by position */
 		if (r->element[i]->type != REDIS_REPLY_INTEGER ||
 		    r->element[i]->integer < 0) {

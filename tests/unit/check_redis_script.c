@@ -385,6 +385,19 @@ START_TEST(test_decode_chunks)
 	ck_assert_int_eq(d.out_a[1].taken, 0);
 	ck_assert_int_eq(d.out_a[1].remaining, 3);
 	freeReplyObject(r);
+	/* a chunk field that is a string, as a mark would be */
+	r = resp(
+	    "*17\r\n:1\r\n"
+	    ":1\r\n:87\r\n:1100\r\n:0\r\n:1100\r\n$1\r\n1\r\n"
+	    "$2\r\n13\r\n:100000\r\n"
+	    ":1\r\n:3\r\n:60000\r\n:0\r\n:20000\r\n$1\r\n0\r\n"
+	    ":0\r\n:0\r\n");
+	ck_assert_int_eq(redis_script_decode(r, d.calls, counts, 1, true, err,
+			     sizeof(err)),
+	    -1);
+	ck_assert_str_eq(err,
+	    "script: element 7 is not a non-negative integer");
+	freeReplyObject(r);
 }
 END_TEST
 
