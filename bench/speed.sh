@@ -16,6 +16,11 @@
 #   (e)     POST /acquire, Redis, three rules per request.
 #   (f)     gRPC ShouldRateLimit (h2load, one stream per connection), Redis,
 #           one descriptor, all allowed: the Envoy path, against (a).
+#   (g)     POST /acquire, Redis, one hot key, all allowed, its rule with
+#           prefetch (docs/algorithms.md, "Taking quota in advance"): one
+#           daemon, against Redis alone (its EVALSHA ceiling is per key).
+#   (g3)    the same key from three daemons at once (one wrk each, the
+#           rates summed), against Redis alone.
 # wrk uses CONNECTIONS keep-alive connections and THREADS threads; the
 # ratios are against the reference of the table in issue order: (a), (e)
 # against redis; (b), (d) against nginx; (c), (f) against (a).  Then the RSS of
@@ -27,7 +32,7 @@
 #
 # Environment: DURATION (s, default 10), CONNECTIONS (50), THREADS (2),
 # RATELIMITD (default build/ratelimitd), REDIS_SERVER, NGINX, WRK,
-# REDIS_BENCHMARK, H2LOAD.
+# REDIS_BENCHMARK, H2LOAD; ONLY="g g3" runs Redis alone and those runs.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -72,6 +77,11 @@ wait_port() {
   echo "speed.sh: nothing listens on port $1" >&2
   cat "$tmp"/*.log >&2 2>/dev/null || true
   return 1
+}
+
+# want NAME: is run NAME asked for (ONLY unset: every run)?
+want() {
+  [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]
 }
 
 # CPU seconds (user + system) a process used so far.
@@ -135,6 +145,12 @@ rules:
     key: "\${user}"
     limit: 10
     window: 60s
+  - name: hotpf
+    match: { bench: "hotpf" }
+    key: "global"
+    limit: 1000000000
+    window: 60s
+    prefetch: { max_units: 1000, hold: 100ms }
   - name: r1
     match: { bench: "three" }
     key: "\${user}"
@@ -243,7 +259,7 @@ p99[redis]="-"
 cpu[redis]="-"
 redis-cli -p "$rport" FLUSHALL >/dev/null
 
-run nginx "$nport" "${nworker:-$npid}" "$tmp/post.lua"
+want nginx && run nginx "$nport" "${nworker:-$npid}" "$tmp/post.lua"
 
 dport=$(free_port)
 gport=$(free_port)
@@ -251,10 +267,40 @@ start_daemon "$dport" redis "$gport"
 dpid=$started
 wait_port "$dport"
 wait_port "$gport"
-run a "$dport" "$dpid" "$tmp/post.lua" one 10000
-run b "$dport" "$dpid" "$tmp/post.lua" hot 1
-run c "$dport" "$dpid" "$tmp/auth.lua"
-run e "$dport" "$dpid" "$tmp/post.lua" three 10000
+want a && run a "$dport" "$dpid" "$tmp/post.lua" one 10000
+want b && run b "$dport" "$dpid" "$tmp/post.lua" hot 1
+want c && run c "$dport" "$dpid" "$tmp/auth.lua"
+want e && run e "$dport" "$dpid" "$tmp/post.lua" three 10000
+want g && run g "$dport" "$dpid" "$tmp/post.lua" hotpf 1
+
+# (g3): three daemons on the hot key, one wrk each at the same time.
+if want g3; then
+  g3ports=("$dport")
+  g3pids=("$dpid")
+  for _ in 1 2; do
+    p=$(free_port)
+    start_daemon "$p" redis
+    wait_port "$p"
+    g3ports+=("$p")
+    g3pids+=("$started")
+  done
+  c0=0
+  for p in "${g3pids[@]}"; do c0=$(awk -v a="$c0" -v b="$(cpu_s "$p")" 'BEGIN { print a + b }'); done
+  for i in 0 1 2; do
+    BENCH_KIND=hotpf BENCH_KEYS=1 "$wrk" -t"$wthreads" -c"$conns" \
+      -d"${dur}s" --latency -s "$tmp/post.lua" \
+      "http://127.0.0.1:${g3ports[$i]}" >"$tmp/g3-$i.out" 2>&1 &
+    g3wrk[$i]=$!
+  done
+  for i in 0 1 2; do wait "${g3wrk[$i]}" || true; done
+  c1=0
+  for p in "${g3pids[@]}"; do c1=$(awk -v a="$c1" -v b="$(cpu_s "$p")" 'BEGIN { print a + b }'); done
+  rate[g3]=$(cat "$tmp"/g3-*.out | awk '/^RESULT/ { s += $2 } END { printf "%.0f", s }')
+  read -r _ _ p50[g3] p99[g3] <<<"$(grep -h '^RESULT' "$tmp/g3-0.out")"
+  cpu[g3]=$(awk -v a="$c0" -v b="$c1" -v d="$dur" \
+    'BEGIN { printf "%.0f%%", 100 * (b - a) / d }')
+  for p in "${g3pids[@]:1}"; do kill "$p"; wait "$p" 2>/dev/null || true; done
+fi
 
 # (f): one framed ShouldRateLimit message {domain: "bench", descriptors:
 # [{user: g}]}, sent by h2load on every stream (h2load has no percentiles:
@@ -267,6 +313,7 @@ entry = ld(1, b"user") + ld(2, b"g")
 req = ld(1, b"bench") + ld(2, ld(1, entry))
 open(sys.argv[1], "wb").write(b"\0" + len(req).to_bytes(4, "big") + req)
 EOF
+if want f; then
 c0=$(cpu_s "$dpid")
 out=$("$h2load" -D "$dur" -c "$conns" -m 1 -t "$wthreads" -d "$tmp/rls.bin" \
   -H 'content-type: application/grpc' -H 'te: trailers' \
@@ -279,8 +326,12 @@ p50[f]="$(echo "$out" | awk '/^time for request:/ { print $6 }') (mean)"
 p99[f]="-"
 cpu[f]=$(awk -v a="$c0" -v b="$c1" -v d="$dur" \
   'BEGIN { printf "%.0f%%", 100 * (b - a) / d }')
+fi
 
 # RSS with 1,000 idle keep-alive connections (each has sent one request).
+rss0=0
+rss1=0
+if want rss; then
 rss0=$(awk '/VmRSS/ { print $2 }' "/proc/$dpid/status")
 python3 - "$dport" <<'EOF' &
 import socket, sys, time
@@ -298,9 +349,11 @@ hold=$!
 sleep 2
 rss1=$(awk '/VmRSS/ { print $2 }' "/proc/$dpid/status")
 wait "$hold" 2>/dev/null || true
+fi
 kill "$dpid"
 wait "$dpid" 2>/dev/null || true
 
+if want d; then
 mport=$(free_port)
 start_daemon "$mport" memory
 mpid=$started
@@ -308,10 +361,11 @@ wait_port "$mport"
 run d "$mport" "$mpid" "$tmp/post.lua" one 10000
 kill "$mpid"
 wait "$mpid" 2>/dev/null || true
+fi
 
 ratio() {
   awk -v a="${rate[$1]:-0}" -v b="${rate[$2]:-0}" \
-    'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }'
+    'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "-" }'
 }
 
 {
@@ -323,14 +377,16 @@ ratio() {
   echo
   echo "| run | requests/s | p50 ms | p99 ms | CPU of the server | reference | ratio |"
   echo "|---|---:|---:|---:|---:|---|---:|"
-  echo "| Redis alone: EVALSHA sliding window | ${rate[redis]} | ${p50[redis]} | - | - | | |"
-  echo "| nginx return 200 | ${rate[nginx]} | ${p50[nginx]} | ${p99[nginx]} | ${cpu[nginx]} | | |"
-  echo "| (a) /acquire, Redis, 10k keys, allowed | ${rate[a]} | ${p50[a]} | ${p99[a]} | ${cpu[a]} | Redis alone | $(ratio a redis) |"
-  echo "| (b) /acquire, Redis, one hot key, denied | ${rate[b]} | ${p50[b]} | ${p99[b]} | ${cpu[b]} | nginx | $(ratio b nginx) |"
-  echo "| (c) /auth, Redis, headers | ${rate[c]} | ${p50[c]} | ${p99[c]} | ${cpu[c]} | (a) | $(ratio c a) |"
-  echo "| (d) /acquire, memory, 10k keys | ${rate[d]} | ${p50[d]} | ${p99[d]} | ${cpu[d]} | nginx | $(ratio d nginx) |"
-  echo "| (e) /acquire, Redis, 3 rules | ${rate[e]} | ${p50[e]} | ${p99[e]} | ${cpu[e]} | Redis alone | $(ratio e redis) |"
-  echo "| (f) gRPC ShouldRateLimit, Redis, allowed | ${rate[f]} | ${p50[f]} | ${p99[f]} | ${cpu[f]} | (a) | $(ratio f a) |"
+  echo "| Redis alone: EVALSHA sliding window | ${rate[redis]:-} | ${p50[redis]:-} | - | - | | |"
+  echo "| nginx return 200 | ${rate[nginx]:-} | ${p50[nginx]:-} | ${p99[nginx]:-} | ${cpu[nginx]:-} | | |"
+  echo "| (a) /acquire, Redis, 10k keys, allowed | ${rate[a]:-} | ${p50[a]:-} | ${p99[a]:-} | ${cpu[a]:-} | Redis alone | $(ratio a redis) |"
+  echo "| (b) /acquire, Redis, one hot key, denied | ${rate[b]:-} | ${p50[b]:-} | ${p99[b]:-} | ${cpu[b]:-} | nginx | $(ratio b nginx) |"
+  echo "| (c) /auth, Redis, headers | ${rate[c]:-} | ${p50[c]:-} | ${p99[c]:-} | ${cpu[c]:-} | (a) | $(ratio c a) |"
+  echo "| (d) /acquire, memory, 10k keys | ${rate[d]:-} | ${p50[d]:-} | ${p99[d]:-} | ${cpu[d]:-} | nginx | $(ratio d nginx) |"
+  echo "| (e) /acquire, Redis, 3 rules | ${rate[e]:-} | ${p50[e]:-} | ${p99[e]:-} | ${cpu[e]:-} | Redis alone | $(ratio e redis) |"
+  echo "| (f) gRPC ShouldRateLimit, Redis, allowed | ${rate[f]:-} | ${p50[f]:-} | ${p99[f]:-} | ${cpu[f]:-} | (a) | $(ratio f a) |"
+  echo "| (g) /acquire, Redis, one hot key, prefetch, allowed | ${rate[g]:-} | ${p50[g]:-} | ${p99[g]:-} | ${cpu[g]:-} | Redis alone | $(ratio g redis) |"
+  echo "| (g3) the same, three daemons | ${rate[g3]:-} | ${p50[g3]:-} | ${p99[g3]:-} | ${cpu[g3]:-} | Redis alone | $(ratio g3 redis) |"
   echo
   echo "RSS of the daemon (Redis): $((rss0 / 1024)) MiB before, $((rss1 / 1024))" \
     "MiB with 1,000 idle keep-alive connections."

@@ -22,7 +22,11 @@
 --            cost       0 <= c <= L
 --            shadow     0 or 1
 --          A first ARGV 'marks' (before R, or before the checks) asks
---          for marks: see the reply.  A request's count may be written
+--          for marks: see the reply; then (or first) 'chunks' adds two
+--          fields per check to the reply (taken, valid_us).  An
+--          algorithm written '<alg>+<want>+<hold_us>' takes a chunk of
+--          up to want units when it records (docs/algorithms.md,
+--          "Taking quota in advance"); it needs 'chunks'.  A request's count may be written
 --          '<count>:<wait_us>': when denied now, it waits for its turn
 --          (docs/algorithms.md, "Waiting for a turn"): its units are
 --          recorded at the earliest time within wait_us at which every
@@ -568,6 +572,49 @@ function concurrency.finish(s)
   end
 end
 
+-- Taking quota in advance (docs/algorithms.md): instead of record, a
+-- check with s.want records k = c + min(want - c, floor(F / SHARE)) units,
+-- F the units still free after c, so that they may be used for s.valid
+-- microseconds after now.  Sets s.c = k (finish and effective then see a
+-- call that recorded k), s.taken and s.valid.
+local SHARE = 8
+
+local function chunk(s)
+  local F
+  s.valid = s.hold
+  if s.alg == sliding_log then
+    F = s.L - s.used - s.c
+  elseif s.alg == fixed_window then
+    F = s.L - s.n - s.c
+    if s.s_now + s.W - s.now < s.valid then
+      s.valid = s.s_now + s.W - s.now
+    end
+  elseif s.alg == token_bucket then
+    F = math.min(s.L,
+      math.floor((s.W + 1 - (s.new_tat - s.now)) * s.L / s.W))
+  else
+    F = math.floor(s.L - s.est - s.c)
+    if (s.i + 1) * s.G - s.now < s.valid then
+      s.valid = (s.i + 1) * s.G - s.now
+    end
+  end
+  local x = 0
+  if F >= SHARE then
+    x = math.min(s.want - s.c, math.floor(F / SHARE))
+  end
+  local k = s.c + x
+  if s.alg == token_bucket and s.base + k * s.W / s.L - s.now > s.W + 1 then
+    k = s.c -- double rounding said no
+  end
+  s.c = k
+  s.taken = k
+  if s.alg == sliding_log or s.alg == token_bucket then
+    s.alg.record_at(s, s.now + s.hold)
+  else
+    s.alg.record(s)
+  end
+end
+
 -- Rules that never wait: now if they admit now, else never.
 local function at_once(s, from)
   if s.allowed and from == s.now then
@@ -621,7 +668,7 @@ local function reserve_time(checks, first, last, wait)
   return nil
 end
 
-local function request(checks, first, last, reply, marks, wait)
+local function request(checks, first, last, reply, marks, chunks, wait)
   -- Phase 1: check.
   local all = true
   for k = first, last do
@@ -654,7 +701,11 @@ local function request(checks, first, last, reply, marks, wait)
     for k = first, last do
       local s = checks[k]
       if s.allowed and s.c > 0 then
-        s.alg.record(s)
+        if s.want ~= nil and s.want >= s.c then
+          chunk(s)
+        else
+          s.alg.record(s)
+        end
         s.recorded = true
       end
     end
@@ -682,6 +733,10 @@ local function request(checks, first, last, reply, marks, wait)
     if marks then
       reply[#reply + 1] = s.recorded and s.mark or '0'
     end
+    if chunks then
+      reply[#reply + 1] = s.taken or 0
+      reply[#reply + 1] = s.taken and s.valid or 0
+    end
   end
 end
 
@@ -689,8 +744,14 @@ end
 local n = #KEYS
 local counts, base
 local waits = {}
-local marks = ARGV[1] == 'marks'
-local m = marks and 1 or 0
+local m = 0
+local marks, chunks = false, false
+if ARGV[m + 1] == 'marks' then
+  marks, m = true, m + 1
+end
+if ARGV[m + 1] == 'chunks' then
+  chunks, m = true, m + 1
+end
 if #ARGV == m + 5 * n then
   counts, base = {n}, m
 else
@@ -726,8 +787,14 @@ local checks = {}
 for k = 1, n do
   local a = base + (k - 1) * 5
   local alg = ALGORITHMS[tonumber(ARGV[a + 1])]
-  local token = nil
-  if alg == nil then
+  local token, want, hold = nil, nil, nil
+  local pa, pw, ph = string.match(ARGV[a + 1], '^(%d+)%+(%d+)%+(%d+)$')
+  if pa ~= nil and chunks then
+    alg, want, hold = ALGORITHMS[tonumber(pa)], tonumber(pw), tonumber(ph)
+    if alg == concurrency then
+      alg = nil
+    end
+  elseif alg == nil then
     local an, tk = string.match(ARGV[a + 1], '^(%d+):(%x+)$')
     alg, token = ALGORITHMS[tonumber(an)], tk
     if alg ~= concurrency then
@@ -743,7 +810,8 @@ for k = 1, n do
     return redis.error_reply('ratelimit.lua: bad arguments for key ' .. k)
   end
   checks[k] = {alg = alg, key = KEYS[k], L = L, W = wms * 1000, c = c,
-    shadow = shadow, now = now, retry = 0, recorded = false, token = token}
+    shadow = shadow, now = now, retry = 0, recorded = false, token = token,
+    want = want, hold = hold}
 end
 
 -- The requests one after the other, in order: a later one sees what an
@@ -751,7 +819,8 @@ end
 local reply = {}
 local first = 1
 for r = 1, #counts do
-  request(checks, first, first + counts[r] - 1, reply, marks, waits[r] or 0)
+  request(checks, first, first + counts[r] - 1, reply, marks, chunks,
+    waits[r] or 0)
   first = first + counts[r]
 end
 return reply

@@ -29,6 +29,7 @@
 #include "core/config.h"
 #include "core/decide.h"
 #include "core/deny_cache.h"
+#include "core/prefetch.h"
 #include "front/grpc.h"
 #include "front/http.h"
 #include "front/listen.h"
@@ -45,6 +46,7 @@
 /* Keys denied lately, kept to answer repeat requests without Redis: at
  * most this many, each with a copy of its key (under 1 KiB). */
 #define DENY_CACHE_SLOTS 4096
+#define PREFETCH_KEYS	 65536 /* keys held in advance at once */
 
 #ifndef RL_VERSION
 #define RL_VERSION "unknown"
@@ -56,6 +58,7 @@ struct daemon {
 	struct backend *backend;
 	struct backend *local;
 	struct deny_cache *deny;
+	struct prefetch *prefetch; /* quota held in advance */
 	struct lease_wait *leases; /* requests waiting for a lease */
 	struct metrics *metrics;
 	struct decider decider;
@@ -178,6 +181,21 @@ on_backend(const char *backend, int64_t usec, enum backend_error_kind kind,
 	metrics_backend_call(arg, backend, usec, metrics_store_error_of(kind));
 }
 
+/* docs/algorithms.md, "Taking quota in advance": units taken, used, lost. */
+static void
+on_prefetch(const struct rule *r, bool used, int64_t units, void *arg)
+{
+	metrics_prefetch(arg, r->name,
+	    used ? METRICS_PREFETCH_USED : METRICS_PREFETCH_TAKEN,
+	    (uint64_t)units);
+}
+
+static void
+on_prefetch_lost(const char *rule, int64_t units, void *arg)
+{
+	metrics_prefetch(arg, rule, METRICS_PREFETCH_LOST, (uint64_t)units);
+}
+
 static uint64_t
 deny_hits(const void *arg)
 {
@@ -211,9 +229,11 @@ reload(struct daemon *d)
 	http_server_set_config(d->http, c);
 	if (d->grpc != NULL)
 		grpc_server_set_config(d->grpc, c);
-	/* Limits may have changed: forget what the old rules denied. */
+	/* Limits may have changed: forget what the old rules denied, and
+	 * drop the quota held in advance under them. */
 	if (d->deny != NULL)
 		deny_cache_clear(d->deny);
+	prefetch_clear(d->prefetch);
 	log_info("reloaded %s: %zu rules", d->path, c->nrules);
 	config_unref(c);
 	metrics_reload(d->metrics, true);
@@ -475,6 +495,11 @@ make_decider(struct daemon *d, char *err, size_t errlen)
 		return -1;
 	if (d->deny != NULL)
 		metrics_set_deny_hits(d->metrics, deny_hits, d->deny);
+	d->prefetch = prefetch_new(PREFETCH_KEYS, on_prefetch_lost, d->metrics);
+	if (d->prefetch == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
 	d->decider = (struct decider){
 		.backend = d->backend,
 		.local = d->local,
@@ -482,6 +507,8 @@ make_decider(struct daemon *d, char *err, size_t errlen)
 		.on_rule = on_rule_http,
 		.on_backend = on_backend,
 		.hook_arg = d->metrics,
+		.prefetch = d->prefetch,
+		.on_prefetch = on_prefetch,
 	};
 	d->grpc_decider = d->decider;
 	d->grpc_decider.on_rule = on_rule_grpc;
@@ -596,6 +623,7 @@ daemon_free(struct daemon *d)
 	backend_free(d->backend);
 	lease_wait_free(d->leases);
 	deny_cache_free(d->deny);
+	prefetch_free(d->prefetch);
 	metrics_free(d->metrics);
 	config_unref(d->cfg);
 }

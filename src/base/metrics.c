@@ -63,7 +63,9 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
 struct metrics_rule {
 	atomic_ullong n[METRICS_NPROTOCOLS][METRICS_NRESULTS];
 	atomic_ullong records; /* a stat's recorded values */
-	atomic_bool is_stat;   /* counted by metrics_stat_record */
+	atomic_ullong prefetch[METRICS_PREFETCH_NEVENTS];
+	atomic_bool has_prefetch; /* counted by metrics_prefetch */
+	atomic_bool is_stat;	  /* counted by metrics_stat_record */
 	uint32_t hash;
 	char name[];
 };
@@ -323,6 +325,29 @@ metrics_decision(struct metrics *m, enum metrics_protocol p, const char *rule,
 	if (e == NULL && (e = rule_get_slow(m, rule, h)) == NULL)
 		return;
 	atomic_fetch_add_explicit(&e->n[p][o], 1, memory_order_relaxed);
+}
+
+void
+metrics_prefetch(struct metrics *m, const char *rule, enum metrics_prefetch ev,
+    uint64_t units)
+{
+	struct metrics_rule *e;
+	uint32_t h;
+
+	if (m == NULL || rule == NULL ||
+	    (unsigned)ev >= METRICS_PREFETCH_NEVENTS)
+		return;
+	h = metrics_hash(rule);
+	if (pthread_rwlock_rdlock(&m->lock) != 0)
+		return;
+	if ((e = rule_find(m, rule, h)) == NULL)
+		e = m->other;
+	pthread_rwlock_unlock(&m->lock);
+	if (e == NULL && (e = rule_get_slow(m, rule, h)) == NULL)
+		return;
+	atomic_store_explicit(&e->has_prefetch, true, memory_order_relaxed);
+	atomic_fetch_add_explicit(&e->prefetch[ev], units,
+	    memory_order_relaxed);
 }
 
 /* Stats share the table of names with rules: a name is one or the
@@ -684,6 +709,34 @@ render_decisions(struct metrics_buf *b, struct metrics *m,
 			}
 }
 
+/* Only the rules that took quota in advance. */
+static void
+render_prefetch(struct metrics_buf *b, struct metrics_rule **rules,
+    size_t nrules)
+{
+	static const char *const names[METRICS_PREFETCH_NEVENTS] = {
+		[METRICS_PREFETCH_TAKEN] = "taken",
+		[METRICS_PREFETCH_USED] = "used",
+		[METRICS_PREFETCH_LOST] = "lost",
+	};
+	size_t i, j;
+
+	buf_family(b, "ratelimitd_prefetch_units_total", "counter",
+	    "Units of quota taken in advance, used in process, or lost, "
+	    "by rule.");
+	for (i = 0; i < nrules; i++)
+		for (j = 0; atomic_load_explicit(&rules[i]->has_prefetch,
+				memory_order_relaxed) &&
+		     j < METRICS_PREFETCH_NEVENTS;
+		     j++) {
+			buf_puts(b, "ratelimitd_prefetch_units_total{rule=");
+			buf_label_value(b, rules[i]->name);
+			buf_printf(b, ",event=\"%s\"} %llu\n", names[j],
+			    atomic_load_explicit(&rules[i]->prefetch[j],
+				memory_order_relaxed));
+		}
+}
+
 static void
 render_stats(struct metrics_buf *b, struct metrics_rule **rules, size_t nrules)
 {
@@ -869,6 +922,7 @@ metrics_render(struct metrics *m, char **out, size_t *len)
 		render_grpc(&b, m);
 		render_decisions(&b, m, rules, nrules);
 		render_stats(&b, rules, nrules);
+		render_prefetch(&b, rules, nrules);
 		render_backends(&b, m);
 		render_reloads(&b, m);
 	}

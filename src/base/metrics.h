@@ -45,6 +45,20 @@ enum metrics_protocol { METRICS_HTTP, METRICS_GRPC, METRICS_NPROTOCOLS };
 void metrics_decision(struct metrics *m, enum metrics_protocol p,
     const char *rule, enum metrics_outcome o);
 
+/* Units of quota taken in advance (docs/algorithms.md, "Taking quota in
+ * advance"), the label event= of ratelimitd_prefetch_units_total: taken
+ * by this daemon in chunks beyond the requests that took them, used by
+ * requests admitted in process, or lost (the hold ended, a reload, no room
+ * to keep them).  Any thread. */
+enum metrics_prefetch {
+	METRICS_PREFETCH_TAKEN,
+	METRICS_PREFETCH_USED,
+	METRICS_PREFETCH_LOST,
+	METRICS_PREFETCH_NEVENTS
+};
+void metrics_prefetch(struct metrics *m, const char *rule,
+    enum metrics_prefetch ev, uint64_t units);
+
 /* One value recorded into stat `stat` (docs/stats.md). */
 void metrics_stat_record(struct metrics *m, const char *stat);
 

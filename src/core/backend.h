@@ -37,6 +37,11 @@ struct rl_check {
 	size_t keylen;
 	const char *token; /* concurrency: the token of the lease this
 			    * request takes (32 hex digits); else NULL */
+	/* docs/algorithms.md, "Taking quota in advance": when > 0 (and
+	 * >= cost >= 1), a recording check takes a chunk of up to this many
+	 * units, usable for prefetch_hold_us; 0: records cost only. */
+	int64_t prefetch_want;
+	int64_t prefetch_hold_us;
 };
 
 /* What one check would do, filled by the backend. */
@@ -53,6 +58,10 @@ struct rl_result {
 				 * concurrency rule (docs/algorithms.md) */
 	double mark;		/* Redis Cluster: where the units were
 				 * recorded (lua/takeback.lua); else 0 */
+	int64_t taken;		/* a chunk was recorded (prefetch_want):
+				 * its units, cost included; else 0 */
+	int64_t taken_us;	/* then: how long after the store's now
+				 * its units may be used */
 };
 
 /*

@@ -194,6 +194,43 @@ parse_algorithm(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 	return 0;
 }
 
+/* prefetch: { max_units, hold } (docs/algorithms.md, "Taking quota in
+ * advance"). */
+#define PU(f) offsetof(struct rule, f)
+/* clang-format off */
+static const struct field prefetch_fields[] = {
+	{ "max_units", F_INT64,    PU(prefetch_units), 1, MAX_LIMIT, NULL, 0,
+	    NULL },
+	{ "hold",      F_DURATION, PU(prefetch_hold_ms), 1, 60000, NULL, 0,
+	    NULL },
+};
+/* clang-format on */
+#undef PU
+
+static const struct schema prefetch_schema = { "prefetch", "prefetch.",
+	prefetch_fields, NELEM(prefetch_fields) };
+
+static int
+parse_prefetch(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
+{
+	yaml_node_t *seen[MAX_FIELDS] = { NULL };
+	struct rule *r = dst;
+
+	if (v->type != YAML_MAPPING_NODE) {
+		cfg_errf(ld, v, "%s: expected a mapping { max_units, hold }",
+		    what);
+		return -1;
+	}
+	if (cfg_walk_mapping(ld, what, v, &prefetch_schema, r, seen) != 0)
+		return -1;
+	if (seen[0] == NULL || seen[1] == NULL) {
+		cfg_errf(ld, v, "%s: needs both \"max_units\" and \"hold\"",
+		    what);
+		return -1;
+	}
+	return 0;
+}
+
 enum {
 	RF_NAME,
 	RF_MATCH,
@@ -202,7 +239,8 @@ enum {
 	RF_WINDOW,
 	RF_ALGORITHM,
 	RF_COST,
-	RF_SHADOW
+	RF_SHADOW,
+	RF_PREFETCH
 };
 
 #define RU(f) offsetof(struct rule, f)
@@ -223,6 +261,8 @@ static const struct field rule_fields[] = {
 	[RF_COST] =      { "cost",      F_INT64,    RU(cost), 0, MAX_LIMIT,
 	    NULL, 0, NULL },
 	[RF_SHADOW] =    { "shadow",    F_BOOL,     RU(shadow), 0, 0, NULL, 0,
+	    NULL },
+	[RF_PREFETCH] =  { "prefetch",  F_CUSTOM,   0, 0, 0, parse_prefetch, 0,
 	    NULL },
 };
 /* clang-format on */
@@ -268,6 +308,13 @@ parse_rule(struct loader *ld, yaml_node_t *v, const struct config *c,
 		    " is larger than "
 		    "limit %" PRId64,
 		    r->cost, r->limit);
+		return -1;
+	}
+	/* A lease is held until released: nothing to take in advance. */
+	if (r->algorithm == RL_ALG_CONCURRENCY && r->prefetch_units > 0) {
+		cfg_errf(ld, seen[RF_PREFETCH],
+		    "prefetch: not for a concurrency rule (its units are "
+		    "leases)");
 		return -1;
 	}
 	/* GCRA spaces units window/limit apart on a microsecond clock: a

@@ -12,6 +12,13 @@
  * prepare to completion: one allocation, with room for DECIDE_STACK_RULES
  * checks inside it, the keys in an arena of their own.
  *
+ * Quota taken in advance (prefetch.c; docs/algorithms.md, "Taking quota
+ * in advance") is used in prepare, after the deny cache: a check whose key
+ * the daemon holds enough units of is answered from them and moved after
+ * the checks that go to the store (a request with none left makes no
+ * store call); the others ask the store for a chunk.  Completion uses the
+ * units (all allowed) or puts them back, and holds the chunks recorded.
+ *
  * The deny cache (deny_cache.c) is asked in prepare, for stores that do not
  * answer inline: if any non-shadow check's key was denied lately for a cost
  * no larger, the request is denied as the store would, with the time left.
@@ -27,6 +34,7 @@
 
 #include "core/deny_cache.h"
 #include "core/lease.h"
+#include "core/prefetch.h"
 #include "base/util.h"
 
 /* Requests with few applying rules (nearly all) use the stack. */
@@ -36,9 +44,12 @@ struct applying {
 	const struct rule *rule;
 	size_t keyoff; /* the key's offset in the key arena */
 	size_t keylen;
-	uint64_t groups; /* bit g: group g's (with req->groups) */
-	size_t tokoff;	 /* concurrency: its lease token's offset in
-			  * the key arena; else SIZE_MAX */
+	uint64_t groups;  /* bit g: group g's (with req->groups) */
+	size_t tokoff;	  /* concurrency: its lease token's offset in
+			   * the key arena; else SIZE_MAX */
+	int64_t pf_units; /* units taken from what the daemon holds (the
+			   * check is then answered in process); else 0 */
+	int64_t pf_until; /* their deadline (prefetch_put_back) */
 };
 
 struct decide_job {
@@ -57,6 +68,8 @@ struct decide_job {
 	struct decide_group_result *group_out; /* ngroups, or NULL */
 	size_t ngroups;
 	size_t n;
+	size_t nstore; /* checks[0..nstore) go to the store; the others
+			* were answered from units held in advance */
 	struct applying *ap;
 	struct rl_check *checks;
 	struct rl_result *res;
@@ -409,6 +422,140 @@ lease_wait_check(struct decide_job *job)
 	out->lease_retry_ms = job->res[best].retry_after_ms;
 }
 
+/* --- quota taken in advance (docs/algorithms.md) ----------------------- */
+
+/* Does check i of the job take part in prefetch? */
+static bool
+prefetch_applies(const struct decide_job *job, size_t i)
+{
+	const struct rule *r = job->ap[i].rule;
+
+	return job->d->prefetch != NULL && r->prefetch_units > 0 &&
+	    job->checks[i].cost > 0 && job->wait_us == 0 &&
+	    r->algorithm != RL_ALG_CONCURRENCY;
+}
+
+static void
+swap_checks(struct decide_job *job, size_t a, size_t b)
+{
+	struct applying ap = job->ap[a];
+	struct rl_check ck = job->checks[a];
+
+	job->ap[a] = job->ap[b];
+	job->checks[a] = job->checks[b];
+	job->ap[b] = ap;
+	job->checks[b] = ck;
+}
+
+/*
+ * Before the store: each prefetched check whose key this daemon holds
+ * enough units of is answered from them (and moved after the checks that
+ * go to the store); the others ask the store for a chunk.  Returns the
+ * number of checks left for the store.
+ */
+static size_t
+prefetch_plan(struct decide_job *job)
+{
+	int64_t now = util_monotonic_us();
+	struct prefetch_view v;
+	size_t i, nstore = job->n;
+
+	for (i = 0; i < job->n; i++) {
+		job->ap[i].pf_units = 0;
+		job->ap[i].pf_until = 0;
+	}
+	for (i = 0; i < nstore;) {
+		struct rl_check *c = &job->checks[i];
+		const struct rule *r = job->ap[i].rule;
+
+		if (!prefetch_applies(job, i)) {
+			i++;
+			continue;
+		}
+		if (!prefetch_take(job->d->prefetch, c->key, c->keylen, c->cost,
+			now, &v)) {
+			c->prefetch_want = r->prefetch_units > c->cost ?
+			    r->prefetch_units :
+			    c->cost;
+			c->prefetch_hold_us = r->prefetch_hold_ms * 1000;
+			i++;
+			continue;
+		}
+		job->ap[i].pf_units = c->cost;
+		job->ap[i].pf_until = v.until;
+		job->res[i] = (struct rl_result){
+			.allowed = true,
+			.remaining = v.remaining < c->limit ? v.remaining :
+							      c->limit,
+			.reset_ms = v.reset_ms,
+			.effective_ms = v.effective_ms,
+		};
+		nstore--;
+		if (i != nstore) {
+			struct rl_result rs = job->res[i];
+
+			swap_checks(job, i, nstore);
+			job->res[nstore] = rs;
+		}
+	}
+	return nstore;
+}
+
+/* The local store decides instead: plain checks, no chunk. */
+static void
+prefetch_no_chunks(struct decide_job *job)
+{
+	size_t i;
+
+	for (i = 0; i < job->nstore; i++)
+		job->checks[i].prefetch_want = job->checks[i]
+						   .prefetch_hold_us = 0;
+}
+
+/*
+ * The decision is known: admitted (the units answered in process are
+ * used, and the chunks the store recorded are held) or not (those units
+ * go back to what the daemon holds).
+ */
+static void
+prefetch_settle(struct decide_job *job, bool admitted)
+{
+	const struct decider *d = job->d;
+	int64_t now;
+	size_t i;
+
+	if (d->prefetch == NULL)
+		return;
+	now = util_monotonic_us();
+	for (i = 0; i < job->n; i++) {
+		const struct rl_check *c = &job->checks[i];
+		const struct rule *r = job->ap[i].rule;
+		const struct rl_result *res = &job->res[i];
+
+		if (job->ap[i].pf_units > 0) {
+			if (admitted || job->nstore == 0) {
+				if (d->on_prefetch != NULL)
+					d->on_prefetch(r, true,
+					    job->ap[i].pf_units, d->hook_arg);
+			} else
+				prefetch_put_back(d->prefetch, r->name, c->key,
+				    c->keylen, job->ap[i].pf_units,
+				    job->ap[i].pf_until, now);
+			continue;
+		}
+		if (i >= job->nstore || !admitted || c->prefetch_want == 0 ||
+		    res->taken <= c->cost)
+			continue;
+		/* Held from when the call left: the store's now was later. */
+		prefetch_add(d->prefetch, r->name, c->key, c->keylen,
+		    res->taken - c->cost, job->submit_us + res->taken_us, now,
+		    res->remaining, res->reset_ms, res->effective_ms);
+		if (d->on_prefetch != NULL)
+			d->on_prefetch(r, false, res->taken - c->cost,
+			    d->hook_arg);
+	}
+}
+
 /* Finish: the decision is final; free the job, then tell the caller. */
 static void
 job_finish(struct decide_job *job)
@@ -427,7 +574,7 @@ job_submit(struct decide_job *job, struct backend *b)
 {
 	memset(&job->call, 0, sizeof(job->call));
 	job->call.checks = job->checks;
-	job->call.n = job->n;
+	job->call.n = job->nstore;
 	job->call.out = job->res;
 	job->call.start_us = job->on_local ? 0 : job->req_start_us;
 	job->call.deadline_us = job->on_local ? 0 : job->req_deadline_us;
@@ -451,6 +598,7 @@ job_call_done(struct backend_call *call)
 		d->on_backend(b->name, util_monotonic_us() - job->submit_us,
 		    call->rc == 0 ? BACKEND_ERR_NONE : call->kind, d->hook_arg);
 	if (call->rc == 0) {
+		prefetch_settle(job, call->all_allowed);
 		pick_deciding(job->ap, job->checks, job->res, job->n,
 		    call->all_allowed, out);
 		out->waited_ms = call->all_allowed && call->waited_us > 0 ?
@@ -475,6 +623,7 @@ job_call_done(struct backend_call *call)
 		out->backend_error = call->kind;
 		switch (job->cfg->on_backend_error) {
 		case RL_ON_ERROR_DENY:
+			prefetch_settle(job, false);
 			report(d, job->ap, job->checks, NULL, job->n, false,
 			    DECIDE_RULE_ERROR);
 			/* The kind only: the store's own text (its replies,
@@ -487,7 +636,10 @@ job_call_done(struct backend_call *call)
 			return;
 		case RL_ON_ERROR_LOCAL:
 			if (d->local != NULL && d->local != d->backend) {
+				/* The local store's units are not the
+				 * key's: no chunk from there. */
 				job->on_local = true;
+				prefetch_no_chunks(job);
 				job_submit(job, d->local);
 				return;
 			}
@@ -496,6 +648,7 @@ job_call_done(struct backend_call *call)
 			break;
 		}
 	}
+	prefetch_settle(job, false);
 	/* Policy allow, or the local store failed too: allow. */
 	out->degraded = true;
 	allow_groups(job);
@@ -677,6 +830,17 @@ decide_prepare(const struct decider *d, const struct config *cfg,
 	if (ngroups == 0 && job->wait_us == 0 && d->deny != NULL &&
 	    !d->backend->completes_inline && deny_cached(d, job))
 		goto settled;
+	job->nstore = prefetch_plan(job);
+	if (job->nstore == 0) {
+		/* Every check answered from units held in advance. */
+		prefetch_settle(job, true);
+		pick_deciding(job->ap, job->checks, job->res, job->n, true,
+		    out);
+		pick_groups(job);
+		report(d, job->ap, job->checks, job->res, job->n, true,
+		    DECIDE_RULE_ALLOWED);
+		goto settled;
+	}
 	*jobp = job;
 	return 1;
 

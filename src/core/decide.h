@@ -152,7 +152,14 @@ typedef void (*decide_rule_fn)(const struct rule *r,
 typedef void (*decide_backend_fn)(const char *backend, int64_t usec,
     enum backend_error_kind kind, void *arg);
 
+/* Units of a rule taken in a chunk beyond the request that took them
+ * (used false), or used by a request admitted in process (used true):
+ * docs/algorithms.md, "Taking quota in advance".  May be NULL. */
+typedef void (*decide_prefetch_fn)(const struct rule *r, bool used,
+    int64_t units, void *arg);
+
 struct deny_cache;
+struct prefetch;
 
 /* The long-lived parts a decision needs.  Borrowed; set up by main.c. */
 struct decider {
@@ -164,7 +171,12 @@ struct decider {
 				  * answer inline. */
 	decide_rule_fn on_rule;
 	decide_backend_fn on_backend;
-	void *hook_arg; /* passed to both hooks */
+	void *hook_arg; /* passed to the hooks */
+	/* Quota taken in advance for the rules with prefetch
+	 * (docs/algorithms.md, "Taking quota in advance"); may be NULL:
+	 * then every request asks the store. */
+	struct prefetch *prefetch;
+	decide_prefetch_fn on_prefetch;
 };
 
 struct decide_job;
@@ -172,7 +184,8 @@ typedef void (*decide_done_fn)(void *arg);
 
 /*
  * The first half.  Returns 0 when *out is final already (a validation
- * error, no rule applies, or a denial from the deny cache), else 1 with a
+ * error, no rule applies, a denial from the deny cache, or every check
+ * admitted from quota held in advance: d->prefetch), else 1 with a
  * job for decide_run().  A request that fails validation never touches a
  * store.  cfg, req's strings and out are borrowed until the decision is
  * final.  Any thread.

@@ -894,3 +894,64 @@ limiter_record_at(struct limiter_state *s, const struct limiter_params *p,
 		break;
 	}
 }
+
+/* --- taking quota in advance ------------------------------------------- */
+
+int64_t
+limiter_chunk(struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t cost, int64_t want, int64_t hold_us, int64_t *valid_us)
+{
+	double w = (double)p->window_us, dnow = (double)now, f;
+	int64_t g, free_units = 0, x, k;
+	struct sw_view v;
+
+	*valid_us = hold_us;
+	switch (p->algorithm) {
+	case RL_ALG_SLIDING_LOG:
+		free_units = p->limit - s->u.log.used - cost;
+		break;
+	case RL_ALG_FIXED_WINDOW:
+		free_units = p->limit - s->u.fixed.n - cost;
+		if (fixed_start(p, now) + p->window_us - now < *valid_us)
+			*valid_us = fixed_start(p, now) + p->window_us - now;
+		break;
+	case RL_ALG_TOKEN_BUCKET:
+		f = floor((w + 1 - (bucket_new_tat(s, p, now, cost) - dnow)) *
+		    (double)p->limit / w);
+		free_units = f <= 0	  ? 0 :
+		    f >= (double)p->limit ? p->limit :
+					    (int64_t)f;
+		break;
+	case RL_ALG_SLIDING_WINDOW:
+		sw_view(s, p, now, &v);
+		f = floor((double)p->limit - v.est - (double)cost);
+		free_units = f <= 0 ? 0 : (int64_t)f;
+		g = sw_granule(p);
+		if ((v.i + 1) * g - now < *valid_us)
+			*valid_us = (v.i + 1) * g - now;
+		break;
+	case RL_ALG_CONCURRENCY:
+		break;
+	}
+	x = free_units < 0 ? 0 : free_units / LIMITER_PREFETCH_SHARE;
+	if (x > want - cost)
+		x = want - cost;
+	if (x < 0 || p->algorithm == RL_ALG_CONCURRENCY)
+		x = 0;
+	k = cost + x;
+	if (p->algorithm == RL_ALG_TOKEN_BUCKET &&
+	    bucket_new_tat(s, p, now, k) - dnow > w + 1)
+		k = cost; /* double rounding said no */
+	switch (p->algorithm) {
+	case RL_ALG_SLIDING_LOG:
+		log_record(s, now + hold_us, k); /* at max(now + h, newest) */
+		break;
+	case RL_ALG_TOKEN_BUCKET:
+		s->u.bucket.tat = bucket_new_tat(s, p, now + hold_us, k);
+		break;
+	default:
+		limiter_record(s, p, now, k);
+		break;
+	}
+	return k;
+}

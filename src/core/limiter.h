@@ -207,4 +207,21 @@ int limiter_reserve_room(struct limiter_state *s,
 void limiter_record_at(struct limiter_state *s, const struct limiter_params *p,
     int64_t now, int64_t t, int64_t cost);
 
+/*
+ * Taking quota in advance (docs/algorithms.md, "Taking quota in advance").
+ * Instead of limiter_record() for a check that asks for a chunk: record
+ * k = cost + min(want - cost, floor(F / LIMITER_PREFETCH_SHARE)) units,
+ * F being the units still free after cost, so that units admitted up to
+ * *valid_us after now keep the algorithm's guarantee (sliding_log at
+ * max(now + hold, newest), token_bucket as if taken at now + hold,
+ * fixed_window and sliding_window never past the window's or bucket's
+ * end).  Same preconditions as limiter_record() with cost >= 1 and
+ * want >= cost; cannot fail.  Returns k; then limiter_result() with cost
+ * k and recorded gives the call's results.
+ */
+#define LIMITER_PREFETCH_SHARE 8
+int64_t limiter_chunk(struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t cost, int64_t want, int64_t hold_us,
+    int64_t *valid_us);
+
 #endif

@@ -129,6 +129,11 @@ struct rule {
 	enum rl_algorithm algorithm;
 	int64_t cost; /* default cost, >= 0 */
 	bool shadow;
+	/* docs/algorithms.md, "Taking quota in advance": a daemon may take
+	 * up to prefetch_units units of a key in one store call and admit
+	 * from them for prefetch_hold_ms.  0: not used. */
+	int64_t prefetch_units;
+	int64_t prefetch_hold_ms;
 	size_t index; /* position in config->rules */
 };
 

@@ -432,6 +432,7 @@ memory_attempt(struct memory_backend *m, const struct rl_check *checks,
 	for (i = 0; i < n; i++) {
 		slots[i].entry = NULL;
 		slots[i].recorded = false;
+		out[i].taken = out[i].taken_us = 0;
 		mask |= UINT64_C(1) << memory_stripe_of(slots[i].hash);
 	}
 	memory_lock_mask(m, mask);
@@ -481,17 +482,27 @@ memory_attempt(struct memory_backend *m, const struct rl_check *checks,
 		}
 	}
 	if (rc == MEMORY_OK) {
-		for (i = 0; i < n && all; i++) {
-			if (slots[i].allowed && checks[i].cost > 0) {
+		for (i = 0; i < n; i++) {
+			out[i].taken = out[i].taken_us = 0;
+			if (!all || !slots[i].allowed || checks[i].cost <= 0)
+				continue;
+			if (checks[i].prefetch_want >= checks[i].cost)
+				out[i].taken = limiter_chunk(
+				    &slots[i].entry->state, &slots[i].params,
+				    now, checks[i].cost,
+				    checks[i].prefetch_want,
+				    checks[i].prefetch_hold_us,
+				    &out[i].taken_us);
+			else
 				limiter_record(&slots[i].entry->state,
 				    &slots[i].params, now, checks[i].cost);
-				slots[i].recorded = true;
-			}
+			slots[i].recorded = true;
 		}
 		for (i = 0; i < n; i++)
 			limiter_result(&slots[i].entry->state, &slots[i].params,
-			    now, checks[i].cost, slots[i].allowed,
-			    slots[i].recorded, &out[i]);
+			    now,
+			    out[i].taken > 0 ? out[i].taken : checks[i].cost,
+			    slots[i].allowed, slots[i].recorded, &out[i]);
 		*all_allowed = all;
 	}
 

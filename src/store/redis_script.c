@@ -15,9 +15,10 @@
 
 #define ARGS_PER_CHECK	 5
 #define FIELDS_PER_CHECK 5
-/* An int64 in decimal, or a concurrency algorithm and its lease token, and
+/* An int64 in decimal, or a concurrency algorithm and its lease token, or
+ * an algorithm asking for a chunk with its want and hold, and
  * a NUL. */
-#define NUM_MAX 40
+#define NUM_MAX 64
 
 /* Put v (>= 0, as every argument is) in decimal at *num as argument k;
  * printf's machinery was a tenth of the daemon's time. */
@@ -40,18 +41,33 @@ put_num(struct redis_script_args *a, size_t k, char **num, int64_t v)
 	*num += NUM_MAX;
 }
 
+/* Does c take a chunk (docs/algorithms.md, "Taking quota in advance")? */
+static bool
+asks_chunk(const struct rl_check *c)
+{
+	return c->prefetch_want > 0 && c->cost > 0 &&
+	    c->prefetch_want >= c->cost && c->prefetch_hold_us > 0 &&
+	    c->algorithm != RL_ALG_CONCURRENCY;
+}
+
 int
 redis_script_encode(struct backend_call *const *calls, size_t ncalls,
     const char *sha, bool marks, struct redis_script_args *a)
 {
 	size_t nkeys = 0, argc, nums, i, j, k, key, arg;
+	bool chunks = false;
 	char *num;
 	void *mem;
 
-	for (i = 0; i < ncalls; i++)
+	for (i = 0; i < ncalls; i++) {
 		nkeys += calls[i]->n;
-	/* EVALSHA sha nkeys, keys, [marks], R, counts, 5 per check */
-	argc = 3 + nkeys + (marks ? 1 : 0) + 1 + ncalls +
+		for (j = 0; j < calls[i]->n; j++)
+			if (asks_chunk(&calls[i]->checks[j]))
+				chunks = true;
+	}
+	/* EVALSHA sha nkeys, keys, [marks], [chunks], R, counts, 5 per
+	 * check */
+	argc = 3 + nkeys + (marks ? 1 : 0) + (chunks ? 1 : 0) + 1 + ncalls +
 	    nkeys * ARGS_PER_CHECK;
 	nums = 2 + ncalls + nkeys * ARGS_PER_CHECK;
 	if (ncalls == 0 || argc > (size_t)INT32_MAX / 2)
@@ -74,6 +90,10 @@ redis_script_encode(struct backend_call *const *calls, size_t ncalls,
 	if (marks) {
 		a->argv[arg] = "marks";
 		a->lens[arg++] = 5;
+	}
+	if (chunks) {
+		a->argv[arg] = "chunks";
+		a->lens[arg++] = 6;
 	}
 	put_num(a, arg++, &num, (int64_t)ncalls);
 	for (i = 0; i < ncalls; i++) {
@@ -105,6 +125,17 @@ redis_script_encode(struct backend_call *const *calls, size_t ncalls,
 				a->argv[k] = num;
 				a->lens[k++] = strlen(num);
 				num += NUM_MAX;
+			} else if (asks_chunk(c)) {
+				/* "<alg>+<want>+<hold_us>": take a chunk
+				 * (docs/algorithms.md, "Taking quota in
+				 * advance") */
+				snprintf(num, NUM_MAX, "%d+%lld+%lld",
+				    (int)c->algorithm,
+				    (long long)c->prefetch_want,
+				    (long long)c->prefetch_hold_us);
+				a->argv[k] = num;
+				a->lens[k++] = strlen(num);
+				num += NUM_MAX;
 			} else
 				put_num(a, k++, &num, (int64_t)c->algorithm);
 			put_num(a, k++, &num, c->limit);
@@ -124,20 +155,51 @@ redis_script_args_free(struct redis_script_args *a)
 	a->argv = NULL;
 }
 
+/* Is element i of a reply with 'chunks' one of a check's two chunk fields
+ * (taken, valid_us), which must be integers? */
+static bool
+chunk_field(const size_t *counts, size_t ncalls, size_t fields, size_t i)
+{
+	size_t at = 0, k, j;
+
+	if (fields < FIELDS_PER_CHECK + 3)
+		return false; /* no chunk fields */
+	for (k = 0; k < ncalls; k++) {
+		if (i < at + 1 + counts[k] * fields) {
+			if (i == at)
+				return false;
+			j = (i - at - 1) % fields;
+			return j >= fields - 2;
+		}
+		at += 1 + counts[k] * fields;
+	}
+	return false;
+}
+
 int
 redis_script_decode(const redisReply *r, struct backend_call *const *calls,
     const size_t *counts, size_t ncalls, bool marks, char *err, size_t errlen)
 {
 	size_t fields = FIELDS_PER_CHECK + (marks ? 1 : 0);
-	size_t want = 0, i, j, at;
+	size_t want = 0, nchecks = 0, i, j, at;
+	bool chunks = false;
 	char *end;
 
 	if (r->type == REDIS_REPLY_ERROR) {
 		snprintf(err, errlen, "script: %s", r->str);
 		return -1;
 	}
-	for (i = 0; i < ncalls; i++)
+	for (i = 0; i < ncalls; i++) {
 		want += 1 + counts[i] * fields;
+		nchecks += counts[i];
+	}
+	/* With 'chunks', two more fields per check (taken, valid_us); the
+	 * batch's length tells, as a NULL call's checks are not known. */
+	if (r->type == REDIS_REPLY_ARRAY && r->elements == want + 2 * nchecks) {
+		chunks = true;
+		fields += 2;
+		want += 2 * nchecks;
+	}
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != want) {
 		snprintf(err, errlen,
 		    "script: unexpected reply (type %d, %zu "
@@ -150,7 +212,8 @@ redis_script_decode(const redisReply *r, struct backend_call *const *calls,
 	for (i = 0, at = 0; i < ncalls; i++) {
 		/* Marks are strings (a double for token_bucket). */
 		for (j = 0; marks && j < counts[i]; j++) {
-			const redisReply *m = r->element[at + (j + 1) * fields];
+			const redisReply *m =
+			    r->element[at + j * fields + FIELDS_PER_CHECK + 1];
 
 			if (m->type != REDIS_REPLY_STRING || m->len == 0 ||
 			    (strtod(m->str, &end), *end != '\0')) {
@@ -163,7 +226,8 @@ redis_script_decode(const redisReply *r, struct backend_call *const *calls,
 		at += 1 + counts[i] * fields;
 	}
 	for (i = 0; i < r->elements; i++) {
-		if (r->element[i]->type == REDIS_REPLY_STRING && marks)
+		if (r->element[i]->type == REDIS_REPLY_STRING && marks &&
+		    !chunk_field(counts, ncalls, fields, i))
 			continue; /* checked above, by position */
 		if (r->element[i]->type != REDIS_REPLY_INTEGER ||
 		    r->element[i]->integer < 0) {
@@ -191,6 +255,8 @@ redis_script_decode(const redisReply *r, struct backend_call *const *calls,
 			c->out[j].retry_after_ms = e[4]->integer;
 			c->out[j].effective_ms = e[5]->integer;
 			c->out[j].mark = marks ? strtod(e[6]->str, NULL) : 0;
+			c->out[j].taken = chunks ? e[fields - 1]->integer : 0;
+			c->out[j].taken_us = chunks ? e[fields]->integer : 0;
 		}
 	}
 	return 0;

@@ -185,6 +185,10 @@ redis_split_takebacks(struct redis_split *s, backend_done_fn tb_done,
 			if (!part->out[k].allowed || part->checks[k].cost == 0)
 				continue;
 			s->tb_checks[m] = part->checks[k];
+			/* A chunk recorded its k units (docs/algorithms.md,
+			 * "Taking quota in advance"): those go back. */
+			if (part->out[k].taken > 0)
+				s->tb_checks[m].cost = part->out[k].taken;
 			s->tb_out[m] = part->out[k]; /* the mark */
 			s->taken[s->first[p] + k] = true;
 			m++;
@@ -235,7 +239,9 @@ redis_split_answer(struct redis_split *s)
 		*r = s->out[g];
 		if (s->taken[g]) {
 			/* Its units went back: as if never recorded. */
-			r->remaining += s->checks[g].cost;
+			r->remaining += r->taken > 0 ? r->taken :
+						       s->checks[g].cost;
+			r->taken = r->taken_us = 0;
 			if (r->remaining > s->checks[g].limit)
 				r->remaining = s->checks[g].limit;
 		}

@@ -102,8 +102,9 @@ get_reply(redisContext *c)
  * first element (EVAL's reply) in *out, to free with the returned reply. */
 static redisReply *
 run_step(redisContext *c, const struct vec_scenario *sc, char keys[][96],
-    int64_t now, int64_t cost, int64_t wait_us, size_t step, redisReply **out)
+    int64_t now, const struct vec_step *st, size_t step, redisReply **out)
 {
+	int64_t cost = st->cost, wait_us = st->wait_us;
 	const char *argv[5 + 6 * VEC_MAX_RULES];
 	size_t argl[5 + 6 * VEC_MAX_RULES];
 	char nums[VEC_MAX_RULES][5][48], nkeys[8], count[48];
@@ -118,6 +119,8 @@ run_step(redisContext *c, const struct vec_scenario *sc, char keys[][96],
 	argv[argc++] = nkeys;
 	for (r = 0; r < sc->nrules; r++)
 		argv[argc++] = keys[r];
+	if (st->chunk_want > 0)
+		argv[argc++] = "chunks";
 	if (wait_us > 0) {
 		/* A batch of one request, whose count carries the wait. */
 		snprintf(count, sizeof(count), "%zu:%" PRId64, sc->nrules,
@@ -130,6 +133,11 @@ run_step(redisContext *c, const struct vec_scenario *sc, char keys[][96],
 			/* a lease token of its own per step, as in memory */
 			snprintf(nums[r][0], sizeof(nums[r][0]), "%d:%032zx",
 			    (int)sc->rules[r].alg, step + 1);
+		else if (r == 0 && st->chunk_want > 0)
+			/* "<alg>+<want>+<hold_us>": take a chunk */
+			snprintf(nums[r][0], sizeof(nums[r][0]),
+			    "%d+%" PRId64 "+%" PRId64, (int)sc->rules[r].alg,
+			    st->chunk_want, st->chunk_hold_us);
 		else
 			snprintf(nums[r][0], sizeof(nums[r][0]), "%d",
 			    (int)sc->rules[r].alg);
@@ -188,10 +196,11 @@ START_TEST(test_scenario)
 		long long got[5];
 		size_t j;
 
-		exec = run_step(c, sc, keys, sc->epoch + st->t, st->cost,
-		    st->wait_us, s, &rep);
+		size_t f = st->chunk_want > 0 ? 7 : 5; /* fields per rule */
+
+		exec = run_step(c, sc, keys, sc->epoch + st->t, st, s, &rep);
 		ck_assert_msg(rep->type == REDIS_REPLY_ARRAY &&
-			rep->elements == 1 + 5 * sc->nrules,
+			rep->elements == 1 + f * sc->nrules,
 		    "%s:%d (%s): the script answered %s", vec_path, st->line,
 		    sc->name,
 		    rep->type == REDIS_REPLY_ERROR ? rep->str :
@@ -206,7 +215,7 @@ START_TEST(test_scenario)
 			const struct vec_result *w = &st->want[r];
 
 			for (j = 0; j < 5; j++)
-				got[j] = rep->element[1 + 5 * r + j]->integer;
+				got[j] = rep->element[1 + f * r + j]->integer;
 			ck_assert_msg(vec_field_ok(w, 0, got[0]) &&
 				vec_field_ok(w, 1, got[1]) &&
 				vec_field_ok(w, 2, got[2]) &&
@@ -221,6 +230,12 @@ START_TEST(test_scenario)
 			    w->remaining, w->reset_ms, w->retry_after_ms,
 			    w->effective_ms);
 		}
+		ck_assert_msg(st->chunk_want == 0 ||
+			(rep->element[6]->integer == st->took &&
+			    rep->element[7]->integer == st->took_us),
+		    "%s:%d (%s): took %lld %lld, want %" PRId64 " %" PRId64,
+		    vec_path, st->line, sc->name, rep->element[6]->integer,
+		    rep->element[7]->integer, st->took, st->took_us);
 		/* all_allowed: 0, 1, or 1 + the microseconds to the turn
 		 * reserved. */
 		ck_assert_msg((rep->element[0]->integer >= 1) == st->want_all,

@@ -206,6 +206,26 @@ START_TEST(test_defaults)
 }
 END_TEST
 
+/* prefetch: { max_units, hold } lands on the rule; absent, 0. */
+START_TEST(test_prefetch)
+{
+	char err[ERRLEN];
+	struct config *c = load(
+	    "rules:\n"
+	    "  - {name: a, limit: 100, window: 1s,\n"
+	    "     prefetch: {max_units: 20, hold: 50ms}}\n"
+	    "  - {name: b, limit: 100, window: 1s}\n",
+	    err);
+
+	ck_assert_msg(c != NULL, "%s", err);
+	ck_assert_int_eq(c->rules[0].prefetch_units, 20);
+	ck_assert_int_eq(c->rules[0].prefetch_hold_ms, 50);
+	ck_assert_int_eq(c->rules[1].prefetch_units, 0);
+	ck_assert_int_eq(c->rules[1].prefetch_hold_ms, 0);
+	config_unref(c);
+}
+END_TEST
+
 START_TEST(test_null_sections)
 {
 	struct config *c;
@@ -674,6 +694,29 @@ static const struct {
 	  "t.yaml:2:29: unknown key \"limit\" in stat" },
 	{ "stats: {name: lat}\n",
 	  "t.yaml:1:8: stats: expected a sequence of stats" },
+
+	/* prefetch (docs/algorithms.md, "Taking quota in advance") */
+	{ "rules:\n  - name: c\n    limit: 5\n    window: 1s\n"
+	  "    algorithm: concurrency\n"
+	  "    prefetch: {max_units: 2, hold: 10ms}\n",
+	  "t.yaml:6:15: prefetch: not for a concurrency rule (its units are "
+	  "leases)" },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    prefetch: {max_units: 2}\n",
+	  "t.yaml:5:15: prefetch: needs both \"max_units\" and \"hold\"" },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    prefetch: {max_units: 0, hold: 1ms}\n",
+	  "t.yaml:5:27: prefetch.max_units: expected an integer from 1 to "
+	  "1000000000" },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    prefetch: {max_units: 2, hold: 2m}\n",
+	  "t.yaml:5:36: prefetch.hold: expected a duration from 1ms to 1m" },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    prefetch: {max_units: 2, hold: 1ms, share: 3}\n",
+	  "t.yaml:5:41: unknown key \"share\" in prefetch" },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    prefetch: 5\n",
+	  "t.yaml:5:15: prefetch: expected a mapping { max_units, hold }" },
 
 	/* rules */
 	{ "rules:\n  - name: login\n    limit: 5\n    window: 1s\n"
@@ -1205,6 +1248,7 @@ test_suite(void)
 	tcase_add_test(tc, test_defaults);
 	tcase_add_test(tc, test_start_only_changes);
 	tcase_add_test(tc, test_null_sections);
+	tcase_add_test(tc, test_prefetch);
 	tcase_add_test(tc, test_every_key);
 	tcase_add_test(tc, test_rule_defaults_and_matching);
 	tcase_add_test(tc, test_find_and_names);

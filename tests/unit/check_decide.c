@@ -12,6 +12,7 @@
 #include "check_main.h"
 
 #include "core/decide.h"
+#include "core/prefetch.h"
 #include "base/util.h"
 #include "store/memory.h"
 
@@ -163,8 +164,9 @@ START_TEST(test_applying_rules_and_keys)
 
 	attrs_set(&a, "path", "/login");
 	attrs_set(&a, "ip", "10.0.0.1");
-	main_be.answer[0] = (struct rl_result){ true, 4, 60000, 0, 0, 0 };
-	main_be.answer[1] = (struct rl_result){ true, 99, 60000, 0, 0, 0 };
+	main_be.answer[0] = (struct rl_result){ true, 4, 60000, 0, 0, 0, 0, 0 };
+	main_be.answer[1] = (struct rl_result){ true, 99, 60000, 0, 0, 0, 0,
+		0 };
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
 	/* "watch" needs ${user}: it does not apply. */
 	ck_assert_uint_eq(main_be.n, 2);
@@ -202,9 +204,10 @@ START_TEST(test_denied_picks_largest_retry)
 
 	attrs_set(&a, "path", "/login");
 	attrs_set(&a, "ip", "10.0.0.1");
-	main_be.answer[0] = (struct rl_result){ false, 0, 30000, 2000, 0, 0 };
-	main_be.answer[1] = (struct rl_result){ false, 0, 60000, 7000, 5000,
+	main_be.answer[0] = (struct rl_result){ false, 0, 30000, 2000, 0, 0, 0,
 		0 };
+	main_be.answer[1] = (struct rl_result){ false, 0, 60000, 7000, 5000, 0,
+		0, 0 };
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
 	ck_assert(!d.allowed);
 	ck_assert_str_eq(d.rule->name, "global");
@@ -225,9 +228,10 @@ START_TEST(test_shadow_never_denies)
 	attrs_set(&a, "path", "/login");
 	attrs_set(&a, "ip", "10.0.0.1");
 	attrs_set(&a, "user", "bob");
-	main_be.answer[0] = (struct rl_result){ true, 3, 1000, 0, 0, 0 };
-	main_be.answer[1] = (struct rl_result){ true, 50, 1000, 0, 0, 0 };
-	main_be.answer[2] = (struct rl_result){ false, 0, 1000, 500, 0, 0 };
+	main_be.answer[0] = (struct rl_result){ true, 3, 1000, 0, 0, 0, 0, 0 };
+	main_be.answer[1] = (struct rl_result){ true, 50, 1000, 0, 0, 0, 0, 0 };
+	main_be.answer[2] = (struct rl_result){ false, 0, 1000, 500, 0, 0, 0,
+		0 };
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
 	ck_assert(d.allowed);
 	ck_assert_str_eq(d.rule->name, "watch");
@@ -247,7 +251,7 @@ START_TEST(test_forced_rule_and_cost)
 
 	/* Forcing skips match, but the key still needs ${ip}. */
 	attrs_set(&a, "ip", "1.2.3.4");
-	main_be.answer[0] = (struct rl_result){ true, 2, 1000, 0, 0, 0 };
+	main_be.answer[0] = (struct rl_result){ true, 2, 1000, 0, 0, 0, 0, 0 };
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
 	ck_assert_uint_eq(main_be.n, 1);
 	ck_assert_str_eq(main_be.keys[0], "rl:login:{1.2.3.4}");
@@ -310,8 +314,10 @@ START_TEST(test_policy_allow_deny_local)
 	ck_assert_int_eq(hook_calls[DECIDE_RULE_ERROR], 2);
 
 	cfg.on_backend_error = RL_ON_ERROR_LOCAL;
-	local_be.answer[0] = (struct rl_result){ false, 0, 9000, 9000, 0, 0 };
-	local_be.answer[1] = (struct rl_result){ true, 10, 9000, 0, 0, 0 };
+	local_be.answer[0] = (struct rl_result){ false, 0, 9000, 9000, 0, 0, 0,
+		0 };
+	local_be.answer[1] = (struct rl_result){ true, 10, 9000, 0, 0, 0, 0,
+		0 };
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
 	ck_assert_int_eq(local_be.calls, 1);
 	ck_assert(!d.allowed);
@@ -372,6 +378,103 @@ START_TEST(test_backend_duration_memory)
 }
 END_TEST
 
+/* docs/algorithms.md, "Taking quota in advance". */
+static int64_t pf_units[2]; /* [0] taken, [1] used */
+
+static void
+on_prefetch(const struct rule *r, bool used, int64_t units, void *arg)
+{
+	(void)r;
+	(void)arg;
+	pf_units[used ? 1 : 0] += units;
+}
+
+/* The first request takes a chunk of 13 (L = 100: 1 + min(19, 99 / 8));
+ * the next 12 are answered in process with no store call, each reporting
+ * the store's 87 plus what is still held; the 14th asks again (1 +
+ * min(19, 86 / 8) = 11). */
+START_TEST(test_prefetch_local)
+{
+	struct backend *mem = backend_memory_new(1000, NULL, NULL);
+	struct attrs a = { 0 };
+	struct decide_request rq = { .attrs = &a, .rule = NULL, .cost = -1 };
+	struct decision d;
+	int i;
+
+	ck_assert_ptr_nonnull(mem);
+	dec.backend = mem;
+	dec.on_backend = on_backend;
+	dec.on_prefetch = on_prefetch;
+	dec.prefetch = prefetch_new(16, NULL, NULL);
+	backend_calls = 0;
+	pf_units[0] = pf_units[1] = 0;
+	rules[1].prefetch_units = 20;
+	rules[1].prefetch_hold_ms = 60000;
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert(d.allowed);
+	ck_assert_int_eq(d.remaining, 87);
+	ck_assert_int_eq(backend_calls, 1);
+	ck_assert_int_eq(prefetch_held(dec.prefetch, "rl:global:{}", 12,
+			     util_monotonic_us()),
+	    12);
+	for (i = 0; i < 12; i++) {
+		ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+		ck_assert(d.allowed);
+		ck_assert_int_eq(d.remaining, 87 + 11 - i);
+		ck_assert_str_eq(d.rule->name, "global");
+	}
+	ck_assert_int_eq(backend_calls, 1);
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert_int_eq(backend_calls, 2);
+	ck_assert_int_eq(d.remaining, 100 - 13 - 11);
+	ck_assert_int_eq(pf_units[0], 12 + 10);
+	ck_assert_int_eq(pf_units[1], 12);
+	ck_assert_int_eq(hook_calls[DECIDE_RULE_ALLOWED], 14);
+	/* wait_ms never uses what is held */
+	rq.wait_ms = 100;
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert_int_eq(backend_calls, 3);
+	prefetch_free(dec.prefetch);
+	backend_free(mem);
+}
+END_TEST
+
+/* All or nothing: a request that the held units would admit and another
+ * rule denies uses none of them. */
+START_TEST(test_prefetch_all_or_nothing)
+{
+	struct backend *mem = backend_memory_new(1000, NULL, NULL);
+	struct attrs a = { 0 };
+	struct decide_request rq = { .attrs = &a, .rule = NULL, .cost = -1 };
+	struct decision d;
+	int64_t now;
+
+	ck_assert_ptr_nonnull(mem);
+	dec.backend = mem;
+	dec.prefetch = prefetch_new(16, NULL, NULL);
+	rules[1].prefetch_units = 20;
+	rules[1].prefetch_hold_ms = 60000;
+	rules[0].limit = 1;
+	attrs_set(&a, "path", "/login");
+	attrs_set(&a, "ip", "10.0.0.1");
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert(d.allowed);
+	now = util_monotonic_us();
+	ck_assert_int_eq(prefetch_held(dec.prefetch, "rl:global:{}", 12, now),
+	    12);
+	/* login (limit 1) denies in the store: global's unit goes back */
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert(!d.allowed);
+	ck_assert_str_eq(d.rule->name, "login");
+	now = util_monotonic_us();
+	ck_assert_int_eq(prefetch_held(dec.prefetch, "rl:global:{}", 12, now),
+	    12);
+	attrs_clear(&a);
+	prefetch_free(dec.prefetch);
+	backend_free(mem);
+}
+END_TEST
+
 START_TEST(test_many_rules_heap_path)
 {
 	struct rule many[20];
@@ -392,7 +495,7 @@ START_TEST(test_many_rules_heap_path)
 	}
 	c.rules = many;
 	c.nrules = 20;
-	main_be.answer[0] = (struct rl_result){ true, 9, 1000, 0, 0, 0 };
+	main_be.answer[0] = (struct rl_result){ true, 9, 1000, 0, 0, 0, 0, 0 };
 	ck_assert_int_eq(decide(&dec, &c, &rq, &d), 0);
 	ck_assert_int_eq(main_be.calls, 1);
 	ck_assert_str_eq(main_be.keys[3], "rl:r3:{}");
@@ -420,9 +523,11 @@ START_TEST(test_groups)
 	attrs_set(&a[1], "ip", "2.2.2.2"); /* global only */
 	attrs_set(&a[2], "path", "/login");
 	attrs_set(&a[2], "ip", "3.3.3.3");
-	main_be.answer[0] = (struct rl_result){ false, 0, 9000, 4000, 0, 0 };
-	main_be.answer[1] = (struct rl_result){ true, 50, 60000, 0, 0, 0 };
-	main_be.answer[2] = (struct rl_result){ true, 4, 60000, 0, 0, 0 };
+	main_be.answer[0] = (struct rl_result){ false, 0, 9000, 4000, 0, 0, 0,
+		0 };
+	main_be.answer[1] = (struct rl_result){ true, 50, 60000, 0, 0, 0, 0,
+		0 };
+	main_be.answer[2] = (struct rl_result){ true, 4, 60000, 0, 0, 0, 0, 0 };
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
 	ck_assert_int_eq(main_be.calls, 1);
 	ck_assert_uint_eq(main_be.n, 3);
@@ -493,6 +598,8 @@ test_suite(void)
 	tcase_add_test(tc, test_many_rules_heap_path);
 	tcase_add_test(tc, test_groups);
 	tcase_add_test(tc, test_backend_duration_memory);
+	tcase_add_test(tc, test_prefetch_local);
+	tcase_add_test(tc, test_prefetch_all_or_nothing);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -308,6 +308,38 @@ END_TEST
 
 /* The gRPC series: none until its front end is on, then a protocol of
  * its own beside HTTP's, and its status codes by name. */
+/* docs/algorithms.md, "Taking quota in advance": only rules that took
+ * quota in advance get series. */
+START_TEST(test_prefetch_units)
+{
+	struct metrics *m = metrics_new();
+	char *text;
+
+	decide_n(m, "plain", METRICS_ALLOWED, 1);
+	metrics_prefetch(m, "hot", METRICS_PREFETCH_TAKEN, 12);
+	metrics_prefetch(m, "hot", METRICS_PREFETCH_TAKEN, 10);
+	metrics_prefetch(m, "hot", METRICS_PREFETCH_USED, 20);
+	metrics_prefetch(m, "hot", METRICS_PREFETCH_LOST, 2);
+	metrics_prefetch(m, "hot", (enum metrics_prefetch)9, 1); /* ignored */
+	text = render(m);
+	ck_assert_str_eq(sample(text,
+			     "ratelimitd_prefetch_units_total"
+			     "{rule=\"hot\",event=\"taken\"}"),
+	    "22");
+	ck_assert_str_eq(sample(text,
+			     "ratelimitd_prefetch_units_total"
+			     "{rule=\"hot\",event=\"used\"}"),
+	    "20");
+	ck_assert_str_eq(sample(text,
+			     "ratelimitd_prefetch_units_total"
+			     "{rule=\"hot\",event=\"lost\"}"),
+	    "2");
+	ck_assert_ptr_null(strstr(text, "{rule=\"plain\",event="));
+	rl_free(text);
+	metrics_free(m);
+}
+END_TEST
+
 START_TEST(test_grpc_series)
 {
 	struct metrics *m = metrics_new();
@@ -916,6 +948,7 @@ test_suite(void)
 	tcase_add_test(tc, test_fresh_document);
 	tcase_add_test(tc, test_decisions_counted);
 	tcase_add_test(tc, test_grpc_series);
+	tcase_add_test(tc, test_prefetch_units);
 	tcase_add_test(tc, test_reload_keeps_counts_by_name);
 	tcase_add_test(tc, test_label_escaping);
 	tcase_add_test(tc, test_rule_cap);

@@ -63,11 +63,11 @@ expect_args(const struct redis_script_args *a, const char *const *want, int n)
 /* --- a batch into EVALSHA --------------------------------------------- */
 
 static const struct rl_check batch_a[2] = {
-	{ RL_ALG_SLIDING_LOG, 10, 1000, 1, false, "rl:a:{x}", 8, NULL },
-	{ RL_ALG_TOKEN_BUCKET, 5, 60000, 2, true, "rl:b", 4, NULL },
+	{ RL_ALG_SLIDING_LOG, 10, 1000, 1, false, "rl:a:{x}", 8, NULL, 0, 0 },
+	{ RL_ALG_TOKEN_BUCKET, 5, 60000, 2, true, "rl:b", 4, NULL, 0, 0 },
 };
 static const struct rl_check batch_b[1] = {
-	{ RL_ALG_FIXED_WINDOW, 100, 1000, 0, false, "k3", 2, NULL },
+	{ RL_ALG_FIXED_WINDOW, 100, 1000, 0, false, "k3", 2, NULL, 0, 0 },
 };
 
 static void
@@ -152,10 +152,12 @@ START_TEST(test_encode_wait_and_lease)
 	 * concurrency check's algorithm is "4:<token>" (docs/leases.md),
 	 * the token cut at 32 characters, "4:" without one. */
 	static const struct rl_check checks[3] = {
-		{ RL_ALG_CONCURRENCY, 3, 30000, 1, false, "c:1", 3, TOKEN },
+		{ RL_ALG_CONCURRENCY, 3, 30000, 1, false, "c:1", 3, TOKEN, 0,
+		    0 },
 		{ RL_ALG_CONCURRENCY, 3, 30000, 1, false, "c:2", 3,
-		    TOKEN "ffff" },
-		{ RL_ALG_CONCURRENCY, 3, 30000, 1, false, "c:3", 3, NULL },
+		    TOKEN "ffff", 0, 0 },
+		{ RL_ALG_CONCURRENCY, 3, 30000, 1, false, "c:3", 3, NULL, 0,
+		    0 },
 	};
 	static const char *const want[] = {
 		"EVALSHA",
@@ -202,7 +204,7 @@ START_TEST(test_encode_numbers_and_keys)
 	 * becomes 0 rather than a '-' the script would refuse. */
 	static const struct rl_check checks[1] = {
 		{ RL_ALG_SLIDING_WINDOW, INT64_MAX, 1, -5, false, "a\0b", 3,
-		    NULL },
+		    NULL, 0, 0 },
 	};
 	struct backend_call call, *calls[1] = { &call };
 	struct redis_script_args args;
@@ -357,6 +359,70 @@ START_TEST(test_decode_marks)
 	ck_assert_int_eq(d.out_a[1].remaining, 3);
 	ck_assert_int_eq(d.out_a[1].effective_ms, 20000);
 	freeReplyObject(r);
+}
+END_TEST
+
+START_TEST(test_decode_chunks)
+{
+	/* With 'chunks' (docs/algorithms.md, "Taking quota in advance")
+	 * each check has two more fields, after the mark: the units taken
+	 * and how long they may be used.  The length tells. */
+	redisReply *r = resp(
+	    "*17\r\n:1\r\n"
+	    ":1\r\n:87\r\n:1100\r\n:0\r\n:1100\r\n$6\r\n100000\r\n"
+	    ":13\r\n:100000\r\n"
+	    ":1\r\n:3\r\n:60000\r\n:0\r\n:20000\r\n$1\r\n0\r\n"
+	    ":0\r\n:0\r\n");
+	struct decoded d;
+
+	decoded_init(&d);
+	ck_assert_int_eq(redis_script_decode(r, d.calls, counts, 1, true, err,
+			     sizeof(err)),
+	    0);
+	ck_assert(d.out_a[0].mark == 100000.0);
+	ck_assert_int_eq(d.out_a[0].taken, 13);
+	ck_assert_int_eq(d.out_a[0].taken_us, 100000);
+	ck_assert_int_eq(d.out_a[1].taken, 0);
+	ck_assert_int_eq(d.out_a[1].remaining, 3);
+	freeReplyObject(r);
+	/* a chunk field that is a string, as a mark would be */
+	r = resp(
+	    "*17\r\n:1\r\n"
+	    ":1\r\n:87\r\n:1100\r\n:0\r\n:1100\r\n$1\r\n1\r\n"
+	    "$2\r\n13\r\n:100000\r\n"
+	    ":1\r\n:3\r\n:60000\r\n:0\r\n:20000\r\n$1\r\n0\r\n"
+	    ":0\r\n:0\r\n");
+	ck_assert_int_eq(redis_script_decode(r, d.calls, counts, 1, true, err,
+			     sizeof(err)),
+	    -1);
+	ck_assert_str_eq(err,
+	    "script: element 7 is not a non-negative integer");
+	freeReplyObject(r);
+}
+END_TEST
+
+START_TEST(test_encode_chunks)
+{
+	/* A check asking for a chunk: 'chunks', and its algorithm written
+	 * "<alg>+<want>+<hold_us>"; a cost 0 check never asks. */
+	static const struct rl_check checks[2] = {
+		{ RL_ALG_TOKEN_BUCKET, 100, 1000, 2, false, "a", 1, NULL, 50,
+		    20000 },
+		{ RL_ALG_SLIDING_LOG, 100, 1000, 0, false, "b", 1, NULL, 50,
+		    20000 },
+	};
+	static const char *const want[] = { "EVALSHA", SHA, "2", "a", "b",
+		"chunks", "1", "2", "3+50+20000", "100", "1000", "2", "0", "0",
+		"100", "1000", "0", "0" };
+	struct backend_call call, *calls[1] = { &call };
+	struct redis_script_args args;
+
+	memset(&call, 0, sizeof(call));
+	call.checks = checks;
+	call.n = 2;
+	ck_assert_int_eq(redis_script_encode(calls, 1, SHA, false, &args), 0);
+	expect_args(&args, want, (int)(sizeof(want) / sizeof(want[0])));
+	redis_script_args_free(&args);
 }
 END_TEST
 
@@ -596,6 +662,8 @@ test_suite(void)
 	tcase_add_test(tc, test_decode);
 	tcase_add_test(tc, test_decode_skips_answered);
 	tcase_add_test(tc, test_decode_marks);
+	tcase_add_test(tc, test_decode_chunks);
+	tcase_add_test(tc, test_encode_chunks);
 	tcase_add_test(tc, test_decode_refused);
 	suite_add_tcase(s, tc);
 	tcase_add_test(st, test_stats_encode);

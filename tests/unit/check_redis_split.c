@@ -31,10 +31,10 @@ tb_done(struct backend_call *c)
 }
 
 static struct rl_check checks[4] = {
-	{ RL_ALG_SLIDING_LOG, 10, 1000, 1, false, "a", 1, NULL },
-	{ RL_ALG_SLIDING_LOG, 3, 1000, 1, false, "b", 1, NULL },
-	{ RL_ALG_FIXED_WINDOW, 5, 1000, 2, false, "c", 1, NULL },
-	{ RL_ALG_SLIDING_LOG, 7, 1000, 0, false, "d", 1, NULL },
+	{ RL_ALG_SLIDING_LOG, 10, 1000, 1, false, "a", 1, NULL, 0, 0 },
+	{ RL_ALG_SLIDING_LOG, 3, 1000, 1, false, "b", 1, NULL, 0, 0 },
+	{ RL_ALG_FIXED_WINDOW, 5, 1000, 2, false, "c", 1, NULL, 0, 0 },
+	{ RL_ALG_SLIDING_LOG, 7, 1000, 0, false, "d", 1, NULL, 0, 0 },
 };
 /* a and c in slot 7, b in slot 9, d in slot 7 too. */
 static const unsigned slots[4] = { 7, 9, 7, 7 };

@@ -70,6 +70,10 @@ START_TEST(test_scenario)
 		snprintf(token, sizeof(token), "%032zx", s + 1);
 		for (r = 0; r < sc->nrules; r++) {
 			checks[r].cost = st->cost;
+			checks[r].prefetch_want = r == 0 ? st->chunk_want : 0;
+			checks[r].prefetch_hold_us = r == 0 ?
+			    st->chunk_hold_us :
+			    0;
 			checks[r].token = sc->rules[r].alg ==
 				RL_ALG_CONCURRENCY ?
 			    token :
@@ -110,6 +114,13 @@ START_TEST(test_scenario)
 		    "all_allowed %d, want %d",
 		    vec_path, st->line, sc->name, (int)call.all_allowed,
 		    (int)st->want_all);
+		ck_assert_msg(st->chunk_want == 0 ||
+			(out[0].taken == st->took &&
+			    out[0].taken_us == st->took_us),
+		    "%s:%d (%s): took %" PRId64 " %" PRId64 ", want %" PRId64
+		    " %" PRId64,
+		    vec_path, st->line, sc->name, out[0].taken, out[0].taken_us,
+		    st->took, st->took_us);
 		ck_assert_msg(call.waited_us == st->waited_us,
 		    "%s:%d (%s): "
 		    "waited %" PRId64 " us, want %" PRId64,

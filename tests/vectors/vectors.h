@@ -21,7 +21,7 @@
 
 #define VEC_FILE       "tests/vectors/algorithms.txt"
 #define VEC_MAX_RULES  8
-#define VEC_MAX_TOKENS (4 + 5 * VEC_MAX_RULES)
+#define VEC_MAX_TOKENS (10 + 5 * VEC_MAX_RULES)
 
 /* --- the vector file ---------------------------------------------------- */
 
@@ -45,7 +45,11 @@ struct vec_step {
 	int64_t cost;
 	int64_t wait_us;   /* docs/waiting.md: 0 answers now */
 	int64_t waited_us; /* the reservation's distance, or 0 */
-	bool want_all;	   /* every non-shadow rule admits, or waited */
+	/* docs/algorithms.md, "Taking quota in advance": the first rule
+	 * asks for a chunk of up to chunk_want units held chunk_hold_us
+	 * (0: no chunk), and took / took_us are what it must get. */
+	int64_t chunk_want, chunk_hold_us, took, took_us;
+	bool want_all; /* every non-shadow rule admits, or waited */
 	struct vec_result want[VEC_MAX_RULES];
 };
 
@@ -121,7 +125,8 @@ parse_scenario(char **tok, int n, struct vec_scenario *sc)
 	return 0;
 }
 
-/* T COST [wait W] -> A R S Y [t=E] [| A R S Y [t=E] ...] [waited X] */
+/* T COST [wait W] [chunk WANT HOLD_US] -> A R S Y [t=E] [| A R S Y [t=E] ...]
+ * [waited X] [took K VALID_US] */
 static int
 parse_step(char **tok, int n, const struct vec_scenario *sc,
     struct vec_step *st)
@@ -137,6 +142,14 @@ parse_step(char **tok, int n, const struct vec_scenario *sc,
 		if (!parse_int(tok[k + 1], &st->wait_us) || st->wait_us < 1)
 			return -1;
 		k += 2;
+	}
+	if (k + 2 < n && strcmp(tok[k], "chunk") == 0) {
+		if (!parse_int(tok[k + 1], &st->chunk_want) ||
+		    !parse_int(tok[k + 2], &st->chunk_hold_us) ||
+		    st->chunk_want < st->cost || st->cost < 1 ||
+		    st->chunk_hold_us < 1)
+			return -1;
+		k += 3;
 	}
 	if (k >= n || strcmp(tok[k++], "->") != 0)
 		return -1;
@@ -177,6 +190,13 @@ parse_step(char **tok, int n, const struct vec_scenario *sc,
 			return -1;
 		k += 2;
 	}
+	if (k + 2 < n && strcmp(tok[k], "took") == 0) {
+		if (st->chunk_want == 0 || !parse_int(tok[k + 1], &st->took) ||
+		    !parse_int(tok[k + 2], &st->took_us))
+			return -1;
+		k += 3;
+	} else if (st->chunk_want > 0)
+		return -1; /* a chunk step says what it took */
 	/* An allowed unchecked without a reservation says nothing. */
 	for (r = 0; r < sc->nrules; r++)
 		if ((st->want[r].skip & 1) != 0 && st->waited_us == 0)

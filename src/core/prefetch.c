@@ -1,0 +1,293 @@
+/*
+ * prefetch.c - the quota one daemon holds in advance (see prefetch.h;
+ * docs/algorithms.md, "Taking quota in advance").
+ *
+ * A fixed number of stripes, each a mutex over a small chained hash table
+ * of keys, so that the HTTP threads and the store's thread contend only
+ * when they touch keys of one stripe (a hot key's requests do, whatever the
+ * layout: its holding is one counter).  Expired holdings are dropped when
+ * their chain is walked, and a stripe that is full is swept whole before a
+ * new key is refused.  Units that leave unused are reported as they
+ * leave, under the stripe's lock.
+ */
+#include "core/prefetch.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#include "base/util.h"
+
+#define PF_STRIPES 16
+#define PF_BUCKETS 64 /* chains per stripe */
+
+struct pf_entry {
+	struct pf_entry *next;
+	uint64_t hash;
+	int64_t units; /* held, >= 0 */
+	int64_t until; /* monotonic: usable before this */
+	int64_t at;    /* when the last chunk's answer came */
+	int64_t remaining, reset_ms, effective_ms;
+	char *rule;
+	size_t keylen;
+	char key[];
+};
+
+struct pf_stripe {
+	pthread_mutex_t mu;
+	struct pf_entry *chains[PF_BUCKETS];
+	size_t n, max;
+};
+
+struct prefetch {
+	struct pf_stripe stripes[PF_STRIPES];
+	prefetch_lost_fn lost;
+	void *arg;
+};
+
+static uint64_t
+pf_hash(const char *key, size_t len)
+{
+	uint64_t h = UINT64_C(1469598103934665603); /* FNV-1a */
+	size_t i;
+
+	for (i = 0; i < len; i++) {
+		h ^= (unsigned char)key[i];
+		h *= UINT64_C(1099511628211);
+	}
+	return h;
+}
+
+static void
+pf_report(struct prefetch *pf, const char *rule, int64_t units)
+{
+	if (units > 0 && pf->lost != NULL)
+		pf->lost(rule, units, pf->arg);
+}
+
+static struct pf_stripe *
+pf_stripe_of(struct prefetch *pf, uint64_t h)
+{
+	return &pf->stripes[h % PF_STRIPES];
+}
+
+static struct pf_entry **
+pf_chain(struct pf_stripe *st, uint64_t h)
+{
+	return &st->chains[(h / PF_STRIPES) % PF_BUCKETS];
+}
+
+/* Unlink and free *pp (lock held), reporting its units. */
+static void
+pf_drop(struct prefetch *pf, struct pf_stripe *st, struct pf_entry **pp)
+{
+	struct pf_entry *e = *pp;
+
+	*pp = e->next;
+	st->n--;
+	pf_report(pf, e->rule, e->units);
+	rl_free(e->rule);
+	rl_free(e);
+}
+
+/* The live entry of key, dropping expired entries met in its chain. */
+static struct pf_entry *
+pf_find(struct prefetch *pf, struct pf_stripe *st, uint64_t h, const char *key,
+    size_t keylen, int64_t now)
+{
+	struct pf_entry **pp = pf_chain(st, h), *e;
+
+	while ((e = *pp) != NULL) {
+		if (e->until <= now) {
+			pf_drop(pf, st, pp);
+			continue;
+		}
+		if (e->hash == h && e->keylen == keylen &&
+		    memcmp(e->key, key, keylen) == 0)
+			return e;
+		pp = &e->next;
+	}
+	return NULL;
+}
+
+struct prefetch *
+prefetch_new(size_t max_keys, prefetch_lost_fn lost, void *arg)
+{
+	struct prefetch *pf;
+	size_t i;
+
+	if (max_keys < 1 || (pf = rl_calloc(1, sizeof(*pf))) == NULL)
+		return NULL;
+	pf->lost = lost;
+	pf->arg = arg;
+	for (i = 0; i < PF_STRIPES; i++) {
+		pthread_mutex_init(&pf->stripes[i].mu, NULL);
+		pf->stripes[i].max = (max_keys + PF_STRIPES - 1) / PF_STRIPES;
+	}
+	return pf;
+}
+
+void
+prefetch_clear(struct prefetch *pf)
+{
+	size_t i, j;
+
+	if (pf == NULL)
+		return;
+	for (i = 0; i < PF_STRIPES; i++) {
+		struct pf_stripe *st = &pf->stripes[i];
+
+		pthread_mutex_lock(&st->mu);
+		for (j = 0; j < PF_BUCKETS; j++)
+			while (st->chains[j] != NULL)
+				pf_drop(pf, st, &st->chains[j]);
+		pthread_mutex_unlock(&st->mu);
+	}
+}
+
+void
+prefetch_free(struct prefetch *pf)
+{
+	size_t i;
+
+	if (pf == NULL)
+		return;
+	prefetch_clear(pf);
+	for (i = 0; i < PF_STRIPES; i++)
+		pthread_mutex_destroy(&pf->stripes[i].mu);
+	rl_free(pf);
+}
+
+bool
+prefetch_take(struct prefetch *pf, const char *key, size_t keylen, int64_t cost,
+    int64_t now, struct prefetch_view *view)
+{
+	uint64_t h = pf_hash(key, keylen);
+	struct pf_stripe *st = pf_stripe_of(pf, h);
+	struct pf_entry *e;
+	int64_t ago;
+	bool ok = false;
+
+	pthread_mutex_lock(&st->mu);
+	e = pf_find(pf, st, h, key, keylen, now);
+	if (e != NULL && cost >= 1 && e->units >= cost) {
+		e->units -= cost;
+		ok = true;
+		if (view != NULL) {
+			ago = (now - e->at) / 1000;
+			view->remaining = e->remaining + e->units;
+			view->reset_ms = e->reset_ms > ago ? e->reset_ms - ago :
+							     0;
+			view->effective_ms = e->effective_ms > ago ?
+			    e->effective_ms - ago :
+			    1;
+			view->until = e->until;
+		}
+	}
+	pthread_mutex_unlock(&st->mu);
+	return ok;
+}
+
+void
+prefetch_put_back(struct prefetch *pf, const char *rule, const char *key,
+    size_t keylen, int64_t cost, int64_t until, int64_t now)
+{
+	uint64_t h = pf_hash(key, keylen);
+	struct pf_stripe *st = pf_stripe_of(pf, h);
+	struct pf_entry *e;
+	bool kept = false;
+
+	pthread_mutex_lock(&st->mu);
+	e = pf_find(pf, st, h, key, keylen, now);
+	if (e != NULL && until > now) {
+		e->units += cost;
+		if (until < e->until)
+			e->until = until; /* never used past their own */
+		kept = true;
+	}
+	pthread_mutex_unlock(&st->mu);
+	if (!kept)
+		pf_report(pf, rule, cost);
+}
+
+/* Make room in a full stripe: drop every expired entry (lock held). */
+static void
+pf_sweep(struct prefetch *pf, struct pf_stripe *st, int64_t now)
+{
+	struct pf_entry **pp;
+	size_t j;
+
+	for (j = 0; j < PF_BUCKETS; j++) {
+		pp = &st->chains[j];
+		while (*pp != NULL) {
+			if ((*pp)->until <= now)
+				pf_drop(pf, st, pp);
+			else
+				pp = &(*pp)->next;
+		}
+	}
+}
+
+void
+prefetch_add(struct prefetch *pf, const char *rule, const char *key,
+    size_t keylen, int64_t units, int64_t until, int64_t now, int64_t remaining,
+    int64_t reset_ms, int64_t effective_ms)
+{
+	uint64_t h = pf_hash(key, keylen);
+	struct pf_stripe *st = pf_stripe_of(pf, h);
+	struct pf_entry *e, **chain;
+	bool kept = false;
+
+	if (units <= 0)
+		return;
+	pthread_mutex_lock(&st->mu);
+	if (until <= now)
+		goto unlock;
+	e = pf_find(pf, st, h, key, keylen, now);
+	if (e == NULL) {
+		if (st->n >= st->max)
+			pf_sweep(pf, st, now);
+		if (st->n >= st->max)
+			goto unlock;
+		if ((e = rl_calloc(1, sizeof(*e) + keylen)) == NULL)
+			goto unlock;
+		if ((e->rule = rl_strdup(rule)) == NULL) {
+			rl_free(e);
+			goto unlock;
+		}
+		e->hash = h;
+		e->keylen = keylen;
+		memcpy(e->key, key, keylen);
+		e->until = until;
+		chain = pf_chain(st, h);
+		e->next = *chain;
+		*chain = e;
+		st->n++;
+	}
+	e->units += units;
+	if (until < e->until)
+		e->until = until;
+	e->at = now;
+	e->remaining = remaining;
+	e->reset_ms = reset_ms;
+	e->effective_ms = effective_ms;
+	kept = true;
+unlock:
+	pthread_mutex_unlock(&st->mu);
+	if (!kept)
+		pf_report(pf, rule, units);
+}
+
+int64_t
+prefetch_held(struct prefetch *pf, const char *key, size_t keylen, int64_t now)
+{
+	uint64_t h = pf_hash(key, keylen);
+	struct pf_stripe *st = pf_stripe_of(pf, h);
+	struct pf_entry *e;
+	int64_t n;
+
+	pthread_mutex_lock(&st->mu);
+	e = pf_find(pf, st, h, key, keylen, now);
+	n = e != NULL ? e->units : 0;
+	pthread_mutex_unlock(&st->mu);
+	return n;
+}

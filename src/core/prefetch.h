@@ -1,0 +1,83 @@
+/*
+ * prefetch.h - the quota one daemon holds in advance (docs/algorithms.md,
+ * "Taking quota in advance"): per store key, the units taken in chunks and
+ * not used yet, until when they may be used, and what the store said when
+ * they were taken.  decide.c takes from it in decide_prepare() before any
+ * store call, puts back what a request denied elsewhere did not use, and
+ * adds what a chunk brought.
+ *
+ * Pure bookkeeping: no I/O, times are the caller's (monotonic
+ * microseconds).  Memory is bounded: at most the max_keys given to
+ * prefetch_new(); a chunk that finds no room is not kept (its units are
+ * reported lost).
+ *
+ * Threads: every function may be called from any thread at once (one
+ * mutex per stripe of keys).  Units that leave unused (the hold ended,
+ * prefetch_clear(), no room) are reported through the lost callback, which
+ * may run with a stripe's lock held and must not call back in here.
+ */
+#ifndef RL_PREFETCH_H
+#define RL_PREFETCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct prefetch;
+
+/* Called with the rule's name and a number of units that left unused.
+ * May be NULL. */
+typedef void (*prefetch_lost_fn)(const char *rule, int64_t units, void *arg);
+
+/* What the store answered for the chunk a holding came from: what a
+ * request admitted from it reports (decide.c). */
+struct prefetch_view {
+	int64_t remaining; /* the store's remaining after the chunk, plus
+			    * what is still held after this request */
+	int64_t reset_ms, effective_ms; /* the store's, less the time since */
+	int64_t until;			/* the deadline of the units taken */
+};
+
+/* New holdings for at most max_keys keys (>= 1).  NULL when out of
+ * memory.  lost/arg: see prefetch_lost_fn (borrowed). */
+struct prefetch *prefetch_new(size_t max_keys, prefetch_lost_fn lost,
+    void *arg);
+
+/* Report every unit held as lost and free everything.  NULL: nothing. */
+void prefetch_free(struct prefetch *pf);
+
+/*
+ * Take cost units of key at now, if at least that many are held and their
+ * deadline has not passed: true, and *view (may be NULL) filled for the
+ * answer.  An expired holding is dropped (its units reported lost).
+ */
+bool prefetch_take(struct prefetch *pf, const char *key, size_t keylen,
+    int64_t cost, int64_t now, struct prefetch_view *view);
+
+/* Give back cost units prefetch_take() gave (with view->until) for a
+ * request that was not admitted: they join the key's holding, whose
+ * deadline becomes the earlier of the two, if until has not passed and
+ * the key still has a holding; else they are reported lost (for rule). */
+void prefetch_put_back(struct prefetch *pf, const char *rule, const char *key,
+    size_t keylen, int64_t cost, int64_t until, int64_t now);
+
+/*
+ * Hold units of key (rule: its rule's name, copied) until the monotonic
+ * time `until`, from a chunk whose store answer had remaining, reset_ms and
+ * effective_ms, received at now.  Units already held for the key stay,
+ * with the earlier of the two deadlines.  No room: the units are reported
+ * lost.
+ */
+void prefetch_add(struct prefetch *pf, const char *rule, const char *key,
+    size_t keylen, int64_t units, int64_t until, int64_t now, int64_t remaining,
+    int64_t reset_ms, int64_t effective_ms);
+
+/* Drop everything held (a reload: the rules may have changed), reporting
+ * the units lost. */
+void prefetch_clear(struct prefetch *pf);
+
+/* Units held now for key (tests). */
+int64_t prefetch_held(struct prefetch *pf, const char *key, size_t keylen,
+    int64_t now);
+
+#endif

@@ -1,0 +1,395 @@
+/*
+ * check_prefetch.c - quota taken in advance on a hot key
+ * (docs/algorithms.md, "Taking quota in advance"): three daemons on one
+ * Redis (and on a Redis Cluster) share one key whose rule has prefetch.
+ *
+ * - Never over the limit: every admission's time is read from the
+ *   daemons' access logs (the daemon's clock, in milliseconds, written
+ *   just after the decision; a store's admission a little earlier), and
+ *   sliding_log must hold at most L in every interval of W - LAG,
+ *   fixed_window at most L in each window after its first LAG (the
+ *   admissions logged there were all made in that window), token_bucket
+ *   at most L + (t + LAG) * L / W + 1 in every interval of length t.
+ * - Bounded under-admission: with demand far above the limit, at least
+ *   90 % of the limit per window is admitted (hold = W / 50).
+ * - Few store calls: with the limit far away, Redis runs at most one
+ *   script call per ten admitted requests (INFO commandstats).
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check_main.h"
+#include "harness.h"
+
+#define W_MS	    1000 /* every rule's window */
+#define LAG_MS	    30	 /* an admission's log line comes at most this late */
+#define RUN_MS	    3500 /* load per run */
+#define THREADS	    3	 /* load threads per daemon */
+#define NDAEMONS    3
+#define MAX_ADMITS  2000000
+#define HOT_LIMIT   400 /* per second: far below what the load asks */
+#define HOT_UNITS   40
+#define HOT_HOLD_MS (W_MS / 50)
+
+static struct h_redis redis;
+static struct h_cluster cluster;
+static bool on_cluster;
+
+static const char yaml_fmt[] =
+    "listen: \"127.0.0.1:%%PORT%%\"\n"
+    "threads: 2\n"
+    "shutdown_timeout: 2s\n"
+    "access_log: true\n"
+    "log_level: info\n"
+    "backend: redis\n"
+    "redis:\n"
+    "%s"
+    "  timeout: 2s\n"
+    "  pool_size: 2\n"
+    "  key_prefix: \"pf%lld:\"\n"
+    "on_backend_error: deny\n"
+    "rules:\n"
+    "  - name: hot\n"
+    "    key: \"global\"\n"
+    "    algorithm: %s\n"
+    "    limit: %d\n"
+    "    window: %dms\n"
+    "    prefetch: { max_units: %d, hold: %dms }\n";
+
+struct run {
+	struct h_load_stats load; /* summed over the daemons */
+	long long *ts;		  /* admissions, ms since the epoch, sorted */
+	size_t n;
+	long long calls; /* script calls Redis ran meanwhile */
+};
+
+static long long
+script_calls(void)
+{
+	long long n = 0;
+	int i;
+
+	if (!on_cluster)
+		return h_redis_script_calls(&redis);
+	for (i = 0; i < H_CLUSTER_NODES; i++)
+		if (cluster.node[i].pid != 0)
+			n += h_redis_script_calls(&cluster.node[i]);
+	return n;
+}
+
+/* "ts=2026-11-26T15:40:41.123Z" -> ms since the epoch, or -1. */
+static long long
+parse_ts(const char *line)
+{
+	struct tm tm;
+	int ms;
+
+	memset(&tm, 0, sizeof(tm));
+	if (sscanf(line, "ts=%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon,
+		&tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms) != 7)
+		return -1;
+	tm.tm_year -= 1900;
+	tm.tm_mon -= 1;
+	return (long long)timegm(&tm) * 1000 + ms;
+}
+
+static int
+cmp_ll(const void *a, const void *b)
+{
+	long long x = *(const long long *)a, y = *(const long long *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Every allowed="true" decision of the log at path into r->ts. */
+static void
+read_admissions(const char *path, struct run *r)
+{
+	char line[1024];
+	FILE *f = fopen(path, "r");
+	long long t;
+
+	ck_assert_msg(f != NULL, "%s", path);
+	while (fgets(line, sizeof(line), f) != NULL) {
+		if (strstr(line, "msg=\"decision\"") == NULL ||
+		    strstr(line, " allowed=\"true\"") == NULL)
+			continue;
+		ck_assert((t = parse_ts(line)) > 0);
+		ck_assert(r->n < MAX_ADMITS);
+		r->ts[r->n++] = t;
+	}
+	fclose(f);
+}
+
+/* Three daemons on the hot key for RUN_MS under load far above the
+ * limit; their admissions and the script calls Redis ran. */
+static void
+run_three(const char *alg, int limit, int units, int hold_ms, struct run *r)
+{
+	struct h_daemon d[NDAEMONS];
+	struct h_load *load[NDAEMONS];
+	struct h_load_stats st;
+	char yaml[2048], where[128];
+	long long calls0;
+	int i;
+
+	if (on_cluster)
+		snprintf(where, sizeof(where),
+		    "  cluster: [\"127.0.0.1:%d\"]\n", cluster.node[0].port);
+	else
+		snprintf(where, sizeof(where),
+		    "  url: \"redis://127.0.0.1:%%REDIS_PORT%%/0\"\n");
+	/* a key of its own per run: a cluster is not flushed */
+	snprintf(yaml, sizeof(yaml), yaml_fmt, where, h_now_ms(), alg, limit,
+	    W_MS, units, hold_ms);
+	memset(r, 0, sizeof(*r));
+	r->ts = calloc(MAX_ADMITS, sizeof(*r->ts));
+	ck_assert_ptr_nonnull(r->ts);
+	for (i = 0; i < NDAEMONS; i++) {
+		memset(&d[i], 0, sizeof(d[i]));
+		d[i].redis_port = on_cluster ? 0 : redis.port;
+		h_daemon_start(&d[i], yaml);
+	}
+	calls0 = script_calls();
+	for (i = 0; i < NDAEMONS; i++)
+		load[i] = h_load_start(d[i].port, THREADS, "{\"u\":%d}");
+	h_sleep_ms(RUN_MS);
+	for (i = 0; i < NDAEMONS; i++) {
+		h_load_stop(load[i], &st);
+		r->load.requests += st.requests;
+		r->load.ok += st.ok;
+		r->load.denied += st.denied;
+		r->load.other += st.other + st.unavailable;
+	}
+	r->calls = script_calls() - calls0;
+	for (i = 0; i < NDAEMONS; i++) {
+		h_daemon_stop(&d[i]);
+		read_admissions(d[i].log, r);
+	}
+	qsort(r->ts, r->n, sizeof(*r->ts), cmp_ll);
+	printf(
+	    "prefetch %s%s L=%d max_units=%d hold=%dms: %lld requests, "
+	    "%lld admitted, %lld denied, %lld script calls\n",
+	    alg, on_cluster ? " (cluster)" : "", limit, units, hold_ms,
+	    r->load.requests, r->load.ok, r->load.denied, r->calls);
+	ck_assert_int_eq(r->load.other, 0);
+	ck_assert_int_eq((long long)r->n, r->load.ok);
+}
+
+/* The most admissions in any interval [x, x + len) of log time. */
+static long long
+most_in(const struct run *r, long long len)
+{
+	size_t i, j = 0;
+	long long best = 0;
+
+	for (i = 0; i < r->n; i++) {
+		while (j < r->n && r->ts[j] < r->ts[i] + len)
+			j++;
+		if ((long long)(j - i) > best)
+			best = (long long)(j - i);
+	}
+	return best;
+}
+
+/* At least 90 % of the limit per window in the steady part of the run:
+ * from a window after the first admission to LAG before the last; for
+ * fixed_window (aligned), the whole windows in that part. */
+static void
+check_share(const struct run *r, int limit, bool aligned)
+{
+	long long from, to, n = 0;
+	size_t i;
+	double want;
+
+	ck_assert_msg(r->load.denied > 2 * r->load.ok,
+	    "the load did not ask far above the limit: %lld admitted, %lld "
+	    "denied",
+	    r->load.ok, r->load.denied);
+	ck_assert(r->n > 0);
+	from = r->ts[0] + W_MS;
+	to = r->ts[r->n - 1] - LAG_MS;
+	if (aligned) {
+		/* the whole windows after the first admission's, before the
+		 * last admission's */
+		from = (r->ts[0] + W_MS - 1) / W_MS * W_MS;
+		to = r->ts[r->n - 1] / W_MS * W_MS;
+		ck_assert(to > from);
+	}
+	for (i = 0; i < r->n; i++)
+		if (r->ts[i] >= from && r->ts[i] < to)
+			n++;
+	want = 0.9 * limit * ((double)(to - from) / W_MS);
+	printf("  steady: %lld admitted in %lld ms, %.0f%% of the limit\n", n,
+	    to - from, 100.0 * n / (limit * (double)(to - from) / W_MS));
+	ck_assert_msg(n >= want, "%lld admitted in %lld ms, want >= %.0f", n,
+	    to - from, want);
+}
+
+static void
+check_sliding_log(void)
+{
+	struct run r;
+	long long most;
+
+	run_three("sliding_log", HOT_LIMIT, HOT_UNITS, HOT_HOLD_MS, &r);
+	most = most_in(&r, W_MS - LAG_MS);
+	printf("  most in %d ms: %lld\n", W_MS - LAG_MS, most);
+	ck_assert_msg(most <= HOT_LIMIT, "%lld admitted within %d ms", most,
+	    W_MS - LAG_MS);
+	check_share(&r, HOT_LIMIT, false);
+	free(r.ts);
+}
+
+static void
+check_fixed_window(void)
+{
+	struct run r;
+	long long most = 0, k, n;
+	size_t i = 0, j;
+
+	run_three("fixed_window", HOT_LIMIT, HOT_UNITS, HOT_HOLD_MS, &r);
+	while (i < r.n) {
+		k = r.ts[i] / W_MS;
+		for (j = i, n = 0; j < r.n && r.ts[j] / W_MS == k; j++)
+			if (r.ts[j] - k * W_MS >= LAG_MS)
+				n++;
+		if (n > most)
+			most = n;
+		i = j;
+	}
+	printf("  most in one window (after its first %d ms): %lld\n", LAG_MS,
+	    most);
+	ck_assert_msg(most <= HOT_LIMIT, "%lld admitted in one window", most);
+	check_share(&r, HOT_LIMIT, true);
+	free(r.ts);
+}
+
+static void
+check_token_bucket(void)
+{
+	struct run r;
+	double g, gmin = 0, worst = -1e18, bound;
+	size_t j;
+
+	run_three("token_bucket", HOT_LIMIT, HOT_UNITS, HOT_HOLD_MS, &r);
+	/* GCRA: for i <= j, (j - i + 1) <= L + (t_j - t_i + LAG) * L / W +
+	 * 1, i.e. g(j) - min over i <= j of g(i) + 1 <= L + LAG * L / W + 1
+	 * with g(k) = k - t_k * L / W. */
+	for (j = 0; j < r.n; j++) {
+		g = (double)j - (double)(r.ts[j] - r.ts[0]) * HOT_LIMIT / W_MS;
+		if (j == 0 || g < gmin)
+			gmin = g;
+		if (g - gmin + 1 > worst)
+			worst = g - gmin + 1;
+	}
+	bound = HOT_LIMIT + (double)LAG_MS * HOT_LIMIT / W_MS + 1;
+	printf("  GCRA: at most %.1f beyond the rate, bound %.1f\n", worst,
+	    bound);
+	ck_assert_msg(worst <= bound, "%.1f units over the rate, bound %.1f",
+	    worst, bound);
+	check_share(&r, HOT_LIMIT, false);
+	free(r.ts);
+}
+
+/* With the limit far away, chunks of max_units: at most one script call
+ * per ten admitted requests. */
+static void
+check_few_calls(void)
+{
+	struct run r;
+
+	run_three("sliding_log", 1000000, 100, 200, &r);
+	ck_assert_int_eq(r.load.denied, 0);
+	ck_assert_msg(r.calls * 10 <= r.load.ok,
+	    "%lld script calls for %lld admitted", r.calls, r.load.ok);
+	free(r.ts);
+}
+
+START_TEST(test_sliding_log)
+{
+	check_sliding_log();
+}
+END_TEST
+
+START_TEST(test_fixed_window)
+{
+	check_fixed_window();
+}
+END_TEST
+
+START_TEST(test_token_bucket)
+{
+	check_token_bucket();
+}
+END_TEST
+
+START_TEST(test_few_calls)
+{
+	check_few_calls();
+}
+END_TEST
+
+static void
+redis_up(void)
+{
+	on_cluster = false;
+	if (redis.pid == 0)
+		h_redis_start(&redis);
+}
+
+static void
+redis_flush(void)
+{
+	if (!on_cluster)
+		h_redis_flush(&redis);
+}
+
+static void
+cluster_up(void)
+{
+	on_cluster = true;
+	h_cluster_start(&cluster);
+}
+
+static void
+cluster_down(void)
+{
+	h_reap_orphans();
+}
+
+static void
+suite_done(void)
+{
+	h_redis_stop(&redis);
+	h_cluster_stop(&cluster);
+}
+
+static TCase *
+prefetch_tcase(const char *name, void (*up)(void), void (*down)(void))
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_add_unchecked_fixture(tc, up, down);
+	tcase_add_checked_fixture(tc, redis_flush, h_test_teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_sliding_log);
+	tcase_add_test(tc, test_fixed_window);
+	tcase_add_test(tc, test_token_bucket);
+	tcase_add_test(tc, test_few_calls);
+	return tc;
+}
+
+Suite *
+test_suite(void)
+{
+	Suite *s = suite_create("prefetch");
+
+	suite_add_tcase(s, prefetch_tcase("redis", redis_up, h_reap_orphans));
+	suite_add_tcase(s, prefetch_tcase("cluster", cluster_up, cluster_down));
+	test_main_at_end(suite_done);
+	return s;
+}

@@ -1,0 +1,115 @@
+/*
+ * check_prefetch_hold.c - the quota a daemon holds in advance
+ * (src/core/prefetch.c; docs/algorithms.md, "Taking quota in advance"):
+ * units are taken only while enough are held and before their deadline;
+ * units put back never outlive their own deadline; a second chunk keeps
+ * the earlier deadline; what leaves unused is reported lost; memory is
+ * bounded.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_main.h"
+
+#include "core/prefetch.h"
+
+#define K(s) (s), strlen(s)
+
+static int64_t lost;
+
+static void
+on_lost(const char *rule, int64_t units, void *arg)
+{
+	(void)arg;
+	ck_assert_str_eq(rule, "hot");
+	lost += units;
+}
+
+START_TEST(test_take_until_deadline)
+{
+	struct prefetch *pf = prefetch_new(8, on_lost, NULL);
+	struct prefetch_view v;
+
+	lost = 0;
+	ck_assert(!prefetch_take(pf, K("k"), 1, 0, &v)); /* nothing held */
+	prefetch_add(pf, "hot", K("k"), 5, 1000, 0, 80, 500, 100);
+	ck_assert(prefetch_take(pf, K("k"), 2, 100, &v));
+	ck_assert_int_eq(v.remaining, 80 + 3);
+	ck_assert_int_eq(v.until, 1000);
+	ck_assert(!prefetch_take(pf, K("k"), 4, 100, &v)); /* 3 left */
+	ck_assert(prefetch_take(pf, K("k"), 3, 999, &v));
+	ck_assert_int_eq(prefetch_held(pf, K("k"), 999), 0);
+	/* at the deadline, nothing more */
+	prefetch_add(pf, "hot", K("k"), 2, 1000, 999, 80, 500, 100);
+	ck_assert(!prefetch_take(pf, K("k"), 1, 1000, &v));
+	ck_assert_int_eq(lost, 2);
+	prefetch_free(pf);
+}
+END_TEST
+
+START_TEST(test_put_back_and_merge)
+{
+	struct prefetch *pf = prefetch_new(8, on_lost, NULL);
+	struct prefetch_view v;
+
+	lost = 0;
+	prefetch_add(pf, "hot", K("k"), 5, 2000, 0, 50, 500, 100);
+	ck_assert(prefetch_take(pf, K("k"), 5, 10, &v));
+	/* put back: they join the holding */
+	prefetch_put_back(pf, "hot", K("k"), 5, v.until, 20);
+	ck_assert_int_eq(prefetch_held(pf, K("k"), 20), 5);
+	/* a later chunk adds its units, keeping the earlier deadline */
+	prefetch_add(pf, "hot", K("k"), 4, 9000, 30, 40, 500, 100);
+	ck_assert_int_eq(prefetch_held(pf, K("k"), 30), 9);
+	ck_assert_int_eq(prefetch_held(pf, K("k"), 2000), 0);
+	ck_assert_int_eq(lost, 9);
+	/* units put back after their deadline, or to no holding: lost */
+	prefetch_put_back(pf, "hot", K("k"), 3, 2500, 2600);
+	prefetch_put_back(pf, "hot", K("other"), 2, 9999, 2600);
+	ck_assert_int_eq(lost, 14);
+	prefetch_free(pf);
+}
+END_TEST
+
+START_TEST(test_bounded_and_clear)
+{
+	struct prefetch *pf = prefetch_new(1, on_lost, NULL);
+	char key[32];
+	int i, held = 0;
+
+	lost = 0;
+	/* one key per stripe at most: some of these find no room */
+	for (i = 0; i < 200; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		prefetch_add(pf, "hot", K(key), 1, 1000, 0, 0, 0, 0);
+	}
+	for (i = 0; i < 200; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		held += (int)prefetch_held(pf, K(key), 1);
+	}
+	ck_assert_int_le(held, 16);
+	ck_assert_int_eq(held + lost, 200);
+	prefetch_clear(pf);
+	ck_assert_int_eq(lost, 200);
+	/* expired entries make room */
+	prefetch_add(pf, "hot", K("k0"), 1, 5000, 2000, 0, 0, 0);
+	ck_assert_int_eq(prefetch_held(pf, K("k0"), 2000), 1);
+	prefetch_free(pf);
+	ck_assert_int_eq(lost, 201);
+}
+END_TEST
+
+Suite *
+test_suite(void)
+{
+	Suite *s = suite_create("prefetch_hold");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_test(tc, test_take_until_deadline);
+	tcase_add_test(tc, test_put_back_and_merge);
+	tcase_add_test(tc, test_bounded_and_clear);
+	suite_add_tcase(s, tc);
+	return s;
+}
