@@ -147,6 +147,15 @@ struct backend_call {
 	const struct rl_stat_op *stat; /* a stat call, or NULL */
 	struct rl_stat_result *stat_out;
 	enum backend_lease_op lease_op; /* BACKEND_LEASE_NONE: decide */
+	bool report;	    /* POST /report (docs/algorithms.md, "Usage
+			     * reported after the fact"): every check records
+			     * its cost, even past its limit (cost may exceed
+			     * limit), and all_allowed is true; no concurrency
+			     * check */
+	int64_t *overdrawn; /* a report: n values the store fills with
+			     * the units each check's usage is past its
+			     * limit after the call (0 when within;
+			     * docs/algorithms.md); may be NULL */
 
 	/* Set by the store before done runs.  rc is 0 with out[] and
 	 * all_allowed: true iff every non-shadow check allows, in which case

@@ -27,6 +27,7 @@
 
 #include "core/deny_cache.h"
 #include "core/lease.h"
+#include "core/limiter.h"
 #include "base/util.h"
 
 /* Requests with few applying rules (nearly all) use the stack. */
@@ -50,6 +51,7 @@ struct decide_job {
 	struct backend_call call;
 	bool on_local;		 /* the call went to the local store */
 	bool leases;		 /* req->leases */
+	bool report;		 /* req->report */
 	int64_t req_start_us;	 /* req->start_us */
 	int64_t req_deadline_us; /* req->deadline_us */
 	int64_t submit_us;	 /* monotonic: when the store was asked */
@@ -60,10 +62,12 @@ struct decide_job {
 	struct applying *ap;
 	struct rl_check *checks;
 	struct rl_result *res;
+	int64_t *over; /* a report's overdrawn, n */
 	char *arena;
 	struct applying ap_small[DECIDE_STACK_RULES];
 	struct rl_check ck_small[DECIDE_STACK_RULES];
 	struct rl_result rs_small[DECIDE_STACK_RULES];
+	int64_t ov_small[DECIDE_STACK_RULES];
 };
 
 const char *
@@ -243,6 +247,7 @@ job_free(struct decide_job *job)
 		rl_free(job->ap);
 		rl_free(job->checks);
 		rl_free(job->res);
+		rl_free(job->over);
 	}
 	rl_free(job->arena);
 	rl_free(job);
@@ -335,6 +340,32 @@ decide_leases_free(struct decision *out)
 	rl_free(out->leases);
 	out->leases = NULL;
 	out->nleases = 0;
+	rl_free(out->reported);
+	out->reported = NULL;
+	out->nreported = 0;
+}
+
+/* A report's rows: what each rule it recorded in has left.  Out of
+ * memory: a 500 (the units are recorded all the same). */
+static void
+take_reported(struct decide_job *job)
+{
+	struct decision *out = job->out;
+	size_t i;
+
+	out->reported = rl_calloc(job->n, sizeof(*out->reported));
+	if (out->reported == NULL) {
+		fail(out, DECIDE_INTERNAL, "out of memory");
+		return;
+	}
+	for (i = 0; i < job->n; i++)
+		out->reported[i] = (struct decide_reported){
+			.rule = job->ap[i].rule,
+			.limit = job->checks[i].limit,
+			.remaining = job->res[i].remaining,
+			.overdrawn = job->over[i],
+		};
+	out->nreported = job->n;
 }
 
 /*
@@ -434,6 +465,8 @@ job_submit(struct decide_job *job, struct backend *b)
 	job->call.done = job_call_done;
 	job->call.arg = job;
 	job->call.wait_us = job->wait_us;
+	job->call.report = job->report;
+	job->call.overdrawn = job->report ? job->over : NULL;
 	job->submit_us = util_monotonic_us();
 	backend_submit(b, &job->call);
 }
@@ -460,6 +493,11 @@ job_call_done(struct backend_call *call)
 		out->degraded = job->on_local;
 		if (call->all_allowed && !job->on_local)
 			take_leases(job);
+		if (job->report) {
+			take_reported(job);
+			job_finish(job);
+			return;
+		}
 		if (!call->all_allowed && !job->on_local && job->wait_us > 0)
 			lease_wait_check(job);
 		report(d, job->ap, job->checks, job->res, job->n,
@@ -475,8 +513,9 @@ job_call_done(struct backend_call *call)
 		out->backend_error = call->kind;
 		switch (job->cfg->on_backend_error) {
 		case RL_ON_ERROR_DENY:
-			report(d, job->ap, job->checks, NULL, job->n, false,
-			    DECIDE_RULE_ERROR);
+			if (!job->report)
+				report(d, job->ap, job->checks, NULL, job->n,
+				    false, DECIDE_RULE_ERROR);
 			/* The kind only: the store's own text (its replies,
 			 * addresses) goes to the log, not to clients. */
 			fail(out, DECIDE_BACKEND_UNAVAILABLE,
@@ -499,8 +538,9 @@ job_call_done(struct backend_call *call)
 	/* Policy allow, or the local store failed too: allow. */
 	out->degraded = true;
 	allow_groups(job);
-	report(d, job->ap, job->checks, NULL, job->n, true,
-	    DECIDE_RULE_DEGRADED);
+	if (!job->report)
+		report(d, job->ap, job->checks, NULL, job->n, true,
+		    DECIDE_RULE_DEGRADED);
 	job_finish(job);
 }
 
@@ -530,6 +570,9 @@ collect(struct decide_job *job, const struct config *cfg,
 			continue;
 		if (r->algorithm == RL_ALG_CONCURRENCY && !job->leases)
 			continue; /* no client to release it */
+		if (job->report &&
+		    (r->shadow || r->algorithm == RL_ALG_CONCURRENCY))
+			continue; /* a report records in neither */
 		if (r->algorithm == RL_ALG_CONCURRENCY)
 			need += LEASE_TOKEN_LEN + 1;
 		if ((na = rl_realloc(job->arena, off + need)) == NULL)
@@ -549,7 +592,10 @@ collect(struct decide_job *job, const struct config *cfg,
 				break;
 		if (j < n)
 			cost += job->checks[j].cost;
-		if (cost > r->limit)
+		if (job->report && cost > LIMITER_MAX_LIMIT)
+			return fail(job->out, DECIDE_COST_EXCEEDS_LIMIT,
+			    "cost is larger than 2^53");
+		if (cost > r->limit && !job->report)
 			return fail(job->out, DECIDE_COST_EXCEEDS_LIMIT,
 			    "cost is larger than the limit of rule \"%s\"",
 			    r->name);
@@ -635,19 +681,24 @@ decide_prepare(const struct decider *d, const struct config *cfg,
 	job->out = out;
 	job->req_start_us = req->start_us;
 	job->req_deadline_us = req->deadline_us;
-	job->wait_us = ngroups > 0 || req->wait_ms <= 0 ? 0 :
-							  req->wait_ms * 1000;
+	job->wait_us = ngroups > 0 || req->wait_ms <= 0 || req->report ?
+	    0 :
+	    req->wait_ms * 1000;
 	job->group_out = ngroups > 0 ? req->group_out : NULL;
 	job->ngroups = ngroups;
-	job->leases = req->leases && ngroups == 0;
+	job->report = req->report && ngroups == 0;
+	job->leases = req->leases && ngroups == 0 && !job->report;
 	job->ap = job->ap_small;
 	job->checks = job->ck_small;
 	job->res = job->rs_small;
+	job->over = job->ov_small;
 	if (nmax > DECIDE_STACK_RULES) {
 		job->ap = rl_calloc(nmax, sizeof(*job->ap));
 		job->checks = rl_calloc(nmax, sizeof(*job->checks));
 		job->res = rl_calloc(nmax, sizeof(*job->res));
-		if (job->ap == NULL || job->checks == NULL || job->res == NULL)
+		job->over = rl_calloc(nmax, sizeof(*job->over));
+		if (job->ap == NULL || job->checks == NULL ||
+		    job->res == NULL || job->over == NULL)
 			goto oom;
 	}
 
@@ -674,8 +725,9 @@ decide_prepare(const struct decider *d, const struct config *cfg,
 	}
 	/* The cache knows a key, not a group's other rules: it answers
 	 * requests of one attribute set only. */
-	if (ngroups == 0 && job->wait_us == 0 && d->deny != NULL &&
-	    !d->backend->completes_inline && deny_cached(d, job))
+	if (ngroups == 0 && job->wait_us == 0 && !job->report &&
+	    d->deny != NULL && !d->backend->completes_inline &&
+	    deny_cached(d, job))
 		goto settled;
 	*jobp = job;
 	return 1;

@@ -77,6 +77,20 @@ struct decide_request {
 	 * leases taken; else (/auth, gRPC) concurrency rules are skipped.
 	 */
 	bool leases;
+	/*
+	 * docs/http.md, POST /report: record the cost in every applying
+	 * rule that is neither shadow nor concurrency, even past its limit
+	 * (a cost above a rule's limit is no error), and never deny;
+	 * out->reported tells what each rule has left.  No deny cache, no
+	 * waiting, no rule hook (the front counts reports itself).
+	 */
+	bool report;
+};
+
+/* One rule a report recorded in (decision.reported). */
+struct decide_reported {
+	const struct rule *rule; /* borrowed from the config snapshot */
+	int64_t limit, remaining, overdrawn;
 };
 
 /* A lease one allowed request took (docs/leases.md). */
@@ -124,6 +138,10 @@ struct decision {
 	 * store itself allowed (not degraded).  Owned: decide_leases_free(). */
 	struct decide_lease *leases;
 	size_t nleases;
+	/* With req->report, when the store recorded (not policy allow):
+	 * one row per rule recorded in.  Owned: decide_leases_free(). */
+	struct decide_reported *reported;
+	size_t nreported;
 	int64_t waited_ms; /* allowed by a reservation this far ahead
 			    * (store time): answer then; else 0 */
 	/*
@@ -138,7 +156,8 @@ struct decision {
 	int64_t lease_retry_ms;
 };
 
-/* Free out's leases (safe on any decision, any number of times). */
+/* Free out's leases and reported rows (safe on any decision, any number
+ * of times). */
 void decide_leases_free(struct decision *out);
 
 /*

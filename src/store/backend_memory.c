@@ -415,11 +415,39 @@ memory_reserve(const struct rl_check *checks, struct memory_slot *slots,
 	return t - now;
 }
 
+/*
+ * A report (docs/algorithms.md, "Usage reported after the fact"): phase 1
+ * ran with cost 0 (expire, read); make room everywhere first, then record
+ * every check's cost whatever it allows.  0, or -1 with err (out of
+ * memory: nothing recorded).
+ */
+static int
+memory_report(const struct rl_check *checks, struct memory_slot *slots,
+    size_t n, int64_t now, char *err, size_t errlen)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (checks[i].cost > 0 &&
+		    limiter_reserve_room(&slots[i].entry->state,
+			&slots[i].params, err, errlen) == -1)
+			return -1;
+	for (i = 0; i < n; i++) {
+		slots[i].allowed = true;
+		if (checks[i].cost > 0) {
+			limiter_record(&slots[i].entry->state, &slots[i].params,
+			    now, checks[i].cost);
+			slots[i].recorded = true;
+		}
+	}
+	return 0;
+}
+
 static enum memory_attempt
 memory_attempt(struct memory_backend *m, const struct rl_check *checks,
     struct memory_slot *slots, size_t n, struct rl_result *out,
-    bool *all_allowed, int64_t wait_us, int64_t *waited_us, char *err,
-    size_t errlen)
+    bool *all_allowed, int64_t wait_us, int64_t *waited_us, bool report,
+    int64_t *overdrawn, char *err, size_t errlen)
 {
 	enum memory_attempt rc = MEMORY_OK;
 	struct memory_stripe *st;
@@ -458,12 +486,32 @@ memory_attempt(struct memory_backend *m, const struct rl_check *checks,
 	}
 	for (i = 0; i < n && rc == MEMORY_OK; i++) {
 		if (limiter_check(&slots[i].entry->state, &slots[i].params, now,
-			checks[i].cost, &slots[i].allowed, err, errlen) == -1)
+			report ? 0 : checks[i].cost, &slots[i].allowed, err,
+			errlen) == -1)
 			rc = MEMORY_ERROR;
+		else if (report)
+			continue;
 		else if (!slots[i].allowed && !checks[i].shadow)
 			all = false;
 	}
 	*waited_us = 0;
+	if (rc == MEMORY_OK && report) {
+		if (memory_report(checks, slots, n, now, err, errlen) == -1) {
+			rc = MEMORY_ERROR;
+			goto unpin;
+		}
+		*all_allowed = true;
+		for (i = 0; i < n; i++) {
+			limiter_result(&slots[i].entry->state, &slots[i].params,
+			    now, checks[i].cost, true, slots[i].recorded,
+			    &out[i]);
+			if (overdrawn != NULL)
+				overdrawn[i] = limiter_overdrawn(
+				    &slots[i].entry->state, &slots[i].params,
+				    now, checks[i].cost, slots[i].recorded);
+		}
+		goto unpin;
+	}
 	if (rc == MEMORY_OK && !all && wait_us > 0) {
 		int64_t w = memory_reserve(checks, slots, n, now, wait_us, err,
 		    errlen);
@@ -546,7 +594,8 @@ memory_log_full(struct memory_backend *m)
 static int
 memory_decide(struct backend *b, const struct rl_check *checks, size_t n,
     struct rl_result *out, bool *all_allowed, int64_t wait_us,
-    int64_t *waited_us, enum backend_error_kind *kind, char *err, size_t errlen)
+    int64_t *waited_us, bool report, int64_t *overdrawn,
+    enum backend_error_kind *kind, char *err, size_t errlen)
 {
 	struct memory_backend *m = (struct memory_backend *)b;
 	struct memory_slot small[MEMORY_SMALL_CALL], *slots = small;
@@ -570,8 +619,10 @@ memory_decide(struct backend *b, const struct rl_check *checks, size_t n,
 
 		if (limiter_params_set(&slots[i].params, c->algorithm, c->limit,
 			c->window_ms, why, sizeof(why)) == -1 ||
-		    (c->algorithm == RL_ALG_CONCURRENCY && c->token == NULL) ||
-		    c->cost < 0 || c->cost > c->limit || c->key == NULL) {
+		    (c->algorithm == RL_ALG_CONCURRENCY &&
+			(c->token == NULL || report)) ||
+		    c->cost < 0 || (c->cost > c->limit && !report) ||
+		    (report && c->cost > LIMITER_MAX_LIMIT) || c->key == NULL) {
 			*kind = BACKEND_ERR_PROTOCOL;
 			snprintf(err, errlen,
 			    "memory store: invalid check "
@@ -586,11 +637,11 @@ memory_decide(struct backend *b, const struct rl_check *checks, size_t n,
 	}
 
 	rc = memory_attempt(m, checks, slots, n, out, all_allowed, wait_us,
-	    waited_us, err, errlen);
+	    waited_us, report, overdrawn, err, errlen);
 	if (rc == MEMORY_FULL && memory_may_sweep_all(m)) {
 		memory_sweep_all(m);
 		rc = memory_attempt(m, checks, slots, n, out, all_allowed,
-		    wait_us, waited_us, err, errlen);
+		    wait_us, waited_us, report, overdrawn, err, errlen);
 	}
 	if (rc == MEMORY_FULL) {
 		*kind = BACKEND_ERR_FULL;
@@ -681,7 +732,8 @@ memory_submit(struct backend *b, struct backend_call *call)
 		    0 :
 		    memory_decide(b, call->checks, call->n, call->out,
 			&call->all_allowed, call->wait_us, &call->waited_us,
-			&call->kind, call->err, sizeof(call->err));
+			call->report, call->overdrawn, &call->kind, call->err,
+			sizeof(call->err));
 	call->done(call);
 }
 

@@ -102,7 +102,8 @@ get_reply(redisContext *c)
  * first element (EVAL's reply) in *out, to free with the returned reply. */
 static redisReply *
 run_step(redisContext *c, const struct vec_scenario *sc, char keys[][96],
-    int64_t now, int64_t cost, int64_t wait_us, size_t step, redisReply **out)
+    int64_t now, int64_t cost, int64_t wait_us, bool report, size_t step,
+    redisReply **out)
 {
 	const char *argv[5 + 6 * VEC_MAX_RULES];
 	size_t argl[5 + 6 * VEC_MAX_RULES];
@@ -118,7 +119,12 @@ run_step(redisContext *c, const struct vec_scenario *sc, char keys[][96],
 	argv[argc++] = nkeys;
 	for (r = 0; r < sc->nrules; r++)
 		argv[argc++] = keys[r];
-	if (wait_us > 0) {
+	if (report) {
+		/* A batch of one request, whose count says "report". */
+		snprintf(count, sizeof(count), "%zu:r", sc->nrules);
+		argv[argc++] = "1";
+		argv[argc++] = count;
+	} else if (wait_us > 0) {
 		/* A batch of one request, whose count carries the wait. */
 		snprintf(count, sizeof(count), "%zu:%" PRId64, sc->nrules,
 		    wait_us);
@@ -189,7 +195,7 @@ START_TEST(test_scenario)
 		size_t j;
 
 		exec = run_step(c, sc, keys, sc->epoch + st->t, st->cost,
-		    st->wait_us, s, &rep);
+		    st->wait_us, st->report, s, &rep);
 		ck_assert_msg(rep->type == REDIS_REPLY_ARRAY &&
 			rep->elements == 1 + 5 * sc->nrules,
 		    "%s:%d (%s): the script answered %s", vec_path, st->line,

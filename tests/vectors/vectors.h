@@ -45,6 +45,8 @@ struct vec_step {
 	int64_t cost;
 	int64_t wait_us;   /* docs/waiting.md: 0 answers now */
 	int64_t waited_us; /* the reservation's distance, or 0 */
+	bool report;	   /* POST /report: records past the limit; the
+			    * fourth field is overdrawn, not the retry */
 	bool want_all;	   /* every non-shadow rule admits, or waited */
 	struct vec_result want[VEC_MAX_RULES];
 };
@@ -121,7 +123,8 @@ parse_scenario(char **tok, int n, struct vec_scenario *sc)
 	return 0;
 }
 
-/* T COST [wait W] -> A R S Y [t=E] [| A R S Y [t=E] ...] [waited X] */
+/* T COST [wait W | report] -> A R S Y [t=E] [| A R S Y [t=E] ...]
+ * [waited X] */
 static int
 parse_step(char **tok, int n, const struct vec_scenario *sc,
     struct vec_step *st)
@@ -137,6 +140,9 @@ parse_step(char **tok, int n, const struct vec_scenario *sc,
 		if (!parse_int(tok[k + 1], &st->wait_us) || st->wait_us < 1)
 			return -1;
 		k += 2;
+	} else if (k < n && strcmp(tok[k], "report") == 0) {
+		st->report = true;
+		k++;
 	}
 	if (k >= n || strcmp(tok[k++], "->") != 0)
 		return -1;
@@ -183,6 +189,9 @@ parse_step(char **tok, int n, const struct vec_scenario *sc,
 			return -1;
 	if (st->waited_us > 0)
 		st->want_all = true;
+	/* A report is never denied. */
+	if (st->report && !st->want_all)
+		return -1;
 	return k == n ? 0 : -1;
 }
 
