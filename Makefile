@@ -107,11 +107,14 @@ $(BUILD)/%.o: src/%.c $(HDRS) config.mk | $(BUILD)/tests
 # lua/ratelimit.lua => const char rl_lua_ratelimit[], and its SHA1 as Redis
 # computes it (the text as compiled: every line ends in a newline) in
 # rl_lua_ratelimit_sha[], for EVALSHA before any SCRIPT LOAD answered.
-# Comment-only and blank lines are left out of the compiled text: Redis
-# refuses an argument over 16 KiB from a client not yet authenticated
-# ("unauthenticated bulk length"), and a SCRIPT LOAD under that size still
-# gets the clear NOAUTH when the password is missing.
-LUA_STRIP = sed -e '/^[[:space:]]*--/d' -e '/^[[:space:]]*$$/d'
+# Comment-only and blank lines, and the indentation of the others, are
+# left out of the compiled text: Redis refuses an argument over 16 KiB
+# from a client not yet authenticated ("unauthenticated bulk length"),
+# and a SCRIPT LOAD under that size still gets the clear NOAUTH when the
+# password is missing.  (No script has a long string, [[...]], whose
+# lines the indentation would belong to.)
+LUA_STRIP = sed -e '/^[[:space:]]*--/d' -e '/^[[:space:]]*$$/d' \
+	-e 's/^[[:space:]]*//'
 $(BUILD)/lua_scripts.c: $(LUA) Makefile | $(BUILD)/tests
 	@{ echo '/* Generated from the scripts in lua/ by the Makefile. */'; \
 	for f in $(LUA); do \
