@@ -705,6 +705,42 @@ memory_lease(struct memory_backend *m, const struct rl_check *c,
 	return 0;
 }
 
+/*
+ * docs/admin.md: a counter's reset drops its entry.  Overrides live in
+ * the process with the memory store (core/overrides.h), not here: those
+ * calls are refused.
+ */
+static int
+memory_admin(struct memory_backend *m, struct backend_admin *a, char *err,
+    size_t errlen)
+{
+	struct memory_stripe *st;
+	struct memory_entry *e;
+	uint64_t hash;
+	int64_t now;
+
+	a->found = false;
+	a->reply = NULL;
+	a->replylen = 0;
+	if (a->op != BACKEND_ADMIN_RESET || a->key == NULL) {
+		snprintf(err, errlen,
+		    "memory store: overrides are kept in the "
+		    "process");
+		return -1;
+	}
+	hash = memory_siphash(m->seed, (const unsigned char *)a->key,
+	    a->keylen);
+	st = &m->stripes[memory_stripe_of(hash)].s;
+	memory_lock_mask(m, UINT64_C(1) << memory_stripe_of(hash));
+	now = m->clock(m->clock_arg);
+	if ((e = memory_lookup(st, hash, a->key, a->keylen)) != NULL) {
+		a->found = e->expires > now;
+		memory_remove(m, st, e);
+	}
+	memory_unlock_mask(m, UINT64_C(1) << memory_stripe_of(hash));
+	return 0;
+}
+
 /* Every call completes here: the store never blocks.  A probe (n == 0)
  * always succeeds. */
 static void
@@ -716,7 +752,12 @@ memory_submit(struct backend *b, struct backend_call *call)
 	call->waited_us = 0;
 	call->kind = BACKEND_ERR_NONE;
 	call->err[0] = '\0';
-	if (call->lease_op != BACKEND_LEASE_NONE) {
+	if (call->admin != NULL) {
+		call->rc = memory_admin(m, call->admin, call->err,
+		    sizeof(call->err));
+		if (call->rc == -1)
+			call->kind = BACKEND_ERR_PROTOCOL;
+	} else if (call->lease_op != BACKEND_LEASE_NONE) {
 		call->rc = call->n != 1 ?
 		    -1 :
 		    memory_lease(m, call->checks, call->lease_op, call->out,

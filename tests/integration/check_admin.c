@@ -227,6 +227,72 @@ START_TEST(test_no_token)
 }
 END_TEST
 
+/* A counter read consumes nothing; a reset frees the key at once. */
+START_TEST(test_counters)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+	int i;
+
+	admin_start(&a, 0, true, NULL);
+	for (i = 0; i < 2; i++) {
+		h_http(&r, "POST", "/acquire",
+		    "{\"t\":\"api\",\"user\":\"u 1\"}", NULL);
+		ck_assert_int_eq(r.status, 200);
+	}
+	for (i = 0; i < 3; i++) {
+		admin_req(&a, &r, "GET", "/admin/counters?rule=api&key=u%201",
+		    NULL, auth_ok);
+		ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+		ck_assert_str_eq(h_json_str(&r, "rule"), "api");
+		ck_assert_str_eq(h_json_str(&r, "key"), "u 1");
+		ck_assert_int_eq(h_json_int(&r, "limit"), 3);
+		ck_assert_int_eq(h_json_int(&r, "remaining"), 1);
+		ck_assert_int_eq(h_json_int(&r, "retry_after_ms"), 0);
+		ck_assert(h_json_int(&r, "reset_ms") > 9000);
+	}
+	h_http(&r, "POST", "/acquire", "{\"t\":\"api\",\"user\":\"u 1\"}",
+	    NULL);
+	ck_assert_int_eq(r.status, 200);
+	h_http(&r, "POST", "/acquire", "{\"t\":\"api\",\"user\":\"u 1\"}",
+	    NULL);
+	ck_assert_int_eq(r.status, 429);
+	admin_req(&a, &r, "GET", "/admin/counters?rule=api&key=u%201", NULL,
+	    auth_ok);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), 0);
+	ck_assert(h_json_int(&r, "retry_after_ms") > 9000);
+	/* An unknown rule, a key never used. */
+	admin_req(&a, &r, "GET", "/admin/counters?rule=nope&key=u", NULL,
+	    auth_ok);
+	ck_assert_int_eq(r.status, 400);
+	admin_req(&a, &r, "GET", "/admin/counters?rule=tb&key=new", NULL,
+	    auth_ok);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), 2);
+	admin_req(&a, &r, "POST", "/admin/counters?rule=tb&key=new", NULL,
+	    auth_ok);
+	ck_assert_int_eq(r.status, 405);
+
+	/* Reset: the next acquire is allowed again, on the store's count. */
+	admin_req(&a, &r, "DELETE", "/admin/counters?rule=api&key=u%201", NULL,
+	    auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	ck_assert(json_is_true(h_json_get(&r, "found")));
+	h_http(&r, "POST", "/acquire", "{\"t\":\"api\",\"user\":\"u 1\"}",
+	    NULL);
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), 2);
+	admin_req(&a, &r, "DELETE", "/admin/counters?rule=tb&key=never", NULL,
+	    auth_ok);
+	ck_assert(json_is_false(h_json_get(&r, "found")));
+	ck_assert_int_eq(
+	    h_metric("ratelimitd_admin_writes_total{op=\"counter_reset\"}"), 2);
+	h_resp_free(&r);
+	admin_stop(&a);
+	ck_assert(log_has(&a.d, "op=\"counter_reset\""));
+	ck_assert(log_has(&a.d, "peer=\"127.0.0.1:"));
+}
+END_TEST
+
 /* --- fixtures and main -------------------------------------------------- */
 
 static void
@@ -270,8 +336,20 @@ test_suite(void)
 	tcase_add_test(tc, test_config_secrets);
 	tcase_add_test(tc, test_no_token);
 	suite_add_tcase(s, tc);
-	(void)use_redis_store;
-	(void)flush_redis;
+
+	tc = tcase_create("memory");
+	tcase_add_unchecked_fixture(tc, use_memory, h_reap_orphans);
+	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_counters);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("redis");
+	tcase_add_unchecked_fixture(tc, use_redis_store, h_reap_orphans);
+	tcase_add_checked_fixture(tc, flush_redis, h_test_teardown);
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_counters);
+	suite_add_tcase(s, tc);
 	test_main_at_end(suite_done);
 	return s;
 }
