@@ -29,6 +29,7 @@
 #include "core/config.h"
 #include "core/decide.h"
 #include "core/deny_cache.h"
+#include "core/overrides.h"
 #include "core/redis_url.h"
 #include "front/admin.h"
 #include "front/grpc.h"
@@ -58,7 +59,8 @@ struct daemon {
 	struct backend *backend;
 	struct backend *local;
 	struct deny_cache *deny;
-	struct lease_wait *leases; /* requests waiting for a lease */
+	struct overrides *overrides; /* limits per key (docs/admin.md) */
+	struct lease_wait *leases;   /* requests waiting for a lease */
 	struct metrics *metrics;
 	struct decider decider;
 	struct decider grpc_decider; /* the same, counted as gRPC's */
@@ -217,6 +219,7 @@ reload(struct daemon *d)
 	if (d->grpc != NULL)
 		grpc_server_set_config(d->grpc, c);
 	admin_server_set_config(d->admin, c);
+	overrides_sync_set_config(d->overrides, c);
 	/* Limits may have changed: forget what the old rules denied. */
 	if (d->deny != NULL)
 		deny_cache_clear(d->deny);
@@ -330,14 +333,23 @@ drop_privileges(const struct config *c, char *err, size_t errlen)
 	return 0;
 }
 
-/* Redis heard a lease released (by any daemon): its waiters try again. */
+/* Redis heard a lease released (by any daemon): its waiters try again.
+ * The same channel carries the notices of lua/override.lua, the name of
+ * an override hash, which never ends in '}' as a lease's key does: that
+ * rule's overrides are read again (docs/admin.md).  NULL: both may have
+ * gone unheard. */
 static void
 on_released(void *arg, const char *key, size_t keylen)
 {
-	if (key == NULL)
-		lease_wait_all(arg);
+	struct daemon *d = arg;
+
+	if (key == NULL) {
+		lease_wait_all(d->leases);
+		overrides_notice(d->overrides, NULL, 0);
+	} else if (keylen > 0 && key[keylen - 1] != '}')
+		overrides_notice(d->overrides, key, keylen);
 	else
-		lease_wait_released(arg, lease_key_hash(key, keylen));
+		lease_wait_released(d->leases, lease_key_hash(key, keylen));
 }
 
 /* Make the backends the config asks for.  0 or -1 with err. */
@@ -351,8 +363,7 @@ make_backends(struct daemon *d, char *err, size_t errlen)
 		if (d->backend == NULL)
 			return -1;
 		backend_redis_set_metrics(d->backend, d->metrics);
-		backend_redis_watch_releases(d->backend, on_released,
-		    d->leases);
+		backend_redis_watch_releases(d->backend, on_released, d);
 		/* Always there, so that a reload to on_backend_error:
 		 * local works; it holds nothing until it is used. */
 		d->local = backend_memory_new(c->memory.max_keys, NULL, NULL);
@@ -479,7 +490,16 @@ make_decider(struct daemon *d, char *err, size_t errlen)
 	}
 	if ((d->leases = lease_wait_new(err, errlen)) == NULL)
 		return -1;
+	if ((d->overrides = overrides_new()) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
 	if (make_backends(d, err, errlen) < 0)
+		return -1;
+	/* On Redis every daemon mirrors the overrides the others set. */
+	if (d->cfg->backend == RL_BACKEND_REDIS &&
+	    overrides_sync_start(d->overrides, d->backend, d->cfg, err,
+		errlen) < 0)
 		return -1;
 	if (d->deny != NULL)
 		metrics_set_deny_hits(d->metrics, deny_hits, d->deny);
@@ -487,6 +507,7 @@ make_decider(struct daemon *d, char *err, size_t errlen)
 		.backend = d->backend,
 		.local = d->local,
 		.deny = d->deny,
+		.overrides = d->overrides,
 		.on_rule = on_rule_http,
 		.on_backend = on_backend,
 		.hook_arg = d->metrics,
@@ -560,7 +581,7 @@ start_fronts(struct daemon *d, char *err, size_t errlen)
 		return -1;
 	if (d->admin_fd >= 0) {
 		d->admin = admin_server_start(d->admin_fd, d->cfg, &d->decider,
-		    NULL, d->metrics, d->admin_token, err, errlen);
+		    d->overrides, d->metrics, d->admin_token, err, errlen);
 		d->admin_fd = -1;
 		if (d->admin == NULL)
 			return -1;
@@ -629,6 +650,7 @@ daemon_free(struct daemon *d)
 	rl_free(d->admin_token);
 	grpc_server_stop(d->grpc);
 	http_server_stop(d->http);
+	overrides_free(d->overrides); /* its sync asks the store */
 	backend_free(d->local);
 	backend_free(d->backend);
 	lease_wait_free(d->leases);

@@ -28,6 +28,7 @@
 #include "core/deny_cache.h"
 #include "core/lease.h"
 #include "core/limiter.h"
+#include "core/overrides.h"
 #include "base/util.h"
 
 /* Requests with few applying rules (nearly all) use the stack. */
@@ -40,6 +41,7 @@ struct applying {
 	uint64_t groups; /* bit g: group g's (with req->groups) */
 	size_t tokoff;	 /* concurrency: its lease token's offset in
 			  * the key arena; else SIZE_MAX */
+	bool overridden; /* its limit and window are an override's */
 };
 
 struct decide_job {
@@ -151,7 +153,8 @@ pick_deciding(const struct applying *ap, const struct rl_check *checks,
 	}
 	out->allowed = all_allowed;
 	out->rule = ap[best].rule;
-	out->limit = ap[best].rule->limit;
+	out->limit = checks[best].limit; /* an override's, or the rule's */
+	out->window_ms = checks[best].window_ms;
 	out->remaining = res[best].remaining;
 	out->reset_ms = res[best].reset_ms;
 	out->effective_ms = res[best].effective_ms;
@@ -194,7 +197,7 @@ pick_groups(const struct decide_job *job)
 		if (!found)
 			continue;
 		o->rule = job->ap[best].rule;
-		o->limit = o->rule->limit;
+		o->limit = job->checks[best].limit;
 		o->remaining = job->res[best].remaining;
 		o->reset_ms = job->res[best].reset_ms;
 		o->retry_after_ms = denied ? job->res[best].retry_after_ms : 0;
@@ -261,6 +264,34 @@ us_to_ms(int64_t us)
 }
 
 /*
+ * The deny cache's key for check i: the store key, and for a key under
+ * an override (docs/admin.md) its limit and window too, so that a denial
+ * learnt under one limit is never answered under another (one learnt
+ * under the rule's own limit holds again once the override goes; a
+ * reload clears the cache).  NULL when it does not fit buf: not cached.
+ */
+static const char *
+deny_key(const struct decide_job *job, size_t i, char *buf, size_t cap,
+    size_t *len)
+{
+	const struct rl_check *c = &job->checks[i];
+	int n;
+
+	if (!job->ap[i].overridden) {
+		*len = c->keylen;
+		return c->key;
+	}
+	n = snprintf(buf, cap, "%.*s\x1f%lld/%lld", (int)c->keylen, c->key,
+	    (long long)c->limit, (long long)c->window_ms);
+	if (n < 0 || (size_t)n >= cap)
+		return NULL;
+	*len = (size_t)n;
+	return buf;
+}
+
+#define DENY_KEY_MAX 1536
+
+/*
  * Deny from the deny cache: 1 with *out filled when a non-shadow check's
  * key is denied for this cost, else 0.
  */
@@ -269,7 +300,9 @@ deny_cached(const struct decider *d, struct decide_job *job)
 {
 	int64_t now = util_monotonic_us();
 	struct deny_times t, best_t = { 0 };
-	size_t i, best = 0;
+	size_t i, best = 0, klen = 0;
+	char kbuf[DENY_KEY_MAX];
+	const char *k;
 	bool hit = false;
 
 	for (i = 0; i < job->n; i++) {
@@ -277,8 +310,8 @@ deny_cached(const struct decider *d, struct decide_job *job)
 
 		if (c->shadow || c->cost == 0 ||
 		    c->algorithm == RL_ALG_CONCURRENCY ||
-		    !deny_cache_get(d->deny, c->key, c->keylen, c->cost, now,
-			&t))
+		    (k = deny_key(job, i, kbuf, sizeof(kbuf), &klen)) == NULL ||
+		    !deny_cache_get(d->deny, k, klen, c->cost, now, &t))
 			continue;
 		if (!hit || t.until_us > best_t.until_us) {
 			best = i;
@@ -290,7 +323,8 @@ deny_cached(const struct decider *d, struct decide_job *job)
 		return 0;
 	job->out->allowed = false;
 	job->out->rule = job->ap[best].rule;
-	job->out->limit = job->ap[best].rule->limit;
+	job->out->limit = job->checks[best].limit;
+	job->out->window_ms = job->checks[best].window_ms;
 	job->out->remaining = 0;
 	/* The store's own retry was rounded up; so is what is left. */
 	job->out->retry_after_ms = us_to_ms(best_t.until_us - now) + 1;
@@ -312,7 +346,9 @@ static void
 deny_learn(const struct decider *d, const struct decide_job *job)
 {
 	int64_t sent = job->submit_us;
-	size_t i;
+	char kbuf[DENY_KEY_MAX];
+	size_t i, klen = 0;
+	const char *k;
 
 	for (i = 0; i < job->n; i++) {
 		const struct rl_check *c = &job->checks[i];
@@ -326,7 +362,8 @@ deny_learn(const struct decider *d, const struct decide_job *job)
 		t.until_us = sent + (r->retry_after_ms - 1) * 1000;
 		t.reset_us = sent + (r->reset_ms - 1) * 1000;
 		t.effective_us = sent + (r->effective_ms - 1) * 1000;
-		deny_cache_put(d->deny, c->key, c->keylen, c->cost, &t);
+		if ((k = deny_key(job, i, kbuf, sizeof(kbuf), &klen)) != NULL)
+			deny_cache_put(d->deny, k, klen, c->cost, &t);
 	}
 }
 
@@ -562,7 +599,8 @@ collect(struct decide_job *job, const struct config *cfg,
 	for (i = 0; i < nrules; i++) {
 		const struct rule *r = forced != NULL ? forced : &cfg->rules[i];
 		size_t need = keymax + strlen(r->name), len = 0;
-		int64_t cost = gcost >= 0 ? gcost : r->cost;
+		int64_t cost = gcost >= 0 ? gcost : r->cost, limit, window;
+		bool overridden;
 		enum render_result rr;
 		char *na;
 
@@ -590,12 +628,16 @@ collect(struct decide_job *job, const struct config *cfg,
 			    memcmp(job->arena + job->ap[j].keyoff,
 				job->arena + off, len) == 0)
 				break;
+		limit = r->limit;
+		window = r->window_ms;
+		overridden = overrides_get(job->d->overrides, job->arena + off,
+		    len, 0, &limit, &window);
 		if (j < n)
 			cost += job->checks[j].cost;
 		if (job->report && cost > LIMITER_MAX_LIMIT)
 			return fail(job->out, DECIDE_COST_EXCEEDS_LIMIT,
 			    "cost is larger than 2^53");
-		if (cost > r->limit && !job->report)
+		if (cost > limit && !job->report)
 			return fail(job->out, DECIDE_COST_EXCEEDS_LIMIT,
 			    "cost is larger than the limit of rule \"%s\"",
 			    r->name);
@@ -609,10 +651,11 @@ collect(struct decide_job *job, const struct config *cfg,
 		job->ap[n].keylen = len;
 		job->ap[n].groups = bit;
 		job->ap[n].tokoff = SIZE_MAX;
+		job->ap[n].overridden = overridden;
 		job->checks[n] = (struct rl_check){
 			.algorithm = r->algorithm,
-			.limit = r->limit,
-			.window_ms = r->window_ms,
+			.limit = limit,
+			.window_ms = window,
 			.cost = cost,
 			.shadow = r->shadow,
 			.keylen = len,

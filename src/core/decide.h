@@ -133,6 +133,8 @@ struct decision {
 				  * borrowed from the config snapshot */
 	int64_t limit, remaining, reset_ms, retry_after_ms;
 	int64_t effective_ms; /* the deciding rule's (struct rl_result) */
+	int64_t window_ms;    /* the deciding key's window (an override's,
+			       * docs/admin.md); 0: the rule's */
 	bool shadow;	      /* the deciding rule is a shadow rule */
 	/* With req->leases: one per concurrency rule that recorded, when the
 	 * store itself allowed (not degraded).  Owned: decide_leases_free(). */
@@ -172,15 +174,18 @@ typedef void (*decide_backend_fn)(const char *backend, int64_t usec,
     enum backend_error_kind kind, void *arg);
 
 struct deny_cache;
+struct overrides;
 
 /* The long-lived parts a decision needs.  Borrowed; set up by main.c. */
 struct decider {
-	struct backend *backend; /* the configured store */
-	struct backend *local;	 /* in-process store for
-				  * on_backend_error: local; may be NULL */
-	struct deny_cache *deny; /* keys denied lately; may be NULL.
-				  * Used only for a store that does not
-				  * answer inline. */
+	struct backend *backend;     /* the configured store */
+	struct backend *local;	     /* in-process store for
+				      * on_backend_error: local; may be NULL */
+	struct deny_cache *deny;     /* keys denied lately; may be NULL.
+				      * Used only for a store that does not
+				      * answer inline. */
+	struct overrides *overrides; /* limits per key (docs/admin.md);
+				      * may be NULL */
 	decide_rule_fn on_rule;
 	decide_backend_fn on_backend;
 	void *hook_arg; /* passed to both hooks */

@@ -109,6 +109,8 @@ overrides_get(struct overrides *o, const char *key, size_t keylen,
 
 	if (o == NULL || atomic_load(&o->count) == 0)
 		return false;
+	if (now_ms <= 0)
+		now_ms = util_realtime_us() / 1000;
 	h = ov_hash(key, keylen);
 	pthread_rwlock_rdlock(&o->lock);
 	e = *ov_find(o, key, keylen, h);

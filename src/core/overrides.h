@@ -38,7 +38,8 @@ struct overrides *overrides_new(void);
 void overrides_free(struct overrides *o);
 
 /*
- * The override of store key `key` at now_ms (epoch milliseconds): true
+ * The override of store key `key` at now_ms (epoch milliseconds; 0: the
+ * clock's now, read only when the table holds something): true
  * with *limit and *window_ms set, or false (they are left alone).  An
  * override past its expiry is none.  o may be NULL (false).
  */

@@ -293,6 +293,189 @@ START_TEST(test_counters)
 }
 END_TEST
 
+/* Acquire one unit of rule api for user on the main listener of d. */
+static long
+acquire_on(struct admin_daemon *a, const char *user, struct h_resp *r)
+{
+	char body[128];
+
+	snprintf(body, sizeof(body), "{\"t\":\"api\",\"user\":\"%s\"}", user);
+	h_post(a->d.port, "/acquire", body, r);
+	return r->status;
+}
+
+/* The limit a's counters read for api/user (its override, if any). */
+static long long
+limit_seen(struct admin_daemon *a, const char *user, struct h_resp *r)
+{
+	char path[128];
+
+	snprintf(path, sizeof(path), "/admin/counters?rule=api&key=%s", user);
+	admin_req(a, r, "GET", path, NULL, auth_ok);
+	ck_assert_msg(r->status == 200, "%ld %s", r->status, r->body);
+	return h_json_int(r, "limit");
+}
+
+/* Poll until a sees limit want for api/user; the milliseconds it took,
+ * or -1 past max_ms. */
+static long long
+wait_limit(struct admin_daemon *a, const char *user, long long want,
+    long long max_ms)
+{
+	struct h_resp r = { 0 };
+	long long t0 = h_now_ms(), got;
+
+	for (;;) {
+		got = limit_seen(a, user, &r);
+		if (got == want)
+			break;
+		if (h_now_ms() - t0 > max_ms) {
+			h_resp_free(&r);
+			return -1;
+		}
+		h_sleep_ms(20);
+	}
+	h_resp_free(&r);
+	return h_now_ms() - t0;
+}
+
+START_TEST(test_overrides)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+	json_t *list;
+
+	admin_start(&a, 0, true, NULL);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"vip\",\"limit\":1,\"window\":\"20s\"}",
+	    auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	ck_assert_int_eq(h_json_int(&r, "window_ms"), 20000);
+	ck_assert_int_eq(acquire_on(&a, "vip", &r), 200);
+	ck_assert_int_eq(h_json_int(&r, "limit"), 1);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), 0);
+	ck_assert_str_eq(h_resp_header(&r, "RateLimit-Policy"),
+	    "\"api\";q=1;w=20");
+	ck_assert_int_eq(acquire_on(&a, "vip", &r), 429);
+	ck_assert_int_eq(acquire_on(&a, "vip", &r), 429); /* deny cache */
+	ck_assert_int_eq(h_json_int(&r, "limit"), 1);
+	ck_assert_int_eq(acquire_on(&a, "other", &r), 200); /* its own */
+	ck_assert_int_eq(h_json_int(&r, "limit"), 3);
+
+	admin_req(&a, &r, "GET", "/admin/overrides?rule=api", NULL, auth_ok);
+	ck_assert_int_eq(r.status, 200);
+	list = h_json_get(&r, "overrides");
+	ck_assert_int_eq(json_array_size(list), 1);
+	ck_assert_str_eq(
+	    json_string_value(json_object_get(json_array_get(list, 0), "key")),
+	    "vip");
+	ck_assert(json_is_null(json_object_get(json_array_get(list, 0),
+	    "expires_ms")));
+
+	/* Gone: the rule's limit again, whatever the cache learnt. */
+	admin_req(&a, &r, "DELETE", "/admin/overrides?rule=api&key=vip", NULL,
+	    auth_ok);
+	ck_assert(json_is_true(h_json_get(&r, "deleted")));
+	ck_assert_int_eq(acquire_on(&a, "vip", &r), 200);
+	ck_assert_int_eq(h_json_int(&r, "limit"), 3);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), 1);
+	admin_req(&a, &r, "DELETE", "/admin/overrides?rule=api&key=vip", NULL,
+	    auth_ok);
+	ck_assert(json_is_false(h_json_get(&r, "deleted")));
+
+	/* A raised limit admits at once past a cached denial. */
+	ck_assert_int_eq(acquire_on(&a, "vip", &r), 200);
+	ck_assert_int_eq(acquire_on(&a, "vip", &r), 429);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"vip\",\"limit\":5}", auth_ok);
+	ck_assert_int_eq(acquire_on(&a, "vip", &r), 200);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), 1);
+
+	/* A TTL: the override goes by itself. */
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"brief\",\"limit\":1,\"ttl\":700}",
+	    auth_ok);
+	ck_assert_int_eq(h_json_int(&r, "expires_ms"), 700);
+	ck_assert_int_eq(acquire_on(&a, "brief", &r), 200);
+	ck_assert_int_eq(acquire_on(&a, "brief", &r), 429);
+	h_sleep_ms(900);
+	ck_assert_int_eq(acquire_on(&a, "brief", &r), 200);
+	ck_assert_int_eq(h_json_int(&r, "limit"), 3);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), 1);
+
+	/* Bad requests change nothing. */
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"x\",\"limit\":0}", auth_ok);
+	ck_assert_int_eq(r.status, 400);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"nope\",\"key\":\"x\",\"limit\":2}", auth_ok);
+	ck_assert_int_eq(r.status, 400);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"x\",\"limit\":2,\"window\":\"soon\"}",
+	    auth_ok);
+	ck_assert_int_eq(r.status, 400);
+	admin_req(&a, &r, "PUT", "/admin/overrides", "[", auth_ok);
+	ck_assert_int_eq(r.status, 400);
+	ck_assert_int_eq(
+	    h_metric("ratelimitd_admin_writes_total{op=\"override_set\"}"), 3);
+	h_resp_free(&r);
+	admin_stop(&a);
+	ck_assert(log_has(&a.d, "op=\"override_set\""));
+}
+END_TEST
+
+/* Two daemons on one Redis: what one sets, the other applies within 1 s;
+ * a TTL expires there too; overrides outlive a restart. */
+START_TEST(test_overrides_shared)
+{
+	struct admin_daemon a, b;
+	struct h_resp r = { 0 };
+	long long ms;
+	int b_port;
+
+	admin_start(&a, 0, true, NULL);
+	admin_start(&b, 0, true, NULL);
+	b_port = b.admin_port;
+	ck_assert(wait_limit(&b, "k", 3, 100) >= 0);
+
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"k\",\"limit\":1}", auth_ok);
+	ck_assert_int_eq(r.status, 200);
+	ms = wait_limit(&b, "k", 1, 1000);
+	ck_assert_msg(ms >= 0, "the other daemon did not see it within 1 s");
+	printf("override seen by the other daemon after %lld ms\n", ms);
+	ck_assert_int_eq(acquire_on(&b, "k", &r), 200);
+	ck_assert_int_eq(h_json_int(&r, "limit"), 1);
+	ck_assert_int_eq(acquire_on(&b, "k", &r), 429);
+
+	/* A TTL expires on the other daemon too. */
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"t\",\"limit\":2,\"ttl\":\"1500ms\"}",
+	    auth_ok);
+	ck_assert(wait_limit(&b, "t", 2, 1000) >= 0);
+	ck_assert(wait_limit(&b, "t", 3, 2500) >= 0);
+
+	/* Deleted: the other daemon follows. */
+	admin_req(&a, &r, "DELETE", "/admin/overrides?rule=api&key=k", NULL,
+	    auth_ok);
+	ck_assert(json_is_true(h_json_get(&r, "deleted")));
+	ck_assert(wait_limit(&b, "k", 3, 1000) >= 0);
+
+	/* Set while b is down, and kept in Redis across a restart of both. */
+	admin_stop(&b);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"r\",\"limit\":2}", auth_ok);
+	admin_stop(&a);
+	admin_start(&b, b_port, true, NULL);
+	ck_assert(wait_limit(&b, "r", 2, 1000) >= 0);
+	admin_req(&b, &r, "GET", "/admin/overrides?rule=api", NULL, auth_ok);
+	ck_assert_int_eq(json_array_size(h_json_get(&r, "overrides")), 1);
+	ck_assert_int_eq(h_redis_int(&redis, "HLEN %s", "adm:override:api"), 1);
+	h_resp_free(&r);
+	admin_stop(&b);
+}
+END_TEST
+
 /* --- fixtures and main -------------------------------------------------- */
 
 static void
@@ -342,6 +525,7 @@ test_suite(void)
 	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_counters);
+	tcase_add_test(tc, test_overrides);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("redis");
@@ -349,6 +533,8 @@ test_suite(void)
 	tcase_add_checked_fixture(tc, flush_redis, h_test_teardown);
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_counters);
+	tcase_add_test(tc, test_overrides);
+	tcase_add_test(tc, test_overrides_shared);
 	suite_add_tcase(s, tc);
 	test_main_at_end(suite_done);
 	return s;
