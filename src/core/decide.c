@@ -198,6 +198,7 @@ pick_groups(const struct decide_job *job)
 			continue;
 		o->rule = job->ap[best].rule;
 		o->limit = job->checks[best].limit;
+		o->window_ms = job->checks[best].window_ms;
 		o->remaining = job->res[best].remaining;
 		o->reset_ms = job->res[best].reset_ms;
 		o->retry_after_ms = denied ? job->res[best].retry_after_ms : 0;

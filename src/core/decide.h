@@ -46,6 +46,7 @@ struct decide_group_result {
 	const struct rule *rule;
 	bool allowed;
 	int64_t limit, remaining, reset_ms, retry_after_ms;
+	int64_t window_ms; /* the rule's, or an override's (docs/admin.md) */
 };
 
 /* What a request asks.  Everything borrowed for the call. */
