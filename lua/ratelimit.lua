@@ -30,11 +30,16 @@
 --          '<count>:<wait_us>': when denied now, it waits for its turn
 --          (docs/algorithms.md, "Waiting for a turn"): its units are
 --          recorded at the earliest time within wait_us at which every
---          non-shadow check fits, if there is one.
+--          non-shadow check fits, if there is one.  Written '<count>:r'
+--          it is a report (POST /report; docs/algorithms.md, "Usage
+--          reported after the fact"): every check records c, even past
+--          the limit (c may then exceed L), and nothing is denied; a
+--          report carries no concurrency check.
 -- Reply    a flat array of integers, per request in order:
 --            all_allowed (1 + the microseconds until its reserved time
 --            when it waits), then per check: allowed, remaining, reset_ms,
---            retry_after_ms, effective_ms (the RateLimit header's t:
+--            retry_after_ms (for a report: overdrawn, the units used
+--            past the limit), effective_ms (the RateLimit header's t:
 --            docs/algorithms.md, "Common ground"); with 'marks', a sixth
 --            field per check, a
 --            string: where the check's units were recorded ('0' when it
@@ -230,6 +235,7 @@ end
 
 function sliding_log.finish(s)
   s.remaining = math.max(0, s.L - s.used)
+  s.over = math.max(0, s.used - s.L)
   s.reset = 0
   if s.used > 0 then
     s.reset = ceil_ms(s.last_t + s.W - s.now)
@@ -321,6 +327,7 @@ end
 
 function fixed_window.finish(s)
   local st, n = s.f_start, s.f_n
+  s.over = math.max(0, n - s.L)
   if n > 0 and st > s.s_now then
     s.remaining = 0
     s.reset = ceil_ms(st + s.W - s.now)
@@ -405,6 +412,7 @@ function token_bucket.finish(s)
   end
   local rem = math.floor((s.W + 1 - (t - s.now)) * s.L / s.W)
   s.remaining = math.min(s.L, math.max(0, rem))
+  s.over = math.max(0, -rem)
   s.reset = ceil_ms(math.ceil(t - s.now))
   if s.recorded then
     redis.call('SET', s.key, string.format('%.17g', s.new_tat), 'PX',
@@ -498,7 +506,9 @@ function sliding_window.effective(s)
 end
 
 function sliding_window.finish(s)
-  s.remaining = math.max(0, math.floor(s.L - s.est))
+  local rem = math.floor(s.L - s.est)
+  s.remaining = math.max(0, rem)
+  s.over = math.max(0, -rem)
   local newest = nil
   for b, v in pairs(s.counts) do
     if v > 0 and (newest == nil or b > newest) then
@@ -668,12 +678,44 @@ local function reserve_time(checks, first, last, wait)
   return nil
 end
 
-local function request(checks, first, last, reply, marks, chunks, wait)
-  -- Phase 1: check.
-  local all = true
+-- A report: phase 1 with c = 0 (expire, read), then every check records
+-- c whatever it allows: at now, or in fixed_window's later window when
+-- that holds reservations (they keep their place; the report drains
+-- with that window).
+local function report(checks, first, last)
   for k = first, last do
     local s = checks[k]
+    local c = s.c
+    s.c = 0
     s.alg.check(s)
+    s.c = c
+    s.allowed = true
+  end
+  for k = first, last do
+    local s = checks[k]
+    if s.c > 0 then
+      local t = s.now
+      if s.alg == fixed_window and s.f_start > t then
+        t = s.f_start
+      end
+      s.alg.record_at(s, t)
+      s.recorded = true
+    end
+  end
+end
+
+local function request(checks, first, last, reply, marks, chunks, wait,
+    is_report)
+  -- Phase 1: check.
+  local all = true
+  if is_report then
+    report(checks, first, last)
+  end
+  for k = first, last do
+    local s = checks[k]
+    if not is_report then
+      s.alg.check(s)
+    end
     if not s.allowed and not s.shadow then
       all = false
     end
@@ -697,7 +739,7 @@ local function request(checks, first, last, reply, marks, chunks, wait)
   end
 
   -- Phase 2: record.
-  if all then
+  if all and not is_report then
     for k = first, last do
       local s = checks[k]
       if s.allowed and s.c > 0 then
@@ -722,7 +764,11 @@ local function request(checks, first, last, reply, marks, chunks, wait)
     reply[#reply + 1] = s.allowed and 1 or 0
     reply[#reply + 1] = math.floor(s.remaining)
     reply[#reply + 1] = math.floor(s.reset)
-    reply[#reply + 1] = s.allowed and 0 or math.floor(s.retry)
+    if is_report then
+      reply[#reply + 1] = math.floor(s.over or 0)
+    else
+      reply[#reply + 1] = s.allowed and 0 or math.floor(s.retry)
+    end
     if s.alg == concurrency then
       reply[#reply + 1] = 0
     elseif s.remaining >= s.L then
@@ -743,7 +789,7 @@ end
 -- Main.
 local n = #KEYS
 local counts, base
-local waits = {}
+local waits, reports = {}, {}
 local m = 0
 local marks, chunks = false, false
 if ARGV[m + 1] == 'marks' then
@@ -764,8 +810,11 @@ else
   local total = 0
   for r = 1, R do
     local cn, wt = string.match(ARGV[m + 1 + r], '^(%d+):(%d+)$')
+    local rn = string.match(ARGV[m + 1 + r], '^(%d+):r$')
     if cn ~= nil then
       counts[r], waits[r] = tonumber(cn), tonumber(wt)
+    elseif rn ~= nil then
+      counts[r], reports[r] = tonumber(rn), true
     else
       counts[r] = tonumber(ARGV[m + 1 + r])
     end
@@ -782,6 +831,18 @@ else
 end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+
+-- Which checks belong to a report (c may exceed L there).
+local in_report = {}
+do
+  local k = 1
+  for r = 1, #counts do
+    for _ = 1, counts[r] do
+      in_report[k] = reports[r] or false
+      k = k + 1
+    end
+  end
+end
 
 local checks = {}
 for k = 1, n do
@@ -806,7 +867,8 @@ for k = 1, n do
   local L, wms = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local c, shadow = tonumber(ARGV[a + 4]), ARGV[a + 5] == '1'
   if alg == nil or L == nil or wms == nil or c == nil or L < 1 or
-      wms < 1 or c < 0 or c > L then
+      wms < 1 or c < 0 or (c > L and not in_report[k]) or
+      (in_report[k] and alg == concurrency) then
     return redis.error_reply('ratelimit.lua: bad arguments for key ' .. k)
   end
   checks[k] = {alg = alg, key = KEYS[k], L = L, W = wms * 1000, c = c,
@@ -820,7 +882,7 @@ local reply = {}
 local first = 1
 for r = 1, #counts do
   request(checks, first, first + counts[r] - 1, reply, marks, chunks,
-    waits[r] or 0)
+    waits[r] or 0, reports[r])
   first = first + counts[r]
 end
 return reply

@@ -29,7 +29,10 @@
 #include "core/config.h"
 #include "core/decide.h"
 #include "core/deny_cache.h"
+#include "core/overrides.h"
 #include "core/prefetch.h"
+#include "core/redis_url.h"
+#include "front/admin.h"
 #include "front/grpc.h"
 #include "front/http.h"
 #include "front/listen.h"
@@ -58,15 +61,19 @@ struct daemon {
 	struct backend *backend;
 	struct backend *local;
 	struct deny_cache *deny;
-	struct prefetch *prefetch; /* quota held in advance */
-	struct lease_wait *leases; /* requests waiting for a lease */
+	struct prefetch *prefetch;   /* quota held in advance */
+	struct overrides *overrides; /* limits per key (docs/admin.md) */
+	struct lease_wait *leases;   /* requests waiting for a lease */
 	struct metrics *metrics;
 	struct decider decider;
 	struct decider grpc_decider; /* the same, counted as gRPC's */
 	struct http_server *http;
-	struct grpc_server *grpc; /* NULL without grpc_listen */
+	struct grpc_server *grpc;   /* NULL without grpc_listen */
+	struct admin_server *admin; /* NULL without admin_listen */
+	char *admin_token;	    /* admin_token_file's, or NULL */
 	struct watch *watch;
 	int http_fd, grpc_fd; /* bound, not yet served; else -1 */
+	int admin_fd;	      /* the same for admin_listen */
 	int signal_fd;	      /* SIGHUP, SIGTERM, SIGINT */
 	int change_fd;	      /* eventfd: the file changed */
 };
@@ -229,6 +236,8 @@ reload(struct daemon *d)
 	http_server_set_config(d->http, c);
 	if (d->grpc != NULL)
 		grpc_server_set_config(d->grpc, c);
+	admin_server_set_config(d->admin, c);
+	overrides_sync_set_config(d->overrides, c);
 	/* Limits may have changed: forget what the old rules denied, and
 	 * drop the quota held in advance under them. */
 	if (d->deny != NULL)
@@ -251,6 +260,8 @@ shut_down(struct daemon *d)
 
 	config_unref(c);
 	notify_send("STOPPING=1");
+	admin_server_stop(d->admin);
+	d->admin = NULL;
 	http_server_quiesce(d->http);
 	grpc_server_quiesce(d->grpc);
 	while ((left = http_server_inflight(d->http) +
@@ -342,14 +353,23 @@ drop_privileges(const struct config *c, char *err, size_t errlen)
 	return 0;
 }
 
-/* Redis heard a lease released (by any daemon): its waiters try again. */
+/* Redis heard a lease released (by any daemon): its waiters try again.
+ * The same channel carries the notices of lua/override.lua, the name of
+ * an override hash, which never ends in '}' as a lease's key does: that
+ * rule's overrides are read again (docs/admin.md).  NULL: both may have
+ * gone unheard. */
 static void
 on_released(void *arg, const char *key, size_t keylen)
 {
-	if (key == NULL)
-		lease_wait_all(arg);
+	struct daemon *d = arg;
+
+	if (key == NULL) {
+		lease_wait_all(d->leases);
+		overrides_notice(d->overrides, NULL, 0);
+	} else if (keylen > 0 && key[keylen - 1] != '}')
+		overrides_notice(d->overrides, key, keylen);
 	else
-		lease_wait_released(arg, lease_key_hash(key, keylen));
+		lease_wait_released(d->leases, lease_key_hash(key, keylen));
 }
 
 /* Make the backends the config asks for.  0 or -1 with err. */
@@ -363,8 +383,7 @@ make_backends(struct daemon *d, char *err, size_t errlen)
 		if (d->backend == NULL)
 			return -1;
 		backend_redis_set_metrics(d->backend, d->metrics);
-		backend_redis_watch_releases(d->backend, on_released,
-		    d->leases);
+		backend_redis_watch_releases(d->backend, on_released, d);
 		/* Always there, so that a reload to on_backend_error:
 		 * local works; it holds nothing until it is used. */
 		d->local = backend_memory_new(c->memory.max_keys, NULL, NULL);
@@ -491,7 +510,16 @@ make_decider(struct daemon *d, char *err, size_t errlen)
 	}
 	if ((d->leases = lease_wait_new(err, errlen)) == NULL)
 		return -1;
+	if ((d->overrides = overrides_new()) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
 	if (make_backends(d, err, errlen) < 0)
+		return -1;
+	/* On Redis every daemon mirrors the overrides the others set. */
+	if (d->cfg->backend == RL_BACKEND_REDIS &&
+	    overrides_sync_start(d->overrides, d->backend, d->cfg, err,
+		errlen) < 0)
 		return -1;
 	if (d->deny != NULL)
 		metrics_set_deny_hits(d->metrics, deny_hits, d->deny);
@@ -504,6 +532,7 @@ make_decider(struct daemon *d, char *err, size_t errlen)
 		.backend = d->backend,
 		.local = d->local,
 		.deny = d->deny,
+		.overrides = d->overrides,
 		.on_rule = on_rule_http,
 		.on_backend = on_backend,
 		.hook_arg = d->metrics,
@@ -531,6 +560,20 @@ bind_and_watch(struct daemon *d, char *err, size_t errlen)
 	    (d->grpc_fd = listen_socket_open(d->cfg->grpc_listen,
 		 d->cfg->listen_mode, sub, sizeof(sub))) < 0) {
 		snprintf(err, errlen, "grpc_listen: %s", sub);
+		return -1;
+	}
+	/* docs/admin.md: bound and its token read before privileges go. */
+	if (d->cfg->admin_listen != NULL &&
+	    (d->admin_fd = listen_socket_open(d->cfg->admin_listen,
+		 d->cfg->listen_mode, sub, sizeof(sub))) < 0) {
+		snprintf(err, errlen, "admin_listen: %s", sub);
+		return -1;
+	}
+	if (d->cfg->admin_token_file != NULL &&
+	    redis_read_password_file(d->cfg->admin_token_file, &d->admin_token,
+		sub, sizeof(sub)) < 0) {
+		/* "password_file X: ..." names the file, never its text */
+		snprintf(err, errlen, "admin_token_file: %s", sub);
 		return -1;
 	}
 	if (drop_privileges(d->cfg, err, errlen) < 0)
@@ -563,6 +606,15 @@ start_fronts(struct daemon *d, char *err, size_t errlen)
 	d->http_fd = -1;
 	if (d->http == NULL)
 		return -1;
+	if (d->admin_fd >= 0) {
+		d->admin = admin_server_start(d->admin_fd, d->cfg, &d->decider,
+		    d->overrides, d->metrics, d->admin_token, err, errlen);
+		d->admin_fd = -1;
+		if (d->admin == NULL)
+			return -1;
+		log_info("admin API on %s%s", d->cfg->admin_listen,
+		    d->admin_token != NULL ? " (bearer token)" : "");
+	}
 	log_info(
 	    "ratelimitd %s listening on %s: %zu rules, backend %s, "
 	    "%d threads",
@@ -617,8 +669,15 @@ daemon_free(struct daemon *d)
 		close(d->http_fd);
 	if (d->grpc_fd >= 0)
 		close(d->grpc_fd);
+	if (d->admin_fd >= 0)
+		close(d->admin_fd);
+	admin_server_stop(d->admin);
+	if (d->admin_token != NULL)
+		explicit_bzero(d->admin_token, strlen(d->admin_token));
+	rl_free(d->admin_token);
 	grpc_server_stop(d->grpc);
 	http_server_stop(d->http);
+	overrides_free(d->overrides); /* its sync asks the store */
 	backend_free(d->local);
 	backend_free(d->backend);
 	lease_wait_free(d->leases);
@@ -634,6 +693,7 @@ main(int argc, char **argv)
 	struct daemon d = { .path = RL_DEFAULT_CONFIG_PATH,
 		.http_fd = -1,
 		.grpc_fd = -1,
+		.admin_fd = -1,
 		.signal_fd = -1,
 		.change_fd = -1 };
 	bool check_only = false;

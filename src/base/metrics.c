@@ -95,6 +95,8 @@ struct metrics {
 	atomic_ullong http[METRICS_HTTP_MAX - METRICS_HTTP_MIN + 1];
 	atomic_llong waiting[2]; /* by enum metrics_wait */
 	atomic_ullong wait_full;
+	atomic_ullong reports[METRICS_NREPORTS];
+	atomic_ullong admin_writes[METRICS_ADMIN_NOPS];
 	atomic_bool grpc_on; /* render the gRPC series */
 	atomic_ullong grpc[METRICS_GRPC_CODES];
 	int64_t start_us; /* realtime, at metrics_new() */
@@ -115,6 +117,18 @@ static const char *const metrics_store_error_names[METRICS_NKINDS] = {
 	[METRICS_STORE_PROTOCOL] = "protocol",
 	[METRICS_STORE_FULL] = "full",
 	[METRICS_STORE_CIRCUIT_OPEN] = "circuit_open",
+};
+
+static const char *const metrics_report_names[METRICS_NREPORTS] = {
+	[METRICS_REPORT_WITHIN] = "within",
+	[METRICS_REPORT_OVERDRAWN] = "overdrawn",
+	[METRICS_REPORT_UNRECORDED] = "unrecorded",
+};
+
+static const char *const metrics_admin_op_names[METRICS_ADMIN_NOPS] = {
+	[METRICS_ADMIN_OVERRIDE_SET] = "override_set",
+	[METRICS_ADMIN_OVERRIDE_DELETE] = "override_delete",
+	[METRICS_ADMIN_COUNTER_RESET] = "counter_reset",
 };
 
 static const char *const metrics_backend_names[2] = { "redis", "memory" };
@@ -448,6 +462,22 @@ metrics_wait_full(struct metrics *m)
 }
 
 void
+metrics_report(struct metrics *m, enum metrics_report r)
+{
+	if (m != NULL && (unsigned)r < METRICS_NREPORTS)
+		atomic_fetch_add_explicit(&m->reports[r], 1,
+		    memory_order_relaxed);
+}
+
+void
+metrics_admin_write(struct metrics *m, enum metrics_admin_op op)
+{
+	if (m != NULL && (unsigned)op < METRICS_ADMIN_NOPS)
+		atomic_fetch_add_explicit(&m->admin_writes[op], 1,
+		    memory_order_relaxed);
+}
+
+void
 metrics_pool_in_use(struct metrics *m, int delta)
 {
 	if (m == NULL)
@@ -655,6 +685,19 @@ render_http(struct metrics_buf *b, struct metrics *m)
 	    "waiting.");
 	buf_printf(b, "ratelimitd_wait_full_total %llu\n",
 	    atomic_load_explicit(&m->wait_full, memory_order_relaxed));
+	buf_family(b, "ratelimitd_reports_total", "counter",
+	    "Usage reports (POST /report), by what they did.");
+	for (i = 0; i < METRICS_NREPORTS; i++)
+		buf_printf(b, "ratelimitd_reports_total{result=\"%s\"} %llu\n",
+		    metrics_report_names[i],
+		    atomic_load_explicit(&m->reports[i], memory_order_relaxed));
+	buf_family(b, "ratelimitd_admin_writes_total", "counter",
+	    "Writes of the admin API (docs/admin.md), by operation.");
+	for (i = 0; i < METRICS_ADMIN_NOPS; i++)
+		buf_printf(b, "ratelimitd_admin_writes_total{op=\"%s\"} %llu\n",
+		    metrics_admin_op_names[i],
+		    atomic_load_explicit(&m->admin_writes[i],
+			memory_order_relaxed));
 }
 
 /* Copy the rule entries' pointers (stable until metrics_free) so that

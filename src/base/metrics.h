@@ -91,6 +91,24 @@ enum metrics_wait { METRICS_WAIT_TURN, METRICS_WAIT_LEASE };
 void metrics_waiting(struct metrics *m, enum metrics_wait w, int delta);
 void metrics_wait_full(struct metrics *m);
 
+/* What a usage report (POST /report) did (the label result=). */
+enum metrics_report {
+	METRICS_REPORT_WITHIN,	   /* recorded, every rule within its limit */
+	METRICS_REPORT_OVERDRAWN,  /* recorded, some rule past its limit */
+	METRICS_REPORT_UNRECORDED, /* the store failed: nothing recorded */
+	METRICS_NREPORTS
+};
+void metrics_report(struct metrics *m, enum metrics_report r);
+
+/* One write of the admin API (docs/admin.md; the label op=). */
+enum metrics_admin_op {
+	METRICS_ADMIN_OVERRIDE_SET,
+	METRICS_ADMIN_OVERRIDE_DELETE,
+	METRICS_ADMIN_COUNTER_RESET,
+	METRICS_ADMIN_NOPS
+};
+void metrics_admin_write(struct metrics *m, enum metrics_admin_op op);
+
 /* Connections to Redis with calls in flight now (a gauge). */
 void metrics_pool_in_use(struct metrics *m, int delta);
 

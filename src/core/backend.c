@@ -57,6 +57,25 @@ backend_decide(struct backend *b, const struct rl_check *checks, size_t n,
 	return -1;
 }
 
+int
+backend_admin_call(struct backend *b, struct backend_admin *a,
+    enum backend_error_kind *kind, char *err, size_t errlen)
+{
+	struct backend_call call;
+
+	memset(&call, 0, sizeof(call));
+	a->found = false;
+	a->reply = NULL;
+	a->replylen = 0;
+	call.admin = a;
+	backend_wait(b, &call);
+	*kind = call.kind;
+	if (call.rc == 0)
+		return 0;
+	snprintf(err, errlen, "%s", call.err);
+	return -1;
+}
+
 bool
 backend_is_ready(struct backend *b)
 {

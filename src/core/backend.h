@@ -124,8 +124,39 @@ enum backend_lease_op {
 };
 
 /*
+ * docs/admin.md: a call that decides nothing, on one store key
+ * (backend_call.admin, with n == 0).  Everything borrowed for the call
+ * but reply, which the store sets and the caller frees (rl_free).
+ */
+enum backend_admin_op {
+	BACKEND_ADMIN_RESET = 1,    /* drop key's state (a counter) */
+	BACKEND_ADMIN_OVERRIDE_SET, /* field := value in the hash key,
+				     * expiring in ttl_ms (0: never) */
+	BACKEND_ADMIN_OVERRIDE_DEL, /* drop field of the hash key */
+	BACKEND_ADMIN_OVERRIDE_READ /* the hash key into reply */
+};
+struct backend_admin {
+	enum backend_admin_op op;
+	const char *key; /* the store key, or the override hash */
+	size_t keylen;
+	const char *field; /* OVERRIDE_SET, _DEL: the rendered key */
+	size_t fieldlen;
+	const char *value; /* OVERRIDE_SET: "<limit> <window_ms>" */
+	int64_t ttl_ms;	   /* OVERRIDE_SET: 0 = no expiry */
+	/* Set by the store: RESET and OVERRIDE_DEL, whether there was
+	 * something; OVERRIDE_READ, the live fields as pairs of strings,
+	 * each a uint32_t length (host order) and its bytes, the value
+	 * "<limit> <window_ms> <expires_at_ms>" (0: never; the store's
+	 * clock, epoch milliseconds). */
+	bool found;
+	char *reply;
+	size_t replylen;
+};
+
+/*
  * One call: a request's checks; or (n == 0, stat != NULL) one stat op,
- * answered in *stat_out; or (n == 0, stat == NULL) a readiness probe,
+ * answered in *stat_out; or (n == 0, admin != NULL) an admin call
+ * (struct backend_admin); or (n == 0, stat == NULL) a readiness probe,
  * which asks whether the store answers now (a PING on Redis); or
  * (lease_op set, n == 1) a lease's release or renewal: checks[0] names
  * the concurrency key, its token, its cost and (renew) the window;
@@ -156,6 +187,16 @@ struct backend_call {
 	const struct rl_stat_op *stat; /* a stat call, or NULL */
 	struct rl_stat_result *stat_out;
 	enum backend_lease_op lease_op; /* BACKEND_LEASE_NONE: decide */
+	struct backend_admin *admin;	/* n == 0: an admin call, or NULL */
+	bool report;	    /* POST /report (docs/algorithms.md, "Usage
+			     * reported after the fact"): every check records
+			     * its cost, even past its limit (cost may exceed
+			     * limit), and all_allowed is true; no concurrency
+			     * check */
+	int64_t *overdrawn; /* a report: n values the store fills with
+			     * the units each check's usage is past its
+			     * limit after the call (0 when within;
+			     * docs/algorithms.md); may be NULL */
 
 	/* Set by the store before done runs.  rc is 0 with out[] and
 	 * all_allowed: true iff every non-shadow check allows, in which case
@@ -216,6 +257,11 @@ backend_free(struct backend *b)
 int backend_decide(struct backend *b, const struct rl_check *checks, size_t n,
     struct rl_result *out, bool *all_allowed, enum backend_error_kind *kind,
     char *err, size_t errlen);
+/* One admin call (docs/admin.md), waiting for the store: 0 with *a's
+ * answer (a->reply to free with rl_free), or -1 with *kind and err.
+ * Any thread that may block. */
+int backend_admin_call(struct backend *b, struct backend_admin *a,
+    enum backend_error_kind *kind, char *err, size_t errlen);
 /* True iff the store answers a probe within its timeout.  Any thread. */
 bool backend_is_ready(struct backend *b);
 

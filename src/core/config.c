@@ -195,6 +195,10 @@ static const struct field top_fields[] = {
 	    parse_listen, F_START_ONLY, NULL },
 	{ "grpc_listen",      F_CUSTOM,   CO(grpc_listen),    0, 0,
 	    parse_listen, F_START_ONLY, NULL },
+	{ "admin_listen",     F_CUSTOM,   CO(admin_listen),   0, 0,
+	    parse_listen, F_START_ONLY, NULL },
+	{ "admin_token_file", F_STRING,   CO(admin_token_file), 0, 0, NULL,
+	    F_START_ONLY, NULL },
 	{ "threads",          F_INT,      CO(threads),        1, 1024, NULL,
 	    F_START_ONLY, NULL },
 	{ "max_body_bytes",   F_INT64,    CO(max_body_bytes), 1, 64 << 20,
@@ -288,6 +292,8 @@ config_free(struct config *c)
 	rl_free(c->redis.password_file);
 	rl_free(c->listen);
 	rl_free(c->grpc_listen);
+	rl_free(c->admin_listen);
+	rl_free(c->admin_token_file);
 	rl_free(c->user);
 	rl_free(c->path);
 	rl_free(c);

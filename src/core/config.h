@@ -64,6 +64,8 @@ struct config {
 
 	char *listen;		 /* default "127.0.0.1:8080" */
 	char *grpc_listen;	 /* NULL (off), or as listen (docs/grpc.md) */
+	char *admin_listen;	 /* NULL (off), or as listen (docs/admin.md) */
+	char *admin_token_file;	 /* NULL, or the admin bearer token's file */
 	int threads;		 /* 1..1024, default: online cores */
 	int64_t max_body_bytes;	 /* default 16384 */
 	int64_t max_connections; /* default 10000 (docs/security.md) */
@@ -134,6 +136,14 @@ const struct rule *config_find_rule(const struct config *c, const char *name);
 /* Stat by name, or NULL.  Borrowed for the life of c. */
 const struct stat_def *config_find_stat(const struct config *c,
     const char *name);
+
+/*
+ * docs/admin.md, GET /admin/config: c as a JSON object, every secret (a
+ * password in redis.url) replaced by "***"; rules with their match,
+ * key, limit, window, algorithm, cost and shadow.  A new string (free()),
+ * or NULL when out of memory.  Any thread.
+ */
+char *config_to_json(const struct config *c);
 
 const char *config_backend_name(enum rl_backend_kind kind);
 const char *config_on_error_name(enum rl_on_error e);

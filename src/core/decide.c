@@ -34,6 +34,8 @@
 
 #include "core/deny_cache.h"
 #include "core/lease.h"
+#include "core/limiter.h"
+#include "core/overrides.h"
 #include "core/prefetch.h"
 #include "base/util.h"
 
@@ -50,6 +52,7 @@ struct applying {
 	int64_t pf_units; /* units taken from what the daemon holds (the
 			   * check is then answered in process); else 0 */
 	int64_t pf_until; /* their deadline (prefetch_put_back) */
+	bool overridden;  /* its limit and window are an override's */
 };
 
 struct decide_job {
@@ -61,6 +64,7 @@ struct decide_job {
 	struct backend_call call;
 	bool on_local;		 /* the call went to the local store */
 	bool leases;		 /* req->leases */
+	bool report;		 /* req->report */
 	int64_t req_start_us;	 /* req->start_us */
 	int64_t req_deadline_us; /* req->deadline_us */
 	int64_t submit_us;	 /* monotonic: when the store was asked */
@@ -73,10 +77,12 @@ struct decide_job {
 	struct applying *ap;
 	struct rl_check *checks;
 	struct rl_result *res;
+	int64_t *over; /* a report's overdrawn, n */
 	char *arena;
 	struct applying ap_small[DECIDE_STACK_RULES];
 	struct rl_check ck_small[DECIDE_STACK_RULES];
 	struct rl_result rs_small[DECIDE_STACK_RULES];
+	int64_t ov_small[DECIDE_STACK_RULES];
 };
 
 const char *
@@ -160,7 +166,8 @@ pick_deciding(const struct applying *ap, const struct rl_check *checks,
 	}
 	out->allowed = all_allowed;
 	out->rule = ap[best].rule;
-	out->limit = ap[best].rule->limit;
+	out->limit = checks[best].limit; /* an override's, or the rule's */
+	out->window_ms = checks[best].window_ms;
 	out->remaining = res[best].remaining;
 	out->reset_ms = res[best].reset_ms;
 	out->effective_ms = res[best].effective_ms;
@@ -203,7 +210,8 @@ pick_groups(const struct decide_job *job)
 		if (!found)
 			continue;
 		o->rule = job->ap[best].rule;
-		o->limit = o->rule->limit;
+		o->limit = job->checks[best].limit;
+		o->window_ms = job->checks[best].window_ms;
 		o->remaining = job->res[best].remaining;
 		o->reset_ms = job->res[best].reset_ms;
 		o->retry_after_ms = denied ? job->res[best].retry_after_ms : 0;
@@ -256,6 +264,7 @@ job_free(struct decide_job *job)
 		rl_free(job->ap);
 		rl_free(job->checks);
 		rl_free(job->res);
+		rl_free(job->over);
 	}
 	rl_free(job->arena);
 	rl_free(job);
@@ -269,6 +278,34 @@ us_to_ms(int64_t us)
 }
 
 /*
+ * The deny cache's key for check i: the store key, and for a key under
+ * an override (docs/admin.md) its limit and window too, so that a denial
+ * learnt under one limit is never answered under another (one learnt
+ * under the rule's own limit holds again once the override goes; a
+ * reload clears the cache).  NULL when it does not fit buf: not cached.
+ */
+static const char *
+deny_key(const struct decide_job *job, size_t i, char *buf, size_t cap,
+    size_t *len)
+{
+	const struct rl_check *c = &job->checks[i];
+	int n;
+
+	if (!job->ap[i].overridden) {
+		*len = c->keylen;
+		return c->key;
+	}
+	n = snprintf(buf, cap, "%.*s\x1f%lld/%lld", (int)c->keylen, c->key,
+	    (long long)c->limit, (long long)c->window_ms);
+	if (n < 0 || (size_t)n >= cap)
+		return NULL;
+	*len = (size_t)n;
+	return buf;
+}
+
+#define DENY_KEY_MAX 1536
+
+/*
  * Deny from the deny cache: 1 with *out filled when a non-shadow check's
  * key is denied for this cost, else 0.
  */
@@ -277,7 +314,9 @@ deny_cached(const struct decider *d, struct decide_job *job)
 {
 	int64_t now = util_monotonic_us();
 	struct deny_times t, best_t = { 0 };
-	size_t i, best = 0;
+	size_t i, best = 0, klen = 0;
+	char kbuf[DENY_KEY_MAX];
+	const char *k;
 	bool hit = false;
 
 	for (i = 0; i < job->n; i++) {
@@ -285,8 +324,8 @@ deny_cached(const struct decider *d, struct decide_job *job)
 
 		if (c->shadow || c->cost == 0 ||
 		    c->algorithm == RL_ALG_CONCURRENCY ||
-		    !deny_cache_get(d->deny, c->key, c->keylen, c->cost, now,
-			&t))
+		    (k = deny_key(job, i, kbuf, sizeof(kbuf), &klen)) == NULL ||
+		    !deny_cache_get(d->deny, k, klen, c->cost, now, &t))
 			continue;
 		if (!hit || t.until_us > best_t.until_us) {
 			best = i;
@@ -298,7 +337,8 @@ deny_cached(const struct decider *d, struct decide_job *job)
 		return 0;
 	job->out->allowed = false;
 	job->out->rule = job->ap[best].rule;
-	job->out->limit = job->ap[best].rule->limit;
+	job->out->limit = job->checks[best].limit;
+	job->out->window_ms = job->checks[best].window_ms;
 	job->out->remaining = 0;
 	/* The store's own retry was rounded up; so is what is left. */
 	job->out->retry_after_ms = us_to_ms(best_t.until_us - now) + 1;
@@ -320,7 +360,9 @@ static void
 deny_learn(const struct decider *d, const struct decide_job *job)
 {
 	int64_t sent = job->submit_us;
-	size_t i;
+	char kbuf[DENY_KEY_MAX];
+	size_t i, klen = 0;
+	const char *k;
 
 	for (i = 0; i < job->n; i++) {
 		const struct rl_check *c = &job->checks[i];
@@ -334,7 +376,8 @@ deny_learn(const struct decider *d, const struct decide_job *job)
 		t.until_us = sent + (r->retry_after_ms - 1) * 1000;
 		t.reset_us = sent + (r->reset_ms - 1) * 1000;
 		t.effective_us = sent + (r->effective_ms - 1) * 1000;
-		deny_cache_put(d->deny, c->key, c->keylen, c->cost, &t);
+		if ((k = deny_key(job, i, kbuf, sizeof(kbuf), &klen)) != NULL)
+			deny_cache_put(d->deny, k, klen, c->cost, &t);
 	}
 }
 
@@ -348,6 +391,32 @@ decide_leases_free(struct decision *out)
 	rl_free(out->leases);
 	out->leases = NULL;
 	out->nleases = 0;
+	rl_free(out->reported);
+	out->reported = NULL;
+	out->nreported = 0;
+}
+
+/* A report's rows: what each rule it recorded in has left.  Out of
+ * memory: a 500 (the units are recorded all the same). */
+static void
+take_reported(struct decide_job *job)
+{
+	struct decision *out = job->out;
+	size_t i;
+
+	out->reported = rl_calloc(job->n, sizeof(*out->reported));
+	if (out->reported == NULL) {
+		fail(out, DECIDE_INTERNAL, "out of memory");
+		return;
+	}
+	for (i = 0; i < job->n; i++)
+		out->reported[i] = (struct decide_reported){
+			.rule = job->ap[i].rule,
+			.limit = job->checks[i].limit,
+			.remaining = job->res[i].remaining,
+			.overdrawn = job->over[i],
+		};
+	out->nreported = job->n;
 }
 
 /*
@@ -581,6 +650,8 @@ job_submit(struct decide_job *job, struct backend *b)
 	job->call.done = job_call_done;
 	job->call.arg = job;
 	job->call.wait_us = job->wait_us;
+	job->call.report = job->report;
+	job->call.overdrawn = job->report ? job->over : NULL;
 	job->submit_us = util_monotonic_us();
 	backend_submit(b, &job->call);
 }
@@ -608,6 +679,11 @@ job_call_done(struct backend_call *call)
 		out->degraded = job->on_local;
 		if (call->all_allowed && !job->on_local)
 			take_leases(job);
+		if (job->report) {
+			take_reported(job);
+			job_finish(job);
+			return;
+		}
 		if (!call->all_allowed && !job->on_local && job->wait_us > 0)
 			lease_wait_check(job);
 		report(d, job->ap, job->checks, job->res, job->n,
@@ -624,8 +700,9 @@ job_call_done(struct backend_call *call)
 		switch (job->cfg->on_backend_error) {
 		case RL_ON_ERROR_DENY:
 			prefetch_settle(job, false);
-			report(d, job->ap, job->checks, NULL, job->n, false,
-			    DECIDE_RULE_ERROR);
+			if (!job->report)
+				report(d, job->ap, job->checks, NULL, job->n,
+				    false, DECIDE_RULE_ERROR);
 			/* The kind only: the store's own text (its replies,
 			 * addresses) goes to the log, not to clients. */
 			fail(out, DECIDE_BACKEND_UNAVAILABLE,
@@ -652,8 +729,9 @@ job_call_done(struct backend_call *call)
 	/* Policy allow, or the local store failed too: allow. */
 	out->degraded = true;
 	allow_groups(job);
-	report(d, job->ap, job->checks, NULL, job->n, true,
-	    DECIDE_RULE_DEGRADED);
+	if (!job->report)
+		report(d, job->ap, job->checks, NULL, job->n, true,
+		    DECIDE_RULE_DEGRADED);
 	job_finish(job);
 }
 
@@ -675,7 +753,8 @@ collect(struct decide_job *job, const struct config *cfg,
 	for (i = 0; i < nrules; i++) {
 		const struct rule *r = forced != NULL ? forced : &cfg->rules[i];
 		size_t need = keymax + strlen(r->name), len = 0;
-		int64_t cost = gcost >= 0 ? gcost : r->cost;
+		int64_t cost = gcost >= 0 ? gcost : r->cost, limit, window;
+		bool overridden;
 		enum render_result rr;
 		char *na;
 
@@ -683,6 +762,9 @@ collect(struct decide_job *job, const struct config *cfg,
 			continue;
 		if (r->algorithm == RL_ALG_CONCURRENCY && !job->leases)
 			continue; /* no client to release it */
+		if (job->report &&
+		    (r->shadow || r->algorithm == RL_ALG_CONCURRENCY))
+			continue; /* a report records in neither */
 		if (r->algorithm == RL_ALG_CONCURRENCY)
 			need += LEASE_TOKEN_LEN + 1;
 		if ((na = rl_realloc(job->arena, off + need)) == NULL)
@@ -700,9 +782,16 @@ collect(struct decide_job *job, const struct config *cfg,
 			    memcmp(job->arena + job->ap[j].keyoff,
 				job->arena + off, len) == 0)
 				break;
+		limit = r->limit;
+		window = r->window_ms;
+		overridden = overrides_get(job->d->overrides, job->arena + off,
+		    len, 0, &limit, &window);
 		if (j < n)
 			cost += job->checks[j].cost;
-		if (cost > r->limit)
+		if (job->report && cost > LIMITER_MAX_LIMIT)
+			return fail(job->out, DECIDE_COST_EXCEEDS_LIMIT,
+			    "cost is larger than 2^53");
+		if (cost > limit && !job->report)
 			return fail(job->out, DECIDE_COST_EXCEEDS_LIMIT,
 			    "cost is larger than the limit of rule \"%s\"",
 			    r->name);
@@ -716,10 +805,11 @@ collect(struct decide_job *job, const struct config *cfg,
 		job->ap[n].keylen = len;
 		job->ap[n].groups = bit;
 		job->ap[n].tokoff = SIZE_MAX;
+		job->ap[n].overridden = overridden;
 		job->checks[n] = (struct rl_check){
 			.algorithm = r->algorithm,
-			.limit = r->limit,
-			.window_ms = r->window_ms,
+			.limit = limit,
+			.window_ms = window,
 			.cost = cost,
 			.shadow = r->shadow,
 			.keylen = len,
@@ -788,19 +878,24 @@ decide_prepare(const struct decider *d, const struct config *cfg,
 	job->out = out;
 	job->req_start_us = req->start_us;
 	job->req_deadline_us = req->deadline_us;
-	job->wait_us = ngroups > 0 || req->wait_ms <= 0 ? 0 :
-							  req->wait_ms * 1000;
+	job->wait_us = ngroups > 0 || req->wait_ms <= 0 || req->report ?
+	    0 :
+	    req->wait_ms * 1000;
 	job->group_out = ngroups > 0 ? req->group_out : NULL;
 	job->ngroups = ngroups;
-	job->leases = req->leases && ngroups == 0;
+	job->report = req->report && ngroups == 0;
+	job->leases = req->leases && ngroups == 0 && !job->report;
 	job->ap = job->ap_small;
 	job->checks = job->ck_small;
 	job->res = job->rs_small;
+	job->over = job->ov_small;
 	if (nmax > DECIDE_STACK_RULES) {
 		job->ap = rl_calloc(nmax, sizeof(*job->ap));
 		job->checks = rl_calloc(nmax, sizeof(*job->checks));
 		job->res = rl_calloc(nmax, sizeof(*job->res));
-		if (job->ap == NULL || job->checks == NULL || job->res == NULL)
+		job->over = rl_calloc(nmax, sizeof(*job->over));
+		if (job->ap == NULL || job->checks == NULL ||
+		    job->res == NULL || job->over == NULL)
 			goto oom;
 	}
 
@@ -827,8 +922,9 @@ decide_prepare(const struct decider *d, const struct config *cfg,
 	}
 	/* The cache knows a key, not a group's other rules: it answers
 	 * requests of one attribute set only. */
-	if (ngroups == 0 && job->wait_us == 0 && d->deny != NULL &&
-	    !d->backend->completes_inline && deny_cached(d, job))
+	if (ngroups == 0 && job->wait_us == 0 && !job->report &&
+	    d->deny != NULL && !d->backend->completes_inline &&
+	    deny_cached(d, job))
 		goto settled;
 	job->nstore = prefetch_plan(job);
 	if (job->nstore == 0) {

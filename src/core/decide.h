@@ -46,6 +46,7 @@ struct decide_group_result {
 	const struct rule *rule;
 	bool allowed;
 	int64_t limit, remaining, reset_ms, retry_after_ms;
+	int64_t window_ms; /* the rule's, or an override's (docs/admin.md) */
 };
 
 /* What a request asks.  Everything borrowed for the call. */
@@ -77,6 +78,20 @@ struct decide_request {
 	 * leases taken; else (/auth, gRPC) concurrency rules are skipped.
 	 */
 	bool leases;
+	/*
+	 * docs/http.md, POST /report: record the cost in every applying
+	 * rule that is neither shadow nor concurrency, even past its limit
+	 * (a cost above a rule's limit is no error), and never deny;
+	 * out->reported tells what each rule has left.  No deny cache, no
+	 * waiting, no rule hook (the front counts reports itself).
+	 */
+	bool report;
+};
+
+/* One rule a report recorded in (decision.reported). */
+struct decide_reported {
+	const struct rule *rule; /* borrowed from the config snapshot */
+	int64_t limit, remaining, overdrawn;
 };
 
 /* A lease one allowed request took (docs/leases.md). */
@@ -119,11 +134,17 @@ struct decision {
 				  * borrowed from the config snapshot */
 	int64_t limit, remaining, reset_ms, retry_after_ms;
 	int64_t effective_ms; /* the deciding rule's (struct rl_result) */
+	int64_t window_ms;    /* the deciding key's window (an override's,
+			       * docs/admin.md); 0: the rule's */
 	bool shadow;	      /* the deciding rule is a shadow rule */
 	/* With req->leases: one per concurrency rule that recorded, when the
 	 * store itself allowed (not degraded).  Owned: decide_leases_free(). */
 	struct decide_lease *leases;
 	size_t nleases;
+	/* With req->report, when the store recorded (not policy allow):
+	 * one row per rule recorded in.  Owned: decide_leases_free(). */
+	struct decide_reported *reported;
+	size_t nreported;
 	int64_t waited_ms; /* allowed by a reservation this far ahead
 			    * (store time): answer then; else 0 */
 	/*
@@ -138,7 +159,8 @@ struct decision {
 	int64_t lease_retry_ms;
 };
 
-/* Free out's leases (safe on any decision, any number of times). */
+/* Free out's leases and reported rows (safe on any decision, any number
+ * of times). */
 void decide_leases_free(struct decision *out);
 
 /*
@@ -159,16 +181,19 @@ typedef void (*decide_prefetch_fn)(const struct rule *r, bool used,
     int64_t units, void *arg);
 
 struct deny_cache;
+struct overrides;
 struct prefetch;
 
 /* The long-lived parts a decision needs.  Borrowed; set up by main.c. */
 struct decider {
-	struct backend *backend; /* the configured store */
-	struct backend *local;	 /* in-process store for
-				  * on_backend_error: local; may be NULL */
-	struct deny_cache *deny; /* keys denied lately; may be NULL.
-				  * Used only for a store that does not
-				  * answer inline. */
+	struct backend *backend;     /* the configured store */
+	struct backend *local;	     /* in-process store for
+				      * on_backend_error: local; may be NULL */
+	struct deny_cache *deny;     /* keys denied lately; may be NULL.
+				      * Used only for a store that does not
+				      * answer inline. */
+	struct overrides *overrides; /* limits per key (docs/admin.md);
+				      * may be NULL */
 	decide_rule_fn on_rule;
 	decide_backend_fn on_backend;
 	void *hook_arg; /* passed to the hooks */

@@ -320,6 +320,7 @@ fixed_result(const struct limiter_state *s, const struct limiter_params *p,
 	if (fixed_reserved(s, p, now)) {
 		/* A later window holds reservations. */
 		out->remaining = 0;
+
 		out->reset_ms = ceil_ms(s->u.fixed.start + p->window_us - now);
 		if (!allowed) {
 			int64_t at = fixed_earliest(s, p, now, cost);
@@ -370,6 +371,17 @@ bucket_check(const struct limiter_state *s, const struct limiter_params *p,
 	*allowed = new_tat - (double)now <= (double)p->window_us + 1;
 }
 
+/* floor((W + 1 - (t - now)) * L / W) after the call, not floored. */
+static double
+bucket_rem(const struct limiter_state *s, const struct limiter_params *p,
+    int64_t now)
+{
+	double t = bucket_base(s, now);
+	double w = (double)p->window_us, dnow = (double)now;
+
+	return floor((w + 1 - (t - dnow)) * (double)p->limit / w);
+}
+
 static void
 bucket_result(const struct limiter_state *s, const struct limiter_params *p,
     int64_t now, int64_t cost, bool allowed, struct rl_result *out)
@@ -378,7 +390,7 @@ bucket_result(const struct limiter_state *s, const struct limiter_params *p,
 	 * > now, so both are max(tat, now) of the state after the call. */
 	double t = bucket_base(s, now);
 	double w = (double)p->window_us, dnow = (double)now;
-	double rem = floor((w + 1 - (t - dnow)) * (double)p->limit / w);
+	double rem = bucket_rem(s, p, now);
 	int64_t retry;
 
 	if (rem <= 0)
@@ -531,24 +543,34 @@ sw_retry(const struct limiter_state *s, const struct limiter_params *p,
 	return retry < 1 ? 1 : retry;
 }
 
+/* floor(L - est') after the call, not floored at 0 (*v: the view). */
+static double
+sw_rem(const struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t cost, bool recorded, struct sw_view *v)
+{
+	double est;
+
+	sw_view(s, p, now, v);
+	est = v->est;
+	if (recorded) {
+		/* est' = est + c, with est of phase 1 (bucket i without c). */
+		est = (double)(v->full - cost) +
+		    (double)v->old * sw_fraction(p, now, v->i);
+		est = est + (double)cost;
+	}
+	return floor((double)p->limit - est);
+}
+
 static void
 sw_result(const struct limiter_state *s, const struct limiter_params *p,
     int64_t now, int64_t cost, bool allowed, bool recorded,
     struct rl_result *out)
 {
 	struct sw_view v;
-	double est, rem;
+	double rem;
 	int64_t j;
 
-	sw_view(s, p, now, &v);
-	est = v.est;
-	if (recorded) {
-		/* est' = est + c, with est of phase 1 (bucket i without c). */
-		est = (double)(v.full - cost) +
-		    (double)v.old * sw_fraction(p, now, v.i);
-		est = est + (double)cost;
-	}
-	rem = floor((double)p->limit - est);
+	rem = sw_rem(s, p, now, cost, recorded, &v);
 	out->remaining = rem <= 0 ? 0 : (int64_t)rem;
 	out->reset_ms = 0;
 	for (j = v.i; j >= v.i - SW_B; j--) {
@@ -690,6 +712,38 @@ limiter_result(const struct limiter_state *s, const struct limiter_params *p,
 		break;
 	}
 	out->effective_ms = limiter_effective(s, p, now, out->remaining);
+}
+
+int64_t
+limiter_overdrawn(const struct limiter_state *s, const struct limiter_params *p,
+    int64_t now, int64_t cost, bool recorded)
+{
+	struct sw_view v;
+	int64_t used = 0;
+	double rem;
+
+	if (s->algorithm != p->algorithm)
+		return 0;
+	switch (p->algorithm) {
+	case RL_ALG_SLIDING_LOG:
+		used = s->u.log.used;
+		break;
+	case RL_ALG_FIXED_WINDOW:
+		/* the state's window: now's, or a later one it holds */
+		used = fixed_reserved(s, p, now) ? s->u.fixed.n :
+						   fixed_count(s, p, now);
+		break;
+	case RL_ALG_TOKEN_BUCKET:
+		rem = bucket_rem(s, p, now);
+		return rem < 0 ? (int64_t)-rem : 0;
+	case RL_ALG_SLIDING_WINDOW:
+		rem = sw_rem(s, p, now, cost, recorded, &v);
+		return rem < 0 ? (int64_t)-rem : 0;
+	case RL_ALG_CONCURRENCY:
+		used = s->u.conc.used;
+		break;
+	}
+	return used > p->limit ? used - p->limit : 0;
 }
 
 int64_t

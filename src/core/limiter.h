@@ -146,6 +146,14 @@ void limiter_result(const struct limiter_state *s,
     bool recorded, struct rl_result *out);
 
 /*
+ * The units by which the usage of *s is past p->limit at `now`, after the
+ * call limiter_result() describes (same cost and recorded): 0 when within
+ * it (docs/algorithms.md, "Usage reported after the fact").  Pure.
+ */
+int64_t limiter_overdrawn(const struct limiter_state *s,
+    const struct limiter_params *p, int64_t now, int64_t cost, bool recorded);
+
+/*
  * The time (microseconds) from which on *s no longer changes any answer
  * under p: the TTL of docs/algorithms.md as an absolute time.  INT64_MIN
  * iff the state is empty (or was built by another algorithm than p's).

@@ -43,7 +43,10 @@ rate_headers(const struct decision *d, struct rate_header h[RATE_HEADERS_MAX])
 	} else {
 		add(h, &n, "RateLimit-Policy", "\"%s\";q=%lld;w=%lld",
 		    d->rule->name, (long long)d->limit,
-		    (long long)util_ceil_div(d->rule->window_ms, 1000));
+		    (long long)util_ceil_div(d->window_ms > 0 ?
+			    d->window_ms :
+			    d->rule->window_ms,
+			1000));
 		/* t: the effective window (docs/http.md), never later than
 		 * a denial's Retry-After. */
 		add(h, &n, "RateLimit", "\"%s\";r=%lld;t=%lld", d->rule->name,

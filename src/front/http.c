@@ -372,6 +372,8 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 	case EP_RECORD:
 	case EP_STATS:
 		return http_handle_stats(s, conn, rq);
+	case EP_REPORT:
+		return http_handle_report(s, conn, rq);
 	case EP_SIMPLE:
 		return http_handle_simple(s, conn, url);
 	case EP_BAD_METHOD:
@@ -380,6 +382,7 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 		    strcmp(url, "/acquire") == 0 ||
 			    strcmp(url, "/record") == 0 ||
 			    strcmp(url, "/stats") == 0 ||
+			    strcmp(url, "/report") == 0 ||
 			    strcmp(url, "/release") == 0 ||
 			    strcmp(url, "/renew") == 0 ?
 			"POST" :

@@ -315,6 +315,113 @@ answer:
 	}
 }
 
+/* A report's answer (docs/http.md): what each rule it recorded in has
+ * left, and how far past its limit. */
+static enum MHD_Result
+finish_report(struct http_server *s, struct MHD_Connection *conn,
+    struct request *rq)
+{
+	const struct decision *d = &rq->decision;
+	enum metrics_report what = METRICS_REPORT_WITHIN;
+	enum MHD_Result ret;
+	json_t *root, *rules, *o;
+	char *text;
+	size_t i;
+
+	if (d->status != DECIDE_OK) {
+		if (d->status == DECIDE_BACKEND_UNAVAILABLE)
+			metrics_report(s->metrics, METRICS_REPORT_UNRECORDED);
+		return http_respond_error(s, conn,
+		    d->status == DECIDE_BACKEND_UNAVAILABLE ? 503 :
+			d->status == DECIDE_INTERNAL	    ? 500 :
+							      400,
+		    decide_status_code(d->status), "%s", d->message);
+	}
+	root = json_object();
+	rules = json_array();
+	if (root == NULL || rules == NULL)
+		goto oom;
+	for (i = 0; i < d->nreported; i++) {
+		const struct decide_reported *r = &d->reported[i];
+
+		if ((o = json_pack("{s:s, s:I, s:I}", "rule", r->rule->name,
+			 "limit", (json_int_t)r->limit, "remaining",
+			 (json_int_t)r->remaining)) == NULL ||
+		    (r->overdrawn > 0 &&
+			json_object_set_new(o, "overdrawn",
+			    json_integer(r->overdrawn)) != 0) ||
+		    json_array_append_new(rules, o) != 0)
+			goto oom;
+		if (r->overdrawn > 0)
+			what = METRICS_REPORT_OVERDRAWN;
+	}
+	/* Policy allow: nothing was recorded (no rows). */
+	if (d->degraded && d->nreported == 0)
+		what = METRICS_REPORT_UNRECORDED;
+	if (d->nreported > 0 || what == METRICS_REPORT_UNRECORDED)
+		metrics_report(s->metrics, what);
+	if (json_object_set_new(root, "recorded",
+		json_boolean(d->nreported > 0)) != 0 ||
+	    json_object_set(root, "rules", rules) != 0 ||
+	    (d->degraded &&
+		json_object_set_new(root, "degraded", json_true()) != 0))
+		goto oom;
+	json_decref(rules);
+	rules = NULL;
+	text = json_dumps(root, JSON_COMPACT);
+	json_decref(root);
+	if (text == NULL)
+		goto oom_text;
+	ret = http_respond(s, conn, 200, JSON_TYPE, text, strlen(text), NULL);
+	free(text);
+	return ret;
+oom:
+	json_decref(rules);
+	json_decref(root);
+oom_text:
+	return http_respond_error(s, conn, 500, "internal_error",
+	    "out of memory");
+}
+
+/*
+ * POST /report (docs/http.md): the /acquire body; the cost is recorded in
+ * every applying rule that is neither shadow nor concurrency, even past
+ * its limit, and the answer is never a denial.
+ */
+enum MHD_Result
+http_handle_report(struct http_server *s, struct MHD_Connection *conn,
+    struct request *rq)
+{
+	struct http_acquire acq;
+	struct request_error e;
+	struct decide_job *job;
+	int rc;
+
+	if (rq->state == RQ_ANSWERING) /* resumed */
+		return finish_report(s, conn, rq);
+	if (rq->too_large)
+		return http_respond_error(s, conn, 413, "body_too_large",
+		    "the body is larger than %lld bytes",
+		    (long long)rq->cfg->max_body_bytes);
+	if (http_acquire_parse(rq->cfg, rq->body, rq->len, &rq->attrs, &acq,
+		&e) < 0)
+		return http_respond_error(s, conn, e.status, e.code, "%s",
+		    e.message);
+	rq->rule = acq.rule;
+	rq->dr.attrs = &rq->attrs;
+	rq->dr.rule = rq->rule;
+	rq->dr.cost = acq.cost;
+	rq->dr.start_us = rq->arrived_us;
+	rq->dr.report = true;
+	if (decide_prepare(s->decider, rq->cfg, &rq->dr, &rq->decision, &job) ==
+	    0)
+		return finish_report(s, conn, rq);
+	if ((rc = http_submit(rq, job, NULL, 0)) < 0)
+		return http_respond_error(s, conn, 503, "shutting_down",
+		    "the server is shutting down");
+	return rc == 0 ? MHD_YES : finish_report(s, conn, rq);
+}
+
 enum MHD_Result
 http_handle_simple(struct http_server *s, struct MHD_Connection *conn,
     const char *url)
@@ -366,6 +473,8 @@ http_route(const char *url, const char *method)
 
 	if (strcmp(url, "/acquire") == 0)
 		return strcmp(method, "POST") == 0 ? EP_ACQUIRE : EP_BAD_METHOD;
+	if (strcmp(url, "/report") == 0)
+		return strcmp(method, "POST") == 0 ? EP_REPORT : EP_BAD_METHOD;
 	if (strcmp(url, "/record") == 0)
 		return strcmp(method, "POST") == 0 ? EP_RECORD : EP_BAD_METHOD;
 	if (strcmp(url, "/stats") == 0)

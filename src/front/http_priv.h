@@ -46,14 +46,15 @@ enum endpoint {
 	EP_RECORD,
 	EP_STATS, /* docs/stats.md */
 	EP_RELEASE,
-	EP_RENEW /* docs/leases.md */
+	EP_RENEW, /* docs/leases.md */
+	EP_REPORT /* docs/http.md, POST /report */
 };
 
 /* The endpoints whose JSON body is read, and which are answered with a
  * decision when answered straight on the socket (http_resume()). */
 #define EP_HAS_BODY(ep) \
 	((ep) == EP_ACQUIRE || (ep) == EP_RECORD || (ep) == EP_STATS || \
-	    (ep) == EP_RELEASE || (ep) == EP_RENEW)
+	    (ep) == EP_RELEASE || (ep) == EP_RENEW || (ep) == EP_REPORT)
 #define EP_DECIDES(ep) ((ep) == EP_ACQUIRE || (ep) == EP_AUTH)
 
 /* One per server; made by http_server_start(), freed by
@@ -273,6 +274,8 @@ enum MHD_Result http_handle_ready(struct http_server *s,
 enum MHD_Result http_handle_stats(struct http_server *s,
     struct MHD_Connection *conn, struct request *rq);
 enum MHD_Result http_handle_lease(struct http_server *s,
+    struct MHD_Connection *conn, struct request *rq);
+enum MHD_Result http_handle_report(struct http_server *s,
     struct MHD_Connection *conn, struct request *rq);
 enum MHD_Result http_handle_simple(struct http_server *s,
     struct MHD_Connection *conn, const char *url);

@@ -172,7 +172,9 @@ rls_encode(const struct rls_call *c, size_t headroom, uint8_t **out,
 			continue;
 		limit_init(&lim[i]);
 		lim[i].name = g->rule->name;
-		limit_per_unit(g->limit, g->rule->window_ms, &lim[i]);
+		limit_per_unit(g->limit,
+		    g->window_ms > 0 ? g->window_ms : g->rule->window_ms,
+		    &lim[i]);
 		st[i].current_limit = &lim[i];
 		st[i].limit_remaining = g->remaining > UINT32_MAX ?
 		    UINT32_MAX :

@@ -415,11 +415,39 @@ memory_reserve(const struct rl_check *checks, struct memory_slot *slots,
 	return t - now;
 }
 
+/*
+ * A report (docs/algorithms.md, "Usage reported after the fact"): phase 1
+ * ran with cost 0 (expire, read); make room everywhere first, then record
+ * every check's cost whatever it allows.  0, or -1 with err (out of
+ * memory: nothing recorded).
+ */
+static int
+memory_report(const struct rl_check *checks, struct memory_slot *slots,
+    size_t n, int64_t now, char *err, size_t errlen)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (checks[i].cost > 0 &&
+		    limiter_reserve_room(&slots[i].entry->state,
+			&slots[i].params, err, errlen) == -1)
+			return -1;
+	for (i = 0; i < n; i++) {
+		slots[i].allowed = true;
+		if (checks[i].cost > 0) {
+			limiter_record(&slots[i].entry->state, &slots[i].params,
+			    now, checks[i].cost);
+			slots[i].recorded = true;
+		}
+	}
+	return 0;
+}
+
 static enum memory_attempt
 memory_attempt(struct memory_backend *m, const struct rl_check *checks,
     struct memory_slot *slots, size_t n, struct rl_result *out,
-    bool *all_allowed, int64_t wait_us, int64_t *waited_us, char *err,
-    size_t errlen)
+    bool *all_allowed, int64_t wait_us, int64_t *waited_us, bool report,
+    int64_t *overdrawn, char *err, size_t errlen)
 {
 	enum memory_attempt rc = MEMORY_OK;
 	struct memory_stripe *st;
@@ -459,12 +487,32 @@ memory_attempt(struct memory_backend *m, const struct rl_check *checks,
 	}
 	for (i = 0; i < n && rc == MEMORY_OK; i++) {
 		if (limiter_check(&slots[i].entry->state, &slots[i].params, now,
-			checks[i].cost, &slots[i].allowed, err, errlen) == -1)
+			report ? 0 : checks[i].cost, &slots[i].allowed, err,
+			errlen) == -1)
 			rc = MEMORY_ERROR;
+		else if (report)
+			continue;
 		else if (!slots[i].allowed && !checks[i].shadow)
 			all = false;
 	}
 	*waited_us = 0;
+	if (rc == MEMORY_OK && report) {
+		if (memory_report(checks, slots, n, now, err, errlen) == -1) {
+			rc = MEMORY_ERROR;
+			goto unpin;
+		}
+		*all_allowed = true;
+		for (i = 0; i < n; i++) {
+			limiter_result(&slots[i].entry->state, &slots[i].params,
+			    now, checks[i].cost, true, slots[i].recorded,
+			    &out[i]);
+			if (overdrawn != NULL)
+				overdrawn[i] = limiter_overdrawn(
+				    &slots[i].entry->state, &slots[i].params,
+				    now, checks[i].cost, slots[i].recorded);
+		}
+		goto unpin;
+	}
 	if (rc == MEMORY_OK && !all && wait_us > 0) {
 		int64_t w = memory_reserve(checks, slots, n, now, wait_us, err,
 		    errlen);
@@ -557,7 +605,8 @@ memory_log_full(struct memory_backend *m)
 static int
 memory_decide(struct backend *b, const struct rl_check *checks, size_t n,
     struct rl_result *out, bool *all_allowed, int64_t wait_us,
-    int64_t *waited_us, enum backend_error_kind *kind, char *err, size_t errlen)
+    int64_t *waited_us, bool report, int64_t *overdrawn,
+    enum backend_error_kind *kind, char *err, size_t errlen)
 {
 	struct memory_backend *m = (struct memory_backend *)b;
 	struct memory_slot small[MEMORY_SMALL_CALL], *slots = small;
@@ -581,8 +630,10 @@ memory_decide(struct backend *b, const struct rl_check *checks, size_t n,
 
 		if (limiter_params_set(&slots[i].params, c->algorithm, c->limit,
 			c->window_ms, why, sizeof(why)) == -1 ||
-		    (c->algorithm == RL_ALG_CONCURRENCY && c->token == NULL) ||
-		    c->cost < 0 || c->cost > c->limit || c->key == NULL) {
+		    (c->algorithm == RL_ALG_CONCURRENCY &&
+			(c->token == NULL || report)) ||
+		    c->cost < 0 || (c->cost > c->limit && !report) ||
+		    (report && c->cost > LIMITER_MAX_LIMIT) || c->key == NULL) {
 			*kind = BACKEND_ERR_PROTOCOL;
 			snprintf(err, errlen,
 			    "memory store: invalid check "
@@ -597,11 +648,11 @@ memory_decide(struct backend *b, const struct rl_check *checks, size_t n,
 	}
 
 	rc = memory_attempt(m, checks, slots, n, out, all_allowed, wait_us,
-	    waited_us, err, errlen);
+	    waited_us, report, overdrawn, err, errlen);
 	if (rc == MEMORY_FULL && memory_may_sweep_all(m)) {
 		memory_sweep_all(m);
 		rc = memory_attempt(m, checks, slots, n, out, all_allowed,
-		    wait_us, waited_us, err, errlen);
+		    wait_us, waited_us, report, overdrawn, err, errlen);
 	}
 	if (rc == MEMORY_FULL) {
 		*kind = BACKEND_ERR_FULL;
@@ -665,6 +716,42 @@ memory_lease(struct memory_backend *m, const struct rl_check *c,
 	return 0;
 }
 
+/*
+ * docs/admin.md: a counter's reset drops its entry.  Overrides live in
+ * the process with the memory store (core/overrides.h), not here: those
+ * calls are refused.
+ */
+static int
+memory_admin(struct memory_backend *m, struct backend_admin *a, char *err,
+    size_t errlen)
+{
+	struct memory_stripe *st;
+	struct memory_entry *e;
+	uint64_t hash;
+	int64_t now;
+
+	a->found = false;
+	a->reply = NULL;
+	a->replylen = 0;
+	if (a->op != BACKEND_ADMIN_RESET || a->key == NULL) {
+		snprintf(err, errlen,
+		    "memory store: overrides are kept in the "
+		    "process");
+		return -1;
+	}
+	hash = memory_siphash(m->seed, (const unsigned char *)a->key,
+	    a->keylen);
+	st = &m->stripes[memory_stripe_of(hash)].s;
+	memory_lock_mask(m, UINT64_C(1) << memory_stripe_of(hash));
+	now = m->clock(m->clock_arg);
+	if ((e = memory_lookup(st, hash, a->key, a->keylen)) != NULL) {
+		a->found = e->expires > now;
+		memory_remove(m, st, e);
+	}
+	memory_unlock_mask(m, UINT64_C(1) << memory_stripe_of(hash));
+	return 0;
+}
+
 /* Every call completes here: the store never blocks.  A probe (n == 0)
  * always succeeds. */
 static void
@@ -676,7 +763,12 @@ memory_submit(struct backend *b, struct backend_call *call)
 	call->waited_us = 0;
 	call->kind = BACKEND_ERR_NONE;
 	call->err[0] = '\0';
-	if (call->lease_op != BACKEND_LEASE_NONE) {
+	if (call->admin != NULL) {
+		call->rc = memory_admin(m, call->admin, call->err,
+		    sizeof(call->err));
+		if (call->rc == -1)
+			call->kind = BACKEND_ERR_PROTOCOL;
+	} else if (call->lease_op != BACKEND_LEASE_NONE) {
 		call->rc = call->n != 1 ?
 		    -1 :
 		    memory_lease(m, call->checks, call->lease_op, call->out,
@@ -692,7 +784,8 @@ memory_submit(struct backend *b, struct backend_call *call)
 		    0 :
 		    memory_decide(b, call->checks, call->n, call->out,
 			&call->all_allowed, call->wait_us, &call->waited_us,
-			&call->kind, call->err, sizeof(call->err));
+			call->report, call->overdrawn, &call->kind, call->err,
+			sizeof(call->err));
 	call->done(call);
 }
 

@@ -115,8 +115,9 @@ redis_submit(struct backend *b, struct backend_call *call)
 	q->kind = call->n > 0 ?
 	    (call->lease_op != BACKEND_LEASE_NONE ? REDIS_CALL_LEASE :
 						    REDIS_CALL_REQUEST) :
-	    call->stat != NULL ? REDIS_CALL_STATS :
-				 REDIS_CALL_PROBE;
+	    call->stat != NULL	? REDIS_CALL_STATS :
+	    call->admin != NULL ? REDIS_CALL_ADMIN :
+				  REDIS_CALL_PROBE;
 	q->redirects = 0;
 	q->trial = false;
 	call->all_allowed = false;

@@ -170,6 +170,48 @@ lease_send(struct redis_backend *rb, struct redis_node *node,
 	return command_send(rb, node, conn, b, 9, argv, lens, err, errlen);
 }
 
+/* docs/admin.md: DEL for a counter's reset, EVAL lua/override.lua for
+ * the overrides, for the one call of b. */
+static struct redis_slot *
+admin_send(struct redis_backend *rb, struct redis_node *node,
+    struct redis_conn *conn, struct redis_batch *b, char *err, size_t errlen)
+{
+	const struct backend_admin *a = b->calls[0]->admin;
+	const char *argv[8];
+	size_t lens[8];
+	char ttl[32];
+	int argc = 0, i;
+
+	if (a->op == BACKEND_ADMIN_RESET) {
+		argv[argc++] = "DEL";
+		argv[argc++] = a->key;
+	} else {
+		argv[argc++] = "EVAL";
+		argv[argc++] = rl_lua_override;
+		argv[argc++] = "1";
+		argv[argc++] = a->key;
+		if (a->op == BACKEND_ADMIN_OVERRIDE_READ)
+			argv[argc++] = "read";
+		else if (a->op == BACKEND_ADMIN_OVERRIDE_DEL) {
+			argv[argc++] = "del";
+			argv[argc++] = a->field;
+		} else {
+			snprintf(ttl, sizeof(ttl), "%" PRId64, a->ttl_ms);
+			argv[argc++] = "set";
+			argv[argc++] = a->field;
+			argv[argc++] = a->value;
+			argv[argc++] = ttl;
+		}
+		if (a->op != BACKEND_ADMIN_OVERRIDE_READ)
+			argv[argc++] = rb->rel_channel;
+	}
+	for (i = 0; i < argc; i++)
+		lens[i] = argv[i] == a->key ? a->keylen :
+		    argv[i] == a->field	    ? a->fieldlen :
+					      strlen(argv[i]);
+	return command_send(rb, node, conn, b, argc, argv, lens, err, errlen);
+}
+
 /* The command of b's kind, on conn when given, else on node. */
 static struct redis_slot *
 kind_send(struct redis_backend *rb, struct redis_node *node,
@@ -184,6 +226,8 @@ kind_send(struct redis_backend *rb, struct redis_node *node,
 		return stats_send(rb, node, conn, b, err, errlen);
 	case REDIS_CALL_LEASE:
 		return lease_send(rb, node, conn, b, err, errlen);
+	case REDIS_CALL_ADMIN:
+		return admin_send(rb, node, conn, b, err, errlen);
 	default:
 		return script_send(rb, node, conn, b, err, errlen);
 	}

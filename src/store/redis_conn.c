@@ -306,6 +306,13 @@ select_reply(void *arg, redisReply *r, const char *err)
 }
 
 static void
+ping_reply(void *arg, redisReply *r, const char *err)
+{
+	(void)err;
+	handshake_check(arg, "PING", r);
+}
+
+static void
 load_reply(void *arg, redisReply *r, const char *err)
 {
 	(void)err;
@@ -342,7 +349,17 @@ queue_handshake(struct redis_conn *c)
 	}
 	/* Redis refuses a bulk string over 16 KiB from a client not yet
 	 * authenticated, and reads the pipelined SCRIPT LOAD before AUTH
-	 * has run: a larger script waits for its first NOSCRIPT instead. */
+	 * has run: a larger script waits for its first NOSCRIPT instead.
+	 * Without a password a server that wants one would close on such a
+	 * SCRIPT LOAD with "unauthenticated bulk length": a PING first gets
+	 * its clear NOAUTH, read before that. */
+	if (c->cfg->script != NULL && u->password == NULL &&
+	    strlen(c->cfg->script) > 16384) {
+		argv[0] = "PING";
+		lens[0] = 4;
+		if (queue_command(c, 1, argv, lens, ping_reply, c) == -1)
+			return -1;
+	}
 	if (c->cfg->script != NULL &&
 	    (u->password == NULL || strlen(c->cfg->script) <= 16384)) {
 		argv[0] = "SCRIPT";

@@ -34,6 +34,7 @@ extern const char rl_lua_ratelimit[], rl_lua_ratelimit_sha[];
 extern const char rl_lua_takeback[];
 extern const char rl_lua_stats[], rl_lua_stats_sha[];
 extern const char rl_lua_lease[];
+extern const char rl_lua_override[]; /* docs/admin.md */
 
 #define REDIS_CB_THRESHOLD	5 /* consecutive failures to open */
 #define REDIS_CB_BACKOFF_MIN_MS 100
@@ -70,7 +71,8 @@ enum redis_call_kind {
 	REDIS_CALL_PROBE,    /* readiness: PING */
 	REDIS_CALL_TAKEBACK, /* Cluster: undo a split part */
 	REDIS_CALL_STATS,    /* /record, /stats: lua/stats.lua */
-	REDIS_CALL_LEASE     /* /release, /renew: lua/lease.lua */
+	REDIS_CALL_LEASE,    /* /release, /renew: lua/lease.lua */
+	REDIS_CALL_ADMIN     /* docs/admin.md: DEL, lua/override.lua */
 };
 
 enum redis_circuit {

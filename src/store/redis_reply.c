@@ -206,6 +206,58 @@ reply_lease(struct redis_batch *b, const redisReply *r)
 	}
 }
 
+/* docs/admin.md: DEL and override.lua's set and del answer an integer;
+ * read the live fields, copied into admin->reply as length-prefixed
+ * strings (backend.h). */
+static void
+reply_admin(struct redis_batch *b, const redisReply *r)
+{
+	struct backend_call *call = b->calls[0];
+	struct backend_admin *a;
+	char msg[BACKEND_ERR_MAX];
+	size_t i, need = 0;
+	uint32_t len;
+	char *p;
+
+	if (call == NULL)
+		return;
+	a = call->admin;
+	snprintf(msg, sizeof(msg), "admin: %s",
+	    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+	if (a->op != BACKEND_ADMIN_OVERRIDE_READ) {
+		a->found = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+		redis_flight_finish(b->rb, call,
+		    r->type == REDIS_REPLY_INTEGER ? 0 : -1,
+		    BACKEND_ERR_PROTOCOL, msg);
+		return;
+	}
+	if (r->type != REDIS_REPLY_ARRAY) {
+		redis_flight_finish(b->rb, call, -1, BACKEND_ERR_PROTOCOL, msg);
+		return;
+	}
+	for (i = 0; i < r->elements; i++) {
+		if (r->element[i]->type != REDIS_REPLY_STRING) {
+			redis_flight_finish(b->rb, call, -1,
+			    BACKEND_ERR_PROTOCOL, msg);
+			return;
+		}
+		need += sizeof(len) + r->element[i]->len;
+	}
+	if ((a->reply = rl_malloc(need + 1)) == NULL) {
+		redis_flight_finish(b->rb, call, -1, BACKEND_ERR_PROTOCOL,
+		    "admin: out of memory");
+		return;
+	}
+	for (i = 0, p = a->reply; i < r->elements; i++) {
+		len = (uint32_t)r->element[i]->len;
+		memcpy(p, &len, sizeof(len));
+		memcpy(p + sizeof(len), r->element[i]->str, len);
+		p += sizeof(len) + len;
+	}
+	a->replylen = need;
+	redis_flight_finish(b->rb, call, 0, BACKEND_ERR_PROTOCOL, "");
+}
+
 /* lua/takeback.lua: an integer when it ran. */
 static void
 reply_takeback(struct redis_batch *b, const redisReply *r)
@@ -257,6 +309,9 @@ redis_reply_batch(void *arg, redisReply *r, const char *err)
 		break;
 	case REDIS_CALL_TAKEBACK:
 		reply_takeback(b, r);
+		break;
+	case REDIS_CALL_ADMIN:
+		reply_admin(b, r);
 		break;
 	default:
 		reply_request(b, s, r);

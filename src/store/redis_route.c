@@ -69,6 +69,9 @@ redis_route_call(struct redis_backend *rb, struct redis_turn *t,
 	else if (rb->mode == REDIS_CLUSTER && q->kind == REDIS_CALL_STATS)
 		hslot = (int)slot_map_keyslot(call->stat->key,
 		    call->stat->keylen);
+	else if (rb->mode == REDIS_CLUSTER && q->kind == REDIS_CALL_ADMIN)
+		hslot = (int)slot_map_keyslot(call->admin->key,
+		    call->admin->keylen);
 	else if (rb->mode == REDIS_CLUSTER) {
 		bool one = true;
 
@@ -99,9 +102,9 @@ redis_route_call(struct redis_backend *rb, struct redis_turn *t,
 	}
 	/* A batch of the same kind and slot with room, but a take-back
 	 * always alone. */
-	for (k = 0;
-	     q->kind != REDIS_CALL_TAKEBACK && q->kind != REDIS_CALL_STATS &&
-	     q->kind != REDIS_CALL_LEASE && k < t->nopen;
+	for (k = 0; q->kind != REDIS_CALL_TAKEBACK &&
+	     q->kind != REDIS_CALL_STATS && q->kind != REDIS_CALL_LEASE &&
+	     q->kind != REDIS_CALL_ADMIN && k < t->nopen;
 	     k++) {
 		struct redis_batch *o = t->open[k];
 
@@ -137,7 +140,7 @@ redis_route_call(struct redis_backend *rb, struct redis_turn *t,
 	q->batch = b;
 	t->keys[k] += call->n;
 	if (q->kind == REDIS_CALL_TAKEBACK || q->kind == REDIS_CALL_STATS ||
-	    q->kind == REDIS_CALL_LEASE)
+	    q->kind == REDIS_CALL_LEASE || q->kind == REDIS_CALL_ADMIN)
 		turn_send(rb, t, k);
 }
 

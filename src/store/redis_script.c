@@ -97,7 +97,13 @@ redis_script_encode(struct backend_call *const *calls, size_t ncalls,
 	}
 	put_num(a, arg++, &num, (int64_t)ncalls);
 	for (i = 0; i < ncalls; i++) {
-		if (calls[i]->wait_us > 0) {
+		if (calls[i]->report) {
+			/* "<count>:r": a report (docs/algorithms.md) */
+			snprintf(num, NUM_MAX, "%zu:r", calls[i]->n);
+			a->argv[arg] = num;
+			a->lens[arg++] = strlen(num);
+			num += NUM_MAX;
+		} else if (calls[i]->wait_us > 0) {
 			/* "<count>:<wait_us>": wait for a turn
 			 * (docs/waiting.md) */
 			snprintf(num, NUM_MAX, "%zu:%lld", calls[i]->n,
@@ -252,7 +258,11 @@ redis_script_decode(const redisReply *r, struct backend_call *const *calls,
 			c->out[j].allowed = e[1]->integer == 1;
 			c->out[j].remaining = e[2]->integer;
 			c->out[j].reset_ms = e[3]->integer;
-			c->out[j].retry_after_ms = e[4]->integer;
+			/* a report answers how far past, never a retry */
+			c->out[j].retry_after_ms = c->report ? 0 :
+							       e[4]->integer;
+			if (c->report && c->overdrawn != NULL)
+				c->overdrawn[j] = e[4]->integer;
 			c->out[j].effective_ms = e[5]->integer;
 			c->out[j].mark = marks ? strtod(e[6]->str, NULL) : 0;
 			c->out[j].taken = chunks ? e[fields - 1]->integer : 0;

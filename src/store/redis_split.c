@@ -18,6 +18,7 @@ struct redis_split {
 	struct backend_call *parts; /* nparts */
 	struct rl_check *checks;    /* the parent's, grouped by slot */
 	struct rl_result *out;	    /* the parts' results, same order */
+	int64_t *over;		    /* a report's overdrawn, same order */
 	size_t *index;		    /* grouped position -> parent's */
 	size_t *first;		    /* part -> its first grouped check */
 
@@ -42,14 +43,15 @@ redis_split_new(struct backend_call *parent, const unsigned *slots,
 	s->user = user;
 	s->checks = rl_calloc(n, sizeof(*s->checks));
 	s->out = rl_calloc(n, sizeof(*s->out));
+	s->over = rl_calloc(n, sizeof(*s->over));
 	s->index = rl_calloc(n, sizeof(*s->index));
 	s->first = rl_calloc(n + 1, sizeof(*s->first));
 	s->parts = rl_calloc(n, sizeof(*s->parts));
 	s->taken = rl_calloc(n, sizeof(*s->taken));
 	seen = rl_calloc(n, sizeof(*seen));
-	if (s->checks == NULL || s->out == NULL || s->index == NULL ||
-	    s->first == NULL || s->parts == NULL || s->taken == NULL ||
-	    seen == NULL) {
+	if (s->checks == NULL || s->out == NULL || s->over == NULL ||
+	    s->index == NULL || s->first == NULL || s->parts == NULL ||
+	    s->taken == NULL || seen == NULL) {
 		rl_free(seen);
 		redis_split_free(s);
 		return NULL;
@@ -81,6 +83,8 @@ redis_split_new(struct backend_call *parent, const unsigned *slots,
 		c->n = s->first[p + 1] - s->first[p];
 		c->out = s->out + s->first[p];
 		c->deadline_us = parent->deadline_us;
+		c->report = parent->report;
+		c->overdrawn = s->over + s->first[p];
 		c->done = part_done;
 		c->arg = s;
 		redis_call(c)->split = s;
@@ -96,6 +100,7 @@ redis_split_free(struct redis_split *s)
 		return;
 	rl_free(s->checks);
 	rl_free(s->out);
+	rl_free(s->over);
 	rl_free(s->index);
 	rl_free(s->first);
 	rl_free(s->parts);
@@ -237,6 +242,8 @@ redis_split_answer(struct redis_split *s)
 		struct rl_result *r = &parent->out[s->index[g]];
 
 		*r = s->out[g];
+		if (parent->overdrawn != NULL)
+			parent->overdrawn[s->index[g]] = s->over[g];
 		if (s->taken[g]) {
 			/* Its units went back: as if never recorded. */
 			r->remaining += r->taken > 0 ? r->taken :

@@ -121,7 +121,12 @@ run_step(redisContext *c, const struct vec_scenario *sc, char keys[][96],
 		argv[argc++] = keys[r];
 	if (st->chunk_want > 0)
 		argv[argc++] = "chunks";
-	if (wait_us > 0) {
+	if (st->report) {
+		/* A batch of one request, whose count says "report". */
+		snprintf(count, sizeof(count), "%zu:r", sc->nrules);
+		argv[argc++] = "1";
+		argv[argc++] = count;
+	} else if (wait_us > 0) {
 		/* A batch of one request, whose count carries the wait. */
 		snprintf(count, sizeof(count), "%zu:%" PRId64, sc->nrules,
 		    wait_us);

@@ -45,6 +45,7 @@ START_TEST(test_scenario)
 	const struct vec_scenario *sc = &scenarios[_i];
 	struct rl_check checks[VEC_MAX_RULES];
 	struct rl_result out[VEC_MAX_RULES];
+	int64_t over[VEC_MAX_RULES];
 	char keys[VEC_MAX_RULES][96], token[40];
 	struct backend_call call;
 	struct backend *b;
@@ -80,11 +81,14 @@ START_TEST(test_scenario)
 			    NULL;
 		}
 		memset(out, 0xa5, sizeof(out));
+		memset(over, 0xa5, sizeof(over));
 		memset(&call, 0, sizeof(call));
 		call.checks = checks;
 		call.n = sc->nrules;
 		call.out = out;
 		call.wait_us = st->wait_us;
+		call.report = st->report;
+		call.overdrawn = over;
 		call.done = call_done;
 		call.all_allowed = !st->want_all;
 		backend_submit(b, &call);
@@ -96,7 +100,9 @@ START_TEST(test_scenario)
 			ck_assert_msg(vec_field_ok(w, 0, out[r].allowed) &&
 				vec_field_ok(w, 1, out[r].remaining) &&
 				vec_field_ok(w, 2, out[r].reset_ms) &&
-				vec_field_ok(w, 3, out[r].retry_after_ms) &&
+				vec_field_ok(w, 3,
+				    st->report ? over[r] :
+						 out[r].retry_after_ms) &&
 				vec_field_ok(w, 4, out[r].effective_ms),
 			    "%s:%d (%s, rule %zu, %s): got %d %" PRId64
 			    " %" PRId64 " %" PRId64 " t=%" PRId64

@@ -49,6 +49,8 @@ struct vec_step {
 	 * asks for a chunk of up to chunk_want units held chunk_hold_us
 	 * (0: no chunk), and took / took_us are what it must get. */
 	int64_t chunk_want, chunk_hold_us, took, took_us;
+	bool report;   /* POST /report: records past the limit; the
+			* fourth field is overdrawn, not the retry */
 	bool want_all; /* every non-shadow rule admits, or waited */
 	struct vec_result want[VEC_MAX_RULES];
 };
@@ -125,8 +127,8 @@ parse_scenario(char **tok, int n, struct vec_scenario *sc)
 	return 0;
 }
 
-/* T COST [wait W] [chunk WANT HOLD_US] -> A R S Y [t=E] [| A R S Y [t=E] ...]
- * [waited X] [took K VALID_US] */
+/* T COST [wait W | report] [chunk WANT HOLD_US] -> A R S Y [t=E]
+ * [| A R S Y [t=E] ...] [waited X] [took K VALID_US] */
 static int
 parse_step(char **tok, int n, const struct vec_scenario *sc,
     struct vec_step *st)
@@ -142,6 +144,9 @@ parse_step(char **tok, int n, const struct vec_scenario *sc,
 		if (!parse_int(tok[k + 1], &st->wait_us) || st->wait_us < 1)
 			return -1;
 		k += 2;
+	} else if (k < n && strcmp(tok[k], "report") == 0) {
+		st->report = true;
+		k++;
 	}
 	if (k + 2 < n && strcmp(tok[k], "chunk") == 0) {
 		if (!parse_int(tok[k + 1], &st->chunk_want) ||
@@ -203,6 +208,9 @@ parse_step(char **tok, int n, const struct vec_scenario *sc,
 			return -1;
 	if (st->waited_us > 0)
 		st->want_all = true;
+	/* A report is never denied. */
+	if (st->report && !st->want_all)
+		return -1;
 	return k == n ? 0 : -1;
 }
 

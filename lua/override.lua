@@ -1,0 +1,67 @@
+-- override.lua - limits per key (docs/admin.md), on Redis.
+--
+-- KEYS[1]  "<key_prefix>override:<rule>": a hash of one rule's overrides,
+--          field = the rendered key, value = "<limit> <window_ms>
+--          <expires_at_ms>" (0: never), the expiry on the server's clock.
+-- ARGV     'set', field, '<limit> <window_ms>', ttl_ms (0: none), channel
+--          'del', field, channel
+--          'read'
+-- Reply    set: 1; del: 1 if the field was there, else 0; read: the live
+--          fields as a flat array field, value, field, value, ...
+--
+-- set and del PUBLISH KEYS[1] on channel ("<key_prefix>released", which
+-- every daemon hears: a name that ends in no '}' is no lease key), so that
+-- every daemon reads the rule's overrides again, and drop the fields that
+-- expired.  A hash left empty is deleted.
+
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local key, op = KEYS[1], ARGV[1]
+
+local function expired(v)
+  local e = tonumber(string.match(v, '^%d+ %d+ (%d+)$'))
+  return e == nil or (e > 0 and e <= now)
+end
+
+local function live()
+  local h = redis.call('HGETALL', key)
+  local out, gone = {}, {}
+  for i = 1, #h, 2 do
+    if expired(h[i + 1]) then
+      gone[#gone + 1] = h[i]
+    else
+      out[#out + 1] = h[i]
+      out[#out + 1] = h[i + 1]
+    end
+  end
+  return out, gone
+end
+
+if op == 'read' then
+  local out = live()
+  return out
+end
+
+local found = 0
+if op == 'set' then
+  local ttl = tonumber(ARGV[4])
+  if ttl == nil or string.match(ARGV[3], '^%d+ %d+$') == nil then
+    return redis.error_reply('override.lua: bad set arguments')
+  end
+  local e = 0
+  if ttl > 0 then
+    e = now + ttl
+  end
+  redis.call('HSET', key, ARGV[2], ARGV[3] .. ' ' .. string.format('%d', e))
+  found = 1
+elseif op == 'del' then
+  found = redis.call('HDEL', key, ARGV[2])
+else
+  return redis.error_reply('override.lua: unknown op')
+end
+local _, gone = live()
+if #gone > 0 then
+  redis.call('HDEL', key, unpack(gone))
+end
+redis.call('PUBLISH', ARGV[#ARGV], key)
+return found

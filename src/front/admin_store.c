@@ -1,0 +1,465 @@
+/*
+ * admin_store.c - the admin endpoints that ask the store (docs/admin.md):
+ * /admin/counters (read a key's usage without consuming it, reset it) and
+ * /admin/overrides (limits per key).
+ *
+ * A counter is read with the rule's check at cost 0, which records
+ * nothing in any algorithm (docs/algorithms.md) and answers what is left;
+ * the retry of one unit is the effective window when nothing is left.
+ *
+ * Thread: the connection's own, which waits for the store.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/metrics.h"
+#include "base/util.h"
+#include "core/backend.h"
+#include "core/deny_cache.h"
+#include "core/lease.h"
+#include "core/overrides.h"
+#include "front/admin_priv.h"
+
+/* The query's rule and key: 0, or -1 answered (400). */
+static int
+query_rule_key(struct MHD_Connection *conn, const struct config *cfg,
+    const struct rule **r, const char **key, int *ret)
+{
+	const char *name = MHD_lookup_connection_value(conn,
+	    MHD_GET_ARGUMENT_KIND, "rule");
+
+	*key = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "key");
+	if (*key == NULL)
+		*key = ""; /* a rule without a key: its one counter */
+	if (name == NULL) {
+		*ret = admin_error(conn, 400, "unknown_rule",
+		    "the query needs rule=");
+		return -1;
+	}
+	if ((*r = config_find_rule(cfg, name)) == NULL) {
+		*ret = admin_error(conn, 400, "unknown_rule",
+		    "no rule named \"%s\"", name);
+		return -1;
+	}
+	if (strlen(*key) > RL_MAX_KEY_BYTES) {
+		*ret = admin_error(conn, 400, "key_too_long",
+		    "the key is longer than %d bytes", RL_MAX_KEY_BYTES);
+		return -1;
+	}
+	return 0;
+}
+
+/* "<prefix><rule>:{<key>}", as decide.c renders it.  New; NULL: OOM. */
+static char *
+store_key(const struct config *cfg, const struct rule *r, const char *key,
+    size_t *len)
+{
+	size_t n = strlen(cfg->redis.key_prefix) + strlen(r->name) +
+	    strlen(key) + 4;
+	char *k = rl_malloc(n + 1);
+
+	if (k != NULL)
+		*len = (size_t)snprintf(k, n + 1, "%s%s:{%s}",
+		    cfg->redis.key_prefix, r->name, key);
+	return k;
+}
+
+static int
+counter_read(struct admin_server *s, struct MHD_Connection *conn,
+    const struct config *cfg, const struct rule *r, const char *key)
+{
+	char zero_token[LEASE_TOKEN_LEN + 1], err[BACKEND_ERR_MAX];
+	enum backend_error_kind kind;
+	struct rl_check c = { 0 };
+	struct rl_result out = { 0 };
+	int64_t limit = r->limit, window = r->window_ms;
+	bool all;
+	size_t len = 0;
+	char *k;
+	int ret;
+
+	if ((k = store_key(cfg, r, key, &len)) == NULL)
+		return admin_error(conn, 500, "internal_error",
+		    "out of memory");
+	(void)overrides_get(s->overrides, k, len, util_realtime_us() / 1000,
+	    &limit, &window);
+	memset(zero_token, '0', LEASE_TOKEN_LEN);
+	zero_token[LEASE_TOKEN_LEN] = '\0';
+	c = (struct rl_check){
+		.algorithm = r->algorithm,
+		.limit = limit,
+		.window_ms = window,
+		.cost = 0,
+		.key = k,
+		.keylen = len,
+		.token = r->algorithm == RL_ALG_CONCURRENCY ? zero_token : NULL,
+	};
+	if (backend_decide(s->decider->backend, &c, 1, &out, &all, &kind, err,
+		sizeof(err)) < 0) {
+		rl_free(k);
+		return admin_error(conn, 503, "backend_unavailable",
+		    "the %s store failed (%s)", s->decider->backend->name,
+		    backend_error_kind_name(kind));
+	}
+	rl_free(k);
+	/* One unit: at once while any is left; else when more comes back
+	 * (a concurrency rule: when the last lease held expires, at the
+	 * latest). */
+	ret = admin_respond_json(conn, 200,
+	    json_pack("{s:s, s:s, s:I, s:I, s:I, s:I}", "rule", r->name, "key",
+		key, "limit", (json_int_t)limit, "remaining",
+		(json_int_t)out.remaining, "reset_ms", (json_int_t)out.reset_ms,
+		"retry_after_ms",
+		(json_int_t)(out.remaining > 0 ? 0 :
+			r->algorithm == RL_ALG_CONCURRENCY ?
+						 out.reset_ms :
+						 out.effective_ms)));
+	return ret;
+}
+
+/* Drop the key's state in the store (and in the local fallback, which
+ * may hold some from a degraded spell); this daemon's deny cache forgets
+ * every denial. */
+static int
+counter_reset(struct admin_server *s, struct MHD_Connection *conn,
+    const struct config *cfg, const struct rule *r, const char *key)
+{
+	struct backend_admin a = { .op = BACKEND_ADMIN_RESET };
+	enum backend_error_kind kind;
+	char err[BACKEND_ERR_MAX];
+	struct backend_admin la;
+	size_t len = 0;
+	char *k;
+
+	if ((k = store_key(cfg, r, key, &len)) == NULL)
+		return admin_error(conn, 500, "internal_error",
+		    "out of memory");
+	a.key = k;
+	a.keylen = len;
+	if (backend_admin_call(s->decider->backend, &a, &kind, err,
+		sizeof(err)) < 0) {
+		rl_free(k);
+		return admin_error(conn, 503, "backend_unavailable",
+		    "the %s store failed (%s)", s->decider->backend->name,
+		    backend_error_kind_name(kind));
+	}
+	if (s->decider->local != NULL &&
+	    s->decider->local != s->decider->backend) {
+		la = a;
+		(void)backend_admin_call(s->decider->local, &la, &kind, err,
+		    sizeof(err));
+	}
+	rl_free(k);
+	if (s->decider->deny != NULL)
+		deny_cache_clear(s->decider->deny);
+	metrics_admin_write(s->metrics, METRICS_ADMIN_COUNTER_RESET);
+	admin_log_write(conn, "counter_reset", r->name, key,
+	    a.found ? "reset" : "nothing to reset");
+	return admin_respond_json(conn, 200,
+	    json_pack("{s:s, s:s, s:b, s:b}", "rule", r->name, "key", key,
+		"reset", 1, "found", a.found));
+}
+
+int
+admin_handle_counters(struct admin_server *s, struct MHD_Connection *conn,
+    const struct config *cfg, const char *method)
+{
+	const struct rule *r;
+	const char *key;
+	int ret;
+
+	if (strcmp(method, "GET") != 0 && strcmp(method, "DELETE") != 0)
+		return admin_error(conn, 405, "method_not_allowed",
+		    "%s /admin/counters: use GET or DELETE", method);
+	if (query_rule_key(conn, cfg, &r, &key, &ret) < 0)
+		return ret;
+	return strcmp(method, "GET") == 0 ? counter_read(s, conn, cfg, r, key) :
+					    counter_reset(s, conn, cfg, r, key);
+}
+
+/* --- overrides ------------------------------------------------------------ */
+
+/* A duration: an integer of milliseconds, or a string "<n><unit>" with
+ * ms, s, m, h or d, as in the config file.  0, or -1. */
+static int
+parse_duration(json_t *v, int64_t *ms)
+{
+	static const struct {
+		const char *unit;
+		int64_t ms;
+	} units[] = { { "ms", 1 }, { "s", 1000 }, { "m", 60000 },
+		{ "h", 3600000 }, { "d", 86400000 } };
+	const char *str;
+	char *end;
+	long long n;
+	size_t i;
+
+	if (json_is_integer(v)) {
+		*ms = json_integer_value(v);
+		return 0;
+	}
+	if (!json_is_string(v))
+		return -1;
+	str = json_string_value(v);
+	n = strtoll(str, &end, 10);
+	if (end == str || n < 0)
+		return -1;
+	for (i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+		if (strcmp(end, units[i].unit) == 0) {
+			if (n > INT64_MAX / units[i].ms)
+				return -1;
+			*ms = n * units[i].ms;
+			return 0;
+		}
+	return -1;
+}
+
+/* "<prefix>override:<rule>": the rule's hash on Redis.  New, or NULL. */
+static char *
+hash_key(const struct config *cfg, const struct rule *r, size_t *len)
+{
+	size_t n = strlen(cfg->redis.key_prefix) + 9 + strlen(r->name);
+	char *k = rl_malloc(n + 1);
+
+	if (k != NULL)
+		*len = (size_t)snprintf(k, n + 1, "%soverride:%s",
+		    cfg->redis.key_prefix, r->name);
+	return k;
+}
+
+static bool
+on_redis(const struct admin_server *s)
+{
+	return strcmp(s->decider->backend->name, "redis") == 0;
+}
+
+static int
+store_failed(struct admin_server *s, struct MHD_Connection *conn,
+    enum backend_error_kind kind)
+{
+	return admin_error(conn, 503, "backend_unavailable",
+	    "the %s store failed (%s)", s->decider->backend->name,
+	    backend_error_kind_name(kind));
+}
+
+/* PUT {"rule", "key", "limit", "window"?, "ttl"?} */
+static int
+override_put(struct admin_server *s, struct MHD_Connection *conn,
+    const struct config *cfg, const char *body, size_t len)
+{
+	json_t *root = json_loadb(body != NULL ? body : "", len, 0, NULL);
+	const char *name, *key;
+	const struct rule *r;
+	int64_t limit, window, ttl = 0, now_ms = util_realtime_us() / 1000;
+	char value[64], what[128], err[BACKEND_ERR_MAX], *k = NULL, *h = NULL;
+	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_SET };
+	enum backend_error_kind kind;
+	size_t klen = 0, hlen = 0;
+	int ret;
+
+	if (root == NULL || !json_is_object(root)) {
+		json_decref(root);
+		return admin_error(conn, 400, "invalid_json",
+		    "the body is not a JSON object");
+	}
+	name = json_string_value(json_object_get(root, "rule"));
+	key = json_string_value(json_object_get(root, "key"));
+	if (key == NULL && json_object_get(root, "key") == NULL)
+		key = "";
+	if (name == NULL || (r = config_find_rule(cfg, name)) == NULL) {
+		ret = admin_error(conn, 400, "unknown_rule",
+		    "\"rule\" names no rule of the running config");
+		goto out;
+	}
+	if (key == NULL || strlen(key) > RL_MAX_KEY_BYTES) {
+		ret = admin_error(conn, 400, "invalid_key",
+		    "\"key\" is a rendered key of at most %d bytes",
+		    RL_MAX_KEY_BYTES);
+		goto out;
+	}
+	if (!json_is_integer(json_object_get(root, "limit")) ||
+	    (limit = json_integer_value(json_object_get(root, "limit"))) < 1 ||
+	    limit > INT64_C(1) << 53) {
+		ret = admin_error(conn, 400, "invalid_limit",
+		    "\"limit\" is an integer from 1 to 2^53");
+		goto out;
+	}
+	window = r->window_ms;
+	if (json_object_get(root, "window") != NULL &&
+	    (parse_duration(json_object_get(root, "window"), &window) < 0 ||
+		window < 1 || window > INT64_C(1000000000000))) {
+		ret = admin_error(conn, 400, "invalid_window",
+		    "\"window\" is a duration (\"10s\", or milliseconds) "
+		    "from 1ms");
+		goto out;
+	}
+	if (json_object_get(root, "ttl") != NULL &&
+	    (parse_duration(json_object_get(root, "ttl"), &ttl) < 0 ||
+		ttl < 1 || ttl > INT64_C(3153600000000))) {
+		ret = admin_error(conn, 400, "invalid_ttl",
+		    "\"ttl\" is a duration (\"1h\", or milliseconds) from 1ms");
+		goto out;
+	}
+	if ((k = store_key(cfg, r, key, &klen)) == NULL ||
+	    (h = hash_key(cfg, r, &hlen)) == NULL) {
+		ret = admin_error(conn, 500, "internal_error", "out of memory");
+		goto out;
+	}
+	snprintf(value, sizeof(value), "%" PRId64 " %" PRId64, limit, window);
+	if (on_redis(s)) {
+		a.key = h;
+		a.keylen = hlen;
+		a.field = key;
+		a.fieldlen = strlen(key);
+		a.value = value;
+		a.ttl_ms = ttl;
+		if (backend_admin_call(s->decider->backend, &a, &kind, err,
+			sizeof(err)) < 0) {
+			ret = store_failed(s, conn, kind);
+			goto out;
+		}
+	}
+	/* This daemon at once; the others when they hear the notice. */
+	if (s->overrides == NULL ||
+	    overrides_set(s->overrides, k, klen, limit, window,
+		ttl > 0 ? now_ms + ttl : 0) < 0) {
+		ret = admin_error(conn, 500, "internal_error", "out of memory");
+		goto out;
+	}
+	metrics_admin_write(s->metrics, METRICS_ADMIN_OVERRIDE_SET);
+	snprintf(what, sizeof(what),
+	    "limit %" PRId64 ", window %" PRId64 " ms, ttl %" PRId64 " ms",
+	    limit, window, ttl);
+	admin_log_write(conn, "override_set", r->name, key, what);
+	ret = admin_respond_json(conn, 200,
+	    json_pack("{s:s, s:s, s:I, s:I, s:o}", "rule", r->name, "key", key,
+		"limit", (json_int_t)limit, "window_ms", (json_int_t)window,
+		"expires_ms", ttl > 0 ? json_integer(ttl) : json_null()));
+out:
+	rl_free(k);
+	rl_free(h);
+	json_decref(root);
+	return ret;
+}
+
+static void
+list_one(const struct override_view *v, void *arg)
+{
+	json_t *list = arg, *o;
+	int64_t now_ms = util_realtime_us() / 1000;
+
+	o = json_pack("{s:s%, s:I, s:I, s:o}", "key", v->key, v->keylen,
+	    "limit", (json_int_t)v->limit, "window_ms",
+	    (json_int_t)v->window_ms, "expires_ms",
+	    v->expires_ms > 0 ?
+		json_integer(v->expires_ms > now_ms ? v->expires_ms - now_ms :
+						      1) :
+		json_null());
+	if (o != NULL)
+		json_array_append_new(list, o);
+}
+
+/* GET ?rule=R: every live override of R (on Redis, as Redis has them). */
+static int
+override_list(struct admin_server *s, struct MHD_Connection *conn,
+    const struct config *cfg, const struct rule *r)
+{
+	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_READ };
+	enum backend_error_kind kind;
+	char err[BACKEND_ERR_MAX], *h;
+	size_t hlen = 0;
+	json_t *list;
+
+	if (s->overrides == NULL)
+		return admin_error(conn, 500, "internal_error",
+		    "no overrides kept");
+	if (on_redis(s)) {
+		if ((h = hash_key(cfg, r, &hlen)) == NULL)
+			return admin_error(conn, 500, "internal_error",
+			    "out of memory");
+		a.key = h;
+		a.keylen = hlen;
+		if (backend_admin_call(s->decider->backend, &a, &kind, err,
+			sizeof(err)) < 0) {
+			rl_free(h);
+			return store_failed(s, conn, kind);
+		}
+		rl_free(h);
+		(void)overrides_load_rule(s->overrides, cfg->redis.key_prefix,
+		    r->name, a.reply, a.replylen);
+		rl_free(a.reply);
+	}
+	if ((list = json_array()) == NULL)
+		return admin_error(conn, 500, "internal_error",
+		    "out of memory");
+	overrides_each(s->overrides, cfg->redis.key_prefix, r->name,
+	    util_realtime_us() / 1000, list_one, list);
+	return admin_respond_json(conn, 200,
+	    json_pack("{s:s, s:o}", "rule", r->name, "overrides", list));
+}
+
+/* DELETE ?rule=R&key=K */
+static int
+override_delete(struct admin_server *s, struct MHD_Connection *conn,
+    const struct config *cfg, const struct rule *r, const char *key)
+{
+	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_DEL };
+	enum backend_error_kind kind;
+	char err[BACKEND_ERR_MAX], *k, *h;
+	size_t klen = 0, hlen = 0;
+	bool found;
+
+	if (s->overrides == NULL)
+		return admin_error(conn, 500, "internal_error",
+		    "no overrides kept");
+	if ((k = store_key(cfg, r, key, &klen)) == NULL)
+		return admin_error(conn, 500, "internal_error",
+		    "out of memory");
+	found = overrides_delete(s->overrides, k, klen,
+	    util_realtime_us() / 1000);
+	rl_free(k);
+	if (on_redis(s)) {
+		if ((h = hash_key(cfg, r, &hlen)) == NULL)
+			return admin_error(conn, 500, "internal_error",
+			    "out of memory");
+		a.key = h;
+		a.keylen = hlen;
+		a.field = key;
+		a.fieldlen = strlen(key);
+		if (backend_admin_call(s->decider->backend, &a, &kind, err,
+			sizeof(err)) < 0) {
+			rl_free(h);
+			return store_failed(s, conn, kind);
+		}
+		rl_free(h);
+		found = a.found;
+	}
+	metrics_admin_write(s->metrics, METRICS_ADMIN_OVERRIDE_DELETE);
+	admin_log_write(conn, "override_delete", r->name, key,
+	    found ? "deleted" : "none to delete");
+	return admin_respond_json(conn, 200,
+	    json_pack("{s:s, s:s, s:b}", "rule", r->name, "key", key, "deleted",
+		found));
+}
+
+int
+admin_handle_overrides(struct admin_server *s, struct MHD_Connection *conn,
+    const struct config *cfg, const char *method, const char *body, size_t len)
+{
+	const struct rule *r;
+	const char *key;
+	int ret;
+
+	if (strcmp(method, "PUT") == 0)
+		return override_put(s, conn, cfg, body, len);
+	if (strcmp(method, "GET") != 0 && strcmp(method, "DELETE") != 0)
+		return admin_error(conn, 405, "method_not_allowed",
+		    "%s /admin/overrides: use GET, PUT or DELETE", method);
+	if (query_rule_key(conn, cfg, &r, &key, &ret) < 0)
+		return ret;
+	return strcmp(method, "GET") == 0 ?
+	    override_list(s, conn, cfg, r) :
+	    override_delete(s, conn, cfg, r, key);
+}

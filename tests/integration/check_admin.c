@@ -1,0 +1,541 @@
+/*
+ * check_admin.c - the admin API (docs/admin.md) against the real daemon:
+ * who may ask (only on admin_listen, only with the bearer token of
+ * admin_token_file, a wrong one refused like none, the token never
+ * logged), GET /admin/config with every secret as "***", the counters
+ * (read without consuming, reset), and overrides: seen by a second daemon
+ * on the same Redis within 1 s, expiring with their TTL, surviving a
+ * restart on Redis; in process on the memory store.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "harness.h"
+
+#define TOKEN "s3cret-admin-token-0123456789"
+
+static struct h_redis redis;
+static bool use_redis; /* set in the runner by the TCase's fixture */
+
+/* A daemon with its admin listener on a port of its own. */
+struct admin_daemon {
+	struct h_daemon d;
+	int admin_port;
+	char token_path[H_PATH_MAX];
+};
+
+static const char *const auth_ok[] = { "Authorization: Bearer " TOKEN, NULL };
+
+/* Start a daemon; admin_port 0 picks a free one, token: write and use
+ * admin_token_file, extra: more YAML at the top level. */
+static void
+admin_start(struct admin_daemon *a, int admin_port, bool token,
+    const char *extra)
+{
+	char yaml[4096];
+	FILE *f;
+
+	memset(&a->d, 0, sizeof(a->d));
+	a->admin_port = admin_port > 0 ? admin_port : h_free_port();
+	snprintf(a->token_path, sizeof(a->token_path), "%s/admin.token",
+	    h_tmpdir());
+	if (token) {
+		ck_assert_ptr_nonnull(f = fopen(a->token_path, "w"));
+		fputs(TOKEN "\n", f);
+		fclose(f);
+	}
+	snprintf(yaml, sizeof(yaml),
+	    "listen: \"127.0.0.1:%%PORT%%\"\n"
+	    "admin_listen: \"127.0.0.1:%d\"\n"
+	    "%s%s%s\n"
+	    "threads: 2\n"
+	    "shutdown_timeout: 2s\n"
+	    "%s"
+	    "rules:\n"
+	    "  - name: api\n"
+	    "    match: { t: api }\n"
+	    "    key: \"${user}\"\n"
+	    "    limit: 3\n"
+	    "    window: 10s\n"
+	    "  - name: tb\n"
+	    "    match: { t: tb }\n"
+	    "    key: \"${user}\"\n"
+	    "    limit: 2\n"
+	    "    window: 10s\n"
+	    "    algorithm: token_bucket\n",
+	    a->admin_port, token ? "admin_token_file: \"" : "",
+	    token ? a->token_path : "", token ? "\"" : "",
+	    extra != NULL ? extra :
+		use_redis ? "backend: redis\n"
+			    "redis:\n"
+			    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+			    "  timeout: 500ms\n"
+			    "  key_prefix: \"adm:\"\n"
+			    "on_backend_error: deny\n" :
+			    "backend: memory\n");
+	h_daemon_start(&a->d, yaml);
+}
+
+static void
+admin_stop(struct admin_daemon *a)
+{
+	h_daemon_stop(&a->d);
+}
+
+/* One request to the admin port. */
+static void
+admin_req(struct admin_daemon *a, struct h_resp *r, const char *method,
+    const char *path, const char *body, const char *const *headers)
+{
+	CURL *c = h_curl_new();
+
+	h_resp_free(r);
+	memset(r, 0, sizeof(*r));
+	ck_assert_msg(h_request(c, a->admin_port, r, method, path, body,
+			  body != NULL ? strlen(body) : 0, headers) == 0,
+	    "admin %s %s: %s", method, path, r->err);
+	curl_easy_cleanup(c);
+}
+
+static bool
+log_has(const struct h_daemon *d, const char *needle)
+{
+	char buf[65536];
+	size_t n;
+	FILE *f = fopen(d->log, "r");
+
+	ck_assert_ptr_nonnull(f);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return strstr(buf, needle) != NULL;
+}
+
+START_TEST(test_who_may)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+	const char *const wrong[] = { "Authorization: Bearer " TOKEN "x",
+		NULL };
+	const char *const shorter[] = { "Authorization: Bearer s3cret", NULL };
+	const char *const basic[] = { "Authorization: Basic " TOKEN, NULL };
+
+	admin_start(&a, 0, true, NULL);
+	/* Not on the main listener, token or not. */
+	h_http(&r, "GET", "/admin/config", NULL, auth_ok);
+	ck_assert_int_eq(r.status, 404);
+	h_http(&r, "GET", "/admin/counters?rule=api&key=u", NULL, auth_ok);
+	ck_assert_int_eq(r.status, 404);
+	/* On the admin listener: only with the token. */
+	admin_req(&a, &r, "GET", "/admin/config", NULL, NULL);
+	ck_assert_int_eq(r.status, 401);
+	ck_assert_str_eq(h_json_str(&r, "error"), "unauthorized");
+	ck_assert_ptr_nonnull(h_resp_header(&r, "WWW-Authenticate"));
+	admin_req(&a, &r, "GET", "/admin/config", NULL, wrong);
+	ck_assert_int_eq(r.status, 401);
+	admin_req(&a, &r, "GET", "/admin/config", NULL, shorter);
+	ck_assert_int_eq(r.status, 401);
+	admin_req(&a, &r, "GET", "/admin/config", NULL, basic);
+	ck_assert_int_eq(r.status, 401);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"u\",\"limit\":9}", wrong);
+	ck_assert_int_eq(r.status, 401);
+	admin_req(&a, &r, "GET", "/admin/config", NULL, auth_ok);
+	ck_assert_int_eq(r.status, 200);
+	admin_req(&a, &r, "GET", "/admin/nothing", NULL, auth_ok);
+	ck_assert_int_eq(r.status, 404);
+	/* The main listener still serves. */
+	h_http(&r, "POST", "/acquire", "{\"t\":\"api\",\"user\":\"u\"}", NULL);
+	ck_assert_int_eq(r.status, 200);
+	h_resp_free(&r);
+	admin_stop(&a);
+	ck_assert(!log_has(&a.d, TOKEN));
+}
+END_TEST
+
+START_TEST(test_no_admin_listen)
+{
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+
+	h_daemon_start(&d,
+	    "listen: \"127.0.0.1:%PORT%\"\n"
+	    "rules:\n"
+	    "  - name: api\n"
+	    "    limit: 3\n"
+	    "    window: 10s\n");
+	h_http(&r, "GET", "/admin/config", NULL, NULL);
+	ck_assert_int_eq(r.status, 404);
+	h_resp_free(&r);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_config_secrets)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+	json_t *redis_o, *rules;
+
+	admin_start(&a, 0, true,
+	    "backend: memory\n"
+	    "redis:\n"
+	    "  url: \"redis://alice:hunter2pw@127.0.0.1:6379/3\"\n"
+	    "  key_prefix: \"x:\"\n");
+	admin_req(&a, &r, "GET", "/admin/config", NULL, auth_ok);
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_msg(strstr(r.body, "hunter2pw") == NULL, "%s", r.body);
+	ck_assert_msg(strstr(r.body, TOKEN) == NULL, "%s", r.body);
+	redis_o = h_json_get(&r, "redis");
+	ck_assert_ptr_nonnull(redis_o);
+	ck_assert_str_eq(json_string_value(json_object_get(redis_o, "url")),
+	    "redis://***@127.0.0.1:6379/3");
+	ck_assert_str_eq(json_string_value(json_object_get(redis_o,
+			     "key_prefix")),
+	    "x:");
+	ck_assert_str_eq(h_json_str(&r, "admin_token_file"), a.token_path);
+	rules = h_json_get(&r, "rules");
+	ck_assert_int_eq(json_array_size(rules), 2);
+	ck_assert_str_eq(json_string_value(
+			     json_object_get(json_array_get(rules, 0), "name")),
+	    "api");
+	ck_assert_int_eq(json_integer_value(json_object_get(
+			     json_array_get(rules, 0), "limit")),
+	    3);
+	ck_assert_str_eq(json_string_value(json_object_get(
+			     json_array_get(rules, 1), "algorithm")),
+	    "token_bucket");
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
+/* Without admin_token_file, anyone who reaches admin_listen may ask. */
+START_TEST(test_no_token)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+
+	admin_start(&a, 0, false, NULL);
+	admin_req(&a, &r, "GET", "/admin/config", NULL, NULL);
+	ck_assert_int_eq(r.status, 200);
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
+/* A counter read consumes nothing; a reset frees the key at once. */
+START_TEST(test_counters)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+	int i;
+
+	admin_start(&a, 0, true, NULL);
+	for (i = 0; i < 2; i++) {
+		h_http(&r, "POST", "/acquire",
+		    "{\"t\":\"api\",\"user\":\"u 1\"}", NULL);
+		ck_assert_int_eq(r.status, 200);
+	}
+	for (i = 0; i < 3; i++) {
+		admin_req(&a, &r, "GET", "/admin/counters?rule=api&key=u%201",
+		    NULL, auth_ok);
+		ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+		ck_assert_str_eq(h_json_str(&r, "rule"), "api");
+		ck_assert_str_eq(h_json_str(&r, "key"), "u 1");
+		ck_assert_int_eq(h_json_int(&r, "limit"), 3);
+		ck_assert_int_eq(h_json_int(&r, "remaining"), 1);
+		ck_assert_int_eq(h_json_int(&r, "retry_after_ms"), 0);
+		ck_assert(h_json_int(&r, "reset_ms") > 9000);
+	}
+	h_http(&r, "POST", "/acquire", "{\"t\":\"api\",\"user\":\"u 1\"}",
+	    NULL);
+	ck_assert_int_eq(r.status, 200);
+	h_http(&r, "POST", "/acquire", "{\"t\":\"api\",\"user\":\"u 1\"}",
+	    NULL);
+	ck_assert_int_eq(r.status, 429);
+	admin_req(&a, &r, "GET", "/admin/counters?rule=api&key=u%201", NULL,
+	    auth_ok);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), 0);
+	ck_assert(h_json_int(&r, "retry_after_ms") > 9000);
+	/* An unknown rule, a key never used. */
+	admin_req(&a, &r, "GET", "/admin/counters?rule=nope&key=u", NULL,
+	    auth_ok);
+	ck_assert_int_eq(r.status, 400);
+	admin_req(&a, &r, "GET", "/admin/counters?rule=tb&key=new", NULL,
+	    auth_ok);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), 2);
+	admin_req(&a, &r, "POST", "/admin/counters?rule=tb&key=new", NULL,
+	    auth_ok);
+	ck_assert_int_eq(r.status, 405);
+
+	/* Reset: the next acquire is allowed again, on the store's count. */
+	admin_req(&a, &r, "DELETE", "/admin/counters?rule=api&key=u%201", NULL,
+	    auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	ck_assert(json_is_true(h_json_get(&r, "found")));
+	h_http(&r, "POST", "/acquire", "{\"t\":\"api\",\"user\":\"u 1\"}",
+	    NULL);
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), 2);
+	admin_req(&a, &r, "DELETE", "/admin/counters?rule=tb&key=never", NULL,
+	    auth_ok);
+	ck_assert(json_is_false(h_json_get(&r, "found")));
+	ck_assert_int_eq(
+	    h_metric("ratelimitd_admin_writes_total{op=\"counter_reset\"}"), 2);
+	h_resp_free(&r);
+	admin_stop(&a);
+	ck_assert(log_has(&a.d, "op=\"counter_reset\""));
+	ck_assert(log_has(&a.d, "peer=\"127.0.0.1:"));
+}
+END_TEST
+
+/* Acquire one unit of rule api for user on the main listener of d. */
+static long
+acquire_on(struct admin_daemon *a, const char *user, struct h_resp *r)
+{
+	char body[128];
+
+	snprintf(body, sizeof(body), "{\"t\":\"api\",\"user\":\"%s\"}", user);
+	h_post(a->d.port, "/acquire", body, r);
+	return r->status;
+}
+
+/* The limit a's counters read for api/user (its override, if any). */
+static long long
+limit_seen(struct admin_daemon *a, const char *user, struct h_resp *r)
+{
+	char path[128];
+
+	snprintf(path, sizeof(path), "/admin/counters?rule=api&key=%s", user);
+	admin_req(a, r, "GET", path, NULL, auth_ok);
+	ck_assert_msg(r->status == 200, "%ld %s", r->status, r->body);
+	return h_json_int(r, "limit");
+}
+
+/* Poll until a sees limit want for api/user; the milliseconds it took,
+ * or -1 past max_ms. */
+static long long
+wait_limit(struct admin_daemon *a, const char *user, long long want,
+    long long max_ms)
+{
+	struct h_resp r = { 0 };
+	long long t0 = h_now_ms(), got;
+
+	for (;;) {
+		got = limit_seen(a, user, &r);
+		if (got == want)
+			break;
+		if (h_now_ms() - t0 > max_ms) {
+			h_resp_free(&r);
+			return -1;
+		}
+		h_sleep_ms(20);
+	}
+	h_resp_free(&r);
+	return h_now_ms() - t0;
+}
+
+START_TEST(test_overrides)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+	json_t *list;
+
+	admin_start(&a, 0, true, NULL);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"vip\",\"limit\":1,\"window\":\"20s\"}",
+	    auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	ck_assert_int_eq(h_json_int(&r, "window_ms"), 20000);
+	ck_assert_int_eq(acquire_on(&a, "vip", &r), 200);
+	ck_assert_int_eq(h_json_int(&r, "limit"), 1);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), 0);
+	ck_assert_str_eq(h_resp_header(&r, "RateLimit-Policy"),
+	    "\"api\";q=1;w=20");
+	ck_assert_int_eq(acquire_on(&a, "vip", &r), 429);
+	ck_assert_int_eq(acquire_on(&a, "vip", &r), 429); /* deny cache */
+	ck_assert_int_eq(h_json_int(&r, "limit"), 1);
+	ck_assert_int_eq(acquire_on(&a, "other", &r), 200); /* its own */
+	ck_assert_int_eq(h_json_int(&r, "limit"), 3);
+
+	admin_req(&a, &r, "GET", "/admin/overrides?rule=api", NULL, auth_ok);
+	ck_assert_int_eq(r.status, 200);
+	list = h_json_get(&r, "overrides");
+	ck_assert_int_eq(json_array_size(list), 1);
+	ck_assert_str_eq(
+	    json_string_value(json_object_get(json_array_get(list, 0), "key")),
+	    "vip");
+	ck_assert(json_is_null(json_object_get(json_array_get(list, 0),
+	    "expires_ms")));
+
+	/* Gone: the rule's limit again, whatever the cache learnt. */
+	admin_req(&a, &r, "DELETE", "/admin/overrides?rule=api&key=vip", NULL,
+	    auth_ok);
+	ck_assert(json_is_true(h_json_get(&r, "deleted")));
+	ck_assert_int_eq(acquire_on(&a, "vip", &r), 200);
+	ck_assert_int_eq(h_json_int(&r, "limit"), 3);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), 1);
+	admin_req(&a, &r, "DELETE", "/admin/overrides?rule=api&key=vip", NULL,
+	    auth_ok);
+	ck_assert(json_is_false(h_json_get(&r, "deleted")));
+
+	/* A raised limit admits at once past a cached denial. */
+	ck_assert_int_eq(acquire_on(&a, "vip", &r), 200);
+	ck_assert_int_eq(acquire_on(&a, "vip", &r), 429);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"vip\",\"limit\":5}", auth_ok);
+	ck_assert_int_eq(acquire_on(&a, "vip", &r), 200);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), 1);
+
+	/* A TTL: the override goes by itself. */
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"brief\",\"limit\":1,\"ttl\":700}",
+	    auth_ok);
+	ck_assert_int_eq(h_json_int(&r, "expires_ms"), 700);
+	ck_assert_int_eq(acquire_on(&a, "brief", &r), 200);
+	ck_assert_int_eq(acquire_on(&a, "brief", &r), 429);
+	h_sleep_ms(900);
+	ck_assert_int_eq(acquire_on(&a, "brief", &r), 200);
+	ck_assert_int_eq(h_json_int(&r, "limit"), 3);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), 1);
+
+	/* Bad requests change nothing. */
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"x\",\"limit\":0}", auth_ok);
+	ck_assert_int_eq(r.status, 400);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"nope\",\"key\":\"x\",\"limit\":2}", auth_ok);
+	ck_assert_int_eq(r.status, 400);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"x\",\"limit\":2,\"window\":\"soon\"}",
+	    auth_ok);
+	ck_assert_int_eq(r.status, 400);
+	admin_req(&a, &r, "PUT", "/admin/overrides", "[", auth_ok);
+	ck_assert_int_eq(r.status, 400);
+	ck_assert_int_eq(
+	    h_metric("ratelimitd_admin_writes_total{op=\"override_set\"}"), 3);
+	h_resp_free(&r);
+	admin_stop(&a);
+	ck_assert(log_has(&a.d, "op=\"override_set\""));
+}
+END_TEST
+
+/* Two daemons on one Redis: what one sets, the other applies within 1 s;
+ * a TTL expires there too; overrides outlive a restart. */
+START_TEST(test_overrides_shared)
+{
+	struct admin_daemon a, b;
+	struct h_resp r = { 0 };
+	long long ms;
+	int b_port;
+
+	admin_start(&a, 0, true, NULL);
+	admin_start(&b, 0, true, NULL);
+	b_port = b.admin_port;
+	ck_assert(wait_limit(&b, "k", 3, 100) >= 0);
+
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"k\",\"limit\":1}", auth_ok);
+	ck_assert_int_eq(r.status, 200);
+	ms = wait_limit(&b, "k", 1, 1000);
+	ck_assert_msg(ms >= 0, "the other daemon did not see it within 1 s");
+	printf("override seen by the other daemon after %lld ms\n", ms);
+	ck_assert_int_eq(acquire_on(&b, "k", &r), 200);
+	ck_assert_int_eq(h_json_int(&r, "limit"), 1);
+	ck_assert_int_eq(acquire_on(&b, "k", &r), 429);
+
+	/* A TTL expires on the other daemon too. */
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"t\",\"limit\":2,\"ttl\":\"1500ms\"}",
+	    auth_ok);
+	ck_assert(wait_limit(&b, "t", 2, 1000) >= 0);
+	ck_assert(wait_limit(&b, "t", 3, 2500) >= 0);
+
+	/* Deleted: the other daemon follows. */
+	admin_req(&a, &r, "DELETE", "/admin/overrides?rule=api&key=k", NULL,
+	    auth_ok);
+	ck_assert(json_is_true(h_json_get(&r, "deleted")));
+	ck_assert(wait_limit(&b, "k", 3, 1000) >= 0);
+
+	/* Set while b is down, and kept in Redis across a restart of both. */
+	admin_stop(&b);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"r\",\"limit\":2}", auth_ok);
+	admin_stop(&a);
+	admin_start(&b, b_port, true, NULL);
+	ck_assert(wait_limit(&b, "r", 2, 1000) >= 0);
+	admin_req(&b, &r, "GET", "/admin/overrides?rule=api", NULL, auth_ok);
+	ck_assert_int_eq(json_array_size(h_json_get(&r, "overrides")), 1);
+	ck_assert_int_eq(h_redis_int(&redis, "HLEN %s", "adm:override:api"), 1);
+	h_resp_free(&r);
+	admin_stop(&b);
+}
+END_TEST
+
+/* --- fixtures and main -------------------------------------------------- */
+
+static void
+use_memory(void)
+{
+	use_redis = false;
+}
+
+static void
+use_redis_store(void)
+{
+	use_redis = true;
+	if (redis.pid == 0)
+		h_redis_start(&redis);
+}
+
+static void
+flush_redis(void)
+{
+	if (use_redis)
+		h_redis_flush(&redis);
+}
+
+static void
+suite_done(void)
+{
+	h_redis_stop(&redis);
+}
+
+Suite *
+test_suite(void)
+{
+	Suite *s = suite_create("admin");
+	TCase *tc = tcase_create("access");
+
+	tcase_add_unchecked_fixture(tc, use_memory, h_reap_orphans);
+	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_who_may);
+	tcase_add_test(tc, test_no_admin_listen);
+	tcase_add_test(tc, test_config_secrets);
+	tcase_add_test(tc, test_no_token);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("memory");
+	tcase_add_unchecked_fixture(tc, use_memory, h_reap_orphans);
+	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_counters);
+	tcase_add_test(tc, test_overrides);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("redis");
+	tcase_add_unchecked_fixture(tc, use_redis_store, h_reap_orphans);
+	tcase_add_checked_fixture(tc, flush_redis, h_test_teardown);
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_counters);
+	tcase_add_test(tc, test_overrides);
+	tcase_add_test(tc, test_overrides_shared);
+	suite_add_tcase(s, tc);
+	test_main_at_end(suite_done);
+	return s;
+}
