@@ -493,7 +493,9 @@ lease_wait_check(struct decide_job *job)
 
 /* --- quota taken in advance (docs/algorithms.md) ----------------------- */
 
-/* Does check i of the job take part in prefetch? */
+/* Does check i of the job take part in prefetch?  Not under an
+ * override (docs/admin.md): units held were taken under the rule's own
+ * limit, so a key whose limit an override changed goes to the store. */
 static bool
 prefetch_applies(const struct decide_job *job, size_t i)
 {
@@ -501,7 +503,7 @@ prefetch_applies(const struct decide_job *job, size_t i)
 
 	return job->d->prefetch != NULL && r->prefetch_units > 0 &&
 	    job->checks[i].cost > 0 && job->wait_us == 0 &&
-	    r->algorithm != RL_ALG_CONCURRENCY;
+	    r->algorithm != RL_ALG_CONCURRENCY && !job->ap[i].overridden;
 }
 
 static void

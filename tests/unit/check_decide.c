@@ -12,6 +12,7 @@
 #include "check_main.h"
 
 #include "core/decide.h"
+#include "core/overrides.h"
 #include "core/prefetch.h"
 #include "base/util.h"
 #include "store/memory.h"
@@ -439,6 +440,45 @@ START_TEST(test_prefetch_local)
 }
 END_TEST
 
+/* A key whose limit an override changed is never answered from units
+ * held under the rule's own limit (docs/admin.md): it goes to the store,
+ * which answers under the override's limit. */
+START_TEST(test_prefetch_not_under_override)
+{
+	struct backend *mem = backend_memory_new(1000, NULL, NULL);
+	struct attrs a = { 0 };
+	struct decide_request rq = { .attrs = &a, .rule = NULL, .cost = -1 };
+	struct decision d;
+
+	ck_assert_ptr_nonnull(mem);
+	dec.backend = mem;
+	dec.on_backend = on_backend;
+	dec.prefetch = prefetch_new(16, NULL, NULL);
+	dec.overrides = overrides_new();
+	ck_assert_ptr_nonnull(dec.overrides);
+	backend_calls = 0;
+	rules[1].prefetch_units = 20;
+	rules[1].prefetch_hold_ms = 60000;
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert_int_eq(backend_calls, 1);
+	ck_assert_int_eq(prefetch_held(dec.prefetch, "rl:global:{}", 12,
+			     util_monotonic_us()),
+	    12);
+	/* The override lowers the key's limit to 20: 13 are used already. */
+	ck_assert_int_eq(overrides_set(dec.overrides, "rl:global:{}", 12, 20,
+			     60000, 0),
+	    0);
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert_int_eq(backend_calls, 2);
+	ck_assert_int_eq(d.limit, 20);
+	ck_assert_int_eq(d.remaining, 20 - 14);
+	overrides_free(dec.overrides);
+	dec.overrides = NULL;
+	prefetch_free(dec.prefetch);
+	backend_free(mem);
+}
+END_TEST
+
 /* All or nothing: a request that the held units would admit and another
  * rule denies uses none of them. */
 START_TEST(test_prefetch_all_or_nothing)
@@ -599,6 +639,7 @@ test_suite(void)
 	tcase_add_test(tc, test_groups);
 	tcase_add_test(tc, test_backend_duration_memory);
 	tcase_add_test(tc, test_prefetch_local);
+	tcase_add_test(tc, test_prefetch_not_under_override);
 	tcase_add_test(tc, test_prefetch_all_or_nothing);
 	suite_add_tcase(s, tc);
 	return s;
