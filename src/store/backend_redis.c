@@ -262,6 +262,10 @@ backend_redis_new(const struct redis_config *rc, char *err, size_t errlen)
 	}
 	if (redis_url_parse(url, &rb->url, err, errlen) == -1)
 		goto fail;
+	if (rb->url.tls || rc->tls.section || rc->sentinel.tls) {
+		snprintf(err, errlen, "redis: TLS is not built in yet");
+		goto fail;
+	}
 	if (rb->url.password == NULL && rc->password_file != NULL &&
 	    redis_read_password_file(rc->password_file, &rb->url.password, err,
 		errlen) == -1)
