@@ -83,6 +83,7 @@ struct redis_conn {
 	SSL *ssl;	      /* with cfg->tls, once connect(2) is done */
 	bool handshaking;     /* ssl's handshake is not over */
 	bool tls_wants_write; /* OpenSSL waits for the socket to be writable */
+	bool tls_fresh;	      /* handshake over, no reply read yet */
 	struct redis_tls_session session; /* to resume on the next connect */
 
 	char *out; /* formatted commands to write */
@@ -260,7 +261,7 @@ redis_conn_close(struct redis_conn *c, const char *why)
 	if (c->ssl != NULL)
 		SSL_free(c->ssl); /* no close_notify: we are not waiting */
 	c->ssl = NULL;
-	c->handshaking = c->tls_wants_write = false;
+	c->handshaking = c->tls_wants_write = c->tls_fresh = false;
 	if (c->fd >= 0 && c->state != REDIS_CONN_RESOLVING)
 		close(c->fd);
 	c->fd = -1;
@@ -576,8 +577,12 @@ tls_wait_or_close(struct redis_conn *c, int ret)
 	case SSL_ERROR_WANT_READ:
 		return 0; /* the loop always waits for readability */
 	default:
-		(void)redis_tls_fail(c->cfg->tls, c->ssl, ret, c->handshaking,
-		    u->host, u->port, why, sizeof(why));
+		/* In TLS 1.3 the server checks the client's certificate
+		 * after our side of the handshake is over: a refusal comes
+		 * with (or instead of) the first reply. */
+		(void)redis_tls_fail(c->cfg->tls, c->ssl, ret,
+		    c->handshaking || c->tls_fresh, u->host, u->port, why,
+		    sizeof(why));
 		redis_conn_close(c, why);
 		return -1;
 	}
@@ -680,6 +685,7 @@ conn_read(struct redis_conn *c)
 			}
 			if (reply == NULL)
 				break;
+			c->tls_fresh = false;
 			if (c->count == 0 && c->push_fn != NULL) {
 				c->push_fn(c->push_arg, reply, NULL);
 				freeReplyObject(reply);
@@ -735,6 +741,7 @@ conn_handshake(struct redis_conn *c)
 	if ((r = SSL_do_handshake(c->ssl)) != 1)
 		return tls_wait_or_close(c, r);
 	c->handshaking = false;
+	c->tls_fresh = true;
 	return 1;
 }
 

@@ -469,7 +469,11 @@ redis_tls_fail(struct redis_tls *t, SSL *ssl, int ret, bool handshake,
 			return r;
 		}
 		snprintf(why, whylen,
-		    REDIS_TLS_PREFIX "connection closed during the handshake");
+		    REDIS_TLS_PREFIX
+		    "the server closed the connection during "
+		    "the handshake (a client certificate "
+		    "missing or refused? see "
+		    "redis.tls.cert_file)");
 		break;
 	default:
 		snprintf(why, whylen, REDIS_TLS_PREFIX "handshake failed: %s",
