@@ -60,6 +60,7 @@
 
 #include "store/redis_resolve.h"
 #include "store/redis_tls.h"
+#include "base/log.h"
 #include "base/util.h"
 
 #define REDIS_CONN_READ_CHUNK 16384
@@ -258,8 +259,16 @@ redis_conn_close(struct redis_conn *c, const char *why)
 
 	/* While resolving, fd is the lookup's eventfd, closed below with
 	 * the lookup (which a connect again may still wait for). */
-	if (c->ssl != NULL)
-		SSL_free(c->ssl); /* no close_notify: we are not waiting */
+	if (c->ssl != NULL) {
+		/* No close_notify (we are not waiting for its answer), but
+		 * not a failure either: a session freed unshut would be
+		 * marked not resumable. */
+		if (!c->handshaking) {
+			SSL_set_quiet_shutdown(c->ssl, 1);
+			(void)SSL_shutdown(c->ssl);
+		}
+		SSL_free(c->ssl);
+	}
 	c->ssl = NULL;
 	c->handshaking = c->tls_wants_write = c->tls_fresh = false;
 	if (c->fd >= 0 && c->state != REDIS_CONN_RESOLVING)
@@ -569,6 +578,7 @@ tls_wait_or_close(struct redis_conn *c, int ret)
 {
 	const struct redis_url *u = c->cfg->url;
 	char why[256];
+	bool handshake;
 
 	switch (SSL_get_error(c->ssl, ret)) {
 	case SSL_ERROR_WANT_WRITE:
@@ -580,9 +590,11 @@ tls_wait_or_close(struct redis_conn *c, int ret)
 		/* In TLS 1.3 the server checks the client's certificate
 		 * after our side of the handshake is over: a refusal comes
 		 * with (or instead of) the first reply. */
-		(void)redis_tls_fail(c->cfg->tls, c->ssl, ret,
-		    c->handshaking || c->tls_fresh, u->host, u->port, why,
-		    sizeof(why));
+		handshake = c->handshaking || c->tls_fresh;
+		if (redis_tls_fail(c->cfg->tls, c->ssl, ret, handshake, u->host,
+			u->port, why, sizeof(why)) != REDIS_TLS_CLOSED ||
+		    handshake)
+			redis_tls_session_clear(&c->session); /* failed */
 		redis_conn_close(c, why);
 		return -1;
 	}
@@ -742,6 +754,9 @@ conn_handshake(struct redis_conn *c)
 		return tls_wait_or_close(c, r);
 	c->handshaking = false;
 	c->tls_fresh = true;
+	log_debug("redis %s:%d: %s, %s%s", u->host, u->port,
+	    SSL_get_version(c->ssl), SSL_get_cipher_name(c->ssl),
+	    SSL_session_reused(c->ssl) ? ", session resumed" : "");
 	return 1;
 }
 
