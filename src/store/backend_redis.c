@@ -267,6 +267,12 @@ backend_redis_new(const struct redis_config *rc, char *err, size_t errlen)
 		goto fail;
 	rb->tls_nodes = rb->url.tls || rc->tls.section;
 	rb->tls_sentinels = rc->sentinel.master != NULL && rc->sentinel.tls;
+	if (rb->tls_nodes && rb->url.is_unix) {
+		snprintf(err, errlen,
+		    "redis: TLS needs a TCP address; Redis does not "
+		    "encrypt unix sockets");
+		goto fail;
+	}
 	if ((rb->tls_nodes || rb->tls_sentinels) &&
 	    (rb->tls = redis_tls_new(&rc->tls, &bad, err, errlen)) == NULL)
 		goto fail;
