@@ -257,8 +257,6 @@ redis_conn_close(struct redis_conn *c, const char *why)
 	size_t head = c->head, count = c->count, cap = c->cap, i;
 	bool was_open = c->state != REDIS_CONN_CLOSED;
 
-	/* While resolving, fd is the lookup's eventfd, closed below with
-	 * the lookup (which a connect again may still wait for). */
 	if (c->ssl != NULL) {
 		/* No close_notify (we are not waiting for its answer), but
 		 * not a failure either: a session freed unshut would be
@@ -271,6 +269,8 @@ redis_conn_close(struct redis_conn *c, const char *why)
 	}
 	c->ssl = NULL;
 	c->handshaking = c->tls_wants_write = c->tls_fresh = false;
+	/* While resolving, fd is the lookup's eventfd, closed below with
+	 * the lookup (which a connect again may still wait for). */
 	if (c->fd >= 0 && c->state != REDIS_CONN_RESOLVING)
 		close(c->fd);
 	c->fd = -1;

@@ -118,8 +118,8 @@ ctx_new(const struct redis_tls_config *tc, const struct tls_file **bad,
 	}
 	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
 #ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
-	/* Redis closes a connection (CLIENT KILL, timeout, restart)
-	 * without close_notify: that is a close, not a TLS failure. */
+	/* A connection cut without close_notify (Redis killed, a reset
+	 * on the way) is a close, not a TLS failure. */
 	SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
 #endif
 	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
