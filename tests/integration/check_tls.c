@@ -12,7 +12,8 @@
  * tls-auth-clients yes the client certificate is what lets the daemon in;
  * --check places a bad PEM file at its key's line and column; a Cluster
  * whose nodes speak only TLS; and a client certificate rotated under load
- * with SIGHUP, no request failing, new connections using the new one.
+ * with SIGHUP, no request failing, new connections using the new one;
+ * and Sentinel with the sentinels over TLS (redis.sentinel.tls).
  */
 #include <check.h>
 #include <signal.h>
@@ -539,6 +540,78 @@ START_TEST(test_cluster_over_tls)
 }
 END_TEST
 
+/* Sentinel with redis.sentinel.tls: the sentinel and the primary it names
+ * both speak only TLS.  Without sentinel.tls the sentinel is not reached
+ * and the policy answers. */
+START_TEST(test_sentinel_over_tls)
+{
+	struct h_redis primary = { 0 }, sentinel = { 0 };
+	struct h_daemon d = { 0 };
+	char dir[H_PATH_MAX], extra[256], yaml[2 * H_PATH_MAX + 1024];
+	const char *out;
+	int tls;
+
+	tls_dir(dir, sizeof(dir), "tls");
+	primary.tls_dir = dir;
+	h_redis_start(&primary);
+	snprintf(extra, sizeof(extra),
+	    "sentinel monitor mymaster 127.0.0.1 %d 1\n"
+	    "sentinel down-after-milliseconds mymaster 1000\n"
+	    "tls-replication yes\n",
+	    primary.port);
+	sentinel.sentinel = true;
+	sentinel.tls_dir = dir;
+	sentinel.extra = extra;
+	h_redis_start(&sentinel);
+	out = h_redis_cli(&sentinel,
+	    (const char *const[]){
+		"SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster", NULL });
+	ck_assert_msg(strstr(out, "127.0.0.1") != NULL, "sentinel: %s", out);
+
+	for (tls = 1; tls >= 0; tls--) {
+		snprintf(yaml, sizeof(yaml),
+		    "listen: \"127.0.0.1:%%PORT%%\"\n"
+		    "threads: 2\n"
+		    "shutdown_timeout: 2s\n"
+		    "backend: redis\n"
+		    "redis:\n"
+		    "  timeout: 500ms\n"
+		    "  pool_size: 2\n"
+		    "  tls:\n"
+		    "    ca_file: %s/ca.pem\n"
+		    "  sentinel:\n"
+		    "    master: mymaster\n"
+		    "    nodes: [\"127.0.0.1:%d\"]\n"
+		    "    tls: %s\n"
+		    "on_backend_error: deny\n"
+		    "rules:\n"
+		    "  - name: x\n"
+		    "    key: \"${user}\"\n"
+		    "    limit: 2\n"
+		    "    window: 1m\n",
+		    dir, sentinel.port, tls ? "true" : "false");
+		d.redis_port = sentinel.port;
+		h_daemon_start(&d, yaml);
+		if (tls) {
+			ck_assert_int_eq(ops_poll_status("/readyz", 200, 5000),
+			    200);
+			ck_assert_int_eq(acquire("alice"), 200);
+			ck_assert_int_eq(acquire("alice"), 200);
+			ck_assert_int_eq(acquire("alice"), 429);
+		} else {
+			h_sleep_ms(500);
+			ck_assert_int_eq(acquire("alice"), 503);
+			ck_assert_int_eq(ops_poll_status("/readyz", 503, 2000),
+			    503);
+		}
+		h_daemon_stop(&d);
+		memset(&d, 0, sizeof(d));
+	}
+	h_redis_stop(&sentinel);
+	h_redis_stop(&primary);
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -558,10 +631,11 @@ test_suite(void)
 	tcase_add_test(tc, test_rotate_under_load);
 	suite_add_tcase(s, tc);
 
-	tc = tcase_create("cluster");
+	tc = tcase_create("scale");
 	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_cluster_over_tls);
+	tcase_add_test(tc, test_sentinel_over_tls);
 	suite_add_tcase(s, tc);
 	return s;
 }
