@@ -9,7 +9,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       gcc make autoconf automake pkg-config libc6-dev \
       libmicrohttpd-dev libhiredis-dev libjansson-dev libyaml-dev \
-      libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler \
+      libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libssl-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY configure.ac config.mk.in Makefile ./
@@ -22,7 +22,7 @@ FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libmicrohttpd12 libhiredis0.14 libjansson4 libyaml-0-2 libnghttp2-14 \
-      libprotobuf-c1 curl \
+      libprotobuf-c1 libssl3 ca-certificates curl \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --no-create-home --uid 10001 ratelimitd
 COPY --from=build /src/build/ratelimitd /usr/local/sbin/ratelimitd

@@ -12,7 +12,7 @@ SHELL := /bin/bash
 # Packages: what building needs, and what the tests need on top.
 DEPS_BUILD = gcc make autoconf automake pkg-config libmicrohttpd-dev \
 	libhiredis-dev libjansson-dev libyaml-dev libnghttp2-dev \
-	libprotobuf-c-dev protobuf-c-compiler
+	libprotobuf-c-dev protobuf-c-compiler libssl-dev
 DEPS_FUZZ = clang
 DEPS_TEST = check libcurl4-openssl-dev redis-server nginx curl systemd \
 	prometheus wrk python3 python3-yaml redis-sentinel python3-grpcio \
@@ -60,9 +60,9 @@ CFLAGS += -std=c11 -pthread $(OPT) $(WARN) $(HARDEN)
 LDFLAGS += -pthread -Wl,-z,relro,-z,now $(SAN_LDFLAGS)
 
 LIB_CFLAGS = $(MHD_CFLAGS) $(HIREDIS_CFLAGS) $(JANSSON_CFLAGS) $(YAML_CFLAGS) \
-	$(NGHTTP2_CFLAGS) $(PROTOBUFC_CFLAGS)
+	$(NGHTTP2_CFLAGS) $(PROTOBUFC_CFLAGS) $(OPENSSL_CFLAGS)
 LIBS = $(MHD_LIBS) $(HIREDIS_LIBS) $(JANSSON_LIBS) $(YAML_LIBS) \
-	$(NGHTTP2_LIBS) $(PROTOBUFC_LIBS) -lm
+	$(NGHTTP2_LIBS) $(PROTOBUFC_LIBS) $(OPENSSL_LIBS) -lm
 
 # Every source but main.c goes into librl.a, which the tests link too.
 CORE_SRC = $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.c))

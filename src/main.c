@@ -163,6 +163,8 @@ metrics_store_error_of(enum backend_error_kind kind)
 		return METRICS_STORE_FULL;
 	case BACKEND_ERR_CIRCUIT_OPEN:
 		return METRICS_STORE_CIRCUIT_OPEN;
+	case BACKEND_ERR_TLS:
+		return METRICS_STORE_TLS;
 	}
 	return METRICS_STORE_PROTOCOL;
 }
@@ -216,6 +218,41 @@ warn_start_only(const char *key, void *arg)
 	log_warnx("reload: %s changed; it applies after a restart", key);
 }
 
+/* "FILE:LINE:COL: msg" when bad names where the file was named, else
+ * "FILE: msg", into buf. */
+static void
+place_tls_error(const char *path, const struct tls_file *bad, const char *msg,
+    char *buf, size_t buflen)
+{
+	if (bad != NULL)
+		snprintf(buf, buflen, "%s:%d:%d: %s", path, bad->line, bad->col,
+		    msg);
+	else
+		snprintf(buf, buflen, "%s: %s", path, msg);
+}
+
+/* Reload: the Redis store reads its TLS files again (a rotated client
+ * certificate, a new CA) for its new connections.  0, or -1 with err. */
+static int
+reload_tls(struct daemon *d, const struct config *cur, const struct config *c,
+    char *err, size_t errlen)
+{
+	const struct tls_file *bad;
+	char msg[384];
+
+	if (cur->backend != RL_BACKEND_REDIS || c->backend != RL_BACKEND_REDIS)
+		return 0;
+	if (config_redis_tls_is_on(&cur->redis) !=
+	    config_redis_tls_is_on(&c->redis))
+		warn_start_only("redis.tls", NULL);
+	if (backend_redis_reload_tls(d->backend, &c->redis, &bad, msg,
+		sizeof(msg)) == -1) {
+		place_tls_error(c->path, bad, msg, err, errlen);
+		return -1;
+	}
+	return 0;
+}
+
 static void
 reload(struct daemon *d)
 {
@@ -223,13 +260,14 @@ reload(struct daemon *d)
 	char err[512];
 
 	notify_send("RELOADING=1");
-	if ((c = load(d->path, err, sizeof(err))) == NULL) {
-		log_error("reload failed, keeping the old rules: %s", err);
-		metrics_reload(d->metrics, false);
-		notify_send("READY=1\nSTATUS=reload failed");
-		return;
-	}
+	if ((c = load(d->path, err, sizeof(err))) == NULL)
+		goto fail;
 	cur = http_server_get_config(d->http);
+	if (reload_tls(d, cur, c, err, sizeof(err)) == -1) {
+		config_unref(cur);
+		config_unref(c);
+		goto fail;
+	}
 	config_start_only_changes(cur, c, warn_start_only, NULL);
 	config_unref(cur);
 	apply_logging(c);
@@ -247,6 +285,11 @@ reload(struct daemon *d)
 	config_unref(c);
 	metrics_reload(d->metrics, true);
 	notify_send("READY=1\nSTATUS=serving");
+	return;
+fail:
+	log_error("reload failed, keeping the old rules: %s", err);
+	metrics_reload(d->metrics, false);
+	notify_send("READY=1\nSTATUS=reload failed");
 }
 
 /* Stop accepting, wait for requests in flight (bounded), stop. */
@@ -411,12 +454,22 @@ make_backends(struct daemon *d, char *err, size_t errlen)
 static int
 check_config(const struct config *c, const char *path)
 {
+	const struct tls_file *bad;
+	char msg[384], line[512];
 	size_t i;
 
 	if (c->backend == RL_BACKEND_REDIS && c->redis.password_file != NULL &&
 	    access(c->redis.password_file, R_OK) != 0) {
 		fprintf(stderr, "%s: redis.password_file: cannot read %s: %s\n",
 		    path, c->redis.password_file, strerror(errno));
+		return 1;
+	}
+	/* The TLS files are read as the store will read them (the config
+	 * only names them: reading them takes the store's TLS library). */
+	if (c->backend == RL_BACKEND_REDIS &&
+	    backend_redis_check_tls(&c->redis, &bad, msg, sizeof(msg)) == -1) {
+		place_tls_error(path, bad, msg, line, sizeof(line));
+		fprintf(stderr, "%s\n", line);
 		return 1;
 	}
 	if (c->user != NULL && getpwnam(c->user) == NULL) {

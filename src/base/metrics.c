@@ -117,6 +117,7 @@ static const char *const metrics_store_error_names[METRICS_NKINDS] = {
 	[METRICS_STORE_PROTOCOL] = "protocol",
 	[METRICS_STORE_FULL] = "full",
 	[METRICS_STORE_CIRCUIT_OPEN] = "circuit_open",
+	[METRICS_STORE_TLS] = "tls",
 };
 
 static const char *const metrics_report_names[METRICS_NREPORTS] = {

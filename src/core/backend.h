@@ -92,11 +92,12 @@ struct rl_stat_result {
 
 enum backend_error_kind {
 	BACKEND_ERR_NONE = 0,
-	BACKEND_ERR_CONNECT,	 /* cannot connect / pool exhausted */
-	BACKEND_ERR_TIMEOUT,	 /* no answer within the timeout */
-	BACKEND_ERR_PROTOCOL,	 /* unexpected reply, script error */
-	BACKEND_ERR_FULL,	 /* memory store at max_keys */
-	BACKEND_ERR_CIRCUIT_OPEN /* not tried: too many recent failures */
+	BACKEND_ERR_CONNECT,	  /* cannot connect / pool exhausted */
+	BACKEND_ERR_TIMEOUT,	  /* no answer within the timeout */
+	BACKEND_ERR_PROTOCOL,	  /* unexpected reply, script error */
+	BACKEND_ERR_FULL,	  /* memory store at max_keys */
+	BACKEND_ERR_CIRCUIT_OPEN, /* not tried: too many recent failures */
+	BACKEND_ERR_TLS		  /* TLS handshake or verification failed */
 };
 
 #define BACKEND_ERR_MAX 200
@@ -276,6 +277,7 @@ backend_error_kind_name(enum backend_error_kind kind)
 		[BACKEND_ERR_PROTOCOL] = "protocol",
 		[BACKEND_ERR_FULL] = "full",
 		[BACKEND_ERR_CIRCUIT_OPEN] = "circuit_open",
+		[BACKEND_ERR_TLS] = "tls",
 	};
 
 	if ((unsigned)kind >= sizeof(names) / sizeof(names[0]))

@@ -290,6 +290,10 @@ config_free(struct config *c)
 	rl_free(c->redis.url);
 	rl_free(c->redis.key_prefix);
 	rl_free(c->redis.password_file);
+	rl_free(c->redis.tls.ca_file.path);
+	rl_free(c->redis.tls.cert_file.path);
+	rl_free(c->redis.tls.key_file.path);
+	rl_free(c->redis.tls.server_name);
 	rl_free(c->listen);
 	rl_free(c->grpc_listen);
 	rl_free(c->admin_listen);

@@ -33,6 +33,24 @@ struct sentinel_config {
 	char **nodes; /* "host:port" of the sentinels, nnodes >= 1 */
 	size_t nnodes;
 	char *password_file; /* NULL, or the sentinels' password */
+	bool tls;	     /* the sentinels speak TLS (redis.tls) */
+};
+
+/* A file a key of redis.tls names, and where the key's value is in the
+ * rules file, so that a bad file can be reported as FILE:LINE:COL. */
+struct tls_file {
+	char *path; /* NULL: not set */
+	int line, col;
+};
+
+/* redis.tls (docs/configuration.md).  The files are only named here; the
+ * Redis store reads them (store/redis_tls.h), at start and on reload. */
+struct redis_tls_config {
+	bool section;		   /* a tls: section was given */
+	struct tls_file ca_file;   /* NULL: the system's CAs */
+	struct tls_file cert_file; /* client certificate, with key_file */
+	struct tls_file key_file;
+	char *server_name; /* NULL: each connection's host */
 };
 
 struct redis_config {
@@ -45,7 +63,12 @@ struct redis_config {
 	char *key_prefix;   /* default "rl:" */
 	char *
 	    password_file; /* NULL or a file whose first line is the password */
+	struct redis_tls_config tls;
 };
+
+/* Whether connections to Redis use TLS: a rediss:// URL or a redis.tls
+ * section (docs/configuration.md). */
+bool config_redis_tls_is_on(const struct redis_config *rc);
 
 struct memory_config {
 	int64_t max_keys; /* default 1000000; full => backend error */

@@ -7,7 +7,10 @@
  *
  * A Redis address is parsed here already, so that `ratelimitd --check`
  * catches a bad one; messages never show a password (redis_url_parse()
- * redacts it).
+ * redacts it).  The files of redis.tls are named here with where they are
+ * named: reading them needs the TLS library, which only the store links
+ * (store/redis_tls.h), so main.c's --check reads them and places an error
+ * with the line and column kept here.
  */
 #include "core/config_priv.h"
 
@@ -99,6 +102,72 @@ parse_redis_url(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 	return cfg_parse_string(ld, what, v, false, dst);
 }
 
+/* A file of redis.tls: its path, and where the value is, so that
+ * `--check` can place a file that does not load.  dst: the struct
+ * tls_file. */
+static int
+parse_tls_file(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
+{
+	struct tls_file *f = dst;
+
+	if (cfg_parse_string(ld, what, v, false, &f->path) == -1)
+		return -1;
+	f->line = (int)v->start_mark.line + 1;
+	f->col = (int)v->start_mark.column + 1;
+	return 0;
+}
+
+#define TO(f) offsetof(struct redis_tls_config, f)
+/* clang-format off */
+static const struct field tls_fields[] = {
+	{ "ca_file",     F_CUSTOM, TO(ca_file),     0, 0, parse_tls_file, 0,
+	    NULL },
+	{ "cert_file",   F_CUSTOM, TO(cert_file),   0, 0, parse_tls_file, 0,
+	    NULL },
+	{ "key_file",    F_CUSTOM, TO(key_file),    0, 0, parse_tls_file, 0,
+	    NULL },
+	{ "server_name", F_STRING, TO(server_name), 0, 0, NULL, 0, NULL },
+};
+/* clang-format on */
+#undef TO
+
+static const struct schema tls_schema = { "redis.tls", "redis.tls.", tls_fields,
+	NELEM(tls_fields) };
+
+/* redis.tls: the files are read by the store (and by --check), not here;
+ * a client certificate needs its key and the key its certificate.  dst:
+ * the struct redis_tls_config. */
+static int
+parse_tls(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
+{
+	struct redis_tls_config *tc = dst;
+
+	if (cfg_walk_mapping(ld, what, v, &tls_schema, dst, NULL) == -1)
+		return -1;
+	tc->section = true;
+	if ((tc->cert_file.path == NULL) != (tc->key_file.path == NULL)) {
+		cfg_errf(ld, v, "%s: cert_file and key_file go together", what);
+		return -1;
+	}
+	return 0;
+}
+
+bool
+config_redis_tls_is_on(const struct redis_config *rc)
+{
+	struct redis_url u;
+	char err[256];
+	bool on;
+
+	if (rc->tls.section)
+		return true;
+	if (rc->url == NULL || redis_url_parse(rc->url, &u, err, sizeof(err)))
+		return false;
+	on = u.tls;
+	redis_url_free(&u);
+	return on;
+}
+
 #define SO(f) offsetof(struct sentinel_config, f)
 /* clang-format off */
 static const struct field sentinel_fields[] = {
@@ -107,6 +176,8 @@ static const struct field sentinel_fields[] = {
 	{ "nodes",         F_CUSTOM,   SO(nodes),         0, 0,
 	    parse_hostports, F_START_ONLY | F_CMP_LIST, NULL },
 	{ "password_file", F_STRING,   SO(password_file), 0, 0, NULL,
+	    F_START_ONLY, NULL },
+	{ "tls",           F_BOOL,     SO(tls),           0, 0, NULL,
 	    F_START_ONLY, NULL },
 };
 /* clang-format on */
@@ -150,6 +221,8 @@ static const struct field redis_fields[] = {
 	{ "key_prefix",    F_STRING0,  RO(key_prefix),    0, 0, NULL, 0, NULL },
 	{ "password_file", F_STRING,   RO(password_file), 0, 0, NULL,
 	    F_START_ONLY, NULL },
+	{ "tls",           F_CUSTOM,   RO(tls),           0, 0, parse_tls, 0,
+	    &tls_schema },
 };
 /* clang-format on */
 #undef RO
@@ -193,6 +266,19 @@ cfg_parse_redis(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 			cfg_errf(ld, v,
 			    "%s: Redis Cluster has only db 0 and "
 			    "TCP nodes; redis.url may give credentials only",
+			    what);
+			return -1;
+		}
+	}
+	if (rc->url != NULL && config_redis_tls_is_on(rc) &&
+	    redis_url_parse(rc->url, &u, uerr, sizeof(uerr)) == 0) {
+		bool is_unix = u.is_unix;
+
+		redis_url_free(&u);
+		if (is_unix) {
+			cfg_errf(ld, v,
+			    "%s: TLS needs a TCP address (rediss://host:port); "
+			    "Redis does not encrypt unix sockets",
 			    what);
 			return -1;
 		}

@@ -300,15 +300,12 @@ redis_url_parse(const char *url, struct redis_url *out, char *err,
 	else if (strncasecmp(url, "unix://", 7) == 0)
 		rc = parse_unix(url + 7, out, shown, err, errlen);
 	else if (strncasecmp(url, "rediss://", 9) == 0) {
-		snprintf(err, errlen,
-		    "redis URL %s: TLS (rediss://) is not "
-		    "supported",
-		    shown);
-		rc = -1;
+		rc = parse_tcp(url + 9, out, shown, err, errlen);
+		out->tls = true;
 	} else {
 		snprintf(err, errlen,
-		    "redis URL %s: want redis://host:port "
-		    "or unix:///path",
+		    "redis URL %s: want redis://host:port, "
+		    "rediss://host:port or unix:///path",
 		    shown);
 		rc = -1;
 	}

@@ -4,6 +4,7 @@
  *
  *   redis://[user:pass@]host[:port][/db]   port 6379 and db 0 by default;
  *                                          host may be [v6]
+ *   rediss://...                           the same, over TLS
  *   redis://:pass@host ...                 password only (AUTH pass)
  *   redis://user@host ...                  user; password from password_file
  *   unix:///path/redis.sock[?db=N]
@@ -22,6 +23,7 @@
 
 struct redis_url {
 	bool is_unix;
+	bool tls;	/* rediss:// */
 	char *host;	/* TCP: host name or address, no brackets */
 	int port;	/* TCP: 1..65535 */
 	char *path;	/* unix: socket path */

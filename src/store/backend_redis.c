@@ -98,6 +98,7 @@
 #include "base/util.h"
 #include "store/redis.h"
 #include "store/redis_priv.h"
+#include "store/redis_tls.h"
 #include "store/slot_map.h"
 
 static void
@@ -217,6 +218,7 @@ redis_free(struct backend *b)
 	pthread_mutex_destroy(&rb->qmu);
 	rl_free(rb->shown_url);
 	redis_url_free(&rb->url);
+	redis_tls_free(rb->tls);
 	rl_free(rb);
 }
 
@@ -232,6 +234,7 @@ backend_redis_new(const struct redis_config *rc, char *err, size_t errlen)
 	struct epoll_event ev;
 	size_t i, shown_len;
 	const char *url = rc->url != NULL ? rc->url : "redis://127.0.0.1:6379";
+	const struct tls_file *bad;
 
 	if ((rc->url == NULL && rc->ncluster == 0 &&
 		rc->sentinel.master == NULL) ||
@@ -262,6 +265,17 @@ backend_redis_new(const struct redis_config *rc, char *err, size_t errlen)
 		atomic_init(&rb->suppressed[i], 0);
 	}
 	if (redis_url_parse(url, &rb->url, err, errlen) == -1)
+		goto fail;
+	rb->tls_nodes = rb->url.tls || rc->tls.section;
+	rb->tls_sentinels = rc->sentinel.master != NULL && rc->sentinel.tls;
+	if (rb->tls_nodes && rb->url.is_unix) {
+		snprintf(err, errlen,
+		    "redis: TLS needs a TCP address; Redis does not "
+		    "encrypt unix sockets");
+		goto fail;
+	}
+	if ((rb->tls_nodes || rb->tls_sentinels) &&
+	    (rb->tls = redis_tls_new(&rc->tls, &bad, err, errlen)) == NULL)
 		goto fail;
 	if (rb->url.password == NULL && rc->password_file != NULL &&
 	    redis_read_password_file(rc->password_file, &rb->url.password, err,
@@ -344,4 +358,27 @@ void
 backend_redis_set_metrics(struct backend *b, struct metrics *m)
 {
 	atomic_store(&((struct redis_backend *)b)->metrics, m);
+}
+
+int
+backend_redis_check_tls(const struct redis_config *rc,
+    const struct tls_file **bad, char *err, size_t errlen)
+{
+	*bad = NULL;
+	if (!config_redis_tls_is_on(rc) &&
+	    !(rc->sentinel.master != NULL && rc->sentinel.tls))
+		return 0;
+	return redis_tls_check(&rc->tls, bad, err, errlen);
+}
+
+int
+backend_redis_reload_tls(struct backend *b, const struct redis_config *rc,
+    const struct tls_file **bad, char *err, size_t errlen)
+{
+	struct redis_backend *rb = (struct redis_backend *)b;
+
+	*bad = NULL;
+	if (rb->tls == NULL)
+		return 0;
+	return redis_tls_reload(rb->tls, &rc->tls, bad, err, errlen);
 }

@@ -34,6 +34,25 @@ typedef void (*backend_released_fn)(void *arg, const char *key, size_t keylen);
 void backend_redis_watch_releases(struct backend *b, backend_released_fn fn,
     void *arg);
 
+/*
+ * --check: read the files of rc->tls (docs/configuration.md) as the store
+ * would, when rc asks for TLS.  Returns 0, or -1 with err and *bad at the
+ * file that failed (its line and column), or NULL when none is to blame.
+ * Any thread.
+ */
+struct tls_file;
+int backend_redis_check_tls(const struct redis_config *rc,
+    const struct tls_file **bad, char *err, size_t errlen);
+
+/*
+ * Reload: read the files of rc->tls again, so that new connections use
+ * them (open ones keep theirs).  A no-op returning 0 for a store that
+ * uses no TLS.  On failure, -1 with err and *bad as above, and the store
+ * keeps what it had.  Any thread.
+ */
+int backend_redis_reload_tls(struct backend *b, const struct redis_config *rc,
+    const struct tls_file **bad, char *err, size_t errlen);
+
 /* Count pool use in m (borrowed; set before the first call).  Start-up. */
 struct metrics;
 void backend_redis_set_metrics(struct backend *b, struct metrics *m);

@@ -27,6 +27,16 @@
  * epoll set), and the next connect to the same host waits for that one
  * instead of starting another: a resolver that never answers costs one
  * thread per connection, not one per attempt.
+ *
+ * TLS (cfg->tls, redis_tls.c) sits between the socket and the buffers:
+ * once connect(2) is done, an SSL from the store's current context runs
+ * its handshake as the socket allows, still CONNECTING and so still under
+ * the connect deadline; then SSL_write/SSL_read take the place of
+ * send/recv.  The commands queued meanwhile leave after it.  A read loops
+ * until OpenSSL wants more from the socket, since a record it has read may
+ * hold more than one chunk.  Each connection keeps its last session and
+ * offers it on its next connect, so a reconnect is an abbreviated
+ * handshake when the server still knows it.
  */
 #include "store/redis_conn.h"
 
@@ -43,7 +53,14 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <limits.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include "store/redis_resolve.h"
+#include "store/redis_tls.h"
+#include "base/log.h"
 #include "base/util.h"
 
 #define REDIS_CONN_READ_CHUNK 16384
@@ -63,6 +80,12 @@ struct redis_conn {
 	int64_t connect_deadline_us;
 	struct redis_resolve *resolve; /* the name's lookup, if one runs */
 	redisReader *reader;
+
+	SSL *ssl;	      /* with cfg->tls, once connect(2) is done */
+	bool handshaking;     /* ssl's handshake is not over */
+	bool tls_wants_write; /* OpenSSL waits for the socket to be writable */
+	bool tls_fresh;	      /* handshake over, no reply read yet */
+	struct redis_tls_session session; /* to resume on the next connect */
 
 	char *out; /* formatted commands to write */
 	size_t out_off, out_len, out_cap;
@@ -234,6 +257,18 @@ redis_conn_close(struct redis_conn *c, const char *why)
 	size_t head = c->head, count = c->count, cap = c->cap, i;
 	bool was_open = c->state != REDIS_CONN_CLOSED;
 
+	if (c->ssl != NULL) {
+		/* No close_notify (we are not waiting for its answer), but
+		 * not a failure either: a session freed unshut would be
+		 * marked not resumable. */
+		if (!c->handshaking) {
+			SSL_set_quiet_shutdown(c->ssl, 1);
+			(void)SSL_shutdown(c->ssl);
+		}
+		SSL_free(c->ssl);
+	}
+	c->ssl = NULL;
+	c->handshaking = c->tls_wants_write = c->tls_fresh = false;
 	/* While resolving, fd is the lookup's eventfd, closed below with
 	 * the lookup (which a connect again may still wait for). */
 	if (c->fd >= 0 && c->state != REDIS_CONN_RESOLVING)
@@ -270,6 +305,7 @@ redis_conn_free(struct redis_conn *c, const char *why)
 		return;
 	redis_conn_close(c, why);
 	redis_resolve_drop(c->resolve);
+	redis_tls_session_clear(&c->session);
 	rl_free(c->out);
 	rl_free(c);
 }
@@ -552,6 +588,55 @@ redis_conn_send(struct redis_conn *c, int argc, const char **argv,
 	return 0;
 }
 
+/* A TLS call that returned ret failed for good or waits for the socket:
+ * 0 to wait (for writability when tls_wants_write), -1 after closing. */
+static int
+tls_wait_or_close(struct redis_conn *c, int ret)
+{
+	const struct redis_url *u = c->cfg->url;
+	char why[256];
+	bool handshake;
+
+	switch (SSL_get_error(c->ssl, ret)) {
+	case SSL_ERROR_WANT_WRITE:
+		c->tls_wants_write = true;
+		return 0;
+	case SSL_ERROR_WANT_READ:
+		return 0; /* the loop always waits for readability */
+	default:
+		/* In TLS 1.3 the server checks the client's certificate
+		 * after our side of the handshake is over: a refusal comes
+		 * with (or instead of) the first reply. */
+		handshake = c->handshaking || c->tls_fresh;
+		if (redis_tls_fail(c->cfg->tls, c->ssl, ret, handshake, u->host,
+			u->port, why, sizeof(why)) != REDIS_TLS_CLOSED ||
+		    handshake)
+			redis_tls_session_clear(&c->session); /* failed */
+		redis_conn_close(c, why);
+		return -1;
+	}
+}
+
+/* Write what is buffered through TLS.  0, or -1 after closing. */
+static int
+conn_write_tls(struct redis_conn *c)
+{
+	size_t left;
+	int w;
+
+	while (c->out_off < c->out_len) {
+		left = c->out_len - c->out_off;
+		ERR_clear_error();
+		w = SSL_write(c->ssl, c->out + c->out_off,
+		    left > INT_MAX ? INT_MAX : (int)left);
+		if (w <= 0)
+			return tls_wait_or_close(c, w);
+		c->out_off += (size_t)w;
+	}
+	c->out_off = c->out_len = 0;
+	return 0;
+}
+
 /* Write what is buffered.  0, or -1 after closing. */
 static int
 conn_write(struct redis_conn *c)
@@ -559,6 +644,8 @@ conn_write(struct redis_conn *c)
 	char why[160];
 	ssize_t w;
 
+	if (c->ssl != NULL)
+		return conn_write_tls(c);
 	while (c->out_off < c->out_len) {
 		w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
 		    MSG_NOSIGNAL);
@@ -590,7 +677,17 @@ conn_read(struct redis_conn *c)
 	ssize_t n;
 
 	for (;;) {
-		n = recv(c->fd, buf, sizeof(buf), 0);
+		if (c->ssl != NULL) {
+			int r;
+
+			ERR_clear_error();
+			if ((r = SSL_read(c->ssl, buf, sizeof(buf))) <= 0) {
+				(void)tls_wait_or_close(c, r);
+				return replies;
+			}
+			n = r;
+		} else
+			n = recv(c->fd, buf, sizeof(buf), 0);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -617,6 +714,7 @@ conn_read(struct redis_conn *c)
 			}
 			if (reply == NULL)
 				break;
+			c->tls_fresh = false;
 			if (c->count == 0 && c->push_fn != NULL) {
 				c->push_fn(c->push_arg, reply, NULL);
 				freeReplyObject(reply);
@@ -640,9 +738,43 @@ conn_read(struct redis_conn *c)
 			if (c->state == REDIS_CONN_CLOSED)
 				return replies;
 		}
-		if ((size_t)n < sizeof(buf))
+		if ((size_t)n < sizeof(buf) && c->ssl == NULL)
 			return replies;
 	}
+}
+
+/* With cfg->tls, once connect(2) is done: start or go on with the TLS
+ * handshake.  1 when it is over (UP), 0 while it waits for the socket,
+ * -1 after closing. */
+static int
+conn_handshake(struct redis_conn *c)
+{
+	const struct redis_url *u = c->cfg->url;
+	char why[256];
+	int r;
+
+	if (c->ssl == NULL) {
+		c->ssl = redis_tls_ssl_new(c->cfg->tls, u->host, u->port,
+		    &c->session, why, sizeof(why));
+		if (c->ssl == NULL || SSL_set_fd(c->ssl, c->fd) != 1) {
+			if (c->ssl != NULL)
+				snprintf(why, sizeof(why),
+				    REDIS_TLS_PREFIX "cannot set up");
+			redis_conn_close(c, why);
+			return -1;
+		}
+		SSL_set_connect_state(c->ssl);
+		c->handshaking = true;
+	}
+	ERR_clear_error();
+	if ((r = SSL_do_handshake(c->ssl)) != 1)
+		return tls_wait_or_close(c, r);
+	c->handshaking = false;
+	c->tls_fresh = true;
+	log_debug("redis %s:%d: %s, %s%s", u->host, u->port,
+	    SSL_get_version(c->ssl), SSL_get_cipher_name(c->ssl),
+	    SSL_session_reused(c->ssl) ? ", session resumed" : "");
+	return 1;
 }
 
 size_t
@@ -652,13 +784,18 @@ redis_conn_io(struct redis_conn *c)
 	socklen_t len = sizeof(int);
 	int soerr = 0;
 
+	c->tls_wants_write = false;
 	if (c->state == REDIS_CONN_RESOLVING) {
 		conn_resolved(c);
 		return 0;
 	}
 	if (c->state == REDIS_CONN_CLOSED)
 		return 0;
-	if (c->state == REDIS_CONN_CONNECTING) {
+	if (c->state == REDIS_CONN_CONNECTING && c->ssl != NULL) {
+		if (conn_handshake(c) != 1)
+			return 0;
+		c->state = REDIS_CONN_UP;
+	} else if (c->state == REDIS_CONN_CONNECTING) {
 		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0)
 			soerr = errno;
 		if (soerr == EINPROGRESS || soerr == EALREADY)
@@ -669,6 +806,9 @@ redis_conn_io(struct redis_conn *c)
 			redis_conn_close(c, why);
 			return 0;
 		}
+		if (c->cfg->tls != NULL && !c->cfg->url->is_unix &&
+		    conn_handshake(c) != 1)
+			return 0;
 		c->state = REDIS_CONN_UP;
 	}
 	if (conn_write(c) == -1)
@@ -689,7 +829,11 @@ redis_conn_wants_write(const struct redis_conn *c)
 {
 	if (c->state == REDIS_CONN_RESOLVING)
 		return false; /* an eventfd is always writable */
-	return c->state == REDIS_CONN_CONNECTING || c->out_off < c->out_len;
+	if (c->tls_wants_write)
+		return true;
+	if (c->state == REDIS_CONN_CONNECTING)
+		return c->ssl == NULL; /* the handshake reads */
+	return c->out_off < c->out_len;
 }
 
 enum redis_conn_state
@@ -723,6 +867,18 @@ redis_conn_connect_deadline_us(const struct redis_conn *c)
 		c->state == REDIS_CONN_RESOLVING ?
 	    c->connect_deadline_us :
 	    INT64_MAX;
+}
+
+void
+redis_conn_connect_expired(struct redis_conn *c)
+{
+	const struct redis_url *u = c->cfg->url;
+
+	if (c->ssl != NULL && c->handshaking) {
+		redis_tls_fail_timeout(c->cfg->tls, u->host, u->port);
+		redis_conn_close(c, REDIS_TLS_HUNG);
+	} else
+		redis_conn_close(c, "connect: timed out");
 }
 
 const char *

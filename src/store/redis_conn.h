@@ -9,7 +9,9 @@
  * made on demand: redis_conn_send() on a closed connection starts a
  * non-blocking connect (after looking a host name up on another thread)
  * and queues AUTH / SELECT / SCRIPT LOAD ahead of the command, so callers
- * never wait for the handshake, nor for DNS.
+ * never wait for the handshake, nor for DNS.  With cfg->tls every
+ * connection is TLS: the TLS handshake runs, non-blocking, after the
+ * connect and within the same deadline (the state stays CONNECTING).
  *
  * Every function runs on the one thread that owns the connection (the
  * store's I/O thread); nothing here locks.
@@ -40,11 +42,14 @@ enum redis_conn_state {
  */
 typedef void (*redis_reply_fn)(void *arg, redisReply *r, const char *err);
 
+struct redis_tls;
+
 /* The server and what every new connection sends first.  Borrowed. */
 struct redis_conn_config {
 	const struct redis_url *url;
 	const char *script; /* SCRIPT LOAD on every connection */
 	int64_t connect_timeout_us;
+	struct redis_tls *tls; /* NULL: in the clear (store/redis_tls.h) */
 };
 
 struct redis_conn;
@@ -100,6 +105,10 @@ size_t redis_conn_pending(const struct redis_conn *c);
  * included) gives up. */
 int64_t redis_conn_oldest_us(const struct redis_conn *c);
 int64_t redis_conn_connect_deadline_us(const struct redis_conn *c);
+
+/* The connect deadline passed: close, saying whether it was the TCP
+ * connect (or lookup) or the TLS handshake that did not finish. */
+void redis_conn_connect_expired(struct redis_conn *c);
 
 /*
  * A hiredis reply reader that refuses an array of more than

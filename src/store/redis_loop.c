@@ -120,7 +120,7 @@ expire_slot(struct redis_backend *rb, struct redis_slot *s, uint64_t tag,
 
 	(void)tag;
 	if ((t = redis_conn_connect_deadline_us(s->conn)) <= now) {
-		redis_conn_close(s->conn, "connect: timed out");
+		redis_conn_connect_expired(s->conn);
 		redis_slot_busy(rb, s);
 	} else if (t < *next)
 		*next = t;

@@ -55,6 +55,7 @@ redis_node_add(struct redis_backend *rb, const char *host, int port)
 	node->ccfg.url = &node->url;
 	node->ccfg.script = rl_lua_ratelimit;
 	node->ccfg.connect_timeout_us = rb->timeout_us;
+	node->ccfg.tls = rb->tls_nodes ? rb->tls : NULL;
 	node->conns = rl_calloc(rb->pool_size, sizeof(*node->conns));
 	if (node->conns == NULL) {
 		rl_free(node);

@@ -40,7 +40,7 @@ extern const char rl_lua_override[]; /* docs/admin.md */
 #define REDIS_CB_BACKOFF_MIN_MS 100
 #define REDIS_CB_BACKOFF_MAX_MS 5000
 #define REDIS_LOG_INTERVAL_US	1000000 /* one line per kind per second */
-#define REDIS_NKINDS		(BACKEND_ERR_CIRCUIT_OPEN + 1)
+#define REDIS_NKINDS		(BACKEND_ERR_TLS + 1)
 #define REDIS_BATCH_CALLS	64     /* requests in one EVALSHA */
 #define REDIS_BATCH_KEYS	512    /* keys in one EVALSHA */
 #define REDIS_RECONNECT_US	100000 /* between connects of one slot */
@@ -157,6 +157,12 @@ struct redis_backend {
 	char *shown_url;      /* redacted, for messages */
 	int64_t timeout_us;
 	size_t pool_size;
+
+	/* TLS (redis_tls.h): NULL when no connection uses it; for the data
+	 * nodes (a rediss:// URL or redis.tls), and for the sentinels
+	 * (redis.sentinel.tls). */
+	struct redis_tls *tls;
+	bool tls_nodes, tls_sentinels;
 
 	struct redis_node **nodes;
 	size_t nnodes;

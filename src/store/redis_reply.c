@@ -16,6 +16,7 @@
 #include "base/util.h"
 #include "store/redis_priv.h"
 #include "store/redis_script.h"
+#include "store/redis_tls.h"
 
 /* What reply_error() did with the batch. */
 enum reply_next {
@@ -63,9 +64,14 @@ reply_lost(struct redis_batch *b, const char *err)
 	char msg[BACKEND_ERR_MAX];
 	bool hung = strncmp(err, REDIS_HUNG, strlen(REDIS_HUNG)) == 0 ||
 	    strcmp(err, "connect: timed out") == 0;
+	bool tls = strncmp(err, REDIS_TLS_PREFIX, strlen(REDIS_TLS_PREFIX)) ==
+	    0;
 
 	snprintf(msg, sizeof(msg), "connection lost: %s", err);
-	redis_flight_fail(b, hung ? BACKEND_ERR_TIMEOUT : BACKEND_ERR_CONNECT,
+	redis_flight_fail(b,
+	    tls	     ? BACKEND_ERR_TLS :
+		hung ? BACKEND_ERR_TIMEOUT :
+		       BACKEND_ERR_CONNECT,
 	    msg);
 	redis_node_want_topology(rb);
 	if (b->slot != NULL)

@@ -8,10 +8,12 @@
  * Thread: the store's I/O thread.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "base/util.h"
 #include "store/redis_priv.h"
 #include "store/redis_script.h"
+#include "store/redis_tls.h"
 
 /* The batches being filled in one turn. */
 struct redis_turn {
@@ -35,7 +37,13 @@ turn_send(struct redis_backend *rb, struct redis_turn *t, size_t i)
 		redis_flight_park(b, 0, false);
 		redis_batch_free(b);
 	} else if (rc == -1) {
-		redis_flight_fail(b, BACKEND_ERR_CONNECT, err);
+		/* Still waiting to reconnect after a TLS failure: counted
+		 * as what it is (redis_tls.h). */
+		redis_flight_fail(b,
+		    strstr(err, "(reconnecting: " REDIS_TLS_PREFIX) != NULL ?
+			BACKEND_ERR_TLS :
+			BACKEND_ERR_CONNECT,
+		    err);
 		redis_batch_free(b);
 	}
 }

@@ -206,6 +206,7 @@ redis_sentinel_init(struct redis_backend *rb, const struct redis_config *rc,
 		ss->urls[i].password = password;
 		ss->cfgs[i].url = &ss->urls[i];
 		ss->cfgs[i].connect_timeout_us = rb->timeout_us;
+		ss->cfgs[i].tls = rb->tls_sentinels ? rb->tls : NULL;
 		ss->q[i].reg_fd = -1;
 		if ((ss->q[i].conn = redis_conn_new(&ss->cfgs[i])) == NULL)
 			goto oom;

@@ -62,6 +62,10 @@ struct h_redis {
 	pid_t ctx_pid;
 	const char *extra; /* in: more redis.conf lines, or NULL */
 	bool sentinel;	   /* in: run redis-sentinel on the file */
+	/* in: TLS only (port 0, tls-port = port) with the files of
+	 * h_tls_make() in this directory; NULL: in the clear.  hiredis
+	 * 0.14 has no TLS: use h_redis_cli() on such a server. */
+	const char *tls_dir;
 };
 
 /* Write a redis.conf into the temporary directory (port, bind 127.0.0.1,
@@ -86,6 +90,24 @@ long long h_redis_int(struct h_redis *r, const char *fmt, ...);
  * member of another form. */
 long long h_redis_log_units(struct h_redis *r, const char *key);
 
+/* --- TLS ------------------------------------------------------------------ */
+
+/*
+ * Make, with the openssl command line, in dir (created): ca.pem/ca.key (a
+ * CA), server.pem/server.key (for localhost and 127.0.0.1, signed by the
+ * CA) and client.pem/client.key (a client certificate of the CA).
+ */
+void h_tls_make(const char *dir);
+
+/* One more certificate in dir: NAME.pem and NAME.key signed by dir's CA
+ * (for localhost and 127.0.0.1), valid for days (0: it expires at once). */
+void h_tls_cert(const char *dir, const char *name, int days);
+
+/* Run one redis-cli command on r (over TLS with r->tls_dir's client
+ * certificate when set, not verifying the server) and return its output,
+ * trimmed (static; the next call overwrites it). */
+const char *h_redis_cli(struct h_redis *r, const char *const *args);
+
 /* FLUSHALL, and CONFIG RESETSTAT so command counts start from zero. */
 void h_redis_flush(struct h_redis *r);
 
@@ -106,6 +128,9 @@ struct h_cluster {
 };
 
 void h_cluster_start(struct h_cluster *c);
+/* The same cluster speaking only TLS (clients, the bus and replication)
+ * with the files of h_tls_make(tls_dir); made with redis-cli --tls. */
+void h_cluster_start_tls(struct h_cluster *c, const char *tls_dir);
 void h_cluster_stop(struct h_cluster *c);
 /* The node (index into c->node) that serves slot now as a primary, asked
  * of any node that answers; -1 if none knows. */

@@ -254,6 +254,53 @@ START_TEST(test_null_sections)
 }
 END_TEST
 
+/* redis.tls names its files and where they are named (for --check); a
+ * rediss:// URL or a tls section turns TLS on. */
+START_TEST(test_redis_tls)
+{
+	struct config *c;
+
+	c = expect_ok("redis:\n  url: \"redis://h:1\"\n");
+	ck_assert(!config_redis_tls_is_on(&c->redis));
+	ck_assert(!c->redis.tls.section);
+	ck_assert_ptr_null(c->redis.tls.ca_file.path);
+	config_unref(c);
+
+	c = expect_ok("redis:\n  url: \"rediss://u:p@h:6380/1\"\n");
+	ck_assert(config_redis_tls_is_on(&c->redis));
+	ck_assert(!c->redis.tls.section);
+	config_unref(c);
+
+	c = expect_ok(
+	    "redis:\n  url: \"redis://h:1\"\n  tls:\n"
+	    "    ca_file: /etc/ca.pem\n"
+	    "    cert_file: \"/etc/c.pem\"\n"
+	    "    key_file: /etc/c.key\n"
+	    "    server_name: redis.internal\n"
+	    "  sentinel:\n    master: m\n    nodes: [\"s:1\"]\n"
+	    "    tls: true\n");
+	ck_assert(config_redis_tls_is_on(&c->redis));
+	ck_assert(c->redis.tls.section);
+	ck_assert_str_eq(c->redis.tls.ca_file.path, "/etc/ca.pem");
+	ck_assert_int_eq(c->redis.tls.ca_file.line, 4);
+	ck_assert_int_eq(c->redis.tls.ca_file.col, 14);
+	ck_assert_str_eq(c->redis.tls.cert_file.path, "/etc/c.pem");
+	ck_assert_int_eq(c->redis.tls.cert_file.line, 5);
+	ck_assert_int_eq(c->redis.tls.cert_file.col, 16);
+	ck_assert_str_eq(c->redis.tls.key_file.path, "/etc/c.key");
+	ck_assert_int_eq(c->redis.tls.key_file.line, 6);
+	ck_assert_str_eq(c->redis.tls.server_name, "redis.internal");
+	ck_assert(c->redis.sentinel.tls);
+	config_unref(c);
+
+	/* An empty section is TLS with the system's CAs. */
+	c = expect_ok("redis:\n  tls: {}\n");
+	ck_assert(config_redis_tls_is_on(&c->redis));
+	ck_assert_ptr_null(c->redis.tls.ca_file.path);
+	config_unref(c);
+}
+END_TEST
+
 START_TEST(test_every_key)
 {
 	struct config *c = expect_ok(rich);
@@ -554,6 +601,24 @@ static const struct {
 	{ "redis:\n  sentinel:\n    master: m\n    nodes: [\"s:1\"]\n"
 	  "    port: 1\n",
 	  "t.yaml:5:5: unknown key \"port\" in redis.sentinel" },
+	{ "redis:\n  sentinel:\n    master: m\n    nodes: [\"s:1\"]\n"
+	  "    tls: yes\n",
+	  "t.yaml:5:10: redis.sentinel.tls: expected true or false" },
+
+	/* redis.tls */
+	{ "redis:\n  tls:\n    ca: /x\n",
+	  "t.yaml:3:5: unknown key \"ca\" in redis.tls" },
+	{ "redis:\n  tls: true\n",
+	  "t.yaml:2:8: redis.tls: expected a mapping" },
+	{ "redis:\n  tls:\n    ca_file: \"\"\n",
+	  "t.yaml:3:14: redis.tls.ca_file: must not be empty" },
+	{ "redis:\n  tls:\n    cert_file: /c.pem\n",
+	  "t.yaml:3:5: redis.tls: cert_file and key_file go together" },
+	{ "redis:\n  tls:\n    key_file: /k.pem\n",
+	  "t.yaml:3:5: redis.tls: cert_file and key_file go together" },
+	{ "redis:\n  url: \"unix:///r.sock\"\n  tls:\n    ca_file: /a\n",
+	  "t.yaml:2:3: redis: TLS needs a TCP address (rediss://host:port); "
+	  "Redis does not encrypt unix sockets" },
 
 	/* integers */
 	{ "threads: four\n",
@@ -1247,6 +1312,7 @@ test_suite(void)
 	tcase_add_test(tc, test_shipped_config);
 	tcase_add_test(tc, test_defaults);
 	tcase_add_test(tc, test_start_only_changes);
+	tcase_add_test(tc, test_redis_tls);
 	tcase_add_test(tc, test_null_sections);
 	tcase_add_test(tc, test_prefetch);
 	tcase_add_test(tc, test_every_key);

@@ -595,6 +595,7 @@ START_TEST(test_backend_errors)
 	metrics_backend_call(m, "redis", 10, METRICS_STORE_TIMEOUT);
 	metrics_backend_call(m, "redis", 10, METRICS_STORE_TIMEOUT);
 	metrics_backend_call(m, "redis", 10, METRICS_STORE_CIRCUIT_OPEN);
+	metrics_backend_call(m, "redis", 10, METRICS_STORE_TLS);
 	metrics_backend_call(m, "memory", 10, METRICS_STORE_FULL);
 	metrics_backend_call(m, "memory", 10, METRICS_STORE_OK);
 	metrics_backend_call(m, "memory", 10, (enum metrics_store_error)42);
@@ -613,22 +614,26 @@ START_TEST(test_backend_errors)
 	    "0");
 	ck_assert_str_eq(sample(text,
 			     "ratelimitd_backend_errors_total"
+			     "{backend=\"redis\",kind=\"tls\"}"),
+	    "1");
+	ck_assert_str_eq(sample(text,
+			     "ratelimitd_backend_errors_total"
 			     "{backend=\"memory\",kind=\"full\"}"),
 	    "1");
 	ck_assert_str_eq(sample(text,
 			     "ratelimitd_backend_errors_total"
 			     "{backend=\"memory\",kind=\"protocol\"}"),
 	    "0");
-	/* 2 backends x 5 kinds, no "none". */
+	/* 2 backends x 6 kinds, no "none". */
 	ck_assert_uint_eq(count_lines(text, "ratelimitd_backend_errors_total{"),
-	    10);
+	    12);
 	ck_assert_uint_eq(count_lines(text,
 			      "ratelimitd_backend_errors_total"
 			      "{backend=\"redis\",kind=\"none\"}"),
 	    0);
 	/* Failed calls are timed too. */
 	ck_assert_uint_eq(sample_u64(text, HIST "_count{backend=\"redis\"}"),
-	    3);
+	    4);
 	ck_assert_uint_eq(sample_u64(text, HIST "_count{backend=\"memory\"}"),
 	    3);
 	rl_free(text);

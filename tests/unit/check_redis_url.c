@@ -57,6 +57,31 @@ START_TEST(test_host_port_db)
 }
 END_TEST
 
+/* rediss:// is redis:// over TLS: the same grammar and defaults. */
+START_TEST(test_rediss)
+{
+	parse_ok("rediss://alice:s3cret@redis.internal:6380/1");
+	ck_assert(u.tls);
+	ck_assert(!u.is_unix);
+	ck_assert_str_eq(u.host, "redis.internal");
+	ck_assert_int_eq(u.port, 6380);
+	ck_assert_int_eq(u.db, 1);
+	ck_assert_str_eq(u.user, "alice");
+	ck_assert_str_eq(u.password, "s3cret");
+	redis_url_free(&u);
+	parse_ok("REDISS://[::1]");
+	ck_assert(u.tls);
+	ck_assert_str_eq(u.host, "::1");
+	ck_assert_int_eq(u.port, REDIS_DEFAULT_PORT);
+	redis_url_free(&u);
+	parse_ok("redis://h");
+	ck_assert(!u.tls);
+	redis_url_free(&u);
+	parse_ok("unix:///tmp/r.sock");
+	ck_assert(!u.tls);
+}
+END_TEST
+
 START_TEST(test_defaults)
 {
 	parse_ok("redis://cache.internal");
@@ -142,7 +167,9 @@ START_TEST(test_bad)
 {
 	parse_bad("", "want redis://");
 	parse_bad("http://h:1", "want redis://");
-	parse_bad("rediss://h", "TLS");
+	parse_bad("rediss://", "no host");
+	parse_bad("rediss://h:0", "bad port");
+	parse_bad("redisss://h", "want redis://");
 	parse_bad("redis://", "no host");
 	parse_bad("redis://:6379", "no host");
 	parse_bad("redis://h:0", "bad port");
@@ -174,7 +201,7 @@ START_TEST(test_errors_never_show_the_password)
 		"redis://:hunter2@",
 		"redis://alice:hunter2@h/1?x",
 		"redis://al:hun%zzter2@h",
-		"rediss://al:hunter2@h",
+		"rediss://al:hunter2@h:0",
 		"redis:/alice:hunter2@h",
 	};
 	size_t i;
@@ -203,6 +230,8 @@ START_TEST(test_redact)
 	ck_assert_str_eq(buf, "redis://h:1/2");
 	redis_url_redact("redis://u:p@ss/x@h:1", buf, sizeof(buf));
 	ck_assert_str_eq(buf, "redis://***@h:1");
+	redis_url_redact("rediss://u:p@h:1", buf, sizeof(buf));
+	ck_assert_str_eq(buf, "rediss://***@h:1");
 	redis_url_redact("unix:///tmp/r.sock", buf, sizeof(buf));
 	ck_assert_str_eq(buf, "unix:///tmp/r.sock");
 	redis_url_redact("noscheme:secret@h", buf, sizeof(buf));
@@ -322,6 +351,7 @@ test_suite(void)
 	tcase_add_checked_fixture(tc, NULL, teardown);
 	tcase_add_test(tc, test_host_port_db);
 	tcase_add_test(tc, test_defaults);
+	tcase_add_test(tc, test_rediss);
 	tcase_add_test(tc, test_ipv6);
 	tcase_add_test(tc, test_user_pass);
 	tcase_add_test(tc, test_pass_only);
