@@ -320,24 +320,34 @@ unlock:
 	return e;
 }
 
+/* The entry of name (a rule or a stat), added on first use; "_other" once
+ * the table is full; NULL only when out of memory or the lock fails. */
+static struct metrics_rule *
+rule_get(struct metrics *m, const char *name)
+{
+	struct metrics_rule *e;
+	uint32_t h = metrics_hash(name);
+
+	if (pthread_rwlock_rdlock(&m->lock) != 0)
+		return NULL;
+	/* m->other is only set once no new name can be added. */
+	if ((e = rule_find(m, name, h)) == NULL)
+		e = m->other;
+	pthread_rwlock_unlock(&m->lock);
+	if (e == NULL)
+		e = rule_get_slow(m, name, h);
+	return e;
+}
+
 void
 metrics_decision(struct metrics *m, enum metrics_protocol p, const char *rule,
     enum metrics_outcome o)
 {
 	struct metrics_rule *e;
-	uint32_t h;
 
 	if (m == NULL || rule == NULL || (unsigned)o >= METRICS_NRESULTS ||
-	    (unsigned)p >= METRICS_NPROTOCOLS)
-		return;
-	h = metrics_hash(rule);
-	if (pthread_rwlock_rdlock(&m->lock) != 0)
-		return;
-	/* m->other is only set once no new name can be added. */
-	if ((e = rule_find(m, rule, h)) == NULL)
-		e = m->other;
-	pthread_rwlock_unlock(&m->lock);
-	if (e == NULL && (e = rule_get_slow(m, rule, h)) == NULL)
+	    (unsigned)p >= METRICS_NPROTOCOLS ||
+	    (e = rule_get(m, rule)) == NULL)
 		return;
 	atomic_fetch_add_explicit(&e->n[p][o], 1, memory_order_relaxed);
 }
@@ -347,18 +357,10 @@ metrics_prefetch(struct metrics *m, const char *rule, enum metrics_prefetch ev,
     uint64_t units)
 {
 	struct metrics_rule *e;
-	uint32_t h;
 
 	if (m == NULL || rule == NULL ||
-	    (unsigned)ev >= METRICS_PREFETCH_NEVENTS)
-		return;
-	h = metrics_hash(rule);
-	if (pthread_rwlock_rdlock(&m->lock) != 0)
-		return;
-	if ((e = rule_find(m, rule, h)) == NULL)
-		e = m->other;
-	pthread_rwlock_unlock(&m->lock);
-	if (e == NULL && (e = rule_get_slow(m, rule, h)) == NULL)
+	    (unsigned)ev >= METRICS_PREFETCH_NEVENTS ||
+	    (e = rule_get(m, rule)) == NULL)
 		return;
 	atomic_store_explicit(&e->has_prefetch, true, memory_order_relaxed);
 	atomic_fetch_add_explicit(&e->prefetch[ev], units,
@@ -371,17 +373,8 @@ void
 metrics_stat_record(struct metrics *m, const char *stat)
 {
 	struct metrics_rule *e;
-	uint32_t h;
 
-	if (m == NULL || stat == NULL)
-		return;
-	h = metrics_hash(stat);
-	if (pthread_rwlock_rdlock(&m->lock) != 0)
-		return;
-	if ((e = rule_find(m, stat, h)) == NULL)
-		e = m->other;
-	pthread_rwlock_unlock(&m->lock);
-	if (e == NULL && (e = rule_get_slow(m, stat, h)) == NULL)
+	if (m == NULL || stat == NULL || (e = rule_get(m, stat)) == NULL)
 		return;
 	atomic_store_explicit(&e->is_stat, true, memory_order_relaxed);
 	atomic_fetch_add_explicit(&e->records, 1, memory_order_relaxed);
