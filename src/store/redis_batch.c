@@ -177,8 +177,9 @@ admin_send(struct redis_backend *rb, struct redis_node *node,
     struct redis_conn *conn, struct redis_batch *b, char *err, size_t errlen)
 {
 	const struct backend_admin *a = b->calls[0]->admin;
-	const char *argv[8];
-	size_t lens[8];
+	/* At most EVAL, script, 1, key, set, field, value, ttl, channel. */
+	const char *argv[9];
+	size_t lens[9];
 	char ttl[32];
 	int argc = 0, i;
 
