@@ -119,23 +119,65 @@ local function log_member(r, i)
   return tonumber(e), tonumber(n), tonumber(r[i + 1])
 end
 
-function sliding_log.check(s)
-  first('ZREMRANGEBYSCORE', s.key, '-inf', int(s.now - s.W))
-  local new = redis.call('ZRANGE', s.key, '-1', '-1', 'WITHSCORES')
-  s.used, s.last_end, s.last_n, s.last_t = 0, 0, 0, nil
-  if #new > 0 then
+-- What one call knows of a sliding_log key, so that the next check of
+-- the key in the same call (a batch's requests often share keys) reads
+-- nothing: logs[key] = {W, v, first, first_t, last_end, last_n, last_t},
+-- its runs after dropping those expired at now for window W (first nil
+-- when none is left), kept up to date by record; v counts the records.
+-- The clock is the call's, so nothing else expires meanwhile.  A check of
+-- another algorithm on the key forgets it (forget()).  The TTL a record
+-- gives the key is set once, when the call ends: ttls[key] is the last
+-- one computed, and the key is not read for its TTL in between.
+local logs, ttls = {}, {}
+
+local function forget(key)
+  logs[key] = nil
+  local ttl = ttls[key]
+  if ttl ~= nil then
+    redis.call('PEXPIRE', key, int(ttl))
+    ttls[key] = nil
+  end
+end
+
+-- Drop the runs that left the window, then read the oldest and newest.
+-- The oldest is read first: when it is still inside, nothing is dropped.
+local function log_read(key, now, W)
+  local old = first('ZRANGE', key, '0', '0', 'WITHSCORES')
+  if #old > 0 and tonumber(old[2]) <= now - W then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - W))
+    old = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+  end
+  local k = {W = W, v = 0, first = nil, first_t = nil, last_end = 0,
+    last_n = 0, last_t = nil}
+  if #old > 0 then
+    local new = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
     local e, n, t = log_member(new, 1)
     if e == nil then
-      local m = redis.call('ZCARD', s.key)
-      redis.call('DEL', s.key)
-      redis.call('ZADD', s.key, int(t), int(m) .. ':' .. int(m))
+      local m = redis.call('ZCARD', key)
+      redis.call('DEL', key)
+      redis.call('ZADD', key, int(t), int(m) .. ':' .. int(m))
       e, n = m, m
+      old = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
     end
-    local old = redis.call('ZRANGE', s.key, '0', '0', 'WITHSCORES')
     local oe, on, ot = log_member(old, 1)
-    s.first, s.first_t = oe - on + 1, ot
-    s.used = e - s.first + 1
-    s.last_end, s.last_n, s.last_t = e, n, t
+    k.first, k.first_t = oe - on + 1, ot
+    k.last_end, k.last_n, k.last_t = e, n, t
+  end
+  return k
+end
+
+function sliding_log.check(s)
+  local k = logs[s.key]
+  if k == nil or k.W ~= s.W then
+    k = log_read(s.key, s.now, s.W)
+    logs[s.key] = k
+  end
+  s.log, s.v = k, k.v
+  s.first, s.first_t = k.first, k.first_t
+  s.last_end, s.last_n, s.last_t = k.last_end, k.last_n, k.last_t
+  s.used = 0
+  if k.first ~= nil then
+    s.used = k.last_end - k.first + 1
   end
   s.allowed = s.used + s.c <= s.L
   if not s.allowed then
@@ -163,12 +205,26 @@ function sliding_log.record(s)
   if s.last_t ~= nil and s.last_t >= t then
     -- The newest run's time: merge into it.
     t, n = s.last_t, s.last_n + s.c
-    redis.call('ZREM', s.key, int(s.last_end) .. ':' .. int(s.last_n))
+    redis.call('ZREM', s.key, string.format('%d:%d', s.last_end, s.last_n))
   end
-  redis.call('ZADD', s.key, int(t), int(s.last_end + s.c) .. ':' .. int(n))
+  local e = s.last_end + s.c
+  redis.call('ZADD', s.key, int(t), string.format('%d:%d', e, n))
   s.used = s.used + s.c
   s.last_t = t
-  s.mark = int(t)
+  s.mark = t
+  local k = s.log
+  if logs[s.key] ~= k or k.v ~= s.v then
+    -- The key changed since this check read it (it appears twice in one
+    -- request): read it again next time.
+    logs[s.key] = nil
+  else
+    if k.first == nil then
+      k.first, k.first_t = e - n + 1, t
+    end
+    k.last_end, k.last_n, k.last_t = e, n, t
+    k.v = k.v + 1
+    s.v = k.v
+  end
 end
 
 -- The time of the run holding unit number `want` (runs sorted by end).
@@ -242,7 +298,7 @@ function sliding_log.finish(s)
   end
   if s.recorded then
     -- W after the newest run; ceil_ms(W) unless the clock went back.
-    redis.call('PEXPIRE', s.key, int(math.max(1, s.reset)))
+    ttls[s.key] = math.max(1, s.reset)
   end
 end
 
@@ -252,6 +308,7 @@ end
 local fixed_window = {}
 
 function fixed_window.check(s)
+  forget(s.key)
   local r = first('HMGET', s.key, 's', 'n')
   s.s_now = s.now - math.fmod(s.now, s.W)
   local st, n = tonumber(r[1]), tonumber(r[2]) or 0
@@ -349,6 +406,7 @@ end
 local token_bucket = {}
 
 function token_bucket.check(s)
+  forget(s.key)
   local tat = tonumber(first('GET', s.key))
   if tat ~= nil and (tat ~= tat or tat == math.huge or tat == -math.huge) then
     tat = nil
@@ -457,6 +515,7 @@ local function sw_retry(s, c, full, old)
 end
 
 function sliding_window.check(s)
+  forget(s.key)
   local G = s.W / B
   local i = (s.now - math.fmod(s.now, G)) / G
   local h = first('HGETALL', s.key)
@@ -529,6 +588,7 @@ end
 local concurrency = {}
 
 function concurrency.check(s)
+  forget(s.key)
   local gone = first('ZRANGEBYSCORE', s.key, '(0', int(s.now))
   local u = redis.call('ZSCORE', s.key, '#used')
   s.used = u and -tonumber(u) or 0
@@ -777,7 +837,14 @@ local function request(checks, first, last, reply, marks, chunks, wait,
       reply[#reply + 1] = math.floor(s.alg.effective(s))
     end
     if marks then
-      reply[#reply + 1] = s.recorded and s.mark or '0'
+      local mk = '0'
+      if s.recorded then
+        mk = s.mark
+        if s.alg == sliding_log then
+          mk = int(mk)
+        end
+      end
+      reply[#reply + 1] = mk
     end
     if chunks then
       reply[#reply + 1] = s.taken or 0
@@ -884,5 +951,8 @@ for r = 1, #counts do
   request(checks, first, first + counts[r] - 1, reply, marks, chunks,
     waits[r] or 0, reports[r])
   first = first + counts[r]
+end
+for key, ttl in pairs(ttls) do
+  redis.call('PEXPIRE', key, int(ttl))
 end
 return reply
