@@ -65,16 +65,17 @@
 -- under redis.pcall, so this costs nothing on the common path.
 
 local B = 20            -- sliding_window buckets per window
+local floor, max, min, fmt = math.floor, math.max, math.min, string.format
 
 local function ceil_ms(x)
   if x <= 0 then
     return 0
   end
-  return math.floor((x + 999) / 1000)
+  return floor((x + 999) / 1000)
 end
 
 local function int(x)
-  return string.format('%d', x)
+  return fmt('%d', x)
 end
 
 -- Run a read on key; on WRONGTYPE drop the key and run it again.
@@ -159,7 +160,10 @@ local function log_read(key, now, W)
       e, n = m, m
       old = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
     end
-    local oe, on, ot = log_member(old, 1)
+    local oe, on, ot = e, n, t
+    if old[1] ~= new[1] then
+      oe, on, ot = log_member(old, 1)
+    end
     k.first, k.first_t = oe - on + 1, ot
     k.last_end, k.last_n, k.last_t = e, n, t
   end
@@ -187,7 +191,7 @@ function sliding_log.check(s)
     local lo, hi = 0, redis.call('ZCARD', s.key) - 1
     local t
     while lo < hi do
-      local mid = math.floor((lo + hi) / 2)
+      local mid = floor((lo + hi) / 2)
       local r = redis.call('ZRANGE', s.key, int(mid), int(mid))
       if tonumber(string.match(r[1], '^(%d+):')) >= want then
         hi = mid
@@ -205,10 +209,10 @@ function sliding_log.record(s)
   if s.last_t ~= nil and s.last_t >= t then
     -- The newest run's time: merge into it.
     t, n = s.last_t, s.last_n + s.c
-    redis.call('ZREM', s.key, string.format('%d:%d', s.last_end, s.last_n))
+    redis.call('ZREM', s.key, fmt('%d:%d', s.last_end, s.last_n))
   end
   local e = s.last_end + s.c
-  redis.call('ZADD', s.key, int(t), string.format('%d:%d', e, n))
+  redis.call('ZADD', s.key, int(t), fmt('%d:%d', e, n))
   s.used = s.used + s.c
   s.last_t = t
   s.mark = t
@@ -231,7 +235,7 @@ end
 local function log_time_of(s, want)
   local lo, hi = 0, redis.call('ZCARD', s.key) - 1
   while lo < hi do
-    local mid = math.floor((lo + hi) / 2)
+    local mid = floor((lo + hi) / 2)
     local r = redis.call('ZRANGE', s.key, int(mid), int(mid))
     if tonumber(string.match(r[1], '^(%d+):')) >= want then
       hi = mid
@@ -290,15 +294,15 @@ function sliding_log.effective(s)
 end
 
 function sliding_log.finish(s)
-  s.remaining = math.max(0, s.L - s.used)
-  s.over = math.max(0, s.used - s.L)
+  s.remaining = max(0, s.L - s.used)
+  s.over = max(0, s.used - s.L)
   s.reset = 0
   if s.used > 0 then
     s.reset = ceil_ms(s.last_t + s.W - s.now)
   end
   if s.recorded then
     -- W after the newest run; ceil_ms(W) unless the clock went back.
-    ttls[s.key] = math.max(1, s.reset)
+    ttls[s.key] = max(1, s.reset)
   end
 end
 
@@ -384,12 +388,12 @@ end
 
 function fixed_window.finish(s)
   local st, n = s.f_start, s.f_n
-  s.over = math.max(0, n - s.L)
+  s.over = max(0, n - s.L)
   if n > 0 and st > s.s_now then
     s.remaining = 0
     s.reset = ceil_ms(st + s.W - s.now)
   else
-    s.remaining = math.max(0, s.L - n)
+    s.remaining = max(0, s.L - n)
     s.reset = 0
     if n > 0 then
       s.reset = ceil_ms(s.s_now + s.W - s.now)
@@ -397,7 +401,7 @@ function fixed_window.finish(s)
   end
   if s.recorded then
     redis.call('PEXPIRE', s.key,
-      int(math.max(1, ceil_ms(st + s.W - s.now))))
+      int(max(1, ceil_ms(st + s.W - s.now))))
   end
 end
 
@@ -421,13 +425,13 @@ function token_bucket.check(s)
   s.new_tat = base + inc
   s.allowed = s.new_tat - s.now <= s.W + 1
   if not s.allowed then
-    s.retry = math.max(1, ceil_ms(math.ceil(s.new_tat - s.W - s.now)))
+    s.retry = max(1, ceil_ms(math.ceil(s.new_tat - s.W - s.now)))
   end
 end
 
 function token_bucket.record(s)
   -- Written with its TTL in finish().
-  s.mark = string.format('%.17g', s.new_tat)
+  s.mark = fmt('%.17g', s.new_tat)
 end
 
 -- GCRA at t: max(tat, t) + c*W/L - t <= W + 1.
@@ -468,13 +472,13 @@ function token_bucket.finish(s)
   if s.recorded then
     t = s.new_tat
   end
-  local rem = math.floor((s.W + 1 - (t - s.now)) * s.L / s.W)
-  s.remaining = math.min(s.L, math.max(0, rem))
-  s.over = math.max(0, -rem)
+  local rem = floor((s.W + 1 - (t - s.now)) * s.L / s.W)
+  s.remaining = min(s.L, max(0, rem))
+  s.over = max(0, -rem)
   s.reset = ceil_ms(math.ceil(t - s.now))
   if s.recorded then
-    redis.call('SET', s.key, string.format('%.17g', s.new_tat), 'PX',
-      int(math.max(1, s.reset)))
+    redis.call('SET', s.key, fmt('%.17g', s.new_tat), 'PX',
+      int(max(1, s.reset)))
   end
 end
 
@@ -484,7 +488,7 @@ function token_bucket.effective(s)
     t = s.new_tat
   end
   local nt = t + (s.remaining + 1) * s.W / s.L
-  return math.max(1, ceil_ms(math.ceil(nt - s.W - s.now)))
+  return max(1, ceil_ms(math.ceil(nt - s.W - s.now)))
 end
 
 -- sliding_window: a hash bucket index -> count, B buckets per window.
@@ -511,7 +515,7 @@ local function sw_retry(s, c, full, old)
     full = full - old
     i = i + 1
   end
-  return math.max(1, ceil_ms(math.ceil(t - s.now)))
+  return max(1, ceil_ms(math.ceil(t - s.now)))
 end
 
 function sliding_window.check(s)
@@ -522,7 +526,7 @@ function sliding_window.check(s)
   local counts, old_fields = {}, {}
   for j = 1, #h, 2 do
     local b, v = tonumber(h[j]), tonumber(h[j + 1])
-    if b == nil or v == nil or b ~= math.floor(b) or b < i - B or
+    if b == nil or v == nil or b ~= floor(b) or b < i - B or
         b > i then
       -- Expired; from the future (the clock stepped back, or a reload
       -- changed W and the indexes mean other times); or not a bucket at
@@ -565,9 +569,9 @@ function sliding_window.effective(s)
 end
 
 function sliding_window.finish(s)
-  local rem = math.floor(s.L - s.est)
-  s.remaining = math.max(0, rem)
-  s.over = math.max(0, -rem)
+  local rem = floor(s.L - s.est)
+  s.remaining = max(0, rem)
+  s.over = max(0, -rem)
   local newest = nil
   for b, v in pairs(s.counts) do
     if v > 0 and (newest == nil or b > newest) then
@@ -617,7 +621,7 @@ function concurrency.check(s)
         break
       end
     end
-    s.retry = math.max(1, ceil_ms((t or s.now) - s.now))
+    s.retry = max(1, ceil_ms((t or s.now) - s.now))
   end
 end
 
@@ -629,7 +633,7 @@ function concurrency.record(s)
 end
 
 function concurrency.finish(s)
-  s.remaining = math.max(0, s.L - s.used)
+  s.remaining = max(0, s.L - s.used)
   s.reset = 0
   if s.used > 0 then
     local r = redis.call('ZRANGE', s.key, '-1', '-1', 'WITHSCORES')
@@ -638,7 +642,7 @@ function concurrency.finish(s)
     end
   end
   if s.recorded then
-    redis.call('PEXPIRE', s.key, int(math.max(1, s.reset)))
+    redis.call('PEXPIRE', s.key, int(max(1, s.reset)))
   end
 end
 
@@ -660,17 +664,17 @@ local function chunk(s)
       s.valid = s.s_now + s.W - s.now
     end
   elseif s.alg == token_bucket then
-    F = math.min(s.L,
-      math.floor((s.W + 1 - (s.new_tat - s.now)) * s.L / s.W))
+    F = min(s.L,
+      floor((s.W + 1 - (s.new_tat - s.now)) * s.L / s.W))
   else
-    F = math.floor(s.L - s.est - s.c)
+    F = floor(s.L - s.est - s.c)
     if (s.i + 1) * s.G - s.now < s.valid then
       s.valid = (s.i + 1) * s.G - s.now
     end
   end
   local x = 0
   if F >= SHARE then
-    x = math.min(s.want - s.c, math.floor(F / SHARE))
+    x = min(s.want - s.c, floor(F / SHARE))
   end
   local k = s.c + x
   if s.alg == token_bucket and s.base + k * s.W / s.L - s.now > s.W + 1 then
@@ -813,42 +817,47 @@ local function request(checks, first, last, reply, marks, chunks, wait,
     end
   end
 
+  local o = #reply + 1
   if waited > 0 then
-    reply[#reply + 1] = 1 + waited
+    reply[o] = 1 + waited
   else
-    reply[#reply + 1] = all and 1 or 0
+    reply[o] = all and 1 or 0
   end
   for k = first, last do
     local s = checks[k]
-    s.alg.finish(s)
-    reply[#reply + 1] = s.allowed and 1 or 0
-    reply[#reply + 1] = math.floor(s.remaining)
-    reply[#reply + 1] = math.floor(s.reset)
+    local alg, allowed = s.alg, s.allowed
+    alg.finish(s)
+    reply[o + 1] = allowed and 1 or 0
+    reply[o + 2] = floor(s.remaining)
+    reply[o + 3] = floor(s.reset)
     if is_report then
-      reply[#reply + 1] = math.floor(s.over or 0)
+      reply[o + 4] = floor(s.over or 0)
     else
-      reply[#reply + 1] = s.allowed and 0 or math.floor(s.retry)
+      reply[o + 4] = allowed and 0 or floor(s.retry)
     end
-    if s.alg == concurrency then
-      reply[#reply + 1] = 0
+    if alg == concurrency then
+      reply[o + 5] = 0
     elseif s.remaining >= s.L then
-      reply[#reply + 1] = ceil_ms(s.W)
+      reply[o + 5] = ceil_ms(s.W)
     else
-      reply[#reply + 1] = math.floor(s.alg.effective(s))
+      reply[o + 5] = floor(alg.effective(s))
     end
+    o = o + 5
     if marks then
       local mk = '0'
       if s.recorded then
         mk = s.mark
-        if s.alg == sliding_log then
+        if alg == sliding_log then
           mk = int(mk)
         end
       end
-      reply[#reply + 1] = mk
+      o = o + 1
+      reply[o] = mk
     end
     if chunks then
-      reply[#reply + 1] = s.taken or 0
-      reply[#reply + 1] = s.taken and s.valid or 0
+      reply[o + 1] = s.taken or 0
+      reply[o + 2] = s.taken and s.valid or 0
+      o = o + 2
     end
   end
 end
@@ -856,7 +865,7 @@ end
 -- Main.
 local n = #KEYS
 local counts, base
-local waits, reports = {}, {}
+local waits, reports, any_report = {}, {}, false
 local m = 0
 local marks, chunks = false, false
 if ARGV[m + 1] == 'marks' then
@@ -876,14 +885,16 @@ else
   counts, base = {}, m + 1 + R
   local total = 0
   for r = 1, R do
-    local cn, wt = string.match(ARGV[m + 1 + r], '^(%d+):(%d+)$')
-    local rn = string.match(ARGV[m + 1 + r], '^(%d+):r$')
-    if cn ~= nil then
-      counts[r], waits[r] = tonumber(cn), tonumber(wt)
-    elseif rn ~= nil then
-      counts[r], reports[r] = tonumber(rn), true
-    else
-      counts[r] = tonumber(ARGV[m + 1 + r])
+    local a = ARGV[m + 1 + r]
+    counts[r] = tonumber(a)
+    if counts[r] == nil then
+      local cn, wt = string.match(a, '^(%d+):(%d+)$')
+      local rn = string.match(a, '^(%d+):r$')
+      if cn ~= nil then
+        counts[r], waits[r] = tonumber(cn), tonumber(wt)
+      elseif rn ~= nil then
+        counts[r], reports[r], any_report = tonumber(rn), true, true
+      end
     end
     if counts[r] == nil or counts[r] < 1 then
       return redis.error_reply('ratelimit.lua: bad check count for ' ..
@@ -901,7 +912,7 @@ local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 
 -- Which checks belong to a report (c may exceed L there).
 local in_report = {}
-do
+if any_report then
   local k = 1
   for r = 1, #counts do
     for _ = 1, counts[r] do
@@ -916,7 +927,10 @@ for k = 1, n do
   local a = base + (k - 1) * 5
   local alg = ALGORITHMS[tonumber(ARGV[a + 1])]
   local token, want, hold = nil, nil, nil
-  local pa, pw, ph = string.match(ARGV[a + 1], '^(%d+)%+(%d+)%+(%d+)$')
+  local pa, pw, ph
+  if alg == nil then
+    pa, pw, ph = string.match(ARGV[a + 1], '^(%d+)%+(%d+)%+(%d+)$')
+  end
   if pa ~= nil and chunks then
     alg, want, hold = ALGORITHMS[tonumber(pa)], tonumber(pw), tonumber(ph)
     if alg == concurrency then
@@ -938,9 +952,12 @@ for k = 1, n do
       (in_report[k] and alg == concurrency) then
     return redis.error_reply('ratelimit.lua: bad arguments for key ' .. k)
   end
+  -- Every field a check may get, so that the table is made at its size.
   checks[k] = {alg = alg, key = KEYS[k], L = L, W = wms * 1000, c = c,
     shadow = shadow, now = now, retry = 0, recorded = false, token = token,
-    want = want, hold = hold}
+    want = want, hold = hold, allowed = false, used = nil, remaining = nil,
+    reset = nil, over = nil, mark = nil, log = nil, v = nil, first = nil,
+    first_t = nil, last_end = nil, last_n = nil, last_t = nil}
 end
 
 -- The requests one after the other, in order: a later one sees what an
