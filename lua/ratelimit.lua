@@ -306,344 +306,372 @@ function sliding_log.finish(s)
   end
 end
 
+-- Rules that never wait: now if they admit now, else never.
+local function at_once(s, from)
+  if s.allowed and from == s.now then
+    return from
+  end
+  return nil
+end
+
+-- The other algorithms are made when a call first uses one (a call
+-- makes the functions it defines: sliding_log, the common one, always).
+local fixed_window, token_bucket, sliding_window, concurrency
+
 -- fixed_window: a hash {s = window start, n = count}.  The state is the
 -- newest window holding units; with waiting (docs/algorithms.md, "Waiting
 -- for a turn") that window may lie after now's: units reserved there.
-local fixed_window = {}
+local function make_fixed_window()
+  fixed_window = {}
 
-function fixed_window.check(s)
-  forget(s.key)
-  local r = first('HMGET', s.key, 's', 'n')
-  s.s_now = s.now - math.fmod(s.now, s.W)
-  local st, n = tonumber(r[1]), tonumber(r[2]) or 0
-  s.n = n
-  s.stale = false
-  if st ~= nil and n > 0 and st > s.s_now and math.fmod(st, s.W) == 0 then
-    -- Reserved in a later window: those waiters come first.
-    s.f_start, s.f_n = st, n
-    s.allowed = s.c == 0
+  function fixed_window.check(s)
+    forget(s.key)
+    local r = first('HMGET', s.key, 's', 'n')
+    s.s_now = s.now - math.fmod(s.now, s.W)
+    local st, n = tonumber(r[1]), tonumber(r[2]) or 0
+    s.n = n
+    s.stale = false
+    if st ~= nil and n > 0 and st > s.s_now and math.fmod(st, s.W) == 0 then
+      -- Reserved in a later window: those waiters come first.
+      s.f_start, s.f_n = st, n
+      s.allowed = s.c == 0
+      if not s.allowed then
+        s.retry = ceil_ms(fixed_window.earliest(s, s.now) - s.now)
+      end
+      return
+    end
+    if st ~= s.s_now then
+      s.n = 0
+      s.stale = true
+    end
+    s.f_start, s.f_n = s.s_now, s.n
+    s.allowed = s.n + s.c <= s.L
     if not s.allowed then
-      s.retry = ceil_ms(fixed_window.earliest(s, s.now) - s.now)
-    end
-    return
-  end
-  if st ~= s.s_now then
-    s.n = 0
-    s.stale = true
-  end
-  s.f_start, s.f_n = s.s_now, s.n
-  s.allowed = s.n + s.c <= s.L
-  if not s.allowed then
-    s.retry = ceil_ms(s.s_now + s.W - s.now)
-  end
-end
-
--- The earliest t >= from at which c fits: not before the newest window
--- holding units; there if its count leaves room, else the next window.
-function fixed_window.earliest(s, from)
-  local st, n, t = s.f_start, s.f_n, from
-  if n == 0 then
-    return t
-  end
-  if st > t - math.fmod(t, s.W) then
-    t = st
-  end
-  if t - math.fmod(t, s.W) ~= st or s.c <= s.L - n then
-    return t
-  end
-  return st + s.W
-end
-
-function fixed_window.record_at(s, t)
-  local st = t - math.fmod(t, s.W)
-  if s.stale or st ~= s.f_start then
-    -- A past window, another algorithm's hash, or a later window than
-    -- the one held: start a clean one.
-    redis.call('DEL', s.key)
-    redis.call('HSET', s.key, 's', int(st), 'n', int(s.c))
-    s.f_start, s.f_n = st, s.c
-  else
-    redis.call('HINCRBY', s.key, 'n', int(s.c))
-    s.f_n = s.f_n + s.c
-  end
-  s.stale = false
-  s.mark = int(st)
-end
-
-function fixed_window.record(s)
-  fixed_window.record_at(s, s.now)
-end
-
-function fixed_window.effective(s)
-  if s.f_n > 0 and s.f_start > s.s_now then
-    -- Reservations in a later window: when one unit would fit.
-    local c = s.c
-    s.c = 1
-    local t = fixed_window.earliest(s, s.now)
-    s.c = c
-    return ceil_ms(t - s.now)
-  end
-  return ceil_ms(s.s_now + s.W - s.now)
-end
-
-function fixed_window.finish(s)
-  local st, n = s.f_start, s.f_n
-  s.over = max(0, n - s.L)
-  if n > 0 and st > s.s_now then
-    s.remaining = 0
-    s.reset = ceil_ms(st + s.W - s.now)
-  else
-    s.remaining = max(0, s.L - n)
-    s.reset = 0
-    if n > 0 then
-      s.reset = ceil_ms(s.s_now + s.W - s.now)
+      s.retry = ceil_ms(s.s_now + s.W - s.now)
     end
   end
-  if s.recorded then
-    redis.call('PEXPIRE', s.key,
-      int(max(1, ceil_ms(st + s.W - s.now))))
+
+  -- The earliest t >= from at which c fits: not before the newest window
+  -- holding units; there if its count leaves room, else the next window.
+  function fixed_window.earliest(s, from)
+    local st, n, t = s.f_start, s.f_n, from
+    if n == 0 then
+      return t
+    end
+    if st > t - math.fmod(t, s.W) then
+      t = st
+    end
+    if t - math.fmod(t, s.W) ~= st or s.c <= s.L - n then
+      return t
+    end
+    return st + s.W
   end
+
+  function fixed_window.record_at(s, t)
+    local st = t - math.fmod(t, s.W)
+    if s.stale or st ~= s.f_start then
+      -- A past window, another algorithm's hash, or a later window than
+      -- the one held: start a clean one.
+      redis.call('DEL', s.key)
+      redis.call('HSET', s.key, 's', int(st), 'n', int(s.c))
+      s.f_start, s.f_n = st, s.c
+    else
+      redis.call('HINCRBY', s.key, 'n', int(s.c))
+      s.f_n = s.f_n + s.c
+    end
+    s.stale = false
+    s.mark = int(st)
+  end
+
+  function fixed_window.record(s)
+    fixed_window.record_at(s, s.now)
+  end
+
+  function fixed_window.effective(s)
+    if s.f_n > 0 and s.f_start > s.s_now then
+      -- Reservations in a later window: when one unit would fit.
+      local c = s.c
+      s.c = 1
+      local t = fixed_window.earliest(s, s.now)
+      s.c = c
+      return ceil_ms(t - s.now)
+    end
+    return ceil_ms(s.s_now + s.W - s.now)
+  end
+
+  function fixed_window.finish(s)
+    local st, n = s.f_start, s.f_n
+    s.over = max(0, n - s.L)
+    if n > 0 and st > s.s_now then
+      s.remaining = 0
+      s.reset = ceil_ms(st + s.W - s.now)
+    else
+      s.remaining = max(0, s.L - n)
+      s.reset = 0
+      if n > 0 then
+        s.reset = ceil_ms(s.s_now + s.W - s.now)
+      end
+    end
+    if s.recorded then
+      redis.call('PEXPIRE', s.key,
+        int(max(1, ceil_ms(st + s.W - s.now))))
+    end
+  end
+  return fixed_window
 end
 
 -- token_bucket (GCRA): a string holding tat, a double in microseconds,
 -- written with %.17g so that it reads back bit for bit.
-local token_bucket = {}
+local function make_token_bucket()
+  token_bucket = {}
 
-function token_bucket.check(s)
-  forget(s.key)
-  local tat = tonumber(first('GET', s.key))
-  if tat ~= nil and (tat ~= tat or tat == math.huge or tat == -math.huge) then
-    tat = nil
+  function token_bucket.check(s)
+    forget(s.key)
+    local tat = tonumber(first('GET', s.key))
+    if tat ~= nil and (tat ~= tat or tat == math.huge or tat == -math.huge) then
+      tat = nil
+    end
+    local inc = s.c * s.W / s.L
+    local base = s.now
+    if tat ~= nil and tat > s.now then
+      base = tat
+    end
+    s.tat = tat
+    s.base = base
+    s.new_tat = base + inc
+    s.allowed = s.new_tat - s.now <= s.W + 1
+    if not s.allowed then
+      s.retry = max(1, ceil_ms(math.ceil(s.new_tat - s.W - s.now)))
+    end
   end
-  local inc = s.c * s.W / s.L
-  local base = s.now
-  if tat ~= nil and tat > s.now then
-    base = tat
-  end
-  s.tat = tat
-  s.base = base
-  s.new_tat = base + inc
-  s.allowed = s.new_tat - s.now <= s.W + 1
-  if not s.allowed then
-    s.retry = max(1, ceil_ms(math.ceil(s.new_tat - s.W - s.now)))
-  end
-end
 
-function token_bucket.record(s)
-  -- Written with its TTL in finish().
-  s.mark = fmt('%.17g', s.new_tat)
-end
+  function token_bucket.record(s)
+    -- Written with its TTL in finish().
+    s.mark = fmt('%.17g', s.new_tat)
+  end
 
--- GCRA at t: max(tat, t) + c*W/L - t <= W + 1.
-local function bucket_fits(s, t)
-  local base = t
-  if s.tat ~= nil and s.tat > t then
-    base = s.tat
+  -- GCRA at t: max(tat, t) + c*W/L - t <= W + 1.
+  local function bucket_fits(s, t)
+    local base = t
+    if s.tat ~= nil and s.tat > t then
+      base = s.tat
+    end
+    return base + s.c * s.W / s.L - t <= s.W + 1
   end
-  return base + s.c * s.W / s.L - t <= s.W + 1
-end
 
-function token_bucket.earliest(s, from)
-  if bucket_fits(s, from) then
-    return from
+  function token_bucket.earliest(s, from)
+    if bucket_fits(s, from) then
+      return from
+    end
+    local t = from
+    local x = math.ceil(s.tat + s.c * s.W / s.L - s.W - 1)
+    if x > t then
+      t = x
+    end
+    while not bucket_fits(s, t) do
+      t = t + 1
+    end
+    return t
   end
-  local t = from
-  local x = math.ceil(s.tat + s.c * s.W / s.L - s.W - 1)
-  if x > t then
-    t = x
-  end
-  while not bucket_fits(s, t) do
-    t = t + 1
-  end
-  return t
-end
 
-function token_bucket.record_at(s, t)
-  local base = t
-  if s.tat ~= nil and s.tat > t then
-    base = s.tat
+  function token_bucket.record_at(s, t)
+    local base = t
+    if s.tat ~= nil and s.tat > t then
+      base = s.tat
+    end
+    s.new_tat = base + s.c * s.W / s.L
+    token_bucket.record(s)
   end
-  s.new_tat = base + s.c * s.W / s.L
-  token_bucket.record(s)
-end
 
-function token_bucket.finish(s)
-  local t = s.base
-  if s.recorded then
-    t = s.new_tat
+  function token_bucket.finish(s)
+    local t = s.base
+    if s.recorded then
+      t = s.new_tat
+    end
+    local rem = floor((s.W + 1 - (t - s.now)) * s.L / s.W)
+    s.remaining = min(s.L, max(0, rem))
+    s.over = max(0, -rem)
+    s.reset = ceil_ms(math.ceil(t - s.now))
+    if s.recorded then
+      redis.call('SET', s.key, fmt('%.17g', s.new_tat), 'PX',
+        int(max(1, s.reset)))
+    end
   end
-  local rem = floor((s.W + 1 - (t - s.now)) * s.L / s.W)
-  s.remaining = min(s.L, max(0, rem))
-  s.over = max(0, -rem)
-  s.reset = ceil_ms(math.ceil(t - s.now))
-  if s.recorded then
-    redis.call('SET', s.key, fmt('%.17g', s.new_tat), 'PX',
-      int(max(1, s.reset)))
-  end
-end
 
-function token_bucket.effective(s)
-  local t = s.base
-  if s.recorded then
-    t = s.new_tat
+  function token_bucket.effective(s)
+    local t = s.base
+    if s.recorded then
+      t = s.new_tat
+    end
+    local nt = t + (s.remaining + 1) * s.W / s.L
+    return max(1, ceil_ms(math.ceil(nt - s.W - s.now)))
   end
-  local nt = t + (s.remaining + 1) * s.W / s.L
-  return max(1, ceil_ms(math.ceil(nt - s.W - s.now)))
+  return token_bucket
 end
 
 -- sliding_window: a hash bucket index -> count, B buckets per window.
-local sliding_window = {}
+local function make_sliding_window()
+  sliding_window = {}
 
--- The retry of a request of c units: walk forward through bucket
--- boundaries with no new traffic until full + c <= L, then solve
--- est(t) + c = L in that bucket.  full and old are those of bucket i.
-local function sw_retry(s, c, full, old)
-  local L, i, t = s.L, s.i, nil
-  for _ = 0, B do
-    if full + c <= L then
-      if old > 0 then
-        t = (i + 1) * s.G - s.G * (L - c - full) / old
-        if t < s.now then
+  -- The retry of a request of c units: walk forward through bucket
+  -- boundaries with no new traffic until full + c <= L, then solve
+  -- est(t) + c = L in that bucket.  full and old are those of bucket i.
+  local function sw_retry(s, c, full, old)
+    local L, i, t = s.L, s.i, nil
+    for _ = 0, B do
+      if full + c <= L then
+        if old > 0 then
+          t = (i + 1) * s.G - s.G * (L - c - full) / old
+          if t < s.now then
+            t = s.now
+          end
+        else
           t = s.now
         end
-      else
-        t = s.now
+        break
       end
-      break
+      old = s.counts[i - B + 1] or 0
+      full = full - old
+      i = i + 1
     end
-    old = s.counts[i - B + 1] or 0
-    full = full - old
-    i = i + 1
+    return max(1, ceil_ms(math.ceil(t - s.now)))
   end
-  return max(1, ceil_ms(math.ceil(t - s.now)))
-end
 
-function sliding_window.check(s)
-  forget(s.key)
-  local G = s.W / B
-  local i = (s.now - math.fmod(s.now, G)) / G
-  local h = first('HGETALL', s.key)
-  local counts, old_fields = {}, {}
-  for j = 1, #h, 2 do
-    local b, v = tonumber(h[j]), tonumber(h[j + 1])
-    if b == nil or v == nil or b ~= floor(b) or b < i - B or
-        b > i then
-      -- Expired; from the future (the clock stepped back, or a reload
-      -- changed W and the indexes mean other times); or not a bucket at
-      -- all (another algorithm's hash).  None of them counts anywhere.
-      old_fields[#old_fields + 1] = h[j]
-    else
-      counts[b] = v
+  function sliding_window.check(s)
+    forget(s.key)
+    local G = s.W / B
+    local i = (s.now - math.fmod(s.now, G)) / G
+    local h = first('HGETALL', s.key)
+    local counts, old_fields = {}, {}
+    for j = 1, #h, 2 do
+      local b, v = tonumber(h[j]), tonumber(h[j + 1])
+      if b == nil or v == nil or b ~= floor(b) or b < i - B or
+          b > i then
+        -- Expired; from the future (the clock stepped back, or a reload
+        -- changed W and the indexes mean other times); or not a bucket at
+        -- all (another algorithm's hash).  None of them counts anywhere.
+        old_fields[#old_fields + 1] = h[j]
+      else
+        counts[b] = v
+      end
     end
-  end
-  if #old_fields > 0 then
-    redis.call('HDEL', s.key, unpack(old_fields))
-  end
-  local full = 0
-  for j = i - B + 1, i do
-    full = full + (counts[j] or 0)
-  end
-  local old = counts[i - B] or 0
-  local f = ((i + 1) * G - s.now) / G
-  s.G, s.i, s.counts = G, i, counts
-  s.est = full + old * f
-  s.allowed = s.est + s.c <= s.L
-  if not s.allowed then
-    s.retry = sw_retry(s, s.c, full, old)
-  end
-end
-
-function sliding_window.record(s)
-  redis.call('HINCRBY', s.key, int(s.i), int(s.c))
-  s.mark = int(s.i)
-  s.counts[s.i] = (s.counts[s.i] or 0) + s.c
-  s.est = s.est + s.c
-end
-
-function sliding_window.effective(s)
-  local full = 0
-  for j = s.i - B + 1, s.i do
-    full = full + (s.counts[j] or 0)
-  end
-  return sw_retry(s, s.remaining + 1, full, s.counts[s.i - B] or 0)
-end
-
-function sliding_window.finish(s)
-  local rem = floor(s.L - s.est)
-  s.remaining = max(0, rem)
-  s.over = max(0, -rem)
-  local newest = nil
-  for b, v in pairs(s.counts) do
-    if v > 0 and (newest == nil or b > newest) then
-      newest = b
+    if #old_fields > 0 then
+      redis.call('HDEL', s.key, unpack(old_fields))
+    end
+    local full = 0
+    for j = i - B + 1, i do
+      full = full + (counts[j] or 0)
+    end
+    local old = counts[i - B] or 0
+    local f = ((i + 1) * G - s.now) / G
+    s.G, s.i, s.counts = G, i, counts
+    s.est = full + old * f
+    s.allowed = s.est + s.c <= s.L
+    if not s.allowed then
+      s.retry = sw_retry(s, s.c, full, old)
     end
   end
-  s.reset = 0
-  if newest ~= nil then
-    s.reset = ceil_ms((newest + 1) * s.G + s.W - s.now)
+
+  function sliding_window.record(s)
+    redis.call('HINCRBY', s.key, int(s.i), int(s.c))
+    s.mark = int(s.i)
+    s.counts[s.i] = (s.counts[s.i] or 0) + s.c
+    s.est = s.est + s.c
   end
-  if s.recorded then
-    redis.call('PEXPIRE', s.key, int(ceil_ms(s.W + s.G)))
+
+  function sliding_window.effective(s)
+    local full = 0
+    for j = s.i - B + 1, s.i do
+      full = full + (s.counts[j] or 0)
+    end
+    return sw_retry(s, s.remaining + 1, full, s.counts[s.i - B] or 0)
   end
+
+  function sliding_window.finish(s)
+    local rem = floor(s.L - s.est)
+    s.remaining = max(0, rem)
+    s.over = max(0, -rem)
+    local newest = nil
+    for b, v in pairs(s.counts) do
+      if v > 0 and (newest == nil or b > newest) then
+        newest = b
+      end
+    end
+    s.reset = 0
+    if newest ~= nil then
+      s.reset = ceil_ms((newest + 1) * s.G + s.W - s.now)
+    end
+    if s.recorded then
+      redis.call('PEXPIRE', s.key, int(ceil_ms(s.W + s.G)))
+    end
+  end
+  sliding_window.earliest = at_once
+  sliding_window.record_at = function(s) sliding_window.record(s) end
+  return sliding_window
 end
 
 -- concurrency: a sorted set, "<token>:<cost>" by expiry, '#used' by -used
 -- (docs/algorithms.md; lease.lua and takeback.lua read the same layout).
-local concurrency = {}
+local function make_concurrency()
+  concurrency = {}
 
-function concurrency.check(s)
-  forget(s.key)
-  local gone = first('ZRANGEBYSCORE', s.key, '(0', int(s.now))
-  local u = redis.call('ZSCORE', s.key, '#used')
-  s.used = u and -tonumber(u) or 0
-  if #gone > 0 then
-    for _, m in ipairs(gone) do
-      s.used = s.used - (tonumber(string.match(m, ':(%d+)$')) or 0)
-    end
-    redis.call('ZREMRANGEBYSCORE', s.key, '(0', int(s.now))
-    if s.used <= 0 or redis.call('ZCARD', s.key) <= 1 then
-      s.used = 0
-      redis.call('DEL', s.key)
-    else
-      redis.call('ZADD', s.key, int(-s.used), '#used')
-    end
-  end
-  s.allowed = s.used + s.c <= s.L
-  if not s.allowed then
-    -- k units to free: leases by expiry from rank 1 ('#used' is 0)
-    local k = s.used + s.c - s.L
-    local r = redis.call('ZRANGE', s.key, '1', int(k), 'WITHSCORES')
-    local acc, t = 0, nil
-    for i = 1, #r, 2 do
-      acc = acc + (tonumber(string.match(r[i], ':(%d+)$')) or 0)
-      t = tonumber(r[i + 1])
-      if acc >= k then
-        break
+  function concurrency.check(s)
+    forget(s.key)
+    local gone = first('ZRANGEBYSCORE', s.key, '(0', int(s.now))
+    local u = redis.call('ZSCORE', s.key, '#used')
+    s.used = u and -tonumber(u) or 0
+    if #gone > 0 then
+      for _, m in ipairs(gone) do
+        s.used = s.used - (tonumber(string.match(m, ':(%d+)$')) or 0)
+      end
+      redis.call('ZREMRANGEBYSCORE', s.key, '(0', int(s.now))
+      if s.used <= 0 or redis.call('ZCARD', s.key) <= 1 then
+        s.used = 0
+        redis.call('DEL', s.key)
+      else
+        redis.call('ZADD', s.key, int(-s.used), '#used')
       end
     end
-    s.retry = max(1, ceil_ms((t or s.now) - s.now))
-  end
-end
-
-function concurrency.record(s)
-  redis.call('ZADD', s.key, int(s.now + s.W), s.token .. ':' .. int(s.c))
-  s.used = s.used + s.c
-  redis.call('ZADD', s.key, int(-s.used), '#used')
-  s.mark = '1'
-end
-
-function concurrency.finish(s)
-  s.remaining = max(0, s.L - s.used)
-  s.reset = 0
-  if s.used > 0 then
-    local r = redis.call('ZRANGE', s.key, '-1', '-1', 'WITHSCORES')
-    if #r > 0 then
-      s.reset = ceil_ms(tonumber(r[2]) - s.now)
+    s.allowed = s.used + s.c <= s.L
+    if not s.allowed then
+      -- k units to free: leases by expiry from rank 1 ('#used' is 0)
+      local k = s.used + s.c - s.L
+      local r = redis.call('ZRANGE', s.key, '1', int(k), 'WITHSCORES')
+      local acc, t = 0, nil
+      for i = 1, #r, 2 do
+        acc = acc + (tonumber(string.match(r[i], ':(%d+)$')) or 0)
+        t = tonumber(r[i + 1])
+        if acc >= k then
+          break
+        end
+      end
+      s.retry = max(1, ceil_ms((t or s.now) - s.now))
     end
   end
-  if s.recorded then
-    redis.call('PEXPIRE', s.key, int(max(1, s.reset)))
+
+  function concurrency.record(s)
+    redis.call('ZADD', s.key, int(s.now + s.W), s.token .. ':' .. int(s.c))
+    s.used = s.used + s.c
+    redis.call('ZADD', s.key, int(-s.used), '#used')
+    s.mark = '1'
   end
+
+  function concurrency.finish(s)
+    s.remaining = max(0, s.L - s.used)
+    s.reset = 0
+    if s.used > 0 then
+      local r = redis.call('ZRANGE', s.key, '-1', '-1', 'WITHSCORES')
+      if #r > 0 then
+        s.reset = ceil_ms(tonumber(r[2]) - s.now)
+      end
+    end
+    if s.recorded then
+      redis.call('PEXPIRE', s.key, int(max(1, s.reset)))
+    end
+  end
+  concurrency.earliest = at_once
+  concurrency.record_at = function(s) concurrency.record(s) end
+  return concurrency
 end
 
 -- Taking quota in advance (docs/algorithms.md): instead of record, a
@@ -689,22 +717,19 @@ local function chunk(s)
   end
 end
 
--- Rules that never wait: now if they admit now, else never.
-local function at_once(s, from)
-  if s.allowed and from == s.now then
-    return from
-  end
-  return nil
-end
-sliding_window.earliest = at_once
-sliding_window.record_at = function(s) sliding_window.record(s) end
-concurrency.earliest = at_once
-concurrency.record_at = function(s) concurrency.record(s) end
+local ALGORITHMS = {[0] = sliding_log}
+local MAKE = {[1] = make_sliding_window, [2] = make_fixed_window,
+  [3] = make_token_bucket, [4] = make_concurrency}
 
-local ALGORITHMS = {
-  [0] = sliding_log, [1] = sliding_window, [2] = fixed_window,
-  [3] = token_bucket, [4] = concurrency
-}
+-- The algorithm numbered a (enum rl_algorithm), or nil.
+local function algorithm(a)
+  local alg = ALGORITHMS[a]
+  if alg == nil and a ~= nil and MAKE[a] ~= nil then
+    alg = MAKE[a]()
+    ALGORITHMS[a] = alg
+  end
+  return alg
+end
 
 -- One request: checks[first .. last], all-or-nothing on its own.  Appends
 -- its all_allowed and 5 fields per check to reply.
@@ -925,20 +950,20 @@ end
 local checks = {}
 for k = 1, n do
   local a = base + (k - 1) * 5
-  local alg = ALGORITHMS[tonumber(ARGV[a + 1])]
+  local alg = algorithm(tonumber(ARGV[a + 1]))
   local token, want, hold = nil, nil, nil
   local pa, pw, ph
   if alg == nil then
     pa, pw, ph = string.match(ARGV[a + 1], '^(%d+)%+(%d+)%+(%d+)$')
   end
   if pa ~= nil and chunks then
-    alg, want, hold = ALGORITHMS[tonumber(pa)], tonumber(pw), tonumber(ph)
+    alg, want, hold = algorithm(tonumber(pa)), tonumber(pw), tonumber(ph)
     if alg == concurrency then
       alg = nil
     end
   elseif alg == nil then
     local an, tk = string.match(ARGV[a + 1], '^(%d+):(%x+)$')
-    alg, token = ALGORITHMS[tonumber(an)], tk
+    alg, token = algorithm(tonumber(an)), tk
     if alg ~= concurrency then
       alg = nil
     end
