@@ -12,14 +12,16 @@
 # per scenario: µs per EVALSHA, µs per decision, and of that the part spent
 # in the Redis commands the script calls (their own commandstats); the rest
 # is Lua.
-#   random N   N requests on keys drawn from 10,000 (N = 1, 16, 64)
+#   random N   N requests on keys drawn from 10,000 (N = 1, 4, 16, 64;
+#              the daemon's batches held ~5 under wrk -c50)
 #   hot 64     64 requests on one key, all allowed
 #   denied 64  64 requests on one key at its limit (100), all denied
 #   plain      bench/speed.sh's "Redis alone" sliding-window script, one
 #              decision per call, 10,000 keys (redis-benchmark, 50 clients)
 #
 # Environment: REDIS_SERVER, REDIS_CLI, REDIS_BENCHMARK (default: PATH),
-# DECISIONS (per scenario, default 32768).
+# DECISIONS (per scenario, default 32768), SCRIPT (default
+# lua/ratelimit.lua: another version to compare, e.g. one from git show).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -27,6 +29,7 @@ server=${REDIS_SERVER:-redis-server}
 cli=${REDIS_CLI:-redis-cli}
 rbench=${REDIS_BENCHMARK:-redis-benchmark}
 decisions=${DECISIONS:-32768}
+script=${SCRIPT:-lua/ratelimit.lua}
 
 tmp=$(mktemp -d)
 pid=
@@ -49,7 +52,7 @@ for _ in $(seq 50); do
 done
 # What the daemon sends: the Makefile's LUA_STRIP.
 sed -e '/^[[:space:]]*--/d' -e '/^[[:space:]]*$/d' -e 's/^[[:space:]]*//' \
-	lua/ratelimit.lua | awk 1 >"$tmp/ratelimit.lua"
+	"$script" | awk 1 >"$tmp/ratelimit.lua"
 sha=$("$cli" -p "$port" -x SCRIPT LOAD <"$tmp/ratelimit.lua")
 echo "ratelimit.lua as sent: $(wc -c <"$tmp/ratelimit.lua") bytes"
 
@@ -106,6 +109,7 @@ run() {
 }
 
 run random 1 1000000000
+run random 4 1000000000
 run random 16 1000000000
 run random 64 1000000000
 run hot 64 1000000000
