@@ -170,6 +170,22 @@ local function log_read(key, now, W)
   return k
 end
 
+-- The time of the run holding unit number `want` (runs sorted by end).
+local function log_time_of(s, want)
+  local lo, hi = 0, redis.call('ZCARD', s.key) - 1
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    local r = redis.call('ZRANGE', s.key, int(mid), int(mid))
+    if tonumber(string.match(r[1], '^(%d+):')) >= want then
+      hi = mid
+    else
+      lo = mid + 1
+    end
+  end
+  return tonumber(redis.call('ZRANGE', s.key, int(lo), int(lo),
+    'WITHSCORES')[2])
+end
+
 function sliding_log.check(s)
   local k = logs[s.key]
   if k == nil or k.W ~= s.W then
@@ -187,20 +203,8 @@ function sliding_log.check(s)
   if not s.allowed then
     -- The unit numbered first + k - 1 must expire, k = used + c - L: find
     -- the oldest run whose end reaches it (runs sorted by end and score).
-    local want = s.first + (s.used + s.c - s.L) - 1
-    local lo, hi = 0, redis.call('ZCARD', s.key) - 1
-    local t
-    while lo < hi do
-      local mid = floor((lo + hi) / 2)
-      local r = redis.call('ZRANGE', s.key, int(mid), int(mid))
-      if tonumber(string.match(r[1], '^(%d+):')) >= want then
-        hi = mid
-      else
-        lo = mid + 1
-      end
-    end
-    t = redis.call('ZRANGE', s.key, int(lo), int(lo), 'WITHSCORES')[2]
-    s.retry = ceil_ms(tonumber(t) + s.W - s.now)
+    s.retry = ceil_ms(log_time_of(s, s.first + (s.used + s.c - s.L) - 1) +
+      s.W - s.now)
   end
 end
 
@@ -229,53 +233,6 @@ function sliding_log.record(s)
     k.v = k.v + 1
     s.v = k.v
   end
-end
-
--- The time of the run holding unit number `want` (runs sorted by end).
-local function log_time_of(s, want)
-  local lo, hi = 0, redis.call('ZCARD', s.key) - 1
-  while lo < hi do
-    local mid = floor((lo + hi) / 2)
-    local r = redis.call('ZRANGE', s.key, int(mid), int(mid))
-    if tonumber(string.match(r[1], '^(%d+):')) >= want then
-      hi = mid
-    else
-      lo = mid + 1
-    end
-  end
-  return tonumber(redis.call('ZRANGE', s.key, int(lo), int(lo),
-    'WITHSCORES')[2])
-end
-
--- Not before the newest run; at t0 = max(from, newest) the units of
--- (t0 - W, t0] plus c must fit, else when the k-th oldest of them leaves.
-function sliding_log.earliest(s, from)
-  local t0 = from
-  if s.last_t ~= nil and s.last_t > t0 then
-    t0 = s.last_t
-  end
-  if s.used == 0 then
-    return t0
-  end
-  local r = redis.call('ZRANGEBYSCORE', s.key, '(' .. int(t0 - s.W), '+inf',
-    'WITHSCORES', 'LIMIT', '0', '1')
-  local count, firstu = 0, 0
-  if #r > 0 then
-    local e, n = log_member(r, 1)
-    firstu = e - n + 1
-    count = s.last_end - firstu + 1
-  end
-  if count + s.c <= s.L then
-    return t0
-  end
-  return log_time_of(s, firstu + (count + s.c - s.L) - 1) + s.W
-end
-
-function sliding_log.record_at(s, t)
-  local now = s.now
-  s.now = t
-  sliding_log.record(s)
-  s.now = now
 end
 
 -- The unit numbered first + k - 1 leaves, k = used + (remaining + 1) - L:
@@ -428,7 +385,8 @@ local function make_token_bucket()
   function token_bucket.check(s)
     forget(s.key)
     local tat = tonumber(first('GET', s.key))
-    if tat ~= nil and (tat ~= tat or tat == math.huge or tat == -math.huge) then
+    if tat ~= nil and (tat ~= tat or tat == math.huge or
+        tat == -math.huge) then
       tat = nil
     end
     local inc = s.c * s.W / s.L
@@ -674,49 +632,6 @@ local function make_concurrency()
   return concurrency
 end
 
--- Taking quota in advance (docs/algorithms.md): instead of record, a
--- check with s.want records k = c + min(want - c, floor(F / SHARE)) units,
--- F the units still free after c, so that they may be used for s.valid
--- microseconds after now.  Sets s.c = k (finish and effective then see a
--- call that recorded k), s.taken and s.valid.
-local SHARE = 8
-
-local function chunk(s)
-  local F
-  s.valid = s.hold
-  if s.alg == sliding_log then
-    F = s.L - s.used - s.c
-  elseif s.alg == fixed_window then
-    F = s.L - s.n - s.c
-    if s.s_now + s.W - s.now < s.valid then
-      s.valid = s.s_now + s.W - s.now
-    end
-  elseif s.alg == token_bucket then
-    F = min(s.L,
-      floor((s.W + 1 - (s.new_tat - s.now)) * s.L / s.W))
-  else
-    F = floor(s.L - s.est - s.c)
-    if (s.i + 1) * s.G - s.now < s.valid then
-      s.valid = (s.i + 1) * s.G - s.now
-    end
-  end
-  local x = 0
-  if F >= SHARE then
-    x = min(s.want - s.c, floor(F / SHARE))
-  end
-  local k = s.c + x
-  if s.alg == token_bucket and s.base + k * s.W / s.L - s.now > s.W + 1 then
-    k = s.c -- double rounding said no
-  end
-  s.c = k
-  s.taken = k
-  if s.alg == sliding_log or s.alg == token_bucket then
-    s.alg.record_at(s, s.now + s.hold)
-  else
-    s.alg.record(s)
-  end
-end
-
 local ALGORITHMS = {[0] = sliding_log}
 local MAKE = {[1] = make_sliding_window, [2] = make_fixed_window,
   [3] = make_token_bucket, [4] = make_concurrency}
@@ -731,68 +646,146 @@ local function algorithm(a)
   return alg
 end
 
--- One request: checks[first .. last], all-or-nothing on its own.  Appends
--- its all_allowed and 5 fields per check to reply.
--- Waiting: the earliest t within `wait` microseconds at which every
--- non-shadow check fits (the max of their earliest times, until they
--- agree), or nil.
-local function reserve_time(checks, first, last, wait)
-  local now = checks[first].now
-  local t = now
-  for _ = 1, 64 do
-    local nxt = t
-    for k = first, last do
-      local s = checks[k]
-      if not s.shadow then
-        local e = s.alg.earliest(s, t)
-        if e == nil then
-          return nil
-        end
-        if e > nxt then
-          nxt = e
-        end
+-- Waiting, reports and chunks, made only for a call that has one.
+local reserve_time, report, chunk
+local function make_extras()
+  -- Not before the newest run; at t0 = max(from, newest) the units of
+  -- (t0 - W, t0] plus c must fit, else when the k-th oldest of them leaves.
+  function sliding_log.earliest(s, from)
+    local t0 = from
+    if s.last_t ~= nil and s.last_t > t0 then
+      t0 = s.last_t
+    end
+    if s.used == 0 then
+      return t0
+    end
+    local r = redis.call('ZRANGEBYSCORE', s.key, '(' .. int(t0 - s.W), '+inf',
+      'WITHSCORES', 'LIMIT', '0', '1')
+    local count, firstu = 0, 0
+    if #r > 0 then
+      local e, n = log_member(r, 1)
+      firstu = e - n + 1
+      count = s.last_end - firstu + 1
+    end
+    if count + s.c <= s.L then
+      return t0
+    end
+    return log_time_of(s, firstu + (count + s.c - s.L) - 1) + s.W
+  end
+
+  function sliding_log.record_at(s, t)
+    local now = s.now
+    s.now = t
+    sliding_log.record(s)
+    s.now = now
+  end
+
+  -- Taking quota in advance (docs/algorithms.md): instead of record, a
+  -- check with s.want records k = c + min(want - c, floor(F / SHARE)) units,
+  -- F the units still free after c, so that they may be used for s.valid
+  -- microseconds after now.  Sets s.c = k (finish and effective then see a
+  -- call that recorded k), s.taken and s.valid.
+  local SHARE = 8
+
+  function chunk(s)
+    local F
+    s.valid = s.hold
+    if s.alg == sliding_log then
+      F = s.L - s.used - s.c
+    elseif s.alg == fixed_window then
+      F = s.L - s.n - s.c
+      if s.s_now + s.W - s.now < s.valid then
+        s.valid = s.s_now + s.W - s.now
+      end
+    elseif s.alg == token_bucket then
+      F = min(s.L,
+        floor((s.W + 1 - (s.new_tat - s.now)) * s.L / s.W))
+    else
+      F = floor(s.L - s.est - s.c)
+      if (s.i + 1) * s.G - s.now < s.valid then
+        s.valid = (s.i + 1) * s.G - s.now
       end
     end
-    if nxt - now > wait then
-      return nil
+    local x = 0
+    if F >= SHARE then
+      x = min(s.want - s.c, floor(F / SHARE))
     end
-    if nxt == t then
-      if t == now then
+    local k = s.c + x
+    if s.alg == token_bucket and s.base + k * s.W / s.L - s.now > s.W + 1 then
+      k = s.c -- double rounding said no
+    end
+    s.c = k
+    s.taken = k
+    if s.alg == sliding_log or s.alg == token_bucket then
+      s.alg.record_at(s, s.now + s.hold)
+    else
+      s.alg.record(s)
+    end
+  end
+
+  -- Waiting: the earliest t within `wait` microseconds at which every
+  -- non-shadow check fits (the max of their earliest times, until they
+  -- agree), or nil.
+  function reserve_time(checks, first, last, wait)
+    local now = checks[first].now
+    local t = now
+    for _ = 1, 64 do
+      local nxt = t
+      for k = first, last do
+        local s = checks[k]
+        if not s.shadow then
+          local e = s.alg.earliest(s, t)
+          if e == nil then
+            return nil
+          end
+          if e > nxt then
+            nxt = e
+          end
+        end
+      end
+      if nxt - now > wait then
         return nil
       end
-      return t
-    end
-    t = nxt
-  end
-  return nil
-end
-
--- A report: phase 1 with c = 0 (expire, read), then every check records
--- c whatever it allows: at now, or in fixed_window's later window when
--- that holds reservations (they keep their place; the report drains
--- with that window).
-local function report(checks, first, last)
-  for k = first, last do
-    local s = checks[k]
-    local c = s.c
-    s.c = 0
-    s.alg.check(s)
-    s.c = c
-    s.allowed = true
-  end
-  for k = first, last do
-    local s = checks[k]
-    if s.c > 0 then
-      local t = s.now
-      if s.alg == fixed_window and s.f_start > t then
-        t = s.f_start
+      if nxt == t then
+        if t == now then
+          return nil
+        end
+        return t
       end
-      s.alg.record_at(s, t)
-      s.recorded = true
+      t = nxt
+    end
+    return nil
+  end
+
+  -- A report: phase 1 with c = 0 (expire, read), then every check records
+  -- c whatever it allows: at now, or in fixed_window's later window when
+  -- that holds reservations (they keep their place; the report drains
+  -- with that window).
+  function report(checks, first, last)
+    for k = first, last do
+      local s = checks[k]
+      local c = s.c
+      s.c = 0
+      s.alg.check(s)
+      s.c = c
+      s.allowed = true
+    end
+    for k = first, last do
+      local s = checks[k]
+      if s.c > 0 then
+        local t = s.now
+        if s.alg == fixed_window and s.f_start > t then
+          t = s.f_start
+        end
+        s.alg.record_at(s, t)
+        s.recorded = true
+      end
     end
   end
 end
 
+-- One request: checks[first .. last], all-or-nothing on its own.  Appends
+-- its all_allowed and 5 fields per check to reply.
 local function request(checks, first, last, reply, marks, chunks, wait,
     is_report)
   -- Phase 1: check.
@@ -931,6 +924,9 @@ else
     return redis.error_reply('ratelimit.lua: check counts do not add ' ..
       'up to the keys')
   end
+end
+if chunks or any_report or next(waits) ~= nil then
+  make_extras()
 end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
