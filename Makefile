@@ -378,4 +378,5 @@ bench: accuracy $(BUILD)/ratelimitd
 	bash bench/memory.sh
 	bash bench/stats_memory.sh
 	bash bench/stats_cost.sh
+	bash bench/script_cost.sh
 	DURATION=$(BENCH_SECONDS) RATELIMITD=$(BUILD)/ratelimitd bash bench/speed.sh

@@ -258,6 +258,184 @@ START_TEST(test_scenario)
 }
 END_TEST
 
+/* --- a batch against the same requests one call each -------------------- */
+
+/* One request of the batch test: one or two checks, each on key k<key>. */
+struct b_req {
+	size_t n;
+	int key[2], alg[2];
+	int64_t limit[2], window_ms[2], cost;
+};
+
+#define B_KEYS 3
+#define B_REQS 12
+
+/* EVAL the script at now with 'marks' and the requests rq[0 .. nrq - 1]
+ * on the keys "b:<set>:{k<i>}"; return the reply (free it). */
+static redisReply *
+b_eval(redisContext *c, int64_t now, const char *set, const struct b_req *rq,
+    size_t nrq)
+{
+	const char *argv[4 + 2 * B_REQS * 7 + B_REQS];
+	size_t argl[4 + 2 * B_REQS * 7 + B_REQS];
+	char nums[4 + 2 * B_REQS * 7 + B_REQS][48];
+	char *text = script_at(now);
+	size_t i, j, nk = 0, u = 0;
+	int argc = 0;
+	redisReply *rep;
+
+	for (i = 0; i < nrq; i++)
+		nk += rq[i].n;
+	argv[argc++] = "EVAL";
+	argv[argc++] = text;
+	snprintf(nums[u], sizeof(nums[u]), "%zu", nk);
+	argv[argc++] = nums[u++];
+	for (i = 0; i < nrq; i++)
+		for (j = 0; j < rq[i].n; j++) {
+			snprintf(nums[u], sizeof(nums[u]), "b:%s:{k%d}", set,
+			    rq[i].key[j]);
+			argv[argc++] = nums[u++];
+		}
+	argv[argc++] = "marks";
+	snprintf(nums[u], sizeof(nums[u]), "%zu", nrq);
+	argv[argc++] = nums[u++];
+	for (i = 0; i < nrq; i++) {
+		snprintf(nums[u], sizeof(nums[u]), "%zu", rq[i].n);
+		argv[argc++] = nums[u++];
+	}
+	for (i = 0; i < nrq; i++)
+		for (j = 0; j < rq[i].n; j++) {
+			snprintf(nums[u], sizeof(nums[u]), "%d", rq[i].alg[j]);
+			argv[argc++] = nums[u++];
+			snprintf(nums[u], sizeof(nums[u]), "%" PRId64,
+			    rq[i].limit[j]);
+			argv[argc++] = nums[u++];
+			snprintf(nums[u], sizeof(nums[u]), "%" PRId64,
+			    rq[i].window_ms[j]);
+			argv[argc++] = nums[u++];
+			snprintf(nums[u], sizeof(nums[u]), "%" PRId64,
+			    rq[i].cost);
+			argv[argc++] = nums[u++];
+			argv[argc++] = "0";
+		}
+	for (i = 0; i < (size_t)argc; i++)
+		argl[i] = strlen(argv[i]);
+	rep = redisCommandArgv(c, argc, argv, argl);
+	free(text);
+	ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_ARRAY,
+	    "redis: %s",
+	    rep == NULL			       ? c->errstr :
+		rep->type == REDIS_REPLY_ERROR ? rep->str :
+						 "not an array");
+	return rep;
+}
+
+/* Two replies' elements a[from ..] and b[0 ..] are the same. */
+static void
+b_same(const redisReply *a, size_t from, const redisReply *b, int round,
+    size_t req)
+{
+	size_t j;
+
+	ck_assert_msg(from + b->elements <= a->elements,
+	    "round %d, request %zu: the batch's reply is short", round, req);
+	for (j = 0; j < b->elements; j++) {
+		const redisReply *x = a->element[from + j], *y = b->element[j];
+
+		ck_assert_msg(x->type == y->type &&
+			(x->type == REDIS_REPLY_INTEGER ?
+				x->integer == y->integer :
+				strcmp(x->str, y->str) == 0),
+		    "round %d, request %zu, field %zu: batch %lld/%s, one "
+		    "by one %lld/%s",
+		    round, req, j, x->integer,
+		    x->type == REDIS_REPLY_INTEGER ? "-" : x->str, y->integer,
+		    y->type == REDIS_REPLY_INTEGER ? "-" : y->str);
+	}
+}
+
+/*
+ * Requests for the same keys in one call (lua/ratelimit.lua reads a
+ * sliding_log key once per call and sets its TTL once) decide exactly as
+ * the same requests sent one call each at the same time: every field and
+ * mark, and the keys' contents and TTLs after.  Costs 0 to 3 against
+ * limits 3 and 5, so that requests are allowed and denied; windows of 30
+ * and 60 s over rounds 7 s apart, so that runs expire; a window changed
+ * between requests; a key checked twice in one request; and a key that a
+ * fixed_window check takes over and a sliding_log check takes back (in
+ * requests of their own: one request holding both writes each type in
+ * turn, which the script does not support).
+ */
+START_TEST(test_batch_same_key)
+{
+	redisContext *c = h_redis_ctx(&redis);
+	const int64_t epoch = 1700000000000000;
+	uint32_t rng = 12345;
+	struct b_req rq[B_REQS];
+	int round, k;
+	size_t i, j, at;
+
+	for (round = 0; round < 14; round++) {
+		int64_t now = epoch + (int64_t)round * 7000000;
+		redisReply *batch, *one;
+
+		for (i = 0; i < B_REQS; i++) {
+			rng = rng * 1103515245 + 12345;
+			rq[i].n = (rng >> 16) % 4 == 0 ? 2 : 1;
+			rq[i].cost = (int64_t)((rng >> 8) % 4);
+			for (j = 0; j < rq[i].n; j++) {
+				rng = rng * 1103515245 + 12345;
+				k = (int)((rng >> 16) % B_KEYS);
+				rq[i].key[j] = k;
+				rq[i].alg[j] = RL_ALG_SLIDING_LOG;
+				rq[i].limit[j] = k == 1 ? 3 : 5;
+				rq[i].window_ms[j] = k == 1 ? 30000 : 60000;
+				if (k == 1 && (rng >> 8) % 3 == 0)
+					rq[i].window_ms[j] = 45000;
+				if (k == 2 && rq[i].n == 1 &&
+				    (rng >> 8) % 5 == 0)
+					rq[i].alg[j] = RL_ALG_FIXED_WINDOW;
+			}
+		}
+		batch = b_eval(c, now, "batch", rq, B_REQS);
+		for (i = 0, at = 0; i < B_REQS; i++) {
+			one = b_eval(c, now, "one", &rq[i], 1);
+			b_same(batch, at, one, round, i);
+			at += one->elements;
+			freeReplyObject(one);
+		}
+		ck_assert_uint_eq(at, batch->elements);
+		freeReplyObject(batch);
+	}
+	for (k = 0; k < B_KEYS; k++) {
+		long long ttl[2];
+		redisReply *v[2];
+		int s;
+
+		for (s = 0; s < 2; s++) {
+			const char *set = s == 0 ? "batch" : "one";
+
+			ttl[s] = h_redis_int(&redis, "PTTL b:%s:{k%d}", set, k);
+			v[s] = redisCommand(c,
+			    "ZRANGE b:%s:{k%d} 0 -1 WITHSCORES", set, k);
+			ck_assert_ptr_nonnull(v[s]);
+		}
+		ck_assert_msg(ttl[0] > 0 && llabs(ttl[0] - ttl[1]) < 5000,
+		    "k%d: TTL %lld in the batch, %lld one by one", k, ttl[0],
+		    ttl[1]);
+		ck_assert_int_eq(v[0]->type, v[1]->type);
+		if (v[0]->type == REDIS_REPLY_ARRAY) {
+			ck_assert_uint_eq(v[0]->elements, v[1]->elements);
+			for (j = 0; j < v[0]->elements; j++)
+				ck_assert_str_eq(v[0]->element[j]->str,
+				    v[1]->element[j]->str);
+		}
+		freeReplyObject(v[0]);
+		freeReplyObject(v[1]);
+	}
+}
+END_TEST
+
 /* --- fixtures and main -------------------------------------------------- */
 
 static void
@@ -295,6 +473,12 @@ test_suite(void)
 	tcase_add_checked_fixture(tc, flush_redis, h_test_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_scenario, 0, (int)nscenarios);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("batch");
+	tcase_add_unchecked_fixture(tc, start_redis, h_reap_orphans);
+	tcase_add_checked_fixture(tc, flush_redis, h_test_teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_batch_same_key);
 	suite_add_tcase(s, tc);
 	test_main_at_end(suite_done);
 	return s;
