@@ -116,7 +116,7 @@ load() {
     times >"$f.times"
   )
   awk 'NR == 2 { for (i = 1; i <= 2; i++) { sub(/s$/, "", $i);
-      split($i, t, "m"); s += t[1] * 60 + t[2] } printf "%.3f", s }' \
+      split($i, t, "m"); s += t[1] * 60 + t[2] } printf "%.3f\n", s }' \
     "$f.times" >"$f.cpu"
 }
 
