@@ -24,17 +24,26 @@
 #   (a-tls) (a) over TLS: the same Redis also on a TLS port (a certificate
 #           made here with the openssl command line), rediss:// with
 #           ca_file: what TLS costs the decision path, against (a).
-# wrk uses CONNECTIONS keep-alive connections and THREADS threads; the
-# ratios are against the reference of the table in issue order: (a), (e)
-# against redis; (b), (d) against nginx; (c), (f), (a-tls) against (a).  Then the RSS of
-# the daemon holding 1,000 idle keep-alive connections.  CPU is the
-# user+system seconds each process used during its run.
+# Like with like: the daemon runs `threads` event loops (RL_THREADS,
+# default the core count, the daemon's own default) and nginx as many
+# worker processes; every wrk run uses the same CONNECTIONS keep-alive
+# connections and THREADS threads.  The ratios are against the reference
+# of the table in issue order: (a), (e), (g), (g3) against redis; (b), (d)
+# against nginx; (c), (f), (a-tls) against (a).  Then the RSS of the daemon
+# holding 1,000 idle keep-alive connections.
+#
+# CPU: "CPU of the server" is the user+system seconds the server of the
+# run used over its duration.  The columns "µs/req" are each process's
+# CPU time over the run divided by the requests answered: the daemon (the
+# three summed in (g3)), redis-server, nginx (its own run; the workers
+# summed) and the load generator (wrk; redis-benchmark for redis, h2load
+# for (f)).  A process a run does not use shows "-".
 #
 # Prints a Markdown table and writes it to bench/results/speed-DATE.md.
 # Measures, never asserts.
 #
 # Environment: DURATION (s, default 10), CONNECTIONS (50), THREADS (2),
-# RATELIMITD (default build/ratelimitd), REDIS_SERVER, NGINX, WRK,
+# RL_THREADS (the daemon's threads and nginx's workers; nproc), RATELIMITD (default build/ratelimitd), REDIS_SERVER, NGINX, WRK,
 # REDIS_BENCHMARK, H2LOAD; ONLY="a a-tls" runs only the runs named (redis,
 # nginx, a .. g, g3, a-tls, rss) and writes no results file.
 set -euo pipefail
@@ -43,6 +52,7 @@ cd "$(dirname "$0")/.."
 dur=${DURATION:-10}
 conns=${CONNECTIONS:-50}
 wthreads=${THREADS:-2}
+sthreads=${RL_THREADS:-$(nproc)}
 daemon=${RATELIMITD:-build/ratelimitd}
 rserver=${REDIS_SERVER:-redis-server}
 nginx=${NGINX:-nginx}
@@ -88,10 +98,49 @@ wait_port() {
   return 1
 }
 
-# CPU seconds (user + system) a process used so far.
+# CPU seconds (user + system) the processes named used so far, summed.
 cpu_s() {
-  awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' \
-    "/proc/$1/stat"
+  local p
+  for p in "$@"; do cat "/proc/$p/stat"; done 2>/dev/null |
+    awk -v hz="$(getconf CLK_TCK)" '{ s += $14 + $15 }
+      END { printf "%.3f", s / hz }'
+}
+
+# Run a load generator ("$@"): its output in $tmp/load-NAME.out, where
+# NAME is $load_name (default "load"), and its CPU seconds (user + system,
+# from the subshell's `times`) in $tmp/load-NAME.cpu.
+load() {
+  local f=$tmp/load-${load_name:-load}
+  (
+    "$@" >"$f.out" 2>&1 || true
+    times >"$f.times"
+  )
+  awk 'NR == 2 { for (i = 1; i <= 2; i++) { sub(/s$/, "", $i);
+      split($i, t, "m"); s += t[1] * 60 + t[2] } printf "%.3f\n", s }' \
+    "$f.times" >"$f.cpu"
+}
+
+# Microseconds of CPU per request: $1 CPU seconds over $2 requests.
+per() {
+  awk -v c="$1" -v n="${2:-0}" \
+    'BEGIN { if (n > 0) printf "%.1f", 1e6 * c / n; else print "-" }'
+}
+
+# Record run NAME's CPU figures: the servers' CPU seconds went from $2 to
+# $3 (shown as a share of the run and, in column $col, per request),
+# Redis's from $4 to $5, the load generator's were $6, for $7 requests.
+account() {
+  local name=$1 n=${7:-0}
+  cpu[$name]=$(awk -v a="$2" -v b="$3" -v d="$dur" \
+    'BEGIN { printf "%.0f%%", 100 * (b - a) / d }')
+  us_d[$name]=- us_n[$name]=-
+  if [ "$col" = nginx ]; then
+    us_n[$name]=$(per "$(awk -v a="$2" -v b="$3" 'BEGIN { print b - a }')" "$n")
+  elif [ "$col" = daemon ]; then
+    us_d[$name]=$(per "$(awk -v a="$2" -v b="$3" 'BEGIN { print b - a }')" "$n")
+  fi
+  us_r[$name]=$(per "$(awk -v a="$4" -v b="$5" 'BEGIN { print b - a }')" "$n")
+  us_w[$name]=$(per "$6" "$n")
 }
 
 # A CA and a certificate for 127.0.0.1, for the same Redis on a TLS port.
@@ -121,7 +170,7 @@ wait_port "$tport"
 nport=$(free_port)
 mkdir -p "$tmp/nginx"
 cat > "$tmp/nginx.conf" <<EOF
-worker_processes 1;
+worker_processes $sthreads;
 pid $tmp/nginx/nginx.pid;
 error_log $tmp/nginx/error.log;
 daemon off;
@@ -139,7 +188,11 @@ EOF
 npid=$!
 pids+=("$npid")
 wait_port "$nport"
-nworker=$(pgrep -P "$npid" | head -1)
+for _ in $(seq 100); do
+  [ "$(pgrep -P "$npid" | wc -l)" -ge "$sthreads" ] && break
+  sleep 0.05
+done
+nworkers=$(pgrep -P "$npid" | tr '\n' ' ')
 
 # The daemon on port $1 with backend $2 (redis|memory), and gRPC on port
 # $3 if given; with use_tls=1, to Redis's TLS port; sets started.
@@ -154,7 +207,7 @@ start_daemon() {
 listen: "127.0.0.1:$port"
 ${3:+grpc_listen: \"127.0.0.1:$3\"}
 backend: $backend
-threads: ${RL_THREADS:-2}
+threads: $sthreads
 log_level: warn
 access_log: false
 redis:
@@ -239,26 +292,30 @@ end
 EOF
 cat > "$tmp/report.lua" <<'EOF'
 done = function(summary, latency, requests)
-  io.write(string.format("RESULT %.0f %.2f %.2f\n",
+  io.write(string.format("RESULT %.0f %.2f %.2f %d\n",
     summary.requests / (summary.duration / 1e6),
-    latency:percentile(50) / 1000, latency:percentile(99) / 1000))
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000,
+    summary.requests))
 end
 EOF
 cat "$tmp/report.lua" >> "$tmp/post.lua"
 cat "$tmp/report.lua" >> "$tmp/auth.lua"
 
-declare -A rate p50 p99 cpu
-# run NAME PORT PID SCRIPT [KIND KEYS]: wrk against PORT; CPU of PID.
+declare -A rate p50 p99 cpu us_d us_r us_n us_w
+# run NAME PORT SCRIPT [KIND KEYS]: wrk against PORT; the servers measured
+# are the pids in $srv, shown in column $col (daemon or nginx).
 run() {
-  local name=$1 port=$2 pid=$3 script=$4 c0 c1 out
-  c0=$(cpu_s "$pid")
-  out=$(BENCH_KIND=${5:-one} BENCH_KEYS=${6:-10000} "$wrk" -t"$wthreads" \
-    -c"$conns" -d"${dur}s" --latency -s "$script" \
-    "http://127.0.0.1:$port" 2>&1 | grep '^RESULT') || true
-  c1=$(cpu_s "$pid")
-  read -r _ rate[$name] p50[$name] p99[$name] <<<"$out"
-  cpu[$name]=$(awk -v a="$c0" -v b="$c1" -v d="$dur" \
-    'BEGIN { printf "%.0f%%", 100 * (b - a) / d }')
+  local name=$1 port=$2 script=$3 c0 c1 r0 r1 n
+  export BENCH_KIND=${4:-one} BENCH_KEYS=${5:-10000}
+  c0=$(cpu_s $srv)
+  r0=$(cpu_s "$rpid")
+  load "$wrk" -t"$wthreads" -c"$conns" -d"${dur}s" --latency -s "$script" \
+    "http://127.0.0.1:$port"
+  c1=$(cpu_s $srv)
+  r1=$(cpu_s "$rpid")
+  read -r _ rate[$name] p50[$name] p99[$name] n \
+    <<<"$(grep '^RESULT' "$tmp/load-load.out")" || true
+  account "$name" "$c0" "$c1" "$r0" "$r1" "$(cat "$tmp/load-load.cpu")" "$n"
 }
 
 echo "speed.sh: ${dur}s per run, wrk -t$wthreads -c$conns" >&2
@@ -276,20 +333,22 @@ return n'
 if want redis; then
   sha=$(redis-cli -p "$rport" SCRIPT LOAD "$sw")
   c0=$(cpu_s "$rpid")
-  out=$("$rbench" -p "$rport" -c 50 -n $((dur * 40000)) -r 10000 -q \
-    EVALSHA "$sha" 1 "bench:{key:__rand_int__}" 2>/dev/null | tr '\r' '\n' |
+  load "$rbench" -p "$rport" -c 50 -n $((dur * 40000)) -r 10000 -q \
+    EVALSHA "$sha" 1 "bench:{key:__rand_int__}"
+  out=$(tr '\r' '\n' <"$tmp/load-load.out" |
     grep -E 'requests per second' | tail -1)
   c1=$(cpu_s "$rpid")
+  col=redis account redis "$c0" "$c1" "$c0" "$c1" \
+    "$(cat "$tmp/load-load.cpu")" $((dur * 40000))
   rate[redis]=$(echo "$out" | sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p' |
     cut -d. -f1)
   p50[redis]=$(echo "$out" | sed -n 's/.*p50=\([0-9.]*\) msec.*/\1/p')
   p99[redis]="-"
-  cpu[redis]="-"
   redis-cli -p "$rport" FLUSHALL >/dev/null
 fi
 
 if want nginx; then
-  run nginx "$nport" "${nworker:-$npid}" "$tmp/post.lua"
+  srv=$nworkers col=nginx run nginx "$nport" "$tmp/post.lua"
 fi
 
 if want a || want b || want c || want e || want f || want g || want g3 ||
@@ -300,11 +359,11 @@ if want a || want b || want c || want e || want f || want g || want g3 ||
   dpid=$started
   wait_port "$dport"
   wait_port "$gport"
-  want a && run a "$dport" "$dpid" "$tmp/post.lua" one 10000
-  want b && run b "$dport" "$dpid" "$tmp/post.lua" hot 1
-  want c && run c "$dport" "$dpid" "$tmp/auth.lua"
-  want e && run e "$dport" "$dpid" "$tmp/post.lua" three 10000
-  want g && run g "$dport" "$dpid" "$tmp/post.lua" hotpf 1
+  want a && srv=$dpid col=daemon run a "$dport" "$tmp/post.lua" one 10000
+  want b && srv=$dpid col=daemon run b "$dport" "$tmp/post.lua" hot 1
+  want c && srv=$dpid col=daemon run c "$dport" "$tmp/auth.lua"
+  want e && srv=$dpid col=daemon run e "$dport" "$tmp/post.lua" three 10000
+  want g && srv=$dpid col=daemon run g "$dport" "$tmp/post.lua" hotpf 1
 
   # (g3): three daemons on the hot key, one wrk each at the same time.
   if want g3; then
@@ -317,21 +376,22 @@ if want a || want b || want c || want e || want f || want g || want g3 ||
       g3ports+=("$p")
       g3pids+=("$started")
     done
-    c0=0
-    for p in "${g3pids[@]}"; do c0=$(awk -v a="$c0" -v b="$(cpu_s "$p")" 'BEGIN { print a + b }'); done
+    c0=$(cpu_s "${g3pids[@]}")
+    r0=$(cpu_s "$rpid")
+    export BENCH_KIND=hotpf BENCH_KEYS=1
     for i in 0 1 2; do
-      BENCH_KIND=hotpf BENCH_KEYS=1 "$wrk" -t"$wthreads" -c"$conns" \
-        -d"${dur}s" --latency -s "$tmp/post.lua" \
-        "http://127.0.0.1:${g3ports[$i]}" >"$tmp/g3-$i.out" 2>&1 &
+      load_name=g3-$i load "$wrk" -t"$wthreads" -c"$conns" -d"${dur}s" \
+        --latency -s "$tmp/post.lua" "http://127.0.0.1:${g3ports[$i]}" &
       g3wrk[$i]=$!
     done
     for i in 0 1 2; do wait "${g3wrk[$i]}" || true; done
-    c1=0
-    for p in "${g3pids[@]}"; do c1=$(awk -v a="$c1" -v b="$(cpu_s "$p")" 'BEGIN { print a + b }'); done
-    rate[g3]=$(cat "$tmp"/g3-*.out | awk '/^RESULT/ { s += $2 } END { printf "%.0f", s }')
-    read -r _ _ p50[g3] p99[g3] <<<"$(grep -h '^RESULT' "$tmp/g3-0.out")"
-    cpu[g3]=$(awk -v a="$c0" -v b="$c1" -v d="$dur" \
-      'BEGIN { printf "%.0f%%", 100 * (b - a) / d }')
+    c1=$(cpu_s "${g3pids[@]}")
+    r1=$(cpu_s "$rpid")
+    rate[g3]=$(cat "$tmp"/load-g3-*.out | awk '/^RESULT/ { s += $2 } END { printf "%.0f", s }')
+    read -r _ _ p50[g3] p99[g3] _ <<<"$(grep -h '^RESULT' "$tmp/load-g3-0.out")"
+    col=daemon account g3 "$c0" "$c1" "$r0" "$r1" \
+      "$(cat "$tmp"/load-g3-*.cpu | awk '{ s += $1 } END { print s }')" \
+      "$(cat "$tmp"/load-g3-*.out | awk '/^RESULT/ { s += $5 } END { print s }')"
     for p in "${g3pids[@]:1}"; do kill "$p"; wait "$p" 2>/dev/null || true; done
   fi
 
@@ -349,17 +409,20 @@ req = ld(1, b"bench") + ld(2, ld(1, entry))
 open(sys.argv[1], "wb").write(b"\0" + len(req).to_bytes(4, "big") + req)
 EOF
     c0=$(cpu_s "$dpid")
-    out=$("$h2load" -D "$dur" -c "$conns" -m 1 -t "$wthreads" -d "$tmp/rls.bin" \
+    r0=$(cpu_s "$rpid")
+    load "$h2load" -D "$dur" -c "$conns" -m 1 -t "$wthreads" -d "$tmp/rls.bin" \
       -H 'content-type: application/grpc' -H 'te: trailers' \
-      "http://127.0.0.1:$gport/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" \
-      2>&1) || true
+      "http://127.0.0.1:$gport/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+    out=$(cat "$tmp/load-load.out")
     c1=$(cpu_s "$dpid")
+    r1=$(cpu_s "$rpid")
     rate[f]=$(echo "$out" | sed -n 's/^finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p' |
       cut -d. -f1)
     p50[f]="$(echo "$out" | awk '/^time for request:/ { print $6 }') (mean)"
     p99[f]="-"
-    cpu[f]=$(awk -v a="$c0" -v b="$c1" -v d="$dur" \
-      'BEGIN { printf "%.0f%%", 100 * (b - a) / d }')
+    col=daemon account f "$c0" "$c1" "$r0" "$r1" \
+      "$(cat "$tmp/load-load.cpu")" \
+      "$(echo "$out" | sed -n 's/^requests: .* \([0-9]*\) done.*/\1/p')"
   fi
 
   # RSS with 1,000 idle keep-alive connections (each has sent one request).
@@ -392,7 +455,7 @@ if want a-tls; then
   use_tls=1 start_daemon "$sport" redis
   spid=$started
   wait_port "$sport"
-  run a-tls "$sport" "$spid" "$tmp/post.lua" one 10000
+  srv=$spid col=daemon run a-tls "$sport" "$tmp/post.lua" one 10000
   kill "$spid"
   wait "$spid" 2>/dev/null || true
 fi
@@ -402,14 +465,14 @@ if want d; then
   start_daemon "$mport" memory
   mpid=$started
   wait_port "$mport"
-  run d "$mport" "$mpid" "$tmp/post.lua" one 10000
+  srv=$mpid col=daemon run d "$mport" "$tmp/post.lua" one 10000
   kill "$mpid"
   wait "$mpid" 2>/dev/null || true
 fi
 
 # Runs left out by ONLY show "-".
 for n in redis nginx a b c d e f g g3 a-tls; do
-  for v in rate p50 p99 cpu; do
+  for v in rate p50 p99 cpu us_d us_r us_n us_w; do
     declare -n cell=$v
     : "${cell[$n]:=-}"
     unset -n cell
@@ -426,21 +489,24 @@ ratio() {
     "$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)"
   echo
   echo "wrk -t$wthreads -c$conns -d${dur}s, keep-alive; redis-benchmark -c 50" \
-    "no pipelining; all processes on one machine."
+    "no pipelining; the daemon with threads: $sthreads, nginx with" \
+    "worker_processes $sthreads; all processes on one machine.  µs/req:" \
+    "a process's CPU time over the run ÷ requests answered (wrk: the" \
+    "load generator, redis-benchmark or h2load in their rows)."
   echo
-  echo "| run | requests/s | p50 ms | p99 ms | CPU of the server | reference | ratio |"
-  echo "|---|---:|---:|---:|---:|---|---:|"
-  echo "| Redis alone: EVALSHA sliding window | ${rate[redis]} | ${p50[redis]} | - | - | | |"
-  echo "| nginx return 200 | ${rate[nginx]} | ${p50[nginx]} | ${p99[nginx]} | ${cpu[nginx]} | | |"
-  echo "| (a) /acquire, Redis, 10k keys, allowed | ${rate[a]} | ${p50[a]} | ${p99[a]} | ${cpu[a]} | Redis alone | $(ratio a redis) |"
-  echo "| (b) /acquire, Redis, one hot key, denied | ${rate[b]} | ${p50[b]} | ${p99[b]} | ${cpu[b]} | nginx | $(ratio b nginx) |"
-  echo "| (c) /auth, Redis, headers | ${rate[c]} | ${p50[c]} | ${p99[c]} | ${cpu[c]} | (a) | $(ratio c a) |"
-  echo "| (d) /acquire, memory, 10k keys | ${rate[d]} | ${p50[d]} | ${p99[d]} | ${cpu[d]} | nginx | $(ratio d nginx) |"
-  echo "| (e) /acquire, Redis, 3 rules | ${rate[e]} | ${p50[e]} | ${p99[e]} | ${cpu[e]} | Redis alone | $(ratio e redis) |"
-  echo "| (f) gRPC ShouldRateLimit, Redis, allowed | ${rate[f]} | ${p50[f]} | ${p99[f]} | ${cpu[f]} | (a) | $(ratio f a) |"
-  echo "| (g) /acquire, Redis, one hot key, prefetch, allowed | ${rate[g]} | ${p50[g]} | ${p99[g]} | ${cpu[g]} | Redis alone | $(ratio g redis) |"
-  echo "| (g3) the same, three daemons | ${rate[g3]} | ${p50[g3]} | ${p99[g3]} | ${cpu[g3]} | Redis alone | $(ratio g3 redis) |"
-  echo "| (a-tls) /acquire, Redis over TLS, 10k keys, allowed | ${rate[a-tls]} | ${p50[a-tls]} | ${p99[a-tls]} | ${cpu[a-tls]} | (a) | $(ratio a-tls a) |"
+  echo "| run | requests/s | p50 ms | p99 ms | CPU of the server | µs/req daemon | Redis | nginx | wrk | reference | ratio |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
+  echo "| Redis alone: EVALSHA sliding window | ${rate[redis]} | ${p50[redis]} | ${p99[redis]} | ${cpu[redis]} | ${us_d[redis]} | ${us_r[redis]} | ${us_n[redis]} | ${us_w[redis]} |  |  |"
+  echo "| nginx return 200 | ${rate[nginx]} | ${p50[nginx]} | ${p99[nginx]} | ${cpu[nginx]} | ${us_d[nginx]} | ${us_r[nginx]} | ${us_n[nginx]} | ${us_w[nginx]} |  |  |"
+  echo "| (a) /acquire, Redis, 10k keys, allowed | ${rate[a]} | ${p50[a]} | ${p99[a]} | ${cpu[a]} | ${us_d[a]} | ${us_r[a]} | ${us_n[a]} | ${us_w[a]} | Redis alone | $(ratio a redis) |"
+  echo "| (b) /acquire, Redis, one hot key, denied | ${rate[b]} | ${p50[b]} | ${p99[b]} | ${cpu[b]} | ${us_d[b]} | ${us_r[b]} | ${us_n[b]} | ${us_w[b]} | nginx | $(ratio b nginx) |"
+  echo "| (c) /auth, Redis, headers | ${rate[c]} | ${p50[c]} | ${p99[c]} | ${cpu[c]} | ${us_d[c]} | ${us_r[c]} | ${us_n[c]} | ${us_w[c]} | (a) | $(ratio c a) |"
+  echo "| (d) /acquire, memory, 10k keys | ${rate[d]} | ${p50[d]} | ${p99[d]} | ${cpu[d]} | ${us_d[d]} | ${us_r[d]} | ${us_n[d]} | ${us_w[d]} | nginx | $(ratio d nginx) |"
+  echo "| (e) /acquire, Redis, 3 rules | ${rate[e]} | ${p50[e]} | ${p99[e]} | ${cpu[e]} | ${us_d[e]} | ${us_r[e]} | ${us_n[e]} | ${us_w[e]} | Redis alone | $(ratio e redis) |"
+  echo "| (f) gRPC ShouldRateLimit, Redis, allowed | ${rate[f]} | ${p50[f]} | ${p99[f]} | ${cpu[f]} | ${us_d[f]} | ${us_r[f]} | ${us_n[f]} | ${us_w[f]} | (a) | $(ratio f a) |"
+  echo "| (g) /acquire, Redis, one hot key, prefetch, allowed | ${rate[g]} | ${p50[g]} | ${p99[g]} | ${cpu[g]} | ${us_d[g]} | ${us_r[g]} | ${us_n[g]} | ${us_w[g]} | Redis alone | $(ratio g redis) |"
+  echo "| (g3) the same, three daemons | ${rate[g3]} | ${p50[g3]} | ${p99[g3]} | ${cpu[g3]} | ${us_d[g3]} | ${us_r[g3]} | ${us_n[g3]} | ${us_w[g3]} | Redis alone | $(ratio g3 redis) |"
+  echo "| (a-tls) /acquire, Redis over TLS, 10k keys, allowed | ${rate[a-tls]} | ${p50[a-tls]} | ${p99[a-tls]} | ${cpu[a-tls]} | ${us_d[a-tls]} | ${us_r[a-tls]} | ${us_n[a-tls]} | ${us_w[a-tls]} | (a) | $(ratio a-tls a) |"
   echo
   if want rss; then
     echo "RSS of the daemon (Redis): $((rss0 / 1024)) MiB before," \

@@ -149,6 +149,24 @@ util_strlcpy(char *dst, const char *src, size_t dstlen)
 	return n;
 }
 
+size_t
+util_fmt_int64(char *dst, int64_t v)
+{
+	char tmp[UTIL_INT64_DEC_MAX];
+	uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+	size_t n = 0, i = 0;
+
+	do {
+		tmp[i++] = (char)('0' + u % 10);
+		u /= 10;
+	} while (u != 0);
+	if (v < 0)
+		dst[n++] = '-';
+	while (i > 0)
+		dst[n++] = tmp[--i];
+	return n;
+}
+
 static int64_t
 clock_us(clockid_t id)
 {

@@ -40,6 +40,13 @@ int util_parse_int64(const char *s, int64_t *out);
  * like OpenBSD strlcpy, so a result >= dstlen means truncation. */
 size_t util_strlcpy(char *dst, const char *src, size_t dstlen);
 
+/* v in decimal at dst, which has room for UTIL_INT64_DEC_MAX bytes; no
+ * NUL.  Returns the length.  What an answer's numbers are written with on
+ * every request (docs/http.md), where printf's generality costs more than
+ * the rest of the rendering.  Any thread. */
+#define UTIL_INT64_DEC_MAX 20
+size_t util_fmt_int64(char *dst, int64_t v);
+
 /* CLOCK_MONOTONIC and CLOCK_REALTIME in microseconds.  Any thread. */
 int64_t util_monotonic_us(void);
 

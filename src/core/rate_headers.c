@@ -6,21 +6,52 @@
  */
 #include "core/rate_headers.h"
 
-#include <stdarg.h>
-#include <stdio.h>
-
 #include "base/util.h"
 
-static void __attribute__((format(printf, 4, 5)))
-add(struct rate_header *h, int *n, const char *name, const char *fmt, ...)
-{
-	va_list ap;
+/* One header's value, built piece by piece: printf costs more than the
+ * rest of an answer (docs/http.md), and the numbers are all it formats. */
+struct value {
+	char *p;
+	size_t n;
+};
 
-	va_start(ap, fmt);
-	vsnprintf(h[*n].value, sizeof(h[*n].value), fmt, ap);
-	va_end(ap);
+static void
+put_s(struct value *v, const char *s)
+{
+	v->n += util_strlcpy(v->p + v->n, s, RATE_HEADER_VALUE_MAX - v->n);
+	if (v->n >= RATE_HEADER_VALUE_MAX)
+		v->n = RATE_HEADER_VALUE_MAX - 1; /* cut, never overrun */
+}
+
+static void
+put_i(struct value *v, long long i)
+{
+	char num[UTIL_INT64_DEC_MAX + 1];
+
+	num[util_fmt_int64(num, (int64_t)i)] = '\0';
+	put_s(v, num);
+}
+
+/* Start header n named name: its value, empty. */
+static struct value
+start(struct rate_header *h, int *n, const char *name)
+{
+	struct value v = { h[*n].value, 0 };
+
 	h[*n].name = name;
+	h[*n].value[0] = '\0';
 	(*n)++;
+	return v;
+}
+
+/* "name";q=LIMIT */
+static void
+put_rule(struct value *v, const char *name, const char *key, long long i)
+{
+	put_s(v, "\"");
+	put_s(v, name);
+	put_s(v, key);
+	put_i(v, i);
 }
 
 int
@@ -28,6 +59,7 @@ rate_headers(const struct decision *d, struct rate_header h[RATE_HEADERS_MAX])
 {
 	long long reset_s = util_ceil_div(d->reset_ms, 1000);
 	long long ra = util_ceil_div(d->retry_after_ms, 1000);
+	struct value v;
 	int n = 0;
 
 	if (d->rule == NULL)
@@ -35,28 +67,36 @@ rate_headers(const struct decision *d, struct rate_header h[RATE_HEADERS_MAX])
 	if (d->rule->algorithm == RL_ALG_CONCURRENCY) {
 		/* Units held at once: no window, and no time within which
 		 * the quota comes back (a release frees it). */
-		add(h, &n, "RateLimit-Policy",
-		    "\"%s\";q=%lld;qu=\"concurrent-requests\"", d->rule->name,
-		    (long long)d->limit);
-		add(h, &n, "RateLimit", "\"%s\";r=%lld", d->rule->name,
-		    (long long)d->remaining);
+		v = start(h, &n, "RateLimit-Policy");
+		put_rule(&v, d->rule->name, "\";q=", (long long)d->limit);
+		put_s(&v, ";qu=\"concurrent-requests\"");
+		v = start(h, &n, "RateLimit");
+		put_rule(&v, d->rule->name, "\";r=", (long long)d->remaining);
 	} else {
-		add(h, &n, "RateLimit-Policy", "\"%s\";q=%lld;w=%lld",
-		    d->rule->name, (long long)d->limit,
+		v = start(h, &n, "RateLimit-Policy");
+		put_rule(&v, d->rule->name, "\";q=", (long long)d->limit);
+		put_s(&v, ";w=");
+		put_i(&v,
 		    (long long)util_ceil_div(d->window_ms > 0 ?
 			    d->window_ms :
 			    d->rule->window_ms,
 			1000));
 		/* t: the effective window (docs/http.md), never later than
 		 * a denial's Retry-After. */
-		add(h, &n, "RateLimit", "\"%s\";r=%lld;t=%lld", d->rule->name,
-		    (long long)d->remaining,
-		    (long long)util_ceil_div(d->effective_ms, 1000));
+		v = start(h, &n, "RateLimit");
+		put_rule(&v, d->rule->name, "\";r=", (long long)d->remaining);
+		put_s(&v, ";t=");
+		put_i(&v, (long long)util_ceil_div(d->effective_ms, 1000));
 	}
-	add(h, &n, "X-RateLimit-Limit", "%lld", (long long)d->limit);
-	add(h, &n, "X-RateLimit-Remaining", "%lld", (long long)d->remaining);
-	add(h, &n, "X-RateLimit-Reset", "%lld", reset_s);
-	if (!d->allowed)
-		add(h, &n, "Retry-After", "%lld", ra < 1 ? 1 : ra);
+	v = start(h, &n, "X-RateLimit-Limit");
+	put_i(&v, (long long)d->limit);
+	v = start(h, &n, "X-RateLimit-Remaining");
+	put_i(&v, (long long)d->remaining);
+	v = start(h, &n, "X-RateLimit-Reset");
+	put_i(&v, reset_s);
+	if (!d->allowed) {
+		v = start(h, &n, "Retry-After");
+		put_i(&v, ra < 1 ? 1 : ra);
+	}
 	return n;
 }

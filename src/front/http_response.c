@@ -7,6 +7,7 @@
  * on libmicrohttpd's connection from the event loop; the raw answer is
  * written by whichever thread resumes the request.
  */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -183,6 +184,63 @@ waited_field(const struct request *rq, const struct decision *d, char *buf,
 	return buf;
 }
 
+/* The longest body decision_body_plain() writes: its fixed text, a rule
+ * name and six numbers, with room to spare. */
+#define DECISION_BODY_MAX (RL_MAX_NAME_BYTES + 320)
+
+static void
+put_s(char *p, size_t *n, const char *s)
+{
+	size_t l = strlen(s);
+
+	memcpy(p + *n, s, l);
+	*n += l;
+}
+
+static void
+put_i(char *p, size_t *n, int64_t i)
+{
+	*n += util_fmt_int64(p + *n, i);
+}
+
+/*
+ * The body of an /acquire that a rule decided and that holds no lease,
+ * the one every request of a plain rule gets, into stack (at least
+ * DECISION_BODY_MAX bytes; rule names are at most RL_MAX_NAME_BYTES and
+ * [A-Za-z0-9_.-]+, nothing to escape): written piece by piece, since
+ * printf cost more than the rest of the answer.
+ */
+static char *
+decision_body_plain(const struct request *rq, const struct decision *d,
+    char *stack, size_t *n)
+{
+	int64_t waited = d->waited_ms + rq->lease_waited_ms;
+
+	*n = 0;
+	put_s(stack, n,
+	    d->allowed ? "{\"allowed\":true,\"rule\":\"" :
+			 "{\"allowed\":false,\"rule\":\"");
+	put_s(stack, n, d->rule->name);
+	put_s(stack, n, "\",\"limit\":");
+	put_i(stack, n, d->limit);
+	put_s(stack, n, ",\"remaining\":");
+	put_i(stack, n, d->remaining);
+	put_s(stack, n, ",\"reset_ms\":");
+	put_i(stack, n, d->reset_ms);
+	put_s(stack, n, ",\"retry_after_ms\":");
+	put_i(stack, n, d->retry_after_ms);
+	put_s(stack, n, d->shadow ? ",\"shadow\":true" : ",\"shadow\":false");
+	if (d->degraded)
+		put_s(stack, n, ",\"degraded\":true");
+	if (d->allowed && waited > 0) {
+		put_s(stack, n, ",\"waited_ms\":");
+		put_i(stack, n, waited);
+	}
+	put_s(stack, n, "}");
+	stack[*n] = '\0';
+	return stack;
+}
+
 /*
  * The status and body of a decided request (d->status == DECIDE_OK): JSON
  * for /acquire, empty for /auth.  The body is in stack or a new buffer
@@ -200,6 +258,9 @@ decision_body(const struct request *rq, const struct decision *d, char *stack,
 		*status = d->allowed ? 200 : rq->cfg->auth_deny_status;
 	else
 		*status = d->allowed ? 200 : 429;
+	if (rq->ep == EP_ACQUIRE && d->rule != NULL && d->nleases == 0 &&
+	    cap >= DECISION_BODY_MAX)
+		return decision_body_plain(rq, d, stack, n);
 	if (rq->ep == EP_ACQUIRE && d->rule != NULL) {
 		if ((leases = leases_json(d)) == NULL)
 			return NULL;
@@ -274,27 +335,136 @@ http_answer_clear(struct http_answer *a)
 	a->body = NULL;
 }
 
-/* Answer a decision: JSON for /acquire, an empty body for /auth. */
+/*
+ * The last decision answer each event loop built, sent again as it is
+ * when the next one is the same bytes: a hot key's denials within one
+ * millisecond are.  libmicrohttpd's response and its headers (three
+ * allocations each) cost more to build than the decision itself.  The
+ * cache holds the response's first reference; a pthread key's destructor
+ * drops it when the loop's thread ends.  Never used while the server
+ * drains (those answers say "Connection: close").
+ */
+struct answer_cache {
+	struct MHD_Response *r;
+	int status;
+	const char *type;
+	size_t len, nheaders;
+	char body[DECISION_BODY_MAX];
+	struct rate_header headers[RATE_HEADERS_MAX];
+};
+
+static pthread_key_t cache_key;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+static bool cache_ok;
+
+static void
+cache_free(void *arg)
+{
+	struct answer_cache *c = arg;
+
+	if (c->r != NULL)
+		MHD_destroy_response(c->r);
+	rl_free(c);
+}
+
+static void
+cache_init(void)
+{
+	cache_ok = pthread_key_create(&cache_key, cache_free) == 0;
+}
+
+/* This thread's cache, made on first use; NULL when there is none. */
+static struct answer_cache *
+cache_get(void)
+{
+	struct answer_cache *c;
+
+	(void)pthread_once(&cache_once, cache_init);
+	if (!cache_ok)
+		return NULL;
+	if ((c = pthread_getspecific(cache_key)) == NULL &&
+	    (c = rl_calloc(1, sizeof(*c))) != NULL &&
+	    pthread_setspecific(cache_key, c) != 0) {
+		rl_free(c);
+		c = NULL;
+	}
+	return c;
+}
+
+static bool
+cache_holds(const struct answer_cache *c, const struct http_answer *a)
+{
+	size_t i;
+
+	if (c->r == NULL || c->status != a->status || c->type != a->type ||
+	    c->len != a->len || c->nheaders != a->nheaders ||
+	    memcmp(c->body, a->body, a->len) != 0)
+		return false;
+	for (i = 0; i < a->nheaders; i++)
+		if (c->headers[i].name != a->headers[i].name ||
+		    strcmp(c->headers[i].value, a->headers[i].value) != 0)
+			return false;
+	return true;
+}
+
+/* Keep r (its first reference, taken over) as the answer a. */
+static void
+cache_keep(struct answer_cache *c, struct MHD_Response *r,
+    const struct http_answer *a)
+{
+	if (c->r != NULL)
+		MHD_destroy_response(c->r);
+	c->r = r;
+	c->status = a->status;
+	c->type = a->type;
+	c->len = a->len;
+	c->nheaders = a->nheaders;
+	memcpy(c->body, a->body, a->len);
+	memcpy(c->headers, a->headers, a->nheaders * sizeof(a->headers[0]));
+}
+
+/* Answer a decision: JSON for /acquire, an empty body for /auth.  The
+ * event loop. */
 enum MHD_Result
 http_respond_decision(struct http_server *s, struct MHD_Connection *conn,
     const struct request *rq)
 {
+	struct answer_cache *c = NULL;
 	struct http_answer a;
 	struct MHD_Response *r;
+	enum MHD_Result ret;
 	size_t i;
 
 	if (http_render_decision(rq, &a) < 0)
 		return http_respond_error(s, conn, 500, "internal_error",
 		    "out of memory");
+	if (!__atomic_load_n(&s->draining, __ATOMIC_ACQUIRE) &&
+	    a.len <= sizeof(c->body) && (c = cache_get()) != NULL &&
+	    cache_holds(c, &a)) {
+		http_answer_clear(&a);
+		ret = MHD_queue_response(conn, (unsigned)a.status, c->r);
+		metrics_http_response(s->metrics, a.status);
+		return ret;
+	}
 	r = MHD_create_response_from_buffer(a.len, a.body,
 	    MHD_RESPMEM_MUST_COPY);
 	for (i = 0; r != NULL && i < a.nheaders; i++)
 		MHD_add_response_header(r, a.headers[i].name,
 		    a.headers[i].value);
+	if (r == NULL || c == NULL) {
+		http_answer_clear(&a);
+		if (r == NULL)
+			return MHD_NO;
+		return http_respond(s, conn, a.status, a.type, NULL, 0, r);
+	}
+	if (a.type != NULL)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+		    a.type);
+	cache_keep(c, r, &a);
 	http_answer_clear(&a);
-	if (r == NULL)
-		return MHD_NO;
-	return http_respond(s, conn, a.status, a.type, NULL, 0, r);
+	ret = MHD_queue_response(conn, (unsigned)a.status, r);
+	metrics_http_response(s->metrics, a.status);
+	return ret;
 }
 
 /* Write p (n bytes) whole on fd; false when the socket refuses. */

@@ -78,6 +78,39 @@ START_TEST(test_concurrency_policy)
 }
 END_TEST
 
+/* Numbers are written without printf: the widest and a negative one. */
+START_TEST(test_numbers_written_whole)
+{
+	char name[] = "n";
+	struct rule r = { .name = name,
+		.limit = INT64_MAX,
+		.window_ms = 1000,
+		.algorithm = RL_ALG_SLIDING_LOG };
+	struct decision d = { .rule = &r,
+		.allowed = true,
+		.limit = INT64_MAX,
+		.remaining = -5,
+		.reset_ms = 1000,
+		.effective_ms = 1000 };
+	struct rate_header h[RATE_HEADERS_MAX];
+	int n = rate_headers(&d, h);
+
+	ck_assert_str_eq(value_of(h, n, "X-RateLimit-Limit"),
+	    "9223372036854775807");
+	ck_assert_str_eq(value_of(h, n, "X-RateLimit-Remaining"), "-5");
+	ck_assert_str_eq(value_of(h, n, "RateLimit-Policy"),
+	    "\"n\";q=9223372036854775807;w=1");
+	ck_assert_str_eq(value_of(h, n, "RateLimit"), "\"n\";r=-5;t=1");
+	d.remaining = INT64_MIN;
+	n = rate_headers(&d, h);
+	ck_assert_str_eq(value_of(h, n, "X-RateLimit-Remaining"),
+	    "-9223372036854775808");
+	d.remaining = 0;
+	n = rate_headers(&d, h);
+	ck_assert_str_eq(value_of(h, n, "X-RateLimit-Remaining"), "0");
+}
+END_TEST
+
 START_TEST(test_no_rule_no_headers)
 {
 	struct decision d = { .allowed = true };
@@ -95,6 +128,7 @@ test_suite(void)
 
 	tcase_add_test(tc, test_t_is_the_effective_window);
 	tcase_add_test(tc, test_concurrency_policy);
+	tcase_add_test(tc, test_numbers_written_whole);
 	tcase_add_test(tc, test_no_rule_no_headers);
 	suite_add_tcase(s, tc);
 	return s;
