@@ -5,9 +5,8 @@
 --          <expires_at_ms>" (0: never), the expiry on the server's clock.
 -- ARGV     'set', field, '<limit> <window_ms>', ttl_ms (0: none), channel
 --          'del', field, channel
---          'read'
--- Reply    set: 1; del: 1 if the field was there, else 0; read: the live
---          fields as a flat array field, value, field, value, ...
+-- Reply    set: 1; del: 1 if the field was there, else 0.  A daemon reads
+--          the hash with HGETALL (no script) and skips expired fields.
 --
 -- set and del PUBLISH KEYS[1] on channel ("<key_prefix>released", which
 -- every daemon hears: a name that ends in no '}' is no lease key), so that
@@ -35,11 +34,6 @@ local function live()
     end
   end
   return out, gone
-end
-
-if op == 'read' then
-  local out = live()
-  return out
 end
 
 local found = 0

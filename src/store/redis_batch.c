@@ -170,8 +170,11 @@ lease_send(struct redis_backend *rb, struct redis_node *node,
 	return command_send(rb, node, conn, b, 9, argv, lens, err, errlen);
 }
 
-/* docs/admin.md: DEL for a counter's reset, EVAL lua/override.lua for
- * the overrides, for the one call of b. */
+/* docs/admin.md: DEL for a counter's reset, HGETALL to read a rule's
+ * overrides (every field: the daemon drops the expired ones itself), EVAL
+ * lua/override.lua to set or delete one, for the one call of b.  Reading
+ * is no script call: every daemon reads every rule's overrides every few
+ * seconds. */
 static struct redis_slot *
 admin_send(struct redis_backend *rb, struct redis_node *node,
     struct redis_conn *conn, struct redis_batch *b, char *err, size_t errlen)
@@ -186,14 +189,15 @@ admin_send(struct redis_backend *rb, struct redis_node *node,
 	if (a->op == BACKEND_ADMIN_RESET) {
 		argv[argc++] = "DEL";
 		argv[argc++] = a->key;
+	} else if (a->op == BACKEND_ADMIN_OVERRIDE_READ) {
+		argv[argc++] = "HGETALL";
+		argv[argc++] = a->key;
 	} else {
 		argv[argc++] = "EVAL";
 		argv[argc++] = rl_lua_override;
 		argv[argc++] = "1";
 		argv[argc++] = a->key;
-		if (a->op == BACKEND_ADMIN_OVERRIDE_READ)
-			argv[argc++] = "read";
-		else if (a->op == BACKEND_ADMIN_OVERRIDE_DEL) {
+		if (a->op == BACKEND_ADMIN_OVERRIDE_DEL) {
 			argv[argc++] = "del";
 			argv[argc++] = a->field;
 		} else {
@@ -203,8 +207,7 @@ admin_send(struct redis_backend *rb, struct redis_node *node,
 			argv[argc++] = a->value;
 			argv[argc++] = ttl;
 		}
-		if (a->op != BACKEND_ADMIN_OVERRIDE_READ)
-			argv[argc++] = rb->rel_channel;
+		argv[argc++] = rb->rel_channel;
 	}
 	for (i = 0; i < argc; i++)
 		lens[i] = argv[i] == a->key ? a->keylen :
