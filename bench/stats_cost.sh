@@ -20,25 +20,7 @@ server=${REDIS_SERVER:-redis-server}
 cli=${REDIS_CLI:-redis-cli}
 rbench=${REDIS_BENCHMARK:-redis-benchmark}
 
-tmp=$(mktemp -d)
-pid=
-cleanup() {
-	if [ -n "$pid" ]; then
-		kill "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	fi
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-	--dir "$tmp" >"$tmp/redis.log" 2>&1 &
-pid=$!
-for _ in $(seq 50); do
-	"$cli" -p "$port" PING >/dev/null 2>&1 && break
-	sleep 0.1
-done
+. "$(dirname "$0")/redis.sh"
 sha=$("$cli" -p "$port" SCRIPT LOAD "$(awk 1 lua/stats.lua)")
 key='c:stat:lat:{api}'
 
