@@ -23,7 +23,9 @@
  * answered (each store call completes by its deadline) before it stops
  * libmicrohttpd, which must not stop with connections suspended.
  *
- * The listening socket is bound by listen_socket_open() (listen.c).
+ * The listening socket is bound by listen_socket_open() (listen.c) and
+ * accepted on by http_accept.c, which hands each connection to
+ * libmicrohttpd.
  */
 #include <assert.h>
 #include <errno.h>
@@ -46,6 +48,7 @@
 #include "base/util.h"
 #include "core/config_slot.h"
 #include "front/http.h"
+#include "front/http_accept.h"
 #include "front/http_guard.h"
 #include "front/http_priv.h"
 #include "front/lease_wait.h"
@@ -452,6 +455,7 @@ mhd_log(void *cls, const char *fmt, va_list ap)
 static void
 server_free(struct http_server *s)
 {
+	http_accept_free(s->acceptor);
 	wait_timer_free(s->timer);
 	http_guard_stop(s->guard);
 	config_slot_destroy(&s->cfg);
@@ -505,7 +509,8 @@ http_server_start(int listen_fd, struct config *cfg,
 {
 	struct http_server *s;
 	unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
-	    MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+	    MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+	    MHD_USE_NO_LISTEN_SOCKET;
 
 	if ((s = rl_calloc(1, sizeof(*s))) == NULL) {
 		snprintf(err, errlen, "out of memory");
@@ -516,7 +521,6 @@ http_server_start(int listen_fd, struct config *cfg,
 	s->decider = decider;
 	s->leases = leases;
 	s->metrics = metrics;
-	s->listen_fd = listen_fd;
 	if ((s->guard = http_guard_start(guard_limits, s, err, errlen)) == NULL)
 		goto fail;
 	if ((s->timer = wait_timer_new(err, errlen)) == NULL)
@@ -532,12 +536,11 @@ http_server_start(int listen_fd, struct config *cfg,
 	 * its limit it stops accepting and new clients wait unanswered. */
 	s->mhd = MHD_start_daemon(flags, 0, accept_policy, s, access_handler, s,
 	    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_URI_LOG_CALLBACK,
-	    http_framing_request_line, NULL, MHD_OPTION_LISTEN_SOCKET,
-	    listen_fd, MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)cfg->threads,
-	    MHD_OPTION_NOTIFY_COMPLETED, request_completed, s,
-	    MHD_OPTION_NOTIFY_CONNECTION, notify_connection, s,
-	    MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTP_MHD_CONN_LIMIT,
-	    MHD_OPTION_CONNECTION_TIMEOUT,
+	    http_framing_request_line, NULL, MHD_OPTION_THREAD_POOL_SIZE,
+	    (unsigned int)cfg->threads, MHD_OPTION_NOTIFY_COMPLETED,
+	    request_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
+	    notify_connection, s, MHD_OPTION_CONNECTION_LIMIT,
+	    (unsigned int)HTTP_MHD_CONN_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
 	    (unsigned int)((cfg->idle_timeout_ms + 999) / 1000),
 	    MHD_OPTION_CONNECTION_MEMORY_LIMIT,
 	    (size_t)(2 * cfg->max_header_bytes > HTTP_CONN_MEMORY ?
@@ -549,9 +552,16 @@ http_server_start(int listen_fd, struct config *cfg,
 		    cfg->listen);
 		goto fail;
 	}
+	/* Connections are accepted by http_accept.c, which hands them out
+	 * to the loops evenly (see http_accept.h). */
+	if ((s->acceptor = http_accept_start(listen_fd, s->mhd, err, errlen)) ==
+	    NULL)
+		goto fail;
 	return s;
 
 fail:
+	if (s->mhd != NULL)
+		MHD_stop_daemon(s->mhd);
 	close(listen_fd);
 	server_free(s);
 	return NULL;
@@ -561,29 +571,11 @@ void
 http_server_quiesce(struct http_server *s)
 {
 	struct config *c = http_server_get_config(s);
-	int fd;
 
-	/*
-	 * Refuse new connections at once: close the listening socket under
-	 * libmicrohttpd by putting a socket that does not listen in its
-	 * place.  The number stays taken until MHD_stop_daemon() closes it
-	 * (a worker's accept() on it fails, harmlessly), and the kernel
-	 * drops the closed socket from the workers' epoll sets by itself.
-	 * Not MHD_quiesce_daemon(): in libmicrohttpd 0.9.75 it races with a
-	 * worker that removes the listening socket from its epoll set at
-	 * the same time, and one of them aborts the process ("Failed to
-	 * remove listen FD from epoll set"), as seen when waiters were
-	 * resumed during a stop.  First, so that no waiter answered below
-	 * finds the listener open.
-	 */
-	if (s->listen_fd >= 0) {
-		if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
-		    dup3(fd, s->listen_fd, O_CLOEXEC) < 0)
-			(void)shutdown(s->listen_fd, SHUT_RDWR);
-		if (fd >= 0)
-			close(fd);
-		s->listen_fd = -1;
-	}
+	/* Refuse new connections at once: the acceptor closes the
+	 * listening socket.  First, so that no waiter answered below finds
+	 * the listener open. */
+	http_accept_stop(s->acceptor);
 	/* Waiters due within shutdown_timeout are answered then; the
 	 * others at once, 503 (docs/waiting.md). */
 	wait_timer_cut(s->timer,
@@ -626,6 +618,7 @@ http_server_stop(struct http_server *s)
 		log_info("stopped");
 		_exit(0);
 	}
-	MHD_stop_daemon(s->mhd); /* closes the listening socket */
+	http_accept_stop(s->acceptor);
+	MHD_stop_daemon(s->mhd);
 	server_free(s);
 }

@@ -61,20 +61,20 @@ enum endpoint {
  * http_server_stop().  The atomics are read and written by every thread. */
 struct http_server {
 	struct MHD_Daemon *mhd;
-	int listen_fd;		       /* -1 once quiesced */
-	struct config_slot cfg;	       /* the snapshot served */
-	const struct decider *decider; /* borrowed */
-	struct metrics *metrics;       /* borrowed */
-	int inflight;		       /* atomic */
-	int suspended;		       /* atomic: waiting for the store */
-	bool draining;		       /* atomic: quiesced; close after each
-					* answer */
-	bool stopping;		       /* atomic: suspend nothing more */
-	struct http_guard *guard;      /* connection limit, request timeout */
-	struct wait_timer *timer;      /* answers waiting requests */
-	long long waiting;	       /* atomic: requests that may wait */
-	struct lease_wait *leases;     /* requests waiting for a lease;
-					* borrowed */
+	struct http_acceptor *acceptor; /* owns the listening socket */
+	struct config_slot cfg;		/* the snapshot served */
+	const struct decider *decider;	/* borrowed */
+	struct metrics *metrics;	/* borrowed */
+	int inflight;			/* atomic */
+	int suspended;			/* atomic: waiting for the store */
+	bool draining;			/* atomic: quiesced; close after each
+					 * answer */
+	bool stopping;			/* atomic: suspend nothing more */
+	struct http_guard *guard;	/* connection limit, request timeout */
+	struct wait_timer *timer;	/* answers waiting requests */
+	long long waiting;		/* atomic: requests that may wait */
+	struct lease_wait *leases;	/* requests waiting for a lease;
+					 * borrowed */
 };
 
 /*

@@ -29,12 +29,17 @@
  * In bodies and expected JSON a ' stands for a " (so the table reads), and
  * #N# stands for N letters 'a' (long values).
  */
+#include <arpa/inet.h>
 #include <check.h>
+#include <dirent.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "check_main.h"
 #include "harness.h"
@@ -1150,6 +1155,136 @@ backend_tcase(const char *name, bool with_redis)
 	return tc;
 }
 
+/* --- connections spread over the event loops --------------------------- */
+
+#define SPREAD_CONNS 40
+
+/* The inode of the daemon's socket for the connection from client port
+ * cport to port, from /proc/net/tcp (the server side: local port is the
+ * daemon's); 0 if not found. */
+static unsigned long
+server_inode(int port, int cport)
+{
+	FILE *f = fopen("/proc/net/tcp", "r");
+	char line[512];
+	unsigned lp, rp;
+	unsigned long inode, found = 0;
+
+	ck_assert_ptr_nonnull(f);
+	while (found == 0 && fgets(line, sizeof(line), f) != NULL)
+		if (sscanf(line,
+			" %*d: %*x:%x %*x:%x %*x %*x:%*x %*x:%*x %*x %*d %*d %lu",
+			&lp, &rp, &inode) == 3 &&
+		    (int)lp == port && (int)rp == cport)
+			found = inode;
+	fclose(f);
+	return found;
+}
+
+/* How many of the sockets in inodes[] each epoll instance of pid watches:
+ * counts[] gets one entry per epoll that watches at least one, returns
+ * how many. */
+static int
+epoll_shares(pid_t pid, const unsigned long *inodes, int n, int *counts,
+    int max)
+{
+	char path[512], link[128], line[256];
+	struct dirent *e;
+	DIR *dir;
+	FILE *f;
+	int nep = 0, tfd, i, c;
+	unsigned long ino;
+	ssize_t len;
+
+	snprintf(path, sizeof(path), "/proc/%d/fdinfo", (int)pid);
+	ck_assert_ptr_nonnull(dir = opendir(path));
+	while ((e = readdir(dir)) != NULL && nep < max) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/fdinfo/%s", (int)pid,
+		    e->d_name);
+		if ((f = fopen(path, "r")) == NULL)
+			continue;
+		c = 0;
+		while (fgets(line, sizeof(line), f) != NULL) {
+			if (sscanf(line, "tfd: %d", &tfd) != 1)
+				continue;
+			snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid,
+			    tfd);
+			len = readlink(path, link, sizeof(link) - 1);
+			if (len <= 0)
+				continue;
+			link[len] = '\0';
+			if (sscanf(link, "socket:[%lu]", &ino) != 1)
+				continue;
+			for (i = 0; i < n; i++)
+				if (inodes[i] == ino)
+					c++;
+		}
+		fclose(f);
+		if (c > 0)
+			counts[nep++] = c;
+	}
+	closedir(dir);
+	return nep;
+}
+
+/* A burst of keep-alive connections is spread over the `threads` event
+ * loops (src/front/http_accept.c hands them out), not left to whichever
+ * loop accepts first: each loop's epoll watches its share of them. */
+START_TEST(test_connections_spread)
+{
+	static const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+	struct h_daemon d = { 0 };
+	struct sockaddr_in sa = { 0 };
+	socklen_t len;
+	unsigned long inodes[SPREAD_CONNS];
+	int fds[SPREAD_CONNS], counts[16], i, n, total = 0;
+	char buf[512];
+
+	h_daemon_start(&d,
+	    "listen: \"127.0.0.1:%PORT%\"\n"
+	    "threads: 2\n"
+	    "backend: memory\n"
+	    "rules: []\n");
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((uint16_t)d.port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	for (i = 0; i < SPREAD_CONNS; i++) {
+		fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+		ck_assert_int_ge(fds[i], 0);
+		ck_assert_int_eq(connect(fds[i], (struct sockaddr *)&sa,
+				     sizeof(sa)),
+		    0);
+	}
+	/* One answered request each: every connection is in a loop. */
+	for (i = 0; i < SPREAD_CONNS; i++) {
+		ck_assert_int_eq(write(fds[i], req, sizeof(req) - 1),
+		    (ssize_t)(sizeof(req) - 1));
+		ck_assert_int_gt(read(fds[i], buf, sizeof(buf)), 0);
+		len = sizeof(sa);
+		ck_assert_int_eq(getsockname(fds[i], (struct sockaddr *)&sa,
+				     &len),
+		    0);
+		inodes[i] = server_inode(d.port, ntohs(sa.sin_port));
+		ck_assert_uint_ne(inodes[i], 0);
+		sa.sin_port = htons((uint16_t)d.port);
+	}
+	n = epoll_shares(d.pid, inodes, SPREAD_CONNS, counts, 16);
+	for (i = 0; i < n; i++)
+		total += counts[i];
+	ck_assert_int_eq(total, SPREAD_CONNS);
+	ck_assert_msg(n == 2, "%d event loops hold the connections", n);
+	for (i = 0; i < n; i++)
+		ck_assert_msg(counts[i] >= SPREAD_CONNS / 4,
+		    "one loop holds %d of %d connections", counts[i],
+		    SPREAD_CONNS);
+	for (i = 0; i < SPREAD_CONNS; i++)
+		close(fds[i]);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 static void
 suite_done(void)
 {
@@ -1166,6 +1301,7 @@ test_suite(void)
 	red = backend_tcase("redis", true);
 	tcase_add_test(red, test_readyz_follows_redis);
 	tcase_add_test(mem, test_long_rule_name);
+	tcase_add_test(mem, test_connections_spread);
 	suite_add_tcase(s, mem);
 	suite_add_tcase(s, red);
 	test_main_at_end(suite_done);
