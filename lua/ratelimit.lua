@@ -57,8 +57,10 @@
 -- needs effects replication, the default since Redis 5 and the only mode
 -- since 7, so no redis.replicate_commands() is called: the target is Redis
 -- >= 6.2.  Microsecond epochs (~1.7e15) are exact in Lua's doubles (< 2^53),
--- but Lua's tostring() would print them with 14 digits, so every number
--- that goes back to Redis is formatted explicitly.
+-- but Lua's tostring() (and ..) would print them with 14 digits, so every
+-- number that goes into a string is formatted explicitly; a number passed
+-- as an argument of redis.call (a score, a TTL) is converted by Redis
+-- itself, exactly (%.17g, or the shortest form that reads back the same).
 --
 -- A key holding the wrong type (the rule's algorithm changed on a reload)
 -- is deleted and the rule starts fresh: the first command on each key runs
@@ -135,7 +137,7 @@ local function forget(key)
   logs[key] = nil
   local ttl = ttls[key]
   if ttl ~= nil then
-    redis.call('PEXPIRE', key, int(ttl))
+    redis.call('PEXPIRE', key, ttl)
     ttls[key] = nil
   end
 end
@@ -145,7 +147,7 @@ end
 local function log_read(key, now, W)
   local old = first('ZRANGE', key, '0', '0', 'WITHSCORES')
   if #old > 0 and tonumber(old[2]) <= now - W then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - W))
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - W)
     old = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
   end
   local k = {W = W, v = 0, first = nil, first_t = nil, last_end = 0,
@@ -216,7 +218,7 @@ function sliding_log.record(s)
     redis.call('ZREM', s.key, fmt('%d:%d', s.last_end, s.last_n))
   end
   local e = s.last_end + s.c
-  redis.call('ZADD', s.key, int(t), fmt('%d:%d', e, n))
+  redis.call('ZADD', s.key, t, fmt('%d:%d', e, n))
   s.used = s.used + s.c
   s.last_t = t
   s.mark = t
@@ -983,14 +985,51 @@ end
 
 -- The requests one after the other, in order: a later one sees what an
 -- earlier one recorded, as if each had been its own call.
+--
+-- Merging (docs/algorithms.md, "Requests of one key in one call"): a
+-- request of one non-shadow check, neither waiting nor a report nor a
+-- chunk nor concurrency, that is denied records nothing, so until another
+-- check touches its key, the same request again gets the same answer:
+-- denied[key] keeps that answer (the rule's algorithm, L, W and c, and the
+-- reply's fields), and a later such request with the same rule is given
+-- them without being evaluated.  Any check on the key that is evaluated
+-- forgets it first.
 local reply = {}
+local denied = {}
 local first = 1
 for r = 1, #counts do
-  request(checks, first, first + counts[r] - 1, reply, marks, chunks,
-    waits[r] or 0, reports[r])
-  first = first + counts[r]
+  local last = first + counts[r] - 1
+  local s = checks[first]
+  local one = first == last and waits[r] == nil and not reports[r] and
+    not s.shadow and s.want == nil and s.alg ~= concurrency
+  local d = nil
+  if one then
+    d = denied[s.key]
+  end
+  if d ~= nil and d.alg == s.alg and d.L == s.L and d.W == s.W and
+      d.c == s.c then
+    local o = #reply
+    for j = 1, #d.fields do
+      reply[o + j] = d.fields[j]
+    end
+  else
+    for k = first, last do
+      denied[checks[k].key] = nil
+    end
+    local o = #reply
+    request(checks, first, last, reply, marks, chunks, waits[r] or 0,
+      reports[r])
+    if one and reply[o + 1] == 0 then
+      local f = {}
+      for j = o + 1, #reply do
+        f[j - o] = reply[j]
+      end
+      denied[s.key] = {alg = s.alg, L = s.L, W = s.W, c = s.c, fields = f}
+    end
+  end
+  first = last + 1
 end
 for key, ttl in pairs(ttls) do
-  redis.call('PEXPIRE', key, int(ttl))
+  redis.call('PEXPIRE', key, ttl)
 end
 return reply
