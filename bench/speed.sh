@@ -144,6 +144,24 @@ account() {
   us_w[$name]=$(per "$6" "$n")
 }
 
+# "prepare 12 µs, queue 300 µs, ...": the mean of each phase of
+# ratelimitd_request_phase_seconds on the daemon at port $1, so far.
+phases() {
+  curl -s "http://127.0.0.1:$1/metrics" | awk '
+    /^ratelimitd_request_phase_seconds_sum/ {
+      split($1, a, "\""); sum[a[2]] = $2 }
+    /^ratelimitd_request_phase_seconds_count/ {
+      split($1, a, "\""); cnt[a[2]] = $2 }
+    END {
+      n = split("prepare queue store resume", names, " ")
+      for (i = 1; i <= n; i++) {
+        p = names[i]
+        mean = cnt[p] > 0 ? 1e6 * sum[p] / cnt[p] : 0
+        printf "%s%s %.0f µs", (i > 1 ? ", " : ""), p, mean
+      }
+    }'
+}
+
 # A CA and a certificate for 127.0.0.1, for the same Redis on a TLS port.
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
   -keyout "$tmp/ca.key" -out "$tmp/ca.pem" -days 2 -subj /CN=bench-ca \
@@ -302,7 +320,7 @@ EOF
 cat "$tmp/report.lua" >> "$tmp/post.lua"
 cat "$tmp/report.lua" >> "$tmp/auth.lua"
 
-declare -A rate p50 p99 cpu us_d us_r us_n us_w
+declare -A rate p50 p99 cpu us_d us_r us_n us_w phases
 # run NAME PORT SCRIPT [KIND KEYS]: wrk against PORT; the servers measured
 # are the pids in $srv, shown in column $col (daemon or nginx).
 run() {
@@ -360,7 +378,13 @@ if want a || want b || want c || want e || want f || want g || want g3 ||
   dpid=$started
   wait_port "$dport"
   wait_port "$gport"
-  want a && srv=$dpid col=daemon run a "$dport" "$tmp/post.lua" one 10000
+  if want a; then
+    srv=$dpid col=daemon run a "$dport" "$tmp/post.lua" one 10000
+    # Where (a)'s requests spent their time in the daemon: the mean of
+    # each phase of ratelimitd_request_phase_seconds (the daemon's first
+    # run, so the sums are (a)'s).
+    phases[a]=$(phases "$dport")
+  fi
   want b && srv=$dpid col=daemon run b "$dport" "$tmp/post.lua" hot 1
   want c && srv=$dpid col=daemon run c "$dport" "$tmp/auth.lua"
   want e && srv=$dpid col=daemon run e "$dport" "$tmp/post.lua" three 10000
@@ -509,6 +533,13 @@ ratio() {
   echo "| (g3) the same, three daemons | ${rate[g3]} | ${p50[g3]} | ${p99[g3]} | ${cpu[g3]} | ${us_d[g3]} | ${us_r[g3]} | ${us_n[g3]} | ${us_w[g3]} | Redis alone | $(ratio g3 redis) |"
   echo "| (a-tls) /acquire, Redis over TLS, 10k keys, allowed | ${rate[a-tls]} | ${p50[a-tls]} | ${p99[a-tls]} | ${cpu[a-tls]} | ${us_d[a-tls]} | ${us_r[a-tls]} | ${us_n[a-tls]} | ${us_w[a-tls]} | (a) | $(ratio a-tls a) |"
   echo
+  if want a; then
+    echo "(a) in the daemon, mean per request: ${phases[a]}" \
+      "(ratelimitd_request_phase_seconds: prepare = arrival to the" \
+      "store call, queue = until it is written to Redis, store = until" \
+      "its reply is read and decided, resume = until the loop answers)."
+    echo
+  fi
   if want rss; then
     echo "RSS of the daemon (Redis): $((rss0 / 1024)) MiB before," \
       "$((rss1 / 1024)) MiB with 1,000 idle keep-alive connections."

@@ -184,10 +184,14 @@ on_rule_grpc(const struct rule *r, enum decide_rule_result result, void *arg)
 }
 
 static void
-on_backend(const char *backend, int64_t usec, enum backend_error_kind kind,
-    void *arg)
+on_backend(const char *backend, int64_t usec, int64_t queued_usec,
+    enum backend_error_kind kind, void *arg)
 {
 	metrics_backend_call(arg, backend, usec, metrics_store_error_of(kind));
+	if (queued_usec >= 0) {
+		metrics_phase(arg, METRICS_PHASE_QUEUE, queued_usec);
+		metrics_phase(arg, METRICS_PHASE_STORE, usec - queued_usec);
+	}
 }
 
 /* docs/algorithms.md, "Taking quota in advance": units taken, used, lost. */

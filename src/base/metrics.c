@@ -51,13 +51,15 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
 #define METRICS_OTHER_RULE "_other"
 #define METRICS_MIN_SLOTS  64
 
-#define METRICS_NRESULTS   METRICS_NOUTCOMES
-#define METRICS_GRPC_CODES 17 /* gRPC status codes 0..16 */
-#define METRICS_NKINDS	   METRICS_STORE_NERRORS
-#define METRICS_NBOUNDS	   13
-#define METRICS_NBUCKETS   (METRICS_NBOUNDS + 1) /* + above the last */
-#define METRICS_HTTP_MIN   100
-#define METRICS_HTTP_MAX   599
+#define METRICS_NRESULTS       METRICS_NOUTCOMES
+#define METRICS_GRPC_CODES     17 /* gRPC status codes 0..16 */
+#define METRICS_NKINDS	       METRICS_STORE_NERRORS
+#define METRICS_NBOUNDS	       13
+#define METRICS_NBUCKETS       (METRICS_NBOUNDS + 1) /* + above the last */
+#define METRICS_PHASE_NBOUNDS  11 /* finer: phases last microseconds */
+#define METRICS_PHASE_NBUCKETS (METRICS_PHASE_NBOUNDS + 1)
+#define METRICS_HTTP_MIN       100
+#define METRICS_HTTP_MAX       599
 
 /* One rule name's decisions; never moves once created. */
 struct metrics_rule {
@@ -88,6 +90,10 @@ struct metrics {
 	struct metrics_backend backend[2]; /* by metrics_backend_names */
 	atomic_llong pool_in_use;
 	atomic_ullong redis_events[METRICS_REDIS_NEVENTS];
+	struct metrics_phase_hist {
+		atomic_ullong bucket[METRICS_PHASE_NBUCKETS];
+		atomic_ullong sum_us;
+	} phases[METRICS_NPHASES];
 	metrics_count_fn deny_hits; /* may be NULL */
 	const void *deny_arg;	    /* borrowed */
 	atomic_ullong reloads[2];   /* [0] failure, [1] success */
@@ -151,6 +157,15 @@ static const uint64_t metrics_bounds_us[METRICS_NBOUNDS] = { 100, 250, 500,
 static const char *const metrics_bounds_le[METRICS_NBOUNDS] = { "0.0001",
 	"0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025",
 	"0.05", "0.1", "0.25", "0.5", "1" };
+
+static const uint64_t metrics_phase_bounds_us[METRICS_PHASE_NBOUNDS] = { 10, 25,
+	50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000 };
+static const char *const metrics_phase_bounds_le[METRICS_PHASE_NBOUNDS] = {
+	"0.00001", "0.000025", "0.00005", "0.0001", "0.00025", "0.0005",
+	"0.001", "0.0025", "0.005", "0.01", "0.025"
+};
+static const char *const metrics_phase_names[METRICS_NPHASES] = { "prepare",
+	"queue", "store", "resume" };
 
 struct metrics *
 metrics_new(void)
@@ -420,6 +435,24 @@ metrics_backend_call(struct metrics *m, const char *backend, int64_t usec,
 	if (kind != METRICS_STORE_OK && (unsigned)kind < METRICS_NKINDS)
 		atomic_fetch_add_explicit(&b->errors[kind], 1,
 		    memory_order_relaxed);
+}
+
+void
+metrics_phase(struct metrics *m, enum metrics_phase p, int64_t usec)
+{
+	struct metrics_phase_hist *h;
+	uint64_t us;
+	size_t i;
+
+	if (m == NULL || (unsigned)p >= METRICS_NPHASES)
+		return;
+	h = &m->phases[p];
+	us = usec < 0 ? 0 : (uint64_t)usec;
+	for (i = 0;
+	     i < METRICS_PHASE_NBOUNDS && us > metrics_phase_bounds_us[i]; i++)
+		;
+	atomic_fetch_add_explicit(&h->bucket[i], 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&h->sum_us, us, memory_order_relaxed);
 }
 
 void
@@ -820,6 +853,40 @@ redis_event(struct metrics *m, enum metrics_redis_event ev)
 }
 
 static void
+render_phases(struct metrics_buf *b, struct metrics *m)
+{
+	const char *name = "ratelimitd_request_phase_seconds";
+	struct metrics_phase_hist *h;
+	unsigned long long cum;
+	size_t i, j;
+
+	buf_family(b, name, "histogram",
+	    "Time a request that asked Redis spent in each phase in the "
+	    "daemon, in seconds.");
+	for (i = 0; i < METRICS_NPHASES; i++) {
+		h = &m->phases[i];
+		cum = 0;
+		for (j = 0; j < METRICS_PHASE_NBUCKETS; j++) {
+			cum += atomic_load_explicit(&h->bucket[j],
+			    memory_order_relaxed);
+			buf_printf(b,
+			    "%s_bucket{phase=\"%s\",le=\"%s\"} %llu\n", name,
+			    metrics_phase_names[i],
+			    j < METRICS_PHASE_NBOUNDS ?
+				metrics_phase_bounds_le[j] :
+				"+Inf",
+			    cum);
+		}
+		buf_printf(b, "%s_sum{phase=\"%s\"} ", name,
+		    metrics_phase_names[i]);
+		buf_seconds(b,
+		    atomic_load_explicit(&h->sum_us, memory_order_relaxed));
+		buf_printf(b, "\n%s_count{phase=\"%s\"} %llu\n", name,
+		    metrics_phase_names[i], cum);
+	}
+}
+
+static void
 render_backends(struct metrics_buf *b, struct metrics *m)
 {
 	const char *hname = "ratelimitd_backend_request_duration_seconds";
@@ -961,6 +1028,7 @@ metrics_render(struct metrics *m, char **out, size_t *len)
 		render_stats(&b, rules, nrules);
 		render_prefetch(&b, rules, nrules);
 		render_backends(&b, m);
+		render_phases(&b, m);
 		render_reloads(&b, m);
 	}
 	if (b.oom)

@@ -85,6 +85,24 @@ enum metrics_store_error {
 void metrics_backend_call(struct metrics *m, const char *backend, int64_t usec,
     enum metrics_store_error e);
 
+/*
+ * Where a request that asked a networked store (Redis) spent its time in
+ * the daemon, one histogram per phase (docs/operations.md):
+ *   prepare  HTTP: from the request's arrival (its headers read) to the
+ *            store call's submit: the body, the rules, the keys
+ *   queue    from submit to the store writing the call's command
+ *   store    from that write to the reply, read and decided
+ *   resume   HTTP: from the reply to the loop answering
+ */
+enum metrics_phase {
+	METRICS_PHASE_PREPARE,
+	METRICS_PHASE_QUEUE,
+	METRICS_PHASE_STORE,
+	METRICS_PHASE_RESUME,
+	METRICS_NPHASES
+};
+void metrics_phase(struct metrics *m, enum metrics_phase p, int64_t usec);
+
 /* Requests held by the HTTP front end with wait_ms (docs/waiting.md,
  * docs/leases.md): until their reserved turn, or until a lease is freed (a
  * gauge); and requests decided at once because max_waiting were waiting. */

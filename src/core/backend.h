@@ -208,6 +208,9 @@ struct backend_call {
 	int64_t waited_us; /* all_allowed by a reservation: the
 			    * store time from now until it (> 0);
 			    * else 0 */
+	int64_t sent_us;   /* monotonic: when the store last sent the
+			    * call's command; 0 if it sent none (the
+			    * memory store, a call failed before) */
 	enum backend_error_kind kind;
 	char err[BACKEND_ERR_MAX];
 

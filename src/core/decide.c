@@ -669,6 +669,9 @@ job_call_done(struct backend_call *call)
 
 	if (d->on_backend != NULL)
 		d->on_backend(b->name, util_monotonic_us() - job->submit_us,
+		    call->sent_us >= job->submit_us ?
+			call->sent_us - job->submit_us :
+			-1,
 		    call->rc == 0 ? BACKEND_ERR_NONE : call->kind, d->hook_arg);
 	if (call->rc == 0) {
 		prefetch_settle(job, call->all_allowed);

@@ -170,9 +170,12 @@ void decide_leases_free(struct decision *out);
 typedef void (*decide_rule_fn)(const struct rule *r,
     enum decide_rule_result result, void *arg);
 
-/* Called after each backend call with its duration; may be NULL. */
+/* Called after each backend call with its duration; may be NULL.  Of
+ * usec, queued_usec passed before the store sent the call (its queue, on
+ * the store's side), or -1 when the store does not tell (one that answers
+ * inline). */
 typedef void (*decide_backend_fn)(const char *backend, int64_t usec,
-    enum backend_error_kind kind, void *arg);
+    int64_t queued_usec, enum backend_error_kind kind, void *arg);
 
 /* Units of a rule taken in a chunk beyond the request that took them
  * (used false), or used by a request admitted in process (used true):

@@ -147,6 +147,10 @@ http_request_enter(struct request *rq, enum request_state to)
 			rq->waited_lease = true; /* before it is parked */
 			metrics_waiting(s->metrics, METRICS_WAIT_LEASE, 1);
 		}
+		if (to == RQ_DECIDING && from == RQ_READING &&
+		    EP_DECIDES(rq->ep))
+			metrics_phase(s->metrics, METRICS_PHASE_PREPARE,
+			    util_monotonic_us() - rq->arrived_us);
 		rq->state = to;
 		http_guard_waiting(conn_ctx(rq->conn), true);
 		MHD_suspend_connection(rq->conn);
@@ -155,6 +159,10 @@ http_request_enter(struct request *rq, enum request_state to)
 	if (from == RQ_RESUMED || from == RQ_ANSWERED_RAW) {
 		http_guard_waiting(conn_ctx(rq->conn), false);
 		__atomic_sub_fetch(&s->suspended, 1, __ATOMIC_SEQ_CST);
+		if (rq->replied_us != 0)
+			metrics_phase(s->metrics, METRICS_PHASE_RESUME,
+			    util_monotonic_us() - rq->replied_us);
+		rq->replied_us = 0;
 	}
 	if (to == RQ_DONE) {
 		if (rq->wait_slot)
@@ -165,6 +173,8 @@ http_request_enter(struct request *rq, enum request_state to)
 			metrics_waiting(s->metrics, METRICS_WAIT_LEASE, -1);
 		rq->wait_slot = rq->waited_turn = rq->waited_lease = false;
 	}
+	if (to == RQ_RESUMED && from == RQ_DECIDING && EP_DECIDES(rq->ep))
+		rq->replied_us = util_monotonic_us();
 	rq->state = to;
 	if (to == RQ_RESUMED || to == RQ_ANSWERED_RAW)
 		MHD_resume_connection(rq->conn); /* the loop's again */

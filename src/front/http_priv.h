@@ -122,6 +122,8 @@ struct request {
 	struct http_server *s;
 	struct config *cfg; /* the snapshot this request uses */
 	int64_t arrived_us;
+	int64_t replied_us; /* the store's reply resumed it (the
+			     * resume phase, metrics_phase); 0: not */
 	char *body;
 	size_t len, cap;
 	bool too_large;

@@ -250,6 +250,8 @@ redis_batch_send(struct redis_backend *rb, struct redis_batch *b, char *err,
 	struct redis_conn *conn = NULL;
 	struct redis_node *node;
 	struct redis_slot *s;
+	int64_t sent;
+	size_t i;
 	int n;
 
 	n = b->ask_node >= 0 ? b->ask_node : redis_node_for(rb, b->hslot);
@@ -270,6 +272,12 @@ redis_batch_send(struct redis_backend *rb, struct redis_batch *b, char *err,
 		rb->batches_out++;
 		b->counted = true;
 	}
+	/* Written at the end of this turn of the loop (one write per
+	 * connection): the call's time in the queue ends now. */
+	sent = util_monotonic_us();
+	for (i = 0; i < b->ncalls; i++)
+		if (b->calls[i] != NULL)
+			b->calls[i]->sent_us = sent;
 	b->slot = s;
 	redis_slot_busy(rb, s);
 	return 0;

@@ -892,6 +892,46 @@ END_TEST
 
 /* --- tests that do not fit the table ------------------------------------ */
 
+/* Each decision that asked Redis is timed through its phases in the daemon
+ * (docs/operations.md, ratelimitd_request_phase_seconds): prepare, queue,
+ * store and resume each count it once; a decision the memory store makes
+ * inline counts in none.  A 429 from the store counts too; a request
+ * refused before any decision (400) does not. */
+START_TEST(test_phase_metrics)
+{
+	static const char *const names[] = {
+		"ratelimitd_request_phase_seconds_count{phase=\"prepare\"}",
+		"ratelimitd_request_phase_seconds_count{phase=\"queue\"}",
+		"ratelimitd_request_phase_seconds_count{phase=\"store\"}",
+		"ratelimitd_request_phase_seconds_count{phase=\"resume\"}",
+	};
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	long long want = use_redis ? 4 : 0;
+	int i;
+
+	start_daemon(&d);
+	for (i = 0; i < 4; i++) {
+		h_post(d.port, "/acquire", "{\"t\":\"basic\",\"user\":\"ph\"}",
+		    &r);
+		ck_assert_int_eq(r.status, i < 3 ? 200 : 429);
+		h_resp_free(&r);
+	}
+	h_post(d.port, "/acquire", "{\"t\":", &r);
+	ck_assert_int_eq(r.status, 400);
+	h_resp_free(&r);
+	for (i = 0; i < 4; i++)
+		ck_assert_msg(h_metric_settles(names[i], want) == want,
+		    "%s: %lld, want %lld", names[i], h_metric(names[i]), want);
+	if (use_redis)
+		ck_assert_int_ge(
+		    h_metric("ratelimitd_request_phase_seconds_"
+			     "bucket{phase=\"store\",le=\"+Inf\"}"),
+		    4);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 /* Several /acquire requests on one handle share one connection, 429s
  * included: a proxy asks for every request it forwards. */
 START_TEST(test_keepalive)
@@ -1151,6 +1191,7 @@ backend_tcase(const char *name, bool with_redis)
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_case_table, 0, NCASES);
 	tcase_add_test(tc, test_keepalive);
+	tcase_add_test(tc, test_phase_metrics);
 	tcase_add_test(tc, test_sliding_not_fixed);
 	return tc;
 }

@@ -342,10 +342,11 @@ static int64_t backend_usec[8];
 static int backend_calls;
 
 static void
-on_backend(const char *name, int64_t usec, enum backend_error_kind kind,
-    void *arg)
+on_backend(const char *name, int64_t usec, int64_t queued_usec,
+    enum backend_error_kind kind, void *arg)
 {
 	(void)name;
+	(void)queued_usec;
 	(void)kind;
 	(void)arg;
 	if (backend_calls < 8)
