@@ -457,24 +457,48 @@ EOF
       "$(echo "$out" | sed -n 's/^requests: .* \([0-9]*\) done.*/\1/p')"
   fi
 
-  # RSS with 1,000 idle keep-alive connections (each has sent one request).
+  # RSS with 1,000 idle keep-alive connections (each has sent one request
+  # and read its answer).  VmRSS is read once the client says every answer
+  # came (not after a guess of how long that takes), and the client holds
+  # the connections open until it has been read.
   if want rss; then
     rss0=$(awk '/VmRSS/ { print $2 }' "/proc/$dpid/status")
-    python3 - "$dport" <<'EOF' &
-import socket, sys, time
-port = int(sys.argv[1])
+    rm -f "$tmp/rss.ready" "$tmp/rss.done"
+    python3 - "$dport" "$tmp/rss.ready" "$tmp/rss.done" <<'EOF' &
+import os, resource, socket, sys, time
+port, ready, done = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+if soft != resource.RLIM_INFINITY and soft < 1100:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1100, hard), hard))
 socks = []
 for i in range(1000):
     s = socket.create_connection(("127.0.0.1", port))
     s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
     socks.append(s)
+ok = 0
 for s in socks:
-    s.recv(4096)
-time.sleep(3)
+    s.settimeout(10)
+    try:
+        if s.recv(4096).startswith(b"HTTP/1.1 200"):
+            ok += 1
+    except OSError:
+        pass
+with open(ready + ".tmp", "w") as f:
+    f.write("%d\n" % ok)
+os.rename(ready + ".tmp", ready)
+for _ in range(600):
+    if os.path.exists(done):
+        break
+    time.sleep(0.05)
 EOF
     hold=$!
-    sleep 2
+    for _ in $(seq 600); do
+      [ -e "$tmp/rss.ready" ] && break
+      sleep 0.05
+    done
+    rss_ok=$(cat "$tmp/rss.ready" 2>/dev/null || echo 0)
     rss1=$(awk '/VmRSS/ { print $2 }' "/proc/$dpid/status")
+    touch "$tmp/rss.done"
     wait "$hold" 2>/dev/null || true
   fi
   kill "$dpid"
@@ -549,7 +573,9 @@ ratio() {
   fi
   if want rss; then
     echo "RSS of the daemon (Redis): $((rss0 / 1024)) MiB before," \
-      "$((rss1 / 1024)) MiB with 1,000 idle keep-alive connections."
+      "$((rss1 / 1024)) MiB with 1,000 idle keep-alive connections" \
+      "($(awk -v a="$rss0" -v b="$rss1" 'BEGIN { printf "%.1f", (b - a) / 1000 }')" \
+      "KiB each; $rss_ok of 1,000 answered)."
   fi
 } | tee "$tmp/table.md"
 if [ -z "${ONLY:-}" ]; then

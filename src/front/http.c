@@ -540,8 +540,15 @@ http_server_start(int listen_fd, struct config *cfg,
 	 * headers and the answer's: HTTP_CONN_MEMORY covers the headers
 	 * proxies send to /auth (8 KiB), and is what 1,000 idle keep-alive
 	 * connections cost at most (the default is 32 KiB); twice
-	 * max_header_bytes when that is larger.  The connection limit is
-	 * the guard's (max_connections, refused at once, changed by a
+	 * max_header_bytes when that is larger.  No smaller: the request
+	 * line and headers stay whole in it with a 64-byte record per
+	 * header, and a request that does not fit gets libmicrohttpd's own
+	 * 431 (check_limits tests a request at max_header_bytes).  Nor
+	 * does a larger one cost less: libmicrohttpd 0.9.75 maps a pool
+	 * over 32 KiB apart, but clears every byte of it after each
+	 * request (MHD_pool_reset), so an idle keep-alive connection keeps
+	 * all of it resident either way (docs/http.md).  The connection limit
+	 * is the guard's (max_connections, refused at once, changed by a
 	 * reload): libmicrohttpd's own is set past any it allows, since at
 	 * its limit it stops accepting and new clients wait unanswered. */
 	s->mhd = MHD_start_daemon(flags, 0, accept_policy, s, access_handler, s,

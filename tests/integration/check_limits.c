@@ -528,6 +528,71 @@ START_TEST(test_header_and_attribute_limits)
 }
 END_TEST
 
+/*
+ * Writes to out a GET /healthz whose request line and headers count
+ * exactly max_header_bytes (8192 by default), as http_framing.c counts
+ * them (the URL, and each header's name and value plus 4): Host and 63
+ * padding headers, the last taking what is left, with extra appended to
+ * it ("x": one byte over).
+ */
+static void
+at_limit_request(char *out, size_t cap, const char *extra)
+{
+	const size_t limit = 8192, nhdr = 63;
+	size_t used = strlen("/healthz") + strlen("Host") + strlen("x") + 4;
+	size_t i, len, per, n;
+
+	n = (size_t)snprintf(out, cap, "GET /healthz HTTP/1.1\r\nHost: x\r\n");
+	per = (limit - used) / nhdr - strlen("X-Pad-00") - 4;
+	for (i = 0; i < nhdr; i++) {
+		len = i + 1 < nhdr ? per :
+				     limit - used - strlen("X-Pad-00") - 4;
+		n += (size_t)snprintf(out + n, cap - n, "X-Pad-%02zu: ", i);
+		memset(out + n, 'v', len);
+		n += len;
+		used += strlen("X-Pad-00") + len + 4;
+		n += (size_t)snprintf(out + n, cap - n, "%s\r\n",
+		    i + 1 < nhdr ? "" : extra);
+	}
+	ck_assert_uint_eq(used, limit);
+	snprintf(out + n, cap - n, "\r\n");
+}
+
+/* Each connection's libmicrohttpd memory holds a request whose headers
+ * are exactly max_header_bytes (docs/http.md), on a fresh connection and
+ * again on the same one once its memory was reused; a byte more is the
+ * 431 of docs/http.md. */
+START_TEST(test_headers_exactly_at_the_limit)
+{
+	struct h_daemon d = { 0 };
+	char req[9000], buf[4096];
+	bool closed;
+	int fd, i;
+
+	start(&d, "");
+	fd = raw_connect(d.port);
+	at_limit_request(req, sizeof(req), "");
+	for (i = 0; i < 3; i++) {
+		raw_send(fd, req);
+		raw_read(fd, buf, sizeof(buf), 1000, &closed);
+		ck_assert_msg(strncmp(buf, "HTTP/1.1 200", 12) == 0 && !closed,
+		    "request %d with 8192 bytes of headers: \"%.40s\"%s", i,
+		    buf, closed ? " (closed)" : "");
+	}
+	close(fd);
+
+	fd = raw_connect(d.port);
+	at_limit_request(req, sizeof(req), "x");
+	raw_send(fd, req);
+	raw_read(fd, buf, sizeof(buf), 2000, &closed);
+	ck_assert_msg(strncmp(buf, "HTTP/1.1 431", 12) == 0 &&
+		strstr(buf, "headers_too_large") != NULL,
+	    "8193 bytes of headers: \"%.40s\"", buf);
+	close(fd);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 /* --- store failures ------------------------------------------------------ */
 
 /* A full memory store is said in the log and counted, and the 503 of
@@ -845,6 +910,7 @@ test_suite(void)
 	tcase_add_test(tc, test_slow_and_half_sent_clients);
 	tcase_add_test(tc, test_ten_thousand_connections);
 	tcase_add_test(tc, test_header_and_attribute_limits);
+	tcase_add_test(tc, test_headers_exactly_at_the_limit);
 	tcase_add_test(tc, test_unix_socket_live_and_mode);
 	tcase_add_test(tc, test_user_drops_root);
 	tcase_add_test(tc, test_check_what_start_reads);
