@@ -777,6 +777,13 @@ conn_handshake(struct redis_conn *c)
 	return 1;
 }
 
+void
+redis_conn_flush(struct redis_conn *c)
+{
+	if (c->state == REDIS_CONN_UP)
+		(void)conn_write(c);
+}
+
 size_t
 redis_conn_io(struct redis_conn *c)
 {

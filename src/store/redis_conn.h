@@ -91,6 +91,12 @@ int redis_conn_fd(const struct redis_conn *c);
 bool redis_conn_wants_write(const struct redis_conn *c);
 size_t redis_conn_io(struct redis_conn *c);
 
+/* Write what is buffered on an UP connection, and no more: the replies
+ * come with readability, through redis_conn_io().  Reading right after a
+ * write only finds the socket empty (a recv(2) that fails with EAGAIN,
+ * once per batch).  May close the connection. */
+void redis_conn_flush(struct redis_conn *c);
+
 enum redis_conn_state redis_conn_state(const struct redis_conn *c);
 
 /* Grows by one with every socket opened: the same fd number with another

@@ -219,7 +219,7 @@ flush_slot(struct redis_backend *rb, struct redis_slot *s, uint64_t tag,
 	(void)arg;
 	if (redis_conn_state(s->conn) == REDIS_CONN_UP &&
 	    redis_conn_wants_write(s->conn)) {
-		redis_conn_io(s->conn);
+		redis_conn_flush(s->conn);
 		redis_slot_busy(rb, s);
 	}
 }
