@@ -124,14 +124,29 @@ end
 
 -- What one call knows of a sliding_log key, so that the next check of
 -- the key in the same call (a batch's requests often share keys) reads
--- nothing: logs[key] = {W, v, first, first_t, last_end, last_n, last_t},
--- its runs after dropping those expired at now for window W (first nil
--- when none is left), kept up to date by record; v counts the records.
+-- nothing: logs[key] = {W, v, first, first_t, last_end, last_n, last_t,
+-- last_ts}, its runs after dropping those expired at now for window W
+-- (first nil when none is left), kept up to date by record; v counts the
+-- records, last_ts is last_t as a string that reads back exactly (the
+-- score as Redis wrote it, or as a record gave it).
 -- The clock is the call's, so nothing else expires meanwhile.  A check of
 -- another algorithm on the key forgets it (forget()).  The TTL a record
 -- gives the key is set once, when the call ends: ttls[key] is the last
 -- one computed, and the key is not read for its TTL in between.
 local logs, ttls = {}, {}
+
+-- A TTL in milliseconds (an integer) as the argument Redis would make of
+-- the number (its digits), made once per value in a call: Redis formats a
+-- number argument with %.17g, which costs more than this lookup.
+local ttl_strings = {}
+local function ttl_arg(ms)
+  local a = ttl_strings[ms]
+  if a == nil then
+    a = int(ms)
+    ttl_strings[ms] = a
+  end
+  return a
+end
 
 local function forget(key)
   logs[key] = nil
@@ -144,14 +159,19 @@ end
 
 -- Drop the runs that left the window, then read the oldest and newest.
 -- The oldest is read first: when it is still inside, nothing is dropped.
+-- It is first()'s read, written out: this is the path every sliding_log
+-- check takes, and a reply of ZRANGE is a table either way.
 local function log_read(key, now, W)
-  local old = first('ZRANGE', key, '0', '0', 'WITHSCORES')
+  local old = redis.pcall('ZRANGE', key, '0', '0', 'WITHSCORES')
+  if old.err ~= nil then
+    old = first('ZRANGE', key, '0', '0', 'WITHSCORES')
+  end
   if #old > 0 and tonumber(old[2]) <= now - W then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', now - W)
     old = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
   end
   local k = {W = W, v = 0, first = nil, first_t = nil, last_end = 0,
-    last_n = 0, last_t = nil}
+    last_n = 0, last_t = nil, last_ts = nil}
   if #old > 0 then
     local new = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
     local e, n, t = log_member(new, 1)
@@ -167,24 +187,24 @@ local function log_read(key, now, W)
       oe, on, ot = log_member(old, 1)
     end
     k.first, k.first_t = oe - on + 1, ot
-    k.last_end, k.last_n, k.last_t = e, n, t
+    k.last_end, k.last_n, k.last_t, k.last_ts = e, n, t, new[2]
   end
   return k
 end
 
 -- The time of the run holding unit number `want` (runs sorted by end).
-local function log_time_of(s, want)
-  local lo, hi = 0, redis.call('ZCARD', s.key) - 1
+local function log_time_of(key, want)
+  local lo, hi = 0, redis.call('ZCARD', key) - 1
   while lo < hi do
     local mid = floor((lo + hi) / 2)
-    local r = redis.call('ZRANGE', s.key, int(mid), int(mid))
+    local r = redis.call('ZRANGE', key, int(mid), int(mid))
     if tonumber(string.match(r[1], '^(%d+):')) >= want then
       hi = mid
     else
       lo = mid + 1
     end
   end
-  return tonumber(redis.call('ZRANGE', s.key, int(lo), int(lo),
+  return tonumber(redis.call('ZRANGE', key, int(lo), int(lo),
     'WITHSCORES')[2])
 end
 
@@ -205,8 +225,8 @@ function sliding_log.check(s)
   if not s.allowed then
     -- The unit numbered first + k - 1 must expire, k = used + c - L: find
     -- the oldest run whose end reaches it (runs sorted by end and score).
-    s.retry = ceil_ms(log_time_of(s, s.first + (s.used + s.c - s.L) - 1) +
-      s.W - s.now)
+    s.retry = ceil_ms(log_time_of(s.key, s.first + (s.used + s.c - s.L) -
+      1) + s.W - s.now)
   end
 end
 
@@ -231,7 +251,7 @@ function sliding_log.record(s)
     if k.first == nil then
       k.first, k.first_t = e - n + 1, t
     end
-    k.last_end, k.last_n, k.last_t = e, n, t
+    k.last_end, k.last_n, k.last_t, k.last_ts = e, n, t, nil
     k.v = k.v + 1
     s.v = k.v
   end
@@ -247,7 +267,7 @@ function sliding_log.effective(s)
   elseif k == 1 then
     t = s.first_t
   else
-    t = log_time_of(s, s.first + k - 1)
+    t = log_time_of(s.key, s.first + k - 1)
   end
   return ceil_ms(t + s.W - s.now)
 end
@@ -261,8 +281,86 @@ function sliding_log.finish(s)
   end
   if s.recorded then
     -- W after the newest run; ceil_ms(W) unless the clock went back.
-    ttls[s.key] = max(1, s.reset)
+    ttls[s.key] = ttl_arg(max(1, s.reset))
   end
+end
+
+-- The common request, fast: one sliding_log check, not shadow, that neither
+-- waits nor is a report nor takes a chunk (the main loop picks them).  It
+-- is check, record, finish and effective above, and request()'s reply,
+-- written out for that one case with locals instead of a check table:
+-- the same steps on the same values in the same order, so it gives
+-- exactly what the general path gives (tests/integration/check_batch_merge.c
+-- and the vectors hold both to it).  Appends all_allowed and the fields of
+-- the check to reply, and returns whether it allowed.
+local function log_single(key, L, W, c, now, now_s, reply, marks, chunks)
+  local k = logs[key]
+  if k == nil or k.W ~= W then
+    k = log_read(key, now, W)
+    logs[key] = k
+  end
+  local fst, fst_t, last_t = k.first, k.first_t, k.last_t
+  local used = 0
+  if fst ~= nil then
+    used = k.last_end - fst + 1
+  end
+  local allowed = used + c <= L
+  local retry, mark = 0, '0'
+  if not allowed then
+    retry = floor(ceil_ms(log_time_of(key, fst + (used + c - L) - 1) + W -
+      now))
+  elseif c > 0 then
+    -- record, then finish's TTL.  The score is given as a string that
+    -- reads back as t (now_s is now): Redis would format the number t
+    -- itself, at a higher cost.
+    local t, ts, n, e = now, now_s, c, k.last_end + c
+    if last_t ~= nil and last_t >= t then
+      t, ts, n = last_t, k.last_ts or last_t, k.last_n + c
+      redis.call('ZREM', key, fmt('%d:%d', k.last_end, k.last_n))
+    end
+    redis.call('ZADD', key, ts, fmt('%d:%d', e, n))
+    used, last_t = used + c, t
+    if fst == nil then
+      k.first, k.first_t = e - n + 1, t
+    end
+    k.last_end, k.last_n, k.last_t, k.last_ts = e, n, t, ts
+    k.v = k.v + 1
+    ttls[key] = ttl_arg(max(1, ceil_ms(t + W - now)))
+    if marks then
+      mark = int(t)
+    end
+  end
+  local remaining, reset = max(0, L - used), 0
+  if used > 0 then
+    reset = ceil_ms(last_t + W - now)
+  end
+  local eff
+  if remaining >= L then
+    eff = ceil_ms(W)
+  else
+    local u = used + remaining + 1 - L
+    local t = last_t
+    if fst ~= nil then
+      t = fst_t
+      if u ~= 1 then
+        t = log_time_of(key, fst + u - 1)
+      end
+    end
+    eff = floor(ceil_ms(t + W - now))
+  end
+  local o = #reply
+  local a = allowed and 1 or 0
+  reply[o + 1], reply[o + 2], reply[o + 3] = a, a, floor(remaining)
+  reply[o + 4], reply[o + 5], reply[o + 6] = floor(reset), retry, eff
+  o = o + 6
+  if marks then
+    o = o + 1
+    reply[o] = mark
+  end
+  if chunks then
+    reply[o + 1], reply[o + 2] = 0, 0
+  end
+  return allowed
 end
 
 -- Rules that never wait: now if they admit now, else never.
@@ -672,7 +770,7 @@ local function make_extras()
     if count + s.c <= s.L then
       return t0
     end
-    return log_time_of(s, firstu + (count + s.c - s.L) - 1) + s.W
+    return log_time_of(s.key, firstu + (count + s.c - s.L) - 1) + s.W
   end
 
   function sliding_log.record_at(s, t)
@@ -932,55 +1030,68 @@ if chunks or any_report or next(waits) ~= nil then
 end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local now_s = int(now)
 
--- Which checks belong to a report (c may exceed L there).
-local in_report = {}
-if any_report then
-  local k = 1
-  for r = 1, #counts do
-    for _ = 1, counts[r] do
-      in_report[k] = reports[r] or false
-      k = k + 1
+-- The checks, request by request.  A request that log_single() can take
+-- (one sliding_log check, not shadow, neither waiting nor a report, no
+-- chunk: its algorithm is exactly 0) keeps only its L, W and c, in
+-- plain_L[k], plain_W[k] and plain_c[k]; every other check gets a table.
+-- All are read and checked before any is evaluated.
+local checks, plain_L, plain_W, plain_c = {}, {}, {}, {}
+local k = 0
+for r = 1, #counts do
+  local single = counts[r] == 1 and waits[r] == nil and not reports[r]
+  local in_report = reports[r] or false
+  for _ = 1, counts[r] do
+    k = k + 1
+    local a = base + (k - 1) * 5
+    local L, wms = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+    local c, shadow = tonumber(ARGV[a + 4]), ARGV[a + 5] == '1'
+    if single and ARGV[a + 1] == '0' and not shadow then
+      if L == nil or wms == nil or c == nil or L < 1 or wms < 1 or
+          c < 0 or c > L then
+        return redis.error_reply('ratelimit.lua: bad arguments for key ' ..
+          k)
+      end
+      plain_L[k], plain_W[k], plain_c[k] = L, wms * 1000, c
+    else
+      local alg = algorithm(tonumber(ARGV[a + 1]))
+      local token, want, hold = nil, nil, nil
+      local pa, pw, ph
+      if alg == nil then
+        pa, pw, ph = string.match(ARGV[a + 1], '^(%d+)%+(%d+)%+(%d+)$')
+      end
+      if pa ~= nil and chunks then
+        alg, want, hold = algorithm(tonumber(pa)), tonumber(pw),
+          tonumber(ph)
+        if alg == concurrency then
+          alg = nil
+        end
+      elseif alg == nil then
+        local an, tk = string.match(ARGV[a + 1], '^(%d+):(%x+)$')
+        alg, token = algorithm(tonumber(an)), tk
+        if alg ~= concurrency then
+          alg = nil
+        end
+      elseif alg == concurrency then
+        alg = nil
+      end
+      if alg == nil or L == nil or wms == nil or c == nil or L < 1 or
+          wms < 1 or c < 0 or (c > L and not in_report) or
+          (in_report and alg == concurrency) then
+        return redis.error_reply('ratelimit.lua: bad arguments for key ' ..
+          k)
+      end
+      -- Every field a check may get, so that the table is made at its
+      -- size.
+      checks[k] = {alg = alg, key = KEYS[k], L = L, W = wms * 1000, c = c,
+        shadow = shadow, now = now, retry = 0, recorded = false,
+        token = token, want = want, hold = hold, allowed = false,
+        used = nil, remaining = nil, reset = nil, over = nil, mark = nil,
+        log = nil, v = nil, first = nil, first_t = nil, last_end = nil,
+        last_n = nil, last_t = nil}
     end
   end
-end
-
-local checks = {}
-for k = 1, n do
-  local a = base + (k - 1) * 5
-  local alg = algorithm(tonumber(ARGV[a + 1]))
-  local token, want, hold = nil, nil, nil
-  local pa, pw, ph
-  if alg == nil then
-    pa, pw, ph = string.match(ARGV[a + 1], '^(%d+)%+(%d+)%+(%d+)$')
-  end
-  if pa ~= nil and chunks then
-    alg, want, hold = algorithm(tonumber(pa)), tonumber(pw), tonumber(ph)
-    if alg == concurrency then
-      alg = nil
-    end
-  elseif alg == nil then
-    local an, tk = string.match(ARGV[a + 1], '^(%d+):(%x+)$')
-    alg, token = algorithm(tonumber(an)), tk
-    if alg ~= concurrency then
-      alg = nil
-    end
-  elseif alg == concurrency then
-    alg = nil
-  end
-  local L, wms = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local c, shadow = tonumber(ARGV[a + 4]), ARGV[a + 5] == '1'
-  if alg == nil or L == nil or wms == nil or c == nil or L < 1 or
-      wms < 1 or c < 0 or (c > L and not in_report[k]) or
-      (in_report[k] and alg == concurrency) then
-    return redis.error_reply('ratelimit.lua: bad arguments for key ' .. k)
-  end
-  -- Every field a check may get, so that the table is made at its size.
-  checks[k] = {alg = alg, key = KEYS[k], L = L, W = wms * 1000, c = c,
-    shadow = shadow, now = now, retry = 0, recorded = false, token = token,
-    want = want, hold = hold, allowed = false, used = nil, remaining = nil,
-    reset = nil, over = nil, mark = nil, log = nil, v = nil, first = nil,
-    first_t = nil, last_end = nil, last_n = nil, last_t = nil}
 end
 
 -- The requests one after the other, in order: a later one sees what an
@@ -999,32 +1110,56 @@ local denied = {}
 local first = 1
 for r = 1, #counts do
   local last = first + counts[r] - 1
-  local s = checks[first]
-  local one = first == last and waits[r] == nil and not reports[r] and
-    not s.shadow and s.want == nil and s.alg ~= concurrency
-  local d = nil
-  if one then
-    d = denied[s.key]
-  end
-  if d ~= nil and d.alg == s.alg and d.L == s.L and d.W == s.W and
-      d.c == s.c then
-    local o = #reply
-    for j = 1, #d.fields do
-      reply[o + j] = d.fields[j]
+  local L = plain_L[first]
+  if L ~= nil then
+    local key, W, c = KEYS[first], plain_W[first], plain_c[first]
+    local d = denied[key]
+    if d ~= nil and d.alg == sliding_log and d.L == L and d.W == W and
+        d.c == c then
+      local o = #reply
+      for j = 1, #d.fields do
+        reply[o + j] = d.fields[j]
+      end
+    else
+      denied[key] = nil
+      local o = #reply
+      if not log_single(key, L, W, c, now, now_s, reply, marks,
+          chunks) then
+        local f = {}
+        for j = o + 1, #reply do
+          f[j - o] = reply[j]
+        end
+        denied[key] = {alg = sliding_log, L = L, W = W, c = c, fields = f}
+      end
     end
   else
-    for k = first, last do
-      denied[checks[k].key] = nil
+    local s = checks[first]
+    local one = first == last and waits[r] == nil and not reports[r] and
+      not s.shadow and s.want == nil and s.alg ~= concurrency
+    local d = nil
+    if one then
+      d = denied[s.key]
     end
-    local o = #reply
-    request(checks, first, last, reply, marks, chunks, waits[r] or 0,
-      reports[r])
-    if one and reply[o + 1] == 0 then
-      local f = {}
-      for j = o + 1, #reply do
-        f[j - o] = reply[j]
+    if d ~= nil and d.alg == s.alg and d.L == s.L and d.W == s.W and
+        d.c == s.c then
+      local o = #reply
+      for j = 1, #d.fields do
+        reply[o + j] = d.fields[j]
       end
-      denied[s.key] = {alg = s.alg, L = s.L, W = s.W, c = s.c, fields = f}
+    else
+      for k = first, last do
+        denied[checks[k].key] = nil
+      end
+      local o = #reply
+      request(checks, first, last, reply, marks, chunks, waits[r] or 0,
+        reports[r])
+      if one and reply[o + 1] == 0 then
+        local f = {}
+        for j = o + 1, #reply do
+          f[j - o] = reply[j]
+        end
+        denied[s.key] = {alg = s.alg, L = s.L, W = s.W, c = s.c, fields = f}
+      end
     end
   end
   first = last + 1
