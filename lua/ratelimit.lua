@@ -117,770 +117,885 @@ end
 -- one run of all its units at its newest time, which only waits longer.
 local sliding_log = {}
 
-local function log_member(r, i)
-  local e, n = string.match(r[i], '^(%d+):(%d+)$')
-  return tonumber(e), tonumber(n), tonumber(r[i + 1])
+-- A run's member: its end and n, or nil.
+local function log_member(m)
+  local e, n = string.match(m, '^(%d+):(%d+)$')
+  return tonumber(e), tonumber(n)
 end
 
 -- What one call knows of a sliding_log key, so that the next check of
 -- the key in the same call (a batch's requests often share keys) reads
--- nothing: logs[key] = {W, v, first, first_t, last_end, last_n, last_t},
--- its runs after dropping those expired at now for window W (first nil
--- when none is left), kept up to date by record; v counts the records.
+-- nothing: logs[key] = {W, v, first, first_t, last_end, last_n, last_t,
+-- last_ts}, its runs after dropping those expired at now for window W
+-- (first nil when none is left), kept up to date by record; v counts the
+-- records, last_ts is last_t as a string that reads back exactly (the
+-- score as Redis wrote it, or as a record gave it).
 -- The clock is the call's, so nothing else expires meanwhile.  A check of
 -- another algorithm on the key forgets it (forget()).  The TTL a record
 -- gives the key is set once, when the call ends: ttls[key] is the last
 -- one computed, and the key is not read for its TTL in between.
 local logs, ttls = {}, {}
 
-local function forget(key)
-  logs[key] = nil
-  local ttl = ttls[key]
-  if ttl ~= nil then
-    redis.call('PEXPIRE', key, ttl)
-    ttls[key] = nil
+-- A TTL in milliseconds (an integer) as the argument Redis would make of
+-- the number (its digits), made once per value in a call: Redis formats a
+-- number argument with %.17g, which costs more than this lookup.
+local ttl_strings = {}
+local function ttl_arg(ms)
+  local a = ttl_strings[ms]
+  if a == nil then
+    a = int(ms)
+    ttl_strings[ms] = a
   end
+  return a
 end
+
 
 -- Drop the runs that left the window, then read the oldest and newest.
 -- The oldest is read first: when it is still inside, nothing is dropped.
+-- It is first()'s read, written out: this is the path every sliding_log
+-- check takes, and a reply of ZRANGE is a table either way.
 local function log_read(key, now, W)
-  local old = first('ZRANGE', key, '0', '0', 'WITHSCORES')
-  if #old > 0 and tonumber(old[2]) <= now - W then
+  local old = redis.pcall('ZRANGE', key, '0', '0', 'WITHSCORES')
+  if old.err ~= nil then
+    old = first('ZRANGE', key, '0', '0', 'WITHSCORES')
+  end
+  local ot = tonumber(old[2])
+  if ot ~= nil and ot <= now - W then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', now - W)
     old = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+    ot = tonumber(old[2])
   end
   local k = {W = W, v = 0, first = nil, first_t = nil, last_end = 0,
-    last_n = 0, last_t = nil}
+    last_n = 0, last_t = nil, last_ts = nil}
   if #old > 0 then
     local new = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
-    local e, n, t = log_member(new, 1)
+    local e, n = log_member(new[1])
+    local t = tonumber(new[2])
     if e == nil then
       local m = redis.call('ZCARD', key)
       redis.call('DEL', key)
       redis.call('ZADD', key, int(t), int(m) .. ':' .. int(m))
       e, n = m, m
       old = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+      ot = tonumber(old[2])
     end
-    local oe, on, ot = e, n, t
+    local oe, on = e, n
     if old[1] ~= new[1] then
-      oe, on, ot = log_member(old, 1)
+      oe, on = log_member(old[1])
     end
     k.first, k.first_t = oe - on + 1, ot
-    k.last_end, k.last_n, k.last_t = e, n, t
+    k.last_end, k.last_n, k.last_t, k.last_ts = e, n, t, new[2]
   end
   return k
 end
 
 -- The time of the run holding unit number `want` (runs sorted by end).
-local function log_time_of(s, want)
-  local lo, hi = 0, redis.call('ZCARD', s.key) - 1
+local function log_time_of(key, want)
+  local lo, hi = 0, redis.call('ZCARD', key) - 1
   while lo < hi do
     local mid = floor((lo + hi) / 2)
-    local r = redis.call('ZRANGE', s.key, int(mid), int(mid))
+    local r = redis.call('ZRANGE', key, int(mid), int(mid))
     if tonumber(string.match(r[1], '^(%d+):')) >= want then
       hi = mid
     else
       lo = mid + 1
     end
   end
-  return tonumber(redis.call('ZRANGE', s.key, int(lo), int(lo),
+  return tonumber(redis.call('ZRANGE', key, int(lo), int(lo),
     'WITHSCORES')[2])
 end
 
-function sliding_log.check(s)
-  local k = logs[s.key]
-  if k == nil or k.W ~= s.W then
-    k = log_read(s.key, s.now, s.W)
-    logs[s.key] = k
+-- The common request, fast: one sliding_log check, not shadow, that neither
+-- waits nor is a report nor takes a chunk (the main loop picks them).  It
+-- is sliding_log's check, record, finish and effective (the general path,
+-- below) and request()'s reply, written out for that one case with locals
+-- instead of a check table: the same steps on the same values in the same
+-- order, so it gives exactly what the general path gives
+-- (tests/integration/check_batch_merge.c and the vectors hold both to it).
+-- Appends all_allowed and the fields of the check to reply, and returns
+-- whether it allowed.
+local function log_single(key, L, W, c, now, now_s, reply, marks, chunks)
+  local k = logs[key]
+  if k == nil or k.W ~= W then
+    k = log_read(key, now, W)
+    logs[key] = k
   end
-  s.log, s.v = k, k.v
-  s.first, s.first_t = k.first, k.first_t
-  s.last_end, s.last_n, s.last_t = k.last_end, k.last_n, k.last_t
-  s.used = 0
-  if k.first ~= nil then
-    s.used = k.last_end - k.first + 1
+  local fst, fst_t, last_t = k.first, k.first_t, k.last_t
+  local used = 0
+  if fst ~= nil then
+    used = k.last_end - fst + 1
   end
-  s.allowed = s.used + s.c <= s.L
-  if not s.allowed then
-    -- The unit numbered first + k - 1 must expire, k = used + c - L: find
-    -- the oldest run whose end reaches it (runs sorted by end and score).
-    s.retry = ceil_ms(log_time_of(s, s.first + (s.used + s.c - s.L) - 1) +
-      s.W - s.now)
-  end
-end
-
-function sliding_log.record(s)
-  local t, n = s.now, s.c
-  if s.last_t ~= nil and s.last_t >= t then
-    -- The newest run's time: merge into it.
-    t, n = s.last_t, s.last_n + s.c
-    redis.call('ZREM', s.key, fmt('%d:%d', s.last_end, s.last_n))
-  end
-  local e = s.last_end + s.c
-  redis.call('ZADD', s.key, t, fmt('%d:%d', e, n))
-  s.used = s.used + s.c
-  s.last_t = t
-  s.mark = t
-  local k = s.log
-  if logs[s.key] ~= k or k.v ~= s.v then
-    -- The key changed since this check read it (it appears twice in one
-    -- request): read it again next time.
-    logs[s.key] = nil
-  else
-    if k.first == nil then
+  local allowed = used + c <= L
+  local retry, mark = 0, '0'
+  if not allowed then
+    retry = floor(ceil_ms(log_time_of(key, fst + (used + c - L) - 1) + W -
+      now))
+  elseif c > 0 then
+    -- record, then finish's TTL.  The score is given as a string that
+    -- reads back as t (now_s is now): Redis would format the number t
+    -- itself, at a higher cost.
+    local t, ts, n, e = now, now_s, c, k.last_end + c
+    if last_t ~= nil and last_t >= t then
+      t, ts, n = last_t, k.last_ts or last_t, k.last_n + c
+      redis.call('ZREM', key, fmt('%d:%d', k.last_end, k.last_n))
+    end
+    redis.call('ZADD', key, ts, fmt('%d:%d', e, n))
+    used, last_t = used + c, t
+    if fst == nil then
       k.first, k.first_t = e - n + 1, t
     end
-    k.last_end, k.last_n, k.last_t = e, n, t
+    k.last_end, k.last_n, k.last_t, k.last_ts = e, n, t, ts
     k.v = k.v + 1
-    s.v = k.v
+    ttls[key] = ttl_arg(max(1, ceil_ms(t + W - now)))
+    if marks then
+      mark = int(t)
+    end
   end
-end
-
--- The unit numbered first + k - 1 leaves, k = used + (remaining + 1) - L:
--- the oldest (k = 1) unless a reload lowered L below what is used.
-function sliding_log.effective(s)
-  local k = s.used + s.remaining + 1 - s.L
-  local t
-  if s.first == nil then
-    t = s.last_t             -- the log was empty: this call's run
-  elseif k == 1 then
-    t = s.first_t
+  local remaining, reset = max(0, L - used), 0
+  if used > 0 then
+    reset = ceil_ms(last_t + W - now)
+  end
+  local eff
+  if remaining >= L then
+    eff = ceil_ms(W)
   else
-    t = log_time_of(s, s.first + k - 1)
+    local u = used + remaining + 1 - L
+    local t = last_t
+    if fst ~= nil then
+      t = fst_t
+      if u ~= 1 then
+        t = log_time_of(key, fst + u - 1)
+      end
+    end
+    eff = floor(ceil_ms(t + W - now))
   end
-  return ceil_ms(t + s.W - s.now)
+  local o = #reply
+  local a = allowed and 1 or 0
+  reply[o + 1], reply[o + 2], reply[o + 3] = a, a, floor(remaining)
+  reply[o + 4], reply[o + 5], reply[o + 6] = floor(reset), retry, eff
+  o = o + 6
+  if marks then
+    o = o + 1
+    reply[o] = mark
+  end
+  if chunks then
+    reply[o + 1], reply[o + 2] = 0, 0
+  end
+  return allowed
 end
 
-function sliding_log.finish(s)
-  s.remaining = max(0, s.L - s.used)
-  s.over = max(0, s.used - s.L)
-  s.reset = 0
-  if s.used > 0 then
-    s.reset = ceil_ms(s.last_t + s.W - s.now)
+-- The general path: every other request (several checks, shadow, waiting,
+-- reports, chunks, the other algorithms).  Its functions are made only
+-- for a call that has such a request: a call makes every function it
+-- defines, and the common call needs none of these.
+local concurrency, algorithm, make_extras, request
+local function make_general()
+  if request ~= nil then
+    return
   end
-  if s.recorded then
-    -- W after the newest run; ceil_ms(W) unless the clock went back.
-    ttls[s.key] = max(1, s.reset)
-  end
-end
-
--- Rules that never wait: now if they admit now, else never.
-local function at_once(s, from)
-  if s.allowed and from == s.now then
-    return from
-  end
-  return nil
-end
-
--- The other algorithms are made when a call first uses one (a call
--- makes the functions it defines: sliding_log, the common one, always).
-local fixed_window, token_bucket, sliding_window, concurrency
-
--- fixed_window: a hash {s = window start, n = count}.  The state is the
--- newest window holding units; with waiting (docs/algorithms.md, "Waiting
--- for a turn") that window may lie after now's: units reserved there.
-local function make_fixed_window()
-  fixed_window = {}
-
-  function fixed_window.check(s)
-    forget(s.key)
-    local r = first('HMGET', s.key, 's', 'n')
-    s.s_now = s.now - math.fmod(s.now, s.W)
-    local st, n = tonumber(r[1]), tonumber(r[2]) or 0
-    s.n = n
-    s.stale = false
-    if st ~= nil and n > 0 and st > s.s_now and math.fmod(st, s.W) == 0 then
-      -- Reserved in a later window: those waiters come first.
-      s.f_start, s.f_n = st, n
-      s.allowed = s.c == 0
-      if not s.allowed then
-        s.retry = ceil_ms(fixed_window.earliest(s, s.now) - s.now)
-      end
-      return
-    end
-    if st ~= s.s_now then
-      s.n = 0
-      s.stale = true
-    end
-    s.f_start, s.f_n = s.s_now, s.n
-    s.allowed = s.n + s.c <= s.L
-    if not s.allowed then
-      s.retry = ceil_ms(s.s_now + s.W - s.now)
+  local function forget(key)
+    logs[key] = nil
+    local ttl = ttls[key]
+    if ttl ~= nil then
+      redis.call('PEXPIRE', key, ttl)
+      ttls[key] = nil
     end
   end
 
-  -- The earliest t >= from at which c fits: not before the newest window
-  -- holding units; there if its count leaves room, else the next window.
-  function fixed_window.earliest(s, from)
-    local st, n, t = s.f_start, s.f_n, from
-    if n == 0 then
-      return t
+  function sliding_log.check(s)
+    local k = logs[s.key]
+    if k == nil or k.W ~= s.W then
+      k = log_read(s.key, s.now, s.W)
+      logs[s.key] = k
     end
-    if st > t - math.fmod(t, s.W) then
-      t = st
-    end
-    if t - math.fmod(t, s.W) ~= st or s.c <= s.L - n then
-      return t
-    end
-    return st + s.W
-  end
-
-  function fixed_window.record_at(s, t)
-    local st = t - math.fmod(t, s.W)
-    if s.stale or st ~= s.f_start then
-      -- A past window, another algorithm's hash, or a later window than
-      -- the one held: start a clean one.
-      redis.call('DEL', s.key)
-      redis.call('HSET', s.key, 's', int(st), 'n', int(s.c))
-      s.f_start, s.f_n = st, s.c
-    else
-      redis.call('HINCRBY', s.key, 'n', int(s.c))
-      s.f_n = s.f_n + s.c
-    end
-    s.stale = false
-    s.mark = int(st)
-  end
-
-  function fixed_window.record(s)
-    fixed_window.record_at(s, s.now)
-  end
-
-  function fixed_window.effective(s)
-    if s.f_n > 0 and s.f_start > s.s_now then
-      -- Reservations in a later window: when one unit would fit.
-      local c = s.c
-      s.c = 1
-      local t = fixed_window.earliest(s, s.now)
-      s.c = c
-      return ceil_ms(t - s.now)
-    end
-    return ceil_ms(s.s_now + s.W - s.now)
-  end
-
-  function fixed_window.finish(s)
-    local st, n = s.f_start, s.f_n
-    s.over = max(0, n - s.L)
-    if n > 0 and st > s.s_now then
-      s.remaining = 0
-      s.reset = ceil_ms(st + s.W - s.now)
-    else
-      s.remaining = max(0, s.L - n)
-      s.reset = 0
-      if n > 0 then
-        s.reset = ceil_ms(s.s_now + s.W - s.now)
-      end
-    end
-    if s.recorded then
-      redis.call('PEXPIRE', s.key,
-        int(max(1, ceil_ms(st + s.W - s.now))))
-    end
-  end
-  return fixed_window
-end
-
--- token_bucket (GCRA): a string holding tat, a double in microseconds,
--- written with %.17g so that it reads back bit for bit.
-local function make_token_bucket()
-  token_bucket = {}
-
-  function token_bucket.check(s)
-    forget(s.key)
-    local tat = tonumber(first('GET', s.key))
-    if tat ~= nil and (tat ~= tat or tat == math.huge or
-        tat == -math.huge) then
-      tat = nil
-    end
-    local inc = s.c * s.W / s.L
-    local base = s.now
-    if tat ~= nil and tat > s.now then
-      base = tat
-    end
-    s.tat = tat
-    s.base = base
-    s.new_tat = base + inc
-    s.allowed = s.new_tat - s.now <= s.W + 1
-    if not s.allowed then
-      s.retry = max(1, ceil_ms(math.ceil(s.new_tat - s.W - s.now)))
-    end
-  end
-
-  function token_bucket.record(s)
-    -- Written with its TTL in finish().
-    s.mark = fmt('%.17g', s.new_tat)
-  end
-
-  -- GCRA at t: max(tat, t) + c*W/L - t <= W + 1.
-  local function bucket_fits(s, t)
-    local base = t
-    if s.tat ~= nil and s.tat > t then
-      base = s.tat
-    end
-    return base + s.c * s.W / s.L - t <= s.W + 1
-  end
-
-  function token_bucket.earliest(s, from)
-    if bucket_fits(s, from) then
-      return from
-    end
-    local t = from
-    local x = math.ceil(s.tat + s.c * s.W / s.L - s.W - 1)
-    if x > t then
-      t = x
-    end
-    while not bucket_fits(s, t) do
-      t = t + 1
-    end
-    return t
-  end
-
-  function token_bucket.record_at(s, t)
-    local base = t
-    if s.tat ~= nil and s.tat > t then
-      base = s.tat
-    end
-    s.new_tat = base + s.c * s.W / s.L
-    token_bucket.record(s)
-  end
-
-  function token_bucket.finish(s)
-    local t = s.base
-    if s.recorded then
-      t = s.new_tat
-    end
-    local rem = floor((s.W + 1 - (t - s.now)) * s.L / s.W)
-    s.remaining = min(s.L, max(0, rem))
-    s.over = max(0, -rem)
-    s.reset = ceil_ms(math.ceil(t - s.now))
-    if s.recorded then
-      redis.call('SET', s.key, fmt('%.17g', s.new_tat), 'PX',
-        int(max(1, s.reset)))
-    end
-  end
-
-  function token_bucket.effective(s)
-    local t = s.base
-    if s.recorded then
-      t = s.new_tat
-    end
-    local nt = t + (s.remaining + 1) * s.W / s.L
-    return max(1, ceil_ms(math.ceil(nt - s.W - s.now)))
-  end
-  return token_bucket
-end
-
--- sliding_window: a hash bucket index -> count, B buckets per window.
-local function make_sliding_window()
-  sliding_window = {}
-
-  -- The retry of a request of c units: walk forward through bucket
-  -- boundaries with no new traffic until full + c <= L, then solve
-  -- est(t) + c = L in that bucket.  full and old are those of bucket i.
-  local function sw_retry(s, c, full, old)
-    local L, i, t = s.L, s.i, nil
-    for _ = 0, B do
-      if full + c <= L then
-        if old > 0 then
-          t = (i + 1) * s.G - s.G * (L - c - full) / old
-          if t < s.now then
-            t = s.now
-          end
-        else
-          t = s.now
-        end
-        break
-      end
-      old = s.counts[i - B + 1] or 0
-      full = full - old
-      i = i + 1
-    end
-    return max(1, ceil_ms(math.ceil(t - s.now)))
-  end
-
-  function sliding_window.check(s)
-    forget(s.key)
-    local G = s.W / B
-    local i = (s.now - math.fmod(s.now, G)) / G
-    local h = first('HGETALL', s.key)
-    local counts, old_fields = {}, {}
-    for j = 1, #h, 2 do
-      local b, v = tonumber(h[j]), tonumber(h[j + 1])
-      if b == nil or v == nil or b ~= floor(b) or b < i - B or
-          b > i then
-        -- Expired; from the future (the clock stepped back, or a reload
-        -- changed W and the indexes mean other times); or not a bucket at
-        -- all (another algorithm's hash).  None of them counts anywhere.
-        old_fields[#old_fields + 1] = h[j]
-      else
-        counts[b] = v
-      end
-    end
-    if #old_fields > 0 then
-      redis.call('HDEL', s.key, unpack(old_fields))
-    end
-    local full = 0
-    for j = i - B + 1, i do
-      full = full + (counts[j] or 0)
-    end
-    local old = counts[i - B] or 0
-    local f = ((i + 1) * G - s.now) / G
-    s.G, s.i, s.counts = G, i, counts
-    s.est = full + old * f
-    s.allowed = s.est + s.c <= s.L
-    if not s.allowed then
-      s.retry = sw_retry(s, s.c, full, old)
-    end
-  end
-
-  function sliding_window.record(s)
-    redis.call('HINCRBY', s.key, int(s.i), int(s.c))
-    s.mark = int(s.i)
-    s.counts[s.i] = (s.counts[s.i] or 0) + s.c
-    s.est = s.est + s.c
-  end
-
-  function sliding_window.effective(s)
-    local full = 0
-    for j = s.i - B + 1, s.i do
-      full = full + (s.counts[j] or 0)
-    end
-    return sw_retry(s, s.remaining + 1, full, s.counts[s.i - B] or 0)
-  end
-
-  function sliding_window.finish(s)
-    local rem = floor(s.L - s.est)
-    s.remaining = max(0, rem)
-    s.over = max(0, -rem)
-    local newest = nil
-    for b, v in pairs(s.counts) do
-      if v > 0 and (newest == nil or b > newest) then
-        newest = b
-      end
-    end
-    s.reset = 0
-    if newest ~= nil then
-      s.reset = ceil_ms((newest + 1) * s.G + s.W - s.now)
-    end
-    if s.recorded then
-      redis.call('PEXPIRE', s.key, int(ceil_ms(s.W + s.G)))
-    end
-  end
-  sliding_window.earliest = at_once
-  sliding_window.record_at = function(s) sliding_window.record(s) end
-  return sliding_window
-end
-
--- concurrency: a sorted set, "<token>:<cost>" by expiry, '#used' by -used
--- (docs/algorithms.md; lease.lua and takeback.lua read the same layout).
-local function make_concurrency()
-  concurrency = {}
-
-  function concurrency.check(s)
-    forget(s.key)
-    local gone = first('ZRANGEBYSCORE', s.key, '(0', int(s.now))
-    local u = redis.call('ZSCORE', s.key, '#used')
-    s.used = u and -tonumber(u) or 0
-    if #gone > 0 then
-      for _, m in ipairs(gone) do
-        s.used = s.used - (tonumber(string.match(m, ':(%d+)$')) or 0)
-      end
-      redis.call('ZREMRANGEBYSCORE', s.key, '(0', int(s.now))
-      if s.used <= 0 or redis.call('ZCARD', s.key) <= 1 then
-        s.used = 0
-        redis.call('DEL', s.key)
-      else
-        redis.call('ZADD', s.key, int(-s.used), '#used')
-      end
+    s.log, s.v = k, k.v
+    s.first, s.first_t = k.first, k.first_t
+    s.last_end, s.last_n, s.last_t = k.last_end, k.last_n, k.last_t
+    s.used = 0
+    if k.first ~= nil then
+      s.used = k.last_end - k.first + 1
     end
     s.allowed = s.used + s.c <= s.L
     if not s.allowed then
-      -- k units to free: leases by expiry from rank 1 ('#used' is 0)
-      local k = s.used + s.c - s.L
-      local r = redis.call('ZRANGE', s.key, '1', int(k), 'WITHSCORES')
-      local acc, t = 0, nil
-      for i = 1, #r, 2 do
-        acc = acc + (tonumber(string.match(r[i], ':(%d+)$')) or 0)
-        t = tonumber(r[i + 1])
-        if acc >= k then
-          break
-        end
-      end
-      s.retry = max(1, ceil_ms((t or s.now) - s.now))
+      -- The unit numbered first + k - 1 must expire, k = used + c - L: find
+      -- the oldest run whose end reaches it (runs sorted by end and score).
+      s.retry = ceil_ms(log_time_of(s.key, s.first + (s.used + s.c - s.L) -
+        1) + s.W - s.now)
     end
   end
 
-  function concurrency.record(s)
-    redis.call('ZADD', s.key, int(s.now + s.W), s.token .. ':' .. int(s.c))
+  function sliding_log.record(s)
+    local t, n = s.now, s.c
+    if s.last_t ~= nil and s.last_t >= t then
+      -- The newest run's time: merge into it.
+      t, n = s.last_t, s.last_n + s.c
+      redis.call('ZREM', s.key, fmt('%d:%d', s.last_end, s.last_n))
+    end
+    local e = s.last_end + s.c
+    redis.call('ZADD', s.key, t, fmt('%d:%d', e, n))
     s.used = s.used + s.c
-    redis.call('ZADD', s.key, int(-s.used), '#used')
-    s.mark = '1'
+    s.last_t = t
+    s.mark = t
+    local k = s.log
+    if logs[s.key] ~= k or k.v ~= s.v then
+      -- The key changed since this check read it (it appears twice in one
+      -- request): read it again next time.
+      logs[s.key] = nil
+    else
+      if k.first == nil then
+        k.first, k.first_t = e - n + 1, t
+      end
+      k.last_end, k.last_n, k.last_t, k.last_ts = e, n, t, nil
+      k.v = k.v + 1
+      s.v = k.v
+    end
   end
 
-  function concurrency.finish(s)
+  -- The unit numbered first + k - 1 leaves, k = used + (remaining + 1) - L:
+  -- the oldest (k = 1) unless a reload lowered L below what is used.
+  function sliding_log.effective(s)
+    local k = s.used + s.remaining + 1 - s.L
+    local t
+    if s.first == nil then
+      t = s.last_t             -- the log was empty: this call's run
+    elseif k == 1 then
+      t = s.first_t
+    else
+      t = log_time_of(s.key, s.first + k - 1)
+    end
+    return ceil_ms(t + s.W - s.now)
+  end
+
+  function sliding_log.finish(s)
     s.remaining = max(0, s.L - s.used)
+    s.over = max(0, s.used - s.L)
     s.reset = 0
     if s.used > 0 then
-      local r = redis.call('ZRANGE', s.key, '-1', '-1', 'WITHSCORES')
-      if #r > 0 then
-        s.reset = ceil_ms(tonumber(r[2]) - s.now)
-      end
+      s.reset = ceil_ms(s.last_t + s.W - s.now)
     end
     if s.recorded then
-      redis.call('PEXPIRE', s.key, int(max(1, s.reset)))
-    end
-  end
-  concurrency.earliest = at_once
-  concurrency.record_at = function(s) concurrency.record(s) end
-  return concurrency
-end
-
-local ALGORITHMS = {[0] = sliding_log}
-local MAKE = {[1] = make_sliding_window, [2] = make_fixed_window,
-  [3] = make_token_bucket, [4] = make_concurrency}
-
--- The algorithm numbered a (enum rl_algorithm), or nil.
-local function algorithm(a)
-  local alg = ALGORITHMS[a]
-  if alg == nil and a ~= nil and MAKE[a] ~= nil then
-    alg = MAKE[a]()
-    ALGORITHMS[a] = alg
-  end
-  return alg
-end
-
--- Waiting, reports and chunks, made only for a call that has one.
-local reserve_time, report, chunk
-local function make_extras()
-  -- Not before the newest run; at t0 = max(from, newest) the units of
-  -- (t0 - W, t0] plus c must fit, else when the k-th oldest of them leaves.
-  function sliding_log.earliest(s, from)
-    local t0 = from
-    if s.last_t ~= nil and s.last_t > t0 then
-      t0 = s.last_t
-    end
-    if s.used == 0 then
-      return t0
-    end
-    local r = redis.call('ZRANGEBYSCORE', s.key, '(' .. int(t0 - s.W), '+inf',
-      'WITHSCORES', 'LIMIT', '0', '1')
-    local count, firstu = 0, 0
-    if #r > 0 then
-      local e, n = log_member(r, 1)
-      firstu = e - n + 1
-      count = s.last_end - firstu + 1
-    end
-    if count + s.c <= s.L then
-      return t0
-    end
-    return log_time_of(s, firstu + (count + s.c - s.L) - 1) + s.W
-  end
-
-  function sliding_log.record_at(s, t)
-    local now = s.now
-    s.now = t
-    sliding_log.record(s)
-    s.now = now
-  end
-
-  -- Taking quota in advance (docs/algorithms.md): instead of record, a
-  -- check with s.want records k = c + min(want - c, floor(F / SHARE)) units,
-  -- F the units still free after c, so that they may be used for s.valid
-  -- microseconds after now.  Sets s.c = k (finish and effective then see a
-  -- call that recorded k), s.taken and s.valid.
-  local SHARE = 8
-
-  function chunk(s)
-    local F
-    s.valid = s.hold
-    if s.alg == sliding_log then
-      F = s.L - s.used - s.c
-    elseif s.alg == fixed_window then
-      F = s.L - s.n - s.c
-      if s.s_now + s.W - s.now < s.valid then
-        s.valid = s.s_now + s.W - s.now
-      end
-    elseif s.alg == token_bucket then
-      F = min(s.L,
-        floor((s.W + 1 - (s.new_tat - s.now)) * s.L / s.W))
-    else
-      F = floor(s.L - s.est - s.c)
-      if (s.i + 1) * s.G - s.now < s.valid then
-        s.valid = (s.i + 1) * s.G - s.now
-      end
-    end
-    local x = 0
-    if F >= SHARE then
-      x = min(s.want - s.c, floor(F / SHARE))
-    end
-    local k = s.c + x
-    if s.alg == token_bucket and s.base + k * s.W / s.L - s.now > s.W + 1 then
-      k = s.c -- double rounding said no
-    end
-    s.c = k
-    s.taken = k
-    if s.alg == sliding_log or s.alg == token_bucket then
-      s.alg.record_at(s, s.now + s.hold)
-    else
-      s.alg.record(s)
+      -- W after the newest run; ceil_ms(W) unless the clock went back.
+      ttls[s.key] = ttl_arg(max(1, s.reset))
     end
   end
 
-  -- Waiting: the earliest t within `wait` microseconds at which every
-  -- non-shadow check fits (the max of their earliest times, until they
-  -- agree), or nil.
-  function reserve_time(checks, first, last, wait)
-    local now = checks[first].now
-    local t = now
-    for _ = 1, 64 do
-      local nxt = t
-      for k = first, last do
-        local s = checks[k]
-        if not s.shadow then
-          local e = s.alg.earliest(s, t)
-          if e == nil then
-            return nil
-          end
-          if e > nxt then
-            nxt = e
-          end
-        end
-      end
-      if nxt - now > wait then
-        return nil
-      end
-      if nxt == t then
-        if t == now then
-          return nil
-        end
-        return t
-      end
-      t = nxt
+  -- Rules that never wait: now if they admit now, else never.
+  local function at_once(s, from)
+    if s.allowed and from == s.now then
+      return from
     end
     return nil
   end
 
-  -- A report: phase 1 with c = 0 (expire, read), then every check records
-  -- c whatever it allows: at now, or in fixed_window's later window when
-  -- that holds reservations (they keep their place; the report drains
-  -- with that window).
-  function report(checks, first, last)
-    for k = first, last do
-      local s = checks[k]
-      local c = s.c
-      s.c = 0
-      s.alg.check(s)
-      s.c = c
-      s.allowed = true
-    end
-    for k = first, last do
-      local s = checks[k]
-      if s.c > 0 then
-        local t = s.now
-        if s.alg == fixed_window and s.f_start > t then
-          t = s.f_start
+  -- The other algorithms are made when a call first uses one.
+  local fixed_window, token_bucket, sliding_window
+
+  -- fixed_window: a hash {s = window start, n = count}.  The state is the
+  -- newest window holding units; with waiting (docs/algorithms.md, "Waiting
+  -- for a turn") that window may lie after now's: units reserved there.
+  local function make_fixed_window()
+    fixed_window = {}
+
+    function fixed_window.check(s)
+      forget(s.key)
+      local r = first('HMGET', s.key, 's', 'n')
+      s.s_now = s.now - math.fmod(s.now, s.W)
+      local st, n = tonumber(r[1]), tonumber(r[2]) or 0
+      s.n = n
+      s.stale = false
+      if st ~= nil and n > 0 and st > s.s_now and math.fmod(st, s.W) == 0 then
+        -- Reserved in a later window: those waiters come first.
+        s.f_start, s.f_n = st, n
+        s.allowed = s.c == 0
+        if not s.allowed then
+          s.retry = ceil_ms(fixed_window.earliest(s, s.now) - s.now)
         end
-        s.alg.record_at(s, t)
-        s.recorded = true
+        return
+      end
+      if st ~= s.s_now then
+        s.n = 0
+        s.stale = true
+      end
+      s.f_start, s.f_n = s.s_now, s.n
+      s.allowed = s.n + s.c <= s.L
+      if not s.allowed then
+        s.retry = ceil_ms(s.s_now + s.W - s.now)
       end
     end
-  end
-end
 
--- One request: checks[first .. last], all-or-nothing on its own.  Appends
--- its all_allowed and 5 fields per check to reply.
-local function request(checks, first, last, reply, marks, chunks, wait,
-    is_report)
-  -- Phase 1: check.
-  local all = true
-  if is_report then
-    report(checks, first, last)
-  end
-  for k = first, last do
-    local s = checks[k]
-    if not is_report then
-      s.alg.check(s)
+    -- The earliest t >= from at which c fits: not before the newest window
+    -- holding units; there if its count leaves room, else the next window.
+    function fixed_window.earliest(s, from)
+      local st, n, t = s.f_start, s.f_n, from
+      if n == 0 then
+        return t
+      end
+      if st > t - math.fmod(t, s.W) then
+        t = st
+      end
+      if t - math.fmod(t, s.W) ~= st or s.c <= s.L - n then
+        return t
+      end
+      return st + s.W
     end
-    if not s.allowed and not s.shadow then
-      all = false
+
+    function fixed_window.record_at(s, t)
+      local st = t - math.fmod(t, s.W)
+      if s.stale or st ~= s.f_start then
+        -- A past window, another algorithm's hash, or a later window than
+        -- the one held: start a clean one.
+        redis.call('DEL', s.key)
+        redis.call('HSET', s.key, 's', int(st), 'n', int(s.c))
+        s.f_start, s.f_n = st, s.c
+      else
+        redis.call('HINCRBY', s.key, 'n', int(s.c))
+        s.f_n = s.f_n + s.c
+      end
+      s.stale = false
+      s.mark = int(st)
     end
+
+    function fixed_window.record(s)
+      fixed_window.record_at(s, s.now)
+    end
+
+    function fixed_window.effective(s)
+      if s.f_n > 0 and s.f_start > s.s_now then
+        -- Reservations in a later window: when one unit would fit.
+        local c = s.c
+        s.c = 1
+        local t = fixed_window.earliest(s, s.now)
+        s.c = c
+        return ceil_ms(t - s.now)
+      end
+      return ceil_ms(s.s_now + s.W - s.now)
+    end
+
+    function fixed_window.finish(s)
+      local st, n = s.f_start, s.f_n
+      s.over = max(0, n - s.L)
+      if n > 0 and st > s.s_now then
+        s.remaining = 0
+        s.reset = ceil_ms(st + s.W - s.now)
+      else
+        s.remaining = max(0, s.L - n)
+        s.reset = 0
+        if n > 0 then
+          s.reset = ceil_ms(s.s_now + s.W - s.now)
+        end
+      end
+      if s.recorded then
+        redis.call('PEXPIRE', s.key,
+          int(max(1, ceil_ms(st + s.W - s.now))))
+      end
+    end
+    return fixed_window
   end
 
-  -- Waiting: record at the reserved time instead.
-  local waited = 0
-  if not all and wait > 0 then
-    local t = reserve_time(checks, first, last, wait)
-    if t ~= nil then
+  -- token_bucket (GCRA): a string holding tat, a double in microseconds,
+  -- written with %.17g so that it reads back bit for bit.
+  local function make_token_bucket()
+    token_bucket = {}
+
+    function token_bucket.check(s)
+      forget(s.key)
+      local tat = tonumber(first('GET', s.key))
+      if tat ~= nil and (tat ~= tat or tat == math.huge or
+          tat == -math.huge) then
+        tat = nil
+      end
+      local inc = s.c * s.W / s.L
+      local base = s.now
+      if tat ~= nil and tat > s.now then
+        base = tat
+      end
+      s.tat = tat
+      s.base = base
+      s.new_tat = base + inc
+      s.allowed = s.new_tat - s.now <= s.W + 1
+      if not s.allowed then
+        s.retry = max(1, ceil_ms(math.ceil(s.new_tat - s.W - s.now)))
+      end
+    end
+
+    function token_bucket.record(s)
+      -- Written with its TTL in finish().
+      s.mark = fmt('%.17g', s.new_tat)
+    end
+
+    -- GCRA at t: max(tat, t) + c*W/L - t <= W + 1.
+    local function bucket_fits(s, t)
+      local base = t
+      if s.tat ~= nil and s.tat > t then
+        base = s.tat
+      end
+      return base + s.c * s.W / s.L - t <= s.W + 1
+    end
+
+    function token_bucket.earliest(s, from)
+      if bucket_fits(s, from) then
+        return from
+      end
+      local t = from
+      local x = math.ceil(s.tat + s.c * s.W / s.L - s.W - 1)
+      if x > t then
+        t = x
+      end
+      while not bucket_fits(s, t) do
+        t = t + 1
+      end
+      return t
+    end
+
+    function token_bucket.record_at(s, t)
+      local base = t
+      if s.tat ~= nil and s.tat > t then
+        base = s.tat
+      end
+      s.new_tat = base + s.c * s.W / s.L
+      token_bucket.record(s)
+    end
+
+    function token_bucket.finish(s)
+      local t = s.base
+      if s.recorded then
+        t = s.new_tat
+      end
+      local rem = floor((s.W + 1 - (t - s.now)) * s.L / s.W)
+      s.remaining = min(s.L, max(0, rem))
+      s.over = max(0, -rem)
+      s.reset = ceil_ms(math.ceil(t - s.now))
+      if s.recorded then
+        redis.call('SET', s.key, fmt('%.17g', s.new_tat), 'PX',
+          int(max(1, s.reset)))
+      end
+    end
+
+    function token_bucket.effective(s)
+      local t = s.base
+      if s.recorded then
+        t = s.new_tat
+      end
+      local nt = t + (s.remaining + 1) * s.W / s.L
+      return max(1, ceil_ms(math.ceil(nt - s.W - s.now)))
+    end
+    return token_bucket
+  end
+
+  -- sliding_window: a hash bucket index -> count, B buckets per window.
+  local function make_sliding_window()
+    sliding_window = {}
+
+    -- The retry of a request of c units: walk forward through bucket
+    -- boundaries with no new traffic until full + c <= L, then solve
+    -- est(t) + c = L in that bucket.  full and old are those of bucket i.
+    local function sw_retry(s, c, full, old)
+      local L, i, t = s.L, s.i, nil
+      for _ = 0, B do
+        if full + c <= L then
+          if old > 0 then
+            t = (i + 1) * s.G - s.G * (L - c - full) / old
+            if t < s.now then
+              t = s.now
+            end
+          else
+            t = s.now
+          end
+          break
+        end
+        old = s.counts[i - B + 1] or 0
+        full = full - old
+        i = i + 1
+      end
+      return max(1, ceil_ms(math.ceil(t - s.now)))
+    end
+
+    function sliding_window.check(s)
+      forget(s.key)
+      local G = s.W / B
+      local i = (s.now - math.fmod(s.now, G)) / G
+      local h = first('HGETALL', s.key)
+      local counts, old_fields = {}, {}
+      for j = 1, #h, 2 do
+        local b, v = tonumber(h[j]), tonumber(h[j + 1])
+        if b == nil or v == nil or b ~= floor(b) or b < i - B or
+            b > i then
+          -- Expired; from the future (the clock stepped back, or a reload
+          -- changed W and the indexes mean other times); or not a bucket at
+          -- all (another algorithm's hash).  None of them counts anywhere.
+          old_fields[#old_fields + 1] = h[j]
+        else
+          counts[b] = v
+        end
+      end
+      if #old_fields > 0 then
+        redis.call('HDEL', s.key, unpack(old_fields))
+      end
+      local full = 0
+      for j = i - B + 1, i do
+        full = full + (counts[j] or 0)
+      end
+      local old = counts[i - B] or 0
+      local f = ((i + 1) * G - s.now) / G
+      s.G, s.i, s.counts = G, i, counts
+      s.est = full + old * f
+      s.allowed = s.est + s.c <= s.L
+      if not s.allowed then
+        s.retry = sw_retry(s, s.c, full, old)
+      end
+    end
+
+    function sliding_window.record(s)
+      redis.call('HINCRBY', s.key, int(s.i), int(s.c))
+      s.mark = int(s.i)
+      s.counts[s.i] = (s.counts[s.i] or 0) + s.c
+      s.est = s.est + s.c
+    end
+
+    function sliding_window.effective(s)
+      local full = 0
+      for j = s.i - B + 1, s.i do
+        full = full + (s.counts[j] or 0)
+      end
+      return sw_retry(s, s.remaining + 1, full, s.counts[s.i - B] or 0)
+    end
+
+    function sliding_window.finish(s)
+      local rem = floor(s.L - s.est)
+      s.remaining = max(0, rem)
+      s.over = max(0, -rem)
+      local newest = nil
+      for b, v in pairs(s.counts) do
+        if v > 0 and (newest == nil or b > newest) then
+          newest = b
+        end
+      end
+      s.reset = 0
+      if newest ~= nil then
+        s.reset = ceil_ms((newest + 1) * s.G + s.W - s.now)
+      end
+      if s.recorded then
+        redis.call('PEXPIRE', s.key, int(ceil_ms(s.W + s.G)))
+      end
+    end
+    sliding_window.earliest = at_once
+    sliding_window.record_at = function(s) sliding_window.record(s) end
+    return sliding_window
+  end
+
+  -- concurrency: a sorted set, "<token>:<cost>" by expiry, '#used' by -used
+  -- (docs/algorithms.md; lease.lua and takeback.lua read the same layout).
+  local function make_concurrency()
+    concurrency = {}
+
+    function concurrency.check(s)
+      forget(s.key)
+      local gone = first('ZRANGEBYSCORE', s.key, '(0', int(s.now))
+      local u = redis.call('ZSCORE', s.key, '#used')
+      s.used = u and -tonumber(u) or 0
+      if #gone > 0 then
+        for _, m in ipairs(gone) do
+          s.used = s.used - (tonumber(string.match(m, ':(%d+)$')) or 0)
+        end
+        redis.call('ZREMRANGEBYSCORE', s.key, '(0', int(s.now))
+        if s.used <= 0 or redis.call('ZCARD', s.key) <= 1 then
+          s.used = 0
+          redis.call('DEL', s.key)
+        else
+          redis.call('ZADD', s.key, int(-s.used), '#used')
+        end
+      end
+      s.allowed = s.used + s.c <= s.L
+      if not s.allowed then
+        -- k units to free: leases by expiry from rank 1 ('#used' is 0)
+        local k = s.used + s.c - s.L
+        local r = redis.call('ZRANGE', s.key, '1', int(k), 'WITHSCORES')
+        local acc, t = 0, nil
+        for i = 1, #r, 2 do
+          acc = acc + (tonumber(string.match(r[i], ':(%d+)$')) or 0)
+          t = tonumber(r[i + 1])
+          if acc >= k then
+            break
+          end
+        end
+        s.retry = max(1, ceil_ms((t or s.now) - s.now))
+      end
+    end
+
+    function concurrency.record(s)
+      redis.call('ZADD', s.key, int(s.now + s.W), s.token .. ':' .. int(s.c))
+      s.used = s.used + s.c
+      redis.call('ZADD', s.key, int(-s.used), '#used')
+      s.mark = '1'
+    end
+
+    function concurrency.finish(s)
+      s.remaining = max(0, s.L - s.used)
+      s.reset = 0
+      if s.used > 0 then
+        local r = redis.call('ZRANGE', s.key, '-1', '-1', 'WITHSCORES')
+        if #r > 0 then
+          s.reset = ceil_ms(tonumber(r[2]) - s.now)
+        end
+      end
+      if s.recorded then
+        redis.call('PEXPIRE', s.key, int(max(1, s.reset)))
+      end
+    end
+    concurrency.earliest = at_once
+    concurrency.record_at = function(s) concurrency.record(s) end
+    return concurrency
+  end
+
+  local ALGORITHMS = {[0] = sliding_log}
+  local MAKE = {[1] = make_sliding_window, [2] = make_fixed_window,
+    [3] = make_token_bucket, [4] = make_concurrency}
+
+  -- The algorithm numbered a (enum rl_algorithm), or nil.
+  function algorithm(a)
+    local alg = ALGORITHMS[a]
+    if alg == nil and a ~= nil and MAKE[a] ~= nil then
+      alg = MAKE[a]()
+      ALGORITHMS[a] = alg
+    end
+    return alg
+  end
+
+  -- Waiting, reports and chunks, made only for a call that has one.
+  local reserve_time, report, chunk
+  function make_extras()
+    -- Not before the newest run; at t0 = max(from, newest) the units of
+    -- (t0 - W, t0] plus c must fit, else when the k-th oldest of them leaves.
+    function sliding_log.earliest(s, from)
+      local t0 = from
+      if s.last_t ~= nil and s.last_t > t0 then
+        t0 = s.last_t
+      end
+      if s.used == 0 then
+        return t0
+      end
+      local r = redis.call('ZRANGEBYSCORE', s.key, '(' .. int(t0 - s.W), '+inf',
+        'WITHSCORES', 'LIMIT', '0', '1')
+      local count, firstu = 0, 0
+      if #r > 0 then
+        local e, n = log_member(r[1])
+        firstu = e - n + 1
+        count = s.last_end - firstu + 1
+      end
+      if count + s.c <= s.L then
+        return t0
+      end
+      return log_time_of(s.key, firstu + (count + s.c - s.L) - 1) + s.W
+    end
+
+    function sliding_log.record_at(s, t)
+      local now = s.now
+      s.now = t
+      sliding_log.record(s)
+      s.now = now
+    end
+
+    -- Taking quota in advance (docs/algorithms.md): instead of record, a
+    -- check with s.want records k = c + min(want - c, floor(F / SHARE)) units,
+    -- F the units still free after c, so that they may be used for s.valid
+    -- microseconds after now.  Sets s.c = k (finish and effective then see a
+    -- call that recorded k), s.taken and s.valid.
+    local SHARE = 8
+
+    function chunk(s)
+      local F
+      s.valid = s.hold
+      if s.alg == sliding_log then
+        F = s.L - s.used - s.c
+      elseif s.alg == fixed_window then
+        F = s.L - s.n - s.c
+        if s.s_now + s.W - s.now < s.valid then
+          s.valid = s.s_now + s.W - s.now
+        end
+      elseif s.alg == token_bucket then
+        F = min(s.L,
+          floor((s.W + 1 - (s.new_tat - s.now)) * s.L / s.W))
+      else
+        F = floor(s.L - s.est - s.c)
+        if (s.i + 1) * s.G - s.now < s.valid then
+          s.valid = (s.i + 1) * s.G - s.now
+        end
+      end
+      local x = 0
+      if F >= SHARE then
+        x = min(s.want - s.c, floor(F / SHARE))
+      end
+      local k = s.c + x
+      if s.alg == token_bucket and s.base + k * s.W / s.L - s.now > s.W + 1 then
+        k = s.c -- double rounding said no
+      end
+      s.c = k
+      s.taken = k
+      if s.alg == sliding_log or s.alg == token_bucket then
+        s.alg.record_at(s, s.now + s.hold)
+      else
+        s.alg.record(s)
+      end
+    end
+
+    -- Waiting: the earliest t within `wait` microseconds at which every
+    -- non-shadow check fits (the max of their earliest times, until they
+    -- agree), or nil.
+    function reserve_time(checks, first, last, wait)
+      local now = checks[first].now
+      local t = now
+      for _ = 1, 64 do
+        local nxt = t
+        for k = first, last do
+          local s = checks[k]
+          if not s.shadow then
+            local e = s.alg.earliest(s, t)
+            if e == nil then
+              return nil
+            end
+            if e > nxt then
+              nxt = e
+            end
+          end
+        end
+        if nxt - now > wait then
+          return nil
+        end
+        if nxt == t then
+          if t == now then
+            return nil
+          end
+          return t
+        end
+        t = nxt
+      end
+      return nil
+    end
+
+    -- A report: phase 1 with c = 0 (expire, read), then every check records
+    -- c whatever it allows: at now, or in fixed_window's later window when
+    -- that holds reservations (they keep their place; the report drains
+    -- with that window).
+    function report(checks, first, last)
       for k = first, last do
         local s = checks[k]
-        s.allowed = not s.shadow or s.alg.earliest(s, t) == t
-        if s.allowed and s.c > 0 then
+        local c = s.c
+        s.c = 0
+        s.alg.check(s)
+        s.c = c
+        s.allowed = true
+      end
+      for k = first, last do
+        local s = checks[k]
+        if s.c > 0 then
+          local t = s.now
+          if s.alg == fixed_window and s.f_start > t then
+            t = s.f_start
+          end
           s.alg.record_at(s, t)
           s.recorded = true
         end
       end
-      waited = t - checks[first].now
     end
   end
 
-  -- Phase 2: record.
-  if all and not is_report then
+  -- One request: checks[first .. last], all-or-nothing on its own.  Appends
+  -- its all_allowed and 5 fields per check to reply.
+  function request(checks, first, last, reply, marks, chunks, wait,
+      is_report)
+    -- Phase 1: check.
+    local all = true
+    if is_report then
+      report(checks, first, last)
+    end
     for k = first, last do
       local s = checks[k]
-      if s.allowed and s.c > 0 then
-        if s.want ~= nil and s.want >= s.c then
-          chunk(s)
-        else
-          s.alg.record(s)
-        end
-        s.recorded = true
+      if not is_report then
+        s.alg.check(s)
+      end
+      if not s.allowed and not s.shadow then
+        all = false
       end
     end
-  end
 
-  local o = #reply + 1
-  if waited > 0 then
-    reply[o] = 1 + waited
-  else
-    reply[o] = all and 1 or 0
-  end
-  for k = first, last do
-    local s = checks[k]
-    local alg, allowed = s.alg, s.allowed
-    alg.finish(s)
-    reply[o + 1] = allowed and 1 or 0
-    reply[o + 2] = floor(s.remaining)
-    reply[o + 3] = floor(s.reset)
-    if is_report then
-      reply[o + 4] = floor(s.over or 0)
-    else
-      reply[o + 4] = allowed and 0 or floor(s.retry)
+    -- Waiting: record at the reserved time instead.
+    local waited = 0
+    if not all and wait > 0 then
+      local t = reserve_time(checks, first, last, wait)
+      if t ~= nil then
+        for k = first, last do
+          local s = checks[k]
+          s.allowed = not s.shadow or s.alg.earliest(s, t) == t
+          if s.allowed and s.c > 0 then
+            s.alg.record_at(s, t)
+            s.recorded = true
+          end
+        end
+        waited = t - checks[first].now
+      end
     end
-    if alg == concurrency then
-      reply[o + 5] = 0
-    elseif s.remaining >= s.L then
-      reply[o + 5] = ceil_ms(s.W)
-    else
-      reply[o + 5] = floor(alg.effective(s))
-    end
-    o = o + 5
-    if marks then
-      local mk = '0'
-      if s.recorded then
-        mk = s.mark
-        if alg == sliding_log then
-          mk = int(mk)
+
+    -- Phase 2: record.
+    if all and not is_report then
+      for k = first, last do
+        local s = checks[k]
+        if s.allowed and s.c > 0 then
+          if s.want ~= nil and s.want >= s.c then
+            chunk(s)
+          else
+            s.alg.record(s)
+          end
+          s.recorded = true
         end
       end
-      o = o + 1
-      reply[o] = mk
     end
-    if chunks then
-      reply[o + 1] = s.taken or 0
-      reply[o + 2] = s.taken and s.valid or 0
-      o = o + 2
+
+    local o = #reply + 1
+    if waited > 0 then
+      reply[o] = 1 + waited
+    else
+      reply[o] = all and 1 or 0
+    end
+    for k = first, last do
+      local s = checks[k]
+      local alg, allowed = s.alg, s.allowed
+      alg.finish(s)
+      reply[o + 1] = allowed and 1 or 0
+      reply[o + 2] = floor(s.remaining)
+      reply[o + 3] = floor(s.reset)
+      if is_report then
+        reply[o + 4] = floor(s.over or 0)
+      else
+        reply[o + 4] = allowed and 0 or floor(s.retry)
+      end
+      if alg == concurrency then
+        reply[o + 5] = 0
+      elseif s.remaining >= s.L then
+        reply[o + 5] = ceil_ms(s.W)
+      else
+        reply[o + 5] = floor(alg.effective(s))
+      end
+      o = o + 5
+      if marks then
+        local mk = '0'
+        if s.recorded then
+          mk = s.mark
+          if alg == sliding_log then
+            mk = int(mk)
+          end
+        end
+        o = o + 1
+        reply[o] = mk
+      end
+      if chunks then
+        reply[o + 1] = s.taken or 0
+        reply[o + 2] = s.taken and s.valid or 0
+        o = o + 2
+      end
     end
   end
 end
+
 
 -- Main.
 local n = #KEYS
@@ -928,59 +1043,74 @@ else
   end
 end
 if chunks or any_report or next(waits) ~= nil then
+  make_general()
   make_extras()
 end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local now_s = int(now)
 
--- Which checks belong to a report (c may exceed L there).
-local in_report = {}
-if any_report then
-  local k = 1
-  for r = 1, #counts do
-    for _ = 1, counts[r] do
-      in_report[k] = reports[r] or false
-      k = k + 1
+-- The checks, request by request.  A request that log_single() can take
+-- (one sliding_log check, not shadow, neither waiting nor a report, no
+-- chunk: its algorithm is exactly 0) keeps only its L, W and c, in
+-- plain_L[k], plain_W[k] and plain_c[k]; every other check gets a table.
+-- All are read and checked before any is evaluated.
+local checks, plain_L, plain_W, plain_c = {}, {}, {}, {}
+local k = 0
+for r = 1, #counts do
+  local single = counts[r] == 1 and waits[r] == nil and not reports[r]
+  local in_report = reports[r] or false
+  for _ = 1, counts[r] do
+    k = k + 1
+    local a = base + (k - 1) * 5
+    local L, wms = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+    local c, shadow = tonumber(ARGV[a + 4]), ARGV[a + 5] == '1'
+    if single and ARGV[a + 1] == '0' and not shadow then
+      if L == nil or wms == nil or c == nil or L < 1 or wms < 1 or
+          c < 0 or c > L then
+        return redis.error_reply('ratelimit.lua: bad arguments for key ' ..
+          k)
+      end
+      plain_L[k], plain_W[k], plain_c[k] = L, wms * 1000, c
+    else
+      make_general()
+      local alg = algorithm(tonumber(ARGV[a + 1]))
+      local token, want, hold = nil, nil, nil
+      local pa, pw, ph
+      if alg == nil then
+        pa, pw, ph = string.match(ARGV[a + 1], '^(%d+)%+(%d+)%+(%d+)$')
+      end
+      if pa ~= nil and chunks then
+        alg, want, hold = algorithm(tonumber(pa)), tonumber(pw),
+          tonumber(ph)
+        if alg == concurrency then
+          alg = nil
+        end
+      elseif alg == nil then
+        local an, tk = string.match(ARGV[a + 1], '^(%d+):(%x+)$')
+        alg, token = algorithm(tonumber(an)), tk
+        if alg ~= concurrency then
+          alg = nil
+        end
+      elseif alg == concurrency then
+        alg = nil
+      end
+      if alg == nil or L == nil or wms == nil or c == nil or L < 1 or
+          wms < 1 or c < 0 or (c > L and not in_report) or
+          (in_report and alg == concurrency) then
+        return redis.error_reply('ratelimit.lua: bad arguments for key ' ..
+          k)
+      end
+      -- Every field a check may get, so that the table is made at its
+      -- size.
+      checks[k] = {alg = alg, key = KEYS[k], L = L, W = wms * 1000, c = c,
+        shadow = shadow, now = now, retry = 0, recorded = false,
+        token = token, want = want, hold = hold, allowed = false,
+        used = nil, remaining = nil, reset = nil, over = nil, mark = nil,
+        log = nil, v = nil, first = nil, first_t = nil, last_end = nil,
+        last_n = nil, last_t = nil}
     end
   end
-end
-
-local checks = {}
-for k = 1, n do
-  local a = base + (k - 1) * 5
-  local alg = algorithm(tonumber(ARGV[a + 1]))
-  local token, want, hold = nil, nil, nil
-  local pa, pw, ph
-  if alg == nil then
-    pa, pw, ph = string.match(ARGV[a + 1], '^(%d+)%+(%d+)%+(%d+)$')
-  end
-  if pa ~= nil and chunks then
-    alg, want, hold = algorithm(tonumber(pa)), tonumber(pw), tonumber(ph)
-    if alg == concurrency then
-      alg = nil
-    end
-  elseif alg == nil then
-    local an, tk = string.match(ARGV[a + 1], '^(%d+):(%x+)$')
-    alg, token = algorithm(tonumber(an)), tk
-    if alg ~= concurrency then
-      alg = nil
-    end
-  elseif alg == concurrency then
-    alg = nil
-  end
-  local L, wms = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local c, shadow = tonumber(ARGV[a + 4]), ARGV[a + 5] == '1'
-  if alg == nil or L == nil or wms == nil or c == nil or L < 1 or
-      wms < 1 or c < 0 or (c > L and not in_report[k]) or
-      (in_report[k] and alg == concurrency) then
-    return redis.error_reply('ratelimit.lua: bad arguments for key ' .. k)
-  end
-  -- Every field a check may get, so that the table is made at its size.
-  checks[k] = {alg = alg, key = KEYS[k], L = L, W = wms * 1000, c = c,
-    shadow = shadow, now = now, retry = 0, recorded = false, token = token,
-    want = want, hold = hold, allowed = false, used = nil, remaining = nil,
-    reset = nil, over = nil, mark = nil, log = nil, v = nil, first = nil,
-    first_t = nil, last_end = nil, last_n = nil, last_t = nil}
 end
 
 -- The requests one after the other, in order: a later one sees what an
@@ -999,32 +1129,56 @@ local denied = {}
 local first = 1
 for r = 1, #counts do
   local last = first + counts[r] - 1
-  local s = checks[first]
-  local one = first == last and waits[r] == nil and not reports[r] and
-    not s.shadow and s.want == nil and s.alg ~= concurrency
-  local d = nil
-  if one then
-    d = denied[s.key]
-  end
-  if d ~= nil and d.alg == s.alg and d.L == s.L and d.W == s.W and
-      d.c == s.c then
-    local o = #reply
-    for j = 1, #d.fields do
-      reply[o + j] = d.fields[j]
+  local L = plain_L[first]
+  if L ~= nil then
+    local key, W, c = KEYS[first], plain_W[first], plain_c[first]
+    local d = denied[key]
+    if d ~= nil and d.alg == sliding_log and d.L == L and d.W == W and
+        d.c == c then
+      local o = #reply
+      for j = 1, #d.fields do
+        reply[o + j] = d.fields[j]
+      end
+    else
+      denied[key] = nil
+      local o = #reply
+      if not log_single(key, L, W, c, now, now_s, reply, marks,
+          chunks) then
+        local f = {}
+        for j = o + 1, #reply do
+          f[j - o] = reply[j]
+        end
+        denied[key] = {alg = sliding_log, L = L, W = W, c = c, fields = f}
+      end
     end
   else
-    for k = first, last do
-      denied[checks[k].key] = nil
+    local s = checks[first]
+    local one = first == last and waits[r] == nil and not reports[r] and
+      not s.shadow and s.want == nil and s.alg ~= concurrency
+    local d = nil
+    if one then
+      d = denied[s.key]
     end
-    local o = #reply
-    request(checks, first, last, reply, marks, chunks, waits[r] or 0,
-      reports[r])
-    if one and reply[o + 1] == 0 then
-      local f = {}
-      for j = o + 1, #reply do
-        f[j - o] = reply[j]
+    if d ~= nil and d.alg == s.alg and d.L == s.L and d.W == s.W and
+        d.c == s.c then
+      local o = #reply
+      for j = 1, #d.fields do
+        reply[o + j] = d.fields[j]
       end
-      denied[s.key] = {alg = s.alg, L = s.L, W = s.W, c = s.c, fields = f}
+    else
+      for k = first, last do
+        denied[checks[k].key] = nil
+      end
+      local o = #reply
+      request(checks, first, last, reply, marks, chunks, waits[r] or 0,
+        reports[r])
+      if one and reply[o + 1] == 0 then
+        local f = {}
+        for j = o + 1, #reply do
+          f[j - o] = reply[j]
+        end
+        denied[s.key] = {alg = s.alg, L = s.L, W = s.W, c = s.c, fields = f}
+      end
     end
   end
   first = last + 1
