@@ -237,6 +237,9 @@ kind_send(struct redis_backend *rb, struct redis_node *node,
 	}
 }
 
+static int batch_send_on(struct redis_backend *rb, struct redis_batch *b,
+    struct redis_node *node, struct redis_conn *conn, char *err, size_t errlen);
+
 /*
  * Send b to its node.  0; -1 with err (nothing sent; b intact); or 1 when
  * no node is known for it now (nothing sent; the caller parks it).
@@ -250,8 +253,6 @@ redis_batch_send(struct redis_backend *rb, struct redis_batch *b, char *err,
 	struct redis_conn *conn = NULL;
 	struct redis_node *node;
 	struct redis_slot *s;
-	int64_t sent;
-	size_t i;
 	int n;
 
 	n = b->ask_node >= 0 ? b->ask_node : redis_node_for(rb, b->hslot);
@@ -266,6 +267,19 @@ redis_batch_send(struct redis_backend *rb, struct redis_batch *b, char *err,
 		b->slot = s;
 		conn = s->conn;
 	}
+	return batch_send_on(rb, b, node, conn, err, errlen);
+}
+
+/* Send b on conn when given, else on a connection of node, and count it
+ * sent.  0, or -1 with err (nothing sent). */
+static int
+batch_send_on(struct redis_backend *rb, struct redis_batch *b,
+    struct redis_node *node, struct redis_conn *conn, char *err, size_t errlen)
+{
+	struct redis_slot *s;
+	int64_t sent;
+	size_t i;
+
 	if ((s = kind_send(rb, node, conn, b, err, errlen)) == NULL)
 		return -1;
 	if (!b->counted && b->kind == REDIS_CALL_REQUEST) {
@@ -286,14 +300,17 @@ redis_batch_send(struct redis_backend *rb, struct redis_batch *b, char *err,
 /* b met NOSCRIPT on s, so its script did not run: send it once more, so
  * that the script loads.  A stat call goes as EVAL on the same connection
  * (which caches the script for the next EVALSHA); requests go again, the
- * calls still waiting only, after SCRIPT LOAD on s.  0, or -1 with err. */
+ * calls still waiting only, after SCRIPT LOAD on s, and on s: on another
+ * connection the EVALSHA could run before the SCRIPT LOAD and meet
+ * NOSCRIPT again (as it did when several connections met their first
+ * NOSCRIPT together: a script over 16 KiB is not loaded by the handshake
+ * of a connection with a password, redis_conn.c).  0, or -1 with err. */
 int
 redis_batch_reload(struct redis_backend *rb, struct redis_batch *b,
     struct redis_slot *s, char *err, size_t errlen)
 {
 	const char *argv[3] = { "SCRIPT", "LOAD", rl_lua_ratelimit };
 	size_t lens[3] = { 6, 4, strlen(rl_lua_ratelimit) };
-	int rc;
 
 	b->resent = true;
 	if (b->kind == REDIS_CALL_STATS)
@@ -305,9 +322,7 @@ redis_batch_reload(struct redis_backend *rb, struct redis_batch *b,
 	if (redis_conn_send(s->conn, 3, argv, lens, redis_reply_ignore, NULL,
 		err, errlen) == -1)
 		return -1;
-	if ((rc = redis_batch_send(rb, b, err, errlen)) == 1)
-		snprintf(err, errlen, "no primary known for its keys");
-	return rc == 0 ? 0 : -1;
+	return batch_send_on(rb, b, s->node, s->conn, err, errlen);
 }
 
 /* Drop the answered calls from b, so it can be encoded again. */
