@@ -327,11 +327,25 @@ handshake_check(struct redis_conn *c, const char *what, redisReply *r)
 	}
 }
 
+static void load_reply(void *arg, redisReply *r, const char *err);
+
+/* Authenticated: a script over 16 KiB, which the handshake could not
+ * send (queue_handshake), is loaded now, so that only calls already
+ * queued behind AUTH meet NOSCRIPT (and go again, redis_batch.c). */
 static void
 auth_reply(void *arg, redisReply *r, const char *err)
 {
+	struct redis_conn *c = arg;
+	const char *argv[3] = { "SCRIPT", "LOAD", c->cfg->script };
+	size_t lens[3] = { 6, 4, 0 };
+
 	(void)err;
-	handshake_check(arg, "AUTH", r);
+	handshake_check(c, "AUTH", r);
+	if (r == NULL || r->type == REDIS_REPLY_ERROR ||
+	    c->state == REDIS_CONN_CLOSED || c->cfg->script == NULL ||
+	    (lens[2] = strlen(c->cfg->script)) <= 16384)
+		return;
+	(void)queue_command(c, 3, argv, lens, load_reply, c);
 }
 
 static void
@@ -388,7 +402,8 @@ queue_handshake(struct redis_conn *c)
 	 * has run: a larger script waits for its first NOSCRIPT instead.
 	 * Without a password a server that wants one would close on such a
 	 * SCRIPT LOAD with "unauthenticated bulk length": a PING first gets
-	 * its clear NOAUTH, read before that. */
+	 * its clear NOAUTH, read before that.  With a password, AUTH's reply
+	 * sends the script (auth_reply). */
 	if (c->cfg->script != NULL && u->password == NULL &&
 	    strlen(c->cfg->script) > 16384) {
 		argv[0] = "PING";
