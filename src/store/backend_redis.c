@@ -152,14 +152,16 @@ redis_submit(struct backend *b, struct backend_call *call)
 		call->done(call);
 		return;
 	}
-	wake = rb->qhead == NULL;
+	wake = rb->asleep;
+	rb->asleep = false;
 	if (rb->qtail != NULL)
 		redis_call(rb->qtail)->next = call;
 	else
 		rb->qhead = call;
 	rb->qtail = call;
 	pthread_mutex_unlock(&rb->qmu);
-	/* One wake-up per turn: later calls find the queue non-empty. */
+	/* A wake-up only for a thread that sleeps, once: while it works,
+	 * its next turn takes what came meanwhile. */
 	if (wake)
 		(void)!write(rb->evfd, &one, sizeof(one));
 }

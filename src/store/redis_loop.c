@@ -253,6 +253,14 @@ redis_loop_run(void *arg)
 	int64_t now, next;
 
 	while (!stop) {
+		/* Sleep only with nothing queued, and say so: a submit then
+		 * writes the eventfd (backend_redis.c), and only then. */
+		pthread_mutex_lock(&rb->qmu);
+		if (rb->qhead != NULL || rb->stopping)
+			wait_ms = 0;
+		else
+			rb->asleep = true;
+		pthread_mutex_unlock(&rb->qmu);
 		n = epoll_wait(rb->epfd, evs, 32, wait_ms);
 		for (i = 0; i < n; i++) {
 			if (evs[i].data.u64 == REDIS_EVFD_TAG) {
@@ -265,6 +273,7 @@ redis_loop_run(void *arg)
 			redis_slot_busy(rb, s);
 		}
 		pthread_mutex_lock(&rb->qmu);
+		rb->asleep = false;
 		list = rb->qhead;
 		if (list != NULL) {
 			if (rb->htail != NULL)

@@ -198,6 +198,9 @@ struct redis_backend {
 	pthread_mutex_t qmu; /* guards the submission queue */
 	struct backend_call *qhead, *qtail;
 	bool stopping;
+	bool asleep; /* the I/O thread waits, or is about to, with
+		      * nothing queued: a submit must wake it (evfd);
+		      * else it takes the queue on its next turn */
 
 	/* The I/O thread's: calls sent, parked or about to be sent, by
 	 * deadline; calls held back while the window of script calls is
