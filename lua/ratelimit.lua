@@ -170,15 +170,16 @@ local function forget(key, keep_tat)
   end
 end
 
--- A TTL in milliseconds (an integer) as the argument Redis would make of
--- the number (its digits), made once per value in a call: Redis formats a
--- number argument with %.17g, which costs more than this lookup.
-local ttl_strings = {}
-local function ttl_arg(ms)
-  local a = ttl_strings[ms]
+-- An integer (a TTL in milliseconds, a cost) as the argument Redis would
+-- make of the number (its digits), made once per value in a call: Redis
+-- formats a number argument with %.17g, and int() costs more than this
+-- lookup.
+local int_strings = {}
+local function int_arg(x)
+  local a = int_strings[x]
   if a == nil then
-    a = int(ms)
-    ttl_strings[ms] = a
+    a = int(x)
+    int_strings[x] = a
   end
   return a
 end
@@ -283,7 +284,7 @@ local function log_single(key, L, W, c, now, now_s, reply, marks, chunks)
     end
     k.last_end, k.last_n, k.last_t, k.last_ts = e, n, t, ts
     k.v = k.v + 1
-    ttls[key] = ttl_arg(max(1, ceil_ms(t + W - now)))
+    ttls[key] = int_arg(max(1, ceil_ms(t + W - now)))
     if marks then
       mark = int(t)
     end
@@ -370,7 +371,11 @@ local function lean_request(first_k, last_k, now, now_s, reply, marks,
       st_x[k], st_y[k], st_z[k] = lg, used, fst
     elseif a == 2 then
       forget(key)
-      local r = first('HMGET', key, 's', 'n')
+      -- first()'s read, written out (as in log_read)
+      local r = redis.pcall('HMGET', key, 's', 'n')
+      if r.err ~= nil then
+        r = first('HMGET', key, 's', 'n')
+      end
       local s_now = now - math.fmod(now, W)
       local st, n = tonumber(r[1]), tonumber(r[2]) or 0
       local stale = false
@@ -453,7 +458,7 @@ local function lean_request(first_k, last_k, now, now_s, reply, marks,
           redis.call('HSET', key, 's', int(st_y[k]), 'n', int(c))
           st_x[k] = c
         else
-          redis.call('HINCRBY', key, 'n', int(c))
+          redis.call('HINCRBY', key, 'n', int_arg(c))
           st_x[k] = st_x[k] + c
         end
       end
@@ -477,7 +482,7 @@ local function lean_request(first_k, last_k, now, now_s, reply, marks,
         reset = ceil_ms(lg.last_t + W - now)
       end
       if rec then
-        ttls[key] = ttl_arg(max(1, reset))
+        ttls[key] = int_arg(max(1, reset))
         if marks then
           mark = int(lg.last_t)
         end
@@ -509,7 +514,7 @@ local function lean_request(first_k, last_k, now, now_s, reply, marks,
         end
       end
       if rec then
-        redis.call('PEXPIRE', key, int(max(1, ceil_ms(st + W - now))))
+        redis.call('PEXPIRE', key, int_arg(max(1, ceil_ms(st + W - now))))
         if marks then
           mark = int(st)
         end
@@ -535,7 +540,7 @@ local function lean_request(first_k, last_k, now, now_s, reply, marks,
       remaining = min(L, max(0, rem))
       reset = ceil_ms(math.ceil(t - now))
       if rec then
-        tats[key], tat_ttls[key] = new_tat, ttl_arg(max(1, reset))
+        tats[key], tat_ttls[key] = new_tat, int_arg(max(1, reset))
         if marks then
           mark = fmt('%.17g', new_tat)
         end
@@ -646,7 +651,7 @@ local function make_general()
     end
     if s.recorded then
       -- W after the newest run; ceil_ms(W) unless the clock went back.
-      ttls[s.key] = ttl_arg(max(1, s.reset))
+      ttls[s.key] = int_arg(max(1, s.reset))
     end
   end
 
@@ -841,7 +846,7 @@ local function make_general()
       s.reset = ceil_ms(math.ceil(t - s.now))
       if s.recorded then
         -- SET with PX at the end of the call (tats).
-        tats[s.key], tat_ttls[s.key] = s.new_tat, ttl_arg(max(1, s.reset))
+        tats[s.key], tat_ttls[s.key] = s.new_tat, int_arg(max(1, s.reset))
       end
     end
 
