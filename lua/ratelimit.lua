@@ -144,10 +144,12 @@ local logs, ttls = {}, {}
 -- is exact: the SET writes it with %.17g, which reads back bit for bit,
 -- and no key expires during a call.  Only the key's expiry moves, by the
 -- time between the record and the end of the call, as for sliding_log.
-local tats, tat_ttls = {}, {}
+-- Both are made by the first record (most calls have none: the tables
+-- would cost the common call more than the check).
+local tats, tat_ttls = nil, nil
 
 local function tat_flush(key)
-  local tat = tats[key]
+  local tat = tats and tats[key]
   if tat ~= nil then
     redis.call('SET', key, fmt('%.17g', tat), 'PX', tat_ttls[key])
     tats[key], tat_ttls[key] = nil, nil
@@ -165,7 +167,7 @@ local function forget(key, keep_tat)
     redis.call('PEXPIRE', key, ttl)
     ttls[key] = nil
   end
-  if not keep_tat then
+  if not keep_tat and tats ~= nil then
     tat_flush(key)
   end
 end
@@ -190,7 +192,7 @@ end
 -- It is first()'s read, written out: this is the path every sliding_log
 -- check takes, and a reply of ZRANGE is a table either way.
 local function log_read(key, now, W)
-  if tats[key] ~= nil then
+  if tats ~= nil and tats[key] ~= nil then
     tat_flush(key)
   end
   local old = redis.pcall('ZRANGE', key, '0', '0', 'WITHSCORES')
@@ -343,228 +345,238 @@ end
 --                 later one: units reserved there), whether the hash is
 --                 stale (true) or holds that later window ('later')
 --   token_bucket  -, base, new_tat
-local plain_A, plain_L, plain_W, plain_c = {}, {}, {}, {}
-local st_ok, st_retry, st_x, st_y, st_z = {}, {}, {}, {}, {}
-local function lean_request(first_k, last_k, now, now_s, reply, marks,
-    chunks)
-  -- Phase 1: check every rule, record nothing.
-  local all = true
-  for k = first_k, last_k do
-    local a, key, L, W, c = plain_A[k], KEYS[k], plain_L[k], plain_W[k],
-      plain_c[k]
-    local ok, retry = false, 0
-    if a == 0 then
-      local lg = logs[key]
-      if lg == nil or lg.W ~= W then
-        lg = log_read(key, now, W)
-        logs[key] = lg
-      end
-      local fst, used = lg.first, 0
-      if fst ~= nil then
-        used = lg.last_end - fst + 1
-      end
-      ok = used + c <= L
-      if not ok then
-        retry = ceil_ms(log_time_of(key, fst + (used + c - L) - 1) + W -
-          now)
-      end
-      st_x[k], st_y[k], st_z[k] = lg, used, fst
-    elseif a == 2 then
-      forget(key)
-      -- first()'s read, written out (as in log_read)
-      local r = redis.pcall('HMGET', key, 's', 'n')
-      if r.err ~= nil then
-        r = first('HMGET', key, 's', 'n')
-      end
-      local s_now = now - math.fmod(now, W)
-      local st, n = tonumber(r[1]), tonumber(r[2]) or 0
-      local stale = false
-      if st ~= nil and n > 0 and st > s_now and math.fmod(st, W) == 0 then
-        -- Reserved in a later window: c = 0 is allowed (and records
-        -- nothing); else the retry is fixed_window.earliest's from now.
-        ok = c == 0
+-- (plain_A and the st_ arrays are made by the first such request.)
+local plain_L, plain_W, plain_c = {}, {}, {}
+local plain_A, st_ok, st_retry, st_x, st_y, st_z
+-- The function is made only for a call of several keys (one is needed for
+-- a request of several checks): a closure of this many upvalues costs
+-- the call of one check more than its test.
+local lean_request
+if #KEYS > 1 then
+  function lean_request(first_k, last_k, now, now_s, reply, marks,
+      chunks)
+    -- Phase 1: check every rule, record nothing.
+    local all = true
+    for k = first_k, last_k do
+      local a, key, L, W, c = plain_A[k], KEYS[k], plain_L[k], plain_W[k],
+        plain_c[k]
+      local ok, retry = false, 0
+      if a == 0 then
+        local lg = logs[key]
+        if lg == nil or lg.W ~= W then
+          lg = log_read(key, now, W)
+          logs[key] = lg
+        end
+        local fst, used = lg.first, 0
+        if fst ~= nil then
+          used = lg.last_end - fst + 1
+        end
+        ok = used + c <= L
         if not ok then
+          retry = ceil_ms(log_time_of(key, fst + (used + c - L) - 1) + W -
+            now)
+        end
+        st_x[k], st_y[k], st_z[k] = lg, used, fst
+      elseif a == 2 then
+        forget(key)
+        -- first()'s read, written out (as in log_read)
+        local r = redis.pcall('HMGET', key, 's', 'n')
+        if r.err ~= nil then
+          r = first('HMGET', key, 's', 'n')
+        end
+        local s_now = now - math.fmod(now, W)
+        local st, n = tonumber(r[1]), tonumber(r[2]) or 0
+        local stale = false
+        if st ~= nil and n > 0 and st > s_now and math.fmod(st, W) == 0 then
+          -- Reserved in a later window: c = 0 is allowed (and records
+          -- nothing); else the retry is fixed_window.earliest's from now.
+          ok = c == 0
+          if not ok then
+            local t = st
+            if c > L - n then
+              t = st + W
+            end
+            retry = ceil_ms(t - now)
+          end
+          stale = 'later'
+        else
+          if st ~= s_now then
+            n = 0
+            stale = true
+          end
+          st = s_now
+          ok = n + c <= L
+          if not ok then
+            retry = ceil_ms(s_now + W - now)
+          end
+        end
+        st_x[k], st_y[k], st_z[k] = n, st, stale
+      else
+        forget(key, true)
+        local tat = tats and tats[key]
+        if tat == nil then
+          tat = tonumber(first('GET', key))
+        end
+        if tat ~= nil and (tat ~= tat or tat == math.huge or
+            tat == -math.huge) then
+          tat = nil
+        end
+        local inc = c * W / L
+        local base = now
+        if tat ~= nil and tat > now then
+          base = tat
+        end
+        local new_tat = base + inc
+        ok = new_tat - now <= W + 1
+        if not ok then
+          retry = max(1, ceil_ms(math.ceil(new_tat - W - now)))
+        end
+        st_y[k], st_z[k] = base, new_tat
+      end
+      st_ok[k], st_retry[k] = ok, retry
+      if not ok then
+        all = false
+      end
+    end
+
+    -- Phase 2: every check allows; record those with c > 0 (token_bucket
+    -- records in its finish, below).
+    if all then
+      for k = first_k, last_k do
+        local a, c = plain_A[k], plain_c[k]
+        if c > 0 and a == 0 then
+          local key, lg = KEYS[k], st_x[k]
+          local t, ts, n, e = now, now_s, c, lg.last_end + c
+          local last_t = lg.last_t
+          if last_t ~= nil and last_t >= t then
+            t, ts, n = last_t, lg.last_ts or last_t, lg.last_n + c
+            redis.call('ZREM', key, fmt('%d:%d', lg.last_end, lg.last_n))
+          end
+          redis.call('ZADD', key, ts, fmt('%d:%d', e, n))
+          if lg.first == nil then
+            lg.first, lg.first_t = e - n + 1, t
+          end
+          lg.last_end, lg.last_n, lg.last_t, lg.last_ts = e, n, t, ts
+          lg.v = lg.v + 1
+          st_y[k] = st_y[k] + c
+        elseif c > 0 and a == 2 then
+          local key = KEYS[k]
+          if st_z[k] then
+            redis.call('DEL', key)
+            redis.call('HSET', key, 's', int(st_y[k]), 'n', int(c))
+            st_x[k] = c
+          else
+            redis.call('HINCRBY', key, 'n', int_arg(c))
+            st_x[k] = st_x[k] + c
+          end
+        end
+      end
+    end
+
+    -- finish and effective, and the reply.
+    local o = #reply + 1
+    reply[o] = all and 1 or 0
+    for k = first_k, last_k do
+      local a, key, L, W, c = plain_A[k], KEYS[k], plain_L[k], plain_W[k],
+        plain_c[k]
+      local ok = st_ok[k]
+      local rec = all and c > 0
+      local remaining, reset, eff
+      local mark = '0'
+      if a == 0 then
+        local lg, used, fst = st_x[k], st_y[k], st_z[k]
+        remaining, reset = max(0, L - used), 0
+        if used > 0 then
+          reset = ceil_ms(lg.last_t + W - now)
+        end
+        if rec then
+          ttls[key] = int_arg(max(1, reset))
+          if marks then
+            mark = int(lg.last_t)
+          end
+        end
+        if remaining >= L then
+          eff = ceil_ms(W)
+        else
+          local u = used + remaining + 1 - L
+          local t
+          if fst == nil then
+            t = lg.last_t
+          elseif u == 1 then
+            t = lg.first_t
+          else
+            t = log_time_of(key, fst + u - 1)
+          end
+          eff = ceil_ms(t + W - now)
+        end
+      elseif a == 2 then
+        local n, st = st_x[k], st_y[k]
+        local s_now = now - math.fmod(now, W)
+        local later = n > 0 and st > s_now
+        if later then
+          remaining, reset = 0, ceil_ms(st + W - now)
+        else
+          remaining, reset = max(0, L - n), 0
+          if n > 0 then
+            reset = ceil_ms(s_now + W - now)
+          end
+        end
+        if rec then
+          redis.call('PEXPIRE', key, int_arg(max(1, ceil_ms(st + W - now))))
+          if marks then
+            mark = int(st)
+          end
+        end
+        if remaining >= L then
+          eff = ceil_ms(W)
+        elseif later then
+          -- fixed_window.earliest of one unit from now
           local t = st
-          if c > L - n then
+          if 1 > L - n then
             t = st + W
           end
-          retry = ceil_ms(t - now)
-        end
-        stale = 'later'
-      else
-        if st ~= s_now then
-          n = 0
-          stale = true
-        end
-        st = s_now
-        ok = n + c <= L
-        if not ok then
-          retry = ceil_ms(s_now + W - now)
-        end
-      end
-      st_x[k], st_y[k], st_z[k] = n, st, stale
-    else
-      forget(key, true)
-      local tat = tats[key]
-      if tat == nil then
-        tat = tonumber(first('GET', key))
-      end
-      if tat ~= nil and (tat ~= tat or tat == math.huge or
-          tat == -math.huge) then
-        tat = nil
-      end
-      local inc = c * W / L
-      local base = now
-      if tat ~= nil and tat > now then
-        base = tat
-      end
-      local new_tat = base + inc
-      ok = new_tat - now <= W + 1
-      if not ok then
-        retry = max(1, ceil_ms(math.ceil(new_tat - W - now)))
-      end
-      st_y[k], st_z[k] = base, new_tat
-    end
-    st_ok[k], st_retry[k] = ok, retry
-    if not ok then
-      all = false
-    end
-  end
-
-  -- Phase 2: every check allows; record those with c > 0 (token_bucket
-  -- records in its finish, below).
-  if all then
-    for k = first_k, last_k do
-      local a, c = plain_A[k], plain_c[k]
-      if c > 0 and a == 0 then
-        local key, lg = KEYS[k], st_x[k]
-        local t, ts, n, e = now, now_s, c, lg.last_end + c
-        local last_t = lg.last_t
-        if last_t ~= nil and last_t >= t then
-          t, ts, n = last_t, lg.last_ts or last_t, lg.last_n + c
-          redis.call('ZREM', key, fmt('%d:%d', lg.last_end, lg.last_n))
-        end
-        redis.call('ZADD', key, ts, fmt('%d:%d', e, n))
-        if lg.first == nil then
-          lg.first, lg.first_t = e - n + 1, t
-        end
-        lg.last_end, lg.last_n, lg.last_t, lg.last_ts = e, n, t, ts
-        lg.v = lg.v + 1
-        st_y[k] = st_y[k] + c
-      elseif c > 0 and a == 2 then
-        local key = KEYS[k]
-        if st_z[k] then
-          redis.call('DEL', key)
-          redis.call('HSET', key, 's', int(st_y[k]), 'n', int(c))
-          st_x[k] = c
+          eff = ceil_ms(t - now)
         else
-          redis.call('HINCRBY', key, 'n', int_arg(c))
-          st_x[k] = st_x[k] + c
+          eff = ceil_ms(s_now + W - now)
         end
-      end
-    end
-  end
-
-  -- finish and effective, and the reply.
-  local o = #reply + 1
-  reply[o] = all and 1 or 0
-  for k = first_k, last_k do
-    local a, key, L, W, c = plain_A[k], KEYS[k], plain_L[k], plain_W[k],
-      plain_c[k]
-    local ok = st_ok[k]
-    local rec = all and c > 0
-    local remaining, reset, eff
-    local mark = '0'
-    if a == 0 then
-      local lg, used, fst = st_x[k], st_y[k], st_z[k]
-      remaining, reset = max(0, L - used), 0
-      if used > 0 then
-        reset = ceil_ms(lg.last_t + W - now)
-      end
-      if rec then
-        ttls[key] = int_arg(max(1, reset))
-        if marks then
-          mark = int(lg.last_t)
-        end
-      end
-      if remaining >= L then
-        eff = ceil_ms(W)
       else
-        local u = used + remaining + 1 - L
-        local t
-        if fst == nil then
-          t = lg.last_t
-        elseif u == 1 then
-          t = lg.first_t
+        local t, new_tat = st_y[k], st_z[k]
+        if rec then
+          t = new_tat
+        end
+        local rem = floor((W + 1 - (t - now)) * L / W)
+        remaining = min(L, max(0, rem))
+        reset = ceil_ms(math.ceil(t - now))
+        if rec then
+          if tats == nil then
+            tats, tat_ttls = {}, {}
+          end
+          tats[key], tat_ttls[key] = new_tat, int_arg(max(1, reset))
+          if marks then
+            mark = fmt('%.17g', new_tat)
+          end
+        end
+        if remaining >= L then
+          eff = ceil_ms(W)
         else
-          t = log_time_of(key, fst + u - 1)
-        end
-        eff = ceil_ms(t + W - now)
-      end
-    elseif a == 2 then
-      local n, st = st_x[k], st_y[k]
-      local s_now = now - math.fmod(now, W)
-      local later = n > 0 and st > s_now
-      if later then
-        remaining, reset = 0, ceil_ms(st + W - now)
-      else
-        remaining, reset = max(0, L - n), 0
-        if n > 0 then
-          reset = ceil_ms(s_now + W - now)
+          local nt = t + (remaining + 1) * W / L
+          eff = max(1, ceil_ms(math.ceil(nt - W - now)))
         end
       end
-      if rec then
-        redis.call('PEXPIRE', key, int_arg(max(1, ceil_ms(st + W - now))))
-        if marks then
-          mark = int(st)
-        end
+      reply[o + 1] = ok and 1 or 0
+      reply[o + 2] = floor(remaining)
+      reply[o + 3] = floor(reset)
+      reply[o + 4] = ok and 0 or floor(st_retry[k])
+      reply[o + 5] = floor(eff)
+      o = o + 5
+      if marks then
+        o = o + 1
+        reply[o] = mark
       end
-      if remaining >= L then
-        eff = ceil_ms(W)
-      elseif later then
-        -- fixed_window.earliest of one unit from now
-        local t = st
-        if 1 > L - n then
-          t = st + W
-        end
-        eff = ceil_ms(t - now)
-      else
-        eff = ceil_ms(s_now + W - now)
+      if chunks then
+        reply[o + 1], reply[o + 2] = 0, 0
+        o = o + 2
       end
-    else
-      local t, new_tat = st_y[k], st_z[k]
-      if rec then
-        t = new_tat
-      end
-      local rem = floor((W + 1 - (t - now)) * L / W)
-      remaining = min(L, max(0, rem))
-      reset = ceil_ms(math.ceil(t - now))
-      if rec then
-        tats[key], tat_ttls[key] = new_tat, int_arg(max(1, reset))
-        if marks then
-          mark = fmt('%.17g', new_tat)
-        end
-      end
-      if remaining >= L then
-        eff = ceil_ms(W)
-      else
-        local nt = t + (remaining + 1) * W / L
-        eff = max(1, ceil_ms(math.ceil(nt - W - now)))
-      end
-    end
-    reply[o + 1] = ok and 1 or 0
-    reply[o + 2] = floor(remaining)
-    reply[o + 3] = floor(reset)
-    reply[o + 4] = ok and 0 or floor(st_retry[k])
-    reply[o + 5] = floor(eff)
-    o = o + 5
-    if marks then
-      o = o + 1
-      reply[o] = mark
-    end
-    if chunks then
-      reply[o + 1], reply[o + 2] = 0, 0
-      o = o + 2
     end
   end
 end
@@ -775,7 +787,7 @@ local function make_general()
 
     function token_bucket.check(s)
       forget(s.key, true)
-      local tat = tats[s.key]
+      local tat = tats and tats[s.key]
       if tat == nil then
         tat = tonumber(first('GET', s.key))
       end
@@ -846,6 +858,9 @@ local function make_general()
       s.reset = ceil_ms(math.ceil(t - s.now))
       if s.recorded then
         -- SET with PX at the end of the call (tats).
+        if tats == nil then
+          tats, tat_ttls = {}, {}
+        end
         tats[s.key], tat_ttls[s.key] = s.new_tat, int_arg(max(1, s.reset))
       end
     end
@@ -1336,7 +1351,6 @@ local now_s = int(now)
 -- waiting nor a report) keeps only its algorithm, L, W and c, in
 -- plain_A[k], plain_L[k], plain_W[k] and plain_c[k]; every other check
 -- gets a table.  All are read and checked before any is evaluated.
-local LEAN = {['0'] = 0, ['2'] = 2, ['3'] = 3}
 local checks = {}
 local k = 0
 for r = 1, #counts do
@@ -1348,7 +1362,9 @@ for r = 1, #counts do
   elseif plain then
     for j = k + 1, k + cnt do
       local a = base + (j - 1) * 5
-      if LEAN[ARGV[a + 1]] == nil or ARGV[a + 5] == '1' then
+      local alg = ARGV[a + 1]
+      if (alg ~= '0' and alg ~= '2' and alg ~= '3') or
+          ARGV[a + 5] == '1' then
         plain = false
         break
       end
@@ -1357,6 +1373,9 @@ for r = 1, #counts do
           plain = false
         end
       end
+    end
+    if plain and plain_A == nil then
+      plain_A, st_ok, st_retry, st_x, st_y, st_z = {}, {}, {}, {}, {}, {}
     end
   end
   local in_report = reports[r] or false
@@ -1371,7 +1390,9 @@ for r = 1, #counts do
         return redis.error_reply('ratelimit.lua: bad arguments for key ' ..
           k)
       end
-      plain_A[k] = LEAN[ARGV[a + 1]]
+      if cnt > 1 then
+        plain_A[k] = tonumber(ARGV[a + 1])
+      end
       plain_L[k], plain_W[k], plain_c[k] = L, wms * 1000, c
     else
       make_general()
@@ -1492,7 +1513,9 @@ end
 for key, ttl in pairs(ttls) do
   redis.call('PEXPIRE', key, ttl)
 end
-for key in pairs(tats) do
-  tat_flush(key)
+if tats ~= nil then
+  for key in pairs(tats) do
+    tat_flush(key)
+  end
 end
 return reply
