@@ -15,6 +15,13 @@
 #   random N   N requests on keys drawn from 10,000 (N = 1, 4, 16, 64;
 #              the daemon's batches held ~5 under wrk -c50)
 #   hot 64     64 requests on one key, all allowed
+#   three N    N requests of bench/speed.sh's row (e) (N = 4, 16): rules
+#              r1 sliding_log and r2 fixed_window on a user drawn from
+#              10,000 (both limit 1e9), r3 token_bucket with no key (limit
+#              6e7: one key every request shares), all per 60 s and
+#              allowed; keys as the daemon renders them (src/core/decide.c:
+#              "rl:<rule>:{<key>}", "rl:r3:{}" for r3).  Per decision is
+#              then per request of three checks.
 #   denied 64  64 requests on one key at its limit (100), all denied
 #   plain      bench/speed.sh's "Redis alone" sliding-window script, one
 #              decision per call, 10,000 keys (redis-benchmark, 50 clients)
@@ -47,6 +54,18 @@ sha, kind, n, limit, total = sys.argv[1], sys.argv[2], int(sys.argv[3]), \
 rng = random.Random(1)
 out = []
 for _ in range(max(1, total // n)):
+    if kind == 'three':
+        keys = []
+        for _ in range(n):
+            u = 'u%d' % rng.randrange(10000)
+            keys += ['rl:r1:{%s}' % u, 'rl:r2:{%s}' % u, 'rl:r3:{}']
+        args = ['EVALSHA', sha, str(len(keys))] + keys + [str(n)] + \
+            ['3'] * n + ['0', limit, '60000', '1', '0',
+                         '2', limit, '60000', '1', '0',
+                         '3', '60000000', '60000', '1', '0'] * n
+        out.append('*%d\r\n' % len(args) + ''.join(
+            '$%d\r\n%s\r\n' % (len(a), a) for a in args))
+        continue
     if kind == 'random':
         keys = ['rl:bench:{k%d}' % rng.randrange(10000) for _ in range(n)]
     else:
@@ -96,6 +115,8 @@ run random 16 1000000000
 run random 64 1000000000
 run hot 64 1000000000
 run denied 64 100
+run three 4 1000000000
+run three 16 1000000000
 
 # Redis alone, as bench/speed.sh runs it.
 plain='local t = redis.call("TIME")

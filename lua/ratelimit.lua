@@ -136,15 +136,52 @@ end
 -- one computed, and the key is not read for its TTL in between.
 local logs, ttls = {}, {}
 
--- A TTL in milliseconds (an integer) as the argument Redis would make of
--- the number (its digits), made once per value in a call: Redis formats a
--- number argument with %.17g, which costs more than this lookup.
-local ttl_strings = {}
-local function ttl_arg(ms)
-  local a = ttl_strings[ms]
+-- What one call wrote to a token_bucket key (a batch's requests often
+-- share one: a rule without a key): tats[key] is the tat last written and
+-- tat_ttls[key] its TTL argument.  The SET is made once, when the call
+-- ends, or before a check of another algorithm reads the key (tat_flush);
+-- a token_bucket check of the key reads tats[key] instead of GET, which
+-- is exact: the SET writes it with %.17g, which reads back bit for bit,
+-- and no key expires during a call.  Only the key's expiry moves, by the
+-- time between the record and the end of the call, as for sliding_log.
+-- Both are made by the first record (most calls have none: the tables
+-- would cost the common call more than the check).
+local tats, tat_ttls = nil, nil
+
+local function tat_flush(key)
+  local tat = tats and tats[key]
+  if tat ~= nil then
+    redis.call('SET', key, fmt('%.17g', tat), 'PX', tat_ttls[key])
+    tats[key], tat_ttls[key] = nil, nil
+  end
+end
+
+-- Before a check of another algorithm than sliding_log reads key: drop
+-- what the call knows of it as a sliding_log key, and give it the TTL a
+-- record computed; and, unless the check is token_bucket's (keep_tat),
+-- write its pending tat.
+local function forget(key, keep_tat)
+  logs[key] = nil
+  local ttl = ttls[key]
+  if ttl ~= nil then
+    redis.call('PEXPIRE', key, ttl)
+    ttls[key] = nil
+  end
+  if not keep_tat and tats ~= nil then
+    tat_flush(key)
+  end
+end
+
+-- An integer (a TTL in milliseconds, a cost) as the argument Redis would
+-- make of the number (its digits), made once per value in a call: Redis
+-- formats a number argument with %.17g, and int() costs more than this
+-- lookup.
+local int_strings = {}
+local function int_arg(x)
+  local a = int_strings[x]
   if a == nil then
-    a = int(ms)
-    ttl_strings[ms] = a
+    a = int(x)
+    int_strings[x] = a
   end
   return a
 end
@@ -155,6 +192,9 @@ end
 -- It is first()'s read, written out: this is the path every sliding_log
 -- check takes, and a reply of ZRANGE is a table either way.
 local function log_read(key, now, W)
+  if tats ~= nil and tats[key] ~= nil then
+    tat_flush(key)
+  end
   local old = redis.pcall('ZRANGE', key, '0', '0', 'WITHSCORES')
   if old.err ~= nil then
     old = first('ZRANGE', key, '0', '0', 'WITHSCORES')
@@ -246,7 +286,7 @@ local function log_single(key, L, W, c, now, now_s, reply, marks, chunks)
     end
     k.last_end, k.last_n, k.last_t, k.last_ts = e, n, t, ts
     k.v = k.v + 1
-    ttls[key] = ttl_arg(max(1, ceil_ms(t + W - now)))
+    ttls[key] = int_arg(max(1, ceil_ms(t + W - now)))
     if marks then
       mark = int(t)
     end
@@ -284,6 +324,263 @@ local function log_single(key, L, W, c, now, now_s, reply, marks, chunks)
   return allowed
 end
 
+-- Requests of several checks, fast: every check sliding_log, fixed_window
+-- or token_bucket, none of them shadow, each on its own key, in a request
+-- that neither waits nor is a report nor takes a chunk (the main loop
+-- picks them: bench/speed.sh's row (e) is one).  It is request() with
+-- those algorithms' check, record, finish and effective (the general path,
+-- below) written out, with per-check arrays instead of check tables: the
+-- same Redis commands on the same values in the same order (token_bucket's
+-- SET deferred alike, see tats), the same double arithmetic, so it gives
+-- exactly what the general path gives (tests/integration/check_batch_merge.c
+-- holds it to that).  That no key appears twice in the request is what
+-- lets a record use the state its check read: nothing else touches the key
+-- in between (the general path keeps a copy per check for that case).
+-- plain_A[k] is the algorithm (0, 2 or 3), plain_L/W/c[k] L, W in µs and
+-- c; between the phases check k keeps allowed in st_ok[k], its retry in
+-- st_retry[k] and in st_x, st_y, st_z[k]:
+--   sliding_log   the key's logs entry, used, first before the record
+--                 (nil: the log was empty)
+--   fixed_window  the count n, the start of the window holding it (a
+--                 later one: units reserved there), whether the hash is
+--                 stale (true) or holds that later window ('later')
+--   token_bucket  -, base, new_tat
+-- (plain_A and the st_ arrays are made by the first such request.)
+local plain_L, plain_W, plain_c = {}, {}, {}
+local plain_A, st_ok, st_retry, st_x, st_y, st_z
+-- The function is made only for a call of several keys (one is needed for
+-- a request of several checks): a closure of this many upvalues costs
+-- the call of one check more than its test.
+local lean_request
+if #KEYS > 1 then
+  function lean_request(first_k, last_k, now, now_s, reply, marks,
+      chunks)
+    -- Phase 1: check every rule, record nothing.
+    local all = true
+    for k = first_k, last_k do
+      local a, key, L, W, c = plain_A[k], KEYS[k], plain_L[k], plain_W[k],
+        plain_c[k]
+      local ok, retry = false, 0
+      if a == 0 then
+        local lg = logs[key]
+        if lg == nil or lg.W ~= W then
+          lg = log_read(key, now, W)
+          logs[key] = lg
+        end
+        local fst, used = lg.first, 0
+        if fst ~= nil then
+          used = lg.last_end - fst + 1
+        end
+        ok = used + c <= L
+        if not ok then
+          retry = ceil_ms(log_time_of(key, fst + (used + c - L) - 1) + W -
+            now)
+        end
+        st_x[k], st_y[k], st_z[k] = lg, used, fst
+      elseif a == 2 then
+        forget(key)
+        -- first()'s read, written out (as in log_read)
+        local r = redis.pcall('HMGET', key, 's', 'n')
+        if r.err ~= nil then
+          r = first('HMGET', key, 's', 'n')
+        end
+        local s_now = now - math.fmod(now, W)
+        local st, n = tonumber(r[1]), tonumber(r[2]) or 0
+        local stale = false
+        if st ~= nil and n > 0 and st > s_now and math.fmod(st, W) == 0 then
+          -- Reserved in a later window: c = 0 is allowed (and records
+          -- nothing); else the retry is fixed_window.earliest's from now.
+          ok = c == 0
+          if not ok then
+            local t = st
+            if c > L - n then
+              t = st + W
+            end
+            retry = ceil_ms(t - now)
+          end
+          stale = 'later'
+        else
+          if st ~= s_now then
+            n = 0
+            stale = true
+          end
+          st = s_now
+          ok = n + c <= L
+          if not ok then
+            retry = ceil_ms(s_now + W - now)
+          end
+        end
+        st_x[k], st_y[k], st_z[k] = n, st, stale
+      else
+        forget(key, true)
+        local tat = tats and tats[key]
+        if tat == nil then
+          tat = tonumber(first('GET', key))
+        end
+        if tat ~= nil and (tat ~= tat or tat == math.huge or
+            tat == -math.huge) then
+          tat = nil
+        end
+        local inc = c * W / L
+        local base = now
+        if tat ~= nil and tat > now then
+          base = tat
+        end
+        local new_tat = base + inc
+        ok = new_tat - now <= W + 1
+        if not ok then
+          retry = max(1, ceil_ms(math.ceil(new_tat - W - now)))
+        end
+        st_y[k], st_z[k] = base, new_tat
+      end
+      st_ok[k], st_retry[k] = ok, retry
+      if not ok then
+        all = false
+      end
+    end
+
+    -- Phase 2: every check allows; record those with c > 0 (token_bucket
+    -- records in its finish, below).
+    if all then
+      for k = first_k, last_k do
+        local a, c = plain_A[k], plain_c[k]
+        if c > 0 and a == 0 then
+          local key, lg = KEYS[k], st_x[k]
+          local t, ts, n, e = now, now_s, c, lg.last_end + c
+          local last_t = lg.last_t
+          if last_t ~= nil and last_t >= t then
+            t, ts, n = last_t, lg.last_ts or last_t, lg.last_n + c
+            redis.call('ZREM', key, fmt('%d:%d', lg.last_end, lg.last_n))
+          end
+          redis.call('ZADD', key, ts, fmt('%d:%d', e, n))
+          if lg.first == nil then
+            lg.first, lg.first_t = e - n + 1, t
+          end
+          lg.last_end, lg.last_n, lg.last_t, lg.last_ts = e, n, t, ts
+          lg.v = lg.v + 1
+          st_y[k] = st_y[k] + c
+        elseif c > 0 and a == 2 then
+          local key = KEYS[k]
+          if st_z[k] then
+            redis.call('DEL', key)
+            redis.call('HSET', key, 's', int(st_y[k]), 'n', int(c))
+            st_x[k] = c
+          else
+            redis.call('HINCRBY', key, 'n', int_arg(c))
+            st_x[k] = st_x[k] + c
+          end
+        end
+      end
+    end
+
+    -- finish and effective, and the reply.
+    local o = #reply + 1
+    reply[o] = all and 1 or 0
+    for k = first_k, last_k do
+      local a, key, L, W, c = plain_A[k], KEYS[k], plain_L[k], plain_W[k],
+        plain_c[k]
+      local ok = st_ok[k]
+      local rec = all and c > 0
+      local remaining, reset, eff
+      local mark = '0'
+      if a == 0 then
+        local lg, used, fst = st_x[k], st_y[k], st_z[k]
+        remaining, reset = max(0, L - used), 0
+        if used > 0 then
+          reset = ceil_ms(lg.last_t + W - now)
+        end
+        if rec then
+          ttls[key] = int_arg(max(1, reset))
+          if marks then
+            mark = int(lg.last_t)
+          end
+        end
+        if remaining >= L then
+          eff = ceil_ms(W)
+        else
+          local u = used + remaining + 1 - L
+          local t
+          if fst == nil then
+            t = lg.last_t
+          elseif u == 1 then
+            t = lg.first_t
+          else
+            t = log_time_of(key, fst + u - 1)
+          end
+          eff = ceil_ms(t + W - now)
+        end
+      elseif a == 2 then
+        local n, st = st_x[k], st_y[k]
+        local s_now = now - math.fmod(now, W)
+        local later = n > 0 and st > s_now
+        if later then
+          remaining, reset = 0, ceil_ms(st + W - now)
+        else
+          remaining, reset = max(0, L - n), 0
+          if n > 0 then
+            reset = ceil_ms(s_now + W - now)
+          end
+        end
+        if rec then
+          redis.call('PEXPIRE', key, int_arg(max(1, ceil_ms(st + W - now))))
+          if marks then
+            mark = int(st)
+          end
+        end
+        if remaining >= L then
+          eff = ceil_ms(W)
+        elseif later then
+          -- fixed_window.earliest of one unit from now
+          local t = st
+          if 1 > L - n then
+            t = st + W
+          end
+          eff = ceil_ms(t - now)
+        else
+          eff = ceil_ms(s_now + W - now)
+        end
+      else
+        local t, new_tat = st_y[k], st_z[k]
+        if rec then
+          t = new_tat
+        end
+        local rem = floor((W + 1 - (t - now)) * L / W)
+        remaining = min(L, max(0, rem))
+        reset = ceil_ms(math.ceil(t - now))
+        if rec then
+          if tats == nil then
+            tats, tat_ttls = {}, {}
+          end
+          tats[key], tat_ttls[key] = new_tat, int_arg(max(1, reset))
+          if marks then
+            mark = fmt('%.17g', new_tat)
+          end
+        end
+        if remaining >= L then
+          eff = ceil_ms(W)
+        else
+          local nt = t + (remaining + 1) * W / L
+          eff = max(1, ceil_ms(math.ceil(nt - W - now)))
+        end
+      end
+      reply[o + 1] = ok and 1 or 0
+      reply[o + 2] = floor(remaining)
+      reply[o + 3] = floor(reset)
+      reply[o + 4] = ok and 0 or floor(st_retry[k])
+      reply[o + 5] = floor(eff)
+      o = o + 5
+      if marks then
+        o = o + 1
+        reply[o] = mark
+      end
+      if chunks then
+        reply[o + 1], reply[o + 2] = 0, 0
+        o = o + 2
+      end
+    end
+  end
+end
+
 -- The general path: every other request (several checks, shadow, waiting,
 -- reports, chunks, the other algorithms).  Its functions are made only
 -- for a call that has such a request: a call makes every function it
@@ -293,15 +590,6 @@ local function make_general()
   if request ~= nil then
     return
   end
-  local function forget(key)
-    logs[key] = nil
-    local ttl = ttls[key]
-    if ttl ~= nil then
-      redis.call('PEXPIRE', key, ttl)
-      ttls[key] = nil
-    end
-  end
-
   function sliding_log.check(s)
     local k = logs[s.key]
     if k == nil or k.W ~= s.W then
@@ -375,7 +663,7 @@ local function make_general()
     end
     if s.recorded then
       -- W after the newest run; ceil_ms(W) unless the clock went back.
-      ttls[s.key] = ttl_arg(max(1, s.reset))
+      ttls[s.key] = int_arg(max(1, s.reset))
     end
   end
 
@@ -498,8 +786,11 @@ local function make_general()
     token_bucket = {}
 
     function token_bucket.check(s)
-      forget(s.key)
-      local tat = tonumber(first('GET', s.key))
+      forget(s.key, true)
+      local tat = tats and tats[s.key]
+      if tat == nil then
+        tat = tonumber(first('GET', s.key))
+      end
       if tat ~= nil and (tat ~= tat or tat == math.huge or
           tat == -math.huge) then
         tat = nil
@@ -566,8 +857,11 @@ local function make_general()
       s.over = max(0, -rem)
       s.reset = ceil_ms(math.ceil(t - s.now))
       if s.recorded then
-        redis.call('SET', s.key, fmt('%.17g', s.new_tat), 'PX',
-          int(max(1, s.reset)))
+        -- SET with PX at the end of the call (tats).
+        if tats == nil then
+          tats, tat_ttls = {}, {}
+        end
+        tats[s.key], tat_ttls[s.key] = s.new_tat, int_arg(max(1, s.reset))
       end
     end
 
@@ -1052,24 +1346,52 @@ local now_s = int(now)
 
 -- The checks, request by request.  A request that log_single() can take
 -- (one sliding_log check, not shadow, neither waiting nor a report, no
--- chunk: its algorithm is exactly 0) keeps only its L, W and c, in
--- plain_L[k], plain_W[k] and plain_c[k]; every other check gets a table.
--- All are read and checked before any is evaluated.
-local checks, plain_L, plain_W, plain_c = {}, {}, {}, {}
+-- chunk: its algorithm is exactly 0) or lean_request() (several checks,
+-- each exactly 0, 2 or 3, not shadow, on keys that differ, neither
+-- waiting nor a report) keeps only its algorithm, L, W and c, in
+-- plain_A[k], plain_L[k], plain_W[k] and plain_c[k]; every other check
+-- gets a table.  All are read and checked before any is evaluated.
+local checks = {}
 local k = 0
 for r = 1, #counts do
-  local single = counts[r] == 1 and waits[r] == nil and not reports[r]
+  local cnt = counts[r]
+  local plain = waits[r] == nil and not reports[r]
+  if plain and cnt == 1 then
+    local a = base + k * 5
+    plain = ARGV[a + 1] == '0' and ARGV[a + 5] ~= '1'
+  elseif plain then
+    for j = k + 1, k + cnt do
+      local a = base + (j - 1) * 5
+      local alg = ARGV[a + 1]
+      if (alg ~= '0' and alg ~= '2' and alg ~= '3') or
+          ARGV[a + 5] == '1' then
+        plain = false
+        break
+      end
+      for i = k + 1, j - 1 do
+        if KEYS[i] == KEYS[j] then
+          plain = false
+        end
+      end
+    end
+    if plain and plain_A == nil then
+      plain_A, st_ok, st_retry, st_x, st_y, st_z = {}, {}, {}, {}, {}, {}
+    end
+  end
   local in_report = reports[r] or false
-  for _ = 1, counts[r] do
+  for _ = 1, cnt do
     k = k + 1
     local a = base + (k - 1) * 5
     local L, wms = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
     local c, shadow = tonumber(ARGV[a + 4]), ARGV[a + 5] == '1'
-    if single and ARGV[a + 1] == '0' and not shadow then
+    if plain then
       if L == nil or wms == nil or c == nil or L < 1 or wms < 1 or
           c < 0 or c > L then
         return redis.error_reply('ratelimit.lua: bad arguments for key ' ..
           k)
+      end
+      if cnt > 1 then
+        plain_A[k] = tonumber(ARGV[a + 1])
       end
       plain_L[k], plain_W[k], plain_c[k] = L, wms * 1000, c
     else
@@ -1130,7 +1452,12 @@ local first = 1
 for r = 1, #counts do
   local last = first + counts[r] - 1
   local L = plain_L[first]
-  if L ~= nil then
+  if L ~= nil and first < last then
+    for j = first, last do
+      denied[KEYS[j]] = nil
+    end
+    lean_request(first, last, now, now_s, reply, marks, chunks)
+  elseif L ~= nil then
     local key, W, c = KEYS[first], plain_W[first], plain_c[first]
     local d = denied[key]
     if d ~= nil and d.alg == sliding_log and d.L == L and d.W == W and
@@ -1185,5 +1512,10 @@ for r = 1, #counts do
 end
 for key, ttl in pairs(ttls) do
   redis.call('PEXPIRE', key, ttl)
+end
+if tats ~= nil then
+  for key in pairs(tats) do
+    tat_flush(key)
+  end
 end
 return reply

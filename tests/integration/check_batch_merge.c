@@ -22,10 +22,14 @@
  * computed from the same fixed time, and they are compared within 2 s.
  *
  * The batches: one key only (costs 1 to 3 until past the limit, then
- * identical denied requests, then a cheaper one that still fits); and one
+ * identical denied requests, then a cheaper one that still fits); one
  * key mixed with others, with multi-check requests that record on it (so
  * that a remembered denial must be forgotten), one that another key denies
- * (so that nothing is recorded), and a shadow check on it.
+ * (so that nothing is recorded), and a shadow check on it; and requests of
+ * three checks of three algorithms, as bench/speed.sh's row (e) sends them
+ * (sliding_log and fixed_window on their keys, token_bucket on a key every
+ * request shares), until each of them denies, mixed with single checks,
+ * shadow checks and a key that changes algorithm.
  */
 #include <check.h>
 #include <inttypes.h>
@@ -47,14 +51,15 @@ static char *script_head, *script_tail;
 
 #define M_KEYS	 3
 #define M_MAXREQ 24
-#define M_MAXCHK 2
+#define M_MAXCHK 3
 
-/* One check: key k<key>, limit, cost, shadow (window and algorithm are
- * the scenario's). */
+/* One check: key k<key>, limit, cost, shadow, and 1 + its algorithm (enum
+ * rl_algorithm), or 0 for the scenario's (the window is the scenario's). */
 struct m_check {
 	int key;
 	int64_t limit, cost;
 	bool shadow;
+	int alg;
 };
 
 struct m_req {
@@ -124,7 +129,8 @@ m_eval(int64_t now, const char *set, int alg, int64_t window_ms,
 		for (j = 0; j < rq[i].n; j++) {
 			const struct m_check *k = &rq[i].c[j];
 
-			snprintf(nums[u], sizeof(nums[u]), "%d", alg);
+			snprintf(nums[u], sizeof(nums[u]), "%d",
+			    k->alg != 0 ? k->alg - 1 : alg);
 			argv[argc++] = nums[u++];
 			snprintf(nums[u], sizeof(nums[u]), "%" PRId64,
 			    k->limit);
@@ -225,7 +231,7 @@ static const char *const alg_names[] = { "sliding_log", "sliding_window",
 		1, \
 		{ \
 			{ \
-				(k), (l), (c), false \
+				(k), (l), (c), false, 0 \
 			} \
 		} \
 	}
@@ -233,9 +239,9 @@ static const char *const alg_names[] = { "sliding_log", "sliding_window",
 	{ \
 		2, \
 		{ \
-			{ (k1), (l1), (c1), false }, \
+			{ (k1), (l1), (c1), false, 0 }, \
 			{ \
-				(k2), (l2), (c2), false \
+				(k2), (l2), (c2), false, 0 \
 			} \
 		} \
 	}
@@ -268,16 +274,16 @@ START_TEST(test_mixed)
 	static const struct m_req rq[] = {
 		ONE(0, 5, 3),
 		ONE(1, 5, 1),
-		ONE(0, 5, 3),		      /* denied: 3 + 3 > 5 */
-		ONE(0, 5, 3),		      /* the same again */
-		TWO(1, 5, 1, 0, 5, 1),	      /* records 1 on k0: 4 used */
-		ONE(0, 5, 3),		      /* denied, other remaining */
-		ONE(2, 1, 1),		      /* k2 full */
-		TWO(0, 5, 1, 2, 1, 1),	      /* k2 denies: nothing on k0 */
-		ONE(0, 5, 3),		      /* as before that request */
-		{ 1, { { 0, 5, 1, true } } }, /* shadow: records 1 on k0 */
-		ONE(0, 5, 3),		      /* denied, 0 remaining */
-		ONE(0, 5, 1),		      /* denied */
+		ONE(0, 5, 3),			 /* denied: 3 + 3 > 5 */
+		ONE(0, 5, 3),			 /* the same again */
+		TWO(1, 5, 1, 0, 5, 1),		 /* records 1 on k0: 4 used */
+		ONE(0, 5, 3),			 /* denied, other remaining */
+		ONE(2, 1, 1),			 /* k2 full */
+		TWO(0, 5, 1, 2, 1, 1),		 /* k2 denies: nothing on k0 */
+		ONE(0, 5, 3),			 /* as before that request */
+		{ 1, { { 0, 5, 1, true, 0 } } }, /* shadow: records 1 on k0 */
+		ONE(0, 5, 3),			 /* denied, 0 remaining */
+		ONE(0, 5, 1),			 /* denied */
 		ONE(0, 5, 1),
 		ONE(1, 5, 2),
 		TWO(0, 5, 1, 1, 5, 1), /* k0 denies: nothing on k1 */
@@ -289,6 +295,62 @@ START_TEST(test_mixed)
 
 	snprintf(what, sizeof(what), "%s, mixed", alg_names[_i]);
 	m_compare(what, algs[_i], 600000, rq, sizeof(rq) / sizeof(rq[0]));
+}
+END_TEST
+
+/* One check of algorithm a (enum rl_algorithm) on k<k>. */
+#define CK(a, k, l, c) \
+	{ \
+		(k), (l), (c), false, 1 + (a) \
+	}
+#define LOG RL_ALG_SLIDING_LOG
+#define FIX RL_ALG_FIXED_WINDOW
+#define TB  RL_ALG_TOKEN_BUCKET
+#define SW  RL_ALG_SLIDING_WINDOW
+/* Row (e): sliding_log on k0, fixed_window on k1, token_bucket on k2. */
+#define ROW_E(l0, c0, l1, c1, l2, c2) \
+	{ \
+		3, \
+		{ \
+			CK(LOG, 0, l0, c0), CK(FIX, 1, l1, c1), \
+			    CK(TB, 2, l2, c2) \
+		} \
+	}
+
+/* k0 sliding_log (limit 6), k1 fixed_window (limit 8) and k2 token_bucket
+ * (limit 10, a unit every 60 s): row (e) until k0 denies, then k1, then
+ * k2; single checks on the same keys; shadow checks; a request with c = 0;
+ * k2 read as a sliding_log key, then as a token_bucket again, and k1 as a
+ * sliding_window (another algorithm on a key: it starts fresh). */
+START_TEST(test_three)
+{
+	static const struct m_req rq[] = {
+		ROW_E(6, 1, 8, 1, 10, 1),
+		ROW_E(6, 1, 8, 1, 10, 1),
+		{ 1, { CK(TB, 2, 10, 1) } },
+		ROW_E(6, 2, 8, 1, 10, 1),
+		{ 1, { CK(LOG, 0, 6, 1) } },
+		ROW_E(6, 2, 8, 1, 10, 1), /* k0 denies: nothing recorded */
+		ROW_E(6, 0, 8, 2, 10, 1),
+		{ 3,
+		    { CK(LOG, 0, 6, 1), { 1, 8, 1, true, 1 + FIX },
+			CK(TB, 2, 10, 1) } }, /* a shadow: the general path */
+		ROW_E(6, 0, 8, 3, 10, 1),     /* k1 denies */
+		{ 1, { CK(FIX, 1, 8, 1) } },
+		{ 1, { CK(TB, 2, 10, 1) } },
+		ROW_E(6, 0, 8, 0, 10, 4), /* k2 denies */
+		ROW_E(6, 0, 8, 0, 10, 0),
+		{ 2, { CK(LOG, 2, 5, 1), CK(LOG, 0, 6, 0) } },
+		ROW_E(7, 1, 9, 1, 10, 1),
+		{ 2, { CK(TB, 0, 10, 1), CK(SW, 1, 8, 1) } },
+		ROW_E(7, 1, 9, 1, 10, 1),
+	};
+
+	int denied = m_compare("three algorithms", RL_ALG_SLIDING_LOG, 600000,
+	    rq, sizeof(rq) / sizeof(rq[0]));
+
+	/* each of the three must have denied a request of row (e) */
+	ck_assert_msg(denied >= 3, "three algorithms: %d denied", denied);
 }
 END_TEST
 
@@ -325,6 +387,7 @@ test_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_one_key, 0, 4);
 	tcase_add_loop_test(tc, test_mixed, 0, 4);
+	tcase_add_test(tc, test_three);
 	suite_add_tcase(s, tc);
 	test_main_at_end(suite_done);
 	return s;
