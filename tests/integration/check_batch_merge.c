@@ -41,13 +41,10 @@
 
 #include "check_main.h"
 #include "harness.h"
+#include "script_time.h"
 #include "core/rules.h"
 
-#define TIME_LINE "local time = redis.call('TIME')\n"
-extern const char rl_lua_ratelimit[];
-
 static struct h_redis redis;
-static char *script_head, *script_tail;
 
 #define M_KEYS	 3
 #define M_MAXREQ 24
@@ -67,27 +64,6 @@ struct m_req {
 	struct m_check c[M_MAXCHK];
 };
 
-static void
-split_script(void)
-{
-	const char *s = rl_lua_ratelimit, *at;
-
-	at = strstr(s, TIME_LINE);
-	if (at == NULL || strstr(at + 1, TIME_LINE) != NULL) {
-		fprintf(stderr,
-		    "lua/ratelimit.lua: the line %s is not there "
-		    "exactly once\n",
-		    TIME_LINE);
-		exit(EXIT_FAILURE);
-	}
-	script_head = strndup(s, (size_t)(at - s));
-	script_tail = strdup(at + strlen(TIME_LINE));
-	if (script_head == NULL || script_tail == NULL) {
-		fprintf(stderr, "out of memory\n");
-		exit(EXIT_FAILURE);
-	}
-}
-
 /* EVAL at now, with 'marks', of rq[0 .. nrq - 1] on "m:<set>:{k<i>}";
  * every check of algorithm alg and window window_ms.  Free the reply. */
 static redisReply *
@@ -103,9 +79,7 @@ m_eval(int64_t now, const char *set, int alg, int64_t window_ms,
 	redisReply *rep;
 	int argc = 0;
 
-	if (asprintf(&text, "%slocal time = {'%" PRId64 "', '%" PRId64 "'}\n%s",
-		script_head, now / 1000000, now % 1000000, script_tail) == -1)
-		ck_abort_msg("out of memory");
+	text = script_time_at(now);
 	for (i = 0; i < nrq; i++)
 		nk += rq[i].n;
 	argv[argc++] = "EVAL";
@@ -371,8 +345,6 @@ static void
 suite_done(void)
 {
 	h_redis_stop(&redis);
-	free(script_head);
-	free(script_tail);
 }
 
 Suite *
@@ -381,7 +353,6 @@ test_suite(void)
 	Suite *s = suite_create("batch_merge");
 	TCase *tc = tcase_create("merge");
 
-	split_script();
 	tcase_add_unchecked_fixture(tc, start_redis, h_reap_orphans);
 	tcase_add_checked_fixture(tc, flush_redis, h_test_teardown);
 	tcase_set_timeout(tc, 60);

@@ -37,55 +37,12 @@
 
 #include "check_main.h"
 #include "harness.h"
+#include "script_time.h"
 #include "core/rules.h"
 
 #include "../vectors/vectors.h"
 
-#define TIME_LINE "local time = redis.call('TIME')\n"
-extern const char rl_lua_ratelimit[];
-
 static struct h_redis redis;
-
-/* The script split around TIME_LINE (at start-up, in the runner). */
-static char *script_head, *script_tail;
-
-static void
-split_script(void)
-{
-	const char *s = rl_lua_ratelimit, *at, *again;
-	size_t n = strlen(TIME_LINE);
-
-	at = strstr(s, TIME_LINE);
-	again = at != NULL ? strstr(at + n, TIME_LINE) : NULL;
-	if (at == NULL || (at != s && at[-1] != '\n') || again != NULL) {
-		fprintf(stderr,
-		    "lua/ratelimit.lua: the line \"%.*s\" is %s; "
-		    "this test replaces it to set the script's time\n",
-		    (int)n - 1, TIME_LINE,
-		    at == NULL	      ? "gone" :
-			again != NULL ? "there twice" :
-					"not a whole line");
-		exit(EXIT_FAILURE);
-	}
-	script_head = strndup(s, (size_t)(at - s));
-	script_tail = strdup(at + n);
-	if (script_head == NULL || script_tail == NULL) {
-		fprintf(stderr, "out of memory\n");
-		exit(EXIT_FAILURE);
-	}
-}
-
-/* The script with its time fixed at now (microseconds).  Free it. */
-static char *
-script_at(int64_t now)
-{
-	char *text;
-
-	if (asprintf(&text, "%slocal time = {'%" PRId64 "', '%" PRId64 "'}\n%s",
-		script_head, now / 1000000, now % 1000000, script_tail) == -1)
-		ck_abort_msg("out of memory");
-	return text;
-}
 
 /* Read one reply of a pipeline; abort on a transport error. */
 static redisReply *
@@ -108,7 +65,7 @@ run_step(redisContext *c, const struct vec_scenario *sc, char keys[][96],
 	const char *argv[5 + 6 * VEC_MAX_RULES];
 	size_t argl[5 + 6 * VEC_MAX_RULES];
 	char nums[VEC_MAX_RULES][5][48], nkeys[8], count[48];
-	char *text = script_at(now);
+	char *text = script_time_at(now);
 	redisReply *rep, *exec;
 	size_t r, n = 0, j;
 	int argc = 0;
@@ -279,7 +236,7 @@ b_eval(redisContext *c, int64_t now, const char *set, const struct b_req *rq,
 	const char *argv[4 + 2 * B_REQS * 7 + B_REQS];
 	size_t argl[4 + 2 * B_REQS * 7 + B_REQS];
 	char nums[4 + 2 * B_REQS * 7 + B_REQS][48];
-	char *text = script_at(now);
+	char *text = script_time_at(now);
 	size_t i, j, nk = 0, u = 0;
 	int argc = 0;
 	redisReply *rep;
@@ -456,8 +413,6 @@ suite_done(void)
 {
 	h_redis_stop(&redis);
 	printf("%zu scenarios from %s\n", nscenarios, vec_path);
-	free(script_head);
-	free(script_tail);
 }
 
 Suite *
@@ -468,7 +423,6 @@ test_suite(void)
 
 	test_srcdir_path(VEC_FILE, vec_path, sizeof(vec_path));
 	vec_load(vec_path);
-	split_script();
 	tcase_add_unchecked_fixture(tc, start_redis, h_reap_orphans);
 	tcase_add_checked_fixture(tc, flush_redis, h_test_teardown);
 	tcase_set_timeout(tc, 60);
