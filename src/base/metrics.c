@@ -852,38 +852,40 @@ redis_event(struct metrics *m, enum metrics_redis_event ev)
 	return atomic_load_explicit(&m->redis_events[ev], memory_order_relaxed);
 }
 
+/* One series of a histogram: its buckets (counts per bucket, nb of them,
+ * the last above every bound in le[]), sum and count, labelled
+ * label="value". */
+static void
+render_series(struct metrics_buf *b, const char *name, const char *label,
+    const char *value, const atomic_ullong *bucket, size_t nb,
+    const char *const *le, const atomic_ullong *sum_us)
+{
+	unsigned long long cum = 0;
+	size_t j;
+
+	for (j = 0; j < nb; j++) {
+		cum += atomic_load_explicit(&bucket[j], memory_order_relaxed);
+		buf_printf(b, "%s_bucket{%s=\"%s\",le=\"%s\"} %llu\n", name,
+		    label, value, j + 1 < nb ? le[j] : "+Inf", cum);
+	}
+	buf_printf(b, "%s_sum{%s=\"%s\"} ", name, label, value);
+	buf_seconds(b, atomic_load_explicit(sum_us, memory_order_relaxed));
+	buf_printf(b, "\n%s_count{%s=\"%s\"} %llu\n", name, label, value, cum);
+}
+
 static void
 render_phases(struct metrics_buf *b, struct metrics *m)
 {
 	const char *name = "ratelimitd_request_phase_seconds";
-	struct metrics_phase_hist *h;
-	unsigned long long cum;
-	size_t i, j;
+	size_t i;
 
 	buf_family(b, name, "histogram",
 	    "Time a request that asked Redis spent in each phase in the "
 	    "daemon, in seconds.");
-	for (i = 0; i < METRICS_NPHASES; i++) {
-		h = &m->phases[i];
-		cum = 0;
-		for (j = 0; j < METRICS_PHASE_NBUCKETS; j++) {
-			cum += atomic_load_explicit(&h->bucket[j],
-			    memory_order_relaxed);
-			buf_printf(b,
-			    "%s_bucket{phase=\"%s\",le=\"%s\"} %llu\n", name,
-			    metrics_phase_names[i],
-			    j < METRICS_PHASE_NBOUNDS ?
-				metrics_phase_bounds_le[j] :
-				"+Inf",
-			    cum);
-		}
-		buf_printf(b, "%s_sum{phase=\"%s\"} ", name,
-		    metrics_phase_names[i]);
-		buf_seconds(b,
-		    atomic_load_explicit(&h->sum_us, memory_order_relaxed));
-		buf_printf(b, "\n%s_count{phase=\"%s\"} %llu\n", name,
-		    metrics_phase_names[i], cum);
-	}
+	for (i = 0; i < METRICS_NPHASES; i++)
+		render_series(b, name, "phase", metrics_phase_names[i],
+		    m->phases[i].bucket, METRICS_PHASE_NBUCKETS,
+		    metrics_phase_bounds_le, &m->phases[i].sum_us);
 }
 
 static void
@@ -891,32 +893,14 @@ render_backends(struct metrics_buf *b, struct metrics *m)
 {
 	const char *hname = "ratelimitd_backend_request_duration_seconds";
 	const char *ename = "ratelimitd_backend_errors_total";
-	struct metrics_backend *be;
-	unsigned long long cum;
 	size_t i, j;
 
 	buf_family(b, hname, "histogram",
 	    "Duration of backend calls in seconds, failed ones included.");
-	for (i = 0; i < 2; i++) {
-		be = &m->backend[i];
-		cum = 0;
-		for (j = 0; j < METRICS_NBUCKETS; j++) {
-			cum += atomic_load_explicit(&be->bucket[j],
-			    memory_order_relaxed);
-			buf_printf(b,
-			    "%s_bucket{backend=\"%s\",le=\"%s\"} "
-			    "%llu\n",
-			    hname, metrics_backend_names[i],
-			    j < METRICS_NBOUNDS ? metrics_bounds_le[j] : "+Inf",
-			    cum);
-		}
-		buf_printf(b, "%s_sum{backend=\"%s\"} ", hname,
-		    metrics_backend_names[i]);
-		buf_seconds(b,
-		    atomic_load_explicit(&be->sum_us, memory_order_relaxed));
-		buf_printf(b, "\n%s_count{backend=\"%s\"} %llu\n", hname,
-		    metrics_backend_names[i], cum);
-	}
+	for (i = 0; i < 2; i++)
+		render_series(b, hname, "backend", metrics_backend_names[i],
+		    m->backend[i].bucket, METRICS_NBUCKETS, metrics_bounds_le,
+		    &m->backend[i].sum_us);
 
 	buf_family(b, ename, "counter",
 	    "Failed backend calls, by backend and kind of error.");
