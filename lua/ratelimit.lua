@@ -64,7 +64,9 @@
 --
 -- A key holding the wrong type (the rule's algorithm changed on a reload)
 -- is deleted and the rule starts fresh: the first command on each key runs
--- under redis.pcall, so this costs nothing on the common path.
+-- under redis.pcall, so this costs nothing on the common path.  So is a
+-- sorted set that sliding_log cannot read (concurrency's leases share the
+-- type): log_read() looks at its two ends anyway.
 
 local B = 20            -- sliding_window buckets per window
 local floor, max, min, fmt = math.floor, math.max, math.min, string.format
@@ -211,6 +213,14 @@ local function log_read(key, now, W)
     local new = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
     local e, n = log_member(new[1])
     local t = tonumber(new[2])
+    if e == nil and string.find(new[1], '^%d+%.%d+$') == nil then
+      -- Neither a run nor a unit of the older layout: another
+      -- algorithm's sorted set (concurrency's leases, after a reload
+      -- changed the rule's algorithm).  Start fresh, as for a key of
+      -- another type.
+      redis.call('DEL', key)
+      return k
+    end
     if e == nil then
       local m = redis.call('ZCARD', key)
       redis.call('DEL', key)
@@ -222,6 +232,10 @@ local function log_read(key, now, W)
     local oe, on = e, n
     if old[1] ~= new[1] then
       oe, on = log_member(old[1])
+      if oe == nil then -- the same: not all of it is runs
+        redis.call('DEL', key)
+        return k
+      end
     end
     k.first, k.first_t = oe - on + 1, ot
     k.last_end, k.last_n, k.last_t, k.last_ts = e, n, t, new[2]
