@@ -17,7 +17,6 @@
 
 #define TOKEN "s3cret-admin-token-0123456789"
 
-static struct h_redis redis;
 static bool use_redis; /* set in the runner by the TCase's fixture */
 
 /* A daemon with its admin listener on a port of its own. */
@@ -470,7 +469,9 @@ START_TEST(test_overrides_shared)
 	ck_assert(wait_limit(&b, "r", 2, 1000) >= 0);
 	admin_req(&b, &r, "GET", "/admin/overrides?rule=api", NULL, auth_ok);
 	ck_assert_int_eq(json_array_size(h_json_get(&r, "overrides")), 1);
-	ck_assert_int_eq(h_redis_int(&redis, "HLEN %s", "adm:override:api"), 1);
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HLEN %s",
+			     "adm:override:api"),
+	    1);
 	h_resp_free(&r);
 	admin_stop(&b);
 }
@@ -488,21 +489,14 @@ static void
 use_redis_store(void)
 {
 	use_redis = true;
-	if (redis.pid == 0)
-		h_redis_start(&redis);
+	h_shared_redis_up();
 }
 
 static void
 flush_redis(void)
 {
 	if (use_redis)
-		h_redis_flush(&redis);
-}
-
-static void
-suite_done(void)
-{
-	h_redis_stop(&redis);
+		h_shared_redis_flush();
 }
 
 Suite *
@@ -536,6 +530,6 @@ test_suite(void)
 	tcase_add_test(tc, test_overrides);
 	tcase_add_test(tc, test_overrides_shared);
 	suite_add_tcase(s, tc);
-	test_main_at_end(suite_done);
+	test_main_at_end(h_shared_redis_stop);
 	return s;
 }

@@ -65,7 +65,6 @@ static const char rules_yaml[] = "rules:\n" RULE("fw", "fixed_window", 2)
 
 /* Set in the runner by the TCase's unchecked fixture, inherited by tests. */
 static bool use_redis;
-static struct h_redis redis;
 
 struct conn {
 	struct h_daemon d;
@@ -145,7 +144,7 @@ backend_now_us(void)
 		clock_gettime(CLOCK_REALTIME, &ts);
 		return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 	}
-	rep = redisCommand(h_redis_ctx(&redis), "TIME");
+	rep = redisCommand(h_redis_ctx(&h_shared_redis), "TIME");
 	ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_ARRAY &&
 		rep->elements == 2,
 	    "redis TIME failed");
@@ -346,14 +345,15 @@ START_TEST(test_log_large_cost)
 	    "retry_after_ms %lld, expected about the 60 s window",
 	    retry);
 
-	keys = redisCommand(h_redis_ctx(&redis), "KEYS alg:big:*");
+	keys = redisCommand(h_redis_ctx(&h_shared_redis), "KEYS alg:big:*");
 	ck_assert_msg(keys != NULL && keys->type == REDIS_REPLY_ARRAY &&
 		keys->elements == 1,
 	    "expected one key alg:big:*");
-	ck_assert_int_eq(h_redis_int(&redis, "ZCARD %s", keys->element[0]->str),
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "ZCARD %s",
+			     keys->element[0]->str),
 	    1);
-	mem = redisCommand(h_redis_ctx(&redis), "MEMORY USAGE %s SAMPLES 0",
-	    keys->element[0]->str);
+	mem = redisCommand(h_redis_ctx(&h_shared_redis),
+	    "MEMORY USAGE %s SAMPLES 0", keys->element[0]->str);
 	ck_assert_msg(mem != NULL && mem->type == REDIS_REPLY_INTEGER &&
 		mem->integer < 1024,
 	    "MEMORY USAGE of the key: %lld bytes, "
@@ -377,14 +377,7 @@ static void
 use_redis_backend(void)
 {
 	use_redis = true;
-	if (redis.pid == 0)
-		h_redis_start(&redis);
-}
-
-static void
-flush_redis(void)
-{
-	h_redis_flush(&redis);
+	h_shared_redis_up();
 }
 
 static TCase *
@@ -395,7 +388,7 @@ backend_tcase(const char *name, bool with_redis)
 	tcase_add_unchecked_fixture(tc,
 	    with_redis ? use_redis_backend : use_memory_backend,
 	    h_reap_orphans);
-	tcase_add_checked_fixture(tc, with_redis ? flush_redis : NULL,
+	tcase_add_checked_fixture(tc, with_redis ? h_shared_redis_flush : NULL,
 	    h_test_teardown);
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_fixed_vs_sliding_at_boundary);
@@ -406,12 +399,6 @@ backend_tcase(const char *name, bool with_redis)
 	return tc;
 }
 
-static void
-suite_done(void)
-{
-	h_redis_stop(&redis);
-}
-
 Suite *
 test_suite(void)
 {
@@ -419,6 +406,6 @@ test_suite(void)
 
 	suite_add_tcase(s, backend_tcase("memory", false));
 	suite_add_tcase(s, backend_tcase("redis", true));
-	test_main_at_end(suite_done);
+	test_main_at_end(h_shared_redis_stop);
 	return s;
 }

@@ -44,8 +44,6 @@
 #include "script_time.h"
 #include "core/rules.h"
 
-static struct h_redis redis;
-
 #define M_KEYS	 3
 #define M_MAXREQ 24
 #define M_MAXCHK 3
@@ -71,7 +69,7 @@ m_eval(int64_t now, const char *set, int alg, int64_t window_ms,
     const struct m_req *rq, size_t nrq)
 {
 	enum { MAXARG = 5 + M_MAXREQ * (1 + 6 * M_MAXCHK) };
-	redisContext *c = h_redis_ctx(&redis);
+	redisContext *c = h_redis_ctx(&h_shared_redis);
 	const char *argv[MAXARG];
 	size_t argl[MAXARG], i, j, nk = 0, u = 0;
 	char nums[MAXARG][48];
@@ -167,7 +165,7 @@ m_compare(const char *what, int alg, int64_t window_ms, const struct m_req *rq,
 	freeReplyObject(batch);
 
 	for (k = 0; k < M_KEYS; k++) {
-		redisContext *c = h_redis_ctx(&redis);
+		redisContext *c = h_redis_ctx(&h_shared_redis);
 		redisReply *d[2];
 		long long ttl[2];
 		int s;
@@ -177,7 +175,8 @@ m_compare(const char *what, int alg, int64_t window_ms, const struct m_req *rq,
 
 			d[s] = redisCommand(c, "DUMP m:%s:{k%d}", set, k);
 			ck_assert_ptr_nonnull(d[s]);
-			ttl[s] = h_redis_int(&redis, "PTTL m:%s:{k%d}", set, k);
+			ttl[s] = h_redis_int(&h_shared_redis, "PTTL m:%s:{k%d}",
+			    set, k);
 		}
 		ck_assert_msg(d[0]->type == d[1]->type &&
 			d[0]->len == d[1]->len &&
@@ -328,38 +327,19 @@ START_TEST(test_three)
 }
 END_TEST
 
-static void
-start_redis(void)
-{
-	if (redis.pid == 0)
-		h_redis_start(&redis);
-}
-
-static void
-flush_redis(void)
-{
-	h_redis_flush(&redis);
-}
-
-static void
-suite_done(void)
-{
-	h_redis_stop(&redis);
-}
-
 Suite *
 test_suite(void)
 {
 	Suite *s = suite_create("batch_merge");
 	TCase *tc = tcase_create("merge");
 
-	tcase_add_unchecked_fixture(tc, start_redis, h_reap_orphans);
-	tcase_add_checked_fixture(tc, flush_redis, h_test_teardown);
+	tcase_add_unchecked_fixture(tc, h_shared_redis_up, h_reap_orphans);
+	tcase_add_checked_fixture(tc, h_shared_redis_flush, h_test_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_one_key, 0, 4);
 	tcase_add_loop_test(tc, test_mixed, 0, 4);
 	tcase_add_test(tc, test_three);
 	suite_add_tcase(s, tc);
-	test_main_at_end(suite_done);
+	test_main_at_end(h_shared_redis_stop);
 	return s;
 }

@@ -109,8 +109,6 @@ struct worker {
 	char problem[256];	   /* the first unexpected answer */
 };
 
-static struct h_redis redis;
-
 static void *
 work(void *arg)
 {
@@ -225,7 +223,8 @@ check_keys(const struct scenario *sc)
 	size_t i;
 
 	for (i = 0; i < 2 && sc->keys[i] != NULL; i++) {
-		long long card = h_redis_log_units(&redis, sc->keys[i]);
+		long long card = h_redis_log_units(&h_shared_redis,
+		    sc->keys[i]);
 
 		ck_assert_msg(card == sc->limit,
 		    "%s holds %lld units, expected "
@@ -294,25 +293,6 @@ START_TEST(test_memory_two_rules)
 }
 END_TEST
 
-static void
-redis_up(void)
-{
-	if (redis.pid == 0)
-		h_redis_start(&redis);
-}
-
-static void
-flush_redis(void)
-{
-	h_redis_flush(&redis);
-}
-
-static void
-suite_done(void)
-{
-	h_redis_stop(&redis);
-}
-
 Suite *
 test_suite(void)
 {
@@ -320,8 +300,8 @@ test_suite(void)
 	TCase *red = tcase_create("redis");
 	TCase *mem = tcase_create("memory");
 
-	tcase_add_unchecked_fixture(red, redis_up, h_reap_orphans);
-	tcase_add_checked_fixture(red, flush_redis, h_test_teardown);
+	tcase_add_unchecked_fixture(red, h_shared_redis_up, h_reap_orphans);
+	tcase_add_checked_fixture(red, h_shared_redis_flush, h_test_teardown);
 	tcase_set_timeout(red, 60);
 	tcase_add_test(red, test_redis_two_daemons_one_rule);
 	tcase_add_test(red, test_redis_two_daemons_two_rules);
@@ -332,6 +312,6 @@ test_suite(void)
 	tcase_add_test(mem, test_memory_two_rules);
 	suite_add_tcase(s, red);
 	suite_add_tcase(s, mem);
-	test_main_at_end(suite_done);
+	test_main_at_end(h_shared_redis_stop);
 	return s;
 }

@@ -203,7 +203,6 @@ static const struct {
 
 /* Set in the runner by the TCase's unchecked fixture, inherited by tests. */
 static bool use_redis;
-static struct h_redis redis;
 
 /* --- the table -------------------------------------------------------- */
 
@@ -771,13 +770,13 @@ check_redis_key(const struct step *s, const char *ctx)
 
 	snprintf(key, sizeof(key), "%s%s", KEY_PREFIX, rkey);
 	snprintf(rule, sizeof(rule), "%.*s", (int)rl, rkey);
-	units = h_redis_log_units(&redis, key);
+	units = h_redis_log_units(&h_shared_redis, key);
 	ck_assert_msg(units == s->units,
 	    "%s: %s holds %lld units, expected "
 	    "%lld",
 	    ctx, key, units, s->units);
 	if (s->units > 0) {
-		pttl = h_redis_int(&redis, "PTTL %s", key);
+		pttl = h_redis_int(&h_shared_redis, "PTTL %s", key);
 		ck_assert_msg(pttl > 0 && pttl <= window_ms_of(rule),
 		    "%s: PTTL %s is %lld, expected in (0, %lld]", ctx, key,
 		    pttl, window_ms_of(rule));
@@ -808,8 +807,8 @@ run_step(const struct step *s, int n, const char *name)
 		    "%zu bytes, meant %zu",
 		    ctx, len, s->body_len);
 	if (use_redis) {
-		dbsize = h_redis_int(&redis, "DBSIZE");
-		scripts = h_redis_script_calls(&redis);
+		dbsize = h_redis_int(&h_shared_redis, "DBSIZE");
+		scripts = h_redis_script_calls(&h_shared_redis);
 	}
 	c = h_curl_new();
 	ck_assert_msg(h_request(c, d->port, &r, method, path, body, len,
@@ -828,7 +827,8 @@ run_step(const struct step *s, int n, const char *name)
 		 * repeated denial may come from the deny cache.) */
 		if (use_redis && json_is_string(h_json_get(&r, "rule")) &&
 		    r.status == 200)
-			ck_assert_msg(h_redis_script_calls(&redis) > scripts,
+			ck_assert_msg(h_redis_script_calls(&h_shared_redis) >
+				scripts,
 			    "%s: decided by a rule, but no script ran in "
 			    "Redis",
 			    ctx);
@@ -852,8 +852,8 @@ run_step(const struct step *s, int n, const char *name)
 	if (is_error) {
 		check_error(&r, s->error ? s->error : "*", ctx);
 		if (use_redis) {
-			long long db2 = h_redis_int(&redis, "DBSIZE");
-			long long sc2 = h_redis_script_calls(&redis);
+			long long db2 = h_redis_int(&h_shared_redis, "DBSIZE");
+			long long sc2 = h_redis_script_calls(&h_shared_redis);
 
 			ck_assert_msg(db2 == dbsize,
 			    "%s: touched Redis: "
@@ -1168,14 +1168,7 @@ static void
 use_redis_backend(void)
 {
 	use_redis = true;
-	if (redis.pid == 0)
-		h_redis_start(&redis);
-}
-
-static void
-flush_redis(void)
-{
-	h_redis_flush(&redis);
+	h_shared_redis_up();
 }
 
 static TCase *
@@ -1186,7 +1179,7 @@ backend_tcase(const char *name, bool with_redis)
 	tcase_add_unchecked_fixture(tc,
 	    with_redis ? use_redis_backend : use_memory_backend,
 	    h_reap_orphans);
-	tcase_add_checked_fixture(tc, with_redis ? flush_redis : NULL,
+	tcase_add_checked_fixture(tc, with_redis ? h_shared_redis_flush : NULL,
 	    h_test_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_case_table, 0, NCASES);
@@ -1326,12 +1319,6 @@ START_TEST(test_connections_spread)
 }
 END_TEST
 
-static void
-suite_done(void)
-{
-	h_redis_stop(&redis);
-}
-
 Suite *
 test_suite(void)
 {
@@ -1345,6 +1332,6 @@ test_suite(void)
 	tcase_add_test(mem, test_connections_spread);
 	suite_add_tcase(s, mem);
 	suite_add_tcase(s, red);
-	test_main_at_end(suite_done);
+	test_main_at_end(h_shared_redis_stop);
 	return s;
 }

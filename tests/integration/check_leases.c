@@ -115,7 +115,6 @@ static const char rules_yaml[] =
     "    limit: 1\n"
     "    window: 1h\n";
 
-static struct h_redis redis;
 static struct h_daemon daemons[2];
 static int ndaemons;
 
@@ -321,7 +320,7 @@ START_TEST(test_exact_limit)
 		ck_assert_msg(seen[k] == 1, "remaining=%d answered %d times", k,
 		    seen[k]);
 	if (_i == 1)
-		ck_assert_int_eq(h_redis_int(&redis, "ZCARD %s",
+		ck_assert_int_eq(h_redis_int(&h_shared_redis, "ZCARD %s",
 				     "ls:exports:{acme}"),
 		    LIMIT + 1); /* and '#used' */
 	/* Each is released once (through the other daemon), then never. */
@@ -330,7 +329,7 @@ START_TEST(test_exact_limit)
 	for (k = 0; k < LIMIT; k++)
 		ck_assert_int_eq(lease_call(k, "/release", all[k], &r), 0);
 	if (_i == 1)
-		ck_assert_int_eq(h_redis_int(&redis, "EXISTS %s",
+		ck_assert_int_eq(h_redis_int(&h_shared_redis, "EXISTS %s",
 				     "ls:exports:{acme}"),
 		    0);
 
@@ -491,7 +490,7 @@ START_TEST(test_denied_takes_no_lease)
 		ck_assert(h_json_get(&r, "leases") == NULL);
 	}
 	if (_i == 1)
-		ck_assert_int_eq(h_redis_int(&redis, "ZCARD %s",
+		ck_assert_int_eq(h_redis_int(&h_shared_redis, "ZCARD %s",
 				     "ls:pair-lease:{p}"),
 		    2); /* one lease and '#used' */
 	/* pair-lease alone: one of its two units is still free. */
@@ -930,7 +929,7 @@ START_TEST(test_wait_without_channel_acl)
 	char line[1024];
 	int i, refused = 0;
 
-	rep = redisCommand(h_redis_ctx(&redis),
+	rep = redisCommand(h_redis_ctx(&h_shared_redis),
 	    "ACL SETUSER nochan on >pw "
 	    "~* +@all resetchannels");
 	ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_STATUS,
@@ -972,7 +971,7 @@ START_TEST(test_wait_without_channel_acl)
 	fclose(f);
 	ck_assert_int_eq(refused, 1);
 	h_resp_free(&r);
-	rep = redisCommand(h_redis_ctx(&redis), "ACL DELUSER nochan");
+	rep = redisCommand(h_redis_ctx(&h_shared_redis), "ACL DELUSER nochan");
 	freeReplyObject(rep);
 }
 END_TEST
@@ -1039,33 +1038,14 @@ START_TEST(test_check_warns_auth)
 }
 END_TEST
 
-static void
-redis_up(void)
-{
-	if (redis.pid == 0)
-		h_redis_start(&redis);
-}
-
-static void
-flush_redis(void)
-{
-	h_redis_flush(&redis);
-}
-
-static void
-suite_done(void)
-{
-	h_redis_stop(&redis);
-}
-
 Suite *
 test_suite(void)
 {
 	Suite *s = suite_create("leases");
 	TCase *tc = tcase_create("leases");
 
-	tcase_add_unchecked_fixture(tc, redis_up, h_reap_orphans);
-	tcase_add_checked_fixture(tc, flush_redis, h_test_teardown);
+	tcase_add_unchecked_fixture(tc, h_shared_redis_up, h_reap_orphans);
+	tcase_add_checked_fixture(tc, h_shared_redis_flush, h_test_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_exact_limit, 0, 2);
 	tcase_add_loop_test(tc, test_release_by_token_only, 0, 2);
@@ -1082,6 +1062,6 @@ test_suite(void)
 	tcase_add_test(tc, test_wait_without_channel_acl);
 	tcase_add_test(tc, test_check_warns_auth);
 	suite_add_tcase(s, tc);
-	test_main_at_end(suite_done);
+	test_main_at_end(h_shared_redis_stop);
 	return s;
 }

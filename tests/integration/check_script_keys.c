@@ -23,8 +23,6 @@
 #include "harness.h"
 #include "script_time.h"
 
-static struct h_redis redis;
-
 static const char *const algs[] = { "0", "1", "2", "3", "4:abc1", "4:777" };
 #define NALGS (sizeof(algs) / sizeof(algs[0]))
 
@@ -34,7 +32,7 @@ static const char *const algs[] = { "0", "1", "2", "3", "4:abc1", "4:777" };
 static long long
 eval_one(int64_t now, const char *count, const char *alg, const char *what)
 {
-	redisContext *c = h_redis_ctx(&redis);
+	redisContext *c = h_redis_ctx(&h_shared_redis);
 	char *text = script_time_at(now);
 	const char *argv[] = { "EVAL", text, "1", "rl:x:{k}", "1", count, alg,
 		"5", "10000", "1", "0" };
@@ -68,7 +66,7 @@ START_TEST(test_algorithm_changed)
 	long long left;
 	int i;
 
-	h_redis_flush(&redis);
+	h_shared_redis_flush();
 	for (i = 0; i < 3; i++) {
 		snprintf(what, sizeof(what), "%s, request %d", a, i + 1);
 		eval_one(t + i * 1000, "1", a, what);
@@ -92,30 +90,17 @@ START_TEST(test_algorithm_changed)
 }
 END_TEST
 
-static void
-start_redis(void)
-{
-	if (redis.pid == 0)
-		h_redis_start(&redis);
-}
-
-static void
-suite_done(void)
-{
-	h_redis_stop(&redis);
-}
-
 Suite *
 test_suite(void)
 {
 	Suite *s = suite_create("script_keys");
 	TCase *tc = tcase_create("keys");
 
-	tcase_add_unchecked_fixture(tc, start_redis, h_reap_orphans);
+	tcase_add_unchecked_fixture(tc, h_shared_redis_up, h_reap_orphans);
 	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
 	tcase_add_loop_test(tc, test_algorithm_changed, 0,
 	    (int)(NALGS * NALGS));
 	suite_add_tcase(s, tc);
-	test_main_at_end(suite_done);
+	test_main_at_end(h_shared_redis_stop);
 	return s;
 }

@@ -42,8 +42,6 @@
 
 #include "../vectors/vectors.h"
 
-static struct h_redis redis;
-
 /* Read one reply of a pipeline; abort on a transport error. */
 static redisReply *
 get_reply(redisContext *c)
@@ -146,7 +144,7 @@ START_TEST(test_scenario)
 {
 	const struct vec_scenario *sc = &scenarios[_i];
 	char keys[VEC_MAX_RULES][96];
-	redisContext *c = h_redis_ctx(&redis);
+	redisContext *c = h_redis_ctx(&h_shared_redis);
 	redisReply *exec, *rep;
 	long long waited;
 	size_t s, r;
@@ -325,7 +323,7 @@ b_same(const redisReply *a, size_t from, const redisReply *b, int round,
  */
 START_TEST(test_batch_same_key)
 {
-	redisContext *c = h_redis_ctx(&redis);
+	redisContext *c = h_redis_ctx(&h_shared_redis);
 	const int64_t epoch = 1700000000000000;
 	uint32_t rng = 12345;
 	struct b_req rq[B_REQS];
@@ -372,7 +370,8 @@ START_TEST(test_batch_same_key)
 		for (s = 0; s < 2; s++) {
 			const char *set = s == 0 ? "batch" : "one";
 
-			ttl[s] = h_redis_int(&redis, "PTTL b:%s:{k%d}", set, k);
+			ttl[s] = h_redis_int(&h_shared_redis, "PTTL b:%s:{k%d}",
+			    set, k);
 			v[s] = redisCommand(c,
 			    "ZRANGE b:%s:{k%d} 0 -1 WITHSCORES", set, k);
 			ck_assert_ptr_nonnull(v[s]);
@@ -396,22 +395,9 @@ END_TEST
 /* --- fixtures and main -------------------------------------------------- */
 
 static void
-start_redis(void)
-{
-	if (redis.pid == 0)
-		h_redis_start(&redis);
-}
-
-static void
-flush_redis(void)
-{
-	h_redis_flush(&redis);
-}
-
-static void
 suite_done(void)
 {
-	h_redis_stop(&redis);
+	h_shared_redis_stop();
 	printf("%zu scenarios from %s\n", nscenarios, vec_path);
 }
 
@@ -423,14 +409,14 @@ test_suite(void)
 
 	test_srcdir_path(VEC_FILE, vec_path, sizeof(vec_path));
 	vec_load(vec_path);
-	tcase_add_unchecked_fixture(tc, start_redis, h_reap_orphans);
-	tcase_add_checked_fixture(tc, flush_redis, h_test_teardown);
+	tcase_add_unchecked_fixture(tc, h_shared_redis_up, h_reap_orphans);
+	tcase_add_checked_fixture(tc, h_shared_redis_flush, h_test_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_scenario, 0, (int)nscenarios);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("batch");
-	tcase_add_unchecked_fixture(tc, start_redis, h_reap_orphans);
-	tcase_add_checked_fixture(tc, flush_redis, h_test_teardown);
+	tcase_add_unchecked_fixture(tc, h_shared_redis_up, h_reap_orphans);
+	tcase_add_checked_fixture(tc, h_shared_redis_flush, h_test_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_batch_same_key);
 	suite_add_tcase(s, tc);

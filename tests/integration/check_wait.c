@@ -49,8 +49,6 @@ static const char yaml[] =
     "    limit: 1\n"
     "    window: 10s\n";
 
-static struct h_redis redis;
-
 static const char redis_head[] =
     "listen: \"127.0.0.1:%PORT%\"\n"
     "threads: 2\n"
@@ -494,25 +492,6 @@ START_TEST(test_sliding_window_answers_at_once)
 }
 END_TEST
 
-static void
-redis_up(void)
-{
-	if (redis.pid == 0)
-		h_redis_start(&redis);
-}
-
-static void
-flush_redis(void)
-{
-	h_redis_flush(&redis);
-}
-
-static void
-suite_done(void)
-{
-	h_redis_stop(&redis);
-}
-
 Suite *
 test_suite(void)
 {
@@ -530,12 +509,12 @@ test_suite(void)
 	tcase_add_test(mem, test_invalid_wait);
 	tcase_add_test(mem, test_sliding_window_answers_at_once);
 	suite_add_tcase(s, mem);
-	tcase_add_unchecked_fixture(red, redis_up, h_reap_orphans);
-	tcase_add_checked_fixture(red, flush_redis, h_test_teardown);
+	tcase_add_unchecked_fixture(red, h_shared_redis_up, h_reap_orphans);
+	tcase_add_checked_fixture(red, h_shared_redis_flush, h_test_teardown);
 	tcase_set_timeout(red, 60);
 	tcase_add_loop_test(red, test_redis_two_daemons, 0, 3);
 	tcase_add_test(red, test_redis_disconnect_and_sigterm);
 	suite_add_tcase(s, red);
-	test_main_at_end(suite_done);
+	test_main_at_end(h_shared_redis_stop);
 	return s;
 }

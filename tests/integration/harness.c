@@ -729,6 +729,27 @@ h_redis_flush(struct h_redis *r)
 	freeReplyObject(redis_cmd(r, "CONFIG RESETSTAT"));
 }
 
+struct h_redis h_shared_redis;
+
+void
+h_shared_redis_up(void)
+{
+	if (h_shared_redis.pid == 0)
+		h_redis_start(&h_shared_redis);
+}
+
+void
+h_shared_redis_flush(void)
+{
+	h_redis_flush(&h_shared_redis);
+}
+
+void
+h_shared_redis_stop(void)
+{
+	h_redis_stop(&h_shared_redis);
+}
+
 long long
 h_redis_script_calls(struct h_redis *r)
 {

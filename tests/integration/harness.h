@@ -111,6 +111,18 @@ const char *h_redis_cli(struct h_redis *r, const char *const *args);
 /* FLUSHALL, and CONFIG RESETSTAT so command counts start from zero. */
 void h_redis_flush(struct h_redis *r);
 
+/*
+ * One redis-server shared by the tests of a binary that want one:
+ * h_shared_redis_up() starts it once (an unchecked fixture: it outlives
+ * the forked tests), h_shared_redis_flush() empties it before each test (a
+ * checked fixture), h_shared_redis_stop() stops it (for
+ * test_main_at_end()).
+ */
+extern struct h_redis h_shared_redis;
+void h_shared_redis_up(void);
+void h_shared_redis_flush(void);
+void h_shared_redis_stop(void);
+
 /* Sum of "calls" in INFO commandstats over the script commands: eval,
  * evalsha, eval_ro, evalsha_ro, fcall, fcall_ro. */
 long long h_redis_script_calls(struct h_redis *r);
