@@ -34,7 +34,6 @@
 #define HOT_UNITS   40
 #define HOT_HOLD_MS (W_MS / 50)
 
-static struct h_redis redis;
 static struct h_cluster cluster;
 static bool on_cluster;
 
@@ -73,7 +72,7 @@ script_calls(void)
 	int i;
 
 	if (!on_cluster)
-		return h_redis_script_calls(&redis);
+		return h_redis_script_calls(&h_shared_redis);
 	for (i = 0; i < H_CLUSTER_NODES; i++)
 		if (cluster.node[i].pid != 0)
 			n += h_redis_script_calls(&cluster.node[i]);
@@ -150,7 +149,7 @@ run_three(const char *alg, int limit, int units, int hold_ms, struct run *r)
 	ck_assert_ptr_nonnull(r->ts);
 	for (i = 0; i < NDAEMONS; i++) {
 		memset(&d[i], 0, sizeof(d[i]));
-		d[i].redis_port = on_cluster ? 0 : redis.port;
+		d[i].redis_port = on_cluster ? 0 : h_shared_redis.port;
 		h_daemon_start(&d[i], yaml);
 	}
 	calls0 = script_calls();
@@ -337,15 +336,14 @@ static void
 redis_up(void)
 {
 	on_cluster = false;
-	if (redis.pid == 0)
-		h_redis_start(&redis);
+	h_shared_redis_up();
 }
 
 static void
 redis_flush(void)
 {
 	if (!on_cluster)
-		h_redis_flush(&redis);
+		h_shared_redis_flush();
 }
 
 static void
@@ -364,7 +362,7 @@ cluster_down(void)
 static void
 suite_done(void)
 {
-	h_redis_stop(&redis);
+	h_shared_redis_stop();
 	h_cluster_stop(&cluster);
 }
 

@@ -80,7 +80,6 @@ static const struct {
 
 /* Set in the runner by the TCase's unchecked fixture. */
 static int mode; /* 0 memory, 1 redis, 2 two daemons on one redis */
-static struct h_redis redis;
 
 static void
 start_daemons(struct h_daemon *a, struct h_daemon *b)
@@ -143,7 +142,7 @@ away_from_window_edge(void)
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ms = ts.tv_nsec / 1000000;
 	} else {
-		rep = redisCommand(h_redis_ctx(&redis), "TIME");
+		rep = redisCommand(h_redis_ctx(&h_shared_redis), "TIME");
 		ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_ARRAY,
 		    "TIME failed");
 		ms = atoll(rep->element[1]->str) / 1000;
@@ -282,23 +281,21 @@ static void
 use_redis(void)
 {
 	mode = 1;
-	if (redis.pid == 0)
-		h_redis_start(&redis);
+	h_shared_redis_up();
 }
 
 static void
 use_two(void)
 {
 	mode = 2;
-	if (redis.pid == 0)
-		h_redis_start(&redis);
+	h_shared_redis_up();
 }
 
 static void
 flush_redis(void)
 {
 	if (mode != 0)
-		h_redis_flush(&redis);
+		h_shared_redis_flush();
 }
 
 static TCase *
@@ -315,12 +312,6 @@ store_tcase(const char *name, void (*setup)(void))
 	return tc;
 }
 
-static void
-suite_done(void)
-{
-	h_redis_stop(&redis);
-}
-
 Suite *
 test_suite(void)
 {
@@ -329,6 +320,6 @@ test_suite(void)
 	suite_add_tcase(s, store_tcase("memory", use_memory));
 	suite_add_tcase(s, store_tcase("redis", use_redis));
 	suite_add_tcase(s, store_tcase("two_daemons", use_two));
-	test_main_at_end(suite_done);
+	test_main_at_end(h_shared_redis_stop);
 	return s;
 }

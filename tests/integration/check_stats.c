@@ -53,7 +53,6 @@ static const char stats_yaml[] =
     "    resolution: 200ms\n";
 
 static bool use_redis;
-static struct h_redis redis;
 
 struct conn {
 	struct h_daemon d;
@@ -460,12 +459,12 @@ START_TEST(test_redis_keys)
 	conn_open(&c);
 	record(&c, "\"kind\": \"slide\"", 5);
 	record(&c, "\"kind\": \"lat\", \"route\": \"k\"", 5);
-	keys = redisCommand(h_redis_ctx(&redis), "KEYS st:*");
+	keys = redisCommand(h_redis_ctx(&h_shared_redis), "KEYS st:*");
 	ck_assert_ptr_nonnull(keys);
 	ck_assert_uint_ge(keys->elements, 2);
 	for (i = 0; i < keys->elements; i++) {
 		const char *k = keys->element[i]->str;
-		long long ttl = h_redis_int(&redis, "PTTL %s", k);
+		long long ttl = h_redis_int(&h_shared_redis, "PTTL %s", k);
 
 		ck_assert_msg(strncmp(k, "st:stat:slide:{}:", 17) == 0 ||
 			strncmp(k, "st:stat:lat:{k}:", 16) == 0,
@@ -592,14 +591,7 @@ static void
 use_redis_backend(void)
 {
 	use_redis = true;
-	if (redis.pid == 0)
-		h_redis_start(&redis);
-}
-
-static void
-flush_redis(void)
-{
-	h_redis_flush(&redis);
+	h_shared_redis_up();
 }
 
 static TCase *
@@ -610,7 +602,7 @@ backend_tcase(const char *name, bool with_redis)
 	tcase_add_unchecked_fixture(tc,
 	    with_redis ? use_redis_backend : use_memory_backend,
 	    h_reap_orphans);
-	tcase_add_checked_fixture(tc, with_redis ? flush_redis : NULL,
+	tcase_add_checked_fixture(tc, with_redis ? h_shared_redis_flush : NULL,
 	    h_test_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_exact_and_quantiles);
@@ -628,12 +620,6 @@ backend_tcase(const char *name, bool with_redis)
 	return tc;
 }
 
-static void
-suite_done(void)
-{
-	h_redis_stop(&redis);
-}
-
 Suite *
 test_suite(void)
 {
@@ -641,6 +627,6 @@ test_suite(void)
 
 	suite_add_tcase(s, backend_tcase("memory", false));
 	suite_add_tcase(s, backend_tcase("redis", true));
-	test_main_at_end(suite_done);
+	test_main_at_end(h_shared_redis_stop);
 	return s;
 }
