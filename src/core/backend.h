@@ -230,6 +230,22 @@ struct backend_ops {
 	 * failed), then free everything.  No submit may run meanwhile or
 	 * after. */
 	void (*free)(struct backend *b);
+
+	/* A store with I/O of its own (Redis) may let an event loop run it
+	 * on the loop's thread, so that a request is sent, answered and
+	 * resumed without waking another thread.  NULL for a store without
+	 * (memory).  host_adopt stops the store's own I/O thread (nothing in
+	 * its hands is lost) and returns a descriptor that polls readable
+	 * when the store has work.  From then on the loop calls host_turn
+	 * when that descriptor is readable, when the delay the last turn
+	 * returned (ms; -1: none) has passed, and after its own handlers
+	 * ran (it is not woken for calls it submits itself).  host_release
+	 * gives the I/O back to a new own thread (0, or -1 with err); the
+	 * loop calls it before it ends, and before free.  All three on the
+	 * hosting thread; one host at a time. */
+	int (*host_adopt)(struct backend *b);
+	int (*host_turn)(struct backend *b);
+	int (*host_release)(struct backend *b, char *err, size_t errlen);
 };
 
 struct backend {

@@ -5,17 +5,21 @@
  * function that moves it between them (http_request_enter()), and the one
  * submit step that hands a prepared call to the store (http_submit()).
  *
- * libmicrohttpd runs `threads` threads, each with its own event loop over
- * its connections (MHD_OPTION_THREAD_POOL_SIZE); HTTP/1.1 keep-alive is its
- * default.  The body is gathered (bounded by max_body_bytes) and turned into
- * attributes in the event loop, and decide_prepare() runs there.  When the
- * store must be asked and does not answer inline (Redis), the connection
- * is suspended and the job handed to the store; its completion, on the
- * store's I/O thread, resumes the connection, and the loop answers.  No
- * thread waits for Redis, and a slow call never delays the other
- * connections of a loop, /healthz included.  The memory store answers
- * inline.  Then the answer (http_response.c): JSON and the RateLimit
- * headers, rendered once from the decision.
+ * `threads` event loops (http_loop.c), each a thread of ours running its
+ * own libmicrohttpd daemon in external epoll mode over the connections
+ * the acceptor (http_accept.c) gives it in turn; HTTP/1.1 keep-alive is
+ * libmicrohttpd's default.  The body is gathered (bounded by
+ * max_body_bytes) and turned into attributes in the event loop, and
+ * decide_prepare() runs there.  When the store must be asked and does not
+ * answer inline (Redis), the connection is suspended and the job handed
+ * to the store; its completion resumes the connection, and the loop
+ * answers.  The first loop runs the Redis store's I/O itself
+ * (core/backend.h, host_adopt), so that its requests go to Redis and back
+ * without waking another thread; the other loops' calls reach it through
+ * the store's queue.  No thread waits for Redis, and a slow call never
+ * delays the other connections of a loop, /healthz included.  The memory
+ * store answers inline.  Then the answer (http_response.c): JSON and the
+ * RateLimit headers, rendered once from the decision.
  *
  * Shutdown: once quiesced, answers carry "Connection: close" so that
  * keep-alive clients go; http_server_stop() then answers new requests at
@@ -50,6 +54,7 @@
 #include "front/http.h"
 #include "front/http_accept.h"
 #include "front/http_guard.h"
+#include "front/http_loop.h"
 #include "front/http_priv.h"
 #include "front/lease_wait.h"
 #include "front/wait_timer.h"
@@ -176,8 +181,12 @@ http_request_enter(struct request *rq, enum request_state to)
 	if (to == RQ_RESUMED && from == RQ_DECIDING && EP_DECIDES(rq->ep))
 		rq->replied_us = util_monotonic_us();
 	rq->state = to;
-	if (to == RQ_RESUMED || to == RQ_ANSWERED_RAW)
+	if (to == RQ_RESUMED || to == RQ_ANSWERED_RAW) {
+		struct http_loop *loop = rq->loop; /* rq may go at once */
+
 		MHD_resume_connection(rq->conn); /* the loop's again */
+		http_loop_wake(loop);
+	}
 	return true;
 }
 
@@ -286,6 +295,7 @@ request_begin(struct http_server *s, struct MHD_Connection *conn,
 		return MHD_NO;
 	rq->ep = http_route(url, method);
 	rq->s = s;
+	rq->loop = http_loop_current();
 	rq->conn = conn;
 	rq->arrived_us = util_monotonic_us();
 	rq->cfg = http_server_get_config(s);
@@ -462,10 +472,31 @@ mhd_log(void *cls, const char *fmt, va_list ap)
 		    "daemon");
 }
 
+/* Stop the loops (the first gives the store's I/O back), then their
+ * daemons. */
+static void
+loops_stop(struct http_server *s)
+{
+	size_t i;
+
+	for (i = 0; s->loops != NULL && i < s->nloops; i++) {
+		http_loop_stop(s->loops[i]);
+		s->loops[i] = NULL;
+	}
+	for (i = 0; s->mhd != NULL && i < s->nloops; i++) {
+		if (s->mhd[i] != NULL)
+			MHD_stop_daemon(s->mhd[i]);
+		s->mhd[i] = NULL;
+	}
+}
+
 static void
 server_free(struct http_server *s)
 {
 	http_accept_free(s->acceptor);
+	loops_stop(s);
+	rl_free(s->loops);
+	rl_free(s->mhd);
 	wait_timer_free(s->timer);
 	http_guard_stop(s->guard);
 	config_slot_destroy(&s->cfg);
@@ -512,29 +543,24 @@ notify_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
 	}
 }
 
-struct http_server *
-http_server_start(int listen_fd, struct config *cfg,
-    const struct decider *decider, struct lease_wait *leases,
-    struct metrics *metrics, char *err, size_t errlen)
+/* The acceptor's: each loop in turn gets the next connection. */
+static void
+hand_connection(void *arg, int fd, const struct sockaddr *addr,
+    socklen_t addrlen)
 {
-	struct http_server *s;
-	unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
-	    MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
-	    MHD_USE_NO_LISTEN_SOCKET;
+	struct http_server *s = arg;
 
-	if ((s = rl_calloc(1, sizeof(*s))) == NULL) {
-		snprintf(err, errlen, "out of memory");
-		close(listen_fd);
-		return NULL;
-	}
-	config_slot_init(&s->cfg, cfg);
-	s->decider = decider;
-	s->leases = leases;
-	s->metrics = metrics;
-	if ((s->guard = http_guard_start(guard_limits, s, err, errlen)) == NULL)
-		goto fail;
-	if ((s->timer = wait_timer_new(err, errlen)) == NULL)
-		goto fail;
+	http_loop_add(s->loops[s->next_loop], fd, addr, addrlen);
+	s->next_loop = (s->next_loop + 1) % s->nloops;
+}
+
+/* One loop's daemon: external epoll (http_loop.c runs it). */
+static struct MHD_Daemon *
+daemon_start(struct http_server *s, const struct config *cfg)
+{
+	unsigned int flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+	    MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET;
+
 	/* The logger first: MHD logs with its own, to stderr, until it
 	 * has seen this option.  A connection's memory holds its request
 	 * headers and the answer's: HTTP_CONN_MEMORY covers the headers
@@ -551,10 +577,9 @@ http_server_start(int listen_fd, struct config *cfg,
 	 * is the guard's (max_connections, refused at once, changed by a
 	 * reload): libmicrohttpd's own is set past any it allows, since at
 	 * its limit it stops accepting and new clients wait unanswered. */
-	s->mhd = MHD_start_daemon(flags, 0, accept_policy, s, access_handler, s,
+	return MHD_start_daemon(flags, 0, accept_policy, s, access_handler, s,
 	    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_URI_LOG_CALLBACK,
-	    http_framing_request_line, NULL, MHD_OPTION_THREAD_POOL_SIZE,
-	    (unsigned int)cfg->threads, MHD_OPTION_NOTIFY_COMPLETED,
+	    http_framing_request_line, NULL, MHD_OPTION_NOTIFY_COMPLETED,
 	    request_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
 	    notify_connection, s, MHD_OPTION_CONNECTION_LIMIT,
 	    (unsigned int)HTTP_MHD_CONN_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
@@ -564,21 +589,59 @@ http_server_start(int listen_fd, struct config *cfg,
 		    2 * cfg->max_header_bytes :
 		    HTTP_CONN_MEMORY),
 	    MHD_OPTION_END);
-	if (s->mhd == NULL) {
-		snprintf(err, errlen, "%s: cannot start the HTTP server",
-		    cfg->listen);
+}
+
+struct http_server *
+http_server_start(int listen_fd, struct config *cfg,
+    const struct decider *decider, struct lease_wait *leases,
+    struct metrics *metrics, char *err, size_t errlen)
+{
+	struct http_server *s;
+	struct backend *host;
+	char name[16];
+	size_t i;
+
+	if ((s = rl_calloc(1, sizeof(*s))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		close(listen_fd);
+		return NULL;
+	}
+	config_slot_init(&s->cfg, cfg);
+	s->decider = decider;
+	s->leases = leases;
+	s->metrics = metrics;
+	s->nloops = cfg->threads > 0 ? (size_t)cfg->threads : 1;
+	if ((s->guard = http_guard_start(guard_limits, s, err, errlen)) == NULL)
+		goto fail;
+	if ((s->timer = wait_timer_new(err, errlen)) == NULL)
+		goto fail;
+	if ((s->mhd = rl_calloc(s->nloops, sizeof(*s->mhd))) == NULL ||
+	    (s->loops = rl_calloc(s->nloops, sizeof(*s->loops))) == NULL) {
+		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
-	/* Connections are accepted by http_accept.c, which hands them out
-	 * to the loops evenly (see http_accept.h). */
-	if ((s->acceptor = http_accept_start(listen_fd, s->mhd, err, errlen)) ==
-	    NULL)
+	/* The first loop hosts the store's I/O when it has its own. */
+	host = decider->backend;
+	if (host == NULL || host->completes_inline ||
+	    host->ops->host_adopt == NULL)
+		host = NULL;
+	for (i = 0; i < s->nloops; i++) {
+		if ((s->mhd[i] = daemon_start(s, cfg)) == NULL) {
+			snprintf(err, errlen,
+			    "%s: cannot start the HTTP server", cfg->listen);
+			goto fail;
+		}
+		snprintf(name, sizeof(name), "rl-http-%u", (unsigned)(i % 1000));
+		if ((s->loops[i] = http_loop_start(s->mhd[i],
+			 i == 0 ? host : NULL, name, err, errlen)) == NULL)
+			goto fail;
+	}
+	if ((s->acceptor = http_accept_start(listen_fd, hand_connection, s,
+		 err, errlen)) == NULL)
 		goto fail;
 	return s;
 
 fail:
-	if (s->mhd != NULL)
-		MHD_stop_daemon(s->mhd);
 	close(listen_fd);
 	server_free(s);
 	return NULL;
@@ -636,6 +699,5 @@ http_server_stop(struct http_server *s)
 		_exit(0);
 	}
 	http_accept_stop(s->acceptor);
-	MHD_stop_daemon(s->mhd);
 	server_free(s);
 }

@@ -1,11 +1,11 @@
 /*
  * http_accept.c - accepts the HTTP front end's connections on its own
- * thread and hands them to libmicrohttpd (see http_accept.h for why).
+ * thread and hands them over (see http_accept.h for why).
  *
  * The thread polls the listening socket and an eventfd (the stop), and
  * accepts until the kernel's queue is empty.  libmicrohttpd's accept
- * policy (the connection limit) still runs, in MHD_add_connection(), which
- * closes a connection it refuses.  Out of descriptors (EMFILE, ENFILE) the
+ * policy (the connection limit) still runs, in the loop's
+ * MHD_add_connection(), which closes a connection it refuses.  Out of descriptors (EMFILE, ENFILE) the
  * thread logs once a second and pauses 10 ms before it tries again, so
  * that a full table does not spin it: the connection waits in the kernel's
  * queue meanwhile.
@@ -23,8 +23,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <microhttpd.h>
-
 #include "base/log.h"
 #include "base/util.h"
 #include "front/http_accept.h"
@@ -33,8 +31,9 @@
 #define ACCEPT_LOG_US	     1000000
 
 struct http_acceptor {
-	struct MHD_Daemon *mhd; /* borrowed */
-	int listen_fd;		/* owned */
+	http_accept_fn fn;
+	void *arg;
+	int listen_fd; /* owned */
 	int stop_fd;		/* eventfd: stop */
 	pthread_t thread;
 	bool started;
@@ -55,9 +54,7 @@ accept_all(struct http_acceptor *a)
 		fd = accept4(a->listen_fd, (struct sockaddr *)&ss, &len,
 		    SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd >= 0) {
-			/* Refused or not, libmicrohttpd owns fd now. */
-			(void)MHD_add_connection(a->mhd, fd,
-			    (struct sockaddr *)&ss, len);
+			a->fn(a->arg, fd, (struct sockaddr *)&ss, len);
 			continue;
 		}
 		switch (errno) {
@@ -110,7 +107,7 @@ accept_run(void *arg)
 }
 
 struct http_acceptor *
-http_accept_start(int listen_fd, struct MHD_Daemon *mhd, char *err,
+http_accept_start(int listen_fd, http_accept_fn fn, void *arg, char *err,
     size_t errlen)
 {
 	struct http_acceptor *a;
@@ -120,7 +117,8 @@ http_accept_start(int listen_fd, struct MHD_Daemon *mhd, char *err,
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	a->mhd = mhd;
+	a->fn = fn;
+	a->arg = arg;
 	a->listen_fd = a->stop_fd = -1;
 	if ((flags = fcntl(listen_fd, F_GETFL)) == -1 ||
 	    fcntl(listen_fd, F_SETFL, flags | O_NONBLOCK) == -1 ||

@@ -60,7 +60,11 @@ enum endpoint {
 /* One per server; made by http_server_start(), freed by
  * http_server_stop().  The atomics are read and written by every thread. */
 struct http_server {
-	struct MHD_Daemon *mhd;
+	struct MHD_Daemon **mhd;	/* one per loop, external epoll */
+	struct http_loop **loops;	/* `threads` (http_loop.h) */
+	size_t nloops;
+	size_t next_loop;		/* the acceptor's: the next to get a
+					 * connection */
 	struct http_acceptor *acceptor; /* owns the listening socket */
 	struct config_slot cfg;		/* the snapshot served */
 	const struct decider *decider;	/* borrowed */
@@ -120,7 +124,8 @@ struct request {
 	enum endpoint ep;
 	enum request_state state;
 	struct http_server *s;
-	struct config *cfg; /* the snapshot this request uses */
+	struct http_loop *loop; /* whose daemon has conn (http_loop.h) */
+	struct config *cfg;	/* the snapshot this request uses */
 	int64_t arrived_us;
 	int64_t replied_us; /* the store's reply resumed it (the
 			     * resume phase, metrics_phase); 0: not */

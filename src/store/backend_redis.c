@@ -161,8 +161,10 @@ redis_submit(struct backend *b, struct backend_call *call)
 	rb->qtail = call;
 	pthread_mutex_unlock(&rb->qmu);
 	/* A wake-up only for a thread that sleeps, once: while it works,
-	 * its next turn takes what came meanwhile. */
-	if (wake)
+	 * its next turn takes what came meanwhile.  The event loop that
+	 * hosts the I/O runs a turn after its handlers: never woken by
+	 * itself. */
+	if (wake && redis_hosted_here != rb)
 		(void)!write(rb->evfd, &one, sizeof(one));
 }
 
@@ -183,6 +185,11 @@ redis_free(struct backend *b)
 		pthread_mutex_unlock(&rb->qmu);
 		(void)!write(rb->evfd, &one, sizeof(one));
 		pthread_join(rb->thread, NULL);
+	} else if (rb->adopted) {
+		/* Hosted, and never given back (its thread failed to
+		 * start): answer what is left here. */
+		rb->stopping = true;
+		redis_loop_close_all(rb);
 	}
 	for (i = 0; i < rb->nnodes; i++) {
 		for (j = 0; j < rb->nodes[i]->nconns; j++)
@@ -224,9 +231,30 @@ redis_free(struct backend *b)
 	rl_free(rb);
 }
 
+static int
+redis_host_adopt(struct backend *b)
+{
+	return redis_loop_adopt((struct redis_backend *)b);
+}
+
+static int
+redis_host_turn(struct backend *b)
+{
+	return redis_loop_host_turn((struct redis_backend *)b);
+}
+
+static int
+redis_host_release(struct backend *b, char *err, size_t errlen)
+{
+	return redis_loop_release((struct redis_backend *)b, err, errlen);
+}
+
 static const struct backend_ops redis_ops = {
 	.submit = redis_submit,
 	.free = redis_free,
+	.host_adopt = redis_host_adopt,
+	.host_turn = redis_host_turn,
+	.host_release = redis_host_release,
 };
 
 struct backend *

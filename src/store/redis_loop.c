@@ -6,8 +6,14 @@
  * write(2), fails calls past their deadline and closes connections that
  * hang, and sleeps no longer than the next deadline.
  *
- * Thread: this is the I/O thread; it owns everything in struct
- * redis_backend but the submission queue (qmu) and the circuit (mu).
+ * The turns run on the store's own thread, or on an HTTP event loop that
+ * adopts the store's I/O (core/backend.h, host_adopt): then the loop polls
+ * this epoll set inside its own, and a request of that loop is sent,
+ * answered and resumed without a hand-off to another thread.
+ *
+ * Thread: this is the I/O thread (the own one or the host); it owns
+ * everything in struct redis_backend but the submission queue (qmu) and
+ * the circuit (mu).
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -240,77 +246,78 @@ window(const struct redis_backend *rb)
 	return REDIS_WINDOW * (rb->nprimaries > 1 ? rb->nprimaries : 1);
 }
 
-void *
-redis_loop_run(void *arg)
+/*
+ * One turn: wait up to wait_ms (0: not at all) for events and handle them,
+ * take the queue, do what the topology needs, send, write, expire.
+ * Returns how long the loop may sleep now (ms, -1 for ever); *stop when
+ * the store stops.
+ */
+static int
+turn(struct redis_backend *rb, int wait_ms, bool *stop)
 {
-	struct redis_backend *rb = arg;
 	struct epoll_event evs[32];
 	struct backend_call *list;
 	struct redis_slot *s;
 	uint64_t count;
-	bool stop = false;
-	int n, i, wait_ms = -1;
+	int n, i;
 	int64_t now, next;
 
-	while (!stop) {
-		/* Sleep only with nothing queued, and say so: a submit then
-		 * writes the eventfd (backend_redis.c), and only then. */
-		pthread_mutex_lock(&rb->qmu);
-		if (rb->qhead != NULL || rb->stopping)
-			wait_ms = 0;
-		else
-			rb->asleep = true;
-		pthread_mutex_unlock(&rb->qmu);
-		n = epoll_wait(rb->epfd, evs, 32, wait_ms);
-		for (i = 0; i < n; i++) {
-			if (evs[i].data.u64 == REDIS_EVFD_TAG) {
-				(void)!read(rb->evfd, &count, sizeof(count));
-				continue;
-			}
-			if ((s = slot_of_tag(rb, evs[i].data.u64)) == NULL)
-				continue;
-			redis_conn_io(s->conn);
-			redis_slot_busy(rb, s);
+	n = epoll_wait(rb->epfd, evs, 32, wait_ms);
+	for (i = 0; i < n; i++) {
+		if (evs[i].data.u64 == REDIS_EVFD_TAG) {
+			(void)!read(rb->evfd, &count, sizeof(count));
+			continue;
 		}
-		pthread_mutex_lock(&rb->qmu);
-		rb->asleep = false;
-		list = rb->qhead;
-		if (list != NULL) {
-			if (rb->htail != NULL)
-				redis_call(rb->htail)->next = list;
-			else
-				rb->hhead = list;
-			rb->htail = rb->qtail;
-		}
-		rb->qhead = rb->qtail = NULL;
-		stop = rb->stopping;
-		if (rb->rel_fn != NULL && !rb->rel_started) {
-			rb->rel_started = rb->rel_wanted = true;
-			rb->next_rel_us = 0;
-		}
-		pthread_mutex_unlock(&rb->qmu);
-		now = util_monotonic_us();
-		next = topology_turn(rb, now);
-		if (rb->unpark_us != 0 && now >= rb->unpark_us)
-			redis_flight_unpark_all(rb);
-		if (rb->shead != NULL) {
-			list = rb->shead;
-			rb->shead = rb->stail = NULL;
-			redis_route_dispatch(rb, list);
-		}
-		if (rb->hhead != NULL &&
-		    (rb->batches_out < window(rb) || stop)) {
-			list = rb->hhead;
-			rb->hhead = rb->htail = NULL;
-			redis_route_dispatch(rb, list);
-		}
-		each_slot(rb, flush_slot, NULL);
-		wait_ms = expire(rb, next);
-		each_slot(rb, watch_slot, NULL);
+		if ((s = slot_of_tag(rb, evs[i].data.u64)) == NULL)
+			continue;
+		redis_conn_io(s->conn);
+		redis_slot_busy(rb, s);
 	}
-	/* Stopping: nothing is submitted any more; answer what is left.
-	 * Failing a part of a split request may queue its take-backs, which
-	 * fail at once too. */
+	pthread_mutex_lock(&rb->qmu);
+	rb->asleep = false;
+	list = rb->qhead;
+	if (list != NULL) {
+		if (rb->htail != NULL)
+			redis_call(rb->htail)->next = list;
+		else
+			rb->hhead = list;
+		rb->htail = rb->qtail;
+	}
+	rb->qhead = rb->qtail = NULL;
+	*stop = rb->stopping;
+	if (rb->rel_fn != NULL && !rb->rel_started) {
+		rb->rel_started = rb->rel_wanted = true;
+		rb->next_rel_us = 0;
+	}
+	pthread_mutex_unlock(&rb->qmu);
+	now = util_monotonic_us();
+	next = topology_turn(rb, now);
+	if (rb->unpark_us != 0 && now >= rb->unpark_us)
+		redis_flight_unpark_all(rb);
+	if (rb->shead != NULL) {
+		list = rb->shead;
+		rb->shead = rb->stail = NULL;
+		redis_route_dispatch(rb, list);
+	}
+	if (rb->hhead != NULL && (rb->batches_out < window(rb) || *stop)) {
+		list = rb->hhead;
+		rb->hhead = rb->htail = NULL;
+		redis_route_dispatch(rb, list);
+	}
+	each_slot(rb, flush_slot, NULL);
+	wait_ms = expire(rb, next);
+	each_slot(rb, watch_slot, NULL);
+	return wait_ms;
+}
+
+/* Stopping: nothing is submitted any more; answer what is left.  Failing
+ * a part of a split request may queue its take-backs, which fail at once
+ * too. */
+void
+redis_loop_close_all(struct redis_backend *rb)
+{
+	struct backend_call *list;
+
 	rb->closing = true;
 	each_slot(rb, close_slot, (void *)"shutting down");
 	for (;;) {
@@ -330,5 +337,86 @@ redis_loop_run(void *arg)
 		if (rb->shead == NULL && rb->hhead == NULL)
 			break;
 	}
+}
+
+/* The store's own thread: turns until the store stops, or until an event
+ * loop adopts its I/O (redis_loop_adopt()). */
+void *
+redis_loop_run(void *arg)
+{
+	struct redis_backend *rb = arg;
+	bool stop = false, handover;
+	int wait_ms = 0;
+
+	while (!stop) {
+		/* Sleep only with nothing queued, and say so: a submit then
+		 * writes the eventfd (backend_redis.c), and only then. */
+		pthread_mutex_lock(&rb->qmu);
+		handover = rb->handover;
+		if (rb->qhead != NULL || rb->stopping || handover)
+			wait_ms = 0;
+		else if (wait_ms != 0)
+			rb->asleep = true;
+		pthread_mutex_unlock(&rb->qmu);
+		if (handover)
+			return NULL;
+		wait_ms = turn(rb, wait_ms, &stop);
+	}
+	redis_loop_close_all(rb);
 	return NULL;
+}
+
+_Thread_local struct redis_backend *redis_hosted_here;
+
+int
+redis_loop_adopt(struct redis_backend *rb)
+{
+	pthread_mutex_lock(&rb->qmu);
+	rb->handover = true;
+	rb->asleep = false;
+	pthread_mutex_unlock(&rb->qmu);
+	(void)!write(rb->evfd, &(uint64_t){ 1 }, sizeof(uint64_t));
+	if (rb->thread_started) {
+		pthread_join(rb->thread, NULL);
+		rb->thread_started = false;
+	}
+	rb->adopted = true;
+	redis_hosted_here = rb;
+	return rb->epfd;
+}
+
+int
+redis_loop_host_turn(struct redis_backend *rb)
+{
+	bool stop;
+	int wait_ms = turn(rb, 0, &stop);
+
+	/* The host sleeps next, in its own poll, unless calls came during
+	 * the turn: a submit from another thread must wake it. */
+	pthread_mutex_lock(&rb->qmu);
+	if (rb->qhead != NULL)
+		wait_ms = 0;
+	else if (wait_ms != 0)
+		rb->asleep = true;
+	pthread_mutex_unlock(&rb->qmu);
+	return wait_ms;
+}
+
+int
+redis_loop_release(struct redis_backend *rb, char *err, size_t errlen)
+{
+	int rc;
+
+	redis_hosted_here = NULL;
+	pthread_mutex_lock(&rb->qmu);
+	rb->handover = false;
+	rb->asleep = false;
+	pthread_mutex_unlock(&rb->qmu);
+	if ((rc = pthread_create(&rb->thread, NULL, redis_loop_run, rb)) !=
+	    0) {
+		snprintf(err, errlen, "redis: I/O thread: %s", strerror(rc));
+		return -1;
+	}
+	rb->thread_started = true;
+	return 0;
 }

@@ -192,12 +192,16 @@ struct redis_backend {
 	int64_t next_rel_us;
 
 	pthread_t thread;
-	bool thread_started;
+	bool thread_started; /* the store's own I/O thread runs; false
+			      * while an event loop hosts the I/O */
 	int epfd, evfd;
 
 	pthread_mutex_t qmu; /* guards the submission queue */
 	struct backend_call *qhead, *qtail;
 	bool stopping;
+	bool handover; /* an event loop adopts the I/O: the own
+			* thread ends (redis_loop_adopt()) */
+	bool adopted;  /* ever hosted (the I/O thread's or host's) */
 	bool asleep; /* the I/O thread waits, or is about to, with
 		      * nothing queued: a submit must wake it (evfd);
 		      * else it takes the queue on its next turn */
@@ -401,8 +405,21 @@ void redis_releases_subscribe(struct redis_backend *rb);
 
 /* ---- redis_loop.c: the I/O thread -------------------------------------- */
 
-/* The I/O thread's body (arg: the backend) until rb->stopping; answers
- * every call left before it returns. */
+/* The I/O thread's body (arg: the backend) until rb->stopping, when it
+ * answers every call left before it returns, or until an event loop
+ * adopts the I/O (rb->handover). */
 void *redis_loop_run(void *arg);
+/* The store's I/O on an event loop's thread (core/backend.h, host_*):
+ * adopt stops the store's own thread and returns the epoll fd the loop
+ * polls; the loop then runs host_turn when it is readable or its last
+ * delay passed; release starts the own thread again (0, or -1 with err).
+ * All three on the hosting thread, which redis_hosted_here names. */
+int redis_loop_adopt(struct redis_backend *rb);
+int redis_loop_host_turn(struct redis_backend *rb);
+int redis_loop_release(struct redis_backend *rb, char *err, size_t errlen);
+/* Answer every call left, as failed: the store stops (redis_free() when
+ * no thread of the store's runs). */
+void redis_loop_close_all(struct redis_backend *rb);
+extern _Thread_local struct redis_backend *redis_hosted_here;
 
 #endif
