@@ -239,12 +239,14 @@ struct backend_ops {
 	 * when the store has work.  From then on the loop calls host_turn
 	 * when that descriptor is readable, when the delay the last turn
 	 * returned (ms; -1: none) has passed, and after its own handlers
-	 * ran (it is not woken for calls it submits itself).  host_release
+	 * ran (it is not woken for calls it submits itself); poll is false
+	 * when the loop knows the descriptor was not readable, and the turn
+	 * then does not look.  host_release
 	 * gives the I/O back to a new own thread (0, or -1 with err); the
 	 * loop calls it before it ends, and before free.  All three on the
 	 * hosting thread; one host at a time. */
 	int (*host_adopt)(struct backend *b);
-	int (*host_turn)(struct backend *b);
+	int (*host_turn)(struct backend *b, bool poll);
 	int (*host_release)(struct backend *b, char *err, size_t errlen);
 };
 

@@ -631,13 +631,14 @@ http_server_start(int listen_fd, struct config *cfg,
 			    "%s: cannot start the HTTP server", cfg->listen);
 			goto fail;
 		}
-		snprintf(name, sizeof(name), "rl-http-%u", (unsigned)(i % 1000));
+		snprintf(name, sizeof(name), "rl-http-%u",
+		    (unsigned)(i % 1000));
 		if ((s->loops[i] = http_loop_start(s->mhd[i],
 			 i == 0 ? host : NULL, name, err, errlen)) == NULL)
 			goto fail;
 	}
-	if ((s->acceptor = http_accept_start(listen_fd, hand_connection, s,
-		 err, errlen)) == NULL)
+	if ((s->acceptor = http_accept_start(listen_fd, hand_connection, s, err,
+		 errlen)) == NULL)
 		goto fail;
 	return s;
 

@@ -5,10 +5,10 @@
  * The thread polls the listening socket and an eventfd (the stop), and
  * accepts until the kernel's queue is empty.  libmicrohttpd's accept
  * policy (the connection limit) still runs, in the loop's
- * MHD_add_connection(), which closes a connection it refuses.  Out of descriptors (EMFILE, ENFILE) the
- * thread logs once a second and pauses 10 ms before it tries again, so
- * that a full table does not spin it: the connection waits in the kernel's
- * queue meanwhile.
+ * MHD_add_connection(), which closes a connection it refuses.  Out of
+ * descriptors (EMFILE, ENFILE) the thread logs once a second and pauses 10 ms
+ * before it tries again, so that a full table does not spin it: the connection
+ * waits in the kernel's queue meanwhile.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -34,7 +34,7 @@ struct http_acceptor {
 	http_accept_fn fn;
 	void *arg;
 	int listen_fd; /* owned */
-	int stop_fd;		/* eventfd: stop */
+	int stop_fd;   /* eventfd: stop */
 	pthread_t thread;
 	bool started;
 	int64_t logged_us; /* the last "out of descriptors" line */

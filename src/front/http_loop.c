@@ -7,11 +7,11 @@
  * Each turn: wait no longer than libmicrohttpd's next connection timeout
  * or the store's next deadline (not at all when a connection was resumed
  * on this thread meanwhile; one resumed on another thread writes the
- * eventfd: without its own threads libmicrohttpd signals nothing); add the connections queued in the inbox
- * (libmicrohttpd's MHD_add_connection() is not safe from another thread
- * without its own threads, so the acceptor queues and this thread adds);
- * run libmicrohttpd (MHD_run(), which reads requests, calls the handlers
- * and writes answers, resumed connections included); then run the
+ * eventfd: without its own threads libmicrohttpd signals nothing); add the
+ * connections queued in the inbox (libmicrohttpd's MHD_add_connection() is not
+ * safe from another thread without its own threads, so the acceptor queues and
+ * this thread adds); run libmicrohttpd (MHD_run(), which reads requests, calls
+ * the handlers and writes answers, resumed connections included); then run the
  * store's turn, which sends what the handlers submitted, reads replies
  * and completes their calls, whose resumptions the next MHD_run answers.
  */
@@ -35,6 +35,10 @@
 #include "front/http_loop.h"
 
 enum { LOOP_TAG_INBOX = 1, LOOP_TAG_MHD, LOOP_TAG_STORE };
+
+/* Rounds of libmicrohttpd and store turns in one wake-up while the store
+ * keeps completing calls of this loop. */
+#define LOOP_ROUNDS 8
 
 /* A connection accepted, not yet given to libmicrohttpd. */
 struct loop_conn {
@@ -114,14 +118,16 @@ loop_run(void *arg)
 	struct epoll_event evs[4];
 	MHD_UNSIGNED_LONG_LONG mhd_ms;
 	char err[256];
-	int store_ms = -1, wait_ms, n, i, fd;
+	int store_ms = -1, wait_ms, n, i, fd, round;
+	bool run_mhd, poll_store;
 
 	loop_self = l;
 	if (l->host != NULL) {
 		fd = l->host->ops->host_adopt(l->host);
 		if (watch(l, fd, LOOP_TAG_STORE) == -1) {
-			log_warnx("http: cannot poll the store: %s; it keeps "
-				  "its own thread",
+			log_warnx(
+			    "http: cannot poll the store: %s; it keeps "
+			    "its own thread",
 			    strerror(errno));
 			if (l->host->ops->host_release(l->host, err,
 				sizeof(err)) == -1)
@@ -137,14 +143,33 @@ loop_run(void *arg)
 			wait_ms = store_ms;
 		if (l->again)
 			wait_ms = 0;
-		l->again = false;
 		n = epoll_wait(l->epfd, evs, 4, wait_ms);
-		for (i = 0; i < n; i++)
-			if (evs[i].data.u32 == LOOP_TAG_INBOX)
+		/* A timeout is either's: run both then. */
+		run_mhd = l->again || n <= 0;
+		poll_store = n <= 0;
+		for (i = 0; i < n; i++) {
+			if (evs[i].data.u32 == LOOP_TAG_INBOX) {
 				take_inbox(l);
-		(void)MHD_run(l->mhd);
-		if (l->host != NULL)
-			store_ms = l->host->ops->host_turn(l->host);
+				run_mhd = true;
+			} else if (evs[i].data.u32 == LOOP_TAG_MHD)
+				run_mhd = true;
+			else
+				poll_store = true;
+		}
+		/* Calls the store completed resume their connections: answer
+		 * them (and read what came meanwhile) at once, and send what
+		 * that submits, a few rounds before looking at the inbox. */
+		for (round = 0; round < LOOP_ROUNDS; round++) {
+			l->again = false;
+			if (run_mhd)
+				(void)MHD_run(l->mhd);
+			if (l->host != NULL)
+				store_ms = l->host->ops->host_turn(l->host,
+				    poll_store || round > 0);
+			if (!l->again)
+				break;
+			run_mhd = true;
+		}
 	}
 	if (l->host != NULL &&
 	    l->host->ops->host_release(l->host, err, sizeof(err)) == -1)
@@ -153,8 +178,8 @@ loop_run(void *arg)
 }
 
 struct http_loop *
-http_loop_start(struct MHD_Daemon *mhd, struct backend *host,
-    const char *name, char *err, size_t errlen)
+http_loop_start(struct MHD_Daemon *mhd, struct backend *host, const char *name,
+    char *err, size_t errlen)
 {
 	struct http_loop *l;
 	const union MHD_DaemonInfo *di;

@@ -60,8 +60,8 @@ enum endpoint {
 /* One per server; made by http_server_start(), freed by
  * http_server_stop().  The atomics are read and written by every thread. */
 struct http_server {
-	struct MHD_Daemon **mhd;	/* one per loop, external epoll */
-	struct http_loop **loops;	/* `threads` (http_loop.h) */
+	struct MHD_Daemon **mhd;  /* one per loop, external epoll */
+	struct http_loop **loops; /* `threads` (http_loop.h) */
 	size_t nloops;
 	size_t next_loop;		/* the acceptor's: the next to get a
 					 * connection */

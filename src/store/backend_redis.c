@@ -238,9 +238,9 @@ redis_host_adopt(struct backend *b)
 }
 
 static int
-redis_host_turn(struct backend *b)
+redis_host_turn(struct backend *b, bool poll)
 {
-	return redis_loop_host_turn((struct redis_backend *)b);
+	return redis_loop_host_turn((struct redis_backend *)b, poll);
 }
 
 static int

@@ -247,7 +247,8 @@ window(const struct redis_backend *rb)
 }
 
 /*
- * One turn: wait up to wait_ms (0: not at all) for events and handle them,
+ * One turn: wait up to wait_ms (0: not at all; -2: do not look) for
+ * events and handle them,
  * take the queue, do what the topology needs, send, write, expire.
  * Returns how long the loop may sleep now (ms, -1 for ever); *stop when
  * the store stops.
@@ -262,7 +263,7 @@ turn(struct redis_backend *rb, int wait_ms, bool *stop)
 	int n, i;
 	int64_t now, next;
 
-	n = epoll_wait(rb->epfd, evs, 32, wait_ms);
+	n = wait_ms == -2 ? 0 : epoll_wait(rb->epfd, evs, 32, wait_ms);
 	for (i = 0; i < n; i++) {
 		if (evs[i].data.u64 == REDIS_EVFD_TAG) {
 			(void)!read(rb->evfd, &count, sizeof(count));
@@ -386,10 +387,10 @@ redis_loop_adopt(struct redis_backend *rb)
 }
 
 int
-redis_loop_host_turn(struct redis_backend *rb)
+redis_loop_host_turn(struct redis_backend *rb, bool poll)
 {
 	bool stop;
-	int wait_ms = turn(rb, 0, &stop);
+	int wait_ms = turn(rb, poll ? 0 : -2, &stop);
 
 	/* The host sleeps next, in its own poll, unless calls came during
 	 * the turn: a submit from another thread must wake it. */
@@ -412,8 +413,7 @@ redis_loop_release(struct redis_backend *rb, char *err, size_t errlen)
 	rb->handover = false;
 	rb->asleep = false;
 	pthread_mutex_unlock(&rb->qmu);
-	if ((rc = pthread_create(&rb->thread, NULL, redis_loop_run, rb)) !=
-	    0) {
+	if ((rc = pthread_create(&rb->thread, NULL, redis_loop_run, rb)) != 0) {
 		snprintf(err, errlen, "redis: I/O thread: %s", strerror(rc));
 		return -1;
 	}

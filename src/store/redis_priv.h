@@ -202,9 +202,9 @@ struct redis_backend {
 	bool handover; /* an event loop adopts the I/O: the own
 			* thread ends (redis_loop_adopt()) */
 	bool adopted;  /* ever hosted (the I/O thread's or host's) */
-	bool asleep; /* the I/O thread waits, or is about to, with
-		      * nothing queued: a submit must wake it (evfd);
-		      * else it takes the queue on its next turn */
+	bool asleep;   /* the I/O thread waits, or is about to, with
+			* nothing queued: a submit must wake it (evfd);
+			* else it takes the queue on its next turn */
 
 	/* The I/O thread's: calls sent, parked or about to be sent, by
 	 * deadline; calls held back while the window of script calls is
@@ -415,7 +415,7 @@ void *redis_loop_run(void *arg);
  * delay passed; release starts the own thread again (0, or -1 with err).
  * All three on the hosting thread, which redis_hosted_here names. */
 int redis_loop_adopt(struct redis_backend *rb);
-int redis_loop_host_turn(struct redis_backend *rb);
+int redis_loop_host_turn(struct redis_backend *rb, bool poll);
 int redis_loop_release(struct redis_backend *rb, char *err, size_t errlen);
 /* Answer every call left, as failed: the store stops (redis_free() when
  * no thread of the store's runs). */
