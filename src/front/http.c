@@ -78,18 +78,6 @@ http_server_get_config(struct http_server *s)
 	return config_slot_get(&s->cfg);
 }
 
-/* Has the client shut down its sending side (a FIN is waiting)? */
-static bool
-client_half_closed(struct MHD_Connection *conn)
-{
-	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn,
-	    MHD_CONNECTION_INFO_CONNECTION_FD);
-	char c;
-
-	return ci != NULL &&
-	    recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
-}
-
 /* The guard's record of a connection (its socket context). */
 static void *
 conn_ctx(struct MHD_Connection *conn)
@@ -109,11 +97,9 @@ static const unsigned rq_from[] = {
 	[RQ_WAITING_TURN] = RQ_BIT(RQ_ANSWERING),
 	[RQ_RESUMED] = RQ_BIT(RQ_DECIDING) | RQ_BIT(RQ_WAITING_LEASE) |
 	    RQ_BIT(RQ_WAITING_TURN),
-	[RQ_ANSWERED_RAW] = RQ_BIT(RQ_DECIDING) | RQ_BIT(RQ_WAITING_LEASE) |
-	    RQ_BIT(RQ_WAITING_TURN),
 	[RQ_ANSWERING] = RQ_BIT(RQ_READING) | RQ_BIT(RQ_RESUMED),
 	[RQ_DONE] = RQ_BIT(RQ_READING) | RQ_BIT(RQ_ANSWERING) |
-	    RQ_BIT(RQ_RESUMED) | RQ_BIT(RQ_ANSWERED_RAW),
+	    RQ_BIT(RQ_RESUMED),
 };
 
 static bool
@@ -129,7 +115,7 @@ rq_is_suspended(enum request_state st)
  * server is stopping; rq is then where it was.  The suspension is counted
  * before the stop is looked at, so that http_server_stop() never misses
  * one under way.  The thread that has rq: the event loop, or the one that
- * resumes it (RESUMED, ANSWERED_RAW; rq is the loop's again after).
+ * resumes it (RESUMED; rq is the loop's again after).
  */
 bool
 http_request_enter(struct request *rq, enum request_state to)
@@ -161,7 +147,7 @@ http_request_enter(struct request *rq, enum request_state to)
 		MHD_suspend_connection(rq->conn);
 		return true;
 	}
-	if (from == RQ_RESUMED || from == RQ_ANSWERED_RAW) {
+	if (from == RQ_RESUMED) {
 		http_guard_waiting(conn_ctx(rq->conn), false);
 		__atomic_sub_fetch(&s->suspended, 1, __ATOMIC_SEQ_CST);
 		if (rq->replied_us != 0)
@@ -181,7 +167,7 @@ http_request_enter(struct request *rq, enum request_state to)
 	if (to == RQ_RESUMED && from == RQ_DECIDING && EP_DECIDES(rq->ep))
 		rq->replied_us = util_monotonic_us();
 	rq->state = to;
-	if (to == RQ_RESUMED || to == RQ_ANSWERED_RAW) {
+	if (to == RQ_RESUMED) {
 		struct http_loop *loop = rq->loop; /* rq may go at once */
 
 		MHD_resume_connection(rq->conn); /* the loop's again */
@@ -192,24 +178,15 @@ http_request_enter(struct request *rq, enum request_state to)
 
 /* The store answered, the time came, or the wait was cut (any thread):
  * wake the connection, and the loop calls the handler again.  A client
- * that shut down its sending side meanwhile is answered here, straight on
- * the socket: libmicrohttpd would see its end of input first on resume
- * and close without the answer. */
+ * that shut down its sending side meanwhile is answered by
+ * request_completed(): libmicrohttpd sees its end of input first on
+ * resume and closes, with the socket still open. */
 void
 http_resume(void *arg)
 {
 	struct request *rq = arg;
-	const union MHD_ConnectionInfo *ci;
-	enum request_state to = RQ_RESUMED;
 
-	if (EP_DECIDES(rq->ep) && !http_wait_needed(rq) && !rq->cut &&
-	    client_half_closed(rq->conn) &&
-	    (ci = MHD_get_connection_info(rq->conn,
-		 MHD_CONNECTION_INFO_CONNECTION_FD)) != NULL) {
-		(void)http_answer_raw(rq->s, ci->connect_fd, rq);
-		to = RQ_ANSWERED_RAW;
-	}
-	http_request_enter(rq, to);
+	http_request_enter(rq, RQ_RESUMED);
 }
 
 /* The store answered inside the submit: nothing to wake. */
@@ -367,12 +344,6 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 		return request_begin(s, conn, url, method, con_cls);
 	if (*upload_data_size > 0)
 		return request_gather(rq, upload_data, upload_data_size);
-	if (rq->state == RQ_ANSWERED_RAW) { /* answered: close */
-		http_request_enter(rq, RQ_DONE);
-		if (rq->cfg->access_log && log_enabled(LOG_LEVEL_INFO))
-			http_log_access(rq);
-		return MHD_NO;
-	}
 	if (rq->state == RQ_RESUMED)
 		http_request_enter(rq, RQ_ANSWERING);
 	if (rq->state == RQ_READING && rq->declared_len >= 0 &&
@@ -430,15 +401,16 @@ request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		return;
 	if (rq->state == RQ_RESUMED) {
 		/* Resumed, then closed by libmicrohttpd before the handler
-		 * ran: the client shut down its sending side after
-		 * http_resume() looked.  The socket is still open: answer on
-		 * it. */
+		 * ran: the client shut down its sending side while its
+		 * request waited, and libmicrohttpd read that end of input
+		 * first.  The socket is still open: answer on it. */
 		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
 		    conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 
 		if (EP_DECIDES(rq->ep) && ci != NULL && !http_wait_needed(rq) &&
-		    !rq->cut)
-			(void)http_answer_raw(s, ci->connect_fd, rq);
+		    !rq->cut && http_answer_raw(s, ci->connect_fd, rq) &&
+		    rq->cfg->access_log && log_enabled(LOG_LEVEL_INFO))
+			http_log_access(rq);
 	}
 	if (rq->state != RQ_DONE)
 		http_request_enter(rq, RQ_DONE);

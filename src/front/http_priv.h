@@ -92,13 +92,16 @@ struct http_server {
  *      +--> DECIDING, WAITING_LEASE, WAITING_TURN            |
  *           (suspended)    |                                 |
  *                          +--> RESUMED --> ANSWERING ...    |
- *                          +--> ANSWERED_RAW ----------------+
+ *                                   |                        |
+ *                                   +------------------------+
  *
  * Entering a suspended state counts the request in s->suspended (refused
  * when the server is stopping), marks it waiting for the guard and
  * suspends the connection; WAITING_TURN and WAITING_LEASE count it once
- * in their gauge.  RESUMED and ANSWERED_RAW resume the connection (the
- * thread that moves it there has the request until then).  Leaving them
+ * in their gauge.  RESUMED resumes the connection (the thread that moves
+ * it there has the request until then); RESUMED goes to DONE when the
+ * client half-closed meanwhile (request_completed() answers on the
+ * socket).  Leaving them
  * uncounts the suspension; DONE gives back the wait slot and the gauges.
  */
 enum request_state {
@@ -110,8 +113,6 @@ enum request_state {
 	RQ_WAITING_TURN,  /* suspended: the wait timer has it */
 	RQ_RESUMED,	  /* resumed with its answer; the handler has
 			   * not run yet */
-	RQ_ANSWERED_RAW,  /* resumed after its answer was written on
-			   * the socket (http_resume()) */
 	RQ_ANSWERING,	  /* the loop: answered inline or after a
 			   * resume, or about to wait */
 	RQ_DONE		  /* answered or abandoned; freed next */
@@ -226,8 +227,9 @@ struct http_answer {
 };
 int http_render_decision(const struct request *rq, struct http_answer *a);
 void http_answer_clear(struct http_answer *a);
-/* The thread that resumes rq, while suspended: the rendered answer
- * written straight on the socket fd. */
+/* The event loop, for a resumed request whose client half-closed
+ * (request_completed()): the rendered answer written straight on the
+ * socket fd. */
 bool http_answer_raw(struct http_server *s, int fd, const struct request *rq);
 
 /* --- http_request.c (the event loop) ------------------------------------ */

@@ -4,8 +4,8 @@
  * (its JSON body and its RateLimit headers), an error that closes the
  * connection, and the raw answer written straight on the socket for a
  * client that half-closed while its request waited.  Answers are queued
- * on libmicrohttpd's connection from the event loop; the raw answer is
- * written by whichever thread resumes the request.
+ * on libmicrohttpd's connection from the event loop, and so is the raw
+ * answer (request_completed() in http.c).
  */
 #include <pthread.h>
 #include <stdarg.h>

@@ -75,7 +75,8 @@ fake_free(struct backend *b)
 	(void)b;
 }
 
-static const struct backend_ops fake_ops = { fake_submit, fake_free };
+static const struct backend_ops fake_ops = { .submit = fake_submit,
+	.free = fake_free };
 
 static struct fake main_be, local_be;
 static struct rule rules[3];
