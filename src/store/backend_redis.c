@@ -360,6 +360,7 @@ backend_redis_new(const struct redis_config *rc, char *err, size_t errlen)
 		goto fail;
 	}
 	rb->thread_started = true;
+	pthread_setname_np(rb->thread, "rl-redis");
 	/* Ask for the topology at once, before the first request. */
 	(void)!write(rb->evfd, &(uint64_t){ 1 }, sizeof(uint64_t));
 	return &rb->base;

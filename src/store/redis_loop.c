@@ -248,10 +248,9 @@ window(const struct redis_backend *rb)
 
 /*
  * One turn: wait up to wait_ms (0: not at all; -2: do not look) for
- * events and handle them,
- * take the queue, do what the topology needs, send, write, expire.
- * Returns how long the loop may sleep now (ms, -1 for ever); *stop when
- * the store stops.
+ * events and handle them, take the queue, do what the topology needs,
+ * send, write, expire.  Returns how long the loop may sleep now (ms, -1 for
+ * ever); *stop when the store stops.
  */
 static int
 turn(struct redis_backend *rb, int wait_ms, bool *stop)
@@ -418,5 +417,6 @@ redis_loop_release(struct redis_backend *rb, char *err, size_t errlen)
 		return -1;
 	}
 	rb->thread_started = true;
+	pthread_setname_np(rb->thread, "rl-redis");
 	return 0;
 }

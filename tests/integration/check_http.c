@@ -1189,6 +1189,73 @@ backend_tcase(const char *name, bool with_redis)
 	return tc;
 }
 
+/* --- the Redis I/O on the first event loop ------------------------------ */
+
+/* How many of pid's threads are named name (a prefix when it ends in
+ * '*'). */
+static int
+threads_named(pid_t pid, const char *name)
+{
+	char path[384], comm[64];
+	size_t len = strlen(name);
+	bool prefix = len > 0 && name[len - 1] == '*';
+	struct dirent *e;
+	DIR *dir;
+	FILE *f;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	ck_assert_ptr_nonnull(dir = opendir(path));
+	while ((e = readdir(dir)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/comm", (int)pid,
+		    e->d_name);
+		if ((f = fopen(path, "r")) == NULL)
+			continue;
+		if (fgets(comm, sizeof(comm), f) != NULL) {
+			comm[strcspn(comm, "\n")] = '\0';
+			n += prefix ? strncmp(comm, name, len - 1) == 0 :
+				      strcmp(comm, name) == 0;
+		}
+		fclose(f);
+	}
+	closedir(dir);
+	return n;
+}
+
+/* The first HTTP loop runs the Redis store's I/O (docs/architecture.md):
+ * once serving, the store has no thread of its own, and requests on every
+ * loop (consecutive connections go to the loops in turn) are decided
+ * through it, exactly: of six on one key with limit 3, three pass.  A
+ * stop gives the I/O back to a thread of the store's, which answers what
+ * is left, and the daemon exits cleanly. */
+START_TEST(test_redis_io_on_first_loop)
+{
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	int i, allowed = 0, denied = 0;
+
+	start_daemon(&d);
+	h_post(d.port, "/acquire", "{\"t\":\"basic\",\"user\":\"warm\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	h_resp_free(&r);
+	ck_assert_int_eq(threads_named(d.pid, "rl-http-*"), 4);
+	ck_assert_msg(threads_named(d.pid, "rl-redis") == 0,
+	    "the Redis store still runs its own I/O thread");
+	for (i = 0; i < 6; i++) {
+		h_post(d.port, "/acquire",
+		    "{\"t\":\"basic\",\"user\":\"loops\"}", &r);
+		allowed += r.status == 200;
+		denied += r.status == 429;
+		h_resp_free(&r);
+	}
+	ck_assert_int_eq(allowed, 3);
+	ck_assert_int_eq(denied, 3);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 /* --- connections spread over the event loops --------------------------- */
 
 #define SPREAD_CONNS 40
@@ -1328,6 +1395,7 @@ test_suite(void)
 	mem = backend_tcase("memory", false);
 	red = backend_tcase("redis", true);
 	tcase_add_test(red, test_readyz_follows_redis);
+	tcase_add_test(red, test_redis_io_on_first_loop);
 	tcase_add_test(mem, test_long_rule_name);
 	tcase_add_test(mem, test_connections_spread);
 	suite_add_tcase(s, mem);
