@@ -7,13 +7,16 @@
  * Each turn: wait no longer than libmicrohttpd's next connection timeout
  * or the store's next deadline (not at all when a connection was resumed
  * on this thread meanwhile; one resumed on another thread writes the
- * eventfd: without its own threads libmicrohttpd signals nothing); add the
- * connections queued in the inbox (libmicrohttpd's MHD_add_connection() is not
- * safe from another thread without its own threads, so the acceptor queues and
- * this thread adds); run libmicrohttpd (MHD_run(), which reads requests, calls
- * the handlers and writes answers, resumed connections included); then run the
- * store's turn, which sends what the handlers submitted, reads replies
- * and completes their calls, whose resumptions the next MHD_run answers.
+ * eventfd: without its own threads libmicrohttpd signals nothing); add
+ * the connections queued in the inbox (MHD_add_connection() is not safe
+ * from another thread when libmicrohttpd has no threads of its own, so
+ * the acceptor queues and this thread adds); run libmicrohttpd (MHD_run(),
+ * which reads requests, calls the handlers and writes answers, resumed
+ * connections included) when its descriptor or the inbox asked; then run
+ * the store's turn, which sends what the handlers submitted, reads
+ * replies and completes their calls.  When that resumed connections of
+ * this loop, libmicrohttpd and the store run again at once, up to
+ * LOOP_ROUNDS times, before the loop polls again.
  */
 #include <errno.h>
 #include <limits.h>
