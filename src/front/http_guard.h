@@ -15,8 +15,8 @@
  * open: libmicrohttpd reports a close before it closes the socket, under
  * the same lock.
  *
- * Thread: the callbacks run on libmicrohttpd's threads; the guard has one
- * thread of its own.
+ * Thread: the callbacks run on the event loops (libmicrohttpd's callbacks,
+ * http_loop.c); the guard has one thread of its own.
  */
 #ifndef RL_HTTP_GUARD_H
 #define RL_HTTP_GUARD_H

@@ -10,11 +10,15 @@
  *   http_handlers.c  one handler per endpoint, and the routing
  *   http_wait.c      waiting for a turn or for a lease
  *   http_response.c  every answer: errors, decisions, the raw answer
+ *   http_loop.c      an event loop: its libmicrohttpd daemon, its inbox,
+ *                    and on the first the store's I/O
+ *   http_accept.c    the acceptor: connections to the loops in turn
  *
  * Threads: a request belongs to the event-loop thread of its connection
- * (libmicrohttpd's thread pool) except while its connection is suspended;
- * then exactly one other thread has it (the store's I/O thread, the wait
- * timer or the lease queues), and the resume gives it back.
+ * (http_loop.c) except while its connection is suspended; then exactly
+ * one other thread has it (the one that runs the store's I/O, the wait
+ * timer or the lease queues), and the resume gives it back.  On the loop
+ * that runs the store's I/O, that is the loop itself.
  */
 #ifndef RL_HTTP_PRIV_H
 #define RL_HTTP_PRIV_H
