@@ -7,12 +7,13 @@
  * Each open connection has a record in a doubly linked list under one
  * mutex.  The event loops (libmicrohttpd's callbacks) add and remove
  * records (open, close) and flip two fields without the lock: `done`, a
- * count of requests ended, and `waiting`.  Every GUARD_TICK_US the guard's thread walks the list under
- * the mutex.  For each TCP connection it reads tcpi_bytes_received: when a
- * request ended since the last look, the count then is the baseline; bytes
- * past the baseline mean the next request began, at this look (so a
- * request is cut between request_timeout and request_timeout plus a tick
- * after its first byte).  A request past request_timeout that does not
+ * count of requests ended, and `waiting`.  Every GUARD_TICK_US the
+ * guard's thread walks the list under the mutex.  For each TCP connection
+ * it reads tcpi_bytes_received: when a request ended since the last look,
+ * the count then is the baseline; bytes past the baseline mean the next
+ * request began, at this look (so a request is cut between
+ * request_timeout and request_timeout plus a tick after its first byte).
+ * A request past request_timeout that does not
  * wait for the store is shut down for reading and writing.  Unix sockets
  * carry no byte count and are left alone: only local processes reach
  * them.
