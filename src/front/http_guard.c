@@ -13,10 +13,9 @@
  * the count then is the baseline; bytes past the baseline mean the next
  * request began, at this look (so a request is cut between
  * request_timeout and request_timeout plus a tick after its first byte).
- * A request past request_timeout that does not
- * wait for the store is shut down for reading and writing.  Unix sockets
- * carry no byte count and are left alone: only local processes reach
- * them.
+ * A request past request_timeout that does not wait for the store is
+ * shut down for reading and writing.  Unix sockets carry no byte count
+ * and are left alone: only local processes reach them.
  */
 #include "front/http_guard.h"
 
