@@ -247,13 +247,14 @@ window(const struct redis_backend *rb)
 }
 
 /*
- * One turn: wait up to wait_ms (0: not at all; -2: do not look) for
- * events and handle them, take the queue, do what the topology needs,
- * send, write, expire.  Returns how long the loop may sleep now (ms, -1 for
- * ever); *stop when the store stops.
+ * One turn: when look, wait up to wait_ms (0: not at all) for events and
+ * handle them (a host that knows none came does not look); take the
+ * queue, do what the topology needs, send, write, expire.  Returns how
+ * long the loop may sleep now (ms, -1 for ever); *stop when the store
+ * stops.
  */
 static int
-turn(struct redis_backend *rb, int wait_ms, bool *stop)
+turn(struct redis_backend *rb, bool look, int wait_ms, bool *stop)
 {
 	struct epoll_event evs[32];
 	struct backend_call *list;
@@ -262,7 +263,7 @@ turn(struct redis_backend *rb, int wait_ms, bool *stop)
 	int n, i;
 	int64_t now, next;
 
-	n = wait_ms == -2 ? 0 : epoll_wait(rb->epfd, evs, 32, wait_ms);
+	n = look ? epoll_wait(rb->epfd, evs, 32, wait_ms) : 0;
 	for (i = 0; i < n; i++) {
 		if (evs[i].data.u64 == REDIS_EVFD_TAG) {
 			(void)!read(rb->evfd, &count, sizeof(count));
@@ -360,7 +361,7 @@ redis_loop_run(void *arg)
 		pthread_mutex_unlock(&rb->qmu);
 		if (handover)
 			return NULL;
-		wait_ms = turn(rb, wait_ms, &stop);
+		wait_ms = turn(rb, true, wait_ms, &stop);
 	}
 	redis_loop_close_all(rb);
 	return NULL;
@@ -389,7 +390,7 @@ int
 redis_loop_host_turn(struct redis_backend *rb, bool poll)
 {
 	bool stop;
-	int wait_ms = turn(rb, poll ? 0 : -2, &stop);
+	int wait_ms = turn(rb, poll, 0, &stop);
 
 	/* The host sleeps next, in its own poll, unless calls came during
 	 * the turn: a submit from another thread must wake it. */
