@@ -71,10 +71,9 @@ m_eval(int64_t now, const char *set, int alg, int64_t window_ms,
 	enum { MAXARG = 5 + M_MAXREQ * (1 + 6 * M_MAXCHK) };
 	redisContext *c = h_redis_ctx(&h_shared_redis);
 	const char *argv[MAXARG];
-	size_t argl[MAXARG], i, j, nk = 0, u = 0;
+	size_t i, j, nk = 0, u = 0;
 	char nums[MAXARG][48];
 	char *text;
-	redisReply *rep;
 	int argc = 0;
 
 	text = script_time_at(now);
@@ -114,16 +113,7 @@ m_eval(int64_t now, const char *set, int alg, int64_t window_ms,
 			argv[argc++] = nums[u++];
 			argv[argc++] = k->shadow ? "1" : "0";
 		}
-	for (i = 0; i < (size_t)argc; i++)
-		argl[i] = strlen(argv[i]);
-	rep = redisCommandArgv(c, argc, argv, argl);
-	free(text);
-	ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_ARRAY,
-	    "redis: %s",
-	    rep == NULL			       ? c->errstr :
-		rep->type == REDIS_REPLY_ERROR ? rep->str :
-						 "not an array");
-	return rep;
+	return script_time_eval(c, argc, argv);
 }
 
 /* Send rq as one batch and one call each at the same time; compare the
@@ -331,11 +321,8 @@ Suite *
 test_suite(void)
 {
 	Suite *s = suite_create("batch_merge");
-	TCase *tc = tcase_create("merge");
+	TCase *tc = h_shared_redis_tcase("merge");
 
-	tcase_add_unchecked_fixture(tc, h_shared_redis_up, h_reap_orphans);
-	tcase_add_checked_fixture(tc, h_shared_redis_flush, h_test_teardown);
-	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_one_key, 0, 4);
 	tcase_add_loop_test(tc, test_mixed, 0, 4);
 	tcase_add_test(tc, test_three);

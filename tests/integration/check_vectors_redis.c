@@ -232,12 +232,10 @@ b_eval(redisContext *c, int64_t now, const char *set, const struct b_req *rq,
     size_t nrq)
 {
 	const char *argv[4 + 2 * B_REQS * 7 + B_REQS];
-	size_t argl[4 + 2 * B_REQS * 7 + B_REQS];
 	char nums[4 + 2 * B_REQS * 7 + B_REQS][48];
 	char *text = script_time_at(now);
 	size_t i, j, nk = 0, u = 0;
 	int argc = 0;
-	redisReply *rep;
 
 	for (i = 0; i < nrq; i++)
 		nk += rq[i].n;
@@ -273,16 +271,7 @@ b_eval(redisContext *c, int64_t now, const char *set, const struct b_req *rq,
 			argv[argc++] = nums[u++];
 			argv[argc++] = "0";
 		}
-	for (i = 0; i < (size_t)argc; i++)
-		argl[i] = strlen(argv[i]);
-	rep = redisCommandArgv(c, argc, argv, argl);
-	free(text);
-	ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_ARRAY,
-	    "redis: %s",
-	    rep == NULL			       ? c->errstr :
-		rep->type == REDIS_REPLY_ERROR ? rep->str :
-						 "not an array");
-	return rep;
+	return script_time_eval(c, argc, argv);
 }
 
 /* Two replies' elements a[from ..] and b[0 ..] are the same. */
@@ -405,19 +394,13 @@ Suite *
 test_suite(void)
 {
 	Suite *s = suite_create("vectors_redis");
-	TCase *tc = tcase_create("redis");
+	TCase *tc = h_shared_redis_tcase("redis");
 
 	test_srcdir_path(VEC_FILE, vec_path, sizeof(vec_path));
 	vec_load(vec_path);
-	tcase_add_unchecked_fixture(tc, h_shared_redis_up, h_reap_orphans);
-	tcase_add_checked_fixture(tc, h_shared_redis_flush, h_test_teardown);
-	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_scenario, 0, (int)nscenarios);
 	suite_add_tcase(s, tc);
-	tc = tcase_create("batch");
-	tcase_add_unchecked_fixture(tc, h_shared_redis_up, h_reap_orphans);
-	tcase_add_checked_fixture(tc, h_shared_redis_flush, h_test_teardown);
-	tcase_set_timeout(tc, 60);
+	tc = h_shared_redis_tcase("batch");
 	tcase_add_test(tc, test_batch_same_key);
 	suite_add_tcase(s, tc);
 	test_main_at_end(suite_done);

@@ -56,3 +56,25 @@ script_time_at(int64_t now_us)
 		ck_abort_msg("out of memory");
 	return text;
 }
+
+redisReply *
+script_time_eval(redisContext *c, int argc, const char **argv)
+{
+	size_t *lens;
+	redisReply *rep;
+	int i;
+
+	if ((lens = calloc((size_t)argc, sizeof(*lens))) == NULL)
+		ck_abort_msg("out of memory");
+	for (i = 0; i < argc; i++)
+		lens[i] = strlen(argv[i]);
+	rep = redisCommandArgv(c, argc, argv, lens);
+	free(lens);
+	free((char *)argv[1]);
+	ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_ARRAY,
+	    "redis: %s",
+	    rep == NULL			       ? c->errstr :
+		rep->type == REDIS_REPLY_ERROR ? rep->str :
+						 "not an array");
+	return rep;
+}
