@@ -297,12 +297,9 @@ Suite *
 test_suite(void)
 {
 	Suite *s = suite_create("concurrency");
-	TCase *red = tcase_create("redis");
+	TCase *red = h_shared_redis_tcase("redis");
 	TCase *mem = tcase_create("memory");
 
-	tcase_add_unchecked_fixture(red, h_shared_redis_up, h_reap_orphans);
-	tcase_add_checked_fixture(red, h_shared_redis_flush, h_test_teardown);
-	tcase_set_timeout(red, 60);
 	tcase_add_test(red, test_redis_two_daemons_one_rule);
 	tcase_add_test(red, test_redis_two_daemons_two_rules);
 	tcase_add_unchecked_fixture(mem, NULL, h_reap_orphans);

@@ -1042,11 +1042,8 @@ Suite *
 test_suite(void)
 {
 	Suite *s = suite_create("leases");
-	TCase *tc = tcase_create("leases");
+	TCase *tc = h_shared_redis_tcase("leases");
 
-	tcase_add_unchecked_fixture(tc, h_shared_redis_up, h_reap_orphans);
-	tcase_add_checked_fixture(tc, h_shared_redis_flush, h_test_teardown);
-	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_exact_limit, 0, 2);
 	tcase_add_loop_test(tc, test_release_by_token_only, 0, 2);
 	tcase_add_loop_test(tc, test_expiry, 0, 2);

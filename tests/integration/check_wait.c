@@ -497,7 +497,7 @@ test_suite(void)
 {
 	Suite *s = suite_create("wait");
 	TCase *mem = tcase_create("memory");
-	TCase *red = tcase_create("redis");
+	TCase *red = h_shared_redis_tcase("redis");
 
 	tcase_add_unchecked_fixture(mem, NULL, h_reap_orphans);
 	tcase_add_checked_fixture(mem, NULL, h_test_teardown);
@@ -509,9 +509,6 @@ test_suite(void)
 	tcase_add_test(mem, test_invalid_wait);
 	tcase_add_test(mem, test_sliding_window_answers_at_once);
 	suite_add_tcase(s, mem);
-	tcase_add_unchecked_fixture(red, h_shared_redis_up, h_reap_orphans);
-	tcase_add_checked_fixture(red, h_shared_redis_flush, h_test_teardown);
-	tcase_set_timeout(red, 60);
 	tcase_add_loop_test(red, test_redis_two_daemons, 0, 3);
 	tcase_add_test(red, test_redis_disconnect_and_sigterm);
 	suite_add_tcase(s, red);

@@ -750,6 +750,17 @@ h_shared_redis_stop(void)
 	h_redis_stop(&h_shared_redis);
 }
 
+TCase *
+h_shared_redis_tcase(const char *name)
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_add_unchecked_fixture(tc, h_shared_redis_up, h_reap_orphans);
+	tcase_add_checked_fixture(tc, h_shared_redis_flush, h_test_teardown);
+	tcase_set_timeout(tc, 60);
+	return tc;
+}
+
 long long
 h_redis_script_calls(struct h_redis *r)
 {

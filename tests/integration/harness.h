@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include <check.h>
 #include <curl/curl.h>
 #include <hiredis/hiredis.h>
 #include <jansson.h>
@@ -122,6 +123,9 @@ extern struct h_redis h_shared_redis;
 void h_shared_redis_up(void);
 void h_shared_redis_flush(void);
 void h_shared_redis_stop(void);
+/* A test case named name with those two fixtures (and orphan daemons
+ * reaped, each test's teardown run), 60 s per test. */
+TCase *h_shared_redis_tcase(const char *name);
 
 /* Sum of "calls" in INFO commandstats over the script commands: eval,
  * evalsha, eval_ro, evalsha_ro, fcall, fcall_ro. */
