@@ -42,7 +42,13 @@
 # CPU time over the run divided by the requests answered: the daemon (the
 # three summed in (g3)), redis-server, nginx (its own run; the workers
 # summed) and the load generator (wrk; redis-benchmark for redis, h2load
-# for (f)).  A process a run does not use shows "-".
+# for (f)).  A process a run does not use shows "-".  The shares are of the
+# run's time: DURATION, or for redis, which sends a number of requests,
+# the time it took.  After the table, how long Redis (and in (a) the
+# daemon) waited for a core, runnable but not running, from the kernel's
+# run-queue time per thread: a server that waits there while the others
+# run is why a chain of processes on few cores does less than its CPU
+# figures add up to.
 #
 # Prints a Markdown table and writes it to bench/results/speed-DATE.md.
 # Measures, never asserts.
@@ -128,6 +134,21 @@ load() {
     "$f.times" >"$f.cpu"
 }
 
+# Seconds the threads of the processes named spent runnable but waiting
+# for a core so far (the second field of /proc/PID/task/*/schedstat),
+# summed.
+runq_s() {
+  local p
+  for p in "$@"; do cat /proc/"$p"/task/*/schedstat; done 2>/dev/null |
+    awk '{ s += $2 } END { printf "%.3f", s / 1e9 }'
+}
+
+# The share of the run a process waited for a core: $1 to $2 seconds.
+waited() {
+  awk -v a="$1" -v b="$2" -v d="${elapsed:-$dur}" \
+    'BEGIN { printf "%.0f%%", 100 * (b - a) / d }'
+}
+
 # Microseconds of CPU per request: $1 CPU seconds over $2 requests.
 per() {
   awk -v c="$1" -v n="${2:-0}" \
@@ -139,7 +160,7 @@ per() {
 # Redis's from $4 to $5, the load generator's were $6, for $7 requests.
 account() {
   local name=$1 n=${7:-0}
-  cpu[$name]=$(awk -v a="$2" -v b="$3" -v d="$dur" \
+  cpu[$name]=$(awk -v a="$2" -v b="$3" -v d="${elapsed:-$dur}" \
     'BEGIN { printf "%.0f%%", 100 * (b - a) / d }')
   us_d[$name]=- us_n[$name]=-
   if [ "$col" = nginx ]; then
@@ -327,18 +348,24 @@ EOF
 cat "$tmp/report.lua" >> "$tmp/post.lua"
 cat "$tmp/report.lua" >> "$tmp/auth.lua"
 
-declare -A rate p50 p99 cpu us_d us_r us_n us_w phases
+declare -A rate p50 p99 cpu us_d us_r us_n us_w phases wait_d wait_r
 # run NAME PORT SCRIPT [KIND KEYS]: wrk against PORT; the servers measured
 # are the pids in $srv, shown in column $col (daemon or nginx).
 run() {
-  local name=$1 port=$2 script=$3 c0 c1 r0 r1 n
+  local name=$1 port=$2 script=$3 c0 c1 r0 r1 q0 q1 w0 w1 n
   export BENCH_KIND=${4:-one} BENCH_KEYS=${5:-10000}
   c0=$(cpu_s $srv)
   r0=$(cpu_s "$rpid")
+  q0=$(runq_s $srv)
+  w0=$(runq_s "$rpid")
   load "$wrk" -t"$wthreads" -c"$conns" -d"${dur}s" --latency -s "$script" \
     "http://127.0.0.1:$port"
   c1=$(cpu_s $srv)
   r1=$(cpu_s "$rpid")
+  q1=$(runq_s $srv)
+  w1=$(runq_s "$rpid")
+  wait_d[$name]=$(waited "$q0" "$q1")
+  wait_r[$name]=$(waited "$w0" "$w1")
   read -r _ rate[$name] p50[$name] p99[$name] n \
     <<<"$(grep '^RESULT' "$tmp/load-load.out")" || true
   account "$name" "$c0" "$c1" "$r0" "$r1" "$(cat "$tmp/load-load.cpu")" "$n"
@@ -359,13 +386,20 @@ return n'
 if want redis; then
   sha=$(redis-cli -p "$rport" SCRIPT LOAD "$sw")
   c0=$(cpu_s "$rpid")
+  w0=$(runq_s "$rpid")
+  t0=$(date +%s.%N)
   load "$rbench" -p "$rport" -c 50 -n $((dur * 40000)) -r 10000 -q \
     EVALSHA "$sha" 1 "bench:{key:__rand_int__}"
+  # It sends a number of requests, not for a time: its shares are of the
+  # time it took.
+  elapsed=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
   out=$(tr '\r' '\n' <"$tmp/load-load.out" |
     grep -E 'requests per second' | tail -1)
   c1=$(cpu_s "$rpid")
+  wait_r[redis]=$(waited "$w0" "$(runq_s "$rpid")")
   col=redis account redis "$c0" "$c1" "$c0" "$c1" \
     "$(cat "$tmp/load-load.cpu")" $((dur * 40000))
+  elapsed=
   rate[redis]=$(echo "$out" | sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p' |
     cut -d. -f1)
   p50[redis]=$(echo "$out" | sed -n 's/.*p50=\([0-9.]*\) msec.*/\1/p')
@@ -569,6 +603,12 @@ ratio() {
       "(ratelimitd_request_phase_seconds: prepare = arrival to the" \
       "store call, queue = until it is written to Redis, store = until" \
       "its reply is read and decided, resume = until the loop answers)."
+    echo
+    echo "Waiting for a core (runnable, not running: the run-queue time" \
+      "of /proc/PID/task/*/schedstat over the run): Redis" \
+      "${wait_r[redis]:--} of the Redis alone run; in (a), Redis" \
+      "${wait_r[a]} and the daemon ${wait_d[a]}; in (e), Redis" \
+      "${wait_r[e]:--} and the daemon ${wait_d[e]:--}."
     echo
   fi
   if want rss; then
