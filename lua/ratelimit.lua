@@ -13,7 +13,11 @@
 -- ARGV     for a batch of R requests: R, then the number of checks of each
 --          request (R values, each >= 1), then five values per check;
 --          for one request the count may be left out: just five values per
---          check, in KEYS order:
+--          check, in KEYS order; and when every request is one
+--          sliding_log check, not shadow, all with the same limit, window
+--          and cost (a batch of one rule, the common one), the word 'same'
+--          and those five values once stand for all: 'same' 0 L window_ms
+--          c 0, each key a request.  The five values:
 --            algorithm  0 sliding_log, 1 sliding_window, 2 fixed_window,
 --                       3 token_bucket (enum rl_algorithm); '4:<token>'
 --                       concurrency, with the new lease's token
@@ -21,7 +25,7 @@
 --            window_ms  >= 1
 --            cost       0 <= c <= L
 --            shadow     0 or 1
---          A first ARGV 'marks' (before R, or before the checks) asks
+--          A first ARGV 'marks' (before R, 'same' or the checks) asks
 --          for marks: see the reply; then (or first) 'chunks' adds two
 --          fields per check to the reply (taken, valid_us).  An
 --          algorithm written '<alg>+<want>+<hold_us>' takes a chunk of
@@ -1317,7 +1321,19 @@ end
 if ARGV[m + 1] == 'chunks' then
   chunks, m = true, m + 1
 end
-if #ARGV == m + 5 * n then
+local same = ARGV[m + 1] == 'same'
+local same_L, same_W, same_c
+if same then
+  same_L, same_W = tonumber(ARGV[m + 3]), tonumber(ARGV[m + 4])
+  same_c = tonumber(ARGV[m + 5])
+  if #ARGV ~= m + 6 or chunks or ARGV[m + 2] ~= '0' or
+      ARGV[m + 6] ~= '0' or same_L == nil or same_W == nil or
+      same_c == nil or same_L < 1 or same_W < 1 or same_c < 0 or
+      same_c > same_L then
+    return redis.error_reply('ratelimit.lua: bad arguments after same')
+  end
+  same_W = same_W * 1000
+elseif #ARGV == m + 5 * n then
   counts, base = {n}, m
 else
   local R = tonumber(ARGV[m + 1])
@@ -1357,6 +1373,34 @@ end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local now_s = int(now)
+
+-- 'same': each key one request of log_single(), merged as below (a denied
+-- request records nothing, so the same request again on its key gets the
+-- same answer: denied[key] keeps the reply's fields).
+if same then
+  local reply, denied = {}, {}
+  for k = 1, n do
+    local key = KEYS[k]
+    local d = denied[key]
+    local o = #reply
+    if d ~= nil then
+      for j = 1, #d do
+        reply[o + j] = d[j]
+      end
+    elseif not log_single(key, same_L, same_W, same_c, now, now_s, reply,
+        marks, false) then
+      local f = {}
+      for j = o + 1, #reply do
+        f[j - o] = reply[j]
+      end
+      denied[key] = f
+    end
+  end
+  for key, ttl in pairs(ttls) do
+    redis.call('PEXPIRE', key, ttl)
+  end
+  return reply
+end
 
 -- The checks, request by request.  A request that log_single() can take
 -- (one sliding_log check, not shadow, neither waiting nor a report, no

@@ -50,6 +50,81 @@ asks_chunk(const struct rl_check *c)
 	    c->algorithm != RL_ALG_CONCURRENCY;
 }
 
+/*
+ * Can the batch go as 'same' (lua/ratelimit.lua): every call one
+ * sliding_log check, not shadow, that neither waits nor reports nor takes
+ * a chunk, all with the first one's limit, window and cost?  Then the five
+ * values go once instead of per key: a batch of one rule, the common one,
+ * costs Redis a few arguments per request instead of seven.
+ */
+static bool
+all_same(struct backend_call *const *calls, size_t ncalls)
+{
+	const struct rl_check *c0, *c;
+	size_t i;
+
+	if (calls[0]->n != 1)
+		return false;
+	c0 = &calls[0]->checks[0];
+	for (i = 0; i < ncalls; i++) {
+		if (calls[i]->n != 1)
+			return false;
+		c = &calls[i]->checks[0];
+		if (calls[i]->report || calls[i]->wait_us > 0 ||
+		    c->algorithm != RL_ALG_SLIDING_LOG || c->shadow ||
+		    asks_chunk(c) || c->limit != c0->limit ||
+		    c->window_ms != c0->window_ms || c->cost != c0->cost)
+			return false;
+	}
+	return true;
+}
+
+/* EVALSHA sha n keys... [marks] same 0 L window_ms cost 0: every call one
+ * check (all_same()). */
+static int
+encode_same(struct backend_call *const *calls, size_t ncalls, const char *sha,
+    bool marks, struct redis_script_args *a)
+{
+	const struct rl_check *c0 = &calls[0]->checks[0];
+	size_t argc = 3 + ncalls + (marks ? 1 : 0) + 6, i, arg;
+	char *num;
+	void *mem;
+
+	if (argc > (size_t)INT32_MAX / 2)
+		return -1;
+	mem = rl_malloc(argc * (sizeof(char *) + sizeof(size_t)) + 4 * NUM_MAX);
+	if (mem == NULL)
+		return -1;
+	a->argv = mem;
+	a->lens = (size_t *)(a->argv + argc);
+	num = (char *)(a->lens + argc);
+	a->argc = (int)argc;
+	a->argv[0] = "EVALSHA";
+	a->lens[0] = 7;
+	a->argv[1] = sha;
+	a->lens[1] = strlen(sha);
+	put_num(a, 2, &num, (int64_t)ncalls);
+	for (i = 0; i < ncalls; i++) {
+		a->argv[3 + i] = calls[i]->checks[0].key;
+		a->lens[3 + i] = calls[i]->checks[0].keylen;
+	}
+	arg = 3 + ncalls;
+	if (marks) {
+		a->argv[arg] = "marks";
+		a->lens[arg++] = 5;
+	}
+	a->argv[arg] = "same";
+	a->lens[arg++] = 4;
+	a->argv[arg] = "0"; /* RL_ALG_SLIDING_LOG */
+	a->lens[arg++] = 1;
+	put_num(a, arg++, &num, c0->limit);
+	put_num(a, arg++, &num, c0->window_ms);
+	put_num(a, arg++, &num, c0->cost);
+	a->argv[arg] = "0"; /* not shadow */
+	a->lens[arg] = 1;
+	return 0;
+}
+
 int
 redis_script_encode(struct backend_call *const *calls, size_t ncalls,
     const char *sha, bool marks, struct redis_script_args *a)
@@ -59,6 +134,8 @@ redis_script_encode(struct backend_call *const *calls, size_t ncalls,
 	char *num;
 	void *mem;
 
+	if (ncalls > 0 && all_same(calls, ncalls))
+		return encode_same(calls, ncalls, sha, marks, a);
 	for (i = 0; i < ncalls; i++) {
 		nkeys += calls[i]->n;
 		for (j = 0; j < calls[i]->n; j++)

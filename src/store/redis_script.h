@@ -27,9 +27,11 @@ struct redis_script_args {
 /*
  * EVALSHA sha nkeys keys... [marks] R n_1..n_R args... for the
  * calls[0..ncalls-1] (each with n >= 1 checks), borrowed until the args are
- * freed.  With marks the script also says where each check recorded (into
- * rl_result.mark, for lua/takeback.lua).  Returns 0, or -1 (out of memory,
- * or too many arguments).
+ * freed; when every call is one sliding_log check with the same limit,
+ * window and cost (and neither shadow, waiting, a report nor a chunk),
+ * EVALSHA sha ncalls keys... [marks] same 0 L window_ms cost 0.  With marks the
+ * script also says where each check recorded (into rl_result.mark, for
+ * lua/takeback.lua).  Returns 0, or -1 (out of memory, or too many arguments).
  */
 int redis_script_encode(struct backend_call *const *calls, size_t ncalls,
     const char *sha, bool marks, struct redis_script_args *a);

@@ -30,6 +30,10 @@
  * (sliding_log and fixed_window on their keys, token_bucket on a key every
  * request shares), until each of them denies, mixed with single checks,
  * shadow checks and a key that changes algorithm.
+ *
+ * And a batch of one rule's single sliding_log checks, as the store sends
+ * it (the five values once, after 'same'), decides exactly as the same
+ * batch with five values per check.
  */
 #include <check.h>
 #include <inttypes.h>
@@ -317,6 +321,142 @@ START_TEST(test_three)
 }
 END_TEST
 
+/* EVAL at now, with 'marks', of nrq requests in the 'same' form
+ * (lua/ratelimit.lua): one sliding_log check each on "m:<set>:{k<key>}",
+ * all with limit, cost and window_ms.  Free the reply. */
+static redisReply *
+m_eval_same(int64_t now, const char *set, const int *keys, size_t nrq,
+    int64_t limit, int64_t cost, int64_t window_ms)
+{
+	enum { MAXARG = 10 + M_MAXREQ };
+	const char *argv[MAXARG];
+	char nums[MAXARG][48];
+	size_t i, u = 0;
+	int argc = 0;
+
+	argv[argc++] = "EVAL";
+	argv[argc++] = script_time_at(now);
+	snprintf(nums[u], sizeof(nums[u]), "%zu", nrq);
+	argv[argc++] = nums[u++];
+	for (i = 0; i < nrq; i++) {
+		snprintf(nums[u], sizeof(nums[u]), "m:%s:{k%d}", set, keys[i]);
+		argv[argc++] = nums[u++];
+	}
+	argv[argc++] = "marks";
+	argv[argc++] = "same";
+	argv[argc++] = "0";
+	snprintf(nums[u], sizeof(nums[u]), "%" PRId64, limit);
+	argv[argc++] = nums[u++];
+	snprintf(nums[u], sizeof(nums[u]), "%" PRId64, window_ms);
+	argv[argc++] = nums[u++];
+	snprintf(nums[u], sizeof(nums[u]), "%" PRId64, cost);
+	argv[argc++] = nums[u++];
+	argv[argc++] = "0";
+	return script_time_eval(h_redis_ctx(&h_shared_redis), argc, argv);
+}
+
+/* A batch of one rule's single checks sent in the 'same' form (what
+ * src/store/redis_script.c sends for it) decides exactly as the same batch
+ * with five values per check: the same reply, field by field, and the
+ * same data in every key after.  Three keys of limit 5, cost 2: k0 fills
+ * and then denies (merged), k1 and k2 in between.  Run twice, the second
+ * time on keys the first filled, one window later less a millisecond. */
+START_TEST(test_same_form)
+{
+	static const int keys[] = { 0, 0, 1, 0, 2, 0, 1, 0, 0, 2, 1, 1 };
+	const size_t n = sizeof(keys) / sizeof(keys[0]);
+	struct m_req rq[sizeof(keys) / sizeof(keys[0])];
+	int64_t now = 1700000000000000;
+	int denied = 0, round, k;
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		rq[i] = (struct m_req)ONE(keys[i], 5, 2);
+	for (round = 0; round < 2; round++) {
+		redisReply *x = m_eval(now, "b", RL_ALG_SLIDING_LOG, 1000, rq,
+			       n),
+			   *y = m_eval_same(now, "s", keys, n, 5, 2, 1000);
+
+		ck_assert_uint_eq(y->elements, x->elements);
+		ck_assert_uint_eq(x->elements, n * 7);
+		for (i = 0; i < x->elements; i++) {
+			const redisReply *a = x->element[i], *b = y->element[i];
+
+			ck_assert_msg(a->type == b->type &&
+				(a->type == REDIS_REPLY_INTEGER ?
+					a->integer == b->integer :
+					strcmp(a->str, b->str) == 0),
+			    "round %d, field %zu: five per check %lld/%s, "
+			    "same %lld/%s",
+			    round, i, a->integer,
+			    a->type == REDIS_REPLY_INTEGER ? "-" : a->str,
+			    b->integer,
+			    b->type == REDIS_REPLY_INTEGER ? "-" : b->str);
+			if (i % 7 == 0 && a->integer == 0)
+				denied++;
+		}
+		freeReplyObject(x);
+		freeReplyObject(y);
+		for (k = 0; k < M_KEYS; k++) {
+			redisContext *c = h_redis_ctx(&h_shared_redis);
+			redisReply *d0 = redisCommand(c, "DUMP m:b:{k%d}", k),
+				   *d1 = redisCommand(c, "DUMP m:s:{k%d}", k);
+
+			ck_assert_ptr_nonnull(d0);
+			ck_assert_ptr_nonnull(d1);
+			ck_assert_msg(d0->type == REDIS_REPLY_STRING &&
+				d1->type == d0->type && d1->len == d0->len &&
+				memcmp(d0->str, d1->str, d0->len) == 0,
+			    "round %d: key k%d holds other data", round, k);
+			ck_assert_int_gt(h_redis_int(&h_shared_redis,
+					     "PTTL m:s:{k%d}", k),
+			    0);
+			freeReplyObject(d0);
+			freeReplyObject(d1);
+		}
+		now += 999000;
+	}
+	/* k0 denied in both rounds, k1 in the second: merged answers */
+	ck_assert_msg(denied >= 6, "%d denied", denied);
+}
+END_TEST
+
+/* The 'same' form refuses what it cannot stand for: another algorithm, a
+ * shadow check, a cost past the limit, a missing value. */
+START_TEST(test_same_refused)
+{
+	static const char *const bad[][5] = {
+		{ "2", "5", "1000", "1", "0" },
+		{ "0", "5", "1000", "1", "1" },
+		{ "0", "5", "1000", "6", "0" },
+		{ "0", "x", "1000", "1", "0" },
+	};
+	redisContext *c = h_redis_ctx(&h_shared_redis);
+	size_t i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const char *argv[] = { "EVAL", script_time_at(1700000000000000),
+			"1", "m:r:{k0}", "same", bad[i][0], bad[i][1],
+			bad[i][2], bad[i][3], bad[i][4] };
+		size_t lens[10];
+		redisReply *r;
+		int j;
+
+		for (j = 0; j < 10; j++)
+			lens[j] = strlen(argv[j]);
+		r = redisCommandArgv(c, 10, argv, lens);
+		free((char *)argv[1]);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_msg(r->type == REDIS_REPLY_ERROR &&
+			strstr(r->str, "bad arguments after same") != NULL,
+		    "case %zu: %s", i,
+		    r->type == REDIS_REPLY_ERROR ? r->str : "not an error");
+		freeReplyObject(r);
+	}
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "EXISTS m:r:{k0}"), 0);
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -326,6 +466,8 @@ test_suite(void)
 	tcase_add_loop_test(tc, test_one_key, 0, 4);
 	tcase_add_loop_test(tc, test_mixed, 0, 4);
 	tcase_add_test(tc, test_three);
+	tcase_add_test(tc, test_same_form);
+	tcase_add_test(tc, test_same_refused);
 	suite_add_tcase(s, tc);
 	test_main_at_end(h_shared_redis_stop);
 	return s;

@@ -3,9 +3,11 @@
  * convention (src/store/redis_script.c), without a server: the exact
  * EVALSHA arguments a batch becomes (keys, "marks", the per-call counts
  * with a wait, the five numbers of each check, a concurrency check's
- * lease token), and the replies taken back apart, including the ones that
- * must be refused without touching any call (an error reply such as
- * NOSCRIPT, a wrong length, a negative number, a mark that is no number).
+ * lease token; a batch of one rule's single checks with its five numbers
+ * once, after "same", and what keeps a batch from that), and the replies taken
+ * back apart, including the ones that must be refused without touching any call
+ * (an error reply such as NOSCRIPT, a wrong length, a negative number, a mark
+ * that is no number).
  *
  * Replies are made by hiredis's own reader from RESP text, as the store
  * gets them.  What happens around these functions (SCRIPT LOAD on every
@@ -222,6 +224,118 @@ START_TEST(test_encode_numbers_and_keys)
 	ck_assert_str_eq(args.argv[8], "1");
 	ck_assert_str_eq(args.argv[9], "0");
 	redis_script_args_free(&args);
+}
+END_TEST
+
+/* Three calls of one sliding_log check each, on keys "s:0".. "s:2", with
+ * limit 10, window 1000 and cost 2 unless a test changes one. */
+struct same_batch {
+	struct rl_check checks[3];
+	struct backend_call call[3], *calls[3];
+};
+
+static void
+same_batch_init(struct same_batch *sb)
+{
+	static const char *const keys[3] = { "s:0", "s:1", "s:2" };
+	size_t i;
+
+	memset(sb, 0, sizeof(*sb));
+	for (i = 0; i < 3; i++) {
+		sb->checks[i] = (struct rl_check){ RL_ALG_SLIDING_LOG, 10, 1000,
+			2, false, keys[i], 3, NULL, 0, 0 };
+		sb->call[i].checks = &sb->checks[i];
+		sb->call[i].n = 1;
+		sb->calls[i] = &sb->call[i];
+	}
+}
+
+START_TEST(test_encode_same)
+{
+	/* One rule's batch: its five values once, after 'same' (and after
+	 * 'marks'), each key a request. */
+	static const char *const want[] = { "EVALSHA", SHA, "3", "s:0", "s:1",
+		"s:2", "same", "0", "10", "1000", "2", "0" };
+	static const char *const want_marks[] = { "EVALSHA", SHA, "3", "s:0",
+		"s:1", "s:2", "marks", "same", "0", "10", "1000", "2", "0" };
+	struct same_batch sb;
+	struct redis_script_args args;
+
+	same_batch_init(&sb);
+	ck_assert_int_eq(redis_script_encode(sb.calls, 3, SHA, false, &args),
+	    0);
+	expect_args(&args, want, (int)(sizeof(want) / sizeof(want[0])));
+	ck_assert_ptr_eq(args.argv[4], sb.checks[1].key);
+	redis_script_args_free(&args);
+	ck_assert_int_eq(redis_script_encode(sb.calls, 3, SHA, true, &args), 0);
+	expect_args(&args, want_marks,
+	    (int)(sizeof(want_marks) / sizeof(want_marks[0])));
+	redis_script_args_free(&args);
+	rl_alloc_fail_after(0);
+	ck_assert_int_eq(redis_script_encode(sb.calls, 3, SHA, false, &args),
+	    -1);
+	rl_alloc_fail_after(-1);
+}
+END_TEST
+
+START_TEST(test_encode_not_same)
+{
+	/* Any call that differs sends five values per check: the last one
+	 * with another limit, window, cost or algorithm, shadow, waiting, a
+	 * report, taking a chunk, or of two checks. */
+	static const char *const want[] = { "EVALSHA", SHA, "3", "s:0", "s:1",
+		"s:2", "3", "1", "1", "1", "0", "10", "1000", "2", "0", "0",
+		"10", "1000", "2", "0", "0", "10", "1000", "3", "0" };
+	struct same_batch sb;
+	struct redis_script_args args;
+	int how;
+
+	same_batch_init(&sb);
+	sb.checks[2].cost = 3;
+	ck_assert_int_eq(redis_script_encode(sb.calls, 3, SHA, false, &args),
+	    0);
+	expect_args(&args, want, (int)(sizeof(want) / sizeof(want[0])));
+	redis_script_args_free(&args);
+	for (how = 0; how < 8; how++) {
+		same_batch_init(&sb);
+		switch (how) {
+		case 0:
+			sb.checks[2].limit = 11;
+			break;
+		case 1:
+			sb.checks[2].window_ms = 2000;
+			break;
+		case 2:
+			sb.checks[2].algorithm = RL_ALG_FIXED_WINDOW;
+			break;
+		case 3:
+			sb.checks[2].shadow = true;
+			break;
+		case 4:
+			sb.call[2].wait_us = 1000;
+			break;
+		case 5:
+			sb.call[2].report = true;
+			break;
+		case 6:
+			sb.checks[2].prefetch_want = 5;
+			sb.checks[2].prefetch_hold_us = 1000;
+			break;
+		case 7:
+			sb.call[1].n = 2; /* s:1 and s:2 */
+			sb.calls[2] = NULL;
+			break;
+		}
+		ck_assert_int_eq(redis_script_encode(sb.calls, how == 7 ? 2 : 3,
+				     SHA, false, &args),
+		    0);
+		ck_assert_msg(args.argc > 6 &&
+			strcmp(args.argv[6], "same") != 0,
+		    "case %d went as 'same'", how);
+		ck_assert_int_eq(args.argc,
+		    3 + 3 + (how == 6 ? 1 : 0) + 1 + (how == 7 ? 2 : 3) + 15);
+		redis_script_args_free(&args);
+	}
 }
 END_TEST
 
@@ -659,6 +773,8 @@ test_suite(void)
 	tcase_add_test(tc, test_encode_wait_and_lease);
 	tcase_add_test(tc, test_encode_numbers_and_keys);
 	tcase_add_test(tc, test_encode_refused);
+	tcase_add_test(tc, test_encode_same);
+	tcase_add_test(tc, test_encode_not_same);
 	tcase_add_test(tc, test_decode);
 	tcase_add_test(tc, test_decode_skips_answered);
 	tcase_add_test(tc, test_decode_marks);
