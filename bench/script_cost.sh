@@ -13,7 +13,11 @@
 # in the Redis commands the script calls (their own commandstats); the rest
 # is Lua.
 #   random N   N requests on keys drawn from 10,000 (N = 1, 4, 16, 64;
-#              the daemon's batches held ~5 under wrk -c50)
+#              the daemon's batches held ~5 under wrk -c50, ~12 since the
+#              event loop runs the Redis I/O), five values per check
+#   same N     the same requests as the daemon sends a batch of one rule's
+#              single checks: the five values once, after 'same' (N = 16,
+#              64)
 #   hot 64     64 requests on one key, all allowed
 #   three N    N requests of bench/speed.sh's row (e) (N = 4, 16): rules
 #              r1 sliding_log and r2 fixed_window on a user drawn from
@@ -66,6 +70,13 @@ for _ in range(max(1, total // n)):
         out.append('*%d\r\n' % len(args) + ''.join(
             '$%d\r\n%s\r\n' % (len(a), a) for a in args))
         continue
+    if kind == 'same':
+        keys = ['rl:bench:{k%d}' % rng.randrange(10000) for _ in range(n)]
+        args = ['EVALSHA', sha, str(n)] + keys + \
+            ['same', '0', limit, '60000', '1', '0']
+        out.append('*%d\r\n' % len(args) + ''.join(
+            '$%d\r\n%s\r\n' % (len(a), a) for a in args))
+        continue
     if kind == 'random':
         keys = ['rl:bench:{k%d}' % rng.randrange(10000) for _ in range(n)]
     else:
@@ -113,6 +124,8 @@ run random 1 1000000000
 run random 4 1000000000
 run random 16 1000000000
 run random 64 1000000000
+run same 16 1000000000
+run same 64 1000000000
 run hot 64 1000000000
 run denied 64 100
 run three 4 1000000000
