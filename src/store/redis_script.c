@@ -51,6 +51,36 @@ asks_chunk(const struct rl_check *c)
 }
 
 /*
+ * Make a's one allocation for argc arguments and nums numbers, and fill
+ * its first three: EVALSHA sha nkeys.  Returns where the numbers go, or
+ * NULL (out of memory, or too many arguments).
+ */
+static char *
+args_start(struct redis_script_args *a, size_t argc, size_t nums,
+    const char *sha, size_t nkeys)
+{
+	char *num;
+	void *mem;
+
+	if (argc > (size_t)INT32_MAX / 2)
+		return NULL;
+	mem = rl_malloc(argc * (sizeof(char *) + sizeof(size_t)) +
+	    nums * NUM_MAX);
+	if (mem == NULL)
+		return NULL;
+	a->argv = mem;
+	a->lens = (size_t *)(a->argv + argc);
+	num = (char *)(a->lens + argc);
+	a->argc = (int)argc;
+	a->argv[0] = "EVALSHA";
+	a->lens[0] = 7;
+	a->argv[1] = sha;
+	a->lens[1] = strlen(sha);
+	put_num(a, 2, &num, (int64_t)nkeys);
+	return num;
+}
+
+/*
  * Can the batch go as 'same' (lua/ratelimit.lua): every call one
  * sliding_log check, not shadow, that neither waits nor reports nor takes
  * a chunk, all with the first one's limit, window and cost?  Then the five
@@ -88,22 +118,9 @@ encode_same(struct backend_call *const *calls, size_t ncalls, const char *sha,
 	const struct rl_check *c0 = &calls[0]->checks[0];
 	size_t argc = 3 + ncalls + (marks ? 1 : 0) + 6, i, arg;
 	char *num;
-	void *mem;
 
-	if (argc > (size_t)INT32_MAX / 2)
+	if ((num = args_start(a, argc, 4, sha, ncalls)) == NULL)
 		return -1;
-	mem = rl_malloc(argc * (sizeof(char *) + sizeof(size_t)) + 4 * NUM_MAX);
-	if (mem == NULL)
-		return -1;
-	a->argv = mem;
-	a->lens = (size_t *)(a->argv + argc);
-	num = (char *)(a->lens + argc);
-	a->argc = (int)argc;
-	a->argv[0] = "EVALSHA";
-	a->lens[0] = 7;
-	a->argv[1] = sha;
-	a->lens[1] = strlen(sha);
-	put_num(a, 2, &num, (int64_t)ncalls);
 	for (i = 0; i < ncalls; i++) {
 		a->argv[3 + i] = calls[i]->checks[0].key;
 		a->lens[3 + i] = calls[i]->checks[0].keylen;
@@ -132,7 +149,6 @@ redis_script_encode(struct backend_call *const *calls, size_t ncalls,
 	size_t nkeys = 0, argc, nums, i, j, k, key, arg;
 	bool chunks = false;
 	char *num;
-	void *mem;
 
 	if (ncalls > 0 && all_same(calls, ncalls))
 		return encode_same(calls, ncalls, sha, marks, a);
@@ -147,22 +163,9 @@ redis_script_encode(struct backend_call *const *calls, size_t ncalls,
 	argc = 3 + nkeys + (marks ? 1 : 0) + (chunks ? 1 : 0) + 1 + ncalls +
 	    nkeys * ARGS_PER_CHECK;
 	nums = 2 + ncalls + nkeys * ARGS_PER_CHECK;
-	if (ncalls == 0 || argc > (size_t)INT32_MAX / 2)
+	if (ncalls == 0 ||
+	    (num = args_start(a, argc, nums, sha, nkeys)) == NULL)
 		return -1;
-	mem = rl_malloc(argc * (sizeof(char *) + sizeof(size_t)) +
-	    nums * NUM_MAX);
-	if (mem == NULL)
-		return -1;
-	a->argv = mem;
-	a->lens = (size_t *)(a->argv + argc);
-	num = (char *)(a->lens + argc);
-	a->argc = (int)argc;
-
-	a->argv[0] = "EVALSHA";
-	a->lens[0] = 7;
-	a->argv[1] = sha;
-	a->lens[1] = strlen(sha);
-	put_num(a, 2, &num, (int64_t)nkeys);
 	arg = 3 + nkeys;
 	if (marks) {
 		a->argv[arg] = "marks";

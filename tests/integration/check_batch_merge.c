@@ -120,6 +120,15 @@ m_eval(int64_t now, const char *set, int alg, int64_t window_ms,
 	return script_time_eval(c, argc, argv);
 }
 
+/* Are two fields of replies the same (an integer, or a mark's text)? */
+static bool
+same_field(const redisReply *x, const redisReply *y)
+{
+	return x->type == y->type &&
+	    (x->type == REDIS_REPLY_INTEGER ? x->integer == y->integer :
+					      strcmp(x->str, y->str) == 0);
+}
+
 /* Send rq as one batch and one call each at the same time; compare the
  * replies and then every key.  Returns how many requests were denied. */
 static int
@@ -141,10 +150,7 @@ m_compare(const char *what, int alg, int64_t window_ms, const struct m_req *rq,
 			const redisReply *x = batch->element[at + j],
 					 *y = one->element[j];
 
-			ck_assert_msg(x->type == y->type &&
-				(x->type == REDIS_REPLY_INTEGER ?
-					x->integer == y->integer :
-					strcmp(x->str, y->str) == 0),
+			ck_assert_msg(same_field(x, y),
 			    "%s, request %zu, field %zu: batch %lld/%s, one "
 			    "by one %lld/%s",
 			    what, i, j, x->integer,
@@ -382,10 +388,7 @@ START_TEST(test_same_form)
 		for (i = 0; i < x->elements; i++) {
 			const redisReply *a = x->element[i], *b = y->element[i];
 
-			ck_assert_msg(a->type == b->type &&
-				(a->type == REDIS_REPLY_INTEGER ?
-					a->integer == b->integer :
-					strcmp(a->str, b->str) == 0),
+			ck_assert_msg(same_field(a, b),
 			    "round %d, field %zu: five per check %lld/%s, "
 			    "same %lld/%s",
 			    round, i, a->integer,
