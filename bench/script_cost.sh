@@ -16,8 +16,8 @@
 #              the daemon's batches held ~5 under wrk -c50, ~12 since the
 #              event loop runs the Redis I/O), five values per check
 #   same N     the same requests as the daemon sends a batch of one rule's
-#              single checks: the five values once, after 'same' (N = 16,
-#              64)
+#              single checks: the five values once, after 'same' and the
+#              count 1 (N = 16, 64)
 #   hot 64     64 requests on one key, all allowed
 #   three N    N requests of bench/speed.sh's row (e) (N = 4, 16): rules
 #              r1 sliding_log and r2 fixed_window on a user drawn from
@@ -26,6 +26,8 @@
 #              allowed; keys as the daemon renders them (src/core/decide.c:
 #              "rl:<rule>:{<key>}", "rl:r3:{}" for r3).  Per decision is
 #              then per request of three checks.
+#   same3 N    the same requests as the daemon sends them: the three
+#              checks' values once, after 'same' (N = 4, 16)
 #   denied 64  64 requests on one key at its limit (100), all denied
 #   plain      bench/speed.sh's "Redis alone" sliding-window script, one
 #              decision per call, 10,000 keys (redis-benchmark, 50 clients)
@@ -58,6 +60,17 @@ sha, kind, n, limit, total = sys.argv[1], sys.argv[2], int(sys.argv[3]), \
 rng = random.Random(1)
 out = []
 for _ in range(max(1, total // n)):
+    if kind == 'same3':
+        keys = []
+        for _ in range(n):
+            u = 'u%d' % rng.randrange(10000)
+            keys += ['rl:r1:{%s}' % u, 'rl:r2:{%s}' % u, 'rl:r3:{}']
+        args = ['EVALSHA', sha, str(len(keys))] + keys + ['same', '3'] + \
+            ['0', limit, '60000', '1', '0', '2', limit, '60000', '1', '0',
+             '3', '60000000', '60000', '1', '0']
+        out.append('*%d\r\n' % len(args) + ''.join(
+            '$%d\r\n%s\r\n' % (len(a), a) for a in args))
+        continue
     if kind == 'three':
         keys = []
         for _ in range(n):
@@ -73,7 +86,7 @@ for _ in range(max(1, total // n)):
     if kind == 'same':
         keys = ['rl:bench:{k%d}' % rng.randrange(10000) for _ in range(n)]
         args = ['EVALSHA', sha, str(n)] + keys + \
-            ['same', '0', limit, '60000', '1', '0']
+            ['same', '1', '0', limit, '60000', '1', '0']
         out.append('*%d\r\n' % len(args) + ''.join(
             '$%d\r\n%s\r\n' % (len(a), a) for a in args))
         continue
@@ -130,6 +143,8 @@ run hot 64 1000000000
 run denied 64 100
 run three 4 1000000000
 run three 16 1000000000
+run same3 4 1000000000
+run same3 16 1000000000
 
 # Redis alone, as bench/speed.sh runs it.
 plain='local t = redis.call("TIME")

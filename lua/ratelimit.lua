@@ -13,11 +13,14 @@
 -- ARGV     for a batch of R requests: R, then the number of checks of each
 --          request (R values, each >= 1), then five values per check;
 --          for one request the count may be left out: just five values per
---          check, in KEYS order; and when every request is one
---          sliding_log check, not shadow, all with the same limit, window
---          and cost (a batch of one rule, the common one), the word 'same'
---          and those five values once stand for all: 'same' 0 L window_ms
---          c 0, each key a request.  The five values:
+--          check, in KEYS order; and when every request has the same
+--          checks (a batch of one rule, the common one, or of one set of
+--          rules): 'same', their count C, and five values per check of one
+--          request, which stand for every request's; KEYS then hold C keys
+--          per request.  That form is only for checks that log_single()
+--          or lean_request() take (below): one sliding_log check, or
+--          several of sliding_log, fixed_window and token_bucket on keys
+--          that differ, none shadow.  The five values:
 --            algorithm  0 sliding_log, 1 sliding_window, 2 fixed_window,
 --                       3 token_bucket (enum rl_algorithm); '4:<token>'
 --                       concurrency, with the new lease's token
@@ -1322,17 +1325,49 @@ if ARGV[m + 1] == 'chunks' then
   chunks, m = true, m + 1
 end
 local same = ARGV[m + 1] == 'same'
-local same_L, same_W, same_c
+local same_n, same_L, same_W, same_c
 if same then
-  same_L, same_W = tonumber(ARGV[m + 3]), tonumber(ARGV[m + 4])
-  same_c = tonumber(ARGV[m + 5])
-  if #ARGV ~= m + 6 or chunks or ARGV[m + 2] ~= '0' or
-      ARGV[m + 6] ~= '0' or same_L == nil or same_W == nil or
-      same_c == nil or same_L < 1 or same_W < 1 or same_c < 0 or
-      same_c > same_L then
+  -- The checks of one request, checked once; with several, every
+  -- request's are written into lean_request()'s arrays (checked below).
+  same_n = tonumber(ARGV[m + 2])
+  if same_n == nil or same_n < 1 or #ARGV ~= m + 2 + 5 * same_n or
+      n % same_n ~= 0 or chunks then
     return redis.error_reply('ratelimit.lua: bad arguments after same')
   end
-  same_W = same_W * 1000
+  local sa, sl, sw, sc = {}, {}, {}, {}
+  for j = 1, same_n do
+    local a = m + 2 + (j - 1) * 5
+    local alg, L, wms = ARGV[a + 1], tonumber(ARGV[a + 2]),
+      tonumber(ARGV[a + 3])
+    local c = tonumber(ARGV[a + 4])
+    if (alg ~= '0' and (same_n == 1 or (alg ~= '2' and alg ~= '3'))) or
+        ARGV[a + 5] ~= '0' or L == nil or wms == nil or c == nil or
+        L < 1 or wms < 1 or c < 0 or c > L then
+      return redis.error_reply('ratelimit.lua: bad arguments after same')
+    end
+    sa[j], sl[j], sw[j], sc[j] = tonumber(alg), L, wms * 1000, c
+  end
+  if same_n == 1 then
+    same_L, same_W, same_c = sl[1], sw[1], sc[1]
+  else
+    plain_A, st_ok, st_retry, st_x, st_y, st_z = {}, {}, {}, {}, {}, {}
+    counts = {}
+    for r = 1, n / same_n do
+      counts[r] = same_n
+      local k0 = (r - 1) * same_n
+      for j = 1, same_n do
+        local k = k0 + j
+        for i = k0 + 1, k - 1 do
+          if KEYS[i] == KEYS[k] then
+            return redis.error_reply('ratelimit.lua: bad arguments ' ..
+              'after same')
+          end
+        end
+        plain_A[k], plain_L[k], plain_W[k], plain_c[k] = sa[j], sl[j],
+          sw[j], sc[j]
+      end
+    end
+  end
 elseif #ARGV == m + 5 * n then
   counts, base = {n}, m
 else
@@ -1374,10 +1409,11 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local now_s = int(now)
 
--- 'same': each key one request of log_single(), merged as below (a denied
--- request records nothing, so the same request again on its key gets the
--- same answer: denied[key] keeps the reply's fields).
-if same then
+-- 'same' of one check: each key one request of log_single(), merged as
+-- below (a denied request records nothing, so the same request again on
+-- its key gets the same answer: denied[key] keeps the reply's fields).
+-- Of several: the requests below, their checks read already.
+if same and same_n == 1 then
   local reply, denied = {}, {}
   for k = 1, n do
     local key = KEYS[k]
@@ -1411,7 +1447,7 @@ end
 -- gets a table.  All are read and checked before any is evaluated.
 local checks = {}
 local k = 0
-for r = 1, #counts do
+for r = 1, same and 0 or #counts do
   local cnt = counts[r]
   local plain = waits[r] == nil and not reports[r]
   if plain and cnt == 1 then

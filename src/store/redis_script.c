@@ -80,65 +80,96 @@ args_start(struct redis_script_args *a, size_t argc, size_t nums,
 	return num;
 }
 
+/* The most checks a request may have to go in the 'same' form (its keys
+ * are compared pair by pair). */
+#define SAME_MAX_CHECKS 8
+
+/* May check c stand at position j of a request of n checks in the 'same'
+ * form, beside the first request's check c0 there? */
+static bool
+same_check(const struct rl_check *c, const struct rl_check *c0, size_t n)
+{
+	bool alg_ok = c->algorithm == RL_ALG_SLIDING_LOG ||
+	    (n > 1 &&
+		(c->algorithm == RL_ALG_FIXED_WINDOW ||
+		    c->algorithm == RL_ALG_TOKEN_BUCKET));
+
+	return alg_ok && !c->shadow && !asks_chunk(c) &&
+	    c->algorithm == c0->algorithm && c->limit == c0->limit &&
+	    c->window_ms == c0->window_ms && c->cost == c0->cost;
+}
+
 /*
- * Can the batch go as 'same' (lua/ratelimit.lua): every call one
- * sliding_log check, not shadow, that neither waits nor reports nor takes
- * a chunk, all with the first one's limit, window and cost?  Then the five
- * values go once instead of per key: a batch of one rule, the common one,
- * costs Redis a few arguments per request instead of seven.
+ * Can the batch go as 'same' (lua/ratelimit.lua)?  Every call has the
+ * first one's number of checks, each like the first call's at its place
+ * (one rule's, or one set of rules'): one sliding_log check, or up to
+ * SAME_MAX_CHECKS of sliding_log, fixed_window and token_bucket on keys
+ * that differ; none shadow or taking a chunk; no call waits or reports.
+ * Then the checks' five values go once instead of per key: Redis reads a
+ * key per check instead of a key, a count and five values.
  */
 static bool
 all_same(struct backend_call *const *calls, size_t ncalls)
 {
-	const struct rl_check *c0, *c;
-	size_t i;
+	const struct backend_call *c0 = calls[0], *c;
+	size_t n = c0->n, i, j, k;
 
-	if (calls[0]->n != 1)
+	if (n < 1 || n > SAME_MAX_CHECKS)
 		return false;
-	c0 = &calls[0]->checks[0];
 	for (i = 0; i < ncalls; i++) {
-		if (calls[i]->n != 1)
+		c = calls[i];
+		if (c->n != n || c->report || c->wait_us > 0)
 			return false;
-		c = &calls[i]->checks[0];
-		if (calls[i]->report || calls[i]->wait_us > 0 ||
-		    c->algorithm != RL_ALG_SLIDING_LOG || c->shadow ||
-		    asks_chunk(c) || c->limit != c0->limit ||
-		    c->window_ms != c0->window_ms || c->cost != c0->cost)
-			return false;
+		for (j = 0; j < n; j++) {
+			if (!same_check(&c->checks[j], &c0->checks[j], n))
+				return false;
+			for (k = 0; k < j; k++)
+				if (c->checks[k].keylen ==
+					c->checks[j].keylen &&
+				    memcmp(c->checks[k].key, c->checks[j].key,
+					c->checks[j].keylen) == 0)
+					return false;
+		}
 	}
 	return true;
 }
 
-/* EVALSHA sha n keys... [marks] same 0 L window_ms cost 0: every call one
- * check (all_same()). */
+/* EVALSHA sha nkeys keys... [marks] same n (algorithm L window_ms cost 0)
+ * x n: the first call's n checks stand for every call's (all_same()). */
 static int
 encode_same(struct backend_call *const *calls, size_t ncalls, const char *sha,
     bool marks, struct redis_script_args *a)
 {
-	const struct rl_check *c0 = &calls[0]->checks[0];
-	size_t argc = 3 + ncalls + (marks ? 1 : 0) + 6, i, arg;
+	const struct backend_call *c0 = calls[0];
+	size_t n = c0->n, nkeys = ncalls * n, i, j, key = 3, arg;
+	size_t argc = 3 + nkeys + (marks ? 1 : 0) + 2 + 5 * n;
 	char *num;
 
-	if ((num = args_start(a, argc, 4, sha, ncalls)) == NULL)
+	if ((num = args_start(a, argc, 2 + 4 * n, sha, nkeys)) == NULL)
 		return -1;
-	for (i = 0; i < ncalls; i++) {
-		a->argv[3 + i] = calls[i]->checks[0].key;
-		a->lens[3 + i] = calls[i]->checks[0].keylen;
-	}
-	arg = 3 + ncalls;
+	for (i = 0; i < ncalls; i++)
+		for (j = 0; j < n; j++) {
+			a->argv[key] = calls[i]->checks[j].key;
+			a->lens[key++] = calls[i]->checks[j].keylen;
+		}
+	arg = key;
 	if (marks) {
 		a->argv[arg] = "marks";
 		a->lens[arg++] = 5;
 	}
 	a->argv[arg] = "same";
 	a->lens[arg++] = 4;
-	a->argv[arg] = "0"; /* RL_ALG_SLIDING_LOG */
-	a->lens[arg++] = 1;
-	put_num(a, arg++, &num, c0->limit);
-	put_num(a, arg++, &num, c0->window_ms);
-	put_num(a, arg++, &num, c0->cost);
-	a->argv[arg] = "0"; /* not shadow */
-	a->lens[arg] = 1;
+	put_num(a, arg++, &num, (int64_t)n);
+	for (j = 0; j < n; j++) {
+		const struct rl_check *c = &c0->checks[j];
+
+		put_num(a, arg++, &num, (int64_t)c->algorithm);
+		put_num(a, arg++, &num, c->limit);
+		put_num(a, arg++, &num, c->window_ms);
+		put_num(a, arg++, &num, c->cost);
+		a->argv[arg] = "0"; /* not shadow */
+		a->lens[arg++] = 1;
+	}
 	return 0;
 }
 

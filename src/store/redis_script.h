@@ -27,9 +27,11 @@ struct redis_script_args {
 /*
  * EVALSHA sha nkeys keys... [marks] R n_1..n_R args... for the
  * calls[0..ncalls-1] (each with n >= 1 checks), borrowed until the args are
- * freed; when every call is one sliding_log check with the same limit,
- * window and cost (and neither shadow, waiting, a report nor a chunk),
- * EVALSHA sha ncalls keys... [marks] same 0 L window_ms cost 0.  With marks the
+ * freed; when every call has the same checks (one sliding_log check, or
+ * a few of sliding_log, fixed_window and token_bucket on keys that differ,
+ * with the same limits, windows and costs; none shadow or taking a chunk,
+ * no call waiting or a report), EVALSHA sha nkeys keys... [marks] same n
+ * and five values for each of the n checks of one call.  With marks the
  * script also says where each check recorded (into rl_result.mark, for
  * lua/takeback.lua).  Returns 0, or -1 (out of memory, or too many arguments).
  */

@@ -31,8 +31,9 @@
  * request shares), until each of them denies, mixed with single checks,
  * shadow checks and a key that changes algorithm.
  *
- * And a batch of one rule's single sliding_log checks, as the store sends
- * it (the five values once, after 'same'), decides exactly as the same
+ * And a batch whose requests have the same checks (one rule's single
+ * sliding_log checks, or row (e)'s three), as the store sends it (the
+ * checks' five values once, after 'same'), decides exactly as the same
  * batch with five values per check.
  */
 #include <check.h>
@@ -327,127 +328,190 @@ START_TEST(test_three)
 }
 END_TEST
 
-/* EVAL at now, with 'marks', of nrq requests in the 'same' form
- * (lua/ratelimit.lua): one sliding_log check each on "m:<set>:{k<key>}",
- * all with limit, cost and window_ms.  Free the reply. */
+/* EVAL at now, with 'marks', of rq[0 .. nrq - 1] in the 'same' form
+ * (lua/ratelimit.lua): every request has rq[0]'s checks, whose five values
+ * go once, each request's keys "m:<set>:{k<i>}".  Free the reply. */
 static redisReply *
-m_eval_same(int64_t now, const char *set, const int *keys, size_t nrq,
-    int64_t limit, int64_t cost, int64_t window_ms)
+m_eval_same(int64_t now, const char *set, int alg, int64_t window_ms,
+    const struct m_req *rq, size_t nrq)
 {
-	enum { MAXARG = 10 + M_MAXREQ };
+	enum { MAXARG = 5 + M_MAXREQ * M_MAXCHK + 2 + 5 * M_MAXCHK };
 	const char *argv[MAXARG];
 	char nums[MAXARG][48];
-	size_t i, u = 0;
+	size_t i, j, nk = 0, u = 0;
 	int argc = 0;
 
 	argv[argc++] = "EVAL";
 	argv[argc++] = script_time_at(now);
-	snprintf(nums[u], sizeof(nums[u]), "%zu", nrq);
+	for (i = 0; i < nrq; i++)
+		nk += rq[i].n;
+	snprintf(nums[u], sizeof(nums[u]), "%zu", nk);
 	argv[argc++] = nums[u++];
-	for (i = 0; i < nrq; i++) {
-		snprintf(nums[u], sizeof(nums[u]), "m:%s:{k%d}", set, keys[i]);
-		argv[argc++] = nums[u++];
-	}
+	for (i = 0; i < nrq; i++)
+		for (j = 0; j < rq[i].n; j++) {
+			snprintf(nums[u], sizeof(nums[u]), "m:%s:{k%d}", set,
+			    rq[i].c[j].key);
+			argv[argc++] = nums[u++];
+		}
 	argv[argc++] = "marks";
 	argv[argc++] = "same";
-	argv[argc++] = "0";
-	snprintf(nums[u], sizeof(nums[u]), "%" PRId64, limit);
+	snprintf(nums[u], sizeof(nums[u]), "%zu", rq[0].n);
 	argv[argc++] = nums[u++];
-	snprintf(nums[u], sizeof(nums[u]), "%" PRId64, window_ms);
-	argv[argc++] = nums[u++];
-	snprintf(nums[u], sizeof(nums[u]), "%" PRId64, cost);
-	argv[argc++] = nums[u++];
-	argv[argc++] = "0";
+	for (j = 0; j < rq[0].n; j++) {
+		const struct m_check *k = &rq[0].c[j];
+
+		snprintf(nums[u], sizeof(nums[u]), "%d",
+		    k->alg != 0 ? k->alg - 1 : alg);
+		argv[argc++] = nums[u++];
+		snprintf(nums[u], sizeof(nums[u]), "%" PRId64, k->limit);
+		argv[argc++] = nums[u++];
+		snprintf(nums[u], sizeof(nums[u]), "%" PRId64, window_ms);
+		argv[argc++] = nums[u++];
+		snprintf(nums[u], sizeof(nums[u]), "%" PRId64, k->cost);
+		argv[argc++] = nums[u++];
+		argv[argc++] = "0";
+	}
 	return script_time_eval(h_redis_ctx(&h_shared_redis), argc, argv);
+}
+
+/*
+ * Send rq (every request with rq[0]'s checks) at now as one batch with
+ * five values per check, on "m:b:{k<i>}", and in the 'same' form, on
+ * "m:s:{k<i>}"; the replies must be the same, field by field, and so must
+ * every key's data after.  Returns how many requests were denied.
+ */
+static int
+same_compare(const char *what, int64_t now, int64_t window_ms,
+    const struct m_req *rq, size_t nrq)
+{
+	redisReply *x = m_eval(now, "b", RL_ALG_SLIDING_LOG, window_ms, rq,
+		       nrq),
+		   *y = m_eval_same(now, "s", RL_ALG_SLIDING_LOG, window_ms, rq,
+		       nrq);
+	size_t per = 1 + rq[0].n * 6, i;
+	int denied = 0, k;
+
+	ck_assert_uint_eq(x->elements, nrq * per);
+	ck_assert_uint_eq(y->elements, x->elements);
+	for (i = 0; i < x->elements; i++) {
+		const redisReply *a = x->element[i], *b = y->element[i];
+
+		ck_assert_msg(same_field(a, b),
+		    "%s, field %zu: five per check %lld/%s, same %lld/%s", what,
+		    i, a->integer,
+		    a->type == REDIS_REPLY_INTEGER ? "-" : a->str, b->integer,
+		    b->type == REDIS_REPLY_INTEGER ? "-" : b->str);
+		if (i % per == 0 && a->integer == 0)
+			denied++;
+	}
+	freeReplyObject(x);
+	freeReplyObject(y);
+	for (k = 0; k < M_KEYS; k++) {
+		redisContext *c = h_redis_ctx(&h_shared_redis);
+		redisReply *d0 = redisCommand(c, "DUMP m:b:{k%d}", k),
+			   *d1 = redisCommand(c, "DUMP m:s:{k%d}", k);
+
+		ck_assert_ptr_nonnull(d0);
+		ck_assert_ptr_nonnull(d1);
+		ck_assert_msg(d1->type == d0->type && d1->len == d0->len &&
+			(d0->type != REDIS_REPLY_STRING ||
+			    memcmp(d0->str, d1->str, d0->len) == 0),
+		    "%s: key k%d holds other data", what, k);
+		ck_assert_msg((h_redis_int(&h_shared_redis, "PTTL m:s:{k%d}",
+				   k) > 0) == (d0->type == REDIS_REPLY_STRING),
+		    "%s: key k%d: TTL and data disagree", what, k);
+		freeReplyObject(d0);
+		freeReplyObject(d1);
+	}
+	return denied;
 }
 
 /* A batch of one rule's single checks sent in the 'same' form (what
  * src/store/redis_script.c sends for it) decides exactly as the same batch
- * with five values per check: the same reply, field by field, and the
- * same data in every key after.  Three keys of limit 5, cost 2: k0 fills
+ * with five values per check.  Three keys of limit 5, cost 2: k0 fills
  * and then denies (merged), k1 and k2 in between.  Run twice, the second
  * time on keys the first filled, one window later less a millisecond. */
 START_TEST(test_same_form)
 {
 	static const int keys[] = { 0, 0, 1, 0, 2, 0, 1, 0, 0, 2, 1, 1 };
-	const size_t n = sizeof(keys) / sizeof(keys[0]);
 	struct m_req rq[sizeof(keys) / sizeof(keys[0])];
-	int64_t now = 1700000000000000;
-	int denied = 0, round, k;
+	const size_t n = sizeof(keys) / sizeof(keys[0]);
+	int denied;
 	size_t i;
 
 	for (i = 0; i < n; i++)
 		rq[i] = (struct m_req)ONE(keys[i], 5, 2);
-	for (round = 0; round < 2; round++) {
-		redisReply *x = m_eval(now, "b", RL_ALG_SLIDING_LOG, 1000, rq,
-			       n),
-			   *y = m_eval_same(now, "s", keys, n, 5, 2, 1000);
-
-		ck_assert_uint_eq(y->elements, x->elements);
-		ck_assert_uint_eq(x->elements, n * 7);
-		for (i = 0; i < x->elements; i++) {
-			const redisReply *a = x->element[i], *b = y->element[i];
-
-			ck_assert_msg(same_field(a, b),
-			    "round %d, field %zu: five per check %lld/%s, "
-			    "same %lld/%s",
-			    round, i, a->integer,
-			    a->type == REDIS_REPLY_INTEGER ? "-" : a->str,
-			    b->integer,
-			    b->type == REDIS_REPLY_INTEGER ? "-" : b->str);
-			if (i % 7 == 0 && a->integer == 0)
-				denied++;
-		}
-		freeReplyObject(x);
-		freeReplyObject(y);
-		for (k = 0; k < M_KEYS; k++) {
-			redisContext *c = h_redis_ctx(&h_shared_redis);
-			redisReply *d0 = redisCommand(c, "DUMP m:b:{k%d}", k),
-				   *d1 = redisCommand(c, "DUMP m:s:{k%d}", k);
-
-			ck_assert_ptr_nonnull(d0);
-			ck_assert_ptr_nonnull(d1);
-			ck_assert_msg(d0->type == REDIS_REPLY_STRING &&
-				d1->type == d0->type && d1->len == d0->len &&
-				memcmp(d0->str, d1->str, d0->len) == 0,
-			    "round %d: key k%d holds other data", round, k);
-			ck_assert_int_gt(h_redis_int(&h_shared_redis,
-					     "PTTL m:s:{k%d}", k),
-			    0);
-			freeReplyObject(d0);
-			freeReplyObject(d1);
-		}
-		now += 999000;
-	}
+	denied = same_compare("one rule", 1700000000000000, 1000, rq, n);
+	denied += same_compare("one rule, again", 1700000000999000, 1000, rq,
+	    n);
 	/* k0 denied in both rounds, k1 in the second: merged answers */
-	ck_assert_msg(denied >= 6, "%d denied", denied);
+	ck_assert_msg(denied >= 6, "one rule: %d denied", denied);
 }
 END_TEST
 
-/* The 'same' form refuses what it cannot stand for: another algorithm, a
- * shadow check, a cost past the limit, a missing value. */
+/* The same for requests of three rules (bench/speed.sh's row (e)): k0
+ * sliding_log (limit 6), k1 fixed_window (8), k2 token_bucket (10), cost 1
+ * each, until k0 denies and the request records nothing. */
+START_TEST(test_same_three)
+{
+	struct m_req rq[10];
+	size_t i;
+	int denied;
+
+	for (i = 0; i < 10; i++)
+		rq[i] = (struct m_req)ROW_E(6, 1, 8, 1, 10, 1);
+	denied = same_compare("three rules", 1700000000000000, 600000, rq, 10);
+	ck_assert_int_eq(denied, 4);
+}
+END_TEST
+
+/* The 'same' form refuses what it cannot stand for: one check of another
+ * algorithm, a shadow check, a cost past the limit, a missing value, a key
+ * count that is no multiple of the checks' count, a key twice in one
+ * request, sliding_window among several checks. */
 START_TEST(test_same_refused)
 {
-	static const char *const bad[][5] = {
-		{ "2", "5", "1000", "1", "0" },
-		{ "0", "5", "1000", "1", "1" },
-		{ "0", "5", "1000", "6", "0" },
-		{ "0", "x", "1000", "1", "0" },
+	static const char *const bad[][13] = {
+		{ "1", "k0", "1", "2", "5", "1000", "1", "0" },
+		{ "1", "k0", "1", "0", "5", "1000", "1", "1" },
+		{ "1", "k0", "1", "0", "5", "1000", "6", "0" },
+		{ "1", "k0", "1", "0", "x", "1000", "1", "0" },
+		{ "1", "k0", "2", "0", "5", "1000", "1", "0", "2", "5", "1000",
+		    "1", "0" },
+		{ "2", "k0", "k0", "2", "0", "5", "1000", "1", "0", "2", "5",
+		    "1000", "1" },
+		{ "2", "k0", "k1", "2", "0", "5", "1000", "1", "0", "1", "5",
+		    "1000", "1" },
 	};
+	static const int nargs[] = { 8, 8, 8, 8, 13, 13, 13 };
 	redisContext *c = h_redis_ctx(&h_shared_redis);
 	size_t i;
 
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		const char *argv[] = { "EVAL", script_time_at(1700000000000000),
-			"1", "m:r:{k0}", "same", bad[i][0], bad[i][1],
-			bad[i][2], bad[i][3], bad[i][4] };
-		size_t lens[10];
+		const char *argv[20];
+		size_t lens[20];
+		char keys[2][32];
+		int nk = atoi(bad[i][0]), argc = 0, j;
 		redisReply *r;
-		int j;
 
-		for (j = 0; j < 10; j++)
+		argv[argc++] = "EVAL";
+		argv[argc++] = script_time_at(1700000000000000);
+		for (j = 0; j < nargs[i]; j++) {
+			if (j >= 1 && j <= nk) {
+				snprintf(keys[j - 1], sizeof(keys[j - 1]),
+				    "m:r:{%s}", bad[i][j]);
+				argv[argc++] = keys[j - 1];
+			} else {
+				argv[argc++] = bad[i][j];
+			}
+			if (j == nk)
+				argv[argc++] = "same";
+		}
+		if (i >= 5) /* the last value: shadow 0 */
+			argv[argc++] = "0";
+		for (j = 0; j < argc; j++)
 			lens[j] = strlen(argv[j]);
-		r = redisCommandArgv(c, 10, argv, lens);
+		r = redisCommandArgv(c, argc, argv, lens);
 		free((char *)argv[1]);
 		ck_assert_ptr_nonnull(r);
 		ck_assert_msg(r->type == REDIS_REPLY_ERROR &&
@@ -457,6 +521,7 @@ START_TEST(test_same_refused)
 		freeReplyObject(r);
 	}
 	ck_assert_int_eq(h_redis_int(&h_shared_redis, "EXISTS m:r:{k0}"), 0);
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "EXISTS m:r:{k1}"), 0);
 }
 END_TEST
 
@@ -470,6 +535,7 @@ test_suite(void)
 	tcase_add_loop_test(tc, test_mixed, 0, 4);
 	tcase_add_test(tc, test_three);
 	tcase_add_test(tc, test_same_form);
+	tcase_add_test(tc, test_same_three);
 	tcase_add_test(tc, test_same_refused);
 	suite_add_tcase(s, tc);
 	test_main_at_end(h_shared_redis_stop);

@@ -3,8 +3,9 @@
  * convention (src/store/redis_script.c), without a server: the exact
  * EVALSHA arguments a batch becomes (keys, "marks", the per-call counts
  * with a wait, the five numbers of each check, a concurrency check's
- * lease token; a batch of one rule's single checks with its five numbers
- * once, after "same", and what keeps a batch from that), and the replies taken
+ * lease token; a batch of requests with the same checks, one rule's or
+ * three rules', with their five numbers once, after "same", and what keeps
+ * a batch from that), and the replies taken
  * back apart, including the ones that must be refused without touching any call
  * (an error reply such as NOSCRIPT, a wrong length, a negative number, a mark
  * that is no number).
@@ -252,12 +253,13 @@ same_batch_init(struct same_batch *sb)
 
 START_TEST(test_encode_same)
 {
-	/* One rule's batch: its five values once, after 'same' (and after
-	 * 'marks'), each key a request. */
+	/* One rule's batch: its five values once, after 'same' and the count
+	 * of checks (and after 'marks'), each key a request. */
 	static const char *const want[] = { "EVALSHA", SHA, "3", "s:0", "s:1",
-		"s:2", "same", "0", "10", "1000", "2", "0" };
+		"s:2", "same", "1", "0", "10", "1000", "2", "0" };
 	static const char *const want_marks[] = { "EVALSHA", SHA, "3", "s:0",
-		"s:1", "s:2", "marks", "same", "0", "10", "1000", "2", "0" };
+		"s:1", "s:2", "marks", "same", "1", "0", "10", "1000", "2",
+		"0" };
 	struct same_batch sb;
 	struct redis_script_args args;
 
@@ -275,6 +277,62 @@ START_TEST(test_encode_same)
 	ck_assert_int_eq(redis_script_encode(sb.calls, 3, SHA, false, &args),
 	    -1);
 	rl_alloc_fail_after(-1);
+}
+END_TEST
+
+START_TEST(test_encode_same_three)
+{
+	/* Requests of three rules (bench/speed.sh's row (e)): the three
+	 * checks' values once, every request's three keys.  A request whose
+	 * checks repeat a key, or whose check at one place differs, keeps
+	 * the batch from the form. */
+	static const char *const keys[2][3] = { { "a:0", "b:0", "c" },
+		{ "a:1", "b:1", "c" } };
+	static const char *const want[] = { "EVALSHA", SHA, "6", "a:0", "b:0",
+		"c", "a:1", "b:1", "c", "same", "3", "0", "10", "1000", "1",
+		"0", "2", "20", "1000", "1", "0", "3", "30", "60000", "1",
+		"0" };
+	struct rl_check checks[2][3];
+	struct backend_call call[2], *calls[2] = { &call[0], &call[1] };
+	struct redis_script_args args;
+	size_t i, j;
+	int how;
+
+	for (how = 0; how < 4; how++) {
+		memset(call, 0, sizeof(call));
+		for (i = 0; i < 2; i++) {
+			for (j = 0; j < 3; j++)
+				checks[i][j] = (struct rl_check){ j == 0 ?
+					    RL_ALG_SLIDING_LOG :
+					    j == 1 ? RL_ALG_FIXED_WINDOW :
+						     RL_ALG_TOKEN_BUCKET,
+					10 * (int64_t)(j + 1),
+					j == 2 ? 60000 : 1000, 1, false,
+					keys[i][j], strlen(keys[i][j]), NULL, 0,
+					0 };
+			call[i].checks = checks[i];
+			call[i].n = 3;
+		}
+		if (how == 1) /* a:1 twice in the second request */
+			checks[1][1].key = "a:1";
+		if (how == 2) /* another window at the second place */
+			checks[1][1].window_ms = 2000;
+		if (how == 3) /* sliding_window: not one lean_request() takes */
+			checks[0][1].algorithm = checks[1][1].algorithm =
+			    RL_ALG_SLIDING_WINDOW;
+		ck_assert_int_eq(redis_script_encode(calls, 2, SHA, false,
+				     &args),
+		    0);
+		if (how == 0)
+			expect_args(&args, want,
+			    (int)(sizeof(want) / sizeof(want[0])));
+		else
+			ck_assert_msg(strcmp(args.argv[9], "same") != 0 &&
+				args.argc == 3 + 6 + 1 + 2 + 30,
+			    "case %d: argument 9 is %s, %d arguments", how,
+			    args.argv[9], args.argc);
+		redis_script_args_free(&args);
+	}
 }
 END_TEST
 
@@ -774,6 +832,7 @@ test_suite(void)
 	tcase_add_test(tc, test_encode_numbers_and_keys);
 	tcase_add_test(tc, test_encode_refused);
 	tcase_add_test(tc, test_encode_same);
+	tcase_add_test(tc, test_encode_same_three);
 	tcase_add_test(tc, test_encode_not_same);
 	tcase_add_test(tc, test_decode);
 	tcase_add_test(tc, test_decode_skips_answered);
