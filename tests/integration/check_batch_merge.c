@@ -67,58 +67,78 @@ struct m_req {
 	struct m_check c[M_MAXCHK];
 };
 
+/* An EVAL being built: argv[0 .. argc - 1], numbers and keys written in
+ * text. */
+struct m_args {
+	const char *argv[5 + M_MAXREQ * (1 + 6 * M_MAXCHK)];
+	char text[5 + M_MAXREQ * (1 + 6 * M_MAXCHK)][48];
+	int argc;
+};
+
+/* Add an argument: s, or with fmt != NULL, fmt and its number. */
+static void
+m_arg(struct m_args *a, const char *s, const char *fmt, int64_t v)
+{
+	if (fmt != NULL) {
+		snprintf(a->text[a->argc], sizeof(a->text[a->argc]), fmt, v);
+		s = a->text[a->argc];
+	}
+	a->argv[a->argc++] = s;
+}
+
+/* EVAL, the script at now, and the keys of rq[0 .. nrq - 1]'s checks,
+ * "m:<set>:{k<i>}", then 'marks'. */
+static void
+m_start(struct m_args *a, int64_t now, const char *set, const struct m_req *rq,
+    size_t nrq)
+{
+	size_t i, j, nk = 0;
+
+	a->argc = 0;
+	for (i = 0; i < nrq; i++)
+		nk += rq[i].n;
+	m_arg(a, "EVAL", NULL, 0);
+	m_arg(a, script_time_at(now), NULL, 0);
+	m_arg(a, NULL, "%" PRId64, (int64_t)nk);
+	for (i = 0; i < nrq; i++)
+		for (j = 0; j < rq[i].n; j++) {
+			snprintf(a->text[a->argc], sizeof(a->text[a->argc]),
+			    "m:%s:{k%d}", set, rq[i].c[j].key);
+			m_arg(a, a->text[a->argc], NULL, 0);
+		}
+	m_arg(a, "marks", NULL, 0);
+}
+
+/* The five values of check k: its algorithm (or alg), limit, window_ms,
+ * cost and shadow. */
+static void
+m_check_args(struct m_args *a, const struct m_check *k, int alg,
+    int64_t window_ms)
+{
+	m_arg(a, NULL, "%" PRId64, k->alg != 0 ? k->alg - 1 : alg);
+	m_arg(a, NULL, "%" PRId64, k->limit);
+	m_arg(a, NULL, "%" PRId64, window_ms);
+	m_arg(a, NULL, "%" PRId64, k->cost);
+	m_arg(a, k->shadow ? "1" : "0", NULL, 0);
+}
+
 /* EVAL at now, with 'marks', of rq[0 .. nrq - 1] on "m:<set>:{k<i>}";
  * every check of algorithm alg and window window_ms.  Free the reply. */
 static redisReply *
 m_eval(int64_t now, const char *set, int alg, int64_t window_ms,
     const struct m_req *rq, size_t nrq)
 {
-	enum { MAXARG = 5 + M_MAXREQ * (1 + 6 * M_MAXCHK) };
-	redisContext *c = h_redis_ctx(&h_shared_redis);
-	const char *argv[MAXARG];
-	size_t i, j, nk = 0, u = 0;
-	char nums[MAXARG][48];
-	char *text;
-	int argc = 0;
+	struct m_args a;
+	size_t i, j;
 
-	text = script_time_at(now);
+	m_start(&a, now, set, rq, nrq);
+	m_arg(&a, NULL, "%" PRId64, (int64_t)nrq);
 	for (i = 0; i < nrq; i++)
-		nk += rq[i].n;
-	argv[argc++] = "EVAL";
-	argv[argc++] = text;
-	snprintf(nums[u], sizeof(nums[u]), "%zu", nk);
-	argv[argc++] = nums[u++];
+		m_arg(&a, NULL, "%" PRId64, (int64_t)rq[i].n);
 	for (i = 0; i < nrq; i++)
-		for (j = 0; j < rq[i].n; j++) {
-			snprintf(nums[u], sizeof(nums[u]), "m:%s:{k%d}", set,
-			    rq[i].c[j].key);
-			argv[argc++] = nums[u++];
-		}
-	argv[argc++] = "marks";
-	snprintf(nums[u], sizeof(nums[u]), "%zu", nrq);
-	argv[argc++] = nums[u++];
-	for (i = 0; i < nrq; i++) {
-		snprintf(nums[u], sizeof(nums[u]), "%zu", rq[i].n);
-		argv[argc++] = nums[u++];
-	}
-	for (i = 0; i < nrq; i++)
-		for (j = 0; j < rq[i].n; j++) {
-			const struct m_check *k = &rq[i].c[j];
-
-			snprintf(nums[u], sizeof(nums[u]), "%d",
-			    k->alg != 0 ? k->alg - 1 : alg);
-			argv[argc++] = nums[u++];
-			snprintf(nums[u], sizeof(nums[u]), "%" PRId64,
-			    k->limit);
-			argv[argc++] = nums[u++];
-			snprintf(nums[u], sizeof(nums[u]), "%" PRId64,
-			    window_ms);
-			argv[argc++] = nums[u++];
-			snprintf(nums[u], sizeof(nums[u]), "%" PRId64, k->cost);
-			argv[argc++] = nums[u++];
-			argv[argc++] = k->shadow ? "1" : "0";
-		}
-	return script_time_eval(c, argc, argv);
+		for (j = 0; j < rq[i].n; j++)
+			m_check_args(&a, &rq[i].c[j], alg, window_ms);
+	return script_time_eval(h_redis_ctx(&h_shared_redis), a.argc, a.argv);
 }
 
 /* Are two fields of replies the same (an integer, or a mark's text)? */
@@ -335,43 +355,15 @@ static redisReply *
 m_eval_same(int64_t now, const char *set, int alg, int64_t window_ms,
     const struct m_req *rq, size_t nrq)
 {
-	enum { MAXARG = 5 + M_MAXREQ * M_MAXCHK + 2 + 5 * M_MAXCHK };
-	const char *argv[MAXARG];
-	char nums[MAXARG][48];
-	size_t i, j, nk = 0, u = 0;
-	int argc = 0;
+	struct m_args a;
+	size_t j;
 
-	argv[argc++] = "EVAL";
-	argv[argc++] = script_time_at(now);
-	for (i = 0; i < nrq; i++)
-		nk += rq[i].n;
-	snprintf(nums[u], sizeof(nums[u]), "%zu", nk);
-	argv[argc++] = nums[u++];
-	for (i = 0; i < nrq; i++)
-		for (j = 0; j < rq[i].n; j++) {
-			snprintf(nums[u], sizeof(nums[u]), "m:%s:{k%d}", set,
-			    rq[i].c[j].key);
-			argv[argc++] = nums[u++];
-		}
-	argv[argc++] = "marks";
-	argv[argc++] = "same";
-	snprintf(nums[u], sizeof(nums[u]), "%zu", rq[0].n);
-	argv[argc++] = nums[u++];
-	for (j = 0; j < rq[0].n; j++) {
-		const struct m_check *k = &rq[0].c[j];
-
-		snprintf(nums[u], sizeof(nums[u]), "%d",
-		    k->alg != 0 ? k->alg - 1 : alg);
-		argv[argc++] = nums[u++];
-		snprintf(nums[u], sizeof(nums[u]), "%" PRId64, k->limit);
-		argv[argc++] = nums[u++];
-		snprintf(nums[u], sizeof(nums[u]), "%" PRId64, window_ms);
-		argv[argc++] = nums[u++];
-		snprintf(nums[u], sizeof(nums[u]), "%" PRId64, k->cost);
-		argv[argc++] = nums[u++];
-		argv[argc++] = "0";
-	}
-	return script_time_eval(h_redis_ctx(&h_shared_redis), argc, argv);
+	m_start(&a, now, set, rq, nrq);
+	m_arg(&a, "same", NULL, 0);
+	m_arg(&a, NULL, "%" PRId64, (int64_t)rq[0].n);
+	for (j = 0; j < rq[0].n; j++)
+		m_check_args(&a, &rq[0].c[j], alg, window_ms);
+	return script_time_eval(h_redis_ctx(&h_shared_redis), a.argc, a.argv);
 }
 
 /*
