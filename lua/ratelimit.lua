@@ -543,7 +543,12 @@ if #KEYS > 1 then
           end
         end
         if rec then
-          redis.call('PEXPIRE', key, int_arg(max(1, ceil_ms(st + W - now))))
+          -- The window's end, set when its hash was made (st_z[k]): a
+          -- record in a window the hash holds would set the same time.
+          if st_z[k] == true then
+            redis.call('PEXPIRE', key,
+              int_arg(max(1, ceil_ms(st + W - now))))
+          end
           if marks then
             mark = int(st)
           end
@@ -756,6 +761,7 @@ local function make_general()
         redis.call('DEL', s.key)
         redis.call('HSET', s.key, 's', int(st), 'n', int(s.c))
         s.f_start, s.f_n = st, s.c
+        s.made = true
       else
         redis.call('HINCRBY', s.key, 'n', int(s.c))
         s.f_n = s.f_n + s.c
@@ -793,7 +799,9 @@ local function make_general()
           s.reset = ceil_ms(s.s_now + s.W - s.now)
         end
       end
-      if s.recorded then
+      -- TTL: the end of the window, set when its hash was made (s.made);
+      -- a record in a window the hash already holds would set the same.
+      if s.recorded and s.made then
         redis.call('PEXPIRE', s.key,
           int(max(1, ceil_ms(st + s.W - s.now))))
       end
