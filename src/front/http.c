@@ -268,7 +268,7 @@ request_begin(struct http_server *s, struct MHD_Connection *conn,
 	bool answered;
 
 	http_framing_headers_done(conn);
-	if ((rq = rl_calloc(1, sizeof(*rq))) == NULL)
+	if ((rq = http_loop_record_get(sizeof(*rq))) == NULL)
 		return MHD_NO;
 	rq->ep = http_route(url, method);
 	rq->s = s;
@@ -421,7 +421,7 @@ request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	rl_free(rq->body);
 	rl_free(rq->rule);
 	attrs_clear(&rq->attrs);
-	rl_free(rq);
+	http_loop_record_put(rq, sizeof(*rq));
 	*con_cls = NULL;
 	__atomic_sub_fetch(&s->inflight, 1, __ATOMIC_SEQ_CST);
 }

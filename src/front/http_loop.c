@@ -62,6 +62,11 @@ struct http_loop {
 	pthread_mutex_t mu; /* guards the inbox */
 	struct loop_conn *inbox;
 	size_t n, cap;
+
+	/* Request records given back on this thread (http_loop_record_get),
+	 * linked through their first bytes; the loop's own. */
+	void *records;
+	size_t nrecords, record_size;
 };
 
 /* Hand the connections queued to libmicrohttpd. */
@@ -101,6 +106,40 @@ http_loop_wake(struct http_loop *l)
 		l->again = true;
 	else
 		(void)!write(l->evfd, &(uint64_t){ 1 }, sizeof(uint64_t));
+}
+
+void *
+http_loop_record_get(size_t size)
+{
+	struct http_loop *l = loop_self;
+	void *p;
+
+	if (l == NULL || l->records == NULL || l->record_size != size)
+		return rl_calloc(1, size);
+	p = l->records;
+	memcpy(&l->records, p, sizeof(void *));
+	l->nrecords--;
+	memset(p, 0, size);
+	return p;
+}
+
+void
+http_loop_record_put(void *p, size_t size)
+{
+	struct http_loop *l = loop_self;
+
+	if (p == NULL)
+		return;
+	if (l == NULL || l->nrecords >= HTTP_LOOP_RECORDS ||
+	    size < sizeof(void *) ||
+	    (l->record_size != 0 && l->record_size != size)) {
+		rl_free(p);
+		return;
+	}
+	l->record_size = size;
+	memcpy(p, &l->records, sizeof(void *));
+	l->records = p;
+	l->nrecords++;
 }
 
 static int
@@ -268,6 +307,12 @@ http_loop_stop(struct http_loop *l)
 	for (i = 0; i < l->n; i++)
 		close(l->inbox[i].fd);
 	rl_free(l->inbox);
+	while (l->records != NULL) {
+		void *p = l->records;
+
+		memcpy(&l->records, p, sizeof(void *));
+		rl_free(p);
+	}
 	if (l->epfd >= 0)
 		close(l->epfd);
 	if (l->evfd >= 0)

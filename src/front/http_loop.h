@@ -53,6 +53,22 @@ struct http_loop *http_loop_current(void);
  */
 void http_loop_wake(struct http_loop *l);
 
+/*
+ * A zeroed record of size bytes for one request, from the records the
+ * calling thread's loop got back, or rl_calloc() (on any other thread, or
+ * when it has none); NULL when out of memory.  Give it back with
+ * http_loop_record_put(): on a loop's thread it is kept for that loop's
+ * next request (at most HTTP_LOOP_RECORDS of them), elsewhere freed.
+ * Every record of a loop has one size (http.c's struct request).  Why:
+ * glibc serves a block this large (over 1 KiB) from its large bins, and
+ * before each such malloc it merges every small block freed since into
+ * its bins (malloc_consolidate), work a request's few hundred small
+ * frees (JSON, the answer) made on every request.
+ */
+#define HTTP_LOOP_RECORDS 256
+void *http_loop_record_get(size_t size);
+void http_loop_record_put(void *p, size_t size);
+
 /* Stop the thread (giving the store's I/O back to the store's own thread)
  * and free; connections still queued are closed.  The daemon stays the
  * caller's.  NULL is fine. */
