@@ -311,7 +311,10 @@ request_gather(struct request *rq, const char *data, size_t *size)
 		return MHD_YES;
 	}
 	if (rq->len + n > rq->cap) {
-		size_t cap = rq->cap == 0 ? 1024 : rq->cap;
+		/* 512 first: a body is rarely larger, and glibc serves 1 KiB
+		 * or more from its large bins, merging every small block
+		 * freed since first (malloc_consolidate). */
+		size_t cap = rq->cap == 0 ? 512 : rq->cap;
 		char *nb;
 
 		while (cap < rq->len + n)

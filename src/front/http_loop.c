@@ -43,6 +43,14 @@ enum { LOOP_TAG_INBOX = 1, LOOP_TAG_MHD, LOOP_TAG_STORE };
  * keeps completing calls of this loop. */
 #define LOOP_ROUNDS 8
 
+/* Request records a loop keeps (http_loop_record_get). */
+static const size_t loop_records =
+#if defined(__SANITIZE_ADDRESS__)
+    0;
+#else
+    128;
+#endif
+
 /* A connection accepted, not yet given to libmicrohttpd. */
 struct loop_conn {
 	int fd;
@@ -130,8 +138,7 @@ http_loop_record_put(void *p, size_t size)
 
 	if (p == NULL)
 		return;
-	if (l == NULL || l->nrecords >= HTTP_LOOP_RECORDS ||
-	    size < sizeof(void *) ||
+	if (l == NULL || l->nrecords >= loop_records || size < sizeof(void *) ||
 	    (l->record_size != 0 && l->record_size != size)) {
 		rl_free(p);
 		return;

@@ -58,14 +58,14 @@ void http_loop_wake(struct http_loop *l);
  * calling thread's loop got back, or rl_calloc() (on any other thread, or
  * when it has none); NULL when out of memory.  Give it back with
  * http_loop_record_put(): on a loop's thread it is kept for that loop's
- * next request (at most HTTP_LOOP_RECORDS of them), elsewhere freed.
+ * next request (at most 128 of them; none under AddressSanitizer, which
+ * then sees every record's life), elsewhere freed.
  * Every record of a loop has one size (http.c's struct request).  Why:
  * glibc serves a block this large (over 1 KiB) from its large bins, and
  * before each such malloc it merges every small block freed since into
  * its bins (malloc_consolidate), work a request's few hundred small
  * frees (JSON, the answer) made on every request.
  */
-#define HTTP_LOOP_RECORDS 256
 void *http_loop_record_get(size_t size);
 void http_loop_record_put(void *p, size_t size);
 

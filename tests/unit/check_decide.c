@@ -184,6 +184,52 @@ START_TEST(test_applying_rules_and_keys)
 }
 END_TEST
 
+/* A thread's jobs are used again, their key arena too (decide.c): after a
+ * request of three long keys, requests of fewer and shorter keys send
+ * exactly their own. */
+START_TEST(test_jobs_used_again)
+{
+	char ip[501], user[401], want[600];
+	struct attrs a = { 0 };
+	struct decide_request rq = { .attrs = &a, .rule = NULL, .cost = -1 };
+	struct decision d;
+	int round;
+
+	memset(ip, 'i', sizeof(ip) - 1);
+	ip[sizeof(ip) - 1] = '\0';
+	memset(user, 'u', sizeof(user) - 1);
+	user[sizeof(user) - 1] = '\0';
+	main_be.answer[0] = main_be.answer[1] = main_be.answer[2] =
+	    (struct rl_result){ true, 1, 60000, 0, 0, 0, 0, 0 };
+	for (round = 0; round < 3; round++) {
+		attrs_set(&a, "path", "/login");
+		attrs_set(&a, "ip", ip);
+		attrs_set(&a, "user", user);
+		ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+		ck_assert_uint_eq(main_be.n, 3);
+		snprintf(want, sizeof(want), "rl:login:{%s}", ip);
+		ck_assert_str_eq(main_be.keys[0], want);
+		ck_assert_str_eq(main_be.keys[1], "rl:global:{}");
+		snprintf(want, sizeof(want), "rl:watch:{%s}", user);
+		ck_assert_str_eq(main_be.keys[2], want);
+		attrs_clear(&a);
+
+		/* Only "global" applies. */
+		ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+		ck_assert_uint_eq(main_be.n, 1);
+		ck_assert_str_eq(main_be.keys[0], "rl:global:{}");
+
+		attrs_set(&a, "path", "/login");
+		attrs_set(&a, "ip", "10.0.0.9");
+		ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+		ck_assert_uint_eq(main_be.n, 2);
+		ck_assert_str_eq(main_be.keys[0], "rl:login:{10.0.0.9}");
+		ck_assert_str_eq(main_be.keys[1], "rl:global:{}");
+		attrs_clear(&a);
+	}
+}
+END_TEST
+
 START_TEST(test_no_rule_applies)
 {
 	struct attrs a = { 0 };
@@ -631,6 +677,7 @@ test_suite(void)
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_applying_rules_and_keys);
+	tcase_add_test(tc, test_jobs_used_again);
 	tcase_add_test(tc, test_no_rule_applies);
 	tcase_add_test(tc, test_denied_picks_largest_retry);
 	tcase_add_test(tc, test_shadow_never_denies);
