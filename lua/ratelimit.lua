@@ -147,7 +147,7 @@ local logs, ttls = {}, {}
 
 -- What one call wrote to a token_bucket key (a batch's requests often
 -- share one: a rule without a key): tats[key] is the tat last written and
--- tat_ttls[key] its TTL argument.  The SET is made once, when the call
+-- tat_ttls[key] its TTL in milliseconds (made a string only then).  The SET is made once, when the call
 -- ends, or before a check of another algorithm reads the key (tat_flush);
 -- a token_bucket check of the key reads tats[key] instead of GET, which
 -- is exact: the SET writes it with %.17g, which reads back bit for bit,
@@ -160,7 +160,7 @@ local tats, tat_ttls = nil, nil
 local function tat_flush(key)
   local tat = tats and tats[key]
   if tat ~= nil then
-    redis.call('SET', key, fmt('%.17g', tat), 'PX', tat_ttls[key])
+    redis.call('SET', key, fmt('%.17g', tat), 'PX', int(tat_ttls[key]))
     tats[key], tat_ttls[key] = nil, nil
   end
 end
@@ -577,7 +577,7 @@ if #KEYS > 1 then
           if tats == nil then
             tats, tat_ttls = {}, {}
           end
-          tats[key], tat_ttls[key] = new_tat, int_arg(max(1, reset))
+          tats[key], tat_ttls[key] = new_tat, max(1, reset)
           if marks then
             mark = fmt('%.17g', new_tat)
           end
@@ -890,7 +890,7 @@ local function make_general()
         if tats == nil then
           tats, tat_ttls = {}, {}
         end
-        tats[s.key], tat_ttls[s.key] = s.new_tat, int_arg(max(1, s.reset))
+        tats[s.key], tat_ttls[s.key] = s.new_tat, max(1, s.reset)
       end
     end
 
@@ -1555,8 +1555,10 @@ for r = 1, #counts do
   local last = first + counts[r] - 1
   local L = plain_L[first]
   if L ~= nil and first < last then
-    for j = first, last do
-      denied[KEYS[j]] = nil
+    if next(denied) ~= nil then
+      for j = first, last do
+        denied[KEYS[j]] = nil
+      end
     end
     lean_request(first, last, now, now_s, reply, marks, chunks)
   elseif L ~= nil then
