@@ -24,6 +24,8 @@
 #   (a-tls) (a) over TLS: the same Redis also on a TLS port (a certificate
 #           made here with the openssl command line), rediss:// with
 #           ca_file: what TLS costs the decision path, against (a).
+#   repeat  Redis alone, (a) and (e) again, REPEAT rounds (4) of
+#           REPEAT_DURATION seconds (5): the spread of their ratios.
 # Like with like: the daemon runs `threads` event loops and nginx as many
 # worker processes (RL_THREADS, default the cores the load generator
 # leaves: the core count less THREADS, at least 1; on 2 cores, one each);
@@ -57,8 +59,9 @@
 # threads, 1: one core left to the server, as the reference runs were made),
 # RL_THREADS (the daemon's threads and nginx's workers; nproc - THREADS),
 # RATELIMITD (default build/ratelimitd), REDIS_SERVER, NGINX, WRK,
-# REDIS_BENCHMARK, H2LOAD; ONLY="a a-tls" runs only the runs named (redis,
-# nginx, a .. g, g3, a-tls, rss) and writes no results file.
+# REDIS_BENCHMARK, H2LOAD, REPEAT and REPEAT_DURATION (see repeat above);
+# ONLY="a a-tls" runs only the runs named (redis,
+# nginx, a .. g, g3, a-tls, rss, repeat) and writes no results file.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -383,8 +386,9 @@ if n < 1000000000 then
 end
 redis.call("PEXPIRE", KEYS[1], 60000)
 return n'
-if want redis; then
-  sha=$(redis-cli -p "$rport" SCRIPT LOAD "$sw")
+# redis_alone NAME: that script through redis-benchmark, as run NAME.
+redis_alone() {
+  local name=$1 c0 c1 w0 t0 out
   c0=$(cpu_s "$rpid")
   w0=$(runq_s "$rpid")
   t0=$(date +%s.%N)
@@ -396,23 +400,25 @@ if want redis; then
   out=$(tr '\r' '\n' <"$tmp/load-load.out" |
     grep -E 'requests per second' | tail -1)
   c1=$(cpu_s "$rpid")
-  wait_r[redis]=$(waited "$w0" "$(runq_s "$rpid")")
-  col=redis account redis "$c0" "$c1" "$c0" "$c1" \
+  wait_r[$name]=$(waited "$w0" "$(runq_s "$rpid")")
+  col=redis account "$name" "$c0" "$c1" "$c0" "$c1" \
     "$(cat "$tmp/load-load.cpu")" $((dur * 40000))
   elapsed=
-  rate[redis]=$(echo "$out" | sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p' |
+  rate[$name]=$(echo "$out" | sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p' |
     cut -d. -f1)
-  p50[redis]=$(echo "$out" | sed -n 's/.*p50=\([0-9.]*\) msec.*/\1/p')
-  p99[redis]="-"
+  p50[$name]=$(echo "$out" | sed -n 's/.*p50=\([0-9.]*\) msec.*/\1/p')
+  p99[$name]="-"
   redis-cli -p "$rport" FLUSHALL >/dev/null
-fi
+}
+sha=$(redis-cli -p "$rport" SCRIPT LOAD "$sw")
+want redis && redis_alone redis
 
 if want nginx; then
   srv=$nworkers col=nginx run nginx "$nport" "$tmp/post.lua"
 fi
 
 if want a || want b || want c || want e || want f || want g || want g3 ||
-  want rss; then
+  want rss || want repeat; then
   dport=$(free_port)
   gport=$(free_port)
   start_daemon "$dport" redis "$gport"
@@ -535,6 +541,20 @@ EOF
     touch "$tmp/rss.done"
     wait "$hold" 2>/dev/null || true
   fi
+
+  # Redis alone, (a) and (e) again, REPEAT times (default 4) for
+  # REPEAT_DURATION seconds each (5), one after the other: one run's
+  # ratio moves with whatever else the machine does meanwhile, so the
+  # ratios of each round are printed, and their median.
+  if want repeat; then
+    for i in $(seq "${REPEAT:-4}"); do
+      dur=${REPEAT_DURATION:-5} redis_alone "redis-$i"
+      dur=${REPEAT_DURATION:-5} srv=$dpid col=daemon \
+        run "a-$i" "$dport" "$tmp/post.lua" one 10000
+      dur=${REPEAT_DURATION:-5} srv=$dpid col=daemon \
+        run "e-$i" "$dport" "$tmp/post.lua" three 10000
+    done
+  fi
   kill "$dpid"
   wait "$dpid" 2>/dev/null || true
 fi
@@ -574,6 +594,14 @@ ratio() {
     'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "-" }'
 }
 
+# The median of ratios such as 0.70x ("-" when there are none).
+median() {
+  printf '%s\n' "$@" | grep -v '^-$' | tr -d x | sort -n |
+    awk '{ v[NR] = $1 } END { if (NR == 0) print "-";
+      else if (NR % 2) printf "%.2fx", v[(NR + 1) / 2];
+      else printf "%.2fx", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
 {
   echo "## make bench: speed, $(date -u +%Y-%m-%d), $(nproc) cores," \
     "$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)"
@@ -609,6 +637,18 @@ ratio() {
       "${wait_r[redis]:--} of the Redis alone run; in (a), Redis" \
       "${wait_r[a]} and the daemon ${wait_d[a]}; in (e), Redis" \
       "${wait_r[e]:--} and the daemon ${wait_d[e]:--}."
+    echo
+  fi
+  if want repeat; then
+    ra= re=
+    for i in $(seq "${REPEAT:-4}"); do
+      ra="$ra $(ratio "a-$i" "redis-$i")"
+      re="$re $(ratio "e-$i" "a-$i")"
+    done
+    echo "Again, ${REPEAT:-4} rounds of ${REPEAT_DURATION:-5} s each" \
+      "(Redis alone, (a), (e)): (a) against Redis alone:$ra" \
+      "(median $(median $ra)); (e) against (a):$re (median" \
+      "$(median $re))."
     echo
   fi
   if want rss; then
