@@ -147,12 +147,13 @@ local logs, ttls = {}, {}
 
 -- What one call wrote to a token_bucket key (a batch's requests often
 -- share one: a rule without a key): tats[key] is the tat last written and
--- tat_ttls[key] its TTL in milliseconds (made a string only then).  The SET is made once, when the call
--- ends, or before a check of another algorithm reads the key (tat_flush);
--- a token_bucket check of the key reads tats[key] instead of GET, which
--- is exact: the SET writes it with %.17g, which reads back bit for bit,
--- and no key expires during a call.  Only the key's expiry moves, by the
--- time between the record and the end of the call, as for sliding_log.
+-- tat_ttls[key] its TTL in milliseconds (a string only for the SET).  The
+-- SET is made once, when the call ends, or before a check of another
+-- algorithm reads the key (tat_flush); a token_bucket check of the key
+-- reads tats[key] instead of GET, which is exact: the SET writes it with
+-- %.17g, which reads back bit for bit, and no key expires during a call.
+-- Only the key's expiry moves, by the time between the record and the
+-- end of the call, as for sliding_log.
 -- Both are made by the first record (most calls have none: the tables
 -- would cost the common call more than the check).
 local tats, tat_ttls = nil, nil
@@ -1532,7 +1533,7 @@ for r = 1, same and 0 or #counts do
         token = token, want = want, hold = hold, allowed = false,
         used = nil, remaining = nil, reset = nil, over = nil, mark = nil,
         log = nil, v = nil, first = nil, first_t = nil, last_end = nil,
-        last_n = nil, last_t = nil}
+        last_n = nil, last_t = nil, made = false}
     end
   end
 end

@@ -63,8 +63,8 @@ void http_loop_wake(struct http_loop *l);
  * Every record of a loop has one size (http.c's struct request).  Why:
  * glibc serves a block this large (over 1 KiB) from its large bins, and
  * before each such malloc it merges every small block freed since into
- * its bins (malloc_consolidate), work a request's few hundred small
- * frees (JSON, the answer) made on every request.
+ * its bins (malloc_consolidate), and a request frees dozens (its JSON,
+ * the answer's headers).
  */
 void *http_loop_record_get(size_t size);
 void http_loop_record_put(void *p, size_t size);
