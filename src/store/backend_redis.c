@@ -228,6 +228,7 @@ redis_free(struct backend *b)
 	rl_free(rb->shown_url);
 	redis_url_free(&rb->url);
 	redis_tls_free(rb->tls);
+	redis_batch_free_kept(rb);
 	rl_free(rb);
 }
 

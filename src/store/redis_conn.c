@@ -138,8 +138,9 @@ ring_pop(struct redis_conn *c)
 
 /* ---- output buffer --------------------------------------------------- */
 
+/* Room for len more bytes at c->out + c->out_len.  0 or -1 (OOM). */
 static int
-out_append(struct redis_conn *c, const char *data, size_t len)
+out_reserve(struct redis_conn *c, size_t len)
 {
 	if (c->out_off > 0 && c->out_off == c->out_len)
 		c->out_off = c->out_len = 0;
@@ -162,28 +163,48 @@ out_append(struct redis_conn *c, const char *data, size_t len)
 			c->out_cap = cap;
 		}
 	}
-	memcpy(c->out + c->out_len, data, len);
-	c->out_len += len;
 	return 0;
 }
 
-/* Format one command into the output buffer and remember fn for its
- * reply.  0 or -1 (OOM; nothing queued). */
+/* "<mark><n>\r\n" at p; the end. */
+static char *
+put_head(char *p, char mark, size_t n)
+{
+	*p++ = mark;
+	p += util_fmt_int64(p, (int64_t)n);
+	*p++ = '\r';
+	*p++ = '\n';
+	return p;
+}
+
+/* Format one command (a RESP array of bulk strings) into the output
+ * buffer, in place, and remember fn for its reply.  0 or -1 (OOM; nothing
+ * queued). */
 static int
 queue_command(struct redis_conn *c, int argc, const char **argv,
     const size_t *lens, redis_reply_fn fn, void *arg)
 {
-	char *cmd = NULL;
-	int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
-	size_t before = c->out_len;
+	char *p;
+	size_t need = 3 + UTIL_INT64_DEC_MAX, before;
+	int i;
 
-	if (len < 0 || cmd == NULL)
+	if (argc < 1)
 		return -1;
-	if (out_append(c, cmd, (size_t)len) == -1) {
-		redisFreeCommand(cmd);
+	for (i = 0; i < argc; i++)
+		need += 5 + UTIL_INT64_DEC_MAX + lens[i];
+	if (out_reserve(c, need) == -1)
 		return -1;
+	before = c->out_len;
+	p = put_head(c->out + before, '*', (size_t)argc);
+	for (i = 0; i < argc; i++) {
+		p = put_head(p, '$', lens[i]);
+		if (lens[i] > 0)
+			memcpy(p, argv[i], lens[i]);
+		p += lens[i];
+		*p++ = '\r';
+		*p++ = '\n';
 	}
-	redisFreeCommand(cmd);
+	c->out_len = (size_t)(p - c->out);
 	if (ring_push(c, fn, arg) == -1) {
 		c->out_len = before;
 		return -1;
@@ -205,7 +226,117 @@ bounded_create_array(const redisReadTask *task, int elements)
 	return default_create_array(task, elements);
 }
 
-/* hiredis's own functions, with the array one bounded. */
+/*
+ * Integer replies a thread keeps for its next ones.  A script call's reply
+ * is an array of five integers per check: without these, each is a
+ * calloc and a free, and the freed blocks are what glibc merges before
+ * the next large malloc (docs/operations.md).  The reader makes and frees
+ * them on the thread that reads the connection; a pthread key's
+ * destructor frees them when it ends.  None under AddressSanitizer, which
+ * then sees each reply's life.
+ */
+static const size_t ints_kept =
+#if defined(__SANITIZE_ADDRESS__)
+    0;
+#else
+    1024;
+#endif
+static _Thread_local redisReply *free_ints; /* linked by element */
+static _Thread_local size_t nfree_ints;
+static pthread_key_t free_ints_key;
+static pthread_once_t free_ints_once = PTHREAD_ONCE_INIT;
+
+static void
+free_ints_drop(void *unused)
+{
+	redisReply *r;
+
+	(void)unused;
+	while ((r = free_ints) != NULL) {
+		free_ints = (redisReply *)(void *)r->element;
+		rl_free(r);
+	}
+	nfree_ints = 0;
+}
+
+static void
+free_ints_init(void)
+{
+	(void)pthread_key_create(&free_ints_key, free_ints_drop);
+}
+
+/* hiredis's createInteger, from the thread's kept replies first. */
+static void *
+kept_create_integer(const redisReadTask *task, long long value)
+{
+	redisReply *r = free_ints, *parent;
+
+	if (r != NULL) {
+		free_ints = (redisReply *)(void *)r->element;
+		nfree_ints--;
+	} else if ((r = rl_malloc(sizeof(*r))) == NULL)
+		return NULL;
+	memset(r, 0, sizeof(*r));
+	r->type = REDIS_REPLY_INTEGER;
+	r->integer = value;
+	if (task->parent != NULL) {
+		parent = task->parent->obj;
+		parent->element[task->idx] = r;
+	}
+	return r;
+}
+
+/* hiredis's freeReplyObject, integers kept.  Every block of a reply is
+ * malloc's (hiredis's own functions make the others), so any integer may
+ * be kept, and freeReplyObject() may free what the reader made. */
+static void
+kept_free(void *p)
+{
+	redisReply *r = p;
+	size_t i;
+
+	if (r == NULL)
+		return;
+	switch (r->type) {
+	case REDIS_REPLY_INTEGER:
+		if (nfree_ints >= ints_kept) {
+			rl_free(r);
+			return;
+		}
+		if (free_ints == NULL) {
+			/* Armed once per thread: the destructor runs only for
+			 * a key set to something. */
+			(void)pthread_once(&free_ints_once, free_ints_init);
+			(void)pthread_setspecific(free_ints_key, &free_ints);
+		}
+		r->element = (redisReply **)(void *)free_ints;
+		free_ints = r;
+		nfree_ints++;
+		return;
+	case REDIS_REPLY_ARRAY:
+		for (i = 0; r->element != NULL && i < r->elements; i++)
+			kept_free(r->element[i]);
+		rl_free(r->element);
+		break;
+	case REDIS_REPLY_ERROR:
+	case REDIS_REPLY_STATUS:
+	case REDIS_REPLY_STRING:
+		rl_free(r->str);
+		break;
+	default:
+		break;
+	}
+	rl_free(r);
+}
+
+void
+redis_reply_free(redisReply *r)
+{
+	kept_free(r);
+}
+
+/* hiredis's own functions, with the array one bounded and integers
+ * kept. */
 static void
 bounded_init(void)
 {
@@ -216,6 +347,8 @@ bounded_init(void)
 	bounded_fns = *r->fn;
 	default_create_array = bounded_fns.createArray;
 	bounded_fns.createArray = bounded_create_array;
+	bounded_fns.createInteger = kept_create_integer;
+	bounded_fns.freeObject = kept_free;
 	redisReaderFree(r);
 }
 
@@ -732,14 +865,14 @@ conn_read(struct redis_conn *c)
 			c->tls_fresh = false;
 			if (c->count == 0 && c->push_fn != NULL) {
 				c->push_fn(c->push_arg, reply, NULL);
-				freeReplyObject(reply);
+				redis_reply_free(reply);
 				replies++;
 				if (c->state == REDIS_CONN_CLOSED)
 					return replies;
 				continue;
 			}
 			if (c->count == 0) {
-				freeReplyObject(reply);
+				redis_reply_free(reply);
 				redis_conn_close(c,
 				    "protocol: a reply "
 				    "nobody asked for");
@@ -747,7 +880,7 @@ conn_read(struct redis_conn *c)
 			}
 			p = ring_pop(c);
 			p.fn(p.arg, reply, NULL);
-			freeReplyObject(reply);
+			redis_reply_free(reply);
 			replies++;
 			/* A callback may have closed us. */
 			if (c->state == REDIS_CONN_CLOSED)

@@ -129,8 +129,10 @@ struct redis_batch {
 	size_t ncalls, live;	 /* live: calls not answered yet */
 	int kind;		 /* REDIS_CALL_* of every call in it */
 	bool resent, counted;
-	int hslot;    /* Cluster: its keys' slot; else -1 */
-	int ask_node; /* ASK: send there once; else -1 */
+	int hslot;		       /* Cluster: its keys' slot; else -1 */
+	int ask_node;		       /* ASK: send there once; else -1 */
+	struct redis_batch *next_free; /* in rb->free_batches */
+	/* Filled up to ncalls; redis_batch_new() clears what is above. */
 	struct backend_call *calls[REDIS_BATCH_CALLS]; /* NULL: answered */
 	size_t counts[REDIS_BATCH_CALLS];
 };
@@ -214,6 +216,8 @@ struct redis_backend {
 	struct backend_call *shead, *stail; /* to route next turn */
 	size_t batches_out;		    /* script calls in flight */
 	size_t parked;			    /* calls in flight with no batch */
+	struct redis_batch *free_batches;   /* kept by redis_batch_free */
+	size_t nfree_batches;
 	int64_t unpark_us; /* send parked calls then; 0: never */
 	bool closing;	   /* the thread is stopping */
 
@@ -347,8 +351,15 @@ int redis_batch_reload(struct redis_backend *rb, struct redis_batch *b,
     struct redis_slot *s, char *err, size_t errlen);
 /* Drop the answered calls from b, so it can be encoded again. */
 void redis_batch_compact(struct redis_batch *b);
-/* b is done with: out of the window, freed. */
+/* An empty batch for calls of kind to hslot (-1: any), or NULL when out
+ * of memory. */
+struct redis_batch *redis_batch_new(struct redis_backend *rb, int kind,
+    int hslot);
+/* b is done with: out of the window, kept for redis_batch_new() or
+ * freed. */
 void redis_batch_free(struct redis_batch *b);
+/* Free the batches kept (the store is being freed). */
+void redis_batch_free_kept(struct redis_backend *rb);
 
 /* ---- redis_reply.c: what a reply means --------------------------------- */
 

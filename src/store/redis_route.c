@@ -129,15 +129,11 @@ redis_route_call(struct redis_backend *rb, struct redis_turn *t,
 	if (b == NULL) {
 		if (t->nopen == REDIS_OPEN_BATCHES)
 			turn_send(rb, t, 0);
-		if ((b = rl_calloc(1, sizeof(*b))) == NULL) {
+		if ((b = redis_batch_new(rb, q->kind, hslot)) == NULL) {
 			redis_flight_finish(rb, call, -1, BACKEND_ERR_PROTOCOL,
 			    "out of memory");
 			return;
 		}
-		b->rb = rb;
-		b->kind = q->kind;
-		b->hslot = hslot;
-		b->ask_node = -1;
 		k = t->nopen++;
 		t->open[k] = b;
 		t->keys[k] = 0;

@@ -61,11 +61,12 @@ args_start(struct redis_script_args *a, size_t argc, size_t nums,
 {
 	char *num;
 	void *mem;
+	size_t need;
 
 	if (argc > (size_t)INT32_MAX / 2)
 		return NULL;
-	mem = rl_malloc(argc * (sizeof(char *) + sizeof(size_t)) +
-	    nums * NUM_MAX);
+	need = argc * (sizeof(char *) + sizeof(size_t)) + nums * NUM_MAX;
+	mem = need <= sizeof(a->own) ? a->own.bytes : rl_malloc(need);
 	if (mem == NULL)
 		return NULL;
 	a->argv = mem;
@@ -268,7 +269,8 @@ redis_script_encode(struct backend_call *const *calls, size_t ncalls,
 void
 redis_script_args_free(struct redis_script_args *a)
 {
-	rl_free(a->argv);
+	if ((void *)a->argv != (void *)a->own.bytes)
+		rl_free(a->argv);
 	a->argv = NULL;
 }
 

@@ -16,12 +16,21 @@
 
 #include "core/backend.h"
 
-/* The arguments of one EVALSHA, in one allocation (argv, lens, and the
- * numbers they point to); keys and the SHA are borrowed from the caller. */
+/* The arguments of one EVALSHA, in one block (argv, lens, and the
+ * numbers they point to): the struct's own when they fit, which a batch of
+ * one rule or of one set of rules does (no malloc of a large block per
+ * script call: docs/operations.md), else one allocation.  Keys and the
+ * SHA are borrowed from the caller.  Not to be copied: argv may point
+ * into it. */
+#define REDIS_SCRIPT_ARGS_INLINE 4096
 struct redis_script_args {
 	const char **argv;
 	size_t *lens;
 	int argc;
+	union {
+		max_align_t align;
+		char bytes[REDIS_SCRIPT_ARGS_INLINE];
+	} own;
 };
 
 /*

@@ -2,7 +2,8 @@
  * check_redis_reader.c - the Redis store's reply reader (redis_reader_new
  * in src/store/redis_conn.c): the script's replies read as hiredis reads
  * them, and an array header past REDIS_REPLY_ELEMENTS_MAX refused at once
- * (found by fuzzing: "*1333333333" made hiredis allocate 10 GB).
+ * (found by fuzzing: "*1333333333" made hiredis allocate 10 GB); the
+ * integers redis_reply_free() keeps come back whole in the next replies.
  */
 #include <check.h>
 #include <stdio.h>
@@ -44,6 +45,66 @@ START_TEST(test_normal_replies)
 }
 END_TEST
 
+/* Replies read and freed in turn with redis_reply_free(), so that the
+ * later ones are made of the integers the earlier ones gave back: each
+ * reads as it would fresh, nothing left over from an object's last use. */
+START_TEST(test_kept_integers)
+{
+	static const char ints[] = "*5\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n";
+	static const char mixed[] =
+	    "*4\r\n:-9\r\n*2\r\n:10\r\n$3\r\nabc\r\n$-1\r\n:11\r\n";
+	redisReply *rep, *in;
+	int round;
+	size_t i;
+
+	for (round = 0; round < 3; round++) {
+		ck_assert_int_eq(read_one(ints, sizeof(ints) - 1, &rep),
+		    REDIS_OK);
+		ck_assert_uint_eq(rep->elements, 5);
+		for (i = 0; i < 5; i++) {
+			ck_assert_int_eq(rep->element[i]->type,
+			    REDIS_REPLY_INTEGER);
+			ck_assert_int_eq(rep->element[i]->integer,
+			    (long long)i + 1);
+			ck_assert_ptr_null(rep->element[i]->element);
+			ck_assert_ptr_null(rep->element[i]->str);
+			ck_assert_uint_eq(rep->element[i]->elements, 0);
+		}
+		redis_reply_free(rep);
+
+		ck_assert_int_eq(read_one(mixed, sizeof(mixed) - 1, &rep),
+		    REDIS_OK);
+		ck_assert_uint_eq(rep->elements, 4);
+		ck_assert_int_eq(rep->element[0]->integer, -9);
+		in = rep->element[1];
+		ck_assert_int_eq(in->type, REDIS_REPLY_ARRAY);
+		ck_assert_uint_eq(in->elements, 2);
+		ck_assert_int_eq(in->element[0]->integer, 10);
+		ck_assert_int_eq(in->element[1]->type, REDIS_REPLY_STRING);
+		ck_assert_str_eq(in->element[1]->str, "abc");
+		ck_assert_int_eq(rep->element[2]->type, REDIS_REPLY_NIL);
+		ck_assert_int_eq(rep->element[3]->integer, 11);
+		ck_assert_ptr_null(rep->element[3]->element);
+		redis_reply_free(rep);
+	}
+	/* A lone integer, and one whose reader is freed before its reply:
+	 * the reply stays the caller's. */
+	ck_assert_int_eq(read_one(":42\r\n", strlen(":42\r\n"), &rep),
+	    REDIS_OK);
+	ck_assert_int_eq(rep->type, REDIS_REPLY_INTEGER);
+	ck_assert_int_eq(rep->integer, 42);
+	redis_reply_free(rep);
+	/* An array cut short: the reader frees what it made of it. */
+	ck_assert_int_eq(read_one("*3\r\n:1\r\n:2\r\n",
+			     strlen("*3\r\n:1\r\n:2\r\n"), &rep),
+	    REDIS_OK);
+	ck_assert_ptr_null(rep);
+	ck_assert_int_eq(read_one(":7\r\n", strlen(":7\r\n"), &rep), REDIS_OK);
+	ck_assert_int_eq(rep->integer, 7);
+	freeReplyObject(rep); /* hiredis's own free takes it too */
+}
+END_TEST
+
 START_TEST(test_huge_array_refused)
 {
 	static const char huge[] = "*1333333333\r\n:5\r\n";
@@ -65,6 +126,7 @@ test_suite(void)
 	TCase *tc = tcase_create("reader");
 
 	tcase_add_test(tc, test_normal_replies);
+	tcase_add_test(tc, test_kept_integers);
 	tcase_add_test(tc, test_huge_array_refused);
 	suite_add_tcase(s, tc);
 	return s;

@@ -17,6 +17,7 @@
  */
 #include <check.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -273,10 +274,14 @@ START_TEST(test_encode_same)
 	expect_args(&args, want_marks,
 	    (int)(sizeof(want_marks) / sizeof(want_marks[0])));
 	redis_script_args_free(&args);
+	/* A batch this small fits the arguments' own block: no allocation,
+	 * so it encodes even when none can be made. */
 	rl_alloc_fail_after(0);
 	ck_assert_int_eq(redis_script_encode(sb.calls, 3, SHA, false, &args),
-	    -1);
+	    0);
 	rl_alloc_fail_after(-1);
+	expect_args(&args, want, (int)(sizeof(want) / sizeof(want[0])));
+	redis_script_args_free(&args);
 }
 END_TEST
 
@@ -405,10 +410,65 @@ START_TEST(test_encode_refused)
 
 	two_calls(&a, &b, calls);
 	ck_assert_int_eq(redis_script_encode(calls, 0, SHA, false, &args), -1);
+	/* Two requests fit the arguments' own block: encoded without an
+	 * allocation. */
 	rl_alloc_fail_after(0);
 	rc = redis_script_encode(calls, 2, SHA, false, &args);
 	rl_alloc_fail_after(-1);
-	ck_assert_int_eq(rc, -1);
+	ck_assert_int_eq(rc, 0);
+	ck_assert_str_eq(args.argv[6], "2");
+	redis_script_args_free(&args);
+}
+END_TEST
+
+/* Batches too large for the arguments' own block: LARGE_N calls of one
+ * sliding_log check each, all alike ('same' form) or with costs 1 and 2
+ * in turn (one value set per request).  Their block is allocated: refused
+ * when it cannot be, whole when it can. */
+#define LARGE_N 400
+
+START_TEST(test_encode_large)
+{
+	static struct rl_check checks[LARGE_N];
+	static struct backend_call call[LARGE_N], *calls[LARGE_N];
+	static char keys[LARGE_N][16];
+	struct redis_script_args args;
+	size_t i, same;
+
+	for (same = 0; same < 2; same++) {
+		for (i = 0; i < LARGE_N; i++) {
+			snprintf(keys[i], sizeof(keys[i]), "s:%zu", i);
+			checks[i] = (struct rl_check){ RL_ALG_SLIDING_LOG, 10,
+				1000, same ? 2 : 1 + (int64_t)(i % 2), false,
+				keys[i], strlen(keys[i]), NULL, 0, 0 };
+			memset(&call[i], 0, sizeof(call[i]));
+			call[i].checks = &checks[i];
+			call[i].n = 1;
+			calls[i] = &call[i];
+		}
+		rl_alloc_fail_after(0);
+		ck_assert_int_eq(redis_script_encode(calls, LARGE_N, SHA, false,
+				     &args),
+		    -1);
+		rl_alloc_fail_after(-1);
+		ck_assert_int_eq(redis_script_encode(calls, LARGE_N, SHA, false,
+				     &args),
+		    0);
+		ck_assert_int_eq(args.argc,
+		    same ? 3 + LARGE_N + 7 : 3 + LARGE_N + 1 + 6 * LARGE_N);
+		for (i = 0; i < LARGE_N; i++)
+			ck_assert_ptr_eq(args.argv[3 + i], keys[i]);
+		if (same) {
+			ck_assert_str_eq(args.argv[3 + LARGE_N], "same");
+			ck_assert_str_eq(args.argv[3 + LARGE_N + 3], "10");
+		} else {
+			/* R, then the counts, then the last request's
+			 * cost (i = LARGE_N - 1, odd: 2). */
+			ck_assert_str_eq(args.argv[3 + LARGE_N], "400");
+			ck_assert_str_eq(args.argv[args.argc - 2], "2");
+		}
+		redis_script_args_free(&args);
+	}
 }
 END_TEST
 
@@ -831,6 +891,7 @@ test_suite(void)
 	tcase_add_test(tc, test_encode_wait_and_lease);
 	tcase_add_test(tc, test_encode_numbers_and_keys);
 	tcase_add_test(tc, test_encode_refused);
+	tcase_add_test(tc, test_encode_large);
 	tcase_add_test(tc, test_encode_same);
 	tcase_add_test(tc, test_encode_same_three);
 	tcase_add_test(tc, test_encode_not_same);
