@@ -125,9 +125,10 @@ void redis_conn_connect_expired(struct redis_conn *c);
  */
 #define REDIS_REPLY_ELEMENTS_MAX (1 << 20)
 redisReader *redis_reader_new(void);
-/* Free a reply that reader read, keeping its integers for the thread's
- * next replies (a script call's reply is five per check).
- * freeReplyObject() frees it too, keeping nothing. */
+/* Free a reply that such a reader read, keeping its integers and its
+ * element tables for the thread's next replies (a script call's reply is
+ * five integers per check).  freeReplyObject() frees it too, keeping
+ * nothing. */
 void redis_reply_free(redisReply *r);
 
 /* Why the last connection closed ("" if never), for logs. */

@@ -3,7 +3,8 @@
  * in src/store/redis_conn.c): the script's replies read as hiredis reads
  * them, and an array header past REDIS_REPLY_ELEMENTS_MAX refused at once
  * (found by fuzzing: "*1333333333" made hiredis allocate 10 GB); the
- * integers redis_reply_free() keeps come back whole in the next replies.
+ * integers and element tables redis_reply_free() keeps come back whole in
+ * the next replies.
  */
 #include <check.h>
 #include <stdio.h>
@@ -105,6 +106,45 @@ START_TEST(test_kept_integers)
 }
 END_TEST
 
+/* Arrays of sizes in one table class and across them (16 pointers, 32,
+ * ... kept one per class), twice over, each freed before the next: every
+ * element reads back whole, whatever table it was given. */
+START_TEST(test_kept_tables)
+{
+	static const int sizes[] = { 20, 3, 17, 32, 16, 1, 33, 200, 5000, 64,
+		18 };
+	char *text;
+	size_t len, cap = 64 * 1024, i, s;
+	redisReply *rep;
+	int round, n;
+
+	text = malloc(cap);
+	ck_assert_ptr_nonnull(text);
+	for (round = 0; round < 2; round++)
+		for (s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+			n = sizes[s];
+			len = (size_t)snprintf(text, cap, "*%d\r\n", n);
+			for (i = 0; i < (size_t)n; i++)
+				len += (size_t)snprintf(text + len, cap - len,
+				    ":%zu\r\n", i * 7 + (size_t)round);
+			ck_assert_int_eq(read_one(text, len, &rep), REDIS_OK);
+			ck_assert_int_eq(rep->type, REDIS_REPLY_ARRAY);
+			ck_assert_uint_eq(rep->elements, (size_t)n);
+			for (i = 0; i < (size_t)n; i++)
+				ck_assert_int_eq(rep->element[i]->integer,
+				    (long long)(i * 7 + (size_t)round));
+			redis_reply_free(rep);
+		}
+	free(text);
+	/* An empty array has no table. */
+	ck_assert_int_eq(read_one("*0\r\n", strlen("*0\r\n"), &rep), REDIS_OK);
+	ck_assert_int_eq(rep->type, REDIS_REPLY_ARRAY);
+	ck_assert_uint_eq(rep->elements, 0);
+	ck_assert_ptr_null(rep->element);
+	redis_reply_free(rep);
+}
+END_TEST
+
 START_TEST(test_huge_array_refused)
 {
 	static const char huge[] = "*1333333333\r\n:5\r\n";
@@ -127,6 +167,7 @@ test_suite(void)
 
 	tcase_add_test(tc, test_normal_replies);
 	tcase_add_test(tc, test_kept_integers);
+	tcase_add_test(tc, test_kept_tables);
 	tcase_add_test(tc, test_huge_array_refused);
 	suite_add_tcase(s, tc);
 	return s;
