@@ -40,7 +40,9 @@
 # holding 1,000 idle keep-alive connections.
 #
 # CPU: "CPU of the server" is the user+system seconds the server of the
-# run used over its duration.  The columns "µs/req" are each process's
+# run used over its duration; "machine busy" is the share of all cores'
+# time the machine was not idle during the run (/proc/stat: 200 % on two
+# cores is every core busy all along).  The columns "µs/req" are each process's
 # CPU time over the run divided by the requests answered: the daemon (the
 # three summed in (g3)), redis-server, nginx (its own run; the workers
 # summed) and the load generator (wrk; redis-benchmark for redis, h2load
@@ -135,6 +137,13 @@ load() {
   awk 'NR == 2 { for (i = 1; i <= 2; i++) { sub(/s$/, "", $i);
       split($i, t, "m"); s += t[1] * 60 + t[2] } printf "%.3f\n", s }' \
     "$f.times" >"$f.cpu"
+}
+
+# Seconds every core spent not idle so far (/proc/stat's first line: all
+# but idle and iowait).
+busy_s() {
+  awk -v hz="$(getconf CLK_TCK)" '$1 == "cpu" {
+      printf "%.3f", ($2 + $3 + $4 + $7 + $8 + $9) / hz; exit }' /proc/stat
 }
 
 # Seconds the threads of the processes named spent runnable but waiting
@@ -351,12 +360,13 @@ EOF
 cat "$tmp/report.lua" >> "$tmp/post.lua"
 cat "$tmp/report.lua" >> "$tmp/auth.lua"
 
-declare -A rate p50 p99 cpu us_d us_r us_n us_w phases wait_d wait_r
+declare -A rate p50 p99 cpu busy us_d us_r us_n us_w phases wait_d wait_r
 # run NAME PORT SCRIPT [KIND KEYS]: wrk against PORT; the servers measured
 # are the pids in $srv, shown in column $col (daemon or nginx).
 run() {
-  local name=$1 port=$2 script=$3 c0 c1 r0 r1 q0 q1 w0 w1 n
+  local name=$1 port=$2 script=$3 c0 c1 r0 r1 q0 q1 w0 w1 b0 n
   export BENCH_KIND=${4:-one} BENCH_KEYS=${5:-10000}
+  b0=$(busy_s)
   c0=$(cpu_s $srv)
   r0=$(cpu_s "$rpid")
   q0=$(runq_s $srv)
@@ -367,6 +377,7 @@ run() {
   r1=$(cpu_s "$rpid")
   q1=$(runq_s $srv)
   w1=$(runq_s "$rpid")
+  busy[$name]=$(waited "$b0" "$(busy_s)")
   wait_d[$name]=$(waited "$q0" "$q1")
   wait_r[$name]=$(waited "$w0" "$w1")
   read -r _ rate[$name] p50[$name] p99[$name] n \
@@ -388,9 +399,10 @@ redis.call("PEXPIRE", KEYS[1], 60000)
 return n'
 # redis_alone NAME: that script through redis-benchmark, as run NAME.
 redis_alone() {
-  local name=$1 c0 c1 w0 t0 out
+  local name=$1 c0 c1 w0 t0 b0 out
   c0=$(cpu_s "$rpid")
   w0=$(runq_s "$rpid")
+  b0=$(busy_s)
   t0=$(date +%s.%N)
   load "$rbench" -p "$rport" -c 50 -n $((dur * 40000)) -r 10000 -q \
     EVALSHA "$sha" 1 "bench:{key:__rand_int__}"
@@ -401,6 +413,7 @@ redis_alone() {
     grep -E 'requests per second' | tail -1)
   c1=$(cpu_s "$rpid")
   wait_r[$name]=$(waited "$w0" "$(runq_s "$rpid")")
+  busy[$name]=$(waited "$b0" "$(busy_s)")
   col=redis account "$name" "$c0" "$c1" "$c0" "$c1" \
     "$(cat "$tmp/load-load.cpu")" $((dur * 40000))
   elapsed=
@@ -612,19 +625,19 @@ median() {
     "a process's CPU time over the run ÷ requests answered (wrk: the" \
     "load generator, redis-benchmark or h2load in their rows)."
   echo
-  echo "| run | requests/s | p50 ms | p99 ms | CPU of the server | µs/req daemon | Redis | nginx | wrk | reference | ratio |"
-  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
-  echo "| Redis alone: EVALSHA sliding window | ${rate[redis]} | ${p50[redis]} | ${p99[redis]} | ${cpu[redis]} | ${us_d[redis]} | ${us_r[redis]} | ${us_n[redis]} | ${us_w[redis]} |  |  |"
-  echo "| nginx return 200 | ${rate[nginx]} | ${p50[nginx]} | ${p99[nginx]} | ${cpu[nginx]} | ${us_d[nginx]} | ${us_r[nginx]} | ${us_n[nginx]} | ${us_w[nginx]} |  |  |"
-  echo "| (a) /acquire, Redis, 10k keys, allowed | ${rate[a]} | ${p50[a]} | ${p99[a]} | ${cpu[a]} | ${us_d[a]} | ${us_r[a]} | ${us_n[a]} | ${us_w[a]} | Redis alone | $(ratio a redis) |"
-  echo "| (b) /acquire, Redis, one hot key, denied | ${rate[b]} | ${p50[b]} | ${p99[b]} | ${cpu[b]} | ${us_d[b]} | ${us_r[b]} | ${us_n[b]} | ${us_w[b]} | nginx | $(ratio b nginx) |"
-  echo "| (c) /auth, Redis, headers | ${rate[c]} | ${p50[c]} | ${p99[c]} | ${cpu[c]} | ${us_d[c]} | ${us_r[c]} | ${us_n[c]} | ${us_w[c]} | (a) | $(ratio c a) |"
-  echo "| (d) /acquire, memory, 10k keys | ${rate[d]} | ${p50[d]} | ${p99[d]} | ${cpu[d]} | ${us_d[d]} | ${us_r[d]} | ${us_n[d]} | ${us_w[d]} | nginx | $(ratio d nginx) |"
-  echo "| (e) /acquire, Redis, 3 rules | ${rate[e]} | ${p50[e]} | ${p99[e]} | ${cpu[e]} | ${us_d[e]} | ${us_r[e]} | ${us_n[e]} | ${us_w[e]} | (a) | $(ratio e a) |"
-  echo "| (f) gRPC ShouldRateLimit, Redis, allowed | ${rate[f]} | ${p50[f]} | ${p99[f]} | ${cpu[f]} | ${us_d[f]} | ${us_r[f]} | ${us_n[f]} | ${us_w[f]} | (a) | $(ratio f a) |"
-  echo "| (g) /acquire, Redis, one hot key, prefetch, allowed | ${rate[g]} | ${p50[g]} | ${p99[g]} | ${cpu[g]} | ${us_d[g]} | ${us_r[g]} | ${us_n[g]} | ${us_w[g]} | Redis alone | $(ratio g redis) |"
-  echo "| (g3) the same, three daemons | ${rate[g3]} | ${p50[g3]} | ${p99[g3]} | ${cpu[g3]} | ${us_d[g3]} | ${us_r[g3]} | ${us_n[g3]} | ${us_w[g3]} | Redis alone | $(ratio g3 redis) |"
-  echo "| (a-tls) /acquire, Redis over TLS, 10k keys, allowed | ${rate[a-tls]} | ${p50[a-tls]} | ${p99[a-tls]} | ${cpu[a-tls]} | ${us_d[a-tls]} | ${us_r[a-tls]} | ${us_n[a-tls]} | ${us_w[a-tls]} | (a) | $(ratio a-tls a) |"
+  echo "| run | requests/s | p50 ms | p99 ms | CPU of the server | machine busy | µs/req daemon | Redis | nginx | wrk | reference | ratio |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
+  echo "| Redis alone: EVALSHA sliding window | ${rate[redis]} | ${p50[redis]} | ${p99[redis]} | ${cpu[redis]} | ${busy[redis]:--} | ${us_d[redis]} | ${us_r[redis]} | ${us_n[redis]} | ${us_w[redis]} |  |  |"
+  echo "| nginx return 200 | ${rate[nginx]} | ${p50[nginx]} | ${p99[nginx]} | ${cpu[nginx]} | ${busy[nginx]:--} | ${us_d[nginx]} | ${us_r[nginx]} | ${us_n[nginx]} | ${us_w[nginx]} |  |  |"
+  echo "| (a) /acquire, Redis, 10k keys, allowed | ${rate[a]} | ${p50[a]} | ${p99[a]} | ${cpu[a]} | ${busy[a]:--} | ${us_d[a]} | ${us_r[a]} | ${us_n[a]} | ${us_w[a]} | Redis alone | $(ratio a redis) |"
+  echo "| (b) /acquire, Redis, one hot key, denied | ${rate[b]} | ${p50[b]} | ${p99[b]} | ${cpu[b]} | ${busy[b]:--} | ${us_d[b]} | ${us_r[b]} | ${us_n[b]} | ${us_w[b]} | nginx | $(ratio b nginx) |"
+  echo "| (c) /auth, Redis, headers | ${rate[c]} | ${p50[c]} | ${p99[c]} | ${cpu[c]} | ${busy[c]:--} | ${us_d[c]} | ${us_r[c]} | ${us_n[c]} | ${us_w[c]} | (a) | $(ratio c a) |"
+  echo "| (d) /acquire, memory, 10k keys | ${rate[d]} | ${p50[d]} | ${p99[d]} | ${cpu[d]} | ${busy[d]:--} | ${us_d[d]} | ${us_r[d]} | ${us_n[d]} | ${us_w[d]} | nginx | $(ratio d nginx) |"
+  echo "| (e) /acquire, Redis, 3 rules | ${rate[e]} | ${p50[e]} | ${p99[e]} | ${cpu[e]} | ${busy[e]:--} | ${us_d[e]} | ${us_r[e]} | ${us_n[e]} | ${us_w[e]} | (a) | $(ratio e a) |"
+  echo "| (f) gRPC ShouldRateLimit, Redis, allowed | ${rate[f]} | ${p50[f]} | ${p99[f]} | ${cpu[f]} | ${busy[f]:--} | ${us_d[f]} | ${us_r[f]} | ${us_n[f]} | ${us_w[f]} | (a) | $(ratio f a) |"
+  echo "| (g) /acquire, Redis, one hot key, prefetch, allowed | ${rate[g]} | ${p50[g]} | ${p99[g]} | ${cpu[g]} | ${busy[g]:--} | ${us_d[g]} | ${us_r[g]} | ${us_n[g]} | ${us_w[g]} | Redis alone | $(ratio g redis) |"
+  echo "| (g3) the same, three daemons | ${rate[g3]} | ${p50[g3]} | ${p99[g3]} | ${cpu[g3]} | ${busy[g3]:--} | ${us_d[g3]} | ${us_r[g3]} | ${us_n[g3]} | ${us_w[g3]} | Redis alone | $(ratio g3 redis) |"
+  echo "| (a-tls) /acquire, Redis over TLS, 10k keys, allowed | ${rate[a-tls]} | ${p50[a-tls]} | ${p99[a-tls]} | ${cpu[a-tls]} | ${busy[a-tls]:--} | ${us_d[a-tls]} | ${us_r[a-tls]} | ${us_n[a-tls]} | ${us_w[a-tls]} | (a) | $(ratio a-tls a) |"
   echo
   if want a; then
     echo "(a) in the daemon, mean per request: ${phases[a]}" \
