@@ -11,7 +11,8 @@
  *   admissions logged there were all made in that window), token_bucket
  *   at most L + (t + LAG) * L / W + 1 in every interval of length t.
  * - Bounded under-admission: with demand far above the limit, at least
- *   90 % of the limit per window is admitted (hold = W / 50).
+ *   90 % of the limit per window is admitted (hold = W / 50); 80 % under
+ *   AddressSanitizer (below).
  * - Few store calls: with the limit far away, Redis runs at most one
  *   script call per ten admitted requests (INFO commandstats).
  */
@@ -33,6 +34,16 @@
 #define HOT_LIMIT   400 /* per second: far below what the load asks */
 #define HOT_UNITS   40
 #define HOT_HOLD_MS (W_MS / 50)
+/* The least share of the limit admitted per window.  What a daemon holds
+ * and does not use within the hold is lost to the window; under
+ * AddressSanitizer, three daemons, their load and Redis are slow enough on
+ * two cores that a daemon stalls past the 20 ms hold now and then: its
+ * runs there admitted 86-100 % (the plain and UBSan builds 98-100 %). */
+#if defined(__SANITIZE_ADDRESS__)
+#define SHARE_MIN 0.8
+#else
+#define SHARE_MIN 0.9
+#endif
 
 static struct h_cluster cluster;
 static bool on_cluster;
@@ -194,7 +205,7 @@ most_in(const struct run *r, long long len)
 	return best;
 }
 
-/* At least 90 % of the limit per window in the steady part of the run:
+/* At least SHARE_MIN of the limit per window in the steady part of the run:
  * from a window after the first admission to LAG before the last; for
  * fixed_window (aligned), the whole windows in that part. */
 static void
@@ -221,7 +232,7 @@ check_share(const struct run *r, int limit, bool aligned)
 	for (i = 0; i < r->n; i++)
 		if (r->ts[i] >= from && r->ts[i] < to)
 			n++;
-	want = 0.9 * limit * ((double)(to - from) / W_MS);
+	want = SHARE_MIN * limit * ((double)(to - from) / W_MS);
 	printf("  steady: %lld admitted in %lld ms, %.0f%% of the limit\n", n,
 	    to - from, 100.0 * n / (limit * (double)(to - from) / W_MS));
 	ck_assert_msg(n >= want, "%lld admitted in %lld ms, want >= %.0f", n,
