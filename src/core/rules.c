@@ -178,23 +178,31 @@ glob_match(const char *pat, const char *s)
  * cost glibc more than their size (its epsilon closures grow with the
  * nesting: `a*++++++++++++` alone takes minutes), so more than
  * REGEX_STACK_MAX repetitions of one atom, or loops nested deeper than
- * REGEX_NEST_MAX, count as too large too.  Saturates at REGEX_COST_MAX + 1.
+ * REGEX_NEST_MAX, count as too large too.  So do more than
+ * REGEX_OPTIONAL_MAX optional copies once expanded (`?`, `*` and `+` make
+ * one of what they repeat, `{m,n}` n - m, `{m,}` one, each as large as
+ * what it repeats, and a copy of something holding optional ones holds
+ * them too): glibc's memory grows with the square of a run of them,
+ * 10 MB for `a{0,1000}`, 800 MB for `((a?){100}){100}` (found by
+ * fuzzing: `a{,15666}` took over 2 GB).  Saturates at REGEX_COST_MAX + 1.
  * Returns -1 for a back-reference (`\1`), which makes matching exponential
  * in the value's length.
  */
-#define REGEX_COST_MAX	20000
-#define REGEX_DEPTH_MAX 32
-#define REGEX_STACK_MAX 2
-#define REGEX_NEST_MAX	3
+#define REGEX_COST_MAX	   20000
+#define REGEX_OPTIONAL_MAX 500
+#define REGEX_DEPTH_MAX	   32
+#define REGEX_STACK_MAX	   2
+#define REGEX_NEST_MAX	   3
 
 static double
 regex_cost(const char *src)
 {
-	double cur[REGEX_DEPTH_MAX + 1], last = 0, k, m, n;
+	double cur[REGEX_DEPTH_MAX + 1], opt[REGEX_DEPTH_MAX + 1],
+	    last = 0, last_opt = 0, k, copies, optional, m, n;
 	int nest[REGEX_DEPTH_MAX + 1], last_nest = 0, stacked = 0, depth = 0;
 	const char *p = src, *q;
 
-	cur[0] = 0;
+	cur[0] = opt[0] = 0;
 	nest[0] = 0;
 	while (*p != '\0') {
 		switch (*p) {
@@ -217,9 +225,9 @@ regex_cost(const char *src)
 			if (depth == REGEX_DEPTH_MAX)
 				return REGEX_COST_MAX + 1;
 			depth++;
-			cur[depth] = 0;
+			cur[depth] = opt[depth] = 0;
 			nest[depth] = 0;
-			last = 0;
+			last = last_opt = 0;
 			last_nest = 0;
 			stacked = 0;
 			p++;
@@ -227,9 +235,11 @@ regex_cost(const char *src)
 		case ')':
 			if (depth > 0) {
 				last = cur[depth];
+				last_opt = opt[depth];
 				last_nest = nest[depth];
 				depth--;
 				cur[depth] += last;
+				opt[depth] += last_opt;
 			}
 			stacked = 0;
 			p++;
@@ -237,25 +247,30 @@ regex_cost(const char *src)
 		case '*':
 		case '+':
 		case '?':
-			k = 2;
+			k = copies = 2;
+			optional = 1;
 			p++;
 			break;
 		case '{':
 			m = n = 0;
 			for (q = p + 1; *q >= '0' && *q <= '9'; q++)
 				m = m * 10 + (*q - '0');
+			optional = 0;
 			if (*q == ',') {
 				for (q++; *q >= '0' && *q <= '9'; q++)
 					n = n * 10 + (*q - '0');
-				if (n == 0)
+				if (n == 0) {
 					n = m + 1;
+					optional = 1;
+				} else if (n > m)
+					optional = n - m;
 			} else
 				n = m;
 			if (*q != '}') { /* a literal '{' */
 				p++;
 				goto atom;
 			}
-			k = n < 1 ? 1 : n;
+			k = copies = n < 1 ? 1 : n;
 			p = q + 1;
 			break;
 		default:
@@ -268,21 +283,26 @@ regex_cost(const char *src)
 		if (last_nest > nest[depth])
 			nest[depth] = last_nest;
 		cur[depth] += last * (k - 1);
+		opt[depth] += copies * last_opt + optional * last - last_opt;
+		last_opt = copies * last_opt + optional * last;
 		last *= k;
-		if (cur[depth] > REGEX_COST_MAX)
+		if (cur[depth] > REGEX_COST_MAX ||
+		    opt[depth] > REGEX_OPTIONAL_MAX)
 			return REGEX_COST_MAX + 1;
 		continue;
 atom:
 		last = 1;
+		last_opt = 0;
 		last_nest = 0;
 		stacked = 0;
 		cur[depth] += 1;
 	}
 	while (depth > 0) {
-		last = cur[depth--];
-		cur[depth] += last;
+		cur[depth - 1] += cur[depth];
+		opt[depth - 1] += opt[depth];
+		depth--;
 	}
-	return cur[0];
+	return opt[0] > REGEX_OPTIONAL_MAX ? REGEX_COST_MAX + 1 : cur[0];
 }
 
 int
@@ -317,8 +337,10 @@ pattern_compile(struct pattern *p, const char *src, char *err, size_t errlen)
 	if (cost > REGEX_COST_MAX) {
 		snprintf(err, errlen,
 		    "regex \"%.64s%s\" is too large once its "
-		    "repetitions are expanded (more than %d states)",
-		    src, strlen(src) > 64 ? "..." : "", REGEX_COST_MAX);
+		    "repetitions are expanded (more than %d states, or "
+		    "%d optional ones)",
+		    src, strlen(src) > 64 ? "..." : "", REGEX_COST_MAX,
+		    REGEX_OPTIONAL_MAX);
 		rl_free(p->text);
 		p->text = NULL;
 		return -1;

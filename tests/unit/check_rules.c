@@ -139,6 +139,43 @@ START_TEST(test_pattern_kinds)
 }
 END_TEST
 
+/* Regexes whose optional copies, once expanded, pass 500 are refused
+ * before regcomp(), whose memory grows with their square (found by
+ * fuzzing: "V+H\xf2{,15666}" made it take over 2 GB); the usual bounded
+ * ones compile and match. */
+START_TEST(test_pattern_optional_bound)
+{
+	static const char *const refused[] = { "~V+H\xf2{,15666}", "~a{0,501}",
+		"~a{0,300}b{0,300}", "~((a?){100}){100}", "~(a?){501}",
+		"~(ab){0,251}", "~(a{1,300}){2}" };
+	static const char *const fine[] = { "~a{0,500}",
+		"~^/users/[a-z0-9-]{1,64}$", "~(a?){500}", "~(ab){0,250}",
+		"~a{5,}", "~a{1000}", "~^/v[0-9]+/(x|y)?$" };
+	struct pattern p;
+	char err[256];
+	size_t i;
+
+	for (i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		ck_assert_msg(pattern_compile(&p, refused[i], err,
+				  sizeof(err)) == -1,
+		    "%s compiled", refused[i]);
+		ck_assert_ptr_nonnull(strstr(err, "500 optional ones"));
+	}
+	for (i = 0; i < sizeof(fine) / sizeof(fine[0]); i++) {
+		ck_assert_msg(pattern_compile(&p, fine[i], err, sizeof(err)) ==
+			0,
+		    "%s: %s", fine[i], err);
+		pattern_free(&p);
+	}
+	ck_assert_int_eq(pattern_compile(&p, "~^/users/[a-z]{1,64}$", err,
+			     sizeof(err)),
+	    0);
+	ck_assert(pattern_matches(&p, "/users/abc"));
+	ck_assert(!pattern_matches(&p, "/users/"));
+	pattern_free(&p);
+}
+END_TEST
+
 START_TEST(test_template_render)
 {
 	struct key_template t;
@@ -336,6 +373,7 @@ test_suite(void)
 	tcase_add_loop_test(tc, test_glob, 0,
 	    sizeof(glob_cases) / sizeof(glob_cases[0]));
 	tcase_add_test(tc, test_pattern_kinds);
+	tcase_add_test(tc, test_pattern_optional_bound);
 	tcase_add_test(tc, test_template_render);
 	tcase_add_test(tc, test_template_too_long);
 	tcase_add_test(tc, test_template_errors);
