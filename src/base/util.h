@@ -40,6 +40,17 @@ int util_parse_int64(const char *s, int64_t *out);
  * like OpenBSD strlcpy, so a result >= dstlen means truncation. */
 size_t util_strlcpy(char *dst, const char *src, size_t dstlen);
 
+/* How many freed objects a cache of them keeps: n, and none under
+ * AddressSanitizer, which then sees each object's life.  The caches (HTTP
+ * records, decision jobs, Redis batches and replies) spare glibc the
+ * merging it does before each malloc of 1 KiB or more
+ * (docs/operations.md). */
+#if defined(__SANITIZE_ADDRESS__)
+#define UTIL_KEEP(n) ((size_t)0)
+#else
+#define UTIL_KEEP(n) ((size_t)(n))
+#endif
+
 /* v in decimal at dst, which has room for UTIL_INT64_DEC_MAX bytes; no
  * NUL.  Returns the length.  What an answer's numbers are written with on
  * every request (docs/http.md), where printf's generality costs more than

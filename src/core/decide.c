@@ -49,14 +49,8 @@
 /* Requests with few applying rules (nearly all) use the stack. */
 #define DECIDE_STACK_RULES 8
 
-/* Jobs kept per thread (none under AddressSanitizer, which then sees
- * every job's life). */
-static const size_t cached_jobs_max =
-#if defined(__SANITIZE_ADDRESS__)
-    0;
-#else
-    64;
-#endif
+/* Jobs kept per thread. */
+static const size_t cached_jobs_max = UTIL_KEEP(64);
 
 struct applying {
 	const struct rule *rule;

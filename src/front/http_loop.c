@@ -44,12 +44,7 @@ enum { LOOP_TAG_INBOX = 1, LOOP_TAG_MHD, LOOP_TAG_STORE };
 #define LOOP_ROUNDS 8
 
 /* Request records a loop keeps (http_loop_record_get). */
-static const size_t loop_records =
-#if defined(__SANITIZE_ADDRESS__)
-    0;
-#else
-    128;
-#endif
+static const size_t loop_records = UTIL_KEEP(128);
 
 /* A connection accepted, not yet given to libmicrohttpd. */
 struct loop_conn {

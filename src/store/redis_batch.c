@@ -343,14 +343,8 @@ redis_batch_compact(struct redis_batch *b)
 
 /* Batches a store keeps for its next ones.  A batch is over 1 KiB, and
  * glibc merges every small block freed since into its bins before each
- * malloc of that size (docs/operations.md): one per script call.  None
- * under AddressSanitizer, which then sees each batch's life. */
-static const size_t batches_kept =
-#if defined(__SANITIZE_ADDRESS__)
-    0;
-#else
-    2 * REDIS_WINDOW;
-#endif
+ * malloc of that size (docs/operations.md): one per script call. */
+static const size_t batches_kept = UTIL_KEEP(2 * REDIS_WINDOW);
 
 struct redis_batch *
 redis_batch_new(struct redis_backend *rb, int kind, int hslot)

@@ -228,22 +228,17 @@ static pthread_once_t bounded_once = PTHREAD_ONCE_INIT;
  * count when it is freed; one table per class is kept, up to
  * VEC_MIN << (VEC_CLASSES - 1) pointers.  The reader makes and frees
  * replies on the thread that reads the connection; a pthread key's
- * destructor frees what it kept when it ends.  Nothing kept under
- * AddressSanitizer, which then sees each reply's life.
+ * destructor frees what it kept when it ends.
  */
-#define INTS_KEPT   1024
 #define VEC_MIN	    16
 #define VEC_CLASSES 9
-static const bool keep_replies =
-#if defined(__SANITIZE_ADDRESS__)
-    false;
-#else
-    true;
-#endif
+static const size_t ints_kept = UTIL_KEEP(1024);
+static const size_t tables_kept = UTIL_KEEP(VEC_CLASSES); /* classes */
 struct kept_replies {
 	redisReply *ints; /* linked by element */
 	size_t nints;
 	redisReply **vecs[VEC_CLASSES];
+	bool armed; /* the destructor is */
 };
 static _Thread_local struct kept_replies kept;
 static pthread_key_t kept_key;
@@ -265,6 +260,7 @@ kept_drop(void *unused)
 		rl_free(kept.vecs[k]);
 		kept.vecs[k] = NULL;
 	}
+	kept.armed = false;
 }
 
 static void
@@ -273,13 +269,16 @@ kept_init(void)
 	(void)pthread_key_create(&kept_key, kept_drop);
 }
 
-/* About to keep something: arm the destructor (once per thread; it runs
+/* About to keep something: arm the destructor, once per thread (it runs
  * only for a key set to something). */
 static void
 kept_arm(void)
 {
+	if (kept.armed)
+		return;
 	(void)pthread_once(&kept_once, kept_init);
 	(void)pthread_setspecific(kept_key, &kept);
+	kept.armed = true;
 }
 
 /* The size class of a table of n > 0 elements, and its room. */
@@ -370,12 +369,11 @@ kept_free(void *p)
 		return;
 	switch (r->type) {
 	case REDIS_REPLY_INTEGER:
-		if (!keep_replies || kept.nints >= INTS_KEPT) {
+		if (kept.nints >= ints_kept) {
 			rl_free(r);
 			return;
 		}
-		if (kept.ints == NULL)
-			kept_arm();
+		kept_arm();
 		r->element = (redisReply **)(void *)kept.ints;
 		kept.ints = r;
 		kept.nints++;
@@ -386,7 +384,7 @@ kept_free(void *p)
 		if (r->element == NULL)
 			break;
 		k = vec_class(r->elements, &room);
-		if (keep_replies && k < VEC_CLASSES && kept.vecs[k] == NULL) {
+		if (k < tables_kept && kept.vecs[k] == NULL) {
 			kept_arm();
 			kept.vecs[k] = r->element;
 		} else
