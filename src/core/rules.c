@@ -198,7 +198,7 @@ static double
 regex_cost(const char *src)
 {
 	double cur[REGEX_DEPTH_MAX + 1], opt[REGEX_DEPTH_MAX + 1],
-	    last = 0, last_opt = 0, k, copies, optional, m, n;
+	    last = 0, last_opt = 0, k, optional, grown, m, n;
 	int nest[REGEX_DEPTH_MAX + 1], last_nest = 0, stacked = 0, depth = 0;
 	const char *p = src, *q;
 
@@ -247,7 +247,7 @@ regex_cost(const char *src)
 		case '*':
 		case '+':
 		case '?':
-			k = copies = 2;
+			k = 2;
 			optional = 1;
 			p++;
 			break;
@@ -270,7 +270,7 @@ regex_cost(const char *src)
 				p++;
 				goto atom;
 			}
-			k = copies = n < 1 ? 1 : n;
+			k = n < 1 ? 1 : n;
 			p = q + 1;
 			break;
 		default:
@@ -283,8 +283,9 @@ regex_cost(const char *src)
 		if (last_nest > nest[depth])
 			nest[depth] = last_nest;
 		cur[depth] += last * (k - 1);
-		opt[depth] += copies * last_opt + optional * last - last_opt;
-		last_opt = copies * last_opt + optional * last;
+		grown = k * last_opt + optional * last;
+		opt[depth] += grown - last_opt;
+		last_opt = grown;
 		last *= k;
 		if (cur[depth] > REGEX_COST_MAX ||
 		    opt[depth] > REGEX_OPTIONAL_MAX)
