@@ -141,8 +141,8 @@ end
 -- score as Redis wrote it, or as a record gave it).
 -- The clock is the call's, so nothing else expires meanwhile.  A check of
 -- another algorithm on the key forgets it (forget()).  The TTL a record
--- gives the key is set once, when the call ends: ttls[key] is the last
--- one computed, and the key is not read for its TTL in between.
+-- gives the key is set once, when the call ends: ttls[key] is the one
+-- computed, and the key is not read for its TTL in between.
 local logs, ttls = {}, {}
 
 -- What one call wrote to a token_bucket key (a batch's requests often
@@ -196,6 +196,26 @@ local function int_arg(x)
   return a
 end
 
+-- sliding_log's TTL (docs/algorithms.md, sliding_log): a key expires at
+-- the end of the eighth of W (E = floor(W / 8), counted from the epoch)
+-- that holds its newest run, plus W.  A record at t into a key whose
+-- newest run was at prev (nil: none) renews it only when t falls in a
+-- later eighth: then ttls[key] gets the new TTL, unless the call has set
+-- a longer one already.  Between renewals the key's TTL covers t + W, so
+-- most records of a busy key send no PEXPIRE.
+local function log_renew(key, t, prev, W, now)
+  local E = floor(W / 8)
+  local s = t - math.fmod(t, E)
+  if prev ~= nil and prev >= s then
+    return
+  end
+  local ttl = max(1, ceil_ms(s + E + W - now))
+  local old = ttls[key]
+  if old == nil or tonumber(old) < ttl then
+    ttls[key] = int_arg(ttl)
+  end
+end
+
 
 -- Drop the runs that left the window, then read the oldest and newest.
 -- The oldest is read first: when it is still inside, nothing is dropped.
@@ -234,6 +254,9 @@ local function log_read(key, now, W)
       redis.call('DEL', key)
       redis.call('ZADD', key, int(t), int(m) .. ':' .. int(m))
       e, n = m, m
+      -- A new key, without the TTL the old one had.
+      ttls[key] = nil
+      log_renew(key, t, nil, W, now)
       old = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
       ot = tonumber(old[2])
     end
@@ -297,18 +320,22 @@ local function log_single(key, L, W, c, now, now_s, reply, marks, chunks)
     -- reads back as t (now_s is now): Redis would format the number t
     -- itself, at a higher cost.
     local t, ts, n, e = now, now_s, c, k.last_end + c
-    if last_t ~= nil and last_t >= t then
+    local merge = last_t ~= nil and last_t >= t
+    if merge then
       t, ts, n = last_t, k.last_ts or last_t, k.last_n + c
-      redis.call('ZREM', key, fmt('%d:%d', k.last_end, k.last_n))
     end
     redis.call('ZADD', key, ts, fmt('%d:%d', e, n))
+    if merge then
+      -- After the ZADD: a key left empty would go, and its TTL with it.
+      redis.call('ZREM', key, fmt('%d:%d', k.last_end, k.last_n))
+    end
+    log_renew(key, t, last_t, W, now)
     used, last_t = used + c, t
     if fst == nil then
       k.first, k.first_t = e - n + 1, t
     end
     k.last_end, k.last_n, k.last_t, k.last_ts = e, n, t, ts
     k.v = k.v + 1
-    ttls[key] = int_arg(max(1, ceil_ms(t + W - now)))
     if marks then
       mark = int(t)
     end
@@ -470,11 +497,15 @@ if #KEYS > 1 then
           local key, lg = KEYS[k], st_x[k]
           local t, ts, n, e = now, now_s, c, lg.last_end + c
           local last_t = lg.last_t
-          if last_t ~= nil and last_t >= t then
+          local merge = last_t ~= nil and last_t >= t
+          if merge then
             t, ts, n = last_t, lg.last_ts or last_t, lg.last_n + c
-            redis.call('ZREM', key, fmt('%d:%d', lg.last_end, lg.last_n))
           end
           redis.call('ZADD', key, ts, fmt('%d:%d', e, n))
+          if merge then
+            redis.call('ZREM', key, fmt('%d:%d', lg.last_end, lg.last_n))
+          end
+          log_renew(key, t, last_t, plain_W[k], now)
           if lg.first == nil then
             lg.first, lg.first_t = e - n + 1, t
           end
@@ -511,11 +542,8 @@ if #KEYS > 1 then
         if used > 0 then
           reset = ceil_ms(lg.last_t + W - now)
         end
-        if rec then
-          ttls[key] = int_arg(max(1, reset))
-          if marks then
-            mark = int(lg.last_t)
-          end
+        if rec and marks then
+          mark = int(lg.last_t)
         end
         if remaining >= L then
           eff = ceil_ms(W)
@@ -641,13 +669,18 @@ local function make_general()
 
   function sliding_log.record(s)
     local t, n = s.now, s.c
-    if s.last_t ~= nil and s.last_t >= t then
-      -- The newest run's time: merge into it.
+    local merge = s.last_t ~= nil and s.last_t >= t
+    if merge then
+      -- The newest run's time: merge into it (the new member first, so
+      -- that the key, and its TTL, never goes).
       t, n = s.last_t, s.last_n + s.c
-      redis.call('ZREM', s.key, fmt('%d:%d', s.last_end, s.last_n))
     end
     local e = s.last_end + s.c
     redis.call('ZADD', s.key, t, fmt('%d:%d', e, n))
+    if merge then
+      redis.call('ZREM', s.key, fmt('%d:%d', s.last_end, s.last_n))
+    end
+    s.renew = s.last_t
     s.used = s.used + s.c
     s.last_t = t
     s.mark = t
@@ -689,8 +722,7 @@ local function make_general()
       s.reset = ceil_ms(s.last_t + s.W - s.now)
     end
     if s.recorded then
-      -- W after the newest run; ceil_ms(W) unless the clock went back.
-      ttls[s.key] = int_arg(max(1, s.reset))
+      log_renew(s.key, s.last_t, s.renew, s.W, s.now)
     end
   end
 
@@ -1533,7 +1565,7 @@ for r = 1, same and 0 or #counts do
         token = token, want = want, hold = hold, allowed = false,
         used = nil, remaining = nil, reset = nil, over = nil, mark = nil,
         log = nil, v = nil, first = nil, first_t = nil, last_end = nil,
-        last_n = nil, last_t = nil, made = false}
+        last_n = nil, last_t = nil, renew = nil, made = false}
     end
   end
 end

@@ -38,15 +38,19 @@ local function sliding_log(key, L, W, c, mark)
   end
   local later = redis.call('ZRANGEBYSCORE', key, '(' .. mark, '+inf',
     'WITHSCORES')
-  redis.call('ZREM', key, at[1])
+  -- Each new member is added before the old one goes (no two are the
+  -- same: their ends differ), so that the key is never empty, which
+  -- would drop it and its TTL (a record renews that TTL only once per
+  -- eighth of W: docs/algorithms.md, sliding_log).
   if n > c then
     redis.call('ZADD', key, mark, int(e - c) .. ':' .. int(n - c))
   end
+  redis.call('ZREM', key, at[1])
   for i = 1, #later, 2 do
     local le, ln = string.match(later[i], '^(%d+):(%d+)$')
-    redis.call('ZREM', key, later[i])
     redis.call('ZADD', key, later[i + 1],
       int(tonumber(le) - c) .. ':' .. ln)
+    redis.call('ZREM', key, later[i])
   end
   if redis.call('ZCARD', key) == 0 then
     redis.call('DEL', key)

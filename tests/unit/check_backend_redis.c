@@ -388,8 +388,11 @@ START_TEST(test_sliding_log_limit_then_deny)
 	/* The key is exactly the caller's, a sorted set of 3 units. */
 	ck_assert_int_eq(cmd_int("EXISTS %s", key), 1);
 	ck_assert_int_eq(cmd_int("ZCARD %s", key), 3);
+	/* Its TTL covers the newest unit's window, and at most W / 8 more
+	 * (docs/algorithms.md, sliding_log). */
 	pttl = cmd_int("PTTL %s", key);
-	ck_assert_msg(pttl > 0 && pttl <= 1000, "pttl %lld", pttl);
+	ck_assert_msg(pttl >= r.reset_ms - 50 && pttl <= 1000 + 125,
+	    "pttl %lld, reset %lld", pttl, (long long)r.reset_ms);
 	ck_assert_int_eq(cmd_int("DBSIZE", NULL), 1);
 
 	/* After the window, everything is free again. */
@@ -397,6 +400,125 @@ START_TEST(test_sliding_log_limit_then_deny)
 	ck_assert(decide1(b, mk(RL_ALG_SLIDING_LOG, 3, 1000, 1, false, key),
 	    &r));
 	backend_free(b);
+}
+END_TEST
+
+/* The server's clock in microseconds (TIME). */
+static long long
+server_us(void)
+{
+	redisReply *r = cmd("TIME");
+	long long us;
+
+	ck_assert(r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+	us = strtoll(r->element[0]->str, NULL, 10) * 1000000LL +
+	    strtoll(r->element[1]->str, NULL, 10);
+	freeReplyObject(r);
+	return us;
+}
+
+/* One request on each of the script's three ways to a sliding_log check:
+ * one check alone; with a fixed_window check (several plain checks); with
+ * a shadow check (the general path). */
+static void
+ttl_round(struct backend *b)
+{
+	struct rl_check lean[2] = {
+		mk(RL_ALG_SLIDING_LOG, 1000, 8000, 1, false, "rl:t:{lean}"),
+		mk(RL_ALG_FIXED_WINDOW, 1000, 8000, 1, false, "rl:t:{fw}"),
+	};
+	struct rl_check gen[2] = {
+		mk(RL_ALG_SLIDING_LOG, 1000, 8000, 1, false, "rl:t:{gen}"),
+		mk(RL_ALG_SLIDING_LOG, 1000, 8000, 1, true, "rl:t:{sh}"),
+	};
+	struct rl_result r[2];
+
+	ck_assert(decide1(b,
+	    mk(RL_ALG_SLIDING_LOG, 1000, 8000, 1, false, "rl:t:{one}"), r));
+	ck_assert(decide_ok(b, lean, 2, r));
+	ck_assert(decide_ok(b, gen, 2, r));
+}
+
+/* A sliding_log key's TTL is renewed by the first record in each eighth of
+ * W (counted from the epoch), to the end of that eighth plus W, and left
+ * alone by the records after it in the same eighth: docs/algorithms.md,
+ * sliding_log.  W = 8 s, so an eighth is a second of the server's clock. */
+START_TEST(test_sliding_log_ttl_renewal)
+{
+	static const char *keys[] = { "rl:t:{one}", "rl:t:{lean}",
+		"rl:t:{gen}" };
+	struct backend *b = new_backend();
+	long long t, t0, pttl;
+	size_t i;
+
+	/* Start early in a second, so that two rounds fit in it. */
+	while ((t = server_us() % 1000000) > 200000)
+		sleep_ms((int)((1000000 - t) / 1000) + 10);
+	t0 = server_us();
+	ttl_round(b);
+	for (i = 0; i < 3; i++) {
+		pttl = cmd_int("PTTL %s", keys[i]);
+		ck_assert_msg(pttl > 8000 && pttl <= 9000,
+		    "%s: a new key's TTL %lld", keys[i], pttl);
+		cmd_ok("PEXPIRE %s 100000", keys[i]);
+	}
+	ttl_round(b);
+	t = server_us();
+	ck_assert_msg(t / 1000000 == t0 / 1000000,
+	    "two rounds took %lld us: not within one second", t - t0);
+	t %= 1000000;
+	for (i = 0; i < 3; i++) {
+		pttl = cmd_int("PTTL %s", keys[i]);
+		ck_assert_msg(pttl > 90000,
+		    "%s: TTL %lld renewed in the same eighth", keys[i], pttl);
+		ck_assert_int_eq(log_units(keys[i]), 2);
+	}
+	/* The next second: the first record renews, to the end of that second
+	 * plus W. */
+	sleep_ms((int)((1000000 - t) / 1000) + 20);
+	ttl_round(b);
+	for (i = 0; i < 3; i++) {
+		pttl = cmd_int("PTTL %s", keys[i]);
+		ck_assert_msg(pttl > 8000 && pttl <= 9000,
+		    "%s: TTL %lld after a record in a later eighth", keys[i],
+		    pttl);
+		ck_assert_int_eq(log_units(keys[i]), 3);
+	}
+	backend_free(b);
+}
+END_TEST
+
+/* takeback.lua (Redis Cluster's take-back of a split request) rewrites a
+ * sliding_log key's runs; it keeps the key's TTL, which a later record
+ * renews only once per eighth of W, whether it shrinks the only run or
+ * removes a run and renumbers the only one after it. */
+extern const char rl_lua_takeback[];
+
+START_TEST(test_takeback_keeps_ttl)
+{
+	const char *key = "rl:tb:{log}";
+	redisReply *r;
+	long long pttl;
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		cmd_ok("DEL %s", key);
+		if (i == 0)
+			cmd_ok("ZADD %s 1000 5:5", key);
+		else
+			cmd_ok("ZADD %s 1000 5:5 2000 7:2", key);
+		cmd_ok("PEXPIRE %s 100000", key);
+		r = cmd("EVAL %s 1 %s 0 10 60000 %s 1000", rl_lua_takeback, key,
+		    i == 0 ? "2" : "5");
+		ck_assert_msg(r->type == REDIS_REPLY_INTEGER && r->integer == 1,
+		    "takeback: type %d %s", r->type,
+		    r->type == REDIS_REPLY_ERROR ? r->str : "");
+		freeReplyObject(r);
+		ck_assert_int_eq(log_units(key), i == 0 ? 3 : 2);
+		pttl = cmd_int("PTTL %s", key);
+		ck_assert_msg(pttl > 90000,
+		    "case %d: TTL %lld after the take-back", i, pttl);
+	}
 }
 END_TEST
 
@@ -1278,6 +1400,8 @@ test_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_sliding_log_limit_then_deny);
+	tcase_add_test(tc, test_sliding_log_ttl_renewal);
+	tcase_add_test(tc, test_takeback_keeps_ttl);
 	tcase_add_test(tc, test_sliding_log_unique_members);
 	tcase_add_test(tc, test_sliding_log_large_cost);
 	tcase_add_test(tc, test_all_or_nothing);
