@@ -255,7 +255,6 @@ local function log_read(key, now, W)
       redis.call('ZADD', key, int(t), int(m) .. ':' .. int(m))
       e, n = m, m
       -- A new key, without the TTL the old one had.
-      ttls[key] = nil
       log_renew(key, t, nil, W, now)
       old = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
       ot = tonumber(old[2])
@@ -680,7 +679,7 @@ local function make_general()
     if merge then
       redis.call('ZREM', s.key, fmt('%d:%d', s.last_end, s.last_n))
     end
-    s.renew = s.last_t
+    s.prev_t = s.last_t -- finish renews the TTL, or not, from it
     s.used = s.used + s.c
     s.last_t = t
     s.mark = t
@@ -722,7 +721,7 @@ local function make_general()
       s.reset = ceil_ms(s.last_t + s.W - s.now)
     end
     if s.recorded then
-      log_renew(s.key, s.last_t, s.renew, s.W, s.now)
+      log_renew(s.key, s.last_t, s.prev_t, s.W, s.now)
     end
   end
 
@@ -1565,7 +1564,7 @@ for r = 1, same and 0 or #counts do
         token = token, want = want, hold = hold, allowed = false,
         used = nil, remaining = nil, reset = nil, over = nil, mark = nil,
         log = nil, v = nil, first = nil, first_t = nil, last_end = nil,
-        last_n = nil, last_t = nil, renew = nil, made = false}
+        last_n = nil, last_t = nil, prev_t = nil, made = false}
     end
   end
 end
