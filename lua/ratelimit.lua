@@ -57,8 +57,9 @@
 -- Per request, phase 1 checks every rule and records nothing (dropping
 -- expired state is allowed).  Phase 2 runs only if every non-shadow check
 -- of the request allows, and then records the cost of each check that
--- allows and has c > 0.  Only recorded keys get a new TTL; keys that are
--- only read keep theirs.
+-- allows and has c > 0.  Only recorded keys get a new TTL (a sliding_log
+-- key only from the first record in each eighth of its window: log_renew);
+-- keys that are only read keep theirs.
 --
 -- Time is the server's: TIME, in microseconds.  Calling TIME before writing
 -- needs effects replication, the default since Redis 5 and the only mode
