@@ -13,7 +13,11 @@
  * rule (or every rule) to be read again, or OVERRIDES_RESYNC_MS pass; it
  * then reads each marked rule's hash through the store, one blocking
  * admin call each (bounded by redis.timeout), and replaces that rule's
- * entries.  A read that fails keeps what the table had.
+ * entries.  A read that fails keeps what the table had.  So does a read
+ * that a write of this daemon's overtook (the count `writes` moved while
+ * it was out): it may hold the hash from before that write, and the
+ * write's notice brings another read; the rule is marked to be read again
+ * in any case.
  */
 #include "core/overrides.h"
 
@@ -45,6 +49,7 @@ struct overrides {
 	pthread_rwlock_t lock;
 	struct ov_entry *chains[OV_CHAINS];
 	atomic_long count;
+	unsigned long writes; /* overrides_set() and _delete() so far; lock */
 
 	/* The sync (NULL backend: none started). */
 	struct backend *backend;
@@ -155,6 +160,7 @@ overrides_set(struct overrides *o, const char *key, size_t keylen,
 
 	pthread_rwlock_wrlock(&o->lock);
 	rc = ov_put(o, key, keylen, limit, window_ms, expires_ms);
+	o->writes++;
 	pthread_rwlock_unlock(&o->lock);
 	return rc;
 }
@@ -174,8 +180,20 @@ overrides_delete(struct overrides *o, const char *key, size_t keylen,
 		rl_free(e);
 		atomic_fetch_sub(&o->count, 1);
 	}
+	o->writes++;
 	pthread_rwlock_unlock(&o->lock);
 	return live;
+}
+
+unsigned long
+overrides_writes(struct overrides *o)
+{
+	unsigned long n;
+
+	pthread_rwlock_rdlock(&o->lock);
+	n = o->writes;
+	pthread_rwlock_unlock(&o->lock);
+	return n;
 }
 
 /* Is e one of rule's: "<prefix><rule>:{...}"?  Its key's offset, or 0. */
@@ -234,7 +252,7 @@ next_str(const char **p, const char *end, const char **s, uint32_t *n)
 
 int
 overrides_load_rule(struct overrides *o, const char *prefix, const char *rule,
-    const char *reply, size_t len)
+    const char *reply, size_t len, unsigned long since)
 {
 	const char *p = reply, *end = reply + len, *f = NULL, *v = NULL;
 	size_t plen = strlen(prefix), rlen = strlen(rule), i, nkeys = 0;
@@ -260,6 +278,13 @@ overrides_load_rule(struct overrides *o, const char *prefix, const char *rule,
 	if ((key = rl_malloc(plen + rlen + RL_MAX_KEY_BYTES + 4)) == NULL)
 		return -1;
 	pthread_rwlock_wrlock(&o->lock);
+	if (o->writes != since) {
+		/* A write came after the read began: the reply may predate
+		 * it. */
+		pthread_rwlock_unlock(&o->lock);
+		rl_free(key);
+		return 1;
+	}
 	for (i = 0; i < OV_CHAINS; i++)
 		for (pp = &o->chains[i]; *pp != NULL;) {
 			struct ov_entry *e = *pp;
@@ -293,30 +318,6 @@ overrides_load_rule(struct overrides *o, const char *prefix, const char *rule,
 
 /* --- the sync ------------------------------------------------------------ */
 
-/* Read rule's hash into the table.  The sync thread. */
-static void
-sync_rule(struct overrides *o, const struct config *cfg, const char *rule)
-{
-	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_READ };
-	enum backend_error_kind kind;
-	char err[BACKEND_ERR_MAX], *hash;
-	size_t n = strlen(cfg->redis.key_prefix) + 9 + strlen(rule);
-
-	if ((hash = rl_malloc(n + 1)) == NULL)
-		return;
-	snprintf(hash, n + 1, "%soverride:%s", cfg->redis.key_prefix, rule);
-	a.key = hash;
-	a.keylen = n;
-	if (backend_admin_call(o->backend, &a, &kind, err, sizeof(err)) < 0)
-		log_debug("overrides of %s not read: %s", rule, err);
-	else if (overrides_load_rule(o, cfg->redis.key_prefix, rule, a.reply,
-		     a.replylen) < 0)
-		log_warnx("overrides of %s: a malformed hash %s, ignored", rule,
-		    hash);
-	rl_free(a.reply);
-	rl_free(hash);
-}
-
 static bool
 marked(char *const *names, size_t n, const char *rule)
 {
@@ -326,6 +327,56 @@ marked(char *const *names, size_t n, const char *rule)
 		if (strcmp(names[i], rule) == 0)
 			return true;
 	return false;
+}
+
+/* Mark the rule named by len bytes of name to be read again (every rule
+ * when too many are marked).  Takes o->mu: never called under it. */
+static void
+mark_rule(struct overrides *o, const char *name, size_t len)
+{
+	char *copy;
+
+	if ((copy = rl_malloc(len + 1)) == NULL)
+		return;
+	memcpy(copy, name, len);
+	copy[len] = '\0';
+	pthread_mutex_lock(&o->mu);
+	if (o->ndirty < OV_DIRTY && !marked(o->dirty, o->ndirty, copy)) {
+		o->dirty[o->ndirty++] = copy;
+		copy = NULL;
+	} else if (o->ndirty == OV_DIRTY)
+		o->all = true;
+	pthread_cond_signal(&o->cond);
+	pthread_mutex_unlock(&o->mu);
+	rl_free(copy);
+}
+
+/* Read rule's hash into the table.  The sync thread. */
+static void
+sync_rule(struct overrides *o, const struct config *cfg, const char *rule)
+{
+	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_READ };
+	enum backend_error_kind kind;
+	char err[BACKEND_ERR_MAX], *hash;
+	size_t n = strlen(cfg->redis.key_prefix) + 9 + strlen(rule);
+	unsigned long since = overrides_writes(o);
+	int rc;
+
+	if ((hash = rl_malloc(n + 1)) == NULL)
+		return;
+	snprintf(hash, n + 1, "%soverride:%s", cfg->redis.key_prefix, rule);
+	a.key = hash;
+	a.keylen = n;
+	if (backend_admin_call(o->backend, &a, &kind, err, sizeof(err)) < 0)
+		log_debug("overrides of %s not read: %s", rule, err);
+	else if ((rc = overrides_load_rule(o, cfg->redis.key_prefix, rule,
+		      a.reply, a.replylen, since)) < 0)
+		log_warnx("overrides of %s: a malformed hash %s, ignored", rule,
+		    hash);
+	else if (rc == 1)
+		mark_rule(o, rule, strlen(rule));
+	rl_free(a.reply);
+	rl_free(hash);
 }
 
 static void *
@@ -415,7 +466,6 @@ overrides_notice(struct overrides *o, const char *msg, size_t len)
 	struct config *cfg;
 	const char *rule;
 	size_t plen;
-	char *name;
 
 	if (o == NULL || o->backend == NULL)
 		return;
@@ -435,19 +485,7 @@ overrides_notice(struct overrides *o, const char *msg, size_t len)
 	}
 	config_unref(cfg);
 	rule = msg + plen + 9;
-	if ((name = rl_malloc(len - plen - 9 + 1)) == NULL)
-		return;
-	memcpy(name, rule, len - plen - 9);
-	name[len - plen - 9] = '\0';
-	pthread_mutex_lock(&o->mu);
-	if (o->ndirty < OV_DIRTY && !marked(o->dirty, o->ndirty, name)) {
-		o->dirty[o->ndirty++] = name;
-		name = NULL;
-	} else if (o->ndirty == OV_DIRTY)
-		o->all = true;
-	pthread_cond_signal(&o->cond);
-	pthread_mutex_unlock(&o->mu);
-	rl_free(name);
+	mark_rule(o, rule, len - plen - 9);
 }
 
 void

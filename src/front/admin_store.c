@@ -370,6 +370,7 @@ override_list(struct admin_server *s, struct MHD_Connection *conn,
 	enum backend_error_kind kind;
 	char err[BACKEND_ERR_MAX], *h;
 	size_t hlen = 0;
+	unsigned long since;
 	json_t *list;
 
 	if (s->overrides == NULL)
@@ -381,14 +382,16 @@ override_list(struct admin_server *s, struct MHD_Connection *conn,
 			    "out of memory");
 		a.key = h;
 		a.keylen = hlen;
+		since = overrides_writes(s->overrides);
 		if (backend_admin_call(s->decider->backend, &a, &kind, err,
 			sizeof(err)) < 0) {
 			rl_free(h);
 			return store_failed(s, conn, kind);
 		}
 		rl_free(h);
+		/* Not over a write made meanwhile (then the table is newer). */
 		(void)overrides_load_rule(s->overrides, cfg->redis.key_prefix,
-		    r->name, a.reply, a.replylen);
+		    r->name, a.reply, a.replylen, since);
 		rl_free(a.reply);
 	}
 	if ((list = json_array()) == NULL)

@@ -1,0 +1,135 @@
+/*
+ * check_overrides.c - the table of limits per key (core/overrides.h):
+ * a rule's overrides replaced by a read of its Redis hash, and such a read
+ * that a write of this daemon overtook left unapplied, so that a read
+ * begun before the admin API changed an override cannot bring the old
+ * one back (docs/admin.md).  Pure: the replies are made here in the
+ * OVERRIDE_READ form of core/backend.h.
+ */
+#include <check.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_main.h"
+
+#include "core/overrides.h"
+
+#define KEY_VIP	  "rl:api:{vip}"
+#define KEY_OTHER "rl:api:{other}"
+
+/* An OVERRIDE_READ reply: field, value, field, value... (NULL ends). */
+static char *
+reply_of(size_t *len, ...)
+{
+	static char buf[1024];
+	const char *s;
+	uint32_t n;
+	va_list ap;
+
+	*len = 0;
+	va_start(ap, len);
+	while ((s = va_arg(ap, const char *)) != NULL) {
+		n = (uint32_t)strlen(s);
+		ck_assert_uint_le(*len + sizeof(n) + n, sizeof(buf));
+		memcpy(buf + *len, &n, sizeof(n));
+		memcpy(buf + *len + sizeof(n), s, n);
+		*len += sizeof(n) + n;
+	}
+	va_end(ap);
+	return buf;
+}
+
+static int64_t
+limit_of(struct overrides *o, const char *key)
+{
+	int64_t limit = -1, window = -1;
+
+	if (!overrides_get(o, key, strlen(key), 1000, &limit, &window))
+		return 0;
+	return limit;
+}
+
+START_TEST(test_load_replaces_the_rule)
+{
+	struct overrides *o = overrides_new();
+	const char *r;
+	size_t len;
+
+	ck_assert_ptr_nonnull(o);
+	r = reply_of(&len, "vip", "5 10000 0", "other", "7 10000 0", NULL);
+	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len,
+			     overrides_writes(o)),
+	    0);
+	ck_assert_int_eq(limit_of(o, KEY_VIP), 5);
+	ck_assert_int_eq(limit_of(o, KEY_OTHER), 7);
+	/* The hash without vip: gone from the table too. */
+	r = reply_of(&len, "other", "8 10000 0", NULL);
+	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len,
+			     overrides_writes(o)),
+	    0);
+	ck_assert_int_eq(limit_of(o, KEY_VIP), 0);
+	ck_assert_int_eq(limit_of(o, KEY_OTHER), 8);
+	/* A malformed reply changes nothing. */
+	r = reply_of(&len, "other", "nine", NULL);
+	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len,
+			     overrides_writes(o)),
+	    -1);
+	ck_assert_int_eq(limit_of(o, KEY_OTHER), 8);
+	overrides_free(o);
+}
+END_TEST
+
+/* The race a daemon's sync can lose: its read of the hash begins, the
+ * admin API then sets (or deletes) an override in Redis and in the table,
+ * and the read's reply, from before that write, arrives last. */
+START_TEST(test_load_overtaken_by_a_write)
+{
+	struct overrides *o = overrides_new();
+	unsigned long since;
+	const char *r;
+	size_t len;
+
+	ck_assert_ptr_nonnull(o);
+	/* A set: the reply from before it does not take it back. */
+	since = overrides_writes(o);
+	ck_assert_int_eq(overrides_set(o, KEY_VIP, strlen(KEY_VIP), 5, 10000,
+			     0),
+	    0);
+	r = reply_of(&len, "other", "7 10000 0", NULL);
+	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len, since),
+	    1);
+	ck_assert_int_eq(limit_of(o, KEY_VIP), 5);
+	ck_assert_int_eq(limit_of(o, KEY_OTHER), 0);
+
+	/* A delete: the reply from before it does not bring it back. */
+	since = overrides_writes(o);
+	ck_assert(overrides_delete(o, KEY_VIP, strlen(KEY_VIP), 1000));
+	r = reply_of(&len, "vip", "5 10000 0", NULL);
+	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len, since),
+	    1);
+	ck_assert_int_eq(limit_of(o, KEY_VIP), 0);
+
+	/* A read begun after the write is applied. */
+	since = overrides_writes(o);
+	r = reply_of(&len, "other", "7 10000 0", NULL);
+	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len, since),
+	    0);
+	ck_assert_int_eq(limit_of(o, KEY_OTHER), 7);
+	overrides_free(o);
+}
+END_TEST
+
+Suite *
+test_suite(void)
+{
+	Suite *s = suite_create("overrides");
+	TCase *tc = tcase_create("overrides");
+
+	tcase_add_test(tc, test_load_replaces_the_rule);
+	tcase_add_test(tc, test_load_overtaken_by_a_write);
+	suite_add_tcase(s, tc);
+	return s;
+}
