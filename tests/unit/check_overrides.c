@@ -52,6 +52,14 @@ limit_of(struct overrides *o, const char *key)
 	return limit;
 }
 
+/* Load rule api's reply r, read with no write since. */
+static int
+load_fresh(struct overrides *o, const char *r, size_t len)
+{
+	return overrides_load_rule(o, "rl:", "api", r, len,
+	    overrides_writes(o));
+}
+
 START_TEST(test_load_replaces_the_rule)
 {
 	struct overrides *o = overrides_new();
@@ -60,23 +68,17 @@ START_TEST(test_load_replaces_the_rule)
 
 	ck_assert_ptr_nonnull(o);
 	r = reply_of(&len, "vip", "5 10000 0", "other", "7 10000 0", NULL);
-	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len,
-			     overrides_writes(o)),
-	    0);
+	ck_assert_int_eq(load_fresh(o, r, len), 0);
 	ck_assert_int_eq(limit_of(o, KEY_VIP), 5);
 	ck_assert_int_eq(limit_of(o, KEY_OTHER), 7);
 	/* The hash without vip: gone from the table too. */
 	r = reply_of(&len, "other", "8 10000 0", NULL);
-	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len,
-			     overrides_writes(o)),
-	    0);
+	ck_assert_int_eq(load_fresh(o, r, len), 0);
 	ck_assert_int_eq(limit_of(o, KEY_VIP), 0);
 	ck_assert_int_eq(limit_of(o, KEY_OTHER), 8);
 	/* A malformed reply changes nothing. */
 	r = reply_of(&len, "other", "nine", NULL);
-	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len,
-			     overrides_writes(o)),
-	    -1);
+	ck_assert_int_eq(load_fresh(o, r, len), -1);
 	ck_assert_int_eq(limit_of(o, KEY_OTHER), 8);
 	overrides_free(o);
 }
