@@ -653,15 +653,17 @@ median() {
     echo
   fi
   if want repeat; then
-    ra= re=
+    ra= re= rr=
     for i in $(seq "${REPEAT:-4}"); do
       ra="$ra $(ratio "a-$i" "redis-$i")"
       re="$re $(ratio "e-$i" "a-$i")"
+      rr="$rr${rr:+;} ${rate[redis-$i]}, ${rate[a-$i]}, ${rate[e-$i]}"
     done
     echo "Again, ${REPEAT:-4} rounds of ${REPEAT_DURATION:-5} s each" \
       "(Redis alone, (a), (e)): (a) against Redis alone:$ra" \
       "(median $(median $ra)); (e) against (a):$re (median" \
-      "$(median $re))."
+      "$(median $re)).  Requests/s of each round (Redis alone, (a)," \
+      "(e)):$rr."
     echo
   fi
   if want rss; then
