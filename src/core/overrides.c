@@ -14,10 +14,13 @@
  * then reads each marked rule's hash through the store, one blocking
  * admin call each (bounded by redis.timeout), and replaces that rule's
  * entries.  A read that fails keeps what the table had.  So does a read
- * that a write of this daemon's overtook (the count `writes` moved while
- * it was out): it may hold the hash from before that write, and the
- * write's notice brings another read; the rule is marked to be read again
- * in any case.
+ * that another change of the table overtook (the count `writes` moved
+ * while it was out): a write of this daemon's, or another read of the
+ * hash applied first (the admin API's, or the sync's own).  The reply may
+ * hold the hash from before that change, and applied last it would take
+ * the change back until the next read; the rule is marked to be read
+ * again instead.  So of two reads of one hash that overlap, the one that
+ * began second is applied only when it also ends second.
  */
 #include "core/overrides.h"
 
@@ -49,7 +52,7 @@ struct overrides {
 	pthread_rwlock_t lock;
 	struct ov_entry *chains[OV_CHAINS];
 	atomic_long count;
-	unsigned long writes; /* overrides_set() and _delete() so far; lock */
+	unsigned long writes; /* changes so far: set, delete, load; lock */
 
 	/* The sync (NULL backend: none started). */
 	struct backend *backend;
@@ -310,6 +313,7 @@ overrides_load_rule(struct overrides *o, const char *prefix, const char *rule,
 		key[plen + rlen + 2 + fl] = '}';
 		rc = ov_put(o, key, plen + rlen + 3 + fl, lim, win, exp);
 	}
+	o->writes++;
 	pthread_rwlock_unlock(&o->lock);
 	rl_free(key);
 	(void)nkeys;

@@ -68,18 +68,20 @@ void overrides_each(struct overrides *o, const char *prefix, const char *rule,
     int64_t now_ms, void (*fn)(const struct override_view *v, void *arg),
     void *arg);
 
-/* How many times overrides_set() and overrides_delete() have changed
- * the table: read it before a read of a hash for overrides_load_rule(). */
+/* How many times the table has changed (overrides_set(),
+ * overrides_delete(), a load by overrides_load_rule()): read it before a
+ * read of a hash for overrides_load_rule(). */
 unsigned long overrides_writes(struct overrides *o);
 
 /*
  * Replace rule's overrides by the fields of an OVERRIDE_READ reply
  * (core/backend.h: pairs of length-prefixed strings, field = the rendered
  * key, value = "<limit> <window_ms> <expires_at_ms>"), read after
- * overrides_writes() said `since`.  0; 1 when a write came since (the
- * reply may predate it: the table is left as it was, and the caller reads
- * again later); or -1 (a malformed reply, or out of memory: the table is
- * left as it was).
+ * overrides_writes() said `since`.  0; 1 when the table changed since,
+ * by a write or another load (the reply may predate that change: the
+ * table is left as it was, and the caller reads again); or -1: a
+ * malformed reply (the table is left as it was), or out of memory (the
+ * rule may then hold part of the reply until the next read).
  */
 int overrides_load_rule(struct overrides *o, const char *prefix,
     const char *rule, const char *reply, size_t len, unsigned long since);

@@ -22,6 +22,10 @@
 #include "core/overrides.h"
 #include "front/admin_priv.h"
 
+/* GET of a rule's overrides on Redis: reads of the hash at most, while
+ * another change of the table overtakes each. */
+#define OVERRIDE_LIST_READS 3
+
 /* The query's rule and key: 0, or -1 answered (400). */
 static int
 query_rule_key(struct MHD_Connection *conn, const struct config *cfg,
@@ -372,6 +376,7 @@ override_list(struct admin_server *s, struct MHD_Connection *conn,
 	size_t hlen = 0;
 	unsigned long since;
 	json_t *list;
+	int tries, rc;
 
 	if (s->overrides == NULL)
 		return admin_error(conn, 500, "internal_error",
@@ -382,17 +387,26 @@ override_list(struct admin_server *s, struct MHD_Connection *conn,
 			    "out of memory");
 		a.key = h;
 		a.keylen = hlen;
-		since = overrides_writes(s->overrides);
-		if (backend_admin_call(s->decider->backend, &a, &kind, err,
-			sizeof(err)) < 0) {
-			rl_free(h);
-			return store_failed(s, conn, kind);
+		/* Read again while the table changed during the read (a write,
+		 * or the sync's own read applied first: either may be newer or
+		 * older than this reply); a few times at most, then the table
+		 * as it is, which the sync keeps reading. */
+		for (tries = 0; tries < OVERRIDE_LIST_READS; tries++) {
+			since = overrides_writes(s->overrides);
+			if (backend_admin_call(s->decider->backend, &a, &kind,
+				err, sizeof(err)) < 0) {
+				rl_free(h);
+				return store_failed(s, conn, kind);
+			}
+			rc = overrides_load_rule(s->overrides,
+			    cfg->redis.key_prefix, r->name, a.reply,
+			    a.replylen, since);
+			rl_free(a.reply);
+			a.reply = NULL;
+			if (rc != 1)
+				break;
 		}
 		rl_free(h);
-		/* Not over a write made meanwhile (then the table is newer). */
-		(void)overrides_load_rule(s->overrides, cfg->redis.key_prefix,
-		    r->name, a.reply, a.replylen, since);
-		rl_free(a.reply);
 	}
 	if ((list = json_array()) == NULL)
 		return admin_error(conn, 500, "internal_error",

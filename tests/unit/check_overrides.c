@@ -124,6 +124,56 @@ START_TEST(test_load_overtaken_by_a_write)
 }
 END_TEST
 
+/* Two reads of one hash that overlap, as the admin API's GET and the
+ * sync make them: the one begun first is read before a write of another
+ * daemon (vip at 5), the other after it (vip at 9).  Whichever is applied
+ * first, the other one, begun before that, is not applied over it: the
+ * newer reply is never taken back by the older one arriving last. */
+START_TEST(test_load_overtaken_by_a_load)
+{
+	struct overrides *o = overrides_new();
+	unsigned long old_since, new_since;
+	const char *r;
+	size_t len;
+
+	ck_assert_ptr_nonnull(o);
+	/* The newer reply is applied first; the older one comes last. */
+	old_since = overrides_writes(o);
+	new_since = overrides_writes(o);
+	r = reply_of(&len, "vip", "9 10000 0", NULL);
+	ck_assert_int_eq(
+	    overrides_load_rule(o, "rl:", "api", r, len, new_since), 0);
+	r = reply_of(&len, "vip", "5 10000 0", NULL);
+	ck_assert_int_eq(
+	    overrides_load_rule(o, "rl:", "api", r, len, old_since), 1);
+	ck_assert_int_eq(limit_of(o, KEY_VIP), 9);
+
+	/* The older reply is applied first; the newer one, begun before
+	 * that, is refused too, and read again it is applied. */
+	old_since = overrides_writes(o);
+	new_since = overrides_writes(o);
+	r = reply_of(&len, "vip", "5 10000 0", NULL);
+	ck_assert_int_eq(
+	    overrides_load_rule(o, "rl:", "api", r, len, old_since), 0);
+	r = reply_of(&len, "vip", "9 10000 0", NULL);
+	ck_assert_int_eq(
+	    overrides_load_rule(o, "rl:", "api", r, len, new_since), 1);
+	ck_assert_int_eq(limit_of(o, KEY_VIP), 5);
+	ck_assert_int_eq(load_fresh(o, r, len), 0);
+	ck_assert_int_eq(limit_of(o, KEY_VIP), 9);
+
+	/* A malformed reply changes nothing, so it overtakes nothing. */
+	new_since = overrides_writes(o);
+	r = reply_of(&len, "vip", "nine", NULL);
+	ck_assert_int_eq(load_fresh(o, r, len), -1);
+	r = reply_of(&len, "vip", "11 10000 0", NULL);
+	ck_assert_int_eq(
+	    overrides_load_rule(o, "rl:", "api", r, len, new_since), 0);
+	ck_assert_int_eq(limit_of(o, KEY_VIP), 11);
+	overrides_free(o);
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -132,6 +182,7 @@ test_suite(void)
 
 	tcase_add_test(tc, test_load_replaces_the_rule);
 	tcase_add_test(tc, test_load_overtaken_by_a_write);
+	tcase_add_test(tc, test_load_overtaken_by_a_load);
 	suite_add_tcase(s, tc);
 	return s;
 }
