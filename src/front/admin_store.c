@@ -399,8 +399,8 @@ override_list(struct admin_server *s, struct MHD_Connection *conn,
 				return store_failed(s, conn, kind);
 			}
 			rc = overrides_load_rule(s->overrides,
-			    cfg->redis.key_prefix, r->name, a.reply,
-			    a.replylen, since);
+			    cfg->redis.key_prefix, r->name, a.reply, a.replylen,
+			    since);
 			rl_free(a.reply);
 			a.reply = NULL;
 			if (rc != 1)

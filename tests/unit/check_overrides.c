@@ -141,11 +141,13 @@ START_TEST(test_load_overtaken_by_a_load)
 	old_since = overrides_writes(o);
 	new_since = overrides_writes(o);
 	r = reply_of(&len, "vip", "9 10000 0", NULL);
-	ck_assert_int_eq(
-	    overrides_load_rule(o, "rl:", "api", r, len, new_since), 0);
+	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len,
+			     new_since),
+	    0);
 	r = reply_of(&len, "vip", "5 10000 0", NULL);
-	ck_assert_int_eq(
-	    overrides_load_rule(o, "rl:", "api", r, len, old_since), 1);
+	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len,
+			     old_since),
+	    1);
 	ck_assert_int_eq(limit_of(o, KEY_VIP), 9);
 
 	/* The older reply is applied first; the newer one, begun before
@@ -153,11 +155,13 @@ START_TEST(test_load_overtaken_by_a_load)
 	old_since = overrides_writes(o);
 	new_since = overrides_writes(o);
 	r = reply_of(&len, "vip", "5 10000 0", NULL);
-	ck_assert_int_eq(
-	    overrides_load_rule(o, "rl:", "api", r, len, old_since), 0);
+	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len,
+			     old_since),
+	    0);
 	r = reply_of(&len, "vip", "9 10000 0", NULL);
-	ck_assert_int_eq(
-	    overrides_load_rule(o, "rl:", "api", r, len, new_since), 1);
+	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len,
+			     new_since),
+	    1);
 	ck_assert_int_eq(limit_of(o, KEY_VIP), 5);
 	ck_assert_int_eq(load_fresh(o, r, len), 0);
 	ck_assert_int_eq(limit_of(o, KEY_VIP), 9);
@@ -167,8 +171,9 @@ START_TEST(test_load_overtaken_by_a_load)
 	r = reply_of(&len, "vip", "nine", NULL);
 	ck_assert_int_eq(load_fresh(o, r, len), -1);
 	r = reply_of(&len, "vip", "11 10000 0", NULL);
-	ck_assert_int_eq(
-	    overrides_load_rule(o, "rl:", "api", r, len, new_since), 0);
+	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len,
+			     new_since),
+	    0);
 	ck_assert_int_eq(limit_of(o, KEY_VIP), 11);
 	overrides_free(o);
 }
