@@ -124,6 +124,17 @@ START_TEST(test_load_overtaken_by_a_write)
 }
 END_TEST
 
+/* Load rule api's hash holding vip at value, read when the count said
+ * since. */
+static int
+load_vip(struct overrides *o, const char *value, unsigned long since)
+{
+	size_t len;
+	const char *r = reply_of(&len, "vip", value, NULL);
+
+	return overrides_load_rule(o, "rl:", "api", r, len, since);
+}
+
 /* Two reads of one hash that overlap, as the admin API's GET and the
  * sync make them: the one begun first is read before a write of another
  * daemon (vip at 5), the other after it (vip at 9).  Whichever is applied
@@ -133,47 +144,29 @@ START_TEST(test_load_overtaken_by_a_load)
 {
 	struct overrides *o = overrides_new();
 	unsigned long old_since, new_since;
-	const char *r;
-	size_t len;
 
 	ck_assert_ptr_nonnull(o);
 	/* The newer reply is applied first; the older one comes last. */
 	old_since = overrides_writes(o);
 	new_since = overrides_writes(o);
-	r = reply_of(&len, "vip", "9 10000 0", NULL);
-	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len,
-			     new_since),
-	    0);
-	r = reply_of(&len, "vip", "5 10000 0", NULL);
-	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len,
-			     old_since),
-	    1);
+	ck_assert_int_eq(load_vip(o, "9 10000 0", new_since), 0);
+	ck_assert_int_eq(load_vip(o, "5 10000 0", old_since), 1);
 	ck_assert_int_eq(limit_of(o, KEY_VIP), 9);
 
 	/* The older reply is applied first; the newer one, begun before
 	 * that, is refused too, and read again it is applied. */
 	old_since = overrides_writes(o);
 	new_since = overrides_writes(o);
-	r = reply_of(&len, "vip", "5 10000 0", NULL);
-	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len,
-			     old_since),
-	    0);
-	r = reply_of(&len, "vip", "9 10000 0", NULL);
-	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len,
-			     new_since),
-	    1);
+	ck_assert_int_eq(load_vip(o, "5 10000 0", old_since), 0);
+	ck_assert_int_eq(load_vip(o, "9 10000 0", new_since), 1);
 	ck_assert_int_eq(limit_of(o, KEY_VIP), 5);
-	ck_assert_int_eq(load_fresh(o, r, len), 0);
+	ck_assert_int_eq(load_vip(o, "9 10000 0", overrides_writes(o)), 0);
 	ck_assert_int_eq(limit_of(o, KEY_VIP), 9);
 
 	/* A malformed reply changes nothing, so it overtakes nothing. */
 	new_since = overrides_writes(o);
-	r = reply_of(&len, "vip", "nine", NULL);
-	ck_assert_int_eq(load_fresh(o, r, len), -1);
-	r = reply_of(&len, "vip", "11 10000 0", NULL);
-	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len,
-			     new_since),
-	    0);
+	ck_assert_int_eq(load_vip(o, "nine", overrides_writes(o)), -1);
+	ck_assert_int_eq(load_vip(o, "11 10000 0", new_since), 0);
 	ck_assert_int_eq(limit_of(o, KEY_VIP), 11);
 	overrides_free(o);
 }
