@@ -19,8 +19,8 @@
  * hash applied first (the admin API's, or the sync's own).  The reply may
  * hold the hash from before that change, and applied last it would take
  * the change back until the next read; the rule is marked to be read
- * again instead.  So of two reads of one hash that overlap, the one that
- * began second is applied only when it also ends second.
+ * again instead.  So of two reads of one hash that overlap, only the one
+ * applied first is applied, and the other is read again.
  */
 #include "core/overrides.h"
 
