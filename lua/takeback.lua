@@ -143,10 +143,17 @@ for k = 1, #KEYS do
     return redis.error_reply('takeback.lua: bad arguments for key ' .. k)
   end
   -- A key of another type (a reload changed the rule) has none of our
-  -- units: its error is taken as "nothing to take back".
+  -- units: WRONGTYPE is taken as "nothing to take back".  Any other
+  -- error (out of memory, say) fails the call, so that the daemon counts
+  -- the take-back as failed.
   local ok, r = pcall(alg, KEYS[k], L, wms * 1000, c, mark)
   if ok then
     done = done + r
+  else
+    local msg = type(r) == 'table' and r.err or tostring(r)
+    if string.find(msg, 'WRONGTYPE', 1, true) == nil then
+      return redis.error_reply('takeback.lua: key ' .. k .. ': ' .. msg)
+    end
   end
 end
 return done

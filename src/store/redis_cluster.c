@@ -245,7 +245,7 @@ redis_cluster_split(struct redis_backend *rb, struct redis_turn *t,
     struct backend_call *call, const unsigned *slots)
 {
 	struct redis_split *s;
-	size_t i;
+	size_t i, n;
 
 	/* Its parts are in flight instead. */
 	redis_flight_remove(rb, call);
@@ -255,7 +255,11 @@ redis_cluster_split(struct redis_backend *rb, struct redis_turn *t,
 		    "out of memory");
 		return;
 	}
-	for (i = 0; i < redis_split_nparts(s); i++) {
+	/* A part may finish inside redis_route_call() (its node's circuit
+	 * open, a failed send); the last to finish answers the request and
+	 * frees the split, so its size is read before. */
+	n = redis_split_nparts(s);
+	for (i = 0; i < n; i++) {
 		struct backend_call *part = redis_split_part(s, i);
 
 		redis_call(part)->kind = REDIS_CALL_REQUEST;

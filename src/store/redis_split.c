@@ -26,7 +26,8 @@ struct redis_split {
 	size_t ntbs;
 	struct rl_check *tb_checks; /* their checks, at most n */
 	struct rl_result *tb_out;
-	bool *taken; /* grouped check: taken back */
+	char *tb_strings; /* their keys and tokens, copied */
+	bool *taken;	  /* grouped check: taken back */
 };
 
 struct redis_split *
@@ -108,6 +109,7 @@ redis_split_free(struct redis_split *s)
 	rl_free(s->tbs);
 	rl_free(s->tb_checks);
 	rl_free(s->tb_out);
+	rl_free(s->tb_strings);
 	rl_free(s);
 }
 
@@ -168,15 +170,27 @@ int
 redis_split_takebacks(struct redis_split *s, backend_done_fn tb_done,
     int64_t deadline_us)
 {
-	size_t n = s->first[s->nparts], p, k, m = 0;
+	size_t n = s->first[s->nparts], p, k, m = 0, bytes = 0;
+	char *sp;
 
 	if (redis_split_allowed(s))
 		return 0;
+	/* The take-backs may outlive the request (answered at its deadline
+	 * while they are out), and with it the keys and tokens its checks
+	 * borrow: they get copies of their own. */
+	for (k = 0; k < n; k++)
+		bytes += s->checks[k].keylen + 1 +
+		    (s->checks[k].token != NULL ?
+			    strlen(s->checks[k].token) + 1 :
+			    0);
 	s->tbs = rl_calloc(s->nparts, sizeof(*s->tbs));
 	s->tb_checks = rl_calloc(n, sizeof(*s->tb_checks));
 	s->tb_out = rl_calloc(n, sizeof(*s->tb_out));
-	if (s->tbs == NULL || s->tb_checks == NULL || s->tb_out == NULL)
+	s->tb_strings = rl_malloc(bytes);
+	if (s->tbs == NULL || s->tb_checks == NULL || s->tb_out == NULL ||
+	    s->tb_strings == NULL)
 		return -1;
+	sp = s->tb_strings;
 	for (p = 0; p < s->nparts; p++) {
 		struct backend_call *part = &s->parts[p], *tb;
 		size_t start = m;
@@ -190,6 +204,17 @@ redis_split_takebacks(struct redis_split *s, backend_done_fn tb_done,
 			if (!part->out[k].allowed || part->checks[k].cost == 0)
 				continue;
 			s->tb_checks[m] = part->checks[k];
+			memcpy(sp, part->checks[k].key, part->checks[k].keylen);
+			sp[part->checks[k].keylen] = '\0';
+			s->tb_checks[m].key = sp;
+			sp += part->checks[k].keylen + 1;
+			if (part->checks[k].token != NULL) {
+				size_t tl = strlen(part->checks[k].token) + 1;
+
+				memcpy(sp, part->checks[k].token, tl);
+				s->tb_checks[m].token = sp;
+				sp += tl;
+			}
 			/* A chunk recorded its k units (docs/algorithms.md,
 			 * "Taking quota in advance"): those go back. */
 			if (part->out[k].taken > 0)
@@ -223,13 +248,20 @@ void
 redis_split_answer(struct redis_split *s)
 {
 	struct backend_call *parent = s->parent;
+	bool denied = false;
 	size_t p, g;
 
 	s->answered = true;
 	parent->rc = 0;
 	parent->kind = BACKEND_ERR_NONE;
 	parent->err[0] = '\0';
-	for (p = 0; p < s->nparts; p++) {
+	/* A part that denied decides the request, whatever another part's
+	 * failure: the failure policy is for a request the store could not
+	 * decide, and this one is known to be over a limit. */
+	for (p = 0; p < s->nparts; p++)
+		if (s->parts[p].rc == 0 && !s->parts[p].all_allowed)
+			denied = true;
+	for (p = 0; p < s->nparts && !denied; p++) {
 		if (s->parts[p].rc == 0)
 			continue;
 		parent->rc = -1;

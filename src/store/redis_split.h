@@ -70,9 +70,11 @@ bool redis_split_allowed(const struct redis_split *s);
 
 /*
  * Fill the parent's out[], all_allowed, rc, kind and err from the parts:
- * rc -1 with the first failed part's error if any failed, else rc 0 with
- * all_allowed iff every part allowed.  Results of taken-back checks count
- * their units as not recorded.  Does not call the parent's done.
+ * rc 0, denied, when a part denied (a part that failed meanwhile leaves
+ * its checks' results empty: not allowed, no retry); else rc -1 with the
+ * first failed part's error if any failed; else rc 0, allowed.  Results
+ * of taken-back checks count their units as not recorded.  Does not call
+ * the parent's done.
  */
 void redis_split_answer(struct redis_split *s);
 

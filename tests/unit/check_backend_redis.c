@@ -522,6 +522,47 @@ START_TEST(test_takeback_keeps_ttl)
 }
 END_TEST
 
+/* A take-back that cannot write fails: Redis out of memory is an error
+ * reply, not "nothing to take back" (which is for a key of another type
+ * only), so the daemon counts it as failed. */
+START_TEST(test_takeback_fails_when_redis_refuses)
+{
+	/* sliding_window (algorithm 1): bucket 5 holds 3 units. */
+	const char *key = "rl:tb:{sw}", *str = "rl:tb:{str}";
+	redisReply *r;
+
+	cmd_ok("DEL %s %s", key, str);
+	cmd_ok("HSET %s 5 3", key);
+	cmd_ok("SET %s x", str);
+	/* A key of another type: nothing to take back, not an error. */
+	r = cmd("EVAL %s 1 %s 1 10 60000 1 5", rl_lua_takeback, str);
+	ck_assert_msg(r->type == REDIS_REPLY_INTEGER && r->integer == 0,
+	    "wrong type: type %d %s", r->type,
+	    r->type == REDIS_REPLY_ERROR ? r->str : "");
+	freeReplyObject(r);
+	cmd_ok("CONFIG SET maxmemory 1");
+	r = cmd("EVAL %s 1 %s 1 10 60000 1 5", rl_lua_takeback, key);
+	cmd_ok("CONFIG SET maxmemory 0");
+	ck_assert_msg(r->type == REDIS_REPLY_ERROR,
+	    "out of memory: type %d, integer %lld", r->type, r->integer);
+	ck_assert_msg(strstr(r->str, "OOM") != NULL, "%s", r->str);
+	freeReplyObject(r);
+	ck_assert_int_eq(cmd_int("HSTRLEN %s 5", key), 1);
+	r = cmd("HGET %s 5", key);
+	ck_assert_str_eq(r->str, "3");
+	freeReplyObject(r);
+	/* With room again, it takes the unit back. */
+	r = cmd("EVAL %s 1 %s 1 10 60000 1 5", rl_lua_takeback, key);
+	ck_assert_msg(r->type == REDIS_REPLY_INTEGER && r->integer == 1,
+	    "with room: type %d %s", r->type,
+	    r->type == REDIS_REPLY_ERROR ? r->str : "");
+	freeReplyObject(r);
+	r = cmd("HGET %s 5", key);
+	ck_assert_str_eq(r->str, "2");
+	freeReplyObject(r);
+}
+END_TEST
+
 START_TEST(test_sliding_log_unique_members)
 {
 	const char *key = "rl:bulk:{k}";
@@ -1402,6 +1443,7 @@ test_suite(void)
 	tcase_add_test(tc, test_sliding_log_limit_then_deny);
 	tcase_add_test(tc, test_sliding_log_ttl_renewal);
 	tcase_add_test(tc, test_takeback_keeps_ttl);
+	tcase_add_test(tc, test_takeback_fails_when_redis_refuses);
 	tcase_add_test(tc, test_sliding_log_unique_members);
 	tcase_add_test(tc, test_sliding_log_large_cost);
 	tcase_add_test(tc, test_all_or_nothing);
