@@ -284,7 +284,7 @@ reload(struct daemon *d)
 	 * drop the quota held in advance under them. */
 	if (d->deny != NULL)
 		deny_cache_clear(d->deny);
-	prefetch_clear(d->prefetch);
+	prefetch_clear(d->prefetch, c->serial);
 	log_info("reloaded %s: %zu rules", d->path, c->nrules);
 	config_unref(c);
 	metrics_reload(d->metrics, true);
@@ -580,7 +580,8 @@ make_decider(struct daemon *d, char *err, size_t errlen)
 		return -1;
 	if (d->deny != NULL)
 		metrics_set_deny_hits(d->metrics, deny_hits, d->deny);
-	d->prefetch = prefetch_new(PREFETCH_KEYS, on_prefetch_lost, d->metrics);
+	d->prefetch = prefetch_new(PREFETCH_KEYS, d->cfg->serial,
+	    on_prefetch_lost, d->metrics);
 	if (d->prefetch == NULL) {
 		snprintf(err, errlen, "out of memory");
 		return -1;

@@ -26,6 +26,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,8 +319,11 @@ config_new(const char *path)
 {
 	struct config *c;
 
+	static atomic_uint_least64_t serials = 1;
+
 	if ((c = rl_calloc(1, sizeof(*c))) == NULL)
 		return NULL;
+	c->serial = atomic_fetch_add(&serials, 1);
 	c->refs = 1;
 	c->threads = config_default_threads();
 	c->max_body_bytes = 16384;

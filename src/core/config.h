@@ -122,6 +122,10 @@ struct config {
 	struct stat_def *stats; /* array of nstats, in file order */
 	size_t nstats;
 
+	/* Unique among the configs of one process, in load order: what is
+	 * kept across a reload names the config it was made under by it
+	 * (core/prefetch.h). */
+	uint64_t serial;
 	int refs; /* atomic; see config_ref() */
 };
 

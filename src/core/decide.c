@@ -19,11 +19,11 @@
  * JSON, the answer's headers); and the arena grew by a realloc per rule.
  *
  * Quota taken in advance (prefetch.c; docs/algorithms.md, "Taking quota
- * in advance") is used in prepare, after the deny cache: a check whose key
- * the daemon holds enough units of is answered from them and moved after
- * the checks that go to the store (a request with none left makes no
- * store call); the others ask the store for a chunk.  Completion uses the
- * units (all allowed) or puts them back, and holds the chunks recorded.
+ * in advance") is used in prepare, after the deny cache: a request whose
+ * every check has a key the daemon holds enough units of is answered from
+ * them, with no store call; any other request uses none, and its
+ * prefetched checks ask the store for a chunk.  Completion holds the
+ * chunks recorded, under the generation of the request's config.
  *
  * The deny cache (deny_cache.c) is asked in prepare, for stores that do not
  * answer inline: if any non-shadow check's key was denied lately for a cost
@@ -565,15 +565,29 @@ lease_wait_check(struct decide_job *job)
 
 /* Does check i of the job take part in prefetch?  Not under an
  * override (docs/admin.md): units held were taken under the rule's own
- * limit, so a key whose limit an override changed goes to the store. */
+ * limit, so a key whose limit an override changed goes to the store.  Nor
+ * in a report (/report records past the limit and answers what was
+ * overdrawn: the store's to say). */
 static bool
 prefetch_applies(const struct decide_job *job, size_t i)
 {
 	const struct rule *r = job->ap[i].rule;
 
 	return job->d->prefetch != NULL && r->prefetch_units > 0 &&
-	    job->checks[i].cost > 0 && job->wait_us == 0 &&
+	    job->checks[i].cost > 0 && job->wait_us == 0 && !job->report &&
 	    r->algorithm != RL_ALG_CONCURRENCY && !job->ap[i].overridden;
+}
+
+/* Check i asks the store for a chunk. */
+static void
+prefetch_want_chunk(struct decide_job *job, size_t i)
+{
+	struct rl_check *c = &job->checks[i];
+	const struct rule *r = job->ap[i].rule;
+
+	c->prefetch_want = r->prefetch_units > c->cost ? r->prefetch_units :
+							 c->cost;
+	c->prefetch_hold_us = r->prefetch_hold_ms * 1000;
 }
 
 static void
@@ -589,36 +603,41 @@ swap_checks(struct decide_job *job, size_t a, size_t b)
 }
 
 /*
- * Before the store: each prefetched check whose key this daemon holds
- * enough units of is answered from them (and moved after the checks that
- * go to the store); the others ask the store for a chunk.  Returns the
- * number of checks left for the store.
+ * Before the store: when this daemon holds enough units for every check
+ * of the request, they are taken and the request is answered in process
+ * (every check moved past the ones for the store: returns 0).  Otherwise
+ * nothing held is used, every check goes to the store, and each
+ * prefetched one asks for a chunk: a request admitted only once the store
+ * answers its other checks could use units whose hold ended meanwhile
+ * (docs/algorithms.md).  Returns the number of checks for the store.
  */
 static size_t
 prefetch_plan(struct decide_job *job)
 {
 	int64_t now = util_monotonic_us();
+	uint64_t gen = job->cfg->serial;
 	struct prefetch_view v;
 	size_t i, nstore = job->n;
+	bool all = true;
 
 	for (i = 0; i < job->n; i++) {
 		job->ap[i].pf_units = 0;
 		job->ap[i].pf_until = 0;
+		if (!prefetch_applies(job, i))
+			all = false;
 	}
 	for (i = 0; i < nstore;) {
 		struct rl_check *c = &job->checks[i];
-		const struct rule *r = job->ap[i].rule;
 
 		if (!prefetch_applies(job, i)) {
 			i++;
 			continue;
 		}
-		if (!prefetch_take(job->d->prefetch, c->key, c->keylen, c->cost,
-			now, &v)) {
-			c->prefetch_want = r->prefetch_units > c->cost ?
-			    r->prefetch_units :
-			    c->cost;
-			c->prefetch_hold_us = r->prefetch_hold_ms * 1000;
+		if (!all ||
+		    !prefetch_take(job->d->prefetch, gen, c->key, c->keylen,
+			c->cost, now, &v)) {
+			prefetch_want_chunk(job, i);
+			all = false;
 			i++;
 			continue;
 		}
@@ -639,7 +658,22 @@ prefetch_plan(struct decide_job *job)
 			job->res[nstore] = rs;
 		}
 	}
-	return nstore;
+	if (nstore == 0)
+		return 0;
+	/* A check found too little held after others were taken: those
+	 * go back, and ask for a chunk too. */
+	for (i = nstore; i < job->n; i++) {
+		const struct rl_check *c = &job->checks[i];
+
+		prefetch_put_back(job->d->prefetch, gen, job->ap[i].rule->name,
+		    c->key, c->keylen, job->ap[i].pf_units, job->ap[i].pf_until,
+		    now);
+		job->ap[i].pf_units = 0;
+		job->ap[i].pf_until = 0;
+		job->res[i] = (struct rl_result){ 0 };
+		prefetch_want_chunk(job, i);
+	}
+	return job->n;
 }
 
 /* The local store decides instead: plain checks, no chunk. */
@@ -679,18 +713,20 @@ prefetch_settle(struct decide_job *job, bool admitted)
 					d->on_prefetch(r, true,
 					    job->ap[i].pf_units, d->hook_arg);
 			} else
-				prefetch_put_back(d->prefetch, r->name, c->key,
-				    c->keylen, job->ap[i].pf_units,
-				    job->ap[i].pf_until, now);
+				prefetch_put_back(d->prefetch, job->cfg->serial,
+				    r->name, c->key, c->keylen,
+				    job->ap[i].pf_units, job->ap[i].pf_until,
+				    now);
 			continue;
 		}
 		if (i >= job->nstore || !admitted || c->prefetch_want == 0 ||
 		    res->taken <= c->cost)
 			continue;
 		/* Held from when the call left: the store's now was later. */
-		prefetch_add(d->prefetch, r->name, c->key, c->keylen,
-		    res->taken - c->cost, job->submit_us + res->taken_us, now,
-		    res->remaining, res->reset_ms, res->effective_ms);
+		prefetch_add(d->prefetch, job->cfg->serial, r->name, c->key,
+		    c->keylen, res->taken - c->cost,
+		    job->submit_us + res->taken_us, now, res->remaining,
+		    res->reset_ms, res->effective_ms);
 		if (d->on_prefetch != NULL)
 			d->on_prefetch(r, false, res->taken - c->cost,
 			    d->hook_arg);

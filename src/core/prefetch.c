@@ -9,10 +9,18 @@
  * their chain is walked, and a stripe that is full is swept whole before a
  * new key is refused.  Units that leave unused are reported as they
  * leave, under the stripe's lock.
+ *
+ * The generation is the config's (config.h, serial) whose rules the
+ * holdings were taken under.  prefetch_clear() sets the new one before it
+ * empties the stripes, and every other function compares it with the
+ * caller's under a stripe's lock: a chunk of the old rules that comes back
+ * after a stripe was emptied, or a request prepared under them, finds the
+ * new generation and holds nothing.
  */
 #include "core/prefetch.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -40,6 +48,7 @@ struct pf_stripe {
 
 struct prefetch {
 	struct pf_stripe stripes[PF_STRIPES];
+	atomic_uint_least64_t gen; /* the config's serial; see the top */
 	prefetch_lost_fn lost;
 	void *arg;
 };
@@ -110,13 +119,14 @@ pf_find(struct prefetch *pf, struct pf_stripe *st, uint64_t h, const char *key,
 }
 
 struct prefetch *
-prefetch_new(size_t max_keys, prefetch_lost_fn lost, void *arg)
+prefetch_new(size_t max_keys, uint64_t gen, prefetch_lost_fn lost, void *arg)
 {
 	struct prefetch *pf;
 	size_t i;
 
 	if (max_keys < 1 || (pf = rl_calloc(1, sizeof(*pf))) == NULL)
 		return NULL;
+	atomic_init(&pf->gen, gen);
 	pf->lost = lost;
 	pf->arg = arg;
 	for (i = 0; i < PF_STRIPES; i++) {
@@ -126,13 +136,21 @@ prefetch_new(size_t max_keys, prefetch_lost_fn lost, void *arg)
 	return pf;
 }
 
+/* Is gen the holdings' generation?  Under a stripe's lock. */
+static bool
+pf_current(struct prefetch *pf, uint64_t gen)
+{
+	return atomic_load(&pf->gen) == gen;
+}
+
 void
-prefetch_clear(struct prefetch *pf)
+prefetch_clear(struct prefetch *pf, uint64_t gen)
 {
 	size_t i, j;
 
 	if (pf == NULL)
 		return;
+	atomic_store(&pf->gen, gen);
 	for (i = 0; i < PF_STRIPES; i++) {
 		struct pf_stripe *st = &pf->stripes[i];
 
@@ -151,15 +169,15 @@ prefetch_free(struct prefetch *pf)
 
 	if (pf == NULL)
 		return;
-	prefetch_clear(pf);
+	prefetch_clear(pf, atomic_load(&pf->gen));
 	for (i = 0; i < PF_STRIPES; i++)
 		pthread_mutex_destroy(&pf->stripes[i].mu);
 	rl_free(pf);
 }
 
 bool
-prefetch_take(struct prefetch *pf, const char *key, size_t keylen, int64_t cost,
-    int64_t now, struct prefetch_view *view)
+prefetch_take(struct prefetch *pf, uint64_t gen, const char *key, size_t keylen,
+    int64_t cost, int64_t now, struct prefetch_view *view)
 {
 	uint64_t h = pf_hash(key, keylen);
 	struct pf_stripe *st = pf_stripe_of(pf, h);
@@ -168,7 +186,7 @@ prefetch_take(struct prefetch *pf, const char *key, size_t keylen, int64_t cost,
 	bool ok = false;
 
 	pthread_mutex_lock(&st->mu);
-	e = pf_find(pf, st, h, key, keylen, now);
+	e = pf_current(pf, gen) ? pf_find(pf, st, h, key, keylen, now) : NULL;
 	if (e != NULL && cost >= 1 && e->units >= cost) {
 		e->units -= cost;
 		ok = true;
@@ -188,8 +206,8 @@ prefetch_take(struct prefetch *pf, const char *key, size_t keylen, int64_t cost,
 }
 
 void
-prefetch_put_back(struct prefetch *pf, const char *rule, const char *key,
-    size_t keylen, int64_t cost, int64_t until, int64_t now)
+prefetch_put_back(struct prefetch *pf, uint64_t gen, const char *rule,
+    const char *key, size_t keylen, int64_t cost, int64_t until, int64_t now)
 {
 	uint64_t h = pf_hash(key, keylen);
 	struct pf_stripe *st = pf_stripe_of(pf, h);
@@ -197,7 +215,7 @@ prefetch_put_back(struct prefetch *pf, const char *rule, const char *key,
 	bool kept = false;
 
 	pthread_mutex_lock(&st->mu);
-	e = pf_find(pf, st, h, key, keylen, now);
+	e = pf_current(pf, gen) ? pf_find(pf, st, h, key, keylen, now) : NULL;
 	if (e != NULL && until > now) {
 		e->units += cost;
 		if (until < e->until)
@@ -228,9 +246,9 @@ pf_sweep(struct prefetch *pf, struct pf_stripe *st, int64_t now)
 }
 
 void
-prefetch_add(struct prefetch *pf, const char *rule, const char *key,
-    size_t keylen, int64_t units, int64_t until, int64_t now, int64_t remaining,
-    int64_t reset_ms, int64_t effective_ms)
+prefetch_add(struct prefetch *pf, uint64_t gen, const char *rule,
+    const char *key, size_t keylen, int64_t units, int64_t until, int64_t now,
+    int64_t remaining, int64_t reset_ms, int64_t effective_ms)
 {
 	uint64_t h = pf_hash(key, keylen);
 	struct pf_stripe *st = pf_stripe_of(pf, h);
@@ -240,7 +258,7 @@ prefetch_add(struct prefetch *pf, const char *rule, const char *key,
 	if (units <= 0)
 		return;
 	pthread_mutex_lock(&st->mu);
-	if (until <= now)
+	if (until <= now || !pf_current(pf, gen))
 		goto unlock;
 	e = pf_find(pf, st, h, key, keylen, now);
 	if (e == NULL) {

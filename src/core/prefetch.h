@@ -38,10 +38,16 @@ struct prefetch_view {
 	int64_t until;			/* the deadline of the units taken */
 };
 
-/* New holdings for at most max_keys keys (>= 1).  NULL when out of
- * memory.  lost/arg: see prefetch_lost_fn (borrowed). */
-struct prefetch *prefetch_new(size_t max_keys, prefetch_lost_fn lost,
-    void *arg);
+/*
+ * New holdings for at most max_keys keys (>= 1), of generation gen: the
+ * serial of the config (config.h) whose rules they are taken under.
+ * Every function below takes the caller's generation, that of the config
+ * its request was prepared with; one that is not the holdings' holds
+ * nothing, takes nothing, and what it would add or put back is lost.
+ * NULL when out of memory.  lost/arg: see prefetch_lost_fn (borrowed).
+ */
+struct prefetch *prefetch_new(size_t max_keys, uint64_t gen,
+    prefetch_lost_fn lost, void *arg);
 
 /* Report every unit held as lost and free everything.  NULL: nothing. */
 void prefetch_free(struct prefetch *pf);
@@ -51,15 +57,15 @@ void prefetch_free(struct prefetch *pf);
  * deadline has not passed: true, and *view (may be NULL) filled for the
  * answer.  An expired holding is dropped (its units reported lost).
  */
-bool prefetch_take(struct prefetch *pf, const char *key, size_t keylen,
-    int64_t cost, int64_t now, struct prefetch_view *view);
+bool prefetch_take(struct prefetch *pf, uint64_t gen, const char *key,
+    size_t keylen, int64_t cost, int64_t now, struct prefetch_view *view);
 
 /* Give back cost units prefetch_take() gave (with view->until) for a
  * request that was not admitted: they join the key's holding, whose
  * deadline becomes the earlier of the two, if until has not passed and
  * the key still has a holding; else they are reported lost (for rule). */
-void prefetch_put_back(struct prefetch *pf, const char *rule, const char *key,
-    size_t keylen, int64_t cost, int64_t until, int64_t now);
+void prefetch_put_back(struct prefetch *pf, uint64_t gen, const char *rule,
+    const char *key, size_t keylen, int64_t cost, int64_t until, int64_t now);
 
 /*
  * Hold units of key (rule: its rule's name, copied) until the monotonic
@@ -68,13 +74,14 @@ void prefetch_put_back(struct prefetch *pf, const char *rule, const char *key,
  * with the earlier of the two deadlines.  No room: the units are reported
  * lost.
  */
-void prefetch_add(struct prefetch *pf, const char *rule, const char *key,
-    size_t keylen, int64_t units, int64_t until, int64_t now, int64_t remaining,
-    int64_t reset_ms, int64_t effective_ms);
+void prefetch_add(struct prefetch *pf, uint64_t gen, const char *rule,
+    const char *key, size_t keylen, int64_t units, int64_t until, int64_t now,
+    int64_t remaining, int64_t reset_ms, int64_t effective_ms);
 
 /* Drop everything held (a reload: the rules may have changed), reporting
- * the units lost. */
-void prefetch_clear(struct prefetch *pf);
+ * the units lost; from now on the holdings are of generation gen (the new
+ * config's serial). */
+void prefetch_clear(struct prefetch *pf, uint64_t gen);
 
 /* Units held now for key (tests). */
 int64_t prefetch_held(struct prefetch *pf, const char *key, size_t keylen,

@@ -454,7 +454,7 @@ START_TEST(test_prefetch_local)
 	dec.backend = mem;
 	dec.on_backend = on_backend;
 	dec.on_prefetch = on_prefetch;
-	dec.prefetch = prefetch_new(16, NULL, NULL);
+	dec.prefetch = prefetch_new(16, cfg_ptr()->serial, NULL, NULL);
 	backend_calls = 0;
 	pf_units[0] = pf_units[1] = 0;
 	rules[1].prefetch_units = 20;
@@ -501,7 +501,7 @@ START_TEST(test_prefetch_not_under_override)
 	ck_assert_ptr_nonnull(mem);
 	dec.backend = mem;
 	dec.on_backend = on_backend;
-	dec.prefetch = prefetch_new(16, NULL, NULL);
+	dec.prefetch = prefetch_new(16, cfg_ptr()->serial, NULL, NULL);
 	dec.overrides = overrides_new();
 	ck_assert_ptr_nonnull(dec.overrides);
 	backend_calls = 0;
@@ -527,6 +527,55 @@ START_TEST(test_prefetch_not_under_override)
 }
 END_TEST
 
+/* Units held are used only by a request they answer whole.  One that
+ * also needs the store would be admitted only when the store answers, and
+ * a hold may end meanwhile: it uses none, and its prefetched check asks
+ * for a chunk in the same call.  Nor does a report use them (/report
+ * answers what was overdrawn: the store's to say). */
+START_TEST(test_prefetch_only_whole_requests)
+{
+	struct backend *mem = backend_memory_new(1000, NULL, NULL);
+	struct attrs a = { 0 };
+	struct decide_request rq = { .attrs = &a, .rule = NULL, .cost = -1 };
+	struct decision d;
+
+	ck_assert_ptr_nonnull(mem);
+	dec.backend = mem;
+	dec.on_backend = on_backend;
+	dec.prefetch = prefetch_new(16, cfg_ptr()->serial, NULL, NULL);
+	backend_calls = 0;
+	rules[1].prefetch_units = 20;
+	rules[1].prefetch_hold_ms = 60000;
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert_int_eq(backend_calls, 1);
+	ck_assert_int_eq(prefetch_held(dec.prefetch, "rl:global:{}", 12,
+			     util_monotonic_us()),
+	    12);
+	/* login and watch go to the store: so does global, for a chunk of
+	 * 1 + min(19, 87 / 8) = 11, of which 10 are held on top. */
+	attrs_set(&a, "path", "/login");
+	attrs_set(&a, "ip", "10.0.0.1");
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert(d.allowed);
+	ck_assert_int_eq(backend_calls, 2);
+	ck_assert_int_eq(prefetch_held(dec.prefetch, "rl:global:{}", 12,
+			     util_monotonic_us()),
+	    12 + 10);
+	attrs_clear(&a);
+	/* A report of 3 on global alone: the store's. */
+	rq.report = true;
+	rq.cost = 3;
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert_int_eq(backend_calls, 3);
+	ck_assert_int_eq(prefetch_held(dec.prefetch, "rl:global:{}", 12,
+			     util_monotonic_us()),
+	    12 + 10);
+	decide_leases_free(&d);
+	prefetch_free(dec.prefetch);
+	backend_free(mem);
+}
+END_TEST
+
 /* All or nothing: a request that the held units would admit and another
  * rule denies uses none of them. */
 START_TEST(test_prefetch_all_or_nothing)
@@ -539,7 +588,7 @@ START_TEST(test_prefetch_all_or_nothing)
 
 	ck_assert_ptr_nonnull(mem);
 	dec.backend = mem;
-	dec.prefetch = prefetch_new(16, NULL, NULL);
+	dec.prefetch = prefetch_new(16, cfg_ptr()->serial, NULL, NULL);
 	rules[1].prefetch_units = 20;
 	rules[1].prefetch_hold_ms = 60000;
 	rules[0].limit = 1;
@@ -690,6 +739,7 @@ test_suite(void)
 	tcase_add_test(tc, test_prefetch_local);
 	tcase_add_test(tc, test_prefetch_not_under_override);
 	tcase_add_test(tc, test_prefetch_all_or_nothing);
+	tcase_add_test(tc, test_prefetch_only_whole_requests);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -4,7 +4,7 @@
  * units are taken only while enough are held and before their deadline;
  * units put back never outlive their own deadline; a second chunk keeps
  * the earlier deadline; what leaves unused is reported lost; memory is
- * bounded.
+ * bounded; after a reload nothing taken under the old rules is held.
  */
 #include <check.h>
 #include <stdio.h>
@@ -16,6 +16,7 @@
 #include "core/prefetch.h"
 
 #define K(s) (s), strlen(s)
+#define G    7 /* the holdings' generation (a config's serial) */
 
 static int64_t lost;
 
@@ -29,21 +30,21 @@ on_lost(const char *rule, int64_t units, void *arg)
 
 START_TEST(test_take_until_deadline)
 {
-	struct prefetch *pf = prefetch_new(8, on_lost, NULL);
+	struct prefetch *pf = prefetch_new(8, G, on_lost, NULL);
 	struct prefetch_view v;
 
 	lost = 0;
-	ck_assert(!prefetch_take(pf, K("k"), 1, 0, &v)); /* nothing held */
-	prefetch_add(pf, "hot", K("k"), 5, 1000, 0, 80, 500, 100);
-	ck_assert(prefetch_take(pf, K("k"), 2, 100, &v));
+	ck_assert(!prefetch_take(pf, G, K("k"), 1, 0, &v)); /* nothing held */
+	prefetch_add(pf, G, "hot", K("k"), 5, 1000, 0, 80, 500, 100);
+	ck_assert(prefetch_take(pf, G, K("k"), 2, 100, &v));
 	ck_assert_int_eq(v.remaining, 80 + 3);
 	ck_assert_int_eq(v.until, 1000);
-	ck_assert(!prefetch_take(pf, K("k"), 4, 100, &v)); /* 3 left */
-	ck_assert(prefetch_take(pf, K("k"), 3, 999, &v));
+	ck_assert(!prefetch_take(pf, G, K("k"), 4, 100, &v)); /* 3 left */
+	ck_assert(prefetch_take(pf, G, K("k"), 3, 999, &v));
 	ck_assert_int_eq(prefetch_held(pf, K("k"), 999), 0);
 	/* at the deadline, nothing more */
-	prefetch_add(pf, "hot", K("k"), 2, 1000, 999, 80, 500, 100);
-	ck_assert(!prefetch_take(pf, K("k"), 1, 1000, &v));
+	prefetch_add(pf, G, "hot", K("k"), 2, 1000, 999, 80, 500, 100);
+	ck_assert(!prefetch_take(pf, G, K("k"), 1, 1000, &v));
 	ck_assert_int_eq(lost, 2);
 	prefetch_free(pf);
 }
@@ -51,23 +52,23 @@ END_TEST
 
 START_TEST(test_put_back_and_merge)
 {
-	struct prefetch *pf = prefetch_new(8, on_lost, NULL);
+	struct prefetch *pf = prefetch_new(8, G, on_lost, NULL);
 	struct prefetch_view v;
 
 	lost = 0;
-	prefetch_add(pf, "hot", K("k"), 5, 2000, 0, 50, 500, 100);
-	ck_assert(prefetch_take(pf, K("k"), 5, 10, &v));
+	prefetch_add(pf, G, "hot", K("k"), 5, 2000, 0, 50, 500, 100);
+	ck_assert(prefetch_take(pf, G, K("k"), 5, 10, &v));
 	/* put back: they join the holding */
-	prefetch_put_back(pf, "hot", K("k"), 5, v.until, 20);
+	prefetch_put_back(pf, G, "hot", K("k"), 5, v.until, 20);
 	ck_assert_int_eq(prefetch_held(pf, K("k"), 20), 5);
 	/* a later chunk adds its units, keeping the earlier deadline */
-	prefetch_add(pf, "hot", K("k"), 4, 9000, 30, 40, 500, 100);
+	prefetch_add(pf, G, "hot", K("k"), 4, 9000, 30, 40, 500, 100);
 	ck_assert_int_eq(prefetch_held(pf, K("k"), 30), 9);
 	ck_assert_int_eq(prefetch_held(pf, K("k"), 2000), 0);
 	ck_assert_int_eq(lost, 9);
 	/* units put back after their deadline, or to no holding: lost */
-	prefetch_put_back(pf, "hot", K("k"), 3, 2500, 2600);
-	prefetch_put_back(pf, "hot", K("other"), 2, 9999, 2600);
+	prefetch_put_back(pf, G, "hot", K("k"), 3, 2500, 2600);
+	prefetch_put_back(pf, G, "hot", K("other"), 2, 9999, 2600);
 	ck_assert_int_eq(lost, 14);
 	prefetch_free(pf);
 }
@@ -75,7 +76,7 @@ END_TEST
 
 START_TEST(test_bounded_and_clear)
 {
-	struct prefetch *pf = prefetch_new(1, on_lost, NULL);
+	struct prefetch *pf = prefetch_new(1, G, on_lost, NULL);
 	char key[32];
 	int i, held = 0;
 
@@ -83,7 +84,7 @@ START_TEST(test_bounded_and_clear)
 	/* one key per stripe at most: some of these find no room */
 	for (i = 0; i < 200; i++) {
 		snprintf(key, sizeof(key), "k%d", i);
-		prefetch_add(pf, "hot", K(key), 1, 1000, 0, 0, 0, 0);
+		prefetch_add(pf, G, "hot", K(key), 1, 1000, 0, 0, 0, 0);
 	}
 	for (i = 0; i < 200; i++) {
 		snprintf(key, sizeof(key), "k%d", i);
@@ -91,13 +92,44 @@ START_TEST(test_bounded_and_clear)
 	}
 	ck_assert_int_le(held, 16);
 	ck_assert_int_eq(held + lost, 200);
-	prefetch_clear(pf);
+	prefetch_clear(pf, G);
 	ck_assert_int_eq(lost, 200);
 	/* expired entries make room */
-	prefetch_add(pf, "hot", K("k0"), 1, 5000, 2000, 0, 0, 0);
+	prefetch_add(pf, G, "hot", K("k0"), 1, 5000, 2000, 0, 0, 0);
 	ck_assert_int_eq(prefetch_held(pf, K("k0"), 2000), 1);
 	prefetch_free(pf);
 	ck_assert_int_eq(lost, 201);
+}
+END_TEST
+
+/* A reload (prefetch_clear with the new config's serial): a chunk of the
+ * old rules that comes back after it is lost, and a request prepared
+ * under them takes nothing and puts nothing back, even into a holding of
+ * the new rules. */
+START_TEST(test_generation)
+{
+	struct prefetch *pf = prefetch_new(8, G, on_lost, NULL);
+	struct prefetch_view v;
+
+	lost = 0;
+	prefetch_add(pf, G, "hot", K("k"), 5, 1000, 0, 80, 500, 100);
+	ck_assert(prefetch_take(pf, G, K("k"), 1, 10, &v));
+	prefetch_clear(pf, G + 1);
+	ck_assert_int_eq(lost, 4);
+	/* the old rules' chunk, back after the reload */
+	prefetch_add(pf, G, "hot", K("k"), 5, 1000, 20, 80, 500, 100);
+	ck_assert_int_eq(lost, 9);
+	ck_assert_int_eq(prefetch_held(pf, K("k"), 20), 0);
+	/* the new rules' chunk is held, for the new rules only */
+	prefetch_add(pf, G + 1, "hot", K("k"), 5, 1000, 20, 80, 500, 100);
+	ck_assert_int_eq(prefetch_held(pf, K("k"), 20), 5);
+	ck_assert(!prefetch_take(pf, G, K("k"), 1, 30, &v));
+	prefetch_put_back(pf, G, "hot", K("k"), 1, v.until, 30);
+	ck_assert_int_eq(lost, 10);
+	ck_assert_int_eq(prefetch_held(pf, K("k"), 30), 5);
+	ck_assert(prefetch_take(pf, G + 1, K("k"), 5, 30, &v));
+	prefetch_free(pf);
+	ck_assert_int_eq(lost, 10);
 }
 END_TEST
 
@@ -108,6 +140,7 @@ test_suite(void)
 	TCase *tc = tcase_create("core");
 
 	tcase_add_test(tc, test_take_until_deadline);
+	tcase_add_test(tc, test_generation);
 	tcase_add_test(tc, test_put_back_and_merge);
 	tcase_add_test(tc, test_bounded_and_clear);
 	suite_add_tcase(s, tc);
