@@ -15,8 +15,12 @@
  *   AddressSanitizer (below).
  * - Few store calls: with the limit far away, Redis runs at most one
  *   script call per ten admitted requests (INFO commandstats).
+ * - A reload: a chunk taken under the old rules that comes back after it
+ *   answers nothing under the new ones.
  */
 #include <check.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,6 +347,89 @@ START_TEST(test_few_calls)
 }
 END_TEST
 
+/*
+ * A chunk in flight across a reload: fixed_window, limit 1000 per minute,
+ * prefetch up to 1000.  Redis is paused while one request's call (a chunk
+ * of 1 + min(999, 999 / 8) = 125) is out; the limit is reloaded to 10
+ * meanwhile.  When Redis answers, the chunk's 124 spare units must not be
+ * held: the key has used 125 of its new 10, so every later request is
+ * denied by the store.  (They were held, and answered 124 requests under
+ * the new limit.)
+ */
+static const char reload_fmt[] =
+    "listen: \"127.0.0.1:%s\"\n"
+    "threads: 2\n"
+    "backend: redis\n"
+    "redis:\n"
+    "  url: \"redis://127.0.0.1:%d/0\"\n"
+    "  timeout: 5s\n"
+    "on_backend_error: deny\n"
+    "rules:\n"
+    "  - name: hot\n"
+    "    key: \"global\"\n"
+    "    algorithm: fixed_window\n"
+    "    limit: %d\n"
+    "    window: 60s\n"
+    "    prefetch: { max_units: 1000, hold: 30s }\n";
+
+static void *
+acquire_one(void *arg)
+{
+	struct h_resp r = { 0 };
+
+	h_post(*(int *)arg, "/acquire", "{}", &r);
+	*(int *)arg = (int)r.status;
+	h_resp_free(&r);
+	return NULL;
+}
+
+START_TEST(test_reload_drops_chunk_in_flight)
+{
+	struct h_daemon d = { 0 };
+	char yaml[1024], listen[16];
+	redisReply *rep;
+	pthread_t th;
+	int i, port, status, admitted = 0;
+	FILE *f;
+
+	d.redis_port = h_shared_redis.port;
+	snprintf(yaml, sizeof(yaml), reload_fmt, "%PORT%", h_shared_redis.port,
+	    1000);
+	h_daemon_start(&d, yaml);
+	rep = redisCommand(h_redis_ctx(&h_shared_redis),
+	    "CLIENT PAUSE 1500 ALL");
+	ck_assert(rep != NULL && rep->type != REDIS_REPLY_ERROR);
+	freeReplyObject(rep);
+	port = d.port;
+	ck_assert_int_eq(pthread_create(&th, NULL, acquire_one, &port), 0);
+	h_sleep_ms(300);
+	snprintf(listen, sizeof(listen), "%d", d.port);
+	snprintf(yaml, sizeof(yaml), reload_fmt, listen, h_shared_redis.port,
+	    10);
+	ck_assert_ptr_nonnull(f = fopen(d.conf, "w"));
+	fputs(yaml, f);
+	fclose(f);
+	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
+	ck_assert_int_eq(
+	    h_metric_settles(
+		"ratelimitd_config_reloads_total{result=\"success\"}", 1),
+	    1);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(port, 200);
+	for (i = 0; i < 30; i++) {
+		struct h_resp r = { 0 };
+
+		h_post(d.port, "/acquire", "{}", &r);
+		status = (int)r.status;
+		h_resp_free(&r);
+		ck_assert(status == 200 || status == 429);
+		admitted += status == 200;
+	}
+	ck_assert_int_eq(admitted, 0);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 static void
 redis_up(void)
 {
@@ -398,6 +485,12 @@ test_suite(void)
 	Suite *s = suite_create("prefetch");
 
 	suite_add_tcase(s, prefetch_tcase("redis", redis_up, h_reap_orphans));
+	{
+		TCase *tc = h_shared_redis_tcase("reload");
+
+		tcase_add_test(tc, test_reload_drops_chunk_in_flight);
+		suite_add_tcase(s, tc);
+	}
 	suite_add_tcase(s, prefetch_tcase("cluster", cluster_up, cluster_down));
 	test_main_at_end(suite_done);
 	return s;
