@@ -578,12 +578,16 @@ prefetch_applies(const struct decide_job *job, size_t i)
 	    r->algorithm != RL_ALG_CONCURRENCY && !job->ap[i].overridden;
 }
 
-/* Check i asks the store for a chunk. */
+/* Check i asks the store for a chunk, when the daemon has room to hold
+ * it (else a plain check: a chunk with no room would be lost). */
 static void
-prefetch_want_chunk(struct decide_job *job, size_t i)
+prefetch_want_chunk(struct decide_job *job, size_t i, int64_t now)
 {
 	struct rl_check *c = &job->checks[i];
 	const struct rule *r = job->ap[i].rule;
+
+	if (!prefetch_room(job->d->prefetch, c->key, c->keylen, now))
+		return;
 
 	c->prefetch_want = r->prefetch_units > c->cost ? r->prefetch_units :
 							 c->cost;
@@ -636,7 +640,7 @@ prefetch_plan(struct decide_job *job)
 		if (!all ||
 		    !prefetch_take(job->d->prefetch, gen, c->key, c->keylen,
 			c->cost, now, &v)) {
-			prefetch_want_chunk(job, i);
+			prefetch_want_chunk(job, i, now);
 			all = false;
 			i++;
 			continue;
@@ -671,7 +675,7 @@ prefetch_plan(struct decide_job *job)
 		job->ap[i].pf_units = 0;
 		job->ap[i].pf_until = 0;
 		job->res[i] = (struct rl_result){ 0 };
-		prefetch_want_chunk(job, i);
+		prefetch_want_chunk(job, i, now);
 	}
 	return job->n;
 }

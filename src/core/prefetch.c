@@ -245,6 +245,23 @@ pf_sweep(struct prefetch *pf, struct pf_stripe *st, int64_t now)
 	}
 }
 
+bool
+prefetch_room(struct prefetch *pf, const char *key, size_t keylen, int64_t now)
+{
+	uint64_t h = pf_hash(key, keylen);
+	struct pf_stripe *st = pf_stripe_of(pf, h);
+	bool room;
+
+	pthread_mutex_lock(&st->mu);
+	room = pf_find(pf, st, h, key, keylen, now) != NULL || st->n < st->max;
+	if (!room) {
+		pf_sweep(pf, st, now);
+		room = st->n < st->max;
+	}
+	pthread_mutex_unlock(&st->mu);
+	return room;
+}
+
 void
 prefetch_add(struct prefetch *pf, uint64_t gen, const char *rule,
     const char *key, size_t keylen, int64_t units, int64_t until, int64_t now,

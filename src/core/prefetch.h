@@ -67,6 +67,13 @@ bool prefetch_take(struct prefetch *pf, uint64_t gen, const char *key,
 void prefetch_put_back(struct prefetch *pf, uint64_t gen, const char *rule,
     const char *key, size_t keylen, int64_t cost, int64_t until, int64_t now);
 
+/* Could units of key be held now: it has a holding, or its stripe has
+ * room (expired holdings swept)?  A request asks the store for a chunk
+ * only then: a chunk with no room is lost, and its key would have no
+ * quota left for the rest of the hold. */
+bool prefetch_room(struct prefetch *pf, const char *key, size_t keylen,
+    int64_t now);
+
 /*
  * Hold units of key (rule: its rule's name, copied) until the monotonic
  * time `until`, from a chunk whose store answer had remaining, reset_ms and

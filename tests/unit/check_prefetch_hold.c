@@ -4,7 +4,8 @@
  * units are taken only while enough are held and before their deadline;
  * units put back never outlive their own deadline; a second chunk keeps
  * the earlier deadline; what leaves unused is reported lost; memory is
- * bounded; after a reload nothing taken under the old rules is held.
+ * bounded, and a key with no room asks for no chunk; after a reload
+ * nothing taken under the old rules is held.
  */
 #include <check.h>
 #include <stdio.h>
@@ -92,6 +93,17 @@ START_TEST(test_bounded_and_clear)
 	}
 	ck_assert_int_le(held, 16);
 	ck_assert_int_eq(held + lost, 200);
+	/* A new key finds no room in its full stripe (no chunk is asked
+	 * for it); a held key does; and at the holdings' deadline the
+	 * stripe is swept. */
+	ck_assert(!prefetch_room(pf, K("new"), 1));
+	for (i = 0; i < 200; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		if (prefetch_held(pf, K(key), 1) > 0)
+			break;
+	}
+	ck_assert(prefetch_room(pf, K(key), 1));
+	ck_assert(prefetch_room(pf, K("new"), 1000));
 	prefetch_clear(pf, G);
 	ck_assert_int_eq(lost, 200);
 	/* expired entries make room */
