@@ -210,13 +210,15 @@ split_part_done(struct backend_call *part)
 	struct redis_backend *rb = redis_split_user(s);
 	struct backend_call *parent = redis_split_parent(s);
 	int64_t now = util_monotonic_us(), deadline;
-	bool late = parent->deadline_us <= now;
+	bool late = parent->deadline_us - now < rb->timeout_us / 2;
 	int n, i;
 
 	if (!redis_split_one_done(s))
 		return;
-	/* Past the request's deadline the take-back still goes out, on a
-	 * deadline of its own, but the request is answered at once. */
+	/* Past the request's deadline, or with less than half of
+	 * redis.timeout left (the parts were slow: so may the take-back be,
+	 * and it must not fail for want of time), the take-back goes out on
+	 * a deadline of its own, and the request is answered at once. */
 	deadline = late ? now + rb->timeout_us : parent->deadline_us;
 	n = redis_split_takebacks(s, split_takeback_done, deadline);
 	if (n < 0)
