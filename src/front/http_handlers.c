@@ -19,6 +19,7 @@
 #include "base/metrics.h"
 #include "base/util.h"
 #include "core/lease.h"
+#include "core/overrides.h"
 #include "core/request_json.h"
 #include "core/stats_request.h"
 #include "front/http_guard.h"
@@ -223,6 +224,7 @@ http_handle_lease(struct http_server *s, struct MHD_Connection *conn,
 	const struct rule *r;
 	struct lease_ref ref;
 	json_t *root, *v;
+	int64_t limit, window;
 	size_t plen;
 	int rc;
 
@@ -262,10 +264,17 @@ http_handle_lease(struct http_server *s, struct MHD_Connection *conn,
 	rq->lease_key[plen + ref.suffix_len] = '\0';
 	memcpy(rq->lease_key + plen + ref.suffix_len + 1, ref.token,
 	    LEASE_TOKEN_LEN + 1);
+	limit = r != NULL ? r->limit : ref.cost;
+	window = r != NULL ? r->window_ms : 1;
+	/* The key's override, as every decision on it (docs/admin.md): a
+	 * renewal lasts the override's window. */
+	if (r != NULL)
+		(void)overrides_get(s->decider->overrides, rq->lease_key,
+		    plen + ref.suffix_len, 0, &limit, &window);
 	rq->lease_check = (struct rl_check){
 		.algorithm = RL_ALG_CONCURRENCY,
-		.limit = r != NULL ? r->limit : ref.cost,
-		.window_ms = r != NULL ? r->window_ms : 1,
+		.limit = limit,
+		.window_ms = window,
 		.cost = ref.cost,
 		.key = rq->lease_key,
 		.keylen = plen + ref.suffix_len,

@@ -64,7 +64,13 @@ admin_start(struct admin_daemon *a, int admin_port, bool token,
 	    "    key: \"${user}\"\n"
 	    "    limit: 2\n"
 	    "    window: 10s\n"
-	    "    algorithm: token_bucket\n",
+	    "    algorithm: token_bucket\n"
+	    "  - name: lock\n"
+	    "    match: { t: lock }\n"
+	    "    key: \"${user}\"\n"
+	    "    limit: 1\n"
+	    "    window: 2s\n"
+	    "    algorithm: concurrency\n",
 	    a->admin_port, token ? "admin_token_file: \"" : "",
 	    token ? a->token_path : "", token ? "\"" : "",
 	    extra != NULL ? extra :
@@ -197,7 +203,7 @@ START_TEST(test_config_secrets)
 	    "x:");
 	ck_assert_str_eq(h_json_str(&r, "admin_token_file"), a.token_path);
 	rules = h_json_get(&r, "rules");
-	ck_assert_int_eq(json_array_size(rules), 2);
+	ck_assert_int_eq(json_array_size(rules), 3);
 	ck_assert_str_eq(json_string_value(
 			     json_object_get(json_array_get(rules, 0), "name")),
 	    "api");
@@ -423,6 +429,44 @@ START_TEST(test_overrides)
 }
 END_TEST
 
+/* A lease renewed on a key with an override lasts the override's window,
+ * as the lease it renews did (it lasted the rule's 2 s before). */
+START_TEST(test_override_renew)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+	char body[256];
+	const char *lease;
+
+	admin_start(&a, 0, true, NULL);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"lock\",\"key\":\"w1\",\"limit\":1,"
+	    "\"window\":\"1h\"}",
+	    auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	h_post(a.d.port, "/acquire", "{\"t\":\"lock\",\"user\":\"w1\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_int_eq(json_integer_value(json_object_get(
+			     json_array_get(h_json_get(&r, "leases"), 0),
+			     "expires_ms")),
+	    3600000);
+	lease = json_string_value(json_object_get(
+	    json_array_get(h_json_get(&r, "leases"), 0), "lease"));
+	ck_assert_ptr_nonnull(lease);
+	snprintf(body, sizeof(body), "{\"lease\":\"%s\"}", lease);
+	h_post(a.d.port, "/renew", body, &r);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	ck_assert(json_is_true(h_json_get(&r, "renewed")));
+	ck_assert_int_eq(h_json_int(&r, "expires_ms"), 3600000);
+	/* Past the rule's own window the lease is still held. */
+	h_sleep_ms(2300);
+	h_post(a.d.port, "/acquire", "{\"t\":\"lock\",\"user\":\"w1\"}", &r);
+	ck_assert_int_eq(r.status, 429);
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
 /* Two daemons on one Redis: what one sets, the other applies within 1 s;
  * a TTL expires there too; overrides outlive a restart. */
 START_TEST(test_overrides_shared)
@@ -520,6 +564,7 @@ test_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_counters);
 	tcase_add_test(tc, test_overrides);
+	tcase_add_test(tc, test_override_renew);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("redis");
@@ -528,6 +573,7 @@ test_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_counters);
 	tcase_add_test(tc, test_overrides);
+	tcase_add_test(tc, test_override_renew);
 	tcase_add_test(tc, test_overrides_shared);
 	suite_add_tcase(s, tc);
 	test_main_at_end(h_shared_redis_stop);
