@@ -121,19 +121,29 @@ lease_tried(void *arg)
 	http_resume(rq);
 }
 
-/* Decide rq again with the wait it has left (none once lease_over). */
+/* Decide rq again with the wait it has left (none once lease_over),
+ * under the rules in force now: a reload while it waits (up to max_wait)
+ * applies to it, as to the requests that arrive meanwhile, so no more
+ * leases are held than the new limit.  The request is parked: nothing
+ * else reads rq->cfg meanwhile. */
 static void
 lease_try(struct request *rq)
 {
 	int64_t now = util_monotonic_us();
+	struct config *cur = http_server_get_config(rq->s);
 	struct decide_job *job;
 
+	decide_leases_free(&rq->decision); /* it names the old rules */
+	if (cur != rq->cfg) {
+		config_unref(rq->cfg);
+		rq->cfg = cur;
+	} else
+		config_unref(cur);
 	if (now >= rq->wait_until_us)
 		rq->lease_over = true;
 	rq->dr.wait_ms = rq->lease_over ? 0 : (rq->wait_until_us - now) / 1000;
 	rq->dr.start_us = now;
 	rq->tried_us = now;
-	decide_leases_free(&rq->decision);
 	if (decide_prepare(rq->s->decider, rq->cfg, &rq->dr, &rq->decision,
 		&job) == 0) {
 		lease_tried(rq);

@@ -20,7 +20,8 @@
  *   one daemon's waiters get the lock in the order they came; workers
  *   hand a lock on with wait_ms and never wait for an expiry; a request
  *   another rule denies for longer than its wait is answered at once;
- *   SIGTERM answers a waiter 503 at once;
+ *   SIGTERM answers a waiter 503 at once; a reload while a request waits
+ *   applies to it;
  * - --check warns about a concurrency rule that could match /auth.
  */
 #include <check.h>
@@ -107,6 +108,13 @@ static const char rules_yaml[] =
     "    key: \"${job}\"\n"
     "    algorithm: fixed_window\n"
     "    limit: 1\n"
+    "    window: 1h\n"
+    "  - name: duo\n"
+    "    match:\n"
+    "      t: duo\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: concurrency\n"
+    "    limit: 2\n"
     "    window: 1h\n"
     "  - name: proxied\n"
     "    match:\n"
@@ -679,6 +687,90 @@ START_TEST(test_wait_release)
 }
 END_TEST
 
+/* Reload every daemon with rule duo's limit lowered from 2 to 1. */
+static void
+reload_duo_to_one(void)
+{
+	char text[8192], *p;
+	size_t n;
+	FILE *f;
+	int i, tries;
+
+	for (i = 0; i < ndaemons; i++) {
+		ck_assert_ptr_nonnull(f = fopen(daemons[i].conf, "r"));
+		n = fread(text, 1, sizeof(text) - 1, f);
+		fclose(f);
+		text[n] = '\0';
+		ck_assert_ptr_nonnull(p = strstr(text, "name: duo"));
+		ck_assert_ptr_nonnull(p = strstr(p, "limit: 2"));
+		p[strlen("limit: ")] = '1';
+		ck_assert_ptr_nonnull(f = fopen(daemons[i].conf, "w"));
+		fputs(text, f);
+		fclose(f);
+		ck_assert_int_eq(kill(daemons[i].pid, SIGHUP), 0);
+	}
+	/* Reloaded when a new request sees the new limit everywhere. */
+	for (i = 0; i < ndaemons; i++)
+		for (tries = 0;; tries++) {
+			struct h_resp r = { 0 };
+			long long limit;
+
+			post(i, "/acquire", "{\"t\":\"duo\",\"job\":\"probe\"}",
+			    &r);
+			limit = h_json_int(&r, "limit");
+			if (r.status == 200)
+				lease_call(i, "/release",
+				    json_string_value(json_object_get(
+					json_array_get(h_json_get(&r, "leases"),
+					    0),
+					"lease")),
+				    &r);
+			h_resp_free(&r);
+			if (limit == 1)
+				break;
+			ck_assert_msg(tries < 300, "daemon %d not reloaded", i);
+			h_sleep_ms(10);
+		}
+}
+
+/* A reload while a request waits for a lease applies to it: with the
+ * limit lowered from 2 to 1 and two leases held, a release leaves one,
+ * which is the new limit, so the waiter waits on; the second release
+ * serves it, under the new limit.  (It used to decide under the rules it
+ * arrived with: a second lease held under a limit of 1.) */
+START_TEST(test_wait_reload)
+{
+	struct h_resp r = { 0 };
+	struct waiter w;
+	char a[512], b[512];
+
+	start(_i);
+	post(0, "/acquire", "{\"t\":\"duo\",\"job\":\"r\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "duo", a, sizeof(a));
+	post(0, "/acquire", "{\"t\":\"duo\",\"job\":\"r\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "duo", b, sizeof(b));
+	waiter_go(&w, 1, "{\"t\":\"duo\",\"job\":\"r\",\"wait_ms\":8000}");
+	h_sleep_ms(300);
+	reload_duo_to_one();
+	ck_assert_int_eq(lease_call(0, "/release", a, &r), 1);
+	h_sleep_ms(600);
+	ck_assert_msg(__atomic_load_n(&w.status, __ATOMIC_SEQ_CST) == 0,
+	    "the waiter got an answer with one lease held under a limit "
+	    "of 1: %s",
+	    w.answer);
+	ck_assert_int_eq(lease_call(0, "/release", b, &r), 1);
+	pthread_join(w.thread, NULL);
+	ck_assert_msg(w.status == 200 && w.lease[0] != '\0', "waiter: %ld %s",
+	    w.status, w.answer);
+	ck_assert_ptr_nonnull(strstr(w.answer, "\"limit\":1,"));
+	ck_assert_int_eq(lease_call(1, "/release", w.lease, &r), 1);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
 /* An expiry serves a waiter; a wait that runs out is the 429 of then. */
 START_TEST(test_wait_expiry_timeout)
 {
@@ -1051,6 +1143,7 @@ test_suite(void)
 	tcase_add_loop_test(tc, test_denied_takes_no_lease, 0, 2);
 	tcase_add_loop_test(tc, test_lock_handoff, 0, 2);
 	tcase_add_loop_test(tc, test_wait_release, 0, 2);
+	tcase_add_loop_test(tc, test_wait_reload, 0, 2);
 	tcase_add_loop_test(tc, test_wait_expiry_timeout, 0, 2);
 	tcase_add_loop_test(tc, test_wait_order, 0, 2);
 	tcase_add_loop_test(tc, test_wait_lock_workers, 0, 2);
