@@ -287,8 +287,14 @@ request_begin(struct http_server *s, struct MHD_Connection *conn,
 	rq->declared_len = cl != NULL ? (int64_t)strtoll(cl, NULL, 10) : -1;
 	if (EP_HAS_BODY(rq->ep) && cl != NULL &&
 	    strtoull(cl, NULL, 10) >
-		(unsigned long long)rq->cfg->max_body_bytes)
+		(unsigned long long)rq->cfg->max_body_bytes) {
+		/* Answered before the body: libmicrohttpd sends no "100
+		 * Continue", reads none of it, and closes the connection. */
 		rq->too_large = true;
+		return http_refuse(s, conn, 413, "body_too_large",
+		    "the body is larger than %lld bytes",
+		    (long long)rq->cfg->max_body_bytes);
+	}
 	return MHD_YES;
 }
 

@@ -92,6 +92,18 @@ framing_walk(void *cls, enum MHD_ValueKind kind, const char *key,
 	return MHD_YES;
 }
 
+/* The query's bytes: libmicrohttpd gives the url without it. */
+static enum MHD_Result
+framing_query(void *cls, enum MHD_ValueKind kind, const char *key,
+    const char *value)
+{
+	struct framing *f = cls;
+
+	(void)kind;
+	f->bytes += strlen(key) + (value != NULL ? strlen(value) : 0) + 2;
+	return MHD_YES;
+}
+
 /*
  * Check how the request says where it ends (RFC 9112 6): one
  * Content-Length or chunked, never both, never two lengths, no header name
@@ -109,6 +121,8 @@ http_check_framing(struct http_server *s, struct MHD_Connection *conn,
 	memset(&f, 0, sizeof(f));
 	*answered = true;
 	MHD_get_connection_values(conn, MHD_HEADER_KIND, framing_walk, &f);
+	MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, framing_query,
+	    &f);
 	if (f.bytes + strlen(url) > (size_t)cfg->max_header_bytes)
 		return http_refuse(s, conn, 431, "headers_too_large",
 		    "the request "
