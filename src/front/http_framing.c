@@ -32,6 +32,7 @@
 
 #include <microhttpd.h>
 
+#include "front/http_guard.h"
 #include "front/http_priv.h"
 
 struct framing {
@@ -166,8 +167,13 @@ void *
 http_framing_request_line(void *cls, const char *uri,
     struct MHD_Connection *conn)
 {
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn,
+	    MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
 	(void)cls;
 	(void)uri;
+	if (ci != NULL)
+		http_guard_request_started(ci->socket_context);
 	if (nheads < HEADS_MAX)
 		heads[nheads++] = conn;
 	else

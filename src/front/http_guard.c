@@ -13,6 +13,11 @@
  * the count then is the baseline; bytes past the baseline mean the next
  * request began, at this look (so a request is cut between
  * request_timeout and request_timeout plus a tick after its first byte).
+ * Bytes that came before that look, the start of a request sent right
+ * after the previous answer (or pipelined behind it), are under the
+ * baseline: such a request is seen by `started` instead, which the loop
+ * counts when libmicrohttpd has read a request line (http_framing.c).
+ * More requests started than ended means one is under way.
  * A request past request_timeout that does not wait for the store is
  * shut down for reading and writing.  Unix sockets carry no byte count
  * and are left alone: only local processes reach them.
@@ -38,7 +43,8 @@ struct guard_conn {
 	struct guard_conn *prev, *next;
 	int fd;
 	bool tcp;
-	atomic_uint done; /* requests ended */
+	atomic_uint done;    /* requests ended */
+	atomic_uint started; /* request lines read */
 	atomic_bool waiting;
 	unsigned seen_done; /* the guard thread's */
 	uint64_t baseline;  /* bytes when the last request ended */
@@ -93,7 +99,9 @@ guard_tick(struct http_guard *g, int64_t timeout_us)
 			continue;
 		}
 		if (c->began_us == 0) {
-			if (bytes > c->baseline)
+			if (bytes > c->baseline ||
+			    atomic_load_explicit(&c->started,
+				memory_order_acquire) != done)
 				c->began_us = now;
 			continue;
 		}
@@ -249,6 +257,15 @@ http_guard_request_done(void *ctx)
 
 	if (c != NULL)
 		atomic_fetch_add_explicit(&c->done, 1, memory_order_release);
+}
+
+void
+http_guard_request_started(void *ctx)
+{
+	struct guard_conn *c = ctx;
+
+	if (c != NULL)
+		atomic_fetch_add_explicit(&c->started, 1, memory_order_release);
 }
 
 void

@@ -50,6 +50,9 @@ void http_guard_closed(struct http_guard *g, void **ctx);
 
 /* The connection's request ended (answered or abandoned). */
 void http_guard_request_done(void *ctx);
+/* The connection's next request line was read: a request is under way
+ * until the next http_guard_request_done(). */
+void http_guard_request_started(void *ctx);
 
 /* The connection's request waits for the store (true) or no longer
  * (false): it is not cut meanwhile; the store's own deadline bounds it. */

@@ -324,6 +324,47 @@ START_TEST(test_request_timeout_dribbler)
 }
 END_TEST
 
+/* A request begun right after the previous answer on a keep-alive
+ * connection, or pipelined behind it, and then left unfinished, is cut
+ * at request_timeout too, not left to idle_timeout: its first bytes came
+ * before the guard saw the previous request end.  (Both were held 30 s,
+ * to idle_timeout.) */
+START_TEST(test_request_timeout_after_keepalive)
+{
+	static const char full[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+	static const char part[] = "POST /acquire HTTP/1.1\r\nHost: x\r\n";
+	struct h_daemon d = { 0 };
+	char buf[1024], both[256];
+	bool closed;
+	long long t0;
+	int fd, k;
+
+	start(&d, "request_timeout: 1s\nidle_timeout: 30s\n");
+	snprintf(both, sizeof(both), "%s%s", full, part);
+	for (k = 0; k < 2; k++) {
+		fd = raw_connect(d.port);
+		if (k == 0) {
+			raw_send(fd, full);
+			raw_read(fd, buf, sizeof(buf), 1000, &closed);
+			ck_assert(strncmp(buf, "HTTP/1.1 200", 12) == 0);
+			raw_send(fd, part);
+		} else
+			raw_send(fd, both);
+		t0 = h_now_ms();
+		closed = false;
+		while (!closed && h_now_ms() - t0 < 6000)
+			raw_read(fd, buf, sizeof(buf), 200, &closed);
+		ck_assert_msg(closed && h_now_ms() - t0 < 4000,
+		    "%s: the unfinished request was %s after %lld ms "
+		    "(request_timeout 1s)",
+		    k == 0 ? "after an answer" : "pipelined",
+		    closed ? "cut" : "never cut", h_now_ms() - t0);
+		close(fd);
+	}
+	h_daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_idle_timeout)
 {
 	struct h_daemon d = { 0 };
@@ -963,6 +1004,7 @@ test_suite(void)
 	tcase_add_test(tc, test_keepalive_still_works);
 	tcase_add_test(tc, test_max_connections);
 	tcase_add_test(tc, test_request_timeout_dribbler);
+	tcase_add_test(tc, test_request_timeout_after_keepalive);
 	tcase_add_test(tc, test_idle_timeout);
 	tcase_add_test(tc, test_slow_and_half_sent_clients);
 	tcase_add_test(tc, test_ten_thousand_connections);
