@@ -666,7 +666,8 @@ start_fronts(struct daemon *d, char *err, size_t errlen)
 		return -1;
 	if (d->admin_fd >= 0) {
 		d->admin = admin_server_start(d->admin_fd, d->cfg, &d->decider,
-		    d->overrides, d->metrics, d->admin_token, err, errlen);
+		    d->overrides, d->leases, d->metrics, d->admin_token, err,
+		    errlen);
 		d->admin_fd = -1;
 		if (d->admin == NULL)
 			return -1;

@@ -295,7 +295,8 @@ mhd_log(void *cls, const char *fmt, va_list ap)
 struct admin_server *
 admin_server_start(int listen_fd, struct config *cfg,
     const struct decider *decider, struct overrides *overrides,
-    struct metrics *metrics, const char *token, char *err, size_t errlen)
+    struct lease_wait *leases, struct metrics *metrics, const char *token,
+    char *err, size_t errlen)
 {
 	struct admin_server *s;
 
@@ -307,6 +308,7 @@ admin_server_start(int listen_fd, struct config *cfg,
 	config_slot_init(&s->cfg, cfg);
 	s->decider = decider;
 	s->overrides = overrides;
+	s->leases = leases;
 	s->metrics = metrics;
 	if (token != NULL) {
 		if ((s->token = rl_strdup(token)) == NULL) {

@@ -25,19 +25,22 @@
 #define ADMIN_MAX_CONNECTIONS 16
 
 struct admin_server;
+struct lease_wait;
 struct metrics;
 struct overrides;
 
 /*
  * Serve the admin API on listen_fd (ownership passes to the server).
- * Takes one reference to cfg.  decider (its stores), overrides and metrics
- * are borrowed for the server's life; overrides may be NULL (none kept).
- * token (NULL: no token asked) is copied.  Returns the server, or NULL
- * with a message in err.
+ * Takes one reference to cfg.  decider (its stores), overrides, leases
+ * (the requests waiting for a lease, woken when a reset frees one) and
+ * metrics are borrowed for the server's life; overrides and leases may be
+ * NULL.  token (NULL: no token asked) is copied.  Returns the server, or
+ * NULL with a message in err.
  */
 struct admin_server *admin_server_start(int listen_fd, struct config *cfg,
     const struct decider *decider, struct overrides *overrides,
-    struct metrics *metrics, const char *token, char *err, size_t errlen);
+    struct lease_wait *leases, struct metrics *metrics, const char *token,
+    char *err, size_t errlen);
 
 /* Publish a new snapshot (takes one reference; drops the old one). */
 void admin_server_set_config(struct admin_server *s, struct config *cfg);

@@ -27,6 +27,7 @@ struct admin_server {
 	struct config_slot cfg;	       /* the snapshot served */
 	const struct decider *decider; /* borrowed: its stores */
 	struct overrides *overrides;   /* borrowed; may be NULL */
+	struct lease_wait *leases;     /* borrowed; may be NULL */
 	struct metrics *metrics;       /* borrowed; may be NULL */
 	char *token;		       /* NULL: no token asked */
 	size_t token_len;

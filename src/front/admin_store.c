@@ -21,6 +21,7 @@
 #include "core/lease.h"
 #include "core/overrides.h"
 #include "front/admin_priv.h"
+#include "front/lease_wait.h"
 
 /* GET of a rule's overrides on Redis: reads of the hash at most, while
  * another change of the table overtakes each. */
@@ -155,6 +156,10 @@ counter_reset(struct admin_server *s, struct MHD_Connection *conn,
 		(void)backend_admin_call(s->decider->local, &la, &kind, err,
 		    sizeof(err));
 	}
+	/* A concurrency key's leases went with it: its waiters here try
+	 * again at once (on Redis every daemon hears it too, reset.lua). */
+	if (a.found && r->algorithm == RL_ALG_CONCURRENCY && s->leases != NULL)
+		lease_wait_released(s->leases, lease_key_hash(k, len));
 	rl_free(k);
 	if (s->decider->deny != NULL)
 		deny_cache_clear(s->decider->deny);

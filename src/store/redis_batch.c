@@ -188,8 +188,11 @@ admin_send(struct redis_backend *rb, struct redis_node *node,
 	int argc = 0, i;
 
 	if (a->op == BACKEND_ADMIN_RESET) {
-		argv[argc++] = "DEL";
+		argv[argc++] = "EVAL";
+		argv[argc++] = rl_lua_reset;
+		argv[argc++] = "1";
 		argv[argc++] = a->key;
+		argv[argc++] = rb->rel_channel;
 	} else if (a->op == BACKEND_ADMIN_OVERRIDE_READ) {
 		argv[argc++] = "HGETALL";
 		argv[argc++] = a->key;

@@ -35,6 +35,7 @@ extern const char rl_lua_takeback[];
 extern const char rl_lua_stats[], rl_lua_stats_sha[];
 extern const char rl_lua_lease[];
 extern const char rl_lua_override[]; /* docs/admin.md */
+extern const char rl_lua_reset[];    /* docs/admin.md */
 
 #define REDIS_CB_THRESHOLD	5 /* consecutive failures to open */
 #define REDIS_CB_BACKOFF_MIN_MS 100

@@ -8,6 +8,7 @@
  * restart on Redis; in process on the memory store.
  */
 #include <check.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -467,6 +468,58 @@ START_TEST(test_override_renew)
 }
 END_TEST
 
+struct lock_waiter {
+	pthread_t thread;
+	int port;
+	long status;
+	long long answered_ms;
+};
+
+static void *
+lock_waiter_run(void *arg)
+{
+	struct lock_waiter *w = arg;
+	struct h_resp r = { 0 };
+
+	h_post(w->port, "/acquire",
+	    "{\"t\":\"lock\",\"user\":\"w2\",\"wait_ms\":5000}", &r);
+	w->status = r.status;
+	w->answered_ms = h_now_ms();
+	h_resp_free(&r);
+	return NULL;
+}
+
+/* A reset of a concurrency key frees its leases: a request waiting for
+ * one is served at once, not when the lease would have expired (2 s). */
+START_TEST(test_reset_serves_lease_waiters)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+	struct lock_waiter w = { 0 };
+	long long reset_ms;
+
+	admin_start(&a, 0, true, NULL);
+	h_post(a.d.port, "/acquire", "{\"t\":\"lock\",\"user\":\"w2\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	w.port = a.d.port;
+	ck_assert_int_eq(pthread_create(&w.thread, NULL, lock_waiter_run, &w),
+	    0);
+	h_sleep_ms(300);
+	reset_ms = h_now_ms();
+	admin_req(&a, &r, "DELETE", "/admin/counters?rule=lock&key=w2", NULL,
+	    auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	ck_assert(json_is_true(h_json_get(&r, "found")));
+	pthread_join(w.thread, NULL);
+	ck_assert_int_eq(w.status, 200);
+	ck_assert_msg(w.answered_ms - reset_ms < 1000,
+	    "the waiter was served %lld ms after the reset",
+	    w.answered_ms - reset_ms);
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
 /* Two daemons on one Redis: what one sets, the other applies within 1 s;
  * a TTL expires there too; overrides outlive a restart. */
 START_TEST(test_overrides_shared)
@@ -565,6 +618,7 @@ test_suite(void)
 	tcase_add_test(tc, test_counters);
 	tcase_add_test(tc, test_overrides);
 	tcase_add_test(tc, test_override_renew);
+	tcase_add_test(tc, test_reset_serves_lease_waiters);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("redis");
@@ -574,6 +628,7 @@ test_suite(void)
 	tcase_add_test(tc, test_counters);
 	tcase_add_test(tc, test_overrides);
 	tcase_add_test(tc, test_override_renew);
+	tcase_add_test(tc, test_reset_serves_lease_waiters);
 	tcase_add_test(tc, test_overrides_shared);
 	suite_add_tcase(s, tc);
 	test_main_at_end(h_shared_redis_stop);
