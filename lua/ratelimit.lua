@@ -1098,7 +1098,15 @@ local function make_general()
         redis.call('PEXPIRE', s.key, int(max(1, s.reset)))
       end
     end
-    concurrency.earliest = at_once
+    -- The lease is taken when the request is decided (docs/leases.md):
+    -- one that fits now fits whenever another rule makes the request
+    -- wait; one that does not is waited for by the daemon, not here.
+    function concurrency.earliest(s, from)
+      if s.allowed then
+        return from
+      end
+      return nil
+    end
     concurrency.record_at = function(s) concurrency.record(s) end
     return concurrency
   end

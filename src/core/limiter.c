@@ -876,10 +876,11 @@ limiter_earliest(const struct limiter_state *s, const struct limiter_params *p,
 		}
 		return ok ? now : INT64_MAX;
 	case RL_ALG_CONCURRENCY:
-		/* Not in the store: a lease is waited for by the daemon. */
-		return from == now && cost <= p->limit - s->u.conc.used ?
-		    now :
-		    INT64_MAX;
+		/* The lease is taken when the request is decided
+		 * (docs/leases.md): one that fits now fits whenever another
+		 * rule makes the request wait.  One that does not is waited
+		 * for by the daemon, not here. */
+		return cost <= p->limit - s->u.conc.used ? from : INT64_MAX;
 	}
 	return INT64_MAX;
 }

@@ -21,7 +21,8 @@
  *   hand a lock on with wait_ms and never wait for an expiry; a request
  *   another rule denies for longer than its wait is answered at once;
  *   SIGTERM answers a waiter 503 at once; a reload while a request waits
- *   applies to it;
+ *   applies to it; a free lease does not stop a request waiting for its
+ *   turn on another rule;
  * - --check warns about a concurrency rule that could match /auth.
  */
 #include <check.h>
@@ -109,6 +110,20 @@ static const char rules_yaml[] =
     "    algorithm: fixed_window\n"
     "    limit: 1\n"
     "    window: 1h\n"
+    "  - name: turn-lease\n"
+    "    match:\n"
+    "      t: turn\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: concurrency\n"
+    "    limit: 5\n"
+    "    window: 1h\n"
+    "  - name: turn-gate\n"
+    "    match:\n"
+    "      t: turn\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: token_bucket\n"
+    "    limit: 1\n"
+    "    window: 1s\n"
     "  - name: duo\n"
     "    match:\n"
     "      t: duo\n"
@@ -687,6 +702,38 @@ START_TEST(test_wait_release)
 }
 END_TEST
 
+/* A request whose lease is free but whose other rule makes it wait for
+ * its turn (docs/leases.md): it takes its lease and is answered at its
+ * turn, about a second later here (token_bucket, 1 per second).  (It was
+ * answered 429 at once: the lease counted as "never" once the turn lay
+ * after now.) */
+START_TEST(test_wait_turn_with_lease)
+{
+	struct h_resp r = { 0 };
+	char a[512], b[512];
+	long long t0, waited;
+
+	start(_i);
+	post(0, "/acquire", "{\"t\":\"turn\",\"job\":\"q\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "turn-lease", a, sizeof(a));
+	t0 = h_now_ms();
+	post(1, "/acquire", "{\"t\":\"turn\",\"job\":\"q\",\"wait_ms\":3000}",
+	    &r);
+	ck_assert_msg(r.status == 200, "the second request: %ld %s", r.status,
+	    r.body);
+	lease_of(&r, "turn-lease", b, sizeof(b));
+	waited = h_json_int(&r, "waited_ms");
+	ck_assert_msg(waited >= 500 && waited <= 1500 &&
+		h_now_ms() - t0 >= waited - 50,
+	    "waited_ms %lld, answered after %lld ms", waited, h_now_ms() - t0);
+	ck_assert_int_eq(lease_call(0, "/release", a, &r), 1);
+	ck_assert_int_eq(lease_call(1, "/release", b, &r), 1);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
 /* Reload every daemon with rule duo's limit lowered from 2 to 1. */
 static void
 reload_duo_to_one(void)
@@ -1144,6 +1191,7 @@ test_suite(void)
 	tcase_add_loop_test(tc, test_lock_handoff, 0, 2);
 	tcase_add_loop_test(tc, test_wait_release, 0, 2);
 	tcase_add_loop_test(tc, test_wait_reload, 0, 2);
+	tcase_add_loop_test(tc, test_wait_turn_with_lease, 0, 2);
 	tcase_add_loop_test(tc, test_wait_expiry_timeout, 0, 2);
 	tcase_add_loop_test(tc, test_wait_order, 0, 2);
 	tcase_add_loop_test(tc, test_wait_lock_workers, 0, 2);
