@@ -169,9 +169,15 @@ http_request_enter(struct request *rq, enum request_state to)
 	rq->state = to;
 	if (to == RQ_RESUMED) {
 		struct http_loop *loop = rq->loop; /* rq may go at once */
+		struct http_server *srv = rq->s;
 
+		/* Counted until the wake is done: once resumed, the loop may
+		 * answer at once and the suspended count reach 0, and the
+		 * loop must outlive this (http_server_stop). */
+		__atomic_add_fetch(&srv->resuming, 1, __ATOMIC_SEQ_CST);
 		MHD_resume_connection(rq->conn); /* the loop's again */
 		http_loop_wake(loop);
+		__atomic_sub_fetch(&srv->resuming, 1, __ATOMIC_SEQ_CST);
 	}
 	return true;
 }
@@ -669,7 +675,8 @@ http_server_stop(struct http_server *s)
 	wait_timer_cut(s->timer, util_monotonic_us());
 	lease_wait_cut(s->leases);
 	give_up = util_monotonic_us() + HTTP_STOP_WAIT_US;
-	while (__atomic_load_n(&s->suspended, __ATOMIC_SEQ_CST) > 0 &&
+	while ((__atomic_load_n(&s->suspended, __ATOMIC_SEQ_CST) > 0 ||
+		   __atomic_load_n(&s->resuming, __ATOMIC_SEQ_CST) > 0) &&
 	    util_monotonic_us() < give_up)
 		nanosleep(&tick, NULL);
 	if (__atomic_load_n(&s->suspended, __ATOMIC_SEQ_CST) > 0) {

@@ -75,14 +75,16 @@ struct http_server {
 	struct metrics *metrics;	/* borrowed */
 	int inflight;			/* atomic */
 	int suspended;			/* atomic: waiting for the store */
-	bool draining;			/* atomic: quiesced; close after each
-					 * answer */
-	bool stopping;			/* atomic: suspend nothing more */
-	struct http_guard *guard;	/* connection limit, request timeout */
-	struct wait_timer *timer;	/* answers waiting requests */
-	long long waiting;		/* atomic: requests that may wait */
-	struct lease_wait *leases;	/* requests waiting for a lease;
-					 * borrowed */
+	int resuming;  /* atomic: resumes under way on other threads, which
+			* still touch their loop (http_server_stop waits) */
+	bool draining; /* atomic: quiesced; close after each
+			* answer */
+	bool stopping; /* atomic: suspend nothing more */
+	struct http_guard *guard;  /* connection limit, request timeout */
+	struct wait_timer *timer;  /* answers waiting requests */
+	long long waiting;	   /* atomic: requests that may wait */
+	struct lease_wait *leases; /* requests waiting for a lease;
+				    * borrowed */
 };
 
 /*
