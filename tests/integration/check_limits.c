@@ -599,6 +599,22 @@ at_limit_request(char *out, size_t cap, const char *extra)
 	snprintf(out + n, cap - n, "\r\n");
 }
 
+/* req on a new connection to port is the 431 headers_too_large. */
+static void
+expect_431(int port, const char *req, const char *what)
+{
+	char buf[4096];
+	bool closed;
+	int fd = raw_connect(port);
+
+	raw_send(fd, req);
+	raw_read(fd, buf, sizeof(buf), 2000, &closed);
+	ck_assert_msg(strncmp(buf, "HTTP/1.1 431", 12) == 0 &&
+		strstr(buf, "headers_too_large") != NULL,
+	    "%s: \"%.40s\"", what, buf);
+	close(fd);
+}
+
 /* Each connection's libmicrohttpd memory holds a request whose headers
  * are exactly max_header_bytes (docs/http.md), on a fresh connection and
  * again on the same one once its memory was reused; a byte more is the
@@ -622,14 +638,8 @@ START_TEST(test_headers_exactly_at_the_limit)
 	}
 	close(fd);
 
-	fd = raw_connect(d.port);
 	at_limit_request(req, sizeof(req), "x");
-	raw_send(fd, req);
-	raw_read(fd, buf, sizeof(buf), 2000, &closed);
-	ck_assert_msg(strncmp(buf, "HTTP/1.1 431", 12) == 0 &&
-		strstr(buf, "headers_too_large") != NULL,
-	    "8193 bytes of headers: \"%.40s\"", buf);
-	close(fd);
+	expect_431(d.port, req, "8193 bytes of headers");
 	h_daemon_stop(&d);
 }
 END_TEST
@@ -640,23 +650,15 @@ END_TEST
 START_TEST(test_query_counts_in_header_bytes)
 {
 	struct h_daemon d = { 0 };
-	char req[12000], buf[4096];
-	bool closed;
+	char req[12000];
 	size_t n;
-	int fd;
 
 	start(&d, "");
-	fd = raw_connect(d.port);
 	n = (size_t)snprintf(req, sizeof(req), "GET /healthz?q=");
 	memset(req + n, 'v', 11000);
 	n += 11000;
 	snprintf(req + n, sizeof(req) - n, " HTTP/1.1\r\nHost: x\r\n\r\n");
-	raw_send(fd, req);
-	raw_read(fd, buf, sizeof(buf), 2000, &closed);
-	ck_assert_msg(strncmp(buf, "HTTP/1.1 431", 12) == 0 &&
-		strstr(buf, "headers_too_large") != NULL,
-	    "a query of 11000 bytes: \"%.40s\"", buf);
-	close(fd);
+	expect_431(d.port, req, "a query of 11000 bytes");
 	h_daemon_stop(&d);
 }
 END_TEST

@@ -488,6 +488,28 @@ START_TEST(test_prefetch_local)
 }
 END_TEST
 
+/* On the memory store mem, rule global with prefetch (20, 1 minute): the
+ * first request rq (of global alone) takes a chunk of 13, 12 held. */
+static void
+prefetch_first_chunk(struct backend *mem, const struct decide_request *rq)
+{
+	struct decision d;
+
+	ck_assert_ptr_nonnull(mem);
+	dec.backend = mem;
+	dec.on_backend = on_backend;
+	dec.prefetch = prefetch_new(16, cfg_ptr()->serial, NULL, NULL);
+	backend_calls = 0;
+	rules[1].prefetch_units = 20;
+	rules[1].prefetch_hold_ms = 60000;
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), rq, &d), 0);
+	ck_assert(d.allowed);
+	ck_assert_int_eq(backend_calls, 1);
+	ck_assert_int_eq(prefetch_held(dec.prefetch, "rl:global:{}", 12,
+			     util_monotonic_us()),
+	    12);
+}
+
 /* A key whose limit an override changed is never answered from units
  * held under the rule's own limit (docs/admin.md): it goes to the store,
  * which answers under the override's limit. */
@@ -498,20 +520,9 @@ START_TEST(test_prefetch_not_under_override)
 	struct decide_request rq = { .attrs = &a, .rule = NULL, .cost = -1 };
 	struct decision d;
 
-	ck_assert_ptr_nonnull(mem);
-	dec.backend = mem;
-	dec.on_backend = on_backend;
-	dec.prefetch = prefetch_new(16, cfg_ptr()->serial, NULL, NULL);
 	dec.overrides = overrides_new();
 	ck_assert_ptr_nonnull(dec.overrides);
-	backend_calls = 0;
-	rules[1].prefetch_units = 20;
-	rules[1].prefetch_hold_ms = 60000;
-	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
-	ck_assert_int_eq(backend_calls, 1);
-	ck_assert_int_eq(prefetch_held(dec.prefetch, "rl:global:{}", 12,
-			     util_monotonic_us()),
-	    12);
+	prefetch_first_chunk(mem, &rq);
 	/* The override lowers the key's limit to 20: 13 are used already. */
 	ck_assert_int_eq(overrides_set(dec.overrides, "rl:global:{}", 12, 20,
 			     60000, 0),
@@ -539,18 +550,7 @@ START_TEST(test_prefetch_only_whole_requests)
 	struct decide_request rq = { .attrs = &a, .rule = NULL, .cost = -1 };
 	struct decision d;
 
-	ck_assert_ptr_nonnull(mem);
-	dec.backend = mem;
-	dec.on_backend = on_backend;
-	dec.prefetch = prefetch_new(16, cfg_ptr()->serial, NULL, NULL);
-	backend_calls = 0;
-	rules[1].prefetch_units = 20;
-	rules[1].prefetch_hold_ms = 60000;
-	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
-	ck_assert_int_eq(backend_calls, 1);
-	ck_assert_int_eq(prefetch_held(dec.prefetch, "rl:global:{}", 12,
-			     util_monotonic_us()),
-	    12);
+	prefetch_first_chunk(mem, &rq);
 	/* login and watch go to the store: so does global, for a chunk of
 	 * 1 + min(19, 87 / 8) = 11, of which 10 are held on top. */
 	attrs_set(&a, "path", "/login");
