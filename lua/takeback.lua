@@ -13,7 +13,8 @@
 -- ARGV     five values per key: algorithm (as ratelimit.lua, 4 for
 --          concurrency), limit L, window_ms, cost c (> 0), and the mark
 --          ratelimit.lua returned for it (where the units were recorded;
---          for concurrency, the lease's token).
+--          for concurrency, the lease's token); then, optionally, the
+--          release channel ("<key_prefix>released").
 -- Reply    the number of keys from which units were taken back (a key
 --          whose units expired meanwhile has nothing left to take).
 
@@ -110,7 +111,10 @@ local function token_bucket(key, L, W, c, mark)
 end
 
 -- concurrency (ratelimit.lua's layout): the lease whose token is `mark`
--- goes, and its c units with it.
+-- goes, and its c units with it.  That is a release: the key is
+-- PUBLISHed on the release channel when the call gave one (as lease.lua
+-- does), so that requests waiting for a lease of it try again.
+local channel
 local function concurrency(key, L, W, c, mark)
   if redis.call('ZREM', key, mark .. ':' .. int(c)) == 0 then
     return 0
@@ -121,6 +125,9 @@ local function concurrency(key, L, W, c, mark)
   else
     redis.call('ZADD', key, int(-used), '#used')
   end
+  if channel ~= nil then
+    pcall(redis.call, 'PUBLISH', channel, key)
+  end
   return 1
 end
 
@@ -129,8 +136,11 @@ local ALGORITHMS = {
   [3] = token_bucket, [4] = concurrency
 }
 
-if #ARGV ~= 5 * #KEYS then
-  return redis.error_reply('takeback.lua: need 5 ARGV per key')
+if #ARGV == 5 * #KEYS + 1 then
+  channel = ARGV[#ARGV]
+elseif #ARGV ~= 5 * #KEYS then
+  return redis.error_reply('takeback.lua: need 5 ARGV per key, then ' ..
+    'the release channel or nothing')
 end
 local done = 0
 for k = 1, #KEYS do

@@ -71,7 +71,7 @@ takeback_send(struct redis_backend *rb, struct redis_node *node,
     struct redis_conn *conn, struct redis_batch *b, char *err, size_t errlen)
 {
 	const struct backend_call *call = b->calls[0];
-	size_t argc = 3 + call->n * 6, i, k;
+	size_t argc = 3 + call->n * 6 + 1, i, k;
 	struct redis_slot *s = NULL;
 	const char **argv;
 	size_t *lens;
@@ -110,6 +110,7 @@ takeback_send(struct redis_backend *rb, struct redis_node *node,
 		for (int j = 0; j < 5; j++)
 			argv[k++] = p + j * TB_NUM;
 	}
+	argv[k++] = rb->rel_channel; /* a lease taken back is a release */
 	for (i = 0; i < argc; i++)
 		if (lens[i] == 0)
 			lens[i] = strlen(argv[i]);

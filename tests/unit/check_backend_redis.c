@@ -563,6 +563,38 @@ START_TEST(test_takeback_fails_when_redis_refuses)
 }
 END_TEST
 
+/* A lease taken back is a release: its key is PUBLISHed on the release
+ * channel given after the five values, so that requests waiting for a
+ * lease of it try again (docs/leases.md). */
+START_TEST(test_takeback_of_a_lease_publishes)
+{
+	const char *key = "rl:tb:{lock}", *ch = "rl:released";
+	struct timeval tv = { 2, 0 };
+	redisContext *sub = direct();
+	redisReply *r;
+
+	ck_assert_ptr_nonnull(sub);
+	cmd_ok("DEL %s", key);
+	cmd_ok("ZADD %s 99999999999999 tok:1 -1 #used", key);
+	r = redisCommand(sub, "SUBSCRIBE %s", ch);
+	ck_assert(r != NULL && r->type == REDIS_REPLY_ARRAY);
+	freeReplyObject(r);
+	r = cmd("EVAL %s 1 %s 4 1 60000 1 tok %s", rl_lua_takeback, key, ch);
+	ck_assert_msg(r->type == REDIS_REPLY_INTEGER && r->integer == 1,
+	    "takeback: type %d %s", r->type,
+	    r->type == REDIS_REPLY_ERROR ? r->str : "");
+	freeReplyObject(r);
+	ck_assert_int_eq(cmd_int("EXISTS %s", key), 0);
+	redisSetTimeout(sub, tv);
+	ck_assert_int_eq(redisGetReply(sub, (void **)&r), REDIS_OK);
+	ck_assert(r->type == REDIS_REPLY_ARRAY && r->elements == 3);
+	ck_assert_str_eq(r->element[0]->str, "message");
+	ck_assert_str_eq(r->element[2]->str, key);
+	freeReplyObject(r);
+	redisFree(sub);
+}
+END_TEST
+
 START_TEST(test_sliding_log_unique_members)
 {
 	const char *key = "rl:bulk:{k}";
@@ -1444,6 +1476,7 @@ test_suite(void)
 	tcase_add_test(tc, test_sliding_log_ttl_renewal);
 	tcase_add_test(tc, test_takeback_keeps_ttl);
 	tcase_add_test(tc, test_takeback_fails_when_redis_refuses);
+	tcase_add_test(tc, test_takeback_of_a_lease_publishes);
 	tcase_add_test(tc, test_sliding_log_unique_members);
 	tcase_add_test(tc, test_sliding_log_large_cost);
 	tcase_add_test(tc, test_all_or_nothing);
