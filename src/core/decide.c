@@ -588,7 +588,6 @@ prefetch_want_chunk(struct decide_job *job, size_t i, int64_t now)
 
 	if (!prefetch_room(job->d->prefetch, c->key, c->keylen, now))
 		return;
-
 	c->prefetch_want = r->prefetch_units > c->cost ? r->prefetch_units :
 							 c->cost;
 	c->prefetch_hold_us = r->prefetch_hold_ms * 1000;
@@ -692,9 +691,9 @@ prefetch_no_chunks(struct decide_job *job)
 }
 
 /*
- * The decision is known: admitted (the units answered in process are
- * used, and the chunks the store recorded are held) or not (those units
- * go back to what the daemon holds).
+ * The decision is known: the units answered in process are used (such a
+ * request is admitted), and when admitted, the chunks the store recorded
+ * are held.
  */
 static void
 prefetch_settle(struct decide_job *job, bool admitted)
@@ -712,15 +711,11 @@ prefetch_settle(struct decide_job *job, bool admitted)
 		const struct rl_result *res = &job->res[i];
 
 		if (job->ap[i].pf_units > 0) {
-			if (admitted || job->nstore == 0) {
-				if (d->on_prefetch != NULL)
-					d->on_prefetch(r, true,
-					    job->ap[i].pf_units, d->hook_arg);
-			} else
-				prefetch_put_back(d->prefetch, job->cfg->serial,
-				    r->name, c->key, c->keylen,
-				    job->ap[i].pf_units, job->ap[i].pf_until,
-				    now);
+			/* Only a request answered whole in process took any
+			 * (prefetch_plan): they are used. */
+			if (d->on_prefetch != NULL)
+				d->on_prefetch(r, true, job->ap[i].pf_units,
+				    d->hook_arg);
 			continue;
 		}
 		if (i >= job->nstore || !admitted || c->prefetch_want == 0 ||
