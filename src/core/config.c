@@ -317,9 +317,8 @@ config_default_threads(void)
 static struct config *
 config_new(const char *path)
 {
+	static atomic_uint_least64_t serials = 1; /* config.h, serial */
 	struct config *c;
-
-	static atomic_uint_least64_t serials = 1;
 
 	if ((c = rl_calloc(1, sizeof(*c))) == NULL)
 		return NULL;
