@@ -78,9 +78,8 @@ http_server_get_config(struct http_server *s)
 	return config_slot_get(&s->cfg);
 }
 
-/* The guard's record of a connection (its socket context). */
-static void *
-conn_ctx(struct MHD_Connection *conn)
+void *
+http_conn_ctx(struct MHD_Connection *conn)
 {
 	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn,
 	    MHD_CONNECTION_INFO_SOCKET_CONTEXT);
@@ -143,12 +142,12 @@ http_request_enter(struct request *rq, enum request_state to)
 			metrics_phase(s->metrics, METRICS_PHASE_PREPARE,
 			    util_monotonic_us() - rq->arrived_us);
 		rq->state = to;
-		http_guard_waiting(conn_ctx(rq->conn), true);
+		http_guard_waiting(http_conn_ctx(rq->conn), true);
 		MHD_suspend_connection(rq->conn);
 		return true;
 	}
 	if (from == RQ_RESUMED) {
-		http_guard_waiting(conn_ctx(rq->conn), false);
+		http_guard_waiting(http_conn_ctx(rq->conn), false);
 		__atomic_sub_fetch(&s->suspended, 1, __ATOMIC_SEQ_CST);
 		if (rq->replied_us != 0)
 			metrics_phase(s->metrics, METRICS_PHASE_RESUME,
@@ -411,7 +410,7 @@ request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	struct request *rq = *con_cls;
 
 	(void)toe;
-	http_guard_request_done(conn_ctx(conn));
+	http_guard_request_done(http_conn_ctx(conn));
 	if (rq == NULL)
 		return;
 	if (rq->state == RQ_RESUMED) {

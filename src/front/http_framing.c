@@ -167,13 +167,9 @@ void *
 http_framing_request_line(void *cls, const char *uri,
     struct MHD_Connection *conn)
 {
-	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn,
-	    MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-
 	(void)cls;
 	(void)uri;
-	if (ci != NULL)
-		http_guard_request_started(ci->socket_context);
+	http_guard_request_started(http_conn_ctx(conn));
 	if (nheads < HEADS_MAX)
 		heads[nheads++] = conn;
 	else

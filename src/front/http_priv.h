@@ -75,16 +75,15 @@ struct http_server {
 	struct metrics *metrics;	/* borrowed */
 	int inflight;			/* atomic */
 	int suspended;			/* atomic: waiting for the store */
-	int resuming;  /* atomic: resumes under way on other threads, which
-			* still touch their loop (http_server_stop waits) */
-	bool draining; /* atomic: quiesced; close after each
-			* answer */
-	bool stopping; /* atomic: suspend nothing more */
-	struct http_guard *guard;  /* connection limit, request timeout */
-	struct wait_timer *timer;  /* answers waiting requests */
-	long long waiting;	   /* atomic: requests that may wait */
-	struct lease_wait *leases; /* requests waiting for a lease;
-				    * borrowed */
+	int resuming;			/* atomic: resumes under way */
+	bool draining;			/* atomic: quiesced; close after each
+					 * answer */
+	bool stopping;			/* atomic: suspend nothing more */
+	struct http_guard *guard;	/* connection limit, request timeout */
+	struct wait_timer *timer;	/* answers waiting requests */
+	long long waiting;		/* atomic: requests that may wait */
+	struct lease_wait *leases;	/* requests waiting for a lease;
+					 * borrowed */
 };
 
 /*
@@ -244,6 +243,10 @@ bool http_answer_raw(struct http_server *s, int fd, const struct request *rq);
  * /auth derives).  The mapping itself is in http_request.h. */
 int http_auth_attrs(struct MHD_Connection *conn, const struct config *cfg,
     const char *url, const char *method, struct attrs *a);
+
+/* The guard's record of a connection (its socket context), or NULL.
+ * http.c; the connection's loop. */
+void *http_conn_ctx(struct MHD_Connection *conn);
 
 /* --- http_framing.c (the event loop) ------------------------------------ */
 /* MHD_YES with *answered false to go on, or an answer that closes. */
