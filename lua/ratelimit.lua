@@ -23,7 +23,10 @@
 --          that differ, none shadow.  The five values:
 --            algorithm  0 sliding_log, 1 sliding_window, 2 fixed_window,
 --                       3 token_bucket (enum rl_algorithm); '4:<token>'
---                       concurrency, with the new lease's token
+--                       concurrency, with the new lease's token; '4'
+--                       alone a look at it that takes no lease and is
+--                       denied (a request queued behind others that
+--                       wait for a lease: docs/leases.md)
 --            limit      L >= 1
 --            window_ms  >= 1
 --            cost       0 <= c <= L
@@ -1061,10 +1064,12 @@ local function make_general()
           redis.call('ZADD', s.key, int(-s.used), '#used')
         end
       end
-      s.allowed = s.used + s.c <= s.L
+      -- No token: a look that takes no lease, and is denied.
+      s.allowed = s.used + s.c <= s.L and (s.token ~= nil or s.c == 0)
       if not s.allowed then
-        -- k units to free: leases by expiry from rank 1 ('#used' is 0)
-        local k = s.used + s.c - s.L
+        -- k units to free: leases by expiry from rank 1 ('#used' is 0);
+        -- at least 1 (a look denied with room waits for the oldest)
+        local k = max(1, s.used + s.c - s.L)
         local r = redis.call('ZRANGE', s.key, '1', int(k), 'WITHSCORES')
         local acc, t = 0, nil
         for i = 1, #r, 2 do
@@ -1557,8 +1562,6 @@ for r = 1, same and 0 or #counts do
         if alg ~= concurrency then
           alg = nil
         end
-      elseif alg == concurrency then
-        alg = nil
       end
       if alg == nil or L == nil or wms == nil or c == nil or L < 1 or
           wms < 1 or c < 0 or (c > L and not in_report) or

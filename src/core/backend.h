@@ -36,7 +36,10 @@ struct rl_check {
 	const char *key;   /* full store key: "<prefix><rule>:{<key>}" */
 	size_t keylen;
 	const char *token; /* concurrency: the token of the lease this
-			    * request takes (32 hex digits); else NULL */
+			    * request takes (32 hex digits); NULL for a
+			    * look only, which takes none and is denied
+			    * (docs/leases.md, a request queued behind
+			    * waiters); else NULL */
 	/* docs/algorithms.md, "Taking quota in advance": when > 0 (and
 	 * >= cost >= 1), a recording check takes a chunk of up to this many
 	 * units, usable for prefetch_hold_us; 0: records cost only. */

@@ -1086,6 +1086,17 @@ decide_job_lease_keys(const struct decide_job *job, uint64_t *keys, size_t max)
 }
 
 void
+decide_job_look_leases(struct decide_job *job)
+{
+	size_t i;
+
+	for (i = 0; i < job->n; i++)
+		if (job->checks[i].algorithm == RL_ALG_CONCURRENCY &&
+		    !job->checks[i].shadow && job->checks[i].cost > 0)
+			job->checks[i].token = NULL;
+}
+
+void
 decide_cancel(struct decide_job *job)
 {
 	job_free(job);

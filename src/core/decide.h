@@ -235,6 +235,15 @@ void decide_run(struct decide_job *job, decide_done_fn done, void *arg);
 size_t decide_job_lease_keys(const struct decide_job *job, uint64_t *keys,
     size_t max);
 
+/*
+ * Before decide_run(): the job takes no lease.  Each of its concurrency
+ * checks only looks, and is denied (rl_check.token NULL), while its other
+ * rules are asked as ever: a request queued behind others that wait for
+ * a lease learns whether they would let it wait (decision.lease_wait)
+ * without taking a lease freed for those before it (docs/leases.md).
+ */
+void decide_job_look_leases(struct decide_job *job);
+
 /* Drop a job that will not run (the caller answers otherwise). */
 void decide_cancel(struct decide_job *job);
 

@@ -118,7 +118,9 @@ conc_check(struct limiter_state *s, const struct limiter_params *p, int64_t now,
 	size_t cap;
 
 	conc_expire(s, now);
-	*allowed = cost <= p->limit - s->u.conc.used;
+	/* No token: a look that takes no lease, denied (backend.h). */
+	*allowed = cost <= p->limit - s->u.conc.used &&
+	    (p->token != NULL || cost == 0);
 	if (!*allowed || cost == 0 || s->u.conc.len < s->u.conc.cap)
 		return 0;
 	/* Admitted with cost >= 1: len <= used < L, so min(2 cap, L) > len. */
@@ -159,8 +161,11 @@ conc_result(const struct limiter_state *s, const struct limiter_params *p,
 	    ceil_ms(s->u.conc.leases[s->u.conc.len - 1].expires - now);
 	if (allowed)
 		return;
-	/* k = used + c - L units must be freed: by expiry, oldest first. */
+	/* k = used + c - L units must be freed: by expiry, oldest first
+	 * (at least 1: a look denied with room waits for the oldest). */
 	k = used - p->limit + cost;
+	if (k < 1)
+		k = 1;
 	for (j = 0; j < s->u.conc.len; j++) {
 		acc += s->u.conc.leases[j].cost;
 		if (acc >= k) {
@@ -171,7 +176,7 @@ conc_result(const struct limiter_state *s, const struct limiter_params *p,
 			return;
 		}
 	}
-	out->retry_after_ms = 1; /* not reached: cost <= L */
+	out->retry_after_ms = 1; /* no lease held: a look */
 }
 
 int64_t

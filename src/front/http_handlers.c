@@ -112,8 +112,8 @@ http_handle_decision(struct http_server *s, struct MHD_Connection *conn,
 	if (decide_prepare(s->decider, rq->cfg, &rq->dr, &rq->decision, &job) ==
 	    0)
 		return http_finish_decision(s, conn, rq);
-	if ((rc = http_lease_queue_behind(s, rq, job)) == 0 &&
-	    (rc = http_submit(rq, job, NULL, 0)) == 1)
+	http_lease_queue_behind(s, rq, job);
+	if ((rc = http_submit(rq, job, NULL, 0)) == 1)
 		return http_answer_decision(s, conn, rq);
 	if (rc < 0)
 		return http_respond_error(s, conn, 503, "shutting_down",

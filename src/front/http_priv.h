@@ -173,6 +173,9 @@ struct request {
 	int64_t wait_until_us;	 /* arrival + wait_ms */
 	int64_t lease_waited_ms; /* answered after this wait */
 	int64_t tried_us;	 /* the last decision was asked then */
+	bool queued;		 /* behind others that wait for queued_key:
+				  * the decision only looked at the lease */
+	uint64_t queued_key;
 };
 
 /* --- http.c: suspend and resume (the event loop; http_resume() on any
@@ -273,8 +276,9 @@ bool http_wait_needed(const struct request *rq);
 void http_wait_take_slot(struct http_server *s, struct request *rq);
 /* The lease queues' thread: what became of rq's wait for a lease. */
 void http_lease_event(struct lease_waiter *w, enum lease_wait_event ev);
-/* Queue a newcomer behind others of its key (1), 0 to go on, -1 cut. */
-int http_lease_queue_behind(struct http_server *s, struct request *rq,
+/* A newcomer of a key others wait for: its job only looks at the lease,
+ * and it queues behind them if it may wait (before http_submit()). */
+void http_lease_queue_behind(struct http_server *s, struct request *rq,
     struct decide_job *job);
 /* A decided request: wait for a lease or for its turn, or answer. */
 enum MHD_Result http_answer_decision(struct http_server *s,

@@ -177,26 +177,25 @@ http_lease_event(struct lease_waiter *w, enum lease_wait_event ev)
 
 /*
  * A newcomer that may wait, whose job would take a lease of a key that
- * others of this daemon wait for: queue it behind them (1), or 0 to go on.
+ * others of this daemon wait for, must not take a lease freed for them:
+ * its job only looks at the lease (decide_job_look_leases()), so the
+ * store says whether its other rules would let it wait, and it queues
+ * behind them (http_answer_decision()), or is answered 429 at once when
+ * another rule denies it for longer than its wait (docs/leases.md).
  */
-int
+void
 http_lease_queue_behind(struct http_server *s, struct request *rq,
     struct decide_job *job)
 {
-	uint64_t keys[8], key;
+	uint64_t keys[8];
 	size_t n;
 
 	if (!rq->wait_slot || rq->lease_over ||
 	    (n = decide_job_lease_keys(job, keys, 8)) == 0 ||
-	    !lease_wait_any(s->leases, keys, n, &key))
-		return 0;
-	decide_cancel(job);
-	if (!http_request_enter(rq, RQ_WAITING_LEASE)) {
-		rq->cut = true;
-		return -1;
-	}
-	lease_park(rq, key, INT64_MAX);
-	return 1;
+	    !lease_wait_any(s->leases, keys, n, &rq->queued_key))
+		return;
+	decide_job_look_leases(job);
+	rq->queued = true;
 }
 
 /* A decided /acquire: wait for a lease, or for its reserved time, or
@@ -207,9 +206,15 @@ http_answer_decision(struct http_server *s, struct MHD_Connection *conn,
 {
 	if (lease_wait_needed(rq)) {
 		if (http_request_enter(rq, RQ_WAITING_LEASE)) {
-			lease_park(rq, rq->decision.lease_key,
-			    util_monotonic_us() +
-				rq->decision.lease_retry_ms * 1000);
+			/* Queued behind others, it learnt nothing of the
+			 * lease: the first of its key, it tries at once. */
+			if (rq->queued)
+				lease_park(rq, rq->queued_key, INT64_MAX);
+			else
+				lease_park(rq, rq->decision.lease_key,
+				    util_monotonic_us() +
+					rq->decision.lease_retry_ms * 1000);
+			rq->queued = false;
 			return MHD_YES;
 		}
 		rq->cut = true;

@@ -630,8 +630,7 @@ memory_decide(struct backend *b, const struct rl_check *checks, size_t n,
 
 		if (limiter_params_set(&slots[i].params, c->algorithm, c->limit,
 			c->window_ms, why, sizeof(why)) == -1 ||
-		    (c->algorithm == RL_ALG_CONCURRENCY &&
-			(c->token == NULL || report)) ||
+		    (c->algorithm == RL_ALG_CONCURRENCY && report) ||
 		    c->cost < 0 || (c->cost > c->limit && !report) ||
 		    (report && c->cost > LIMITER_MAX_LIMIT) || c->key == NULL) {
 			*kind = BACKEND_ERR_PROTOCOL;

@@ -236,10 +236,14 @@ redis_script_encode(struct backend_call *const *calls, size_t ncalls,
 			a->lens[key++] = c->keylen;
 			k = arg;
 			if (c->algorithm == RL_ALG_CONCURRENCY) {
-				/* "4:<token>": the lease this call takes */
-				snprintf(num, NUM_MAX, "%d:%.32s",
-				    (int)c->algorithm,
-				    c->token != NULL ? c->token : "");
+				/* "4:<token>": the lease this call takes;
+				 * "4": a look that takes none */
+				if (c->token != NULL)
+					snprintf(num, NUM_MAX, "%d:%.32s",
+					    (int)c->algorithm, c->token);
+				else
+					snprintf(num, NUM_MAX, "%d",
+					    (int)c->algorithm);
 				a->argv[k] = num;
 				a->lens[k++] = strlen(num);
 				num += NUM_MAX;

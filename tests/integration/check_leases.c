@@ -19,7 +19,8 @@
  *   an expiry, serves a waiter at once; a wait that runs out is a 429;
  *   one daemon's waiters get the lock in the order they came; workers
  *   hand a lock on with wait_ms and never wait for an expiry; a request
- *   another rule denies for longer than its wait is answered at once;
+ *   another rule denies for longer than its wait is answered at once,
+ *   also when it comes while another waits (it only looks at the lease);
  *   SIGTERM answers a waiter 503 at once; a reload while a request waits
  *   applies to it; a free lease does not stop a request waiting for its
  *   turn on another rule;
@@ -124,6 +125,20 @@ static const char rules_yaml[] =
     "    algorithm: token_bucket\n"
     "    limit: 1\n"
     "    window: 1s\n"
+    "  - name: q-lease\n"
+    "    match:\n"
+    "      t: q\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: concurrency\n"
+    "    limit: 1\n"
+    "    window: 1h\n"
+    "  - name: q-gate\n"
+    "    match:\n"
+    "      t: q\n"
+    "    key: \"${user}\"\n"
+    "    algorithm: fixed_window\n"
+    "    limit: 1\n"
+    "    window: 1h\n"
     "  - name: duo\n"
     "    match:\n"
     "      t: duo\n"
@@ -1028,6 +1043,44 @@ START_TEST(test_wait_other_rule)
 }
 END_TEST
 
+/*
+ * The same for a request that comes while another waits for the lease
+ * (it queues behind it, so its store call only looks at the lease): 429
+ * at once, and the waiter before it still gets the lease when it is
+ * released.  Daemon 0 only: the queues are a daemon's own.
+ */
+START_TEST(test_wait_queued_other_rule)
+{
+	struct h_resp r = { 0 };
+	struct waiter first, late;
+	char a[512];
+
+	start(_i);
+	post(0, "/acquire", "{\"t\":\"q\",\"job\":\"j\",\"user\":\"a\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "q-lease", a, sizeof(a));
+	waiter_go(&first, 0,
+	    "{\"t\":\"q\",\"job\":\"j\",\"user\":\"w\",\"wait_ms\":4000}");
+	h_sleep_ms(200);
+	/* user a has used q-gate's one unit for the hour */
+	waiter_go(&late, 0,
+	    "{\"t\":\"q\",\"job\":\"j\",\"user\":\"a\",\"wait_ms\":4000}");
+	pthread_join(late.thread, NULL);
+	ck_assert_msg(late.status == 429 &&
+		late.answered_ms - late.sent_ms < 1000,
+	    "%ld after %lld ms: %s", late.status,
+	    late.answered_ms - late.sent_ms, late.answer);
+	ck_assert_int_eq(lease_call(0, "/release", a, &r), 1);
+	pthread_join(first.thread, NULL);
+	ck_assert_msg(first.status == 200 && first.lease[0] != '\0' &&
+		first.answered_ms - first.sent_ms < 2000,
+	    "%ld after %lld ms: %s", first.status,
+	    first.answered_ms - first.sent_ms, first.answer);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
 /* SIGTERM: a request waiting for a lease is answered 503 at once. */
 START_TEST(test_wait_sigterm)
 {
@@ -1196,6 +1249,7 @@ test_suite(void)
 	tcase_add_loop_test(tc, test_wait_order, 0, 2);
 	tcase_add_loop_test(tc, test_wait_lock_workers, 0, 2);
 	tcase_add_loop_test(tc, test_wait_other_rule, 0, 2);
+	tcase_add_loop_test(tc, test_wait_queued_other_rule, 0, 2);
 	tcase_add_loop_test(tc, test_wait_sigterm, 0, 2);
 	tcase_add_test(tc, test_wait_without_channel_acl);
 	tcase_add_test(tc, test_check_warns_auth);

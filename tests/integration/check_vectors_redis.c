@@ -89,7 +89,11 @@ run_step(redisContext *c, const struct vec_scenario *sc, char keys[][96],
 		argv[argc++] = count;
 	}
 	for (r = 0; r < sc->nrules; r++) {
-		if (sc->rules[r].alg == RL_ALG_CONCURRENCY)
+		if (sc->rules[r].alg == RL_ALG_CONCURRENCY && st->look)
+			/* "4": a look, no token */
+			snprintf(nums[r][0], sizeof(nums[r][0]), "%d",
+			    (int)sc->rules[r].alg);
+		else if (sc->rules[r].alg == RL_ALG_CONCURRENCY)
 			/* a lease token of its own per step, as in memory */
 			snprintf(nums[r][0], sizeof(nums[r][0]), "%d:%032zx",
 			    (int)sc->rules[r].alg, step + 1);

@@ -154,7 +154,7 @@ START_TEST(test_encode_wait_and_lease)
 {
 	/* A waiting call's count is "<n>:<wait_us>" (docs/waiting.md); a
 	 * concurrency check's algorithm is "4:<token>" (docs/leases.md),
-	 * the token cut at 32 characters, "4:" without one. */
+	 * the token cut at 32 characters, "4" without one (a look). */
 	static const struct rl_check checks[3] = {
 		{ RL_ALG_CONCURRENCY, 3, 30000, 1, false, "c:1", 3, TOKEN, 0,
 		    0 },
@@ -182,7 +182,7 @@ START_TEST(test_encode_wait_and_lease)
 		"30000",
 		"1",
 		"0",
-		"4:",
+		"4",
 		"3",
 		"30000",
 		"1",

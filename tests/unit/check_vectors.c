@@ -76,7 +76,8 @@ START_TEST(test_scenario)
 			    st->chunk_hold_us :
 			    0;
 			checks[r].token = sc->rules[r].alg ==
-				RL_ALG_CONCURRENCY ?
+				    RL_ALG_CONCURRENCY &&
+				!st->look ?
 			    token :
 			    NULL;
 		}

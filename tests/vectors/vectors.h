@@ -51,6 +51,8 @@ struct vec_step {
 	int64_t chunk_want, chunk_hold_us, took, took_us;
 	bool report;   /* POST /report: records past the limit; the
 			* fourth field is overdrawn, not the retry */
+	bool look;     /* concurrency checks carry no token: they look
+			* and are denied (docs/leases.md, queued) */
 	bool want_all; /* every non-shadow rule admits, or waited */
 	struct vec_result want[VEC_MAX_RULES];
 };
@@ -127,7 +129,7 @@ parse_scenario(char **tok, int n, struct vec_scenario *sc)
 	return 0;
 }
 
-/* T COST [wait W | report] [chunk WANT HOLD_US] -> A R S Y [t=E]
+/* T COST [wait W | report] [look] [chunk WANT HOLD_US] -> A R S Y [t=E]
  * [| A R S Y [t=E] ...] [waited X] [took K VALID_US] */
 static int
 parse_step(char **tok, int n, const struct vec_scenario *sc,
@@ -146,6 +148,10 @@ parse_step(char **tok, int n, const struct vec_scenario *sc,
 		k += 2;
 	} else if (k < n && strcmp(tok[k], "report") == 0) {
 		st->report = true;
+		k++;
+	}
+	if (k < n && strcmp(tok[k], "look") == 0) {
+		st->look = true;
 		k++;
 	}
 	if (k + 2 < n && strcmp(tok[k], "chunk") == 0) {
