@@ -118,13 +118,16 @@ redis_node_want_topology(struct redis_backend *rb)
 }
 
 /* The connection of node for the next command: the open one with the
- * fewest commands in flight, else one that may connect now, else a hung
- * one made anew; NULL if none. */
+ * fewest commands in flight, else one that may connect now, else the
+ * likely hung one with the fewest; NULL if none.  A hung one is never
+ * closed here to make room: its calls may still be answered in time, and
+ * the loop closes it once its oldest call is past the timeout
+ * (docs/operations.md, "When Redis fails"). */
 static struct redis_slot *
 slot_pick(struct redis_backend *rb, struct redis_node *node, int64_t now)
 {
 	struct redis_slot *best = NULL, *closed = NULL, *hung = NULL;
-	size_t i, pend, best_pend = SIZE_MAX;
+	size_t i, pend, best_pend = SIZE_MAX, hung_pend = SIZE_MAX;
 
 	for (i = 0; i < node->nconns; i++) {
 		struct redis_slot *s = &node->conns[i];
@@ -134,14 +137,17 @@ slot_pick(struct redis_backend *rb, struct redis_node *node, int64_t now)
 				closed = s;
 			continue;
 		}
+		pend = redis_conn_pending(s->conn);
 		/* One whose oldest command waits for half the timeout
 		 * already is likely hung: new calls go elsewhere. */
 		if (redis_conn_oldest_us(s->conn) != INT64_MAX &&
 		    now - redis_conn_oldest_us(s->conn) > rb->timeout_us / 2) {
-			hung = s;
+			if (pend < hung_pend) {
+				hung = s;
+				hung_pend = pend;
+			}
 			continue;
 		}
-		pend = redis_conn_pending(s->conn);
 		if (pend < best_pend) {
 			best = s;
 			best_pend = pend;
@@ -152,12 +158,6 @@ slot_pick(struct redis_backend *rb, struct redis_node *node, int64_t now)
 	/* Busy everywhere: open another connection if one is free. */
 	if (closed != NULL || best != NULL)
 		return closed != NULL ? closed : best;
-	if (hung != NULL) {
-		/* Only hung ones: drop one (its calls fail as timeouts) and
-		 * connect anew for this batch. */
-		redis_conn_close(hung->conn, REDIS_HUNG);
-		redis_slot_busy(rb, hung);
-	}
 	return hung;
 }
 
