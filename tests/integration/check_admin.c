@@ -574,6 +574,44 @@ START_TEST(test_overrides_shared)
 }
 END_TEST
 
+/* A Redis user that may not PUBLISH on the release channel: an override
+ * is set and deleted all the same (the notice is what is lost). */
+START_TEST(test_overrides_without_channel_acl)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+	redisReply *rep;
+
+	rep = redisCommand(h_redis_ctx(&h_shared_redis),
+	    "ACL SETUSER admnochan on >pw ~* +@all resetchannels");
+	ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_STATUS,
+	    "ACL SETUSER: %s", rep != NULL ? rep->str : "no reply");
+	freeReplyObject(rep);
+	admin_start(&a, 0, true,
+	    "backend: redis\n"
+	    "redis:\n"
+	    "  url: \"redis://admnochan:pw@127.0.0.1:%REDIS_PORT%/0\"\n"
+	    "  key_prefix: \"adm:\"\n"
+	    "on_backend_error: deny\n");
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"n\",\"limit\":1}", auth_ok);
+	ck_assert_msg(r.status == 200, "PUT: %ld %s", r.status, r.body);
+	ck_assert_int_eq(acquire_on(&a, "n", &r), 200);
+	ck_assert_int_eq(h_json_int(&r, "limit"), 1);
+	ck_assert_int_eq(acquire_on(&a, "n", &r), 429);
+	admin_req(&a, &r, "DELETE", "/admin/overrides?rule=api&key=n", NULL,
+	    auth_ok);
+	ck_assert_msg(r.status == 200 &&
+		json_is_true(h_json_get(&r, "deleted")),
+	    "DELETE: %ld %s", r.status, r.body);
+	h_resp_free(&r);
+	admin_stop(&a);
+	rep = redisCommand(h_redis_ctx(&h_shared_redis),
+	    "ACL DELUSER admnochan");
+	freeReplyObject(rep);
+}
+END_TEST
+
 /* --- fixtures and main -------------------------------------------------- */
 
 static void
@@ -630,6 +668,7 @@ test_suite(void)
 	tcase_add_test(tc, test_override_renew);
 	tcase_add_test(tc, test_reset_serves_lease_waiters);
 	tcase_add_test(tc, test_overrides_shared);
+	tcase_add_test(tc, test_overrides_without_channel_acl);
 	suite_add_tcase(s, tc);
 	test_main_at_end(h_shared_redis_stop);
 	return s;
