@@ -63,6 +63,8 @@
 #include "base/log.h"
 #include "base/util.h"
 
+#define REDIS_KEEPALIVE_IDLE_S 15
+
 #define REDIS_CONN_READ_CHUNK 16384
 #define REDIS_CONN_RING_MIN   16
 
@@ -629,6 +631,25 @@ queue_handshake(struct redis_conn *c)
 	return 0;
 }
 
+/*
+ * TCP keepalive, probed after REDIS_KEEPALIVE_IDLE_S idle, so that a peer
+ * gone without a word (a host that vanished, a NAT or load balancer that
+ * dropped the idle flow) closes the connection within about 30 s.  Calls
+ * in flight have their own timeout; this is for the connections that may
+ * sit idle for long: the release subscription, Sentinel's, a pool
+ * connection between bursts (docs/operations.md).
+ */
+static void
+keepalive_on(int fd)
+{
+	int one = 1, idle = REDIS_KEEPALIVE_IDLE_S, intvl = 5, cnt = 3;
+
+	(void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+}
+
 /* A non-blocking connect to the first address of res that takes one.
  * Returns the socket, or -1 with err. */
 static int
@@ -657,6 +678,7 @@ connect_addrs(const struct addrinfo *res, char *err, size_t errlen)
 		return -1;
 	}
 	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	keepalive_on(fd);
 	return fd;
 }
 

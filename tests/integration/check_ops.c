@@ -499,6 +499,63 @@ START_TEST(test_slow_redis_keeps_calls)
 }
 END_TEST
 
+/*
+ * The daemon's TCP connections to Redis (remote port redis_port, in
+ * /proc/net/tcp): how many are established, and how many of those run a
+ * keepalive timer (the "tr" field 2) due within max_s seconds.
+ */
+static void
+keepalive_count(int redis_port, int max_s, int *conns, int *kept)
+{
+	char line[512], rem[64];
+	unsigned st, tr, port;
+	unsigned long when;
+	FILE *f = fopen("/proc/net/tcp", "r");
+
+	*conns = *kept = 0;
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f) != NULL) {
+		if (sscanf(line, " %*u: %*s %63s %x %*s %x:%lx", rem, &st, &tr,
+			&when) != 4 ||
+		    strchr(rem, ':') == NULL ||
+		    sscanf(strchr(rem, ':') + 1, "%x", &port) != 1 ||
+		    (int)port != redis_port || st != 1)
+			continue;
+		(*conns)++;
+		/* tm->when in clock ticks (USER_HZ, 100 a second) */
+		if (tr == 2 && when <= (unsigned long)max_s * 100)
+			(*kept)++;
+	}
+	fclose(f);
+}
+
+/*
+ * Every connection the daemon keeps to Redis, the idle ones included (the
+ * release subscription), has TCP keepalive probed within 15 s, so a peer
+ * gone without a word is found (docs/operations.md).
+ */
+START_TEST(test_redis_keepalive)
+{
+	struct h_redis red = { 0 };
+	struct h_daemon d = { 0 };
+	int conns = 0, kept = 0, i;
+
+	h_redis_start(&red);
+	ops_start(&d, red.port, &(struct ops_conf){ .limit = 1000 });
+	ck_assert(ops_wait_not_degraded("ka", 2000));
+	for (i = 0; i < 50 && conns < 2; i++) {
+		h_sleep_ms(100);
+		keepalive_count(red.port, 15, &conns, &kept);
+	}
+	ck_assert_msg(conns >= 2, "%d connections to Redis", conns);
+	ck_assert_msg(kept == conns,
+	    "%d of %d connections to Redis run a keepalive timer of 15 s", kept,
+	    conns);
+	h_daemon_stop(&d);
+	h_redis_stop(&red);
+}
+END_TEST
+
 #define HOL_CONNS      5 /* keep-alive connections ... */
 #define HOL_THREADS    4 /* ... on this many HTTP worker threads */
 #define HOL_TIMEOUT_MS 200
@@ -1635,6 +1692,7 @@ test_suite(void)
 	tcase_add_test(tc, test_dns_lookup_outlives_connection);
 	tcase_add_test(tc, test_redis_paused_under_load);
 	tcase_add_test(tc, test_slow_redis_keeps_calls);
+	tcase_add_test(tc, test_redis_keepalive);
 	tcase_add_test(tc, test_no_head_of_line_blocking);
 	tcase_add_test(tc, test_redis_killed_under_load);
 
