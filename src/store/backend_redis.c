@@ -285,6 +285,7 @@ backend_redis_new(const struct redis_config *rc, char *err, size_t errlen)
 	rb->timeout_us = rc->timeout_ms * 1000;
 	rb->pool_size = (size_t)rc->pool_size;
 	rb->circuit = REDIS_CIRCUIT_CLOSED;
+	rb->hmin_us = INT64_MAX;
 	rb->backoff_ms = REDIS_CB_BACKOFF_MIN_MS;
 	rb->epfd = rb->evfd = -1;
 	rb->rel.reg_fd = -1;

@@ -138,6 +138,39 @@ expire_slot(struct redis_backend *rb, struct redis_slot *s, uint64_t tag,
 		*next = t + rb->timeout_us;
 }
 
+/* Held back past its deadline: never sent.  The held calls are in
+ * arrival order, but their deadlines are not (a call may bring a tighter
+ * one of its own, as gRPC's grpc-timeout): the whole list is looked at,
+ * and hmin_us becomes the earliest deadline left. */
+static void
+expire_held(struct redis_backend *rb, int64_t now)
+{
+	struct backend_call *call, *next, *keep = NULL, *tail = NULL;
+
+	rb->hmin_us = INT64_MAX;
+	for (call = rb->hhead; call != NULL; call = next) {
+		next = redis_call(call)->next;
+		if (call->deadline_us > now) {
+			if (tail != NULL)
+				redis_call(tail)->next = call;
+			else
+				keep = call;
+			tail = call;
+			if (call->deadline_us < rb->hmin_us)
+				rb->hmin_us = call->deadline_us;
+			continue;
+		}
+		redis_flight_add(rb, call);
+		redis_flight_finish(rb, call, -1, BACKEND_ERR_TIMEOUT,
+		    "no answer within the timeout (never sent: Redis was "
+		    "busy)");
+	}
+	if (tail != NULL)
+		redis_call(tail)->next = NULL;
+	rb->hhead = keep;
+	rb->htail = tail;
+}
+
 /* Fail calls past their deadline and close connections that hang; return
  * how long the loop may sleep (ms, -1 for ever). */
 static int
@@ -155,21 +188,12 @@ expire(struct redis_backend *rb, int64_t next)
 		redis_flight_finish(rb, rb->fhead, -1, BACKEND_ERR_TIMEOUT,
 		    msg);
 	}
-	/* Held back past the deadline: never sent. */
-	while (rb->hhead != NULL && rb->hhead->deadline_us <= now) {
-		struct backend_call *call = rb->hhead;
-
-		if ((rb->hhead = redis_call(call)->next) == NULL)
-			rb->htail = NULL;
-		redis_flight_add(rb, call);
-		redis_flight_finish(rb, call, -1, BACKEND_ERR_TIMEOUT,
-		    "no answer within the timeout (never sent: Redis was "
-		    "busy)");
-	}
+	if (rb->hhead != NULL && rb->hmin_us <= now)
+		expire_held(rb, now);
 	if (rb->fhead != NULL && rb->fhead->deadline_us < next)
 		next = rb->fhead->deadline_us;
-	if (rb->hhead != NULL && rb->hhead->deadline_us < next)
-		next = rb->hhead->deadline_us;
+	if (rb->hhead != NULL && rb->hmin_us < next)
+		next = rb->hmin_us;
 	if (rb->unpark_us != 0 && rb->unpark_us < next)
 		next = rb->unpark_us;
 	if (rb->shead != NULL)
@@ -278,11 +302,16 @@ turn(struct redis_backend *rb, bool look, int wait_ms, bool *stop)
 	rb->asleep = false;
 	list = rb->qhead;
 	if (list != NULL) {
+		struct backend_call *c;
+
 		if (rb->htail != NULL)
 			redis_call(rb->htail)->next = list;
 		else
 			rb->hhead = list;
 		rb->htail = rb->qtail;
+		for (c = list; c != NULL; c = redis_call(c)->next)
+			if (c->deadline_us < rb->hmin_us)
+				rb->hmin_us = c->deadline_us;
 	}
 	rb->qhead = rb->qtail = NULL;
 	*stop = rb->stopping;
@@ -303,6 +332,7 @@ turn(struct redis_backend *rb, bool look, int wait_ms, bool *stop)
 	if (rb->hhead != NULL && (rb->batches_out < window(rb) || *stop)) {
 		list = rb->hhead;
 		rb->hhead = rb->htail = NULL;
+		rb->hmin_us = INT64_MAX;
 		redis_route_dispatch(rb, list);
 	}
 	each_slot(rb, flush_slot, NULL);

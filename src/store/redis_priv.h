@@ -214,6 +214,8 @@ struct redis_backend {
 	 * full (FIFO). */
 	struct backend_call *fhead, *ftail;
 	struct backend_call *hhead, *htail;
+	int64_t hmin_us; /* no held call's deadline is earlier
+			  * (INT64_MAX: none held) */
 	struct backend_call *shead, *stail; /* to route next turn */
 	size_t batches_out;		    /* script calls in flight */
 	size_t parked;			    /* calls in flight with no batch */

@@ -482,6 +482,63 @@ START_TEST(test_grpc_timeout_bounds_the_store)
 END_TEST
 
 /*
+ * The same while the call is held back (Redis stopped, its window of
+ * script calls filled by HELD_FILL /acquire of redis.timeout 3 s, each
+ * its own call): held behind calls of a later deadline, it still gives up
+ * by its own (docs/grpc.md), not when those time out.
+ */
+#define HELD_FILL 10
+
+START_TEST(test_grpc_timeout_while_held)
+{
+	struct h_redis rs = { 0 };
+	struct h_daemon d = { 0 };
+	struct ops_call fill[HELD_FILL];
+	CURL *c[HELD_FILL];
+	long long t0;
+	json_t *j;
+	int i;
+
+	h_redis_start(&rs);
+	start(&d,
+	    "backend: redis\nredis:\n"
+	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+	    "  timeout: 3s\n"
+	    "  pool_size: 1\n"
+	    "on_backend_error: deny\n",
+	    rules_edge);
+	json_decref(
+	    call("{\"domain\": \"edge\", \"descriptors\": "
+		 "[[[\"user\", \"held\"]]]}"));
+	kill(rs.pid, SIGSTOP);
+	for (i = 0; i < HELD_FILL; i++) {
+		c[i] = h_curl_new();
+		ops_call_start(&fill[i], c[i], "POST", "/acquire",
+		    "{\"domain\":\"edge\",\"user\":\"held\"}");
+		h_sleep_ms(30); /* a call of its own */
+	}
+	t0 = h_now_ms();
+	j = call(
+	    "{\"domain\": \"edge\", \"timeout\": 0.3, "
+	    "\"descriptors\": [[[\"user\", \"held\"]]]}");
+	json_decref(j);
+	ck_assert(ops_wait_metric("ratelimitd_backend_errors_total"
+				  "{backend=\"redis\",kind=\"timeout\"}",
+		      1, 5000) >= 1);
+	ck_assert_msg(h_now_ms() - t0 < 1500,
+	    "the held call gave up after %lld ms", h_now_ms() - t0);
+	kill(rs.pid, SIGCONT);
+	for (i = 0; i < HELD_FILL; i++) {
+		ops_call_finish(&fill[i]);
+		h_resp_free(&fill[i].r);
+		curl_easy_cleanup(c[i]);
+	}
+	h_daemon_stop(&d);
+	h_redis_stop(&rs);
+}
+END_TEST
+
+/*
  * SIGTERM with calls in flight (Redis stopped, so they wait for
  * redis.timeout): the daemon stops taking calls, answers those it has
  * (the policy, allow) and exits 0.
@@ -1112,6 +1169,7 @@ test_suite(void)
 	tcase_add_test(tc, test_health_and_bad_calls);
 	tcase_add_test(tc, test_backend_down_policies);
 	tcase_add_test(tc, test_grpc_timeout_bounds_the_store);
+	tcase_add_test(tc, test_grpc_timeout_while_held);
 	tcase_add_test(tc, test_sigterm_answers_calls_in_flight);
 	tcase_add_test(tc, test_unfinished_request_is_cut);
 	tcase_add_test(tc, test_reload);
