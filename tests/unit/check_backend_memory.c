@@ -603,6 +603,89 @@ START_TEST(test_alloc_fail_decide)
 }
 END_TEST
 
+/* The default clock's sources, moved by hand. */
+static int64_t fake_real = T0;
+static int64_t fake_mono = 5 * SEC;
+
+static int64_t
+fake_realtime(void)
+{
+	return fake_real;
+}
+
+static int64_t
+fake_monotonic(void)
+{
+	return fake_mono;
+}
+
+/* The default clock follows the wall clock's epoch but not its steps
+ * (docs/algorithms.md, "Common ground"). */
+START_TEST(test_clock_steps)
+{
+	struct memory_clock mc;
+	int64_t a, b2, real;
+	int i;
+
+	fake_real = T0;
+	fake_mono = 5 * SEC;
+	memory_clock_init(&mc, fake_realtime, fake_monotonic);
+	ck_assert_int_eq(memory_clock_read(&mc), T0);
+	fake_mono += SEC;
+	fake_real -= 3600 * SEC; /* NTP steps the wall clock back an hour */
+	ck_assert_int_eq(memory_clock_read(&mc), T0 + SEC);
+	fake_mono += SEC;
+	fake_real += 7200 * SEC; /* and forward two */
+	ck_assert_int_eq(memory_clock_read(&mc), T0 + 2 * SEC);
+
+	/* on the real sources: near the wall clock, never back */
+	memory_clock_init(&mc, util_realtime_us, util_monotonic_us);
+	a = memory_clock_read(&mc);
+	real = util_realtime_us();
+	ck_assert_int_lt(llabs(a - real), SEC);
+	for (i = 0; i < 1000; i++) {
+		b2 = memory_clock_read(&mc);
+		ck_assert_int_ge(b2, a);
+		a = b2;
+	}
+}
+END_TEST
+
+/* A wall clock stepped back refuses no key that has room: a fixed_window
+ * start and a token_bucket tat are behind the store's clock still. */
+START_TEST(test_clock_step_keys)
+{
+	struct memory_clock mc;
+	struct backend *b;
+	struct rl_check c[3];
+	struct rl_result r[3];
+
+	fake_real = T0;
+	fake_mono = 5 * SEC;
+	memory_clock_init(&mc, fake_realtime, fake_monotonic);
+	b = backend_memory_new(0, memory_clock_read, &mc);
+	ck_assert_ptr_nonnull(b);
+	c[0] = mkcheck(RL_ALG_FIXED_WINDOW, 100, 1000, 1, false, "fw");
+	c[1] = mkcheck(RL_ALG_TOKEN_BUCKET, 100, 1000, 1, false, "tb");
+	c[2] = mkcheck(RL_ALG_SLIDING_WINDOW, 100, 1000, 1, false, "sw");
+	ck_assert(decide_ok(b, c, 3, r));
+	fake_real -= 3600 * SEC;
+	fake_mono += MS;
+	ck_assert(decide_ok(b, c, 3, r));
+	ck_assert_int_eq(r[0].remaining, 98);
+	ck_assert_int_eq(r[1].remaining, 98);
+	ck_assert_int_eq(r[2].remaining, 98);
+	backend_free(b);
+
+	/* the default clock: a store made without one answers */
+	b = backend_memory_new(0, NULL, NULL);
+	ck_assert_ptr_nonnull(b);
+	ck_assert(decide_ok(b, c, 3, r));
+	ck_assert_int_eq(r[0].remaining, 99);
+	backend_free(b);
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -617,6 +700,8 @@ test_suite(void)
 	tcase_add_test(tc, test_invalid);
 	tcase_add_test(tc, test_kind_names);
 	tcase_add_test(tc, test_many_checks);
+	tcase_add_test(tc, test_clock_steps);
+	tcase_add_test(tc, test_clock_step_keys);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("store");
