@@ -603,6 +603,75 @@ START_TEST(test_alloc_fail_decide)
 }
 END_TEST
 
+static void
+call_done(struct backend_call *call)
+{
+	(void)call;
+}
+
+/* A report (POST /report) of one check that must succeed; *over gets its
+ * overdrawn. */
+static void
+report_ok(struct backend *b, const struct rl_check *c, struct rl_result *r,
+    int64_t *over)
+{
+	struct backend_call call;
+
+	memset(&call, 0, sizeof(call));
+	call.checks = c;
+	call.n = 1;
+	call.out = r;
+	call.report = true;
+	call.overdrawn = over;
+	call.done = call_done;
+	backend_submit(b, &call);
+	ck_assert_msg(call.rc == 0, "report: %s", call.err);
+	ck_assert(call.all_allowed);
+}
+
+/* A token_bucket report whose c * W / L passes 2^63 us: the tat stops
+ * LIMITER_MAX_AHEAD_US (2^52) after now and overdrawn at LIMITER_MAX_UNITS
+ * (docs/algorithms.md, "Usage reported after the fact"), so the key is
+ * kept and refuses, as an overdraft does. */
+START_TEST(test_report_bucket_huge)
+{
+	struct backend *b = new_backend(1000);
+	struct rl_check c = mkcheck(RL_ALG_TOKEN_BUCKET, 100, 60000,
+	    INT64_C(1) << 53, false, "rl:tb:{huge}");
+	struct rl_check d = mkcheck(RL_ALG_TOKEN_BUCKET, 4000, 1,
+	    INT64_C(1) << 53, false, "rl:tb:{units}");
+	struct rl_result r;
+	int64_t over = -1;
+	int k;
+
+	report_ok(b, &c, &r, &over);
+	ck_assert_int_eq(r.remaining, 0);
+	/* tat - now = 2^52 us: reset ceil_ms(2^52) */
+	ck_assert_int_eq(r.reset_ms, INT64_C(4503599627371));
+	/* -floor((W + 1 - 2^52) * L / W) = ceil(2^52 / 6e5 - 100 - 1 / 6e5)
+	 * = ceil(7505999278.95), give or take the rounding of T0 + 2^52 */
+	ck_assert_int_ge(over, INT64_C(7505999278));
+	ck_assert_int_le(over, INT64_C(7505999280));
+	ck_assert_uint_eq(backend_memory_key_count(b), 1);
+	fake_now += MS;
+	c.cost = 100;
+	ck_assert(!decide_ok(b, &c, 1, &r));
+	ck_assert_int_gt(r.retry_after_ms, INT64_C(4503599627000));
+	ck_assert_uint_eq(backend_memory_key_count(b), 1);
+
+	/* L 4000, W 1 ms: each report moves the tat 2^53 * W / L = 2^51 us,
+	 * 2^53 units; from the second on, overdrawn would pass 2^53 and stops
+	 * there; after 2 reports the tat stops at now + 2^52 */
+	for (k = 0; k < 4; k++) {
+		report_ok(b, &d, &r, &over);
+		if (k >= 1)
+			ck_assert_int_eq(over, INT64_C(1) << 53);
+	}
+	ck_assert_int_eq(r.reset_ms, INT64_C(4503599627371));
+	backend_free(b);
+}
+END_TEST
+
 /* The default clock's sources, moved by hand. */
 static int64_t fake_real = T0;
 static int64_t fake_mono = 5 * SEC;
@@ -702,6 +771,7 @@ test_suite(void)
 	tcase_add_test(tc, test_many_checks);
 	tcase_add_test(tc, test_clock_steps);
 	tcase_add_test(tc, test_clock_step_keys);
+	tcase_add_test(tc, test_report_bucket_huge);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("store");
