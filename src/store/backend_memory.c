@@ -523,10 +523,15 @@ memory_attempt(struct memory_backend *m, const struct rl_check *checks,
 		} else if (w > 0) {
 			*waited_us = w;
 			*all_allowed = true;
+			/* allowed: every non-shadow rule; a shadow rule only
+			 * if it admits at the reserved time
+			 * (docs/algorithms.md, "Waiting for a turn"), as
+			 * memory_reserve() found */
 			for (i = 0; i < n; i++)
 				limiter_result(&slots[i].entry->state,
-				    &slots[i].params, now, checks[i].cost, true,
-				    slots[i].recorded, &out[i]);
+				    &slots[i].params, now, checks[i].cost,
+				    slots[i].allowed, slots[i].recorded,
+				    &out[i]);
 			goto unpin;
 		}
 	}
