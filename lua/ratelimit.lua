@@ -80,6 +80,12 @@
 -- type): log_read() looks at its two ends anyway.
 
 local B = 20            -- sliding_window buckets per window
+-- Reports may record past L (docs/algorithms.md, "Usage reported after the
+-- fact"): a token_bucket tat runs at most MAX_AHEAD microseconds after the
+-- time it is recorded at, and overdrawn is at most MAX_UNITS, so that every
+-- time difference stays exact in a double and every TTL and reply fits
+-- Redis's integers.  The same as src/core/limiter.h.
+local MAX_AHEAD, MAX_UNITS = 2^52, 2^53
 local floor, max, min, fmt = math.floor, math.max, math.min, string.format
 
 local function ceil_ms(x)
@@ -868,6 +874,7 @@ local function make_general()
       s.tat = tat
       s.base = base
       s.new_tat = base + inc
+      s.rec_t = s.now
       s.allowed = s.new_tat - s.now <= s.W + 1
       if not s.allowed then
         s.retry = max(1, ceil_ms(math.ceil(s.new_tat - s.W - s.now)))
@@ -875,7 +882,9 @@ local function make_general()
     end
 
     function token_bucket.record(s)
-      -- Written with its TTL in finish().
+      -- Written with its TTL in finish(); never more than MAX_AHEAD after
+      -- the time recorded at (only a report gets there).
+      s.new_tat = min(s.new_tat, s.rec_t + MAX_AHEAD)
       s.mark = fmt('%.17g', s.new_tat)
     end
 
@@ -909,6 +918,7 @@ local function make_general()
         base = s.tat
       end
       s.new_tat = base + s.c * s.W / s.L
+      s.rec_t = t
       token_bucket.record(s)
     end
 
@@ -919,7 +929,7 @@ local function make_general()
       end
       local rem = floor((s.W + 1 - (t - s.now)) * s.L / s.W)
       s.remaining = min(s.L, max(0, rem))
-      s.over = max(0, -rem)
+      s.over = min(MAX_UNITS, max(0, -rem))
       s.reset = ceil_ms(math.ceil(t - s.now))
       if s.recorded then
         -- SET with PX at the end of the call (tats).
@@ -1022,7 +1032,7 @@ local function make_general()
     function sliding_window.finish(s)
       local rem = floor(s.L - s.est)
       s.remaining = max(0, rem)
-      s.over = max(0, -rem)
+      s.over = min(MAX_UNITS, max(0, -rem))
       local newest = nil
       for b, v in pairs(s.counts) do
         if v > 0 and (newest == nil or b > newest) then

@@ -59,11 +59,33 @@ ceil_ms(int64_t x)
 	return util_ceil_div(x, 1000);
 }
 
-/* ceil() of a double that is a small time difference, as an integer. */
+/* ceil() of a double time or time difference, as an integer, saturated at
+ * +-1.5 * 2^62 (a tat is at most LIMITER_MAX_AHEAD_US after a clock's
+ * time, far inside; ceil_ms() may still add to it). */
+#define CEIL_US_MAX (0x1p62 + 0x1p61)
+
 static int64_t
 ceil_us(double x)
 {
-	return (int64_t)ceil(x);
+	x = ceil(x);
+	if (x > CEIL_US_MAX)
+		return (int64_t)CEIL_US_MAX;
+	if (x < -CEIL_US_MAX)
+		return -(int64_t)CEIL_US_MAX;
+	return (int64_t)x;
+}
+
+/* An overdraft in units, -rem of a negative remaining, as an integer:
+ * 0 .. LIMITER_MAX_UNITS (docs/algorithms.md, "Usage reported after the
+ * fact"). */
+static int64_t
+over_units(double rem)
+{
+	if (!(rem < 0))
+		return 0;
+	if (-rem >= (double)LIMITER_MAX_UNITS)
+		return LIMITER_MAX_UNITS;
+	return (int64_t)-rem;
 }
 
 int
@@ -360,6 +382,18 @@ bucket_new_tat(const struct limiter_state *s, const struct limiter_params *p,
 	double inc = (double)cost * (double)p->window_us / (double)p->limit;
 
 	return bucket_base(s, now) + inc;
+}
+
+/* The tat a record of cost at t leaves: new_tat, but never more than
+ * LIMITER_MAX_AHEAD_US after t (only a report gets there). */
+static double
+bucket_record_tat(const struct limiter_state *s, const struct limiter_params *p,
+    int64_t t, int64_t cost)
+{
+	double tat = bucket_new_tat(s, p, t, cost);
+	double cap = (double)t + (double)LIMITER_MAX_AHEAD_US;
+
+	return tat > cap ? cap : tat;
 }
 
 static void
@@ -674,7 +708,7 @@ limiter_record(struct limiter_state *s, const struct limiter_params *p,
 		s->u.fixed.n += cost;
 		break;
 	case RL_ALG_TOKEN_BUCKET:
-		s->u.bucket.tat = bucket_new_tat(s, p, now, cost);
+		s->u.bucket.tat = bucket_record_tat(s, p, now, cost);
 		break;
 	case RL_ALG_SLIDING_WINDOW:
 		sw_record(s, p, now, cost);
@@ -735,10 +769,10 @@ limiter_overdrawn(const struct limiter_state *s, const struct limiter_params *p,
 		break;
 	case RL_ALG_TOKEN_BUCKET:
 		rem = bucket_rem(s, p, now);
-		return rem < 0 ? (int64_t)-rem : 0;
+		return over_units(rem);
 	case RL_ALG_SLIDING_WINDOW:
 		rem = sw_rem(s, p, now, cost, recorded, &v);
-		return rem < 0 ? (int64_t)-rem : 0;
+		return over_units(rem);
 	case RL_ALG_CONCURRENCY:
 		used = s->u.conc.used;
 		break;
@@ -937,7 +971,7 @@ limiter_record_at(struct limiter_state *s, const struct limiter_params *p,
 		s->u.fixed.n += cost;
 		break;
 	case RL_ALG_TOKEN_BUCKET:
-		s->u.bucket.tat = bucket_new_tat(s, p, t, cost);
+		s->u.bucket.tat = bucket_record_tat(s, p, t, cost);
 		break;
 	case RL_ALG_SLIDING_WINDOW:
 		/* In the bucket of now: the ring holds no later one. */
@@ -1002,7 +1036,7 @@ limiter_chunk(struct limiter_state *s, const struct limiter_params *p,
 		log_record(s, now + hold_us, k); /* at max(now + h, newest) */
 		break;
 	case RL_ALG_TOKEN_BUCKET:
-		s->u.bucket.tat = bucket_new_tat(s, p, now + hold_us, k);
+		s->u.bucket.tat = bucket_record_tat(s, p, now + hold_us, k);
 		break;
 	default:
 		limiter_record(s, p, now, k);

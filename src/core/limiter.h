@@ -37,6 +37,13 @@
  * doubles), which bounds the limit and the window. */
 #define LIMITER_MAX_LIMIT     (INT64_C(1) << 53)
 #define LIMITER_MAX_WINDOW_MS INT64_C(1000000000000) /* ~31 years */
+/* Reports may record past L (docs/algorithms.md, "Usage reported after the
+ * fact"): a token_bucket tat runs at most LIMITER_MAX_AHEAD_US after the
+ * time it is recorded at (~142 years, past any window), and a report's
+ * overdrawn is at most LIMITER_MAX_UNITS, so every time difference and
+ * count stays exact in Lua's doubles and fits an int64_t. */
+#define LIMITER_MAX_AHEAD_US (INT64_C(1) << 52)
+#define LIMITER_MAX_UNITS    LIMITER_MAX_LIMIT
 
 /* A lease token: LIMITER_TOKEN_LEN lower-case hex digits (128 bits). */
 #define LIMITER_TOKEN_LEN 32

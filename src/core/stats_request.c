@@ -219,7 +219,7 @@ number(double x)
 void
 stats_quantile_name(char *buf, size_t len, double q)
 {
-	char e[40], digits[24], out[64];
+	char e[40], digits[24], out[STATS_QUANTILE_NAME_MAX];
 	int prec, exp10, nd = 0, o = 0, i;
 	const char *p;
 
@@ -243,12 +243,13 @@ stats_quantile_name(char *buf, size_t len, double q)
 	if (exp10 < 0) {
 		out[o++] = '0';
 		out[o++] = '.';
-		for (i = 0; i < -exp10 - 1 && o < 40; i++)
+		/* q >= 5e-324: exp10 >= -322, so 2 + 321 + 17 digits fit */
+		for (i = 0; i < -exp10 - 1 && o < (int)sizeof(out) - 24; i++)
 			out[o++] = '0';
 		for (i = 0; i < nd; i++)
 			out[o++] = digits[i];
 	} else {
-		for (i = 0; i <= exp10 && o < 40; i++)
+		for (i = 0; i <= exp10 && o < (int)sizeof(out) - 24; i++)
 			out[o++] = i < nd ? digits[i] : '0';
 		if (nd > exp10 + 1) {
 			out[o++] = '.';
@@ -264,7 +265,7 @@ char *
 stats_request_answer(const struct stats_request *sr, size_t *len)
 {
 	json_t *root, *list, *o;
-	char *text = NULL, qn[48];
+	char *text = NULL, qn[STATS_QUANTILE_NAME_MAX];
 	size_t i, j;
 
 	if ((root = json_object()) == NULL || (list = json_array()) == NULL ||

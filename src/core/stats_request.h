@@ -49,9 +49,11 @@ int stats_request_prepare(struct stats_request *sr, const struct config *cfg,
 /*
  * The name a quantile q in [0, 1] answers under: "p" and q in percent,
  * the shortest decimal that reads back as q ("p50", "p99.9", "p0",
- * "p100"), so distinct quantiles have distinct names.  Into buf (48 bytes
- * hold any).  Any thread.
+ * "p100"), so distinct quantiles have distinct names.  Into buf, which
+ * STATS_QUANTILE_NAME_MAX bytes hold for any q (the smallest, 5e-324, is
+ * "p0." and 321 zeros and "5").  Any thread.
  */
+#define STATS_QUANTILE_NAME_MAX 352
 void stats_quantile_name(char *buf, size_t len, double q);
 
 /*

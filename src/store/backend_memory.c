@@ -94,6 +94,7 @@ struct memory_backend {
 	uint64_t seed[2];	      /* SipHash key */
 	struct memory_stats *stats;   /* the stat keys (memory_stats.c) */
 	union memory_stripe_slot stripes[MEMORY_STRIPES];
+	struct memory_clock own_clock; /* clock_arg when none is injected */
 };
 
 /* What one decide() call knows about one of its checks. */
@@ -522,10 +523,15 @@ memory_attempt(struct memory_backend *m, const struct rl_check *checks,
 		} else if (w > 0) {
 			*waited_us = w;
 			*all_allowed = true;
+			/* allowed: every non-shadow rule; a shadow rule only
+			 * if it admits at the reserved time
+			 * (docs/algorithms.md, "Waiting for a turn"), as
+			 * memory_reserve() found */
 			for (i = 0; i < n; i++)
 				limiter_result(&slots[i].entry->state,
-				    &slots[i].params, now, checks[i].cost, true,
-				    slots[i].recorded, &out[i]);
+				    &slots[i].params, now, checks[i].cost,
+				    slots[i].allowed, slots[i].recorded,
+				    &out[i]);
 			goto unpin;
 		}
 	}
@@ -819,11 +825,20 @@ static const struct backend_ops memory_ops = {
 	.free = memory_free,
 };
 
-static int64_t
-memory_realtime(void *arg)
+void
+memory_clock_init(struct memory_clock *c, int64_t (*realtime)(void),
+    int64_t (*monotonic)(void))
 {
-	(void)arg;
-	return util_realtime_us();
+	c->monotonic = monotonic;
+	c->offset = realtime() - monotonic();
+}
+
+int64_t
+memory_clock_read(void *arg)
+{
+	const struct memory_clock *c = arg;
+
+	return c->monotonic() + c->offset;
 }
 
 /* A random SipHash key; without getrandom(), a weaker mix of clocks and
@@ -851,8 +866,15 @@ backend_memory_new(int64_t max_keys, backend_clock_fn clock, void *clock_arg)
 	m->base.ops = &memory_ops;
 	m->base.name = "memory";
 	m->base.completes_inline = true;
-	m->clock = clock != NULL ? clock : memory_realtime;
-	m->clock_arg = clock_arg;
+	if (clock != NULL) {
+		m->clock = clock;
+		m->clock_arg = clock_arg;
+	} else {
+		memory_clock_init(&m->own_clock, util_realtime_us,
+		    util_monotonic_us);
+		m->clock = memory_clock_read;
+		m->clock_arg = &m->own_clock;
+	}
 	m->max_keys = max_keys;
 	atomic_init(&m->nkeys, 0);
 	atomic_init(&m->last_full_sweep, (long long)INT64_MIN);

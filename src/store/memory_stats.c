@@ -6,7 +6,8 @@
  * An entry expires when its last recorded sub-window is dead
  * (stats_window_expiry_ms, the Redis store's TTL).  Expired entries are
  * freed on lookup, by a sweep of two chains on every insert, and by a full
- * sweep when the table is at max_keys.  The hash is seeded per process, so
+ * sweep when the table is at max_keys (at most once a second: until the
+ * next, a new key is refused without one).  The hash is seeded per process, so
  * clients cannot aim their keys at one chain from outside.
  */
 #include "store/memory_stats.h"
@@ -22,6 +23,9 @@
 
 #define STATS_INITIAL_BUCKETS 64
 #define STATS_SWEEP_CHAINS    2
+/* At most one full sweep a second when the table is full, as for the rule
+ * keys (backend_memory.c): a sweep walks every key under the one mutex. */
+#define STATS_FULL_SWEEP_MS 1000
 
 struct stats_entry {
 	struct stats_entry *next;
@@ -40,7 +44,9 @@ struct memory_stats {
 	size_t sweep;
 	int64_t max_keys;
 	uint64_t seed;
-	struct sketch scratch; /* merge target, reused */
+	struct sketch scratch;	 /* merge target, reused */
+	int64_t last_full_sweep; /* ms of the last one; INT64_MIN: none */
+	uint64_t full_sweeps;	 /* made because the table was full */
 };
 
 static uint64_t
@@ -69,6 +75,7 @@ memory_stats_new(int64_t max_keys)
 	}
 	ms->nbuckets = STATS_INITIAL_BUCKETS;
 	ms->max_keys = max_keys;
+	ms->last_full_sweep = INT64_MIN;
 	if (getrandom(&ms->seed, sizeof(ms->seed), GRND_NONBLOCK) !=
 	    (ssize_t)sizeof(ms->seed))
 		ms->seed = (uint64_t)util_monotonic_us() *
@@ -211,8 +218,14 @@ memory_stats_run(struct memory_stats *ms, const struct rl_stat_op *op,
 			sweep_chain(ms, ms->sweep, now_ms);
 			ms->sweep = (ms->sweep + 1) & (ms->nbuckets - 1);
 		}
-		if (ms->max_keys > 0 && ms->count >= (size_t)ms->max_keys)
+		if (ms->max_keys > 0 && ms->count >= (size_t)ms->max_keys &&
+		    (ms->last_full_sweep == INT64_MIN ||
+			now_ms < ms->last_full_sweep ||
+			now_ms - ms->last_full_sweep >= STATS_FULL_SWEEP_MS)) {
 			sweep_all(ms, now_ms);
+			ms->last_full_sweep = now_ms;
+			ms->full_sweeps++;
+		}
 		if (ms->max_keys > 0 && ms->count >= (size_t)ms->max_keys) {
 			*kind = BACKEND_ERR_FULL;
 			snprintf(err, errlen,
@@ -250,6 +263,17 @@ oom:
 out:
 	pthread_mutex_unlock(&ms->mu);
 	return rc;
+}
+
+uint64_t
+memory_stats_full_sweeps(struct memory_stats *ms)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&ms->mu);
+	n = ms->full_sweeps;
+	pthread_mutex_unlock(&ms->mu);
+	return n;
 }
 
 size_t

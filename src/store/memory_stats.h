@@ -31,6 +31,10 @@ int memory_stats_run(struct memory_stats *ms, const struct rl_stat_op *op,
     int64_t now_us, struct rl_stat_result *out, enum backend_error_kind *kind,
     char *err, size_t errlen);
 
+/* Full sweeps made because the table was at max_keys (at most one a
+ * second of the store's clock); for tests. */
+uint64_t memory_stats_full_sweeps(struct memory_stats *ms);
+
 /* Live stat keys now (sweeps the expired ones first). */
 size_t memory_stats_key_count(struct memory_stats *ms, int64_t now_us);
 

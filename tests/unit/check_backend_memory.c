@@ -603,6 +603,158 @@ START_TEST(test_alloc_fail_decide)
 }
 END_TEST
 
+static void
+call_done(struct backend_call *call)
+{
+	(void)call;
+}
+
+/* A report (POST /report) of one check that must succeed; *over gets its
+ * overdrawn. */
+static void
+report_ok(struct backend *b, const struct rl_check *c, struct rl_result *r,
+    int64_t *over)
+{
+	struct backend_call call;
+
+	memset(&call, 0, sizeof(call));
+	call.checks = c;
+	call.n = 1;
+	call.out = r;
+	call.report = true;
+	call.overdrawn = over;
+	call.done = call_done;
+	backend_submit(b, &call);
+	ck_assert_msg(call.rc == 0, "report: %s", call.err);
+	ck_assert(call.all_allowed);
+}
+
+/* A token_bucket report whose c * W / L passes 2^63 us: the tat stops
+ * LIMITER_MAX_AHEAD_US (2^52) after now and overdrawn at LIMITER_MAX_UNITS
+ * (docs/algorithms.md, "Usage reported after the fact"), so the key is
+ * kept and refuses, as an overdraft does. */
+START_TEST(test_report_bucket_huge)
+{
+	struct backend *b = new_backend(1000);
+	struct rl_check c = mkcheck(RL_ALG_TOKEN_BUCKET, 100, 60000,
+	    INT64_C(1) << 53, false, "rl:tb:{huge}");
+	struct rl_check d = mkcheck(RL_ALG_TOKEN_BUCKET, 4000, 1,
+	    INT64_C(1) << 53, false, "rl:tb:{units}");
+	struct rl_result r;
+	int64_t over = -1;
+	int k;
+
+	report_ok(b, &c, &r, &over);
+	ck_assert_int_eq(r.remaining, 0);
+	/* tat - now = 2^52 us: reset ceil_ms(2^52) */
+	ck_assert_int_eq(r.reset_ms, INT64_C(4503599627371));
+	/* -floor((W + 1 - 2^52) * L / W) = ceil(2^52 / 6e5 - 100 - 1 / 6e5)
+	 * = ceil(7505999278.95), give or take the rounding of T0 + 2^52 */
+	ck_assert_int_ge(over, INT64_C(7505999278));
+	ck_assert_int_le(over, INT64_C(7505999280));
+	ck_assert_uint_eq(backend_memory_key_count(b), 1);
+	fake_now += MS;
+	c.cost = 100;
+	ck_assert(!decide_ok(b, &c, 1, &r));
+	ck_assert_int_gt(r.retry_after_ms, INT64_C(4503599627000));
+	ck_assert_uint_eq(backend_memory_key_count(b), 1);
+
+	/* L 4000, W 1 ms: each report moves the tat 2^53 * W / L = 2^51 us,
+	 * 2^53 units; from the second on, overdrawn would pass 2^53 and stops
+	 * there; after 2 reports the tat stops at now + 2^52 */
+	for (k = 0; k < 4; k++) {
+		report_ok(b, &d, &r, &over);
+		if (k >= 1)
+			ck_assert_int_eq(over, INT64_C(1) << 53);
+	}
+	ck_assert_int_eq(r.reset_ms, INT64_C(4503599627371));
+	backend_free(b);
+}
+END_TEST
+
+/* The default clock's sources, moved by hand. */
+static int64_t fake_real = T0;
+static int64_t fake_mono = 5 * SEC;
+
+static int64_t
+fake_realtime(void)
+{
+	return fake_real;
+}
+
+static int64_t
+fake_monotonic(void)
+{
+	return fake_mono;
+}
+
+/* The default clock follows the wall clock's epoch but not its steps
+ * (docs/algorithms.md, "Common ground"). */
+START_TEST(test_clock_steps)
+{
+	struct memory_clock mc;
+	int64_t a, b2, real;
+	int i;
+
+	fake_real = T0;
+	fake_mono = 5 * SEC;
+	memory_clock_init(&mc, fake_realtime, fake_monotonic);
+	ck_assert_int_eq(memory_clock_read(&mc), T0);
+	fake_mono += SEC;
+	fake_real -= 3600 * SEC; /* NTP steps the wall clock back an hour */
+	ck_assert_int_eq(memory_clock_read(&mc), T0 + SEC);
+	fake_mono += SEC;
+	fake_real += 7200 * SEC; /* and forward two */
+	ck_assert_int_eq(memory_clock_read(&mc), T0 + 2 * SEC);
+
+	/* on the real sources: near the wall clock, never back */
+	memory_clock_init(&mc, util_realtime_us, util_monotonic_us);
+	a = memory_clock_read(&mc);
+	real = util_realtime_us();
+	ck_assert_int_lt(llabs(a - real), SEC);
+	for (i = 0; i < 1000; i++) {
+		b2 = memory_clock_read(&mc);
+		ck_assert_int_ge(b2, a);
+		a = b2;
+	}
+}
+END_TEST
+
+/* A wall clock stepped back refuses no key that has room: a fixed_window
+ * start and a token_bucket tat are behind the store's clock still. */
+START_TEST(test_clock_step_keys)
+{
+	struct memory_clock mc;
+	struct backend *b;
+	struct rl_check c[3];
+	struct rl_result r[3];
+
+	fake_real = T0;
+	fake_mono = 5 * SEC;
+	memory_clock_init(&mc, fake_realtime, fake_monotonic);
+	b = backend_memory_new(0, memory_clock_read, &mc);
+	ck_assert_ptr_nonnull(b);
+	c[0] = mkcheck(RL_ALG_FIXED_WINDOW, 100, 1000, 1, false, "fw");
+	c[1] = mkcheck(RL_ALG_TOKEN_BUCKET, 100, 1000, 1, false, "tb");
+	c[2] = mkcheck(RL_ALG_SLIDING_WINDOW, 100, 1000, 1, false, "sw");
+	ck_assert(decide_ok(b, c, 3, r));
+	fake_real -= 3600 * SEC;
+	fake_mono += MS;
+	ck_assert(decide_ok(b, c, 3, r));
+	ck_assert_int_eq(r[0].remaining, 98);
+	ck_assert_int_eq(r[1].remaining, 98);
+	ck_assert_int_eq(r[2].remaining, 98);
+	backend_free(b);
+
+	/* the default clock: a store made without one answers */
+	b = backend_memory_new(0, NULL, NULL);
+	ck_assert_ptr_nonnull(b);
+	ck_assert(decide_ok(b, c, 3, r));
+	ck_assert_int_eq(r[0].remaining, 99);
+	backend_free(b);
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -617,6 +769,9 @@ test_suite(void)
 	tcase_add_test(tc, test_invalid);
 	tcase_add_test(tc, test_kind_names);
 	tcase_add_test(tc, test_many_checks);
+	tcase_add_test(tc, test_clock_steps);
+	tcase_add_test(tc, test_clock_step_keys);
+	tcase_add_test(tc, test_report_bucket_huge);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("store");

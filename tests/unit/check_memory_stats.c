@@ -105,6 +105,47 @@ START_TEST(test_full)
 }
 END_TEST
 
+/* A full table sweeps everything at most once a second: the refused
+ * records in between walk no keys (they did, each under the one mutex). */
+START_TEST(test_full_sweep_limited)
+{
+	struct memory_stats *ms = memory_stats_new(2);
+	struct rl_stat_op op = {
+		.window_ms = 60000,
+		.resolution_ms = 1000,
+		.accuracy = 0.01,
+		.record = true,
+		.value = 1,
+	};
+	enum backend_error_kind kind;
+	struct rl_stat_result r;
+	char err[BACKEND_ERR_MAX];
+	static const char *const keys[] = { "a", "b", "c", "d", "e" };
+	int i;
+
+	for (i = 0; i < 5; i++) {
+		op.key = keys[i];
+		op.keylen = 1;
+		ck_assert_int_eq(memory_stats_run(ms, &op, T0 + i * MS, &r,
+				     &kind, err, sizeof(err)),
+		    i < 2 ? 0 : -1);
+	}
+	ck_assert_int_eq(kind, BACKEND_ERR_FULL);
+	/* "c" swept at T0 + 2 ms; "d" and "e" within the second did not */
+	ck_assert_uint_eq(memory_stats_full_sweeps(ms), 1);
+	ck_assert_int_eq(memory_stats_run(ms, &op, T0 + 1002 * MS, &r, &kind,
+			     err, sizeof(err)),
+	    -1);
+	ck_assert_uint_eq(memory_stats_full_sweeps(ms), 2);
+	/* once the keys expired, a new key fits (a sweep of two chains or the
+	 * full one, a second on, frees them) */
+	ck_assert_int_eq(memory_stats_run(ms, &op, T0 + 70000 * MS, &r, &kind,
+			     err, sizeof(err)),
+	    0);
+	memory_stats_free(ms);
+}
+END_TEST
+
 START_TEST(test_table_alone)
 {
 	struct memory_stats *ms = memory_stats_new(0);
@@ -172,6 +213,7 @@ test_suite(void)
 
 	tcase_add_test(tc, test_slides_and_expires);
 	tcase_add_test(tc, test_full);
+	tcase_add_test(tc, test_full_sweep_limited);
 	tcase_add_test(tc, test_table_alone);
 	suite_add_tcase(s, tc);
 	return s;

@@ -17,7 +17,7 @@
 static const char *
 name(double q)
 {
-	static char buf[48];
+	static char buf[STATS_QUANTILE_NAME_MAX];
 
 	stats_quantile_name(buf, sizeof(buf), q);
 	return buf;
@@ -44,7 +44,7 @@ END_TEST
  * (percent / 100 within the roundings of reading and dividing). */
 START_TEST(test_distinct_and_exact)
 {
-	char a[48], b[48];
+	char a[STATS_QUANTILE_NAME_MAX], b[STATS_QUANTILE_NAME_MAX];
 	double x, y;
 	int i;
 
@@ -65,6 +65,32 @@ START_TEST(test_distinct_and_exact)
 }
 END_TEST
 
+/* Tiny quantiles keep every digit: 1e-100 and 1e-200 were both cut to
+ * "p0." and 37 zeros, one field of the answer overwriting the other. */
+START_TEST(test_tiny)
+{
+	static const double qs[] = { 1e-100, 1e-200, 1e-300, 2.5e-308,
+		4.9406564584124654e-324, 1.2345678901234567e-300 };
+	char a[STATS_QUANTILE_NAME_MAX], b[STATS_QUANTILE_NAME_MAX];
+	size_t i, j;
+
+	for (i = 0; i < sizeof(qs) / sizeof(qs[0]); i++) {
+		stats_quantile_name(a, sizeof(a), qs[i]);
+		ck_assert_msg(strtod(a + 1, NULL) / 100 == qs[i] ||
+			fabs(strtod(a + 1, NULL) / 100 - qs[i]) <=
+			    4e-16 * qs[i],
+		    "%s for %.17g", a, qs[i]);
+		for (j = 0; j < i; j++) {
+			stats_quantile_name(b, sizeof(b), qs[j]);
+			ck_assert_msg(strcmp(a, b) != 0, "%s", a);
+		}
+	}
+	stats_quantile_name(a, sizeof(a), 4.9406564584124654e-324);
+	ck_assert_uint_eq(strlen(a), 3 + 321 + 1);
+	ck_assert_str_eq(a + 3 + 321, "5");
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -73,6 +99,7 @@ test_suite(void)
 
 	tcase_add_test(tc, test_names);
 	tcase_add_test(tc, test_distinct_and_exact);
+	tcase_add_test(tc, test_tiny);
 	suite_add_tcase(s, tc);
 	return s;
 }
