@@ -8,10 +8,12 @@
 #include <check.h>
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -477,6 +479,81 @@ START_TEST(test_grpc_timeout_bounds_the_store)
 	    h_now_ms() - t0);
 	kill(rs.pid, SIGCONT);
 	h_daemon_stop(&d);
+	h_redis_stop(&rs);
+}
+END_TEST
+
+/*
+ * The first calls of a daemon on Redis, with no HTTP request at all (a
+ * daemon behind Envoy only): the event loop that took over the store's
+ * I/O serves them at once, never leaving them queued until some HTTP
+ * request comes.  The daemon is started by hand here (the harness asks
+ * /healthz, which runs the loop), and is ready when its gRPC port is.
+ */
+START_TEST(test_first_calls_without_http)
+{
+	struct h_redis rs = { 0 };
+	char conf[H_PATH_MAX], logp[H_PATH_MAX];
+	const char *bin = getenv("RATELIMITD_BIN");
+	struct sockaddr_in sa;
+	int status, fd, i, up = 0;
+	json_t *j;
+	FILE *f;
+	pid_t pid;
+
+	h_redis_start(&rs);
+	grpc_port = h_free_port();
+	snprintf(conf, sizeof(conf), "%s/first.yaml", h_tmpdir());
+	snprintf(logp, sizeof(logp), "%s/first.log", h_tmpdir());
+	ck_assert_ptr_nonnull(f = fopen(conf, "w"));
+	fprintf(f,
+	    "listen: \"127.0.0.1:%d\"\n"
+	    "grpc_listen: \"127.0.0.1:%d\"\n"
+	    "threads: 2\n"
+	    "backend: redis\n"
+	    "redis:\n"
+	    "  url: \"redis://127.0.0.1:%d/0\"\n"
+	    "  timeout: 2s\n"
+	    "on_backend_error: deny\n"
+	    "rules:\n%s",
+	    h_free_port(), grpc_port, rs.port, rules_edge);
+	fclose(f);
+	ck_assert_ptr_nonnull(bin);
+	ck_assert((pid = fork()) >= 0);
+	if (pid == 0) {
+		if ((fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0600)) >=
+		    0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		execl(bin, bin, "-c", conf, (char *)NULL);
+		_exit(127);
+	}
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((uint16_t)grpc_port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	for (i = 0; i < 100 && !up; i++) {
+		h_sleep_ms(50);
+		fd = socket(AF_INET, SOCK_STREAM, 0);
+		up = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+		close(fd);
+	}
+	h_sleep_ms(500); /* the store's start is over */
+	j = up ? call(
+		     "{\"domain\": \"edge\", \"timeout\": 1.5, "
+		     "\"descriptors\": [[[\"user\", \"first\"]]]}") :
+		 NULL;
+	kill(pid, SIGTERM);
+	ck_assert(waitpid(pid, &status, 0) == pid);
+	if (!up || strcmp(str(j, "code"), "OK") != 0)
+		h_print_file("ratelimitd log", logp);
+	ck_assert_msg(up, "the gRPC port never opened");
+	ck_assert_msg(strcmp(str(j, "code"), "OK") == 0, "the first call: %s",
+	    json_dumps(j, 0));
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	    "the daemon's exit status %d", status);
+	json_decref(j);
 	h_redis_stop(&rs);
 }
 END_TEST
@@ -1170,6 +1247,7 @@ test_suite(void)
 	tcase_add_test(tc, test_backend_down_policies);
 	tcase_add_test(tc, test_grpc_timeout_bounds_the_store);
 	tcase_add_test(tc, test_grpc_timeout_while_held);
+	tcase_add_test(tc, test_first_calls_without_http);
 	tcase_add_test(tc, test_sigterm_answers_calls_in_flight);
 	tcase_add_test(tc, test_unfinished_request_is_cut);
 	tcase_add_test(tc, test_reload);
