@@ -908,6 +908,10 @@ collect(struct decide_job *job, const struct config *cfg,
 		if (job->report && cost > LIMITER_MAX_LIMIT)
 			return fail(job->out, DECIDE_COST_EXCEEDS_LIMIT,
 			    "cost is larger than 2^53");
+		/* A shadow rule never denies, not even by an error: one that
+		 * the cost exceeds is left out of the call (docs/http.md). */
+		if (cost > limit && !job->report && r->shadow)
+			continue;
 		if (cost > limit && !job->report)
 			return fail(job->out, DECIDE_COST_EXCEEDS_LIMIT,
 			    "cost is larger than the limit of rule \"%s\"",

@@ -291,6 +291,29 @@ START_TEST(test_shadow_never_denies)
 }
 END_TEST
 
+/* Nor when the cost exceeds its limit: it is left out of the call, where a
+ * rule that denies would give 400 cost_exceeds_limit. */
+START_TEST(test_shadow_cost_over_limit)
+{
+	struct attrs a = { 0 };
+	struct decide_request rq = { .attrs = &a, .rule = NULL, .cost = 3 };
+	struct decision d;
+
+	attrs_set(&a, "path", "/login");
+	attrs_set(&a, "ip", "10.0.0.1");
+	attrs_set(&a, "user", "bob");
+	main_be.answer[0] = (struct rl_result){ true, 2, 1000, 0, 0, 0, 0, 0 };
+	main_be.answer[1] = (struct rl_result){ true, 97, 1000, 0, 0, 0, 0, 0 };
+	/* cost 3: over watch's 2 (shadow), within login's 5 and global's */
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert(d.allowed);
+	ck_assert_uint_eq(main_be.n, 2);
+	ck_assert_str_eq(main_be.keys[0], "rl:login:{10.0.0.1}");
+	ck_assert_str_eq(main_be.keys[1], "rl:global:{}");
+	attrs_clear(&a);
+}
+END_TEST
+
 START_TEST(test_forced_rule_and_cost)
 {
 	struct attrs a = { 0 };
@@ -730,6 +753,7 @@ test_suite(void)
 	tcase_add_test(tc, test_no_rule_applies);
 	tcase_add_test(tc, test_denied_picks_largest_retry);
 	tcase_add_test(tc, test_shadow_never_denies);
+	tcase_add_test(tc, test_shadow_cost_over_limit);
 	tcase_add_test(tc, test_forced_rule_and_cost);
 	tcase_add_test(tc, test_validation_before_backend);
 	tcase_add_test(tc, test_policy_allow_deny_local);
