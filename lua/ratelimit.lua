@@ -677,20 +677,26 @@ local function make_general()
   end
 
   function sliding_log.record(s)
-    local t, n = s.now, s.c
+    -- Never past MAX_UNITS units in the window (only a report gets there).
+    local c = min(s.c, MAX_UNITS - s.used)
+    if c <= 0 then
+      s.mark = '0'
+      return
+    end
+    local t, n = s.now, c
     local merge = s.last_t ~= nil and s.last_t >= t
     if merge then
       -- The newest run's time: merge into it (the new member first, so
       -- that the key, and its TTL, never goes).
-      t, n = s.last_t, s.last_n + s.c
+      t, n = s.last_t, s.last_n + c
     end
-    local e = s.last_end + s.c
+    local e = s.last_end + c
     redis.call('ZADD', s.key, t, fmt('%d:%d', e, n))
     if merge then
       redis.call('ZREM', s.key, fmt('%d:%d', s.last_end, s.last_n))
     end
     s.prev_t = s.last_t -- finish renews the TTL, or not, from it
-    s.used = s.used + s.c
+    s.used = s.used + c
     s.last_t = t
     s.mark = t
     local k = s.log
@@ -805,8 +811,12 @@ local function make_general()
         s.f_start, s.f_n = st, s.c
         s.made = true
       else
-        redis.call('HINCRBY', s.key, 'n', int(s.c))
-        s.f_n = s.f_n + s.c
+        -- Never past MAX_UNITS (only a report gets there).
+        local c = min(s.c, MAX_UNITS - s.f_n)
+        if c > 0 then
+          redis.call('HINCRBY', s.key, 'n', int(c))
+        end
+        s.f_n = s.f_n + c
       end
       s.stale = false
       s.mark = int(st)
@@ -1015,10 +1025,15 @@ local function make_general()
     end
 
     function sliding_window.record(s)
-      redis.call('HINCRBY', s.key, int(s.i), int(s.c))
+      -- A bucket never holds more than MAX_UNITS (only a report gets
+      -- there).
+      local c = min(s.c, MAX_UNITS - (s.counts[s.i] or 0))
+      if c > 0 then
+        redis.call('HINCRBY', s.key, int(s.i), int(c))
+      end
       s.mark = int(s.i)
-      s.counts[s.i] = (s.counts[s.i] or 0) + s.c
-      s.est = s.est + s.c
+      s.counts[s.i] = (s.counts[s.i] or 0) + c
+      s.est = s.est + c
     end
 
     function sliding_window.effective(s)

@@ -211,10 +211,24 @@ log_check(struct limiter_state *s, const struct limiter_params *p, int64_t now,
 	return 0;
 }
 
+/* count + cost, never past LIMITER_MAX_UNITS: only a report, which records
+ * past L, gets there (docs/algorithms.md, "Usage reported after the
+ * fact"). */
+static int64_t
+units_add(int64_t count, int64_t cost)
+{
+	return cost > LIMITER_MAX_UNITS - count ? LIMITER_MAX_UNITS :
+						  count + cost;
+}
+
 static void
 log_record(struct limiter_state *s, int64_t now, int64_t cost)
 {
 	struct limiter_run *r;
+
+	cost = units_add(s->u.log.used, cost) - s->u.log.used;
+	if (cost == 0)
+		return;
 
 	/* Units are recorded at max(now, newest): a clock that went back
 	 * adds to the newest run, so runs stay sorted by time. */
@@ -544,7 +558,8 @@ sw_record(struct limiter_state *s, const struct limiter_params *p, int64_t now,
 	int64_t i = now / sw_granule(p);
 
 	assert(s->u.window.counts != NULL && s->u.window.newest == i);
-	s->u.window.counts[sw_slot(i)] += cost;
+	s->u.window.counts[sw_slot(i)] =
+	    units_add(s->u.window.counts[sw_slot(i)], cost);
 }
 
 /* retry_after when denied: step through bucket boundaries with no new
@@ -705,7 +720,7 @@ limiter_record(struct limiter_state *s, const struct limiter_params *p,
 		log_record(s, now, cost);
 		break;
 	case RL_ALG_FIXED_WINDOW:
-		s->u.fixed.n += cost;
+		s->u.fixed.n = units_add(s->u.fixed.n, cost);
 		break;
 	case RL_ALG_TOKEN_BUCKET:
 		s->u.bucket.tat = bucket_record_tat(s, p, now, cost);
@@ -968,7 +983,7 @@ limiter_record_at(struct limiter_state *s, const struct limiter_params *p,
 			s->u.fixed.start = start;
 			s->u.fixed.n = 0;
 		}
-		s->u.fixed.n += cost;
+		s->u.fixed.n = units_add(s->u.fixed.n, cost);
 		break;
 	case RL_ALG_TOKEN_BUCKET:
 		s->u.bucket.tat = bucket_record_tat(s, p, t, cost);
