@@ -558,8 +558,8 @@ sw_record(struct limiter_state *s, const struct limiter_params *p, int64_t now,
 	int64_t i = now / sw_granule(p);
 
 	assert(s->u.window.counts != NULL && s->u.window.newest == i);
-	s->u.window.counts[sw_slot(i)] =
-	    units_add(s->u.window.counts[sw_slot(i)], cost);
+	s->u.window.counts[sw_slot(i)] = units_add(
+	    s->u.window.counts[sw_slot(i)], cost);
 }
 
 /* retry_after when denied: step through bucket boundaries with no new
