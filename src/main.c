@@ -280,8 +280,10 @@ reload(struct daemon *d)
 		grpc_server_set_config(d->grpc, c);
 	admin_server_set_config(d->admin, c);
 	overrides_sync_set_config(d->overrides, c);
-	/* Limits may have changed: forget what the old rules denied, and
-	 * drop the quota held in advance under them. */
+	/* Limits may have changed: forget what the old rules denied (a
+	 * denial of theirs learnt later is of the old serial, never
+	 * answered: core/deny_cache.h), and drop the quota held in advance
+	 * under them. */
 	if (d->deny != NULL)
 		deny_cache_clear(d->deny);
 	prefetch_clear(d->prefetch, c->serial);

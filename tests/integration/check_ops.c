@@ -856,6 +856,66 @@ START_TEST(test_reload_to_local)
 }
 END_TEST
 
+/*
+ * A denial the store decided under the old rules, whose answer arrives
+ * after a reload, is not remembered for the new ones.  Limit 1: "u" uses
+ * it; Redis stopped, a second request of "u" waits for its denial; the
+ * file goes to limit 100 and SIGHUP; Redis resumes and the waiting one is
+ * denied (old rules).  The next request of "u" is admitted (1 of 100
+ * used).  (The deny cache used to learn that late denial after the reload
+ * had cleared it, and answered 429 {"limit":100,"remaining":0} until the
+ * old retry_after had passed.)
+ */
+START_TEST(test_reload_deny_in_flight)
+{
+	struct h_redis red = { 0 };
+	struct h_daemon d = { 0 };
+	struct ops_conf c = {
+		.policy = "deny", .limit = 1, .timeout_ms = 5000
+	};
+	struct h_resp r = { 0 };
+	struct ops_call q;
+	char yaml[4096];
+	CURL *curl;
+	int i;
+
+	h_redis_start(&red);
+	ops_start(&d, red.port, &c);
+	ops_acquire(&r, "u");
+	ck_assert_msg(r.status == 200, "first: %ld %s", r.status, r.body);
+	h_resp_free(&r);
+
+	curl = h_curl_new();
+	ck_assert(kill(red.pid, SIGSTOP) == 0);
+	ops_call_start(&q, curl, "POST", "/acquire", "{\"user\":\"u\"}");
+	h_sleep_ms(300);
+	c.limit = 100;
+	ops_render_for(&d, &c, yaml, sizeof(yaml));
+	ops_write_file(d.conf, yaml);
+	ck_assert(kill(d.pid, SIGHUP) == 0);
+	ck_assert_msg(ops_wait_metric("ratelimitd_config_reloads_total"
+				      "{result=\"success\"}",
+			  1, 2000) >= 1,
+	    "no reload");
+	ck_assert(kill(red.pid, SIGCONT) == 0);
+	ops_call_finish(&q);
+	ck_assert_msg(q.r.status == 429, "in flight: %ld %s", q.r.status,
+	    q.r.body);
+	h_resp_free(&q.r);
+	curl_easy_cleanup(curl);
+
+	for (i = 0; i < 3; i++) {
+		ops_acquire(&r, "u");
+		ck_assert_msg(r.status == 200,
+		    "after the reload, request %d: %ld %s", i + 1, r.status,
+		    r.body);
+		h_resp_free(&r);
+	}
+	h_daemon_stop(&d);
+	h_redis_stop(&red);
+}
+END_TEST
+
 /* A file replaced by rename (how editors and config tools write) is
  * reloaded without a signal. */
 START_TEST(test_reload_rename)
@@ -1700,6 +1760,7 @@ test_suite(void)
 	tcase_add_test(tc, test_reload_sighup);
 	tcase_add_test(tc, test_reload_to_local);
 	tcase_add_test(tc, test_reload_redis_timeout_start_only);
+	tcase_add_test(tc, test_reload_deny_in_flight);
 	tcase_add_test(tc, test_reload_rename);
 	tcase_add_test(tc, test_reload_configmap);
 	tcase_add_test(tc, test_reload_bad_file);
