@@ -273,6 +273,14 @@ reload(struct daemon *d)
 		goto fail;
 	}
 	config_start_only_changes(cur, c, warn_start_only, NULL);
+	/* What applies only at the next start keeps its running value, so
+	 * that no per-request reader sees the new one early. */
+	if (config_keep_start_only(c, cur) == -1) {
+		snprintf(err, sizeof(err), "out of memory");
+		config_unref(cur);
+		config_unref(c);
+		goto fail;
+	}
 	config_unref(cur);
 	apply_logging(c);
 	http_server_set_config(d->http, c);

@@ -805,6 +805,45 @@ START_TEST(test_reload_redis_timeout_start_only)
 END_TEST
 
 /*
+ * max_header_bytes is start-only too: reloaded from 8192 to 1024, with the
+ * limit changed in the same file, a request with 2000 bytes of headers is
+ * still served (and under the new limit, which a reload does apply).
+ * (The reload used to publish the new value, which the front end reads
+ * per request: 431.)
+ */
+START_TEST(test_reload_header_limit_start_only)
+{
+	struct h_daemon d = { 0 };
+	struct ops_conf c = reload_conf;
+	struct h_resp r = { 0 };
+	char yaml[4096], pad[2100], *log;
+	const char *hdrs[] = { pad, NULL };
+
+	c.extra = "max_header_bytes: 8192\n";
+	ops_start(&d, 0, &c);
+	c.extra = "max_header_bytes: 1024\n";
+	c.limit = 3;
+	ops_render_for(&d, &c, yaml, sizeof(yaml));
+	ops_write_file(d.conf, yaml);
+	ck_assert(kill(d.pid, SIGHUP) == 0);
+	ck_assert_int_eq(ops_wait_limit(3, 2000), 3);
+	log = ops_slurp(d.log);
+	ck_assert_msg(strstr(log,
+			  "reload: max_header_bytes changed; it applies "
+			  "after a restart") != NULL,
+	    "log: %s", log);
+	free(log);
+
+	snprintf(pad, sizeof(pad), "X-Pad: %02000d", 0);
+	h_http(&r, "POST", "/acquire", "{\"user\":\"h\"}", hdrs);
+	ck_assert_msg(r.status == 200, "2000 bytes of headers: %ld %s",
+	    r.status, r.body);
+	h_resp_free(&r);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/*
  * A reload to on_backend_error: local takes effect at once: with Redis
  * refusing, the in-process limiter decides (limit 2: 200, 200, 429), where
  * it used to answer every request as `allow` because the local store was
@@ -1761,6 +1800,7 @@ test_suite(void)
 	tcase_add_test(tc, test_reload_to_local);
 	tcase_add_test(tc, test_reload_redis_timeout_start_only);
 	tcase_add_test(tc, test_reload_deny_in_flight);
+	tcase_add_test(tc, test_reload_header_limit_start_only);
 	tcase_add_test(tc, test_reload_rename);
 	tcase_add_test(tc, test_reload_configmap);
 	tcase_add_test(tc, test_reload_bad_file);
