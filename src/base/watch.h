@@ -4,8 +4,10 @@
  * The watch is on the file's directory, not the file, because the common
  * ways of replacing a config never write the old inode: an editor or
  * deployment tool renames a new file over it, and a Kubernetes ConfigMap
- * volume swaps a "..data" symlink to a new directory.  Events are debounced
- * (a burst of writes is one change).
+ * volume swaps a "..data" symlink to a new directory.  A path that is a
+ * symlink into another directory is watched there too, where its target
+ * is replaced (docs/operations.md).  Events are debounced (a burst of
+ * writes is one change).
  */
 #ifndef RL_WATCH_H
 #define RL_WATCH_H

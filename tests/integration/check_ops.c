@@ -1043,6 +1043,38 @@ START_TEST(test_reload_configmap)
 }
 END_TEST
 
+/* -c dirB/link.yaml, a symlink to ../dirA/real.yaml: replacing the target
+ * reloads.  (Only dirB used to be watched: the change was never seen.) */
+START_TEST(test_reload_symlink_other_dir)
+{
+	struct h_daemon d = { 0 };
+	struct ops_conf c = reload_conf;
+	char dir[H_PATH_MAX], real[H_PATH_MAX + 32], link[H_PATH_MAX + 32];
+	char pre[3 * H_PATH_MAX], yaml[4096];
+
+	ops_tmp_name(dir, sizeof(dir), "symlinked");
+	ck_assert(mkdir(dir, 0755) == 0);
+	snprintf(real, sizeof(real), "%s/dirA", dir);
+	ck_assert(mkdir(real, 0755) == 0);
+	snprintf(link, sizeof(link), "%s/dirB", dir);
+	ck_assert(mkdir(link, 0755) == 0);
+	snprintf(real, sizeof(real), "%s/dirA/real.yaml", dir);
+	snprintf(link, sizeof(link), "%s/dirB/link.yaml", dir);
+	ck_assert(symlink("../dirA/real.yaml", link) == 0);
+	snprintf(pre, sizeof(pre), "cp \"$2\" '%s' && set -- -c '%s'", real,
+	    link);
+	ops_wrap_daemon(pre);
+	ops_start(&d, 0, &c);
+	ck_assert_int_eq(ops_current_limit(), 1);
+
+	c.limit = 6;
+	ops_render_for(&d, &c, yaml, sizeof(yaml));
+	ops_replace_file(real, yaml);
+	ck_assert_int_eq(ops_wait_limit(6, 2000), 6);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 /* A file with a syntax error: rejected, the old rules stay, the log says
  * FILE:LINE:COL, and the failure counter goes up by exactly one. */
 START_TEST(test_reload_bad_file)
@@ -1803,6 +1835,7 @@ test_suite(void)
 	tcase_add_test(tc, test_reload_header_limit_start_only);
 	tcase_add_test(tc, test_reload_rename);
 	tcase_add_test(tc, test_reload_configmap);
+	tcase_add_test(tc, test_reload_symlink_other_dir);
 	tcase_add_test(tc, test_reload_bad_file);
 
 	tc = tcase(s, "metrics");
