@@ -10,8 +10,10 @@
  * of events the path is resolved again: a target that moved is a change,
  * and its directory is watched instead of the old one.
  *
- * After the first change the thread waits debounce_ms for the burst to
- * settle, then calls back once.
+ * The first change sets a deadline debounce_ms later; at the deadline the
+ * thread calls back once.  Later events, of the file or of anything else in
+ * the directories, do not move the deadline, so a busy directory (a log
+ * file beside the config) cannot hold a reload back.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +21,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,22 +134,28 @@ watch_main(void *arg)
 		{ .fd = w->ifd, .events = POLLIN },
 		{ .fd = w->stop[0], .events = POLLIN },
 	};
-	bool pending = false;
-	int rc;
+	int64_t deadline = 0, left; /* 0: no change pending */
+	int rc, timeout;
 
 	for (;;) {
-		rc = poll(pfd, 2, pending ? w->debounce_ms : -1);
+		timeout = -1;
+		if (deadline != 0) {
+			left = deadline - util_monotonic_us();
+			timeout = left <= 0 ? 0 : (int)((left + 999) / 1000);
+		}
+		rc = poll(pfd, 2, timeout);
 		if (rc < 0 && errno == EINTR)
 			continue;
 		if (rc < 0 || (pfd[1].revents & POLLIN))
 			break;
-		if (rc == 0) { /* quiet for debounce_ms */
-			pending = false;
+		if (rc > 0 && (pfd[0].revents & POLLIN) && drain(w) &&
+		    deadline == 0)
+			deadline = util_monotonic_us() +
+			    (int64_t)w->debounce_ms * 1000;
+		if (deadline != 0 && util_monotonic_us() >= deadline) {
+			deadline = 0;
 			w->fn(w->arg);
-			continue;
 		}
-		if ((pfd[0].revents & POLLIN) && drain(w))
-			pending = true;
 	}
 	return NULL;
 }

@@ -17,8 +17,9 @@ struct watch;
 typedef void (*watch_fn)(void *arg);
 
 /*
- * Watch path; call fn(arg) from the watch's own thread after each change
- * (at most once per debounce_ms).  Returns a new watch, or NULL with a
+ * Watch path; call fn(arg) from the watch's own thread debounce_ms after
+ * the first event of a change (what happens meanwhile is part of it, and
+ * never postpones the call).  Returns a new watch, or NULL with a
  * message in err (no inotify, a missing directory).  Start-up only.
  */
 struct watch *watch_start(const char *path, int debounce_ms, watch_fn fn,

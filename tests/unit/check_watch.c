@@ -2,7 +2,8 @@
  * check_watch.c - the config file watch (src/base/watch.c) on real files
  * in a temporary directory: a file replaced by rename is seen; a path that
  * is a symlink into another directory is seen when its target is replaced,
- * and again after the link is pointed elsewhere.
+ * and again after the link is pointed elsewhere; other files changing all
+ * the time in the directory do not hold a pending change back.
  */
 #include <check.h>
 #include <errno.h>
@@ -182,6 +183,40 @@ START_TEST(test_symlink_other_dir)
 }
 END_TEST
 
+/*
+ * A change, then another file in the directory written every 100 ms (less
+ * than the debounce) for 1.5 s: the change is still called back about
+ * DEBOUNCE_MS after it, not once the directory falls quiet.  (Every event
+ * used to restart the wait.)
+ */
+START_TEST(test_busy_directory)
+{
+	char p[PATH_MAX], o[PATH_MAX];
+	struct pollfd pp = { .fd = -1, .events = POLLIN };
+	int64_t t0, got = -1;
+	struct watch *w;
+	char c;
+	int i;
+
+	write_file(at(p, "r.yaml"), "a\n");
+	at(o, "busy.log");
+	w = start(p);
+	pp.fd = pfd[0];
+	t0 = util_monotonic_us();
+	replace_file(p, "b\n");
+	for (i = 0; i < 15; i++) {
+		write_file(o, "x\n");
+		if (got < 0 && poll(&pp, 1, 100) == 1 &&
+		    read(pfd[0], &c, 1) == 1)
+			got = (util_monotonic_us() - t0) / 1000;
+	}
+	ck_assert_msg(got >= 0,
+	    "no callback while another file changed every 100 ms");
+	ck_assert_msg(got < 1000, "called back after %lld ms", (long long)got);
+	watch_stop(w);
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -192,6 +227,7 @@ test_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_rename_over);
 	tcase_add_test(tc, test_symlink_other_dir);
+	tcase_add_test(tc, test_busy_directory);
 	suite_add_tcase(s, tc);
 	return s;
 }
