@@ -273,6 +273,14 @@ reload(struct daemon *d)
 		goto fail;
 	}
 	config_start_only_changes(cur, c, warn_start_only, NULL);
+	/* What applies only at the next start keeps its running value, so
+	 * that no per-request reader sees the new one early. */
+	if (config_keep_start_only(c, cur) == -1) {
+		snprintf(err, sizeof(err), "out of memory");
+		config_unref(cur);
+		config_unref(c);
+		goto fail;
+	}
 	config_unref(cur);
 	apply_logging(c);
 	http_server_set_config(d->http, c);
@@ -280,8 +288,10 @@ reload(struct daemon *d)
 		grpc_server_set_config(d->grpc, c);
 	admin_server_set_config(d->admin, c);
 	overrides_sync_set_config(d->overrides, c);
-	/* Limits may have changed: forget what the old rules denied, and
-	 * drop the quota held in advance under them. */
+	/* Limits may have changed: forget what the old rules denied (a
+	 * denial of theirs learnt later is of the old serial, never
+	 * answered: core/deny_cache.h), and drop the quota held in advance
+	 * under them. */
 	if (d->deny != NULL)
 		deny_cache_clear(d->deny);
 	prefetch_clear(d->prefetch, c->serial);

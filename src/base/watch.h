@@ -4,8 +4,10 @@
  * The watch is on the file's directory, not the file, because the common
  * ways of replacing a config never write the old inode: an editor or
  * deployment tool renames a new file over it, and a Kubernetes ConfigMap
- * volume swaps a "..data" symlink to a new directory.  Events are debounced
- * (a burst of writes is one change).
+ * volume swaps a "..data" symlink to a new directory.  A path that is a
+ * symlink into another directory is watched there too, where its target
+ * is replaced (docs/operations.md).  Events are debounced (a burst of
+ * writes is one change).
  */
 #ifndef RL_WATCH_H
 #define RL_WATCH_H
@@ -15,8 +17,9 @@ struct watch;
 typedef void (*watch_fn)(void *arg);
 
 /*
- * Watch path; call fn(arg) from the watch's own thread after each change
- * (at most once per debounce_ms).  Returns a new watch, or NULL with a
+ * Watch path; call fn(arg) from the watch's own thread debounce_ms after
+ * the first event of a change (what happens meanwhile is part of it, and
+ * never postpones the call).  Returns a new watch, or NULL with a
  * message in err (no inotify, a missing directory).  Start-up only.
  */
 struct watch *watch_start(const char *path, int debounce_ms, watch_fn fn,

@@ -265,6 +265,12 @@ config_start_only_changes(const struct config *old, const struct config *c,
 	    (const char *)c, fn, arg);
 }
 
+int
+config_keep_start_only(struct config *c, const struct config *old)
+{
+	return cfg_keep_start(&top_schema, (char *)c, (const char *)old);
+}
+
 /* --- loading ---------------------------------------------------------- */
 
 static void

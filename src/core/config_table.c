@@ -1,9 +1,9 @@
 /*
  * config_table.c - the table engine of the YAML loader (config_table.h):
  * messages at a line and column, strict scalar conversions, the walk of a
- * mapping against a key table, and the key-by-key comparison a reload
- * makes.  It knows nothing of ratelimitd's sections, whose tables live in
- * config.c, config_store.c, config_rules.c and config_stats.c.
+ * mapping against a key table, and the key-by-key comparison and copy a
+ * reload makes.  It knows nothing of ratelimitd's sections, whose tables live
+ * in config.c, config_store.c, config_rules.c and config_stats.c.
  *
  * Conversions are strict on purpose, so that a typo never silently turns a
  * limit off: every scalar is taken as a string and converted here (a quoted
@@ -506,4 +506,98 @@ cfg_start_changes(const struct schema *s, const char *a, const char *b,
 		}
 	}
 	return n;
+}
+
+/* A copy of the n strings of v in *out (NULL when n is 0).  0, or -1 out
+ * of memory (nothing allocated). */
+static int
+copy_list(char *const *v, size_t n, char ***out)
+{
+	char **c = NULL;
+	size_t i;
+
+	if (n > 0 && (c = rl_calloc(n, sizeof(*c))) == NULL)
+		return -1;
+	for (i = 0; i < n; i++)
+		if ((c[i] = rl_strdup(v[i])) == NULL)
+			goto oom;
+	*out = c;
+	return 0;
+oom:
+	while (i > 0)
+		rl_free(c[--i]);
+	rl_free(c);
+	return -1;
+}
+
+/* Copy key f from the struct at src into the one at dst, freeing what
+ * dst held.  0, or -1 out of memory (dst unchanged). */
+static int
+copy_field(const struct field *f, char *dst, const char *src)
+{
+	void *x = dst + f->off;
+	const void *y = src + f->off;
+	struct string_list *dl;
+	const struct string_list *sl;
+	char **v, *str;
+	size_t i;
+
+	if (f->flags & F_CMP_LIST) {
+		dl = x;
+		sl = y;
+		if (copy_list(sl->v, sl->n, &v) == -1)
+			return -1;
+		for (i = 0; i < dl->n; i++)
+			rl_free(dl->v[i]);
+		rl_free(dl->v);
+		dl->v = v;
+		dl->n = sl->n;
+		return 0;
+	}
+	if (f->flags & F_CMP_ENUM) {
+		*(int *)x = *(const int *)y;
+		return 0;
+	}
+	switch (f->type) {
+	case F_STRING:
+	case F_STRING0:
+	case F_CUSTOM: /* custom strings (listen, redis.url) */
+		str = NULL;
+		if (*(char *const *)y != NULL &&
+		    (str = rl_strdup(*(char *const *)y)) == NULL)
+			return -1;
+		rl_free(*(char **)x);
+		*(char **)x = str;
+		break;
+	case F_INT:
+		*(int *)x = *(const int *)y;
+		break;
+	case F_INT64:
+	case F_DURATION:
+		*(int64_t *)x = *(const int64_t *)y;
+		break;
+	case F_BOOL:
+		*(bool *)x = *(const bool *)y;
+		break;
+	}
+	return 0;
+}
+
+int
+cfg_keep_start(const struct schema *s, char *dst, const char *src)
+{
+	size_t i;
+
+	for (i = 0; i < s->nfields; i++) {
+		const struct field *f = &s->fields[i];
+
+		if (f->sub != NULL) {
+			if (cfg_keep_start(f->sub, dst + f->off,
+				src + f->off) == -1)
+				return -1;
+		} else if ((f->flags & F_START_ONLY) &&
+		    copy_field(f, dst, src) == -1)
+			return -1;
+	}
+	return 0;
 }

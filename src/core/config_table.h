@@ -162,4 +162,12 @@ int cfg_walk_mapping(struct loader *ld, const char *what, yaml_node_t *map,
 size_t cfg_start_changes(const struct schema *s, const char *a, const char *b,
     void (*fn)(const char *key, void *arg), void *arg);
 
+/*
+ * For each key of s (and of its sections) flagged F_START_ONLY, copy the
+ * value of the struct at src into the one at dst, strings and lists
+ * duplicated, freeing what dst held.  Returns 0, or -1 out of memory (dst
+ * then holds some keys of each, all its own: free it whole).
+ */
+int cfg_keep_start(const struct schema *s, char *dst, const char *src);
+
 #endif

@@ -30,7 +30,9 @@
  * no larger, the request is denied as the store would, with the time left.
  * It learns in completion from every check the store denied by itself,
  * with the time the call was sent (the store decided later) and the retry
- * less its rounding up to a millisecond.
+ * less its rounding up to a millisecond.  Both name the serial of the
+ * request's config, so that a denial decided under the rules before a
+ * reload is never answered under the new ones.
  */
 #include "core/decide.h"
 
@@ -351,8 +353,9 @@ us_to_ms(int64_t us)
  * The deny cache's key for check i: the store key, and for a key under
  * an override (docs/admin.md) its limit and window too, so that a denial
  * learnt under one limit is never answered under another (one learnt
- * under the rule's own limit holds again once the override goes; a
- * reload clears the cache).  NULL when it does not fit buf: not cached.
+ * under the rule's own limit holds again once the override goes; one
+ * learnt under another config is never answered: deny_cache.h).  NULL when it
+ * does not fit buf: not cached.
  */
 static const char *
 deny_key(const struct decide_job *job, size_t i, char *buf, size_t cap,
@@ -395,7 +398,8 @@ deny_cached(const struct decider *d, struct decide_job *job)
 		if (c->shadow || c->cost == 0 ||
 		    c->algorithm == RL_ALG_CONCURRENCY ||
 		    (k = deny_key(job, i, kbuf, sizeof(kbuf), &klen)) == NULL ||
-		    !deny_cache_get(d->deny, k, klen, c->cost, now, &t))
+		    !deny_cache_get(d->deny, job->cfg->serial, k, klen, c->cost,
+			now, &t))
 			continue;
 		if (!hit || t.until_us > best_t.until_us) {
 			best = i;
@@ -447,7 +451,8 @@ deny_learn(const struct decider *d, const struct decide_job *job)
 		t.reset_us = sent + (r->reset_ms - 1) * 1000;
 		t.effective_us = sent + (r->effective_ms - 1) * 1000;
 		if ((k = deny_key(job, i, kbuf, sizeof(kbuf), &klen)) != NULL)
-			deny_cache_put(d->deny, k, klen, c->cost, &t);
+			deny_cache_put(d->deny, job->cfg->serial, k, klen,
+			    c->cost, &t);
 	}
 }
 

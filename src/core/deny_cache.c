@@ -4,8 +4,8 @@
  * DESIGN
  *
  * slots entries, each the key's 64-bit FNV-1a hash, a copy of the key, the
- * cost it was denied for and its times.  A key lives only in the slot its
- * hash names; a put replaces the slot whatever it held (a cache, not a
+ * generation and cost it was denied for and its times.  A key lives only in the
+ * slot its hash names; a put replaces the slot whatever it held (a cache, not a
  * store: losing an entry costs one store call).  DENY_STRIPES mutexes guard
  * the slots, slot i under mutex i % DENY_STRIPES.  Keys are compared in
  * full, so a hash collision is a miss, never a wrong answer.
@@ -24,6 +24,7 @@ struct deny_entry {
 	uint64_t hash;
 	char *key; /* NULL: empty */
 	size_t keylen;
+	uint64_t gen; /* the config serial it was learnt under */
 	int64_t cost;
 	struct deny_times t;
 };
@@ -90,8 +91,8 @@ deny_cache_free(struct deny_cache *dc)
 }
 
 void
-deny_cache_put(struct deny_cache *dc, const char *key, size_t keylen,
-    int64_t cost, const struct deny_times *t)
+deny_cache_put(struct deny_cache *dc, uint64_t gen, const char *key,
+    size_t keylen, int64_t cost, const struct deny_times *t)
 {
 	uint64_t h = deny_hash(key, keylen);
 	size_t i = (size_t)h & dc->mask;
@@ -109,10 +110,12 @@ deny_cache_put(struct deny_cache *dc, const char *key, size_t keylen,
 		e->key = copy;
 		e->keylen = keylen;
 		e->hash = h;
-	} else if (e->cost < cost && e->t.until_us >= t->until_us) {
+	} else if (e->gen == gen && e->cost < cost &&
+	    e->t.until_us >= t->until_us) {
 		/* A cheaper request is denied for longer already: keep. */
 		goto out;
 	}
+	e->gen = gen;
 	e->cost = cost;
 	e->t = *t;
 out:
@@ -120,8 +123,8 @@ out:
 }
 
 bool
-deny_cache_get(struct deny_cache *dc, const char *key, size_t keylen,
-    int64_t cost, int64_t now_us, struct deny_times *t)
+deny_cache_get(struct deny_cache *dc, uint64_t gen, const char *key,
+    size_t keylen, int64_t cost, int64_t now_us, struct deny_times *t)
 {
 	uint64_t h = deny_hash(key, keylen);
 	size_t i = (size_t)h & dc->mask;
@@ -130,7 +133,7 @@ deny_cache_get(struct deny_cache *dc, const char *key, size_t keylen,
 
 	pthread_mutex_lock(&dc->locks[i % DENY_STRIPES]);
 	hit = e->key != NULL && e->hash == h && e->keylen == keylen &&
-	    now_us < e->t.until_us && cost == e->cost &&
+	    now_us < e->t.until_us && cost == e->cost && gen == e->gen &&
 	    memcmp(e->key, key, keylen) == 0;
 	if (hit)
 		*t = e->t;

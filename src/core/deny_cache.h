@@ -14,7 +14,13 @@
  * A fixed table of slots, direct-mapped by a hash of the key: a new key
  * replaces whatever held its slot, so memory is bounded by the number of
  * slots and the key length, whatever keys clients send.  Entries of shadow
- * rules are never put (decide.c); a reload clears the table.
+ * rules are never put (decide.c).
+ *
+ * Each entry carries the generation it was learnt under: the serial of the
+ * config (config.h) whose rules the store applied.  A lookup of another
+ * generation misses, so a denial decided under the old rules whose answer
+ * comes back after a reload is never given under the new limits
+ * (docs/operations.md); a reload also clears the table, to free it.
  *
  * Thread: any, concurrently (striped mutexes).  Pure: no I/O.
  */
@@ -42,16 +48,18 @@ struct deny_times {
 	int64_t effective_us; /* more quota comes back (RateLimit t) */
 };
 
-/* Remember that key, for cost, is denied with the times *t. */
-void deny_cache_put(struct deny_cache *dc, const char *key, size_t keylen,
-    int64_t cost, const struct deny_times *t);
+/* Remember that key, for cost, is denied with the times *t, under the
+ * rules of generation gen (the serial of the request's config). */
+void deny_cache_put(struct deny_cache *dc, uint64_t gen, const char *key,
+    size_t keylen, int64_t cost, const struct deny_times *t);
 
 /*
- * Is key denied for cost at now_us?  True with the times of its entry in
- * *t; false if there is no live entry, or it is for another cost.
+ * Is key denied for cost at now_us, under the rules of generation gen?
+ * True with the times of its entry in *t; false if there is no live entry,
+ * or it is for another cost or was learnt under another generation.
  */
-bool deny_cache_get(struct deny_cache *dc, const char *key, size_t keylen,
-    int64_t cost, int64_t now_us, struct deny_times *t);
+bool deny_cache_get(struct deny_cache *dc, uint64_t gen, const char *key,
+    size_t keylen, int64_t cost, int64_t now_us, struct deny_times *t);
 
 /* Lookups that answered true, since the start. */
 uint64_t deny_cache_hits(const struct deny_cache *dc);

@@ -805,6 +805,45 @@ START_TEST(test_reload_redis_timeout_start_only)
 END_TEST
 
 /*
+ * max_header_bytes is start-only too: reloaded from 8192 to 1024, with the
+ * limit changed in the same file, a request with 2000 bytes of headers is
+ * still served (and under the new limit, which a reload does apply).
+ * (The reload used to publish the new value, which the front end reads
+ * per request: 431.)
+ */
+START_TEST(test_reload_header_limit_start_only)
+{
+	struct h_daemon d = { 0 };
+	struct ops_conf c = reload_conf;
+	struct h_resp r = { 0 };
+	char yaml[4096], pad[2100], *log;
+	const char *hdrs[] = { pad, NULL };
+
+	c.extra = "max_header_bytes: 8192\n";
+	ops_start(&d, 0, &c);
+	c.extra = "max_header_bytes: 1024\n";
+	c.limit = 3;
+	ops_render_for(&d, &c, yaml, sizeof(yaml));
+	ops_write_file(d.conf, yaml);
+	ck_assert(kill(d.pid, SIGHUP) == 0);
+	ck_assert_int_eq(ops_wait_limit(3, 2000), 3);
+	log = ops_slurp(d.log);
+	ck_assert_msg(strstr(log,
+			  "reload: max_header_bytes changed; it applies "
+			  "after a restart") != NULL,
+	    "log: %s", log);
+	free(log);
+
+	snprintf(pad, sizeof(pad), "X-Pad: %02000d", 0);
+	h_http(&r, "POST", "/acquire", "{\"user\":\"h\"}", hdrs);
+	ck_assert_msg(r.status == 200, "2000 bytes of headers: %ld %s",
+	    r.status, r.body);
+	h_resp_free(&r);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/*
  * A reload to on_backend_error: local takes effect at once: with Redis
  * refusing, the in-process limiter decides (limit 2: 200, 200, 429), where
  * it used to answer every request as `allow` because the local store was
@@ -853,6 +892,66 @@ START_TEST(test_reload_to_local)
 	    "log: %s", log);
 	free(log);
 	h_daemon_stop(&d);
+}
+END_TEST
+
+/*
+ * A denial the store decided under the old rules, whose answer arrives
+ * after a reload, is not remembered for the new ones.  Limit 1: "u" uses
+ * it; Redis stopped, a second request of "u" waits for its denial; the
+ * file goes to limit 100 and SIGHUP; Redis resumes and the waiting one is
+ * denied (old rules).  The next request of "u" is admitted (1 of 100
+ * used).  (The deny cache used to learn that late denial after the reload
+ * had cleared it, and answered 429 {"limit":100,"remaining":0} until the
+ * old retry_after had passed.)
+ */
+START_TEST(test_reload_deny_in_flight)
+{
+	struct h_redis red = { 0 };
+	struct h_daemon d = { 0 };
+	struct ops_conf c = {
+		.policy = "deny", .limit = 1, .timeout_ms = 5000
+	};
+	struct h_resp r = { 0 };
+	struct ops_call q;
+	char yaml[4096];
+	CURL *curl;
+	int i;
+
+	h_redis_start(&red);
+	ops_start(&d, red.port, &c);
+	ops_acquire(&r, "u");
+	ck_assert_msg(r.status == 200, "first: %ld %s", r.status, r.body);
+	h_resp_free(&r);
+
+	curl = h_curl_new();
+	ck_assert(kill(red.pid, SIGSTOP) == 0);
+	ops_call_start(&q, curl, "POST", "/acquire", "{\"user\":\"u\"}");
+	h_sleep_ms(300);
+	c.limit = 100;
+	ops_render_for(&d, &c, yaml, sizeof(yaml));
+	ops_write_file(d.conf, yaml);
+	ck_assert(kill(d.pid, SIGHUP) == 0);
+	ck_assert_msg(ops_wait_metric("ratelimitd_config_reloads_total"
+				      "{result=\"success\"}",
+			  1, 2000) >= 1,
+	    "no reload");
+	ck_assert(kill(red.pid, SIGCONT) == 0);
+	ops_call_finish(&q);
+	ck_assert_msg(q.r.status == 429, "in flight: %ld %s", q.r.status,
+	    q.r.body);
+	h_resp_free(&q.r);
+	curl_easy_cleanup(curl);
+
+	for (i = 0; i < 3; i++) {
+		ops_acquire(&r, "u");
+		ck_assert_msg(r.status == 200,
+		    "after the reload, request %d: %ld %s", i + 1, r.status,
+		    r.body);
+		h_resp_free(&r);
+	}
+	h_daemon_stop(&d);
+	h_redis_stop(&red);
 }
 END_TEST
 
@@ -940,6 +1039,38 @@ START_TEST(test_reload_configmap)
 	cm_version(dir, "..v3", yaml);
 	cm_swap(dir, "..v3");
 	ck_assert_int_eq(ops_wait_limit(7, 2000), 7);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* -c dirB/link.yaml, a symlink to ../dirA/real.yaml: replacing the target
+ * reloads.  (Only dirB used to be watched: the change was never seen.) */
+START_TEST(test_reload_symlink_other_dir)
+{
+	struct h_daemon d = { 0 };
+	struct ops_conf c = reload_conf;
+	char dir[H_PATH_MAX], real[H_PATH_MAX + 32], link[H_PATH_MAX + 32];
+	char pre[3 * H_PATH_MAX], yaml[4096];
+
+	ops_tmp_name(dir, sizeof(dir), "symlinked");
+	ck_assert(mkdir(dir, 0755) == 0);
+	snprintf(real, sizeof(real), "%s/dirA", dir);
+	ck_assert(mkdir(real, 0755) == 0);
+	snprintf(link, sizeof(link), "%s/dirB", dir);
+	ck_assert(mkdir(link, 0755) == 0);
+	snprintf(real, sizeof(real), "%s/dirA/real.yaml", dir);
+	snprintf(link, sizeof(link), "%s/dirB/link.yaml", dir);
+	ck_assert(symlink("../dirA/real.yaml", link) == 0);
+	snprintf(pre, sizeof(pre), "cp \"$2\" '%s' && set -- -c '%s'", real,
+	    link);
+	ops_wrap_daemon(pre);
+	ops_start(&d, 0, &c);
+	ck_assert_int_eq(ops_current_limit(), 1);
+
+	c.limit = 6;
+	ops_render_for(&d, &c, yaml, sizeof(yaml));
+	ops_replace_file(real, yaml);
+	ck_assert_int_eq(ops_wait_limit(6, 2000), 6);
 	h_daemon_stop(&d);
 }
 END_TEST
@@ -1700,8 +1831,11 @@ test_suite(void)
 	tcase_add_test(tc, test_reload_sighup);
 	tcase_add_test(tc, test_reload_to_local);
 	tcase_add_test(tc, test_reload_redis_timeout_start_only);
+	tcase_add_test(tc, test_reload_deny_in_flight);
+	tcase_add_test(tc, test_reload_header_limit_start_only);
 	tcase_add_test(tc, test_reload_rename);
 	tcase_add_test(tc, test_reload_configmap);
+	tcase_add_test(tc, test_reload_symlink_other_dir);
 	tcase_add_test(tc, test_reload_bad_file);
 
 	tc = tcase(s, "metrics");

@@ -1305,6 +1305,52 @@ START_TEST(test_start_only_changes)
 }
 END_TEST
 
+/* A reload keeps the running value of every start-only key (strings and
+ * lists copied, not shared) and takes every other key from the new file:
+ * afterwards no start-only key differs. */
+START_TEST(test_keep_start_only)
+{
+	struct config *a, *b;
+	char keys[512];
+
+	a = expect_ok(
+	    "listen: \"127.0.0.1:1\"\nthreads: 2\n"
+	    "max_header_bytes: 8192\nidle_timeout: 5s\n"
+	    "backend: redis\nredis:\n  url: \"redis://h:1/0\"\n"
+	    "  cluster: [\"a:1\", \"b:2\"]\n  pool_size: 4\n"
+	    "  key_prefix: \"x:\"\n");
+	b = expect_ok(
+	    "listen: \"127.0.0.1:2\"\nthreads: 3\n"
+	    "max_header_bytes: 1024\nidle_timeout: 9s\n"
+	    "user: nobody\nbackend: memory\n"
+	    "redis:\n  url: \"redis://h:2/0\"\n"
+	    "  cluster: [\"c:3\"]\n  password_file: /p\n"
+	    "  key_prefix: \"y:\"\n"
+	    "memory:\n  max_keys: 7\nmax_body_bytes: 200\n");
+	ck_assert_int_eq(config_keep_start_only(b, a), 0);
+	keys[0] = '\0';
+	ck_assert_uint_eq(config_start_only_changes(a, b, collect_key, keys),
+	    0);
+	ck_assert_str_eq(keys, "");
+	ck_assert_str_eq(b->listen, "127.0.0.1:1");
+	ck_assert_ptr_ne(b->listen, a->listen);
+	ck_assert_int_eq(b->max_header_bytes, 8192);
+	ck_assert_int_eq(b->idle_timeout_ms, 5000);
+	ck_assert_ptr_null(b->user);
+	ck_assert_ptr_null(b->redis.password_file);
+	ck_assert_int_eq(b->backend, RL_BACKEND_REDIS);
+	ck_assert_uint_eq(b->redis.ncluster, 2);
+	ck_assert_str_eq(b->redis.cluster[1], "b:2");
+	ck_assert_ptr_ne(b->redis.cluster[1], a->redis.cluster[1]);
+	/* Reloadable keys are the new file's. */
+	ck_assert_str_eq(b->redis.key_prefix, "y:");
+	ck_assert_int_eq(b->max_body_bytes, 200);
+	config_unref(a);
+	ck_assert_str_eq(b->redis.url, "redis://h:1/0");
+	config_unref(b);
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -1315,6 +1361,7 @@ test_suite(void)
 	tcase_add_test(tc, test_shipped_config);
 	tcase_add_test(tc, test_defaults);
 	tcase_add_test(tc, test_start_only_changes);
+	tcase_add_test(tc, test_keep_start_only);
 	tcase_add_test(tc, test_redis_tls);
 	tcase_add_test(tc, test_null_sections);
 	tcase_add_test(tc, test_prefetch);
