@@ -540,6 +540,19 @@ config_apply_env(struct config *c, char *err, size_t errlen)
 		    "out of memory");
 	}
 
+	/* The new URL with the rest of redis: the checks across its keys,
+	 * as for redis.url (an out-of-memory reason says so itself). */
+	if (nurl != NULL) {
+		struct redis_config rc = c->redis;
+
+		rc.url = nurl;
+		if (cfg_redis_check(&rc, uerr, sizeof(uerr), &nomem) == -1) {
+			rl_free(nlisten);
+			rl_free(nurl);
+			return env_error(err, errlen, "RATELIMITD_REDIS_URL",
+			    uerr);
+		}
+	}
 	if (nlisten != NULL) {
 		rl_free(c->listen);
 		c->listen = nlisten;

@@ -1125,6 +1125,43 @@ START_TEST(test_env_errors)
 }
 END_TEST
 
+/* RATELIMITD_REDIS_URL goes through the same checks across the redis keys
+ * as redis.url (docs/configuration.md): a cluster takes db 0 over TCP only,
+ * TLS a TCP address only.  A refusal changes nothing. */
+START_TEST(test_env_redis_url_cross_checks)
+{
+	struct config *c = expect_ok("redis:\n  cluster: [\"h:1\"]\n");
+	char err[ERRLEN];
+
+	unsetenv("RATELIMITD_LISTEN");
+	unsetenv("RATELIMITD_LOG_LEVEL");
+	setenv("RATELIMITD_REDIS_URL", "redis://h:1/3", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), -1);
+	ck_assert_str_eq(err,
+	    "RATELIMITD_REDIS_URL: Redis Cluster has only db 0 and TCP "
+	    "nodes; redis.url may give credentials only");
+	ck_assert_str_eq(c->redis.url, "redis://127.0.0.1:6379/0");
+	setenv("RATELIMITD_REDIS_URL", "unix:///run/redis.sock", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), -1);
+	setenv("RATELIMITD_REDIS_URL", "redis://u:pw@h:1/0", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), 0);
+	ck_assert_str_eq(c->redis.url, "redis://u:pw@h:1/0");
+	config_unref(c);
+
+	c = expect_ok("redis:\n  tls: {}\n");
+	setenv("RATELIMITD_REDIS_URL", "unix:///run/redis.sock", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), -1);
+	ck_assert_str_eq(err,
+	    "RATELIMITD_REDIS_URL: TLS needs a TCP address "
+	    "(rediss://host:port); Redis does not encrypt unix sockets");
+	ck_assert_str_eq(c->redis.url, "redis://127.0.0.1:6379/0");
+	setenv("RATELIMITD_REDIS_URL", "rediss://h:1/2", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), 0);
+	config_unref(c);
+	unsetenv("RATELIMITD_REDIS_URL");
+}
+END_TEST
+
 START_TEST(test_env_oom)
 {
 	struct config *c = expect_ok("");
@@ -1343,6 +1380,7 @@ test_suite(void)
 	tc = tcase_create("env");
 	tcase_add_test(tc, test_env_overrides);
 	tcase_add_test(tc, test_env_errors);
+	tcase_add_test(tc, test_env_redis_url_cross_checks);
 	tcase_add_test(tc, test_env_oom);
 	suite_add_tcase(s, tc);
 
