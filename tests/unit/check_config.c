@@ -939,6 +939,9 @@ START_TEST(test_error_prefixes)
 			 "99999\"\n",
 			err));
 		ck_assert_ptr_null(strstr(err, "secret"));
+		ck_assert_ptr_null(
+		    load("redis:\n  url: \"redis://u:secretpw\"\n", err));
+		ck_assert_msg(strstr(err, "secretpw") == NULL, "leak: %s", err);
 		ck_assert_ptr_null(load("redis:\n  url: \"http://h\"\n", err));
 		ck_assert_msg(strncmp(err, "t.yaml:2:8: redis.url: ", 23) == 0,
 		    "%s", err);
@@ -1120,6 +1123,12 @@ START_TEST(test_env_errors)
 	ck_assert_msg(strncmp(err, "RATELIMITD_REDIS_URL: ", 22) == 0, "%s",
 	    err);
 	ck_assert_ptr_null(strstr(err, "hunter2"));
+	setenv("RATELIMITD_REDIS_URL", "redis://u:hunter2", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), -1);
+	ck_assert_msg(strncmp(err, "RATELIMITD_REDIS_URL: ", 22) == 0, "%s",
+	    err);
+	ck_assert_msg(strstr(err, "hunter2") == NULL, "leak: %s", err);
+	unsetenv("RATELIMITD_REDIS_URL");
 	ck_assert_str_eq(c->redis.url, "redis://127.0.0.1:6379/0");
 	config_unref(c);
 }
