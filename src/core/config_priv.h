@@ -24,6 +24,13 @@
 #include "core/config.h"
 #include "core/config_table.h"
 
+/* --- config.c ---------------------------------------------------------- */
+
+/* Where key's value is, from the seen nodes of a cfg_walk_mapping() of s
+ * ({0, 0} when the key was not given). */
+struct config_place cfg_place_of(const struct schema *s,
+    yaml_node_t *const seen[MAX_FIELDS], const char *key);
+
 /* --- config_store.c ---------------------------------------------------- */
 
 /* The redis and memory key tables, for the reload comparison of their

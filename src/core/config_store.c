@@ -282,12 +282,16 @@ cfg_redis_check(const struct redis_config *rc, char *err, size_t errlen,
 int
 cfg_parse_redis(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 {
+	yaml_node_t *seen[MAX_FIELDS] = { NULL };
+	struct redis_config *rc = dst;
 	char err[256];
 	bool nomem;
 
-	if (cfg_walk_mapping(ld, what, v, &cfg_redis_schema, dst, NULL) == -1)
+	if (cfg_walk_mapping(ld, what, v, &cfg_redis_schema, dst, seen) == -1)
 		return -1;
-	if (cfg_redis_check(dst, err, sizeof(err), &nomem) == -1) {
+	rc->password_file_at = cfg_place_of(&cfg_redis_schema, seen,
+	    "password_file");
+	if (cfg_redis_check(rc, err, sizeof(err), &nomem) == -1) {
 		if (nomem)
 			return cfg_oom(ld);
 		cfg_errf(ld, v, "%s: %s", what, err);

@@ -1066,6 +1066,29 @@ START_TEST(test_load_directory)
 }
 END_TEST
 
+/* Where redis.password_file and user are, for the errors only --check
+ * gives (docs/configuration.md "Errors"); 0:0 when absent. */
+START_TEST(test_places_of_checked_keys)
+{
+	struct config *c = expect_ok(
+	    "threads: 2\n"
+	    "user:   nobody\n"
+	    "redis:\n"
+	    "  timeout: 1s\n"
+	    "  password_file: /etc/rl.pass\n");
+
+	ck_assert_int_eq(c->user_at.line, 2);
+	ck_assert_int_eq(c->user_at.col, 9);
+	ck_assert_int_eq(c->redis.password_file_at.line, 5);
+	ck_assert_int_eq(c->redis.password_file_at.col, 18);
+	config_unref(c);
+	c = expect_ok("threads: 2\n");
+	ck_assert_int_eq(c->user_at.line, 0);
+	ck_assert_int_eq(c->redis.password_file_at.line, 0);
+	config_unref(c);
+}
+END_TEST
+
 /* --- environment ------------------------------------------------------- */
 
 START_TEST(test_env_overrides)
@@ -1387,6 +1410,7 @@ test_suite(void)
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("env");
+	tcase_add_test(tc, test_places_of_checked_keys);
 	tcase_add_test(tc, test_env_overrides);
 	tcase_add_test(tc, test_env_errors);
 	tcase_add_test(tc, test_env_redis_url_cross_checks);
