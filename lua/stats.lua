@@ -5,8 +5,9 @@
 -- src/core/stats_window.c are the C half.  Both follow that page to the
 -- letter, including the order of the double arithmetic.
 --
--- KEYS[1]  the stat key "<prefix>stat:<name>:{<key>}".  Sub-window s is the
---          hash KEYS[1] .. ':' .. s, in the same hash tag (one slot).
+-- KEYS[1]  the stat key "<prefix>stat:<name>:{<tag>}", its tag never empty
+--          (docs/stats.md "Keys on Redis").  Sub-window s is the hash
+--          KEYS[1] .. ':' .. s, in the same hash tag (one slot).
 -- ARGV     window_ms, resolution_ms, relative_accuracy, record (0 or 1;
 --          2 records and reads nothing, answering an empty array: for
 --          bulk loads such as bench/stats_memory.sh), value (a finite

@@ -474,8 +474,11 @@ check_config(const struct config *c, const char *path)
 
 	if (c->backend == RL_BACKEND_REDIS && c->redis.password_file != NULL &&
 	    access(c->redis.password_file, R_OK) != 0) {
-		fprintf(stderr, "%s: redis.password_file: cannot read %s: %s\n",
-		    path, c->redis.password_file, strerror(errno));
+		fprintf(stderr,
+		    "%s:%d:%d: redis.password_file: cannot read %s: %s\n", path,
+		    c->redis.password_file_at.line,
+		    c->redis.password_file_at.col, c->redis.password_file,
+		    strerror(errno));
 		return 1;
 	}
 	/* The TLS files are read as the store will read them (the config
@@ -487,7 +490,8 @@ check_config(const struct config *c, const char *path)
 		return 1;
 	}
 	if (c->user != NULL && getpwnam(c->user) == NULL) {
-		fprintf(stderr, "%s: user: no user \"%s\"\n", path, c->user);
+		fprintf(stderr, "%s:%d:%d: user: no user \"%s\"\n", path,
+		    c->user_at.line, c->user_at.col, c->user);
 		return 1;
 	}
 	/* /auth skips concurrency rules (a proxy cannot release a lease). */

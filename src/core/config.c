@@ -386,12 +386,28 @@ load_no_second_document(struct loader *ld, yaml_parser_t *parser)
 	return next != NULL ? -1 : 0;
 }
 
+struct config_place
+cfg_place_of(const struct schema *s, yaml_node_t *const seen[MAX_FIELDS],
+    const char *key)
+{
+	struct config_place at = { 0, 0 };
+	size_t i;
+
+	for (i = 0; i < s->nfields; i++)
+		if (strcmp(s->fields[i].name, key) == 0 && seen[i] != NULL) {
+			at.line = (int)seen[i]->start_mark.line + 1;
+			at.col = (int)seen[i]->start_mark.column + 1;
+		}
+	return at;
+}
+
 /* Fill c from the top-level mapping of ld->doc (none: the defaults).
  * Returns 0 or -1. */
 static int
 load_top_level(struct loader *ld, struct config *c)
 {
 	yaml_node_t *root = yaml_document_get_root_node(ld->doc);
+	yaml_node_t *seen[MAX_FIELDS] = { NULL };
 
 	if (root == NULL || cfg_is_null(root))
 		return 0;
@@ -401,7 +417,10 @@ load_top_level(struct loader *ld, struct config *c)
 		    "level");
 		return -1;
 	}
-	return cfg_walk_mapping(ld, "top level", root, &top_schema, c, NULL);
+	if (cfg_walk_mapping(ld, "top level", root, &top_schema, c, seen) != 0)
+		return -1;
+	c->user_at = cfg_place_of(&top_schema, seen, "user");
+	return 0;
 }
 
 struct config *
@@ -546,6 +565,19 @@ config_apply_env(struct config *c, char *err, size_t errlen)
 		    "out of memory");
 	}
 
+	/* The new URL with the rest of redis: the checks across its keys,
+	 * as for redis.url (an out-of-memory reason says so itself). */
+	if (nurl != NULL) {
+		struct redis_config rc = c->redis;
+
+		rc.url = nurl;
+		if (cfg_redis_check(&rc, uerr, sizeof(uerr), &nomem) == -1) {
+			rl_free(nlisten);
+			rl_free(nurl);
+			return env_error(err, errlen, "RATELIMITD_REDIS_URL",
+			    uerr);
+		}
+	}
 	if (nlisten != NULL) {
 		rl_free(c->listen);
 		c->listen = nlisten;

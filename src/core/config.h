@@ -36,6 +36,12 @@ struct sentinel_config {
 	bool tls;	     /* the sentinels speak TLS (redis.tls) */
 };
 
+/* Where a key's value is in the rules file (1-based; 0 when the key is
+ * absent), for the checks only --check makes (docs/configuration.md). */
+struct config_place {
+	int line, col;
+};
+
 /* A file a key of redis.tls names, and where the key's value is in the
  * rules file, so that a bad file can be reported as FILE:LINE:COL. */
 struct tls_file {
@@ -63,6 +69,7 @@ struct redis_config {
 	char *key_prefix;   /* default "rl:" */
 	char *
 	    password_file; /* NULL or a file whose first line is the password */
+	struct config_place password_file_at;
 	struct redis_tls_config tls;
 };
 
@@ -121,6 +128,9 @@ struct config {
 	size_t nrules;
 	struct stat_def *stats; /* array of nstats, in file order */
 	size_t nstats;
+
+	/* Where user is in the file, for --check's error. */
+	struct config_place user_at;
 
 	/* Unique among the configs of one process, in load order: what is
 	 * kept across a reload names the config it was made under by it

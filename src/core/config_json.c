@@ -9,11 +9,13 @@
  */
 #include "core/config.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
+#include "core/client_ip.h"
 #include "core/redis_url.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -101,7 +103,13 @@ rule_json(const struct rule *r, bool is_stat)
 		set(o, "algorithm",
 		    json_string(rl_algorithm_name(r->algorithm))) != 0 ||
 		set(o, "cost", json_integer(r->cost)) != 0 ||
-		set(o, "shadow", json_boolean(r->shadow)) != 0))
+		set(o, "shadow", json_boolean(r->shadow)) != 0 ||
+		set(o, "prefetch",
+		    r->prefetch_units > 0 ?
+			json_pack("{s:I,s:I}", "max_units",
+			    (json_int_t)r->prefetch_units, "hold_ms",
+			    (json_int_t)r->prefetch_hold_ms) :
+			json_null()) != 0))
 		goto fail;
 	json_decref(m);
 	return o;
@@ -109,6 +117,26 @@ fail:
 	json_decref(m);
 	json_decref(o);
 	return NULL;
+}
+
+/* redis.tls: the files by path (never read here), or null without the
+ * section. */
+static json_t *
+tls_json(const struct redis_tls_config *t)
+{
+	json_t *o;
+
+	if (!t->section)
+		return json_null();
+	if ((o = json_object()) == NULL ||
+	    set(o, "ca_file", str_or_null(t->ca_file.path)) != 0 ||
+	    set(o, "cert_file", str_or_null(t->cert_file.path)) != 0 ||
+	    set(o, "key_file", str_or_null(t->key_file.path)) != 0 ||
+	    set(o, "server_name", str_or_null(t->server_name)) != 0) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
 }
 
 static json_t *
@@ -122,7 +150,8 @@ redis_json(const struct redis_config *r)
 	    set(o, "cluster", str_list(r->cluster, r->ncluster)) != 0 ||
 	    set(o, "pool_size", json_integer(r->pool_size)) != 0 ||
 	    set(o, "timeout_ms", json_integer(r->timeout_ms)) != 0 ||
-	    set(o, "key_prefix", json_string(r->key_prefix)) != 0)
+	    set(o, "key_prefix", json_string(r->key_prefix)) != 0 ||
+	    set(o, "tls", tls_json(&r->tls)) != 0)
 		goto fail;
 	if (r->sentinel.nnodes > 0) {
 		if (set(s, "master", str_or_null(r->sentinel.master)) != 0 ||
@@ -130,6 +159,7 @@ redis_json(const struct redis_config *r)
 			str_list(r->sentinel.nodes, r->sentinel.nnodes)) != 0 ||
 		    set(s, "password_file",
 			str_or_null(r->sentinel.password_file)) != 0 ||
+		    set(s, "tls", json_boolean(r->sentinel.tls)) != 0 ||
 		    json_object_set(o, "sentinel", s) != 0)
 			goto fail;
 	}
@@ -139,6 +169,31 @@ fail:
 	json_decref(s);
 	json_decref(o);
 	return NULL;
+}
+
+/* listen_mode as written ("0660"), or null when not set. */
+static json_t *
+listen_mode_json(int mode)
+{
+	char buf[16];
+
+	if (mode < 0)
+		return json_null();
+	snprintf(buf, sizeof(buf), "%04o", (unsigned)mode);
+	return json_string(buf);
+}
+
+static json_t *
+auth_json(const struct config *c)
+{
+	int src = (int)c->auth_ip.source;
+
+	return json_pack("{s:i,s:s,s:i,s:i}", "deny_status",
+	    c->auth_deny_status, "client_ip",
+	    src >= 0 && src < CLIENT_IP_NSOURCES ? client_ip_source_names[src] :
+						   "unknown",
+	    "xff_trusted_hops", c->auth_ip.xff_trusted_hops, "ipv6_prefix",
+	    c->auth_ip.ipv6_prefix);
 }
 
 char *
@@ -180,12 +235,16 @@ config_to_json(const struct config *c)
 		0 ||
 	    set(o, "max_attributes", json_integer(c->max_attributes)) != 0 ||
 	    set(o, "user", str_or_null(c->user)) != 0 ||
+	    set(o, "listen_mode", listen_mode_json(c->listen_mode)) != 0 ||
 	    set(o, "shutdown_timeout_ms",
 		json_integer(c->shutdown_timeout_ms)) != 0 ||
 	    set(o, "max_wait_ms", json_integer(c->max_wait_ms)) != 0 ||
 	    set(o, "max_waiting", json_integer(c->max_waiting)) != 0 ||
 	    set(o, "log_level", json_string(log_level_name(c->log_level))) !=
 		0 ||
+	    set(o, "log_format",
+		json_string(c->log_format == RL_LOG_JSON ? "json" :
+							   "logfmt")) != 0 ||
 	    set(o, "access_log", json_boolean(c->access_log)) != 0 ||
 	    set(o, "backend", json_string(config_backend_name(c->backend))) !=
 		0 ||
@@ -197,8 +256,7 @@ config_to_json(const struct config *c)
 		    (json_int_t)c->memory.max_keys)) != 0 ||
 	    set(o, "on_backend_error",
 		json_string(config_on_error_name(c->on_backend_error))) != 0 ||
-	    set(o, "auth",
-		json_pack("{s:i}", "deny_status", c->auth_deny_status)) != 0 ||
+	    set(o, "auth", auth_json(c)) != 0 ||
 	    json_object_set(o, "rules", rules) != 0 ||
 	    json_object_set(o, "stats", stats) != 0)
 		goto out;

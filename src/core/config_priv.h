@@ -24,6 +24,13 @@
 #include "core/config.h"
 #include "core/config_table.h"
 
+/* --- config.c ---------------------------------------------------------- */
+
+/* Where key's value is, from the seen nodes of a cfg_walk_mapping() of s
+ * ({0, 0} when the key was not given). */
+struct config_place cfg_place_of(const struct schema *s,
+    yaml_node_t *const seen[MAX_FIELDS], const char *key);
+
 /* --- config_store.c ---------------------------------------------------- */
 
 /* The redis and memory key tables, for the reload comparison of their
@@ -36,6 +43,16 @@ extern const struct schema cfg_memory_schema;
  * struct redis_config. */
 int cfg_parse_redis(struct loader *ld, const char *what, yaml_node_t *v,
     void *dst);
+
+/*
+ * The checks across the keys of redis (docs/configuration.md): cluster or
+ * sentinel, not both; a cluster URL gives credentials only (db 0, TCP); TLS
+ * needs a TCP address.  0, or -1 with the reason in err (*oom_out set when
+ * it is "out of memory").  Run on the redis section as loaded and again
+ * when RATELIMITD_REDIS_URL replaces redis.url.  rc is borrowed.
+ */
+int cfg_redis_check(const struct redis_config *rc, char *err, size_t errlen,
+    bool *oom_out);
 
 /* memory: its keys.  dst: the struct memory_config. */
 int cfg_parse_memory(struct loader *ld, const char *what, yaml_node_t *v,

@@ -242,46 +242,60 @@ const struct schema cfg_memory_schema = { "memory", "memory.", memory_fields,
 _Static_assert(NELEM(redis_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
 
 int
+cfg_redis_check(const struct redis_config *rc, char *err, size_t errlen,
+    bool *oom_out)
+{
+	struct redis_url u;
+	bool bad_cluster, bad_tls;
+
+	*oom_out = false;
+	if (rc->ncluster > 0 && rc->sentinel.master != NULL) {
+		snprintf(err, errlen,
+		    "set redis.cluster or redis.sentinel, not both");
+		return -1;
+	}
+	if (rc->url == NULL)
+		return 0;
+	/* A URL that does not parse is refused by its own check. */
+	if (redis_url_parse(rc->url, &u, err, errlen) != 0) {
+		*oom_out = strcmp(err, "out of memory") == 0;
+		return *oom_out ? -1 : 0;
+	}
+	bad_cluster = rc->ncluster > 0 && (u.db != 0 || u.is_unix);
+	bad_tls = u.is_unix && (rc->tls.section || u.tls);
+	redis_url_free(&u);
+	if (bad_cluster) {
+		snprintf(err, errlen,
+		    "Redis Cluster has only db 0 and TCP nodes; redis.url "
+		    "may give credentials only");
+		return -1;
+	}
+	if (bad_tls) {
+		snprintf(err, errlen,
+		    "TLS needs a TCP address (rediss://host:port); Redis "
+		    "does not encrypt unix sockets");
+		return -1;
+	}
+	return 0;
+}
+
+int
 cfg_parse_redis(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 {
+	yaml_node_t *seen[MAX_FIELDS] = { NULL };
 	struct redis_config *rc = dst;
-	struct redis_url u;
-	char uerr[256];
+	char err[256];
+	bool nomem;
 
-	if (cfg_walk_mapping(ld, what, v, &cfg_redis_schema, dst, NULL) == -1)
+	if (cfg_walk_mapping(ld, what, v, &cfg_redis_schema, dst, seen) == -1)
 		return -1;
-	if (rc->ncluster > 0 && rc->sentinel.master != NULL) {
-		cfg_errf(ld, v,
-		    "%s: set redis.cluster or redis.sentinel, not "
-		    "both",
-		    what);
+	rc->password_file_at = cfg_place_of(&cfg_redis_schema, seen,
+	    "password_file");
+	if (cfg_redis_check(rc, err, sizeof(err), &nomem) == -1) {
+		if (nomem)
+			return cfg_oom(ld);
+		cfg_errf(ld, v, "%s: %s", what, err);
 		return -1;
-	}
-	if (rc->ncluster > 0 && rc->url != NULL &&
-	    redis_url_parse(rc->url, &u, uerr, sizeof(uerr)) == 0) {
-		bool bad = u.db != 0 || u.is_unix;
-
-		redis_url_free(&u);
-		if (bad) {
-			cfg_errf(ld, v,
-			    "%s: Redis Cluster has only db 0 and "
-			    "TCP nodes; redis.url may give credentials only",
-			    what);
-			return -1;
-		}
-	}
-	if (rc->url != NULL && config_redis_tls_is_on(rc) &&
-	    redis_url_parse(rc->url, &u, uerr, sizeof(uerr)) == 0) {
-		bool is_unix = u.is_unix;
-
-		redis_url_free(&u);
-		if (is_unix) {
-			cfg_errf(ld, v,
-			    "%s: TLS needs a TCP address (rediss://host:port); "
-			    "Redis does not encrypt unix sockets",
-			    what);
-			return -1;
-		}
 	}
 	return 0;
 }

@@ -125,6 +125,34 @@ redis_url_redact(const char *url, char *buf, size_t buflen)
 	return off;
 }
 
+/*
+ * The URL as an error quotes it.  With an '@', redis_url_redact().  Without
+ * one, a password may still sit where the port or the path goes (a
+ * forgotten '@', a password holding '/'), so nothing after the first ':'
+ * past the scheme (or past a leading [IPv6] host) is shown: "redis://u:***".
+ */
+static void
+redact_for_error(const char *url, char *buf, size_t buflen)
+{
+	const char *start = strstr(url, "://"), *from, *colon;
+	size_t off = 0;
+
+	start = start != NULL ? start + 3 : url;
+	if (strchr(start, '@') != NULL) {
+		redis_url_redact(url, buf, buflen);
+		return;
+	}
+	from = start;
+	if (*start == '[' && strchr(start, ']') != NULL)
+		from = strchr(start, ']');
+	if ((colon = strchr(from, ':')) == NULL) {
+		redact_put(buf, buflen, &off, url, strlen(url));
+		return;
+	}
+	redact_put(buf, buflen, &off, url, (size_t)(colon + 1 - url));
+	redact_put(buf, buflen, &off, "***", 3);
+}
+
 static int
 parse_unix(const char *rest, struct redis_url *out, const char *shown,
     char *err, size_t errlen)
@@ -294,7 +322,8 @@ redis_url_parse(const char *url, struct redis_url *out, char *err,
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	redis_url_redact(url, shown, sizeof(shown));
+	shown[0] = '\0';
+	redact_for_error(url, shown, sizeof(shown));
 	if (strncasecmp(url, "redis://", 8) == 0)
 		rc = parse_tcp(url + 8, out, shown, err, errlen);
 	else if (strncasecmp(url, "unix://", 7) == 0)

@@ -87,6 +87,19 @@ parse_quantiles(const json_t *fields, struct stats_request *sr,
 	return 0;
 }
 
+/* The hash tag of a stat key on Redis (docs/stats.md "Keys on Redis"): the
+ * rendered key k, with STAT_TAG_MARK in front when k is empty or begins with
+ * '}' (the tag would be empty: Redis Cluster would hash each sub-window's
+ * whole name, so one script would reach several slots) or with the mark
+ * itself (so that the encoding stays one-to-one). */
+#define STAT_TAG_MARK "~"
+
+static bool
+stat_tag_marked(const char *k)
+{
+	return k[0] == '\0' || k[0] == '}' || k[0] == STAT_TAG_MARK[0];
+}
+
 static int
 oom(struct request_error *e)
 {
@@ -118,15 +131,16 @@ add_stat(struct stats_request *sr, const struct config *cfg,
 		}
 	}
 	klen = strlen(cfg->redis.key_prefix) + 5 + strlen(sd->rule.name) + 3 +
-	    n + 1;
+	    1 + n + 1;
 	if ((sr->keys[i] = rl_strdup(rendered)) == NULL ||
 	    (sr->store_keys[i] = rl_malloc(klen)) == NULL) {
 		rl_free(sr->keys[i]);
 		sr->keys[i] = NULL;
 		return oom(e);
 	}
-	snprintf(sr->store_keys[i], klen, "%sstat:%s:{%s}",
-	    cfg->redis.key_prefix, sd->rule.name, rendered);
+	snprintf(sr->store_keys[i], klen, "%sstat:%s:{%s%s}",
+	    cfg->redis.key_prefix, sd->rule.name,
+	    stat_tag_marked(rendered) ? STAT_TAG_MARK : "", rendered);
 	sr->defs[i] = sd;
 	op = &sr->ops[i];
 	op->key = sr->store_keys[i];

@@ -5,16 +5,20 @@
  * logged), GET /admin/config with every secret as "***", the counters
  * (read without consuming, reset), and overrides: seen by a second daemon
  * on the same Redis within 1 s, expiring with their TTL, surviving a
- * restart on Redis; in process on the memory store.
+ * restart on Redis; in process on the memory store.  Also `--check`,
+ * which like GET /admin/config reads the config without serving it: the
+ * keys only it checks (redis.password_file, user) are placed FILE:LINE:COL.
  */
 #include <check.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check_main.h"
 #include "harness.h"
+#include "ops.h"
 
 #define TOKEN "s3cret-admin-token-0123456789"
 
@@ -216,6 +220,55 @@ START_TEST(test_config_secrets)
 	    "token_bucket");
 	h_resp_free(&r);
 	admin_stop(&a);
+}
+END_TEST
+
+/* `ratelimitd -c yaml --check`: the exit status, and its output in log
+ * (the caller frees it). */
+static int
+run_check(const char *text, char **log)
+{
+	char yaml[H_PATH_MAX + 16], out[H_PATH_MAX + 16];
+	char *argv[] = { getenv("RATELIMITD_BIN"), (char *)"-c", yaml,
+		(char *)"--check", NULL };
+	int rc;
+
+	snprintf(yaml, sizeof(yaml), "%s/check.yaml", h_tmpdir());
+	snprintf(out, sizeof(out), "%s/check.out", h_tmpdir());
+	ops_write_file(yaml, text);
+	unlink(out); /* h_run appends */
+	rc = h_run(argv, out);
+	*log = ops_slurp(out);
+	return rc;
+}
+
+/* Every --check error is FILE:LINE:COL: message (docs/configuration.md),
+ * also for the keys that only --check looks at. */
+START_TEST(test_check_errors_placed)
+{
+	char want[H_PATH_MAX + 128], *log;
+
+	ck_assert_int_eq(run_check("backend: redis\n"
+				   "redis:\n"
+				   "  timeout: 1s\n"
+				   "  password_file: /nonexistent/redis.pass\n",
+			     &log),
+	    1);
+	snprintf(want, sizeof(want),
+	    "%s/check.yaml:4:18: redis.password_file: cannot read "
+	    "/nonexistent/redis.pass: ",
+	    h_tmpdir());
+	ck_assert_msg(strncmp(log, want, strlen(want)) == 0, "want %s in: %s",
+	    want, log);
+	free(log);
+
+	ck_assert_int_eq(run_check("threads: 2\nuser: no-such-user-rl\n", &log),
+	    1);
+	snprintf(want, sizeof(want),
+	    "%s/check.yaml:2:7: user: no user \"no-such-user-rl\"\n",
+	    h_tmpdir());
+	ck_assert_str_eq(log, want);
+	free(log);
 }
 END_TEST
 
@@ -647,6 +700,7 @@ test_suite(void)
 	tcase_add_test(tc, test_no_admin_listen);
 	tcase_add_test(tc, test_config_secrets);
 	tcase_add_test(tc, test_no_token);
+	tcase_add_test(tc, test_check_errors_placed);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("memory");

@@ -65,6 +65,13 @@ static const char yaml_fmt[] =
     "  - name: lat\n"
     "    match: { t: stat }\n"
     "    key: \"${user}\"\n"
+    "    window: 1h\n"
+    "  - name: bare\n"
+    "    match: { t: bare }\n"
+    "    window: 1h\n"
+    "  - name: raw\n"
+    "    match: { t: raw }\n"
+    "    key: \"${user}\"\n"
     "    window: 1h\n";
 
 static void
@@ -225,6 +232,69 @@ START_TEST(test_stats_on_their_primaries)
 		    "sub-window of %s on its primary",
 		    pattern);
 		freeReplyObject(keys);
+	}
+	h_resp_free(&r);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* A stat without a key, and keys that begin with '}' or with the marker,
+ * still give every sub-window one non-empty hash tag (docs/stats.md "Keys
+ * on Redis"): the script reads them all in one slot, and two keys that
+ * differ stay apart. */
+START_TEST(test_stats_empty_hash_tag)
+{
+	static const struct {
+		const char *t, *user;
+		int value;
+	} c[] = {
+		{ "bare", NULL, 5 },
+		{ "raw", "}x", 7 },
+		{ "raw", "~}x", 11 },
+		{ "raw", "~", 13 },
+		{ "raw", "~~", 17 },
+	};
+	struct h_daemon d;
+	struct h_resp r = { 0 };
+	char body[128];
+	size_t i;
+	int k;
+
+	start(&d, cluster.node[0].port, "2s", 3);
+	for (k = 0; k < 2; k++)
+		for (i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+			if (c[i].user != NULL)
+				snprintf(body, sizeof(body),
+				    "{\"t\":\"%s\",\"user\":\"%s\","
+				    "\"value\":%d}",
+				    c[i].t, c[i].user, c[i].value);
+			else
+				snprintf(body, sizeof(body),
+				    "{\"t\":\"%s\",\"value\":%d}", c[i].t,
+				    c[i].value);
+			h_http(&r, "POST", "/record", body, NULL);
+			ck_assert_msg(r.status == 200, "%s: %ld %s", body,
+			    r.status, r.body);
+		}
+	for (i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		json_t *o;
+
+		if (c[i].user != NULL)
+			snprintf(body, sizeof(body),
+			    "{\"t\":\"%s\",\"user\":\"%s\"}", c[i].t,
+			    c[i].user);
+		else
+			snprintf(body, sizeof(body), "{\"t\":\"%s\"}", c[i].t);
+		h_http(&r, "POST", "/stats", body, NULL);
+		ck_assert_msg(r.status == 200, "%s: %ld %s", body, r.status,
+		    r.body);
+		o = json_array_get(h_json_get(&r, "stats"), 0);
+		ck_assert_msg(json_integer_value(json_object_get(o, "count")) ==
+			2,
+		    "%s: %s", body, r.body);
+		ck_assert_msg(json_number_value(json_object_get(o, "sum")) ==
+			2 * c[i].value,
+		    "%s: %s", body, r.body);
 	}
 	h_resp_free(&r);
 	h_daemon_stop(&d);
@@ -838,6 +908,7 @@ test_suite(void)
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, test_keys_on_their_primaries);
 	tcase_add_test(tc, test_stats_on_their_primaries);
+	tcase_add_test(tc, test_stats_empty_hash_tag);
 	tcase_add_test(tc, test_two_daemons_exact);
 	tcase_add_test(tc, test_across_slots_all_or_nothing);
 	tcase_add_test(tc, test_takeback_each_algorithm);

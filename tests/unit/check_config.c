@@ -939,6 +939,9 @@ START_TEST(test_error_prefixes)
 			 "99999\"\n",
 			err));
 		ck_assert_ptr_null(strstr(err, "secret"));
+		ck_assert_ptr_null(
+		    load("redis:\n  url: \"redis://u:secretpw\"\n", err));
+		ck_assert_msg(strstr(err, "secretpw") == NULL, "leak: %s", err);
 		ck_assert_ptr_null(load("redis:\n  url: \"http://h\"\n", err));
 		ck_assert_msg(strncmp(err, "t.yaml:2:8: redis.url: ", 23) == 0,
 		    "%s", err);
@@ -1063,6 +1066,29 @@ START_TEST(test_load_directory)
 }
 END_TEST
 
+/* Where redis.password_file and user are, for the errors only --check
+ * gives (docs/configuration.md "Errors"); 0:0 when absent. */
+START_TEST(test_places_of_checked_keys)
+{
+	struct config *c = expect_ok(
+	    "threads: 2\n"
+	    "user:   nobody\n"
+	    "redis:\n"
+	    "  timeout: 1s\n"
+	    "  password_file: /etc/rl.pass\n");
+
+	ck_assert_int_eq(c->user_at.line, 2);
+	ck_assert_int_eq(c->user_at.col, 9);
+	ck_assert_int_eq(c->redis.password_file_at.line, 5);
+	ck_assert_int_eq(c->redis.password_file_at.col, 18);
+	config_unref(c);
+	c = expect_ok("threads: 2\n");
+	ck_assert_int_eq(c->user_at.line, 0);
+	ck_assert_int_eq(c->redis.password_file_at.line, 0);
+	config_unref(c);
+}
+END_TEST
+
 /* --- environment ------------------------------------------------------- */
 
 START_TEST(test_env_overrides)
@@ -1120,8 +1146,51 @@ START_TEST(test_env_errors)
 	ck_assert_msg(strncmp(err, "RATELIMITD_REDIS_URL: ", 22) == 0, "%s",
 	    err);
 	ck_assert_ptr_null(strstr(err, "hunter2"));
+	setenv("RATELIMITD_REDIS_URL", "redis://u:hunter2", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), -1);
+	ck_assert_msg(strncmp(err, "RATELIMITD_REDIS_URL: ", 22) == 0, "%s",
+	    err);
+	ck_assert_msg(strstr(err, "hunter2") == NULL, "leak: %s", err);
+	unsetenv("RATELIMITD_REDIS_URL");
 	ck_assert_str_eq(c->redis.url, "redis://127.0.0.1:6379/0");
 	config_unref(c);
+}
+END_TEST
+
+/* RATELIMITD_REDIS_URL goes through the same checks across the redis keys
+ * as redis.url (docs/configuration.md): a cluster takes db 0 over TCP only,
+ * TLS a TCP address only.  A refusal changes nothing. */
+START_TEST(test_env_redis_url_cross_checks)
+{
+	struct config *c = expect_ok("redis:\n  cluster: [\"h:1\"]\n");
+	char err[ERRLEN];
+
+	unsetenv("RATELIMITD_LISTEN");
+	unsetenv("RATELIMITD_LOG_LEVEL");
+	setenv("RATELIMITD_REDIS_URL", "redis://h:1/3", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), -1);
+	ck_assert_str_eq(err,
+	    "RATELIMITD_REDIS_URL: Redis Cluster has only db 0 and TCP "
+	    "nodes; redis.url may give credentials only");
+	ck_assert_str_eq(c->redis.url, "redis://127.0.0.1:6379/0");
+	setenv("RATELIMITD_REDIS_URL", "unix:///run/redis.sock", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), -1);
+	setenv("RATELIMITD_REDIS_URL", "redis://u:pw@h:1/0", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), 0);
+	ck_assert_str_eq(c->redis.url, "redis://u:pw@h:1/0");
+	config_unref(c);
+
+	c = expect_ok("redis:\n  tls: {}\n");
+	setenv("RATELIMITD_REDIS_URL", "unix:///run/redis.sock", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), -1);
+	ck_assert_str_eq(err,
+	    "RATELIMITD_REDIS_URL: TLS needs a TCP address "
+	    "(rediss://host:port); Redis does not encrypt unix sockets");
+	ck_assert_str_eq(c->redis.url, "redis://127.0.0.1:6379/0");
+	setenv("RATELIMITD_REDIS_URL", "rediss://h:1/2", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), 0);
+	config_unref(c);
+	unsetenv("RATELIMITD_REDIS_URL");
 }
 END_TEST
 
@@ -1388,8 +1457,10 @@ test_suite(void)
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("env");
+	tcase_add_test(tc, test_places_of_checked_keys);
 	tcase_add_test(tc, test_env_overrides);
 	tcase_add_test(tc, test_env_errors);
+	tcase_add_test(tc, test_env_redis_url_cross_checks);
 	tcase_add_test(tc, test_env_oom);
 	suite_add_tcase(s, tc);
 

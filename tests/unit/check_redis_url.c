@@ -216,6 +216,41 @@ START_TEST(test_errors_never_show_the_password)
 }
 END_TEST
 
+/* A URL without '@' can still hold a password where the port or the path
+ * goes (a forgotten '@', a password with '/'): its errors show nothing
+ * after the first ':' past the scheme (docs/security.md). */
+START_TEST(test_errors_without_at_never_show_the_password)
+{
+	static const struct {
+		const char *url, *shown;
+	} c[] = {
+		{ "redis://u:hunter2", "redis URL redis://u:***: bad port" },
+		{ "redis://:hunter2", "redis URL redis://:***: no host" },
+		{ "rediss://u:hun/ter2", "redis URL rediss://u:***: bad port" },
+		{ "redis://u:hunter2/x", "redis URL redis://u:***: bad port" },
+		{ "redis://u:hun?ter2", "redis URL redis://u:***: query" },
+		{ "redis://h:1:hunter2", "redis URL redis://h:***: an IPv6" },
+		{ "u:hunter2", "redis URL u:***: want redis://" },
+		{ "unix://u:hunter2", "redis URL unix://u:***: unix:// needs" },
+		{ "redis://[::1]:hunter2", "redis URL redis://[::1]:***: bad" },
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		parse_bad(c[i].url, NULL);
+		ck_assert_msg(strstr(err, "hun") == NULL &&
+			strstr(err, "ter2") == NULL,
+		    "leak: %s", err);
+		ck_assert_msg(strncmp(err, c[i].shown, strlen(c[i].shown)) == 0,
+		    "%s: %s", c[i].url, err);
+	}
+	/* Without a ':' there is nothing to hide, and the URL helps. */
+	parse_bad("redis://h/x", NULL);
+	ck_assert_str_eq(err,
+	    "redis URL redis://h/x: bad database number after /");
+}
+END_TEST
+
 START_TEST(test_redact)
 {
 	char buf[128];
@@ -360,6 +395,7 @@ test_suite(void)
 	tcase_add_test(tc, test_unix);
 	tcase_add_test(tc, test_bad);
 	tcase_add_test(tc, test_errors_never_show_the_password);
+	tcase_add_test(tc, test_errors_without_at_never_show_the_password);
 	tcase_add_test(tc, test_oom);
 	suite_add_tcase(s, tc);
 
