@@ -186,10 +186,11 @@ const struct stat_def *config_find_stat(const struct config *c,
     const char *name);
 
 /*
- * docs/admin.md, GET /admin/config: c as a JSON object, every secret (a
- * password in redis.url) replaced by "***"; rules with their match,
- * key, limit, window, algorithm, cost and shadow.  A new string (free()),
- * or NULL when out of memory.  Any thread.
+ * docs/admin.md, GET /admin/config: c as a JSON object, every key of the
+ * running config, every secret (a password in redis.url) replaced by
+ * "***" and no file read; rules with their match, key, limit, window,
+ * algorithm, cost, shadow and prefetch.  A new string (free()), or NULL
+ * when out of memory.  Any thread.
  */
 char *config_to_json(const struct config *c);
 
