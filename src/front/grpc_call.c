@@ -64,6 +64,7 @@ grpc_answer_status(struct gstream *st, int status, const char *message)
 		return;
 	st->answered = true;
 	st->answered_us = util_monotonic_us();
+	grpc_stream_drop_request(st);
 	snprintf(code, sizeof(code), "%d", status);
 	percent_encode(message, msg, sizeof(msg));
 	metrics_grpc_response(st->c->s->metrics, status);
@@ -132,6 +133,7 @@ answer_message(struct gstream *st, uint8_t *msg, size_t len)
 	st->outoff = 0;
 	st->answered = true;
 	st->answered_us = util_monotonic_us();
+	grpc_stream_drop_request(st);
 	dp.source.ptr = st;
 	dp.read_callback = read_out;
 	metrics_grpc_response(st->c->s->metrics, GRPC_OK);
@@ -332,6 +334,8 @@ grpc_stream_start(struct gstream *st)
 		start_rls(st, gc, st->in + GRPC_PREFIX, mlen);
 	else
 		start_health(st, gc, st->in + GRPC_PREFIX, mlen);
+	/* Decoded (or refused): the call holds no request bytes. */
+	grpc_stream_drop_request(st);
 }
 
 /* The whole request is in: check it, then start its call, or let it wait
@@ -357,6 +361,11 @@ grpc_stream_request(struct gstream *st)
 	if (st->too_big) {
 		grpc_answer_status(st, GRPC_RESOURCE_EXHAUSTED,
 		    "message larger than max_body_bytes");
+		return;
+	}
+	if (st->over_budget) {
+		grpc_answer_status(st, GRPC_RESOURCE_EXHAUSTED,
+		    "the connection holds 256 KiB of unfinished requests");
 		return;
 	}
 	if (st->inlen < GRPC_PREFIX) {

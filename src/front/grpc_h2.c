@@ -3,7 +3,8 @@
  * (grpc_priv.h, docs/grpc.md): a stream per request HEADERS; the headers a
  * call needs, bounded by max_header_bytes (an HPACK bomb) with a GOAWAY
  * after GRPC_HEADER_STRIKES refusals; the message gathered up to
- * max_body_bytes and GRPC_CONN_BUFFERED; END_STREAM handing the request to
+ * max_body_bytes and GRPC_CONN_BUFFERED, its bytes freed once decoded or
+ * refused; END_STREAM handing the request to
  * grpc_call.c; a stream's close and the credit of calls abandoned by a
  * reset (CVE-2023-44487); the send to the socket; and the reset rate
  * limit of the session options (docs/security.md).
@@ -173,11 +174,14 @@ on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t *data,
 
 	(void)flags;
 	if ((st = nghttp2_session_get_stream_user_data(h2, id)) == NULL ||
-	    st->too_big)
+	    st->too_big || st->over_budget || st->answered)
 		return 0;
 	max = (size_t)c->l->cur->max_body_bytes + GRPC_PREFIX;
 	if (st->inlen + len > max || c->buffered + len > GRPC_CONN_BUFFERED) {
-		st->too_big = true;
+		/* Answered at END_STREAM; what it sent is of no use. */
+		st->too_big = st->inlen + len > max;
+		st->over_budget = !st->too_big;
+		grpc_stream_drop_request(st);
 		return 0;
 	}
 	if (st->inlen + len > st->incap) {
@@ -233,6 +237,22 @@ on_frame_sent(nghttp2_session *h2, const nghttp2_frame *f, void *arg)
 	return 0;
 }
 
+/*
+ * GRPC_CONN_BUFFERED bounds the requests a connection has not had
+ * decoded yet: still arriving, or whole and waiting for a place
+ * (docs/grpc.md).  Once a request is decoded, refused or answered its
+ * bytes are freed and leave the count, so calls in the store or answers
+ * the client has not read yet hold none.
+ */
+void
+grpc_stream_drop_request(struct gstream *st)
+{
+	st->c->buffered -= st->inlen;
+	rl_free(st->in);
+	st->in = NULL;
+	st->inlen = st->incap = 0;
+}
+
 void
 grpc_stream_free(struct gconn *c, struct gstream *st)
 {
@@ -249,8 +269,7 @@ grpc_stream_free(struct gconn *c, struct gstream *st)
 	if (st->next != NULL)
 		st->next->prev = st->prev;
 	c->nstreams--;
-	c->buffered -= st->inlen;
-	rl_free(st->in);
+	grpc_stream_drop_request(st);
 	rl_free(st->out);
 	rl_free(st);
 }

@@ -93,7 +93,8 @@ struct gstream {
 	struct gconn *c;
 	enum gmethod method;
 	bool post, grpc_type; /* :method POST, application/grpc */
-	bool too_big;	      /* the message passed the limit */
+	bool too_big;	      /* the message passed max_body_bytes */
+	bool over_budget;     /* or GRPC_CONN_BUFFERED */
 	bool answered;
 	bool cut;	     /* reset once its answer is out */
 	bool waiting;	     /* whole, waiting for a place */
@@ -102,7 +103,7 @@ struct gstream {
 	int64_t start_us;    /* monotonic, at its first header */
 	int64_t answered_us; /* when its answer was submitted */
 	int64_t timeout_us;  /* grpc-timeout, or 0 */
-	uint8_t *in;	     /* the request's bytes */
+	uint8_t *in;	     /* the request's bytes, until decoded */
 	size_t inlen, incap;
 	uint8_t *out; /* the framed response message */
 	size_t outlen, outoff;
@@ -124,7 +125,8 @@ struct gconn {
 	int nwaiting;	 /* streams with waiting set */
 	int credit;	 /* calls it may still abandon */
 	int strikes;	 /* header lists refused */
-	size_t buffered; /* request bytes its streams hold */
+	size_t buffered; /* request bytes its streams hold,
+			  * not yet decoded */
 	int64_t last_us; /* last read, monotonic */
 	int64_t out_us;	 /* last byte written, or nothing
 			  * left to write */
@@ -229,6 +231,10 @@ void grpc_loop_sweep(struct gloop *l);
  * 0, or -1 when out of memory (what was made is the caller's to free).
  * Start-up, or grpc_fuzz_feed()'s thread. */
 int grpc_h2_callbacks_new(struct grpc_server *s);
+
+/* Free the request bytes of st (it is decoded, refused or answered) and
+ * take them off its connection's GRPC_CONN_BUFFERED.  Again: nothing. */
+void grpc_stream_drop_request(struct gstream *st);
 
 /* Unlink st from c (and from its call, which the store may still have)
  * and free it. */

@@ -70,6 +70,12 @@ void h2raw_call_headers(uint8_t *buf, size_t *len, uint32_t stream,
 void h2raw_call_data(uint8_t *buf, size_t *len, uint32_t stream,
     const char *domain, const char *key, const char *value);
 
+/* The same with a second attribute in the descriptor, "pad" of padlen
+ * bytes (up to 15,000: one frame), and END_STREAM only when end. */
+void h2raw_call_data_pad(uint8_t *buf, size_t *len, uint32_t stream,
+    const char *domain, const char *key, const char *value, size_t padlen,
+    bool end);
+
 /* Send len bytes, waiting at most ms for the socket to take them.  The
  * bytes sent (fewer when the server stops reading or closes). */
 size_t h2raw_send(struct h2raw *c, const void *buf, size_t len, int ms);
