@@ -174,7 +174,14 @@ grpc_call_free(struct gcall *gc)
 	rl_free(gc);
 }
 
-/* The store is done with gc (any thread): queue it for the loop. */
+/*
+ * The store is done with gc (any thread): queue it for the loop, and wake
+ * the loop while still holding its lock.  Once the lock is let go the
+ * loop may drain gc, bring pending to 0, see stop, exit, and
+ * grpc_server_stop() free the loops and close their eventfds: a wake after
+ * the unlock could read freed memory and write to a descriptor reused by
+ * then.  Nothing of l is touched after the unlock.
+ */
 static void
 call_done(void *arg)
 {
@@ -188,8 +195,8 @@ call_done(void *arg)
 	else
 		l->done_head = gc;
 	l->done_tail = gc;
-	pthread_mutex_unlock(&l->lock);
 	grpc_loop_wake(l);
+	pthread_mutex_unlock(&l->lock);
 }
 
 static void
