@@ -230,23 +230,35 @@ grpc_call_answer(struct gcall *gc)
 		grpc_answer_status(st, status, msg);
 }
 
-/* gc goes to the store for connection c: it holds one of c's places
- * (GRPC_MAX_STREAMS) and one of the server's (GRPC_MAX_PENDING) until it
- * comes back, whatever becomes of its stream. */
+/* gc goes to the store for connection c, in the server's place that
+ * grpc_stream_start() was given: it holds one of c's places
+ * (GRPC_MAX_STREAMS) and that one of the server's (GRPC_MAX_PENDING)
+ * until it comes back, whatever becomes of its stream. */
 static void
 call_enter(struct gcall *gc, struct gconn *c)
 {
 	gc->c = c;
 	c->ncalls++;
-	atomic_fetch_add(&c->s->pending, 1);
 }
 
-/* Is there a place in the store for one more call of c? */
+/*
+ * Take a place in the store for one more call of c, or false.  c's own
+ * count belongs to its loop; the server's is shared by every loop, so
+ * the place is reserved with a compare-and-swap: a load and a later
+ * increment would let each loop take the last place at once.
+ */
 bool
-grpc_call_has_place(const struct gconn *c)
+grpc_call_take_place(const struct gconn *c)
 {
-	return c->ncalls < GRPC_MAX_STREAMS &&
-	    atomic_load(&c->s->pending) < GRPC_MAX_PENDING;
+	int n;
+
+	if (c->ncalls >= GRPC_MAX_STREAMS)
+		return false;
+	n = atomic_load(&c->s->pending);
+	while (n < GRPC_MAX_PENDING)
+		if (atomic_compare_exchange_weak(&c->s->pending, &n, n + 1))
+			return true;
+	return false;
 }
 
 /* The client's own deadline (grpc-timeout), or 0; the store keeps the
@@ -324,7 +336,9 @@ start_health(struct gstream *st, struct gcall *gc, const uint8_t *msg,
 	backend_submit(s->decider->backend, &gc->probe);
 }
 
-/* Start the call of a whole, well-formed request (grpc_stream_request). */
+/* Start the call of a whole, well-formed request (grpc_stream_request)
+ * in the place it was given; a call settled without the store gives the
+ * place back. */
 void
 grpc_stream_start(struct gstream *st)
 {
@@ -333,7 +347,7 @@ grpc_stream_start(struct gstream *st)
 
 	if ((gc = rl_calloc(1, sizeof(*gc))) == NULL) {
 		grpc_answer_status(st, GRPC_INTERNAL, "out of memory");
-		return;
+		goto out;
 	}
 	gc->s = st->c->s;
 	gc->cfg = config_ref(st->c->l->cur);
@@ -341,6 +355,10 @@ grpc_stream_start(struct gstream *st)
 		start_rls(st, gc, st->in + GRPC_PREFIX, mlen);
 	else
 		start_health(st, gc, st->in + GRPC_PREFIX, mlen);
+out:
+	/* st->call: in the store's hands (call_enter). */
+	if (st->call == NULL)
+		atomic_fetch_sub(&st->c->s->pending, 1);
 	/* Decoded (or refused): the call holds no request bytes. */
 	grpc_stream_drop_request(st);
 }
@@ -392,7 +410,7 @@ grpc_stream_request(struct gstream *st)
 		    "whole message");
 		return;
 	}
-	if (!grpc_call_has_place(st->c)) {
+	if (!grpc_call_take_place(st->c)) {
 		/* Started by conn_start_waiting() once a call comes back. */
 		st->waiting = true;
 		st->c->nwaiting++;

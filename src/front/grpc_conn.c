@@ -136,10 +136,10 @@ conn_start_waiting(struct gconn *c)
 {
 	struct gstream *st;
 
-	for (st = c->streams;
-	     st != NULL && c->nwaiting > 0 && grpc_call_has_place(c);
-	     st = st->next)
+	for (st = c->streams; st != NULL && c->nwaiting > 0; st = st->next)
 		if (st->waiting) {
+			if (!grpc_call_take_place(c))
+				break;
 			st->waiting = false;
 			c->nwaiting--;
 			grpc_stream_start(st);

@@ -174,7 +174,8 @@ struct grpc_server {
 
 	atomic_bool quiesce, stop;
 	atomic_int inflight; /* calls received, not answered */
-	atomic_int pending;  /* gcalls not yet back from the store */
+	atomic_int pending;  /* places in the store taken: gcalls
+			      * not yet back (grpc_call_take_place) */
 	atomic_int nconns;   /* open connections, every loop */
 	nghttp2_session_callbacks *cbs;
 	nghttp2_option *opt;
@@ -251,11 +252,15 @@ void grpc_answer_status(struct gstream *st, int status, const char *message);
  * in the store. */
 void grpc_stream_request(struct gstream *st);
 
-/* Start the call of a whole, well-formed request that has its place. */
+/* Start the call of a whole, well-formed request in the place
+ * grpc_call_take_place() gave it (given back if the call is settled
+ * without the store). */
 void grpc_stream_start(struct gstream *st);
 
-/* Is there a place in the store for one more call of c? */
-bool grpc_call_has_place(const struct gconn *c);
+/* Take a place in the store for one more call of c: true when there was
+ * one (c below GRPC_MAX_STREAMS, the server below GRPC_MAX_PENDING, the
+ * latter reserved atomically against the other loops). */
+bool grpc_call_take_place(const struct gconn *c);
 
 /* Answer a call back from the store, if its stream is still there. */
 void grpc_call_answer(struct gcall *gc);
