@@ -122,7 +122,7 @@ grpc_conn_read(struct gconn *c)
 static void
 conn_goaway(struct gconn *c)
 {
-	if (c->goaway)
+	if (c->goaway || c->calm)
 		return;
 	c->goaway = true;
 	nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,

@@ -123,8 +123,8 @@ header_refuse(struct gconn *c, struct gstream *st)
 {
 	log_debug("grpc: stream %d: headers over max_header_bytes (%d)",
 	    (int)st->id, c->l->cur->max_header_bytes);
-	if (++c->strikes >= GRPC_HEADER_STRIKES && !c->goaway) {
-		c->goaway = true;
+	if (++c->strikes >= GRPC_HEADER_STRIKES && !c->calm) {
+		c->calm = true;
 		nghttp2_session_terminate_session(c->h2,
 		    NGHTTP2_ENHANCE_YOUR_CALM);
 	}
@@ -283,9 +283,9 @@ grpc_stream_free(struct gconn *c, struct gstream *st)
 static void
 conn_abandoned(struct gconn *c)
 {
-	if (--c->credit > 0 || c->goaway)
+	if (--c->credit > 0 || c->calm)
 		return;
-	c->goaway = true;
+	c->calm = true;
 	log_debug(
 	    "grpc: a connection abandoned %d calls more than it was "
 	    "answered; GOAWAY",

@@ -131,7 +131,11 @@ struct gconn {
 	int64_t out_us;	 /* last byte written, or nothing
 			  * left to write */
 	uint32_t events; /* what its epoll entry watches */
-	bool goaway;	 /* GOAWAY sent */
+	bool goaway;	 /* the graceful GOAWAY sent (quiesce,
+			  * idle) */
+	bool calm;	 /* GOAWAY ENHANCE_YOUR_CALM sent: it
+			  * abused the server; sent even after
+			  * the graceful one */
 	bool dead;	 /* closed; freed when ncalls is 0 */
 	struct gconn *next, *prev;
 };

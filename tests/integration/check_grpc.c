@@ -967,6 +967,95 @@ START_TEST(test_rapid_reset_is_bounded)
 }
 END_TEST
 
+/* Read frames of c into f for up to ms: the error code of the first
+ * GOAWAY (-1: none; -2: the connection closed first). */
+static long long
+read_goaway(struct h2raw *c, struct h2raw_frame *f, int ms)
+{
+	long long t0 = h_now_ms();
+	int r;
+
+	while (h_now_ms() - t0 < ms) {
+		if ((r = h2raw_read(c, f, 100)) < 0)
+			return -2;
+		if (r > 0 && f->type == H2_GOAWAY && f->len >= 8)
+			return (long long)f->payload[4] << 24 |
+			    f->payload[5] << 16 | f->payload[6] << 8 |
+			    f->payload[7];
+	}
+	return -1;
+}
+
+/*
+ * A connection that abandons calls while the daemon shuts down is still
+ * told ENHANCE_YOUR_CALM (docs/grpc.md).  127 calls sent and reset while
+ * in the store (Redis stopped) leave it one call it may abandon; once
+ * they are back, one more call goes to the store, SIGTERM sends the
+ * graceful GOAWAY (NO_ERROR), and that call is reset too.  Before, the
+ * graceful GOAWAY set the one flag that also stood for ENHANCE_YOUR_CALM
+ * sent, and the second GOAWAY never went out.
+ */
+START_TEST(test_abandon_after_quiesce_goaway)
+{
+	enum { N = 127 };
+	static uint8_t buf[N * 256];
+	struct h_redis rs = { 0 };
+	struct h_daemon d = { 0 };
+	struct h2raw c;
+	struct h2raw_frame f = { 0 };
+	uint8_t rst[4] = { 0, 0, 0, 8 }; /* CANCEL */
+	size_t len = 0;
+	long long code;
+	uint32_t id;
+	int i;
+
+	h_redis_start(&rs);
+	start(&d,
+	    "backend: redis\nredis:\n"
+	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+	    "  timeout: 5s\n"
+	    "on_backend_error: allow\n",
+	    "  - name: wide\n"
+	    "    key: \"${k}\"\n"
+	    "    limit: 1000000\n"
+	    "    window: 1h\n");
+	json_decref(
+	    call("{\"domain\": \"x\", \"descriptors\": "
+		 "[[[\"k\", \"warm\"]]]}"));
+	kill(rs.pid, SIGSTOP);
+	h2raw_connect(&c, grpc_port, NULL, 0);
+	for (i = 0; i < N; i++) {
+		id = 2 * (uint32_t)i + 1;
+		h2raw_call_headers(buf, &len, id, H2RAW_RLS_PATH, false);
+		h2raw_call_data(buf, &len, id, "x", "k", "abandon");
+		h2raw_frame(buf, &len, H2_RST_STREAM, 0, id, rst, 4);
+	}
+	ck_assert_uint_eq(h2raw_send(&c, buf, len, 2000), len);
+	ck_assert_int_eq(read_goaway(&c, &f, 300), -1);
+	kill(rs.pid, SIGCONT); /* the 127 come back */
+	ck_assert_int_eq(read_goaway(&c, &f, 500), -1);
+	kill(rs.pid, SIGSTOP);
+	id = 2 * N + 1;
+	len = 0;
+	h2raw_call_headers(buf, &len, id, H2RAW_RLS_PATH, false);
+	h2raw_call_data(buf, &len, id, "x", "k", "abandon");
+	ck_assert_uint_eq(h2raw_send(&c, buf, len, 2000), len);
+	ck_assert_int_eq(read_goaway(&c, &f, 300), -1); /* in the store */
+	kill(d.pid, SIGTERM);
+	code = read_goaway(&c, &f, 2000);
+	ck_assert_msg(code == 0, "graceful GOAWAY: %lld", code);
+	len = 0;
+	h2raw_frame(buf, &len, H2_RST_STREAM, 0, id, rst, 4);
+	ck_assert_uint_eq(h2raw_send(&c, buf, len, 2000), len);
+	code = read_goaway(&c, &f, 1000);
+	ck_assert_msg(code == 11, "after the last reset: GOAWAY %lld", code);
+	h2raw_close(&c);
+	kill(rs.pid, SIGCONT);
+	h_daemon_stop(&d);
+	h_redis_stop(&rs);
+}
+END_TEST
+
 /* A line of /proc/PID/status ("VmRSS"), in kB. */
 static long long
 proc_status_kb(pid_t pid, const char *field)
@@ -1413,6 +1502,7 @@ test_suite(void)
 	tcase_add_test(tc, test_rapid_reset_flood_memory);
 	tcase_add_test(tc, test_hpack_bomb_is_refused);
 	tcase_add_test(tc, test_conn_budget_counts_unfinished_requests);
+	tcase_add_test(tc, test_abandon_after_quiesce_goaway);
 	suite_add_tcase(s, tc);
 	return s;
 }
