@@ -266,7 +266,7 @@ grpc_call_take_place(const struct gconn *c)
 static int64_t
 call_deadline(const struct gstream *st)
 {
-	return st->timeout_us > 0 ? st->start_us + st->timeout_us : 0;
+	return st->timeout_us >= 0 ? st->start_us + st->timeout_us : 0;
 }
 
 static void
@@ -381,6 +381,12 @@ grpc_stream_request(struct gstream *st)
 	if (!st->grpc_type) {
 		grpc_answer_status(st, GRPC_INTERNAL,
 		    "content-type is not application/grpc");
+		return;
+	}
+	if (st->timeout_us == 0) {
+		/* grpc-timeout 0: the client's deadline has passed. */
+		grpc_answer_status(st, GRPC_DEADLINE_EXCEEDED,
+		    "grpc-timeout 0: the deadline has passed");
 		return;
 	}
 	if (st->too_big) {

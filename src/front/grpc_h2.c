@@ -63,6 +63,7 @@ on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *arg)
 	st->id = f->hd.stream_id;
 	st->c = c;
 	st->start_us = util_monotonic_us();
+	st->timeout_us = -1;
 	st->next = c->streams;
 	if (c->streams != NULL)
 		c->streams->prev = st;
@@ -73,7 +74,9 @@ on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *arg)
 	return 0;
 }
 
-/* grpc-timeout: up to 8 digits and a unit (H M S m u n).  0 if bad. */
+/* grpc-timeout: up to 8 digits and a unit (H M S m u n), in
+ * microseconds; -1 (no deadline) if bad.  0 is a deadline already passed
+ * (docs/grpc.md); a timeout under a microsecond but not 0 counts as 1. */
 static int64_t
 parse_timeout(const uint8_t *v, size_t len)
 {
@@ -81,10 +84,10 @@ parse_timeout(const uint8_t *v, size_t len)
 	size_t i;
 
 	if (len < 2 || len > 9)
-		return 0;
+		return -1;
 	for (i = 0; i + 1 < len; i++) {
 		if (v[i] < '0' || v[i] > '9')
-			return 0;
+			return -1;
 		n = n * 10 + (v[i] - '0');
 	}
 	switch (v[len - 1]) {
@@ -99,9 +102,9 @@ parse_timeout(const uint8_t *v, size_t len)
 	case 'u':
 		return n;
 	case 'n':
-		return n / 1000 > 0 ? n / 1000 : 1;
+		return n == 0 ? 0 : n / 1000 > 0 ? n / 1000 : 1;
 	}
-	return 0;
+	return -1;
 }
 
 static bool

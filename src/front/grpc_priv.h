@@ -102,7 +102,7 @@ struct gstream {
 	bool reset;	     /* RST_STREAM submitted */
 	int64_t start_us;    /* monotonic, at its first header */
 	int64_t answered_us; /* when its answer was submitted */
-	int64_t timeout_us;  /* grpc-timeout, or 0 */
+	int64_t timeout_us;  /* grpc-timeout (0: passed), or -1 */
 	uint8_t *in;	     /* the request's bytes, until decoded */
 	size_t inlen, incap;
 	uint8_t *out; /* the framed response message */

@@ -1429,6 +1429,51 @@ START_TEST(test_conn_budget_counts_unfinished_requests)
 }
 END_TEST
 
+/*
+ * grpc-timeout 0 ("0m", "0S", "0n") is a deadline already passed: the
+ * call is answered DEADLINE_EXCEEDED at once, as gRPC's own servers do
+ * (docs/grpc.md).  A positive timeout, or one that does not parse, is
+ * served.  Before, 0 was taken for "no deadline" and answered OK.
+ */
+START_TEST(test_grpc_timeout_zero_is_expired)
+{
+	static const struct {
+		const char *timeout, *status;
+	} cases[] = {
+		{ "0m", "4" },
+		{ "0S", "4" },
+		{ "0n", "4" },
+		{ "1S", "0" },
+		{ "x1", "0" },
+	};
+	enum { N = sizeof(cases) / sizeof(cases[0]) };
+	static struct budget_conn b;
+	struct h_daemon d = { 0 };
+	uint8_t buf[4096];
+	size_t len = 0;
+	uint32_t id;
+	int i;
+
+	start(&d, "backend: memory\n", rules_edge);
+	memset(&b, 0, sizeof(b));
+	h2raw_connect(&b.c, grpc_port, NULL, 0);
+	for (i = 0; i < N; i++) {
+		id = 2 * (uint32_t)i + 1;
+		h2raw_call_headers_timeout(buf, &len, id, H2RAW_RLS_PATH,
+		    cases[i].timeout, false);
+		h2raw_call_data(buf, &len, id, "edge", "user", "zed");
+	}
+	ck_assert_uint_eq(h2raw_send(&b.c, buf, len, 2000), len);
+	budget_wait(&b, N, 3000);
+	for (i = 0; i < N; i++)
+		ck_assert_msg(strcmp(b.code[i], cases[i].status) == 0,
+		    "grpc-timeout %s: grpc-status \"%s\" (%s), not %s",
+		    cases[i].timeout, b.code[i], b.msg[i], cases[i].status);
+	h2raw_close(&b.c);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 /* A reload applies to gRPC calls too; SIGTERM exits 0 (h_daemon_stop). */
 START_TEST(test_reload)
 {
@@ -1486,6 +1531,7 @@ test_suite(void)
 	tcase_add_test(tc, test_backend_down_policies);
 	tcase_add_test(tc, test_grpc_timeout_bounds_the_store);
 	tcase_add_test(tc, test_grpc_timeout_while_held);
+	tcase_add_test(tc, test_grpc_timeout_zero_is_expired);
 	tcase_add_test(tc, test_first_calls_without_http);
 	tcase_add_test(tc, test_sigterm_answers_calls_in_flight);
 	tcase_add_test(tc, test_unfinished_request_is_cut);

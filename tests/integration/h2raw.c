@@ -115,6 +115,13 @@ void
 h2raw_call_headers(uint8_t *buf, size_t *len, uint32_t stream, const char *path,
     bool end)
 {
+	h2raw_call_headers_timeout(buf, len, stream, path, NULL, end);
+}
+
+void
+h2raw_call_headers_timeout(uint8_t *buf, size_t *len, uint32_t stream,
+    const char *path, const char *timeout, bool end)
+{
 	uint8_t block[512];
 	size_t n = 0;
 
@@ -124,6 +131,8 @@ h2raw_call_headers(uint8_t *buf, size_t *len, uint32_t stream, const char *path,
 	literal(block, &n, ":authority", "x");
 	literal(block, &n, "content-type", "application/grpc");
 	literal(block, &n, "te", "trailers");
+	if (timeout != NULL)
+		literal(block, &n, "grpc-timeout", timeout);
 	h2raw_frame(buf, len, H2_HEADERS,
 	    H2_END_HEADERS | (end ? H2_END_STREAM : 0), stream, block, n);
 }

@@ -65,6 +65,10 @@ void h2raw_frame(uint8_t *buf, size_t *len, uint8_t type, uint8_t flags,
 void h2raw_call_headers(uint8_t *buf, size_t *len, uint32_t stream,
     const char *path, bool end);
 
+/* The same with a grpc-timeout header of value timeout (NULL: none). */
+void h2raw_call_headers_timeout(uint8_t *buf, size_t *len, uint32_t stream,
+    const char *path, const char *timeout, bool end);
+
 /* Append a DATA frame with END_STREAM carrying one gRPC message: a
  * RateLimitRequest for domain with one descriptor [key=value]. */
 void h2raw_call_data(uint8_t *buf, size_t *len, uint32_t stream,
