@@ -64,6 +64,7 @@ grpc_answer_status(struct gstream *st, int status, const char *message)
 		return;
 	st->answered = true;
 	st->answered_us = util_monotonic_us();
+	grpc_stream_drop_request(st);
 	snprintf(code, sizeof(code), "%d", status);
 	percent_encode(message, msg, sizeof(msg));
 	metrics_grpc_response(st->c->s->metrics, status);
@@ -132,6 +133,7 @@ answer_message(struct gstream *st, uint8_t *msg, size_t len)
 	st->outoff = 0;
 	st->answered = true;
 	st->answered_us = util_monotonic_us();
+	grpc_stream_drop_request(st);
 	dp.source.ptr = st;
 	dp.read_callback = read_out;
 	metrics_grpc_response(st->c->s->metrics, GRPC_OK);
@@ -172,7 +174,14 @@ grpc_call_free(struct gcall *gc)
 	rl_free(gc);
 }
 
-/* The store is done with gc (any thread): queue it for the loop. */
+/*
+ * The store is done with gc (any thread): queue it for the loop, and wake
+ * the loop while still holding its lock.  Once the lock is let go the
+ * loop may drain gc, bring pending to 0, see stop, exit, and
+ * grpc_server_stop() free the loops and close their eventfds: a wake after
+ * the unlock could read freed memory and write to a descriptor reused by
+ * then.  Nothing of l is touched after the unlock.
+ */
 static void
 call_done(void *arg)
 {
@@ -186,8 +195,8 @@ call_done(void *arg)
 	else
 		l->done_head = gc;
 	l->done_tail = gc;
-	pthread_mutex_unlock(&l->lock);
 	grpc_loop_wake(l);
+	pthread_mutex_unlock(&l->lock);
 }
 
 static void
@@ -221,23 +230,35 @@ grpc_call_answer(struct gcall *gc)
 		grpc_answer_status(st, status, msg);
 }
 
-/* gc goes to the store for connection c: it holds one of c's places
- * (GRPC_MAX_STREAMS) and one of the server's (GRPC_MAX_PENDING) until it
- * comes back, whatever becomes of its stream. */
+/* gc goes to the store for connection c, in the server's place that
+ * grpc_stream_start() was given: it holds one of c's places
+ * (GRPC_MAX_STREAMS) and that one of the server's (GRPC_MAX_PENDING)
+ * until it comes back, whatever becomes of its stream. */
 static void
 call_enter(struct gcall *gc, struct gconn *c)
 {
 	gc->c = c;
 	c->ncalls++;
-	atomic_fetch_add(&c->s->pending, 1);
 }
 
-/* Is there a place in the store for one more call of c? */
+/*
+ * Take a place in the store for one more call of c, or false.  c's own
+ * count belongs to its loop; the server's is shared by every loop, so
+ * the place is reserved with a compare-and-swap: a load and a later
+ * increment would let each loop take the last place at once.
+ */
 bool
-grpc_call_has_place(const struct gconn *c)
+grpc_call_take_place(const struct gconn *c)
 {
-	return c->ncalls < GRPC_MAX_STREAMS &&
-	    atomic_load(&c->s->pending) < GRPC_MAX_PENDING;
+	int n;
+
+	if (c->ncalls >= GRPC_MAX_STREAMS)
+		return false;
+	n = atomic_load(&c->s->pending);
+	while (n < GRPC_MAX_PENDING)
+		if (atomic_compare_exchange_weak(&c->s->pending, &n, n + 1))
+			return true;
+	return false;
 }
 
 /* The client's own deadline (grpc-timeout), or 0; the store keeps the
@@ -245,7 +266,7 @@ grpc_call_has_place(const struct gconn *c)
 static int64_t
 call_deadline(const struct gstream *st)
 {
-	return st->timeout_us > 0 ? st->start_us + st->timeout_us : 0;
+	return st->timeout_us >= 0 ? st->start_us + st->timeout_us : 0;
 }
 
 static void
@@ -315,7 +336,9 @@ start_health(struct gstream *st, struct gcall *gc, const uint8_t *msg,
 	backend_submit(s->decider->backend, &gc->probe);
 }
 
-/* Start the call of a whole, well-formed request (grpc_stream_request). */
+/* Start the call of a whole, well-formed request (grpc_stream_request)
+ * in the place it was given; a call settled without the store gives the
+ * place back. */
 void
 grpc_stream_start(struct gstream *st)
 {
@@ -324,7 +347,7 @@ grpc_stream_start(struct gstream *st)
 
 	if ((gc = rl_calloc(1, sizeof(*gc))) == NULL) {
 		grpc_answer_status(st, GRPC_INTERNAL, "out of memory");
-		return;
+		goto out;
 	}
 	gc->s = st->c->s;
 	gc->cfg = config_ref(st->c->l->cur);
@@ -332,6 +355,12 @@ grpc_stream_start(struct gstream *st)
 		start_rls(st, gc, st->in + GRPC_PREFIX, mlen);
 	else
 		start_health(st, gc, st->in + GRPC_PREFIX, mlen);
+out:
+	/* st->call: in the store's hands (call_enter). */
+	if (st->call == NULL)
+		atomic_fetch_sub(&st->c->s->pending, 1);
+	/* Decoded (or refused): the call holds no request bytes. */
+	grpc_stream_drop_request(st);
 }
 
 /* The whole request is in: check it, then start its call, or let it wait
@@ -354,9 +383,20 @@ grpc_stream_request(struct gstream *st)
 		    "content-type is not application/grpc");
 		return;
 	}
+	if (st->timeout_us == 0) {
+		/* grpc-timeout 0: the client's deadline has passed. */
+		grpc_answer_status(st, GRPC_DEADLINE_EXCEEDED,
+		    "grpc-timeout 0: the deadline has passed");
+		return;
+	}
 	if (st->too_big) {
 		grpc_answer_status(st, GRPC_RESOURCE_EXHAUSTED,
 		    "message larger than max_body_bytes");
+		return;
+	}
+	if (st->over_budget) {
+		grpc_answer_status(st, GRPC_RESOURCE_EXHAUSTED,
+		    "the connection holds 256 KiB of unfinished requests");
 		return;
 	}
 	if (st->inlen < GRPC_PREFIX) {
@@ -376,7 +416,7 @@ grpc_stream_request(struct gstream *st)
 		    "whole message");
 		return;
 	}
-	if (!grpc_call_has_place(st->c)) {
+	if (!grpc_call_take_place(st->c)) {
 		/* Started by conn_start_waiting() once a call comes back. */
 		st->waiting = true;
 		st->c->nwaiting++;

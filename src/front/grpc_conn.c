@@ -122,7 +122,7 @@ grpc_conn_read(struct gconn *c)
 static void
 conn_goaway(struct gconn *c)
 {
-	if (c->goaway)
+	if (c->goaway || c->calm)
 		return;
 	c->goaway = true;
 	nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
@@ -136,10 +136,10 @@ conn_start_waiting(struct gconn *c)
 {
 	struct gstream *st;
 
-	for (st = c->streams;
-	     st != NULL && c->nwaiting > 0 && grpc_call_has_place(c);
-	     st = st->next)
+	for (st = c->streams; st != NULL && c->nwaiting > 0; st = st->next)
 		if (st->waiting) {
+			if (!grpc_call_take_place(c))
+				break;
 			st->waiting = false;
 			c->nwaiting--;
 			grpc_stream_start(st);

@@ -3,7 +3,8 @@
  * (grpc_priv.h, docs/grpc.md): a stream per request HEADERS; the headers a
  * call needs, bounded by max_header_bytes (an HPACK bomb) with a GOAWAY
  * after GRPC_HEADER_STRIKES refusals; the message gathered up to
- * max_body_bytes and GRPC_CONN_BUFFERED; END_STREAM handing the request to
+ * max_body_bytes and GRPC_CONN_BUFFERED, its bytes freed once decoded or
+ * refused; END_STREAM handing the request to
  * grpc_call.c; a stream's close and the credit of calls abandoned by a
  * reset (CVE-2023-44487); the send to the socket; and the reset rate
  * limit of the session options (docs/security.md).
@@ -62,6 +63,7 @@ on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *arg)
 	st->id = f->hd.stream_id;
 	st->c = c;
 	st->start_us = util_monotonic_us();
+	st->timeout_us = -1;
 	st->next = c->streams;
 	if (c->streams != NULL)
 		c->streams->prev = st;
@@ -72,7 +74,9 @@ on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *arg)
 	return 0;
 }
 
-/* grpc-timeout: up to 8 digits and a unit (H M S m u n).  0 if bad. */
+/* grpc-timeout: up to 8 digits and a unit (H M S m u n), in
+ * microseconds; -1 (no deadline) if bad.  0 is a deadline already passed
+ * (docs/grpc.md); a timeout under a microsecond but not 0 counts as 1. */
 static int64_t
 parse_timeout(const uint8_t *v, size_t len)
 {
@@ -80,10 +84,10 @@ parse_timeout(const uint8_t *v, size_t len)
 	size_t i;
 
 	if (len < 2 || len > 9)
-		return 0;
+		return -1;
 	for (i = 0; i + 1 < len; i++) {
 		if (v[i] < '0' || v[i] > '9')
-			return 0;
+			return -1;
 		n = n * 10 + (v[i] - '0');
 	}
 	switch (v[len - 1]) {
@@ -98,9 +102,9 @@ parse_timeout(const uint8_t *v, size_t len)
 	case 'u':
 		return n;
 	case 'n':
-		return n / 1000 > 0 ? n / 1000 : 1;
+		return n == 0 ? 0 : n / 1000 > 0 ? n / 1000 : 1;
 	}
-	return 0;
+	return -1;
 }
 
 static bool
@@ -122,8 +126,8 @@ header_refuse(struct gconn *c, struct gstream *st)
 {
 	log_debug("grpc: stream %d: headers over max_header_bytes (%d)",
 	    (int)st->id, c->l->cur->max_header_bytes);
-	if (++c->strikes >= GRPC_HEADER_STRIKES && !c->goaway) {
-		c->goaway = true;
+	if (++c->strikes >= GRPC_HEADER_STRIKES && !c->calm) {
+		c->calm = true;
 		nghttp2_session_terminate_session(c->h2,
 		    NGHTTP2_ENHANCE_YOUR_CALM);
 	}
@@ -173,11 +177,14 @@ on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t *data,
 
 	(void)flags;
 	if ((st = nghttp2_session_get_stream_user_data(h2, id)) == NULL ||
-	    st->too_big)
+	    st->too_big || st->over_budget || st->answered)
 		return 0;
 	max = (size_t)c->l->cur->max_body_bytes + GRPC_PREFIX;
 	if (st->inlen + len > max || c->buffered + len > GRPC_CONN_BUFFERED) {
-		st->too_big = true;
+		/* Answered at END_STREAM; what it sent is of no use. */
+		st->too_big = st->inlen + len > max;
+		st->over_budget = !st->too_big;
+		grpc_stream_drop_request(st);
 		return 0;
 	}
 	if (st->inlen + len > st->incap) {
@@ -233,6 +240,22 @@ on_frame_sent(nghttp2_session *h2, const nghttp2_frame *f, void *arg)
 	return 0;
 }
 
+/*
+ * GRPC_CONN_BUFFERED bounds the requests a connection has not had
+ * decoded yet: still arriving, or whole and waiting for a place
+ * (docs/grpc.md).  Once a request is decoded, refused or answered its
+ * bytes are freed and leave the count, so calls in the store or answers
+ * the client has not read yet hold none.
+ */
+void
+grpc_stream_drop_request(struct gstream *st)
+{
+	st->c->buffered -= st->inlen;
+	rl_free(st->in);
+	st->in = NULL;
+	st->inlen = st->incap = 0;
+}
+
 void
 grpc_stream_free(struct gconn *c, struct gstream *st)
 {
@@ -249,8 +272,7 @@ grpc_stream_free(struct gconn *c, struct gstream *st)
 	if (st->next != NULL)
 		st->next->prev = st->prev;
 	c->nstreams--;
-	c->buffered -= st->inlen;
-	rl_free(st->in);
+	grpc_stream_drop_request(st);
 	rl_free(st->out);
 	rl_free(st);
 }
@@ -264,9 +286,9 @@ grpc_stream_free(struct gconn *c, struct gstream *st)
 static void
 conn_abandoned(struct gconn *c)
 {
-	if (--c->credit > 0 || c->goaway)
+	if (--c->credit > 0 || c->calm)
 		return;
-	c->goaway = true;
+	c->calm = true;
 	log_debug(
 	    "grpc: a connection abandoned %d calls more than it was "
 	    "answered; GOAWAY",

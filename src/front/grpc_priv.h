@@ -93,7 +93,8 @@ struct gstream {
 	struct gconn *c;
 	enum gmethod method;
 	bool post, grpc_type; /* :method POST, application/grpc */
-	bool too_big;	      /* the message passed the limit */
+	bool too_big;	      /* the message passed max_body_bytes */
+	bool over_budget;     /* or GRPC_CONN_BUFFERED */
 	bool answered;
 	bool cut;	     /* reset once its answer is out */
 	bool waiting;	     /* whole, waiting for a place */
@@ -101,8 +102,8 @@ struct gstream {
 	bool reset;	     /* RST_STREAM submitted */
 	int64_t start_us;    /* monotonic, at its first header */
 	int64_t answered_us; /* when its answer was submitted */
-	int64_t timeout_us;  /* grpc-timeout, or 0 */
-	uint8_t *in;	     /* the request's bytes */
+	int64_t timeout_us;  /* grpc-timeout (0: passed), or -1 */
+	uint8_t *in;	     /* the request's bytes, until decoded */
 	size_t inlen, incap;
 	uint8_t *out; /* the framed response message */
 	size_t outlen, outoff;
@@ -124,12 +125,17 @@ struct gconn {
 	int nwaiting;	 /* streams with waiting set */
 	int credit;	 /* calls it may still abandon */
 	int strikes;	 /* header lists refused */
-	size_t buffered; /* request bytes its streams hold */
+	size_t buffered; /* request bytes its streams hold,
+			  * not yet decoded */
 	int64_t last_us; /* last read, monotonic */
 	int64_t out_us;	 /* last byte written, or nothing
 			  * left to write */
 	uint32_t events; /* what its epoll entry watches */
-	bool goaway;	 /* GOAWAY sent */
+	bool goaway;	 /* the graceful GOAWAY sent (quiesce,
+			  * idle) */
+	bool calm;	 /* GOAWAY ENHANCE_YOUR_CALM sent: it
+			  * abused the server; sent even after
+			  * the graceful one */
 	bool dead;	 /* closed; freed when ncalls is 0 */
 	struct gconn *next, *prev;
 };
@@ -172,7 +178,8 @@ struct grpc_server {
 
 	atomic_bool quiesce, stop;
 	atomic_int inflight; /* calls received, not answered */
-	atomic_int pending;  /* gcalls not yet back from the store */
+	atomic_int pending;  /* places in the store taken: gcalls
+			      * not yet back (grpc_call_take_place) */
 	atomic_int nconns;   /* open connections, every loop */
 	nghttp2_session_callbacks *cbs;
 	nghttp2_option *opt;
@@ -230,6 +237,10 @@ void grpc_loop_sweep(struct gloop *l);
  * Start-up, or grpc_fuzz_feed()'s thread. */
 int grpc_h2_callbacks_new(struct grpc_server *s);
 
+/* Free the request bytes of st (it is decoded, refused or answered) and
+ * take them off its connection's GRPC_CONN_BUFFERED.  Again: nothing. */
+void grpc_stream_drop_request(struct gstream *st);
+
 /* Unlink st from c (and from its call, which the store may still have)
  * and free it. */
 void grpc_stream_free(struct gconn *c, struct gstream *st);
@@ -245,11 +256,15 @@ void grpc_answer_status(struct gstream *st, int status, const char *message);
  * in the store. */
 void grpc_stream_request(struct gstream *st);
 
-/* Start the call of a whole, well-formed request that has its place. */
+/* Start the call of a whole, well-formed request in the place
+ * grpc_call_take_place() gave it (given back if the call is settled
+ * without the store). */
 void grpc_stream_start(struct gstream *st);
 
-/* Is there a place in the store for one more call of c? */
-bool grpc_call_has_place(const struct gconn *c);
+/* Take a place in the store for one more call of c: true when there was
+ * one (c below GRPC_MAX_STREAMS, the server below GRPC_MAX_PENDING, the
+ * latter reserved atomically against the other loops). */
+bool grpc_call_take_place(const struct gconn *c);
 
 /* Answer a call back from the store, if its stream is still there. */
 void grpc_call_answer(struct gcall *gc);

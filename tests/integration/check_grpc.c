@@ -967,6 +967,95 @@ START_TEST(test_rapid_reset_is_bounded)
 }
 END_TEST
 
+/* Read frames of c into f for up to ms: the error code of the first
+ * GOAWAY (-1: none; -2: the connection closed first). */
+static long long
+read_goaway(struct h2raw *c, struct h2raw_frame *f, int ms)
+{
+	long long t0 = h_now_ms();
+	int r;
+
+	while (h_now_ms() - t0 < ms) {
+		if ((r = h2raw_read(c, f, 100)) < 0)
+			return -2;
+		if (r > 0 && f->type == H2_GOAWAY && f->len >= 8)
+			return (long long)f->payload[4] << 24 |
+			    f->payload[5] << 16 | f->payload[6] << 8 |
+			    f->payload[7];
+	}
+	return -1;
+}
+
+/*
+ * A connection that abandons calls while the daemon shuts down is still
+ * told ENHANCE_YOUR_CALM (docs/grpc.md).  127 calls sent and reset while
+ * in the store (Redis stopped) leave it one call it may abandon; once
+ * they are back, one more call goes to the store, SIGTERM sends the
+ * graceful GOAWAY (NO_ERROR), and that call is reset too.  Before, the
+ * graceful GOAWAY set the one flag that also stood for ENHANCE_YOUR_CALM
+ * sent, and the second GOAWAY never went out.
+ */
+START_TEST(test_abandon_after_quiesce_goaway)
+{
+	enum { N = 127 };
+	static uint8_t buf[N * 256];
+	struct h_redis rs = { 0 };
+	struct h_daemon d = { 0 };
+	struct h2raw c;
+	struct h2raw_frame f = { 0 };
+	uint8_t rst[4] = { 0, 0, 0, 8 }; /* CANCEL */
+	size_t len = 0;
+	long long code;
+	uint32_t id;
+	int i;
+
+	h_redis_start(&rs);
+	start(&d,
+	    "backend: redis\nredis:\n"
+	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+	    "  timeout: 5s\n"
+	    "on_backend_error: allow\n",
+	    "  - name: wide\n"
+	    "    key: \"${k}\"\n"
+	    "    limit: 1000000\n"
+	    "    window: 1h\n");
+	json_decref(
+	    call("{\"domain\": \"x\", \"descriptors\": "
+		 "[[[\"k\", \"warm\"]]]}"));
+	kill(rs.pid, SIGSTOP);
+	h2raw_connect(&c, grpc_port, NULL, 0);
+	for (i = 0; i < N; i++) {
+		id = 2 * (uint32_t)i + 1;
+		h2raw_call_headers(buf, &len, id, H2RAW_RLS_PATH, false);
+		h2raw_call_data(buf, &len, id, "x", "k", "abandon");
+		h2raw_frame(buf, &len, H2_RST_STREAM, 0, id, rst, 4);
+	}
+	ck_assert_uint_eq(h2raw_send(&c, buf, len, 2000), len);
+	ck_assert_int_eq(read_goaway(&c, &f, 300), -1);
+	kill(rs.pid, SIGCONT); /* the 127 come back */
+	ck_assert_int_eq(read_goaway(&c, &f, 500), -1);
+	kill(rs.pid, SIGSTOP);
+	id = 2 * N + 1;
+	len = 0;
+	h2raw_call_headers(buf, &len, id, H2RAW_RLS_PATH, false);
+	h2raw_call_data(buf, &len, id, "x", "k", "abandon");
+	ck_assert_uint_eq(h2raw_send(&c, buf, len, 2000), len);
+	ck_assert_int_eq(read_goaway(&c, &f, 300), -1); /* in the store */
+	kill(d.pid, SIGTERM);
+	code = read_goaway(&c, &f, 2000);
+	ck_assert_msg(code == 0, "graceful GOAWAY: %lld", code);
+	len = 0;
+	h2raw_frame(buf, &len, H2_RST_STREAM, 0, id, rst, 4);
+	ck_assert_uint_eq(h2raw_send(&c, buf, len, 2000), len);
+	code = read_goaway(&c, &f, 1000);
+	ck_assert_msg(code == 11, "after the last reset: GOAWAY %lld", code);
+	h2raw_close(&c);
+	kill(rs.pid, SIGCONT);
+	h_daemon_stop(&d);
+	h_redis_stop(&rs);
+}
+END_TEST
+
 /* A line of /proc/PID/status ("VmRSS"), in kB. */
 static long long
 proc_status_kb(pid_t pid, const char *field)
@@ -1190,6 +1279,201 @@ START_TEST(test_hpack_bomb_is_refused)
 }
 END_TEST
 
+/* One connection of test_conn_budget_*: its connection-level window
+ * (what the server lets it send) and each stream's grpc-status. */
+struct budget_conn {
+	struct h2raw c;
+	struct h2raw_frame f;
+	long long win;
+	int answered;
+	char code[64][8], msg[64][160];
+};
+
+/* Take in one frame from the server: a WINDOW_UPDATE of the connection,
+ * or the grpc-status (and grpc-message) of a stream. */
+static void
+budget_frame(struct budget_conn *b)
+{
+	const struct h2raw_frame *f = &b->f;
+	uint32_t i = (f->stream - 1) / 2;
+
+	if (f->type == H2_WINDOW_UPDATE && f->stream == 0 && f->len == 4)
+		b->win += ((long long)f->payload[0] << 24 |
+			      f->payload[1] << 16 | f->payload[2] << 8 |
+			      f->payload[3]) &
+		    0x7fffffff;
+	if (f->type == H2_HEADERS && f->stream % 2 == 1 && i < 64 &&
+	    h2raw_header(f, "grpc-status", b->code[i], sizeof(b->code[i]))) {
+		b->answered++;
+		if (!h2raw_header(f, "grpc-message", b->msg[i],
+			sizeof(b->msg[i])))
+			b->msg[i][0] = '\0';
+	}
+}
+
+/* Send a call's frames (data bytes of DATA payload) once the server's
+ * window has room for them. */
+static void
+budget_send(struct budget_conn *b, const uint8_t *buf, size_t len, size_t data)
+{
+	long long t0 = h_now_ms();
+	int r;
+
+	while (b->win < (long long)data && h_now_ms() - t0 < 5000 &&
+	    (r = h2raw_read(&b->c, &b->f, 200)) >= 0)
+		if (r > 0)
+			budget_frame(b);
+	ck_assert_msg(b->win >= (long long)data, "no window for %zu bytes",
+	    data);
+	ck_assert_uint_eq(h2raw_send(&b->c, buf, len, 2000), len);
+	b->win -= (long long)data;
+}
+
+/* Read until n streams are answered or ms pass. */
+static void
+budget_wait(struct budget_conn *b, int n, int ms)
+{
+	long long t0 = h_now_ms();
+	int r;
+
+	while (b->answered < n && h_now_ms() - t0 < ms &&
+	    (r = h2raw_read(&b->c, &b->f, 200)) >= 0)
+		if (r > 0)
+			budget_frame(b);
+}
+
+/*
+ * The 256 KiB a connection may hold are its requests not yet decoded
+ * (docs/grpc.md): with Redis stopped, 20 calls of ~15 KB on one
+ * connection (each under max_body_bytes, 300 KB together) all wait in
+ * the store and are all answered once Redis is back.  Before, the bytes
+ * of a call stayed counted until its stream closed, and calls 18 to 20
+ * were refused RESOURCE_EXHAUSTED "message larger than max_body_bytes".
+ * Requests still arriving do count: 18 unfinished ones pass the budget,
+ * and the call past it is refused as such, not as too large.
+ */
+START_TEST(test_conn_budget_counts_unfinished_requests)
+{
+	enum { N = 20, PAD = 15000 };
+	static uint8_t buf[2 * 16384];
+	static struct budget_conn b;
+	struct h_redis rs = { 0 };
+	struct h_daemon d = { 0 };
+	size_t len, data;
+	char user[16];
+	uint32_t id;
+	int i;
+
+	h_redis_start(&rs);
+	start(&d,
+	    "backend: redis\nredis:\n"
+	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+	    "  timeout: 5s\n"
+	    "on_backend_error: allow\n",
+	    "  - name: wide\n"
+	    "    key: \"${k}\"\n"
+	    "    limit: 1000000\n"
+	    "    window: 1h\n");
+	/* Connected first, so the calls wait only for Redis. */
+	json_decref(
+	    call("{\"domain\": \"x\", \"descriptors\": "
+		 "[[[\"k\", \"warm\"]]]}"));
+	kill(rs.pid, SIGSTOP);
+	memset(&b, 0, sizeof(b));
+	b.win = 65535;
+	h2raw_connect(&b.c, grpc_port, NULL, 0);
+	for (i = 0; i < N; i++) {
+		id = 2 * (uint32_t)i + 1;
+		snprintf(user, sizeof(user), "u%d", i);
+		len = 0;
+		h2raw_call_headers(buf, &len, id, H2RAW_RLS_PATH, false);
+		data = len;
+		h2raw_call_data_pad(buf, &len, id, "x", "k", user, PAD, true);
+		data = len - data - 9;
+		budget_send(&b, buf, len, data);
+	}
+	budget_wait(&b, N, 300); /* refusals come at once */
+	kill(rs.pid, SIGCONT);
+	budget_wait(&b, N, 5000);
+	for (i = 0; i < N; i++)
+		ck_assert_msg(strcmp(b.code[i], "0") == 0,
+		    "call %d of %d: grpc-status \"%s\" (%s)", i + 1, N,
+		    b.code[i], b.msg[i]);
+	h2raw_close(&b.c);
+
+	/* 18 requests, none ended: the 18th passes 256 KiB. */
+	memset(&b, 0, sizeof(b));
+	b.win = 65535;
+	h2raw_connect(&b.c, grpc_port, NULL, 0);
+	for (i = 0; i < 18; i++) {
+		id = 2 * (uint32_t)i + 1;
+		len = 0;
+		h2raw_call_headers(buf, &len, id, H2RAW_RLS_PATH, false);
+		data = len;
+		h2raw_call_data_pad(buf, &len, id, "x", "k", "open", PAD,
+		    false);
+		data = len - data - 9;
+		budget_send(&b, buf, len, data);
+	}
+	len = 0;
+	h2raw_frame(buf, &len, H2_DATA, H2_END_STREAM, 35, NULL, 0);
+	budget_send(&b, buf, len, 0);
+	budget_wait(&b, 1, 3000);
+	ck_assert_msg(b.answered == 1, "%d answers", b.answered);
+	ck_assert_str_eq(b.code[17], "8");
+	ck_assert_msg(strstr(b.msg[17], "unfinished requests") != NULL,
+	    "grpc-message \"%s\"", b.msg[17]);
+	h2raw_close(&b.c);
+	h_daemon_stop(&d);
+	h_redis_stop(&rs);
+}
+END_TEST
+
+/*
+ * grpc-timeout 0 ("0m", "0S", "0n") is a deadline already passed: the
+ * call is answered DEADLINE_EXCEEDED at once, as gRPC's own servers do
+ * (docs/grpc.md).  A positive timeout, or one that does not parse, is
+ * served.  Before, 0 was taken for "no deadline" and answered OK.
+ */
+START_TEST(test_grpc_timeout_zero_is_expired)
+{
+	static const struct {
+		const char *timeout, *status;
+	} cases[] = {
+		{ "0m", "4" },
+		{ "0S", "4" },
+		{ "0n", "4" },
+		{ "1S", "0" },
+		{ "x1", "0" },
+	};
+	enum { N = sizeof(cases) / sizeof(cases[0]) };
+	static struct budget_conn b;
+	struct h_daemon d = { 0 };
+	uint8_t buf[4096];
+	size_t len = 0;
+	uint32_t id;
+	int i;
+
+	start(&d, "backend: memory\n", rules_edge);
+	memset(&b, 0, sizeof(b));
+	h2raw_connect(&b.c, grpc_port, NULL, 0);
+	for (i = 0; i < N; i++) {
+		id = 2 * (uint32_t)i + 1;
+		h2raw_call_headers_timeout(buf, &len, id, H2RAW_RLS_PATH,
+		    cases[i].timeout, false);
+		h2raw_call_data(buf, &len, id, "edge", "user", "zed");
+	}
+	ck_assert_uint_eq(h2raw_send(&b.c, buf, len, 2000), len);
+	budget_wait(&b, N, 3000);
+	for (i = 0; i < N; i++)
+		ck_assert_msg(strcmp(b.code[i], cases[i].status) == 0,
+		    "grpc-timeout %s: grpc-status \"%s\" (%s), not %s",
+		    cases[i].timeout, b.code[i], b.msg[i], cases[i].status);
+	h2raw_close(&b.c);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 /* A reload applies to gRPC calls too; SIGTERM exits 0 (h_daemon_stop). */
 START_TEST(test_reload)
 {
@@ -1247,6 +1531,7 @@ test_suite(void)
 	tcase_add_test(tc, test_backend_down_policies);
 	tcase_add_test(tc, test_grpc_timeout_bounds_the_store);
 	tcase_add_test(tc, test_grpc_timeout_while_held);
+	tcase_add_test(tc, test_grpc_timeout_zero_is_expired);
 	tcase_add_test(tc, test_first_calls_without_http);
 	tcase_add_test(tc, test_sigterm_answers_calls_in_flight);
 	tcase_add_test(tc, test_unfinished_request_is_cut);
@@ -1262,6 +1547,8 @@ test_suite(void)
 	tcase_add_test(tc, test_rapid_reset_is_bounded);
 	tcase_add_test(tc, test_rapid_reset_flood_memory);
 	tcase_add_test(tc, test_hpack_bomb_is_refused);
+	tcase_add_test(tc, test_conn_budget_counts_unfinished_requests);
+	tcase_add_test(tc, test_abandon_after_quiesce_goaway);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -115,6 +115,13 @@ void
 h2raw_call_headers(uint8_t *buf, size_t *len, uint32_t stream, const char *path,
     bool end)
 {
+	h2raw_call_headers_timeout(buf, len, stream, path, NULL, end);
+}
+
+void
+h2raw_call_headers_timeout(uint8_t *buf, size_t *len, uint32_t stream,
+    const char *path, const char *timeout, bool end)
+{
 	uint8_t block[512];
 	size_t n = 0;
 
@@ -124,17 +131,24 @@ h2raw_call_headers(uint8_t *buf, size_t *len, uint32_t stream, const char *path,
 	literal(block, &n, ":authority", "x");
 	literal(block, &n, "content-type", "application/grpc");
 	literal(block, &n, "te", "trailers");
+	if (timeout != NULL)
+		literal(block, &n, "grpc-timeout", timeout);
 	h2raw_frame(buf, len, H2_HEADERS,
 	    H2_END_HEADERS | (end ? H2_END_STREAM : 0), stream, block, n);
 }
 
-/* A length-delimited protobuf field (lengths under 128). */
+/* A length-delimited protobuf field (its length a varint). */
 static void
 field(uint8_t *p, size_t *len, int number, const void *v, size_t vlen)
 {
-	ck_assert(vlen < 128);
+	size_t l = vlen;
+
 	p[(*len)++] = (uint8_t)(number << 3 | 2);
-	p[(*len)++] = (uint8_t)vlen;
+	while (l >= 128) {
+		p[(*len)++] = (uint8_t)(l % 128 + 128);
+		l /= 128;
+	}
+	p[(*len)++] = (uint8_t)l;
 	memcpy(p + *len, v, vlen);
 	*len += vlen;
 }
@@ -143,20 +157,40 @@ void
 h2raw_call_data(uint8_t *buf, size_t *len, uint32_t stream, const char *domain,
     const char *key, const char *value)
 {
-	uint8_t entry[128], desc[128], msg[256];
-	size_t ne = 0, nd = 0, nm = 5;
+	h2raw_call_data_pad(buf, len, stream, domain, key, value, 0, true);
+}
 
+void
+h2raw_call_data_pad(uint8_t *buf, size_t *len, uint32_t stream,
+    const char *domain, const char *key, const char *value, size_t padlen,
+    bool end)
+{
+	enum { MAX = 16000 };
+	static uint8_t entry[MAX], pad[MAX], desc[MAX], msg[MAX + 5];
+	size_t ne = 0, np = 0, nd = 0, nm = 5;
+
+	ck_assert(strlen(domain) < 128 && strlen(key) < 128 &&
+	    strlen(value) < 128 && padlen <= 15000);
 	/* RateLimitRequest { domain = 1; descriptors = 2 { entries = 1 {
 	 * key = 1; value = 2 } } } */
 	field(entry, &ne, 1, key, strlen(key));
 	field(entry, &ne, 2, value, strlen(value));
 	field(desc, &nd, 1, entry, ne);
+	if (padlen > 0) {
+		memset(entry, 'x', padlen);
+		field(pad, &np, 1, "pad", 3);
+		field(pad, &np, 2, entry, padlen);
+		field(desc, &nd, 1, pad, np);
+	}
 	field(msg, &nm, 1, domain, strlen(domain));
 	field(msg, &nm, 2, desc, nd);
 	msg[0] = 0;
-	msg[1] = msg[2] = msg[3] = 0;
+	msg[1] = (uint8_t)((nm - 5) >> 24);
+	msg[2] = (uint8_t)((nm - 5) >> 16);
+	msg[3] = (uint8_t)((nm - 5) >> 8);
 	msg[4] = (uint8_t)(nm - 5);
-	h2raw_frame(buf, len, H2_DATA, H2_END_STREAM, stream, msg, nm);
+	h2raw_frame(buf, len, H2_DATA, end ? H2_END_STREAM : 0, stream, msg,
+	    nm);
 }
 
 size_t

@@ -65,10 +65,20 @@ void h2raw_frame(uint8_t *buf, size_t *len, uint8_t type, uint8_t flags,
 void h2raw_call_headers(uint8_t *buf, size_t *len, uint32_t stream,
     const char *path, bool end);
 
+/* The same with a grpc-timeout header of value timeout (NULL: none). */
+void h2raw_call_headers_timeout(uint8_t *buf, size_t *len, uint32_t stream,
+    const char *path, const char *timeout, bool end);
+
 /* Append a DATA frame with END_STREAM carrying one gRPC message: a
  * RateLimitRequest for domain with one descriptor [key=value]. */
 void h2raw_call_data(uint8_t *buf, size_t *len, uint32_t stream,
     const char *domain, const char *key, const char *value);
+
+/* The same with a second attribute in the descriptor, "pad" of padlen
+ * bytes (up to 15,000: one frame), and END_STREAM only when end. */
+void h2raw_call_data_pad(uint8_t *buf, size_t *len, uint32_t stream,
+    const char *domain, const char *key, const char *value, size_t padlen,
+    bool end);
 
 /* Send len bytes, waiting at most ms for the socket to take them.  The
  * bytes sent (fewer when the server stops reading or closes). */
