@@ -705,6 +705,22 @@ END_TEST
 
 static const struct ops_conf reload_conf = { .memory = true, .limit = 1 };
 
+/* Write c as d's file, SIGHUP d, and wait for its first reload to
+ * succeed. */
+static void
+sighup_reload(struct h_daemon *d, const struct ops_conf *c)
+{
+	char yaml[4096];
+
+	ops_render_for(d, c, yaml, sizeof(yaml));
+	ops_write_file(d->conf, yaml);
+	ck_assert(kill(d->pid, SIGHUP) == 0);
+	ck_assert_msg(ops_wait_metric("ratelimitd_config_reloads_total"
+				      "{result=\"success\"}",
+			  1, 2000) >= 1,
+	    "no reload");
+}
+
 /* SIGHUP reloads (counted, logged); with a changed file, the new limit. */
 START_TEST(test_reload_sighup)
 {
@@ -749,7 +765,7 @@ timeout_reloaded(int start_ms, int reload_ms, long want, long long *ms)
 	struct h_daemon d = { 0 };
 	struct ops_conf c = { .policy = "deny", .limit = 1000000 };
 	struct ops_call q;
-	char yaml[4096], *log;
+	char *log;
 	CURL *curl;
 
 	h_redis_start(&red);
@@ -757,13 +773,7 @@ timeout_reloaded(int start_ms, int reload_ms, long want, long long *ms)
 	ops_start(&d, red.port, &c);
 	ck_assert(ops_wait_not_degraded("warm", 2000));
 	c.timeout_ms = reload_ms;
-	ops_render_for(&d, &c, yaml, sizeof(yaml));
-	ops_write_file(d.conf, yaml);
-	ck_assert(kill(d.pid, SIGHUP) == 0);
-	ck_assert_msg(ops_wait_metric("ratelimitd_config_reloads_total"
-				      "{result=\"success\"}",
-			  1, 2000) >= 1,
-	    "no reload");
+	sighup_reload(&d, &c);
 	log = ops_slurp(d.log);
 	ck_assert_msg(strstr(log,
 			  "redis.timeout changed; it applies after "
@@ -856,7 +866,7 @@ START_TEST(test_reload_to_local)
 	struct h_daemon d = { 0 };
 	struct h_resp r = { 0 };
 	struct ops_conf c = { .policy = "allow" };
-	char yaml[4096], *log;
+	char *log;
 	int i;
 
 	ops_start(&d, ops_closed_port(), &c);
@@ -867,13 +877,7 @@ START_TEST(test_reload_to_local)
 
 	c.policy = "local";
 	c.threads = 3;
-	ops_render_for(&d, &c, yaml, sizeof(yaml));
-	ops_write_file(d.conf, yaml);
-	ck_assert(kill(d.pid, SIGHUP) == 0);
-	ck_assert_msg(ops_wait_metric("ratelimitd_config_reloads_total"
-				      "{result=\"success\"}",
-			  1, 2000) >= 1,
-	    "no reload");
+	sighup_reload(&d, &c);
 	for (i = 0; i < 3; i++) {
 		ops_acquire(&r, "r");
 		ck_assert_msg(r.status == want[i],
@@ -914,7 +918,6 @@ START_TEST(test_reload_deny_in_flight)
 	};
 	struct h_resp r = { 0 };
 	struct ops_call q;
-	char yaml[4096];
 	CURL *curl;
 	int i;
 
@@ -929,13 +932,7 @@ START_TEST(test_reload_deny_in_flight)
 	ops_call_start(&q, curl, "POST", "/acquire", "{\"user\":\"u\"}");
 	h_sleep_ms(300);
 	c.limit = 100;
-	ops_render_for(&d, &c, yaml, sizeof(yaml));
-	ops_write_file(d.conf, yaml);
-	ck_assert(kill(d.pid, SIGHUP) == 0);
-	ck_assert_msg(ops_wait_metric("ratelimitd_config_reloads_total"
-				      "{result=\"success\"}",
-			  1, 2000) >= 1,
-	    "no reload");
+	sighup_reload(&d, &c);
 	ck_assert(kill(red.pid, SIGCONT) == 0);
 	ops_call_finish(&q);
 	ck_assert_msg(q.r.status == 429, "in flight: %ld %s", q.r.status,
