@@ -410,7 +410,8 @@ drop_privileges(const struct config *c, char *err, size_t errlen)
 	return 0;
 }
 
-/* Redis heard a lease released (by any daemon): its waiters try again.
+/* Redis heard a lease released, or a key reset (by any daemon): its
+ * waiters try again, and what is held in advance for it goes.
  * The same channel carries the notices of lua/override.lua, the name of
  * an override hash, which never ends in '}' as a lease's key does: that
  * rule's overrides are read again (docs/admin.md).  NULL: both may have
@@ -425,8 +426,12 @@ on_released(void *arg, const char *key, size_t keylen)
 		overrides_notice(d->overrides, NULL, 0);
 	} else if (keylen > 0 && key[keylen - 1] != '}')
 		overrides_notice(d->overrides, key, keylen);
-	else
+	else {
 		lease_wait_released(d->leases, lease_key_hash(key, keylen));
+		/* Also an admin reset's (lua/reset.lua): the quota held in
+		 * advance for that key came from the counter dropped. */
+		prefetch_forget(d->prefetch, key, keylen);
+	}
 }
 
 /* Make the backends the config asks for.  0 or -1 with err. */
@@ -585,6 +590,13 @@ make_decider(struct daemon *d, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
+	/* Before the store, whose thread may hear a reset at once. */
+	d->prefetch = prefetch_new(PREFETCH_KEYS, d->cfg->serial,
+	    on_prefetch_lost, d->metrics);
+	if (d->prefetch == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
 	if (make_backends(d, err, errlen) < 0)
 		return -1;
 	/* On Redis every daemon mirrors the overrides the others set. */
@@ -594,12 +606,6 @@ make_decider(struct daemon *d, char *err, size_t errlen)
 		return -1;
 	if (d->deny != NULL)
 		metrics_set_deny_hits(d->metrics, deny_hits, d->deny);
-	d->prefetch = prefetch_new(PREFETCH_KEYS, d->cfg->serial,
-	    on_prefetch_lost, d->metrics);
-	if (d->prefetch == NULL) {
-		snprintf(err, errlen, "out of memory");
-		return -1;
-	}
 	d->decider = (struct decider){
 		.backend = d->backend,
 		.local = d->local,

@@ -175,6 +175,27 @@ prefetch_free(struct prefetch *pf)
 	rl_free(pf);
 }
 
+void
+prefetch_forget(struct prefetch *pf, const char *key, size_t keylen)
+{
+	uint64_t h;
+	struct pf_stripe *st;
+	struct pf_entry **pp, *e;
+
+	if (pf == NULL)
+		return;
+	h = pf_hash(key, keylen);
+	st = pf_stripe_of(pf, h);
+	pthread_mutex_lock(&st->mu);
+	for (pp = pf_chain(st, h); (e = *pp) != NULL; pp = &e->next)
+		if (e->hash == h && e->keylen == keylen &&
+		    memcmp(e->key, key, keylen) == 0) {
+			pf_drop(pf, st, pp);
+			break;
+		}
+	pthread_mutex_unlock(&st->mu);
+}
+
 bool
 prefetch_take(struct prefetch *pf, uint64_t gen, const char *key, size_t keylen,
     int64_t cost, int64_t now, struct prefetch_view *view)

@@ -90,6 +90,11 @@ void prefetch_add(struct prefetch *pf, uint64_t gen, const char *rule,
  * config's serial). */
 void prefetch_clear(struct prefetch *pf, uint64_t gen);
 
+/* Drop what is held for key, reporting it lost: its counter was reset
+ * (docs/admin.md), so the units taken from it are no longer counted
+ * there.  NULL pf: nothing. */
+void prefetch_forget(struct prefetch *pf, const char *key, size_t keylen);
+
 /* Units held now for key (tests). */
 int64_t prefetch_held(struct prefetch *pf, const char *key, size_t keylen,
     int64_t now);

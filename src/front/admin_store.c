@@ -20,6 +20,7 @@
 #include "core/deny_cache.h"
 #include "core/lease.h"
 #include "core/overrides.h"
+#include "core/prefetch.h"
 #include "front/admin_priv.h"
 #include "front/lease_wait.h"
 
@@ -125,8 +126,8 @@ counter_read(struct admin_server *s, struct MHD_Connection *conn,
 }
 
 /* Drop the key's state in the store (and in the local fallback, which
- * may hold some from a degraded spell); this daemon's deny cache forgets
- * every denial. */
+ * may hold some from a degraded spell) and the quota held in advance for
+ * it; this daemon's deny cache forgets every denial. */
 static int
 counter_reset(struct admin_server *s, struct MHD_Connection *conn,
     const struct config *cfg, const struct rule *r, const char *key)
@@ -160,6 +161,10 @@ counter_reset(struct admin_server *s, struct MHD_Connection *conn,
 	 * again at once (on Redis every daemon hears it too, reset.lua). */
 	if (a.found && r->algorithm == RL_ALG_CONCURRENCY && s->leases != NULL)
 		lease_wait_released(s->leases, lease_key_hash(k, len));
+	/* Units this daemon took in advance from the old counter would
+	 * count twice against the new one (other daemons drop theirs when
+	 * they hear reset.lua's notice). */
+	prefetch_forget(s->decider->prefetch, k, len);
 	rl_free(k);
 	if (s->decider->deny != NULL)
 		deny_cache_clear(s->decider->deny);

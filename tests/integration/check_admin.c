@@ -75,7 +75,13 @@ admin_start(struct admin_daemon *a, int admin_port, bool token,
 	    "    key: \"${user}\"\n"
 	    "    limit: 1\n"
 	    "    window: 2s\n"
-	    "    algorithm: concurrency\n",
+	    "    algorithm: concurrency\n"
+	    "  - name: pf\n"
+	    "    match: { t: pf }\n"
+	    "    key: \"${user}\"\n"
+	    "    limit: 10\n"
+	    "    window: 30s\n"
+	    "    prefetch: { max_units: 5, hold: 30s }\n",
 	    a->admin_port, token ? "admin_token_file: \"" : "",
 	    token ? a->token_path : "", token ? "\"" : "",
 	    extra != NULL ? extra :
@@ -208,7 +214,7 @@ START_TEST(test_config_secrets)
 	    "x:");
 	ck_assert_str_eq(h_json_str(&r, "admin_token_file"), a.token_path);
 	rules = h_json_get(&r, "rules");
-	ck_assert_int_eq(json_array_size(rules), 3);
+	ck_assert_int_eq(json_array_size(rules), 4);
 	ck_assert_str_eq(json_string_value(
 			     json_object_get(json_array_get(rules, 0), "name")),
 	    "api");
@@ -627,6 +633,55 @@ START_TEST(test_overrides_shared)
 }
 END_TEST
 
+/* Units rule pf admits to user on a's main listener, of n asked. */
+static int
+pf_admitted(struct admin_daemon *a, const char *user, int n)
+{
+	struct h_resp r = { 0 };
+	char body[128];
+	int i, ok = 0;
+
+	snprintf(body, sizeof(body), "{\"t\":\"pf\",\"user\":\"%s\"}", user);
+	for (i = 0; i < n; i++) {
+		h_post(a->d.port, "/acquire", body, &r);
+		ck_assert_msg(r.status == 200 || r.status == 429, "%ld %s",
+		    r.status, r.body);
+		ok += r.status == 200;
+		h_resp_free(&r);
+	}
+	return ok;
+}
+
+/*
+ * A reset drops the quota the daemons hold in advance for the key, this
+ * one's at once and the other's when it hears reset.lua's notice: those
+ * units came from the counter dropped, and would be admitted on top of a
+ * fresh limit.  Limit 10, chunks of 5: each daemon takes one chunk, the
+ * key is full; after the reset at most 10 are admitted in all.
+ */
+START_TEST(test_reset_drops_prefetched)
+{
+	struct admin_daemon a, b;
+	struct h_resp r = { 0 };
+	int ok;
+
+	admin_start(&a, 0, true, NULL);
+	admin_start(&b, 0, true, NULL);
+	ck_assert_int_eq(pf_admitted(&a, "p1", 1), 1);
+	ck_assert_int_eq(pf_admitted(&b, "p1", 1), 1);
+	admin_req(&a, &r, "DELETE", "/admin/counters?rule=pf&key=p1", NULL,
+	    auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	h_resp_free(&r);
+	h_sleep_ms(300); /* b hears the notice */
+	ok = pf_admitted(&a, "p1", 10) + pf_admitted(&b, "p1", 10);
+	ck_assert_msg(ok <= 10, "%d admitted after the reset, limit 10", ok);
+	ck_assert_msg(ok >= 8, "only %d admitted after the reset", ok);
+	admin_stop(&a);
+	admin_stop(&b);
+}
+END_TEST
+
 /* A Redis user that may not PUBLISH on the release channel: an override
  * is set and deleted all the same (the notice is what is lost). */
 START_TEST(test_overrides_without_channel_acl)
@@ -723,6 +778,7 @@ test_suite(void)
 	tcase_add_test(tc, test_reset_serves_lease_waiters);
 	tcase_add_test(tc, test_overrides_shared);
 	tcase_add_test(tc, test_overrides_without_channel_acl);
+	tcase_add_test(tc, test_reset_drops_prefetched);
 	suite_add_tcase(s, tc);
 	test_main_at_end(h_shared_redis_stop);
 	return s;
