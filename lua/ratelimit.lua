@@ -1076,6 +1076,14 @@ local function make_general()
       forget(s.key)
       local gone = first('ZRANGEBYSCORE', s.key, '(0', int(s.now))
       local u = redis.call('ZSCORE', s.key, '#used')
+      if not u and redis.call('ZCARD', s.key) > 0 then
+        -- Members but no '#used': another algorithm's sorted set
+        -- (sliding_log's runs, after a reload changed the rule's
+        -- algorithm), whose runs would read as leases.  Start fresh, as
+        -- for a key of another type.
+        redis.call('DEL', s.key)
+        gone = {}
+      end
       s.used = u and -tonumber(u) or 0
       if #gone > 0 then
         for _, m in ipairs(gone) do

@@ -945,6 +945,38 @@ START_TEST(test_wrong_type_recovery)
 }
 END_TEST
 
+/*
+ * A rule that changes from sliding_log to concurrency on a reload, while
+ * its key still holds a run recorded ahead of now (a chunk taken in
+ * advance): the concurrency check must start the key afresh, not read the
+ * run, when its time comes, as a lease of that many units (which took the
+ * key's leases with it and let more than the limit be held).
+ */
+START_TEST(test_concurrency_after_sliding_log_runs)
+{
+	const char *key = "rl:conc-after-log:{k}";
+	struct backend *b = new_backend();
+	struct rl_check c;
+	struct rl_result r;
+
+	c = mk(RL_ALG_SLIDING_LOG, 20, 60000, 1, false, key);
+	c.prefetch_want = 20;
+	c.prefetch_hold_us = 150000; /* the run is recorded 150 ms ahead */
+	ck_assert(decide1(b, c, &r));
+	c = mk(RL_ALG_CONCURRENCY, 2, 60000, 1, false, key);
+	c.token = "11111111111111111111111111111111";
+	ck_assert(decide1(b, c, &r));
+	ck_assert_int_eq(r.remaining, 1);
+	sleep_ms(250); /* the run's time has come */
+	c.token = "22222222222222222222222222222222";
+	ck_assert(decide1(b, c, &r));
+	ck_assert_int_eq(r.remaining, 0);
+	c.token = "33333333333333333333333333333333";
+	ck_assert(!decide1(b, c, &r));
+	backend_free(b);
+}
+END_TEST
+
 /* ---- failures -------------------------------------------------------- */
 
 /* A listener that completes handshakes (the kernel does) and never reads. */
@@ -1487,6 +1519,7 @@ test_suite(void)
 	tcase_add_test(tc, test_sliding_window);
 	tcase_add_test(tc, test_noscript_recovery);
 	tcase_add_test(tc, test_wrong_type_recovery);
+	tcase_add_test(tc, test_concurrency_after_sliding_log_runs);
 	tcase_add_test(tc, test_timeout);
 	tcase_add_test(tc, test_connection_refused);
 	tcase_add_test(tc, test_circuit_breaker);
