@@ -9,6 +9,7 @@
  *
  * Thread: the connection's own, which waits for the store.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -253,6 +254,14 @@ store_failed(struct admin_server *s, struct MHD_Connection *conn,
 	    backend_error_kind_name(kind));
 }
 
+/* The table holds OVERRIDES_MAX overrides (docs/admin.md). */
+static int
+overrides_full(struct MHD_Connection *conn)
+{
+	return admin_error(conn, 507, "too_many_overrides",
+	    "%d overrides are set already: delete some first", OVERRIDES_MAX);
+}
+
 /* PUT {"rule", "key", "limit", "window"?, "ttl"?} */
 static int
 override_put(struct admin_server *s, struct MHD_Connection *conn,
@@ -262,10 +271,10 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 	const char *name, *key;
 	const struct rule *r;
 	int64_t limit, window, ttl = 0, now_ms = util_realtime_us() / 1000;
-	char value[64], what[128], err[BACKEND_ERR_MAX], *k = NULL, *h = NULL;
+	char value[64], what[128], err[BACKEND_ERR_MAX], *h = NULL;
 	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_SET };
 	enum backend_error_kind kind;
-	size_t klen = 0, hlen = 0;
+	size_t hlen = 0;
 	int ret;
 
 	if (root == NULL || !json_is_object(root)) {
@@ -311,9 +320,20 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 		    "\"ttl\" is a duration (\"1h\", or milliseconds) from 1ms");
 		goto out;
 	}
-	if ((k = store_key(cfg, r, key, &klen)) == NULL ||
-	    (h = hash_key(cfg, r, &hlen)) == NULL) {
+	if ((h = hash_key(cfg, r, &hlen)) == NULL) {
 		ret = admin_error(conn, 500, "internal_error", "out of memory");
+		goto out;
+	}
+	if (s->overrides == NULL) {
+		ret = admin_error(conn, 500, "internal_error",
+		    "no overrides kept");
+		goto out;
+	}
+	/* Refused before Redis is written, so that a refusal changes
+	 * nothing anywhere. */
+	if (!overrides_has_room(s->overrides, cfg->redis.key_prefix, r->name,
+		key, strlen(key), now_ms)) {
+		ret = overrides_full(conn);
 		goto out;
 	}
 	snprintf(value, sizeof(value), "%" PRId64 " %" PRId64, limit, window);
@@ -331,10 +351,12 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 		}
 	}
 	/* This daemon at once; the others when they hear the notice. */
-	if (s->overrides == NULL ||
-	    overrides_set(s->overrides, k, klen, limit, window,
-		ttl > 0 ? now_ms + ttl : 0) < 0) {
-		ret = admin_error(conn, 500, "internal_error", "out of memory");
+	if (overrides_set(s->overrides, cfg->redis.key_prefix, r->name, key,
+		strlen(key), limit, window, ttl > 0 ? now_ms + ttl : 0,
+		now_ms) < 0) {
+		ret = errno == ENOSPC ?
+		    overrides_full(conn) :
+		    admin_error(conn, 500, "internal_error", "out of memory");
 		goto out;
 	}
 	metrics_admin_write(s->metrics, METRICS_ADMIN_OVERRIDE_SET);
@@ -347,7 +369,6 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 		"limit", (json_int_t)limit, "window_ms", (json_int_t)window,
 		"expires_ms", ttl > 0 ? json_integer(ttl) : json_null()));
 out:
-	rl_free(k);
 	rl_free(h);
 	json_decref(root);
 	return ret;
@@ -429,19 +450,15 @@ override_delete(struct admin_server *s, struct MHD_Connection *conn,
 {
 	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_DEL };
 	enum backend_error_kind kind;
-	char err[BACKEND_ERR_MAX], *k, *h;
-	size_t klen = 0, hlen = 0;
+	char err[BACKEND_ERR_MAX], *h;
+	size_t hlen = 0;
 	bool found;
 
 	if (s->overrides == NULL)
 		return admin_error(conn, 500, "internal_error",
 		    "no overrides kept");
-	if ((k = store_key(cfg, r, key, &klen)) == NULL)
-		return admin_error(conn, 500, "internal_error",
-		    "out of memory");
-	found = overrides_delete(s->overrides, k, klen,
-	    util_realtime_us() / 1000);
-	rl_free(k);
+	found = overrides_delete(s->overrides, cfg->redis.key_prefix, r->name,
+	    key, strlen(key), util_realtime_us() / 1000);
 	if (on_redis(s)) {
 		if ((h = hash_key(cfg, r, &hlen)) == NULL)
 			return admin_error(conn, 500, "internal_error",
