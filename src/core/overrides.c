@@ -24,8 +24,10 @@
  * load skips expired fields; the sync prunes after every full read.
  *
  * The sync thread sleeps on a condition variable until a notice marks a
- * rule (or every rule) to be read again, or OVERRIDES_RESYNC_MS pass; it
- * then reads each marked rule's hash through the store, one blocking
+ * rule (or every rule) to be read again, or the full read falls due (an
+ * absolute deadline, moved OVERRIDES_RESYNC_MS on only when a full read
+ * is done, so notices arriving more often than that never put it off);
+ * it then reads each marked rule's hash through the store, one blocking
  * admin call each (bounded by redis.timeout), and replaces that rule's
  * entries.  A read that fails keeps what the table had.  So does a read
  * that another change of the table overtook (the count `writes` moved
@@ -649,15 +651,14 @@ sync_main(void *arg)
 {
 	struct overrides *o = arg;
 	char *names[OV_DIRTY];
-	struct timespec at;
+	struct timespec at; /* when the next full read is due */
 	struct config *cfg;
 	size_t n, i;
 	bool all;
 
+	clock_gettime(CLOCK_MONOTONIC, &at);
 	pthread_mutex_lock(&o->mu);
 	while (!o->stop) {
-		clock_gettime(CLOCK_MONOTONIC, &at);
-		at.tv_sec += OVERRIDES_RESYNC_MS / 1000;
 		while (!o->stop && !o->all && o->ndirty == 0)
 			if (pthread_cond_timedwait(&o->cond, &o->mu, &at) ==
 			    ETIMEDOUT)
@@ -678,8 +679,12 @@ sync_main(void *arg)
 		config_unref(cfg);
 		for (i = 0; i < n; i++)
 			rl_free(names[i]);
-		if (all) /* what no rule's read replaced: a removed rule's */
+		if (all) {
+			/* what no rule's read replaced: a removed rule's */
 			ov_prune_now(o);
+			clock_gettime(CLOCK_MONOTONIC, &at);
+			at.tv_sec += OVERRIDES_RESYNC_MS / 1000;
+		}
 		pthread_mutex_lock(&o->mu);
 	}
 	pthread_mutex_unlock(&o->mu);

@@ -665,6 +665,39 @@ START_TEST(test_overrides_without_channel_acl)
 }
 END_TEST
 
+/* The full read of every rule's hash, every 5 s whatever happens, is not
+ * put off by notices arriving more often: a field written straight into
+ * api's hash (no notice of its own) is applied within one period while a
+ * notice for rule tb comes every 500 ms. */
+START_TEST(test_resync_despite_notices)
+{
+	struct admin_daemon a;
+	long long t0, ms = -1;
+	struct h_resp r = { 0 };
+
+	admin_start(&a, 0, true, NULL);
+	ck_assert(wait_limit(&a, "h", 3, 100) >= 0);
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HSET %s %s %s",
+			     "adm:override:api", "h", "2 10000 0"),
+	    1);
+	t0 = h_now_ms();
+	while (h_now_ms() - t0 < 9000) {
+		h_redis_int(&h_shared_redis, "PUBLISH %s %s", "adm:released",
+		    "adm:override:tb");
+		if (limit_seen(&a, "h", &r) == 2) {
+			ms = h_now_ms() - t0;
+			break;
+		}
+		h_sleep_ms(500);
+	}
+	printf("a field written without a notice applied after %lld ms\n", ms);
+	ck_assert_msg(ms >= 0 && ms <= 6500,
+	    "the field was not applied within 6.5 s (%lld ms)", ms);
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
 /* --- fixtures and main -------------------------------------------------- */
 
 static void
@@ -723,6 +756,7 @@ test_suite(void)
 	tcase_add_test(tc, test_reset_serves_lease_waiters);
 	tcase_add_test(tc, test_overrides_shared);
 	tcase_add_test(tc, test_overrides_without_channel_acl);
+	tcase_add_test(tc, test_resync_despite_notices);
 	suite_add_tcase(s, tc);
 	test_main_at_end(h_shared_redis_stop);
 	return s;
