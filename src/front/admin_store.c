@@ -28,7 +28,49 @@
  * another change of the table overtakes each. */
 #define OVERRIDE_LIST_READS 3
 
-/* The query's rule and key: 0, or -1 answered (400). */
+/* Is s valid UTF-8 (no overlong form, no surrogate, nothing past
+ * U+10FFFF)?  The answers are JSON, which holds nothing else. */
+static bool
+utf8_valid(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	unsigned char lo, hi;
+	int n, i;
+
+	while (*p != '\0') {
+		lo = 0x80;
+		hi = 0xbf;
+		if (*p < 0x80)
+			n = 0;
+		else if (*p >= 0xc2 && *p <= 0xdf)
+			n = 1;
+		else if (*p >= 0xe0 && *p <= 0xef) {
+			n = 2;
+			if (*p == 0xe0)
+				lo = 0xa0; /* overlong */
+			else if (*p == 0xed)
+				hi = 0x9f; /* surrogates */
+		} else if (*p >= 0xf0 && *p <= 0xf4) {
+			n = 3;
+			if (*p == 0xf0)
+				lo = 0x90; /* overlong */
+			else if (*p == 0xf4)
+				hi = 0x8f; /* past U+10FFFF */
+		} else
+			return false;
+		for (p++, i = 0; i < n; i++, p++) {
+			if (*p < lo || *p > hi)
+				return false;
+			lo = 0x80;
+			hi = 0xbf;
+		}
+	}
+	return true;
+}
+
+/* The query's rule and key: 0, or -1 answered (400).  Checked before
+ * anything is read or written: a key that is not UTF-8 could not be put
+ * in the answer (docs/admin.md). */
 static int
 query_rule_key(struct MHD_Connection *conn, const struct config *cfg,
     const struct rule **r, const char **key, int *ret)
@@ -44,6 +86,11 @@ query_rule_key(struct MHD_Connection *conn, const struct config *cfg,
 		    "the query needs rule=");
 		return -1;
 	}
+	if (!utf8_valid(name)) {
+		*ret = admin_error(conn, 400, "unknown_rule",
+		    "rule= is not valid UTF-8");
+		return -1;
+	}
 	if ((*r = config_find_rule(cfg, name)) == NULL) {
 		*ret = admin_error(conn, 400, "unknown_rule",
 		    "no rule named \"%s\"", name);
@@ -52,6 +99,12 @@ query_rule_key(struct MHD_Connection *conn, const struct config *cfg,
 	if (strlen(*key) > RL_MAX_KEY_BYTES) {
 		*ret = admin_error(conn, 400, "key_too_long",
 		    "the key is longer than %d bytes", RL_MAX_KEY_BYTES);
+		return -1;
+	}
+	if (!utf8_valid(*key)) {
+		*ret = admin_error(conn, 400, "invalid_key",
+		    "key= is not valid UTF-8 (percent-encode the key's UTF-8 "
+		    "bytes)");
 		return -1;
 	}
 	return 0;

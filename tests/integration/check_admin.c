@@ -352,6 +352,49 @@ START_TEST(test_counters)
 }
 END_TEST
 
+/* A key that is not valid UTF-8 (a rendered key holds whatever bytes the
+ * request had: /auth's ${header.x}) is refused with 400 invalid_key
+ * before the store is asked: no 500, no reset done and logged anyway. */
+START_TEST(test_key_not_utf8)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+	static const char *const bad[] = {
+		"GET /admin/counters?rule=api&key=%FF",
+		"DELETE /admin/counters?rule=api&key=%FF",
+		"DELETE /admin/counters?rule=api&key=a%C0%80",
+		"DELETE /admin/counters?rule=api&key=%ED%A0%80",
+		"DELETE /admin/overrides?rule=api&key=%FF", NULL
+	};
+	char method[16], path[128];
+	size_t i;
+
+	admin_start(&a, 0, true, NULL);
+	for (i = 0; bad[i] != NULL; i++) {
+		ck_assert_int_eq(sscanf(bad[i], "%15s %127s", method, path), 2);
+		admin_req(&a, &r, method, path, NULL, auth_ok);
+		ck_assert_msg(r.status == 400, "%s: %ld %s", bad[i], r.status,
+		    r.body);
+		ck_assert_str_eq(h_json_str(&r, "error"), "invalid_key");
+	}
+	admin_req(&a, &r, "GET", "/admin/counters?rule=%FF", NULL, auth_ok);
+	ck_assert_msg(r.status == 400, "%ld %s", r.status, r.body);
+	ck_assert_str_eq(h_json_str(&r, "error"), "unknown_rule");
+	/* UTF-8 beyond ASCII is a key like any other. */
+	admin_req(&a, &r, "GET", "/admin/counters?rule=api&key=%C3%A9", NULL,
+	    auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	ck_assert_str_eq(h_json_str(&r, "key"), "\xc3\xa9");
+	ck_assert(
+	    h_metric("ratelimitd_admin_writes_total{op=\"counter_reset\"}") <=
+	    0);
+	h_resp_free(&r);
+	admin_stop(&a);
+	ck_assert(!log_has(&a.d, "op=\"counter_reset\""));
+	ck_assert(!log_has(&a.d, "op=\"override_delete\""));
+}
+END_TEST
+
 /* Acquire one unit of rule api for user on the main listener of d. */
 static long
 acquire_on(struct admin_daemon *a, const char *user, struct h_resp *r)
@@ -741,6 +784,7 @@ test_suite(void)
 	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_counters);
+	tcase_add_test(tc, test_key_not_utf8);
 	tcase_add_test(tc, test_overrides);
 	tcase_add_test(tc, test_override_renew);
 	tcase_add_test(tc, test_reset_serves_lease_waiters);
@@ -751,6 +795,7 @@ test_suite(void)
 	tcase_add_checked_fixture(tc, flush_redis, h_test_teardown);
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_counters);
+	tcase_add_test(tc, test_key_not_utf8);
 	tcase_add_test(tc, test_overrides);
 	tcase_add_test(tc, test_override_renew);
 	tcase_add_test(tc, test_reset_serves_lease_waiters);
