@@ -710,8 +710,10 @@ END_TEST
 
 /* The full read of every rule's hash, every 5 s whatever happens, is not
  * put off by notices arriving more often: a field written straight into
- * api's hash (no notice of its own) is applied within one period while a
- * notice for rule tb comes every 500 ms. */
+ * api's hash (no notice of its own) is applied within a period while a
+ * notice for rule tb comes every 500 ms.  Within 5 s normally; up to two
+ * periods are allowed, for a read that timed out on a loaded machine
+ * (before the fix it never was while the notices kept coming). */
 START_TEST(test_resync_despite_notices)
 {
 	struct admin_daemon a;
@@ -724,18 +726,20 @@ START_TEST(test_resync_despite_notices)
 			     "adm:override:api", "h", "2 10000 0"),
 	    1);
 	t0 = h_now_ms();
-	while (h_now_ms() - t0 < 9000) {
+	while (h_now_ms() - t0 < 12000) {
 		h_redis_int(&h_shared_redis, "PUBLISH %s %s", "adm:released",
 		    "adm:override:tb");
-		if (limit_seen(&a, "h", &r) == 2) {
+		admin_req(&a, &r, "GET", "/admin/counters?rule=api&key=h", NULL,
+		    auth_ok);
+		if (r.status == 200 && h_json_int(&r, "limit") == 2) {
 			ms = h_now_ms() - t0;
 			break;
 		}
 		h_sleep_ms(500);
 	}
 	printf("a field written without a notice applied after %lld ms\n", ms);
-	ck_assert_msg(ms >= 0 && ms <= 6500,
-	    "the field was not applied within 6.5 s (%lld ms)", ms);
+	ck_assert_msg(ms >= 0 && ms <= 11000,
+	    "the field was not applied within 11 s (%lld ms)", ms);
 	h_resp_free(&r);
 	admin_stop(&a);
 }
