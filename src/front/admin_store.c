@@ -505,13 +505,15 @@ override_delete(struct admin_server *s, struct MHD_Connection *conn,
 	enum backend_error_kind kind;
 	char err[BACKEND_ERR_MAX], *h;
 	size_t hlen = 0;
-	bool found;
+	bool found = false, live;
 
 	if (s->overrides == NULL)
 		return admin_error(conn, 500, "internal_error",
 		    "no overrides kept");
-	found = overrides_delete(s->overrides, cfg->redis.key_prefix, r->name,
-	    key, strlen(key), util_realtime_us() / 1000);
+	/* Redis first, then this daemon's table, as a PUT does: a read of
+	 * the hash begun before the HDEL and applied after the table's
+	 * delete is refused as overtaken (core/overrides.h), where the other
+	 * order would let one begun in between bring the field back. */
 	if (on_redis(s)) {
 		if ((h = hash_key(cfg, r, &hlen)) == NULL)
 			return admin_error(conn, 500, "internal_error",
@@ -528,6 +530,10 @@ override_delete(struct admin_server *s, struct MHD_Connection *conn,
 		rl_free(h);
 		found = a.found;
 	}
+	live = overrides_delete(s->overrides, cfg->redis.key_prefix, r->name,
+	    key, strlen(key), util_realtime_us() / 1000);
+	if (!on_redis(s))
+		found = live;
 	metrics_admin_write(s->metrics, METRICS_ADMIN_OVERRIDE_DELETE);
 	admin_log_write(conn, "override_delete", r->name, key,
 	    found ? "deleted" : "none to delete");
