@@ -419,6 +419,21 @@ overrides_delete(struct overrides *o, const char *prefix, const char *rule,
 }
 
 bool
+overrides_limit_ok(enum rl_algorithm alg, int64_t limit, int64_t window_ms,
+    char *err, size_t errlen)
+{
+	if (alg == RL_ALG_TOKEN_BUCKET && window_ms <= INT64_MAX / 1000 &&
+	    limit > window_ms * 1000) {
+		snprintf(err, errlen,
+		    "token_bucket needs at least 1us of window per unit "
+		    "(limit <= %" PRId64 " for a window of %" PRId64 " ms)",
+		    window_ms * 1000, window_ms);
+		return false;
+	}
+	return true;
+}
+
+bool
 overrides_has_room(struct overrides *o, const char *prefix, const char *rule,
     const char *key, size_t keylen, int64_t now_ms)
 {

@@ -66,6 +66,17 @@ int overrides_set(struct overrides *o, const char *prefix, const char *rule,
 bool overrides_delete(struct overrides *o, const char *prefix, const char *rule,
     const char *key, size_t keylen, int64_t now_ms);
 
+/*
+ * Can a rule of algorithm alg run at limit per window_ms?  The checks the
+ * config file's limits pass too (docs/configuration.md): a token_bucket
+ * needs at least 1 us of window per unit, since GCRA spaces units
+ * window/limit apart on a microsecond clock and a smaller step would round
+ * to 0 and admit without bound.  true, or false with the reason in err.
+ * Pure; any thread.
+ */
+bool overrides_limit_ok(enum rl_algorithm alg, int64_t limit, int64_t window_ms,
+    char *err, size_t errlen);
+
 /* Would overrides_set() of that key find room (it is there already, or
  * the table holds fewer than OVERRIDES_MAX live overrides)?  Expired
  * ones may be freed on the way.  Asked before a write to Redis, so that a

@@ -366,6 +366,12 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 		    "from 1ms");
 		goto out;
 	}
+	if (!overrides_limit_ok(r->algorithm, limit, window, what,
+		sizeof(what))) {
+		ret = admin_error(conn, 400, "invalid_limit", "\"limit\": %s",
+		    what);
+		goto out;
+	}
 	if (json_object_get(root, "ttl") != NULL &&
 	    (parse_duration(json_object_get(root, "ttl"), &ttl) < 0 ||
 		ttl < 1 || ttl > INT64_C(3153600000000))) {

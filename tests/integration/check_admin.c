@@ -526,6 +526,42 @@ START_TEST(test_overrides)
 }
 END_TEST
 
+/* An override obeys the checks the config file's limits do: for a
+ * token_bucket rule, at least 1 us of window per unit (GCRA's step would
+ * round to 0 below it), with the override's window or the rule's. */
+START_TEST(test_override_token_bucket)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+
+	admin_start(&a, 0, true, NULL);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"tb\",\"key\":\"x\",\"limit\":10000000,"
+	    "\"window\":\"1s\"}",
+	    auth_ok);
+	ck_assert_msg(r.status == 400, "%ld %s", r.status, r.body);
+	ck_assert_str_eq(h_json_str(&r, "error"), "invalid_limit");
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"tb\",\"key\":\"x\",\"limit\":10000001}", auth_ok);
+	ck_assert_msg(r.status == 400, "%ld %s", r.status, r.body);
+	admin_req(&a, &r, "GET", "/admin/overrides?rule=tb", NULL, auth_ok);
+	ck_assert_int_eq(json_array_size(h_json_get(&r, "overrides")), 0);
+	/* At the bound, and for another algorithm, it is accepted. */
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"tb\",\"key\":\"x\",\"limit\":1000000,"
+	    "\"window\":\"1s\"}",
+	    auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"x\",\"limit\":10000000,"
+	    "\"window\":\"1s\"}",
+	    auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
 /* A lease renewed on a key with an override lasts the override's window,
  * as the lease it renews did (it lasted the rule's 2 s before). */
 START_TEST(test_override_renew)
@@ -791,6 +827,7 @@ test_suite(void)
 	tcase_add_test(tc, test_key_not_utf8);
 	tcase_add_test(tc, test_overrides);
 	tcase_add_test(tc, test_override_renew);
+	tcase_add_test(tc, test_override_token_bucket);
 	tcase_add_test(tc, test_reset_serves_lease_waiters);
 	suite_add_tcase(s, tc);
 

@@ -287,6 +287,22 @@ START_TEST(test_rules_apart)
 }
 END_TEST
 
+/* The per-algorithm check shared with the config file: a token_bucket
+ * needs 1 us of window per unit; the others take any limit. */
+START_TEST(test_limit_ok)
+{
+	char err[128];
+
+	ck_assert(overrides_limit_ok(RL_ALG_TOKEN_BUCKET, 1000000, 1000, err,
+	    sizeof(err)));
+	ck_assert(!overrides_limit_ok(RL_ALG_TOKEN_BUCKET, 1000001, 1000, err,
+	    sizeof(err)));
+	ck_assert_msg(strstr(err, "limit <= 1000000") != NULL, "%s", err);
+	ck_assert(overrides_limit_ok(RL_ALG_SLIDING_WINDOW, 10000000, 1000, err,
+	    sizeof(err)));
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -299,6 +315,7 @@ test_suite(void)
 	tcase_add_test(tc, test_expired_freed);
 	tcase_add_test(tc, test_bounded);
 	tcase_add_test(tc, test_rules_apart);
+	tcase_add_test(tc, test_limit_ok);
 	suite_add_tcase(s, tc);
 	return s;
 }
