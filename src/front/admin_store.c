@@ -232,14 +232,16 @@ admin_handle_counters(struct admin_server *s, struct MHD_Connection *conn,
 	const struct rule *r;
 	const char *key;
 	int ret;
+	/* HEAD is GET, its body left out by libmicrohttpd (docs/admin.md). */
+	bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 
-	if (strcmp(method, "GET") != 0 && strcmp(method, "DELETE") != 0)
+	if (!get && strcmp(method, "DELETE") != 0)
 		return admin_error(conn, 405, "method_not_allowed",
 		    "%s /admin/counters: use GET or DELETE", method);
 	if (query_rule_key(conn, cfg, &r, &key, &ret) < 0)
 		return ret;
-	return strcmp(method, "GET") == 0 ? counter_read(s, conn, cfg, r, key) :
-					    counter_reset(s, conn, cfg, r, key);
+	return get ? counter_read(s, conn, cfg, r, key) :
+		     counter_reset(s, conn, cfg, r, key);
 }
 
 /* --- overrides ------------------------------------------------------------ */
@@ -555,15 +557,15 @@ admin_handle_overrides(struct admin_server *s, struct MHD_Connection *conn,
 	const struct rule *r;
 	const char *key;
 	int ret;
+	bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 
 	if (strcmp(method, "PUT") == 0)
 		return override_put(s, conn, cfg, body, len);
-	if (strcmp(method, "GET") != 0 && strcmp(method, "DELETE") != 0)
+	if (!get && strcmp(method, "DELETE") != 0)
 		return admin_error(conn, 405, "method_not_allowed",
 		    "%s /admin/overrides: use GET, PUT or DELETE", method);
 	if (query_rule_key(conn, cfg, &r, &key, &ret) < 0)
 		return ret;
-	return strcmp(method, "GET") == 0 ?
-	    override_list(s, conn, cfg, r) :
-	    override_delete(s, conn, cfg, r, key);
+	return get ? override_list(s, conn, cfg, r) :
+		     override_delete(s, conn, cfg, r, key);
 }

@@ -562,6 +562,37 @@ START_TEST(test_override_token_bucket)
 }
 END_TEST
 
+/* HEAD is GET without a body wherever GET is allowed (docs/admin.md):
+ * the same status, headers, and no counter consumed. */
+START_TEST(test_head)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+	static const char *const paths[] = { "/admin/config",
+		"/admin/counters?rule=api&key=h", "/admin/overrides?rule=api",
+		NULL };
+	size_t i;
+
+	admin_start(&a, 0, true, NULL);
+	for (i = 0; paths[i] != NULL; i++) {
+		admin_req(&a, &r, "HEAD", paths[i], NULL, auth_ok);
+		ck_assert_msg(r.status == 200, "HEAD %s: %ld", paths[i],
+		    r.status);
+		ck_assert_str_eq(h_resp_header(&r, "Content-Type"),
+		    "application/json");
+	}
+	admin_req(&a, &r, "HEAD", "/admin/counters?rule=nope", NULL, auth_ok);
+	ck_assert_int_eq(r.status, 400);
+	admin_req(&a, &r, "HEAD", "/admin/counters?rule=api&key=h", NULL, NULL);
+	ck_assert_int_eq(r.status, 401);
+	admin_req(&a, &r, "GET", "/admin/counters?rule=api&key=h", NULL,
+	    auth_ok);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), 3);
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
 /* A lease renewed on a key with an override lasts the override's window,
  * as the lease it renews did (it lasted the rule's 2 s before). */
 START_TEST(test_override_renew)
@@ -816,6 +847,7 @@ test_suite(void)
 	tcase_add_test(tc, test_no_admin_listen);
 	tcase_add_test(tc, test_config_secrets);
 	tcase_add_test(tc, test_no_token);
+	tcase_add_test(tc, test_head);
 	tcase_add_test(tc, test_check_errors_placed);
 	suite_add_tcase(s, tc);
 
