@@ -4,14 +4,30 @@
  *
  * DESIGN
  *
- * A fixed number of hash chains under one read-write lock: decisions only
- * read, and take the lock only while the table holds something (an atomic
- * count says so), so a daemon without overrides pays one atomic load per
- * rule.  Writers are the admin API and the sync, both rare.
+ * Hash chains under one read-write lock: decisions only read, and take
+ * the lock only while the table holds something (an atomic count says
+ * so), so a daemon without overrides pays one atomic load per rule.
+ * Writers are the admin API and the sync, both rare.  The chains double
+ * when they hold two entries each on average, so a lookup stays short up
+ * to the bound.
+ *
+ * Each entry is also on its rule's list (a group: every store key that
+ * begins "<prefix><rule>:{"), so listing or replacing one rule's overrides
+ * visits that rule's entries only, never the whole table under the write
+ * lock.
+ *
+ * Bounded: at most OVERRIDES_MAX entries; a new one past it is refused
+ * (ENOSPC).  An expired entry is no override (overrides_get() skips it)
+ * and is freed by the next prune: a new entry prunes the whole table once
+ * the count has doubled since the last prune (so a prune costs O(1) per
+ * insertion over time), and again before refusing one at the bound; a
+ * load skips expired fields; the sync prunes after every full read.
  *
  * The sync thread sleeps on a condition variable until a notice marks a
- * rule (or every rule) to be read again, or OVERRIDES_RESYNC_MS pass; it
- * then reads each marked rule's hash through the store, one blocking
+ * rule (or every rule) to be read again, or the full read falls due (an
+ * absolute deadline, moved OVERRIDES_RESYNC_MS on only when a full read
+ * is done, so notices arriving more often than that never put it off);
+ * it then reads each marked rule's hash through the store, one blocking
  * admin call each (bounded by redis.timeout), and replaces that rule's
  * entries.  A read that fails keeps what the table had.  So does a read
  * that another change of the table overtook (the count `writes` moved
@@ -37,21 +53,38 @@
 #include "base/util.h"
 #include "core/config_slot.h"
 
-#define OV_CHAINS 1024 /* a power of two */
-#define OV_DIRTY  64   /* rules marked one by one; past it, all */
+#define OV_CHAINS_MIN 256   /* a power of two */
+#define OV_CHAINS_MAX 65536 /* past it, chains only grow longer */
+#define OV_PRUNE_MIN  1024  /* entries before the first prune */
+#define OV_DIRTY      64    /* rules marked one by one; past it, all */
+
+struct ov_group;
 
 struct ov_entry {
-	struct ov_entry *next;
+	struct ov_entry *next;		 /* its chain */
+	struct ov_entry *gnext, **gprev; /* its group's list */
+	struct ov_group *group;
 	uint64_t hash;
 	int64_t limit, window_ms, expires_ms;
 	size_t keylen;
 	char key[]; /* the store key, not NUL-terminated */
 };
 
+/* One rule's entries: store keys "<name>:{...}", name "<prefix><rule>". */
+struct ov_group {
+	struct ov_group *next;
+	struct ov_entry *head;
+	size_t namelen;
+	char name[];
+};
+
 struct overrides {
 	pthread_rwlock_t lock;
-	struct ov_entry *chains[OV_CHAINS];
+	struct ov_entry **chains;
+	size_t nchains;		 /* a power of two; lock */
+	struct ov_group *groups; /* lock */
 	atomic_long count;
+	long prune_at;	      /* prune when a new entry finds this many; lock */
 	unsigned long writes; /* changes so far: set, delete, load; lock */
 
 	/* The sync (NULL backend: none started). */
@@ -79,6 +112,18 @@ ov_hash(const char *s, size_t n)
 	return h;
 }
 
+static int64_t
+ov_now(int64_t now_ms)
+{
+	return now_ms > 0 ? now_ms : util_realtime_us() / 1000;
+}
+
+static bool
+ov_expired(const struct ov_entry *e, int64_t now_ms)
+{
+	return e->expires_ms != 0 && e->expires_ms <= now_ms;
+}
+
 struct overrides *
 overrides_new(void)
 {
@@ -86,10 +131,18 @@ overrides_new(void)
 
 	if ((o = rl_calloc(1, sizeof(*o))) == NULL)
 		return NULL;
-	if (pthread_rwlock_init(&o->lock, NULL) != 0) {
+	if ((o->chains = rl_calloc(OV_CHAINS_MIN, sizeof(o->chains[0]))) ==
+	    NULL) {
 		rl_free(o);
 		return NULL;
 	}
+	if (pthread_rwlock_init(&o->lock, NULL) != 0) {
+		rl_free(o->chains);
+		rl_free(o);
+		return NULL;
+	}
+	o->nchains = OV_CHAINS_MIN;
+	o->prune_at = OV_PRUNE_MIN;
 	atomic_init(&o->count, 0);
 	return o;
 }
@@ -98,13 +151,122 @@ overrides_new(void)
 static struct ov_entry **
 ov_find(struct overrides *o, const char *key, size_t keylen, uint64_t h)
 {
-	struct ov_entry **pp = &o->chains[h & (OV_CHAINS - 1)];
+	struct ov_entry **pp = &o->chains[h & (o->nchains - 1)];
 
 	for (; *pp != NULL; pp = &(*pp)->next)
 		if ((*pp)->hash == h && (*pp)->keylen == keylen &&
 		    memcmp((*pp)->key, key, keylen) == 0)
 			break;
 	return pp;
+}
+
+/* The group "<prefix><rule>" (the lock held; the write lock to create
+ * it), or NULL: none (create false) or out of memory. */
+static struct ov_group *
+ov_group(struct overrides *o, const char *prefix, const char *rule, bool create)
+{
+	size_t plen = strlen(prefix), rlen = strlen(rule);
+	struct ov_group *g;
+
+	for (g = o->groups; g != NULL; g = g->next)
+		if (g->namelen == plen + rlen &&
+		    memcmp(g->name, prefix, plen) == 0 &&
+		    memcmp(g->name + plen, rule, rlen) == 0)
+			return g;
+	if (!create || (g = rl_malloc(sizeof(*g) + plen + rlen)) == NULL)
+		return NULL;
+	g->head = NULL;
+	g->namelen = plen + rlen;
+	memcpy(g->name, prefix, plen);
+	memcpy(g->name + plen, rule, rlen);
+	g->next = o->groups;
+	o->groups = g;
+	return g;
+}
+
+/* Free g if it holds nothing (the write lock held). */
+static void
+ov_group_drop_empty(struct overrides *o, struct ov_group *g)
+{
+	struct ov_group **pp;
+
+	if (g->head != NULL)
+		return;
+	for (pp = &o->groups; *pp != NULL; pp = &(*pp)->next)
+		if (*pp == g) {
+			*pp = g->next;
+			rl_free(g);
+			return;
+		}
+}
+
+/* Unlink e, hanging at *pp of its chain, and free it (the write lock
+ * held; its group stays, maybe empty). */
+static void
+ov_remove(struct overrides *o, struct ov_entry **pp, struct ov_entry *e)
+{
+	*pp = e->next;
+	if (e->gnext != NULL)
+		e->gnext->gprev = e->gprev;
+	*e->gprev = e->gnext;
+	rl_free(e);
+	atomic_fetch_sub(&o->count, 1);
+}
+
+/* Free every entry of g (the write lock held); with only_expired, those
+ * expired at now_ms. */
+static void
+ov_clear_group(struct overrides *o, struct ov_group *g, bool only_expired,
+    int64_t now_ms)
+{
+	struct ov_entry *e, *next;
+
+	for (e = g->head; e != NULL; e = next) {
+		next = e->gnext;
+		if (!only_expired || ov_expired(e, now_ms))
+			ov_remove(o, ov_find(o, e->key, e->keylen, e->hash), e);
+	}
+}
+
+/* Free every expired entry, and every group left empty but keep (the
+ * write lock held). */
+static void
+ov_prune(struct overrides *o, int64_t now_ms, const struct ov_group *keep)
+{
+	struct ov_group *g, *next;
+
+	for (g = o->groups; g != NULL; g = next) {
+		next = g->next;
+		ov_clear_group(o, g, true, now_ms);
+		if (g != keep)
+			ov_group_drop_empty(o, g);
+	}
+	o->prune_at = 2 * atomic_load(&o->count);
+	if (o->prune_at < OV_PRUNE_MIN)
+		o->prune_at = OV_PRUNE_MIN;
+}
+
+/* Twice the chains, when there are two entries per chain (the write lock
+ * held).  Out of memory, the chains stay as they are. */
+static void
+ov_grow(struct overrides *o)
+{
+	size_t n = o->nchains * 2, i;
+	struct ov_entry **chains, *e, *next;
+
+	if (o->nchains >= OV_CHAINS_MAX ||
+	    (size_t)atomic_load(&o->count) <= 2 * o->nchains ||
+	    (chains = rl_calloc(n, sizeof(chains[0]))) == NULL)
+		return;
+	for (i = 0; i < o->nchains; i++)
+		for (e = o->chains[i]; e != NULL; e = next) {
+			next = e->next;
+			e->next = chains[e->hash & (n - 1)];
+			chains[e->hash & (n - 1)] = e;
+		}
+	rl_free(o->chains);
+	o->chains = chains;
+	o->nchains = n;
 }
 
 bool
@@ -117,12 +279,11 @@ overrides_get(struct overrides *o, const char *key, size_t keylen,
 
 	if (o == NULL || atomic_load(&o->count) == 0)
 		return false;
-	if (now_ms <= 0)
-		now_ms = util_realtime_us() / 1000;
+	now_ms = ov_now(now_ms);
 	h = ov_hash(key, keylen);
 	pthread_rwlock_rdlock(&o->lock);
 	e = *ov_find(o, key, keylen, h);
-	if (e != NULL && (e->expires_ms == 0 || e->expires_ms > now_ms)) {
+	if (e != NULL && !ov_expired(e, now_ms)) {
 		*limit = e->limit;
 		*window_ms = e->window_ms;
 		found = true;
@@ -131,23 +292,52 @@ overrides_get(struct overrides *o, const char *key, size_t keylen,
 	return found;
 }
 
-/* Insert or replace (the write lock held).  0 or -1 (OOM). */
+/* Is there room for one more entry of keep at now_ms, pruning if it is
+ * time to (the write lock held)? */
+static bool
+ov_room(struct overrides *o, int64_t now_ms, const struct ov_group *keep)
+{
+	long n = atomic_load(&o->count);
+
+	if (n >= o->prune_at || n >= OVERRIDES_MAX) {
+		ov_prune(o, now_ms, keep);
+		n = atomic_load(&o->count);
+	}
+	return n < OVERRIDES_MAX;
+}
+
+/* Insert or replace key (a store key of g's: "<g->name>:{...}"), the
+ * write lock held.  0, or -1 with errno ENOSPC (full) or ENOMEM. */
 static int
-ov_put(struct overrides *o, const char *key, size_t keylen, int64_t limit,
-    int64_t window_ms, int64_t expires_ms)
+ov_put(struct overrides *o, struct ov_group *g, const char *key, size_t keylen,
+    int64_t limit, int64_t window_ms, int64_t expires_ms, int64_t now_ms)
 {
 	uint64_t h = ov_hash(key, keylen);
 	struct ov_entry **pp = ov_find(o, key, keylen, h), *e = *pp;
 
 	if (e == NULL) {
-		if ((e = rl_malloc(sizeof(*e) + keylen)) == NULL)
+		if (!ov_room(o, now_ms, g)) {
+			errno = ENOSPC;
 			return -1;
-		e->next = NULL;
+		}
+		if ((e = rl_malloc(sizeof(*e) + keylen)) == NULL) {
+			errno = ENOMEM;
+			return -1;
+		}
 		e->hash = h;
 		e->keylen = keylen;
 		memcpy(e->key, key, keylen);
-		*pp = e;
+		e->group = g;
+		e->gnext = g->head;
+		if (g->head != NULL)
+			g->head->gprev = &e->gnext;
+		e->gprev = &g->head;
+		g->head = e;
+		/* pp may lie in an entry the prune freed: look again. */
+		e->next = NULL;
+		*ov_find(o, key, keylen, h) = e;
 		atomic_fetch_add(&o->count, 1);
+		ov_grow(o);
 	}
 	e->limit = limit;
 	e->window_ms = window_ms;
@@ -155,37 +345,117 @@ ov_put(struct overrides *o, const char *key, size_t keylen, int64_t limit,
 	return 0;
 }
 
-int
-overrides_set(struct overrides *o, const char *key, size_t keylen,
-    int64_t limit, int64_t window_ms, int64_t expires_ms)
+/* "<prefix><rule>:{<key>}" into a new buffer; NULL: out of memory. */
+static char *
+ov_store_key(const char *prefix, const char *rule, const char *key,
+    size_t keylen, size_t *len)
 {
-	int rc;
+	size_t plen = strlen(prefix), rlen = strlen(rule);
+	char *k;
 
+	if ((k = rl_malloc(plen + rlen + keylen + 3)) == NULL)
+		return NULL;
+	memcpy(k, prefix, plen);
+	memcpy(k + plen, rule, rlen);
+	memcpy(k + plen + rlen, ":{", 2);
+	memcpy(k + plen + rlen + 2, key, keylen);
+	k[plen + rlen + 2 + keylen] = '}';
+	*len = plen + rlen + keylen + 3;
+	return k;
+}
+
+int
+overrides_set(struct overrides *o, const char *prefix, const char *rule,
+    const char *key, size_t keylen, int64_t limit, int64_t window_ms,
+    int64_t expires_ms, int64_t now_ms)
+{
+	struct ov_group *g;
+	size_t len = 0;
+	char *k;
+	int rc = -1;
+
+	now_ms = ov_now(now_ms);
+	if ((k = ov_store_key(prefix, rule, key, keylen, &len)) == NULL) {
+		errno = ENOMEM;
+		return -1;
+	}
 	pthread_rwlock_wrlock(&o->lock);
-	rc = ov_put(o, key, keylen, limit, window_ms, expires_ms);
+	if ((g = ov_group(o, prefix, rule, true)) == NULL)
+		errno = ENOMEM;
+	else if ((rc = ov_put(o, g, k, len, limit, window_ms, expires_ms,
+		      now_ms)) < 0)
+		ov_group_drop_empty(o, g);
 	o->writes++;
 	pthread_rwlock_unlock(&o->lock);
+	rl_free(k);
 	return rc;
 }
 
 bool
-overrides_delete(struct overrides *o, const char *key, size_t keylen,
-    int64_t now_ms)
+overrides_delete(struct overrides *o, const char *prefix, const char *rule,
+    const char *key, size_t keylen, int64_t now_ms)
 {
 	struct ov_entry **pp, *e;
+	struct ov_group *g;
 	bool live = false;
+	size_t len = 0;
+	char *k;
 
+	now_ms = ov_now(now_ms);
+	if ((k = ov_store_key(prefix, rule, key, keylen, &len)) == NULL)
+		return false;
 	pthread_rwlock_wrlock(&o->lock);
-	pp = ov_find(o, key, keylen, ov_hash(key, keylen));
+	pp = ov_find(o, k, len, ov_hash(k, len));
 	if ((e = *pp) != NULL) {
-		live = e->expires_ms == 0 || e->expires_ms > now_ms;
-		*pp = e->next;
-		rl_free(e);
-		atomic_fetch_sub(&o->count, 1);
+		live = !ov_expired(e, now_ms);
+		g = e->group;
+		ov_remove(o, pp, e);
+		ov_group_drop_empty(o, g);
 	}
 	o->writes++;
 	pthread_rwlock_unlock(&o->lock);
+	rl_free(k);
 	return live;
+}
+
+bool
+overrides_limit_ok(enum rl_algorithm alg, int64_t limit, int64_t window_ms,
+    char *err, size_t errlen)
+{
+	if (alg == RL_ALG_TOKEN_BUCKET && window_ms <= INT64_MAX / 1000 &&
+	    limit > window_ms * 1000) {
+		snprintf(err, errlen,
+		    "token_bucket needs at least 1us of window per unit "
+		    "(limit <= %" PRId64 " for a window of %" PRId64 " ms)",
+		    window_ms * 1000, window_ms);
+		return false;
+	}
+	return true;
+}
+
+bool
+overrides_has_room(struct overrides *o, const char *prefix, const char *rule,
+    const char *key, size_t keylen, int64_t now_ms)
+{
+	size_t len = 0;
+	char *k;
+	bool room;
+
+	now_ms = ov_now(now_ms);
+	if ((k = ov_store_key(prefix, rule, key, keylen, &len)) == NULL)
+		return false;
+	pthread_rwlock_wrlock(&o->lock);
+	room = *ov_find(o, k, len, ov_hash(k, len)) != NULL ||
+	    ov_room(o, now_ms, NULL);
+	pthread_rwlock_unlock(&o->lock);
+	rl_free(k);
+	return room;
+}
+
+size_t
+overrides_count(struct overrides *o)
+{
+	return o != NULL ? (size_t)atomic_load(&o->count) : 0;
 }
 
 unsigned long
@@ -199,34 +469,21 @@ overrides_writes(struct overrides *o)
 	return n;
 }
 
-/* Is e one of rule's: "<prefix><rule>:{...}"?  Its key's offset, or 0. */
-static size_t
-ov_of_rule(const struct ov_entry *e, const char *prefix, size_t plen,
-    const char *rule, size_t rlen)
-{
-	if (e->keylen < plen + rlen + 3 || memcmp(e->key, prefix, plen) != 0 ||
-	    memcmp(e->key + plen, rule, rlen) != 0 ||
-	    memcmp(e->key + plen + rlen, ":{", 2) != 0 ||
-	    e->key[e->keylen - 1] != '}')
-		return 0;
-	return plen + rlen + 2;
-}
-
 void
 overrides_each(struct overrides *o, const char *prefix, const char *rule,
     int64_t now_ms, void (*fn)(const struct override_view *v, void *arg),
     void *arg)
 {
-	size_t plen = strlen(prefix), rlen = strlen(rule), i, at;
 	struct override_view v;
+	struct ov_group *g;
 	struct ov_entry *e;
+	size_t at;
 
 	pthread_rwlock_rdlock(&o->lock);
-	for (i = 0; i < OV_CHAINS; i++)
-		for (e = o->chains[i]; e != NULL; e = e->next) {
-			if ((at = ov_of_rule(e, prefix, plen, rule, rlen)) ==
-				0 ||
-			    (e->expires_ms != 0 && e->expires_ms <= now_ms))
+	if ((g = ov_group(o, prefix, rule, false)) != NULL)
+		for (e = g->head, at = g->namelen + 2; e != NULL;
+		     e = e->gnext) {
+			if (ov_expired(e, now_ms))
 				continue;
 			v.key = e->key + at;
 			v.keylen = e->keylen - at - 1;
@@ -258,8 +515,9 @@ overrides_load_rule(struct overrides *o, const char *prefix, const char *rule,
     const char *reply, size_t len, unsigned long since)
 {
 	const char *p = reply, *end = reply + len, *f = NULL, *v = NULL;
-	size_t plen = strlen(prefix), rlen = strlen(rule), i, nkeys = 0;
-	struct ov_entry **pp;
+	size_t plen = strlen(prefix), rlen = strlen(rule);
+	int64_t now_ms = util_realtime_us() / 1000;
+	struct ov_group *g;
 	char val[96], *key;
 	uint32_t fl = 0, vl = 0;
 	long long lim, win, exp;
@@ -270,16 +528,17 @@ overrides_load_rule(struct overrides *o, const char *prefix, const char *rule,
 		if (next_str(&p, end, &f, &fl) < 0 ||
 		    next_str(&p, end, &v, &vl) < 0 || vl >= sizeof(val) ||
 		    fl > RL_MAX_KEY_BYTES)
-			return -1;
+			goto malformed;
 		memcpy(val, v, vl);
 		val[vl] = '\0';
 		if (sscanf(val, "%lld %lld %lld", &lim, &win, &exp) != 3 ||
 		    lim < 1 || win < 1 || exp < 0)
-			return -1;
-		nkeys++;
+			goto malformed;
 	}
-	if ((key = rl_malloc(plen + rlen + RL_MAX_KEY_BYTES + 4)) == NULL)
+	if ((key = rl_malloc(plen + rlen + RL_MAX_KEY_BYTES + 4)) == NULL) {
+		errno = ENOMEM;
 		return -1;
+	}
 	pthread_rwlock_wrlock(&o->lock);
 	if (o->writes != since) {
 		/* A write came after the read began: the reply may predate
@@ -288,36 +547,47 @@ overrides_load_rule(struct overrides *o, const char *prefix, const char *rule,
 		rl_free(key);
 		return 1;
 	}
-	for (i = 0; i < OV_CHAINS; i++)
-		for (pp = &o->chains[i]; *pp != NULL;) {
-			struct ov_entry *e = *pp;
-
-			if (ov_of_rule(e, prefix, plen, rule, rlen) == 0) {
-				pp = &e->next;
-				continue;
-			}
-			*pp = e->next;
-			rl_free(e);
-			atomic_fetch_sub(&o->count, 1);
-		}
+	if ((g = ov_group(o, prefix, rule, true)) == NULL) {
+		errno = ENOMEM;
+		rc = -1;
+		goto unlock;
+	}
+	ov_clear_group(o, g, false, 0);
 	for (p = reply; p < end && rc == 0;) {
 		(void)next_str(&p, end, &f, &fl);
 		(void)next_str(&p, end, &v, &vl);
 		memcpy(val, v, vl);
 		val[vl] = '\0';
 		(void)sscanf(val, "%lld %lld %lld", &lim, &win, &exp);
+		if (exp != 0 && exp <= now_ms)
+			continue; /* expired: the script drops it at its next
+				     write */
 		memcpy(key, prefix, plen);
 		memcpy(key + plen, rule, rlen);
 		memcpy(key + plen + rlen, ":{", 2);
 		memcpy(key + plen + rlen + 2, f, fl);
 		key[plen + rlen + 2 + fl] = '}';
-		rc = ov_put(o, key, plen + rlen + 3 + fl, lim, win, exp);
+		rc = ov_put(o, g, key, plen + rlen + 3 + fl, lim, win, exp,
+		    now_ms);
 	}
+	ov_group_drop_empty(o, g);
 	o->writes++;
+unlock:
 	pthread_rwlock_unlock(&o->lock);
 	rl_free(key);
-	(void)nkeys;
 	return rc;
+malformed:
+	errno = EINVAL;
+	return -1;
+}
+
+/* Free every expired entry now.  The sync thread, after a full read. */
+static void
+ov_prune_now(struct overrides *o)
+{
+	pthread_rwlock_wrlock(&o->lock);
+	ov_prune(o, util_realtime_us() / 1000, NULL);
+	pthread_rwlock_unlock(&o->lock);
 }
 
 /* --- the sync ------------------------------------------------------------ */
@@ -374,9 +644,17 @@ sync_rule(struct overrides *o, const struct config *cfg, const char *rule)
 	if (backend_admin_call(o->backend, &a, &kind, err, sizeof(err)) < 0)
 		log_debug("overrides of %s not read: %s", rule, err);
 	else if ((rc = overrides_load_rule(o, cfg->redis.key_prefix, rule,
-		      a.reply, a.replylen, since)) < 0)
+		      a.reply, a.replylen, since)) < 0 &&
+	    errno == EINVAL)
 		log_warnx("overrides of %s: a malformed hash %s, ignored", rule,
 		    hash);
+	else if (rc < 0 && errno == ENOSPC)
+		log_warnx(
+		    "overrides of %s: more than %d overrides in all, "
+		    "the rest of hash %s left out",
+		    rule, OVERRIDES_MAX, hash);
+	else if (rc < 0)
+		log_warnx("overrides of %s: out of memory", rule);
 	else if (rc == 1)
 		mark_rule(o, rule, strlen(rule));
 	rl_free(a.reply);
@@ -388,15 +666,14 @@ sync_main(void *arg)
 {
 	struct overrides *o = arg;
 	char *names[OV_DIRTY];
-	struct timespec at;
+	struct timespec at; /* when the next full read is due */
 	struct config *cfg;
 	size_t n, i;
 	bool all;
 
+	clock_gettime(CLOCK_MONOTONIC, &at);
 	pthread_mutex_lock(&o->mu);
 	while (!o->stop) {
-		clock_gettime(CLOCK_MONOTONIC, &at);
-		at.tv_sec += OVERRIDES_RESYNC_MS / 1000;
 		while (!o->stop && !o->all && o->ndirty == 0)
 			if (pthread_cond_timedwait(&o->cond, &o->mu, &at) ==
 			    ETIMEDOUT)
@@ -417,6 +694,12 @@ sync_main(void *arg)
 		config_unref(cfg);
 		for (i = 0; i < n; i++)
 			rl_free(names[i]);
+		if (all) {
+			/* what no rule's read replaced: a removed rule's */
+			ov_prune_now(o);
+			clock_gettime(CLOCK_MONOTONIC, &at);
+			at.tv_sec += OVERRIDES_RESYNC_MS / 1000;
+		}
 		pthread_mutex_lock(&o->mu);
 	}
 	pthread_mutex_unlock(&o->mu);
@@ -496,6 +779,7 @@ void
 overrides_free(struct overrides *o)
 {
 	struct ov_entry *e, *next;
+	struct ov_group *g, *gnext;
 	size_t i;
 
 	if (o == NULL)
@@ -512,11 +796,16 @@ overrides_free(struct overrides *o)
 		pthread_mutex_destroy(&o->mu);
 		config_slot_destroy(&o->cfg);
 	}
-	for (i = 0; i < OV_CHAINS; i++)
+	for (i = 0; i < o->nchains; i++)
 		for (e = o->chains[i]; e != NULL; e = next) {
 			next = e->next;
 			rl_free(e);
 		}
+	for (g = o->groups; g != NULL; g = gnext) {
+		gnext = g->next;
+		rl_free(g);
+	}
+	rl_free(o->chains);
 	pthread_rwlock_destroy(&o->lock);
 	rl_free(o);
 }

@@ -29,6 +29,9 @@
 
 /* Every rule's hash is read again this often, notices or not. */
 #define OVERRIDES_RESYNC_MS 5000
+/* At most this many overrides in the table (docs/admin.md); a new one
+ * past it is refused.  About 600 bytes each at the longest key. */
+#define OVERRIDES_MAX 100000
 
 struct overrides;
 
@@ -46,14 +49,44 @@ void overrides_free(struct overrides *o);
 bool overrides_get(struct overrides *o, const char *key, size_t keylen,
     int64_t now_ms, int64_t *limit, int64_t *window_ms);
 
-/* Set (or replace) key's override, expiring at expires_ms (0: never).
- * 0, or -1 when out of memory. */
-int overrides_set(struct overrides *o, const char *key, size_t keylen,
-    int64_t limit, int64_t window_ms, int64_t expires_ms);
+/*
+ * Set (or replace) the override of rendered key `key` (keylen bytes) of
+ * rule, whose store key is "<prefix><rule>:{<key>}", expiring at
+ * expires_ms (0: never); now_ms as for overrides_get().  Expired
+ * overrides may be freed on the way.  0, or -1 with errno ENOSPC (the
+ * table holds OVERRIDES_MAX live overrides, key not among them) or
+ * ENOMEM.
+ */
+int overrides_set(struct overrides *o, const char *prefix, const char *rule,
+    const char *key, size_t keylen, int64_t limit, int64_t window_ms,
+    int64_t expires_ms, int64_t now_ms);
 
-/* Drop key's override; true iff there was a live one at now_ms. */
-bool overrides_delete(struct overrides *o, const char *key, size_t keylen,
-    int64_t now_ms);
+/* Drop the override of rendered key `key` of rule (as overrides_set());
+ * true iff there was a live one at now_ms (0: the clock's now). */
+bool overrides_delete(struct overrides *o, const char *prefix, const char *rule,
+    const char *key, size_t keylen, int64_t now_ms);
+
+/*
+ * Can a rule of algorithm alg run at limit per window_ms?  The checks the
+ * config file's limits pass too (docs/configuration.md): a token_bucket
+ * needs at least 1 us of window per unit, since GCRA spaces units
+ * window/limit apart on a microsecond clock and a smaller step would round
+ * to 0 and admit without bound.  true, or false with the reason in err.
+ * Pure; any thread.
+ */
+bool overrides_limit_ok(enum rl_algorithm alg, int64_t limit, int64_t window_ms,
+    char *err, size_t errlen);
+
+/* Would overrides_set() of that key find room (it is there already, or
+ * the table holds fewer than OVERRIDES_MAX live overrides)?  Expired
+ * ones may be freed on the way.  Asked before a write to Redis, so that a
+ * refusal changes nothing there. */
+bool overrides_has_room(struct overrides *o, const char *prefix,
+    const char *rule, const char *key, size_t keylen, int64_t now_ms);
+
+/* How many entries the table holds, expired ones not yet freed
+ * included.  o may be NULL (0). */
+size_t overrides_count(struct overrides *o);
 
 /* One override, as overrides_each() hands it out. */
 struct override_view {
@@ -63,7 +96,8 @@ struct override_view {
 };
 
 /* fn for every live override of rule (store keys "<prefix><rule>:{...}"),
- * under the read lock: fn must not call back into o. */
+ * under the read lock: fn must not call back into o.  Visits that rule's
+ * overrides only. */
 void overrides_each(struct overrides *o, const char *prefix, const char *rule,
     int64_t now_ms, void (*fn)(const struct override_view *v, void *arg),
     void *arg);
@@ -77,11 +111,13 @@ unsigned long overrides_writes(struct overrides *o);
  * Replace rule's overrides by the fields of an OVERRIDE_READ reply
  * (core/backend.h: pairs of length-prefixed strings, field = the rendered
  * key, value = "<limit> <window_ms> <expires_at_ms>"), read after
- * overrides_writes() said `since`.  0; 1 when the table changed since,
- * by a write or another load (the reply may predate that change: the
- * table is left as it was, and the caller reads again); or -1: a
- * malformed reply (the table is left as it was), or out of memory (the
- * rule may then hold part of the reply until the next read).
+ * overrides_writes() said `since`.  Fields already expired by this
+ * daemon's clock are left out.  0; 1 when the table changed since, by a
+ * write or another load (the reply may predate that change: the table is
+ * left as it was, and the caller reads again); or -1 with errno: EINVAL,
+ * a malformed reply (the table is left as it was); ENOSPC, the table
+ * full (OVERRIDES_MAX), or ENOMEM (the rule then holds part of the reply
+ * until the next read).
  */
 int overrides_load_rule(struct overrides *o, const char *prefix,
     const char *rule, const char *reply, size_t len, unsigned long since);

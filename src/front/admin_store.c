@@ -9,6 +9,7 @@
  *
  * Thread: the connection's own, which waits for the store.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,49 @@
  * another change of the table overtakes each. */
 #define OVERRIDE_LIST_READS 3
 
-/* The query's rule and key: 0, or -1 answered (400). */
+/* Is s valid UTF-8 (no overlong form, no surrogate, nothing past
+ * U+10FFFF)?  The answers are JSON, which holds nothing else. */
+static bool
+utf8_valid(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	unsigned char lo, hi;
+	int n, i;
+
+	while (*p != '\0') {
+		lo = 0x80;
+		hi = 0xbf;
+		if (*p < 0x80)
+			n = 0;
+		else if (*p >= 0xc2 && *p <= 0xdf)
+			n = 1;
+		else if (*p >= 0xe0 && *p <= 0xef) {
+			n = 2;
+			if (*p == 0xe0)
+				lo = 0xa0; /* overlong */
+			else if (*p == 0xed)
+				hi = 0x9f; /* surrogates */
+		} else if (*p >= 0xf0 && *p <= 0xf4) {
+			n = 3;
+			if (*p == 0xf0)
+				lo = 0x90; /* overlong */
+			else if (*p == 0xf4)
+				hi = 0x8f; /* past U+10FFFF */
+		} else
+			return false;
+		for (p++, i = 0; i < n; i++, p++) {
+			if (*p < lo || *p > hi)
+				return false;
+			lo = 0x80;
+			hi = 0xbf;
+		}
+	}
+	return true;
+}
+
+/* The query's rule and key: 0, or -1 answered (400).  Checked before
+ * anything is read or written: a key that is not UTF-8 could not be put
+ * in the answer (docs/admin.md). */
 static int
 query_rule_key(struct MHD_Connection *conn, const struct config *cfg,
     const struct rule **r, const char **key, int *ret)
@@ -44,6 +87,11 @@ query_rule_key(struct MHD_Connection *conn, const struct config *cfg,
 		    "the query needs rule=");
 		return -1;
 	}
+	if (!utf8_valid(name)) {
+		*ret = admin_error(conn, 400, "unknown_rule",
+		    "rule= is not valid UTF-8");
+		return -1;
+	}
 	if ((*r = config_find_rule(cfg, name)) == NULL) {
 		*ret = admin_error(conn, 400, "unknown_rule",
 		    "no rule named \"%s\"", name);
@@ -52,6 +100,12 @@ query_rule_key(struct MHD_Connection *conn, const struct config *cfg,
 	if (strlen(*key) > RL_MAX_KEY_BYTES) {
 		*ret = admin_error(conn, 400, "key_too_long",
 		    "the key is longer than %d bytes", RL_MAX_KEY_BYTES);
+		return -1;
+	}
+	if (!utf8_valid(*key)) {
+		*ret = admin_error(conn, 400, "invalid_key",
+		    "key= is not valid UTF-8 (percent-encode the key's UTF-8 "
+		    "bytes)");
 		return -1;
 	}
 	return 0;
@@ -183,14 +237,16 @@ admin_handle_counters(struct admin_server *s, struct MHD_Connection *conn,
 	const struct rule *r;
 	const char *key;
 	int ret;
+	/* HEAD is GET, its body left out by libmicrohttpd (docs/admin.md). */
+	bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 
-	if (strcmp(method, "GET") != 0 && strcmp(method, "DELETE") != 0)
+	if (!get && strcmp(method, "DELETE") != 0)
 		return admin_error(conn, 405, "method_not_allowed",
 		    "%s /admin/counters: use GET or DELETE", method);
 	if (query_rule_key(conn, cfg, &r, &key, &ret) < 0)
 		return ret;
-	return strcmp(method, "GET") == 0 ? counter_read(s, conn, cfg, r, key) :
-					    counter_reset(s, conn, cfg, r, key);
+	return get ? counter_read(s, conn, cfg, r, key) :
+		     counter_reset(s, conn, cfg, r, key);
 }
 
 /* --- overrides ------------------------------------------------------------ */
@@ -258,6 +314,14 @@ store_failed(struct admin_server *s, struct MHD_Connection *conn,
 	    backend_error_kind_name(kind));
 }
 
+/* The table holds OVERRIDES_MAX overrides (docs/admin.md). */
+static int
+overrides_full(struct MHD_Connection *conn)
+{
+	return admin_error(conn, 507, "too_many_overrides",
+	    "%d overrides are set already: delete some first", OVERRIDES_MAX);
+}
+
 /* PUT {"rule", "key", "limit", "window"?, "ttl"?} */
 static int
 override_put(struct admin_server *s, struct MHD_Connection *conn,
@@ -267,10 +331,10 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 	const char *name, *key;
 	const struct rule *r;
 	int64_t limit, window, ttl = 0, now_ms = util_realtime_us() / 1000;
-	char value[64], what[128], err[BACKEND_ERR_MAX], *k = NULL, *h = NULL;
+	char value[64], what[128], err[BACKEND_ERR_MAX], *h = NULL;
 	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_SET };
 	enum backend_error_kind kind;
-	size_t klen = 0, hlen = 0;
+	size_t hlen = 0;
 	int ret;
 
 	if (root == NULL || !json_is_object(root)) {
@@ -309,6 +373,12 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 		    "from 1ms");
 		goto out;
 	}
+	if (!overrides_limit_ok(r->algorithm, limit, window, what,
+		sizeof(what))) {
+		ret = admin_error(conn, 400, "invalid_limit", "\"limit\": %s",
+		    what);
+		goto out;
+	}
 	if (json_object_get(root, "ttl") != NULL &&
 	    (parse_duration(json_object_get(root, "ttl"), &ttl) < 0 ||
 		ttl < 1 || ttl > INT64_C(3153600000000))) {
@@ -316,9 +386,20 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 		    "\"ttl\" is a duration (\"1h\", or milliseconds) from 1ms");
 		goto out;
 	}
-	if ((k = store_key(cfg, r, key, &klen)) == NULL ||
-	    (h = hash_key(cfg, r, &hlen)) == NULL) {
+	if ((h = hash_key(cfg, r, &hlen)) == NULL) {
 		ret = admin_error(conn, 500, "internal_error", "out of memory");
+		goto out;
+	}
+	if (s->overrides == NULL) {
+		ret = admin_error(conn, 500, "internal_error",
+		    "no overrides kept");
+		goto out;
+	}
+	/* Refused before Redis is written, so that a refusal changes
+	 * nothing anywhere. */
+	if (!overrides_has_room(s->overrides, cfg->redis.key_prefix, r->name,
+		key, strlen(key), now_ms)) {
+		ret = overrides_full(conn);
 		goto out;
 	}
 	snprintf(value, sizeof(value), "%" PRId64 " %" PRId64, limit, window);
@@ -336,10 +417,12 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 		}
 	}
 	/* This daemon at once; the others when they hear the notice. */
-	if (s->overrides == NULL ||
-	    overrides_set(s->overrides, k, klen, limit, window,
-		ttl > 0 ? now_ms + ttl : 0) < 0) {
-		ret = admin_error(conn, 500, "internal_error", "out of memory");
+	if (overrides_set(s->overrides, cfg->redis.key_prefix, r->name, key,
+		strlen(key), limit, window, ttl > 0 ? now_ms + ttl : 0,
+		now_ms) < 0) {
+		ret = errno == ENOSPC ?
+		    overrides_full(conn) :
+		    admin_error(conn, 500, "internal_error", "out of memory");
 		goto out;
 	}
 	metrics_admin_write(s->metrics, METRICS_ADMIN_OVERRIDE_SET);
@@ -352,7 +435,6 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 		"limit", (json_int_t)limit, "window_ms", (json_int_t)window,
 		"expires_ms", ttl > 0 ? json_integer(ttl) : json_null()));
 out:
-	rl_free(k);
 	rl_free(h);
 	json_decref(root);
 	return ret;
@@ -434,19 +516,17 @@ override_delete(struct admin_server *s, struct MHD_Connection *conn,
 {
 	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_DEL };
 	enum backend_error_kind kind;
-	char err[BACKEND_ERR_MAX], *k, *h;
-	size_t klen = 0, hlen = 0;
-	bool found;
+	char err[BACKEND_ERR_MAX], *h;
+	size_t hlen = 0;
+	bool found = false, live;
 
 	if (s->overrides == NULL)
 		return admin_error(conn, 500, "internal_error",
 		    "no overrides kept");
-	if ((k = store_key(cfg, r, key, &klen)) == NULL)
-		return admin_error(conn, 500, "internal_error",
-		    "out of memory");
-	found = overrides_delete(s->overrides, k, klen,
-	    util_realtime_us() / 1000);
-	rl_free(k);
+	/* Redis first, then this daemon's table, as a PUT does: a read of
+	 * the hash begun before the HDEL and applied after the table's
+	 * delete is refused as overtaken (core/overrides.h), where the other
+	 * order would let one begun in between bring the field back. */
 	if (on_redis(s)) {
 		if ((h = hash_key(cfg, r, &hlen)) == NULL)
 			return admin_error(conn, 500, "internal_error",
@@ -463,6 +543,10 @@ override_delete(struct admin_server *s, struct MHD_Connection *conn,
 		rl_free(h);
 		found = a.found;
 	}
+	live = overrides_delete(s->overrides, cfg->redis.key_prefix, r->name,
+	    key, strlen(key), util_realtime_us() / 1000);
+	if (!on_redis(s))
+		found = live;
 	metrics_admin_write(s->metrics, METRICS_ADMIN_OVERRIDE_DELETE);
 	admin_log_write(conn, "override_delete", r->name, key,
 	    found ? "deleted" : "none to delete");
@@ -478,15 +562,15 @@ admin_handle_overrides(struct admin_server *s, struct MHD_Connection *conn,
 	const struct rule *r;
 	const char *key;
 	int ret;
+	bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 
 	if (strcmp(method, "PUT") == 0)
 		return override_put(s, conn, cfg, body, len);
-	if (strcmp(method, "GET") != 0 && strcmp(method, "DELETE") != 0)
+	if (!get && strcmp(method, "DELETE") != 0)
 		return admin_error(conn, 405, "method_not_allowed",
 		    "%s /admin/overrides: use GET, PUT or DELETE", method);
 	if (query_rule_key(conn, cfg, &r, &key, &ret) < 0)
 		return ret;
-	return strcmp(method, "GET") == 0 ?
-	    override_list(s, conn, cfg, r) :
-	    override_delete(s, conn, cfg, r, key);
+	return get ? override_list(s, conn, cfg, r) :
+		     override_delete(s, conn, cfg, r, key);
 }

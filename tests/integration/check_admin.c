@@ -358,6 +358,49 @@ START_TEST(test_counters)
 }
 END_TEST
 
+/* A key that is not valid UTF-8 (a rendered key holds whatever bytes the
+ * request had: /auth's ${header.x}) is refused with 400 invalid_key
+ * before the store is asked: no 500, no reset done and logged anyway. */
+START_TEST(test_key_not_utf8)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+	static const char *const bad[] = {
+		"GET /admin/counters?rule=api&key=%FF",
+		"DELETE /admin/counters?rule=api&key=%FF",
+		"DELETE /admin/counters?rule=api&key=a%C0%80",
+		"DELETE /admin/counters?rule=api&key=%ED%A0%80",
+		"DELETE /admin/overrides?rule=api&key=%FF", NULL
+	};
+	char method[16], path[128];
+	size_t i;
+
+	admin_start(&a, 0, true, NULL);
+	for (i = 0; bad[i] != NULL; i++) {
+		ck_assert_int_eq(sscanf(bad[i], "%15s %127s", method, path), 2);
+		admin_req(&a, &r, method, path, NULL, auth_ok);
+		ck_assert_msg(r.status == 400, "%s: %ld %s", bad[i], r.status,
+		    r.body);
+		ck_assert_str_eq(h_json_str(&r, "error"), "invalid_key");
+	}
+	admin_req(&a, &r, "GET", "/admin/counters?rule=%FF", NULL, auth_ok);
+	ck_assert_msg(r.status == 400, "%ld %s", r.status, r.body);
+	ck_assert_str_eq(h_json_str(&r, "error"), "unknown_rule");
+	/* UTF-8 beyond ASCII is a key like any other. */
+	admin_req(&a, &r, "GET", "/admin/counters?rule=api&key=%C3%A9", NULL,
+	    auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	ck_assert_str_eq(h_json_str(&r, "key"), "\xc3\xa9");
+	ck_assert(
+	    h_metric("ratelimitd_admin_writes_total{op=\"counter_reset\"}") <=
+	    0);
+	h_resp_free(&r);
+	admin_stop(&a);
+	ck_assert(!log_has(&a.d, "op=\"counter_reset\""));
+	ck_assert(!log_has(&a.d, "op=\"override_delete\""));
+}
+END_TEST
+
 /* Acquire one unit of rule api for user on the main listener of d. */
 static long
 acquire_on(struct admin_daemon *a, const char *user, struct h_resp *r)
@@ -486,6 +529,73 @@ START_TEST(test_overrides)
 	h_resp_free(&r);
 	admin_stop(&a);
 	ck_assert(log_has(&a.d, "op=\"override_set\""));
+}
+END_TEST
+
+/* An override obeys the checks the config file's limits do: for a
+ * token_bucket rule, at least 1 us of window per unit (GCRA's step would
+ * round to 0 below it), with the override's window or the rule's. */
+START_TEST(test_override_token_bucket)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+
+	admin_start(&a, 0, true, NULL);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"tb\",\"key\":\"x\",\"limit\":10000000,"
+	    "\"window\":\"1s\"}",
+	    auth_ok);
+	ck_assert_msg(r.status == 400, "%ld %s", r.status, r.body);
+	ck_assert_str_eq(h_json_str(&r, "error"), "invalid_limit");
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"tb\",\"key\":\"x\",\"limit\":10000001}", auth_ok);
+	ck_assert_msg(r.status == 400, "%ld %s", r.status, r.body);
+	admin_req(&a, &r, "GET", "/admin/overrides?rule=tb", NULL, auth_ok);
+	ck_assert_int_eq(json_array_size(h_json_get(&r, "overrides")), 0);
+	/* At the bound, and for another algorithm, it is accepted. */
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"tb\",\"key\":\"x\",\"limit\":1000000,"
+	    "\"window\":\"1s\"}",
+	    auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"x\",\"limit\":10000000,"
+	    "\"window\":\"1s\"}",
+	    auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
+/* HEAD is GET without a body wherever GET is allowed (docs/admin.md):
+ * the same status, headers, and no counter consumed. */
+START_TEST(test_head)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+	static const char *const paths[] = { "/admin/config",
+		"/admin/counters?rule=api&key=h", "/admin/overrides?rule=api",
+		NULL };
+	size_t i;
+
+	admin_start(&a, 0, true, NULL);
+	for (i = 0; paths[i] != NULL; i++) {
+		admin_req(&a, &r, "HEAD", paths[i], NULL, auth_ok);
+		ck_assert_msg(r.status == 200, "HEAD %s: %ld", paths[i],
+		    r.status);
+		ck_assert_str_eq(h_resp_header(&r, "Content-Type"),
+		    "application/json");
+	}
+	admin_req(&a, &r, "HEAD", "/admin/counters?rule=nope", NULL, auth_ok);
+	ck_assert_int_eq(r.status, 400);
+	admin_req(&a, &r, "HEAD", "/admin/counters?rule=api&key=h", NULL, NULL);
+	ck_assert_int_eq(r.status, 401);
+	admin_req(&a, &r, "GET", "/admin/counters?rule=api&key=h", NULL,
+	    auth_ok);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), 3);
+	h_resp_free(&r);
+	admin_stop(&a);
 }
 END_TEST
 
@@ -720,6 +830,43 @@ START_TEST(test_overrides_without_channel_acl)
 }
 END_TEST
 
+/* The full read of every rule's hash, every 5 s whatever happens, is not
+ * put off by notices arriving more often: a field written straight into
+ * api's hash (no notice of its own) is applied within a period while a
+ * notice for rule tb comes every 500 ms.  Within 5 s normally; up to two
+ * periods are allowed, for a read that timed out on a loaded machine
+ * (before the fix it never was while the notices kept coming). */
+START_TEST(test_resync_despite_notices)
+{
+	struct admin_daemon a;
+	long long t0, ms = -1;
+	struct h_resp r = { 0 };
+
+	admin_start(&a, 0, true, NULL);
+	ck_assert(wait_limit(&a, "h", 3, 100) >= 0);
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HSET %s %s %s",
+			     "adm:override:api", "h", "2 10000 0"),
+	    1);
+	t0 = h_now_ms();
+	while (h_now_ms() - t0 < 12000) {
+		h_redis_int(&h_shared_redis, "PUBLISH %s %s", "adm:released",
+		    "adm:override:tb");
+		admin_req(&a, &r, "GET", "/admin/counters?rule=api&key=h", NULL,
+		    auth_ok);
+		if (r.status == 200 && h_json_int(&r, "limit") == 2) {
+			ms = h_now_ms() - t0;
+			break;
+		}
+		h_sleep_ms(500);
+	}
+	printf("a field written without a notice applied after %lld ms\n", ms);
+	ck_assert_msg(ms >= 0 && ms <= 11000,
+	    "the field was not applied within 11 s (%lld ms)", ms);
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
 /* --- fixtures and main -------------------------------------------------- */
 
 static void
@@ -755,6 +902,7 @@ test_suite(void)
 	tcase_add_test(tc, test_no_admin_listen);
 	tcase_add_test(tc, test_config_secrets);
 	tcase_add_test(tc, test_no_token);
+	tcase_add_test(tc, test_head);
 	tcase_add_test(tc, test_check_errors_placed);
 	suite_add_tcase(s, tc);
 
@@ -763,8 +911,10 @@ test_suite(void)
 	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_counters);
+	tcase_add_test(tc, test_key_not_utf8);
 	tcase_add_test(tc, test_overrides);
 	tcase_add_test(tc, test_override_renew);
+	tcase_add_test(tc, test_override_token_bucket);
 	tcase_add_test(tc, test_reset_serves_lease_waiters);
 	suite_add_tcase(s, tc);
 
@@ -773,12 +923,14 @@ test_suite(void)
 	tcase_add_checked_fixture(tc, flush_redis, h_test_teardown);
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_counters);
+	tcase_add_test(tc, test_key_not_utf8);
 	tcase_add_test(tc, test_overrides);
 	tcase_add_test(tc, test_override_renew);
 	tcase_add_test(tc, test_reset_serves_lease_waiters);
 	tcase_add_test(tc, test_overrides_shared);
 	tcase_add_test(tc, test_overrides_without_channel_acl);
 	tcase_add_test(tc, test_reset_drops_prefetched);
+	tcase_add_test(tc, test_resync_despite_notices);
 	suite_add_tcase(s, tc);
 	test_main_at_end(h_shared_redis_stop);
 	return s;

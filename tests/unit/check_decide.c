@@ -547,8 +547,8 @@ START_TEST(test_prefetch_not_under_override)
 	ck_assert_ptr_nonnull(dec.overrides);
 	prefetch_first_chunk(mem, &rq);
 	/* The override lowers the key's limit to 20: 13 are used already. */
-	ck_assert_int_eq(overrides_set(dec.overrides, "rl:global:{}", 12, 20,
-			     60000, 0),
+	ck_assert_int_eq(overrides_set(dec.overrides, "rl:", "global", "", 0,
+			     20, 60000, 0, 0),
 	    0);
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
 	ck_assert_int_eq(backend_calls, 2);

@@ -3,10 +3,13 @@
  * a rule's overrides replaced by a read of its Redis hash, and such a read
  * that a write of this daemon overtook left unapplied, so that a read
  * begun before the admin API changed an override cannot bring the old
- * one back (docs/admin.md).  Pure: the replies are made here in the
+ * one back (docs/admin.md); expired overrides freed and the table
+ * bounded (OVERRIDES_MAX); a rule's overrides kept apart from another's.
+ * Pure: the replies are made here in the
  * OVERRIDE_READ form of core/backend.h.
  */
 #include <check.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -97,8 +100,8 @@ START_TEST(test_load_overtaken_by_a_write)
 	ck_assert_ptr_nonnull(o);
 	/* A set: the reply from before it does not take it back. */
 	since = overrides_writes(o);
-	ck_assert_int_eq(overrides_set(o, KEY_VIP, strlen(KEY_VIP), 5, 10000,
-			     0),
+	ck_assert_int_eq(overrides_set(o, "rl:", "api", "vip", 3, 5, 10000, 0,
+			     1000),
 	    0);
 	r = reply_of(&len, "other", "7 10000 0", NULL);
 	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len, since),
@@ -108,7 +111,7 @@ START_TEST(test_load_overtaken_by_a_write)
 
 	/* A delete: the reply from before it does not bring it back. */
 	since = overrides_writes(o);
-	ck_assert(overrides_delete(o, KEY_VIP, strlen(KEY_VIP), 1000));
+	ck_assert(overrides_delete(o, "rl:", "api", "vip", 3, 1000));
 	r = reply_of(&len, "vip", "5 10000 0", NULL);
 	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len, since),
 	    1);
@@ -172,6 +175,134 @@ START_TEST(test_load_overtaken_by_a_load)
 }
 END_TEST
 
+/* Set api's override of key k at now_ms 1000, expiring at exp. */
+static int
+set_at(struct overrides *o, const char *k, int64_t limit, int64_t exp)
+{
+	return overrides_set(o, "rl:", "api", k, strlen(k), limit, 10000, exp,
+	    1000);
+}
+
+/* Expired overrides are freed, not only skipped: thousands set with a
+ * TTL that has passed leave no more than a prune's threshold behind, and
+ * a read of the hash leaves its expired fields out. */
+START_TEST(test_expired_freed)
+{
+	struct overrides *o = overrides_new();
+	const char *r;
+	char key[32];
+	size_t len;
+	int i;
+
+	ck_assert_ptr_nonnull(o);
+	ck_assert_int_eq(set_at(o, "vip", 5, 0), 0);
+	for (i = 0; i < 5000; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		ck_assert_int_eq(set_at(o, key, 2, 900), 0); /* expired */
+	}
+	ck_assert_msg(overrides_count(o) <= 1024, "%zu entries kept",
+	    overrides_count(o));
+	ck_assert_int_eq(limit_of(o, KEY_VIP), 5);
+	ck_assert_int_eq(limit_of(o, "rl:api:{k4999}"), 0);
+
+	r = reply_of(&len, "vip", "5 10000 0", "old", "7 10000 1", NULL);
+	ck_assert_int_eq(load_fresh(o, r, len), 0);
+	ck_assert_uint_eq(overrides_count(o), 1);
+	overrides_free(o);
+}
+END_TEST
+
+/* At OVERRIDES_MAX live overrides a new one is refused (ENOSPC), a
+ * change of one already there is not, and room comes back as they are
+ * deleted or expire. */
+START_TEST(test_bounded)
+{
+	struct overrides *o = overrides_new();
+	char key[32];
+	int i;
+
+	ck_assert_ptr_nonnull(o);
+	for (i = 0; i < OVERRIDES_MAX - 1; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		ck_assert_int_eq(set_at(o, key, 2, 0), 0);
+	}
+	ck_assert_int_eq(set_at(o, "brief", 2, 1500), 0);
+	ck_assert_uint_eq(overrides_count(o), OVERRIDES_MAX);
+	errno = 0;
+	ck_assert_int_eq(set_at(o, "one-more", 2, 0), -1);
+	ck_assert_int_eq(errno, ENOSPC);
+	ck_assert(!overrides_has_room(o, "rl:", "api", "one-more", 8, 1000));
+	ck_assert(overrides_has_room(o, "rl:", "api", "k7", 2, 1000));
+	ck_assert_int_eq(set_at(o, "k7", 9, 0), 0);
+	ck_assert_int_eq(limit_of(o, "rl:api:{k7}"), 9);
+	ck_assert_int_eq(limit_of(o, "rl:api:{one-more}"), 0);
+
+	/* An expired one makes room. */
+	ck_assert(overrides_has_room(o, "rl:", "api", "one-more", 8, 2000));
+	ck_assert_int_eq(overrides_set(o, "rl:", "api", "one-more", 8, 3, 10000,
+			     0, 2000),
+	    0);
+	/* So does a delete. */
+	ck_assert_int_eq(set_at(o, "two-more", 2, 0), -1);
+	ck_assert(overrides_delete(o, "rl:", "api", "k8", 2, 1000));
+	ck_assert_int_eq(set_at(o, "two-more", 2, 0), 0);
+	ck_assert_int_eq(limit_of(o, "rl:api:{two-more}"), 2);
+	overrides_free(o);
+}
+END_TEST
+
+static void
+count_one(const struct override_view *v, void *arg)
+{
+	(void)v;
+	(*(int *)arg)++;
+}
+
+/* A rule's overrides are its own: listing or reloading rule api touches
+ * neither rule api2 (a name that begins like it) nor another prefix. */
+START_TEST(test_rules_apart)
+{
+	struct overrides *o = overrides_new();
+	const char *r;
+	size_t len;
+	int n = 0;
+
+	ck_assert_ptr_nonnull(o);
+	ck_assert_int_eq(set_at(o, "vip", 5, 0), 0);
+	ck_assert_int_eq(overrides_set(o, "rl:", "api2", "vip", 3, 6, 10000, 0,
+			     1000),
+	    0);
+	ck_assert_int_eq(overrides_set(o, "x:", "api", "vip", 3, 7, 10000, 0,
+			     1000),
+	    0);
+	overrides_each(o, "rl:", "api", 1000, count_one, &n);
+	ck_assert_int_eq(n, 1);
+	r = reply_of(&len, NULL);
+	ck_assert_int_eq(load_fresh(o, r, len), 0);
+	ck_assert_int_eq(limit_of(o, KEY_VIP), 0);
+	ck_assert_int_eq(limit_of(o, "rl:api2:{vip}"), 6);
+	ck_assert_int_eq(limit_of(o, "x:api:{vip}"), 7);
+	ck_assert_uint_eq(overrides_count(o), 2);
+	overrides_free(o);
+}
+END_TEST
+
+/* The per-algorithm check shared with the config file: a token_bucket
+ * needs 1 us of window per unit; the others take any limit. */
+START_TEST(test_limit_ok)
+{
+	char err[128];
+
+	ck_assert(overrides_limit_ok(RL_ALG_TOKEN_BUCKET, 1000000, 1000, err,
+	    sizeof(err)));
+	ck_assert(!overrides_limit_ok(RL_ALG_TOKEN_BUCKET, 1000001, 1000, err,
+	    sizeof(err)));
+	ck_assert_msg(strstr(err, "limit <= 1000000") != NULL, "%s", err);
+	ck_assert(overrides_limit_ok(RL_ALG_SLIDING_WINDOW, 10000000, 1000, err,
+	    sizeof(err)));
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -181,6 +312,10 @@ test_suite(void)
 	tcase_add_test(tc, test_load_replaces_the_rule);
 	tcase_add_test(tc, test_load_overtaken_by_a_write);
 	tcase_add_test(tc, test_load_overtaken_by_a_load);
+	tcase_add_test(tc, test_expired_freed);
+	tcase_add_test(tc, test_bounded);
+	tcase_add_test(tc, test_rules_apart);
+	tcase_add_test(tc, test_limit_ok);
 	suite_add_tcase(s, tc);
 	return s;
 }
