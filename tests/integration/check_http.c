@@ -355,6 +355,26 @@ static const struct http_case cases[] = {
 		  .json = "{'rule':'basic','remaining':1}",
 		  .rkey = "basic:{e1}", .units = 2 },
 	} },
+	{ "an error quoting text that is not UTF-8 keeps its status", {
+		/* docs/http.md, Errors: the message is made valid UTF-8
+		 * (a byte that is not becomes U+FFFD), so the answer stays
+		 * the 400 or 404 it is rather than a 500 */
+		{ .method = "GET", .path = "/%ff", .status = 404,
+		  .error = "not_found" },
+		{ .method = "GET", .path = "/%c3%a9%e9", .status = 404,
+		  .error = "not_found" },
+		/* the attribute name is quoted up to 64 bytes: cut inside
+		 * the 2-byte é */
+		ERR("{'#63#\xc3\xa9':[1]}", 400, "invalid_attribute"),
+		/* the rule name is quoted into a 256-byte message */
+		ERR("{'rule':'#231#"
+		    "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+		    "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9'}",
+		    400, "unknown_rule"),
+		{ .body = "{'t':'basic','user':'u8'}", .status = 200,
+		  .json = "{'rule':'basic','remaining':2}",
+		  .rkey = "basic:{u8}", .units = 1 },
+	} },
 	{ "max_body_bytes: 1024 bytes pass, 1025 are 413", {
 		{ .body = "{'t':'none','pad':'#1003#'}", .body_len = 1024,
 		  .status = 200, .json = "{'allowed':true,'rule':null}" },
