@@ -319,6 +319,22 @@ static const struct http_case cases[] = {
 		  .json = "{'allowed':false,'rule':'cost','remaining':0}",
 		  .rkey = "cost:{c1}", .units = 5 },
 	} },
+	{ "a repeated denial says what is left, as the store did", {
+		/* with Redis the third and later denials come from the deny
+		 * cache (docs/operations.md): the same remaining, 1 */
+		ACQ("{'t':'cost','user':'dc','cost':2}", 200,
+		    "{'rule':'cost','remaining':3}"),
+		ACQ("{'t':'cost','user':'dc','cost':2}", 200,
+		    "{'rule':'cost','remaining':1}"),
+		{ .body = "{'t':'cost','user':'dc','cost':2}", .status = 429,
+		  .json = "{'rule':'cost','remaining':1}",
+		  .rkey = "cost:{dc}", .units = 4 },
+		ACQ("{'t':'cost','user':'dc','cost':2}", 429,
+		    "{'rule':'cost','remaining':1}"),
+		{ .body = "{'t':'cost','user':'dc','cost':2}", .status = 429,
+		  .json = "{'rule':'cost','remaining':1}",
+		  .rkey = "cost:{dc}", .units = 4 },
+	} },
 	{ "the rule's default cost", {
 		{ .body = "{'t':'dcost'}", .status = 200,
 		  .json = "{'rule':'dcost','limit':6,'remaining':3}",
