@@ -412,7 +412,7 @@ http_handle_report(struct http_server *s, struct MHD_Connection *conn,
 		return http_respond_error(s, conn, 413, "body_too_large",
 		    "the body is larger than %lld bytes",
 		    (long long)rq->cfg->max_body_bytes);
-	if (http_acquire_parse(rq->cfg, rq->body, rq->len, &rq->attrs, &acq,
+	if (http_report_parse(rq->cfg, rq->body, rq->len, &rq->attrs, &acq,
 		&e) < 0)
 		return http_respond_error(s, conn, e.status, e.code, "%s",
 		    e.message);
