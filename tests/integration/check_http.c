@@ -1125,6 +1125,41 @@ START_TEST(test_long_rule_name)
 }
 END_TEST
 
+/* A 405 names the methods the endpoint takes in Allow (RFC 9110
+ * 15.5.6; docs/http.md, Errors). */
+START_TEST(test_bad_method_allow)
+{
+	static const struct {
+		const char *method, *path, *allow;
+	} want[] = {
+		{ "GET", "/acquire", "POST" },
+		{ "PUT", "/report", "POST" },
+		{ "GET", "/release", "POST" },
+		{ "DELETE", "/stats", "POST" },
+		{ "POST", "/healthz", "GET, HEAD" },
+		{ "PUT", "/metrics", "GET, HEAD" },
+		{ "POST", "/readyz", "GET, HEAD" },
+	};
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	size_t i;
+
+	start_daemon(&d);
+	for (i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		h_http(&r, want[i].method, want[i].path, NULL, NULL);
+		ck_assert_int_eq(r.status, 405);
+		ck_assert_str_eq(h_json_str(&r, "error"), "method_not_allowed");
+		ck_assert_msg(h_resp_header_count(&r, "Allow") == 1 &&
+			strcmp(h_resp_header(&r, "Allow"), want[i].allow) == 0,
+		    "%s %s: Allow: %s, expected %s", want[i].method,
+		    want[i].path, or_none(h_resp_header(&r, "Allow")),
+		    want[i].allow);
+		h_resp_free(&r);
+	}
+	h_daemon_stop(&d);
+}
+END_TEST
+
 static long
 poll_status(const char *path, long want, long long ms)
 {
@@ -1451,6 +1486,7 @@ test_suite(void)
 	tcase_add_test(red, test_readyz_follows_redis);
 	tcase_add_test(red, test_redis_io_on_first_loop);
 	tcase_add_test(mem, test_long_rule_name);
+	tcase_add_test(mem, test_bad_method_allow);
 	tcase_add_test(mem, test_connections_spread);
 	suite_add_tcase(s, mem);
 	suite_add_tcase(s, red);
