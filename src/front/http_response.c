@@ -256,6 +256,17 @@ waited_field(const struct request *rq, const struct decision *d, char *buf,
 	return buf;
 }
 
+/* reset_ms as of when the answer goes out: d's times are as of the
+ * decision, and an answer that waited for its turn goes out waited_ms
+ * later (docs/waiting.md).  A lease's wait came before the decision. */
+static int64_t
+reset_from_now(const struct decision *d)
+{
+	if (d->waited_ms <= 0)
+		return d->reset_ms;
+	return d->reset_ms > d->waited_ms ? d->reset_ms - d->waited_ms : 0;
+}
+
 /* The longest body decision_body_plain() writes: its fixed text, a rule
  * name and six numbers, with room to spare. */
 #define DECISION_BODY_MAX (RL_MAX_NAME_BYTES + 320)
@@ -298,7 +309,7 @@ decision_body_plain(const struct request *rq, const struct decision *d,
 	put_s(stack, n, ",\"remaining\":");
 	put_i(stack, n, d->remaining);
 	put_s(stack, n, ",\"reset_ms\":");
-	put_i(stack, n, d->reset_ms);
+	put_i(stack, n, reset_from_now(d));
 	put_s(stack, n, ",\"retry_after_ms\":");
 	put_i(stack, n, d->retry_after_ms);
 	put_s(stack, n, d->shadow ? ",\"shadow\":true" : ",\"shadow\":false");
@@ -344,7 +355,7 @@ decision_body(const struct request *rq, const struct decision *d, char *stack,
 		    "\"shadow\":%s%s%s%s}",
 		    d->allowed ? "true" : "false", d->rule->name,
 		    (long long)d->limit, (long long)d->remaining,
-		    (long long)d->reset_ms, (long long)d->retry_after_ms,
+		    (long long)reset_from_now(d), (long long)d->retry_after_ms,
 		    d->shadow ? "true" : "false",
 		    d->degraded ? ",\"degraded\":true" : "",
 		    waited_field(rq, d, waited, sizeof(waited)), leases);
