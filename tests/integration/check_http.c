@@ -391,6 +391,31 @@ static const struct http_case cases[] = {
 		  .json = "{'rule':'basic','remaining':2}",
 		  .rkey = "basic:{u8}", .units = 1 },
 	} },
+	{ "JSON edges: null reserved fields, numbers past jansson, leases", {
+		/* null is absent for the reserved fields too (docs/http.md) */
+		{ .body = "{'t':'cost','user':'n1','cost':null}",
+		  .status = 200, .json = "{'rule':'cost','remaining':4}",
+		  .rkey = "cost:{n1}", .units = 1 },
+		ACQ("{'t':'cost','user':'n1','wait_ms':null}", 200,
+		    "{'rule':'cost','remaining':3}"),
+		ACQ("{'t':'cost','user':'n1','rule':null}", 200,
+		    "{'rule':'cost','remaining':2}"),
+		/* a number jansson cannot hold is no JSON it reads */
+		ERR("{'t':'cost','user':'n1','cost':99999999999999999999}",
+		    400, "invalid_json"),
+		ERR("{'t':'cost','user':'n1','x':1e400}", 400,
+		    "invalid_json"),
+		/* an empty body is {}: no lease */
+		{ .path = "/release", .status = 400, .error = "invalid_lease" },
+		{ .path = "/renew", .status = 400, .error = "invalid_lease" },
+		{ .path = "/release", .body = "{'lease':'a','lease':'b'}",
+		  .status = 400, .error = "invalid_json" },
+		{ .path = "/renew", .body = "{'lease':'a','lease':'b'}",
+		  .status = 400, .error = "invalid_json" },
+		{ .body = "{'t':'cost','user':'n1'}", .status = 200,
+		  .json = "{'rule':'cost','remaining':1}",
+		  .rkey = "cost:{n1}", .units = 4 },
+	} },
 	{ "max_body_bytes: 1024 bytes pass, 1025 are 413", {
 		{ .body = "{'t':'none','pad':'#1003#'}", .body_len = 1024,
 		  .status = 200, .json = "{'allowed':true,'rule':null}" },
