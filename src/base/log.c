@@ -4,7 +4,9 @@
  *
  * A line is formatted into a stack buffer and written with one write(2), so
  * concurrent threads never interleave within a line and no lock is taken.
- * Over-long messages are truncated, never split.
+ * Over-long messages are truncated, never split.  Values are quoted and
+ * escaped (put_quoted()) so that a line holds no control character and,
+ * in JSON, no byte that is not UTF-8, whatever the value quotes.
  */
 #include "base/log.h"
 
@@ -69,27 +71,80 @@ log_level_name(enum log_level level)
 	return level_names[level];
 }
 
-/* Append s to buf at *off, quoted and escaped for logfmt or JSON. */
+/* Length of the valid UTF-8 sequence at s (1-4), or 0 if it is not one
+ * (overlong forms, surrogates and code points past U+10FFFF are not).
+ * Reads no further than a NUL. */
+static size_t
+utf8_len(const unsigned char *s)
+{
+	unsigned char lo = 0x80, hi = 0xbf;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		return (s[1] & 0xc0) == 0x80 ? 2 : 0;
+	if (s[0] >= 0xe0 && s[0] <= 0xef) {
+		if (s[0] == 0xe0)
+			lo = 0xa0;
+		if (s[0] == 0xed)
+			hi = 0x9f;
+		if (s[1] < lo || s[1] > hi || (s[2] & 0xc0) != 0x80)
+			return 0;
+		return 3;
+	}
+	if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+		if (s[0] == 0xf0)
+			lo = 0x90;
+		if (s[0] == 0xf4)
+			hi = 0x8f;
+		if (s[1] < lo || s[1] > hi || (s[2] & 0xc0) != 0x80 ||
+		    (s[3] & 0xc0) != 0x80)
+			return 0;
+		return 4;
+	}
+	return 0;
+}
+
+/*
+ * Append s to buf at *off, quoted and escaped for logfmt or JSON alike:
+ * '"', '\\' and newline by a backslash; the other C0 controls, DEL and
+ * the C1 controls (U+0080-U+009F) as \u00XX; a byte that starts no valid
+ * UTF-8 sequence as \u00XX of its value, so that a value quoting a
+ * client's bytes (an admin's key, an attribute) leaves a JSON line JSON
+ * and shows which bytes they were.  Other UTF-8 text is kept as is.
+ */
 static void
 put_quoted(char *buf, size_t len, size_t *off, const char *s)
 {
-	size_t o = *off;
+	const unsigned char *p = (const unsigned char *)s;
+	size_t o = *off, n;
 
 	if (o + 1 < len)
 		buf[o++] = '"';
-	for (; *s != '\0' && o + 8 < len; s++) {
-		unsigned char ch = (unsigned char)*s;
+	while (*p != '\0' && o + 8 < len) {
+		unsigned char ch = *p;
 
+		n = utf8_len(p);
 		if (ch == '"' || ch == '\\') {
 			buf[o++] = '\\';
 			buf[o++] = (char)ch;
 		} else if (ch == '\n') {
 			buf[o++] = '\\';
 			buf[o++] = 'n';
-		} else if (ch < 0x20 || ch == 0x7f) {
+		} else if (ch < 0x20 || ch == 0x7f || n == 0) {
 			o += (size_t)snprintf(buf + o, len - o, "\\u%04x", ch);
-		} else
-			buf[o++] = (char)ch;
+		} else if (ch == 0xc2 && p[1] < 0xa0) {
+			o += (size_t)snprintf(buf + o, len - o, "\\u%04x",
+			    p[1]);
+			p += 2;
+			continue;
+		} else {
+			memcpy(buf + o, p, n);
+			o += n;
+			p += n;
+			continue;
+		}
+		p++;
 	}
 	if (o + 1 < len)
 		buf[o++] = '"';

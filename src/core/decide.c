@@ -413,7 +413,7 @@ deny_cached(const struct decider *d, struct decide_job *job)
 	job->out->rule = job->ap[best].rule;
 	job->out->limit = job->checks[best].limit;
 	job->out->window_ms = job->checks[best].window_ms;
-	job->out->remaining = 0;
+	job->out->remaining = best_t.remaining;
 	/* The store's own retry was rounded up; so is what is left. */
 	job->out->retry_after_ms = us_to_ms(best_t.until_us - now) + 1;
 	job->out->reset_ms = us_to_ms(best_t.reset_us - now);
@@ -450,6 +450,7 @@ deny_learn(const struct decider *d, const struct decide_job *job)
 		t.until_us = sent + (r->retry_after_ms - 1) * 1000;
 		t.reset_us = sent + (r->reset_ms - 1) * 1000;
 		t.effective_us = sent + (r->effective_ms - 1) * 1000;
+		t.remaining = r->remaining;
 		if ((k = deny_key(job, i, kbuf, sizeof(kbuf), &klen)) != NULL)
 			deny_cache_put(d->deny, job->cfg->serial, k, klen,
 			    c->cost, &t);

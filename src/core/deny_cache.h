@@ -9,7 +9,10 @@
  * is given is no later than when the store decided (decide.c passes the
  * time the call was sent, and R less the millisecond rounding).  Another
  * cost goes to the store: a smaller one may fit, and a larger one may have
- * to wait longer than R (more units must leave).
+ * to wait longer than R (more units must leave).  What was left at the
+ * denial (less than the cost, maybe more than 0) is answered as the store
+ * said it; other traffic may have used some of it since, as it may right
+ * after any answer.
  *
  * A fixed table of slots, direct-mapped by a hash of the key: a new key
  * replaces whatever held its slot, so memory is bounded by the number of
@@ -46,6 +49,7 @@ struct deny_times {
 	int64_t until_us;     /* denied for this cost until then */
 	int64_t reset_us;     /* the whole limit is free again */
 	int64_t effective_us; /* more quota comes back (RateLimit t) */
+	int64_t remaining;    /* what the store said was left */
 };
 
 /* Remember that key, for cost, is denied with the times *t, under the

@@ -54,10 +54,21 @@ put_rule(struct value *v, const char *name, const char *key, long long i)
 	put_i(v, i);
 }
 
+/* A time of d from now, when the answer goes out: d's times are as of the
+ * decision, and an answer that waited for its turn goes out waited_ms
+ * later (docs/waiting.md). */
+static int64_t
+from_now(const struct decision *d, int64_t ms)
+{
+	if (d->waited_ms <= 0)
+		return ms;
+	return ms > d->waited_ms ? ms - d->waited_ms : 0;
+}
+
 int
 rate_headers(const struct decision *d, struct rate_header h[RATE_HEADERS_MAX])
 {
-	long long reset_s = util_ceil_div(d->reset_ms, 1000);
+	long long reset_s = util_ceil_div(from_now(d, d->reset_ms), 1000);
 	long long ra = util_ceil_div(d->retry_after_ms, 1000);
 	struct value v;
 	int n = 0;
@@ -86,7 +97,9 @@ rate_headers(const struct decision *d, struct rate_header h[RATE_HEADERS_MAX])
 		v = start(h, &n, "RateLimit");
 		put_rule(&v, d->rule->name, "\";r=", (long long)d->remaining);
 		put_s(&v, ";t=");
-		put_i(&v, (long long)util_ceil_div(d->effective_ms, 1000));
+		put_i(&v,
+		    (long long)util_ceil_div(from_now(d, d->effective_ms),
+			1000));
 	}
 	v = start(h, &n, "X-RateLimit-Limit");
 	put_i(&v, (long long)d->limit);

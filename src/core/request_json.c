@@ -142,6 +142,8 @@ fail:
 	return -1;
 }
 
+/* The reserved-field readers take null as absent, as an attribute's null
+ * is (docs/http.md): {"cost": null} is the rule's own cost. */
 int
 request_json_int(const json_t *fields, const char *name, int64_t min,
     int64_t max, const char *code, int64_t *out, struct request_error *e)
@@ -149,7 +151,7 @@ request_json_int(const json_t *fields, const char *name, int64_t min,
 	json_t *v = json_object_get(fields, name);
 	json_int_t i;
 
-	if (v == NULL)
+	if (v == NULL || json_is_null(v))
 		return 0;
 	if (!json_is_integer(v) || (i = json_integer_value(v)) < min || i > max)
 		return request_error_set(e, 400, code,
@@ -165,7 +167,7 @@ request_json_string(const json_t *fields, const char *name, const char *code,
 {
 	json_t *v = json_object_get(fields, name);
 
-	if (v == NULL)
+	if (v == NULL || json_is_null(v))
 		return 0;
 	if (!json_is_string(v) ||
 	    memchr(json_string_value(v), '\0', json_string_length(v)) != NULL)

@@ -341,6 +341,36 @@ request_gather(struct request *rq, const char *data, size_t *size)
 }
 
 /*
+ * The 405 of a known endpoint asked with a method it does not take, with
+ * the Allow header RFC 9110 (15.5.6) requires: POST for the endpoints that
+ * take a body, GET, HEAD for the others (docs/http.md, Errors).
+ */
+static enum MHD_Result
+respond_bad_method(struct http_server *s, struct MHD_Connection *conn,
+    const char *url, const char *method)
+{
+	bool post = strcmp(url, "/acquire") == 0 ||
+	    strcmp(url, "/record") == 0 || strcmp(url, "/stats") == 0 ||
+	    strcmp(url, "/report") == 0 || strcmp(url, "/release") == 0 ||
+	    strcmp(url, "/renew") == 0;
+	struct MHD_Response *r;
+	char *text;
+
+	text = http_error_text("method_not_allowed", "%s %s: use %s", method,
+	    url, post ? "POST" : "GET");
+	if (text == NULL)
+		return http_respond(s, conn, 500, NULL, "", 0, NULL);
+	r = MHD_create_response_from_buffer(strlen(text), text,
+	    MHD_RESPMEM_MUST_COPY);
+	free(text);
+	if (r == NULL)
+		return MHD_NO;
+	MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW,
+	    post ? "POST" : "GET, HEAD");
+	return http_respond(s, conn, 405, JSON_TYPE, NULL, 0, r);
+}
+
+/*
  * libmicrohttpd calls this once when the headers are in, once per piece of
  * body, and once at the end.  Everything is answered in the last call: a
  * response queued earlier would make it close the connection.
@@ -385,16 +415,7 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 	case EP_SIMPLE:
 		return http_handle_simple(s, conn, url);
 	case EP_BAD_METHOD:
-		return http_respond_error(s, conn, 405, "method_not_allowed",
-		    "%s %s: use %s", method, url,
-		    strcmp(url, "/acquire") == 0 ||
-			    strcmp(url, "/record") == 0 ||
-			    strcmp(url, "/stats") == 0 ||
-			    strcmp(url, "/report") == 0 ||
-			    strcmp(url, "/release") == 0 ||
-			    strcmp(url, "/renew") == 0 ?
-			"POST" :
-			"GET");
+		return respond_bad_method(s, conn, url, method);
 	case EP_NOT_FOUND:
 		break;
 	}

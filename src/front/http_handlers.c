@@ -234,13 +234,17 @@ http_handle_lease(struct http_server *s, struct MHD_Connection *conn,
 		return http_respond_error(s, conn, 413, "body_too_large",
 		    "the body is larger than %lld bytes",
 		    (long long)rq->cfg->max_body_bytes);
-	root = json_loadb(rq->body != NULL ? rq->body : "", rq->len, 0, NULL);
-	if (root == NULL || !json_is_object(root)) {
+	/* An empty body is {}, with no lease; a name given twice is an
+	 * error, as in every body (docs/http.md). */
+	root = rq->len > 0 ?
+	    json_loadb(rq->body, rq->len, JSON_REJECT_DUPLICATES, NULL) :
+	    NULL;
+	if (rq->len > 0 && (root == NULL || !json_is_object(root))) {
 		json_decref(root);
 		return http_respond_error(s, conn, 400, "invalid_json",
-		    "the body is not a JSON object");
+		    "the body is not a JSON object, or names a field twice");
 	}
-	v = json_object_get(root, "lease");
+	v = root != NULL ? json_object_get(root, "lease") : NULL;
 	rc = v != NULL && json_is_string(v) ?
 	    lease_parse(json_string_value(v), json_string_length(v), &ref) :
 	    -1;
@@ -412,7 +416,7 @@ http_handle_report(struct http_server *s, struct MHD_Connection *conn,
 		return http_respond_error(s, conn, 413, "body_too_large",
 		    "the body is larger than %lld bytes",
 		    (long long)rq->cfg->max_body_bytes);
-	if (http_acquire_parse(rq->cfg, rq->body, rq->len, &rq->attrs, &acq,
+	if (http_report_parse(rq->cfg, rq->body, rq->len, &rq->attrs, &acq,
 		&e) < 0)
 		return http_respond_error(s, conn, e.status, e.code, "%s",
 		    e.message);

@@ -11,6 +11,7 @@
  */
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <stdbool.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <string.h>
@@ -29,9 +30,13 @@
 static const char *const acquire_reserved[] = { "cost", "rule", "wait_ms",
 	NULL };
 
-int
-http_acquire_parse(const struct config *cfg, const char *body, size_t len,
-    struct attrs *a, struct http_acquire *out, struct request_error *e)
+/* The body of /acquire, or of /report when !wait: there wait_ms is
+ * reserved all the same (not an attribute) but ignored, whatever its
+ * value (docs/http.md). */
+static int
+parse_body(const struct config *cfg, const char *body, size_t len,
+    struct attrs *a, struct http_acquire *out, bool wait,
+    struct request_error *e)
 {
 	json_t *fields;
 	const char *r = NULL;
@@ -45,8 +50,9 @@ http_acquire_parse(const struct config *cfg, const char *body, size_t len,
 		return -1;
 	if (request_json_int(fields, "cost", 0, INT64_MAX, "invalid_cost",
 		&out->cost, e) < 0 ||
-	    request_json_int(fields, "wait_ms", 0, cfg->max_wait_ms,
-		"invalid_wait", &out->wait_ms, e) < 0 ||
+	    (wait &&
+		request_json_int(fields, "wait_ms", 0, cfg->max_wait_ms,
+		    "invalid_wait", &out->wait_ms, e) < 0) ||
 	    request_json_string(fields, "rule", "unknown_rule", &r, e) < 0)
 		goto done;
 	if (r != NULL && (out->rule = rl_strdup(r)) == NULL) {
@@ -57,6 +63,20 @@ http_acquire_parse(const struct config *cfg, const char *body, size_t len,
 done:
 	json_decref(fields);
 	return rc;
+}
+
+int
+http_acquire_parse(const struct config *cfg, const char *body, size_t len,
+    struct attrs *a, struct http_acquire *out, struct request_error *e)
+{
+	return parse_body(cfg, body, len, a, out, true, e);
+}
+
+int
+http_report_parse(const struct config *cfg, const char *body, size_t len,
+    struct attrs *a, struct http_acquire *out, struct request_error *e)
+{
+	return parse_body(cfg, body, len, a, out, false, e);
 }
 
 void

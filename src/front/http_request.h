@@ -36,6 +36,11 @@ struct http_acquire {
 int http_acquire_parse(const struct config *cfg, const char *body, size_t len,
     struct attrs *a, struct http_acquire *out, struct request_error *e);
 
+/* The JSON body of /report, as http_acquire_parse() but with wait_ms
+ * ignored, whatever its value (docs/http.md): out->wait_ms is 0. */
+int http_report_parse(const struct config *cfg, const char *body, size_t len,
+    struct attrs *a, struct http_acquire *out, struct request_error *e);
+
 /* The headers of a request to /auth as they are walked into attributes. */
 struct http_headers {
 	struct attrs *a;

@@ -48,18 +48,90 @@ http_respond(struct http_server *s, struct MHD_Connection *conn, int status,
 	return ret;
 }
 
-/* The JSON body of an error: {"error": code, "message": ...}, in a new
- * buffer (free()), or NULL when out of memory. */
+/* Length of the valid UTF-8 sequence at s (1-4), or 0 if it is not one
+ * (overlong forms, surrogates and code points past U+10FFFF are not).
+ * Reads no further than a NUL. */
+static size_t
+utf8_len(const unsigned char *s)
+{
+	unsigned char lo = 0x80, hi = 0xbf;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		return (s[1] & 0xc0) == 0x80 ? 2 : 0;
+	if (s[0] >= 0xe0 && s[0] <= 0xef) {
+		if (s[0] == 0xe0)
+			lo = 0xa0;
+		if (s[0] == 0xed)
+			hi = 0x9f;
+		if (s[1] < lo || s[1] > hi || (s[2] & 0xc0) != 0x80)
+			return 0;
+		return 3;
+	}
+	if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+		if (s[0] == 0xf0)
+			lo = 0x90;
+		if (s[0] == 0xf4)
+			hi = 0x8f;
+		if (s[1] < lo || s[1] > hi || (s[2] & 0xc0) != 0x80 ||
+		    (s[3] & 0xc0) != 0x80)
+			return 0;
+		return 4;
+	}
+	return 0;
+}
+
+/* src (a C string) into dst (room for 3 * strlen(src) + 1 bytes) as valid
+ * UTF-8: each byte that starts no valid sequence becomes U+FFFD. */
+static void
+utf8_clean(char *dst, const char *src)
+{
+	const unsigned char *p = (const unsigned char *)src;
+	size_t n, o = 0;
+
+	while (*p != '\0') {
+		if ((n = utf8_len(p)) == 0) {
+			memcpy(dst + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			p++;
+			continue;
+		}
+		memcpy(dst + o, p, n);
+		o += n;
+		p += n;
+	}
+	dst[o] = '\0';
+}
+
+/*
+ * The JSON body of an error: {"error": code, "message": ...}, in a new
+ * buffer (free()), or NULL when out of memory.  The message may quote
+ * what a client sent (a path, an attribute or rule name), whole or cut
+ * inside a character: it is made valid UTF-8 first (docs/http.md,
+ * Errors), since jansson refuses to encode anything else and the answer
+ * would become a 500 without a body.  Should it refuse all the same, the
+ * answer keeps its code with a fixed message.  code is one of the
+ * daemon's own codes (docs/http.md): nothing to escape.
+ */
 char *
 http_error_json(const char *code, const char *fmt, va_list ap)
 {
-	char msg[512], *text;
+	char msg[512], clean[3 * sizeof(msg)], *text;
 	json_t *o;
+	size_t cap;
 
 	vsnprintf(msg, sizeof(msg), fmt, ap);
-	o = json_pack("{s:s, s:s}", "error", code, "message", msg);
+	utf8_clean(clean, msg);
+	o = json_pack("{s:s, s:s}", "error", code, "message", clean);
 	text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);
+	if (text != NULL)
+		return text;
+	cap = strlen(code) + 64;
+	if ((text = malloc(cap)) != NULL)
+		snprintf(text, cap,
+		    "{\"error\":\"%s\",\"message\":\"request refused\"}", code);
 	return text;
 }
 
@@ -184,6 +256,17 @@ waited_field(const struct request *rq, const struct decision *d, char *buf,
 	return buf;
 }
 
+/* reset_ms as of when the answer goes out: d's times are as of the
+ * decision, and an answer that waited for its turn goes out waited_ms
+ * later (docs/waiting.md).  A lease's wait came before the decision. */
+static int64_t
+reset_from_now(const struct decision *d)
+{
+	if (d->waited_ms <= 0)
+		return d->reset_ms;
+	return d->reset_ms > d->waited_ms ? d->reset_ms - d->waited_ms : 0;
+}
+
 /* The longest body decision_body_plain() writes: its fixed text, a rule
  * name and six numbers, with room to spare. */
 #define DECISION_BODY_MAX (RL_MAX_NAME_BYTES + 320)
@@ -226,7 +309,7 @@ decision_body_plain(const struct request *rq, const struct decision *d,
 	put_s(stack, n, ",\"remaining\":");
 	put_i(stack, n, d->remaining);
 	put_s(stack, n, ",\"reset_ms\":");
-	put_i(stack, n, d->reset_ms);
+	put_i(stack, n, reset_from_now(d));
 	put_s(stack, n, ",\"retry_after_ms\":");
 	put_i(stack, n, d->retry_after_ms);
 	put_s(stack, n, d->shadow ? ",\"shadow\":true" : ",\"shadow\":false");
@@ -272,7 +355,7 @@ decision_body(const struct request *rq, const struct decision *d, char *stack,
 		    "\"shadow\":%s%s%s%s}",
 		    d->allowed ? "true" : "false", d->rule->name,
 		    (long long)d->limit, (long long)d->remaining,
-		    (long long)d->reset_ms, (long long)d->retry_after_ms,
+		    (long long)reset_from_now(d), (long long)d->retry_after_ms,
 		    d->shadow ? "true" : "false",
 		    d->degraded ? ",\"degraded\":true" : "",
 		    waited_field(rq, d, waited, sizeof(waited)), leases);

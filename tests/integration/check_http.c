@@ -319,6 +319,22 @@ static const struct http_case cases[] = {
 		  .json = "{'allowed':false,'rule':'cost','remaining':0}",
 		  .rkey = "cost:{c1}", .units = 5 },
 	} },
+	{ "a repeated denial says what is left, as the store did", {
+		/* with Redis the third and later denials come from the deny
+		 * cache (docs/operations.md): the same remaining, 1 */
+		ACQ("{'t':'cost','user':'dc','cost':2}", 200,
+		    "{'rule':'cost','remaining':3}"),
+		ACQ("{'t':'cost','user':'dc','cost':2}", 200,
+		    "{'rule':'cost','remaining':1}"),
+		{ .body = "{'t':'cost','user':'dc','cost':2}", .status = 429,
+		  .json = "{'rule':'cost','remaining':1}",
+		  .rkey = "cost:{dc}", .units = 4 },
+		ACQ("{'t':'cost','user':'dc','cost':2}", 429,
+		    "{'rule':'cost','remaining':1}"),
+		{ .body = "{'t':'cost','user':'dc','cost':2}", .status = 429,
+		  .json = "{'rule':'cost','remaining':1}",
+		  .rkey = "cost:{dc}", .units = 4 },
+	} },
 	{ "the rule's default cost", {
 		{ .body = "{'t':'dcost'}", .status = 200,
 		  .json = "{'rule':'dcost','limit':6,'remaining':3}",
@@ -354,6 +370,51 @@ static const struct http_case cases[] = {
 		{ .body = "{'t':'basic','user':'e1'}", .status = 200,
 		  .json = "{'rule':'basic','remaining':1}",
 		  .rkey = "basic:{e1}", .units = 2 },
+	} },
+	{ "an error quoting text that is not UTF-8 keeps its status", {
+		/* docs/http.md, Errors: the message is made valid UTF-8
+		 * (a byte that is not becomes U+FFFD), so the answer stays
+		 * the 400 or 404 it is rather than a 500 */
+		{ .method = "GET", .path = "/%ff", .status = 404,
+		  .error = "not_found" },
+		{ .method = "GET", .path = "/%c3%a9%e9", .status = 404,
+		  .error = "not_found" },
+		/* the attribute name is quoted up to 64 bytes: cut inside
+		 * the 2-byte é */
+		ERR("{'#63#\xc3\xa9':[1]}", 400, "invalid_attribute"),
+		/* the rule name is quoted into a 256-byte message */
+		ERR("{'rule':'#231#"
+		    "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+		    "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9'}",
+		    400, "unknown_rule"),
+		{ .body = "{'t':'basic','user':'u8'}", .status = 200,
+		  .json = "{'rule':'basic','remaining':2}",
+		  .rkey = "basic:{u8}", .units = 1 },
+	} },
+	{ "JSON edges: null reserved fields, numbers past jansson, leases", {
+		/* null is absent for the reserved fields too (docs/http.md) */
+		{ .body = "{'t':'cost','user':'n1','cost':null}",
+		  .status = 200, .json = "{'rule':'cost','remaining':4}",
+		  .rkey = "cost:{n1}", .units = 1 },
+		ACQ("{'t':'cost','user':'n1','wait_ms':null}", 200,
+		    "{'rule':'cost','remaining':3}"),
+		ACQ("{'t':'cost','user':'n1','rule':null}", 200,
+		    "{'rule':'cost','remaining':2}"),
+		/* a number jansson cannot hold is no JSON it reads */
+		ERR("{'t':'cost','user':'n1','cost':99999999999999999999}",
+		    400, "invalid_json"),
+		ERR("{'t':'cost','user':'n1','x':1e400}", 400,
+		    "invalid_json"),
+		/* an empty body is {}: no lease */
+		{ .path = "/release", .status = 400, .error = "invalid_lease" },
+		{ .path = "/renew", .status = 400, .error = "invalid_lease" },
+		{ .path = "/release", .body = "{'lease':'a','lease':'b'}",
+		  .status = 400, .error = "invalid_json" },
+		{ .path = "/renew", .body = "{'lease':'a','lease':'b'}",
+		  .status = 400, .error = "invalid_json" },
+		{ .body = "{'t':'cost','user':'n1'}", .status = 200,
+		  .json = "{'rule':'cost','remaining':1}",
+		  .rkey = "cost:{n1}", .units = 4 },
 	} },
 	{ "max_body_bytes: 1024 bytes pass, 1025 are 413", {
 		{ .body = "{'t':'none','pad':'#1003#'}", .body_len = 1024,
@@ -1089,6 +1150,41 @@ START_TEST(test_long_rule_name)
 }
 END_TEST
 
+/* A 405 names the methods the endpoint takes in Allow (RFC 9110
+ * 15.5.6; docs/http.md, Errors). */
+START_TEST(test_bad_method_allow)
+{
+	static const struct {
+		const char *method, *path, *allow;
+	} want[] = {
+		{ "GET", "/acquire", "POST" },
+		{ "PUT", "/report", "POST" },
+		{ "GET", "/release", "POST" },
+		{ "DELETE", "/stats", "POST" },
+		{ "POST", "/healthz", "GET, HEAD" },
+		{ "PUT", "/metrics", "GET, HEAD" },
+		{ "POST", "/readyz", "GET, HEAD" },
+	};
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	size_t i;
+
+	start_daemon(&d);
+	for (i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		h_http(&r, want[i].method, want[i].path, NULL, NULL);
+		ck_assert_int_eq(r.status, 405);
+		ck_assert_str_eq(h_json_str(&r, "error"), "method_not_allowed");
+		ck_assert_msg(h_resp_header_count(&r, "Allow") == 1 &&
+			strcmp(h_resp_header(&r, "Allow"), want[i].allow) == 0,
+		    "%s %s: Allow: %s, expected %s", want[i].method,
+		    want[i].path, or_none(h_resp_header(&r, "Allow")),
+		    want[i].allow);
+		h_resp_free(&r);
+	}
+	h_daemon_stop(&d);
+}
+END_TEST
+
 static long
 poll_status(const char *path, long want, long long ms)
 {
@@ -1415,6 +1511,7 @@ test_suite(void)
 	tcase_add_test(red, test_readyz_follows_redis);
 	tcase_add_test(red, test_redis_io_on_first_loop);
 	tcase_add_test(mem, test_long_rule_name);
+	tcase_add_test(mem, test_bad_method_allow);
 	tcase_add_test(mem, test_connections_spread);
 	suite_add_tcase(s, mem);
 	suite_add_tcase(s, red);

@@ -269,6 +269,33 @@ START_TEST(test_report_answer)
 }
 END_TEST
 
+/* wait_ms is no attribute of a report and is ignored, whatever its value
+ * (docs/http.md): a report never waits, so none of these is a 400. */
+START_TEST(test_report_ignores_wait)
+{
+	static const char *const bodies[] = {
+		"{\"t\":\"fw\",\"user\":\"w\",\"wait_ms\":100}",
+		"{\"t\":\"fw\",\"user\":\"w\",\"wait_ms\":\"soon\"}",
+		"{\"t\":\"fw\",\"user\":\"w\",\"wait_ms\":99999999}",
+		"{\"t\":\"fw\",\"user\":\"w\",\"wait_ms\":-1.5}",
+	};
+	struct h_daemon a, b;
+	struct h_resp r = { 0 };
+	size_t i;
+
+	start_daemons(&a, &b);
+	for (i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+		h_post(a.port, "/report", bodies[i], &r);
+		ck_assert_msg(r.status == 200, "%s: %ld %s", bodies[i],
+		    r.status, r.body);
+		ck_assert(json_is_true(h_json_get(&r, "recorded")));
+		ck_assert_ptr_nonnull(report_row(&r, "fw"));
+	}
+	h_resp_free(&r);
+	stop_daemons(&a, &b);
+}
+END_TEST
+
 /* --- fixtures and main -------------------------------------------------- */
 
 static void
@@ -309,6 +336,7 @@ store_tcase(const char *name, void (*setup)(void))
 	tcase_add_loop_test(tc, test_report_overdraws_then_drains, 0,
 	    (int)(sizeof(algs) / sizeof(algs[0])));
 	tcase_add_test(tc, test_report_answer);
+	tcase_add_test(tc, test_report_ignores_wait);
 	return tc;
 }
 

@@ -47,7 +47,13 @@ static const char yaml[] =
     "    key: \"${w}\"\n"
     "    algorithm: sliding_window\n"
     "    limit: 1\n"
-    "    window: 10s\n";
+    "    window: 10s\n"
+    "  - name: tb2\n"
+    "    match: { t: tb2 }\n"
+    "    key: \"${w}\"\n"
+    "    algorithm: token_bucket\n"
+    "    limit: 2\n"
+    "    window: 4s\n";
 
 static const char redis_head[] =
     "listen: \"127.0.0.1:%PORT%\"\n"
@@ -492,6 +498,48 @@ START_TEST(test_sliding_window_answers_at_once)
 }
 END_TEST
 
+/*
+ * A waited answer's times are as of when it is sent, not of the decision
+ * made waited_ms earlier (docs/waiting.md).  token_bucket 2 per 4 s, two
+ * taken at 0: the third waits for the token of +2 s, and is answered
+ * then with the bucket full again 4 s later (reset_ms about 4000,
+ * X-RateLimit-Reset 4) and the next token 2 s later (t=2); as of the
+ * decision these were 6000, 6 and 4.
+ */
+START_TEST(test_waited_answer_times)
+{
+	struct h_daemon d;
+	struct h_resp r;
+	const char *rl, *t;
+	long long waited, reset_ms, reset_s, t_s;
+
+	h_daemon_start(&d, yaml);
+	ck_assert_int_eq(post("{\"t\":\"tb2\",\"w\":\"h\"}", &r), 200);
+	h_resp_free(&r);
+	ck_assert_int_eq(post("{\"t\":\"tb2\",\"w\":\"h\"}", &r), 200);
+	h_resp_free(&r);
+	ck_assert_int_eq(post("{\"t\":\"tb2\",\"w\":\"h\",\"wait_ms\":3000}",
+			     &r),
+	    200);
+	waited = h_json_int(&r, "waited_ms");
+	reset_ms = h_json_int(&r, "reset_ms");
+	reset_s = atoll(h_resp_header(&r, "X-RateLimit-Reset"));
+	rl = h_resp_header(&r, "RateLimit");
+	ck_assert_ptr_nonnull(rl);
+	t = strstr(rl, ";t=");
+	ck_assert_ptr_nonnull(t);
+	t_s = atoll(t + 3);
+	ck_assert_msg(waited > 1500 && waited <= 2000, "waited_ms %lld",
+	    waited);
+	ck_assert_msg(reset_ms >= 3500 && reset_ms <= 4000,
+	    "reset_ms %lld after waiting %lld ms", reset_ms, waited);
+	ck_assert_msg(reset_s == 4, "X-RateLimit-Reset %lld", reset_s);
+	ck_assert_msg(t_s == 2, "RateLimit %s", rl);
+	h_resp_free(&r);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -508,6 +556,7 @@ test_suite(void)
 	tcase_add_test(mem, test_sigterm_with_waiters);
 	tcase_add_test(mem, test_invalid_wait);
 	tcase_add_test(mem, test_sliding_window_answers_at_once);
+	tcase_add_test(mem, test_waited_answer_times);
 	suite_add_tcase(s, mem);
 	tcase_add_loop_test(red, test_redis_two_daemons, 0, 3);
 	tcase_add_test(red, test_redis_disconnect_and_sigterm);

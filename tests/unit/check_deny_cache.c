@@ -15,8 +15,9 @@
 #include "core/deny_cache.h"
 
 #define K(s) (s), strlen(s)
-/* The times of a denial: until, reset, effective. */
-#define T(u, r, e) (&(struct deny_times){ (u), (r), (e) })
+/* The times of a denial: until, reset, effective; and what was left. */
+#define T(u, r, e)	  (&(struct deny_times){ (u), (r), (e), 0 })
+#define TR(u, r, e, left) (&(struct deny_times){ (u), (r), (e), (left) })
 
 START_TEST(test_cost_and_time)
 {
@@ -25,12 +26,14 @@ START_TEST(test_cost_and_time)
 
 	ck_assert_ptr_nonnull(dc);
 	ck_assert(!deny_cache_get(dc, 1, K("rl:a:{x}"), 1, 0, &t));
-	deny_cache_put(dc, 1, K("rl:a:{x}"), 2, T(1000, 5000, 700));
-	/* The same cost is denied until 1000, not at it. */
+	deny_cache_put(dc, 1, K("rl:a:{x}"), 2, TR(1000, 5000, 700, 1));
+	/* The same cost is denied until 1000, not at it, with what the
+	 * store said was left. */
 	ck_assert(deny_cache_get(dc, 1, K("rl:a:{x}"), 2, 999, &t));
 	ck_assert_int_eq(t.until_us, 1000);
 	ck_assert_int_eq(t.reset_us, 5000);
 	ck_assert_int_eq(t.effective_us, 700);
+	ck_assert_int_eq(t.remaining, 1);
 	ck_assert(!deny_cache_get(dc, 1, K("rl:a:{x}"), 2, 1000, &t));
 	/* A larger cost may have to wait longer than 1000 (more units must
 	 * leave the window): ask the store. */

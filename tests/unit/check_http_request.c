@@ -147,6 +147,36 @@ START_TEST(test_acquire_wait_bound)
 }
 END_TEST
 
+/* /report takes the /acquire body with wait_ms ignored, whatever its
+ * value, and never an attribute (docs/http.md). */
+START_TEST(test_report_ignores_wait)
+{
+	static const char *const bodies[] = { "{\"wait_ms\":5000}",
+		"{\"wait_ms\":5001}", "{\"wait_ms\":\"x\"}",
+		"{\"wait_ms\":-1.5}", "{\"wait_ms\":null}" };
+	struct attrs a = { 0 };
+	struct http_acquire q;
+	struct request_error e;
+	size_t i;
+
+	for (i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+		ck_assert_msg(http_report_parse(cfg, bodies[i],
+				  strlen(bodies[i]), &a, &q, &e) == 0,
+		    "%s: %s", bodies[i], e.message);
+		ck_assert_int_eq(q.wait_ms, 0);
+		ck_assert_ptr_null(attrs_get(&a, "wait_ms"));
+		rl_free(q.rule);
+		attrs_clear(&a);
+	}
+	/* the rest is /acquire's */
+	ck_assert_int_eq(http_report_parse(cfg, "{\"cost\":-1}", 11, &a, &q,
+			     &e),
+	    -1);
+	ck_assert_str_eq(e.code, "invalid_cost");
+	attrs_clear(&a);
+}
+END_TEST
+
 /* Walk name/value pairs (NULL-terminated) into a, as the adapter walks
  * libmicrohttpd's headers; returns the first failure or 0. */
 static int
@@ -308,6 +338,7 @@ test_suite(void)
 	tcase_add_loop_test(acq, test_acquire_bad_body, 0,
 	    sizeof(bad_bodies) / sizeof(bad_bodies[0]));
 	tcase_add_test(acq, test_acquire_wait_bound);
+	tcase_add_test(acq, test_report_ignores_wait);
 	suite_add_tcase(s, acq);
 	tcase_add_checked_fixture(auth, setup, teardown);
 	tcase_add_test(auth, test_auth_plain);

@@ -111,6 +111,34 @@ START_TEST(test_numbers_written_whole)
 }
 END_TEST
 
+/* A waited answer's times are from when it goes out, waited_ms after the
+ * decision they were computed at, and never below 0 (docs/waiting.md). */
+START_TEST(test_waited_times_from_now)
+{
+	char name[] = "tb";
+	struct rule r = { .name = name,
+		.limit = 2,
+		.window_ms = 10000,
+		.algorithm = RL_ALG_TOKEN_BUCKET };
+	struct decision d = { .rule = &r,
+		.allowed = true,
+		.limit = 2,
+		.remaining = 0,
+		.reset_ms = 14974,
+		.effective_ms = 9974,
+		.waited_ms = 4974 };
+	struct rate_header h[RATE_HEADERS_MAX];
+	int n = rate_headers(&d, h);
+
+	ck_assert_str_eq(value_of(h, n, "RateLimit"), "\"tb\";r=0;t=5");
+	ck_assert_str_eq(value_of(h, n, "X-RateLimit-Reset"), "10");
+	d.waited_ms = 20000;
+	n = rate_headers(&d, h);
+	ck_assert_str_eq(value_of(h, n, "RateLimit"), "\"tb\";r=0;t=0");
+	ck_assert_str_eq(value_of(h, n, "X-RateLimit-Reset"), "0");
+}
+END_TEST
+
 START_TEST(test_no_rule_no_headers)
 {
 	struct decision d = { .allowed = true };
@@ -130,6 +158,7 @@ test_suite(void)
 	tcase_add_test(tc, test_concurrency_policy);
 	tcase_add_test(tc, test_numbers_written_whole);
 	tcase_add_test(tc, test_no_rule_no_headers);
+	tcase_add_test(tc, test_waited_times_from_now);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -155,6 +155,19 @@ START_TEST(test_reserved_readers)
 			     &cost, &e),
 	    -1);
 	json_decref(f);
+
+	/* null is absent, as for an attribute (docs/http.md) */
+	ck_assert_int_eq(parse("{\"cost\":null,\"rule\":null}", 0, &a, &f, &e),
+	    0);
+	ck_assert_int_eq(request_json_int(f, "cost", 0, 100, "invalid_cost",
+			     &cost, &e),
+	    0);
+	ck_assert_int_eq(cost, 7);
+	ck_assert_int_eq(request_json_string(f, "rule", "unknown_rule", &rule,
+			     &e),
+	    0);
+	ck_assert_ptr_null(rule);
+	json_decref(f);
 	attrs_clear(&a);
 }
 END_TEST
