@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -20,19 +19,40 @@
 #include "base/util.h"
 #include "core/listen_addr.h"
 
-/* Is a daemon accepting on the unix socket at path?  A stale file from a
- * process that died refuses the connect. */
-static bool
-unix_socket_is_live(const struct sockaddr_un *sun)
+/*
+ * May the socket file at sun be replaced?  Only when nothing accepts on
+ * it: a connect refused (ECONNREFUSED) is the file of a process that died,
+ * and a file gone meanwhile (ENOENT) is nothing to replace.  Any other
+ * answer is a socket in use or one this process cannot judge: a live
+ * daemon accepts, another user's socket refuses permission (EACCES), a
+ * datagram socket such as /dev/log has the wrong type (EPROTOTYPE); it is
+ * never removed.  0, or -1 with err.
+ */
+static int
+unix_socket_check_stale(const char *listen_s, const struct sockaddr_un *sun,
+    char *err, size_t errlen)
 {
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	bool live;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), rc, e;
 
-	if (fd < 0)
-		return false;
-	live = connect(fd, (const struct sockaddr *)sun, sizeof(*sun)) == 0;
+	if (fd < 0) {
+		snprintf(err, errlen, "%s: %s", listen_s, strerror(errno));
+		return -1;
+	}
+	rc = connect(fd, (const struct sockaddr *)sun, sizeof(*sun));
+	e = errno;
 	close(fd);
-	return live;
+	if (rc == 0) {
+		snprintf(err, errlen,
+		    "%s: another process accepts connections on it", listen_s);
+		return -1;
+	}
+	if (e == ECONNREFUSED || e == ENOENT)
+		return 0;
+	snprintf(err, errlen,
+	    "%s: a socket is there and not known to be stale (connect: %s); "
+	    "not replaced",
+	    listen_s, strerror(e));
+	return -1;
 }
 
 int
@@ -55,11 +75,8 @@ listen_socket_open(const char *listen_s, int mode, char *err, size_t errlen)
 		if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
 			goto syserr;
 		if (stat(la.path, &st) == 0 && S_ISSOCK(st.st_mode)) {
-			if (unix_socket_is_live(&sun)) {
-				snprintf(err, errlen,
-				    "%s: another process "
-				    "accepts connections on it",
-				    listen_s);
+			if (unix_socket_check_stale(listen_s, &sun, err,
+				errlen) < 0) {
 				close(fd);
 				return -1;
 			}

@@ -18,8 +18,9 @@
  * Bind and listen on `listen` ("host:port", "[v6]:port", "unix:/path").
  * Returns the socket (the caller owns it), or -1 with a message in err
  * ("127.0.0.1:8080: address already in use").  A stale unix socket file
- * is replaced, a live one (a daemon accepts on it) is an error; mode >= 0
- * is the unix socket's file mode (listen_mode).
+ * (its connect refused) is replaced; any other socket there (a daemon
+ * accepts on it, another user's, a datagram socket) is an error and stays;
+ * mode >= 0 is the unix socket's file mode (listen_mode).
  */
 int listen_socket_open(const char *listen, int mode, char *err, size_t errlen);
 

@@ -13,7 +13,8 @@
  *   - max_header_bytes (431) and max_attributes (400), for /acquire and
  *     /auth;
  *   - listen: unix: a live daemon's socket is never taken over; a stale one
- *     is; listen_mode sets its mode;
+ *     is; one that cannot be judged stale (a datagram socket) is kept and
+ *     the start fails; listen_mode sets its mode;
  *   - user: started as root, the daemon serves as that user.
  */
 #include <check.h>
@@ -852,6 +853,15 @@ exited(pid_t pid, int ms)
 	return -1;
 }
 
+static void
+unix_addr(struct sockaddr_un *sun, const char *path)
+{
+	ck_assert(strlen(path) < sizeof(sun->sun_path));
+	memset(sun, 0, sizeof(*sun));
+	sun->sun_family = AF_UNIX;
+	memcpy(sun->sun_path, path, strlen(path) + 1);
+}
+
 static bool
 unix_answers(const char *path)
 {
@@ -920,6 +930,54 @@ START_TEST(test_unix_socket_live_and_mode)
 	    "stale socket");
 	kill(b, SIGTERM);
 	ck_assert_int_eq(exited(b, 5000), 0);
+}
+END_TEST
+
+/* Exit status of pid within ms; one still running is killed and -1. */
+static int
+exited_or_kill(pid_t pid, int ms)
+{
+	int rc = exited(pid, ms);
+
+	if (rc == -1) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+	return rc;
+}
+
+/* A socket file the daemon cannot tell stale is never removed: a datagram
+ * socket (as /dev/log) refuses a stream connect with EPROTOTYPE, not
+ * ECONNREFUSED; the start fails and the file stays. */
+START_TEST(test_unix_socket_in_use_kept)
+{
+	char sock[H_PATH_MAX], conf[H_PATH_MAX], log[H_PATH_MAX], yaml[1024];
+	struct sockaddr_un sun;
+	struct stat before, after;
+	char *text;
+	int fd, rc;
+
+	snprintf(sock, sizeof(sock), "%s/dgram.sock", h_tmpdir());
+	snprintf(conf, sizeof(conf), "%s/dgram.yaml", h_tmpdir());
+	snprintf(log, sizeof(log), "%s/dgram.log", h_tmpdir());
+	unix_addr(&sun, sock);
+	fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+	ck_assert(fd >= 0);
+	ck_assert_msg(bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0,
+	    "bind %s: %s", sock, strerror(errno));
+	ck_assert_int_eq(stat(sock, &before), 0);
+	snprintf(yaml, sizeof(yaml),
+	    "listen: \"unix:%s\"\nbackend: memory\nshutdown_timeout: 1s\n%s",
+	    sock, rules);
+	rc = exited_or_kill(spawn(conf, yaml, log), 3000);
+	text = ops_slurp(log);
+	ck_assert_msg(rc == 1, "the daemon %s on a datagram socket's path: %s",
+	    rc == -1 ? "started" : "did not exit 1", text);
+	ck_assert_msg(strstr(text, "not replaced") != NULL, "log: %s", text);
+	free(text);
+	ck_assert_msg(stat(sock, &after) == 0 && after.st_ino == before.st_ino,
+	    "the datagram socket's file was removed");
+	close(fd);
 }
 END_TEST
 
@@ -1020,6 +1078,14 @@ test_suite(void)
 	tcase_add_test(tc, test_memory_full_said_and_counted);
 	tcase_add_test(tc, test_backend_error_text_not_leaked);
 	tcase_add_test(tc, test_half_close_on_redis);
+	suite_add_tcase(s, tc);
+
+	/* listen: the sockets a start binds, and what is left at exit. */
+	tc = tcase_create("listen");
+	tcase_add_unchecked_fixture(tc, NULL, h_reap_orphans);
+	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_unix_socket_in_use_kept);
 	suite_add_tcase(s, tc);
 	return s;
 }
