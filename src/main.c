@@ -8,7 +8,8 @@
  * Afterwards the main thread only waits for signals: SIGHUP, or a change of
  * the file on disk (watch.c), reloads the rules (a bad file keeps the old
  * ones); SIGTERM/SIGINT stop accepting (HTTP and gRPC), let requests in
- * flight finish within shutdown_timeout, and exit 0.
+ * flight finish within shutdown_timeout, remove the unix socket files they
+ * bound, and exit 0.
  */
 #include <errno.h>
 #include <grp.h>
@@ -74,8 +75,11 @@ struct daemon {
 	struct watch *watch;
 	int http_fd, grpc_fd; /* bound, not yet served; else -1 */
 	int admin_fd;	      /* the same for admin_listen */
-	int signal_fd;	      /* SIGHUP, SIGTERM, SIGINT */
-	int change_fd;	      /* eventfd: the file changed */
+	/* The unix socket files bound (listen, grpc_listen, admin_listen),
+	 * removed at exit (docs/configuration.md). */
+	struct listen_unix made[3];
+	int signal_fd; /* SIGHUP, SIGTERM, SIGINT */
+	int change_fd; /* eventfd: the file changed */
 };
 
 /* The file changed on disk: wake the main loop, which reloads as for
@@ -632,18 +636,18 @@ bind_and_watch(struct daemon *d, char *err, size_t errlen)
 
 	raise_fd_limit(d->cfg);
 	if ((d->http_fd = listen_socket_open(d->cfg->listen,
-		 d->cfg->listen_mode, err, errlen)) < 0)
+		 d->cfg->listen_mode, &d->made[0], err, errlen)) < 0)
 		return -1;
 	if (d->cfg->grpc_listen != NULL &&
 	    (d->grpc_fd = listen_socket_open(d->cfg->grpc_listen,
-		 d->cfg->listen_mode, sub, sizeof(sub))) < 0) {
+		 d->cfg->listen_mode, &d->made[1], sub, sizeof(sub))) < 0) {
 		snprintf(err, errlen, "grpc_listen: %s", sub);
 		return -1;
 	}
 	/* docs/admin.md: bound and its token read before privileges go. */
 	if (d->cfg->admin_listen != NULL &&
 	    (d->admin_fd = listen_socket_open(d->cfg->admin_listen,
-		 d->cfg->listen_mode, sub, sizeof(sub))) < 0) {
+		 d->cfg->listen_mode, &d->made[2], sub, sizeof(sub))) < 0) {
 		snprintf(err, errlen, "admin_listen: %s", sub);
 		return -1;
 	}
@@ -738,6 +742,8 @@ serve(struct daemon *d)
 static void
 daemon_free(struct daemon *d)
 {
+	size_t i;
+
 	watch_stop(d->watch);
 	d->watch = NULL;
 	if (d->signal_fd >= 0)
@@ -756,6 +762,10 @@ daemon_free(struct daemon *d)
 	rl_free(d->admin_token);
 	grpc_server_stop(d->grpc);
 	http_server_stop(d->http);
+	/* Nothing accepts on them now: a client finds no file (ENOENT),
+	 * and a start under another user can bind the path again. */
+	for (i = 0; i < sizeof(d->made) / sizeof(d->made[0]); i++)
+		listen_unix_remove(&d->made[i]);
 	overrides_free(d->overrides); /* its sync asks the store */
 	backend_free(d->local);
 	backend_free(d->backend);

@@ -1,8 +1,9 @@
 /*
  * listen.c - binds the listening socket of a front end (listen.h): TCP,
  * IPv4 or IPv6, or a unix socket whose stale file from a process that died
- * is replaced.  HTTP and gRPC both start from the socket this returns, so
- * that the errors and the unix-socket handling are the same for both.
+ * is replaced, and whose file is removed at exit.  HTTP and gRPC both start
+ * from the socket this returns, so that the errors and the unix-socket handling
+ * are the same for both.
  */
 #include "front/listen.h"
 
@@ -16,6 +17,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "base/util.h"
 #include "core/listen_addr.h"
 
@@ -55,41 +57,81 @@ unix_socket_check_stale(const char *listen_s, const struct sockaddr_un *sun,
 	return -1;
 }
 
+/* Bind and listen on the unix socket la->path, recording its file in
+ * *made.  The socket, or -1 with err. */
+static int
+listen_unix_open(const char *listen_s, const struct listen_addr *la, int mode,
+    struct listen_unix *made, char *err, size_t errlen)
+{
+	struct sockaddr_un sun;
+	struct stat st;
+	int fd;
+
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	util_strlcpy(sun.sun_path, la->path, sizeof(sun.sun_path));
+	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+		goto syserr;
+	if (stat(la->path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+		if (unix_socket_check_stale(listen_s, &sun, err, errlen) < 0)
+			goto fail;
+		unlink(la->path); /* stale */
+	}
+	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0)
+		goto syserr;
+	/* Ours from here: removed on a failure below, and at exit. */
+	if (lstat(la->path, &st) < 0)
+		goto syserr_bound;
+	util_strlcpy(made->path, la->path, sizeof(made->path));
+	made->dev = st.st_dev;
+	made->ino = st.st_ino;
+	if (mode >= 0 && chmod(la->path, (mode_t)mode) < 0)
+		goto syserr_bound;
+	if (listen(fd, LISTEN_BACKLOG) < 0)
+		goto syserr_bound;
+	return fd;
+
+syserr_bound:
+	snprintf(err, errlen, "%s: %s", listen_s, strerror(errno));
+	listen_unix_remove(made);
+	goto fail;
+syserr:
+	snprintf(err, errlen, "%s: %s", listen_s, strerror(errno));
+fail:
+	if (fd >= 0)
+		close(fd);
+	return -1;
+}
+
+void
+listen_unix_remove(struct listen_unix *made)
+{
+	struct stat st;
+
+	if (made->path[0] == '\0')
+		return;
+	/* Another start may have replaced the file since: leave its. */
+	if (lstat(made->path, &st) == 0 && S_ISSOCK(st.st_mode) &&
+	    st.st_dev == made->dev && st.st_ino == made->ino &&
+	    unlink(made->path) < 0)
+		log_warn("cannot remove the socket %s", made->path);
+	made->path[0] = '\0';
+}
+
 int
-listen_socket_open(const char *listen_s, int mode, char *err, size_t errlen)
+listen_socket_open(const char *listen_s, int mode, struct listen_unix *made,
+    char *err, size_t errlen)
 {
 	struct addrinfo hints, *res = NULL;
 	struct listen_addr la;
 	char port[8];
 	int fd = -1, one = 1, rc;
 
+	made->path[0] = '\0';
 	if (listen_addr_parse(listen_s, &la, err, errlen) == -1)
 		return -1;
-	if (la.is_unix) {
-		struct sockaddr_un sun;
-		struct stat st;
-
-		memset(&sun, 0, sizeof(sun));
-		sun.sun_family = AF_UNIX;
-		util_strlcpy(sun.sun_path, la.path, sizeof(sun.sun_path));
-		if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
-			goto syserr;
-		if (stat(la.path, &st) == 0 && S_ISSOCK(st.st_mode)) {
-			if (unix_socket_check_stale(listen_s, &sun, err,
-				errlen) < 0) {
-				close(fd);
-				return -1;
-			}
-			unlink(la.path); /* stale */
-		}
-		if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0)
-			goto syserr;
-		if (mode >= 0 && chmod(la.path, (mode_t)mode) < 0)
-			goto syserr;
-		if (listen(fd, LISTEN_BACKLOG) < 0)
-			goto syserr;
-		return fd;
-	}
+	if (la.is_unix)
+		return listen_unix_open(listen_s, &la, mode, made, err, errlen);
 
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_family = AF_UNSPEC;

@@ -14,7 +14,8 @@
  *     /auth;
  *   - listen: unix: a live daemon's socket is never taken over; a stale one
  *     is; one that cannot be judged stale (a datagram socket) is kept and
- *     the start fails; listen_mode sets its mode;
+ *     the start fails; listen_mode sets its mode; a clean exit removes
+ *     the socket files it bound, and only those;
  *   - user: started as root, the daemon serves as that user.
  */
 #include <check.h>
@@ -981,6 +982,47 @@ START_TEST(test_unix_socket_in_use_kept)
 }
 END_TEST
 
+/* A clean exit removes the unix socket files it bound (a client then finds
+ * no file, ENOENT, not a refused connect), and only those: a file put at a
+ * socket's path meanwhile stays. */
+START_TEST(test_unix_socket_removed_at_exit)
+{
+	char sock[H_PATH_MAX], adm[H_PATH_MAX], conf[H_PATH_MAX],
+	    log[H_PATH_MAX], yaml[2048];
+	struct stat st;
+	pid_t pid;
+	int i, rc;
+	FILE *f;
+
+	snprintf(sock, sizeof(sock), "%s/exit.sock", h_tmpdir());
+	snprintf(adm, sizeof(adm), "%s/exit-admin.sock", h_tmpdir());
+	snprintf(conf, sizeof(conf), "%s/exit.yaml", h_tmpdir());
+	snprintf(log, sizeof(log), "%s/exit.log", h_tmpdir());
+	snprintf(yaml, sizeof(yaml),
+	    "listen: \"unix:%s\"\nadmin_listen: \"unix:%s\"\n"
+	    "backend: memory\nshutdown_timeout: 1s\n%s",
+	    sock, adm, rules);
+	pid = spawn(conf, yaml, log);
+	for (i = 0; i < 100 && !unix_answers(sock); i++)
+		h_sleep_ms(50);
+	ck_assert_msg(unix_answers(sock), "the daemon does not answer on %s",
+	    sock);
+	ck_assert_int_eq(stat(adm, &st), 0);
+	/* Someone else's file now at the admin socket's path. */
+	ck_assert_int_eq(unlink(adm), 0);
+	f = fopen(adm, "w");
+	ck_assert(f != NULL);
+	fclose(f);
+	kill(pid, SIGTERM);
+	rc = exited_or_kill(pid, 5000);
+	ck_assert_msg(rc == 0, "exit status %d", rc);
+	ck_assert_msg(stat(sock, &st) == -1 && errno == ENOENT,
+	    "%s is still there after a clean exit", sock);
+	ck_assert_msg(stat(adm, &st) == 0 && S_ISREG(st.st_mode),
+	    "the file put at %s was removed", adm);
+}
+END_TEST
+
 START_TEST(test_user_drops_root)
 {
 	struct h_daemon d = { 0 };
@@ -1086,6 +1128,7 @@ test_suite(void)
 	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_unix_socket_in_use_kept);
+	tcase_add_test(tc, test_unix_socket_removed_at_exit);
 	suite_add_tcase(s, tc);
 	return s;
 }
