@@ -632,22 +632,32 @@ make_decider(struct daemon *d, char *err, size_t errlen)
 static int
 bind_and_watch(struct daemon *d, char *err, size_t errlen)
 {
+	struct listen_file file = { d->cfg->listen_mode, (uid_t)-1, (gid_t)-1 };
+	struct passwd *pw;
 	char sub[256];
 
+	/* The unix sockets are `user`'s, who can then remove them at exit
+	 * and share them through its group (docs/security.md); an unknown
+	 * user fails in drop_privileges(). */
+	if (geteuid() == 0 && d->cfg->user != NULL &&
+	    (pw = getpwnam(d->cfg->user)) != NULL) {
+		file.uid = pw->pw_uid;
+		file.gid = pw->pw_gid;
+	}
 	raise_fd_limit(d->cfg);
-	if ((d->http_fd = listen_socket_open(d->cfg->listen,
-		 d->cfg->listen_mode, &d->made[0], err, errlen)) < 0)
+	if ((d->http_fd = listen_socket_open(d->cfg->listen, &file, &d->made[0],
+		 err, errlen)) < 0)
 		return -1;
 	if (d->cfg->grpc_listen != NULL &&
-	    (d->grpc_fd = listen_socket_open(d->cfg->grpc_listen,
-		 d->cfg->listen_mode, &d->made[1], sub, sizeof(sub))) < 0) {
+	    (d->grpc_fd = listen_socket_open(d->cfg->grpc_listen, &file,
+		 &d->made[1], sub, sizeof(sub))) < 0) {
 		snprintf(err, errlen, "grpc_listen: %s", sub);
 		return -1;
 	}
 	/* docs/admin.md: bound and its token read before privileges go. */
 	if (d->cfg->admin_listen != NULL &&
-	    (d->admin_fd = listen_socket_open(d->cfg->admin_listen,
-		 d->cfg->listen_mode, &d->made[2], sub, sizeof(sub))) < 0) {
+	    (d->admin_fd = listen_socket_open(d->cfg->admin_listen, &file,
+		 &d->made[2], sub, sizeof(sub))) < 0) {
 		snprintf(err, errlen, "admin_listen: %s", sub);
 		return -1;
 	}

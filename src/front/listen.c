@@ -60,8 +60,9 @@ unix_socket_check_stale(const char *listen_s, const struct sockaddr_un *sun,
 /* Bind and listen on the unix socket la->path, recording its file in
  * *made.  The socket, or -1 with err. */
 static int
-listen_unix_open(const char *listen_s, const struct listen_addr *la, int mode,
-    struct listen_unix *made, char *err, size_t errlen)
+listen_unix_open(const char *listen_s, const struct listen_addr *la,
+    const struct listen_file *file, struct listen_unix *made, char *err,
+    size_t errlen)
 {
 	struct sockaddr_un sun;
 	struct stat st;
@@ -85,7 +86,11 @@ listen_unix_open(const char *listen_s, const struct listen_addr *la, int mode,
 	util_strlcpy(made->path, la->path, sizeof(made->path));
 	made->dev = st.st_dev;
 	made->ino = st.st_ino;
-	if (mode >= 0 && chmod(la->path, (mode_t)mode) < 0)
+	if (file->mode >= 0 && chmod(la->path, (mode_t)file->mode) < 0)
+		goto syserr_bound;
+	/* Not followed if the path were swapped for a link meanwhile. */
+	if ((file->uid != (uid_t)-1 || file->gid != (gid_t)-1) &&
+	    lchown(la->path, file->uid, file->gid) < 0)
 		goto syserr_bound;
 	if (listen(fd, LISTEN_BACKLOG) < 0)
 		goto syserr_bound;
@@ -119,8 +124,8 @@ listen_unix_remove(struct listen_unix *made)
 }
 
 int
-listen_socket_open(const char *listen_s, int mode, struct listen_unix *made,
-    char *err, size_t errlen)
+listen_socket_open(const char *listen_s, const struct listen_file *file,
+    struct listen_unix *made, char *err, size_t errlen)
 {
 	struct addrinfo hints, *res = NULL;
 	struct listen_addr la;
@@ -131,7 +136,7 @@ listen_socket_open(const char *listen_s, int mode, struct listen_unix *made,
 	if (listen_addr_parse(listen_s, &la, err, errlen) == -1)
 		return -1;
 	if (la.is_unix)
-		return listen_unix_open(listen_s, &la, mode, made, err, errlen);
+		return listen_unix_open(listen_s, &la, file, made, err, errlen);
 
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_family = AF_UNSPEC;

@@ -29,18 +29,27 @@ struct listen_unix {
 	ino_t ino;
 };
 
+/* How a unix socket's file is made: its mode (listen_mode, -1: the
+ * umask's) and owner ((uid_t)-1 and (gid_t)-1: the process's), so that
+ * with `user` the file is that user's (docs/security.md). */
+struct listen_file {
+	int mode;
+	uid_t uid;
+	gid_t gid;
+};
+
 /*
  * Bind and listen on `listen` ("host:port", "[v6]:port", "unix:/path").
  * Returns the socket (the caller owns it), or -1 with a message in err
  * ("127.0.0.1:8080: address already in use").  A stale unix socket file
  * (its connect refused) is replaced; any other socket there (a daemon
  * accepts on it, another user's, a datagram socket) is an error and stays;
- * mode >= 0 is the unix socket's file mode (listen_mode).  *made records
+ * *file sets the unix socket file's mode and owner.  *made records
  * the unix socket's file (path "" for TCP and on failure); the caller
  * removes it with listen_unix_remove().
  */
-int listen_socket_open(const char *listen, int mode, struct listen_unix *made,
-    char *err, size_t errlen);
+int listen_socket_open(const char *listen, const struct listen_file *file,
+    struct listen_unix *made, char *err, size_t errlen);
 
 /* Remove made's socket file if the path still names it, and forget it
  * (nothing when made->path is "").  At exit, or on a failed start. */

@@ -16,7 +16,8 @@
  *     is; one that cannot be judged stale (a datagram socket) is kept and
  *     the start fails; listen_mode sets its mode; a clean exit removes
  *     the socket files it bound, and only those;
- *   - user: started as root, the daemon serves as that user.
+ *   - user: started as root, the daemon serves as that user, and its unix
+ *     socket is that user's.
  */
 #include <check.h>
 #include <errno.h>
@@ -1023,6 +1024,53 @@ START_TEST(test_unix_socket_removed_at_exit)
 }
 END_TEST
 
+/* With `user`, the unix socket is that user's (listen_mode 0660 then
+ * shares it through the user's group), and the daemon, no longer root,
+ * still removes it at exit from a sticky directory such as /tmp. */
+START_TEST(test_unix_socket_owned_by_user)
+{
+	char dir[] = "/tmp/rl-sticky-XXXXXX", sock[H_PATH_MAX],
+	     conf[H_PATH_MAX], log[H_PATH_MAX], yaml[2048];
+	struct passwd *pw = getpwnam("nobody");
+	struct stat st;
+	pid_t pid;
+	int i, rc;
+
+	if (geteuid() != 0 || pw == NULL) {
+		fprintf(stderr,
+		    "test_unix_socket_owned_by_user: skipped (needs root "
+		    "and a user nobody)\n");
+		return;
+	}
+	ck_assert(mkdtemp(dir) != NULL);
+	ck_assert_int_eq(chmod(dir, 01777), 0);
+	snprintf(sock, sizeof(sock), "%s/rl.sock", dir);
+	snprintf(conf, sizeof(conf), "%s/owner.yaml", h_tmpdir());
+	snprintf(log, sizeof(log), "%s/owner.log", h_tmpdir());
+	snprintf(yaml, sizeof(yaml),
+	    "listen: \"unix:%s\"\nlisten_mode: \"0660\"\nuser: nobody\n"
+	    "backend: memory\nshutdown_timeout: 1s\n%s",
+	    sock, rules);
+	pid = spawn(conf, yaml, log);
+	for (i = 0; i < 100 && !unix_answers(sock); i++)
+		h_sleep_ms(50);
+	ck_assert_msg(unix_answers(sock), "the daemon does not answer on %s",
+	    sock);
+	ck_assert_int_eq(stat(sock, &st), 0);
+	ck_assert_msg(st.st_uid == pw->pw_uid && st.st_gid == pw->pw_gid,
+	    "the socket is %u:%u, expected nobody's %u:%u", (unsigned)st.st_uid,
+	    (unsigned)st.st_gid, (unsigned)pw->pw_uid, (unsigned)pw->pw_gid);
+	ck_assert_msg((st.st_mode & 07777) == 0660, "mode %o, expected 660",
+	    st.st_mode & 07777);
+	kill(pid, SIGTERM);
+	rc = exited_or_kill(pid, 5000);
+	ck_assert_msg(rc == 0, "exit status %d", rc);
+	ck_assert_msg(stat(sock, &st) == -1 && errno == ENOENT,
+	    "%s is still there after a clean exit", sock);
+	rmdir(dir);
+}
+END_TEST
+
 START_TEST(test_user_drops_root)
 {
 	struct h_daemon d = { 0 };
@@ -1129,6 +1177,7 @@ test_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_unix_socket_in_use_kept);
 	tcase_add_test(tc, test_unix_socket_removed_at_exit);
+	tcase_add_test(tc, test_unix_socket_owned_by_user);
 	suite_add_tcase(s, tc);
 	return s;
 }
