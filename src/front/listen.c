@@ -123,48 +123,89 @@ listen_unix_remove(struct listen_unix *made)
 	made->path[0] = '\0';
 }
 
+/* Bind and listen on one address ai: the socket, or -1 with errno. */
+static int
+listen_tcp_one(const struct addrinfo *ai)
+{
+	int fd, one = 1, e;
+
+	fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (ai->ai_family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 ||
+	    listen(fd, LISTEN_BACKLOG) < 0) {
+		e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
+/*
+ * Bind the first address la resolves to that can be bound, in
+ * getaddrinfo()'s order (the order clients try them): a name that
+ * resolves to [::1] and 127.0.0.1 serves on 127.0.0.1 on a host without
+ * IPv6.  One socket serves one address: when a name has more, the others
+ * are named in a warning (docs/configuration.md).  The socket, or -1 with
+ * err (the first address's error).
+ */
+static int
+listen_tcp_open(const char *listen_s, const struct listen_addr *la, char *err,
+    size_t errlen)
+{
+	struct addrinfo hints, *res = NULL, *ai;
+	char port[8], host[NI_MAXHOST];
+	int fd = -1, rc, first_errno = 0, n = 0;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+	snprintf(port, sizeof(port), "%d", la->port);
+	if ((rc = getaddrinfo(la->host[0] != '\0' ? la->host : NULL, port,
+		 &hints, &res)) != 0) {
+		snprintf(err, errlen, "%s: %s", listen_s, gai_strerror(rc));
+		return -1;
+	}
+	for (ai = res; ai != NULL; ai = ai->ai_next) {
+		n++;
+		if (fd >= 0)
+			continue;
+		if ((fd = listen_tcp_one(ai)) >= 0) {
+			if (getnameinfo(ai->ai_addr, ai->ai_addrlen, host,
+				sizeof(host), NULL, 0, NI_NUMERICHOST) != 0)
+				util_strlcpy(host, "?", sizeof(host));
+		} else if (first_errno == 0)
+			first_errno = errno;
+	}
+	freeaddrinfo(res);
+	if (fd < 0) {
+		snprintf(err, errlen, "%s: %s", listen_s,
+		    strerror(first_errno));
+		return -1;
+	}
+	if (n > 1 && la->host[0] != '\0')
+		log_warnx(
+		    "%s: %s resolves to %d addresses; serving on %s only "
+		    "(name one address in `listen` to choose)",
+		    listen_s, la->host, n, host);
+	return fd;
+}
+
 int
 listen_socket_open(const char *listen_s, const struct listen_file *file,
     struct listen_unix *made, char *err, size_t errlen)
 {
-	struct addrinfo hints, *res = NULL;
 	struct listen_addr la;
-	char port[8];
-	int fd = -1, one = 1, rc;
 
 	made->path[0] = '\0';
 	if (listen_addr_parse(listen_s, &la, err, errlen) == -1)
 		return -1;
 	if (la.is_unix)
 		return listen_unix_open(listen_s, &la, file, made, err, errlen);
-
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-	snprintf(port, sizeof(port), "%d", la.port);
-	if ((rc = getaddrinfo(la.host[0] != '\0' ? la.host : NULL, port, &hints,
-		 &res)) != 0) {
-		snprintf(err, errlen, "%s: %s", listen_s, gai_strerror(rc));
-		return -1;
-	}
-	if ((fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, 0)) <
-	    0)
-		goto syserr;
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (res->ai_family == AF_INET6)
-		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-	if (bind(fd, res->ai_addr, res->ai_addrlen) < 0 ||
-	    listen(fd, LISTEN_BACKLOG) < 0)
-		goto syserr;
-	freeaddrinfo(res);
-	return fd;
-
-syserr:
-	snprintf(err, errlen, "%s: %s", listen_s, strerror(errno));
-	if (fd >= 0)
-		close(fd);
-	if (res != NULL)
-		freeaddrinfo(res);
-	return -1;
+	return listen_tcp_open(listen_s, &la, err, errlen);
 }

@@ -16,6 +16,8 @@
  *     is; one that cannot be judged stale (a datagram socket) is kept and
  *     the start fails; listen_mode sets its mode; a clean exit removes
  *     the socket files it bound, and only those;
+ *   - listen: a name whose first address cannot be bound serves on the
+ *     next one;
  *   - user: started as root, the daemon serves as that user, and its unix
  *     socket is that user's.
  */
@@ -29,6 +31,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -1071,6 +1075,118 @@ START_TEST(test_unix_socket_owned_by_user)
 }
 END_TEST
 
+/* Does 127.0.0.1:port answer GET /healthz with 200? */
+static bool
+tcp4_answers(int port)
+{
+	struct sockaddr_in sin;
+	char buf[256];
+	bool closed, ok;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons((uint16_t)port);
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
+		close(fd);
+		return false;
+	}
+	raw_send(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+	raw_read(fd, buf, sizeof(buf), 2000, &closed);
+	ok = strncmp(buf, "HTTP/1.1 200", 12) == 0;
+	close(fd);
+	return ok;
+}
+
+/*
+ * listen: "localhost:PORT" where localhost is [::1] and 127.0.0.1 (as in
+ * Debian's /etc/hosts, given to the daemon alone in a mount namespace),
+ * and [::1]:PORT taken: the daemon binds the next address, 127.0.0.1, and
+ * warns that it serves on one of the two.  Skipped without root (the
+ * namespace) or without an IPv6 loopback.
+ */
+START_TEST(test_listen_name_tries_next_address)
+{
+	char hosts[H_PATH_MAX], conf[H_PATH_MAX], log[H_PATH_MAX], yaml[2048];
+	struct sockaddr_in6 sin6;
+	int port = h_free_port(), fd6, one = 1, i, rc = -1, out;
+	bool up = false;
+	char *text;
+	FILE *f;
+	pid_t pid;
+
+	memset(&sin6, 0, sizeof(sin6));
+	sin6.sin6_family = AF_INET6;
+	sin6.sin6_port = htons((uint16_t)port);
+	sin6.sin6_addr = in6addr_loopback;
+	fd6 = socket(AF_INET6, SOCK_STREAM, 0);
+	ck_assert(fd6 >= 0);
+	setsockopt(fd6, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	if (geteuid() != 0 ||
+	    bind(fd6, (struct sockaddr *)&sin6, sizeof(sin6)) != 0 ||
+	    listen(fd6, 1) != 0) {
+		fprintf(stderr,
+		    "test_listen_name_tries_next_address: skipped (needs "
+		    "root and [::1])\n");
+		close(fd6);
+		return;
+	}
+	snprintf(hosts, sizeof(hosts), "%s/hosts", h_tmpdir());
+	snprintf(conf, sizeof(conf), "%s/name.yaml", h_tmpdir());
+	snprintf(log, sizeof(log), "%s/name.log", h_tmpdir());
+	f = fopen(hosts, "w");
+	ck_assert(f != NULL);
+	fputs("::1 localhost ip6-localhost\n127.0.0.1 localhost\n", f);
+	fclose(f);
+	snprintf(yaml, sizeof(yaml),
+	    "listen: \"localhost:%d\"\nbackend: memory\n"
+	    "shutdown_timeout: 1s\n%s",
+	    port, rules);
+	f = fopen(conf, "w");
+	ck_assert(f != NULL);
+	fputs(yaml, f);
+	fclose(f);
+	if ((pid = fork()) == 0) {
+		out = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		dup2(out, 1);
+		dup2(out, 2);
+		if (unshare(CLONE_NEWNS) != 0 ||
+		    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+		    mount(hosts, "/etc/hosts", NULL, MS_BIND, NULL) != 0) {
+			fprintf(stderr, "namespace: %s\n", strerror(errno));
+			_exit(77);
+		}
+		execl(getenv("RATELIMITD_BIN"), "ratelimitd", "-c", conf,
+		    (char *)NULL);
+		_exit(127);
+	}
+	ck_assert(pid > 0);
+	for (i = 0; i < 100 && !up && rc == -1; i++)
+		if (!(up = tcp4_answers(port)))
+			rc = exited(pid, 50);
+	if (!up && rc == -1)
+		rc = exited_or_kill(pid, 0);
+	text = ops_slurp(log);
+	if (rc == 77) {
+		fprintf(stderr,
+		    "test_listen_name_tries_next_address: skipped (%s)", text);
+		free(text);
+		close(fd6);
+		return;
+	}
+	ck_assert_msg(up,
+	    "localhost:%d does not answer on 127.0.0.1 with [::1] taken: %s",
+	    port, text);
+	ck_assert_msg(strstr(text, "resolves to 2 addresses") != NULL,
+	    "no warning: %s", text);
+	free(text);
+	kill(pid, SIGTERM);
+	ck_assert_int_eq(exited_or_kill(pid, 5000), 0);
+	close(fd6);
+}
+END_TEST
+
 START_TEST(test_user_drops_root)
 {
 	struct h_daemon d = { 0 };
@@ -1178,6 +1294,7 @@ test_suite(void)
 	tcase_add_test(tc, test_unix_socket_in_use_kept);
 	tcase_add_test(tc, test_unix_socket_removed_at_exit);
 	tcase_add_test(tc, test_unix_socket_owned_by_user);
+	tcase_add_test(tc, test_listen_name_tries_next_address);
 	suite_add_tcase(s, tc);
 	return s;
 }
