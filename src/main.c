@@ -472,6 +472,19 @@ make_backends(struct daemon *d, char *err, size_t errlen)
 	return 0;
 }
 
+/* --check: a file the key at `at` names (NULL: not set) must be
+ * readable, as start-up reads it: 0, or -1 after FILE:LINE:COL. */
+static int
+check_readable(const char *path, const char *key, const char *file,
+    struct config_place at)
+{
+	if (file == NULL || access(file, R_OK) == 0)
+		return 0;
+	fprintf(stderr, "%s:%d:%d: %s: cannot read %s: %s\n", path, at.line,
+	    at.col, key, file, strerror(errno));
+	return -1;
+}
+
 /* --check: what only start-up reads is refused here too, and a
  * concurrency rule that /auth could match is named.  The exit status. */
 static int
@@ -481,15 +494,16 @@ check_config(const struct config *c, const char *path)
 	char msg[384], line[512];
 	size_t i;
 
-	if (c->backend == RL_BACKEND_REDIS && c->redis.password_file != NULL &&
-	    access(c->redis.password_file, R_OK) != 0) {
-		fprintf(stderr,
-		    "%s:%d:%d: redis.password_file: cannot read %s: %s\n", path,
-		    c->redis.password_file_at.line,
-		    c->redis.password_file_at.col, c->redis.password_file,
-		    strerror(errno));
+	if (c->backend == RL_BACKEND_REDIS &&
+	    (check_readable(path, "redis.password_file", c->redis.password_file,
+		 c->redis.password_file_at) < 0 ||
+		check_readable(path, "redis.sentinel.password_file",
+		    c->redis.sentinel.password_file,
+		    c->redis.sentinel.password_file_at) < 0))
 		return 1;
-	}
+	if (check_readable(path, "admin_token_file", c->admin_token_file,
+		c->admin_token_file_at) < 0)
+		return 1;
 	/* The TLS files are read as the store will read them (the config
 	 * only names them: reading them takes the store's TLS library). */
 	if (c->backend == RL_BACKEND_REDIS &&
@@ -664,8 +678,12 @@ bind_and_watch(struct daemon *d, char *err, size_t errlen)
 	if (d->cfg->admin_token_file != NULL &&
 	    redis_read_password_file(d->cfg->admin_token_file, &d->admin_token,
 		sub, sizeof(sub)) < 0) {
-		/* "password_file X: ..." names the file, never its text */
-		snprintf(err, errlen, "admin_token_file: %s", sub);
+		/* "password_file X: ..." names the file, never its text;
+		 * here the key is admin_token_file. */
+		if (strncmp(sub, "password_file ", 14) == 0)
+			snprintf(err, errlen, "admin_token_file %s", sub + 14);
+		else
+			snprintf(err, errlen, "admin_token_file: %s", sub);
 		return -1;
 	}
 	if (drop_privileges(d->cfg, err, errlen) < 0)

@@ -1217,14 +1217,27 @@ START_TEST(test_user_drops_root)
 }
 END_TEST
 
-/* --check refuses what start-up would: a password_file that cannot be
- * read, a user that does not exist. */
+/* --check refuses what start-up would, at the key's FILE:LINE:COL: a
+ * password_file or token file that cannot be read, a user that does not
+ * exist. */
 START_TEST(test_check_what_start_reads)
 {
 	static const char *const bad[] = {
 		"backend: redis\nredis:\n  password_file: /nonexistent/pw\n",
 		"user: no-such-user-here\n",
+		"admin_token_file: /nonexistent/tok\n",
+		"backend: redis\nredis:\n  sentinel:\n    master: m\n"
+		"    nodes: [\"127.0.0.1:1\"]\n"
+		"    password_file: /nonexistent/pass\n",
 	};
+	static const char *const said[] = {
+		":3:18: redis.password_file: cannot read /nonexistent/pw",
+		":1:7: user: no user",
+		":1:19: admin_token_file: cannot read /nonexistent/tok",
+		":6:20: redis.sentinel.password_file: cannot read "
+		"/nonexistent/pass",
+	};
+	char *text;
 	char conf[H_PATH_MAX], log[H_PATH_MAX];
 	pid_t pid;
 	size_t i;
@@ -1248,10 +1261,14 @@ START_TEST(test_check_what_start_reads)
 			_exit(127);
 		}
 		ck_assert(waitpid(pid, &st, 0) == pid);
+		text = ops_slurp(log);
 		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1,
-		    "--check "
-		    "passed: %s",
-		    bad[i]);
+		    "--check passed: %s: %s", bad[i], text);
+		ck_assert_msg(strstr(text, conf) == text &&
+			strstr(text, said[i]) == text + strlen(conf),
+		    "--check said \"%s\", expected \"%s%s\"", text, conf,
+		    said[i]);
+		free(text);
 	}
 }
 END_TEST
