@@ -200,9 +200,29 @@ configure: configure.ac
 	@$(MAKE) --no-print-directory deps WITH_TEST_DEPS=$(WITH_TEST_DEPS)
 	autoreconf -fi
 
+# A test goal needs Check and libcurl.  A config.mk written without them
+# (`make run`, then `make check`: deps installs them only now) is written
+# again; a configure that still finds none stops here, not at link errors.
+ifeq ($(WITH_TEST_DEPS),1)
+ifneq ($(wildcard config.mk),)
+ifneq ($(HAVE_CHECK)$(HAVE_CURL),yesyes)
+config.mk: reconfigure-for-tests
+endif
+endif
+endif
+
+.PHONY: reconfigure-for-tests
+reconfigure-for-tests:
+
 config.mk: configure config.mk.in
 	@$(MAKE) --no-print-directory deps WITH_TEST_DEPS=$(WITH_TEST_DEPS)
 	./configure --quiet
+	@if [ "$(WITH_TEST_DEPS)" = 1 ] && \
+	    { ! grep -q '^HAVE_CHECK = yes' config.mk || \
+	    ! grep -q '^HAVE_CURL = yes' config.mk; }; then \
+		echo "the tests need Check and libcurl, which pkg-config" \
+		    "does not find (Debian: check libcurl4-openssl-dev)"; \
+		exit 1; fi
 
 # --- targets ------------------------------------------------------------
 

@@ -8,7 +8,8 @@
  * Afterwards the main thread only waits for signals: SIGHUP, or a change of
  * the file on disk (watch.c), reloads the rules (a bad file keeps the old
  * ones); SIGTERM/SIGINT stop accepting (HTTP and gRPC), let requests in
- * flight finish within shutdown_timeout, and exit 0.
+ * flight finish within shutdown_timeout, remove the unix socket files they
+ * bound, and exit 0.
  */
 #include <errno.h>
 #include <grp.h>
@@ -74,8 +75,11 @@ struct daemon {
 	struct watch *watch;
 	int http_fd, grpc_fd; /* bound, not yet served; else -1 */
 	int admin_fd;	      /* the same for admin_listen */
-	int signal_fd;	      /* SIGHUP, SIGTERM, SIGINT */
-	int change_fd;	      /* eventfd: the file changed */
+	/* The unix socket files bound (listen, grpc_listen, admin_listen),
+	 * removed at exit (docs/configuration.md). */
+	struct listen_unix made[3];
+	int signal_fd; /* SIGHUP, SIGTERM, SIGINT */
+	int change_fd; /* eventfd: the file changed */
 };
 
 /* The file changed on disk: wake the main loop, which reloads as for
@@ -468,6 +472,19 @@ make_backends(struct daemon *d, char *err, size_t errlen)
 	return 0;
 }
 
+/* --check: a file the key at `at` names (NULL: not set) must be
+ * readable, as start-up reads it: 0, or -1 after FILE:LINE:COL. */
+static int
+check_readable(const char *path, const char *key, const char *file,
+    struct config_place at)
+{
+	if (file == NULL || access(file, R_OK) == 0)
+		return 0;
+	fprintf(stderr, "%s:%d:%d: %s: cannot read %s: %s\n", path, at.line,
+	    at.col, key, file, strerror(errno));
+	return -1;
+}
+
 /* --check: what only start-up reads is refused here too, and a
  * concurrency rule that /auth could match is named.  The exit status. */
 static int
@@ -477,15 +494,16 @@ check_config(const struct config *c, const char *path)
 	char msg[384], line[512];
 	size_t i;
 
-	if (c->backend == RL_BACKEND_REDIS && c->redis.password_file != NULL &&
-	    access(c->redis.password_file, R_OK) != 0) {
-		fprintf(stderr,
-		    "%s:%d:%d: redis.password_file: cannot read %s: %s\n", path,
-		    c->redis.password_file_at.line,
-		    c->redis.password_file_at.col, c->redis.password_file,
-		    strerror(errno));
+	if (c->backend == RL_BACKEND_REDIS &&
+	    (check_readable(path, "redis.password_file", c->redis.password_file,
+		 c->redis.password_file_at) < 0 ||
+		check_readable(path, "redis.sentinel.password_file",
+		    c->redis.sentinel.password_file,
+		    c->redis.sentinel.password_file_at) < 0))
 		return 1;
-	}
+	if (check_readable(path, "admin_token_file", c->admin_token_file,
+		c->admin_token_file_at) < 0)
+		return 1;
 	/* The TLS files are read as the store will read them (the config
 	 * only names them: reading them takes the store's TLS library). */
 	if (c->backend == RL_BACKEND_REDIS &&
@@ -628,30 +646,44 @@ make_decider(struct daemon *d, char *err, size_t errlen)
 static int
 bind_and_watch(struct daemon *d, char *err, size_t errlen)
 {
+	struct listen_file file = { d->cfg->listen_mode, (uid_t)-1, (gid_t)-1 };
+	struct passwd *pw;
 	char sub[256];
 
+	/* The unix sockets are `user`'s, who can then remove them at exit
+	 * and share them through its group (docs/security.md); an unknown
+	 * user fails in drop_privileges(). */
+	if (geteuid() == 0 && d->cfg->user != NULL &&
+	    (pw = getpwnam(d->cfg->user)) != NULL) {
+		file.uid = pw->pw_uid;
+		file.gid = pw->pw_gid;
+	}
 	raise_fd_limit(d->cfg);
-	if ((d->http_fd = listen_socket_open(d->cfg->listen,
-		 d->cfg->listen_mode, err, errlen)) < 0)
+	if ((d->http_fd = listen_socket_open(d->cfg->listen, &file, &d->made[0],
+		 err, errlen)) < 0)
 		return -1;
 	if (d->cfg->grpc_listen != NULL &&
-	    (d->grpc_fd = listen_socket_open(d->cfg->grpc_listen,
-		 d->cfg->listen_mode, sub, sizeof(sub))) < 0) {
+	    (d->grpc_fd = listen_socket_open(d->cfg->grpc_listen, &file,
+		 &d->made[1], sub, sizeof(sub))) < 0) {
 		snprintf(err, errlen, "grpc_listen: %s", sub);
 		return -1;
 	}
 	/* docs/admin.md: bound and its token read before privileges go. */
 	if (d->cfg->admin_listen != NULL &&
-	    (d->admin_fd = listen_socket_open(d->cfg->admin_listen,
-		 d->cfg->listen_mode, sub, sizeof(sub))) < 0) {
+	    (d->admin_fd = listen_socket_open(d->cfg->admin_listen, &file,
+		 &d->made[2], sub, sizeof(sub))) < 0) {
 		snprintf(err, errlen, "admin_listen: %s", sub);
 		return -1;
 	}
 	if (d->cfg->admin_token_file != NULL &&
 	    redis_read_password_file(d->cfg->admin_token_file, &d->admin_token,
 		sub, sizeof(sub)) < 0) {
-		/* "password_file X: ..." names the file, never its text */
-		snprintf(err, errlen, "admin_token_file: %s", sub);
+		/* "password_file X: ..." names the file, never its text;
+		 * here the key is admin_token_file. */
+		if (strncmp(sub, "password_file ", 14) == 0)
+			snprintf(err, errlen, "admin_token_file %s", sub + 14);
+		else
+			snprintf(err, errlen, "admin_token_file: %s", sub);
 		return -1;
 	}
 	if (drop_privileges(d->cfg, err, errlen) < 0)
@@ -738,6 +770,8 @@ serve(struct daemon *d)
 static void
 daemon_free(struct daemon *d)
 {
+	size_t i;
+
 	watch_stop(d->watch);
 	d->watch = NULL;
 	if (d->signal_fd >= 0)
@@ -756,6 +790,10 @@ daemon_free(struct daemon *d)
 	rl_free(d->admin_token);
 	grpc_server_stop(d->grpc);
 	http_server_stop(d->http);
+	/* Nothing accepts on them now: a client finds no file (ENOENT),
+	 * and a start under another user can bind the path again. */
+	for (i = 0; i < sizeof(d->made) / sizeof(d->made[0]); i++)
+		listen_unix_remove(&d->made[i]);
 	overrides_free(d->overrides); /* its sync asks the store */
 	backend_free(d->local);
 	backend_free(d->backend);

@@ -420,6 +420,8 @@ load_top_level(struct loader *ld, struct config *c)
 	if (cfg_walk_mapping(ld, "top level", root, &top_schema, c, seen) != 0)
 		return -1;
 	c->user_at = cfg_place_of(&top_schema, seen, "user");
+	c->admin_token_file_at = cfg_place_of(&top_schema, seen,
+	    "admin_token_file");
 	return 0;
 }
 

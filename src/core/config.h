@@ -27,6 +27,12 @@ enum rl_backend_kind { RL_BACKEND_MEMORY, RL_BACKEND_REDIS };
 enum rl_on_error { RL_ON_ERROR_ALLOW, RL_ON_ERROR_DENY, RL_ON_ERROR_LOCAL };
 enum rl_log_format { RL_LOG_LOGFMT, RL_LOG_JSON };
 
+/* Where a key's value is in the rules file (1-based; 0 when the key is
+ * absent), for the checks only --check makes (docs/configuration.md). */
+struct config_place {
+	int line, col;
+};
+
 /* redis.sentinel (docs/scale.md): set iff master != NULL. */
 struct sentinel_config {
 	char *master; /* the name the sentinels monitor */
@@ -34,12 +40,7 @@ struct sentinel_config {
 	size_t nnodes;
 	char *password_file; /* NULL, or the sentinels' password */
 	bool tls;	     /* the sentinels speak TLS (redis.tls) */
-};
-
-/* Where a key's value is in the rules file (1-based; 0 when the key is
- * absent), for the checks only --check makes (docs/configuration.md). */
-struct config_place {
-	int line, col;
+	struct config_place password_file_at;
 };
 
 /* A file a key of redis.tls names, and where the key's value is in the
@@ -129,8 +130,10 @@ struct config {
 	struct stat_def *stats; /* array of nstats, in file order */
 	size_t nstats;
 
-	/* Where user is in the file, for --check's error. */
+	/* Where user and admin_token_file are in the file, for --check's
+	 * errors. */
 	struct config_place user_at;
+	struct config_place admin_token_file_at;
 
 	/* Unique among the configs of one process, in load order: what is
 	 * kept across a reload names the config it was made under by it

@@ -191,12 +191,15 @@ static const struct schema sentinel_schema = { "redis.sentinel",
 static int
 parse_sentinel(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 {
+	yaml_node_t *seen[MAX_FIELDS] = { NULL };
 	struct sentinel_config *sc = dst;
 
 	if (cfg_is_null(v))
 		return 0;
-	if (cfg_walk_mapping(ld, what, v, &sentinel_schema, dst, NULL) == -1)
+	if (cfg_walk_mapping(ld, what, v, &sentinel_schema, dst, seen) == -1)
 		return -1;
+	sc->password_file_at = cfg_place_of(&sentinel_schema, seen,
+	    "password_file");
 	if (sc->master == NULL || sc->nnodes == 0) {
 		cfg_errf(ld, v, "%s: needs master and at least one of nodes",
 		    what);

@@ -13,8 +13,13 @@
  *   - max_header_bytes (431) and max_attributes (400), for /acquire and
  *     /auth;
  *   - listen: unix: a live daemon's socket is never taken over; a stale one
- *     is; listen_mode sets its mode;
- *   - user: started as root, the daemon serves as that user.
+ *     is; one that cannot be judged stale (a datagram socket) is kept and
+ *     the start fails; listen_mode sets its mode; a clean exit removes
+ *     the socket files it bound, and only those;
+ *   - listen: a name whose first address cannot be bound serves on the
+ *     next one;
+ *   - user: started as root, the daemon serves as that user, and its unix
+ *     socket is that user's.
  */
 #include <check.h>
 #include <errno.h>
@@ -26,6 +31,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -852,6 +859,15 @@ exited(pid_t pid, int ms)
 	return -1;
 }
 
+static void
+unix_addr(struct sockaddr_un *sun, const char *path)
+{
+	ck_assert(strlen(path) < sizeof(sun->sun_path));
+	memset(sun, 0, sizeof(*sun));
+	sun->sun_family = AF_UNIX;
+	memcpy(sun->sun_path, path, strlen(path) + 1);
+}
+
 static bool
 unix_answers(const char *path)
 {
@@ -923,6 +939,254 @@ START_TEST(test_unix_socket_live_and_mode)
 }
 END_TEST
 
+/* Exit status of pid within ms; one still running is killed and -1. */
+static int
+exited_or_kill(pid_t pid, int ms)
+{
+	int rc = exited(pid, ms);
+
+	if (rc == -1) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+	return rc;
+}
+
+/* A socket file the daemon cannot tell stale is never removed: a datagram
+ * socket (as /dev/log) refuses a stream connect with EPROTOTYPE, not
+ * ECONNREFUSED; the start fails and the file stays. */
+START_TEST(test_unix_socket_in_use_kept)
+{
+	char sock[H_PATH_MAX], conf[H_PATH_MAX], log[H_PATH_MAX], yaml[1024];
+	struct sockaddr_un sun;
+	struct stat before, after;
+	char *text;
+	int fd, rc;
+
+	snprintf(sock, sizeof(sock), "%s/dgram.sock", h_tmpdir());
+	snprintf(conf, sizeof(conf), "%s/dgram.yaml", h_tmpdir());
+	snprintf(log, sizeof(log), "%s/dgram.log", h_tmpdir());
+	unix_addr(&sun, sock);
+	fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+	ck_assert(fd >= 0);
+	ck_assert_msg(bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0,
+	    "bind %s: %s", sock, strerror(errno));
+	ck_assert_int_eq(stat(sock, &before), 0);
+	snprintf(yaml, sizeof(yaml),
+	    "listen: \"unix:%s\"\nbackend: memory\nshutdown_timeout: 1s\n%s",
+	    sock, rules);
+	rc = exited_or_kill(spawn(conf, yaml, log), 3000);
+	text = ops_slurp(log);
+	ck_assert_msg(rc == 1, "the daemon %s on a datagram socket's path: %s",
+	    rc == -1 ? "started" : "did not exit 1", text);
+	ck_assert_msg(strstr(text, "not replaced") != NULL, "log: %s", text);
+	free(text);
+	ck_assert_msg(stat(sock, &after) == 0 && after.st_ino == before.st_ino,
+	    "the datagram socket's file was removed");
+	close(fd);
+}
+END_TEST
+
+/* A clean exit removes the unix socket files it bound (a client then finds
+ * no file, ENOENT, not a refused connect), and only those: a file put at a
+ * socket's path meanwhile stays. */
+START_TEST(test_unix_socket_removed_at_exit)
+{
+	char sock[H_PATH_MAX], adm[H_PATH_MAX], conf[H_PATH_MAX],
+	    log[H_PATH_MAX], yaml[2048];
+	struct stat st;
+	pid_t pid;
+	int i, rc;
+	FILE *f;
+
+	snprintf(sock, sizeof(sock), "%s/exit.sock", h_tmpdir());
+	snprintf(adm, sizeof(adm), "%s/exit-admin.sock", h_tmpdir());
+	snprintf(conf, sizeof(conf), "%s/exit.yaml", h_tmpdir());
+	snprintf(log, sizeof(log), "%s/exit.log", h_tmpdir());
+	snprintf(yaml, sizeof(yaml),
+	    "listen: \"unix:%s\"\nadmin_listen: \"unix:%s\"\n"
+	    "backend: memory\nshutdown_timeout: 1s\n%s",
+	    sock, adm, rules);
+	pid = spawn(conf, yaml, log);
+	for (i = 0; i < 100 && !unix_answers(sock); i++)
+		h_sleep_ms(50);
+	ck_assert_msg(unix_answers(sock), "the daemon does not answer on %s",
+	    sock);
+	ck_assert_int_eq(stat(adm, &st), 0);
+	/* Someone else's file now at the admin socket's path. */
+	ck_assert_int_eq(unlink(adm), 0);
+	f = fopen(adm, "w");
+	ck_assert(f != NULL);
+	fclose(f);
+	kill(pid, SIGTERM);
+	rc = exited_or_kill(pid, 5000);
+	ck_assert_msg(rc == 0, "exit status %d", rc);
+	ck_assert_msg(stat(sock, &st) == -1 && errno == ENOENT,
+	    "%s is still there after a clean exit", sock);
+	ck_assert_msg(stat(adm, &st) == 0 && S_ISREG(st.st_mode),
+	    "the file put at %s was removed", adm);
+}
+END_TEST
+
+/* With `user`, the unix socket is that user's (listen_mode 0660 then
+ * shares it through the user's group), and the daemon, no longer root,
+ * still removes it at exit from a sticky directory such as /tmp. */
+START_TEST(test_unix_socket_owned_by_user)
+{
+	char dir[] = "/tmp/rl-sticky-XXXXXX", sock[H_PATH_MAX],
+	     conf[H_PATH_MAX], log[H_PATH_MAX], yaml[2048];
+	struct passwd *pw = getpwnam("nobody");
+	struct stat st;
+	pid_t pid;
+	int i, rc;
+
+	if (geteuid() != 0 || pw == NULL) {
+		fprintf(stderr,
+		    "test_unix_socket_owned_by_user: skipped (needs root "
+		    "and a user nobody)\n");
+		return;
+	}
+	ck_assert(mkdtemp(dir) != NULL);
+	ck_assert_int_eq(chmod(dir, 01777), 0);
+	snprintf(sock, sizeof(sock), "%s/rl.sock", dir);
+	snprintf(conf, sizeof(conf), "%s/owner.yaml", h_tmpdir());
+	snprintf(log, sizeof(log), "%s/owner.log", h_tmpdir());
+	snprintf(yaml, sizeof(yaml),
+	    "listen: \"unix:%s\"\nlisten_mode: \"0660\"\nuser: nobody\n"
+	    "backend: memory\nshutdown_timeout: 1s\n%s",
+	    sock, rules);
+	pid = spawn(conf, yaml, log);
+	for (i = 0; i < 100 && !unix_answers(sock); i++)
+		h_sleep_ms(50);
+	ck_assert_msg(unix_answers(sock), "the daemon does not answer on %s",
+	    sock);
+	ck_assert_int_eq(stat(sock, &st), 0);
+	ck_assert_msg(st.st_uid == pw->pw_uid && st.st_gid == pw->pw_gid,
+	    "the socket is %u:%u, expected nobody's %u:%u", (unsigned)st.st_uid,
+	    (unsigned)st.st_gid, (unsigned)pw->pw_uid, (unsigned)pw->pw_gid);
+	ck_assert_msg((st.st_mode & 07777) == 0660, "mode %o, expected 660",
+	    st.st_mode & 07777);
+	kill(pid, SIGTERM);
+	rc = exited_or_kill(pid, 5000);
+	ck_assert_msg(rc == 0, "exit status %d", rc);
+	ck_assert_msg(stat(sock, &st) == -1 && errno == ENOENT,
+	    "%s is still there after a clean exit", sock);
+	rmdir(dir);
+}
+END_TEST
+
+/* Does 127.0.0.1:port answer GET /healthz with 200? */
+static bool
+tcp4_answers(int port)
+{
+	struct sockaddr_in sin;
+	char buf[256];
+	bool closed, ok;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons((uint16_t)port);
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
+		close(fd);
+		return false;
+	}
+	raw_send(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+	raw_read(fd, buf, sizeof(buf), 2000, &closed);
+	ok = strncmp(buf, "HTTP/1.1 200", 12) == 0;
+	close(fd);
+	return ok;
+}
+
+/*
+ * listen: "localhost:PORT" where localhost is [::1] and 127.0.0.1 (as in
+ * Debian's /etc/hosts, given to the daemon alone in a mount namespace),
+ * and [::1]:PORT taken: the daemon binds the next address, 127.0.0.1, and
+ * warns that it serves on one of the two.  Skipped without root (the
+ * namespace) or without an IPv6 loopback.
+ */
+START_TEST(test_listen_name_tries_next_address)
+{
+	char hosts[H_PATH_MAX], conf[H_PATH_MAX], log[H_PATH_MAX], yaml[2048];
+	struct sockaddr_in6 sin6;
+	int port = h_free_port(), fd6, one = 1, i, rc = -1, out;
+	bool up = false;
+	char *text;
+	FILE *f;
+	pid_t pid;
+
+	memset(&sin6, 0, sizeof(sin6));
+	sin6.sin6_family = AF_INET6;
+	sin6.sin6_port = htons((uint16_t)port);
+	sin6.sin6_addr = in6addr_loopback;
+	fd6 = socket(AF_INET6, SOCK_STREAM, 0);
+	ck_assert(fd6 >= 0);
+	setsockopt(fd6, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	if (geteuid() != 0 ||
+	    bind(fd6, (struct sockaddr *)&sin6, sizeof(sin6)) != 0 ||
+	    listen(fd6, 1) != 0) {
+		fprintf(stderr,
+		    "test_listen_name_tries_next_address: skipped (needs "
+		    "root and [::1])\n");
+		close(fd6);
+		return;
+	}
+	snprintf(hosts, sizeof(hosts), "%s/hosts", h_tmpdir());
+	snprintf(conf, sizeof(conf), "%s/name.yaml", h_tmpdir());
+	snprintf(log, sizeof(log), "%s/name.log", h_tmpdir());
+	f = fopen(hosts, "w");
+	ck_assert(f != NULL);
+	fputs("::1 localhost ip6-localhost\n127.0.0.1 localhost\n", f);
+	fclose(f);
+	snprintf(yaml, sizeof(yaml),
+	    "listen: \"localhost:%d\"\nbackend: memory\n"
+	    "shutdown_timeout: 1s\n%s",
+	    port, rules);
+	f = fopen(conf, "w");
+	ck_assert(f != NULL);
+	fputs(yaml, f);
+	fclose(f);
+	if ((pid = fork()) == 0) {
+		out = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		dup2(out, 1);
+		dup2(out, 2);
+		if (unshare(CLONE_NEWNS) != 0 ||
+		    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+		    mount(hosts, "/etc/hosts", NULL, MS_BIND, NULL) != 0) {
+			fprintf(stderr, "namespace: %s\n", strerror(errno));
+			_exit(77);
+		}
+		execl(getenv("RATELIMITD_BIN"), "ratelimitd", "-c", conf,
+		    (char *)NULL);
+		_exit(127);
+	}
+	ck_assert(pid > 0);
+	for (i = 0; i < 100 && !up && rc == -1; i++)
+		if (!(up = tcp4_answers(port)))
+			rc = exited(pid, 50);
+	if (!up && rc == -1)
+		rc = exited_or_kill(pid, 0);
+	text = ops_slurp(log);
+	if (rc == 77) {
+		fprintf(stderr,
+		    "test_listen_name_tries_next_address: skipped (%s)", text);
+		free(text);
+		close(fd6);
+		return;
+	}
+	ck_assert_msg(up,
+	    "localhost:%d does not answer on 127.0.0.1 with [::1] taken: %s",
+	    port, text);
+	ck_assert_msg(strstr(text, "resolves to 2 addresses") != NULL,
+	    "no warning: %s", text);
+	free(text);
+	kill(pid, SIGTERM);
+	ck_assert_int_eq(exited_or_kill(pid, 5000), 0);
+	close(fd6);
+}
+END_TEST
+
 START_TEST(test_user_drops_root)
 {
 	struct h_daemon d = { 0 };
@@ -953,14 +1217,27 @@ START_TEST(test_user_drops_root)
 }
 END_TEST
 
-/* --check refuses what start-up would: a password_file that cannot be
- * read, a user that does not exist. */
+/* --check refuses what start-up would, at the key's FILE:LINE:COL: a
+ * password_file or token file that cannot be read, a user that does not
+ * exist. */
 START_TEST(test_check_what_start_reads)
 {
 	static const char *const bad[] = {
 		"backend: redis\nredis:\n  password_file: /nonexistent/pw\n",
 		"user: no-such-user-here\n",
+		"admin_token_file: /nonexistent/tok\n",
+		"backend: redis\nredis:\n  sentinel:\n    master: m\n"
+		"    nodes: [\"127.0.0.1:1\"]\n"
+		"    password_file: /nonexistent/pass\n",
 	};
+	static const char *const said[] = {
+		":3:18: redis.password_file: cannot read /nonexistent/pw",
+		":1:7: user: no user",
+		":1:19: admin_token_file: cannot read /nonexistent/tok",
+		":6:20: redis.sentinel.password_file: cannot read "
+		"/nonexistent/pass",
+	};
+	char *text;
 	char conf[H_PATH_MAX], log[H_PATH_MAX];
 	pid_t pid;
 	size_t i;
@@ -984,10 +1261,14 @@ START_TEST(test_check_what_start_reads)
 			_exit(127);
 		}
 		ck_assert(waitpid(pid, &st, 0) == pid);
+		text = ops_slurp(log);
 		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1,
-		    "--check "
-		    "passed: %s",
-		    bad[i]);
+		    "--check passed: %s: %s", bad[i], text);
+		ck_assert_msg(strstr(text, conf) == text &&
+			strstr(text, said[i]) == text + strlen(conf),
+		    "--check said \"%s\", expected \"%s%s\"", text, conf,
+		    said[i]);
+		free(text);
 	}
 }
 END_TEST
@@ -1020,6 +1301,17 @@ test_suite(void)
 	tcase_add_test(tc, test_memory_full_said_and_counted);
 	tcase_add_test(tc, test_backend_error_text_not_leaked);
 	tcase_add_test(tc, test_half_close_on_redis);
+	suite_add_tcase(s, tc);
+
+	/* listen: the sockets a start binds, and what is left at exit. */
+	tc = tcase_create("listen");
+	tcase_add_unchecked_fixture(tc, NULL, h_reap_orphans);
+	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_unix_socket_in_use_kept);
+	tcase_add_test(tc, test_unix_socket_removed_at_exit);
+	tcase_add_test(tc, test_unix_socket_owned_by_user);
+	tcase_add_test(tc, test_listen_name_tries_next_address);
 	suite_add_tcase(s, tc);
 	return s;
 }
