@@ -80,6 +80,7 @@ struct decide_job {
 	int64_t req_start_us;	 /* req->start_us */
 	int64_t req_deadline_us; /* req->deadline_us */
 	int64_t submit_us;	 /* monotonic: when the store was asked */
+	uint64_t deny_clears;	 /* deny_cache_clears() then */
 	int64_t wait_us;	 /* docs/waiting.md; 0: no waiting */
 	struct decide_group_result *group_out; /* ngroups, or NULL */
 	size_t ngroups;
@@ -452,8 +453,8 @@ deny_learn(const struct decider *d, const struct decide_job *job)
 		t.effective_us = sent + (r->effective_ms - 1) * 1000;
 		t.remaining = r->remaining;
 		if ((k = deny_key(job, i, kbuf, sizeof(kbuf), &klen)) != NULL)
-			deny_cache_put(d->deny, job->cfg->serial, k, klen,
-			    c->cost, &t);
+			deny_cache_put(d->deny, job->cfg->serial,
+			    job->deny_clears, k, klen, c->cost, &t);
 	}
 }
 
@@ -766,6 +767,8 @@ job_submit(struct decide_job *job, struct backend *b)
 	job->call.report = job->report;
 	job->call.overdrawn = job->report ? job->over : NULL;
 	job->submit_us = util_monotonic_us();
+	if (job->d->deny != NULL)
+		job->deny_clears = deny_cache_clears(job->d->deny);
 	backend_submit(b, &job->call);
 }
 

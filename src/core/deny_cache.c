@@ -34,6 +34,7 @@ struct deny_cache {
 	size_t mask;
 	pthread_mutex_t locks[DENY_STRIPES];
 	atomic_ullong hits;
+	atomic_ullong clears; /* deny_cache_clear() calls begun */
 };
 
 static uint64_t
@@ -68,6 +69,9 @@ deny_cache_clear(struct deny_cache *dc)
 {
 	size_t i;
 
+	/* First: a put of a denial asked before this clear, which may come
+	 * to a slot already cleared, sees it and is dropped. */
+	atomic_fetch_add(&dc->clears, 1);
 	for (i = 0; i <= dc->mask; i++) {
 		pthread_mutex_lock(&dc->locks[i % DENY_STRIPES]);
 		rl_free(dc->slots[i].key);
@@ -90,9 +94,15 @@ deny_cache_free(struct deny_cache *dc)
 	rl_free(dc);
 }
 
+uint64_t
+deny_cache_clears(const struct deny_cache *dc)
+{
+	return atomic_load(&((struct deny_cache *)dc)->clears);
+}
+
 void
-deny_cache_put(struct deny_cache *dc, uint64_t gen, const char *key,
-    size_t keylen, int64_t cost, const struct deny_times *t)
+deny_cache_put(struct deny_cache *dc, uint64_t gen, uint64_t clears,
+    const char *key, size_t keylen, int64_t cost, const struct deny_times *t)
 {
 	uint64_t h = deny_hash(key, keylen);
 	size_t i = (size_t)h & dc->mask;
@@ -100,6 +110,8 @@ deny_cache_put(struct deny_cache *dc, uint64_t gen, const char *key,
 	char *copy = NULL;
 
 	pthread_mutex_lock(&dc->locks[i % DENY_STRIPES]);
+	if (atomic_load(&dc->clears) != clears)
+		goto out; /* asked before a clear: its state may be gone */
 	if (e->key == NULL || e->hash != h || e->keylen != keylen ||
 	    memcmp(e->key, key, keylen) != 0) {
 		if ((copy = rl_malloc(keylen + 1)) == NULL)

@@ -41,8 +41,13 @@ struct deny_cache;
 struct deny_cache *deny_cache_new(size_t slots);
 void deny_cache_free(struct deny_cache *dc);
 
-/* Forget every entry. */
+/* Forget every entry (a reload, an admin reset: docs/admin.md). */
 void deny_cache_clear(struct deny_cache *dc);
+
+/* How many clears have begun: a caller takes it when it asks the store,
+ * and gives it to deny_cache_put(), which drops a denial asked before a
+ * clear (the reset key's state was dropped after the store decided). */
+uint64_t deny_cache_clears(const struct deny_cache *dc);
 
 /* The times of a denial, on the caller's clock. */
 struct deny_times {
@@ -53,9 +58,11 @@ struct deny_times {
 };
 
 /* Remember that key, for cost, is denied with the times *t, under the
- * rules of generation gen (the serial of the request's config). */
-void deny_cache_put(struct deny_cache *dc, uint64_t gen, const char *key,
-    size_t keylen, int64_t cost, const struct deny_times *t);
+ * rules of generation gen (the serial of the request's config), asked of
+ * the store when deny_cache_clears() said clears; nothing if a clear has
+ * begun since. */
+void deny_cache_put(struct deny_cache *dc, uint64_t gen, uint64_t clears,
+    const char *key, size_t keylen, int64_t cost, const struct deny_times *t);
 
 /*
  * Is key denied for cost at now_us, under the rules of generation gen?

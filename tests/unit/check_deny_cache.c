@@ -2,8 +2,9 @@
  * check_deny_cache.c - the deny cache (src/core/deny_cache.c): a denial
  * holds for the same cost until its time, never for another cost or after
  * it; keys are compared in full; a full table replaces
- * entries and stays bounded; clear forgets everything; an entry answers
- * only lookups of the generation (config serial) it was learnt under.
+ * entries and stays bounded; clear forgets everything, and a denial asked
+ * before a clear is not put after it; an entry answers only lookups of the
+ * generation (config serial) it was learnt under.
  */
 #include <check.h>
 #include <stdio.h>
@@ -26,7 +27,7 @@ START_TEST(test_cost_and_time)
 
 	ck_assert_ptr_nonnull(dc);
 	ck_assert(!deny_cache_get(dc, 1, K("rl:a:{x}"), 1, 0, &t));
-	deny_cache_put(dc, 1, K("rl:a:{x}"), 2, TR(1000, 5000, 700, 1));
+	deny_cache_put(dc, 1, 0, K("rl:a:{x}"), 2, TR(1000, 5000, 700, 1));
 	/* The same cost is denied until 1000, not at it, with what the
 	 * store said was left. */
 	ck_assert(deny_cache_get(dc, 1, K("rl:a:{x}"), 2, 999, &t));
@@ -55,13 +56,13 @@ START_TEST(test_update)
 	struct deny_cache *dc = deny_cache_new(64);
 	struct deny_times t;
 
-	deny_cache_put(dc, 1, K("k"), 3, T(1000, 2000, 0));
+	deny_cache_put(dc, 1, 0, K("k"), 3, T(1000, 2000, 0));
 	/* A cheaper denial that lasts longer replaces it. */
-	deny_cache_put(dc, 1, K("k"), 1, T(1500, 2500, 0));
+	deny_cache_put(dc, 1, 0, K("k"), 1, T(1500, 2500, 0));
 	ck_assert(deny_cache_get(dc, 1, K("k"), 1, 1200, &t));
 	ck_assert_int_eq(t.until_us, 1500);
 	/* A dearer one that ends sooner does not shrink it. */
-	deny_cache_put(dc, 1, K("k"), 5, T(1100, 2100, 0));
+	deny_cache_put(dc, 1, 0, K("k"), 5, T(1100, 2100, 0));
 	ck_assert(deny_cache_get(dc, 1, K("k"), 1, 1400, &t));
 	ck_assert_int_eq(t.until_us, 1500);
 	deny_cache_clear(dc);
@@ -78,15 +79,34 @@ START_TEST(test_generation)
 	struct deny_cache *dc = deny_cache_new(64);
 	struct deny_times t;
 
-	deny_cache_put(dc, 1, K("k"), 1, T(1000, 2000, 0));
+	deny_cache_put(dc, 1, 0, K("k"), 1, T(1000, 2000, 0));
 	ck_assert(!deny_cache_get(dc, 2, K("k"), 1, 0, &t));
 	ck_assert(deny_cache_get(dc, 1, K("k"), 1, 0, &t));
 	/* A dearer denial that ends sooner, of the new generation: not
 	 * kept out by the old cheaper one. */
-	deny_cache_put(dc, 2, K("k"), 3, T(500, 900, 0));
+	deny_cache_put(dc, 2, 0, K("k"), 3, T(500, 900, 0));
 	ck_assert(deny_cache_get(dc, 2, K("k"), 3, 0, &t));
 	ck_assert_int_eq(t.until_us, 500);
 	ck_assert(!deny_cache_get(dc, 1, K("k"), 1, 0, &t));
+	deny_cache_free(dc);
+}
+END_TEST
+
+/* A denial the store decided before a clear (an admin reset of the key),
+ * put after it, is dropped: the key's state may be gone.  One asked after
+ * the clear is kept. */
+START_TEST(test_put_after_clear)
+{
+	struct deny_cache *dc = deny_cache_new(64);
+	struct deny_times t;
+	uint64_t before = deny_cache_clears(dc);
+
+	deny_cache_clear(dc);
+	deny_cache_put(dc, 1, before, K("k"), 1, T(1000, 2000, 0));
+	ck_assert(!deny_cache_get(dc, 1, K("k"), 1, 0, &t));
+	deny_cache_put(dc, 1, deny_cache_clears(dc), K("k"), 1,
+	    T(1000, 2000, 0));
+	ck_assert(deny_cache_get(dc, 1, K("k"), 1, 0, &t));
 	deny_cache_free(dc);
 }
 END_TEST
@@ -102,7 +122,7 @@ START_TEST(test_bounded)
 
 	for (i = 0; i < 1000; i++) {
 		snprintf(key, sizeof(key), "key-%d", i);
-		deny_cache_put(dc, 1, K(key), 1, T(1000 + i, 9000, 0));
+		deny_cache_put(dc, 1, 0, K(key), 1, T(1000 + i, 9000, 0));
 	}
 	for (i = 0; i < 1000; i++) {
 		snprintf(key, sizeof(key), "key-%d", i);
@@ -126,6 +146,7 @@ test_suite(void)
 	tcase_add_test(tc, test_cost_and_time);
 	tcase_add_test(tc, test_update);
 	tcase_add_test(tc, test_generation);
+	tcase_add_test(tc, test_put_after_clear);
 	tcase_add_test(tc, test_bounded);
 	suite_add_tcase(s, tc);
 	return s;
