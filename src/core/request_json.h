@@ -47,8 +47,9 @@ int request_json_parse(const char *body, size_t len,
 
 /*
  * Reserved-field readers: each reads `name` from fields (the object of
- * request_json_parse).  A missing field leaves *out as it is and returns
- * 0; a field of the wrong type or range returns -1 with *e set to `code`.
+ * request_json_parse).  A missing field, or one that is null, leaves *out
+ * as it is and returns 0; a field of the wrong type or range returns -1
+ * with *e set to `code`.
  */
 /* An integer in [min, max]. */
 int request_json_int(const json_t *fields, const char *name, int64_t min,
