@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/util.h"
+
 #define LOG_LINE_MAX 2048
 
 static int log_level = LOG_LEVEL_INFO;
@@ -71,40 +73,6 @@ log_level_name(enum log_level level)
 	return level_names[level];
 }
 
-/* Length of the valid UTF-8 sequence at s (1-4), or 0 if it is not one
- * (overlong forms, surrogates and code points past U+10FFFF are not).
- * Reads no further than a NUL. */
-static size_t
-utf8_len(const unsigned char *s)
-{
-	unsigned char lo = 0x80, hi = 0xbf;
-
-	if (s[0] < 0x80)
-		return 1;
-	if (s[0] >= 0xc2 && s[0] <= 0xdf)
-		return (s[1] & 0xc0) == 0x80 ? 2 : 0;
-	if (s[0] >= 0xe0 && s[0] <= 0xef) {
-		if (s[0] == 0xe0)
-			lo = 0xa0;
-		if (s[0] == 0xed)
-			hi = 0x9f;
-		if (s[1] < lo || s[1] > hi || (s[2] & 0xc0) != 0x80)
-			return 0;
-		return 3;
-	}
-	if (s[0] >= 0xf0 && s[0] <= 0xf4) {
-		if (s[0] == 0xf0)
-			lo = 0x90;
-		if (s[0] == 0xf4)
-			hi = 0x8f;
-		if (s[1] < lo || s[1] > hi || (s[2] & 0xc0) != 0x80 ||
-		    (s[3] & 0xc0) != 0x80)
-			return 0;
-		return 4;
-	}
-	return 0;
-}
-
 /*
  * Append s to buf at *off, quoted and escaped for logfmt or JSON alike:
  * '"', '\\' and newline by a backslash; the other C0 controls, DEL and
@@ -124,7 +92,7 @@ put_quoted(char *buf, size_t len, size_t *off, const char *s)
 	while (*p != '\0' && o + 8 < len) {
 		unsigned char ch = *p;
 
-		n = utf8_len(p);
+		n = util_utf8_len(p);
 		if (ch == '"' || ch == '\\') {
 			buf[o++] = '\\';
 			buf[o++] = (char)ch;

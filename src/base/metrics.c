@@ -599,39 +599,6 @@ buf_printf(struct metrics_buf *b, const char *fmt, ...)
 	b->len += (size_t)n;
 }
 
-/* Length of the valid UTF-8 sequence at s (1-4), or 0 if it is not one.
- * Reads no further than a NUL. */
-static size_t
-utf8_len(const unsigned char *s)
-{
-	unsigned char lo = 0x80, hi = 0xbf;
-
-	if (s[0] < 0x80)
-		return 1;
-	if (s[0] >= 0xc2 && s[0] <= 0xdf)
-		return (s[1] & 0xc0) == 0x80 ? 2 : 0;
-	if (s[0] >= 0xe0 && s[0] <= 0xef) {
-		if (s[0] == 0xe0)
-			lo = 0xa0; /* overlong */
-		if (s[0] == 0xed)
-			hi = 0x9f; /* surrogates */
-		if (s[1] < lo || s[1] > hi || (s[2] & 0xc0) != 0x80)
-			return 0;
-		return 3;
-	}
-	if (s[0] >= 0xf0 && s[0] <= 0xf4) {
-		if (s[0] == 0xf0)
-			lo = 0x90; /* overlong */
-		if (s[0] == 0xf4)
-			hi = 0x8f; /* above U+10FFFF */
-		if (s[1] < lo || s[1] > hi || (s[2] & 0xc0) != 0x80 ||
-		    (s[3] & 0xc0) != 0x80)
-			return 0;
-		return 4;
-	}
-	return 0;
-}
-
 /* A label value between double quotes, escaped. */
 static void
 buf_label_value(struct metrics_buf *b, const char *s)
@@ -647,7 +614,7 @@ buf_label_value(struct metrics_buf *b, const char *s)
 			buf_add(b, "\\\"", 2);
 		else if (*p == '\n')
 			buf_add(b, "\\n", 2);
-		else if ((n = utf8_len(p)) == 0)
+		else if ((n = util_utf8_len(p)) == 0)
 			buf_add(b, "\xef\xbf\xbd", 3); /* U+FFFD */
 		else {
 			buf_add(b, (const char *)p, n);

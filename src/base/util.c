@@ -220,3 +220,66 @@ util_event_destroy(struct util_event *e)
 	pthread_cond_destroy(&e->cv);
 	pthread_mutex_destroy(&e->mu);
 }
+
+size_t
+util_utf8_len(const unsigned char *s)
+{
+	unsigned char lo = 0x80, hi = 0xbf;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		return (s[1] & 0xc0) == 0x80 ? 2 : 0;
+	if (s[0] >= 0xe0 && s[0] <= 0xef) {
+		if (s[0] == 0xe0)
+			lo = 0xa0; /* overlong */
+		if (s[0] == 0xed)
+			hi = 0x9f; /* surrogates */
+		if (s[1] < lo || s[1] > hi || (s[2] & 0xc0) != 0x80)
+			return 0;
+		return 3;
+	}
+	if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+		if (s[0] == 0xf0)
+			lo = 0x90; /* overlong */
+		if (s[0] == 0xf4)
+			hi = 0x8f; /* past U+10FFFF */
+		if (s[1] < lo || s[1] > hi || (s[2] & 0xc0) != 0x80 ||
+		    (s[3] & 0xc0) != 0x80)
+			return 0;
+		return 4;
+	}
+	return 0;
+}
+
+bool
+util_utf8_valid(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t n;
+
+	for (; *p != '\0'; p += n)
+		if ((n = util_utf8_len(p)) == 0)
+			return false;
+	return true;
+}
+
+void
+util_utf8_clean(char *dst, const char *src)
+{
+	const unsigned char *p = (const unsigned char *)src;
+	size_t n, o = 0;
+
+	while (*p != '\0') {
+		if ((n = util_utf8_len(p)) == 0) {
+			memcpy(dst + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			p++;
+			continue;
+		}
+		memcpy(dst + o, p, n);
+		o += n;
+		p += n;
+	}
+	dst[o] = '\0';
+}

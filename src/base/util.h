@@ -58,6 +58,18 @@ size_t util_strlcpy(char *dst, const char *src, size_t dstlen);
 #define UTIL_INT64_DEC_MAX 20
 size_t util_fmt_int64(char *dst, int64_t v);
 
+/* The length of the valid UTF-8 sequence at s (1-4), or 0 if there is
+ * none (an overlong form, a surrogate or a code point past U+10FFFF is
+ * none).  Reads no further than a NUL.  JSON holds nothing else, so what
+ * quotes a client's bytes in JSON (an answer, a log line) checks with it.
+ * Any thread. */
+size_t util_utf8_len(const unsigned char *s);
+/* Is the C string s valid UTF-8 throughout? */
+bool util_utf8_valid(const char *s);
+/* src (a C string) into dst (room for 3 * strlen(src) + 1 bytes) as valid
+ * UTF-8: each byte that starts no valid sequence becomes U+FFFD. */
+void util_utf8_clean(char *dst, const char *src);
+
 /* CLOCK_MONOTONIC and CLOCK_REALTIME in microseconds.  Any thread. */
 int64_t util_monotonic_us(void);
 

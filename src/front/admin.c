@@ -38,8 +38,10 @@ struct admin_req {
 
 /* --- answers ------------------------------------------------------------ */
 
-int
-admin_respond(struct MHD_Connection *conn, unsigned status, const char *body)
+/* body as the answer; allow: the Allow header of a 405, or NULL. */
+static int
+respond(struct MHD_Connection *conn, unsigned status, const char *body,
+    const char *allow)
 {
 	struct MHD_Response *r;
 	int ret;
@@ -53,9 +55,17 @@ admin_respond(struct MHD_Connection *conn, unsigned status, const char *body)
 	if (status == 401)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
 		    "Bearer realm=\"ratelimitd admin\"");
+	if (allow != NULL)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
 	ret = MHD_queue_response(conn, status, r);
 	MHD_destroy_response(r);
 	return ret;
+}
+
+int
+admin_respond(struct MHD_Connection *conn, unsigned status, const char *body)
+{
+	return respond(conn, status, body, NULL);
 }
 
 int
@@ -77,19 +87,45 @@ int
 admin_error(struct MHD_Connection *conn, unsigned status, const char *code,
     const char *fmt, ...)
 {
-	char msg[256];
+	char msg[256], clean[3 * sizeof(msg)];
 	va_list ap;
 	json_t *v;
 
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	v = json_pack("{s:s, s:s}", "error", code, "message", msg);
+	/* It may quote the path asked, cut inside a character or not UTF-8:
+	 * JSON holds nothing but UTF-8. */
+	util_utf8_clean(clean, msg);
+	v = json_pack("{s:s, s:s}", "error", code, "message", clean);
 	if (v == NULL)
 		return admin_respond(conn, 500,
 		    "{\"error\":\"internal_error\","
 		    "\"message\":\"out of memory\"}");
 	return admin_respond_json(conn, status, v);
+}
+
+int
+admin_not_allowed(struct MHD_Connection *conn, const char *method,
+    const char *path, const char *allow)
+{
+	char msg[128], clean[3 * sizeof(msg)], *text;
+	json_t *v;
+	int ret;
+
+	snprintf(msg, sizeof(msg), "%s %s: use %s", method, path, allow);
+	util_utf8_clean(clean, msg); /* the method is the client's */
+	v = json_pack("{s:s, s:s}", "error", "method_not_allowed", "message",
+	    clean);
+	if (v == NULL || (text = json_dumps(v, JSON_COMPACT)) == NULL) {
+		json_decref(v);
+		return admin_error(conn, 500, "internal_error",
+		    "out of memory");
+	}
+	json_decref(v);
+	ret = respond(conn, 405, text, allow);
+	free(text);
+	return ret;
 }
 
 /* --- who asks ------------------------------------------------------------ */
@@ -189,8 +225,8 @@ route(struct admin_server *s, struct MHD_Connection *conn, struct config *cfg,
 
 	if (strcmp(url, "/admin/config") == 0) {
 		if (!get)
-			return admin_error(conn, 405, "method_not_allowed",
-			    "%s %s: use GET", method, url);
+			return admin_not_allowed(conn, method, url,
+			    "GET, HEAD");
 		return handle_config(conn, cfg);
 	}
 	if (strcmp(url, "/admin/counters") == 0)

@@ -42,6 +42,10 @@ int admin_respond_json(struct MHD_Connection *conn, unsigned status, json_t *v);
 /* {"error": code, "message": ...} */
 int admin_error(struct MHD_Connection *conn, unsigned status, const char *code,
     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* 405 method_not_allowed for method on path, naming in Allow what the
+ * path takes ("GET, HEAD", ...; RFC 9110). */
+int admin_not_allowed(struct MHD_Connection *conn, const char *method,
+    const char *path, const char *allow);
 /* The peer as "address:port", "unix" or "unknown", for the log. */
 void admin_peer(struct MHD_Connection *conn, char *buf, size_t len);
 /* One log line for a write: who (the peer), what; never the token. */

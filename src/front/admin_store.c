@@ -29,46 +29,6 @@
  * another change of the table overtakes each. */
 #define OVERRIDE_LIST_READS 3
 
-/* Is s valid UTF-8 (no overlong form, no surrogate, nothing past
- * U+10FFFF)?  The answers are JSON, which holds nothing else. */
-static bool
-utf8_valid(const char *s)
-{
-	const unsigned char *p = (const unsigned char *)s;
-	unsigned char lo, hi;
-	int n, i;
-
-	while (*p != '\0') {
-		lo = 0x80;
-		hi = 0xbf;
-		if (*p < 0x80)
-			n = 0;
-		else if (*p >= 0xc2 && *p <= 0xdf)
-			n = 1;
-		else if (*p >= 0xe0 && *p <= 0xef) {
-			n = 2;
-			if (*p == 0xe0)
-				lo = 0xa0; /* overlong */
-			else if (*p == 0xed)
-				hi = 0x9f; /* surrogates */
-		} else if (*p >= 0xf0 && *p <= 0xf4) {
-			n = 3;
-			if (*p == 0xf0)
-				lo = 0x90; /* overlong */
-			else if (*p == 0xf4)
-				hi = 0x8f; /* past U+10FFFF */
-		} else
-			return false;
-		for (p++, i = 0; i < n; i++, p++) {
-			if (*p < lo || *p > hi)
-				return false;
-			lo = 0x80;
-			hi = 0xbf;
-		}
-	}
-	return true;
-}
-
 /* The query's rule and key: 0, or -1 answered (400).  Checked before
  * anything is read or written: a key that is not UTF-8 could not be put
  * in the answer (docs/admin.md). */
@@ -87,7 +47,7 @@ query_rule_key(struct MHD_Connection *conn, const struct config *cfg,
 		    "the query needs rule=");
 		return -1;
 	}
-	if (!utf8_valid(name)) {
+	if (!util_utf8_valid(name)) {
 		*ret = admin_error(conn, 400, "unknown_rule",
 		    "rule= is not valid UTF-8");
 		return -1;
@@ -102,7 +62,7 @@ query_rule_key(struct MHD_Connection *conn, const struct config *cfg,
 		    "the key is longer than %d bytes", RL_MAX_KEY_BYTES);
 		return -1;
 	}
-	if (!utf8_valid(*key)) {
+	if (!util_utf8_valid(*key)) {
 		*ret = admin_error(conn, 400, "invalid_key",
 		    "key= is not valid UTF-8 (percent-encode the key's UTF-8 "
 		    "bytes)");
@@ -241,8 +201,8 @@ admin_handle_counters(struct admin_server *s, struct MHD_Connection *conn,
 	bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 
 	if (!get && strcmp(method, "DELETE") != 0)
-		return admin_error(conn, 405, "method_not_allowed",
-		    "%s /admin/counters: use GET or DELETE", method);
+		return admin_not_allowed(conn, method, "/admin/counters",
+		    "GET, HEAD, DELETE");
 	if (query_rule_key(conn, cfg, &r, &key, &ret) < 0)
 		return ret;
 	return get ? counter_read(s, conn, cfg, r, key) :
@@ -567,8 +527,8 @@ admin_handle_overrides(struct admin_server *s, struct MHD_Connection *conn,
 	if (strcmp(method, "PUT") == 0)
 		return override_put(s, conn, cfg, body, len);
 	if (!get && strcmp(method, "DELETE") != 0)
-		return admin_error(conn, 405, "method_not_allowed",
-		    "%s /admin/overrides: use GET, PUT or DELETE", method);
+		return admin_not_allowed(conn, method, "/admin/overrides",
+		    "GET, HEAD, PUT, DELETE");
 	if (query_rule_key(conn, cfg, &r, &key, &ret) < 0)
 		return ret;
 	return get ? override_list(s, conn, cfg, r) :

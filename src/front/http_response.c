@@ -48,62 +48,6 @@ http_respond(struct http_server *s, struct MHD_Connection *conn, int status,
 	return ret;
 }
 
-/* Length of the valid UTF-8 sequence at s (1-4), or 0 if it is not one
- * (overlong forms, surrogates and code points past U+10FFFF are not).
- * Reads no further than a NUL. */
-static size_t
-utf8_len(const unsigned char *s)
-{
-	unsigned char lo = 0x80, hi = 0xbf;
-
-	if (s[0] < 0x80)
-		return 1;
-	if (s[0] >= 0xc2 && s[0] <= 0xdf)
-		return (s[1] & 0xc0) == 0x80 ? 2 : 0;
-	if (s[0] >= 0xe0 && s[0] <= 0xef) {
-		if (s[0] == 0xe0)
-			lo = 0xa0;
-		if (s[0] == 0xed)
-			hi = 0x9f;
-		if (s[1] < lo || s[1] > hi || (s[2] & 0xc0) != 0x80)
-			return 0;
-		return 3;
-	}
-	if (s[0] >= 0xf0 && s[0] <= 0xf4) {
-		if (s[0] == 0xf0)
-			lo = 0x90;
-		if (s[0] == 0xf4)
-			hi = 0x8f;
-		if (s[1] < lo || s[1] > hi || (s[2] & 0xc0) != 0x80 ||
-		    (s[3] & 0xc0) != 0x80)
-			return 0;
-		return 4;
-	}
-	return 0;
-}
-
-/* src (a C string) into dst (room for 3 * strlen(src) + 1 bytes) as valid
- * UTF-8: each byte that starts no valid sequence becomes U+FFFD. */
-static void
-utf8_clean(char *dst, const char *src)
-{
-	const unsigned char *p = (const unsigned char *)src;
-	size_t n, o = 0;
-
-	while (*p != '\0') {
-		if ((n = utf8_len(p)) == 0) {
-			memcpy(dst + o, "\xef\xbf\xbd", 3);
-			o += 3;
-			p++;
-			continue;
-		}
-		memcpy(dst + o, p, n);
-		o += n;
-		p += n;
-	}
-	dst[o] = '\0';
-}
-
 /*
  * The JSON body of an error: {"error": code, "message": ...}, in a new
  * buffer (free()), or NULL when out of memory.  The message may quote
@@ -122,7 +66,7 @@ http_error_json(const char *code, const char *fmt, va_list ap)
 	size_t cap;
 
 	vsnprintf(msg, sizeof(msg), fmt, ap);
-	utf8_clean(clean, msg);
+	util_utf8_clean(clean, msg);
 	o = json_pack("{s:s, s:s}", "error", code, "message", clean);
 	text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);

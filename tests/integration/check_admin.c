@@ -163,6 +163,21 @@ START_TEST(test_who_may)
 	ck_assert_int_eq(r.status, 200);
 	admin_req(&a, &r, "GET", "/admin/nothing", NULL, auth_ok);
 	ck_assert_int_eq(r.status, 404);
+	/* A path that is not UTF-8 is quoted as valid UTF-8: still 404. */
+	admin_req(&a, &r, "GET", "/admin/%ff%fe", NULL, auth_ok);
+	ck_assert_msg(r.status == 404, "%ld %s", r.status, r.body);
+	ck_assert_str_eq(h_json_str(&r, "error"), "not_found");
+	/* A 405 says in Allow what the path takes. */
+	admin_req(&a, &r, "POST", "/admin/config", NULL, auth_ok);
+	ck_assert_int_eq(r.status, 405);
+	ck_assert_str_eq(h_resp_header(&r, "Allow"), "GET, HEAD");
+	admin_req(&a, &r, "POST", "/admin/counters?rule=api&key=u", NULL,
+	    auth_ok);
+	ck_assert_int_eq(r.status, 405);
+	ck_assert_str_eq(h_resp_header(&r, "Allow"), "GET, HEAD, DELETE");
+	admin_req(&a, &r, "POST", "/admin/overrides", "{}", auth_ok);
+	ck_assert_int_eq(r.status, 405);
+	ck_assert_str_eq(h_resp_header(&r, "Allow"), "GET, HEAD, PUT, DELETE");
 	/* The main listener still serves. */
 	h_http(&r, "POST", "/acquire", "{\"t\":\"api\",\"user\":\"u\"}", NULL);
 	ck_assert_int_eq(r.status, 200);
