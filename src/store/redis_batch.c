@@ -327,6 +327,13 @@ redis_batch_reload(struct redis_backend *rb, struct redis_batch *b,
 	if (redis_conn_send(s->conn, 3, argv, lens, redis_reply_ignore, NULL,
 		err, errlen) == -1)
 		return -1;
+	/* Sent there by an ASK: the EVALSHA must follow ASKING again (it
+	 * applies to the next command only), or the node answers MOVED. */
+	if (b->ask_node >= 0 &&
+	    redis_conn_send(s->conn, 1, (const char *[]){ "ASKING" },
+		(const size_t[]){ 6 }, redis_reply_ignore, NULL, err,
+		errlen) == -1)
+		return -1;
 	return batch_send_on(rb, b, s->node, s->conn, err, errlen);
 }
 

@@ -583,6 +583,35 @@ START_TEST(test_slot_migration_ask_then_moved)
 }
 END_TEST
 
+/*
+ * Sent to the destination by an ASK, a batch that meets NOSCRIPT there
+ * (its scripts flushed) is sent again after SCRIPT LOAD and ASKING once
+ * more: ASKING holds for one command only, and without it the
+ * destination answers MOVED back to the source.
+ */
+START_TEST(test_slot_migration_ask_noscript)
+{
+	const char *key = "cl:one:{m3}";
+	struct migration m;
+	struct h_daemon d;
+
+	start(&d, cluster.node[0].port, "2s", 3);
+	ck_assert_int_eq(acquire("{\"t\":\"one\",\"user\":\"m3\"}"), 200);
+	migration_start(&m, key);
+	cmd_ok(m.dst, "SCRIPT FLUSH", NULL, NULL);
+	ck_assert_int_eq(acquire("{\"t\":\"one\",\"user\":\"m3\"}"), 200);
+	freeReplyObject(redisCommand(h_redis_ctx(&cluster.node[m.dst]),
+	    "ASKING"));
+	ck_assert_int_eq(units_on(m.dst, key), 2);
+	ck_assert_int_eq(h_metric("ratelimitd_redis_redirects_total"
+				  "{kind=\"moved\"}"),
+	    0);
+	migration_end(&m);
+	ck_assert(h_cluster_wait_ok(&cluster, 20000));
+	h_daemon_stop(&d);
+}
+END_TEST
+
 /* --- a primary killed under load ---------------------------------------- */
 
 /* A lease released while its key's slot migrates: the source answers
@@ -917,6 +946,7 @@ test_suite(void)
 	tcase_add_test(tc, test_takeback_ask);
 	tcase_add_test(tc, test_across_slots_primary_hung);
 	tcase_add_test(tc, test_slot_migration_ask_then_moved);
+	tcase_add_test(tc, test_slot_migration_ask_noscript);
 	tcase_add_test(tc, test_primary_killed_failover);
 	suite_add_tcase(s, tc);
 	test_main_at_end(suite_done);
