@@ -896,6 +896,35 @@ START_TEST(test_window_zero_client_is_cut)
 END_TEST
 
 /*
+ * A daemon on a real Redis (redis.timeout `timeout`, policy allow) with
+ * one rule, wide (${k}, far from its limit), that has decided once (so it
+ * is connected), and then the Redis stopped (SIGSTOP): calls now wait for
+ * Redis only.  The caller sends SIGCONT and stops both.
+ */
+static void
+start_redis_stopped(struct h_redis *rs, struct h_daemon *d, const char *timeout)
+{
+	char more[256];
+
+	h_redis_start(rs);
+	snprintf(more, sizeof(more),
+	    "backend: redis\nredis:\n"
+	    "  url: \"redis://127.0.0.1:%%REDIS_PORT%%/0\"\n"
+	    "  timeout: %s\n"
+	    "on_backend_error: allow\n",
+	    timeout);
+	start(d, more,
+	    "  - name: wide\n"
+	    "    key: \"${k}\"\n"
+	    "    limit: 1000000\n"
+	    "    window: 1h\n");
+	json_decref(
+	    call("{\"domain\": \"x\", \"descriptors\": "
+		 "[[[\"k\", \"warm\"]]]}"));
+	kill(rs->pid, SIGSTOP);
+}
+
+/*
  * Rapid reset (the shape of CVE-2023-44487): one connection sends a whole
  * call and resets it, 990 times, with Redis stopped so that every call
  * started stays in the store's hands until redis.timeout.  At most 128
@@ -918,21 +947,7 @@ START_TEST(test_rapid_reset_is_bounded)
 	uint32_t id;
 	int i, r;
 
-	h_redis_start(&rs);
-	start(&d,
-	    "backend: redis\nredis:\n"
-	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
-	    "  timeout: 1s\n"
-	    "on_backend_error: allow\n",
-	    "  - name: wide\n"
-	    "    key: \"${k}\"\n"
-	    "    limit: 1000000\n"
-	    "    window: 1h\n");
-	/* Connected first, so the calls wait only for Redis. */
-	json_decref(
-	    call("{\"domain\": \"x\", \"descriptors\": "
-		 "[[[\"k\", \"warm\"]]]}"));
-	kill(rs.pid, SIGSTOP);
+	start_redis_stopped(&rs, &d, "1s");
 	h2raw_connect(&c, grpc_port, NULL, 0);
 	for (i = 0; i < N; i++) {
 		id = 2 * (uint32_t)i + 1;
@@ -1009,20 +1024,7 @@ START_TEST(test_abandon_after_quiesce_goaway)
 	uint32_t id;
 	int i;
 
-	h_redis_start(&rs);
-	start(&d,
-	    "backend: redis\nredis:\n"
-	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
-	    "  timeout: 5s\n"
-	    "on_backend_error: allow\n",
-	    "  - name: wide\n"
-	    "    key: \"${k}\"\n"
-	    "    limit: 1000000\n"
-	    "    window: 1h\n");
-	json_decref(
-	    call("{\"domain\": \"x\", \"descriptors\": "
-		 "[[[\"k\", \"warm\"]]]}"));
-	kill(rs.pid, SIGSTOP);
+	start_redis_stopped(&rs, &d, "5s");
 	h2raw_connect(&c, grpc_port, NULL, 0);
 	for (i = 0; i < N; i++) {
 		id = 2 * (uint32_t)i + 1;
@@ -1364,21 +1366,7 @@ START_TEST(test_conn_budget_counts_unfinished_requests)
 	uint32_t id;
 	int i;
 
-	h_redis_start(&rs);
-	start(&d,
-	    "backend: redis\nredis:\n"
-	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
-	    "  timeout: 5s\n"
-	    "on_backend_error: allow\n",
-	    "  - name: wide\n"
-	    "    key: \"${k}\"\n"
-	    "    limit: 1000000\n"
-	    "    window: 1h\n");
-	/* Connected first, so the calls wait only for Redis. */
-	json_decref(
-	    call("{\"domain\": \"x\", \"descriptors\": "
-		 "[[[\"k\", \"warm\"]]]}"));
-	kill(rs.pid, SIGSTOP);
+	start_redis_stopped(&rs, &d, "5s");
 	memset(&b, 0, sizeof(b));
 	b.win = 65535;
 	h2raw_connect(&b.c, grpc_port, NULL, 0);
