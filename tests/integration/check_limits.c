@@ -868,18 +868,15 @@ unix_addr(struct sockaddr_un *sun, const char *path)
 	memcpy(sun->sun_path, path, strlen(path) + 1);
 }
 
+/* Connect fd to sa; then does it answer GET /healthz with 200?  fd is
+ * closed. */
 static bool
-unix_answers(const char *path)
+healthz_answers(int fd, const struct sockaddr *sa, socklen_t len)
 {
-	struct sockaddr_un sun;
 	char buf[256];
-	bool closed;
-	int fd = socket(AF_UNIX, SOCK_STREAM, 0), ok;
+	bool closed, ok;
 
-	memset(&sun, 0, sizeof(sun));
-	sun.sun_family = AF_UNIX;
-	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
-	if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) != 0) {
+	if (connect(fd, sa, len) != 0) {
 		close(fd);
 		return false;
 	}
@@ -888,6 +885,18 @@ unix_answers(const char *path)
 	ok = strncmp(buf, "HTTP/1.1 200", 12) == 0;
 	close(fd);
 	return ok;
+}
+
+static bool
+unix_answers(const char *path)
+{
+	struct sockaddr_un sun;
+
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+	return healthz_answers(socket(AF_UNIX, SOCK_STREAM, 0),
+	    (struct sockaddr *)&sun, sizeof(sun));
 }
 
 START_TEST(test_unix_socket_live_and_mode)
@@ -1080,23 +1089,13 @@ static bool
 tcp4_answers(int port)
 {
 	struct sockaddr_in sin;
-	char buf[256];
-	bool closed, ok;
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
 
 	memset(&sin, 0, sizeof(sin));
 	sin.sin_family = AF_INET;
 	sin.sin_port = htons((uint16_t)port);
 	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
-		close(fd);
-		return false;
-	}
-	raw_send(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
-	raw_read(fd, buf, sizeof(buf), 2000, &closed);
-	ok = strncmp(buf, "HTTP/1.1 200", 12) == 0;
-	close(fd);
-	return ok;
+	return healthz_answers(socket(AF_INET, SOCK_STREAM, 0),
+	    (struct sockaddr *)&sin, sizeof(sin));
 }
 
 /*
