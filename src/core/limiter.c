@@ -928,8 +928,12 @@ limiter_earliest(const struct limiter_state *s, const struct limiter_params *p,
 		/* The lease is taken when the request is decided
 		 * (docs/leases.md): one that fits now fits whenever another
 		 * rule makes the request wait.  One that does not is waited
-		 * for by the daemon, not here. */
-		return cost <= p->limit - s->u.conc.used ? from : INT64_MAX;
+		 * for by the daemon, not here; nor a look (no token), which
+		 * never takes one. */
+		return cost <= p->limit - s->u.conc.used &&
+			(p->token != NULL || cost == 0) ?
+		    from :
+		    INT64_MAX;
 	}
 	return INT64_MAX;
 }
