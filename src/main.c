@@ -646,13 +646,14 @@ make_decider(struct daemon *d, char *err, size_t errlen)
 static int
 bind_and_watch(struct daemon *d, char *err, size_t errlen)
 {
-	struct listen_file file = { d->cfg->listen_mode, (uid_t)-1, (gid_t)-1 };
+	struct listen_file file = { d->cfg->listen_mode, (uid_t)-1, (gid_t)-1 },
+			   admin_file;
 	struct passwd *pw;
 	char sub[256];
 
-	/* The unix sockets are `user`'s, who can then remove them at exit
-	 * and share them through its group (docs/security.md); an unknown
-	 * user fails in drop_privileges(). */
+	/* The unix sockets are `user`'s, shared through its group and
+	 * removed at exit where its directory lets it (docs/security.md); an
+	 * unknown user fails in drop_privileges(). */
 	if (geteuid() == 0 && d->cfg->user != NULL &&
 	    (pw = getpwnam(d->cfg->user)) != NULL) {
 		file.uid = pw->pw_uid;
@@ -668,9 +669,13 @@ bind_and_watch(struct daemon *d, char *err, size_t errlen)
 		snprintf(err, errlen, "grpc_listen: %s", sub);
 		return -1;
 	}
-	/* docs/admin.md: bound and its token read before privileges go. */
+	/* docs/admin.md: bound and its token read before privileges go.
+	 * Its socket is the user's, not its group's: the group shared with
+	 * a proxy must not reach the admin API. */
+	admin_file = file;
+	admin_file.gid = (gid_t)-1;
 	if (d->cfg->admin_listen != NULL &&
-	    (d->admin_fd = listen_socket_open(d->cfg->admin_listen, &file,
+	    (d->admin_fd = listen_socket_open(d->cfg->admin_listen, &admin_file,
 		 &d->made[2], sub, sizeof(sub))) < 0) {
 		snprintf(err, errlen, "admin_listen: %s", sub);
 		return -1;

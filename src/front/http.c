@@ -357,7 +357,7 @@ respond_bad_method(struct http_server *s, struct MHD_Connection *conn,
 	char *text;
 
 	text = http_error_text("method_not_allowed", "%s %s: use %s", method,
-	    url, post ? "POST" : "GET");
+	    url, post ? "POST" : "GET or HEAD");
 	if (text == NULL)
 		return http_respond(s, conn, 500, NULL, "", 0, NULL);
 	r = MHD_create_response_from_buffer(strlen(text), text,

@@ -177,11 +177,11 @@ loop_run(void *arg)
 				sizeof(err)) == -1)
 				log_warnx("%s", err);
 			l->host = NULL;
-		}
-		/* A turn at once: calls may have come while the store's
-		 * thread handed over, and none will wake this loop until a
-		 * turn has said it sleeps. */
-		store_ms = 0;
+		} else
+			/* A turn at once: calls may have come while the
+			 * store's thread handed over, and none will wake this
+			 * loop until a turn has said it sleeps. */
+			store_ms = 0;
 	}
 	while (!atomic_load_explicit(&l->stop, memory_order_acquire)) {
 		wait_ms = -1;

@@ -159,7 +159,7 @@ listen_tcp_open(const char *listen_s, const struct listen_addr *la, char *err,
 {
 	struct addrinfo hints, *res = NULL, *ai;
 	char port[8], host[NI_MAXHOST];
-	int fd = -1, rc, first_errno = 0, n = 0;
+	int fd = -1, rc, bind_errno = 0, n = 0;
 
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_family = AF_UNSPEC;
@@ -173,19 +173,23 @@ listen_tcp_open(const char *listen_s, const struct listen_addr *la, char *err,
 	}
 	for (ai = res; ai != NULL; ai = ai->ai_next) {
 		n++;
-		if (fd >= 0)
+		/* Only an address this host lacks moves on to the next: a
+		 * port taken (EADDRINUSE) or refused stops the start, as
+		 * for a numeric address. */
+		if (fd >= 0 ||
+		    (bind_errno != 0 && bind_errno != EADDRNOTAVAIL &&
+			bind_errno != EAFNOSUPPORT))
 			continue;
 		if ((fd = listen_tcp_one(ai)) >= 0) {
 			if (getnameinfo(ai->ai_addr, ai->ai_addrlen, host,
 				sizeof(host), NULL, 0, NI_NUMERICHOST) != 0)
 				util_strlcpy(host, "?", sizeof(host));
-		} else if (first_errno == 0)
-			first_errno = errno;
+		} else
+			bind_errno = errno; /* the last one: what stopped it */
 	}
 	freeaddrinfo(res);
 	if (fd < 0) {
-		snprintf(err, errlen, "%s: %s", listen_s,
-		    strerror(first_errno));
+		snprintf(err, errlen, "%s: %s", listen_s, strerror(bind_errno));
 		return -1;
 	}
 	if (n > 1 && la->host[0] != '\0')

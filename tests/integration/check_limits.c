@@ -1099,54 +1099,35 @@ tcp4_answers(int port)
 }
 
 /*
- * listen: "localhost:PORT" where localhost is [::1] and 127.0.0.1 (as in
- * Debian's /etc/hosts, given to the daemon alone in a mount namespace),
- * and [::1]:PORT taken: the daemon binds the next address, 127.0.0.1, and
- * warns that it serves on one of the two.  Skipped without root (the
- * namespace) or without an IPv6 loopback.
+ * listen: "localhost:PORT" where localhost is first an address this host
+ * lacks (192.0.2.1, TEST-NET-1) and then 127.0.0.1 (a hosts file given to
+ * the daemon alone in a mount namespace): the daemon binds the next
+ * address, 127.0.0.1, and warns that it serves on one of the two.  Then
+ * with [::1] first and its port taken: the start fails (a port in use is
+ * not skipped).  Skipped without root (the namespace).
  */
-START_TEST(test_listen_name_tries_next_address)
+static int
+start_with_hosts(const char *hosts_text, int port, pid_t *pid, char **log_text,
+    bool *up)
 {
 	char hosts[H_PATH_MAX], conf[H_PATH_MAX], log[H_PATH_MAX], yaml[2048];
-	struct sockaddr_in6 sin6;
-	int port = h_free_port(), fd6, one = 1, i, rc = -1, out;
-	bool up = false;
-	char *text;
+	int i, rc = -1, out;
 	FILE *f;
-	pid_t pid;
 
-	memset(&sin6, 0, sizeof(sin6));
-	sin6.sin6_family = AF_INET6;
-	sin6.sin6_port = htons((uint16_t)port);
-	sin6.sin6_addr = in6addr_loopback;
-	fd6 = socket(AF_INET6, SOCK_STREAM, 0);
-	ck_assert(fd6 >= 0);
-	setsockopt(fd6, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-	if (geteuid() != 0 ||
-	    bind(fd6, (struct sockaddr *)&sin6, sizeof(sin6)) != 0 ||
-	    listen(fd6, 1) != 0) {
-		fprintf(stderr,
-		    "test_listen_name_tries_next_address: skipped (needs "
-		    "root and [::1])\n");
-		close(fd6);
-		return;
-	}
 	snprintf(hosts, sizeof(hosts), "%s/hosts", h_tmpdir());
 	snprintf(conf, sizeof(conf), "%s/name.yaml", h_tmpdir());
 	snprintf(log, sizeof(log), "%s/name.log", h_tmpdir());
-	f = fopen(hosts, "w");
-	ck_assert(f != NULL);
-	fputs("::1 localhost ip6-localhost\n127.0.0.1 localhost\n", f);
+	ck_assert((f = fopen(hosts, "w")) != NULL);
+	fputs(hosts_text, f);
 	fclose(f);
 	snprintf(yaml, sizeof(yaml),
 	    "listen: \"localhost:%d\"\nbackend: memory\n"
 	    "shutdown_timeout: 1s\n%s",
 	    port, rules);
-	f = fopen(conf, "w");
-	ck_assert(f != NULL);
+	ck_assert((f = fopen(conf, "w")) != NULL);
 	fputs(yaml, f);
 	fclose(f);
-	if ((pid = fork()) == 0) {
+	if ((*pid = fork()) == 0) {
 		out = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 		dup2(out, 1);
 		dup2(out, 2);
@@ -1160,28 +1141,70 @@ START_TEST(test_listen_name_tries_next_address)
 		    (char *)NULL);
 		_exit(127);
 	}
-	ck_assert(pid > 0);
-	for (i = 0; i < 100 && !up && rc == -1; i++)
-		if (!(up = tcp4_answers(port)))
-			rc = exited(pid, 50);
-	if (!up && rc == -1)
-		rc = exited_or_kill(pid, 0);
-	text = ops_slurp(log);
+	ck_assert(*pid > 0);
+	*up = false;
+	for (i = 0; i < 100 && !*up && rc == -1; i++)
+		if (!(*up = tcp4_answers(port)))
+			rc = exited(*pid, 50);
+	if (!*up && rc == -1)
+		rc = exited_or_kill(*pid, 0);
+	*log_text = ops_slurp(log);
+	return rc;
+}
+
+START_TEST(test_listen_name_tries_next_address)
+{
+	struct sockaddr_in6 sin6;
+	int port = h_free_port(), fd6, one = 1, rc;
+	bool up;
+	char *text;
+	pid_t pid;
+
+	if (geteuid() != 0) {
+		fprintf(stderr,
+		    "test_listen_name_tries_next_address: skipped "
+		    "(needs root)\n");
+		return;
+	}
+	rc = start_with_hosts("192.0.2.1 localhost\n127.0.0.1 localhost\n",
+	    port, &pid, &text, &up);
 	if (rc == 77) {
 		fprintf(stderr,
 		    "test_listen_name_tries_next_address: skipped (%s)", text);
 		free(text);
-		close(fd6);
 		return;
 	}
 	ck_assert_msg(up,
-	    "localhost:%d does not answer on 127.0.0.1 with [::1] taken: %s",
+	    "localhost:%d does not answer on 127.0.0.1 after 192.0.2.1: %s",
 	    port, text);
 	ck_assert_msg(strstr(text, "resolves to 2 addresses") != NULL,
 	    "no warning: %s", text);
 	free(text);
 	kill(pid, SIGTERM);
 	ck_assert_int_eq(exited_or_kill(pid, 5000), 0);
+
+	/* [::1] first, its port taken: no fall back, the start fails. */
+	port = h_free_port();
+	memset(&sin6, 0, sizeof(sin6));
+	sin6.sin6_family = AF_INET6;
+	sin6.sin6_port = htons((uint16_t)port);
+	sin6.sin6_addr = in6addr_loopback;
+	fd6 = socket(AF_INET6, SOCK_STREAM, 0);
+	ck_assert(fd6 >= 0);
+	setsockopt(fd6, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	if (bind(fd6, (struct sockaddr *)&sin6, sizeof(sin6)) != 0 ||
+	    listen(fd6, 1) != 0) {
+		fprintf(stderr,
+		    "test_listen_name_tries_next_address: no [::1], "
+		    "the port-in-use half skipped\n");
+		close(fd6);
+		return;
+	}
+	rc = start_with_hosts("::1 localhost\n127.0.0.1 localhost\n", port,
+	    &pid, &text, &up);
+	ck_assert_msg(!up && rc == 1 && strstr(text, "in use") != NULL,
+	    "with [::1]:%d taken: rc %d, answers %d: %s", port, rc, up, text);
+	free(text);
 	close(fd6);
 }
 END_TEST
