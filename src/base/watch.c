@@ -10,10 +10,11 @@
  * of events the path is resolved again: a target that moved is a change,
  * and its directory is watched instead of the old one.
  *
- * The first change sets a deadline debounce_ms later; at the deadline the
- * thread calls back once.  Later events, of the file or of anything else in
- * the directories, do not move the deadline, so a busy directory (a log
- * file beside the config) cannot hold a reload back.
+ * A change sets a deadline debounce_ms later, and each further event of
+ * the file moves it (a file written in several steps is read once, whole);
+ * at the deadline the thread calls back once.  Events of anything else in
+ * the directories never move it, so a busy directory (a log file beside
+ * the config) cannot hold a reload back.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -148,8 +149,10 @@ watch_main(void *arg)
 			continue;
 		if (rc < 0 || (pfd[1].revents & POLLIN))
 			break;
-		if (rc > 0 && (pfd[0].revents & POLLIN) && drain(w) &&
-		    deadline == 0)
+		/* An event of the file itself starts the quiet time again
+		 * (a file written in several steps is read once, whole);
+		 * one of anything else in the directory never moves it. */
+		if (rc > 0 && (pfd[0].revents & POLLIN) && drain(w))
 			deadline = util_monotonic_us() +
 			    (int64_t)w->debounce_ms * 1000;
 		if (deadline != 0 && util_monotonic_us() >= deadline) {

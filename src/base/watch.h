@@ -17,10 +17,11 @@ struct watch;
 typedef void (*watch_fn)(void *arg);
 
 /*
- * Watch path; call fn(arg) from the watch's own thread debounce_ms after
- * the first event of a change (what happens meanwhile is part of it, and
- * never postpones the call).  Returns a new watch, or NULL with a
- * message in err (no inotify, a missing directory).  Start-up only.
+ * Watch path; call fn(arg) from the watch's own thread once the file has
+ * had no event for debounce_ms after a change (events of other files in
+ * the directory never postpone the call).  Returns a new watch, or NULL
+ * with a message in err (no inotify, a missing directory).  Start-up
+ * only.
  */
 struct watch *watch_start(const char *path, int debounce_ms, watch_fn fn,
     void *arg, char *err, size_t errlen);

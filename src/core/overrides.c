@@ -666,7 +666,7 @@ sync_main(void *arg)
 {
 	struct overrides *o = arg;
 	char *names[OV_DIRTY];
-	struct timespec at; /* when the next full read is due */
+	struct timespec at, now; /* at: when the next full read is due */
 	struct config *cfg;
 	size_t n, i;
 	bool all;
@@ -680,6 +680,11 @@ sync_main(void *arg)
 				o->all = true;
 		if (o->stop)
 			break;
+		/* Due, even if notices kept it from waiting at all. */
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec > at.tv_sec ||
+		    (now.tv_sec == at.tv_sec && now.tv_nsec >= at.tv_nsec))
+			o->all = true;
 		all = o->all;
 		n = o->ndirty;
 		memcpy(names, o->dirty, n * sizeof(names[0]));

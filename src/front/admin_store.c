@@ -356,7 +356,8 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 		goto out;
 	}
 	/* Refused before Redis is written, so that a refusal changes
-	 * nothing anywhere. */
+	 * nothing anywhere (a table filled between this look and the set
+	 * below is undone there). */
 	if (!overrides_has_room(s->overrides, cfg->redis.key_prefix, r->name,
 		key, strlen(key), now_ms)) {
 		ret = overrides_full(conn);
@@ -380,9 +381,19 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 	if (overrides_set(s->overrides, cfg->redis.key_prefix, r->name, key,
 		strlen(key), limit, window, ttl > 0 ? now_ms + ttl : 0,
 		now_ms) < 0) {
-		ret = errno == ENOSPC ?
-		    overrides_full(conn) :
-		    admin_error(conn, 500, "internal_error", "out of memory");
+		if (errno != ENOSPC) {
+			ret = admin_error(conn, 500, "internal_error",
+			    "out of memory");
+			goto out;
+		}
+		/* Filled since the look above (another PUT, the sync): a
+		 * new key, so the field just written goes again. */
+		if (on_redis(s)) {
+			a.op = BACKEND_ADMIN_OVERRIDE_DEL;
+			(void)backend_admin_call(s->decider->backend, &a, &kind,
+			    err, sizeof(err));
+		}
+		ret = overrides_full(conn);
 		goto out;
 	}
 	metrics_admin_write(s->metrics, METRICS_ADMIN_OVERRIDE_SET);
