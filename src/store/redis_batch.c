@@ -318,22 +318,24 @@ redis_batch_reload(struct redis_backend *rb, struct redis_batch *b,
 	size_t lens[3] = { 6, 4, strlen(rl_lua_ratelimit) };
 
 	b->resent = true;
-	if (b->kind == REDIS_CALL_STATS)
-		return stats_send(rb, s->node, s->conn, b, err, errlen) !=
-			NULL ?
-		    0 :
-		    -1;
-	redis_batch_compact(b);
-	if (redis_conn_send(s->conn, 3, argv, lens, redis_reply_ignore, NULL,
-		err, errlen) == -1)
-		return -1;
-	/* Sent there by an ASK: the EVALSHA must follow ASKING again (it
-	 * applies to the next command only), or the node answers MOVED. */
+	if (b->kind != REDIS_CALL_STATS) {
+		redis_batch_compact(b);
+		if (redis_conn_send(s->conn, 3, argv, lens, redis_reply_ignore,
+			NULL, err, errlen) == -1)
+			return -1;
+	}
+	/* Sent there by an ASK: the script call must follow ASKING again
+	 * (it holds for the next command only), or the node answers MOVED. */
 	if (b->ask_node >= 0 &&
 	    redis_conn_send(s->conn, 1, (const char *[]){ "ASKING" },
 		(const size_t[]){ 6 }, redis_reply_ignore, NULL, err,
 		errlen) == -1)
 		return -1;
+	if (b->kind == REDIS_CALL_STATS)
+		return stats_send(rb, s->node, s->conn, b, err, errlen) !=
+			NULL ?
+		    0 :
+		    -1;
 	return batch_send_on(rb, b, s->node, s->conn, err, errlen);
 }
 
