@@ -19,8 +19,10 @@ DEPS_TEST = check libcurl4-openssl-dev redis-server nginx curl systemd \
 	nghttp2-client \
 	python3-grpc-tools man-db groff-base clang-format
 
-# The test packages come along whenever a test goal is asked for.
-WITH_TEST_DEPS ?= $(if $(filter check unit integration bench valgrind,$(MAKECMDGOALS)),1)
+# The test packages come along whenever a test goal is asked for (a test
+# binary too).  Only the unit tests do without libcurl.
+WITH_TEST_DEPS ?= $(if $(filter check unit integration bench valgrind %/tests/%,$(MAKECMDGOALS)),1)
+NEED_CURL = $(if $(filter-out unit %/tests/main_unit.o,$(MAKECMDGOALS)),yes,no)
 
 ifneq ($(filter-out deps configure distclean clean format format-check,$(or $(MAKECMDGOALS),all)),)
 -include config.mk
@@ -205,7 +207,7 @@ configure: configure.ac
 # again; a configure that still finds none stops here, not at link errors.
 ifeq ($(WITH_TEST_DEPS),1)
 ifneq ($(wildcard config.mk),)
-ifneq ($(HAVE_CHECK)$(HAVE_CURL),yesyes)
+ifneq ($(HAVE_CHECK)$(if $(filter yes,$(NEED_CURL)),$(HAVE_CURL),yes),yesyes)
 config.mk: reconfigure-for-tests
 endif
 endif
@@ -219,7 +221,8 @@ config.mk: configure config.mk.in
 	./configure --quiet
 	@if [ "$(WITH_TEST_DEPS)" = 1 ] && \
 	    { ! grep -q '^HAVE_CHECK = yes' config.mk || \
-	    ! grep -q '^HAVE_CURL = yes' config.mk; }; then \
+	    { [ "$(NEED_CURL)" = yes ] && \
+	    ! grep -q '^HAVE_CURL = yes' config.mk; }; }; then \
 		echo "the tests need Check and libcurl, which pkg-config" \
 		    "does not find (Debian: check libcurl4-openssl-dev)"; \
 		exit 1; fi
