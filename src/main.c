@@ -279,8 +279,7 @@ reload(struct daemon *d)
 	config_start_only_changes(cur, c, warn_start_only, NULL);
 	/* What applies only at the next start keeps its running value, so
 	 * that no per-request reader sees the new one early. */
-	if (config_keep_start_only(c, cur) == -1) {
-		snprintf(err, sizeof(err), "out of memory");
+	if (config_keep_start_only(c, cur, err, sizeof(err)) == -1) {
 		config_unref(cur);
 		config_unref(c);
 		goto fail;

@@ -266,9 +266,20 @@ config_start_only_changes(const struct config *old, const struct config *c,
 }
 
 int
-config_keep_start_only(struct config *c, const struct config *old)
+config_keep_start_only(struct config *c, const struct config *old, char *err,
+    size_t errlen)
 {
-	return cfg_keep_start(&top_schema, (char *)c, (const char *)old);
+	bool nomem = false;
+
+	if (cfg_keep_start(&top_schema, (char *)c, (const char *)old) == -1) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	/* The redis keys kept (the URL, cluster, sentinel) and those a
+	 * reload changes (tls) must still agree. */
+	if (cfg_redis_check(&c->redis, err, errlen, &nomem) == -1)
+		return -1;
+	return 0;
 }
 
 /* --- loading ---------------------------------------------------------- */

@@ -175,12 +175,13 @@ size_t config_start_only_changes(const struct config *old,
  * Give c, a config not yet shared, the values of old for every key that
  * applies only at the next start (the same keys as above), so that a
  * reload never publishes one that per-request code would then read
- * (docs/configuration.md).  Strings and lists are copied; old is only
- * read.  Returns 0, or -1 out of memory (c is then only fit to unref).
- * Any thread.
+ * (docs/configuration.md), then check again the redis keys across (a
+ * kept URL against a new tls).  Strings and lists are copied; old is only
+ * read.  Returns 0, or -1 with the reason in err (out of memory, or keys
+ * that no longer agree; c is then only fit to unref).  Any thread.
  */
-int config_keep_start_only(struct config *c, const struct config *old)
-    __attribute__((warn_unused_result));
+int config_keep_start_only(struct config *c, const struct config *old,
+    char *err, size_t errlen) __attribute__((warn_unused_result));
 
 /* Rule by name, or NULL.  Borrowed for the life of c. */
 const struct rule *config_find_rule(const struct config *c, const char *name);

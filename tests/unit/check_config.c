@@ -1380,7 +1380,7 @@ END_TEST
 START_TEST(test_keep_start_only)
 {
 	struct config *a, *b;
-	char keys[512];
+	char keys[512], err[256];
 
 	a = expect_ok(
 	    "listen: \"127.0.0.1:1\"\nthreads: 2\n"
@@ -1396,7 +1396,7 @@ START_TEST(test_keep_start_only)
 	    "  cluster: [\"c:3\"]\n  password_file: /p\n"
 	    "  key_prefix: \"y:\"\n"
 	    "memory:\n  max_keys: 7\nmax_body_bytes: 200\n");
-	ck_assert_int_eq(config_keep_start_only(b, a), 0);
+	ck_assert_int_eq(config_keep_start_only(b, a, err, sizeof(err)), 0);
 	keys[0] = '\0';
 	ck_assert_uint_eq(config_start_only_changes(a, b, collect_key, keys),
 	    0);
@@ -1416,6 +1416,17 @@ START_TEST(test_keep_start_only)
 	ck_assert_int_eq(b->max_body_bytes, 200);
 	config_unref(a);
 	ck_assert_str_eq(b->redis.url, "redis://h:1/0");
+	config_unref(b);
+
+	/* A kept unix:// URL and a new tls section (reloadable) no longer
+	 * agree: the reload is refused. */
+	a = expect_ok("backend: redis\nredis:\n  url: \"unix:///r.sock\"\n");
+	b = expect_ok(
+	    "backend: redis\nredis:\n  url: \"redis://h:1/0\"\n"
+	    "  tls: {}\n");
+	ck_assert_int_eq(config_keep_start_only(b, a, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "TLS") != NULL, "%s", err);
+	config_unref(a);
 	config_unref(b);
 }
 END_TEST
