@@ -38,27 +38,7 @@ unset MAKEFLAGS MAKELEVEL MFLAGS MAKEOVERRIDES SANITIZER BUILD
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/rl-platform-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-passed=0
-failed=0
-
-# check NAME FUNCTION [ARGS...]: run FUNCTION, which prints why it fails
-# and returns non-zero; a check may print "note: ..." lines when it passes.
-check() {
-  local name=$1 out rc=0
-  shift
-  out=$("$@" 2>&1) || rc=$?
-  if [ "$rc" -eq 0 ]; then
-    passed=$((passed + 1))
-    printf 'ok   %s\n' "$name"
-  else
-    failed=$((failed + 1))
-    printf 'FAIL %s\n' "$name"
-  fi
-  if [ -n "$out" ]; then
-    printf '%s\n' "$out" | sed 's/^/     /'
-  fi
-  return 0
-}
+. "$src/tests/platform/lib/check.sh"
 
 # --- the systemd unit -------------------------------------------------------
 
@@ -553,5 +533,4 @@ check "make install DESTDIR=... PREFIX=/usr (from a clean clone)" make_install
 check "installed unit runs /usr/sbin/ratelimitd" installed_unit
 check "installed ratelimitd(8) renders without warnings" man_renders
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+check_done

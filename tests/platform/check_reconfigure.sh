@@ -27,26 +27,7 @@ unset MAKEFLAGS MAKELEVEL MFLAGS MAKEOVERRIDES SANITIZER BUILD
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/rl-reconf-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-passed=0
-failed=0
-
-# check NAME FUNCTION: run FUNCTION, which prints why it fails.
-check() {
-  local name=$1 out rc=0
-  shift
-  out=$("$@" 2>&1) || rc=$?
-  if [ "$rc" -eq 0 ]; then
-    passed=$((passed + 1))
-    printf 'ok   %s\n' "$name"
-  else
-    failed=$((failed + 1))
-    printf 'FAIL %s\n' "$name"
-  fi
-  if [ -n "$out" ]; then
-    printf '%s\n' "$out" | sed 's/^/     /'
-  fi
-  return 0
-}
+. "$src/tests/platform/lib/check.sh"
 
 tree=$tmp/tree
 hidden=$tmp/pc-without-check
@@ -107,5 +88,4 @@ check "a test goal with Check still missing stops with a clear line" \
 check "a test goal configures again once Check is there" \
   test_goal_reconfigures
 
-printf '%d passed, %d failed\n' "$passed" "$failed"
-[ "$failed" -eq 0 ]
+check_done
