@@ -8,8 +8,8 @@
  * Afterwards the main thread only waits for signals: SIGHUP, or a change of
  * the file on disk (watch.c), reloads the rules (a bad file keeps the old
  * ones); SIGTERM/SIGINT stop accepting (HTTP and gRPC), let requests in
- * flight finish within shutdown_timeout, remove the unix socket files they
- * bound, and exit 0.
+ * flight finish within shutdown_timeout (a second one cuts that short),
+ * remove the unix socket files they bound, and exit 0.
  */
 #include <errno.h>
 #include <grp.h>
@@ -51,6 +51,9 @@
  * most this many, each with a copy of its key (under 1 KiB). */
 #define DENY_CACHE_SLOTS 4096
 #define PREFETCH_KEYS	 65536 /* keys held in advance at once */
+/* After a second stop signal, how long the waiters it cut have for their
+ * 503 to be written before the daemon exits (shut_down()). */
+#define CUT_ANSWER_MS 200
 
 #ifndef RL_VERSION
 #define RL_VERSION "unknown"
@@ -309,14 +312,41 @@ fail:
 	notify_send("READY=1\nSTATUS=reload failed");
 }
 
-/* Stop accepting, wait for requests in flight (bounded), stop. */
+/* During the drain: wait up to ms for a signal.  True for a second
+ * SIGTERM or SIGINT, with its number in *sig; SIGHUP is dropped (no
+ * reload while stopping). */
+static bool
+drain_signal(struct daemon *d, int ms, int *sig)
+{
+	struct pollfd pfd = { .fd = d->signal_fd, .events = POLLIN };
+	struct signalfd_siginfo si;
+
+	if (poll(&pfd, 1, ms) <= 0 || !(pfd.revents & POLLIN) ||
+	    read(d->signal_fd, &si, sizeof(si)) != (ssize_t)sizeof(si))
+		return false;
+	*sig = (int)si.ssi_signo;
+	return *sig == SIGTERM || *sig == SIGINT;
+}
+
+/*
+ * Stop accepting, wait for requests in flight (bounded), stop.
+ *
+ * A second SIGTERM or SIGINT during the wait ends it as if
+ * shutdown_timeout ran out then (docs/operations.md): the waiters still
+ * waiting for their turn now fall after the end and are answered 503 at
+ * once, which takes the loops a moment (CUT_ANSWER_MS at most, never past
+ * the first deadline); whatever is still in flight after that is left as
+ * on expiry.  Later signals
+ * change nothing.  The signals come from the signalfd (take_signals()),
+ * so nothing here runs in a handler.
+ */
 static void
 shut_down(struct daemon *d)
 {
 	struct config *c = http_server_get_config(d->http);
 	int64_t deadline = util_monotonic_us() + c->shutdown_timeout_ms * 1000;
-	struct timespec tick = { 0, 10 * 1000 * 1000 };
-	int left;
+	bool cut = false;
+	int left, sig;
 
 	config_unref(c);
 	notify_send("STOPPING=1");
@@ -326,16 +356,28 @@ shut_down(struct daemon *d)
 	grpc_server_quiesce(d->grpc);
 	while ((left = http_server_inflight(d->http) +
 		       grpc_server_inflight(d->grpc)) > 0 &&
-	    util_monotonic_us() < deadline)
-		nanosleep(&tick, NULL);
+	    util_monotonic_us() < deadline) {
+		if (!drain_signal(d, 10, &sig) || cut)
+			continue;
+		cut = true;
+		log_warnx(
+		    "second signal (%s): drain cut short, %d requests "
+		    "still in flight",
+		    strsignal(sig), left);
+		http_server_cut(d->http);
+		if (deadline > util_monotonic_us() + CUT_ANSWER_MS * 1000)
+			deadline = util_monotonic_us() + CUT_ANSWER_MS * 1000;
+	}
 	if (left > 0) {
 		/* Their workers may be blocked in a backend call, which
 		 * nothing interrupts, and MHD_stop_daemon() would wait for
 		 * them: leave without them. */
-		log_warnx(
-		    "shutdown: %d requests still in flight after "
-		    "shutdown_timeout; exiting without them",
-		    left);
+		if (!cut)
+			log_warnx(
+			    "shutdown: %d requests still in flight "
+			    "after shutdown_timeout; exiting without "
+			    "them",
+			    left);
 		log_info("stopped");
 		_exit(0);
 	}

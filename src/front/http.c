@@ -673,6 +673,13 @@ http_server_quiesce(struct http_server *s)
 	__atomic_store_n(&s->draining, true, __ATOMIC_RELEASE);
 }
 
+void
+http_server_cut(struct http_server *s)
+{
+	wait_timer_cut(s->timer, util_monotonic_us());
+	lease_wait_cut(s->leases);
+}
+
 int
 http_server_inflight(struct http_server *s)
 {

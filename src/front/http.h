@@ -45,6 +45,12 @@ struct config *http_server_get_config(struct http_server *s);
  * answer from now on closes its connection. */
 void http_server_quiesce(struct http_server *s);
 
+/* End the drain's waits now (a second stop signal, docs/operations.md):
+ * every request still waiting for its turn or a lease is answered 503
+ * shutting_down at once, as one due after shutdown_timeout is.  Any
+ * thread; after http_server_quiesce(). */
+void http_server_cut(struct http_server *s);
+
 /* Requests being processed now. */
 int http_server_inflight(struct http_server *s);
 

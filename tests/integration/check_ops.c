@@ -2,8 +2,9 @@
  * check_ops.c - ratelimitd as an operator meets it: Redis failing in the
  * ways it fails (refusing, hanging, paused, killed under load, asking for a
  * password), reloads (SIGHUP, a rename over the file, a ConfigMap symlink
- * swap, a bad file), /metrics checked by promtool, SIGTERM under load, and
- * the log (JSON, levels, access log, no secrets).  docs/man/ratelimitd.8,
+ * swap, a bad file), /metrics checked by promtool, SIGTERM under load (and
+ * a second SIGTERM that cuts the drain short), and the log (JSON, levels,
+ * access log, no secrets).  docs/man/ratelimitd.8,
  * docs/operations.md and docs/configuration.md are the reference.
  *
  * Every daemon runs one rule, x, keyed by the JSON field "user", so each
@@ -1433,6 +1434,83 @@ START_TEST(test_sigterm_bounded_by_shutdown_timeout)
 }
 END_TEST
 
+/* A second SIGTERM during the drain ends it as shutdown_timeout running
+ * out then would (docs/operations.md), with shutdown_timeout 30s and a
+ * request held: run 0 a waiter due in about 10 s on the memory store,
+ * which is answered 503 shutting_down at once; run 1 a request waiting
+ * on a Redis that never answers (redis.timeout 20s), which is left
+ * unanswered as on expiry.  The first SIGTERM leaves the daemon running;
+ * the second makes it exit 0 within 2 s and log one line, and a third
+ * changes nothing. */
+START_TEST(test_second_sigterm_cuts_drain)
+{
+	static const char waiting[] =
+	    "listen: \"127.0.0.1:%PORT%\"\n"
+	    "backend: memory\n"
+	    "shutdown_timeout: 30s\n"
+	    "rules:\n"
+	    "  - name: x\n"
+	    "    key: \"${user}\"\n"
+	    "    limit: 1\n"
+	    "    window: 10s\n";
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	struct ops_call q;
+	CURL *c = h_curl_new();
+	long long took;
+	int port, fd = -1;
+	bool on_redis = _i == 1;
+
+	if (on_redis) {
+		fd = ops_silent_listener(&port);
+		ops_start(&d, port,
+		    &(struct ops_conf){
+			.timeout_ms = 20000, .shutdown = "30s" });
+		ops_call_start(&q, c, "POST", "/acquire", "{\"user\":\"q\"}");
+		h_sleep_ms(200);
+	} else {
+		h_daemon_start(&d, waiting);
+		ops_acquire(&r, "w");
+		ck_assert_int_eq(r.status, 200);
+		h_resp_free(&r);
+		ops_call_start(&q, c, "POST", "/acquire",
+		    "{\"user\":\"w\",\"wait_ms\":20000}");
+		ck_assert(ops_wait_metric("ratelimitd_waiting_requests"
+					  "{for=\"turn\"}",
+			      1, 2000) == 1);
+	}
+	ck_assert(kill(d.pid, SIGTERM) == 0);
+	h_sleep_ms(300);
+	ck_assert_msg(ops_is_running(d.pid),
+	    "exited on the first SIGTERM with a request held");
+	ck_assert(kill(d.pid, SIGTERM) == 0);
+	h_sleep_ms(20);
+	(void)kill(d.pid, SIGTERM); /* the third: nothing more */
+	took = ops_exit_time_ms(d.pid, 2000);
+	ck_assert_msg(took >= 0,
+	    "still running 2 s after a second SIGTERM "
+	    "(shutdown_timeout 30s)");
+	ops_call_finish(&q);
+	h_daemon_stop(&d); /* asserts exit status 0 */
+	if (on_redis)
+		ck_assert_msg(q.r.status == 0,
+		    "the request waiting on Redis got status %ld (%s), "
+		    "expected none, as when shutdown_timeout runs out",
+		    q.r.status, q.r.body);
+	else
+		ck_assert_msg(q.r.status == 503 &&
+			strstr(q.r.body, "shutting_down") != NULL,
+		    "the waiter got status %ld (%s), expected 503 "
+		    "shutting_down",
+		    q.r.status, q.r.status ? q.r.body : q.r.err);
+	ck_assert_int_eq(ops_count_in_file(d.log, "drain cut short"), 1);
+	h_resp_free(&q.r);
+	curl_easy_cleanup(c);
+	if (fd >= 0)
+		close(fd);
+}
+END_TEST
+
 /* =====================================================================
  * 5. Logs
  * ===================================================================== */
@@ -1842,6 +1920,7 @@ test_suite(void)
 	tcase_add_loop_test(tc, test_sigterm_under_load, 0, 4);
 	tcase_add_test(tc, test_sigterm_finishes_in_flight);
 	tcase_add_test(tc, test_sigterm_bounded_by_shutdown_timeout);
+	tcase_add_loop_test(tc, test_second_sigterm_cuts_drain, 0, 2);
 
 	tc = tcase(s, "logs");
 	tcase_add_test(tc, test_log_json);
