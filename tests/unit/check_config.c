@@ -592,6 +592,20 @@ static const struct {
 	{ "redis:\n  cluster: [\"a:1\"]\n  url: \"redis://h/3\"\n",
 	  "t.yaml:2:3: redis: Redis Cluster has only db 0 and TCP nodes; "
 	  "redis.url may give credentials only" },
+	/* docs/configuration.md: a '{' in the prefix would be the keys'
+	 * hash tag on Redis Cluster, wherever it stands. */
+	{ "redis:\n  cluster: [\"a:1\"]\n  key_prefix: \"app{}:\"\n",
+	  "t.yaml:3:15: redis.key_prefix: must not hold '{' with "
+	  "redis.cluster: Redis Cluster would take the hash tag from the "
+	  "prefix instead of each key's own" },
+	{ "redis:\n  key_prefix: \"{app}:\"\n  cluster: [\"a:1\"]\n",
+	  "t.yaml:2:15: redis.key_prefix: must not hold '{' with "
+	  "redis.cluster: Redis Cluster would take the hash tag from the "
+	  "prefix instead of each key's own" },
+	{ "redis:\n  cluster: [\"a:1\"]\n  key_prefix: \"rl{\"\n",
+	  "t.yaml:3:15: redis.key_prefix: must not hold '{' with "
+	  "redis.cluster: Redis Cluster would take the hash tag from the "
+	  "prefix instead of each key's own" },
 	{ "redis:\n  sentinel:\n    master: m\n",
 	  "t.yaml:3:5: redis.sentinel: needs master and at least one of "
 	  "nodes" },
@@ -1377,6 +1391,24 @@ END_TEST
 /* A reload keeps the running value of every start-only key (strings and
  * lists copied, not shared) and takes every other key from the new file:
  * afterwards no start-only key differs. */
+/* A key_prefix may hold anything without a cluster, where braces mean
+ * nothing, and a '}' with one: Redis looks for the first '{', and only
+ * the key's own comes before a '}' after it (docs/configuration.md). */
+START_TEST(test_key_prefix_braces)
+{
+	struct config *c;
+
+	c = expect_ok("redis:\n  key_prefix: \"app{}:\"\n");
+	ck_assert_str_eq(c->redis.key_prefix, "app{}:");
+	config_unref(c);
+	c = expect_ok(
+	    "backend: redis\nredis:\n  cluster: [\"a:1\"]\n"
+	    "  key_prefix: \"app}:\"\n");
+	ck_assert_str_eq(c->redis.key_prefix, "app}:");
+	config_unref(c);
+}
+END_TEST
+
 START_TEST(test_keep_start_only)
 {
 	struct config *a, *b;
@@ -1418,6 +1450,18 @@ START_TEST(test_keep_start_only)
 	ck_assert_str_eq(b->redis.url, "redis://h:1/0");
 	config_unref(b);
 
+	/* A kept cluster and a new key_prefix holding '{' (reloadable, and
+	 * fine without a cluster) no longer agree: refused. */
+	a = expect_ok("redis:\n  cluster: [\"a:1\"]\n");
+	b = expect_ok("redis:\n  key_prefix: \"app{}:\"\n");
+	ck_assert_int_eq(config_keep_start_only(b, a, err, sizeof(err)), -1);
+	ck_assert_str_eq(err,
+	    "redis.key_prefix: must not hold '{' with redis.cluster: Redis "
+	    "Cluster would take the hash tag from the prefix instead of each "
+	    "key's own");
+	config_unref(a);
+	config_unref(b);
+
 	/* A kept unix:// URL and a new tls section (reloadable) no longer
 	 * agree: the reload is refused. */
 	a = expect_ok("backend: redis\nredis:\n  url: \"unix:///r.sock\"\n");
@@ -1442,6 +1486,7 @@ test_suite(void)
 	tcase_add_test(tc, test_defaults);
 	tcase_add_test(tc, test_start_only_changes);
 	tcase_add_test(tc, test_keep_start_only);
+	tcase_add_test(tc, test_key_prefix_braces);
 	tcase_add_test(tc, test_redis_tls);
 	tcase_add_test(tc, test_null_sections);
 	tcase_add_test(tc, test_prefetch);
