@@ -247,23 +247,26 @@ _Static_assert(NELEM(redis_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
 /*
  * On Redis Cluster a key's slot is the CRC16 of its hash tag: the bytes
  * between its FIRST '{' and the next '}', or the whole name when those
- * are empty.  Every key the daemon names begins with the prefix, so a '{'
- * there would take the tag from the prefix instead of each key's own
- * ("<key_prefix><rule>:{<key>}"): a prefix holding a tag puts every key in
- * one slot, and one holding "{}" hashes each whole name, which scatters
- * the sub-windows of a stat key ("...{<t>}:<s>") over several slots that
- * no one script may touch together.  A '}' before any '{' is ignored by
- * Redis.  Hence no '{' with redis.cluster (docs/configuration.md).
+ * are empty.  Every key the daemon names begins with the prefix
+ * ("<key_prefix><rule>:{<key>}").  A prefix whose first '{' is followed
+ * at once by '}' makes that tag empty: Redis then hashes each whole name,
+ * which scatters the sub-windows of a stat key ("...{<t>}:<s>") over
+ * slots that no one script may touch together.  Any other '{' still gives
+ * every key one tag shared by the keys a script touches: a tag inside the
+ * prefix ("{app}:") puts every key in its one slot, an unclosed '{' takes
+ * the tag up to the key's own '}' (docs/configuration.md).
  */
 static const char prefix_brace[] =
-    "must not hold '{' with redis.cluster: Redis Cluster would take the "
-    "hash tag from the prefix instead of each key's own";
+    "must not hold \"{}\" at its first '{' with redis.cluster: Redis "
+    "Cluster would hash each key's whole name instead of its tag";
 
 static bool
 prefix_is_bad(const struct redis_config *rc)
 {
+	const char *b;
+
 	return rc->ncluster > 0 && rc->key_prefix != NULL &&
-	    strchr(rc->key_prefix, '{') != NULL;
+	    (b = strchr(rc->key_prefix, '{')) != NULL && b[1] == '}';
 }
 
 int

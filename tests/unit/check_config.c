@@ -592,20 +592,16 @@ static const struct {
 	{ "redis:\n  cluster: [\"a:1\"]\n  url: \"redis://h/3\"\n",
 	  "t.yaml:2:3: redis: Redis Cluster has only db 0 and TCP nodes; "
 	  "redis.url may give credentials only" },
-	/* docs/configuration.md: a '{' in the prefix would be the keys'
-	 * hash tag on Redis Cluster, wherever it stands. */
+	/* docs/configuration.md: an empty hash tag at the prefix's first
+	 * '{' would make Redis Cluster hash each key's whole name. */
 	{ "redis:\n  cluster: [\"a:1\"]\n  key_prefix: \"app{}:\"\n",
-	  "t.yaml:3:15: redis.key_prefix: must not hold '{' with "
-	  "redis.cluster: Redis Cluster would take the hash tag from the "
-	  "prefix instead of each key's own" },
-	{ "redis:\n  key_prefix: \"{app}:\"\n  cluster: [\"a:1\"]\n",
-	  "t.yaml:2:15: redis.key_prefix: must not hold '{' with "
-	  "redis.cluster: Redis Cluster would take the hash tag from the "
-	  "prefix instead of each key's own" },
-	{ "redis:\n  cluster: [\"a:1\"]\n  key_prefix: \"rl{\"\n",
-	  "t.yaml:3:15: redis.key_prefix: must not hold '{' with "
-	  "redis.cluster: Redis Cluster would take the hash tag from the "
-	  "prefix instead of each key's own" },
+	  "t.yaml:3:15: redis.key_prefix: must not hold \"{}\" at its first "
+	  "'{' with redis.cluster: Redis Cluster would hash each key's whole "
+	  "name instead of its tag" },
+	{ "redis:\n  key_prefix: \"{}app{x}:\"\n  cluster: [\"a:1\"]\n",
+	  "t.yaml:2:15: redis.key_prefix: must not hold \"{}\" at its first "
+	  "'{' with redis.cluster: Redis Cluster would hash each key's whole "
+	  "name instead of its tag" },
 	{ "redis:\n  sentinel:\n    master: m\n",
 	  "t.yaml:3:5: redis.sentinel: needs master and at least one of "
 	  "nodes" },
@@ -1392,20 +1388,28 @@ END_TEST
  * lists copied, not shared) and takes every other key from the new file:
  * afterwards no start-only key differs. */
 /* A key_prefix may hold anything without a cluster, where braces mean
- * nothing, and a '}' with one: Redis looks for the first '{', and only
- * the key's own comes before a '}' after it (docs/configuration.md). */
+ * nothing; with one, any '{' but one followed at once by '}': a tag in the
+ * prefix, an unclosed '{' or a '}' alone still give the keys a script
+ * touches one slot (docs/configuration.md). */
 START_TEST(test_key_prefix_braces)
 {
+	static const char *const ok[] = { "app}:", "{app}:", "rl{", "a{b}{}" };
 	struct config *c;
+	char yaml[256];
+	size_t i;
 
 	c = expect_ok("redis:\n  key_prefix: \"app{}:\"\n");
 	ck_assert_str_eq(c->redis.key_prefix, "app{}:");
 	config_unref(c);
-	c = expect_ok(
-	    "backend: redis\nredis:\n  cluster: [\"a:1\"]\n"
-	    "  key_prefix: \"app}:\"\n");
-	ck_assert_str_eq(c->redis.key_prefix, "app}:");
-	config_unref(c);
+	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		snprintf(yaml, sizeof(yaml),
+		    "backend: redis\nredis:\n  cluster: [\"a:1\"]\n"
+		    "  key_prefix: \"%s\"\n",
+		    ok[i]);
+		c = expect_ok(yaml);
+		ck_assert_str_eq(c->redis.key_prefix, ok[i]);
+		config_unref(c);
+	}
 }
 END_TEST
 
@@ -1450,15 +1454,15 @@ START_TEST(test_keep_start_only)
 	ck_assert_str_eq(b->redis.url, "redis://h:1/0");
 	config_unref(b);
 
-	/* A kept cluster and a new key_prefix holding '{' (reloadable, and
+	/* A kept cluster and a new key_prefix holding "{}" (reloadable, and
 	 * fine without a cluster) no longer agree: refused. */
 	a = expect_ok("redis:\n  cluster: [\"a:1\"]\n");
 	b = expect_ok("redis:\n  key_prefix: \"app{}:\"\n");
 	ck_assert_int_eq(config_keep_start_only(b, a, err, sizeof(err)), -1);
 	ck_assert_str_eq(err,
-	    "redis.key_prefix: must not hold '{' with redis.cluster: Redis "
-	    "Cluster would take the hash tag from the prefix instead of each "
-	    "key's own");
+	    "redis.key_prefix: must not hold \"{}\" at its first '{' with "
+	    "redis.cluster: Redis Cluster would hash each key's whole name "
+	    "instead of its tag");
 	config_unref(a);
 	config_unref(b);
 

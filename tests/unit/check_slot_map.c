@@ -46,7 +46,7 @@ START_TEST(test_keyslot)
 	    slot_map_crc16(K("foo{bar")) & 16383);
 	ck_assert_uint_eq(slot_map_keyslot(K("}foo{")),
 	    slot_map_crc16(K("}foo{")) & 16383);
-	/* Why redis.key_prefix holds no '{' on Cluster (docs/stats.md): a
+	/* Why redis.key_prefix holds no "{}" on Cluster (docs/stats.md): a
 	 * stat key's sub-windows ("<key>:<s>") share the slot of their tag
 	 * ... */
 	ck_assert_uint_eq(slot_map_keyslot(K("rl:stat:lat:{~}:7")),
