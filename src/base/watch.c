@@ -1,14 +1,28 @@
 /*
  * watch.c - inotify on the config file's directory (see watch.h).
  *
- * One thread polls the inotify descriptor and a pipe used to stop it.  Two
- * directories are watched: the one the path names, where an event counts
- * when it names the file itself or "..data" (the symlink a ConfigMap
- * volume swaps), and the one the path resolves to (realpath: the target
- * of a symlink into another directory), where it counts when it names the
- * target.  Often they are one directory, and one watch.  After every batch
- * of events the path is resolved again: a target that moved is a change,
- * and its directory is watched instead of the old one.
+ * One thread polls the inotify descriptor and a pipe used to stop it.  The
+ * path is walked link by link, as the kernel would: the path, each
+ * symlink it leads through (a link's target is read relative to the
+ * link's directory), and the file at the end.  Every step of that chain
+ * has its directory watched, and an event there counts when it names that
+ * step, or "..data" (the symlink a ConfigMap volume swaps).  So a change
+ * of any link is seen, not only of the first and the last: -c conf.yaml
+ * -> a/link -> b/real.yaml, or a user's own symlink to a ConfigMap's
+ * file.  The walk follows at most WATCH_LINKS symlinks (the kernel
+ * allows 40; a config reached through more than a few is unheard of),
+ * logs when there are more, and then watches the file the path fully
+ * resolves to (realpath) as well, so a change of the file itself is
+ * still seen.  Directories often coincide, and share one watch.
+ *
+ * After every batch of events the chain is walked again: one that leads
+ * elsewhere (a link retargeted, a "..data" swapped, a chain grown or
+ * shrunk) is a change, and its directories are watched instead of the
+ * old ones; a watch no step uses any more is removed, so between walks
+ * there are never more than WATCH_LINKS + 3 of them.  A walk that fails (a link
+ * or the file being replaced) keeps the chain it had.  A symlink among the
+ * directories of a step's path (other than "..data") is followed by the
+ * watch but not itself watched (docs/operations.md).
  *
  * A change sets a deadline debounce_ms later, and each further event of
  * the file moves it (a file written in several steps is read once, whole);
@@ -36,57 +50,189 @@
 #define WATCH_MASK \
 	(IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_ATTRIB)
 
+/* Symlinks followed link by link (docs/operations.md). */
+#define WATCH_LINKS 8
+
+/* One step of the walk: a path, the watch on its directory, its name. */
+struct watch_step {
+	int wd;
+	char *path;	  /* as reached from the step before */
+	const char *name; /* into path: the last component */
+};
+
+/* The path, up to WATCH_LINKS symlinks, the file at the end, and (when
+ * the walk stopped short of it) the file the path fully resolves to. */
+struct watch_chain {
+	int n;
+	struct watch_step step[WATCH_LINKS + 2];
+	char *real; /* realpath(): NULL before the first walk */
+	bool cut;   /* more than WATCH_LINKS symlinks */
+};
+
 struct watch {
 	int ifd;
 	int stop[2]; /* pipe: write one byte to stop */
 	int debounce_ms;
 	char *path; /* as given */
 	char *base; /* the file's name within its directory */
-	int wd_dir; /* the directory the path names */
-	/* What the path resolved to last, its name within its directory
-	 * (into real) and that directory's watch (maybe wd_dir); NULL and
-	 * -1 while it does not resolve. */
-	char *real;
-	const char *real_base;
-	int wd_real;
+	int wd_dir; /* the directory the path names: watched throughout */
+	struct watch_chain chain; /* the last walk that succeeded */
 	watch_fn fn;
 	void *arg;
 	pthread_t thread;
 };
 
-/* Resolve the path again and watch the directory it leads to.  True if
- * it leads somewhere else than before (a change).  A path that does not
- * resolve (a file being replaced) keeps the watch it had. */
+/* Split path into its directory (into dir) and its last component. */
+static const char *
+split(const char *path, char *dir, size_t dirlen)
+{
+	const char *slash = strrchr(path, '/');
+
+	if (slash == NULL)
+		util_strlcpy(dir, ".", dirlen);
+	else if (slash == path)
+		util_strlcpy(dir, "/", dirlen);
+	else
+		snprintf(dir, dirlen, "%.*s", (int)(slash - path), path);
+	return slash != NULL ? slash + 1 : path;
+}
+
+/* Watch path's directory and append path as a step of c.  0, or -1. */
+static int
+chain_add(struct watch *w, struct watch_chain *c, const char *path)
+{
+	struct watch_step *s = &c->step[c->n];
+	char dir[PATH_MAX];
+	const char *name = split(path, dir, sizeof(dir));
+
+	if ((s->path = rl_strdup(path)) == NULL)
+		return -1;
+	s->name = s->path + (name - path);
+	/* A directory that vanished (a ConfigMap version deleted) fails
+	 * the walk, which is tried again at the next event. */
+	if ((s->wd = inotify_add_watch(w->ifd, dir, WATCH_MASK)) < 0) {
+		rl_free(s->path);
+		return -1;
+	}
+	c->n++;
+	return 0;
+}
+
+/* Does c use the watch wd? */
+static bool
+chain_uses(const struct watch_chain *c, int wd)
+{
+	int i;
+
+	for (i = 0; i < c->n; i++)
+		if (c->step[i].wd == wd)
+			return true;
+	return false;
+}
+
+/* Free c, removing each of its watches that keep (nor the directory the
+ * path names) does not use.  A watch whose directory was deleted went
+ * with it: removing it again fails, harmlessly. */
+static void
+chain_drop(struct watch *w, struct watch_chain *c,
+    const struct watch_chain *keep)
+{
+	int i;
+
+	for (i = 0; i < c->n; i++) {
+		if (c->step[i].wd != w->wd_dir &&
+		    !chain_uses(keep, c->step[i].wd))
+			(void)inotify_rm_watch(w->ifd, c->step[i].wd);
+		rl_free(c->step[i].path);
+	}
+	rl_free(c->real);
+	memset(c, 0, sizeof(*c));
+}
+
+/* Walk w->path link by link into c (empty), watching each step's
+ * directory before reading the step, so that no change slips between.
+ * 0, or -1 when it does not resolve (c then holds what was watched). */
+static int
+chain_walk(struct watch *w, struct watch_chain *c)
+{
+	char cur[PATH_MAX], target[PATH_MAX], dir[PATH_MAX];
+	const struct watch_step *last;
+	const char *slash;
+	ssize_t len;
+
+	if (util_strlcpy(cur, w->path, sizeof(cur)) >= sizeof(cur))
+		return -1;
+	for (;;) {
+		if (chain_add(w, c, cur) < 0)
+			return -1;
+		if ((len = readlink(cur, target, sizeof(target) - 1)) < 0) {
+			if (errno != EINVAL)
+				return -1; /* missing: being replaced */
+			break;		   /* not a symlink: the file */
+		}
+		target[len] = '\0';
+		if (c->n > WATCH_LINKS) {
+			c->cut = true;
+			break;
+		}
+		if (target[0] == '/') {
+			util_strlcpy(cur, target, sizeof(cur));
+		} else {
+			(void)split(cur, dir, sizeof(dir));
+			if (snprintf(cur, sizeof(cur), "%s/%s", dir, target) >=
+			    (int)sizeof(cur))
+				return -1;
+		}
+	}
+	if (realpath(w->path, target) == NULL ||
+	    (c->real = rl_strdup(target)) == NULL)
+		return -1;
+	/* The file at the end is the resolved one, unless the walk was cut
+	 * short (or the last step names it oddly, "dir/."): then watch the
+	 * resolved file too. */
+	last = &c->step[c->n - 1];
+	slash = strrchr(c->real, '/');
+	if (c->cut || strcmp(last->name, slash + 1) != 0)
+		return chain_add(w, c, c->real);
+	return 0;
+}
+
+/* Are a and b the same walk (same steps, same watches, same file)? */
+static bool
+chain_same(const struct watch_chain *a, const struct watch_chain *b)
+{
+	int i;
+
+	if (a->n != b->n || a->real == NULL || b->real == NULL ||
+	    strcmp(a->real, b->real) != 0)
+		return false;
+	for (i = 0; i < a->n; i++)
+		if (a->step[i].wd != b->step[i].wd ||
+		    strcmp(a->step[i].path, b->step[i].path) != 0)
+			return false;
+	return true;
+}
+
+/* Walk the path again and watch the directories it leads through.  True
+ * if it leads somewhere else than before (a change).  A path that does
+ * not resolve (a file being replaced) keeps the watches it had. */
 static bool
 resolve(struct watch *w)
 {
-	char buf[PATH_MAX], *real, *slash;
-	int wd;
+	struct watch_chain c;
 
-	if (realpath(w->path, buf) == NULL)
-		return false;
-	if (w->real != NULL && strcmp(buf, w->real) == 0)
-		return false;
-	if ((real = rl_strdup(buf)) == NULL)
-		return false;	   /* try again at the next event */
-	slash = strrchr(buf, '/'); /* realpath: absolute */
-	if (slash == buf)
-		slash[1] = '\0';
-	else
-		*slash = '\0';
-	if ((wd = inotify_add_watch(w->ifd, buf, WATCH_MASK)) < 0) {
-		log_warn("watch: %s", buf);
-		rl_free(real);
+	memset(&c, 0, sizeof(c));
+	if (chain_walk(w, &c) < 0 || chain_same(&c, &w->chain)) {
+		chain_drop(w, &c, &w->chain);
 		return false;
 	}
-	/* The old directory may be gone already (a ConfigMap version is
-	 * deleted after the swap): then its watch went with it. */
-	if (w->wd_real >= 0 && w->wd_real != w->wd_dir && w->wd_real != wd)
-		(void)inotify_rm_watch(w->ifd, w->wd_real);
-	rl_free(w->real);
-	w->real = real;
-	w->real_base = strrchr(real, '/') + 1;
-	w->wd_real = wd;
+	if (c.cut && !w->chain.cut)
+		log_warnx(
+		    "watch: %s leads through more than %d symlinks; "
+		    "a change of a link past the %dth is not seen",
+		    w->path, WATCH_LINKS, WATCH_LINKS);
+	chain_drop(w, &w->chain, &c);
+	w->chain = c;
 	return true;
 }
 
@@ -94,12 +240,22 @@ resolve(struct watch *w)
 static bool
 concerns(const struct watch *w, const struct inotify_event *ev)
 {
+	const struct watch_step *s;
+	int i;
+
 	if (ev->len == 0)
 		return false;
-	if (ev->wd == w->wd_dir &&
-	    (strcmp(ev->name, w->base) == 0 || strcmp(ev->name, "..data") == 0))
+	if (strcmp(ev->name, "..data") == 0 &&
+	    (ev->wd == w->wd_dir || chain_uses(&w->chain, ev->wd)))
 		return true;
-	return ev->wd == w->wd_real && strcmp(ev->name, w->real_base) == 0;
+	if (ev->wd == w->wd_dir && strcmp(ev->name, w->base) == 0)
+		return true;
+	for (i = 0; i < w->chain.n; i++) {
+		s = &w->chain.step[i];
+		if (ev->wd == s->wd && strcmp(ev->name, s->name) == 0)
+			return true;
+	}
+	return false;
 }
 
 /* Read pending events; true if any concerns the config file, or it now
@@ -168,26 +324,20 @@ watch_start(const char *path, int debounce_ms, watch_fn fn, void *arg,
     char *err, size_t errlen)
 {
 	struct watch *w;
-	const char *slash = strrchr(path, '/');
 	char dir[PATH_MAX];
+	const char *base = split(path, dir, sizeof(dir));
 
-	if (slash == NULL)
-		util_strlcpy(dir, ".", sizeof(dir));
-	else if (slash == path)
-		util_strlcpy(dir, "/", sizeof(dir));
-	else
-		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
 	if ((w = rl_calloc(1, sizeof(*w))) == NULL) {
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
 	w->ifd = w->stop[0] = w->stop[1] = -1;
-	w->wd_dir = w->wd_real = -1;
+	w->wd_dir = -1;
 	w->debounce_ms = debounce_ms;
 	w->fn = fn;
 	w->arg = arg;
 	if ((w->path = rl_strdup(path)) == NULL ||
-	    (w->base = rl_strdup(slash != NULL ? slash + 1 : path)) == NULL) {
+	    (w->base = rl_strdup(base)) == NULL) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
@@ -205,13 +355,14 @@ watch_start(const char *path, int debounce_ms, watch_fn fn, void *arg,
 	return w;
 
 fail:
-	if (w->ifd >= 0)
+	if (w->ifd >= 0) {
+		chain_drop(w, &w->chain, &w->chain);
 		close(w->ifd);
+	}
 	if (w->stop[0] >= 0) {
 		close(w->stop[0]);
 		close(w->stop[1]);
 	}
-	rl_free(w->real);
 	rl_free(w->base);
 	rl_free(w->path);
 	rl_free(w);
@@ -228,10 +379,10 @@ watch_stop(struct watch *w)
 	if (write(w->stop[1], &c, 1) < 0)
 		log_warn("watch: stop");
 	pthread_join(w->thread, NULL);
+	chain_drop(w, &w->chain, &w->chain); /* close() drops the watches */
 	close(w->ifd);
 	close(w->stop[0]);
 	close(w->stop[1]);
-	rl_free(w->real);
 	rl_free(w->base);
 	rl_free(w->path);
 	rl_free(w);

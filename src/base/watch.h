@@ -5,9 +5,10 @@
  * ways of replacing a config never write the old inode: an editor or
  * deployment tool renames a new file over it, and a Kubernetes ConfigMap
  * volume swaps a "..data" symlink to a new directory.  A path that is a
- * symlink into another directory is watched there too, where its target
- * is replaced (docs/operations.md).  Events are debounced (a burst of
- * writes is one change).
+ * symlink is followed link by link (at most 8), and the directory of
+ * every link and of the file at the end is watched, so that pointing any
+ * link elsewhere, or replacing the file, is a change (docs/operations.md).
+ * Events are debounced (a burst of writes is one change).
  */
 #ifndef RL_WATCH_H
 #define RL_WATCH_H

@@ -46,10 +46,12 @@ int cfg_parse_redis(struct loader *ld, const char *what, yaml_node_t *v,
 
 /*
  * The checks across the keys of redis (docs/configuration.md): cluster or
- * sentinel, not both; a cluster URL gives credentials only (db 0, TCP); TLS
- * needs a TCP address.  0, or -1 with the reason in err (*oom_out set when
- * it is "out of memory").  Run on the redis section as loaded and again
- * when RATELIMITD_REDIS_URL replaces redis.url.  rc is borrowed.
+ * sentinel, not both; a cluster URL gives credentials only (db 0, TCP); no
+ * '{' in key_prefix with a cluster; TLS needs a TCP address.  0, or -1
+ * with the reason in err (*oom_out set when it is "out of memory").  Run
+ * on the redis section as loaded, again when RATELIMITD_REDIS_URL
+ * replaces redis.url, and on a reload once the start-only keys are kept.
+ * rc is borrowed.
  */
 int cfg_redis_check(const struct redis_config *rc, char *err, size_t errlen,
     bool *oom_out);

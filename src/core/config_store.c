@@ -244,6 +244,31 @@ const struct schema cfg_memory_schema = { "memory", "memory.", memory_fields,
 
 _Static_assert(NELEM(redis_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
 
+/*
+ * On Redis Cluster a key's slot is the CRC16 of its hash tag: the bytes
+ * between its FIRST '{' and the next '}', or the whole name when those
+ * are empty.  Every key the daemon names begins with the prefix
+ * ("<key_prefix><rule>:{<key>}").  A prefix whose first '{' is followed
+ * at once by '}' makes that tag empty: Redis then hashes each whole name,
+ * which scatters the sub-windows of a stat key ("...{<t>}:<s>") over
+ * slots that no one script may touch together.  Any other '{' still gives
+ * every key one tag shared by the keys a script touches: a tag inside the
+ * prefix ("{app}:") puts every key in its one slot, an unclosed '{' takes
+ * the tag up to the key's own '}' (docs/configuration.md).
+ */
+static const char prefix_brace[] =
+    "must not hold \"{}\" at its first '{' with redis.cluster: Redis "
+    "Cluster would hash each key's whole name instead of its tag";
+
+static bool
+prefix_is_bad(const struct redis_config *rc)
+{
+	const char *b;
+
+	return rc->ncluster > 0 && rc->key_prefix != NULL &&
+	    (b = strchr(rc->key_prefix, '{')) != NULL && b[1] == '}';
+}
+
 int
 cfg_redis_check(const struct redis_config *rc, char *err, size_t errlen,
     bool *oom_out)
@@ -252,6 +277,10 @@ cfg_redis_check(const struct redis_config *rc, char *err, size_t errlen,
 	bool bad_cluster, bad_tls;
 
 	*oom_out = false;
+	if (prefix_is_bad(rc)) {
+		snprintf(err, errlen, "redis.key_prefix: %s", prefix_brace);
+		return -1;
+	}
 	if (rc->ncluster > 0 && rc->sentinel.master != NULL) {
 		snprintf(err, errlen,
 		    "set redis.cluster or redis.sentinel, not both");
@@ -282,6 +311,20 @@ cfg_redis_check(const struct redis_config *rc, char *err, size_t errlen,
 	return 0;
 }
 
+/* The node of key's value among seen (of cfg_redis_schema), else dflt. */
+static yaml_node_t *
+field_node(yaml_node_t *const seen[MAX_FIELDS], const char *key,
+    yaml_node_t *dflt)
+{
+	size_t i;
+
+	for (i = 0; i < cfg_redis_schema.nfields; i++)
+		if (strcmp(cfg_redis_schema.fields[i].name, key) == 0 &&
+		    seen[i] != NULL)
+			return seen[i];
+	return dflt;
+}
+
 int
 cfg_parse_redis(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 {
@@ -294,6 +337,12 @@ cfg_parse_redis(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 		return -1;
 	rc->password_file_at = cfg_place_of(&cfg_redis_schema, seen,
 	    "password_file");
+	/* Placed at the prefix itself (the default holds no '{'). */
+	if (prefix_is_bad(rc)) {
+		cfg_errf(ld, field_node(seen, "key_prefix", v),
+		    "%s.key_prefix: %s", what, prefix_brace);
+		return -1;
+	}
 	if (cfg_redis_check(rc, err, sizeof(err), &nomem) == -1) {
 		if (nomem)
 			return cfg_oom(ld);

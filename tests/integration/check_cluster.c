@@ -13,7 +13,8 @@
  * under the daemon is followed (ASK while it migrates, MOVED after); a
  * primary killed under load is replaced by its replica and decisions come
  * back by themselves, no request waiting past redis.timeout meanwhile.
- * The kill runs last: it changes the cluster.
+ * The kill runs last: it changes the cluster.  A key_prefix holding "{}"
+ * at its first '{' is refused (tcase "config", no cluster needed).
  */
 #include <check.h>
 #include <pthread.h>
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check_main.h"
 #include "harness.h"
@@ -920,6 +922,66 @@ START_TEST(test_primary_killed_failover)
 }
 END_TEST
 
+/* Write yaml_fmt to conf with listen port 1 (never bound: --check) and
+ * key_prefix prefix. */
+static void
+write_conf_with_prefix(const char *conf, const char *prefix)
+{
+	char yaml[2048];
+	const char *port, *p;
+	FILE *f;
+
+	snprintf(yaml, sizeof(yaml), yaml_fmt, 7000, "1s", 3);
+	port = strstr(yaml, "%PORT%");
+	p = strstr(yaml, "\"cl:\"");
+	ck_assert(port != NULL && p != NULL && port < p);
+	ck_assert((f = fopen(conf, "w")) != NULL);
+	fprintf(f, "%.*s1%.*s\"%s\"%s", (int)(port - yaml), yaml,
+	    (int)(p - port - 6), port + 6, prefix, p + 5);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+/*
+ * A key_prefix holding "{}" at its first '{' is refused with redis.cluster
+ * (docs/configuration.md): Redis would hash each key's whole name.  With
+ * "cl{}:" every stat answered 503 (a stat key's sub-windows fell in other
+ * slots than the one its script ran on).  Other braces still give the keys
+ * a script touches one slot, and are accepted.  No cluster is needed.
+ */
+START_TEST(test_key_prefix_brace_refused)
+{
+	static const char *const bad[] = { "cl{}:", "{}cl:" };
+	static const char *const good[] = { "cl}:", "{cl}:", "cl{" };
+	char conf[H_PATH_MAX + 16], out[H_PATH_MAX + 16];
+	char *argv[] = { getenv("RATELIMITD_BIN"), (char *)"-c", conf,
+		(char *)"--check", NULL };
+	char log[1024];
+	size_t i, n;
+	FILE *f;
+
+	snprintf(conf, sizeof(conf), "%s/brace.yaml", h_tmpdir());
+	snprintf(out, sizeof(out), "%s/brace.out", h_tmpdir());
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		write_conf_with_prefix(conf, bad[i]);
+		unlink(out); /* h_run appends */
+		ck_assert_int_eq(h_run(argv, out), 1);
+		ck_assert((f = fopen(out, "r")) != NULL);
+		n = fread(log, 1, sizeof(log) - 1, f);
+		log[n] = '\0';
+		fclose(f);
+		ck_assert_msg(strstr(log,
+				  "redis.key_prefix: must not hold \"{}\" at "
+				  "its first '{' with redis.cluster") != NULL,
+		    "%s: %s", bad[i], log);
+	}
+	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		write_conf_with_prefix(conf, good[i]);
+		unlink(out);
+		ck_assert_msg(h_run(argv, out) == 0, "%s refused", good[i]);
+	}
+}
+END_TEST
+
 static void
 suite_done(void)
 {
@@ -948,6 +1010,10 @@ test_suite(void)
 	tcase_add_test(tc, test_slot_migration_ask_then_moved);
 	tcase_add_test(tc, test_slot_migration_ask_noscript);
 	tcase_add_test(tc, test_primary_killed_failover);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("config");
+	tcase_add_test(tc, test_key_prefix_brace_refused);
 	suite_add_tcase(s, tc);
 	test_main_at_end(suite_done);
 	return s;

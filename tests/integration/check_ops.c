@@ -1073,6 +1073,52 @@ START_TEST(test_reload_symlink_other_dir)
 }
 END_TEST
 
+/* -c dir/c/conf.yaml -> ../l1/link -> ../l2/link -> ../r/real.yaml, each
+ * link in its own directory: pointing the middle link at l2b/link ->
+ * ../r2/real.yaml, a file with another limit, reloads.  (Only the first
+ * and the last link's directories used to be watched: it did not.) */
+START_TEST(test_reload_symlink_chain)
+{
+	static const char *const dirs[] = { "c", "l1", "l2", "l2b", "r", "r2" };
+	struct h_daemon d = { 0 };
+	struct ops_conf c = reload_conf;
+	char dir[H_PATH_MAX], p[H_PATH_MAX + 32], conf[H_PATH_MAX + 32];
+	char tmp[H_PATH_MAX + 32], pre[3 * H_PATH_MAX], yaml[4096];
+	size_t i;
+
+	ops_tmp_name(dir, sizeof(dir), "chain");
+	ck_assert(mkdir(dir, 0755) == 0);
+	for (i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		snprintf(p, sizeof(p), "%s/%s", dir, dirs[i]);
+		ck_assert(mkdir(p, 0755) == 0);
+	}
+	snprintf(p, sizeof(p), "%s/l2/link", dir);
+	ck_assert(symlink("../r/real.yaml", p) == 0);
+	snprintf(p, sizeof(p), "%s/l1/link", dir);
+	ck_assert(symlink("../l2/link", p) == 0);
+	snprintf(conf, sizeof(conf), "%s/c/conf.yaml", dir);
+	ck_assert(symlink("../l1/link", conf) == 0);
+	snprintf(pre, sizeof(pre),
+	    "cp \"$2\" '%s/r/real.yaml' && set -- -c '%s'", dir, conf);
+	ops_wrap_daemon(pre);
+	ops_start(&d, 0, &c);
+	ck_assert_int_eq(ops_current_limit(), 1);
+
+	c.limit = 6;
+	ops_render_for(&d, &c, yaml, sizeof(yaml));
+	snprintf(p, sizeof(p), "%s/r2/real.yaml", dir);
+	ops_write_file(p, yaml);
+	snprintf(p, sizeof(p), "%s/l2b/link", dir);
+	ck_assert(symlink("../r2/real.yaml", p) == 0);
+	snprintf(tmp, sizeof(tmp), "%s/l1/link.tmp", dir);
+	snprintf(p, sizeof(p), "%s/l1/link", dir);
+	ck_assert(symlink("../l2b/link", tmp) == 0);
+	ck_assert_msg(rename(tmp, p) == 0, "rename: %s", strerror(errno));
+	ck_assert_int_eq(ops_wait_limit(6, 2000), 6);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 /* A file with a syntax error: rejected, the old rules stay, the log says
  * FILE:LINE:COL, and the failure counter goes up by exactly one. */
 START_TEST(test_reload_bad_file)
@@ -1911,6 +1957,7 @@ test_suite(void)
 	tcase_add_test(tc, test_reload_rename);
 	tcase_add_test(tc, test_reload_configmap);
 	tcase_add_test(tc, test_reload_symlink_other_dir);
+	tcase_add_test(tc, test_reload_symlink_chain);
 	tcase_add_test(tc, test_reload_bad_file);
 
 	tc = tcase(s, "metrics");

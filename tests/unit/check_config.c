@@ -592,6 +592,16 @@ static const struct {
 	{ "redis:\n  cluster: [\"a:1\"]\n  url: \"redis://h/3\"\n",
 	  "t.yaml:2:3: redis: Redis Cluster has only db 0 and TCP nodes; "
 	  "redis.url may give credentials only" },
+	/* docs/configuration.md: an empty hash tag at the prefix's first
+	 * '{' would make Redis Cluster hash each key's whole name. */
+	{ "redis:\n  cluster: [\"a:1\"]\n  key_prefix: \"app{}:\"\n",
+	  "t.yaml:3:15: redis.key_prefix: must not hold \"{}\" at its first "
+	  "'{' with redis.cluster: Redis Cluster would hash each key's whole "
+	  "name instead of its tag" },
+	{ "redis:\n  key_prefix: \"{}app{x}:\"\n  cluster: [\"a:1\"]\n",
+	  "t.yaml:2:15: redis.key_prefix: must not hold \"{}\" at its first "
+	  "'{' with redis.cluster: Redis Cluster would hash each key's whole "
+	  "name instead of its tag" },
 	{ "redis:\n  sentinel:\n    master: m\n",
 	  "t.yaml:3:5: redis.sentinel: needs master and at least one of "
 	  "nodes" },
@@ -1377,6 +1387,32 @@ END_TEST
 /* A reload keeps the running value of every start-only key (strings and
  * lists copied, not shared) and takes every other key from the new file:
  * afterwards no start-only key differs. */
+/* A key_prefix may hold anything without a cluster, where braces mean
+ * nothing; with one, any '{' but one followed at once by '}': a tag in the
+ * prefix, an unclosed '{' or a '}' alone still give the keys a script
+ * touches one slot (docs/configuration.md). */
+START_TEST(test_key_prefix_braces)
+{
+	static const char *const ok[] = { "app}:", "{app}:", "rl{", "a{b}{}" };
+	struct config *c;
+	char yaml[256];
+	size_t i;
+
+	c = expect_ok("redis:\n  key_prefix: \"app{}:\"\n");
+	ck_assert_str_eq(c->redis.key_prefix, "app{}:");
+	config_unref(c);
+	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		snprintf(yaml, sizeof(yaml),
+		    "backend: redis\nredis:\n  cluster: [\"a:1\"]\n"
+		    "  key_prefix: \"%s\"\n",
+		    ok[i]);
+		c = expect_ok(yaml);
+		ck_assert_str_eq(c->redis.key_prefix, ok[i]);
+		config_unref(c);
+	}
+}
+END_TEST
+
 START_TEST(test_keep_start_only)
 {
 	struct config *a, *b;
@@ -1418,6 +1454,18 @@ START_TEST(test_keep_start_only)
 	ck_assert_str_eq(b->redis.url, "redis://h:1/0");
 	config_unref(b);
 
+	/* A kept cluster and a new key_prefix holding "{}" (reloadable, and
+	 * fine without a cluster) no longer agree: refused. */
+	a = expect_ok("redis:\n  cluster: [\"a:1\"]\n");
+	b = expect_ok("redis:\n  key_prefix: \"app{}:\"\n");
+	ck_assert_int_eq(config_keep_start_only(b, a, err, sizeof(err)), -1);
+	ck_assert_str_eq(err,
+	    "redis.key_prefix: must not hold \"{}\" at its first '{' with "
+	    "redis.cluster: Redis Cluster would hash each key's whole name "
+	    "instead of its tag");
+	config_unref(a);
+	config_unref(b);
+
 	/* A kept unix:// URL and a new tls section (reloadable) no longer
 	 * agree: the reload is refused. */
 	a = expect_ok("backend: redis\nredis:\n  url: \"unix:///r.sock\"\n");
@@ -1442,6 +1490,7 @@ test_suite(void)
 	tcase_add_test(tc, test_defaults);
 	tcase_add_test(tc, test_start_only_changes);
 	tcase_add_test(tc, test_keep_start_only);
+	tcase_add_test(tc, test_key_prefix_braces);
 	tcase_add_test(tc, test_redis_tls);
 	tcase_add_test(tc, test_null_sections);
 	tcase_add_test(tc, test_prefetch);

@@ -46,6 +46,20 @@ START_TEST(test_keyslot)
 	    slot_map_crc16(K("foo{bar")) & 16383);
 	ck_assert_uint_eq(slot_map_keyslot(K("}foo{")),
 	    slot_map_crc16(K("}foo{")) & 16383);
+	/* Why redis.key_prefix holds no "{}" on Cluster (docs/stats.md): a
+	 * stat key's sub-windows ("<key>:<s>") share the slot of their tag
+	 * ... */
+	ck_assert_uint_eq(slot_map_keyslot(K("rl:stat:lat:{~}:7")),
+	    slot_map_keyslot(K("rl:stat:lat:{~}")));
+	ck_assert_uint_eq(slot_map_keyslot(K("rl}:stat:lat:{~}:7")),
+	    slot_map_keyslot(K("~")));
+	/* ... unless an empty tag in the prefix hashes each whole name,
+	 * scattering them, */
+	ck_assert_uint_ne(slot_map_keyslot(K("app{}:stat:lat:{~}:7")),
+	    slot_map_keyslot(K("app{}:stat:lat:{~}")));
+	/* or a tag in the prefix puts every key in one slot. */
+	ck_assert_uint_eq(slot_map_keyslot(K("{app}:one:{u1}")),
+	    slot_map_keyslot(K("{app}:one:{u2}")));
 	/* Bytes past a NUL count (keys are binary). */
 	ck_assert_uint_ne(slot_map_keyslot("a\0b", 3),
 	    slot_map_keyslot("a\0c", 3));

@@ -2,8 +2,11 @@
  * check_watch.c - the config file watch (src/base/watch.c) on real files
  * in a temporary directory: a file replaced by rename is seen; a path that
  * is a symlink into another directory is seen when its target is replaced,
- * and again after the link is pointed elsewhere; other files changing all
- * the time in the directory do not hold a pending change back.
+ * and again after the link is pointed elsewhere; a change of any link of
+ * a chain of symlinks is seen (a ConfigMap's "..data" swap behind a
+ * user's own symlink too), and a chain longer than the walk follows still
+ * sees its file replaced; other files changing all the time in the
+ * directory do not hold a pending change back.
  */
 #include <check.h>
 #include <errno.h>
@@ -183,6 +186,148 @@ START_TEST(test_symlink_other_dir)
 }
 END_TEST
 
+/* Point link at target the way deployment tools do: a new symlink renamed
+ * over the old one. */
+static void
+relink(const char *target, const char *link)
+{
+	char tmp[PATH_MAX];
+
+	snprintf(tmp, sizeof(tmp), "%s.tmp", link);
+	ck_assert_msg(symlink(target, tmp) == 0, "symlink %s: %s", tmp,
+	    strerror(errno));
+	ck_assert_msg(rename(tmp, link) == 0, "rename: %s", strerror(errno));
+}
+
+static void
+make_dir(const char *rel)
+{
+	char p[PATH_MAX];
+
+	ck_assert_msg(mkdir(at(p, rel), 0755) == 0, "mkdir %s: %s", p,
+	    strerror(errno));
+}
+
+/*
+ * c/conf.yaml -> ../l1/link -> ../l2/link -> ../r/real.yaml, each link in
+ * its own directory.  Pointing the middle link l1/link at l2b/link ->
+ * ../r2/real.yaml is a change (only c/ and r/ used to be watched: it was
+ * never seen), and then r2/ is watched.  Shortening the chain
+ * (l1/link -> ../r/real.yaml) is a change too, and l2b/ no longer counts.
+ */
+START_TEST(test_symlink_chain)
+{
+	char p[PATH_MAX], conf[PATH_MAX];
+	struct watch *w;
+
+	make_dir("c");
+	make_dir("l1");
+	make_dir("l2");
+	make_dir("l2b");
+	make_dir("r");
+	make_dir("r2");
+	write_file(at(p, "r/real.yaml"), "r\n");
+	ck_assert_int_eq(symlink("../r/real.yaml", at(p, "l2/link")), 0);
+	ck_assert_int_eq(symlink("../l2/link", at(p, "l1/link")), 0);
+	ck_assert_int_eq(symlink("../l1/link", at(conf, "c/conf.yaml")), 0);
+	w = start(conf);
+
+	write_file(at(p, "r2/real.yaml"), "r2\n");
+	ck_assert_int_eq(symlink("../r2/real.yaml", at(p, "l2b/link")), 0);
+	ck_assert_int_eq(changes_within(pfd[0], 400), 0);
+	relink("../l2b/link", at(p, "l1/link"));
+	ck_assert_msg(first_change_ms(pfd[0], 2000) >= 0,
+	    "a change of the chain's middle link was not seen");
+	replace_file(at(p, "r2/real.yaml"), "r2 again\n");
+	ck_assert_msg(first_change_ms(pfd[0], 2000) >= 0,
+	    "the new end of the chain was not watched");
+
+	relink("../r/real.yaml", at(p, "l1/link"));
+	ck_assert_msg(first_change_ms(pfd[0], 2000) >= 0,
+	    "a chain that got shorter was not seen");
+	relink("../r/real.yaml", at(p, "l2b/link"));
+	replace_file(at(p, "r2/real.yaml"), "r2 gone\n");
+	ck_assert_int_eq(changes_within(pfd[0], 600), 0);
+	replace_file(at(p, "r/real.yaml"), "r again\n");
+	ck_assert_int_ge(first_change_ms(pfd[0], 2000), 0);
+	watch_stop(w);
+}
+END_TEST
+
+/*
+ * A user's own symlink to a file of a ConfigMap volume: u/conf.yaml ->
+ * ../cm/ratelimitd.yaml -> ..data/ratelimitd.yaml, ..data -> ..v1.  The
+ * kubelet swapping ..data to ..v2 is a change, and so is the next swap.
+ */
+START_TEST(test_configmap_behind_symlink)
+{
+	char p[PATH_MAX], conf[PATH_MAX];
+	struct watch *w;
+
+	make_dir("u");
+	make_dir("cm");
+	make_dir("cm/..v1");
+	make_dir("cm/..v2");
+	make_dir("cm/..v3");
+	write_file(at(p, "cm/..v1/ratelimitd.yaml"), "v1\n");
+	write_file(at(p, "cm/..v2/ratelimitd.yaml"), "v2\n");
+	write_file(at(p, "cm/..v3/ratelimitd.yaml"), "v3\n");
+	ck_assert_int_eq(symlink("..v1", at(p, "cm/..data")), 0);
+	ck_assert_int_eq(symlink("..data/ratelimitd.yaml",
+			     at(p, "cm/ratelimitd.yaml")),
+	    0);
+	ck_assert_int_eq(symlink("../cm/ratelimitd.yaml",
+			     at(conf, "u/conf.yaml")),
+	    0);
+	w = start(conf);
+
+	relink("..v2", at(p, "cm/..data"));
+	ck_assert_msg(first_change_ms(pfd[0], 2000) >= 0,
+	    "the ..data swap behind a symlink was not seen");
+	relink("..v3", at(p, "cm/..data"));
+	ck_assert_int_ge(first_change_ms(pfd[0], 2000), 0);
+	watch_stop(w);
+}
+END_TEST
+
+/*
+ * A chain of 12 symlinks, more than the walk follows: a change of the
+ * second link is seen, and so is the file at the end replaced (the
+ * resolved file is watched when the walk stops short of it).
+ */
+START_TEST(test_symlink_chain_too_long)
+{
+	char p[PATH_MAX], target[80], rel[64], conf[PATH_MAX];
+	struct watch *w;
+	int i;
+
+	make_dir("r");
+	make_dir("r2");
+	write_file(at(p, "r/real.yaml"), "r\n");
+	write_file(at(p, "r2/real.yaml"), "r2\n");
+	snprintf(target, sizeof(target), "../r/real.yaml");
+	for (i = 12; i >= 1; i--) {
+		snprintf(rel, sizeof(rel), "d%d", i);
+		make_dir(rel);
+		snprintf(rel, sizeof(rel), "d%d/link", i);
+		ck_assert_int_eq(symlink(target, at(p, rel)), 0);
+		snprintf(target, sizeof(target), "../%s", rel);
+	}
+	ck_assert_int_eq(symlink("d1/link", at(conf, "conf.yaml")), 0);
+	w = start(conf);
+
+	replace_file(at(p, "r/real.yaml"), "r again\n");
+	ck_assert_msg(first_change_ms(pfd[0], 2000) >= 0,
+	    "the file at the end of a long chain was not watched");
+	relink("../r2/real.yaml", at(p, "d2/link"));
+	ck_assert_msg(first_change_ms(pfd[0], 2000) >= 0,
+	    "a change of the second link was not seen");
+	replace_file(at(p, "r2/real.yaml"), "r2 again\n");
+	ck_assert_int_ge(first_change_ms(pfd[0], 2000), 0);
+	watch_stop(w);
+}
+END_TEST
+
 /*
  * A change, then another file in the directory written every 100 ms (less
  * than the debounce) for 1.5 s: the change is still called back about
@@ -227,6 +372,9 @@ test_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_rename_over);
 	tcase_add_test(tc, test_symlink_other_dir);
+	tcase_add_test(tc, test_symlink_chain);
+	tcase_add_test(tc, test_configmap_behind_symlink);
+	tcase_add_test(tc, test_symlink_chain_too_long);
 	tcase_add_test(tc, test_busy_directory);
 	suite_add_tcase(s, tc);
 	return s;
