@@ -44,11 +44,17 @@
  * deadline and sleeps no longer than the first; a call past its deadline
  * fails at once with BACKEND_ERR_TIMEOUT, and its part of a late reply is
  * dropped.  A call whose script may have run is never sent again (it
- * would count twice): a closed connection fails its calls.  NOSCRIPT means
- * the script did not run, so the batch is sent again once, after SCRIPT
- * LOAD.  A connection whose oldest command is older than the timeout is
- * closed (everything on it has failed by then), and so is a connect that
- * takes longer.
+ * would count twice): a closed connection fails its calls.  Only a call
+ * none of whose bytes reached a socket (queued on a connection still
+ * connecting, or behind what the socket had not taken) is known not to
+ * have run (redis_conn_unwritten()): under Sentinel such a call, and one
+ * no connection could take, is parked until the sentinels next name the
+ * primary and sent there, within its deadline (redis_flight_requeue(),
+ * docs/scale.md); on a single Redis or a Cluster it fails as before.
+ * NOSCRIPT means the script did not run, so the batch is sent again once,
+ * after SCRIPT LOAD.  A connection whose oldest command is older than the
+ * timeout is closed (everything on it has failed by then), and so is a connect
+ * that takes longer.
  *
  * Script.  Every new connection queues AUTH, SELECT and SCRIPT LOAD ahead
  * of the first call; EVALSHA uses the SHA1 the Makefile computed from the
@@ -113,6 +119,7 @@ redis_submit(struct backend *b, struct backend_call *call)
 	q->next = q->prev = NULL;
 	q->batch = NULL;
 	q->split = NULL;
+	q->unwritten = false;
 	q->kind = call->n > 0 ?
 	    (call->lease_op != BACKEND_LEASE_NONE ? REDIS_CALL_LEASE :
 						    REDIS_CALL_REQUEST) :

@@ -14,8 +14,13 @@
  *
  * Closing fails every entry of the ring with NULL and a reason: a command
  * in flight may or may not have run, and the owner must not send it again.
- * The ring is moved aside before the callbacks run, so a callback may send
- * on the same connection (which then connects anew).
+ * Only a command none of whose bytes reached the socket (queued while
+ * connecting, or behind a write the socket did not take) is known not to
+ * have run: each entry keeps where its bytes start in the stream of this
+ * socket, the connection how far that stream was handed to send(2) or
+ * SSL_write, and the callback may ask (redis_conn_unwritten()).  The ring
+ * is moved aside before the callbacks run, so a callback may send on the
+ * same connection (which then connects anew).
  *
  * Nothing blocks the owner's thread, not even DNS.  A numeric address is
  * connected to at once.  A host name is looked up on a thread of its own
@@ -72,6 +77,7 @@ struct redis_pending {
 	redis_reply_fn fn;
 	void *arg;
 	int64_t queued_us;
+	uint64_t start; /* its first byte in the socket's stream */
 };
 
 struct redis_conn {
@@ -91,6 +97,10 @@ struct redis_conn {
 
 	char *out; /* formatted commands to write */
 	size_t out_off, out_len, out_cap;
+	/* Bytes of this socket's stream queued, and handed to the socket
+	 * (a TLS write that waits counts all it was given). */
+	uint64_t queued_bytes, written_bytes;
+	bool unwritten; /* the closing callback's command never left */
 
 	struct redis_pending *ring; /* commands waiting for a reply */
 	size_t head, count, cap;
@@ -104,7 +114,7 @@ struct redis_conn {
 /* ---- the ring of commands in flight ---------------------------------- */
 
 static int
-ring_push(struct redis_conn *c, redis_reply_fn fn, void *arg)
+ring_push(struct redis_conn *c, redis_reply_fn fn, void *arg, uint64_t start)
 {
 	if (c->count == c->cap) {
 		size_t cap = c->cap == 0 ? REDIS_CONN_RING_MIN : 2 * c->cap, i;
@@ -123,6 +133,7 @@ ring_push(struct redis_conn *c, redis_reply_fn fn, void *arg)
 		.fn = fn,
 		.arg = arg,
 		.queued_us = util_monotonic_us(),
+		.start = start,
 	};
 	c->count++;
 	return 0;
@@ -207,10 +218,11 @@ queue_command(struct redis_conn *c, int argc, const char **argv,
 		*p++ = '\n';
 	}
 	c->out_len = (size_t)(p - c->out);
-	if (ring_push(c, fn, arg) == -1) {
+	if (ring_push(c, fn, arg, c->queued_bytes) == -1) {
 		c->out_len = before;
 		return -1;
 	}
+	c->queued_bytes += c->out_len - before;
 	return 0;
 }
 
@@ -462,6 +474,7 @@ redis_conn_close(struct redis_conn *c, const char *why)
 	struct redis_pending *ring = c->ring;
 	size_t head = c->head, count = c->count, cap = c->cap, i;
 	bool was_open = c->state != REDIS_CONN_CLOSED;
+	uint64_t written = c->written_bytes;
 
 	if (c->ssl != NULL) {
 		/* No close_notify (we are not waiting for its answer), but
@@ -490,6 +503,7 @@ redis_conn_close(struct redis_conn *c, const char *why)
 		redisReaderFree(c->reader);
 	c->reader = NULL;
 	c->out_off = c->out_len = 0;
+	c->queued_bytes = c->written_bytes = 0;
 	if (why != NULL && *why != '\0')
 		snprintf(c->last_error, sizeof(c->last_error), "%s", why);
 	c->ring = NULL;
@@ -497,7 +511,9 @@ redis_conn_close(struct redis_conn *c, const char *why)
 	for (i = 0; i < count; i++) {
 		struct redis_pending *p = &ring[(head + i) % cap];
 
+		c->unwritten = p->start >= written;
 		p->fn(p->arg, NULL, c->last_error);
+		c->unwritten = false;
 	}
 	rl_free(ring);
 	if (was_open && c->push_fn != NULL)
@@ -867,6 +883,9 @@ conn_write_tls(struct redis_conn *c)
 
 	while (c->out_off < c->out_len) {
 		left = c->out_len - c->out_off;
+		/* Whatever SSL_write is given may leave, in part, even when
+		 * it asks to be called again. */
+		c->written_bytes = c->queued_bytes;
 		ERR_clear_error();
 		w = SSL_write(c->ssl, c->out + c->out_off,
 		    left > INT_MAX ? INT_MAX : (int)left);
@@ -901,6 +920,7 @@ conn_write(struct redis_conn *c)
 			return -1;
 		}
 		c->out_off += (size_t)w;
+		c->written_bytes += (uint64_t)w;
 	}
 	c->out_off = c->out_len = 0;
 	return 0;
@@ -1127,6 +1147,12 @@ redis_conn_connect_expired(struct redis_conn *c)
 		redis_conn_close(c, REDIS_TLS_HUNG);
 	} else
 		redis_conn_close(c, "connect: timed out");
+}
+
+bool
+redis_conn_unwritten(const struct redis_conn *c)
+{
+	return c->unwritten;
 }
 
 const char *

@@ -37,8 +37,8 @@ enum redis_conn_state {
 /*
  * The answer to one command: r is the reply (an error reply included),
  * owned by the connection and freed after the call; or r is NULL and err
- * says why there will be none (the connection closed: nothing is known of
- * whether the command ran).
+ * says why there will be none (the connection closed: whether the command
+ * ran is not known, unless redis_conn_unwritten() says it never left).
  */
 typedef void (*redis_reply_fn)(void *arg, redisReply *r, const char *err);
 
@@ -130,6 +130,15 @@ redisReader *redis_reader_new(void);
  * five integers per check).  freeReplyObject() frees it too, keeping
  * nothing. */
 void redis_reply_free(redisReply *r);
+
+/*
+ * Inside a reply function run with r NULL (the connection closed): true
+ * when none of that command's bytes reached the socket (it was queued
+ * while connecting, or behind what the socket had not taken yet), so the
+ * server never saw it and it may be sent again; false when it may have
+ * run.  False anywhere else.
+ */
+bool redis_conn_unwritten(const struct redis_conn *c);
 
 /* Why the last connection closed ("" if never), for logs. */
 const char *redis_conn_last_error(const struct redis_conn *c);

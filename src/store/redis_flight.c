@@ -7,11 +7,16 @@
  * A call that cannot be routed now (no slot map yet, a slot without owner,
  * no primary known, TRYAGAIN) is parked: it stays in the deadline list
  * without a batch and is routed again when the topology is known, or fails
- * at its deadline (redis_loop.c).
+ * at its deadline (redis_loop.c).  Under Sentinel so is a call whose
+ * command never reached a socket (a connect that failed or was given up,
+ * the primary moved while connecting): Redis never saw it, so it is sent
+ * again to the primary the sentinels name next, within its deadline.  A
+ * call whose command may have run is never sent again (backend_redis.c).
  *
  * Thread: the store's I/O thread.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "store/redis_priv.h"
 
@@ -151,4 +156,27 @@ redis_flight_unpark_all(struct redis_backend *rb)
 		redis_flight_remove(rb, call);
 		redis_flight_soon(rb, call);
 	}
+}
+
+/* b never left: under Sentinel, park its calls for the next primary. */
+bool
+redis_flight_requeue(struct redis_batch *b, const char *why)
+{
+	struct redis_backend *rb = b->rb;
+	char msg[BACKEND_ERR_MAX];
+	size_t i;
+
+	if (rb->mode != REDIS_SENTINEL || rb->closing)
+		return false;
+	snprintf(msg, sizeof(msg),
+	    "%s; the calls not sent yet wait for the primary the sentinels "
+	    "name",
+	    why);
+	redis_log_failure(rb, BACKEND_ERR_CONNECT, msg);
+	for (i = 0; i < b->ncalls; i++)
+		if (b->calls[i] != NULL)
+			redis_call(b->calls[i])->unwritten = true;
+	redis_flight_park(b, 0, false);
+	redis_node_want_topology(rb);
+	return true;
 }

@@ -180,11 +180,15 @@ expire(struct redis_backend *rb, int64_t next)
 	char msg[BACKEND_ERR_MAX];
 
 	while (rb->fhead != NULL && rb->fhead->deadline_us <= now) {
+		const struct redis_call_priv *q = redis_call(rb->fhead);
+		const char *why = q->batch != NULL ?
+		    "" :
+		    q->unwritten ?
+		    " (never sent: no connection to the primary)" :
+		    " (no primary known for its keys)";
+
 		snprintf(msg, sizeof(msg), "no answer within %" PRId64 " ms%s",
-		    rb->timeout_us / 1000,
-		    redis_call(rb->fhead)->batch == NULL ?
-			" (no primary known for its keys)" :
-			"");
+		    rb->timeout_us / 1000, why);
 		redis_flight_finish(rb, rb->fhead, -1, BACKEND_ERR_TIMEOUT,
 		    msg);
 	}

@@ -249,6 +249,7 @@ struct redis_call_priv {
 	struct redis_batch *batch;	  /* sent or about to be; NULL: none */
 	struct redis_split *split;	  /* Cluster: a part's or take-back's */
 	bool trial;			  /* the half-open circuit's trial */
+	bool unwritten;			  /* Sentinel: parked, never sent */
 	unsigned char kind;		  /* enum redis_call_kind */
 	unsigned char redirects;	  /* Cluster: MOVED / ASK followed */
 };
@@ -317,6 +318,11 @@ void redis_flight_park(struct redis_batch *b, int64_t unpark_us,
     bool redirected);
 /* Send every parked call again, at the next turn. */
 void redis_flight_unpark_all(struct redis_backend *rb);
+/* b's command never left (a connection closed before writing it, or none
+ * could take it; why says which): under Sentinel its calls are parked for
+ * the primary the sentinels name next, which they are asked for, and true
+ * is returned; else false, and the caller fails them. */
+bool redis_flight_requeue(struct redis_batch *b, const char *why);
 
 /* ---- redis_node.c: servers, their connections, where a call goes ------ */
 

@@ -283,7 +283,13 @@ redis_reply_batch(void *arg, redisReply *r, const char *err)
 	struct redis_slot *s = b->slot; /* b->slot moves on ASK */
 
 	if (r == NULL) {
-		reply_lost(b, err);
+		char why[BACKEND_ERR_MAX];
+
+		/* Never written: Redis never saw it, it may go again. */
+		snprintf(why, sizeof(why), "connection lost: %s", err);
+		if (s == NULL || !redis_conn_unwritten(s->conn) ||
+		    !redis_flight_requeue(b, why))
+			reply_lost(b, err);
 		goto out;
 	}
 	if (s != NULL)

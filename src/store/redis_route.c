@@ -37,13 +37,16 @@ turn_send(struct redis_backend *rb, struct redis_turn *t, size_t i)
 		redis_flight_park(b, 0, false);
 		redis_batch_free(b);
 	} else if (rc == -1) {
-		/* Still waiting to reconnect after a TLS failure: counted
-		 * as what it is (redis_tls.h). */
-		redis_flight_fail(b,
-		    strstr(err, "(reconnecting: " REDIS_TLS_PREFIX) != NULL ?
-			BACKEND_ERR_TLS :
-			BACKEND_ERR_CONNECT,
-		    err);
+		/* Nothing was sent: under Sentinel the calls wait for the
+		 * primary; else they fail, still waiting to reconnect after
+		 * a TLS failure counted as what it is (redis_tls.h). */
+		if (!redis_flight_requeue(b, err))
+			redis_flight_fail(b,
+			    strstr(err, "(reconnecting: " REDIS_TLS_PREFIX) !=
+				    NULL ?
+				BACKEND_ERR_TLS :
+				BACKEND_ERR_CONNECT,
+			    err);
 		redis_batch_free(b);
 	}
 }

@@ -9,7 +9,10 @@
  * redis.timeout meanwhile; /metrics counts the failover; and when the
  * daemon's subscription hears nothing (its sentinel stopped), the old
  * primary's READONLY makes it ask the sentinels again.  The kill runs
- * last: it leaves no replica.
+ * last: it leaves no replica.  A second group of servers, fresh, shows
+ * that calls that never reached a socket while the primary was down
+ * (refused connects, no connection to send on) wait for the new primary
+ * and are decided there, not by on_backend_error.
  */
 #include <check.h>
 #include <pthread.h>
@@ -32,7 +35,7 @@ static const char yaml_fmt[] =
     "  sentinel:\n"
     "    master: mymaster\n"
     "    nodes: [\"127.0.0.1:%d\", \"127.0.0.1:%d\", \"127.0.0.1:%d\"]\n"
-    "  timeout: 500ms\n"
+    "  timeout: %s\n"
     "  pool_size: 2\n"
     "  key_prefix: \"sn:\"\n"
     "on_backend_error: deny\n"
@@ -63,16 +66,23 @@ sentinels_down(void)
 	h_reap_orphans();
 }
 
+/* A daemon on the sentinels, with redis.timeout timeout. */
 static void
-start(struct h_daemon *d)
+start_timeout(struct h_daemon *d, const char *timeout)
 {
 	char yaml[2048];
 
 	memset(d, 0, sizeof(*d));
 	snprintf(yaml, sizeof(yaml), yaml_fmt, sen.sentinel[0].port,
-	    sen.sentinel[1].port, sen.sentinel[2].port);
+	    sen.sentinel[1].port, sen.sentinel[2].port, timeout);
 	d->redis_port = sen.primary.port;
 	h_daemon_start(d, yaml);
+}
+
+static void
+start(struct h_daemon *d)
+{
+	start_timeout(d, "500ms");
 }
 
 static long
@@ -357,6 +367,122 @@ START_TEST(test_failover_followed)
 }
 END_TEST
 
+/* A request sent from a thread of its own, after a delay. */
+struct late_request {
+	pthread_t thread;
+	int port;
+	long long delay_ms, took_ms;
+	struct h_resp r;
+};
+
+static void *
+late_request_run(void *arg)
+{
+	struct late_request *q = arg;
+	const char *body = "{\"user\":\"u\"}";
+	CURL *c = h_curl_new();
+	long long t;
+
+	h_sleep_ms(q->delay_ms);
+	t = h_now_ms();
+	(void)h_request(c, q->port, &q->r, "POST", "/acquire", body,
+	    strlen(body), NULL);
+	q->took_ms = h_now_ms() - t;
+	curl_easy_cleanup(c);
+	return NULL;
+}
+
+/* The backend errors of the Redis store so far, every kind. */
+static long long
+backend_errors(void)
+{
+	static const char *const kinds[] = { "connect", "timeout", "protocol",
+		"circuit_open", "tls" };
+	char name[160];
+	long long sum = 0;
+	size_t i;
+
+	for (i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+		snprintf(name, sizeof(name),
+		    "ratelimitd_backend_errors_total{backend=\"redis\","
+		    "kind=\"%s\"}",
+		    kinds[i]);
+		sum += h_metric(name);
+	}
+	return sum;
+}
+
+/* The other group is done with (its primary killed): a fresh one. */
+static void
+group_fresh(void)
+{
+	sentinels_resume();
+	h_sentinel_stop(&sen);
+	h_reap_orphans();
+	h_sentinel_start(&sen);
+}
+
+/*
+ * The primary is killed with nothing in flight; requests sent meanwhile
+ * meet refused connects, or no connection to send on: their commands
+ * never reached a socket, so instead of failing (on_backend_error: deny,
+ * 503) they wait, within redis.timeout, for the primary the sentinels
+ * name, and the replica, once promoted, decides them all.  Sent from one
+ * second after the kill (the sentinels take that long to see it down), a
+ * few at a time, with redis.timeout long enough to cover the failover.
+ */
+START_TEST(test_unsent_calls_follow_failover)
+{
+	struct late_request q[6];
+	struct h_redis *primary, *replica;
+	struct h_daemon d;
+	long long errors;
+	size_t i;
+
+	roles(&primary, &replica);
+	start_timeout(&d, "4500ms");
+	for (i = 0; i < 3; i++)
+		ck_assert_int_eq(get("/acquire", "{\"user\":\"u\"}"), 200);
+	wait_replicated(replica, "sn:one:{u}", 3);
+	errors = backend_errors();
+	ck_assert_int_eq(errors, 0);
+	/* The runner started it and reaps it when the suite ends. */
+	kill(primary->pid, SIGKILL);
+	primary->pid = 0;
+	memset(q, 0, sizeof(q));
+	for (i = 0; i < 6; i++) {
+		q[i].port = d.port;
+		q[i].delay_ms = 1000 + 200 * (long long)(i / 2);
+		ck_assert_int_eq(pthread_create(&q[i].thread, NULL,
+				     late_request_run, &q[i]),
+		    0);
+	}
+	for (i = 0; i < 6; i++)
+		pthread_join(q[i].thread, NULL);
+	for (i = 0; i < 6; i++) {
+		fprintf(stderr,
+		    "sentinel: a request sent %lld ms after the kill was "
+		    "answered %ld in %lld ms\n",
+		    q[i].delay_ms, q[i].r.status, q[i].took_ms);
+		ck_assert_msg(q[i].r.status == 200,
+		    "request %zu (sent %lld ms after the kill): %ld %s", i,
+		    q[i].delay_ms, q[i].r.status,
+		    q[i].r.body != NULL ? q[i].r.body : q[i].r.err);
+		ck_assert_msg(q[i].took_ms < 4500 + 500,
+		    "request %zu took %lld ms", i, q[i].took_ms);
+		h_resp_free(&q[i].r);
+	}
+	/* Decided by the new primary, each once; none by the policy. */
+	ck_assert_int_eq(h_sentinel_primary_port(&sen), replica->port);
+	ck_assert_int_eq(h_redis_log_units(fresh(replica), "sn:one:{u}"), 9);
+	ck_assert_int_eq(backend_errors(), 0);
+	ck_assert_int_ge(h_metric("ratelimitd_redis_failovers_total"), 1);
+	h_daemon_stop(&d);
+	ck_assert_msg(log_has(d.log, "wait for the primary the sentinels name"),
+	    "the daemon did not say the calls wait for the primary");
+}
+END_TEST
+
 static void
 suite_done(void)
 {
@@ -375,6 +501,12 @@ test_suite(void)
 	tcase_add_test(tc, test_primary_from_sentinels);
 	tcase_add_test(tc, test_readonly_followed);
 	tcase_add_test(tc, test_failover_followed);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("requeue");
+	tcase_add_unchecked_fixture(tc, group_fresh, sentinels_down);
+	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
+	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, test_unsent_calls_follow_failover);
 	suite_add_tcase(s, tc);
 	test_main_at_end(suite_done);
 	return s;

@@ -13,7 +13,8 @@
  * leaves the connection up), a failed AUTH, the peer closing mid-reply and
  * the connection made again, a refused connect, a server that stalls (the
  * owner's timeout closes it), the connect deadline, replies nobody asked
- * for, and garbage on the wire.
+ * for, garbage on the wire, and which commands a close says never left
+ * (redis_conn_unwritten()).
  */
 #include <check.h>
 #include <errno.h>
@@ -185,8 +186,9 @@ fake_stop(struct fake *f)
 
 /* What one callback saw. */
 struct rec {
-	int arg;   /* which command */
-	bool null; /* no reply: err says why */
+	int arg;	/* which command */
+	bool null;	/* no reply: err says why */
+	bool unwritten; /* ... and redis_conn_unwritten() said so */
 	int type;
 	long long integer;
 	char str[64];
@@ -196,6 +198,7 @@ struct rec {
 
 static struct rec recs[32];
 static int nrec, npush;
+static struct redis_conn *cur; /* the connection of the test */
 static char push_err[160];
 
 static void
@@ -214,8 +217,10 @@ on_reply(void *arg, redisReply *r, const char *err)
 		e->elements = r->elements;
 		if (r->str != NULL)
 			snprintf(e->str, sizeof(e->str), "%s", r->str);
-	} else
+	} else {
 		snprintf(e->err, sizeof(e->err), "%s", err);
+		e->unwritten = redis_conn_unwritten(cur);
+	}
 }
 
 static void
@@ -248,6 +253,7 @@ conn_new(const char *fmt, int port, const char *script)
 	cfg.connect_timeout_us = 2000000;
 	c = redis_conn_new(&cfg);
 	ck_assert_ptr_nonnull(c);
+	cur = c;
 	return c;
 }
 
@@ -657,6 +663,7 @@ START_TEST(test_connect_refused)
 		pump_until(c, 1);
 		ck_assert(recs[0].null);
 		ck_assert_str_eq(recs[0].err, "connect: Connection refused");
+		ck_assert(recs[0].unwritten); /* it never left */
 		/* It was open (connecting): the push function hears of
 		 * the close too. */
 		ck_assert_int_eq(npush, 1);
@@ -737,6 +744,49 @@ START_TEST(test_free_fails_in_flight)
 	sem_post(&f.go);
 	fake_stop(&f);
 	redis_url_free(&url);
+}
+END_TEST
+
+START_TEST(test_unwritten_on_close)
+{
+	/* A close tells each command whether any of its bytes left: not
+	 * while connecting, nor when queued after the last write; yes once
+	 * written (it may have run). */
+	static const struct step steps[] = {
+		{ ACCEPT, NULL },
+		{ EXPECT, GET("a") },
+		{ GATE, NULL },
+		{ END, NULL },
+	};
+	struct redis_conn *c;
+	struct fake f;
+	int lfd, port;
+
+	lfd = test_listen(&port); /* never accepts */
+	c = conn_new("redis://127.0.0.1:%d", port, NULL);
+	SEND_CMD(c, 1, "GET", "a");
+	ck_assert_int_ne(redis_conn_state(c), REDIS_CONN_UP);
+	redis_conn_close(c, "the primary moved");
+	ck_assert_int_eq(nrec, 1);
+	ck_assert(recs[0].null && recs[0].unwritten);
+	ck_assert(!redis_conn_unwritten(c)); /* only inside the callback */
+	conn_free(c);
+	close(lfd);
+
+	fake_start(&f, steps);
+	c = conn_new("redis://127.0.0.1:%d", f.port, NULL);
+	SEND_CMD(c, 1, "GET", "a");
+	pump_to_gate(c, &f);
+	SEND_CMD(c, 2, "GET", "b"); /* queued, not written yet */
+	redis_conn_close(c, "the primary moved");
+	ck_assert_int_eq(nrec, 2);
+	ck_assert_int_eq(recs[0].arg, 1);
+	ck_assert(recs[0].null && !recs[0].unwritten);
+	ck_assert_int_eq(recs[1].arg, 2);
+	ck_assert(recs[1].null && recs[1].unwritten);
+	sem_post(&f.go);
+	fake_stop(&f);
+	conn_free(c);
 }
 END_TEST
 
@@ -821,6 +871,7 @@ test_suite(void)
 	tcase_add_test(tc, test_connect_refused);
 	tcase_add_test(tc, test_stalled_server);
 	tcase_add_test(tc, test_free_fails_in_flight);
+	tcase_add_test(tc, test_unwritten_on_close);
 	tcase_add_test(tc, test_unasked_reply);
 	tcase_add_test(tc, test_garbage_on_the_wire);
 	suite_add_tcase(s, tc);
