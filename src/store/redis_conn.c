@@ -22,6 +22,14 @@
  * is moved aside before the callbacks run, so a callback may send on the
  * same connection (which then connects anew).
  *
+ * A handshake that ends with ROLE (cfg->role_check, Sentinel) holds back
+ * what is queued behind it: the stream is written up to the end of ROLE
+ * (hold_at) and no further until the owner accepts its answer.  Refused,
+ * the connection closes, and the commands behind were never written:
+ * redis_conn_unwritten() says so, and nothing was run on a server that
+ * was not the one wanted.  This costs a round trip per new connection,
+ * not per command.
+ *
  * Nothing blocks the owner's thread, not even DNS.  A numeric address is
  * connected to at once.  A host name is looked up on a thread of its own
  * (redis_resolve.c): meanwhile the connection is RESOLVING, its descriptor
@@ -100,7 +108,9 @@ struct redis_conn {
 	/* Bytes of this socket's stream queued, and handed to the socket
 	 * (a TLS write that waits counts all it was given). */
 	uint64_t queued_bytes, written_bytes;
-	bool unwritten; /* the closing callback's command never left */
+	uint64_t hold_at; /* not written from there (ROLE's answer is
+			   * awaited); UINT64_MAX: all may be */
+	bool unwritten;	  /* the closing callback's command never left */
 
 	struct redis_pending *ring; /* commands waiting for a reply */
 	size_t head, count, cap;
@@ -177,6 +187,18 @@ out_reserve(struct redis_conn *c, size_t len)
 		}
 	}
 	return 0;
+}
+
+/* Where writing stops in c->out: its end, or where the stream is held
+ * (c->out[0] is at stream position queued_bytes - out_len). */
+static size_t
+out_end(const struct redis_conn *c)
+{
+	uint64_t base = c->queued_bytes - c->out_len;
+
+	if (c->hold_at >= c->queued_bytes)
+		return c->out_len;
+	return c->hold_at > base ? (size_t)(c->hold_at - base) : 0;
 }
 
 /* "<mark><n>\r\n" at p; the end. */
@@ -458,6 +480,7 @@ redis_conn_new(const struct redis_conn_config *cfg)
 	c->cfg = cfg;
 	c->fd = -1;
 	c->state = REDIS_CONN_CLOSED;
+	c->hold_at = UINT64_MAX;
 	return c;
 }
 
@@ -504,6 +527,7 @@ redis_conn_close(struct redis_conn *c, const char *why)
 	c->reader = NULL;
 	c->out_off = c->out_len = 0;
 	c->queued_bytes = c->written_bytes = 0;
+	c->hold_at = UINT64_MAX;
 	if (why != NULL && *why != '\0')
 		snprintf(c->last_error, sizeof(c->last_error), "%s", why);
 	c->ring = NULL;
@@ -591,6 +615,24 @@ load_reply(void *arg, redisReply *r, const char *err)
 	handshake_check(arg, "SCRIPT LOAD", r);
 }
 
+/* ROLE: the owner says whether this server may have the commands held
+ * behind it; they leave with the next write, or never. */
+static void
+role_reply(void *arg, redisReply *r, const char *err)
+{
+	struct redis_conn *c = arg;
+	char why[160];
+
+	(void)err;
+	if (r == NULL)
+		return; /* closing already */
+	why[0] = '\0';
+	if (c->cfg->role_check(c->cfg->role_arg, r, why, sizeof(why)))
+		c->hold_at = UINT64_MAX;
+	else
+		redis_conn_close(c, why[0] != '\0' ? why : "ROLE refused");
+}
+
 static int
 queue_handshake(struct redis_conn *c)
 {
@@ -643,6 +685,13 @@ queue_handshake(struct redis_conn *c)
 		lens[2] = strlen(c->cfg->script);
 		if (queue_command(c, 3, argv, lens, load_reply, c) == -1)
 			return -1;
+	}
+	if (c->cfg->role_check != NULL) {
+		argv[0] = "ROLE";
+		lens[0] = 4;
+		if (queue_command(c, 1, argv, lens, role_reply, c) == -1)
+			return -1;
+		c->hold_at = c->queued_bytes;
 	}
 	return 0;
 }
@@ -878,14 +927,14 @@ tls_wait_or_close(struct redis_conn *c, int ret)
 static int
 conn_write_tls(struct redis_conn *c)
 {
-	size_t left;
+	size_t left, end = out_end(c);
 	int w;
 
-	while (c->out_off < c->out_len) {
-		left = c->out_len - c->out_off;
+	while (c->out_off < end) {
+		left = end - c->out_off;
 		/* Whatever SSL_write is given may leave, in part, even when
 		 * it asks to be called again. */
-		c->written_bytes = c->queued_bytes;
+		c->written_bytes = c->queued_bytes - (c->out_len - end);
 		ERR_clear_error();
 		w = SSL_write(c->ssl, c->out + c->out_off,
 		    left > INT_MAX ? INT_MAX : (int)left);
@@ -893,7 +942,8 @@ conn_write_tls(struct redis_conn *c)
 			return tls_wait_or_close(c, w);
 		c->out_off += (size_t)w;
 	}
-	c->out_off = c->out_len = 0;
+	if (end == c->out_len)
+		c->out_off = c->out_len = 0;
 	return 0;
 }
 
@@ -902,12 +952,14 @@ static int
 conn_write(struct redis_conn *c)
 {
 	char why[160];
+	size_t end;
 	ssize_t w;
 
 	if (c->ssl != NULL)
 		return conn_write_tls(c);
-	while (c->out_off < c->out_len) {
-		w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+	end = out_end(c);
+	while (c->out_off < end) {
+		w = send(c->fd, c->out + c->out_off, end - c->out_off,
 		    MSG_NOSIGNAL);
 		if (w < 0) {
 			if (errno == EINTR)
@@ -922,7 +974,8 @@ conn_write(struct redis_conn *c)
 		c->out_off += (size_t)w;
 		c->written_bytes += (uint64_t)w;
 	}
-	c->out_off = c->out_len = 0;
+	if (end == c->out_len)
+		c->out_off = c->out_len = 0;
 	return 0;
 }
 
@@ -1101,7 +1154,7 @@ redis_conn_wants_write(const struct redis_conn *c)
 		return true;
 	if (c->state == REDIS_CONN_CONNECTING)
 		return c->ssl == NULL; /* the handshake reads */
-	return c->out_off < c->out_len;
+	return c->out_off < out_end(c);
 }
 
 enum redis_conn_state

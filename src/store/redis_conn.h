@@ -9,7 +9,10 @@
  * made on demand: redis_conn_send() on a closed connection starts a
  * non-blocking connect (after looking a host name up on another thread)
  * and queues AUTH / SELECT / SCRIPT LOAD ahead of the command, so callers
- * never wait for the handshake, nor for DNS.  With cfg->tls every
+ * never wait for the handshake, nor for DNS.  With cfg->role_check the
+ * handshake ends with ROLE, and what is queued behind it leaves only once
+ * the answer is accepted: a server that is not the one wanted never sees
+ * a command.  With cfg->tls every
  * connection is TLS: the TLS handshake runs, non-blocking, after the
  * connect and within the same deadline (the state stays CONNECTING).
  *
@@ -44,12 +47,25 @@ typedef void (*redis_reply_fn)(void *arg, redisReply *r, const char *err);
 
 struct redis_tls;
 
+/*
+ * Whether the server may take the commands behind the handshake, from its
+ * answer to ROLE (an error reply included): true, or false with why (the
+ * connection then closes with why, those commands never written).
+ */
+typedef bool (*redis_role_fn)(void *arg, const redisReply *r, char *why,
+    size_t whylen);
+
 /* The server and what every new connection sends first.  Borrowed. */
 struct redis_conn_config {
 	const struct redis_url *url;
 	const char *script; /* SCRIPT LOAD on every connection */
 	int64_t connect_timeout_us;
 	struct redis_tls *tls; /* NULL: in the clear (store/redis_tls.h) */
+	/* Non-NULL: ROLE ends the handshake, and the commands queued
+	 * behind it stay unwritten until role_check(role_arg, ...) has
+	 * accepted its answer (docs/scale.md, "Sentinel"). */
+	redis_role_fn role_check;
+	void *role_arg;
 };
 
 struct redis_conn;

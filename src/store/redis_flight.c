@@ -9,8 +9,9 @@
  * without a batch and is routed again when the topology is known, or fails
  * at its deadline (redis_loop.c).  Under Sentinel so is a call whose
  * command never reached a socket (a connect that failed or was given up,
- * the primary moved while connecting): Redis never saw it, so it is sent
- * again to the primary the sentinels name next, within its deadline.  A
+ * the primary moved while connecting, a server the sentinels named whose
+ * ROLE said replica): Redis never saw it, so it is sent again to the
+ * primary the sentinels name next, within its deadline.  A
  * call whose command may have run is never sent again (backend_redis.c).
  *
  * Thread: the store's I/O thread.

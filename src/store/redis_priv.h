@@ -149,7 +149,9 @@ struct redis_sentinels {
 	size_t ask_next, sub_next; /* which sentinel is asked next */
 	bool asking, ask_wanted, subscribed, sub_wanted;
 	int64_t next_ask_us, next_sub_us;
-	bool known; /* node 0 is the primary they named */
+	bool known;   /* node 0 is the primary they named */
+	bool doubted; /* ... but its ROLE said otherwise: unknown until
+		       * they name one again */
 };
 
 /* The store.  Made by backend_redis_new(), freed by its ops' free. */

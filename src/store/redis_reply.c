@@ -109,7 +109,10 @@ reply_error(struct redis_batch *b, struct redis_slot *s, const redisReply *r)
 		return REPLY_DONE;
 	}
 	if (is_error(r, "READONLY") && rb->mode != REDIS_SINGLE) {
-		/* A replica now: the script stopped at its first write, so
+		/* A replica now (a connection made while it was the
+		 * primary: under Sentinel a new one asks ROLE first,
+		 * redis_sentinel.c): the script ran up to its first write,
+		 * which a read-only replica refuses and which ends it, so
 		 * nothing was recorded.  Again once the new primary is
 		 * known. */
 		redis_node_want_topology(rb);

@@ -4,6 +4,12 @@
  * subscription), a READONLY reply or a lost connection node 0 moves to the
  * primary they name then: its connections close and reconnect there.
  *
+ * A sentinel may name a replica (one that has not yet heard of a failover
+ * names the old primary, turned replica), so every connection to node 0
+ * asks ROLE before anything else is written on it (redis_conn.c): an
+ * answer other than "master" closes it, the commands held behind never
+ * written, and the next sentinel is asked (docs/scale.md, "Sentinel").
+ *
  * Thread: the store's I/O thread (redis_sentinel_init at start-up).
  */
 #include <stdio.h>
@@ -25,9 +31,14 @@ sentinel_primary(struct redis_backend *rb, const char *host, int port,
 	struct redis_node *node = rb->nodes[0];
 	char why[SLOT_MAP_HOST_MAX + 64];
 
-	if (!ss->known || node->url.port != port ||
+	if (!ss->known && ss->doubted && node->url.port == port &&
+	    strcmp(node->host, host) == 0) {
+		/* The one whose ROLE said replica, named again: its
+		 * connections try again, and ROLE tells again. */
+		ss->known = true;
+	} else if (!ss->known || node->url.port != port ||
 	    strcmp(node->host, host) != 0) {
-		if (ss->known) {
+		if (ss->known || ss->doubted) {
 			metrics_redis_event(rb->metrics,
 			    METRICS_REDIS_FAILOVER);
 			log_warnx(
@@ -48,7 +59,62 @@ sentinel_primary(struct redis_backend *rb, const char *host, int port,
 		rb->next_rel_us = 0;
 		(void)redis_circuit_kick(rb);
 	}
+	ss->doubted = false;
 	rb->unpark_us = util_monotonic_us();
+}
+
+/*
+ * ROLE on a connection to node 0 (redis_conn.h, redis_role_fn): true for
+ * "master".  Anything else is not the primary: why names it, and the
+ * primary is unknown until a sentinel, the next one first, names one
+ * again; meanwhile calls wait (parked) within their deadlines.  An error
+ * (an ACL that refuses ROLE) is let through, said once a second: READONLY
+ * is then the only sign of a replica, as before ROLE was asked.
+ */
+static bool
+sentinel_role_check(void *arg, const redisReply *r, char *why, size_t whylen)
+{
+	struct redis_node *node = arg;
+	struct redis_backend *rb = node->rb;
+	struct redis_sentinels *ss = &rb->sentinels;
+	const char *role = "an unknown role";
+	char msg[BACKEND_ERR_MAX];
+
+	if (r->type == REDIS_REPLY_ERROR) {
+		snprintf(msg, sizeof(msg),
+		    "ROLE on %.64s:%d refused (%.64s): the primary the sentinels "
+		    "name is used unchecked",
+		    node->host, node->url.port, r->str);
+		redis_log_failure(rb, BACKEND_ERR_PROTOCOL, msg);
+		return true;
+	}
+	if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+	    (r->element[0]->type == REDIS_REPLY_STRING ||
+		r->element[0]->type == REDIS_REPLY_STATUS)) {
+		role = r->element[0]->str;
+		if (strcmp(role, "master") == 0)
+			return true;
+	}
+	if (strcmp(role, "slave") == 0 || strcmp(role, "replica") == 0)
+		snprintf(why, whylen,
+		    "%.64s:%d is a replica, not the primary the sentinel named",
+		    node->host, node->url.port);
+	else
+		snprintf(why, whylen,
+		    "%.64s:%d answers ROLE \"%.32s\", not the primary the "
+		    "sentinel named",
+		    node->host, node->url.port, role);
+	/* Every connection of the pool may say so: the first moves on to
+	 * the next sentinel, the others only close. */
+	if (ss->known) {
+		redis_log_failure(rb, BACKEND_ERR_CONNECT, why);
+		ss->known = false;
+		ss->doubted = true;
+		if (!ss->asking)
+			ss->ask_next++;
+		ss->ask_wanted = true;
+	}
+	return false;
 }
 
 static void
@@ -216,6 +282,8 @@ redis_sentinel_init(struct redis_backend *rb, const struct redis_config *rc,
 	ss->ask_wanted = ss->sub_wanted = true;
 	if (redis_node_add(rb, "", 0) == -1)
 		goto oom;
+	rb->nodes[0]->ccfg.role_check = sentinel_role_check;
+	rb->nodes[0]->ccfg.role_arg = rb->nodes[0];
 	return 0;
 oom:
 	snprintf(err, errlen, "redis: out of memory");

@@ -33,8 +33,8 @@ static const char yaml_fmt[] =
     "backend: redis\n"
     "redis:\n"
     "  sentinel:\n"
-    "    master: mymaster\n"
-    "    nodes: [\"127.0.0.1:%d\", \"127.0.0.1:%d\", \"127.0.0.1:%d\"]\n"
+    "    master: %s\n"
+    "    nodes: [%s]\n"
     "  timeout: %s\n"
     "  pool_size: 2\n"
     "  key_prefix: \"sn:\"\n"
@@ -66,17 +66,30 @@ sentinels_down(void)
 	h_reap_orphans();
 }
 
-/* A daemon on the sentinels, with redis.timeout timeout. */
+/* A daemon on the sentinels of nodes (a YAML list's items) that know the
+ * primary as master, with redis.timeout timeout. */
 static void
-start_timeout(struct h_daemon *d, const char *timeout)
+start_on(struct h_daemon *d, const char *master, const char *nodes,
+    const char *timeout)
 {
 	char yaml[2048];
 
 	memset(d, 0, sizeof(*d));
-	snprintf(yaml, sizeof(yaml), yaml_fmt, sen.sentinel[0].port,
-	    sen.sentinel[1].port, sen.sentinel[2].port, timeout);
+	snprintf(yaml, sizeof(yaml), yaml_fmt, master, nodes, timeout);
 	d->redis_port = sen.primary.port;
 	h_daemon_start(d, yaml);
+}
+
+/* A daemon on the three sentinels, with redis.timeout timeout. */
+static void
+start_timeout(struct h_daemon *d, const char *timeout)
+{
+	char nodes[128];
+
+	snprintf(nodes, sizeof(nodes),
+	    "\"127.0.0.1:%d\", \"127.0.0.1:%d\", \"127.0.0.1:%d\"",
+	    sen.sentinel[0].port, sen.sentinel[1].port, sen.sentinel[2].port);
+	start_on(d, "mymaster", nodes, timeout);
 }
 
 static void
@@ -201,10 +214,113 @@ START_TEST(test_primary_from_sentinels)
 }
 END_TEST
 
+/* The backend errors of the Redis store so far, every kind. */
+static long long
+backend_errors(void)
+{
+	static const char *const kinds[] = { "connect", "timeout", "protocol",
+		"circuit_open", "tls" };
+	char name[160];
+	long long sum = 0;
+	size_t i;
+
+	for (i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+		snprintf(name, sizeof(name),
+		    "ratelimitd_backend_errors_total{backend=\"redis\","
+		    "kind=\"%s\"}",
+		    kinds[i]);
+		sum += h_metric(name);
+	}
+	return sum;
+}
+
+/* A sentinel of its own, watching the master "stale" at port with quorum
+ * (it knows no other sentinel of that name, so it never moves it). */
+static void
+sentinel_watching(struct h_redis *s, int port, int quorum)
+{
+	char extra[256];
+
+	memset(s, 0, sizeof(*s));
+	snprintf(extra, sizeof(extra),
+	    "sentinel monitor stale 127.0.0.1 %d %d\n"
+	    "sentinel down-after-milliseconds stale 1000\n",
+	    port, quorum);
+	s->sentinel = true;
+	s->extra = extra;
+	h_redis_start(s);
+	s->extra = NULL;
+}
+
+/*
+ * A sentinel that names a replica (docs/scale.md, "Sentinel"): one that
+ * has not heard of a failover names the old primary, turned replica.
+ * Made here for good by a sentinel that watches the replica's address
+ * under a name only it and a second sentinel (watching the primary) know:
+ * neither can fail the other over, so the first names the replica for as
+ * long as the test runs.  A daemon that asks it first finds the replica
+ * by ROLE before sending it anything, says so, and asks the next sentinel,
+ * whose primary decides every request once; one that knows only that
+ * sentinel answers by on_backend_error within redis.timeout.  The
+ * replica runs no script call either way.
+ */
+START_TEST(test_replica_named_refused)
+{
+	struct h_redis *primary, *replica, stale, good;
+	struct h_daemon d;
+	char nodes[128], text[128];
+	long long scripts, units, t;
+	int i;
+
+	roles(&primary, &replica);
+	sentinel_watching(&stale, replica->port, 3);
+	sentinel_watching(&good, primary->port, 2);
+	scripts = h_redis_script_calls(fresh(replica));
+	units = h_redis_log_units(fresh(primary), "sn:one:{sr}");
+	snprintf(nodes, sizeof(nodes), "\"127.0.0.1:%d\", \"127.0.0.1:%d\"",
+	    stale.port, good.port);
+	start_on(&d, "stale", nodes, "2000ms");
+	for (i = 0; i < 5; i++) {
+		t = h_now_ms();
+		ck_assert_int_eq(get("/acquire", "{\"user\":\"sr\"}"), 200);
+		fprintf(stderr,
+		    "sentinel naming a replica, then one naming the primary: "
+		    "request %d answered in %lld ms\n",
+		    i, h_now_ms() - t);
+	}
+	ck_assert_int_eq(h_redis_log_units(fresh(primary), "sn:one:{sr}"),
+	    units + 5);
+	ck_assert_int_eq(backend_errors(), 0);
+	h_daemon_stop(&d);
+	snprintf(text, sizeof(text),
+	    "127.0.0.1:%d is a replica, not the primary the sentinel named",
+	    replica->port);
+	ck_assert_msg(log_has(d.log, text), "the log does not say \"%s\"",
+	    text);
+
+	/* Only that sentinel: the policy answers, within the deadline. */
+	snprintf(nodes, sizeof(nodes), "\"127.0.0.1:%d\"", stale.port);
+	start_on(&d, "stale", nodes, "500ms");
+	t = h_now_ms();
+	ck_assert_int_eq(get("/acquire", "{\"user\":\"sr\"}"), 503);
+	t = h_now_ms() - t;
+	ck_assert_msg(t < 500 + 300, "answered in %lld ms", t);
+	ck_assert_int_eq(h_redis_log_units(fresh(primary), "sn:one:{sr}"),
+	    units + 5);
+	h_daemon_stop(&d);
+	ck_assert_msg(log_has(d.log, text), "the log does not say \"%s\"",
+	    text);
+	ck_assert_int_eq(h_redis_script_calls(fresh(replica)), scripts);
+	h_redis_stop(&good);
+	h_redis_stop(&stale);
+}
+END_TEST
+
 /*
  * The subscription cannot tell (its sentinel is stopped): the other two
- * sentinels move the primary, the old one turns replica and answers
- * READONLY, and the daemon asks the sentinels again by itself.
+ * sentinels move the primary, the old one turns replica (answering
+ * READONLY, or ROLE on a new connection), and the daemon asks the
+ * sentinels again by itself.
  */
 START_TEST(test_readonly_followed)
 {
@@ -392,26 +508,6 @@ late_request_run(void *arg)
 	return NULL;
 }
 
-/* The backend errors of the Redis store so far, every kind. */
-static long long
-backend_errors(void)
-{
-	static const char *const kinds[] = { "connect", "timeout", "protocol",
-		"circuit_open", "tls" };
-	char name[160];
-	long long sum = 0;
-	size_t i;
-
-	for (i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
-		snprintf(name, sizeof(name),
-		    "ratelimitd_backend_errors_total{backend=\"redis\","
-		    "kind=\"%s\"}",
-		    kinds[i]);
-		sum += h_metric(name);
-	}
-	return sum;
-}
-
 /* The other group is done with (its primary killed): a fresh one. */
 static void
 group_fresh(void)
@@ -499,6 +595,7 @@ test_suite(void)
 	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, test_primary_from_sentinels);
+	tcase_add_test(tc, test_replica_named_refused);
 	tcase_add_test(tc, test_readonly_followed);
 	tcase_add_test(tc, test_failover_followed);
 	suite_add_tcase(s, tc);

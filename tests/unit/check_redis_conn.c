@@ -13,8 +13,9 @@
  * leaves the connection up), a failed AUTH, the peer closing mid-reply and
  * the connection made again, a refused connect, a server that stalls (the
  * owner's timeout closes it), the connect deadline, replies nobody asked
- * for, garbage on the wire, and which commands a close says never left
- * (redis_conn_unwritten()).
+ * for, garbage on the wire, which commands a close says never left
+ * (redis_conn_unwritten()), and ROLE holding back the commands behind it
+ * until the owner accepts its answer (Sentinel).
  */
 #include <check.h>
 #include <errno.h>
@@ -182,6 +183,25 @@ fake_stop(struct fake *f)
 	ck_assert_msg(f->err[0] == '\0', "fake server: %s", f->err);
 }
 
+/* Wait for the script to end, then read what the client sends until it
+ * closes (at most WAIT_MS) into rest, and stop as fake_stop(). */
+static void
+fake_stop_rest(struct fake *f, char *rest, size_t restlen)
+{
+	size_t got = 0;
+	ssize_t n;
+
+	pthread_join(f->thread, NULL);
+	while (f->fd >= 0 && got + 1 < restlen && fake_wait(f->fd, POLLIN) &&
+	    (n = recv(f->fd, rest + got, restlen - 1 - got, 0)) > 0)
+		got += (size_t)n;
+	rest[got] = '\0';
+	if (f->fd >= 0)
+		close(f->fd);
+	close(f->lfd);
+	ck_assert_msg(f->err[0] == '\0', "fake server: %s", f->err);
+}
+
 /* --- the client side ------------------------------------------------------ */
 
 /* What one callback saw. */
@@ -251,6 +271,7 @@ conn_new(const char *fmt, int port, const char *script)
 	cfg.url = &url;
 	cfg.script = script;
 	cfg.connect_timeout_us = 2000000;
+	cfg.role_check = NULL;
 	c = redis_conn_new(&cfg);
 	ck_assert_ptr_nonnull(c);
 	cur = c;
@@ -790,6 +811,98 @@ START_TEST(test_unwritten_on_close)
 }
 END_TEST
 
+/* The owner's view of ROLE: "master" passes, anything else does not. */
+static int nroles;
+static char role_seen[32];
+
+static bool
+role_check(void *arg, const redisReply *r, char *why, size_t whylen)
+{
+	(void)arg;
+	nroles++;
+	snprintf(role_seen, sizeof(role_seen), "%s",
+	    r->type == REDIS_REPLY_ARRAY && r->elements > 0 ?
+		r->element[0]->str :
+		"?");
+	snprintf(why, whylen, "%s, not the primary", role_seen);
+	return strcmp(role_seen, "master") == 0;
+}
+
+#define ROLE "*1\r\n$4\r\nROLE\r\n"
+
+START_TEST(test_role_holds_commands)
+{
+	/* ROLE ends the handshake; the command queued behind it is not
+	 * written until the answer is accepted. */
+	static const struct step steps[] = {
+		{ ACCEPT, NULL },
+		{ EXPECT, ROLE },
+		{ GATE, NULL },
+		{ SEND, "*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n" },
+		{ EXPECT, GET("a") },
+		{ SEND, "$1\r\nv\r\n" },
+		{ END, NULL },
+	};
+	struct redis_conn *c;
+	struct fake f;
+	char byte;
+
+	nroles = 0;
+	fake_start(&f, steps);
+	c = conn_new("redis://127.0.0.1:%d", f.port, NULL);
+	cfg.role_check = role_check;
+	SEND_CMD(c, 1, "GET", "a");
+	pump_to_gate(c, &f);
+	/* Only ROLE reached the server. */
+	ck_assert_int_eq(recv(f.fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK), -1);
+	ck_assert(!redis_conn_wants_write(c));
+	ck_assert_int_eq(nroles, 0);
+	sem_post(&f.go);
+	ck_assert_uint_eq(pump_until(c, 1), 2);
+	ck_assert_int_eq(nroles, 1);
+	ck_assert_str_eq(role_seen, "master");
+	ck_assert_int_eq(nrec, 1);
+	ck_assert_int_eq(recs[0].arg, 1);
+	ck_assert_str_eq(recs[0].str, "v");
+	ck_assert_int_eq(redis_conn_state(c), REDIS_CONN_UP);
+	fake_stop(&f);
+	conn_free(c);
+}
+END_TEST
+
+START_TEST(test_role_refused)
+{
+	/* A replica: the connection closes, and the commands held behind
+	 * ROLE never left (redis_conn_unwritten()), so the owner may send
+	 * them elsewhere. */
+	static const struct step steps[] = {
+		{ ACCEPT, NULL },
+		{ EXPECT, ROLE },
+		{ SEND, "*1\r\n$5\r\nslave\r\n" },
+		{ END, NULL },
+	};
+	struct redis_conn *c;
+	struct fake f;
+	char rest[256];
+
+	nroles = 0;
+	fake_start(&f, steps);
+	c = conn_new("redis://127.0.0.1:%d", f.port, NULL);
+	cfg.role_check = role_check;
+	SEND_CMD(c, 1, "GET", "a");
+	SEND_CMD(c, 2, "GET", "b");
+	ck_assert_uint_eq(pump_until(c, 2), 1);
+	ck_assert_int_eq(nroles, 1);
+	ck_assert(recs[0].null && recs[0].unwritten);
+	ck_assert(recs[1].null && recs[1].unwritten);
+	ck_assert_str_eq(recs[0].err, "slave, not the primary");
+	ck_assert_int_eq(redis_conn_state(c), REDIS_CONN_CLOSED);
+	fake_stop_rest(&f, rest, sizeof(rest));
+	ck_assert_str_eq(rest, ""); /* nothing but ROLE, then EOF */
+	conn_free(c);
+}
+END_TEST
+
 START_TEST(test_unasked_reply)
 {
 	/* A reply with no command waiting closes a connection without a
@@ -872,6 +985,8 @@ test_suite(void)
 	tcase_add_test(tc, test_stalled_server);
 	tcase_add_test(tc, test_free_fails_in_flight);
 	tcase_add_test(tc, test_unwritten_on_close);
+	tcase_add_test(tc, test_role_holds_commands);
+	tcase_add_test(tc, test_role_refused);
 	tcase_add_test(tc, test_unasked_reply);
 	tcase_add_test(tc, test_garbage_on_the_wire);
 	suite_add_tcase(s, tc);
