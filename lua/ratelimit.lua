@@ -152,8 +152,15 @@ end
 -- The clock is the call's, so nothing else expires meanwhile.  A check of
 -- another algorithm on the key forgets it (forget()).  The TTL a record
 -- gives the key is set once, when the call ends: ttls[key] is the one
--- computed, and the key is not read for its TTL in between.
+-- computed, and the key is not read for its TTL in between (a new key's
+-- is set at once: log_renew).
 local logs, ttls = {}, {}
+
+-- Keys whose members between their two ends are not all runs, found by
+-- log_time_of(): mixed[key] = W.  They are converted when the call ends
+-- (log_convert), when nothing of the call reads them any more.  Made by
+-- the first one found.
+local mixed = nil
 
 -- What one call wrote to a token_bucket key (a batch's requests often
 -- share one: a rule without a key): tats[key] is the tat last written and
@@ -182,6 +189,9 @@ end
 -- write its pending tat.
 local function forget(key, keep_tat)
   logs[key] = nil
+  if mixed ~= nil then
+    mixed[key] = nil
+  end
   local ttl = ttls[key]
   if ttl ~= nil then
     redis.call('PEXPIRE', key, ttl)
@@ -213,6 +223,10 @@ end
 -- later eighth: then ttls[key] gets the new TTL, unless the call has set
 -- a longer one already.  Between renewals the key's TTL covers t + W, so
 -- most records of a busy key send no PEXPIRE.
+-- A record that makes a new key (prev nil) sets its TTL at once instead:
+-- deferred to the end of the call, an error later in the call (a Redis
+-- command that fails) would leave the key without one, for ever.  Only a
+-- key's first record pays for it.
 local function log_renew(key, t, prev, W, now)
   local E = floor(W / 8)
   local s = t - math.fmod(t, E)
@@ -221,9 +235,67 @@ local function log_renew(key, t, prev, W, now)
   end
   local ttl = max(1, ceil_ms(s + E + W - now))
   local old = ttls[key]
-  if old == nil or tonumber(old) < ttl then
+  if prev == nil then
+    if old ~= nil and tonumber(old) > ttl then
+      ttl = tonumber(old)
+    end
+    redis.call('PEXPIRE', key, int_arg(ttl))
+    ttls[key] = nil
+  elseif old == nil or tonumber(old) < ttl then
     ttls[key] = int_arg(ttl)
   end
+end
+
+-- Whether m is a member of the older layout, a unit "T.n".
+local function log_older(m)
+  return string.find(m, '^%d+%.%d+$') ~= nil
+end
+
+-- Turn key into one run of all its units at time t, its newest
+-- (docs/algorithms.md, sliding_log: a key of the older layout, or one
+-- where both layouts meet during a rolling upgrade).  A run counts its n
+-- units, any other member one.  Reads every member, once: a key converted
+-- holds one member after.  Returns the units.
+local function log_convert(key, t, W, now)
+  local m, i = 0, 0
+  repeat
+    local r = redis.call('ZRANGE', key, int(i), int(i + 999))
+    for j = 1, #r do
+      local _, n = log_member(r[j])
+      m = m + (n or 1)
+    end
+    i = i + 1000
+  until #r < 1000
+  redis.call('DEL', key)
+  redis.call('ZADD', key, int(t), int(m) .. ':' .. int(m))
+  -- A new key, without the TTL the old one had.
+  log_renew(key, t, nil, W, now)
+  return m
+end
+
+-- Mark key as mixed; returns the time of its newest run, which every
+-- unit of the key reaches, so that an answer from it only waits longer.
+local function log_mixed(key, W)
+  if mixed == nil then
+    mixed = {}
+  end
+  mixed[key] = W
+  return tonumber(redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')[2])
+end
+
+-- Convert the keys found mixed (before the TTLs deferred to the end of the
+-- call are set: log_convert sets a converted key's at once).
+local function log_convert_mixed(now)
+  if mixed == nil then
+    return
+  end
+  for key, W in pairs(mixed) do
+    local r = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+    if #r > 0 then
+      log_convert(key, tonumber(r[2]), W, now)
+    end
+  end
+  mixed = nil
 end
 
 
@@ -251,31 +323,23 @@ local function log_read(key, now, W)
     local new = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
     local e, n = log_member(new[1])
     local t = tonumber(new[2])
-    if e == nil and string.find(new[1], '^%d+%.%d+$') == nil then
-      -- Neither a run nor a unit of the older layout: another
-      -- algorithm's sorted set (concurrency's leases, after a reload
-      -- changed the rule's algorithm).  Start fresh, as for a key of
-      -- another type.
-      redis.call('DEL', key)
-      return k
-    end
-    if e == nil then
-      local m = redis.call('ZCARD', key)
-      redis.call('DEL', key)
-      redis.call('ZADD', key, int(t), int(m) .. ':' .. int(m))
-      e, n = m, m
-      -- A new key, without the TTL the old one had.
-      log_renew(key, t, nil, W, now)
-      old = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
-      ot = tonumber(old[2])
-    end
     local oe, on = e, n
-    if old[1] ~= new[1] then
+    if e ~= nil and old[1] ~= new[1] then
       oe, on = log_member(old[1])
-      if oe == nil then -- the same: not all of it is runs
+    end
+    if e == nil or oe == nil then
+      if not log_older(e == nil and new[1] or old[1]) then
+        -- Neither a run nor a unit of the older layout: another
+        -- algorithm's sorted set (concurrency's leases, after a reload
+        -- changed the rule's algorithm).  Start fresh, as for a key of
+        -- another type.
         redis.call('DEL', key)
         return k
       end
+      -- The older layout at an end, runs maybe elsewhere (a rolling
+      -- upgrade): all its units become one run at its newest time.
+      e = log_convert(key, t, W, now)
+      n, oe, on, ot = e, e, e, t
     end
     k.first, k.first_t = oe - on + 1, ot
     k.last_end, k.last_n, k.last_t, k.last_ts = e, n, t, new[2]
@@ -283,13 +347,26 @@ local function log_read(key, now, W)
   return k
 end
 
--- The time of the run holding unit number `want` (runs sorted by end).
-local function log_time_of(key, want)
+-- The time of the run holding unit number `want` (runs sorted by end), of
+-- a key whose runs hold `units` (used) and whose window is W.  Members of
+-- the older layout between the two ends (a rolling upgrade: older daemons
+-- record at now, under runs reserved later) have no number: when one is
+-- met, or when there are more members than units, which runs alone
+-- cannot be, it is the newest run's time instead, and the key is turned
+-- into runs when the call ends (log_mixed, docs/algorithms.md,
+-- sliding_log).
+local function log_time_of(key, want, units, W)
   local lo, hi = 0, redis.call('ZCARD', key) - 1
+  if hi >= units then
+    return log_mixed(key, W)
+  end
   while lo < hi do
     local mid = floor((lo + hi) / 2)
     local r = redis.call('ZRANGE', key, int(mid), int(mid))
-    if tonumber(string.match(r[1], '^(%d+):')) >= want then
+    local e = tonumber(string.match(r[1], '^(%d+):'))
+    if e == nil then
+      return log_mixed(key, W)
+    elseif e >= want then
       hi = mid
     else
       lo = mid + 1
@@ -322,8 +399,8 @@ local function log_single(key, L, W, c, now, now_s, reply, marks, chunks)
   local allowed = used + c <= L
   local retry, mark = 0, '0'
   if not allowed then
-    retry = floor(ceil_ms(log_time_of(key, fst + (used + c - L) - 1) + W -
-      now))
+    retry = floor(ceil_ms(log_time_of(key, fst + (used + c - L) - 1, used,
+      W) + W - now))
   elseif c > 0 then
     -- record, then finish's TTL.  The score is given as a string that
     -- reads back as t (now_s is now): Redis would format the number t
@@ -362,7 +439,7 @@ local function log_single(key, L, W, c, now, now_s, reply, marks, chunks)
     if fst ~= nil then
       t = fst_t
       if u ~= 1 then
-        t = log_time_of(key, fst + u - 1)
+        t = log_time_of(key, fst + u - 1, used, W)
       end
     end
     eff = floor(ceil_ms(t + W - now))
@@ -431,8 +508,8 @@ if #KEYS > 1 then
         end
         ok = used + c <= L
         if not ok then
-          retry = ceil_ms(log_time_of(key, fst + (used + c - L) - 1) + W -
-            now)
+          retry = ceil_ms(log_time_of(key, fst + (used + c - L) - 1, used,
+            W) + W - now)
         end
         st_x[k], st_y[k], st_z[k] = lg, used, fst
       elseif a == 2 then
@@ -564,7 +641,7 @@ if #KEYS > 1 then
           elseif u == 1 then
             t = lg.first_t
           else
-            t = log_time_of(key, fst + u - 1)
+            t = log_time_of(key, fst + u - 1, used, W)
           end
           eff = ceil_ms(t + W - now)
         end
@@ -672,11 +749,12 @@ local function make_general()
       -- The unit numbered first + k - 1 must expire, k = used + c - L: find
       -- the oldest run whose end reaches it (runs sorted by end and score).
       s.retry = ceil_ms(log_time_of(s.key, s.first + (s.used + s.c - s.L) -
-        1) + s.W - s.now)
+        1, s.used, s.W) + s.W - s.now)
     end
   end
 
-  function sliding_log.record(s)
+  -- now: the call's time, when s.now is another (record_at).
+  function sliding_log.record(s, now)
     -- Never past MAX_UNITS units in the window (only a report gets there).
     local c = min(s.c, MAX_UNITS - s.used)
     if c <= 0 then
@@ -696,6 +774,11 @@ local function make_general()
       redis.call('ZREM', s.key, fmt('%d:%d', s.last_end, s.last_n))
     end
     s.prev_t = s.last_t -- finish renews the TTL, or not, from it
+    if s.last_t == nil then
+      -- A new key: its TTL now (log_renew), not in finish.
+      log_renew(s.key, t, nil, s.W, now or s.now)
+      s.prev_t = t
+    end
     s.used = s.used + c
     s.last_t = t
     s.mark = t
@@ -724,7 +807,7 @@ local function make_general()
     elseif k == 1 then
       t = s.first_t
     else
-      t = log_time_of(s.key, s.first + k - 1)
+      t = log_time_of(s.key, s.first + k - 1, s.used, s.W)
     end
     return ceil_ms(t + s.W - s.now)
   end
@@ -1181,19 +1264,26 @@ local function make_general()
       local count, firstu = 0, 0
       if #r > 0 then
         local e, n = log_member(r[1])
+        if e == nil then
+          -- A unit of the older layout (log_time_of): every unit has
+          -- left once the newest run has, and the key's run count no
+          -- longer says how many are in the window.
+          return log_mixed(s.key, s.W) + s.W
+        end
         firstu = e - n + 1
         count = s.last_end - firstu + 1
       end
       if count + s.c <= s.L then
         return t0
       end
-      return log_time_of(s.key, firstu + (count + s.c - s.L) - 1) + s.W
+      return log_time_of(s.key, firstu + (count + s.c - s.L) - 1, s.used,
+        s.W) + s.W
     end
 
     function sliding_log.record_at(s, t)
       local now = s.now
       s.now = t
-      sliding_log.record(s)
+      sliding_log.record(s, now)
       s.now = now
     end
 
@@ -1519,6 +1609,7 @@ if same and same_n == 1 then
       denied[key] = f
     end
   end
+  log_convert_mixed(now)
   for key, ttl in pairs(ttls) do
     redis.call('PEXPIRE', key, ttl)
   end
@@ -1691,6 +1782,7 @@ for r = 1, #counts do
   end
   first = last + 1
 end
+log_convert_mixed(now)
 for key, ttl in pairs(ttls) do
   redis.call('PEXPIRE', key, ttl)
 end

@@ -26,7 +26,9 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 
 -- sliding_log: the run at time `mark` loses c units; the runs after it
--- were numbered after ours, so their ends move down by c as well.
+-- were numbered after ours, so their ends move down by c as well.  Units
+-- of the older layout ("T.n", written by an older daemon during a rolling
+-- upgrade: docs/algorithms.md, sliding_log) have no number and stay.
 local function sliding_log(key, L, W, c, mark)
   local at = redis.call('ZRANGEBYSCORE', key, mark, mark)
   if #at ~= 1 then
@@ -49,9 +51,11 @@ local function sliding_log(key, L, W, c, mark)
   redis.call('ZREM', key, at[1])
   for i = 1, #later, 2 do
     local le, ln = string.match(later[i], '^(%d+):(%d+)$')
-    redis.call('ZADD', key, later[i + 1],
-      int(tonumber(le) - c) .. ':' .. ln)
-    redis.call('ZREM', key, later[i])
+    if le ~= nil then
+      redis.call('ZADD', key, later[i + 1],
+        int(tonumber(le) - c) .. ':' .. ln)
+      redis.call('ZREM', key, later[i])
+    end
   end
   if redis.call('ZCARD', key) == 0 then
     redis.call('DEL', key)

@@ -977,6 +977,168 @@ START_TEST(test_concurrency_after_sliding_log_runs)
 }
 END_TEST
 
+/* ---- both layouts of sliding_log in one key -------------------------- */
+
+extern const char rl_lua_ratelimit[];
+
+/* A sliding_log key as a rolling upgrade leaves it (docs/algorithms.md,
+ * sliding_log): runs "<end>:<n>" of this version at both ends, 3 units
+ * 30 s ago and 2 units 10 s ago, and two units of the older layout
+ * "<T>.<i>" that an older daemon recorded 20 s ago, under a run this
+ * version had reserved ahead.  7 units in all, limit 5. */
+static void
+mixed_key(const char *key, long long now)
+{
+	long long t = now - 20000000;
+
+	cmd_ok("DEL %s", key);
+	cmd_ok("ZADD %s %lld 3:3 %lld %lld.1 %lld %lld.2 %lld 5:2", key,
+	    now - 30000000, t, t, t, t, now - 10000000);
+	cmd_ok("PEXPIRE %s 120000", key);
+}
+
+/* Check i of reply r (after its request's all_allowed at r[at]). */
+static long long
+field(const redisReply *r, size_t at, size_t i)
+{
+	ck_assert_uint_lt(at + i, r->elements);
+	ck_assert_int_eq(r->element[at + i]->type, REDIS_REPLY_INTEGER);
+	return r->element[at + i]->integer;
+}
+
+/* One batch on the script's three ways to a sliding_log check (one check
+ * alone; beside a fixed_window check; beside a shadow check, the general
+ * path), each with the mixed key at its limit between requests on keys the
+ * call creates: no error, the other requests answered as usual, the mixed
+ * key's denied with a retry no earlier than its exact one (its 3rd oldest
+ * unit, 30 s ago, leaves in 30 s) and within its window, every key the
+ * call made with a TTL, and the mixed key turned into one run of its 7
+ * units.  Before, the binary search for the retry read "<T>.1" as a run,
+ * and the whole call failed with a Lua error, leaving the keys it had
+ * made without a TTL. */
+START_TEST(test_sliding_log_mixed_layouts)
+{
+	static const char *mix = "rl:mix:{k}",
+			  *made[] = { "rl:mix:{a}", "rl:mix:{b}",
+				  "rl:mix:{c}" };
+	redisReply *r;
+	long long retry;
+	size_t i;
+	int way;
+
+	for (way = 0; way < 3; way++) {
+		cmd_ok("FLUSHALL");
+		mixed_key(mix, server_us());
+		if (way == 0)
+			r = cmd(
+			    "EVAL %s 3 %s %s %s 3 1 1 1 0 10 60000 1 0 "
+			    "0 5 60000 1 0 0 10 60000 1 0",
+			    rl_lua_ratelimit, made[0], mix, made[1]);
+		else
+			r = cmd(
+			    "EVAL %s 4 %s %s %s %s 3 1 2 1 0 10 60000 1 0 "
+			    "0 5 60000 1 0 %s 10 60000 1 %s "
+			    "0 10 60000 1 0",
+			    rl_lua_ratelimit, made[0], mix, made[2], made[1],
+			    way == 1 ? "2" : "0", way == 1 ? "0" : "1");
+		ck_assert_msg(r->type == REDIS_REPLY_ARRAY,
+		    "way %d: reply type %d: %s", way, r->type,
+		    r->type == REDIS_REPLY_ERROR ? r->str : "");
+		/* Request 1: allowed, 9 left. */
+		ck_assert_int_eq(field(r, 0, 0), 1);
+		ck_assert_int_eq(field(r, 0, 2), 9);
+		/* Request 2: denied on the mixed key. */
+		ck_assert_int_eq(field(r, 6, 0), 0);
+		ck_assert_int_eq(field(r, 6, 1), 0);
+		retry = field(r, 6, 4);
+		ck_assert_msg(retry >= 29000 && retry <= 60000,
+		    "way %d: retry %lld", way, retry);
+		/* Request 3: allowed. */
+		i = way == 0 ? 12 : 17;
+		ck_assert_int_eq(field(r, i, 0), 1);
+		ck_assert_int_eq(field(r, i, 2), 9);
+		ck_assert_uint_eq(r->elements, i + 6);
+		freeReplyObject(r);
+
+		for (i = 0; i < 3; i++) {
+			long long pttl = cmd_int("PTTL %s", made[i]);
+
+			if (i == 2) /* its request was denied */
+				ck_assert_int_eq(pttl, -2);
+			else
+				ck_assert_msg(pttl > 0 && pttl <= 60000 + 7500,
+				    "way %d: %s: PTTL %lld", way, made[i],
+				    pttl);
+		}
+		ck_assert_int_eq(cmd_int("ZCARD %s", mix), 1);
+		ck_assert_int_eq(log_units(mix), 7);
+		ck_assert_msg(cmd_int("PTTL %s", mix) > 0, "way %d", way);
+
+		/* Converted, it still denies, until its newest run leaves. */
+		r = cmd("EVAL %s 1 %s 0 5 60000 1 0", rl_lua_ratelimit, mix);
+		ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+		ck_assert_int_eq(field(r, 0, 0), 0);
+		retry = field(r, 0, 4);
+		ck_assert_msg(retry > 40000 && retry <= 50000, "retry %lld",
+		    retry);
+		freeReplyObject(r);
+	}
+}
+END_TEST
+
+/* The older layout at one end only, with runs in the key (docs/algorithms.md,
+ * sliding_log): every unit counts, a run's n and each older unit one.
+ * Before, a key whose newest member was older counted a run as one unit
+ * (ZCARD), and one whose oldest was older was dropped: both admitted
+ * this request over the limit of 5. */
+START_TEST(test_sliding_log_older_at_one_end)
+{
+	static const char *key = "rl:mix:{end}";
+	redisReply *r;
+	long long now, t;
+	int end;
+
+	for (end = 0; end < 2; end++) {
+		now = server_us();
+		t = now - 10000000 * (end == 0 ? 1 : 3);
+		cmd_ok("DEL %s", key);
+		cmd_ok("ZADD %s %lld 3:3 %lld %lld.1 %lld %lld.2", key,
+		    now - 20000000, t, t, t, t);
+		r = cmd("EVAL %s 1 %s 0 5 60000 1 0", rl_lua_ratelimit, key);
+		ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "end %d: %s", end,
+		    r->type == REDIS_REPLY_ERROR ? r->str : "");
+		ck_assert_msg(field(r, 0, 0) == 0, "end %d: admitted", end);
+		freeReplyObject(r);
+		ck_assert_int_eq(log_units(key), 5);
+		ck_assert_msg(cmd_int("PTTL %s", key) > 0, "end %d", end);
+	}
+}
+END_TEST
+
+/* takeback.lua leaves units of the older layout after the run it shrinks
+ * where they are, and renumbers the runs around them.  Before, it failed
+ * on the first one, after it had rewritten the run. */
+START_TEST(test_takeback_past_older_units)
+{
+	const char *key = "rl:tb:{mix}";
+	redisReply *r;
+
+	cmd_ok("DEL %s", key);
+	cmd_ok("ZADD %s 1000 5:5 2000 2000.1 3000 7:2", key);
+	r = cmd("EVAL %s 1 %s 0 10 60000 2 1000", rl_lua_takeback, key);
+	ck_assert_msg(r->type == REDIS_REPLY_INTEGER && r->integer == 1,
+	    "takeback: type %d %s", r->type,
+	    r->type == REDIS_REPLY_ERROR ? r->str : "");
+	freeReplyObject(r);
+	r = cmd("ZRANGE %s 0 -1", key);
+	ck_assert_uint_eq(r->elements, 3);
+	ck_assert_str_eq(r->element[0]->str, "3:3");
+	ck_assert_str_eq(r->element[1]->str, "2000.1");
+	ck_assert_str_eq(r->element[2]->str, "5:2");
+	freeReplyObject(r);
+}
+END_TEST
+
 /* ---- failures -------------------------------------------------------- */
 
 /* A listener that completes handshakes (the kernel does) and never reads. */
@@ -1520,6 +1682,9 @@ test_suite(void)
 	tcase_add_test(tc, test_noscript_recovery);
 	tcase_add_test(tc, test_wrong_type_recovery);
 	tcase_add_test(tc, test_concurrency_after_sliding_log_runs);
+	tcase_add_test(tc, test_sliding_log_mixed_layouts);
+	tcase_add_test(tc, test_sliding_log_older_at_one_end);
+	tcase_add_test(tc, test_takeback_past_older_units);
 	tcase_add_test(tc, test_timeout);
 	tcase_add_test(tc, test_connection_refused);
 	tcase_add_test(tc, test_circuit_breaker);
