@@ -111,6 +111,10 @@ struct redis_conn {
 	uint64_t hold_at; /* not written from there (ROLE's answer is
 			   * awaited); UINT64_MAX: all may be */
 	bool unwritten;	  /* the closing callback's command never left */
+	/* The last close was the server refusing the handshake (an error
+	 * reply to AUTH, SELECT or SCRIPT LOAD, or TLS failing): until the
+	 * next connect, nothing that never left waits for another try. */
+	bool refused;
 
 	struct redis_pending *ring; /* commands waiting for a reply */
 	size_t head, count, cap;
@@ -535,7 +539,7 @@ redis_conn_close(struct redis_conn *c, const char *why)
 	for (i = 0; i < count; i++) {
 		struct redis_pending *p = &ring[(head + i) % cap];
 
-		c->unwritten = p->start >= written;
+		c->unwritten = !c->refused && p->start >= written;
 		p->fn(p->arg, NULL, c->last_error);
 		c->unwritten = false;
 	}
@@ -569,6 +573,7 @@ handshake_check(struct redis_conn *c, const char *what, redisReply *r)
 		return; /* closing already */
 	if (r->type == REDIS_REPLY_ERROR) {
 		snprintf(why, sizeof(why), "%s failed: %s", what, r->str);
+		c->refused = true;
 		redis_conn_close(c, why);
 	}
 }
@@ -812,6 +817,7 @@ conn_open(struct redis_conn *c, char *err, size_t errlen)
 	enum redis_conn_state state = REDIS_CONN_CONNECTING;
 	int fd;
 
+	c->refused = false;
 	if (u->is_unix)
 		fd = connect_unix(u->path, err, errlen);
 	else if ((fd = connect_numeric(u, err, errlen)) == -2) {
@@ -918,6 +924,7 @@ tls_wait_or_close(struct redis_conn *c, int ret)
 			u->port, why, sizeof(why)) != REDIS_TLS_CLOSED ||
 		    handshake)
 			redis_tls_session_clear(&c->session); /* failed */
+		c->refused = handshake;
 		redis_conn_close(c, why);
 		return -1;
 	}
@@ -1197,6 +1204,7 @@ redis_conn_connect_expired(struct redis_conn *c)
 
 	if (c->ssl != NULL && c->handshaking) {
 		redis_tls_fail_timeout(c->cfg->tls, u->host, u->port);
+		c->refused = true;
 		redis_conn_close(c, REDIS_TLS_HUNG);
 	} else
 		redis_conn_close(c, "connect: timed out");
@@ -1206,6 +1214,12 @@ bool
 redis_conn_unwritten(const struct redis_conn *c)
 {
 	return c->unwritten;
+}
+
+bool
+redis_conn_refused(const struct redis_conn *c)
+{
+	return c->refused;
 }
 
 const char *

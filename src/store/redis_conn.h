@@ -156,6 +156,14 @@ void redis_reply_free(redisReply *r);
  */
 bool redis_conn_unwritten(const struct redis_conn *c);
 
+/*
+ * Whether the connection's last close was the server refusing its
+ * handshake (an error reply to AUTH, SELECT or SCRIPT LOAD, or TLS
+ * failing or hanging), until it connects again.  A refusal is no reason
+ * to wait for another try: redis_conn_unwritten() is then false.
+ */
+bool redis_conn_refused(const struct redis_conn *c);
+
 /* Why the last connection closed ("" if never), for logs. */
 const char *redis_conn_last_error(const struct redis_conn *c);
 

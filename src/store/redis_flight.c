@@ -167,8 +167,13 @@ redis_flight_requeue(struct redis_batch *b, const char *why)
 	char msg[BACKEND_ERR_MAX];
 	size_t i;
 
-	if (rb->mode != REDIS_SENTINEL || rb->closing)
+	/* A server that refused the handshake (a wrong password, TLS)
+	 * will again: fail at once, as what it is. */
+	if (rb->mode != REDIS_SENTINEL || rb->closing ||
+	    redis_conn_refused(rb->nodes[0]->conns[0].conn))
 		return false;
+	if (b->live == 0)
+		return true; /* every call has had its answer */
 	snprintf(msg, sizeof(msg),
 	    "%s; the calls not sent yet wait for the primary the sentinels "
 	    "name",

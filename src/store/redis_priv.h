@@ -149,9 +149,11 @@ struct redis_sentinels {
 	size_t ask_next, sub_next; /* which sentinel is asked next */
 	bool asking, ask_wanted, subscribed, sub_wanted;
 	int64_t next_ask_us, next_sub_us;
-	bool known;   /* node 0 is the primary they named */
-	bool doubted; /* ... but its ROLE said otherwise: unknown until
-		       * they name one again */
+	bool known;	/* node 0 is the primary they named */
+	bool doubted;	/* ... but its ROLE said otherwise: unknown until
+			 * they name one again */
+	bool confirmed; /* its ROLE said "master" since it was named: one
+			 * that says otherwise later has been demoted */
 };
 
 /* The store.  Made by backend_redis_new(), freed by its ops' free. */
@@ -323,7 +325,8 @@ void redis_flight_unpark_all(struct redis_backend *rb);
 /* b's command never left (a connection closed before writing it, or none
  * could take it; why says which): under Sentinel its calls are parked for
  * the primary the sentinels name next, which they are asked for, and true
- * is returned; else false, and the caller fails them. */
+ * is returned; else false, and the caller fails them.  False too when the
+ * primary refused the handshake (redis_conn_refused()): it would again. */
 bool redis_flight_requeue(struct redis_batch *b, const char *why);
 
 /* ---- redis_node.c: servers, their connections, where a call goes ------ */

@@ -38,7 +38,10 @@ sentinel_primary(struct redis_backend *rb, const char *host, int port,
 		ss->known = true;
 	} else if (!ss->known || node->url.port != port ||
 	    strcmp(node->host, host) != 0) {
-		if (ss->known || ss->doubted) {
+		/* A move from a primary that was one (named and not
+		 * doubted, or demoted after its ROLE said "master") is a
+		 * failover; from one a stale sentinel named, not. */
+		if (ss->known || (ss->doubted && ss->confirmed)) {
 			metrics_redis_event(rb->metrics,
 			    METRICS_REDIS_FAILOVER);
 			log_warnx(
@@ -46,7 +49,13 @@ sentinel_primary(struct redis_backend *rb, const char *host, int port,
 			    "%s:%d to %s:%d (%s)",
 			    ss->master, node->host, node->url.port, host, port,
 			    how);
-		} else
+		} else if (ss->doubted)
+			log_warnx(
+			    "redis sentinel: primary \"%s\" is %s:%d (%s; "
+			    "%s:%d, named before, was not the primary)",
+			    ss->master, host, port, how, node->host,
+			    node->url.port);
+		else
 			log_info("redis sentinel: primary \"%s\" is %s:%d",
 			    ss->master, host, port);
 		snprintf(why, sizeof(why), "the primary moved to %s:%d", host,
@@ -55,6 +64,7 @@ sentinel_primary(struct redis_backend *rb, const char *host, int port,
 		util_strlcpy(node->host, host, sizeof(node->host));
 		node->url.port = port;
 		ss->known = true;
+		ss->confirmed = false;
 		rb->rel_wanted = rb->rel_started; /* follow it there */
 		rb->next_rel_us = 0;
 		(void)redis_circuit_kick(rb);
@@ -92,8 +102,10 @@ sentinel_role_check(void *arg, const redisReply *r, char *why, size_t whylen)
 	    (r->element[0]->type == REDIS_REPLY_STRING ||
 		r->element[0]->type == REDIS_REPLY_STATUS)) {
 		role = r->element[0]->str;
-		if (strcmp(role, "master") == 0)
+		if (strcmp(role, "master") == 0) {
+			ss->confirmed = true;
 			return true;
+		}
 	}
 	if (strcmp(role, "slave") == 0 || strcmp(role, "replica") == 0)
 		snprintf(why, whylen,
@@ -105,7 +117,9 @@ sentinel_role_check(void *arg, const redisReply *r, char *why, size_t whylen)
 		    "sentinel named",
 		    node->host, node->url.port, role);
 	/* Every connection of the pool may say so: the first moves on to
-	 * the next sentinel, the others only close. */
+	 * the next sentinel and closes the pool's other connections, which
+	 * passed ROLE while it was the primary: nothing more goes there.
+	 * The one asking closes itself when this returns (redis_conn.c). */
 	if (ss->known) {
 		redis_log_failure(rb, BACKEND_ERR_CONNECT, why);
 		ss->known = false;
@@ -113,6 +127,7 @@ sentinel_role_check(void *arg, const redisReply *r, char *why, size_t whylen)
 		if (!ss->asking)
 			ss->ask_next++;
 		ss->ask_wanted = true;
+		redis_node_close(rb, node, why);
 	}
 	return false;
 }

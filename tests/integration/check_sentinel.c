@@ -291,6 +291,8 @@ START_TEST(test_replica_named_refused)
 	ck_assert_int_eq(h_redis_log_units(fresh(primary), "sn:one:{sr}"),
 	    units + 5);
 	ck_assert_int_eq(backend_errors(), 0);
+	/* A stale sentinel corrected is no failover (docs/scale.md). */
+	ck_assert_int_eq(h_metric("ratelimitd_redis_failovers_total"), 0);
 	h_daemon_stop(&d);
 	snprintf(text, sizeof(text),
 	    "127.0.0.1:%d is a replica, not the primary the sentinel named",
@@ -313,6 +315,49 @@ START_TEST(test_replica_named_refused)
 	ck_assert_int_eq(h_redis_script_calls(fresh(replica)), scripts);
 	h_redis_stop(&good);
 	h_redis_stop(&stale);
+}
+END_TEST
+
+/*
+ * A primary that refuses the handshake (here AUTH with a password it does
+ * not have) will again: under Sentinel too, the calls behind it fail at
+ * once with on_backend_error's answer, not after waiting redis.timeout for
+ * another primary (docs/scale.md, "What a failover looks like").
+ */
+START_TEST(test_refused_handshake_fails_at_once)
+{
+	struct h_daemon d;
+	char base[2048], yaml[2560], nodes[128], pwfile[H_PATH_MAX + 16];
+	const char *p;
+	long long t;
+	FILE *f;
+	int i;
+
+	snprintf(pwfile, sizeof(pwfile), "%s/sentinel-pw", h_tmpdir());
+	ck_assert((f = fopen(pwfile, "w")) != NULL);
+	fputs("not-the-password\n", f);
+	ck_assert_int_eq(fclose(f), 0);
+	snprintf(nodes, sizeof(nodes),
+	    "\"127.0.0.1:%d\", \"127.0.0.1:%d\", \"127.0.0.1:%d\"",
+	    sen.sentinel[0].port, sen.sentinel[1].port, sen.sentinel[2].port);
+	snprintf(base, sizeof(base), yaml_fmt, "mymaster", nodes, "3s");
+	p = strstr(base, "  pool_size: 2\n");
+	ck_assert(p != NULL);
+	snprintf(yaml, sizeof(yaml), "%.*s  password_file: \"%s\"\n%s",
+	    (int)(p - base), base, pwfile, p);
+	memset(&d, 0, sizeof(d));
+	d.redis_port = sen.primary.port;
+	h_daemon_start(&d, yaml);
+	for (i = 0; i < 3; i++) {
+		t = h_now_ms();
+		ck_assert_int_eq(get("/acquire", "{\"user\":\"pw\"}"), 503);
+		t = h_now_ms() - t;
+		ck_assert_msg(t < 1000,
+		    "request %d answered in %lld ms "
+		    "(redis.timeout 3s)",
+		    i, t);
+	}
+	h_daemon_stop(&d);
 }
 END_TEST
 
@@ -596,6 +641,7 @@ test_suite(void)
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, test_primary_from_sentinels);
 	tcase_add_test(tc, test_replica_named_refused);
+	tcase_add_test(tc, test_refused_handshake_fails_at_once);
 	tcase_add_test(tc, test_readonly_followed);
 	tcase_add_test(tc, test_failover_followed);
 	suite_add_tcase(s, tc);
