@@ -214,15 +214,27 @@ chain_same(const struct watch_chain *a, const struct watch_chain *b)
 }
 
 /* Walk the path again and watch the directories it leads through.  True
- * if it leads somewhere else than before (a change).  A path that does
- * not resolve (a file being replaced) keeps the watches it had. */
+ * if it leads somewhere else than before (a change).  A walk that fails
+ * (a file being replaced, a link to a file not there yet, a loop) keeps
+ * the directories it reached watched, so that the file is seen when it
+ * comes, and leaves no chain known: the next walk that succeeds is a
+ * change.  Nothing is removed that the failed walk still uses, so that a
+ * walk failing the same way again adds and removes no watch (a removal
+ * queues an IN_IGNORED, which drain() does not take for a change). */
 static bool
 resolve(struct watch *w)
 {
 	struct watch_chain c;
 
 	memset(&c, 0, sizeof(c));
-	if (chain_walk(w, &c) < 0 || chain_same(&c, &w->chain)) {
+	if (chain_walk(w, &c) < 0) {
+		rl_free(c.real);
+		c.real = NULL;
+		chain_drop(w, &w->chain, &c);
+		w->chain = c;
+		return false;
+	}
+	if (chain_same(&c, &w->chain)) {
 		chain_drop(w, &c, &w->chain);
 		return false;
 	}
@@ -265,7 +277,7 @@ drain(struct watch *w)
 {
 	char buf[4096]
 	    __attribute__((aligned(__alignof__(struct inotify_event))));
-	bool hit = false;
+	bool hit = false, seen = false;
 	ssize_t n;
 	char *p;
 
@@ -273,12 +285,17 @@ drain(struct watch *w)
 		for (p = buf; p < buf + n;) {
 			const struct inotify_event *ev = (void *)p;
 
+			/* A watch removed (by resolve(), or with its
+			 * directory, whose deletion its parent reports) is
+			 * no reason to walk again. */
+			if (!(ev->mask & IN_IGNORED))
+				seen = true;
 			if (concerns(w, ev))
 				hit = true;
 			p += sizeof(*ev) + ev->len;
 		}
 	}
-	if (resolve(w))
+	if (seen && resolve(w))
 		hit = true;
 	return hit;
 }

@@ -1384,9 +1384,6 @@ START_TEST(test_start_only_changes)
 }
 END_TEST
 
-/* A reload keeps the running value of every start-only key (strings and
- * lists copied, not shared) and takes every other key from the new file:
- * afterwards no start-only key differs. */
 /* A key_prefix may hold anything without a cluster, where braces mean
  * nothing; with one, any '{' but one followed at once by '}': a tag in the
  * prefix, an unclosed '{' or a '}' alone still give the keys a script
@@ -1413,6 +1410,9 @@ START_TEST(test_key_prefix_braces)
 }
 END_TEST
 
+/* A reload keeps the running value of every start-only key (strings and
+ * lists copied, not shared) and takes every other key from the new file:
+ * afterwards no start-only key differs. */
 START_TEST(test_keep_start_only)
 {
 	struct config *a, *b;

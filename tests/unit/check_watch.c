@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -328,6 +329,65 @@ START_TEST(test_symlink_chain_too_long)
 }
 END_TEST
 
+/* CPU time of this process so far, in ms. */
+static long long
+cpu_ms(void)
+{
+	struct rusage ru;
+
+	ck_assert_int_eq(getrusage(RUSAGE_SELF, &ru), 0);
+	return (long long)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000 +
+	    (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000;
+}
+
+/* The watch thread's CPU over 600 ms of quiet, in ms. */
+static long long
+cpu_while_quiet(void)
+{
+	long long t0 = cpu_ms();
+
+	ck_assert_int_eq(changes_within(pfd[0], 600), 0);
+	return cpu_ms() - t0;
+}
+
+/*
+ * conf.yaml pointed at a file not there yet in another directory, then at
+ * a loop of links: each is a change, and neither walk, which fails, may
+ * keep the watch busy (a failed walk once removed the watch it had just
+ * added, whose IN_IGNORED woke it to walk and fail again, at full CPU);
+ * the file coming later where the link points is seen.
+ */
+START_TEST(test_link_to_missing_file)
+{
+	char p[PATH_MAX], conf[PATH_MAX];
+	long long cpu;
+	struct watch *w;
+
+	make_dir("a");
+	make_dir("b");
+	make_dir("loop");
+	write_file(at(p, "a/real.yaml"), "a\n");
+	ck_assert_int_eq(symlink("l2", at(p, "loop/l1")), 0);
+	ck_assert_int_eq(symlink("l1", at(p, "loop/l2")), 0);
+	ck_assert_int_eq(symlink("a/real.yaml", at(conf, "conf.yaml")), 0);
+	w = start(conf);
+
+	relink("b/real.yaml", conf);
+	ck_assert_int_ge(first_change_ms(pfd[0], 2000), 0);
+	cpu = cpu_while_quiet();
+	ck_assert_msg(cpu < 150, "%lld ms of CPU in 600 ms of quiet", cpu);
+	write_file(at(p, "b/real.yaml"), "b\n");
+	ck_assert_msg(first_change_ms(pfd[0], 2000) >= 0,
+	    "the file that came where the link points was not seen");
+
+	relink("loop/l1", conf);
+	ck_assert_int_ge(first_change_ms(pfd[0], 2000), 0);
+	cpu = cpu_while_quiet();
+	ck_assert_msg(cpu < 150, "%lld ms of CPU in 600 ms of quiet", cpu);
+	watch_stop(w);
+}
+END_TEST
+
 /*
  * A change, then another file in the directory written every 100 ms (less
  * than the debounce) for 1.5 s: the change is still called back about
@@ -375,6 +435,7 @@ test_suite(void)
 	tcase_add_test(tc, test_symlink_chain);
 	tcase_add_test(tc, test_configmap_behind_symlink);
 	tcase_add_test(tc, test_symlink_chain_too_long);
+	tcase_add_test(tc, test_link_to_missing_file);
 	tcase_add_test(tc, test_busy_directory);
 	suite_add_tcase(s, tc);
 	return s;
