@@ -132,8 +132,9 @@ end
 -- numbered first .. newest_end with first = oldest_end - oldest_n + 1, and
 -- every step reads at most a few members, whatever the cost: the work of
 -- one call is O(log runs).
--- A key written before runs (members "T.n", one per unit) is turned into
--- one run of all its units at its newest time, which only waits longer.
+-- A key written before runs (members "T.n", one per unit), or one where
+-- both layouts meet during a rolling upgrade, is rewritten in runs, each
+-- unit at its own time (log_convert).
 local sliding_log = {}
 
 -- A run's member: its end and n, or nil.
@@ -155,12 +156,6 @@ end
 -- computed, and the key is not read for its TTL in between (a new key's
 -- is set at once: log_renew).
 local logs, ttls = {}, {}
-
--- Keys whose members between their two ends are not all runs, found by
--- log_time_of(): mixed[key] = W.  They are converted when the call ends
--- (log_convert), when nothing of the call reads them any more.  Made by
--- the first one found.
-local mixed = nil
 
 -- What one call wrote to a token_bucket key (a batch's requests often
 -- share one: a rule without a key): tats[key] is the tat last written and
@@ -189,9 +184,6 @@ end
 -- write its pending tat.
 local function forget(key, keep_tat)
   logs[key] = nil
-  if mixed ~= nil then
-    mixed[key] = nil
-  end
   local ttl = ttls[key]
   if ttl ~= nil then
     redis.call('PEXPIRE', key, ttl)
@@ -251,53 +243,60 @@ local function log_older(m)
   return string.find(m, '^%d+%.%d+$') ~= nil
 end
 
--- Turn key into one run of all its units at time t, its newest
--- (docs/algorithms.md, sliding_log: a key of the older layout, or one
--- where both layouts meet during a rolling upgrade).  A run counts its n
--- units, any other member one.  Reads every member, once: a key converted
--- holds one member after.  Returns the units.
-local function log_convert(key, t, W, now)
-  local m, i = 0, 0
+-- Rewrite key in runs (docs/algorithms.md, sliding_log, "The older
+-- layout"): a key of the older layout, or one where both layouts meet
+-- during a rolling upgrade.  Its members in score order, those of one time
+-- become one run of their units (a run counts its n, any other member
+-- one), at that time, ends counted from 1; members that left the window
+-- at now are dropped.  Every unit keeps its time, so the key admits
+-- exactly as many as before, and its units leave when they would have.
+-- Reads and writes every member: O(members), paid by a call that finds
+-- the key holding members that are not runs (during a rolling upgrade,
+-- again after an older daemon has written to it).  The key, new, gets its
+-- TTL at once (log_renew).  Returns what log_read would, and makes it the
+-- call's logs[key].
+local function log_convert(key, W, now)
+  local k = {W = W, v = 0, first = nil, first_t = nil, last_end = 0,
+    last_n = 0, last_t = nil, last_ts = nil}
+  local out, e, i = {}, 0, 0
+  local gt, gts, gn = nil, nil, 0 -- the time being counted
+  local function run_done()
+    if gt ~= nil then
+      e = e + gn
+      out[#out + 1], out[#out + 2] = gts, fmt('%d:%d', e, gn)
+      if k.first == nil then
+        k.first, k.first_t = e - gn + 1, gt
+      end
+      k.last_end, k.last_n, k.last_t, k.last_ts = e, gn, gt, gts
+    end
+  end
+  local r
   repeat
-    local r = redis.call('ZRANGE', key, int(i), int(i + 999))
-    for j = 1, #r do
-      local _, n = log_member(r[j])
-      m = m + (n or 1)
+    r = redis.call('ZRANGE', key, int(i), int(i + 999), 'WITHSCORES')
+    for j = 1, #r, 2 do
+      local t = tonumber(r[j + 1])
+      if t > now - W then
+        if t ~= gt then
+          run_done()
+          gt, gts, gn = t, r[j + 1], 0
+        end
+        local _, n = log_member(r[j])
+        gn = gn + (n or 1)
+      end
     end
     i = i + 1000
-  until #r < 1000
+  until #r < 2000
+  run_done()
   redis.call('DEL', key)
-  redis.call('ZADD', key, int(t), int(m) .. ':' .. int(m))
-  -- A new key, without the TTL the old one had.
-  log_renew(key, t, nil, W, now)
-  return m
-end
-
--- Mark key as mixed; returns the time of its newest run, which every
--- unit of the key reaches, so that an answer from it only waits longer.
-local function log_mixed(key, W)
-  if mixed == nil then
-    mixed = {}
+  for j = 1, #out, 2000 do
+    redis.call('ZADD', key, unpack(out, j, min(j + 1999, #out)))
   end
-  mixed[key] = W
-  return tonumber(redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')[2])
-end
-
--- Convert the keys found mixed (before the TTLs deferred to the end of the
--- call are set: log_convert sets a converted key's at once).
-local function log_convert_mixed(now)
-  if mixed == nil then
-    return
+  if k.last_t ~= nil then
+    log_renew(key, k.last_t, nil, W, now)
   end
-  for key, W in pairs(mixed) do
-    local r = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
-    if #r > 0 then
-      log_convert(key, tonumber(r[2]), W, now)
-    end
-  end
-  mixed = nil
+  logs[key] = k
+  return k
 end
-
 
 -- Drop the runs that left the window, then read the oldest and newest.
 -- The oldest is read first: when it is still inside, nothing is dropped.
@@ -337,9 +336,8 @@ local function log_read(key, now, W)
         return k
       end
       -- The older layout at an end, runs maybe elsewhere (a rolling
-      -- upgrade): all its units become one run at its newest time.
-      e = log_convert(key, t, W, now)
-      n, oe, on, ot = e, e, e, t
+      -- upgrade): every unit counts, at its own time.
+      return log_convert(key, W, now)
     end
     k.first, k.first_t = oe - on + 1, ot
     k.last_end, k.last_n, k.last_t, k.last_ts = e, n, t, new[2]
@@ -348,29 +346,41 @@ local function log_read(key, now, W)
 end
 
 -- The time of the run holding unit number `want` (runs sorted by end), of
--- a key whose runs hold `units` (used) and whose window is W.  Members of
--- the older layout between the two ends (a rolling upgrade: older daemons
--- record at now, under runs reserved later) have no number: when one is
--- met, or when there are more members than units, which runs alone
--- cannot be, it is the newest run's time instead, and the key is turned
--- into runs when the call ends (log_mixed, docs/algorithms.md,
--- sliding_log).
-local function log_time_of(key, want, units, W)
+-- a key whose runs, read from its two ends, hold `units` (used) numbered
+-- from fst, and whose window is W.  Members of the older layout between
+-- the two ends (a rolling upgrade: older daemons record at now, under
+-- runs reserved later) have no number and are not in units: when the
+-- search meets a member that is not a run, or there are more members than
+-- units, which runs alone cannot be, the key is rewritten in runs at once
+-- (log_convert), and the time is that of the unit as many places after
+-- want's as the conversion found units more: the one the caller's answer
+-- needs with every unit counted (want is the k-th unit to leave, k grows
+-- with used).  Returns the time, and the key's new logs entry when it was
+-- converted (the caller then reads its state from it, so that nothing
+-- later in the call counts from the runs alone).
+local function log_time_of(key, want, units, fst, W, now)
   local lo, hi = 0, redis.call('ZCARD', key) - 1
-  if hi >= units then
-    return log_mixed(key, W)
-  end
-  while lo < hi do
+  local runs = hi < units
+  while runs and lo < hi do
     local mid = floor((lo + hi) / 2)
-    local r = redis.call('ZRANGE', key, int(mid), int(mid))
-    local e = tonumber(string.match(r[1], '^(%d+):'))
+    local e = log_member(redis.call('ZRANGE', key, int(mid), int(mid))[1])
     if e == nil then
-      return log_mixed(key, W)
+      runs = false
     elseif e >= want then
       hi = mid
     else
       lo = mid + 1
     end
+  end
+  if not runs then
+    local k = log_convert(key, W, now)
+    if k.first == nil then -- nothing left in the window
+      return now - W, k
+    end
+    local used = k.last_end - k.first + 1
+    local t = log_time_of(key, k.first + (want - fst) + (used - units), used,
+      k.first, W, now)
+    return t, k
   end
   return tonumber(redis.call('ZRANGE', key, int(lo), int(lo),
     'WITHSCORES')[2])
@@ -399,8 +409,17 @@ local function log_single(key, L, W, c, now, now_s, reply, marks, chunks)
   local allowed = used + c <= L
   local retry, mark = 0, '0'
   if not allowed then
-    retry = floor(ceil_ms(log_time_of(key, fst + (used + c - L) - 1, used,
-      W) + W - now))
+    local t, conv = log_time_of(key, fst + (used + c - L) - 1, used, fst, W,
+      now)
+    retry = floor(ceil_ms(t + W - now))
+    if conv ~= nil then
+      -- Converted: every unit counts from here on (log_time_of).
+      k, fst, fst_t, last_t, used = conv, conv.first, conv.first_t,
+        conv.last_t, 0
+      if fst ~= nil then
+        used = k.last_end - fst + 1
+      end
+    end
   elseif c > 0 then
     -- record, then finish's TTL.  The score is given as a string that
     -- reads back as t (now_s is now): Redis would format the number t
@@ -439,7 +458,7 @@ local function log_single(key, L, W, c, now, now_s, reply, marks, chunks)
     if fst ~= nil then
       t = fst_t
       if u ~= 1 then
-        t = log_time_of(key, fst + u - 1, used, W)
+        t = log_time_of(key, fst + u - 1, used, fst, W, now)
       end
     end
     eff = floor(ceil_ms(t + W - now))
@@ -508,8 +527,16 @@ if #KEYS > 1 then
         end
         ok = used + c <= L
         if not ok then
-          retry = ceil_ms(log_time_of(key, fst + (used + c - L) - 1, used,
-            W) + W - now)
+          local t, conv = log_time_of(key, fst + (used + c - L) - 1, used,
+            fst, W, now)
+          retry = ceil_ms(t + W - now)
+          if conv ~= nil then
+            -- as in log_single
+            lg, fst, used = conv, conv.first, 0
+            if fst ~= nil then
+              used = lg.last_end - fst + 1
+            end
+          end
         end
         st_x[k], st_y[k], st_z[k] = lg, used, fst
       elseif a == 2 then
@@ -641,7 +668,7 @@ if #KEYS > 1 then
           elseif u == 1 then
             t = lg.first_t
           else
-            t = log_time_of(key, fst + u - 1, used, W)
+            t = log_time_of(key, fst + u - 1, used, fst, W, now)
           end
           eff = ceil_ms(t + W - now)
         end
@@ -731,12 +758,8 @@ local function make_general()
   if request ~= nil then
     return
   end
-  function sliding_log.check(s)
-    local k = logs[s.key]
-    if k == nil or k.W ~= s.W then
-      k = log_read(s.key, s.now, s.W)
-      logs[s.key] = k
-    end
+  -- The state of key k (a logs entry) in check s.
+  local function log_load(s, k)
     s.log, s.v = k, k.v
     s.first, s.first_t = k.first, k.first_t
     s.last_end, s.last_n, s.last_t = k.last_end, k.last_n, k.last_t
@@ -744,12 +767,26 @@ local function make_general()
     if k.first ~= nil then
       s.used = k.last_end - k.first + 1
     end
+  end
+
+  function sliding_log.check(s)
+    local k = logs[s.key]
+    if k == nil or k.W ~= s.W then
+      k = log_read(s.key, s.now, s.W)
+      logs[s.key] = k
+    end
+    log_load(s, k)
     s.allowed = s.used + s.c <= s.L
     if not s.allowed then
       -- The unit numbered first + k - 1 must expire, k = used + c - L: find
       -- the oldest run whose end reaches it (runs sorted by end and score).
-      s.retry = ceil_ms(log_time_of(s.key, s.first + (s.used + s.c - s.L) -
-        1, s.used, s.W) + s.W - s.now)
+      local t, conv = log_time_of(s.key, s.first + (s.used + s.c - s.L) - 1,
+        s.used, s.first, s.W, s.now)
+      s.retry = ceil_ms(t + s.W - s.now)
+      if conv ~= nil then
+        -- Converted: every unit counts from here on (log_time_of).
+        log_load(s, conv)
+      end
     end
   end
 
@@ -807,7 +844,7 @@ local function make_general()
     elseif k == 1 then
       t = s.first_t
     else
-      t = log_time_of(s.key, s.first + k - 1, s.used, s.W)
+      t = log_time_of(s.key, s.first + k - 1, s.used, s.first, s.W, s.now)
     end
     return ceil_ms(t + s.W - s.now)
   end
@@ -1265,10 +1302,10 @@ local function make_general()
       if #r > 0 then
         local e, n = log_member(r[1])
         if e == nil then
-          -- A unit of the older layout (log_time_of): every unit has
-          -- left once the newest run has, and the key's run count no
-          -- longer says how many are in the window.
-          return log_mixed(s.key, s.W) + s.W
+          -- Not a run (log_time_of): the run count no longer says how
+          -- many units are in the window.  Count them all, then again.
+          log_load(s, log_convert(s.key, s.W, s.now))
+          return sliding_log.earliest(s, from)
         end
         firstu = e - n + 1
         count = s.last_end - firstu + 1
@@ -1276,8 +1313,13 @@ local function make_general()
       if count + s.c <= s.L then
         return t0
       end
-      return log_time_of(s.key, firstu + (count + s.c - s.L) - 1, s.used,
-        s.W) + s.W
+      local t, conv = log_time_of(s.key, firstu + (count + s.c - s.L) - 1,
+        s.used, s.first, s.W, s.now)
+      if conv ~= nil then
+        log_load(s, conv)
+        return sliding_log.earliest(s, from)
+      end
+      return t + s.W
     end
 
     function sliding_log.record_at(s, t)
@@ -1609,7 +1651,6 @@ if same and same_n == 1 then
       denied[key] = f
     end
   end
-  log_convert_mixed(now)
   for key, ttl in pairs(ttls) do
     redis.call('PEXPIRE', key, ttl)
   end
@@ -1782,7 +1823,6 @@ for r = 1, #counts do
   end
   first = last + 1
 end
-log_convert_mixed(now)
 for key, ttl in pairs(ttls) do
   redis.call('PEXPIRE', key, ttl)
 end

@@ -1010,10 +1010,10 @@ field(const redisReply *r, size_t at, size_t i)
  * alone; beside a fixed_window check; beside a shadow check, the general
  * path), each with the mixed key at its limit between requests on keys the
  * call creates: no error, the other requests answered as usual, the mixed
- * key's denied with a retry no earlier than its exact one (its 3rd oldest
- * unit, 30 s ago, leaves in 30 s) and within its window, every key the
- * call made with a TTL, and the mixed key turned into one run of its 7
- * units.  Before, the binary search for the retry read "<T>.1" as a run,
+ * key's denied with the retry of its 3rd oldest unit, 30 s ago (every unit
+ * counted, the older ones too), every key the call made with a TTL, and
+ * the mixed key rewritten in runs, its 7 units at their own times.
+ * Before, the binary search for the retry read "<T>.1" as a run,
  * and the whole call failed with a Lua error, leaving the keys it had
  * made without a TTL. */
 START_TEST(test_sliding_log_mixed_layouts)
@@ -1051,7 +1051,7 @@ START_TEST(test_sliding_log_mixed_layouts)
 		ck_assert_int_eq(field(r, 6, 0), 0);
 		ck_assert_int_eq(field(r, 6, 1), 0);
 		retry = field(r, 6, 4);
-		ck_assert_msg(retry >= 29000 && retry <= 60000,
+		ck_assert_msg(retry >= 29000 && retry <= 30000,
 		    "way %d: retry %lld", way, retry);
 		/* Request 3: allowed. */
 		i = way == 0 ? 12 : 17;
@@ -1070,16 +1070,17 @@ START_TEST(test_sliding_log_mixed_layouts)
 				    "way %d: %s: PTTL %lld", way, made[i],
 				    pttl);
 		}
-		ck_assert_int_eq(cmd_int("ZCARD %s", mix), 1);
+		ck_assert_int_eq(cmd_int("ZCARD %s", mix), 3);
 		ck_assert_int_eq(log_units(mix), 7);
 		ck_assert_msg(cmd_int("PTTL %s", mix) > 0, "way %d", way);
 
-		/* Converted, it still denies, until its newest run leaves. */
+		/* Converted, it still denies, until its 3rd oldest unit
+		 * leaves. */
 		r = cmd("EVAL %s 1 %s 0 5 60000 1 0", rl_lua_ratelimit, mix);
 		ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
 		ck_assert_int_eq(field(r, 0, 0), 0);
 		retry = field(r, 0, 4);
-		ck_assert_msg(retry > 40000 && retry <= 50000, "retry %lld",
+		ck_assert_msg(retry > 29000 && retry <= 30000, "retry %lld",
 		    retry);
 		freeReplyObject(r);
 	}
@@ -1136,6 +1137,139 @@ START_TEST(test_takeback_past_older_units)
 	ck_assert_str_eq(r->element[1]->str, "2000.1");
 	ck_assert_str_eq(r->element[2]->str, "5:2");
 	freeReplyObject(r);
+}
+END_TEST
+
+/* A rolling upgrade on a hot key (docs/algorithms.md, sliding_log, "The
+ * older layout"): an older daemon records one unit "<T>.1" every 100 ms
+ * and this version one unit between them, limit 10 per 300 ms, so that
+ * at most 6 units are ever in the window and every request of this
+ * version fits.  Each call of this version finds an older unit at the
+ * key's newest end and converts the key, each unit at its own time, so
+ * that units leave when they really do: every request is admitted, and
+ * the key holds at most what the window holds.  Before, the key became
+ * one run of all its units at its newest time, which never left while
+ * older units came less than a window apart: from the 6th call on every
+ * request was denied and the key grew by a unit per round. */
+START_TEST(test_sliding_log_rolling_upgrade_hot_key)
+{
+	static const char *key = "rl:mix:{hot}";
+	redisReply *r;
+	long long t;
+	int round;
+
+	for (round = 0; round < 30; round++) {
+		t = server_us();
+		cmd_ok("ZADD %s %lld %lld.1", key, t, t);
+		r = cmd("EVAL %s 1 %s 0 10 300 1 0", rl_lua_ratelimit, key);
+		ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "round %d: %s",
+		    round, r->type == REDIS_REPLY_ERROR ? r->str : "");
+		ck_assert_msg(field(r, 0, 0) == 1,
+		    "round %d: denied, %lld left", round, field(r, 0, 2));
+		freeReplyObject(r);
+		ck_assert_msg(log_units(key) <= 8, "round %d: %lld units",
+		    round, log_units(key));
+		ck_assert_msg(cmd_int("PTTL %s", key) > 0, "round %d", round);
+		sleep_ms(100);
+	}
+}
+END_TEST
+
+/* A batch of two requests on a key with older units between its runs
+ * (5 units 30 s ago, 2 older units 20 s ago, 3 units 10 s ago; limit 10),
+ * costs 3 then 2, on the script's three ways to a sliding_log check:
+ * both denied, as they would be one call each ("a later request in a
+ * batch sees what an earlier one recorded": docs/algorithms.md, "Requests
+ * of one key in one call"), both with the exact retry (the 3rd and the
+ * 2nd oldest units leave in 30 s), and the key's 10 units unchanged, in
+ * runs.  Before, the first request found the older units and the key was
+ * converted only when the call ended: the second still counted the runs
+ * alone (8 units) and was admitted, leaving 12 units. */
+START_TEST(test_sliding_log_mixed_found_in_batch)
+{
+	static const char *mix = "rl:mix:{b}", *other = "rl:mix:{o}";
+	redisReply *r;
+	long long now, t, retry;
+	int way, req;
+
+	for (way = 0; way < 3; way++) {
+		cmd_ok("FLUSHALL");
+		now = server_us();
+		t = now - 20000000;
+		cmd_ok("ZADD %s %lld 5:5 %lld %lld.1 %lld %lld.2 %lld 8:3", mix,
+		    now - 30000000, t, t, t, t, now - 10000000);
+		cmd_ok("PEXPIRE %s 120000", mix);
+		if (way == 0)
+			r = cmd(
+			    "EVAL %s 2 %s %s 2 1 1 0 10 60000 3 0 "
+			    "0 10 60000 2 0",
+			    rl_lua_ratelimit, mix, mix);
+		else
+			r = cmd(
+			    "EVAL %s 4 %s %s %s %s 2 2 2 "
+			    "0 10 60000 3 0 %s 10 60000 1 %s "
+			    "0 10 60000 2 0 %s 10 60000 1 %s",
+			    rl_lua_ratelimit, mix, other, mix, other,
+			    way == 1 ? "2" : "0", way == 1 ? "0" : "1",
+			    way == 1 ? "2" : "0", way == 1 ? "0" : "1");
+		ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "way %d: %s", way,
+		    r->type == REDIS_REPLY_ERROR ? r->str : "");
+		for (req = 0; req < 2; req++) {
+			size_t at = (size_t)req * (way == 0 ? 6 : 11);
+
+			ck_assert_msg(field(r, at, 0) == 0 &&
+				field(r, at, 1) == 0,
+			    "way %d: request %d admitted", way, req + 1);
+		}
+		for (req = 0; req < 2; req++) {
+			size_t at = (size_t)req * (way == 0 ? 6 : 11);
+
+			ck_assert_int_eq(field(r, at, 2), 0);
+			retry = field(r, at, 4);
+			ck_assert_msg(retry >= 29000 && retry <= 30000,
+			    "way %d: request %d: retry %lld", way, req + 1,
+			    retry);
+		}
+		freeReplyObject(r);
+		ck_assert_int_eq(log_units(mix), 10);
+		ck_assert_int_eq(cmd_int("ZCARD %s", mix), 3);
+		ck_assert_msg(cmd_int("PTTL %s", mix) > 0, "way %d", way);
+	}
+}
+END_TEST
+
+/* A member between two runs that is neither a run nor an older unit
+ * ("9:x", "9:1:1": a run's end and more) is counted as one unit at its
+ * time, as an older unit is: no error, the retry of the 6th oldest of the
+ * 9 units (40 s, within the window), and the key rewritten in runs.
+ * Before, the binary search read such a member as a run ending at 9 and
+ * gave the retry of the member's own time (30 s, too early), and the key
+ * kept it. */
+START_TEST(test_sliding_log_malformed_middle_member)
+{
+	static const char *key = "rl:mix:{bad}", *bad[] = { "9:x", "9:1:1" };
+	redisReply *r;
+	long long now, retry;
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		now = server_us();
+		cmd_ok("DEL %s", key);
+		cmd_ok("ZADD %s %lld 2:2 %lld 4:2 %lld %s %lld 6:2 %lld 8:2",
+		    key, now - 50000000, now - 40000000, now - 30000000, bad[i],
+		    now - 20000000, now - 10000000);
+		r = cmd("EVAL %s 1 %s 0 8 60000 5 0", rl_lua_ratelimit, key);
+		ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s: %s", bad[i],
+		    r->type == REDIS_REPLY_ERROR ? r->str : "");
+		ck_assert_int_eq(field(r, 0, 0), 0);
+		retry = field(r, 0, 4);
+		ck_assert_msg(retry >= 39000 && retry <= 40000,
+		    "%s: retry %lld", bad[i], retry);
+		freeReplyObject(r);
+		ck_assert_int_eq(log_units(key), 9);
+		ck_assert_int_eq(cmd_int("ZCARD %s", key), 5);
+		ck_assert_msg(cmd_int("PTTL %s", key) > 0, "%s", bad[i]);
+	}
 }
 END_TEST
 
@@ -1685,6 +1819,9 @@ test_suite(void)
 	tcase_add_test(tc, test_sliding_log_mixed_layouts);
 	tcase_add_test(tc, test_sliding_log_older_at_one_end);
 	tcase_add_test(tc, test_takeback_past_older_units);
+	tcase_add_test(tc, test_sliding_log_rolling_upgrade_hot_key);
+	tcase_add_test(tc, test_sliding_log_mixed_found_in_batch);
+	tcase_add_test(tc, test_sliding_log_malformed_middle_member);
 	tcase_add_test(tc, test_timeout);
 	tcase_add_test(tc, test_connection_refused);
 	tcase_add_test(tc, test_circuit_breaker);
