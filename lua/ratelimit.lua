@@ -134,13 +134,21 @@ end
 -- one call is O(log runs).
 -- A key written before runs (members "T.n", one per unit), or one where
 -- both layouts meet during a rolling upgrade, is rewritten in runs, each
--- unit at its own time (log_convert).
+-- unit at its own time (log_convert; only the older units at its newest end:
+-- log_convert_top).
 local sliding_log = {}
 
--- A run's member: its end and n, or nil.
+-- A run's member: its end and n, or nil when m is not a valid run.  A
+-- member "<end>:0" (no writer of this version makes one: a member from
+-- outside) is not: it is counted as one unit, as any member that is not a
+-- run (log_convert), so that no key converts into itself again.
 local function log_member(m)
   local e, n = string.match(m, '^(%d+):(%d+)$')
-  return tonumber(e), tonumber(n)
+  n = tonumber(n)
+  if n == nil or n < 1 then
+    return nil
+  end
+  return tonumber(e), n
 end
 
 -- What one call knows of a sliding_log key, so that the next check of
@@ -238,23 +246,28 @@ local function log_renew(key, t, prev, W, now)
   end
 end
 
--- Whether m is a member of the older layout, a unit "T.n".
-local function log_older(m)
-  return string.find(m, '^%d+%.%d+$') ~= nil
+-- Whether m, a member that is not a valid run, is one unit of a
+-- sliding_log key: a unit of the older layout "T.n", or a member shaped as
+-- a run with n = 0.  Another algorithm's member is not (log_read then
+-- starts afresh).
+local function log_unit(m)
+  return string.find(m, '^%d+%.%d+$') ~= nil or
+    string.find(m, '^%d+:%d+$') ~= nil
 end
 
 -- Rewrite key in runs (docs/algorithms.md, sliding_log, "The older
 -- layout"): a key of the older layout, or one where both layouts meet
 -- during a rolling upgrade.  Its members in score order, those of one time
 -- become one run of their units (a run counts its n, any other member
--- one), at that time, ends counted from 1; members that left the window
--- at now are dropped.  Every unit keeps its time, so the key admits
--- exactly as many as before, and its units leave when they would have.
--- Reads and writes every member: O(members), paid by a call that finds
--- the key holding members that are not runs (during a rolling upgrade,
--- again after an older daemon has written to it).  The key, new, gets its
--- TTL at once (log_renew).  Returns what log_read would, and makes it the
--- call's logs[key].
+-- one: a time always makes a run of n >= 1), at that time, ends counted
+-- from 1; members that left the window at now are dropped.  Every unit
+-- keeps its time, so the key admits exactly as many as before, and its
+-- units leave when they would have.  Reads and writes every member:
+-- O(members), paid by a call that finds a member that is not a run at the
+-- key's oldest end (once per key) or between its runs (log_time_of); older
+-- units at the newest end only are log_convert_top's.  The key, new, gets
+-- its TTL right after the first chunk (log_renew).  Returns what log_read
+-- would, and makes it the call's logs[key].
 local function log_convert(key, W, now)
   local k = {W = W, v = 0, first = nil, first_t = nil, last_end = 0,
     last_n = 0, last_t = nil, last_ts = nil}
@@ -290,10 +303,84 @@ local function log_convert(key, W, now)
   redis.call('DEL', key)
   for j = 1, #out, 2000 do
     redis.call('ZADD', key, unpack(out, j, min(j + 1999, #out)))
+    if j == 1 then
+      -- The TTL right after the first chunk: a later command that failed
+      -- would leave the key without one.
+      log_renew(key, k.last_t, nil, W, now)
+    end
   end
-  if k.last_t ~= nil then
-    log_renew(key, k.last_t, nil, W, now)
+  logs[key] = k
+  return k
+end
+
+-- Rewrite the top of key in runs (docs/algorithms.md, sliding_log, "The
+-- older layout"): the members above its newest run, which an older daemon
+-- recorded at its now (the usual case during a rolling upgrade: its units
+-- land at the key's newest end, above this version's runs).  They are
+-- read from the top down a page at a time, down to the first run R (the
+-- oldest member, a run (oe, on) at time ot, stops it at worst); those of
+-- one time become one run of their units (any member that is not a run
+-- counts one) at that time, its end continuing from R's (units at R's own
+-- time merge into R).  The new runs are added before the older members
+-- are removed, so that the key never empties, and the key gets the TTL a
+-- record at the newest of those times gives a new key, right after the
+-- first chunk.  O(members above R): the runs below are not read.  Returns
+-- what log_read would, and makes it the call's logs[key].
+local function log_convert_top(key, W, now, oe, on, ot)
+  local above, i, P = {}, 0, 16 -- members above R, newest first
+  local re, rn, rt, rts, rm
+  while re == nil do
+    local r = redis.call('ZRANGE', key, int(-(i + P)), int(-(i + 1)),
+      'WITHSCORES')
+    for j = #r - 1, 1, -2 do
+      re, rn = log_member(r[j])
+      if re ~= nil then
+        rm, rts, rt = r[j], r[j + 1], tonumber(r[j + 1])
+        break
+      end
+      above[#above + 1], above[#above + 2] = r[j], r[j + 1]
+    end
+    if #r < 2 * P and re == nil then
+      -- The bottom, and no run: cannot be, the oldest is one.
+      return log_convert(key, W, now)
+    end
+    i, P = i + P, 1000
   end
+  local out, old = {}, {}
+  local e = re - rn -- the end before the run being counted
+  local gt, gts, gn = rt, rts, rn
+  local merged = false
+  local function run_done()
+    if gt ~= rt or gn ~= rn then
+      out[#out + 1], out[#out + 2] = gts, fmt('%d:%d', e + gn, gn)
+      merged = merged or gt == rt
+    end
+    e = e + gn
+  end
+  for j = #above - 1, 1, -2 do
+    local t = tonumber(above[j + 1])
+    if t ~= gt then
+      run_done()
+      gt, gts, gn = t, above[j + 1], 0
+    end
+    gn = gn + 1
+    old[#old + 1] = above[j]
+  end
+  run_done()
+  for j = 1, #out, 2000 do
+    redis.call('ZADD', key, unpack(out, j, min(j + 1999, #out)))
+    if j == 1 then
+      log_renew(key, gt, nil, W, now)
+    end
+  end
+  if merged then
+    old[#old + 1] = rm
+  end
+  for j = 1, #old, 1000 do
+    redis.call('ZREM', key, unpack(old, j, min(j + 999, #old)))
+  end
+  local k = {W = W, v = 0, first = oe - on + 1, first_t = ot, last_end = e,
+    last_n = gn, last_t = gt, last_ts = gts}
   logs[key] = k
   return k
 end
@@ -323,11 +410,11 @@ local function log_read(key, now, W)
     local e, n = log_member(new[1])
     local t = tonumber(new[2])
     local oe, on = e, n
-    if e ~= nil and old[1] ~= new[1] then
+    if old[1] ~= new[1] then
       oe, on = log_member(old[1])
     end
     if e == nil or oe == nil then
-      if not log_older(e == nil and new[1] or old[1]) then
+      if not log_unit(e == nil and new[1] or old[1]) then
         -- Neither a run nor a unit of the older layout: another
         -- algorithm's sorted set (concurrency's leases, after a reload
         -- changed the rule's algorithm).  Start fresh, as for a key of
@@ -336,7 +423,13 @@ local function log_read(key, now, W)
         return k
       end
       -- The older layout at an end, runs maybe elsewhere (a rolling
-      -- upgrade): every unit counts, at its own time.
+      -- upgrade): every unit counts, at its own time.  Older units at
+      -- the newest end only, above runs (an older daemon records at its
+      -- now): those alone are rewritten.  Older units at the oldest end:
+      -- the whole key, once.
+      if oe ~= nil then
+        return log_convert_top(key, W, now, oe, on, ot)
+      end
       return log_convert(key, W, now)
     end
     k.first, k.first_t = oe - on + 1, ot
@@ -357,8 +450,11 @@ end
 -- needs with every unit counted (want is the k-th unit to leave, k grows
 -- with used).  Returns the time, and the key's new logs entry when it was
 -- converted (the caller then reads its state from it, so that nothing
--- later in the call counts from the runs alone).
-local function log_time_of(key, want, units, fst, W, now)
+-- later in the call counts from the runs alone).  A search converts at most
+-- once (again: the search of the converted key): a converted key holds
+-- valid runs only, and should it still not read as runs, the time is the
+-- newest member's, which only waits longer; no member can make it recurse.
+local function log_time_of(key, want, units, fst, W, now, again)
   local lo, hi = 0, redis.call('ZCARD', key) - 1
   local runs = hi < units
   while runs and lo < hi do
@@ -372,14 +468,17 @@ local function log_time_of(key, want, units, fst, W, now)
       lo = mid + 1
     end
   end
-  if not runs then
+  if not runs and again then
+    return tonumber(redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')[2])
+      or now
+  elseif not runs then
     local k = log_convert(key, W, now)
     if k.first == nil then -- nothing left in the window
       return now - W, k
     end
     local used = k.last_end - k.first + 1
     local t = log_time_of(key, k.first + (want - fst) + (used - units), used,
-      k.first, W, now)
+      k.first, W, now, true)
     return t, k
   end
   return tonumber(redis.call('ZRANGE', key, int(lo), int(lo),

@@ -1273,6 +1273,156 @@ START_TEST(test_sliding_log_malformed_middle_member)
 }
 END_TEST
 
+/* A member shaped as a run of no unit ("<end>:0": no writer of this
+ * version makes one) is counted as one unit at its time, as any member that
+ * is not a run (docs/algorithms.md, sliding_log, "The older layout").
+ * Between runs, beside an older unit: 5 units at -50, -40, -30, -20 and
+ * -10 s, limit 1, so the request is denied with the retry of the 5th
+ * oldest unit (50 s, within the window), the key is rewritten in 5 runs of
+ * one unit and keeps a TTL, and a second call gets the same answer.  At
+ * the newest end (above the runs "1:1", "2:1"): 3 units, 3 runs.
+ * Before, the middle one made every call fail ("stack overflow": the
+ * conversion wrote it back as a run "<end>:0", so the key again held more
+ * members than units and log_time_of converted it again, for ever, after
+ * the DEL and the ZADD and before the PEXPIRE: the key was left without a
+ * TTL); the newest one was read as a run and kept. */
+START_TEST(test_sliding_log_zero_run_member)
+{
+	static const char *key = "rl:mix:{zero}";
+	redisReply *r;
+	long long now, t, retry, pttl;
+	int layout, call;
+
+	for (layout = 0; layout < 2; layout++) {
+		now = server_us();
+		t = now - 20000000;
+		cmd_ok("DEL %s", key);
+		if (layout == 0)
+			cmd_ok(
+			    "ZADD %s %lld 1:1 %lld 3:0 %lld 4:1 %lld %lld.1 "
+			    "%lld 5:1",
+			    key, now - 50000000, now - 40000000, now - 30000000,
+			    t, t, now - 10000000);
+		else
+			cmd_ok("ZADD %s %lld 1:1 %lld 2:1 %lld 3:0", key,
+			    now - 50000000, now - 40000000, now - 30000000);
+		for (call = 0; call < 2; call++) {
+			r = cmd("EVAL %s 1 %s 0 1 60000 1 0", rl_lua_ratelimit,
+			    key);
+			ck_assert_msg(r->type == REDIS_REPLY_ARRAY,
+			    "layout %d, call %d: %s", layout, call,
+			    r->type == REDIS_REPLY_ERROR ? r->str : "");
+			ck_assert_int_eq(field(r, 0, 0), 0);
+			retry = field(r, 0, 4);
+			if (layout == 0)
+				ck_assert_msg(retry >= 49000 && retry <= 50000,
+				    "call %d: retry %lld", call, retry);
+			else
+				ck_assert_msg(retry >= 29000 && retry <= 30000,
+				    "call %d: retry %lld", call, retry);
+			freeReplyObject(r);
+			pttl = cmd_int("PTTL %s", key);
+			ck_assert_msg(pttl > 0 && pttl <= 60000,
+			    "layout %d, call %d: PTTL %lld", layout, call,
+			    pttl);
+			ck_assert_int_eq(log_units(key), layout == 0 ? 5 : 3);
+			ck_assert_int_eq(cmd_int("ZCARD %s", key),
+			    layout == 0 ? 5 : 3);
+		}
+	}
+}
+END_TEST
+
+/* The calls of command name (lowercase) the server has run, from INFO
+ * commandstats ("cmdstat_<name>:calls=<n>"), the commands of scripts
+ * included. */
+static long long
+command_calls(const char *name)
+{
+	redisReply *r = cmd("INFO commandstats");
+	char pat[64];
+	const char *p;
+	long long n = 0;
+
+	ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+	snprintf(pat, sizeof(pat), "cmdstat_%s:calls=", name);
+	p = strstr(r->str, pat);
+	if (p != NULL)
+		n = atoll(p + strlen(pat));
+	freeReplyObject(r);
+	return n;
+}
+
+/* A key of many runs with one unit of the older layout at its newest end:
+ * what an older daemon leaves on a hot key during a rolling upgrade (it
+ * records at its now).  3,000 runs of one unit, 10 ms apart from 50 s
+ * ago, and "<T>.1" 1 s ago; a request of cost 0 (it records nothing).
+ * One call rewrites the older unit alone (docs/algorithms.md, sliding_log,
+ * "The older layout"): the key holds 3,001 runs, the newest "3001:1" at
+ * T (the previous newest end + 1) above "3000:1", with a TTL, and the call
+ * read no more than the two ends and one page from the top: at most 4
+ * ZRANGE or ZREVRANGE, one ZADD, no DEL.  Before, the call rewrote the
+ * whole key: a DEL, 6 ZRANGE (4 pages of 1,000 members) and 4 ZADD of
+ * 2,000 values, every time an older daemon had written to the key. */
+START_TEST(test_sliding_log_older_unit_on_top_of_many_runs)
+{
+	enum { RUNS = 3000 };
+	static const char *key = "rl:mix:{many}";
+	static char buf[RUNS][2][24];
+	static const char *argv[2 + 2 * RUNS];
+	redisContext *c;
+	redisReply *r;
+	long long now, t, reads, zadds, dels;
+	int i;
+
+	now = server_us();
+	t = now - 1000000;
+	argv[0] = "ZADD";
+	argv[1] = key;
+	for (i = 0; i < RUNS; i++) {
+		snprintf(buf[i][0], sizeof(buf[i][0]), "%lld",
+		    now - 50000000 + 10000LL * i);
+		snprintf(buf[i][1], sizeof(buf[i][1]), "%d:1", i + 1);
+		argv[2 + 2 * i] = buf[i][0];
+		argv[3 + 2 * i] = buf[i][1];
+	}
+	c = direct();
+	ck_assert(c != NULL);
+	r = redisCommandArgv(c, 2 + 2 * RUNS, argv, NULL);
+	ck_assert(r != NULL && r->type == REDIS_REPLY_INTEGER &&
+	    r->integer == RUNS);
+	freeReplyObject(r);
+	redisFree(c);
+	cmd_ok("ZADD %s %lld %lld.1", key, t, t);
+	cmd_ok("PEXPIRE %s 120000", key);
+
+	reads = command_calls("zrange") + command_calls("zrevrange");
+	zadds = command_calls("zadd");
+	dels = command_calls("del");
+	r = cmd("EVAL %s 1 %s 0 10000 60000 0 0", rl_lua_ratelimit, key);
+	ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s",
+	    r->type == REDIS_REPLY_ERROR ? r->str : "");
+	ck_assert_int_eq(field(r, 0, 0), 1);
+	ck_assert_int_eq(field(r, 0, 2), 10000 - (RUNS + 1));
+	freeReplyObject(r);
+	reads = command_calls("zrange") + command_calls("zrevrange") - reads;
+	zadds = command_calls("zadd") - zadds;
+	dels = command_calls("del") - dels;
+	ck_assert_msg(reads <= 4 && zadds == 1 && dels == 0,
+	    "%lld ZRANGE/ZREVRANGE, %lld ZADD, %lld DEL", reads, zadds, dels);
+
+	ck_assert_int_eq(cmd_int("ZCARD %s", key), RUNS + 1);
+	ck_assert_int_eq(log_units(key), RUNS + 1);
+	r = cmd("ZRANGE %s -2 -1 WITHSCORES", key);
+	ck_assert_uint_eq(r->elements, 4);
+	ck_assert_str_eq(r->element[0]->str, "3000:1");
+	ck_assert_str_eq(r->element[2]->str, "3001:1");
+	ck_assert_int_eq(strtoll(r->element[3]->str, NULL, 10), t);
+	freeReplyObject(r);
+	ck_assert_msg(cmd_int("PTTL %s", key) > 0, "no TTL");
+}
+END_TEST
+
 /* ---- failures -------------------------------------------------------- */
 
 /* A listener that completes handshakes (the kernel does) and never reads. */
@@ -1822,6 +1972,8 @@ test_suite(void)
 	tcase_add_test(tc, test_sliding_log_rolling_upgrade_hot_key);
 	tcase_add_test(tc, test_sliding_log_mixed_found_in_batch);
 	tcase_add_test(tc, test_sliding_log_malformed_middle_member);
+	tcase_add_test(tc, test_sliding_log_zero_run_member);
+	tcase_add_test(tc, test_sliding_log_older_unit_on_top_of_many_runs);
 	tcase_add_test(tc, test_timeout);
 	tcase_add_test(tc, test_connection_refused);
 	tcase_add_test(tc, test_circuit_breaker);
