@@ -336,9 +336,8 @@ drain_signal(struct daemon *d, int ms, int *sig)
  * waiting for their turn now fall after the end and are answered 503 at
  * once, which takes the loops a moment (CUT_ANSWER_MS at most, never past
  * the first deadline); whatever is still in flight after that is left as
- * on expiry.  Later signals
- * change nothing.  The signals come from the signalfd (take_signals()),
- * so nothing here runs in a handler.
+ * on expiry.  Later signals change nothing.  The signals come from the
+ * signalfd (take_signals()), so nothing here runs in a handler.
  */
 static void
 shut_down(struct daemon *d)
