@@ -17,7 +17,6 @@
  * Thread: the store's I/O thread.
  */
 #include <stdio.h>
-#include <string.h>
 
 #include "store/redis_priv.h"
 
