@@ -346,6 +346,20 @@ local function log_convert_top(key, W, now, oe, on, ot)
     end
     i, P = i + P, 1000
   end
+  -- Members of one score sort by their string, so older units at R's
+  -- very time may sort below R, where the search stopped: they are of
+  -- R's time all the same, and join it.
+  local seen = {}
+  for j = 1, #above, 2 do
+    seen[above[j]] = true
+  end
+  local at = redis.call('ZRANGEBYSCORE', key, rts, rts)
+  for j = 1, #at do
+    local m = at[j]
+    if m ~= rm and not seen[m] and log_member(m) == nil then
+      above[#above + 1], above[#above + 2] = m, rts
+    end
+  end
   local out, old = {}, {}
   local e = re - rn -- the end before the run being counted
   local gt, gts, gn = rt, rts, rn

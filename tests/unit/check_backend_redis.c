@@ -1423,6 +1423,48 @@ START_TEST(test_sliding_log_older_unit_on_top_of_many_runs)
 }
 END_TEST
 
+/*
+ * Members of one score sort by their string: an older unit at the very
+ * time of the newest run R ("<t>.2", t beginning with '1', sorts below
+ * "9:1") lies below R, where the rewrite of the top stops.  It counts all
+ * the same: with one more older unit on top, a key of 11 units at a limit
+ * of 11 denies (the rewrite read only above R and admitted a 12th).
+ */
+START_TEST(test_sliding_log_older_unit_at_the_newest_runs_time)
+{
+	static const char *key = "rl:mix:{tie}";
+	long long now, x, y;
+	redisReply *r;
+	int i;
+
+	now = server_us();
+	x = now - 2000000;
+	y = now - 1000000;
+	for (i = 0; i < 8; i++)
+		cmd_ok("ZADD %s %lld %d:1", key, now - 30000000 + 1000LL * i,
+		    i + 1);
+	cmd_ok("ZADD %s %lld 9:1", key, x);
+	cmd_ok("ZADD %s %lld %lld.2", key, x, x);
+	cmd_ok("ZADD %s %lld %lld.1", key, y, y);
+	cmd_ok("PEXPIRE %s 120000", key);
+	r = cmd("ZRANGE %s -3 -2", key);
+	ck_assert_uint_eq(r->elements, 2);
+	ck_assert_msg(strchr(r->element[0]->str, '.') != NULL &&
+		strcmp(r->element[1]->str, "9:1") == 0,
+	    "the older unit does not sort below the run: %s, %s",
+	    r->element[0]->str, r->element[1]->str);
+	freeReplyObject(r);
+
+	r = cmd("EVAL %s 1 %s 0 11 60000 1 0", rl_lua_ratelimit, key);
+	ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s",
+	    r->type == REDIS_REPLY_ERROR ? r->str : "");
+	ck_assert_msg(field(r, 0, 0) == 0, "a 12th unit admitted at 11");
+	freeReplyObject(r);
+	ck_assert_int_eq(log_units(key), 11);
+	ck_assert_msg(cmd_int("PTTL %s", key) > 0, "no TTL");
+}
+END_TEST
+
 /* ---- failures -------------------------------------------------------- */
 
 /* A listener that completes handshakes (the kernel does) and never reads. */
@@ -1974,6 +2016,7 @@ test_suite(void)
 	tcase_add_test(tc, test_sliding_log_malformed_middle_member);
 	tcase_add_test(tc, test_sliding_log_zero_run_member);
 	tcase_add_test(tc, test_sliding_log_older_unit_on_top_of_many_runs);
+	tcase_add_test(tc, test_sliding_log_older_unit_at_the_newest_runs_time);
 	tcase_add_test(tc, test_timeout);
 	tcase_add_test(tc, test_connection_refused);
 	tcase_add_test(tc, test_circuit_breaker);
