@@ -172,6 +172,8 @@ metrics_store_error_of(enum backend_error_kind kind)
 		return METRICS_STORE_CIRCUIT_OPEN;
 	case BACKEND_ERR_TLS:
 		return METRICS_STORE_TLS;
+	case BACKEND_ERR_DEADLINE:
+		return METRICS_STORE_OK; /* on_backend leaves it out */
 	}
 	return METRICS_STORE_PROTOCOL;
 }
@@ -194,6 +196,11 @@ static void
 on_backend(const char *backend, int64_t usec, int64_t queued_usec,
     enum backend_error_kind kind, void *arg)
 {
+	/* A gRPC call whose own deadline passed first was given up, not
+	 * answered: neither a store error nor a store time
+	 * (docs/operations.md). */
+	if (kind == BACKEND_ERR_DEADLINE)
+		return;
 	metrics_backend_call(arg, backend, usec, metrics_store_error_of(kind));
 	if (queued_usec >= 0) {
 		metrics_phase(arg, METRICS_PHASE_QUEUE, queued_usec);

@@ -100,7 +100,11 @@ enum backend_error_kind {
 	BACKEND_ERR_PROTOCOL,	  /* unexpected reply, script error */
 	BACKEND_ERR_FULL,	  /* memory store at max_keys */
 	BACKEND_ERR_CIRCUIT_OPEN, /* not tried: too many recent failures */
-	BACKEND_ERR_TLS		  /* TLS handshake or verification failed */
+	BACKEND_ERR_TLS,	  /* TLS handshake or verification failed */
+	BACKEND_ERR_DEADLINE	  /* the caller's own deadline (deadline_us,
+				   * earlier than the store's timeout)
+				   * passed first: says nothing about the
+				   * store */
 };
 
 #define BACKEND_ERR_MAX 200
@@ -302,6 +306,7 @@ backend_error_kind_name(enum backend_error_kind kind)
 		[BACKEND_ERR_FULL] = "full",
 		[BACKEND_ERR_CIRCUIT_OPEN] = "circuit_open",
 		[BACKEND_ERR_TLS] = "tls",
+		[BACKEND_ERR_DEADLINE] = "deadline",
 	};
 
 	if ((unsigned)kind >= sizeof(names) / sizeof(names[0]))

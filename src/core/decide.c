@@ -116,6 +116,8 @@ decide_status_code(enum decide_status s)
 		return "backend_unavailable";
 	case DECIDE_INTERNAL:
 		return "internal_error";
+	case DECIDE_DEADLINE_EXCEEDED:
+		return "deadline_exceeded";
 	}
 	return "internal_error";
 }
@@ -811,6 +813,16 @@ job_call_done(struct backend_call *call)
 		if (!call->all_allowed && !job->on_local && d->deny != NULL &&
 		    !b->completes_inline)
 			deny_learn(d, job);
+		job_finish(job);
+		return;
+	}
+	if (call->kind == BACKEND_ERR_DEADLINE) {
+		/* The caller gave up before the store answered: no decision
+		 * to make for it, and no sign that the store failed. */
+		prefetch_settle(job, false);
+		fail(out, DECIDE_DEADLINE_EXCEEDED,
+		    "the deadline passed before the %s store answered",
+		    b->name);
 		job_finish(job);
 		return;
 	}

@@ -57,7 +57,8 @@ struct decide_request {
 	int64_t start_us;    /* monotonic: the request's arrival, from
 			      * which the store's timeout runs; 0: now */
 	int64_t deadline_us; /* monotonic: the caller's own tighter
-			      * bound (grpc-timeout); 0: none */
+			      * bound (grpc-timeout); 0: none.  Past it
+			      * first: DECIDE_DEADLINE_EXCEEDED */
 	int64_t wait_ms;     /* docs/waiting.md: 0 answers now; else the store
 			      * may reserve a time within wait_ms (one
 			      * attribute set only) */
@@ -107,7 +108,10 @@ enum decide_status {
 	DECIDE_COST_EXCEEDS_LIMIT,  /* 400 cost_exceeds_limit */
 	DECIDE_KEY_TOO_LONG,	    /* 400 key_too_long */
 	DECIDE_BACKEND_UNAVAILABLE, /* 503, on_backend_error: deny */
-	DECIDE_INTERNAL		    /* 500, out of memory */
+	DECIDE_INTERNAL,	    /* 500, out of memory */
+	DECIDE_DEADLINE_EXCEEDED    /* the caller's own deadline (deadline_us)
+				     * passed before the store answered;
+				     * no policy applies */
 };
 
 /* Outcome of one applying rule, for metrics and the access log. */

@@ -219,7 +219,11 @@ grpc_call_answer(struct gcall *gc)
 		return;
 	st->call = NULL;
 	if (gc->method == M_HEALTH) {
-		answer_health(st, gc->probe.rc == 0);
+		if (gc->probe.rc != 0 && gc->probe.kind == BACKEND_ERR_DEADLINE)
+			grpc_answer_status(st, GRPC_DEADLINE_EXCEEDED,
+			    "the deadline passed before the store answered");
+		else
+			answer_health(st, gc->probe.rc == 0);
 		return;
 	}
 	status = rls_encode(&gc->rls, GRPC_PREFIX, &out, &outlen, msg,

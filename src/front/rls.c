@@ -157,6 +157,9 @@ rls_encode(const struct rls_call *c, size_t headroom, uint8_t **out,
 	case DECIDE_INTERNAL:
 		snprintf(msg, msglen, "%s", d->message);
 		return GRPC_INTERNAL;
+	case DECIDE_DEADLINE_EXCEEDED:
+		snprintf(msg, msglen, "%s", d->message);
+		return GRPC_DEADLINE_EXCEEDED;
 	default:
 		snprintf(msg, msglen, "%s", d->message);
 		return GRPC_INVALID_ARGUMENT;

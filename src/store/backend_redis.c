@@ -43,10 +43,13 @@
  * arrived).  The thread keeps the calls in its hands in a list sorted by
  * deadline and sleeps no longer than the first; a call past its deadline
  * fails at once with BACKEND_ERR_TIMEOUT, and its part of a late reply is
- * dropped.  A call whose script may have run is never sent again (it
- * would count twice): a closed connection fails its calls.  Only a call
- * none of whose bytes reached a socket (queued on a connection still
- * connecting, or behind what the socket had not taken) is known not to
+ * dropped.  When that deadline was the caller's own, earlier than
+ * redis.timeout's (a gRPC client's grpc-timeout), the call fails with
+ * BACKEND_ERR_DEADLINE instead, which the circuit does not count: the
+ * client gave up, Redis did not fail.  A call whose script may have run is
+ * never sent again (it would count twice): a closed connection fails its calls.
+ * Only a call none of whose bytes reached a socket (queued on a connection
+ * still connecting, or behind what the socket had not taken) is known not to
  * have run (redis_conn_unwritten()): under Sentinel such a call, and one
  * no connection could take, is parked until the sentinels next name the
  * primary and sent there, within its deadline (redis_flight_requeue(),
@@ -133,7 +136,8 @@ redis_submit(struct backend *b, struct backend_call *call)
 	/* The store owns its timeout: from the request's arrival. */
 	own = (call->start_us > 0 ? call->start_us : util_monotonic_us()) +
 	    rb->timeout_us;
-	if (call->deadline_us == 0 || call->deadline_us > own)
+	q->caller_deadline = call->deadline_us != 0 && call->deadline_us < own;
+	if (!q->caller_deadline)
 		call->deadline_us = own;
 	/* Cluster: a breaker per primary, in the I/O thread
 	 * (redis_circuit_node_is_down). */

@@ -92,14 +92,30 @@ redis_flight_finish(struct redis_backend *rb, struct backend_call *call, int rc,
 	call->kind = rc == 0 ? BACKEND_ERR_NONE : kind;
 	if (rc != 0) {
 		snprintf(call->err, sizeof(call->err), "redis: %s", err);
-		redis_log_failure(rb, kind, err);
+		if (kind != BACKEND_ERR_DEADLINE)
+			redis_log_failure(rb, kind, err);
 	}
-	/* A part of a split request counts once, with its request. */
+	/* A part of a split request counts once, with its request.  A
+	 * call whose caller gave up first says nothing about Redis: any
+	 * client could open the circuit for all with a tiny grpc-timeout. */
 	if ((q->kind == REDIS_CALL_REQUEST || q->kind == REDIS_CALL_LEASE) &&
 	    q->split == NULL && rb->mode != REDIS_CLUSTER)
 		redis_circuit_leave(rb, q->trial,
-		    rc == 0 ? REDIS_OUTCOME_OK : REDIS_OUTCOME_FAIL);
+		    rc == 0			     ? REDIS_OUTCOME_OK :
+			kind == BACKEND_ERR_DEADLINE ? REDIS_OUTCOME_NEUTRAL :
+						       REDIS_OUTCOME_FAIL);
 	call->done(call);
+}
+
+void
+redis_flight_expire(struct redis_backend *rb, struct backend_call *call,
+    const char *err)
+{
+	if (redis_call(call)->caller_deadline)
+		redis_flight_finish(rb, call, -1, BACKEND_ERR_DEADLINE,
+		    "the caller's deadline passed first");
+	else
+		redis_flight_finish(rb, call, -1, BACKEND_ERR_TIMEOUT, err);
 }
 
 /* Fail every call of b that is still waiting. */

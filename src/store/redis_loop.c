@@ -161,7 +161,7 @@ expire_held(struct redis_backend *rb, int64_t now)
 			continue;
 		}
 		redis_flight_add(rb, call);
-		redis_flight_finish(rb, call, -1, BACKEND_ERR_TIMEOUT,
+		redis_flight_expire(rb, call,
 		    "no answer within the timeout (never sent: Redis was "
 		    "busy)");
 	}
@@ -189,8 +189,7 @@ expire(struct redis_backend *rb, int64_t next)
 
 		snprintf(msg, sizeof(msg), "no answer within %" PRId64 " ms%s",
 		    rb->timeout_us / 1000, why);
-		redis_flight_finish(rb, rb->fhead, -1, BACKEND_ERR_TIMEOUT,
-		    msg);
+		redis_flight_expire(rb, rb->fhead, msg);
 	}
 	if (rb->hhead != NULL && rb->hmin_us <= now)
 		expire_held(rb, now);

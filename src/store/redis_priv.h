@@ -41,7 +41,7 @@ extern const char rl_lua_reset[];    /* docs/admin.md */
 #define REDIS_CB_BACKOFF_MIN_MS 100
 #define REDIS_CB_BACKOFF_MAX_MS 5000
 #define REDIS_LOG_INTERVAL_US	1000000 /* one line per kind per second */
-#define REDIS_NKINDS		(BACKEND_ERR_TLS + 1)
+#define REDIS_NKINDS		(BACKEND_ERR_DEADLINE + 1)
 #define REDIS_BATCH_CALLS	64     /* requests in one EVALSHA */
 #define REDIS_BATCH_KEYS	512    /* keys in one EVALSHA */
 #define REDIS_RECONNECT_US	100000 /* between connects of one slot */
@@ -254,6 +254,8 @@ struct redis_call_priv {
 	struct redis_split *split;	  /* Cluster: a part's or take-back's */
 	bool trial;			  /* the half-open circuit's trial */
 	bool unwritten;			  /* Sentinel: parked, never sent */
+	bool caller_deadline;		  /* deadline_us is the caller's,
+					   * earlier than redis.timeout's */
 	unsigned char kind;		  /* enum redis_call_kind */
 	unsigned char redirects;	  /* Cluster: MOVED / ASK followed */
 };
@@ -313,6 +315,11 @@ void redis_flight_soon(struct redis_backend *rb, struct backend_call *call);
  * run.  rc 0 means out[] and all_allowed are filled in already. */
 void redis_flight_finish(struct redis_backend *rb, struct backend_call *call,
     int rc, enum backend_error_kind kind, const char *err);
+/* Fail call, whose deadline has passed, with err: BACKEND_ERR_TIMEOUT, or
+ * BACKEND_ERR_DEADLINE when that deadline was the caller's own, earlier
+ * than redis.timeout's (neither logged nor counted by the circuit). */
+void redis_flight_expire(struct redis_backend *rb, struct backend_call *call,
+    const char *err);
 /* Fail every call of b that is still waiting (b stays the caller's). */
 void redis_flight_fail(struct redis_batch *b, enum backend_error_kind kind,
     const char *err);

@@ -68,6 +68,15 @@ reply_lost(struct redis_batch *b, const char *err)
 	    0;
 
 	snprintf(msg, sizeof(msg), "connection lost: %s", err);
+	/* Redis kept a decision's command past redis.timeout, but every
+	 * call in it had left by its caller's own, earlier deadline
+	 * (BACKEND_ERR_DEADLINE, which the circuit does not count): the
+	 * hang itself counts once, so that a Redis that stalls still opens
+	 * the circuit when every client's deadline is shorter than
+	 * redis.timeout. */
+	if (hung && b->live == 0 && rb->mode != REDIS_CLUSTER &&
+	    (b->kind == REDIS_CALL_REQUEST || b->kind == REDIS_CALL_LEASE))
+		redis_circuit_leave(rb, false, REDIS_OUTCOME_FAIL);
 	redis_flight_fail(b,
 	    tls	     ? BACKEND_ERR_TLS :
 		hung ? BACKEND_ERR_TIMEOUT :

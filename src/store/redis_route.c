@@ -70,7 +70,7 @@ redis_route_call(struct redis_backend *rb, struct redis_turn *t,
 		return;
 	}
 	if (call->deadline_us <= util_monotonic_us()) {
-		redis_flight_finish(rb, call, -1, BACKEND_ERR_TIMEOUT,
+		redis_flight_expire(rb, call,
 		    "no answer within the timeout (never sent: Redis was "
 		    "busy)");
 		return;

@@ -84,6 +84,8 @@ redis_split_new(struct backend_call *parent, const unsigned *slots,
 		c->n = s->first[p + 1] - s->first[p];
 		c->out = s->out + s->first[p];
 		c->deadline_us = parent->deadline_us;
+		redis_call(c)->caller_deadline = redis_call(parent)
+						     ->caller_deadline;
 		c->report = parent->report;
 		c->overdrawn = s->over + s->first[p];
 		c->done = part_done;

@@ -21,7 +21,8 @@
 struct fake {
 	struct backend base;
 	int calls;
-	int fail; /* answer -1 with BACKEND_ERR_TIMEOUT */
+	int fail; /* answer -1 with BACKEND_ERR_TIMEOUT, or fail_kind */
+	enum backend_error_kind fail_kind;
 	size_t n; /* checks in the last call */
 	char keys[4][600];
 	int64_t costs[4];
@@ -38,7 +39,8 @@ fake_decide(struct backend *b, const struct rl_check *checks, size_t n,
 
 	f->calls++;
 	if (f->fail) {
-		*kind = BACKEND_ERR_TIMEOUT;
+		*kind = f->fail_kind != BACKEND_ERR_NONE ? f->fail_kind :
+							   BACKEND_ERR_TIMEOUT;
 		snprintf(err, errlen, "timeout");
 		return -1;
 	}
@@ -405,6 +407,42 @@ START_TEST(test_policy_allow_deny_local)
 }
 END_TEST
 
+/*
+ * A call that failed only because the caller's own deadline passed first
+ * (BACKEND_ERR_DEADLINE) is answered DEADLINE_EXCEEDED whatever the
+ * policy: not degraded, not denied by policy, not sent to the local
+ * store, and no rule counted as an error or degraded.
+ */
+START_TEST(test_caller_deadline_is_no_store_failure)
+{
+	static const enum rl_on_error policy[] = { RL_ON_ERROR_ALLOW,
+		RL_ON_ERROR_DENY, RL_ON_ERROR_LOCAL };
+	struct attrs a = { 0 };
+	struct decide_request rq = { .attrs = &a, .rule = NULL, .cost = -1 };
+	struct decision d;
+	size_t i;
+
+	cfg.nrules = 2;
+	attrs_set(&a, "path", "/login");
+	attrs_set(&a, "ip", "10.0.0.1");
+	main_be.fail = 1;
+	main_be.fail_kind = BACKEND_ERR_DEADLINE;
+	for (i = 0; i < 3; i++) {
+		cfg.on_backend_error = policy[i];
+		ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), -1);
+		ck_assert_int_eq(d.status, DECIDE_DEADLINE_EXCEEDED);
+		ck_assert_str_eq(decide_status_code(d.status),
+		    "deadline_exceeded");
+		ck_assert(!d.degraded);
+	}
+	ck_assert_int_eq(local_be.calls, 0);
+	ck_assert_int_eq(hook_calls[DECIDE_RULE_DEGRADED], 0);
+	ck_assert_int_eq(hook_calls[DECIDE_RULE_ERROR], 0);
+	main_be.fail_kind = BACKEND_ERR_NONE;
+	attrs_clear(&a);
+}
+END_TEST
+
 /* The duration reported for each store call is the call's own, on a
  * store that answers inline too (it once was the machine's uptime on the
  * memory store: the start time was one only the Redis store set). */
@@ -757,6 +795,7 @@ test_suite(void)
 	tcase_add_test(tc, test_forced_rule_and_cost);
 	tcase_add_test(tc, test_validation_before_backend);
 	tcase_add_test(tc, test_policy_allow_deny_local);
+	tcase_add_test(tc, test_caller_deadline_is_no_store_failure);
 	tcase_add_test(tc, test_many_rules_heap_path);
 	tcase_add_test(tc, test_groups);
 	tcase_add_test(tc, test_backend_duration_memory);
