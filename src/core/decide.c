@@ -911,10 +911,12 @@ collect(struct decide_job *job, const struct config *cfg,
 		rr = render_key(cfg, r, attrs, job->arena + off, need, &len);
 		if (rr == RENDER_MISSING)
 			continue;
-		if (rr == RENDER_TOO_LONG)
+		if (rr == RENDER_TOO_LONG) {
+			job->out->failed_groups = bit;
 			return fail(job->out, DECIDE_KEY_TOO_LONG,
 			    "rule \"%s\": the key is longer than 512 bytes",
 			    r->name);
+		}
 		for (j = 0; j < n; j++)
 			if (job->ap[j].rule == r && job->ap[j].keylen == len &&
 			    memcmp(job->arena + job->ap[j].keyoff,

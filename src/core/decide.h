@@ -130,6 +130,9 @@ enum decide_rule_result {
 struct decision {
 	enum decide_status status;
 	char message[DECIDE_MESSAGE_MAX]; /* for status != DECIDE_OK */
+	/* With groups and DECIDE_KEY_TOO_LONG: the groups (group i is bit
+	 * i) whose rule failed.  Nothing was decided for any group. */
+	uint64_t failed_groups;
 
 	bool allowed;
 	bool degraded; /* the backend failed; policy allow or local */

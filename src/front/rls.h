@@ -53,7 +53,9 @@ int rls_decode(struct rls_call *c, const uint8_t *msg, size_t len,
  * new RateLimitResponse in *out (rl_malloc; its first `headroom` bytes
  * left for the caller's framing) of *outlen bytes including them; or
  * another status with its message in msg (nothing allocated).  A call
- * without descriptors is OK with no statuses.
+ * without descriptors is OK with no statuses.  A key too long fails
+ * closed: GRPC_OK with OVER_LIMIT for the call and for the descriptors
+ * in c->decision.failed_groups (docs/grpc.md).
  */
 enum grpc_status rls_encode(const struct rls_call *c, size_t headroom,
     uint8_t **out, size_t *outlen, char *msg, size_t msglen);

@@ -242,6 +242,70 @@ START_TEST(test_allowed_then_over_limit)
 }
 END_TEST
 
+/* docs/grpc.md's example: per-client and per-user, domain "edge". */
+static const char rules_docs[] =
+    "  - name: per-client\n"
+    "    match: { domain: \"edge\" }\n"
+    "    key: \"${remote_address}\"\n"
+    "    limit: 600\n"
+    "    window: 1m\n"
+    "  - name: per-user\n"
+    "    match: { domain: \"edge\" }\n"
+    "    key: \"${user}\"\n"
+    "    limit: 50\n"
+    "    window: 1s\n"
+    "    algorithm: token_bucket\n";
+
+/*
+ * A descriptor whose key would pass 512 bytes fails closed: the call is
+ * OVER_LIMIT, that descriptor OVER_LIMIT, the others OK without a limit,
+ * and nothing is recorded for the per-client rule (docs/grpc.md).
+ * Before, the call was INVALID_ARGUMENT, which Envoy with
+ * failure_mode_deny false lets through: a long x-user header escaped
+ * every limit of the request, the per-IP one too.
+ */
+START_TEST(test_key_too_long_fails_closed)
+{
+	struct h_redis rs = { 0 };
+	struct h_daemon d = { 0 };
+	char spec[1024], user[601];
+	json_t *j;
+
+	memset(user, 'u', 600);
+	user[600] = '\0';
+	h_redis_start(&rs);
+	start(&d,
+	    "backend: redis\nredis:\n"
+	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+	    "  timeout: 500ms\n",
+	    rules_docs);
+	snprintf(spec, sizeof(spec),
+	    "{\"domain\": \"edge\", \"descriptors\": "
+	    "[[[\"remote_address\", \"10.0.0.1\"]], [[\"user\", \"%s\"]]]}",
+	    user);
+	j = call(spec);
+	ck_assert_str_eq(str(j, "code"), "OK");
+	ck_assert_str_eq(str(j, "overall"), "OVER_LIMIT");
+	ck_assert_str_eq(str(status(j, 0), "code"), "OK");
+	ck_assert_ptr_null(json_object_get(status(j, 0), "limit"));
+	ck_assert_str_eq(str(status(j, 1), "code"), "OVER_LIMIT");
+	json_decref(j);
+	ck_assert_int_eq(h_redis_log_units(&rs, "rl:per-client:{10.0.0.1}"), 0);
+
+	/* The same client with a short user is decided and counted. */
+	j = call(
+	    "{\"domain\": \"edge\", \"descriptors\": "
+	    "[[[\"remote_address\", \"10.0.0.1\"]], "
+	    "[[\"user\", \"ann\"]]]}");
+	ck_assert_str_eq(str(j, "overall"), "OK");
+	ck_assert_int_eq(status_int(j, 0, "remaining"), 599);
+	json_decref(j);
+	ck_assert_int_eq(h_redis_log_units(&rs, "rl:per-client:{10.0.0.1}"), 1);
+	h_daemon_stop(&d);
+	h_redis_stop(&rs);
+}
+END_TEST
+
 /*
  * On Redis: several descriptors with one over its limit consume nothing
  * (the keys in Redis unchanged), hits_addend is the cost, 0 means one hit,
@@ -1616,6 +1680,7 @@ test_suite(void)
 	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
 	tcase_add_test(tc, test_allowed_then_over_limit);
 	tcase_add_test(tc, test_all_or_nothing_and_hits_addend_on_redis);
+	tcase_add_test(tc, test_key_too_long_fails_closed);
 	tcase_add_test(tc, test_concurrent_streams_exact);
 	tcase_add_test(tc, test_health_and_bad_calls);
 	tcase_add_test(tc, test_backend_down_policies);

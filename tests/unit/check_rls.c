@@ -115,6 +115,60 @@ START_TEST(test_too_many_entries)
 }
 END_TEST
 
+typedef Envoy__Service__Ratelimit__V3__RateLimitResponse resp_t;
+#define OVER \
+	ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT
+#define OK ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
+
+/* Encode c's decision and unpack the answer (free with resp_free). */
+static resp_t *
+encode(const struct rls_call *c)
+{
+	char msg[256];
+	uint8_t *out;
+	size_t outlen;
+	resp_t *r;
+
+	ck_assert_int_eq(rls_encode(c, 5, &out, &outlen, msg, sizeof(msg)),
+	    GRPC_OK);
+	r = envoy__service__ratelimit__v3__rate_limit_response__unpack(NULL,
+	    outlen - 5, out + 5);
+	ck_assert_ptr_nonnull(r);
+	rl_free(out);
+	return r;
+}
+
+static void
+resp_free(resp_t *r)
+{
+	envoy__service__ratelimit__v3__rate_limit_response__free_unpacked(r,
+	    NULL);
+}
+
+/* A key too long fails closed: the call and that descriptor OVER_LIMIT,
+ * the others OK without a limit, no headers (docs/grpc.md). */
+START_TEST(test_key_too_long_is_over_limit)
+{
+	static struct rls_call c;
+	resp_t *r;
+
+	memset(&c, 0, sizeof(c));
+	c.n = 3;
+	c.decision.status = DECIDE_KEY_TOO_LONG;
+	c.decision.failed_groups = 1u << 1;
+	r = encode(&c);
+	ck_assert_int_eq(r->overall_code, OVER);
+	ck_assert_uint_eq(r->n_statuses, 3);
+	ck_assert_int_eq(r->statuses[0]->code, OK);
+	ck_assert_int_eq(r->statuses[1]->code, OVER);
+	ck_assert_int_eq(r->statuses[2]->code, OK);
+	ck_assert_ptr_null(r->statuses[0]->current_limit);
+	ck_assert_ptr_null(r->statuses[1]->current_limit);
+	ck_assert_uint_eq(r->n_response_headers_to_add, 0);
+	resp_free(r);
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -124,6 +178,9 @@ test_suite(void)
 	tcase_add_test(tc, test_entries_become_attributes);
 	tcase_add_test(tc, test_call_domain_wins_over_entry);
 	tcase_add_test(tc, test_too_many_entries);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("encode");
+	tcase_add_test(tc, test_key_too_long_is_over_limit);
 	suite_add_tcase(s, tc);
 	return s;
 }
