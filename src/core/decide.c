@@ -935,10 +935,14 @@ collect(struct decide_job *job, const struct config *cfg,
 		 * the cost exceeds is left out of the call (docs/http.md). */
 		if (cost > limit && !job->report && r->shadow)
 			continue;
-		if (cost > limit && !job->report)
+		if (cost > limit && !job->report) {
+			/* A key two groups share: their costs together. */
+			job->out->failed_groups = bit |
+			    (j < n ? job->ap[j].groups : 0);
 			return fail(job->out, DECIDE_COST_EXCEEDS_LIMIT,
 			    "cost is larger than the limit of rule \"%s\"",
 			    r->name);
+		}
 		if (j < n) {
 			job->checks[j].cost = cost;
 			job->ap[j].groups |= bit;

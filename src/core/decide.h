@@ -130,8 +130,10 @@ enum decide_rule_result {
 struct decision {
 	enum decide_status status;
 	char message[DECIDE_MESSAGE_MAX]; /* for status != DECIDE_OK */
-	/* With groups and DECIDE_KEY_TOO_LONG: the groups (group i is bit
-	 * i) whose rule failed.  Nothing was decided for any group. */
+	/* With groups and DECIDE_KEY_TOO_LONG or DECIDE_COST_EXCEEDS_LIMIT:
+	 * the groups (group i is bit i) whose rule failed: its key, or a
+	 * cost over its limit (the costs of every group sharing the key).
+	 * Nothing was decided for any group. */
 	uint64_t failed_groups;
 
 	bool allowed;

@@ -137,7 +137,7 @@ rls_encode(const struct rls_call *c, size_t headroom, uint8_t **out,
 	rls_duration dur[DECIDE_MAX_GROUPS];
 	rls_header hv[RATE_HEADERS_MAX], *hvp[RATE_HEADERS_MAX];
 	struct rate_header h[RATE_HEADERS_MAX];
-	bool over_all = false, failed = false;
+	bool failed = false;
 	size_t i, size;
 	int nh = 0;
 
@@ -149,13 +149,12 @@ rls_encode(const struct rls_call *c, size_t headroom, uint8_t **out,
 		break;
 	case DECIDE_COST_EXCEEDS_LIMIT:
 		/* hits_addend past a limit can never be admitted. */
-		over_all = true;
-		break;
 	case DECIDE_KEY_TOO_LONG:
 		/* Fail closed (docs/grpc.md): an error answer would let
 		 * Envoy, failure_mode_deny false, pass the request, so a long
 		 * header would escape every limit of the call.  Nothing was
-		 * decided: the descriptor whose key failed is OVER_LIMIT. */
+		 * decided: the descriptors whose rule failed are OVER_LIMIT,
+		 * the others OK without a limit. */
 		failed = true;
 		break;
 	case DECIDE_BACKEND_UNAVAILABLE:
@@ -171,17 +170,16 @@ rls_encode(const struct rls_call *c, size_t headroom, uint8_t **out,
 		snprintf(msg, msglen, "%s", d->message);
 		return GRPC_INVALID_ARGUMENT;
 	}
-	resp.overall_code = over_all || failed || !d->allowed ? CODE_OVER :
-								CODE_OK;
+	resp.overall_code = failed || !d->allowed ? CODE_OVER : CODE_OK;
 	for (i = 0; i < c->n; i++) {
 		const struct decide_group_result *g = &c->results[i];
 		bool over = failed ? (d->failed_groups >> i & 1) != 0 :
-				     over_all || !g->allowed;
+				     !g->allowed;
 
 		status_init(&st[i]);
 		stp[i] = &st[i];
 		st[i].code = over ? CODE_OVER : CODE_OK;
-		if (over_all || failed || g->rule == NULL)
+		if (failed || g->rule == NULL)
 			continue;
 		limit_init(&lim[i]);
 		lim[i].name = g->rule->name;
@@ -199,7 +197,7 @@ rls_encode(const struct rls_call *c, size_t headroom, uint8_t **out,
 	}
 	resp.n_statuses = c->n;
 	resp.statuses = c->n > 0 ? stp : NULL;
-	if (!over_all && !failed)
+	if (!failed)
 		nh = rate_headers(d, h);
 	for (i = 0; i < (size_t)nh; i++) {
 		envoy__service__ratelimit__v3__header_value__init(&hv[i]);

@@ -307,6 +307,53 @@ START_TEST(test_key_too_long_fails_closed)
 END_TEST
 
 /*
+ * A hits_addend over a rule's limit marks only the descriptors whose rule
+ * it exceeds (with a key two descriptors share, their costs together):
+ * a descriptor no rule applies to, or whose rule the cost fits, is OK
+ * without current_limit, and nothing is recorded (docs/grpc.md).
+ * Before, every descriptor was OVER_LIMIT.
+ */
+START_TEST(test_cost_over_limit_marks_its_descriptors)
+{
+	struct h_daemon d = { 0 };
+	json_t *j;
+
+	start(&d, "backend: memory\n", rules_edge);
+	j = call(
+	    "{\"domain\": \"edge\", \"hits_addend\": 5, "
+	    "\"descriptors\": [[[\"route\", \"/r\"]], "
+	    "[[\"user\", \"bo\"]], [[\"other\", \"x\"]]]}");
+	ck_assert_str_eq(str(j, "overall"), "OVER_LIMIT");
+	ck_assert_str_eq(str(status(j, 0), "code"), "OK");
+	ck_assert_str_eq(str(status(j, 1), "code"), "OVER_LIMIT");
+	ck_assert_str_eq(str(status(j, 2), "code"), "OK");
+	ck_assert_ptr_null(json_object_get(status(j, 0), "limit"));
+	ck_assert_ptr_null(json_object_get(status(j, 2), "limit"));
+	json_decref(j);
+
+	/* 2 + 2 on one key past 3: both descriptors of that key. */
+	j = call(
+	    "{\"domain\": \"edge\", \"hits_addend\": 2, "
+	    "\"descriptors\": [[[\"user\", \"bo\"]], "
+	    "[[\"user\", \"bo\"]], [[\"route\", \"/r\"]]]}");
+	ck_assert_str_eq(str(j, "overall"), "OVER_LIMIT");
+	ck_assert_str_eq(str(status(j, 0), "code"), "OVER_LIMIT");
+	ck_assert_str_eq(str(status(j, 1), "code"), "OVER_LIMIT");
+	ck_assert_str_eq(str(status(j, 2), "code"), "OK");
+	json_decref(j);
+
+	/* Nothing was recorded for the route. */
+	j = call(
+	    "{\"domain\": \"edge\", \"descriptors\": "
+	    "[[[\"route\", \"/r\"]]]}");
+	ck_assert_str_eq(str(j, "overall"), "OK");
+	ck_assert_int_eq(status_int(j, 0, "remaining"), 99);
+	json_decref(j);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/*
  * On Redis: several descriptors with one over its limit consume nothing
  * (the keys in Redis unchanged), hits_addend is the cost, 0 means one hit,
  * a descriptor's own hits_addend wins (0: a look without a hit), and a
@@ -1681,6 +1728,7 @@ test_suite(void)
 	tcase_add_test(tc, test_allowed_then_over_limit);
 	tcase_add_test(tc, test_all_or_nothing_and_hits_addend_on_redis);
 	tcase_add_test(tc, test_key_too_long_fails_closed);
+	tcase_add_test(tc, test_cost_over_limit_marks_its_descriptors);
 	tcase_add_test(tc, test_concurrent_streams_exact);
 	tcase_add_test(tc, test_health_and_bad_calls);
 	tcase_add_test(tc, test_backend_down_policies);

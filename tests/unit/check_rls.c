@@ -169,6 +169,27 @@ START_TEST(test_key_too_long_is_over_limit)
 }
 END_TEST
 
+/* A cost over a rule's limit: the same, for the descriptors whose rule
+ * it exceeds. */
+START_TEST(test_cost_over_limit_marks_its_descriptors)
+{
+	static struct rls_call c;
+	resp_t *r;
+
+	memset(&c, 0, sizeof(c));
+	c.n = 3;
+	c.decision.status = DECIDE_COST_EXCEEDS_LIMIT;
+	c.decision.failed_groups = 1u << 0 | 1u << 2;
+	r = encode(&c);
+	ck_assert_int_eq(r->overall_code, OVER);
+	ck_assert_int_eq(r->statuses[0]->code, OVER);
+	ck_assert_int_eq(r->statuses[1]->code, OK);
+	ck_assert_int_eq(r->statuses[2]->code, OVER);
+	ck_assert_ptr_null(r->statuses[1]->current_limit);
+	resp_free(r);
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -181,6 +202,7 @@ test_suite(void)
 	suite_add_tcase(s, tc);
 	tc = tcase_create("encode");
 	tcase_add_test(tc, test_key_too_long_is_over_limit);
+	tcase_add_test(tc, test_cost_over_limit_marks_its_descriptors);
 	suite_add_tcase(s, tc);
 	return s;
 }
