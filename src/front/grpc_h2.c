@@ -180,25 +180,33 @@ on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t *data,
 	    st->too_big || st->over_budget || st->answered)
 		return 0;
 	max = (size_t)c->l->cur->max_body_bytes + GRPC_PREFIX;
-	if (st->inlen + len > max || c->buffered + len > GRPC_CONN_BUFFERED) {
+	/* The buffer grows by doubling, never past max; the connection's
+	 * budget counts what is allocated, not what was received. */
+	cap = st->incap;
+	if (st->inlen + len > cap) {
+		cap = cap == 0 ? 256 : cap;
+		while (cap < st->inlen + len)
+			cap *= 2;
+		if (cap > max)
+			cap = max;
+	}
+	if (st->inlen + len > max ||
+	    c->buffered - st->incap + cap > GRPC_CONN_BUFFERED) {
 		/* Answered at END_STREAM; what it sent is of no use. */
 		st->too_big = st->inlen + len > max;
 		st->over_budget = !st->too_big;
 		grpc_stream_drop_request(st);
 		return 0;
 	}
-	if (st->inlen + len > st->incap) {
-		cap = st->incap == 0 ? 256 : st->incap;
-		while (cap < st->inlen + len)
-			cap *= 2;
+	if (cap != st->incap) {
 		if ((n = rl_realloc(st->in, cap)) == NULL)
 			return NGHTTP2_ERR_CALLBACK_FAILURE;
+		c->buffered += cap - st->incap;
 		st->in = n;
 		st->incap = cap;
 	}
 	memcpy(st->in + st->inlen, data, len);
 	st->inlen += len;
-	c->buffered += len;
 	return 0;
 }
 
@@ -243,14 +251,14 @@ on_frame_sent(nghttp2_session *h2, const nghttp2_frame *f, void *arg)
 /*
  * GRPC_CONN_BUFFERED bounds the requests a connection has not had
  * decoded yet: still arriving, or whole and waiting for a place
- * (docs/grpc.md).  Once a request is decoded, refused or answered its
- * bytes are freed and leave the count, so calls in the store or answers
- * the client has not read yet hold none.
+ * (docs/grpc.md), counted as the buffers they hold.  Once a request is
+ * decoded, refused or answered its buffer is freed and leaves the count,
+ * so calls in the store or answers the client has not read yet hold none.
  */
 void
 grpc_stream_drop_request(struct gstream *st)
 {
-	st->c->buffered -= st->inlen;
+	st->c->buffered -= st->incap;
 	rl_free(st->in);
 	st->in = NULL;
 	st->inlen = st->incap = 0;

@@ -125,8 +125,8 @@ struct gconn {
 	int nwaiting;	 /* streams with waiting set */
 	int credit;	 /* calls it may still abandon */
 	int strikes;	 /* header lists refused */
-	size_t buffered; /* request bytes its streams hold,
-			  * not yet decoded */
+	size_t buffered; /* bytes allocated for its streams'
+			  * requests (incap), not yet decoded */
 	int64_t last_us; /* last read, monotonic */
 	int64_t out_us;	 /* last byte written, or nothing
 			  * left to write */

@@ -1477,8 +1477,11 @@ budget_wait(struct budget_conn *b, int n, int ms)
  * the store and are all answered once Redis is back.  Before, the bytes
  * of a call stayed counted until its stream closed, and calls 18 to 20
  * were refused RESOURCE_EXHAUSTED "message larger than max_body_bytes".
- * Requests still arriving do count: 18 unfinished ones pass the budget,
- * and the call past it is refused as such, not as too large.
+ * Requests still arriving do count, as the buffers they hold (16 KiB for
+ * a 15 KB message): the 17th unfinished one passes the budget, and is
+ * refused as such, not as too large.  Before, only the bytes received
+ * were counted, so 17 fitted (with 32 KiB buffers for max-size messages,
+ * a connection held twice the budget).
  */
 START_TEST(test_conn_budget_counts_unfinished_requests)
 {
@@ -1515,11 +1518,11 @@ START_TEST(test_conn_budget_counts_unfinished_requests)
 		    b.code[i], b.msg[i]);
 	h2raw_close(&b.c);
 
-	/* 18 requests, none ended: the 18th passes 256 KiB. */
+	/* 17 requests, none ended: the 17th passes 256 KiB (16 x 16 KiB). */
 	memset(&b, 0, sizeof(b));
 	b.win = 65535;
 	h2raw_connect(&b.c, grpc_port, NULL, 0);
-	for (i = 0; i < 18; i++) {
+	for (i = 0; i < 17; i++) {
 		id = 2 * (uint32_t)i + 1;
 		len = 0;
 		h2raw_call_headers(buf, &len, id, H2RAW_RLS_PATH, false);
@@ -1530,13 +1533,13 @@ START_TEST(test_conn_budget_counts_unfinished_requests)
 		budget_send(&b, buf, len, data);
 	}
 	len = 0;
-	h2raw_frame(buf, &len, H2_DATA, H2_END_STREAM, 35, NULL, 0);
+	h2raw_frame(buf, &len, H2_DATA, H2_END_STREAM, 33, NULL, 0);
 	budget_send(&b, buf, len, 0);
 	budget_wait(&b, 1, 3000);
 	ck_assert_msg(b.answered == 1, "%d answers", b.answered);
-	ck_assert_str_eq(b.code[17], "8");
-	ck_assert_msg(strstr(b.msg[17], "unfinished requests") != NULL,
-	    "grpc-message \"%s\"", b.msg[17]);
+	ck_assert_str_eq(b.code[16], "8");
+	ck_assert_msg(strstr(b.msg[16], "unfinished requests") != NULL,
+	    "grpc-message \"%s\"", b.msg[16]);
 	h2raw_close(&b.c);
 	h_daemon_stop(&d);
 	h_redis_stop(&rs);
