@@ -846,9 +846,13 @@ daemon_free(struct daemon *d)
 	 * and a start under another user can bind the path again. */
 	for (i = 0; i < sizeof(d->made) / sizeof(d->made[0]); i++)
 		listen_unix_remove(&d->made[i]);
-	overrides_free(d->overrides); /* its sync asks the store */
+	/* The sync asks the store, and the store's thread hands notices to
+	 * the overrides (on_released()) until backend_free() has joined it:
+	 * the sync stops first, the overrides go last. */
+	overrides_sync_stop(d->overrides);
 	backend_free(d->local);
 	backend_free(d->backend);
+	overrides_free(d->overrides);
 	lease_wait_free(d->leases);
 	deny_cache_free(d->deny);
 	prefetch_free(d->prefetch);

@@ -94,6 +94,7 @@ struct overrides {
 	pthread_mutex_t mu; /* guards what follows */
 	pthread_cond_t cond;
 	bool stop, all;
+	bool joined; /* the thread ended (main thread only) */
 	char *dirty[OV_DIRTY];
 	size_t ndirty;
 };
@@ -781,6 +782,19 @@ overrides_notice(struct overrides *o, const char *msg, size_t len)
 }
 
 void
+overrides_sync_stop(struct overrides *o)
+{
+	if (o == NULL || o->backend == NULL || o->joined)
+		return;
+	pthread_mutex_lock(&o->mu);
+	o->stop = true;
+	pthread_cond_signal(&o->cond);
+	pthread_mutex_unlock(&o->mu);
+	pthread_join(o->thread, NULL);
+	o->joined = true;
+}
+
+void
 overrides_free(struct overrides *o)
 {
 	struct ov_entry *e, *next;
@@ -789,12 +803,8 @@ overrides_free(struct overrides *o)
 
 	if (o == NULL)
 		return;
+	overrides_sync_stop(o);
 	if (o->backend != NULL) {
-		pthread_mutex_lock(&o->mu);
-		o->stop = true;
-		pthread_cond_signal(&o->cond);
-		pthread_mutex_unlock(&o->mu);
-		pthread_join(o->thread, NULL);
 		for (i = 0; i < o->ndirty; i++)
 			rl_free(o->dirty[i]);
 		pthread_cond_destroy(&o->cond);

@@ -36,7 +36,9 @@
 struct overrides;
 
 /* A new, empty table; NULL when out of memory.  overrides_free(NULL)
- * does nothing; the sync (if started) is stopped first. */
+ * does nothing; the sync (if started) is stopped first.  Main thread:
+ * nothing may call into o any more, overrides_notice() included (stop
+ * the store that hands out notices first). */
 struct overrides *overrides_new(void);
 void overrides_free(struct overrides *o);
 
@@ -132,6 +134,11 @@ int overrides_sync_start(struct overrides *o, struct backend *b,
 /* A reload: the rules and the prefix of cfg from now on (a reference
  * taken), every rule read again.  Main thread. */
 void overrides_sync_set_config(struct overrides *o, struct config *cfg);
+/* Stop the sync's thread and wait for it (it may be in a call to the
+ * store: at most redis.timeout), so that the store can be freed; o stays
+ * usable, overrides_notice() included, until overrides_free().  Nothing
+ * when no sync runs, or once stopped.  Main thread. */
+void overrides_sync_stop(struct overrides *o);
 /* A notice heard on the release channel: "<prefix>override:<rule>" reads
  * that rule again; NULL (the subscription is back) reads every rule.  Any
  * thread; quick (it only wakes the sync). */

@@ -5,12 +5,14 @@
  * logged), GET /admin/config with every secret as "***", the counters
  * (read without consuming, reset), and overrides: seen by a second daemon
  * on the same Redis within 1 s, expiring with their TTL, surviving a
- * restart on Redis; in process on the memory store.  Also `--check`,
+ * restart on Redis; in process on the memory store; a clean stop while
+ * notices of overrides keep coming.  Also `--check`,
  * which like GET /admin/config reads the config without serving it: the
  * keys only it checks (redis.password_file, user) are placed FILE:LINE:COL.
  */
 #include <check.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -882,6 +884,81 @@ START_TEST(test_resync_despite_notices)
 }
 END_TEST
 
+/* Notices of override.lua PUBLISHed without pause from another client. */
+struct notice_flood {
+	pthread_t thread;
+	int port;
+	atomic_bool *stop;
+	long long sent;
+};
+
+#define FLOOD_THREADS 3
+#define FLOOD_BATCH   1000
+#define FLOOD_ROUNDS  10
+
+static void *
+notice_flood_run(void *arg)
+{
+	struct notice_flood *f = arg;
+	redisContext *c = redisConnect("127.0.0.1", f->port);
+	redisReply *rep;
+	int i;
+
+	if (c == NULL || c->err) {
+		redisFree(c);
+		return NULL;
+	}
+	while (!atomic_load(f->stop)) {
+		for (i = 0; i < FLOOD_BATCH; i++)
+			redisAppendCommand(c, "PUBLISH %s %s", "adm:released",
+			    "adm:override:api");
+		for (i = 0; i < FLOOD_BATCH; i++) {
+			if (redisGetReply(c, (void **)&rep) != REDIS_OK)
+				goto out;
+			freeReplyObject(rep);
+		}
+		f->sent += FLOOD_BATCH;
+	}
+out:
+	redisFree(c);
+	return NULL;
+}
+
+/* Stopped while notices of overrides keep coming: the store's thread,
+ * which hands them to the overrides, ends before the overrides are freed,
+ * and the daemon exits cleanly (status 0; under AddressSanitizer, no use
+ * after free).  A few rounds, since each stop is one chance. */
+START_TEST(test_stop_during_notices)
+{
+	struct notice_flood f[FLOOD_THREADS];
+	struct admin_daemon a;
+	atomic_bool stop;
+	long long sent = 0;
+	int round, i;
+
+	atomic_init(&stop, false);
+	for (i = 0; i < FLOOD_THREADS; i++) {
+		f[i] = (struct notice_flood){ .port = h_shared_redis.port,
+			.stop = &stop };
+		ck_assert_int_eq(pthread_create(&f[i].thread, NULL,
+				     notice_flood_run, &f[i]),
+		    0);
+	}
+	for (round = 0; round < FLOOD_ROUNDS; round++) {
+		admin_start(&a, 0, true, NULL);
+		h_sleep_ms(200);
+		admin_stop(&a); /* asserts exit status 0 */
+	}
+	atomic_store(&stop, true);
+	for (i = 0; i < FLOOD_THREADS; i++) {
+		pthread_join(f[i].thread, NULL);
+		sent += f[i].sent;
+	}
+	ck_assert_msg(sent > 0, "no notice was sent");
+	printf("%lld notices sent over %d stops\n", sent, FLOOD_ROUNDS);
+}
+END_TEST
+
 /* --- fixtures and main -------------------------------------------------- */
 
 static void
@@ -946,6 +1023,15 @@ test_suite(void)
 	tcase_add_test(tc, test_overrides_without_channel_acl);
 	tcase_add_test(tc, test_reset_drops_prefetched);
 	tcase_add_test(tc, test_resync_despite_notices);
+	suite_add_tcase(s, tc);
+
+	/* Ten daemons stopped under a flood of notices: a case of its own,
+	 * with more time. */
+	tc = tcase_create("stop");
+	tcase_add_unchecked_fixture(tc, use_redis_store, h_reap_orphans);
+	tcase_add_checked_fixture(tc, flush_redis, h_test_teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_stop_during_notices);
 	suite_add_tcase(s, tc);
 	test_main_at_end(h_shared_redis_stop);
 	return s;
