@@ -5,7 +5,7 @@
 --          <expires_at_ms>" (0: never), the expiry on the server's clock.
 -- ARGV     'set', field, '<limit> <window_ms>', ttl_ms (0: none), channel
 --          'del', field, channel
--- Reply    set: 1; del: 1 if the field was there, else 0.  A daemon reads
+-- Reply    set: 1; del: 1 if the field was there and not expired, else 0.  A daemon reads
 --          the hash with HGETALL (no script) and skips expired fields.
 --
 -- set and del PUBLISH KEYS[1] on channel ("<key_prefix>released", which
@@ -49,7 +49,15 @@ if op == 'set' then
   redis.call('HSET', key, ARGV[2], ARGV[3] .. ' ' .. string.format('%d', e))
   found = 1
 elseif op == 'del' then
-  found = redis.call('HDEL', key, ARGV[2])
+  -- A field past its expiry is no override (docs/admin.md): dropped all
+  -- the same, but not found, as on the memory store.
+  local v = redis.call('HGET', key, ARGV[2])
+  if v then
+    redis.call('HDEL', key, ARGV[2])
+    if not expired(v) then
+      found = 1
+    end
+  end
 else
   return redis.error_reply('override.lua: unknown op')
 end

@@ -527,6 +527,21 @@ START_TEST(test_overrides)
 	ck_assert_int_eq(acquire_on(&a, "brief", &r), 200);
 	ck_assert_int_eq(h_json_int(&r, "limit"), 3);
 	ck_assert_int_eq(h_json_int(&r, "remaining"), 1);
+	/* Expired, it is no override to delete, though the table (and on
+	 * Redis the hash: nothing has written it since) still holds it. */
+	if (use_redis)
+		ck_assert_int_eq(h_redis_int(&h_shared_redis, "HEXISTS %s %s",
+				     "adm:override:api", "brief"),
+		    1);
+	admin_req(&a, &r, "DELETE", "/admin/overrides?rule=api&key=brief", NULL,
+	    auth_ok);
+	ck_assert_msg(r.status == 200 &&
+		json_is_false(h_json_get(&r, "deleted")),
+	    "DELETE of an expired override: %ld %s", r.status, r.body);
+	if (use_redis)
+		ck_assert_int_eq(h_redis_int(&h_shared_redis, "HEXISTS %s %s",
+				     "adm:override:api", "brief"),
+		    0);
 
 	/* Bad requests change nothing. */
 	admin_req(&a, &r, "PUT", "/admin/overrides",
@@ -546,6 +561,7 @@ START_TEST(test_overrides)
 	h_resp_free(&r);
 	admin_stop(&a);
 	ck_assert(log_has(&a.d, "op=\"override_set\""));
+	ck_assert(log_has(&a.d, "key=\"brief\" change=\"none to delete\""));
 }
 END_TEST
 
