@@ -22,6 +22,10 @@
  * the count has doubled since the last prune (so a prune costs O(1) per
  * insertion over time), and again before refusing one at the bound; a
  * load skips expired fields; the sync prunes after every full read.
+ * With Redis the entries of a rule a reload removed are freed too (at
+ * the reload and after every full read), the hash keeping them; the
+ * memory store keeps them, the only copy, and the admin API can still
+ * list and delete them (docs/admin.md).
  *
  * The sync thread sleeps on a condition variable until a notice marks a
  * rule (or every rule) to be read again, or the full read falls due (an
@@ -70,7 +74,8 @@ struct ov_entry {
 	char key[]; /* the store key, not NUL-terminated */
 };
 
-/* One rule's entries: store keys "<name>:{...}", name "<prefix><rule>". */
+/* One rule's entries: store keys "<name>:{...}", name "<prefix><rule>"
+ * (NUL-terminated). */
 struct ov_group {
 	struct ov_group *next;
 	struct ov_entry *head;
@@ -174,12 +179,13 @@ ov_group(struct overrides *o, const char *prefix, const char *rule, bool create)
 		    memcmp(g->name, prefix, plen) == 0 &&
 		    memcmp(g->name + plen, rule, rlen) == 0)
 			return g;
-	if (!create || (g = rl_malloc(sizeof(*g) + plen + rlen)) == NULL)
+	if (!create || (g = rl_malloc(sizeof(*g) + plen + rlen + 1)) == NULL)
 		return NULL;
 	g->head = NULL;
 	g->namelen = plen + rlen;
 	memcpy(g->name, prefix, plen);
 	memcpy(g->name + plen, rule, rlen);
+	g->name[plen + rlen] = '\0';
 	g->next = o->groups;
 	o->groups = g;
 	return g;
@@ -496,6 +502,99 @@ overrides_each(struct overrides *o, const char *prefix, const char *rule,
 	pthread_rwlock_unlock(&o->lock);
 }
 
+/* Is g the group of a rule of cfg (under cfg's key_prefix)? */
+static bool
+ov_configured(const struct ov_group *g, const struct config *cfg)
+{
+	size_t plen = strlen(cfg->redis.key_prefix);
+
+	return g->namelen > plen &&
+	    memcmp(g->name, cfg->redis.key_prefix, plen) == 0 &&
+	    config_find_rule(cfg, g->name + plen) != NULL;
+}
+
+bool
+overrides_has_rule(struct overrides *o, const char *prefix, const char *rule)
+{
+	bool has;
+
+	if (o == NULL || atomic_load(&o->count) == 0)
+		return false;
+	pthread_rwlock_rdlock(&o->lock);
+	has = ov_group(o, prefix, rule, false) != NULL;
+	pthread_rwlock_unlock(&o->lock);
+	return has;
+}
+
+size_t
+overrides_unconfigured(struct overrides *o, const struct config *cfg,
+    int64_t now_ms, char *buf, size_t len)
+{
+	size_t plen = strlen(cfg->redis.key_prefix), n = 0, at = 0;
+	const struct ov_group *g;
+	const struct ov_entry *e;
+	long live;
+	int w;
+
+	if (len > 0)
+		buf[0] = '\0';
+	if (o == NULL)
+		return 0;
+	now_ms = ov_now(now_ms);
+	pthread_rwlock_rdlock(&o->lock);
+	for (g = o->groups; g != NULL; g = g->next) {
+		if (ov_configured(g, cfg))
+			continue;
+		for (live = 0, e = g->head; e != NULL; e = e->gnext)
+			live += !ov_expired(e, now_ms);
+		if (live == 0)
+			continue;
+		/* Another prefix's group (key_prefix changed): its whole
+		 * name. */
+		w = snprintf(buf + at, at < len ? len - at : 0,
+		    "%s\"%s\" (%ld)", n > 0 ? ", " : "",
+		    memcmp(g->name, cfg->redis.key_prefix, plen) == 0 ?
+			g->name + plen :
+			g->name,
+		    live);
+		if (w > 0)
+			at += (size_t)w;
+		n++;
+	}
+	pthread_rwlock_unlock(&o->lock);
+	return n;
+}
+
+/* Free the entries of every rule cfg does not have (the write lock
+ * held). */
+static void
+ov_drop_unconfigured(struct overrides *o, const struct config *cfg)
+{
+	struct ov_group *g, *next;
+	bool dropped = false;
+
+	for (g = o->groups; g != NULL; g = next) {
+		next = g->next;
+		if (ov_configured(g, cfg))
+			continue;
+		ov_clear_group(o, g, false, 0);
+		ov_group_drop_empty(o, g);
+		dropped = true;
+	}
+	if (dropped)
+		o->writes++;
+}
+
+void
+overrides_drop_unconfigured(struct overrides *o, const struct config *cfg)
+{
+	if (o == NULL)
+		return;
+	pthread_rwlock_wrlock(&o->lock);
+	ov_drop_unconfigured(o, cfg);
+	pthread_rwlock_unlock(&o->lock);
+}
+
 /* The next length-prefixed string of a reply: 0, or -1 past its end. */
 static int
 next_str(const char **p, const char *end, const char **s, uint32_t *n)
@@ -582,12 +681,15 @@ malformed:
 	return -1;
 }
 
-/* Free every expired entry now.  The sync thread, after a full read. */
+/* Free every expired entry now, and every entry of a rule cfg does not
+ * have (a read of the admin API under an older config may have brought
+ * one back since the reload).  The sync thread, after a full read. */
 static void
-ov_prune_now(struct overrides *o)
+ov_prune_now(struct overrides *o, const struct config *cfg)
 {
 	pthread_rwlock_wrlock(&o->lock);
 	ov_prune(o, util_realtime_us() / 1000, NULL);
+	ov_drop_unconfigured(o, cfg);
 	pthread_rwlock_unlock(&o->lock);
 }
 
@@ -697,15 +799,16 @@ sync_main(void *arg)
 		for (i = 0; i < cfg->nrules; i++)
 			if (all || marked(names, n, cfg->rules[i].name))
 				sync_rule(o, cfg, cfg->rules[i].name);
-		config_unref(cfg);
 		for (i = 0; i < n; i++)
 			rl_free(names[i]);
 		if (all) {
-			/* what no rule's read replaced: a removed rule's */
-			ov_prune_now(o);
+			/* The reads replace only the rules of cfg: a removed
+			 * rule's entries go here (its hash stays). */
+			ov_prune_now(o, cfg);
 			clock_gettime(CLOCK_MONOTONIC, &at);
 			at.tv_sec += OVERRIDES_RESYNC_MS / 1000;
 		}
+		config_unref(cfg);
 		pthread_mutex_lock(&o->mu);
 	}
 	pthread_mutex_unlock(&o->mu);
@@ -746,6 +849,11 @@ overrides_sync_set_config(struct overrides *o, struct config *cfg)
 {
 	if (o == NULL || o->backend == NULL)
 		return;
+	/* A rule no longer configured: its copy goes at once, so that it
+	 * counts no more toward OVERRIDES_MAX; its hash stays in Redis and
+	 * is read again (below, and at every full read) if the rule comes
+	 * back. */
+	overrides_drop_unconfigured(o, cfg);
 	config_slot_set(&o->cfg, cfg);
 	pthread_mutex_lock(&o->mu);
 	o->all = true;

@@ -104,6 +104,28 @@ void overrides_each(struct overrides *o, const char *prefix, const char *rule,
     int64_t now_ms, void (*fn)(const struct override_view *v, void *arg),
     void *arg);
 
+/* Does the table hold overrides of rule (under prefix), live or expired
+ * and not yet freed?  o may be NULL (false). */
+bool overrides_has_rule(struct overrides *o, const char *prefix,
+    const char *rule);
+
+/*
+ * The rules that hold live overrides at now_ms (0: the clock's now) though
+ * cfg (borrowed) has them no more (removed or renamed by a reload, or
+ * under another key_prefix), for the admin API's answer at the bound:
+ * into buf (always NUL-terminated, cut at len) as "\"old\" (3),
+ * \"gone\" (7)", a name under another prefix given whole.  Returns how
+ * many such rules; 0 with buf "" when none.  o may be NULL.  Any thread.
+ */
+size_t overrides_unconfigured(struct overrides *o, const struct config *cfg,
+    int64_t now_ms, char *buf, size_t len);
+
+/* Free the entries of every rule cfg (borrowed) does not have under its
+ * key_prefix.  With Redis only, where the hash keeps them (the memory
+ * store keeps a removed rule's overrides: docs/admin.md).  Any thread;
+ * overrides_sync_set_config() calls it. */
+void overrides_drop_unconfigured(struct overrides *o, const struct config *cfg);
+
 /* How many times the table has changed (overrides_set(),
  * overrides_delete(), a load by overrides_load_rule()): read it before a
  * read of a hash for overrides_load_rule(). */
@@ -132,7 +154,9 @@ int overrides_load_rule(struct overrides *o, const char *prefix,
 int overrides_sync_start(struct overrides *o, struct backend *b,
     struct config *cfg, char *err, size_t errlen);
 /* A reload: the rules and the prefix of cfg from now on (a reference
- * taken), every rule read again.  Main thread. */
+ * taken), every rule read again; the entries of a rule cfg does not have
+ * are freed at once (overrides_drop_unconfigured()), and again after
+ * each full read.  Main thread. */
 void overrides_sync_set_config(struct overrides *o, struct config *cfg);
 /* Stop the sync's thread and wait for it (it may be in a call to the
  * store: at most redis.timeout), so that the store can be freed; o stays

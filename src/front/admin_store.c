@@ -31,30 +31,33 @@
 
 /* The query's rule and key: 0, or -1 answered (400).  Checked before
  * anything is read or written: a key that is not UTF-8 could not be put
- * in the answer (docs/admin.md). */
+ * in the answer (docs/admin.md).  *name is the rule's name, *r the rule,
+ * or NULL for a rule cfg does not have whose overrides `held` still holds
+ * (held NULL: none such accepted). */
 static int
 query_rule_key(struct MHD_Connection *conn, const struct config *cfg,
-    const struct rule **r, const char **key, int *ret)
+    struct overrides *held, const char **name, const struct rule **r,
+    const char **key, int *ret)
 {
-	const char *name = MHD_lookup_connection_value(conn,
-	    MHD_GET_ARGUMENT_KIND, "rule");
-
+	*name = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND,
+	    "rule");
 	*key = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "key");
 	if (*key == NULL)
 		*key = ""; /* a rule without a key: its one counter */
-	if (name == NULL) {
+	if (*name == NULL) {
 		*ret = admin_error(conn, 400, "unknown_rule",
 		    "the query needs rule=");
 		return -1;
 	}
-	if (!util_utf8_valid(name)) {
+	if (!util_utf8_valid(*name)) {
 		*ret = admin_error(conn, 400, "unknown_rule",
 		    "rule= is not valid UTF-8");
 		return -1;
 	}
-	if ((*r = config_find_rule(cfg, name)) == NULL) {
+	if ((*r = config_find_rule(cfg, *name)) == NULL &&
+	    !overrides_has_rule(held, cfg->redis.key_prefix, *name)) {
 		*ret = admin_error(conn, 400, "unknown_rule",
-		    "no rule named \"%s\"", name);
+		    "no rule named \"%s\"", *name);
 		return -1;
 	}
 	if (strlen(*key) > RL_MAX_KEY_BYTES) {
@@ -195,7 +198,7 @@ admin_handle_counters(struct admin_server *s, struct MHD_Connection *conn,
     const struct config *cfg, const char *method)
 {
 	const struct rule *r;
-	const char *key;
+	const char *name, *key;
 	int ret;
 	/* HEAD is GET, its body left out by libmicrohttpd (docs/admin.md). */
 	bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
@@ -203,7 +206,7 @@ admin_handle_counters(struct admin_server *s, struct MHD_Connection *conn,
 	if (!get && strcmp(method, "DELETE") != 0)
 		return admin_not_allowed(conn, method, "/admin/counters",
 		    "GET, HEAD, DELETE");
-	if (query_rule_key(conn, cfg, &r, &key, &ret) < 0)
+	if (query_rule_key(conn, cfg, NULL, &name, &r, &key, &ret) < 0)
 		return ret;
 	return get ? counter_read(s, conn, cfg, r, key) :
 		     counter_reset(s, conn, cfg, r, key);
@@ -248,14 +251,14 @@ parse_duration(json_t *v, int64_t *ms)
 
 /* "<prefix>override:<rule>": the rule's hash on Redis.  New, or NULL. */
 static char *
-hash_key(const struct config *cfg, const struct rule *r, size_t *len)
+hash_key(const struct config *cfg, const char *rule, size_t *len)
 {
-	size_t n = strlen(cfg->redis.key_prefix) + 9 + strlen(r->name);
+	size_t n = strlen(cfg->redis.key_prefix) + 9 + strlen(rule);
 	char *k = rl_malloc(n + 1);
 
 	if (k != NULL)
 		*len = (size_t)snprintf(k, n + 1, "%soverride:%s",
-		    cfg->redis.key_prefix, r->name);
+		    cfg->redis.key_prefix, rule);
 	return k;
 }
 
@@ -274,12 +277,25 @@ store_failed(struct admin_server *s, struct MHD_Connection *conn,
 	    backend_error_kind_name(kind));
 }
 
-/* The table holds OVERRIDES_MAX overrides (docs/admin.md). */
+/* The table holds OVERRIDES_MAX overrides (docs/admin.md); named, the
+ * rules no longer configured that hold some of them, which only a DELETE
+ * frees on the memory store. */
 static int
-overrides_full(struct MHD_Connection *conn)
+overrides_full(struct admin_server *s, struct MHD_Connection *conn,
+    const struct config *cfg)
 {
+	char names[512];
+
+	if (overrides_unconfigured(s->overrides, cfg, 0, names,
+		sizeof(names)) == 0)
+		return admin_error(conn, 507, "too_many_overrides",
+		    "%d overrides are set already: delete some first",
+		    OVERRIDES_MAX);
 	return admin_error(conn, 507, "too_many_overrides",
-	    "%d overrides are set already: delete some first", OVERRIDES_MAX);
+	    "%d overrides are set already: delete some first; rules no "
+	    "longer configured hold some (GET and DELETE /admin/overrides "
+	    "still name them): %s",
+	    OVERRIDES_MAX, names);
 }
 
 /* PUT {"rule", "key", "limit", "window"?, "ttl"?} */
@@ -346,7 +362,7 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 		    "\"ttl\" is a duration (\"1h\", or milliseconds) from 1ms");
 		goto out;
 	}
-	if ((h = hash_key(cfg, r, &hlen)) == NULL) {
+	if ((h = hash_key(cfg, r->name, &hlen)) == NULL) {
 		ret = admin_error(conn, 500, "internal_error", "out of memory");
 		goto out;
 	}
@@ -360,7 +376,7 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 	 * below is undone there). */
 	if (!overrides_has_room(s->overrides, cfg->redis.key_prefix, r->name,
 		key, strlen(key), now_ms)) {
-		ret = overrides_full(conn);
+		ret = overrides_full(s, conn, cfg);
 		goto out;
 	}
 	snprintf(value, sizeof(value), "%" PRId64 " %" PRId64, limit, window);
@@ -393,7 +409,7 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 			(void)backend_admin_call(s->decider->backend, &a, &kind,
 			    err, sizeof(err));
 		}
-		ret = overrides_full(conn);
+		ret = overrides_full(s, conn, cfg);
 		goto out;
 	}
 	metrics_admin_write(s->metrics, METRICS_ADMIN_OVERRIDE_SET);
@@ -431,7 +447,7 @@ list_one(const struct override_view *v, void *arg)
 /* GET ?rule=R: every live override of R (on Redis, as Redis has them). */
 static int
 override_list(struct admin_server *s, struct MHD_Connection *conn,
-    const struct config *cfg, const struct rule *r)
+    const struct config *cfg, const char *rule)
 {
 	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_READ };
 	enum backend_error_kind kind;
@@ -445,7 +461,7 @@ override_list(struct admin_server *s, struct MHD_Connection *conn,
 		return admin_error(conn, 500, "internal_error",
 		    "no overrides kept");
 	if (on_redis(s)) {
-		if ((h = hash_key(cfg, r, &hlen)) == NULL)
+		if ((h = hash_key(cfg, rule, &hlen)) == NULL)
 			return admin_error(conn, 500, "internal_error",
 			    "out of memory");
 		a.key = h;
@@ -462,7 +478,7 @@ override_list(struct admin_server *s, struct MHD_Connection *conn,
 				return store_failed(s, conn, kind);
 			}
 			rc = overrides_load_rule(s->overrides,
-			    cfg->redis.key_prefix, r->name, a.reply, a.replylen,
+			    cfg->redis.key_prefix, rule, a.reply, a.replylen,
 			    since);
 			rl_free(a.reply);
 			a.reply = NULL;
@@ -474,16 +490,16 @@ override_list(struct admin_server *s, struct MHD_Connection *conn,
 	if ((list = json_array()) == NULL)
 		return admin_error(conn, 500, "internal_error",
 		    "out of memory");
-	overrides_each(s->overrides, cfg->redis.key_prefix, r->name,
+	overrides_each(s->overrides, cfg->redis.key_prefix, rule,
 	    util_realtime_us() / 1000, list_one, list);
 	return admin_respond_json(conn, 200,
-	    json_pack("{s:s, s:o}", "rule", r->name, "overrides", list));
+	    json_pack("{s:s, s:o}", "rule", rule, "overrides", list));
 }
 
 /* DELETE ?rule=R&key=K */
 static int
 override_delete(struct admin_server *s, struct MHD_Connection *conn,
-    const struct config *cfg, const struct rule *r, const char *key)
+    const struct config *cfg, const char *rule, const char *key)
 {
 	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_DEL };
 	enum backend_error_kind kind;
@@ -499,7 +515,7 @@ override_delete(struct admin_server *s, struct MHD_Connection *conn,
 	 * delete is refused as overtaken (core/overrides.h), where the other
 	 * order would let one begun in between bring the field back. */
 	if (on_redis(s)) {
-		if ((h = hash_key(cfg, r, &hlen)) == NULL)
+		if ((h = hash_key(cfg, rule, &hlen)) == NULL)
 			return admin_error(conn, 500, "internal_error",
 			    "out of memory");
 		a.key = h;
@@ -514,15 +530,15 @@ override_delete(struct admin_server *s, struct MHD_Connection *conn,
 		rl_free(h);
 		found = a.found;
 	}
-	live = overrides_delete(s->overrides, cfg->redis.key_prefix, r->name,
-	    key, strlen(key), util_realtime_us() / 1000);
+	live = overrides_delete(s->overrides, cfg->redis.key_prefix, rule, key,
+	    strlen(key), util_realtime_us() / 1000);
 	if (!on_redis(s))
 		found = live;
 	metrics_admin_write(s->metrics, METRICS_ADMIN_OVERRIDE_DELETE);
-	admin_log_write(conn, "override_delete", r->name, key,
+	admin_log_write(conn, "override_delete", rule, key,
 	    found ? "deleted" : "none to delete");
 	return admin_respond_json(conn, 200,
-	    json_pack("{s:s, s:s, s:b}", "rule", r->name, "key", key, "deleted",
+	    json_pack("{s:s, s:s, s:b}", "rule", rule, "key", key, "deleted",
 		found));
 }
 
@@ -531,7 +547,7 @@ admin_handle_overrides(struct admin_server *s, struct MHD_Connection *conn,
     const struct config *cfg, const char *method, const char *body, size_t len)
 {
 	const struct rule *r;
-	const char *key;
+	const char *name, *key;
 	int ret;
 	bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 
@@ -540,8 +556,12 @@ admin_handle_overrides(struct admin_server *s, struct MHD_Connection *conn,
 	if (!get && strcmp(method, "DELETE") != 0)
 		return admin_not_allowed(conn, method, "/admin/overrides",
 		    "GET, HEAD, PUT, DELETE");
-	if (query_rule_key(conn, cfg, &r, &key, &ret) < 0)
+	/* On the memory store a rule a reload removed keeps its overrides,
+	 * which still count toward the bound: they can be listed and
+	 * deleted (on Redis the copy went at the reload; the hash stays). */
+	if (query_rule_key(conn, cfg, on_redis(s) ? NULL : s->overrides, &name,
+		&r, &key, &ret) < 0)
 		return ret;
-	return get ? override_list(s, conn, cfg, r) :
-		     override_delete(s, conn, cfg, r, key);
+	return get ? override_list(s, conn, cfg, name) :
+		     override_delete(s, conn, cfg, name, key);
 }

@@ -5,13 +5,15 @@
  * logged), GET /admin/config with every secret as "***", the counters
  * (read without consuming, reset), and overrides: seen by a second daemon
  * on the same Redis within 1 s, expiring with their TTL, surviving a
- * restart on Redis; in process on the memory store; a clean stop while
- * notices of overrides keep coming.  Also `--check`,
- * which like GET /admin/config reads the config without serving it: the
- * keys only it checks (redis.password_file, user) are placed FILE:LINE:COL.
+ * restart on Redis; in process on the memory store; those of a rule a
+ * reload removed (kept and reachable on the memory store, out of the
+ * bound on Redis); a clean stop while notices of overrides keep coming.  Also
+ * `--check`, which like GET /admin/config reads the config without serving it:
+ * the keys only it checks (redis.password_file, user) are placed FILE:LINE:COL.
  */
 #include <check.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,25 +37,14 @@ struct admin_daemon {
 
 static const char *const auth_ok[] = { "Authorization: Bearer " TOKEN, NULL };
 
-/* Start a daemon; admin_port 0 picks a free one, token: write and use
- * admin_token_file, extra: more YAML at the top level. */
+/* The config of a's daemon into yaml: token, admin_token_file; extra,
+ * more YAML at the top level; rules, more rules after the usual ones
+ * (YAML list items), or NULL. */
 static void
-admin_start(struct admin_daemon *a, int admin_port, bool token,
-    const char *extra)
+admin_yaml(const struct admin_daemon *a, bool token, const char *extra,
+    const char *rules, char *yaml, size_t len)
 {
-	char yaml[4096];
-	FILE *f;
-
-	memset(&a->d, 0, sizeof(a->d));
-	a->admin_port = admin_port > 0 ? admin_port : h_free_port();
-	snprintf(a->token_path, sizeof(a->token_path), "%s/admin.token",
-	    h_tmpdir());
-	if (token) {
-		ck_assert_ptr_nonnull(f = fopen(a->token_path, "w"));
-		fputs(TOKEN "\n", f);
-		fclose(f);
-	}
-	snprintf(yaml, sizeof(yaml),
+	snprintf(yaml, len,
 	    "listen: \"127.0.0.1:%%PORT%%\"\n"
 	    "admin_listen: \"127.0.0.1:%d\"\n"
 	    "%s%s%s\n"
@@ -83,7 +74,8 @@ admin_start(struct admin_daemon *a, int admin_port, bool token,
 	    "    key: \"${user}\"\n"
 	    "    limit: 10\n"
 	    "    window: 30s\n"
-	    "    prefetch: { max_units: 5, hold: 30s }\n",
+	    "    prefetch: { max_units: 5, hold: 30s }\n"
+	    "%s",
 	    a->admin_port, token ? "admin_token_file: \"" : "",
 	    token ? a->token_path : "", token ? "\"" : "",
 	    extra != NULL ? extra :
@@ -93,8 +85,72 @@ admin_start(struct admin_daemon *a, int admin_port, bool token,
 			    "  timeout: 500ms\n"
 			    "  key_prefix: \"adm:\"\n"
 			    "on_backend_error: deny\n" :
-			    "backend: memory\n");
+			    "backend: memory\n",
+	    rules != NULL ? rules : "");
+}
+
+/* Start a daemon; admin_port 0 picks a free one, token: write and use
+ * admin_token_file, extra and rules as for admin_yaml(). */
+static void
+admin_start_rules(struct admin_daemon *a, int admin_port, bool token,
+    const char *extra, const char *rules)
+{
+	char yaml[4096];
+	FILE *f;
+
+	memset(&a->d, 0, sizeof(a->d));
+	a->admin_port = admin_port > 0 ? admin_port : h_free_port();
+	snprintf(a->token_path, sizeof(a->token_path), "%s/admin.token",
+	    h_tmpdir());
+	if (token) {
+		ck_assert_ptr_nonnull(f = fopen(a->token_path, "w"));
+		fputs(TOKEN "\n", f);
+		fclose(f);
+	}
+	admin_yaml(a, token, extra, rules, yaml, sizeof(yaml));
 	h_daemon_start(&a->d, yaml);
+}
+
+static void
+admin_start(struct admin_daemon *a, int admin_port, bool token,
+    const char *extra)
+{
+	admin_start_rules(a, admin_port, token, extra, NULL);
+}
+
+/* Reload a's daemon (started with the token) on its config with extra
+ * and rules as for admin_yaml(), and wait for the reload.  reloads: how
+ * many reloads it has made before this one. */
+static void
+admin_reload(struct admin_daemon *a, const char *extra, const char *rules,
+    int reloads)
+{
+	char yaml[4096], port[16], redis_port[16], text[4096];
+	const char *p;
+	size_t n = 0;
+
+	admin_yaml(a, true, extra, rules, yaml, sizeof(yaml));
+	snprintf(port, sizeof(port), "%d", a->d.port);
+	snprintf(redis_port, sizeof(redis_port), "%d", a->d.redis_port);
+	for (p = yaml; *p != '\0' && n + 16 < sizeof(text);) {
+		if (strncmp(p, "%PORT%", 6) == 0) {
+			n += (size_t)snprintf(text + n, sizeof(text) - n, "%s",
+			    port);
+			p += 6;
+		} else if (strncmp(p, "%REDIS_PORT%", 12) == 0) {
+			n += (size_t)snprintf(text + n, sizeof(text) - n, "%s",
+			    redis_port);
+			p += 12;
+		} else
+			text[n++] = *p++;
+	}
+	text[n] = '\0';
+	ops_write_file(a->d.conf, text);
+	ck_assert_int_eq(kill(a->d.pid, SIGHUP), 0);
+	ck_assert_msg(ops_wait_metric("ratelimitd_config_reloads_total"
+				      "{result=\"success\"}",
+			  reloads + 1, 3000) >= reloads + 1,
+	    "no reload");
 }
 
 static void
@@ -900,6 +956,167 @@ START_TEST(test_resync_despite_notices)
 }
 END_TEST
 
+#define RULE_GONE \
+	"  - name: gone\n" \
+	"    match: { t: gone }\n" \
+	"    key: \"${user}\"\n" \
+	"    limit: 5\n" \
+	"    window: 10s\n"
+
+/* How many overrides GET /admin/overrides?rule= lists, or -1 when the
+ * answer is not 200. */
+static long
+listed(struct admin_daemon *a, const char *rule)
+{
+	struct h_resp r = { 0 };
+	char path[128];
+	long n;
+
+	snprintf(path, sizeof(path), "/admin/overrides?rule=%s", rule);
+	admin_req(a, &r, "GET", path, NULL, auth_ok);
+	n = r.status == 200 ?
+	    (long)json_array_size(h_json_get(&r, "overrides")) :
+	    -1;
+	h_resp_free(&r);
+	return n;
+}
+
+/* Memory store: a rule removed by a reload keeps its overrides (they
+ * apply again if it comes back), and since they still count toward the
+ * bound, GET and DELETE can still name the rule; a rule that holds none
+ * stays unknown. */
+START_TEST(test_override_removed_rule_memory)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+
+	admin_start_rules(&a, 0, true, NULL, RULE_GONE);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"gone\",\"key\":\"g1\",\"limit\":1}", auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"gone\",\"key\":\"g2\",\"limit\":1}", auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	admin_reload(&a, NULL, NULL, 0);
+	ck_assert_int_eq(listed(&a, "gone"), 2);
+	admin_req(&a, &r, "DELETE", "/admin/overrides?rule=gone&key=g1", NULL,
+	    auth_ok);
+	ck_assert_msg(r.status == 200 &&
+		json_is_true(h_json_get(&r, "deleted")),
+	    "DELETE: %ld %s", r.status, r.body);
+	ck_assert_int_eq(listed(&a, "gone"), 1);
+	ck_assert_int_eq(listed(&a, "never"), -1);
+	/* Still no PUT for a rule the config does not have. */
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"gone\",\"key\":\"g3\",\"limit\":1}", auth_ok);
+	ck_assert_int_eq(r.status, 400);
+	/* Back: the one kept applies again. */
+	admin_reload(&a, NULL, RULE_GONE, 1);
+	h_post(a.d.port, "/acquire", "{\"t\":\"gone\",\"user\":\"g2\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_int_eq(h_json_int(&r, "limit"), 1);
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
+/* Fill adm:override:gone with n fields straight in Redis. */
+static void
+fill_hash(int n)
+{
+	const char *argv[2 + 2 * 1000];
+	size_t lens[2 + 2 * 1000];
+	static char fields[1000][16];
+	redisReply *rep;
+	int i, j, k;
+
+	for (i = 0; i < n; i += 1000) {
+		argv[0] = "HSET";
+		argv[1] = "adm:override:gone";
+		for (j = 0, k = 2; j < 1000 && i + j < n; j++) {
+			snprintf(fields[j], sizeof(fields[j]), "f%d", i + j);
+			argv[k++] = fields[j];
+			argv[k++] = "2 10000 0";
+		}
+		for (j = 0; j < k; j++)
+			lens[j] = strlen(argv[j]);
+		rep = redisCommandArgv(h_redis_ctx(&h_shared_redis), k, argv,
+		    lens);
+		ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_INTEGER,
+		    "HSET failed");
+		freeReplyObject(rep);
+	}
+}
+
+/* Status of a PUT of a new override for api. */
+static long
+put_api(struct admin_daemon *a, const char *key, struct h_resp *r)
+{
+	char body[128];
+
+	snprintf(body, sizeof(body),
+	    "{\"rule\":\"api\",\"key\":\"%s\",\"limit\":2}", key);
+	admin_req(a, r, "PUT", "/admin/overrides", body, auth_ok);
+	return r->status;
+}
+
+/* The Redis store with time for a read of 200,000 strings, which takes
+ * a while under a sanitizer. */
+#define REDIS_SLOW \
+	"backend: redis\n" \
+	"redis:\n" \
+	"  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n" \
+	"  timeout: 5s\n" \
+	"  key_prefix: \"adm:\"\n"
+
+/* Whether a PUT of a new override for api answers 507 within 15 s (the
+ * sync reads a hash in a moment): each one that passes is deleted. */
+static bool
+wait_full(struct admin_daemon *a, struct h_resp *r)
+{
+	long long t0 = h_now_ms();
+
+	while (put_api(a, "new", r) != 507) {
+		admin_req(a, r, "DELETE", "/admin/overrides?rule=api&key=new",
+		    NULL, auth_ok);
+		if (h_now_ms() - t0 > 15000)
+			return false;
+		h_sleep_ms(50);
+	}
+	return true;
+}
+
+/* Redis: the overrides of a rule a reload removed no longer count toward
+ * the bound (the daemon's copy goes; the hash stays, and is read again
+ * when the rule comes back).  The bound is reached cheaply: the hash of
+ * rule gone is filled in Redis and read at start. */
+START_TEST(test_override_removed_rule_redis)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+
+	fill_hash(100000);
+	admin_start_rules(&a, 0, true, REDIS_SLOW, RULE_GONE);
+	ck_assert_msg(wait_full(&a, &r), "the table never filled: %ld %s",
+	    r.status, r.body);
+
+	admin_reload(&a, REDIS_SLOW, NULL, 0);
+	ck_assert_msg(put_api(&a, "new", &r) == 200,
+	    "PUT after the rule went: %ld %s", r.status, r.body);
+	admin_req(&a, &r, "DELETE", "/admin/overrides?rule=api&key=new", NULL,
+	    auth_ok);
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HLEN %s",
+			     "adm:override:gone"),
+	    100000);
+	/* Back: read again, and the table is full again. */
+	admin_reload(&a, REDIS_SLOW, RULE_GONE, 1);
+	ck_assert_msg(wait_full(&a, &r), "gone's hash not read again: %ld %s",
+	    r.status, r.body);
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
 /* Notices of override.lua PUBLISHed without pause from another client. */
 struct notice_flood {
 	pthread_t thread;
@@ -1024,6 +1241,7 @@ test_suite(void)
 	tcase_add_test(tc, test_override_renew);
 	tcase_add_test(tc, test_override_token_bucket);
 	tcase_add_test(tc, test_reset_serves_lease_waiters);
+	tcase_add_test(tc, test_override_removed_rule_memory);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("redis");
@@ -1039,6 +1257,7 @@ test_suite(void)
 	tcase_add_test(tc, test_overrides_without_channel_acl);
 	tcase_add_test(tc, test_reset_drops_prefetched);
 	tcase_add_test(tc, test_resync_despite_notices);
+	tcase_add_test(tc, test_override_removed_rule_redis);
 	suite_add_tcase(s, tc);
 
 	/* Ten daemons stopped under a flood of notices: a case of its own,

@@ -4,7 +4,9 @@
  * that a write of this daemon overtook left unapplied, so that a read
  * begun before the admin API changed an override cannot bring the old
  * one back (docs/admin.md); expired overrides freed and the table
- * bounded (OVERRIDES_MAX); a rule's overrides kept apart from another's.
+ * bounded (OVERRIDES_MAX); a rule's overrides kept apart from another's;
+ * a rule the config no longer has named as holding some (the memory
+ * store keeps them) or dropped (with Redis).
  * Pure: the replies are made here in the
  * OVERRIDE_READ form of core/backend.h.
  */
@@ -287,6 +289,96 @@ START_TEST(test_rules_apart)
 }
 END_TEST
 
+/* A config of rule api only (no longer rule gone), key_prefix "rl:"
+ * (the default). */
+static struct config *
+config_api_only(void)
+{
+	static const char text[] =
+	    "rules:\n"
+	    "  - name: api\n"
+	    "    key: \"${user}\"\n"
+	    "    limit: 3\n"
+	    "    window: 10s\n";
+	char err[256];
+	struct config *c;
+
+	c = config_load_string("t.yaml", text, strlen(text), err, sizeof(err));
+	ck_assert_msg(c != NULL, "%s", err);
+	return c;
+}
+
+/* The table full, OVERRIDES_MAX - 3 overrides of api and 3 of gone, a
+ * rule the config then no longer has. */
+static struct overrides *
+full_with_gone(void)
+{
+	struct overrides *o = overrides_new();
+	char key[32];
+	int i;
+
+	ck_assert_ptr_nonnull(o);
+	for (i = 0; i < OVERRIDES_MAX - 3; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		ck_assert_int_eq(set_at(o, key, 2, 0), 0);
+	}
+	for (i = 0; i < 3; i++) {
+		snprintf(key, sizeof(key), "g%d", i);
+		ck_assert_int_eq(overrides_set(o, "rl:", "gone", key,
+				     strlen(key), 2, 10000, 0, 1000),
+		    0);
+	}
+	ck_assert_int_eq(set_at(o, "one-more", 2, 0), -1);
+	return o;
+}
+
+/* The memory store keeps a removed rule's overrides: the table names the
+ * rule as one that holds some, and a delete of one makes room. */
+START_TEST(test_removed_rule_kept)
+{
+	struct overrides *o = full_with_gone();
+	struct config *c = config_api_only();
+	char names[128];
+
+	ck_assert(overrides_has_rule(o, "rl:", "gone"));
+	ck_assert(!overrides_has_rule(o, "rl:", "never"));
+	ck_assert_uint_eq(overrides_unconfigured(o, c, 1000, names,
+			      sizeof(names)),
+	    1);
+	ck_assert_str_eq(names, "\"gone\" (3)");
+	ck_assert(overrides_delete(o, "rl:", "gone", "g0", 2, 1000));
+	ck_assert_uint_eq(overrides_unconfigured(o, c, 1000, names,
+			      sizeof(names)),
+	    1);
+	ck_assert_str_eq(names, "\"gone\" (2)");
+	ck_assert_int_eq(set_at(o, "one-more", 2, 0), 0);
+	config_unref(c);
+	overrides_free(o);
+}
+END_TEST
+
+/* With Redis the copy of a removed rule's overrides goes (its hash keeps
+ * them): room comes back at once; api's stay. */
+START_TEST(test_removed_rule_dropped)
+{
+	struct overrides *o = full_with_gone();
+	struct config *c = config_api_only();
+	char names[128];
+
+	overrides_drop_unconfigured(o, c);
+	ck_assert_uint_eq(overrides_count(o), OVERRIDES_MAX - 3);
+	ck_assert(!overrides_has_rule(o, "rl:", "gone"));
+	ck_assert_uint_eq(overrides_unconfigured(o, c, 1000, names,
+			      sizeof(names)),
+	    0);
+	ck_assert_str_eq(names, "");
+	ck_assert_int_eq(limit_of(o, "rl:api:{k7}"), 2);
+	ck_assert_int_eq(set_at(o, "one-more", 2, 0), 0);
+	config_unref(c);
+	overrides_free(o);
+}
+END_TEST
+
 /* The per-algorithm check shared with the config file: a token_bucket
  * needs 1 us of window per unit; the others take any limit. */
 START_TEST(test_limit_ok)
@@ -315,6 +407,8 @@ test_suite(void)
 	tcase_add_test(tc, test_expired_freed);
 	tcase_add_test(tc, test_bounded);
 	tcase_add_test(tc, test_rules_apart);
+	tcase_add_test(tc, test_removed_rule_kept);
+	tcase_add_test(tc, test_removed_rule_dropped);
 	tcase_add_test(tc, test_limit_ok);
 	suite_add_tcase(s, tc);
 	return s;
