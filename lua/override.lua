@@ -2,7 +2,9 @@
 --
 -- KEYS[1]  "<key_prefix>override:<rule>": a hash of one rule's overrides,
 --          field = the rendered key, value = "<limit> <window_ms>
---          <expires_at_ms>" (0: never), the expiry on the server's clock.
+--          <expires_at_ms>" (window 0: the rule's, whatever it is when a
+--          decision asks; expiry 0: never), the expiry on the server's
+--          clock.
 -- ARGV     'set', field, '<limit> <window_ms>', ttl_ms (0: none), channel
 --          'del', field, channel
 -- Reply    set: 1; del: 1 if the field was there and not expired, else 0.  A daemon reads

@@ -926,6 +926,9 @@ collect(struct decide_job *job, const struct config *cfg,
 		window = r->window_ms;
 		overridden = overrides_get(job->d->overrides, job->arena + off,
 		    len, 0, &limit, &window);
+		if (overridden)
+			limit = overrides_fit_limit(r->algorithm, limit,
+			    window);
 		if (j < n)
 			cost += job->checks[j].cost;
 		if (job->report && cost > LIMITER_MAX_LIMIT)

@@ -292,7 +292,8 @@ overrides_get(struct overrides *o, const char *key, size_t keylen,
 	e = *ov_find(o, key, keylen, h);
 	if (e != NULL && !ov_expired(e, now_ms)) {
 		*limit = e->limit;
-		*window_ms = e->window_ms;
+		if (e->window_ms > 0) /* 0: the rule's, as the caller has it */
+			*window_ms = e->window_ms;
 		found = true;
 	}
 	pthread_rwlock_unlock(&o->lock);
@@ -438,6 +439,15 @@ overrides_limit_ok(enum rl_algorithm alg, int64_t limit, int64_t window_ms,
 		return false;
 	}
 	return true;
+}
+
+int64_t
+overrides_fit_limit(enum rl_algorithm alg, int64_t limit, int64_t window_ms)
+{
+	if (alg == RL_ALG_TOKEN_BUCKET && window_ms <= INT64_MAX / 1000 &&
+	    limit > window_ms * 1000)
+		return window_ms * 1000;
+	return limit;
 }
 
 bool
@@ -632,7 +642,7 @@ overrides_load_rule(struct overrides *o, const char *prefix, const char *rule,
 		memcpy(val, v, vl);
 		val[vl] = '\0';
 		if (sscanf(val, "%lld %lld %lld", &lim, &win, &exp) != 3 ||
-		    lim < 1 || win < 1 || exp < 0)
+		    lim < 1 || win < 0 || exp < 0)
 			goto malformed;
 	}
 	if ((key = rl_malloc(plen + rlen + RL_MAX_KEY_BYTES + 4)) == NULL) {

@@ -46,14 +46,19 @@ void overrides_free(struct overrides *o);
  * The override of store key `key` at now_ms (epoch milliseconds; 0: the
  * clock's now, read only when the table holds something): true
  * with *limit and *window_ms set, or false (they are left alone).  An
- * override past its expiry is none.  o may be NULL (false).
+ * override set without a window follows the rule's (docs/admin.md): then
+ * *window_ms is left alone too, so the caller sets both to the rule's
+ * before asking, and fits the limit to that window with
+ * overrides_fit_limit().  An override past its expiry is none.  o may be
+ * NULL (false).
  */
 bool overrides_get(struct overrides *o, const char *key, size_t keylen,
     int64_t now_ms, int64_t *limit, int64_t *window_ms);
 
 /*
  * Set (or replace) the override of rendered key `key` (keylen bytes) of
- * rule, whose store key is "<prefix><rule>:{<key>}", expiring at
+ * rule, whose store key is "<prefix><rule>:{<key>}", window_ms 0 for the
+ * rule's window whatever it is when a decision asks, expiring at
  * expires_ms (0: never); now_ms as for overrides_get().  Expired
  * overrides may be freed on the way.  0, or -1 with errno ENOSPC (the
  * table holds OVERRIDES_MAX live overrides, key not among them) or
@@ -79,6 +84,13 @@ bool overrides_delete(struct overrides *o, const char *prefix, const char *rule,
 bool overrides_limit_ok(enum rl_algorithm alg, int64_t limit, int64_t window_ms,
     char *err, size_t errlen);
 
+/* limit, or the largest a rule of algorithm alg can run at per window_ms
+ * when it is more (overrides_limit_ok()): an override that follows the
+ * rule's window was checked against the window of its PUT, and a reload
+ * may have shortened it since.  Pure; any thread. */
+int64_t overrides_fit_limit(enum rl_algorithm alg, int64_t limit,
+    int64_t window_ms);
+
 /* Would overrides_set() of that key find room (it is there already, or
  * the table holds fewer than OVERRIDES_MAX live overrides)?  Expired
  * ones may be freed on the way.  Asked before a write to Redis, so that a
@@ -94,7 +106,7 @@ size_t overrides_count(struct overrides *o);
 struct override_view {
 	const char *key; /* the rendered key (inside the braces) */
 	size_t keylen;
-	int64_t limit, window_ms, expires_ms;
+	int64_t limit, window_ms, expires_ms; /* window_ms 0: the rule's */
 };
 
 /* fn for every live override of rule (store keys "<prefix><rule>:{...}"),
@@ -134,7 +146,8 @@ unsigned long overrides_writes(struct overrides *o);
 /*
  * Replace rule's overrides by the fields of an OVERRIDE_READ reply
  * (core/backend.h: pairs of length-prefixed strings, field = the rendered
- * key, value = "<limit> <window_ms> <expires_at_ms>"), read after
+ * key, value = "<limit> <window_ms> <expires_at_ms>", window 0: the
+ * rule's), read after
  * overrides_writes() said `since`.  Fields already expired by this
  * daemon's clock are left out.  0; 1 when the table changed since, by a
  * write or another load (the reply may predate that change: the table is

@@ -106,8 +106,9 @@ counter_read(struct admin_server *s, struct MHD_Connection *conn,
 	if ((k = store_key(cfg, r, key, &len)) == NULL)
 		return admin_error(conn, 500, "internal_error",
 		    "out of memory");
-	(void)overrides_get(s->overrides, k, len, util_realtime_us() / 1000,
-	    &limit, &window);
+	if (overrides_get(s->overrides, k, len, util_realtime_us() / 1000,
+		&limit, &window))
+		limit = overrides_fit_limit(r->algorithm, limit, window);
 	memset(zero_token, '0', LEASE_TOKEN_LEN);
 	zero_token[LEASE_TOKEN_LEN] = '\0';
 	c = (struct rl_check){
@@ -340,7 +341,7 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 		    "\"limit\" is an integer from 1 to 2^53");
 		goto out;
 	}
-	window = r->window_ms;
+	window = 0; /* the rule's, whatever it is when a decision asks */
 	if (json_object_get(root, "window") != NULL &&
 	    (parse_duration(json_object_get(root, "window"), &window) < 0 ||
 		window < 1 || window > INT64_C(1000000000000))) {
@@ -349,8 +350,8 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 		    "from 1ms");
 		goto out;
 	}
-	if (!overrides_limit_ok(r->algorithm, limit, window, what,
-		sizeof(what))) {
+	if (!overrides_limit_ok(r->algorithm, limit,
+		window > 0 ? window : r->window_ms, what, sizeof(what))) {
 		ret = admin_error(conn, 400, "invalid_limit", "\"limit\": %s",
 		    what);
 		goto out;
@@ -413,35 +414,57 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 		goto out;
 	}
 	metrics_admin_write(s->metrics, METRICS_ADMIN_OVERRIDE_SET);
-	snprintf(what, sizeof(what),
-	    "limit %" PRId64 ", window %" PRId64 " ms, ttl %" PRId64 " ms",
-	    limit, window, ttl);
+	if (window > 0)
+		snprintf(what, sizeof(what),
+		    "limit %" PRId64 ", window %" PRId64 " ms, ttl %" PRId64
+		    " ms",
+		    limit, window, ttl);
+	else
+		snprintf(what, sizeof(what),
+		    "limit %" PRId64 ", the rule's window, ttl %" PRId64 " ms",
+		    limit, ttl);
 	admin_log_write(conn, "override_set", r->name, key, what);
 	ret = admin_respond_json(conn, 200,
-	    json_pack("{s:s, s:s, s:I, s:I, s:o}", "rule", r->name, "key", key,
-		"limit", (json_int_t)limit, "window_ms", (json_int_t)window,
-		"expires_ms", ttl > 0 ? json_integer(ttl) : json_null()));
+	    json_pack("{s:s, s:s, s:I, s:I, s:b, s:o}", "rule", r->name, "key",
+		key, "limit", (json_int_t)limit, "window_ms",
+		(json_int_t)(window > 0 ? window : r->window_ms),
+		"window_from_rule", window == 0, "expires_ms",
+		ttl > 0 ? json_integer(ttl) : json_null()));
 out:
 	rl_free(h);
 	json_decref(root);
 	return ret;
 }
 
+/* What list_one() adds to. */
+struct override_list {
+	json_t *list;
+	const struct rule *r; /* NULL: a rule the config no longer has */
+};
+
+/* One override of a GET; one that follows the rule's window reports the
+ * rule's current window (none when the config no longer has the rule). */
 static void
 list_one(const struct override_view *v, void *arg)
 {
-	json_t *list = arg, *o;
+	struct override_list *l = arg;
 	int64_t now_ms = util_realtime_us() / 1000;
+	json_t *o, *window;
 
-	o = json_pack("{s:s%, s:I, s:I, s:o}", "key", v->key, v->keylen,
-	    "limit", (json_int_t)v->limit, "window_ms",
-	    (json_int_t)v->window_ms, "expires_ms",
+	if (v->window_ms > 0)
+		window = json_integer(v->window_ms);
+	else
+		window = l->r != NULL ? json_integer(l->r->window_ms) :
+					json_null();
+	o = json_pack("{s:s%, s:I, s:o, s:b, s:o}", "key", v->key, v->keylen,
+	    "limit", (json_int_t)v->limit, "window_ms", window,
+	    "window_from_rule", v->window_ms == 0, "expires_ms",
 	    v->expires_ms > 0 ?
 		json_integer(v->expires_ms > now_ms ? v->expires_ms - now_ms :
 						      1) :
 		json_null());
 	if (o != NULL)
-		json_array_append_new(list, o);
+		json_array_append_new(l->list, o);
 }
 
 /* GET ?rule=R: every live override of R (on Redis, as Redis has them). */
@@ -450,11 +473,11 @@ override_list(struct admin_server *s, struct MHD_Connection *conn,
     const struct config *cfg, const char *rule)
 {
 	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_READ };
+	struct override_list l = { .r = config_find_rule(cfg, rule) };
 	enum backend_error_kind kind;
 	char err[BACKEND_ERR_MAX], *h;
 	size_t hlen = 0;
 	unsigned long since;
-	json_t *list;
 	int tries, rc;
 
 	if (s->overrides == NULL)
@@ -487,13 +510,13 @@ override_list(struct admin_server *s, struct MHD_Connection *conn,
 		}
 		rl_free(h);
 	}
-	if ((list = json_array()) == NULL)
+	if ((l.list = json_array()) == NULL)
 		return admin_error(conn, 500, "internal_error",
 		    "out of memory");
 	overrides_each(s->overrides, cfg->redis.key_prefix, rule,
-	    util_realtime_us() / 1000, list_one, list);
+	    util_realtime_us() / 1000, list_one, &l);
 	return admin_respond_json(conn, 200,
-	    json_pack("{s:s, s:o}", "rule", rule, "overrides", list));
+	    json_pack("{s:s, s:o}", "rule", rule, "overrides", l.list));
 }
 
 /* DELETE ?rule=R&key=K */

@@ -1117,6 +1117,75 @@ START_TEST(test_override_removed_rule_redis)
 }
 END_TEST
 
+/* Rule win, with window w ("1m", "1h"). */
+#define RULE_WIN(w) \
+	"  - name: win\n" \
+	"    match: { t: win }\n" \
+	"    key: \"${user}\"\n" \
+	"    limit: 3\n" \
+	"    window: " w "\n"
+
+/* The RateLimit-Policy of rule win for user w (asserts a 200). */
+static void
+win_policy(struct admin_daemon *a, const char *want)
+{
+	struct h_resp r = { 0 };
+
+	h_post(a->d.port, "/acquire", "{\"t\":\"win\",\"user\":\"w\"}", &r);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	ck_assert_int_eq(h_json_int(&r, "limit"), 7);
+	ck_assert_str_eq(h_resp_header(&r, "RateLimit-Policy"), want);
+	h_resp_free(&r);
+}
+
+/* An override set without a window follows the rule's window as the
+ * config has it now: a reload from 1m to 1h changes the override's too,
+ * in decisions and in GET; on Redis the hash says 0 for it. */
+START_TEST(test_override_follows_rule_window)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+	json_t *o;
+
+	admin_start_rules(&a, 0, true, NULL, RULE_WIN("1m"));
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"win\",\"key\":\"w\",\"limit\":7}", auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	ck_assert_int_eq(h_json_int(&r, "window_ms"), 60000);
+	win_policy(&a, "\"win\";q=7;w=60");
+
+	admin_reload(&a, NULL, RULE_WIN("1h"), 0);
+	win_policy(&a, "\"win\";q=7;w=3600");
+	if (use_redis) {
+		redisReply *rep = redisCommand(h_redis_ctx(&h_shared_redis),
+		    "HGET adm:override:win w");
+
+		ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_STRING,
+		    "no field");
+		ck_assert_str_eq(rep->str, "7 0 0");
+		freeReplyObject(rep);
+	}
+	admin_req(&a, &r, "GET", "/admin/overrides?rule=win", NULL, auth_ok);
+	ck_assert_int_eq(r.status, 200);
+	o = json_array_get(h_json_get(&r, "overrides"), 0);
+	ck_assert_ptr_nonnull(o);
+	ck_assert_int_eq(json_integer_value(json_object_get(o, "window_ms")),
+	    3600000);
+	ck_assert(json_is_true(json_object_get(o, "window_from_rule")));
+
+	/* One with its own window keeps it. */
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"win\",\"key\":\"w\",\"limit\":7,\"window\":\"1m\"}",
+	    auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	ck_assert(json_is_false(h_json_get(&r, "window_from_rule")));
+	admin_reload(&a, NULL, RULE_WIN("2h"), 1);
+	win_policy(&a, "\"win\";q=7;w=60");
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
 /* Notices of override.lua PUBLISHed without pause from another client. */
 struct notice_flood {
 	pthread_t thread;
@@ -1242,6 +1311,7 @@ test_suite(void)
 	tcase_add_test(tc, test_override_token_bucket);
 	tcase_add_test(tc, test_reset_serves_lease_waiters);
 	tcase_add_test(tc, test_override_removed_rule_memory);
+	tcase_add_test(tc, test_override_follows_rule_window);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("redis");
@@ -1258,6 +1328,7 @@ test_suite(void)
 	tcase_add_test(tc, test_reset_drops_prefetched);
 	tcase_add_test(tc, test_resync_despite_notices);
 	tcase_add_test(tc, test_override_removed_rule_redis);
+	tcase_add_test(tc, test_override_follows_rule_window);
 	suite_add_tcase(s, tc);
 
 	/* Ten daemons stopped under a flood of notices: a case of its own,

@@ -379,6 +379,45 @@ START_TEST(test_removed_rule_dropped)
 }
 END_TEST
 
+/* An override without a window of its own (0, as PUT stores it and the
+ * hash holds it) leaves the caller's window, the rule's, alone; a hash
+ * with such a field is no malformed one.  A token_bucket's limit is fit
+ * to the window it runs with. */
+START_TEST(test_rule_window)
+{
+	struct overrides *o = overrides_new();
+	int64_t limit = 3, window = 3600000;
+	const char *r;
+	size_t len;
+
+	ck_assert_ptr_nonnull(o);
+	ck_assert_int_eq(overrides_set(o, "rl:", "api", "vip", 3, 7, 0, 0,
+			     1000),
+	    0);
+	ck_assert(overrides_get(o, KEY_VIP, strlen(KEY_VIP), 1000, &limit,
+	    &window));
+	ck_assert_int_eq(limit, 7);
+	ck_assert_int_eq(window, 3600000);
+	r = reply_of(&len, "other", "9 0 0", NULL);
+	ck_assert_int_eq(load_fresh(o, r, len), 0);
+	limit = 3;
+	window = 60000;
+	ck_assert(overrides_get(o, KEY_OTHER, strlen(KEY_OTHER), 1000, &limit,
+	    &window));
+	ck_assert_int_eq(limit, 9);
+	ck_assert_int_eq(window, 60000);
+	ck_assert_int_eq(overrides_fit_limit(RL_ALG_TOKEN_BUCKET, 5000000,
+			     1000),
+	    1000000);
+	ck_assert_int_eq(overrides_fit_limit(RL_ALG_TOKEN_BUCKET, 5000, 1000),
+	    5000);
+	ck_assert_int_eq(overrides_fit_limit(RL_ALG_FIXED_WINDOW, 5000000,
+			     1000),
+	    5000000);
+	overrides_free(o);
+}
+END_TEST
+
 /* The per-algorithm check shared with the config file: a token_bucket
  * needs 1 us of window per unit; the others take any limit. */
 START_TEST(test_limit_ok)
@@ -409,6 +448,7 @@ test_suite(void)
 	tcase_add_test(tc, test_rules_apart);
 	tcase_add_test(tc, test_removed_rule_kept);
 	tcase_add_test(tc, test_removed_rule_dropped);
+	tcase_add_test(tc, test_rule_window);
 	tcase_add_test(tc, test_limit_ok);
 	suite_add_tcase(s, tc);
 	return s;
