@@ -308,6 +308,10 @@ reload(struct daemon *d)
 	if (d->deny != NULL)
 		deny_cache_clear(d->deny);
 	prefetch_clear(d->prefetch, c->serial);
+	/* A limit raised, or a rule removed, may admit a request that
+	 * waits for a lease: each waits on until a release or an expiry
+	 * unless told to try again under the new rules (docs/leases.md). */
+	lease_wait_all(d->leases);
 	log_info("reloaded %s: %zu rules", d->path, c->nrules);
 	config_unref(c);
 	metrics_reload(d->metrics, true);
@@ -483,6 +487,17 @@ on_released(void *arg, const char *key, size_t keylen)
 		 * advance for that key came from the counter dropped. */
 		prefetch_forget(d->prefetch, key, keylen);
 	}
+}
+
+/* The overrides sync read what another daemon set or deleted (or what a
+ * reload brought back): a limit may have risen, so every request that
+ * waits for a lease tries again (docs/admin.md).  The sync thread. */
+static void
+on_overrides_read(void *arg)
+{
+	struct daemon *d = arg;
+
+	lease_wait_all(d->leases);
 }
 
 /* Make the backends the config asks for.  0 or -1 with err. */
@@ -665,6 +680,7 @@ make_decider(struct daemon *d, char *err, size_t errlen)
 	if (make_backends(d, err, errlen) < 0)
 		return -1;
 	/* On Redis every daemon mirrors the overrides the others set. */
+	overrides_on_read(d->overrides, on_overrides_read, d);
 	if (d->cfg->backend == RL_BACKEND_REDIS &&
 	    overrides_sync_start(d->overrides, d->backend, d->cfg, err,
 		errlen) < 0)

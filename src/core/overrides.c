@@ -100,8 +100,11 @@ struct overrides {
 	pthread_cond_t cond;
 	bool stop, all;
 	bool joined; /* the thread ended (main thread only) */
+	bool asked;  /* a notice or a reload since the last round */
 	char *dirty[OV_DIRTY];
 	size_t ndirty;
+	overrides_read_fn on_read; /* set before the sync starts */
+	void *on_read_arg;
 };
 
 /* FNV-1a: keys here come from operators, not from clients. */
@@ -728,6 +731,7 @@ mark_rule(struct overrides *o, const char *name, size_t len)
 	memcpy(copy, name, len);
 	copy[len] = '\0';
 	pthread_mutex_lock(&o->mu);
+	o->asked = true;
 	if (o->ndirty < OV_DIRTY && !marked(o->dirty, o->ndirty, copy)) {
 		o->dirty[o->ndirty++] = copy;
 		copy = NULL;
@@ -782,7 +786,7 @@ sync_main(void *arg)
 	struct timespec at, now; /* at: when the next full read is due */
 	struct config *cfg;
 	size_t n, i;
-	bool all;
+	bool all, asked;
 
 	clock_gettime(CLOCK_MONOTONIC, &at);
 	pthread_mutex_lock(&o->mu);
@@ -799,9 +803,10 @@ sync_main(void *arg)
 		    (now.tv_sec == at.tv_sec && now.tv_nsec >= at.tv_nsec))
 			o->all = true;
 		all = o->all;
+		asked = o->asked;
 		n = o->ndirty;
 		memcpy(names, o->dirty, n * sizeof(names[0]));
-		o->all = false;
+		o->all = o->asked = false;
 		o->ndirty = 0;
 		pthread_mutex_unlock(&o->mu);
 
@@ -819,10 +824,21 @@ sync_main(void *arg)
 			at.tv_sec += OVERRIDES_RESYNC_MS / 1000;
 		}
 		config_unref(cfg);
+		/* What another daemon (or a reload) changed is in the table
+		 * now: whoever waits on a limit may look again. */
+		if (asked && o->on_read != NULL)
+			o->on_read(o->on_read_arg);
 		pthread_mutex_lock(&o->mu);
 	}
 	pthread_mutex_unlock(&o->mu);
 	return NULL;
+}
+
+void
+overrides_on_read(struct overrides *o, overrides_read_fn fn, void *arg)
+{
+	o->on_read = fn;
+	o->on_read_arg = arg;
 }
 
 int
@@ -866,7 +882,7 @@ overrides_sync_set_config(struct overrides *o, struct config *cfg)
 	overrides_drop_unconfigured(o, cfg);
 	config_slot_set(&o->cfg, cfg);
 	pthread_mutex_lock(&o->mu);
-	o->all = true;
+	o->all = o->asked = true;
 	pthread_cond_signal(&o->cond);
 	pthread_mutex_unlock(&o->mu);
 }
@@ -882,7 +898,7 @@ overrides_notice(struct overrides *o, const char *msg, size_t len)
 		return;
 	if (msg == NULL) {
 		pthread_mutex_lock(&o->mu);
-		o->all = true;
+		o->all = o->asked = true;
 		pthread_cond_signal(&o->cond);
 		pthread_mutex_unlock(&o->mu);
 		return;

@@ -166,6 +166,13 @@ int overrides_load_rule(struct overrides *o, const char *prefix,
  */
 int overrides_sync_start(struct overrides *o, struct backend *b,
     struct config *cfg, char *err, size_t errlen);
+/* fn(arg) runs on the sync thread after each round of reads that a
+ * notice (overrides_notice()) or a reload (overrides_sync_set_config())
+ * asked for, once the table holds what was read: the limits of some keys
+ * may have changed (docs/admin.md).  Not after the periodic full read.
+ * Main thread, before overrides_sync_start(). */
+typedef void (*overrides_read_fn)(void *arg);
+void overrides_on_read(struct overrides *o, overrides_read_fn fn, void *arg);
 /* A reload: the rules and the prefix of cfg from now on (a reference
  * taken), every rule read again; the entries of a rule cfg does not have
  * are freed at once (overrides_drop_unconfigured()), and again after

@@ -299,6 +299,16 @@ overrides_full(struct admin_server *s, struct MHD_Connection *conn,
 	    OVERRIDES_MAX, names);
 }
 
+/* An override set or deleted here may raise a key's limit: every request
+ * of this daemon that waits for a lease tries again (docs/admin.md); the
+ * other daemons' do when their sync has read the notice (main.c). */
+static void
+wake_waiters(struct admin_server *s)
+{
+	if (s->leases != NULL)
+		lease_wait_all(s->leases);
+}
+
 /* PUT {"rule", "key", "limit", "window"?, "ttl"?} */
 static int
 override_put(struct admin_server *s, struct MHD_Connection *conn,
@@ -414,6 +424,7 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 		goto out;
 	}
 	metrics_admin_write(s->metrics, METRICS_ADMIN_OVERRIDE_SET);
+	wake_waiters(s);
 	if (window > 0)
 		snprintf(what, sizeof(what),
 		    "limit %" PRId64 ", window %" PRId64 " ms, ttl %" PRId64
@@ -558,6 +569,7 @@ override_delete(struct admin_server *s, struct MHD_Connection *conn,
 	if (!on_redis(s))
 		found = live;
 	metrics_admin_write(s->metrics, METRICS_ADMIN_OVERRIDE_DELETE);
+	wake_waiters(s);
 	admin_log_write(conn, "override_delete", rule, key,
 	    found ? "deleted" : "none to delete");
 	return admin_respond_json(conn, 200,

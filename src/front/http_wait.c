@@ -124,8 +124,9 @@ lease_tried(void *arg)
 /* Decide rq again with the wait it has left (none once lease_over),
  * under the rules in force now: a reload while it waits (up to max_wait)
  * applies to it, as to the requests that arrive meanwhile, so no more
- * leases are held than the new limit.  The request is parked: nothing
- * else reads rq->cfg meanwhile. */
+ * leases are held than the new limit; and the reload (or an override)
+ * makes it try at once (lease_wait_all()), so a raised limit serves it.  The
+ * request is parked: nothing else reads rq->cfg meanwhile. */
 static void
 lease_try(struct request *rq)
 {

@@ -7,11 +7,12 @@
  * lease may be released at any moment, by any daemon.  So it waits here
  * until one of: a release of its key (lease_wait_released(), from this
  * daemon's /release or from the store's notice of another daemon's), the
- * expiry of the key's oldest lease (the time its denial gave), or its own
- * deadline.  Only the first waiter of a key tries again; while it tries,
- * the others keep their places, so a daemon serves its own waiters in
- * arrival order.  The HTTP front end (http.c) owns the requests and does
- * the trying; this module only schedules.
+ * expiry of the key's oldest lease (the time its denial gave), a change
+ * that may have made room anywhere (lease_wait_all(): a reload, an
+ * override, notices that went unheard), or its own deadline.  Only the first
+ * waiter of a key tries again; while it tries, the others keep their places, so
+ * a daemon serves its own waiters in arrival order.  The HTTP front end
+ * (http.c) owns the requests and does the trying; this module only schedules.
  *
  * A waiter is told one event per wait (fn):
  *   LEASE_WAIT_TRY      try again now; it keeps its place until it calls
@@ -82,7 +83,14 @@ void lease_wait_leave(struct lease_wait *lw, struct lease_waiter *w);
 void lease_wait_released(struct lease_wait *lw, uint64_t key);
 
 /* Releases may have gone unseen (the store's notices were lost for a
- * while): the first waiter of every key tries again. */
+ * while), or the limits changed (a reload, an override set or deleted
+ * here or heard of from another daemon): the first waiter of every key
+ * tries again, once (a waiter that parks later, denied before this call,
+ * tries at once too).  It only takes the module's lock, never tells a
+ * waiter itself: callers are the Redis I/O thread (release notices), the
+ * main thread (reload), the admin API's connection threads (override
+ * writes) and the overrides sync thread (another daemon's overrides);
+ * any other thread may call it too. */
 void lease_wait_all(struct lease_wait *lw);
 
 /* Is a request waiting for any of the n keys?  (A newcomer that may wait

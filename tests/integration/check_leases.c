@@ -22,8 +22,10 @@
  *   another rule denies for longer than its wait is answered at once,
  *   also when it comes while another waits (it only looks at the lease);
  *   SIGTERM answers a waiter 503 at once; a reload while a request waits
- *   applies to it; a free lease does not stop a request waiting for its
- *   turn on another rule;
+ *   applies to it, and one that raises the limit serves a waiter at once,
+ *   as does an override that raises it (on Redis, set through the other
+ *   daemon); a free lease does not stop a request waiting for its turn on
+ *   another rule;
  * - --check warns about a concurrency rule that could match /auth.
  */
 #include <check.h>
@@ -749,23 +751,27 @@ START_TEST(test_wait_turn_with_lease)
 }
 END_TEST
 
-/* Reload every daemon with rule duo's limit lowered from 2 to 1. */
+/* Reload every daemon with rule's limit changed from one digit, from,
+ * to another, to; a request {"t": t} then sees the new limit. */
 static void
-reload_duo_to_one(void)
+reload_limit(const char *rule, const char *t, int from, int to)
 {
-	char text[8192], *p;
+	char text[8192], name[64], old[16], probe[128], *p;
 	size_t n;
 	FILE *f;
 	int i, tries;
 
+	snprintf(name, sizeof(name), "name: %s\n", rule);
+	snprintf(old, sizeof(old), "limit: %d\n", from);
+	snprintf(probe, sizeof(probe), "{\"t\":\"%s\",\"job\":\"probe\"}", t);
 	for (i = 0; i < ndaemons; i++) {
 		ck_assert_ptr_nonnull(f = fopen(daemons[i].conf, "r"));
 		n = fread(text, 1, sizeof(text) - 1, f);
 		fclose(f);
 		text[n] = '\0';
-		ck_assert_ptr_nonnull(p = strstr(text, "name: duo"));
-		ck_assert_ptr_nonnull(p = strstr(p, "limit: 2"));
-		p[strlen("limit: ")] = '1';
+		ck_assert_ptr_nonnull(p = strstr(text, name));
+		ck_assert_ptr_nonnull(p = strstr(p, old));
+		p[strlen("limit: ")] = (char)('0' + to);
 		ck_assert_ptr_nonnull(f = fopen(daemons[i].conf, "w"));
 		fputs(text, f);
 		fclose(f);
@@ -777,8 +783,7 @@ reload_duo_to_one(void)
 			struct h_resp r = { 0 };
 			long long limit;
 
-			post(i, "/acquire", "{\"t\":\"duo\",\"job\":\"probe\"}",
-			    &r);
+			post(i, "/acquire", probe, &r);
 			limit = h_json_int(&r, "limit");
 			if (r.status == 200)
 				lease_call(i, "/release",
@@ -788,7 +793,7 @@ reload_duo_to_one(void)
 					"lease")),
 				    &r);
 			h_resp_free(&r);
-			if (limit == 1)
+			if (limit == to)
 				break;
 			ck_assert_msg(tries < 300, "daemon %d not reloaded", i);
 			h_sleep_ms(10);
@@ -815,7 +820,7 @@ START_TEST(test_wait_reload)
 	lease_of(&r, "duo", b, sizeof(b));
 	waiter_go(&w, 1, "{\"t\":\"duo\",\"job\":\"r\",\"wait_ms\":8000}");
 	h_sleep_ms(300);
-	reload_duo_to_one();
+	reload_limit("duo", "duo", 2, 1);
 	ck_assert_int_eq(lease_call(0, "/release", a, &r), 1);
 	h_sleep_ms(600);
 	ck_assert_msg(__atomic_load_n(&w.status, __ATOMIC_SEQ_CST) == 0,
@@ -827,6 +832,104 @@ START_TEST(test_wait_reload)
 	ck_assert_msg(w.status == 200 && w.lease[0] != '\0', "waiter: %ld %s",
 	    w.status, w.answer);
 	ck_assert_ptr_nonnull(strstr(w.answer, "\"limit\":1,"));
+	ck_assert_int_eq(lease_call(1, "/release", w.lease, &r), 1);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
+/* The lock's waiter is served, under limit 3, well before its wait runs
+ * out (RAISE_WAIT_MS, as long as the harness's client waits allow): the
+ * change of limit (a reload, an override) made it try again. */
+#define RAISE_WAIT_MS 4500
+static void
+assert_served_early(const struct waiter *w)
+{
+	ck_assert_msg(w->status == 200 && w->lease[0] != '\0', "waiter: %ld %s",
+	    w->status, w->answer);
+	ck_assert_msg(strstr(w->answer, "\"limit\":3,") != NULL, "%s",
+	    w->answer);
+	ck_assert_msg(w->answered_ms - w->sent_ms < RAISE_WAIT_MS / 2,
+	    "the waiter waited %lld ms of its %d with room free: %s",
+	    w->answered_ms - w->sent_ms, RAISE_WAIT_MS, w->answer);
+}
+
+/* A reload that raises a concurrency limit serves the requests that wait
+ * for a lease of it at once (they used to wait for a release, an expiry
+ * or their own deadline, while a request without wait_ms took the new
+ * room). */
+START_TEST(test_wait_reload_raise)
+{
+	struct h_resp r = { 0 };
+	struct waiter w;
+	char a[512];
+
+	start(_i);
+	post(0, "/acquire", "{\"t\":\"lock\",\"job\":\"up\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "lock", a, sizeof(a));
+	waiter_go(&w, 1, "{\"t\":\"lock\",\"job\":\"up\",\"wait_ms\":4500}");
+	h_sleep_ms(500);
+	ck_assert_int_eq(__atomic_load_n(&w.status, __ATOMIC_SEQ_CST), 0);
+	reload_limit("lock", "lock", 1, 3);
+	pthread_join(w.thread, NULL);
+	assert_served_early(&w);
+	ck_assert_int_eq(lease_call(0, "/release", a, &r), 1);
+	ck_assert_int_eq(lease_call(1, "/release", w.lease, &r), 1);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
+/* Each daemon with an admin listener of its own (admin_ports[k]). */
+static int admin_ports[2];
+
+static void
+start_admin(int redis_mode)
+{
+	char yaml[8192];
+	int i;
+
+	memset(daemons, 0, sizeof(daemons));
+	ndaemons = redis_mode ? 2 : 1;
+	for (i = 0; i < ndaemons; i++) {
+		admin_ports[i] = h_free_port();
+		snprintf(yaml, sizeof(yaml),
+		    "admin_listen: \"127.0.0.1:%d\"\n%s%s", admin_ports[i],
+		    redis_mode ? redis_head : memory_head, rules_yaml);
+		h_daemon_start(&daemons[i], yaml);
+	}
+}
+
+/* An override that raises the lock's limit for one key serves its waiter
+ * at once: on the memory store the daemon that wrote it; on Redis the
+ * other daemon, which learns of it from the notice of the write. */
+START_TEST(test_wait_override_raise)
+{
+	static const char put[] =
+	    "{\"rule\":\"lock\",\"key\":\"ov\",\"limit\":3}";
+	struct h_resp r = { 0 };
+	struct waiter w;
+	CURL *c;
+	char a[512];
+
+	start_admin(_i);
+	post(0, "/acquire", "{\"t\":\"lock\",\"job\":\"ov\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "lock", a, sizeof(a));
+	waiter_go(&w, 1, "{\"t\":\"lock\",\"job\":\"ov\",\"wait_ms\":4500}");
+	h_sleep_ms(500);
+	ck_assert_int_eq(__atomic_load_n(&w.status, __ATOMIC_SEQ_CST), 0);
+	c = h_curl_new();
+	h_resp_free(&r);
+	ck_assert_int_eq(h_request(c, admin_ports[0], &r, "PUT",
+			     "/admin/overrides", put, strlen(put), NULL),
+	    0);
+	ck_assert_msg(r.status == 200, "PUT: %ld %s", r.status, r.body);
+	curl_easy_cleanup(c);
+	pthread_join(w.thread, NULL);
+	assert_served_early(&w);
+	ck_assert_int_eq(lease_call(0, "/release", a, &r), 1);
 	ck_assert_int_eq(lease_call(1, "/release", w.lease, &r), 1);
 	h_resp_free(&r);
 	stop();
@@ -1253,6 +1356,11 @@ test_suite(void)
 	tcase_add_loop_test(tc, test_wait_sigterm, 0, 2);
 	tcase_add_test(tc, test_wait_without_channel_acl);
 	tcase_add_test(tc, test_check_warns_auth);
+	suite_add_tcase(s, tc);
+	/* A change of limit while requests wait for a lease. */
+	tc = h_shared_redis_tcase("limit_changes");
+	tcase_add_loop_test(tc, test_wait_reload_raise, 0, 2);
+	tcase_add_loop_test(tc, test_wait_override_raise, 0, 2);
 	suite_add_tcase(s, tc);
 	test_main_at_end(h_shared_redis_stop);
 	return s;
