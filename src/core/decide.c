@@ -798,14 +798,16 @@ job_call_done(struct backend_call *call)
 		    0;
 		pick_groups(job);
 		out->degraded = job->on_local;
-		if (call->all_allowed && !job->on_local)
+		/* The local store's leases too: POST /release and /renew
+		 * find them there (docs/leases.md). */
+		if (call->all_allowed)
 			take_leases(job);
 		if (job->report) {
 			take_reported(job);
 			job_finish(job);
 			return;
 		}
-		if (!call->all_allowed && !job->on_local && job->wait_us > 0)
+		if (!call->all_allowed && job->wait_us > 0)
 			lease_wait_check(job);
 		report(d, job->ap, job->checks, job->res, job->n,
 		    call->all_allowed,

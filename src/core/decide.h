@@ -146,8 +146,10 @@ struct decision {
 	int64_t window_ms;    /* the deciding key's window (an override's,
 			       * docs/admin.md); 0: the rule's */
 	bool shadow;	      /* the deciding rule is a shadow rule */
-	/* With req->leases: one per concurrency rule that recorded, when the
-	 * store itself allowed (not degraded).  Owned: decide_leases_free(). */
+	/* With req->leases: one per concurrency rule that recorded, when a
+	 * store allowed: the configured one, or the local one of
+	 * on_backend_error: local (degraded; the lease is held there).  Not
+	 * under policy allow.  Owned: decide_leases_free(). */
 	struct decide_lease *leases;
 	size_t nleases;
 	/* With req->report, when the store recorded (not policy allow):

@@ -210,9 +210,47 @@ http_handle_stats(struct http_server *s, struct MHD_Connection *conn,
 	return rc == 0 ? MHD_YES : finish_stats(s, conn, rq);
 }
 
+static void
+local_lease_done(struct backend_call *call)
+{
+	(void)call; /* read by local_lease() when submit returns */
+}
+
+/*
+ * A lease a degraded answer handed out is held in the in-process store of
+ * on_backend_error: local (docs/leases.md): release or renew rq's lease
+ * there first, whatever the policy is now.  True when it was held there
+ * (rq->lease_out then says so); false when it was not, or there is no
+ * such store.  The memory store answers inside the call: in-process, a
+ * look-up of a key that is usually not there.
+ */
+static bool
+local_lease(struct http_server *s, struct request *rq)
+{
+	struct backend *local = s->decider->local;
+	struct backend_call call;
+	struct rl_result out;
+
+	if (local == NULL || local == s->decider->backend ||
+	    !local->completes_inline)
+		return false;
+	memset(&call, 0, sizeof(call));
+	call.checks = &rq->lease_check;
+	call.n = 1;
+	call.out = &out;
+	call.lease_op = rq->probe.lease_op;
+	call.done = local_lease_done;
+	backend_submit(local, &call);
+	if (call.rc != 0 || !out.allowed)
+		return false;
+	rq->lease_out = out;
+	return true;
+}
+
 /*
  * POST /release and POST /renew (docs/leases.md): {"lease": "..."} to one
- * store call on the lease's key, answered when the store answers.  A
+ * store call on the lease's key, answered when the store answers; a lease
+ * the local fallback store holds is answered from there (local_lease()).  A
  * lease whose rule is gone, or no longer concurrency, cannot be renewed
  * (it is still released: it may be held until it expires).
  */
@@ -293,6 +331,8 @@ http_handle_lease(struct http_server *s, struct MHD_Connection *conn,
 	rq->probe.lease_op = renew ? BACKEND_LEASE_RENEW :
 				     BACKEND_LEASE_RELEASE;
 	rq->probe.start_us = rq->arrived_us;
+	if (local_lease(s, rq))
+		goto answer; /* probe.rc is 0 */
 	if ((rc = http_submit(rq, NULL, &rq->probe, 1)) < 0)
 		return http_respond_error(s, conn, 503, "shutting_down",
 		    "the server is shutting down");

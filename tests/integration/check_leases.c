@@ -26,6 +26,8 @@
  *   as does an override that raises it (on Redis, set through the other
  *   daemon); a free lease does not stop a request waiting for its turn on
  *   another rule;
+ * - with Redis down and on_backend_error: local, the in-process store's
+ *   leases are the client's: released, renewed, waited for;
  * - --check warns about a concurrency rule that could match /auth.
  */
 #include <check.h>
@@ -936,6 +938,83 @@ START_TEST(test_wait_override_raise)
 }
 END_TEST
 
+/* --- the local fallback's leases -------------------------------------- */
+
+/* Redis on a port where nothing listens, on_backend_error: local: the
+ * in-process store decides, and a lease it admits is the client's like
+ * any other (it used to keep the lease and give none, so a key of
+ * limit 2 took 2 requests per 30 s window, not 2 at once): released, it
+ * admits the next request at once, renewed it lasts, and a request that
+ * waits for it is served by its release. */
+START_TEST(test_local_fallback_leases)
+{
+	char yaml[1024], a[512], b[512];
+	struct h_resp r = { 0 };
+	struct waiter w;
+
+	snprintf(yaml, sizeof(yaml),
+	    "listen: \"127.0.0.1:%%PORT%%\"\n"
+	    "threads: 2\n"
+	    "shutdown_timeout: 2s\n"
+	    "backend: redis\n"
+	    "redis:\n"
+	    "  url: \"redis://127.0.0.1:%d/0\"\n"
+	    "  timeout: 200ms\n"
+	    "on_backend_error: local\n"
+	    "rules:\n"
+	    "  - name: pool\n"
+	    "    key: \"${job}\"\n"
+	    "    algorithm: concurrency\n"
+	    "    limit: 2\n"
+	    "    window: 30s\n",
+	    h_free_port());
+	memset(daemons, 0, sizeof(daemons));
+	ndaemons = 1;
+	h_daemon_start(&daemons[0], yaml);
+
+	post(0, "/acquire", "{\"job\":\"p\"}", &r);
+	ck_assert_msg(r.status == 200 &&
+		json_is_true(h_json_get(&r, "degraded")),
+	    "first: %ld %s", r.status, r.body);
+	lease_of(&r, "pool", a, sizeof(a));
+	post(0, "/acquire", "{\"job\":\"p\"}", &r);
+	ck_assert_msg(r.status == 200, "second: %ld %s", r.status, r.body);
+	lease_of(&r, "pool", b, sizeof(b));
+	post(0, "/acquire", "{\"job\":\"p\"}", &r);
+	ck_assert_msg(r.status == 429, "third, two held: %ld %s", r.status,
+	    r.body);
+
+	/* Released: room for one more at once. */
+	ck_assert_int_eq(lease_call(0, "/release", a, &r), 1);
+	/* Not held here any more: it may be Redis's, which fails. */
+	snprintf(yaml, sizeof(yaml), "{\"lease\":\"%s\"}", a);
+	post(0, "/release", yaml, &r);
+	ck_assert_msg(r.status == 503, "released twice: %ld %s", r.status,
+	    r.body);
+	post(0, "/acquire", "{\"job\":\"p\"}", &r);
+	ck_assert_msg(r.status == 200, "after a release: %ld %s", r.status,
+	    r.body);
+	lease_of(&r, "pool", a, sizeof(a));
+	ck_assert_int_eq(lease_call(0, "/renew", b, &r), 1);
+	ck_assert_int_eq(h_json_int(&r, "expires_ms"), 30000);
+
+	/* Full again: a request with wait_ms is served by a release. */
+	waiter_go(&w, 0, "{\"job\":\"p\",\"wait_ms\":4000}");
+	h_sleep_ms(500);
+	ck_assert_int_eq(__atomic_load_n(&w.status, __ATOMIC_SEQ_CST), 0);
+	ck_assert_int_eq(lease_call(0, "/release", b, &r), 1);
+	pthread_join(w.thread, NULL);
+	ck_assert_msg(w.status == 200 && w.lease[0] != '\0' &&
+		w.answered_ms - w.sent_ms < 2000,
+	    "waiter: %ld after %lld ms: %s", w.status,
+	    w.answered_ms - w.sent_ms, w.answer);
+	ck_assert_int_eq(lease_call(0, "/release", w.lease, &r), 1);
+	ck_assert_int_eq(lease_call(0, "/release", a, &r), 1);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
 /* An expiry serves a waiter; a wait that runs out is the 429 of then. */
 START_TEST(test_wait_expiry_timeout)
 {
@@ -1361,6 +1440,9 @@ test_suite(void)
 	tc = h_shared_redis_tcase("limit_changes");
 	tcase_add_loop_test(tc, test_wait_reload_raise, 0, 2);
 	tcase_add_loop_test(tc, test_wait_override_raise, 0, 2);
+	suite_add_tcase(s, tc);
+	tc = h_shared_redis_tcase("local_fallback");
+	tcase_add_test(tc, test_local_fallback_leases);
 	suite_add_tcase(s, tc);
 	test_main_at_end(h_shared_redis_stop);
 	return s;
