@@ -8,9 +8,7 @@
  * by itself, with the counts the replica had, no request waiting past
  * redis.timeout meanwhile; /metrics counts the failover; and when the
  * daemon's subscription hears nothing (its sentinel stopped), the old
- * primary's READONLY makes it ask the sentinels again.  A primary turned
- * replica by hand loses the daemon's connections that passed ROLE before,
- * once a new one's ROLE says replica.  The kill runs
+ * primary's READONLY makes it ask the sentinels again.  The kill runs
  * last: it leaves no replica.  A second group of servers, fresh, shows
  * that calls that never reached a socket while the primary was down
  * (refused connects, no connection to send on) wait for the new primary
@@ -363,115 +361,6 @@ START_TEST(test_refused_handshake_fails_at_once)
 }
 END_TEST
 
-/* The IDs of the daemon's pool connections on r (at most max): its normal
- * clients that are not this process's, not a sentinel's and subscribed to
- * nothing.  Returns how many. */
-static size_t
-pool_ids(struct h_redis *r, long long *ids, size_t max)
-{
-	redisContext *c = h_redis_ctx(fresh(r));
-	redisReply *rep;
-	long long me;
-	const char *line;
-	size_t n = 0;
-
-	me = h_redis_int(r, "CLIENT ID");
-	rep = redisCommand(c, "CLIENT LIST TYPE normal");
-	ck_assert(rep != NULL && rep->type == REDIS_REPLY_STRING);
-	for (line = rep->str; line != NULL && *line != '\0';) {
-		const char *end = strchr(line, '\n');
-		char buf[1024];
-		long long id;
-
-		snprintf(buf, sizeof(buf), "%.*s",
-		    (int)(end != NULL ? end - line : (long)strlen(line)), line);
-		if (sscanf(buf, "id=%lld", &id) == 1 && id != me &&
-		    strstr(buf, " name=sentinel-") == NULL &&
-		    strstr(buf, " sub=0 psub=0") != NULL && n < max)
-			ids[n++] = id;
-		line = end != NULL ? end + 1 : NULL;
-	}
-	freeReplyObject(rep);
-	return n;
-}
-
-/*
- * A primary turned replica while the daemon holds connections to it that
- * passed ROLE (docs/scale.md, "Sentinel"): the first new connection's ROLE
- * says replica, and that closes the pool's other connections too, so that
- * nothing more (a stats read, an admin call) goes there.  Here the only
- * sentinel knows no other and keeps naming the server; it is made a
- * replica of a second server by hand (REPLICAOF leaves its clients
- * connected), and one of the daemon's two connections is killed.  The
- * old one would otherwise stay open until it met READONLY.
- */
-START_TEST(test_replica_role_closes_pool)
-{
-	struct h_redis x, z, s;
-	struct h_daemon d;
-	struct h_load *load;
-	struct h_load_stats st;
-	redisReply *rep;
-	long long ids[8], now[8], end;
-	size_t n = 0, m, i;
-	bool kept = true;
-	char nodes[64], text[128];
-
-	memset(&z, 0, sizeof(z));
-	h_redis_start(&z);
-	memset(&x, 0, sizeof(x));
-	h_redis_start(&x);
-	sentinel_watching(&s, x.port, 1);
-	snprintf(nodes, sizeof(nodes), "\"127.0.0.1:%d\"", s.port);
-	start_on(&d, "stale", nodes, "2000ms");
-	/* Requests in parallel: the pool opens its second connection only
-	 * when the first is busy. */
-	load = h_load_start(d.port, 4, "{\"user\":\"pc%d\"}");
-	for (end = h_now_ms() + 5000; h_now_ms() < end;) {
-		if ((n = pool_ids(&x, ids, 8)) >= 2)
-			break;
-		h_sleep_ms(50);
-	}
-	h_load_stop(load, &st);
-	ck_assert_msg(n == 2, "the daemon has %zu connections to the primary",
-	    n);
-	ck_assert_int_gt(st.ok, 0);
-	rep = redisCommand(h_redis_ctx(&x), "REPLICAOF 127.0.0.1 %d", z.port);
-	ck_assert(rep != NULL && rep->type == REDIS_REPLY_STATUS);
-	freeReplyObject(rep);
-	/* The connection left holds its calls (paused: as a script, a
-	 * call is a write), so the next call opens a new one, whose ROLE
-	 * (not paused, nor its handshake) says replica.  The pause ends
-	 * before redis.timeout: a connection whose call waits that long is
-	 * closed as hung, replica or not. */
-	rep = redisCommand(h_redis_ctx(&x), "CLIENT PAUSE 1200 WRITE");
-	ck_assert(rep != NULL && rep->type == REDIS_REPLY_STATUS);
-	freeReplyObject(rep);
-	ck_assert_int_eq(h_redis_int(&x, "CLIENT KILL ID %lld", ids[0]), 1);
-	load = h_load_start(d.port, 4, "{\"user\":\"pc%d\"}");
-	for (end = h_now_ms() + 5000; kept && h_now_ms() < end;) {
-		h_sleep_ms(100);
-		m = pool_ids(&x, now, 8);
-		kept = false;
-		for (i = 0; i < m; i++)
-			kept = kept || now[i] == ids[1];
-	}
-	h_load_stop(load, &st);
-	h_daemon_stop(&d);
-	ck_assert_msg(!kept,
-	    "the connection that passed ROLE while the server was the "
-	    "primary is still open on the replica");
-	snprintf(text, sizeof(text),
-	    "127.0.0.1:%d is a replica, not the primary the sentinel named",
-	    x.port);
-	ck_assert_msg(log_has(d.log, text), "the log does not say \"%s\"",
-	    text);
-	h_redis_stop(&s);
-	h_redis_stop(&x);
-	h_redis_stop(&z);
-}
-END_TEST
-
 /*
  * The subscription cannot tell (its sentinel is stopped): the other two
  * sentinels move the primary, the old one turns replica (answering
@@ -753,7 +642,6 @@ test_suite(void)
 	tcase_add_test(tc, test_primary_from_sentinels);
 	tcase_add_test(tc, test_replica_named_refused);
 	tcase_add_test(tc, test_refused_handshake_fails_at_once);
-	tcase_add_test(tc, test_replica_role_closes_pool);
 	tcase_add_test(tc, test_readonly_followed);
 	tcase_add_test(tc, test_failover_followed);
 	suite_add_tcase(s, tc);
