@@ -33,12 +33,16 @@
  * is done, so notices arriving more often than that never put it off);
  * it then reads each marked rule's hash through the store, one blocking
  * admin call each (bounded by redis.timeout), and replaces that rule's
- * entries.  A read that fails keeps what the table had.  So does a read
- * that another change of the table overtook (the count `writes` moved
- * while it was out): a write of this daemon's, or another read of the
- * hash applied first (the admin API's, or the sync's own).  The reply may
- * hold the hash from before that change, and applied last it would take
- * the change back until the next read; the rule is marked to be read
+ * entries.  The fields it found expired it asks Redis to drop, in
+ * batches, each only if it still holds the value read (lua/override.lua's
+ * drop): the script's set and del touch only their own field, so that a
+ * write costs Redis the same however big the hash is, and the reads,
+ * which see every field anyway, keep the hash clean.  A read that fails keeps
+ * what the table had.  So does a read that another change of the table overtook
+ * (the count `writes` moved while it was out): a write of this daemon's, or
+ * another read of the hash applied first (the admin API's, or the sync's own).
+ * The reply may hold the hash from before that change, and applied last it
+ * would take the change back until the next read; the rule is marked to be read
  * again instead.  So of two reads of one hash that overlap, only the one
  * applied first is applied, and the other is read again.
  */
@@ -670,8 +674,8 @@ overrides_load_rule(struct overrides *o, const char *prefix, const char *rule,
 		val[vl] = '\0';
 		(void)sscanf(val, "%lld %lld %lld", &lim, &win, &exp);
 		if (exp != 0 && exp <= now_ms)
-			continue; /* expired: the script drops it at its next
-				     write */
+			continue; /* expired: the sync asks Redis to drop it
+				     (sync_drop_expired()) */
 		memcpy(key, prefix, plen);
 		memcpy(key + plen, rule, rlen);
 		memcpy(key + plen + rlen, ":{", 2);
@@ -738,6 +742,83 @@ mark_rule(struct overrides *o, const char *name, size_t len)
 	rl_free(copy);
 }
 
+/* Is the value of a hash field (vl bytes) past its expiry at now_ms? */
+static bool
+value_expired(const char *v, uint32_t vl, int64_t now_ms)
+{
+	char val[96];
+	long long lim, win, exp;
+
+	if (vl >= sizeof(val))
+		return false;
+	memcpy(val, v, vl);
+	val[vl] = '\0';
+	return sscanf(val, "%lld %lld %lld", &lim, &win, &exp) == 3 &&
+	    exp > 0 && exp <= now_ms;
+}
+
+/* Send one OVERRIDE_DROP of the npairs pairs of buf for hash. */
+static void
+drop_batch(struct overrides *o, const char *hash, size_t hashlen,
+    const char *buf, size_t len, size_t npairs)
+{
+	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_DROP };
+	enum backend_error_kind kind;
+	char err[BACKEND_ERR_MAX];
+
+	a.key = hash;
+	a.keylen = hashlen;
+	a.pairs = buf;
+	a.pairslen = len;
+	a.npairs = npairs;
+	if (backend_admin_call(o->backend, &a, &kind, err, sizeof(err)) < 0)
+		log_debug("expired overrides of %s not dropped: %s", hash, err);
+	rl_free(a.reply);
+}
+
+/*
+ * Ask Redis to drop the fields of a read of hash (reply, len: as for
+ * overrides_load_rule()) that were expired at now_ms, in batches of
+ * BACKEND_OVERRIDE_DROP_MAX: the writes no longer sweep the hash, so that
+ * a write costs the same whatever its size (lua/override.lua).  Each
+ * field goes only if it still holds the value read, so one set again
+ * since stays.  The sync thread.
+ */
+static void
+sync_drop_expired(struct overrides *o, const char *hash, size_t hashlen,
+    const char *reply, size_t len, int64_t now_ms)
+{
+	const char *p = reply, *end = reply + len, *f, *v, *pair;
+	char *buf = NULL;
+	size_t at = 0, npairs = 0;
+	uint32_t fl, vl;
+
+	while (p < end) {
+		pair = p;
+		if (next_str(&p, end, &f, &fl) < 0 ||
+		    next_str(&p, end, &v, &vl) < 0)
+			break;
+		if (!value_expired(v, vl, now_ms))
+			continue;
+		if (buf == NULL &&
+		    (buf = rl_malloc(BACKEND_OVERRIDE_DROP_MAX *
+			 (2 * sizeof(uint32_t) + RL_MAX_KEY_BYTES + 96))) ==
+			NULL)
+			return;
+		if (fl > RL_MAX_KEY_BYTES || vl >= 96)
+			continue;
+		memcpy(buf + at, pair, (size_t)(p - pair));
+		at += (size_t)(p - pair);
+		if (++npairs == BACKEND_OVERRIDE_DROP_MAX) {
+			drop_batch(o, hash, hashlen, buf, at, npairs);
+			at = npairs = 0;
+		}
+	}
+	if (npairs > 0)
+		drop_batch(o, hash, hashlen, buf, at, npairs);
+	rl_free(buf);
+}
+
 /* Read rule's hash into the table.  The sync thread. */
 static void
 sync_rule(struct overrides *o, const struct config *cfg, const char *rule)
@@ -770,6 +851,9 @@ sync_rule(struct overrides *o, const struct config *cfg, const char *rule)
 		log_warnx("overrides of %s: out of memory", rule);
 	else if (rc == 1)
 		mark_rule(o, rule, strlen(rule));
+	if (a.reply != NULL)
+		sync_drop_expired(o, hash, n, a.reply, a.replylen,
+		    util_realtime_us() / 1000);
 	rl_free(a.reply);
 	rl_free(hash);
 }
