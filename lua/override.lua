@@ -10,7 +10,7 @@
 --          'drop', field, value, field, value, ... (at most a batch)
 -- Reply    set: 1; del: 1 if the field was there and not expired, else 0;
 --          drop: how many fields were dropped.  A daemon reads the hash
---          with HGETALL (no script) and skips expired fields.
+--          in pages with HSCAN (no script) and skips expired fields.
 --
 -- set and del touch the one field they name, whatever the size of the
 -- hash, and PUBLISH KEYS[1] on channel ("<key_prefix>released", which

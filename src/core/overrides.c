@@ -31,20 +31,25 @@
  * rule (or every rule) to be read again, or the full read falls due (an
  * absolute deadline, moved OVERRIDES_RESYNC_MS on only when a full read
  * is done, so notices arriving more often than that never put it off);
- * it then reads each marked rule's hash through the store, one blocking
- * admin call each (bounded by redis.timeout), and replaces that rule's
- * entries.  The fields it found expired it asks Redis to drop, in
- * batches, each only if it still holds the value read (lua/override.lua's
- * drop): the script's set and del touch only their own field, so that a
- * write costs Redis the same however big the hash is, and the reads,
- * which see every field anyway, keep the hash clean.  A read that fails keeps
- * what the table had.  So does a read that another change of the table overtook
- * (the count `writes` moved while it was out): a write of this daemon's, or
- * another read of the hash applied first (the admin API's, or the sync's own).
- * The reply may hold the hash from before that change, and applied last it
- * would take the change back until the next read; the rule is marked to be read
- * again instead.  So of two reads of one hash that overlap, only the one
- * applied first is applied, and the other is read again.
+ * it then reads each marked rule's hash through the store, in pages
+ * (HSCAN), one blocking admin call each (bounded by redis.timeout, which
+ * a whole hash of 100,000 fields would not fit), and replaces that rule's
+ * entries with the whole of what it read.  A read that fails is a warning
+ * when it was part of a full read (so once per rule per period at most).  The
+ * fields it found expired it asks Redis to drop, in batches, each only if it
+ * still holds the value read (lua/override.lua's drop): the script's set and
+ * del touch only their own field, so that a write costs Redis the same however
+ * big the hash is, and the reads, which see every field anyway, keep the hash
+ * clean.  A read that fails keeps what the table had.  So does a read that
+ * another change of the rule's overrides overtook (the rule's count of
+ * changes, its group's `writes`, moved while it was out; a change of another
+ * rule does not move it, so that writes elsewhere never starve the long read
+ * of a big hash): a write of this daemon's, or another read of the hash applied
+ * first (the admin API's, or the sync's own). The reply may hold the hash from
+ * before that change, and applied last it would take the change back until the
+ * next read; the rule is marked to be read again instead.  So of two reads of
+ * one hash that overlap, only the one applied first is applied, and the other
+ * is read again.
  */
 #include "core/overrides.h"
 
@@ -61,10 +66,11 @@
 #include "base/util.h"
 #include "core/config_slot.h"
 
-#define OV_CHAINS_MIN 256   /* a power of two */
-#define OV_CHAINS_MAX 65536 /* past it, chains only grow longer */
-#define OV_PRUNE_MIN  1024  /* entries before the first prune */
-#define OV_DIRTY      64    /* rules marked one by one; past it, all */
+#define OV_CHAINS_MIN  256   /* a power of two */
+#define OV_CHAINS_MAX  65536 /* past it, chains only grow longer */
+#define OV_PRUNE_MIN   1024  /* entries before the first prune */
+#define OV_DIRTY       64    /* rules marked one by one; past it, all */
+#define OV_FREED_SLOTS 64    /* a power of two */
 
 struct ov_group;
 
@@ -83,6 +89,7 @@ struct ov_entry {
 struct ov_group {
 	struct ov_group *next;
 	struct ov_entry *head;
+	unsigned long writes; /* o->writes at its last change */
 	size_t namelen;
 	char name[];
 };
@@ -95,6 +102,9 @@ struct overrides {
 	atomic_long count;
 	long prune_at;	      /* prune when a new entry finds this many; lock */
 	unsigned long writes; /* changes so far: set, delete, load; lock */
+	/* writes when a rule without a group last changed (its group freed,
+	 * or a delete found none), per slot of the rule's name; lock */
+	unsigned long freed[OV_FREED_SLOTS];
 
 	/* The sync (NULL backend: none started). */
 	struct backend *backend;
@@ -108,11 +118,11 @@ struct overrides {
 	size_t ndirty;
 };
 
-/* FNV-1a: keys here come from operators, not from clients. */
+/* FNV-1a of s after h: keys here come from operators, not from
+ * clients. */
 static uint64_t
-ov_hash(const char *s, size_t n)
+ov_hash_on(uint64_t h, const char *s, size_t n)
 {
-	uint64_t h = UINT64_C(14695981039346656037);
 	size_t i;
 
 	for (i = 0; i < n; i++) {
@@ -120,6 +130,21 @@ ov_hash(const char *s, size_t n)
 		h *= UINT64_C(1099511628211);
 	}
 	return h;
+}
+
+static uint64_t
+ov_hash(const char *s, size_t n)
+{
+	return ov_hash_on(UINT64_C(14695981039346656037), s, n);
+}
+
+/* The slot of o->freed of rule "<prefix><rule>". */
+static size_t
+ov_freed_slot(const char *prefix, const char *rule)
+{
+	uint64_t h = ov_hash(prefix, strlen(prefix));
+
+	return ov_hash_on(h, rule, strlen(rule)) & (OV_FREED_SLOTS - 1);
 }
 
 static int64_t
@@ -186,6 +211,7 @@ ov_group(struct overrides *o, const char *prefix, const char *rule, bool create)
 	if (!create || (g = rl_malloc(sizeof(*g) + plen + rlen + 1)) == NULL)
 		return NULL;
 	g->head = NULL;
+	g->writes = 0; /* set by the change that made it */
 	g->namelen = plen + rlen;
 	memcpy(g->name, prefix, plen);
 	memcpy(g->name + plen, rule, rlen);
@@ -206,9 +232,24 @@ ov_group_drop_empty(struct overrides *o, struct ov_group *g)
 	for (pp = &o->groups; *pp != NULL; pp = &(*pp)->next)
 		if (*pp == g) {
 			*pp = g->next;
+			o->freed[ov_hash(g->name, g->namelen) &
+			    (OV_FREED_SLOTS - 1)] = ++o->writes;
 			rl_free(g);
 			return;
 		}
+}
+
+/* Count a change of rule's overrides (the write lock held): a read of
+ * its hash begun before is not applied (overrides_load_rule()). */
+static void
+ov_changed(struct overrides *o, const char *prefix, const char *rule)
+{
+	struct ov_group *g = ov_group(o, prefix, rule, false);
+
+	if (g != NULL)
+		g->writes = ++o->writes;
+	else
+		o->freed[ov_freed_slot(prefix, rule)] = ++o->writes;
 }
 
 /* Unlink e, hanging at *pp of its chain, and free it (the write lock
@@ -397,7 +438,7 @@ overrides_set(struct overrides *o, const char *prefix, const char *rule,
 	else if ((rc = ov_put(o, g, k, len, limit, window_ms, expires_ms,
 		      now_ms)) < 0)
 		ov_group_drop_empty(o, g);
-	o->writes++;
+	ov_changed(o, prefix, rule);
 	pthread_rwlock_unlock(&o->lock);
 	rl_free(k);
 	return rc;
@@ -424,7 +465,7 @@ overrides_delete(struct overrides *o, const char *prefix, const char *rule,
 		ov_remove(o, pp, e);
 		ov_group_drop_empty(o, g);
 	}
-	o->writes++;
+	ov_changed(o, prefix, rule);
 	pthread_rwlock_unlock(&o->lock);
 	rl_free(k);
 	return live;
@@ -479,13 +520,25 @@ overrides_count(struct overrides *o)
 	return o != NULL ? (size_t)atomic_load(&o->count) : 0;
 }
 
+/* The count of rule's changes (the lock held): its group's last, or,
+ * when it has none, the last change of a rule without a group in its
+ * slot (so that a group made and freed since tells too; a rule of the
+ * same slot may move it, which only reads the hash again). */
+static unsigned long
+ov_rule_writes(struct overrides *o, const char *prefix, const char *rule)
+{
+	struct ov_group *g = ov_group(o, prefix, rule, false);
+
+	return g != NULL ? g->writes : o->freed[ov_freed_slot(prefix, rule)];
+}
+
 unsigned long
-overrides_writes(struct overrides *o)
+overrides_writes(struct overrides *o, const char *prefix, const char *rule)
 {
 	unsigned long n;
 
 	pthread_rwlock_rdlock(&o->lock);
-	n = o->writes;
+	n = ov_rule_writes(o, prefix, rule);
 	pthread_rwlock_unlock(&o->lock);
 	return n;
 }
@@ -585,18 +638,14 @@ static void
 ov_drop_unconfigured(struct overrides *o, const struct config *cfg)
 {
 	struct ov_group *g, *next;
-	bool dropped = false;
 
 	for (g = o->groups; g != NULL; g = next) {
 		next = g->next;
 		if (ov_configured(g, cfg))
 			continue;
 		ov_clear_group(o, g, false, 0);
-		ov_group_drop_empty(o, g);
-		dropped = true;
+		ov_group_drop_empty(o, g); /* a change of its rule */
 	}
-	if (dropped)
-		o->writes++;
 }
 
 void
@@ -654,7 +703,7 @@ overrides_load_rule(struct overrides *o, const char *prefix, const char *rule,
 		return -1;
 	}
 	pthread_rwlock_wrlock(&o->lock);
-	if (o->writes != since) {
+	if (ov_rule_writes(o, prefix, rule) != since) {
 		/* A write came after the read began: the reply may predate
 		 * it. */
 		pthread_rwlock_unlock(&o->lock);
@@ -685,7 +734,7 @@ overrides_load_rule(struct overrides *o, const char *prefix, const char *rule,
 		    now_ms);
 	}
 	ov_group_drop_empty(o, g);
-	o->writes++;
+	ov_changed(o, prefix, rule);
 unlock:
 	pthread_rwlock_unlock(&o->lock);
 	rl_free(key);
@@ -819,26 +868,71 @@ sync_drop_expired(struct overrides *o, const char *hash, size_t hashlen,
 	rl_free(buf);
 }
 
-/* Read rule's hash into the table.  The sync thread. */
+int
+overrides_read_hash(struct backend *b, const char *hash, size_t hashlen,
+    char **reply, size_t *len, enum backend_error_kind *kind, char *err,
+    size_t errlen)
+{
+	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_READ };
+	char *all = NULL, *grown;
+	size_t n = 0, cap = 0;
+
+	a.key = hash;
+	a.keylen = hashlen;
+	do {
+		if (backend_admin_call(b, &a, kind, err, errlen) < 0)
+			goto fail;
+		if (n + a.replylen + 1 > cap) {
+			cap = 2 * (n + a.replylen) + 1;
+			if ((grown = rl_realloc(all, cap)) == NULL) {
+				*kind = BACKEND_ERR_PROTOCOL;
+				snprintf(err, errlen, "out of memory");
+				goto fail;
+			}
+			all = grown;
+		}
+		if (a.replylen > 0)
+			memcpy(all + n, a.reply, a.replylen);
+		n += a.replylen;
+		rl_free(a.reply);
+	} while (a.cursor != 0);
+	*reply = all;
+	*len = n;
+	return 0;
+fail:
+	rl_free(a.reply);
+	rl_free(all);
+	return -1;
+}
+
+/* Read rule's hash into the table; a read that fails is logged as a
+ * warning when warn (once per rule per full read), else for debugging.
+ * The sync thread. */
 static void
-sync_rule(struct overrides *o, const struct config *cfg, const char *rule)
+sync_rule(struct overrides *o, const struct config *cfg, const char *rule,
+    bool warn)
 {
 	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_READ };
 	enum backend_error_kind kind;
 	char err[BACKEND_ERR_MAX], *hash;
 	size_t n = strlen(cfg->redis.key_prefix) + 9 + strlen(rule);
-	unsigned long since = overrides_writes(o);
+	unsigned long since = overrides_writes(o, cfg->redis.key_prefix, rule);
 	int rc;
 
 	if ((hash = rl_malloc(n + 1)) == NULL)
 		return;
 	snprintf(hash, n + 1, "%soverride:%s", cfg->redis.key_prefix, rule);
-	a.key = hash;
-	a.keylen = n;
-	if (backend_admin_call(o->backend, &a, &kind, err, sizeof(err)) < 0)
-		log_debug("overrides of %s not read: %s", rule, err);
-	else if ((rc = overrides_load_rule(o, cfg->redis.key_prefix, rule,
-		      a.reply, a.replylen, since)) < 0 &&
+	if (overrides_read_hash(o->backend, hash, n, &a.reply, &a.replylen,
+		&kind, err, sizeof(err)) < 0) {
+		if (warn)
+			log_warnx(
+			    "overrides of %s not read (hash %s), the "
+			    "ones held kept: %s",
+			    rule, hash, err);
+		else
+			log_debug("overrides of %s not read: %s", rule, err);
+	} else if ((rc = overrides_load_rule(o, cfg->redis.key_prefix, rule,
+			a.reply, a.replylen, since)) < 0 &&
 	    errno == EINVAL)
 		log_warnx("overrides of %s: a malformed hash %s, ignored", rule,
 		    hash);
@@ -892,7 +986,7 @@ sync_main(void *arg)
 		cfg = config_slot_get(&o->cfg);
 		for (i = 0; i < cfg->nrules; i++)
 			if (all || marked(names, n, cfg->rules[i].name))
-				sync_rule(o, cfg, cfg->rules[i].name);
+				sync_rule(o, cfg, cfg->rules[i].name, all);
 		for (i = 0; i < n; i++)
 			rl_free(names[i]);
 		if (all) {

@@ -217,8 +217,8 @@ malformed:
 	return NULL;
 }
 
-/* docs/admin.md: DEL for a counter's reset, HGETALL to read a rule's
- * overrides (every field: the daemon drops the expired ones itself), EVAL
+/* docs/admin.md: DEL for a counter's reset, HSCAN to read a page of a
+ * rule's overrides (every field: the daemon skips the expired ones), EVAL
  * lua/override.lua to set or delete one, or to drop those a read found
  * expired (drop_send()), for the one call of b.  Reading is no script
  * call: every daemon reads every rule's overrides every few seconds. */
@@ -230,7 +230,7 @@ admin_send(struct redis_backend *rb, struct redis_node *node,
 	/* At most EVAL, script, 1, key, set, field, value, ttl, channel. */
 	const char *argv[9];
 	size_t lens[9];
-	char ttl[32];
+	char ttl[32], cursor[32], count[16];
 	int argc = 0, i;
 
 	if (a->op == BACKEND_ADMIN_OVERRIDE_DROP)
@@ -242,8 +242,15 @@ admin_send(struct redis_backend *rb, struct redis_node *node,
 		argv[argc++] = a->key;
 		argv[argc++] = rb->rel_channel;
 	} else if (a->op == BACKEND_ADMIN_OVERRIDE_READ) {
-		argv[argc++] = "HGETALL";
+		/* A page each call, under the store's timeout: a whole hash
+		 * of 100,000 fields is more than one timeout holds. */
+		snprintf(cursor, sizeof(cursor), "%" PRIu64, a->cursor);
+		snprintf(count, sizeof(count), "%d", BACKEND_OVERRIDE_PAGE);
+		argv[argc++] = "HSCAN";
 		argv[argc++] = a->key;
+		argv[argc++] = cursor;
+		argv[argc++] = "COUNT";
+		argv[argc++] = count;
 	} else {
 		argv[argc++] = "EVAL";
 		argv[argc++] = rl_lua_override;

@@ -8,7 +8,8 @@
  * restart on Redis; in process on the memory store; those of a rule a
  * reload removed (kept and reachable on the memory store, out of the
  * bound on Redis); on Redis, a write that touches one field of a big hash,
- * expired fields dropped by the daemons' reads (only if unchanged since);
+ * expired fields dropped by the daemons' reads (only if unchanged since),
+ * a hash read in pages and a failed read warned of;
  * a clean stop while notices of overrides keep coming.  Also
  * `--check`, which like GET /admin/config reads the config without serving it:
  * the keys only it checks (redis.password_file, user) are placed FILE:LINE:COL.
@@ -1307,6 +1308,77 @@ START_TEST(test_override_drop_is_conditional)
 }
 END_TEST
 
+/* How many times Redis ran command name (lower case), from INFO
+ * commandstats (scripts' commands included). */
+static long long
+command_calls(const char *name)
+{
+	redisReply *rep = redisCommand(h_redis_ctx(&h_shared_redis),
+	    "INFO commandstats");
+	char needle[64];
+	const char *p;
+	long long n = 0;
+
+	ck_assert_msg(rep != NULL &&
+		(rep->type == REDIS_REPLY_STRING ||
+		    rep->type == REDIS_REPLY_STATUS),
+	    "INFO commandstats");
+	snprintf(needle, sizeof(needle), "cmdstat_%s:calls=", name);
+	if ((p = strstr(rep->str, needle)) != NULL)
+		n = strtoll(p + strlen(needle), NULL, 10);
+	freeReplyObject(rep);
+	return n;
+}
+
+/* A rule's hash is read in pages, each a call of its own under
+ * redis.timeout (one HGETALL of a big hash would not fit it): a daemon
+ * with 20,000 fields in api's hash applies the one it is asked about, by
+ * the sync and by GET /admin/overrides, and Redis saw HSCANs and no
+ * HGETALL. */
+START_TEST(test_override_read_in_pages)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+
+	fill_hash_with("adm:override:api", 20000, "f", "3 10000 0");
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HSET %s %s %s",
+			     "adm:override:api", "h", "2 10000 0"),
+	    1);
+	freeReplyObject(redisCommand(h_redis_ctx(&h_shared_redis),
+	    "CONFIG RESETSTAT"));
+	admin_start(&a, 0, true, REDIS_SLOW);
+	ck_assert(wait_limit(&a, "h", 2, 3000) >= 0);
+	ck_assert_int_eq(listed(&a, "api"), 20001);
+	printf("reads of 20,001 fields: %lld HSCAN, %lld HGETALL\n",
+	    command_calls("hscan"), command_calls("hgetall"));
+	ck_assert_int_eq(command_calls("hgetall"), 0);
+	ck_assert_msg(command_calls("hscan") >= 10, "%lld HSCAN",
+	    command_calls("hscan"));
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
+/* A read of a rule's overrides that fails is a warning (it was logged
+ * only for debugging), once per full read: tb's hash is a string. */
+START_TEST(test_override_read_failure_warned)
+{
+	struct admin_daemon a;
+	int n;
+
+	ck_assert_msg(redisCommand(h_redis_ctx(&h_shared_redis), "SET %s %s",
+			  "adm:override:tb", "not a hash") != NULL,
+	    "SET");
+	admin_start(&a, 0, true, NULL);
+	ck_assert(wait_limit(&a, "x", 3, 2000) >= 0);
+	h_sleep_ms(6000); /* the read at start, and one 5 s later */
+	admin_stop(&a);
+	n = ops_count_in_file(a.d.log,
+	    "level=warn msg=\"overrides of tb not read");
+	ck_assert_msg(n >= 1 && n <= 3, "warned %d times", n);
+}
+END_TEST
+
 /* Rule win, with window w ("1m", "1h"). */
 #define RULE_WIN(w) \
 	"  - name: win\n" \
@@ -1531,6 +1603,8 @@ test_suite(void)
 	tcase_add_test(tc, test_override_write_touches_one_field);
 	tcase_add_test(tc, test_override_expired_dropped_by_read);
 	tcase_add_test(tc, test_override_drop_is_conditional);
+	tcase_add_test(tc, test_override_read_in_pages);
+	tcase_add_test(tc, test_override_read_failure_warned);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("stop");

@@ -62,7 +62,7 @@ static int
 load_fresh(struct overrides *o, const char *r, size_t len)
 {
 	return overrides_load_rule(o, "rl:", "api", r, len,
-	    overrides_writes(o));
+	    overrides_writes(o, "rl:", "api"));
 }
 
 START_TEST(test_load_replaces_the_rule)
@@ -101,7 +101,7 @@ START_TEST(test_load_overtaken_by_a_write)
 
 	ck_assert_ptr_nonnull(o);
 	/* A set: the reply from before it does not take it back. */
-	since = overrides_writes(o);
+	since = overrides_writes(o, "rl:", "api");
 	ck_assert_int_eq(overrides_set(o, "rl:", "api", "vip", 3, 5, 10000, 0,
 			     1000),
 	    0);
@@ -112,7 +112,7 @@ START_TEST(test_load_overtaken_by_a_write)
 	ck_assert_int_eq(limit_of(o, KEY_OTHER), 0);
 
 	/* A delete: the reply from before it does not bring it back. */
-	since = overrides_writes(o);
+	since = overrides_writes(o, "rl:", "api");
 	ck_assert(overrides_delete(o, "rl:", "api", "vip", 3, 1000));
 	r = reply_of(&len, "vip", "5 10000 0", NULL);
 	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len, since),
@@ -120,11 +120,52 @@ START_TEST(test_load_overtaken_by_a_write)
 	ck_assert_int_eq(limit_of(o, KEY_VIP), 0);
 
 	/* A read begun after the write is applied. */
-	since = overrides_writes(o);
+	since = overrides_writes(o, "rl:", "api");
 	r = reply_of(&len, "other", "7 10000 0", NULL);
 	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len, since),
 	    0);
 	ck_assert_int_eq(limit_of(o, KEY_OTHER), 7);
+	overrides_free(o);
+}
+END_TEST
+
+/* A read of one rule's hash is overtaken only by changes of that rule:
+ * writes to another rule while it was out (a read of a big hash takes a
+ * while, in pages) do not make it read again, and so never starve it. */
+START_TEST(test_load_not_overtaken_by_another_rule)
+{
+	struct overrides *o = overrides_new();
+	unsigned long since;
+	const char *r;
+	size_t len;
+	int i;
+
+	ck_assert_ptr_nonnull(o);
+	since = overrides_writes(o, "rl:", "api");
+	for (i = 0; i < 3; i++) {
+		ck_assert_int_eq(overrides_set(o, "rl:", "tb", "x", 1, 5, 10000,
+				     0, 1000),
+		    0);
+		ck_assert(overrides_delete(o, "rl:", "tb", "x", 1, 1000));
+	}
+	r = reply_of(&len, "vip", "5 10000 0", NULL);
+	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len, since),
+	    0);
+	ck_assert_int_eq(limit_of(o, KEY_VIP), 5);
+	/* A change of api's own still overtakes it. */
+	since = overrides_writes(o, "rl:", "api");
+	ck_assert(overrides_delete(o, "rl:", "api", "vip", 3, 1000));
+	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len, since),
+	    1);
+	ck_assert_int_eq(limit_of(o, KEY_VIP), 0);
+	/* A rule whose group was made and freed since the count was read
+	 * (api holds none now). */
+	since = overrides_writes(o, "rl:", "api");
+	ck_assert_int_eq(load_fresh(o, r, len), 0);
+	ck_assert(overrides_delete(o, "rl:", "api", "vip", 3, 1000));
+	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len, since),
+	    1);
+	ck_assert_int_eq(limit_of(o, KEY_VIP), 0);
 	overrides_free(o);
 }
 END_TEST
@@ -152,25 +193,28 @@ START_TEST(test_load_overtaken_by_a_load)
 
 	ck_assert_ptr_nonnull(o);
 	/* The newer reply is applied first; the older one comes last. */
-	old_since = overrides_writes(o);
-	new_since = overrides_writes(o);
+	old_since = overrides_writes(o, "rl:", "api");
+	new_since = overrides_writes(o, "rl:", "api");
 	ck_assert_int_eq(load_vip(o, "9 10000 0", new_since), 0);
 	ck_assert_int_eq(load_vip(o, "5 10000 0", old_since), 1);
 	ck_assert_int_eq(limit_of(o, KEY_VIP), 9);
 
 	/* The older reply is applied first; the newer one, begun before
 	 * that, is refused too, and read again it is applied. */
-	old_since = overrides_writes(o);
-	new_since = overrides_writes(o);
+	old_since = overrides_writes(o, "rl:", "api");
+	new_since = overrides_writes(o, "rl:", "api");
 	ck_assert_int_eq(load_vip(o, "5 10000 0", old_since), 0);
 	ck_assert_int_eq(load_vip(o, "9 10000 0", new_since), 1);
 	ck_assert_int_eq(limit_of(o, KEY_VIP), 5);
-	ck_assert_int_eq(load_vip(o, "9 10000 0", overrides_writes(o)), 0);
+	ck_assert_int_eq(load_vip(o, "9 10000 0",
+			     overrides_writes(o, "rl:", "api")),
+	    0);
 	ck_assert_int_eq(limit_of(o, KEY_VIP), 9);
 
 	/* A malformed reply changes nothing, so it overtakes nothing. */
-	new_since = overrides_writes(o);
-	ck_assert_int_eq(load_vip(o, "nine", overrides_writes(o)), -1);
+	new_since = overrides_writes(o, "rl:", "api");
+	ck_assert_int_eq(load_vip(o, "nine", overrides_writes(o, "rl:", "api")),
+	    -1);
 	ck_assert_int_eq(load_vip(o, "11 10000 0", new_since), 0);
 	ck_assert_int_eq(limit_of(o, KEY_VIP), 11);
 	overrides_free(o);
@@ -443,6 +487,7 @@ test_suite(void)
 	tcase_add_test(tc, test_load_replaces_the_rule);
 	tcase_add_test(tc, test_load_overtaken_by_a_write);
 	tcase_add_test(tc, test_load_overtaken_by_a_load);
+	tcase_add_test(tc, test_load_not_overtaken_by_another_rule);
 	tcase_add_test(tc, test_expired_freed);
 	tcase_add_test(tc, test_bounded);
 	tcase_add_test(tc, test_rules_apart);
