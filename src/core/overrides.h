@@ -156,9 +156,10 @@ unsigned long overrides_writes(struct overrides *o, const char *prefix,
  * this daemon's clock are left out.  0; 1 when the rule's overrides changed
  * since, by a write or another load (the reply may predate that change: the
  * table is left as it was, and the caller reads again); or -1 with errno:
- * EINVAL, a malformed reply (the table is left as it was); ENOSPC, the table
- * full (OVERRIDES_MAX), or ENOMEM (the rule then holds part of the reply
- * until the next read).
+ * EINVAL, a malformed reply, or ENOMEM (the table is left as it was both
+ * times); ENOSPC, the table full (OVERRIDES_MAX: the rule then holds part
+ * of the reply until the next read).  The new entries are made, and the
+ * old freed, outside the table's lock, which is held only to swap them.
  */
 int overrides_load_rule(struct overrides *o, const char *prefix,
     const char *rule, const char *reply, size_t len, unsigned long since);
