@@ -7,13 +7,19 @@
 --          clock.
 -- ARGV     'set', field, '<limit> <window_ms>', ttl_ms (0: none), channel
 --          'del', field, channel
--- Reply    set: 1; del: 1 if the field was there and not expired, else 0.  A daemon reads
---          the hash with HGETALL (no script) and skips expired fields.
+--          'drop', field, value, field, value, ... (at most a batch)
+-- Reply    set: 1; del: 1 if the field was there and not expired, else 0;
+--          drop: how many fields were dropped.  A daemon reads the hash
+--          in pages with HSCAN (no script) and skips expired fields.
 --
--- set and del PUBLISH KEYS[1] on channel ("<key_prefix>released", which
--- every daemon hears: a name that ends in no '}' is no lease key), so that
--- every daemon reads the rule's overrides again, and drop the fields that
--- expired.  A hash left empty is deleted.
+-- set and del touch the one field they name, whatever the size of the
+-- hash, and PUBLISH KEYS[1] on channel ("<key_prefix>released", which
+-- every daemon hears: a name that ends in no '}' is no lease key), so
+-- that every daemon reads the rule's overrides again.  Expired fields are
+-- dropped by drop, which a daemon sends with the fields its read of the
+-- hash found expired: each goes only if it still holds the value read
+-- (a field set again since keeps its new value) and is expired by this
+-- server's clock too.  A hash left empty is gone (Redis deletes it).
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -22,20 +28,6 @@ local key, op = KEYS[1], ARGV[1]
 local function expired(v)
   local e = tonumber(string.match(v, '^%d+ %d+ (%d+)$'))
   return e == nil or (e > 0 and e <= now)
-end
-
-local function live()
-  local h = redis.call('HGETALL', key)
-  local out, gone = {}, {}
-  for i = 1, #h, 2 do
-    if expired(h[i + 1]) then
-      gone[#gone + 1] = h[i]
-    else
-      out[#out + 1] = h[i]
-      out[#out + 1] = h[i + 1]
-    end
-  end
-  return out, gone
 end
 
 local found = 0
@@ -60,12 +52,18 @@ elseif op == 'del' then
       found = 1
     end
   end
+elseif op == 'drop' then
+  local n = 0
+  for i = 2, #ARGV - 1, 2 do
+    local v = redis.call('HGET', key, ARGV[i])
+    if v == ARGV[i + 1] and expired(v) then
+      redis.call('HDEL', key, ARGV[i])
+      n = n + 1
+    end
+  end
+  return n
 else
   return redis.error_reply('override.lua: unknown op')
-end
-local _, gone = live()
-if #gone > 0 then
-  redis.call('HDEL', key, unpack(gone))
 end
 -- A PUBLISH the ACL user may not make (no &<key_prefix>released) is
 -- skipped: the hash is written all the same, and other daemons read it

@@ -137,12 +137,20 @@ enum backend_lease_op {
  * but reply, which the store sets and the caller frees (rl_free).
  */
 enum backend_admin_op {
-	BACKEND_ADMIN_RESET = 1,    /* drop key's state (a counter) */
-	BACKEND_ADMIN_OVERRIDE_SET, /* field := value in the hash key,
-				     * expiring in ttl_ms (0: never) */
-	BACKEND_ADMIN_OVERRIDE_DEL, /* drop field of the hash key */
-	BACKEND_ADMIN_OVERRIDE_READ /* the hash key into reply */
+	BACKEND_ADMIN_RESET = 1,     /* drop key's state (a counter) */
+	BACKEND_ADMIN_OVERRIDE_SET,  /* field := value in the hash key,
+				      * expiring in ttl_ms (0: never) */
+	BACKEND_ADMIN_OVERRIDE_DEL,  /* drop field of the hash key */
+	BACKEND_ADMIN_OVERRIDE_READ, /* a page of the hash key into reply */
+	BACKEND_ADMIN_OVERRIDE_DROP  /* drop the fields of pairs that still
+				      * hold the value given and are expired
+				      * by the store's clock */
 };
+/* OVERRIDE_DROP: at most this many pairs in one call. */
+#define BACKEND_OVERRIDE_DROP_MAX 128
+/* OVERRIDE_READ: about this many fields a page (Redis's HSCAN COUNT; a
+ * small hash comes whole). */
+#define BACKEND_OVERRIDE_PAGE 500
 struct backend_admin {
 	enum backend_admin_op op;
 	const char *key; /* the store key, or the override hash */
@@ -151,9 +159,17 @@ struct backend_admin {
 	size_t fieldlen;
 	const char *value; /* OVERRIDE_SET: "<limit> <window_ms>" */
 	int64_t ttl_ms;	   /* OVERRIDE_SET: 0 = no expiry */
-	/* Set by the store: RESET and OVERRIDE_DEL, whether there was
-	 * something; OVERRIDE_READ, the live fields as pairs of strings,
-	 * each a uint32_t length (host order) and its bytes, the value
+	/* OVERRIDE_DROP: npairs (1 to BACKEND_OVERRIDE_DROP_MAX) field and
+	 * value pairs, laid out as OVERRIDE_READ's reply (below). */
+	const char *pairs;
+	size_t pairslen, npairs;
+	/* OVERRIDE_READ: where the scan of the hash is, 0 to begin; the
+	 * store sets it to where the next page begins, 0 after the last. */
+	uint64_t cursor;
+	/* Set by the store: RESET, OVERRIDE_DEL and OVERRIDE_DROP, whether
+	 * there was something; OVERRIDE_READ, the page's fields (expired
+	 * ones included; a field may come in two pages) as pairs of
+	 * strings, each a uint32_t length (host order) and its bytes, the value
 	 * "<limit> <window_ms> <expires_at_ms>" (0: never; the store's
 	 * clock, epoch milliseconds). */
 	bool found;

@@ -14,7 +14,12 @@
  * Each entry is also on its rule's list (a group: every store key that
  * begins "<prefix><rule>:{"), so listing or replacing one rule's overrides
  * visits that rule's entries only, never the whole table under the write
- * lock.
+ * lock.  A load (the sync's, every 5 s on every daemon) parses and
+ * allocates the new entries first, takes the write lock only to unlink
+ * the old ones and link the new (no malloc or free under it but when the
+ * chains grow or the table is at its bound), and frees
+ * the old after: with 100,000 entries the lock is held for about 2 ms
+ * instead of about 30, which every decision would wait on.
  *
  * Bounded: at most OVERRIDES_MAX entries; a new one past it is refused
  * (ENOSPC).  An expired entry is no override (overrides_get() skips it)
@@ -31,16 +36,25 @@
  * rule (or every rule) to be read again, or the full read falls due (an
  * absolute deadline, moved OVERRIDES_RESYNC_MS on only when a full read
  * is done, so notices arriving more often than that never put it off);
- * it then reads each marked rule's hash through the store, one blocking
- * admin call each (bounded by redis.timeout), and replaces that rule's
- * entries.  A read that fails keeps what the table had.  So does a read
- * that another change of the table overtook (the count `writes` moved
- * while it was out): a write of this daemon's, or another read of the
- * hash applied first (the admin API's, or the sync's own).  The reply may
- * hold the hash from before that change, and applied last it would take
- * the change back until the next read; the rule is marked to be read
- * again instead.  So of two reads of one hash that overlap, only the one
- * applied first is applied, and the other is read again.
+ * it then reads each marked rule's hash through the store, in pages
+ * (HSCAN), one blocking admin call each (bounded by redis.timeout, which
+ * a whole hash of 100,000 fields would not fit), and replaces that rule's
+ * entries with the whole of what it read.  A read that fails is a warning
+ * when it was part of a full read (so once per rule per period at most).  The
+ * fields it found expired it asks Redis to drop, in batches, each only if it
+ * still holds the value read (lua/override.lua's drop): the script's set and
+ * del touch only their own field, so that a write costs Redis the same however
+ * big the hash is, and the reads, which see every field anyway, keep the hash
+ * clean.  A read that fails keeps what the table had.  So does a read that
+ * another change of the rule's overrides overtook (the rule's count of
+ * changes, its group's `writes`, moved while it was out; a change of another
+ * rule does not move it, so that writes elsewhere never starve the long read
+ * of a big hash): a write of this daemon's, or another read of the hash applied
+ * first (the admin API's, or the sync's own). The reply may hold the hash from
+ * before that change, and applied last it would take the change back until the
+ * next read; the rule is marked to be read again instead.  So of two reads of
+ * one hash that overlap, only the one applied first is applied, and the other
+ * is read again.
  */
 #include "core/overrides.h"
 
@@ -57,10 +71,11 @@
 #include "base/util.h"
 #include "core/config_slot.h"
 
-#define OV_CHAINS_MIN 256   /* a power of two */
-#define OV_CHAINS_MAX 65536 /* past it, chains only grow longer */
-#define OV_PRUNE_MIN  1024  /* entries before the first prune */
-#define OV_DIRTY      64    /* rules marked one by one; past it, all */
+#define OV_CHAINS_MIN  256   /* a power of two */
+#define OV_CHAINS_MAX  65536 /* past it, chains only grow longer */
+#define OV_PRUNE_MIN   1024  /* entries before the first prune */
+#define OV_DIRTY       64    /* rules marked one by one; past it, all */
+#define OV_FREED_SLOTS 64    /* a power of two */
 
 struct ov_group;
 
@@ -79,6 +94,7 @@ struct ov_entry {
 struct ov_group {
 	struct ov_group *next;
 	struct ov_entry *head;
+	unsigned long writes; /* o->writes at its last change */
 	size_t namelen;
 	char name[];
 };
@@ -91,6 +107,9 @@ struct overrides {
 	atomic_long count;
 	long prune_at;	      /* prune when a new entry finds this many; lock */
 	unsigned long writes; /* changes so far: set, delete, load; lock */
+	/* writes when a rule without a group last changed (its group freed,
+	 * or a delete found none), per slot of the rule's name; lock */
+	unsigned long freed[OV_FREED_SLOTS];
 
 	/* The sync (NULL backend: none started). */
 	struct backend *backend;
@@ -107,11 +126,11 @@ struct overrides {
 	void *on_read_arg;
 };
 
-/* FNV-1a: keys here come from operators, not from clients. */
+/* FNV-1a of s after h: keys here come from operators, not from
+ * clients. */
 static uint64_t
-ov_hash(const char *s, size_t n)
+ov_hash_on(uint64_t h, const char *s, size_t n)
 {
-	uint64_t h = UINT64_C(14695981039346656037);
 	size_t i;
 
 	for (i = 0; i < n; i++) {
@@ -119,6 +138,21 @@ ov_hash(const char *s, size_t n)
 		h *= UINT64_C(1099511628211);
 	}
 	return h;
+}
+
+static uint64_t
+ov_hash(const char *s, size_t n)
+{
+	return ov_hash_on(UINT64_C(14695981039346656037), s, n);
+}
+
+/* The slot of o->freed of rule "<prefix><rule>". */
+static size_t
+ov_freed_slot(const char *prefix, const char *rule)
+{
+	uint64_t h = ov_hash(prefix, strlen(prefix));
+
+	return ov_hash_on(h, rule, strlen(rule)) & (OV_FREED_SLOTS - 1);
 }
 
 static int64_t
@@ -185,6 +219,7 @@ ov_group(struct overrides *o, const char *prefix, const char *rule, bool create)
 	if (!create || (g = rl_malloc(sizeof(*g) + plen + rlen + 1)) == NULL)
 		return NULL;
 	g->head = NULL;
+	g->writes = 0; /* set by the change that made it */
 	g->namelen = plen + rlen;
 	memcpy(g->name, prefix, plen);
 	memcpy(g->name + plen, rule, rlen);
@@ -205,9 +240,35 @@ ov_group_drop_empty(struct overrides *o, struct ov_group *g)
 	for (pp = &o->groups; *pp != NULL; pp = &(*pp)->next)
 		if (*pp == g) {
 			*pp = g->next;
+			o->freed[ov_hash(g->name, g->namelen) &
+			    (OV_FREED_SLOTS - 1)] = ++o->writes;
 			rl_free(g);
 			return;
 		}
+}
+
+/* Count a change of rule's overrides (the write lock held): a read of
+ * its hash begun before is not applied (overrides_load_rule()). */
+static void
+ov_changed(struct overrides *o, const char *prefix, const char *rule)
+{
+	struct ov_group *g = ov_group(o, prefix, rule, false);
+
+	if (g != NULL)
+		g->writes = ++o->writes;
+	else
+		o->freed[ov_freed_slot(prefix, rule)] = ++o->writes;
+}
+
+/* Take e out of its chain, not out of its group's list, and count it
+ * gone (the write lock held); the caller frees it. */
+static void
+ov_unlink_chain(struct overrides *o, struct ov_entry *e)
+{
+	struct ov_entry **pp = ov_find(o, e->key, e->keylen, e->hash);
+
+	*pp = e->next;
+	atomic_fetch_sub(&o->count, 1);
 }
 
 /* Unlink e, hanging at *pp of its chain, and free it (the write lock
@@ -257,8 +318,9 @@ ov_prune(struct overrides *o, int64_t now_ms, const struct ov_group *keep)
 }
 
 /* Twice the chains, when there are two entries per chain (the write lock
- * held).  Out of memory, the chains stay as they are. */
-static void
+ * held): true when they grew.  Out of memory, the chains stay as they
+ * are. */
+static bool
 ov_grow(struct overrides *o)
 {
 	size_t n = o->nchains * 2, i;
@@ -267,7 +329,7 @@ ov_grow(struct overrides *o)
 	if (o->nchains >= OV_CHAINS_MAX ||
 	    (size_t)atomic_load(&o->count) <= 2 * o->nchains ||
 	    (chains = rl_calloc(n, sizeof(chains[0]))) == NULL)
-		return;
+		return false;
 	for (i = 0; i < o->nchains; i++)
 		for (e = o->chains[i]; e != NULL; e = next) {
 			next = e->next;
@@ -277,6 +339,7 @@ ov_grow(struct overrides *o)
 	rl_free(o->chains);
 	o->chains = chains;
 	o->nchains = n;
+	return true;
 }
 
 bool
@@ -396,7 +459,7 @@ overrides_set(struct overrides *o, const char *prefix, const char *rule,
 	else if ((rc = ov_put(o, g, k, len, limit, window_ms, expires_ms,
 		      now_ms)) < 0)
 		ov_group_drop_empty(o, g);
-	o->writes++;
+	ov_changed(o, prefix, rule);
 	pthread_rwlock_unlock(&o->lock);
 	rl_free(k);
 	return rc;
@@ -423,7 +486,7 @@ overrides_delete(struct overrides *o, const char *prefix, const char *rule,
 		ov_remove(o, pp, e);
 		ov_group_drop_empty(o, g);
 	}
-	o->writes++;
+	ov_changed(o, prefix, rule);
 	pthread_rwlock_unlock(&o->lock);
 	rl_free(k);
 	return live;
@@ -478,13 +541,25 @@ overrides_count(struct overrides *o)
 	return o != NULL ? (size_t)atomic_load(&o->count) : 0;
 }
 
+/* The count of rule's changes (the lock held): its group's last, or,
+ * when it has none, the last change of a rule without a group in its
+ * slot (so that a group made and freed since tells too; a rule of the
+ * same slot may move it, which only reads the hash again). */
+static unsigned long
+ov_rule_writes(struct overrides *o, const char *prefix, const char *rule)
+{
+	struct ov_group *g = ov_group(o, prefix, rule, false);
+
+	return g != NULL ? g->writes : o->freed[ov_freed_slot(prefix, rule)];
+}
+
 unsigned long
-overrides_writes(struct overrides *o)
+overrides_writes(struct overrides *o, const char *prefix, const char *rule)
 {
 	unsigned long n;
 
 	pthread_rwlock_rdlock(&o->lock);
-	n = o->writes;
+	n = ov_rule_writes(o, prefix, rule);
 	pthread_rwlock_unlock(&o->lock);
 	return n;
 }
@@ -584,18 +659,14 @@ static void
 ov_drop_unconfigured(struct overrides *o, const struct config *cfg)
 {
 	struct ov_group *g, *next;
-	bool dropped = false;
 
 	for (g = o->groups; g != NULL; g = next) {
 		next = g->next;
 		if (ov_configured(g, cfg))
 			continue;
 		ov_clear_group(o, g, false, 0);
-		ov_group_drop_empty(o, g);
-		dropped = true;
+		ov_group_drop_empty(o, g); /* a change of its rule */
 	}
-	if (dropped)
-		o->writes++;
 }
 
 void
@@ -623,17 +694,100 @@ next_str(const char **p, const char *end, const char **s, uint32_t *n)
 	return 0;
 }
 
+/* Free a list of entries linked by gnext (no lock: they are in no
+ * table). */
+static void
+ov_free_list(struct ov_entry *e)
+{
+	struct ov_entry *next;
+
+	for (; e != NULL; e = next) {
+		next = e->gnext;
+		rl_free(e);
+	}
+}
+
+/*
+ * The entries of a checked reply's live fields, as a list linked by
+ * gnext, a field that comes twice (HSCAN may) once, with its last value;
+ * no lock held.  0, or -1 (out of memory: nothing made).
+ */
+static int
+ov_build(const char *prefix, const char *rule, const char *reply, size_t len,
+    int64_t now_ms, struct ov_entry **out, size_t *nout)
+{
+	const char *p = reply, *end = reply + len, *f = NULL, *v = NULL;
+	size_t plen = strlen(prefix), rlen = strlen(rule), n = 0, size, i;
+	struct ov_entry *list = NULL, *e, **seen = NULL;
+	char val[96];
+	uint32_t fl = 0, vl = 0;
+	long long lim, win, exp;
+
+	for (size = 16; size < len / 8; size *= 2)
+		; /* at least twice the fields: each takes 8 bytes or more */
+	if ((seen = rl_calloc(size, sizeof(seen[0]))) == NULL)
+		return -1;
+	while (p < end) {
+		(void)next_str(&p, end, &f, &fl);
+		(void)next_str(&p, end, &v, &vl);
+		memcpy(val, v, vl);
+		val[vl] = '\0';
+		(void)sscanf(val, "%lld %lld %lld", &lim, &win, &exp);
+		if (exp != 0 && exp <= now_ms)
+			continue; /* expired: the sync asks Redis to drop it
+				     (sync_drop_expired()) */
+		if ((e = rl_malloc(sizeof(*e) + plen + rlen + 3 + fl)) ==
+		    NULL) {
+			ov_free_list(list);
+			rl_free(seen);
+			return -1;
+		}
+		e->keylen = plen + rlen + 3 + fl;
+		memcpy(e->key, prefix, plen);
+		memcpy(e->key + plen, rule, rlen);
+		memcpy(e->key + plen + rlen, ":{", 2);
+		memcpy(e->key + plen + rlen + 2, f, fl);
+		e->key[e->keylen - 1] = '}';
+		e->hash = ov_hash(e->key, e->keylen);
+		e->limit = lim;
+		e->window_ms = win;
+		e->expires_ms = exp;
+		for (i = e->hash & (size - 1); seen[i] != NULL;
+		     i = (i + 1) & (size - 1))
+			if (seen[i]->hash == e->hash &&
+			    seen[i]->keylen == e->keylen &&
+			    memcmp(seen[i]->key, e->key, e->keylen) == 0)
+				break;
+		if (seen[i] != NULL) { /* twice: the later value */
+			seen[i]->limit = e->limit;
+			seen[i]->window_ms = e->window_ms;
+			seen[i]->expires_ms = e->expires_ms;
+			rl_free(e);
+			continue;
+		}
+		seen[i] = e;
+		e->gnext = list;
+		list = e;
+		n++;
+	}
+	rl_free(seen);
+	*out = list;
+	*nout = n;
+	return 0;
+}
+
 int
 overrides_load_rule(struct overrides *o, const char *prefix, const char *rule,
     const char *reply, size_t len, unsigned long since)
 {
 	const char *p = reply, *end = reply + len, *f = NULL, *v = NULL;
-	size_t plen = strlen(prefix), rlen = strlen(rule);
 	int64_t now_ms = util_realtime_us() / 1000;
+	struct ov_entry *fresh = NULL, *old, *e, *next;
 	struct ov_group *g;
-	char val[96], *key;
+	char val[96];
 	uint32_t fl = 0, vl = 0;
 	long long lim, win, exp;
+	size_t nfresh = 0;
 	int rc = 0;
 
 	/* Check the whole reply first: a bad one changes nothing. */
@@ -648,46 +802,59 @@ overrides_load_rule(struct overrides *o, const char *prefix, const char *rule,
 		    lim < 1 || win < 0 || exp < 0)
 			goto malformed;
 	}
-	if ((key = rl_malloc(plen + rlen + RL_MAX_KEY_BYTES + 4)) == NULL) {
+	/* Made and freed outside the lock, which every decision waits on:
+	 * under it, only the old entries unlinked and the new linked. */
+	if (ov_build(prefix, rule, reply, len, now_ms, &fresh, &nfresh) < 0) {
 		errno = ENOMEM;
 		return -1;
 	}
 	pthread_rwlock_wrlock(&o->lock);
-	if (o->writes != since) {
-		/* A write came after the read began: the reply may predate
-		 * it. */
+	if (ov_rule_writes(o, prefix, rule) != since) {
+		/* A change of the rule came after the read began: the reply
+		 * may predate it. */
 		pthread_rwlock_unlock(&o->lock);
-		rl_free(key);
+		ov_free_list(fresh);
 		return 1;
 	}
 	if ((g = ov_group(o, prefix, rule, true)) == NULL) {
+		pthread_rwlock_unlock(&o->lock);
+		ov_free_list(fresh);
 		errno = ENOMEM;
-		rc = -1;
-		goto unlock;
+		return -1;
 	}
-	ov_clear_group(o, g, false, 0);
-	for (p = reply; p < end && rc == 0;) {
-		(void)next_str(&p, end, &f, &fl);
-		(void)next_str(&p, end, &v, &vl);
-		memcpy(val, v, vl);
-		val[vl] = '\0';
-		(void)sscanf(val, "%lld %lld %lld", &lim, &win, &exp);
-		if (exp != 0 && exp <= now_ms)
-			continue; /* expired: the script drops it at its next
-				     write */
-		memcpy(key, prefix, plen);
-		memcpy(key + plen, rule, rlen);
-		memcpy(key + plen + rlen, ":{", 2);
-		memcpy(key + plen + rlen + 2, f, fl);
-		key[plen + rlen + 2 + fl] = '}';
-		rc = ov_put(o, g, key, plen + rlen + 3 + fl, lim, win, exp,
-		    now_ms);
+	old = g->head;
+	for (e = old; e != NULL; e = e->gnext)
+		ov_unlink_chain(o, e);
+	g->head = NULL;
+	if ((size_t)atomic_load(&o->count) + nfresh > OVERRIDES_MAX)
+		ov_prune(o, now_ms, g);
+	for (e = fresh; e != NULL; e = next) {
+		next = e->gnext;
+		if (atomic_load(&o->count) >= OVERRIDES_MAX) {
+			fresh = e; /* the rest, freed below */
+			errno = ENOSPC;
+			rc = -1;
+			break;
+		}
+		e->group = g;
+		e->gnext = g->head;
+		if (g->head != NULL)
+			g->head->gprev = &e->gnext;
+		e->gprev = &g->head;
+		g->head = e;
+		e->next = o->chains[e->hash & (o->nchains - 1)];
+		o->chains[e->hash & (o->nchains - 1)] = e;
+		atomic_fetch_add(&o->count, 1);
 	}
+	if (rc == 0)
+		fresh = NULL;
+	while (ov_grow(o))
+		;
 	ov_group_drop_empty(o, g);
-	o->writes++;
-unlock:
+	ov_changed(o, prefix, rule);
 	pthread_rwlock_unlock(&o->lock);
-	rl_free(key);
+	ov_free_list(old);
+	ov_free_list(fresh);
 	return rc;
 malformed:
 	errno = EINVAL;
@@ -742,26 +909,148 @@ mark_rule(struct overrides *o, const char *name, size_t len)
 	rl_free(copy);
 }
 
-/* Read rule's hash into the table.  The sync thread. */
+/* Is the value of a hash field (vl bytes) past its expiry at now_ms? */
+static bool
+value_expired(const char *v, uint32_t vl, int64_t now_ms)
+{
+	char val[96];
+	long long lim, win, exp;
+
+	if (vl >= sizeof(val))
+		return false;
+	memcpy(val, v, vl);
+	val[vl] = '\0';
+	return sscanf(val, "%lld %lld %lld", &lim, &win, &exp) == 3 &&
+	    exp > 0 && exp <= now_ms;
+}
+
+/* Send one OVERRIDE_DROP of the npairs pairs of buf for hash. */
 static void
-sync_rule(struct overrides *o, const struct config *cfg, const char *rule)
+drop_batch(struct overrides *o, const char *hash, size_t hashlen,
+    const char *buf, size_t len, size_t npairs)
+{
+	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_DROP };
+	enum backend_error_kind kind;
+	char err[BACKEND_ERR_MAX];
+
+	a.key = hash;
+	a.keylen = hashlen;
+	a.pairs = buf;
+	a.pairslen = len;
+	a.npairs = npairs;
+	if (backend_admin_call(o->backend, &a, &kind, err, sizeof(err)) < 0)
+		log_debug("expired overrides of %s not dropped: %s", hash, err);
+	rl_free(a.reply);
+}
+
+/*
+ * Ask Redis to drop the fields of a read of hash (reply, len: as for
+ * overrides_load_rule()) that were expired at now_ms, in batches of
+ * BACKEND_OVERRIDE_DROP_MAX: the writes no longer sweep the hash, so that
+ * a write costs the same whatever its size (lua/override.lua).  Each
+ * field goes only if it still holds the value read, so one set again
+ * since stays.  The sync thread.
+ */
+static void
+sync_drop_expired(struct overrides *o, const char *hash, size_t hashlen,
+    const char *reply, size_t len, int64_t now_ms)
+{
+	const char *p = reply, *end = reply + len, *f, *v, *pair;
+	char *buf = NULL;
+	size_t at = 0, npairs = 0;
+	uint32_t fl, vl;
+
+	while (p < end) {
+		pair = p;
+		if (next_str(&p, end, &f, &fl) < 0 ||
+		    next_str(&p, end, &v, &vl) < 0)
+			break;
+		if (!value_expired(v, vl, now_ms))
+			continue;
+		if (buf == NULL &&
+		    (buf = rl_malloc(BACKEND_OVERRIDE_DROP_MAX *
+			 (2 * sizeof(uint32_t) + RL_MAX_KEY_BYTES + 96))) ==
+			NULL)
+			return;
+		if (fl > RL_MAX_KEY_BYTES || vl >= 96)
+			continue;
+		memcpy(buf + at, pair, (size_t)(p - pair));
+		at += (size_t)(p - pair);
+		if (++npairs == BACKEND_OVERRIDE_DROP_MAX) {
+			drop_batch(o, hash, hashlen, buf, at, npairs);
+			at = npairs = 0;
+		}
+	}
+	if (npairs > 0)
+		drop_batch(o, hash, hashlen, buf, at, npairs);
+	rl_free(buf);
+}
+
+int
+overrides_read_hash(struct backend *b, const char *hash, size_t hashlen,
+    char **reply, size_t *len, enum backend_error_kind *kind, char *err,
+    size_t errlen)
+{
+	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_READ };
+	char *all = NULL, *grown;
+	size_t n = 0, cap = 0;
+
+	a.key = hash;
+	a.keylen = hashlen;
+	do {
+		if (backend_admin_call(b, &a, kind, err, errlen) < 0)
+			goto fail;
+		if (n + a.replylen + 1 > cap) {
+			cap = 2 * (n + a.replylen) + 1;
+			if ((grown = rl_realloc(all, cap)) == NULL) {
+				*kind = BACKEND_ERR_PROTOCOL;
+				snprintf(err, errlen, "out of memory");
+				goto fail;
+			}
+			all = grown;
+		}
+		if (a.replylen > 0)
+			memcpy(all + n, a.reply, a.replylen);
+		n += a.replylen;
+		rl_free(a.reply);
+	} while (a.cursor != 0);
+	*reply = all;
+	*len = n;
+	return 0;
+fail:
+	rl_free(a.reply);
+	rl_free(all);
+	return -1;
+}
+
+/* Read rule's hash into the table; a read that fails is logged as a
+ * warning when warn (once per rule per full read), else for debugging.
+ * The sync thread. */
+static void
+sync_rule(struct overrides *o, const struct config *cfg, const char *rule,
+    bool warn)
 {
 	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_READ };
 	enum backend_error_kind kind;
 	char err[BACKEND_ERR_MAX], *hash;
 	size_t n = strlen(cfg->redis.key_prefix) + 9 + strlen(rule);
-	unsigned long since = overrides_writes(o);
+	unsigned long since = overrides_writes(o, cfg->redis.key_prefix, rule);
 	int rc;
 
 	if ((hash = rl_malloc(n + 1)) == NULL)
 		return;
 	snprintf(hash, n + 1, "%soverride:%s", cfg->redis.key_prefix, rule);
-	a.key = hash;
-	a.keylen = n;
-	if (backend_admin_call(o->backend, &a, &kind, err, sizeof(err)) < 0)
-		log_debug("overrides of %s not read: %s", rule, err);
-	else if ((rc = overrides_load_rule(o, cfg->redis.key_prefix, rule,
-		      a.reply, a.replylen, since)) < 0 &&
+	if (overrides_read_hash(o->backend, hash, n, &a.reply, &a.replylen,
+		&kind, err, sizeof(err)) < 0) {
+		if (warn)
+			log_warnx(
+			    "overrides of %s not read (hash %s), the "
+			    "ones held kept: %s",
+			    rule, hash, err);
+		else
+			log_debug("overrides of %s not read: %s", rule, err);
+	} else if ((rc = overrides_load_rule(o, cfg->redis.key_prefix, rule,
+			a.reply, a.replylen, since)) < 0 &&
 	    errno == EINVAL)
 		log_warnx("overrides of %s: a malformed hash %s, ignored", rule,
 		    hash);
@@ -774,6 +1063,9 @@ sync_rule(struct overrides *o, const struct config *cfg, const char *rule)
 		log_warnx("overrides of %s: out of memory", rule);
 	else if (rc == 1)
 		mark_rule(o, rule, strlen(rule));
+	if (a.reply != NULL)
+		sync_drop_expired(o, hash, n, a.reply, a.replylen,
+		    util_realtime_us() / 1000);
 	rl_free(a.reply);
 	rl_free(hash);
 }
@@ -813,7 +1105,7 @@ sync_main(void *arg)
 		cfg = config_slot_get(&o->cfg);
 		for (i = 0; i < cfg->nrules; i++)
 			if (all || marked(names, n, cfg->rules[i].name))
-				sync_rule(o, cfg, cfg->rules[i].name);
+				sync_rule(o, cfg, cfg->rules[i].name, all);
 		for (i = 0; i < n; i++)
 			rl_free(names[i]);
 		if (all) {

@@ -138,26 +138,43 @@ size_t overrides_unconfigured(struct overrides *o, const struct config *cfg,
  * overrides_sync_set_config() calls it. */
 void overrides_drop_unconfigured(struct overrides *o, const struct config *cfg);
 
-/* How many times the table has changed (overrides_set(),
- * overrides_delete(), a load by overrides_load_rule()): read it before a
- * read of a hash for overrides_load_rule(). */
-unsigned long overrides_writes(struct overrides *o);
+/* A count that moves whenever rule's overrides change (overrides_set(),
+ * overrides_delete(), a load by overrides_load_rule(), the rule's entries
+ * dropped; rarely also when another rule's go): read it before a read of
+ * the rule's hash for overrides_load_rule().  A change of another rule
+ * does not move it, so that a long read of a big hash is not overtaken
+ * by writes elsewhere. */
+unsigned long overrides_writes(struct overrides *o, const char *prefix,
+    const char *rule);
 
 /*
  * Replace rule's overrides by the fields of an OVERRIDE_READ reply
  * (core/backend.h: pairs of length-prefixed strings, field = the rendered
  * key, value = "<limit> <window_ms> <expires_at_ms>", window 0: the
  * rule's), read after
- * overrides_writes() said `since`.  Fields already expired by this
- * daemon's clock are left out.  0; 1 when the table changed since, by a
- * write or another load (the reply may predate that change: the table is
- * left as it was, and the caller reads again); or -1 with errno: EINVAL,
- * a malformed reply (the table is left as it was); ENOSPC, the table
- * full (OVERRIDES_MAX), or ENOMEM (the rule then holds part of the reply
- * until the next read).
+ * overrides_writes() said `since` for that rule.  Fields already expired by
+ * this daemon's clock are left out.  0; 1 when the rule's overrides changed
+ * since, by a write or another load (the reply may predate that change: the
+ * table is left as it was, and the caller reads again); or -1 with errno:
+ * EINVAL, a malformed reply, or ENOMEM (the table is left as it was both
+ * times); ENOSPC, the table full (OVERRIDES_MAX: the rule then holds part
+ * of the reply until the next read).  The new entries are made, and the
+ * old freed, outside the table's lock, which is held only to swap them.
  */
 int overrides_load_rule(struct overrides *o, const char *prefix,
     const char *rule, const char *reply, size_t len, unsigned long since);
+
+/*
+ * Read the whole hash `hash` (hashlen bytes) through b, a page
+ * (BACKEND_OVERRIDE_PAGE fields) per call, each call within the store's
+ * timeout: into *reply (new, rl_free) and *len, laid out as an
+ * OVERRIDE_READ reply for overrides_load_rule() (a field may come twice).
+ * 0, or -1 with *kind and err (nothing to free).  Any thread that may
+ * block.
+ */
+int overrides_read_hash(struct backend *b, const char *hash, size_t hashlen,
+    char **reply, size_t *len, enum backend_error_kind *kind, char *err,
+    size_t errlen);
 
 /*
  * The sync with Redis (see the top of this file): a thread reading every

@@ -483,11 +483,10 @@ static int
 override_list(struct admin_server *s, struct MHD_Connection *conn,
     const struct config *cfg, const char *rule)
 {
-	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_READ };
 	struct override_list l = { .r = config_find_rule(cfg, rule) };
 	enum backend_error_kind kind;
-	char err[BACKEND_ERR_MAX], *h;
-	size_t hlen = 0;
+	char err[BACKEND_ERR_MAX], *h, *reply;
+	size_t hlen = 0, len = 0;
 	unsigned long since;
 	int tries, rc;
 
@@ -498,24 +497,21 @@ override_list(struct admin_server *s, struct MHD_Connection *conn,
 		if ((h = hash_key(cfg, rule, &hlen)) == NULL)
 			return admin_error(conn, 500, "internal_error",
 			    "out of memory");
-		a.key = h;
-		a.keylen = hlen;
 		/* Read again while the table changed during the read (a write,
 		 * or the sync's own read applied first: either may be newer or
 		 * older than this reply); a few times at most, then the table
 		 * as it is, which the sync keeps reading. */
 		for (tries = 0; tries < OVERRIDE_LIST_READS; tries++) {
-			since = overrides_writes(s->overrides);
-			if (backend_admin_call(s->decider->backend, &a, &kind,
-				err, sizeof(err)) < 0) {
+			since = overrides_writes(s->overrides,
+			    cfg->redis.key_prefix, rule);
+			if (overrides_read_hash(s->decider->backend, h, hlen,
+				&reply, &len, &kind, err, sizeof(err)) < 0) {
 				rl_free(h);
 				return store_failed(s, conn, kind);
 			}
 			rc = overrides_load_rule(s->overrides,
-			    cfg->redis.key_prefix, rule, a.reply, a.replylen,
-			    since);
-			rl_free(a.reply);
-			a.reply = NULL;
+			    cfg->redis.key_prefix, rule, reply, len, since);
+			rl_free(reply);
 			if (rc != 1)
 				break;
 		}

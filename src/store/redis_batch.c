@@ -172,11 +172,56 @@ lease_send(struct redis_backend *rb, struct redis_node *node,
 	return command_send(rb, node, conn, b, 9, argv, lens, err, errlen);
 }
 
-/* docs/admin.md: DEL for a counter's reset, HGETALL to read a rule's
- * overrides (every field: the daemon drops the expired ones itself), EVAL
- * lua/override.lua to set or delete one, for the one call of b.  Reading
- * is no script call: every daemon reads every rule's overrides every few
- * seconds. */
+/* EVAL lua/override.lua's drop with the field and value pairs of b's
+ * one call (a read found them expired).  No notice: what goes was no
+ * override. */
+static struct redis_slot *
+drop_send(struct redis_backend *rb, struct redis_node *node,
+    struct redis_conn *conn, struct redis_batch *b, char *err, size_t errlen)
+{
+	const struct backend_admin *a = b->calls[0]->admin;
+	const char *argv[5 + 2 * BACKEND_OVERRIDE_DROP_MAX];
+	size_t lens[5 + 2 * BACKEND_OVERRIDE_DROP_MAX];
+	const char *p = a->pairs, *end = a->pairs + a->pairslen;
+	uint32_t n;
+	int argc = 0;
+
+	argv[argc] = "EVAL";
+	lens[argc++] = 4;
+	argv[argc] = rl_lua_override;
+	lens[argc++] = strlen(rl_lua_override);
+	argv[argc] = "1";
+	lens[argc++] = 1;
+	argv[argc] = a->key;
+	lens[argc++] = a->keylen;
+	argv[argc] = "drop";
+	lens[argc++] = 4;
+	if (a->npairs < 1 || a->npairs > BACKEND_OVERRIDE_DROP_MAX)
+		goto malformed;
+	while (p < end && argc < 5 + 2 * (int)a->npairs) {
+		if ((size_t)(end - p) < sizeof(n))
+			goto malformed;
+		memcpy(&n, p, sizeof(n));
+		p += sizeof(n);
+		if ((size_t)(end - p) < n)
+			goto malformed;
+		argv[argc] = p;
+		lens[argc++] = n;
+		p += n;
+	}
+	if (p != end || argc != 5 + 2 * (int)a->npairs)
+		goto malformed;
+	return command_send(rb, node, conn, b, argc, argv, lens, err, errlen);
+malformed:
+	snprintf(err, errlen, "admin: malformed fields to drop");
+	return NULL;
+}
+
+/* docs/admin.md: DEL for a counter's reset, HSCAN to read a page of a
+ * rule's overrides (every field: the daemon skips the expired ones), EVAL
+ * lua/override.lua to set or delete one, or to drop those a read found
+ * expired (drop_send()), for the one call of b.  Reading is no script
+ * call: every daemon reads every rule's overrides every few seconds. */
 static struct redis_slot *
 admin_send(struct redis_backend *rb, struct redis_node *node,
     struct redis_conn *conn, struct redis_batch *b, char *err, size_t errlen)
@@ -185,9 +230,11 @@ admin_send(struct redis_backend *rb, struct redis_node *node,
 	/* At most EVAL, script, 1, key, set, field, value, ttl, channel. */
 	const char *argv[9];
 	size_t lens[9];
-	char ttl[32];
+	char ttl[32], cursor[32], count[16];
 	int argc = 0, i;
 
+	if (a->op == BACKEND_ADMIN_OVERRIDE_DROP)
+		return drop_send(rb, node, conn, b, err, errlen);
 	if (a->op == BACKEND_ADMIN_RESET) {
 		argv[argc++] = "EVAL";
 		argv[argc++] = rl_lua_reset;
@@ -195,8 +242,15 @@ admin_send(struct redis_backend *rb, struct redis_node *node,
 		argv[argc++] = a->key;
 		argv[argc++] = rb->rel_channel;
 	} else if (a->op == BACKEND_ADMIN_OVERRIDE_READ) {
-		argv[argc++] = "HGETALL";
+		/* A page each call, under the store's timeout: a whole hash
+		 * of 100,000 fields is more than one timeout holds. */
+		snprintf(cursor, sizeof(cursor), "%" PRIu64, a->cursor);
+		snprintf(count, sizeof(count), "%d", BACKEND_OVERRIDE_PAGE);
+		argv[argc++] = "HSCAN";
 		argv[argc++] = a->key;
+		argv[argc++] = cursor;
+		argv[argc++] = "COUNT";
+		argv[argc++] = count;
 	} else {
 		argv[argc++] = "EVAL";
 		argv[argc++] = rl_lua_override;

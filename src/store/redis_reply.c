@@ -11,6 +11,7 @@
  * Thread: the store's I/O thread.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -224,9 +225,9 @@ reply_lease(struct redis_batch *b, const redisReply *r)
 	}
 }
 
-/* docs/admin.md: DEL and override.lua's set and del answer an integer;
- * read the live fields, copied into admin->reply as length-prefixed
- * strings (backend.h). */
+/* docs/admin.md: DEL and override.lua's set, del and drop answer an
+ * integer; HSCAN the next cursor and a page of fields and values, copied
+ * into admin->reply as length-prefixed strings (backend.h). */
 static void
 reply_admin(struct redis_batch *b, const redisReply *r)
 {
@@ -249,10 +250,14 @@ reply_admin(struct redis_batch *b, const redisReply *r)
 		    BACKEND_ERR_PROTOCOL, msg);
 		return;
 	}
-	if (r->type != REDIS_REPLY_ARRAY) {
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+	    r->element[0]->type != REDIS_REPLY_STRING ||
+	    r->element[1]->type != REDIS_REPLY_ARRAY) {
 		redis_flight_finish(b->rb, call, -1, BACKEND_ERR_PROTOCOL, msg);
 		return;
 	}
+	a->cursor = strtoull(r->element[0]->str, NULL, 10);
+	r = r->element[1];
 	for (i = 0; i < r->elements; i++) {
 		if (r->element[i]->type != REDIS_REPLY_STRING) {
 			redis_flight_finish(b->rb, call, -1,

@@ -7,7 +7,10 @@
  * on the same Redis within 1 s, expiring with their TTL, surviving a
  * restart on Redis; in process on the memory store; those of a rule a
  * reload removed (kept and reachable on the memory store, out of the
- * bound on Redis); a clean stop while notices of overrides keep coming.  Also
+ * bound on Redis); on Redis, a write that touches one field of a big hash,
+ * expired fields dropped by the daemons' reads (only if unchanged since),
+ * a hash read in pages and a failed read warned of;
+ * a clean stop while notices of overrides keep coming.  Also
  * `--check`, which like GET /admin/config reads the config without serving it:
  * the keys only it checks (redis.password_file, user) are placed FILE:LINE:COL.
  */
@@ -18,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check_main.h"
@@ -1020,9 +1024,9 @@ START_TEST(test_override_removed_rule_memory)
 }
 END_TEST
 
-/* Fill adm:override:gone with n fields straight in Redis. */
+/* Fill hash with n fields straight in Redis, "<prefix><i>" = value. */
 static void
-fill_hash(int n)
+fill_hash_with(const char *hash, int n, const char *prefix, const char *value)
 {
 	const char *argv[2 + 2 * 1000];
 	size_t lens[2 + 2 * 1000];
@@ -1032,11 +1036,12 @@ fill_hash(int n)
 
 	for (i = 0; i < n; i += 1000) {
 		argv[0] = "HSET";
-		argv[1] = "adm:override:gone";
+		argv[1] = hash;
 		for (j = 0, k = 2; j < 1000 && i + j < n; j++) {
-			snprintf(fields[j], sizeof(fields[j]), "f%d", i + j);
+			snprintf(fields[j], sizeof(fields[j]), "%s%d", prefix,
+			    i + j);
 			argv[k++] = fields[j];
-			argv[k++] = "2 10000 0";
+			argv[k++] = value;
 		}
 		for (j = 0; j < k; j++)
 			lens[j] = strlen(argv[j]);
@@ -1046,6 +1051,13 @@ fill_hash(int n)
 		    "HSET failed");
 		freeReplyObject(rep);
 	}
+}
+
+/* Fill adm:override:gone with n fields straight in Redis. */
+static void
+fill_hash(int n)
+{
+	fill_hash_with("adm:override:gone", n, "f", "2 10000 0");
 }
 
 /* Status of a PUT of a new override for api. */
@@ -1114,6 +1126,256 @@ START_TEST(test_override_removed_rule_redis)
 	    r.status, r.body);
 	h_resp_free(&r);
 	admin_stop(&a);
+}
+END_TEST
+
+/* The commands the Lua scripts ran, as MONITOR shows them, from when
+ * monitor_start() returned until monitor_end(): each line "[0 lua]". */
+static redisContext *
+monitor_start(void)
+{
+	redisContext *c = redisConnect("127.0.0.1", h_shared_redis.port);
+	redisReply *rep;
+
+	ck_assert_msg(c != NULL && !c->err, "connect for MONITOR");
+	rep = redisCommand(c, "MONITOR");
+	ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_STATUS,
+	    "MONITOR refused");
+	freeReplyObject(rep);
+	return c;
+}
+
+/* Read c's MONITOR lines up to a marker sent now; into buf, the lines of
+ * scripts' commands (cut at len); how many there were. */
+static int
+monitor_end(redisContext *c, char *buf, size_t len)
+{
+	redisReply *rep;
+	size_t at = 0;
+	int n = 0, w;
+
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "STRLEN %s",
+			     "monitor-end-marker"),
+	    0);
+	for (;;) {
+		ck_assert_msg(redisGetReply(c, (void **)&rep) == REDIS_OK,
+		    "MONITOR: connection lost");
+		if (rep->type == REDIS_REPLY_STATUS &&
+		    strstr(rep->str, "monitor-end-marker") != NULL) {
+			freeReplyObject(rep);
+			break;
+		}
+		if (rep->type == REDIS_REPLY_STATUS &&
+		    strstr(rep->str, " lua] ") != NULL) {
+			n++;
+			w = snprintf(buf + at, at < len ? len - at : 0, "%s\n",
+			    rep->str);
+			if (w > 0)
+				at += (size_t)w;
+		}
+		freeReplyObject(rep);
+	}
+	redisFree(c);
+	return n;
+}
+
+/* A write costs Redis the same however big the hash: a PUT and a DELETE
+ * on a hash of 50,000 fields run a handful of commands (TIME, HGET,
+ * HSET or HDEL, PUBLISH) and none that reads the whole hash (before, each
+ * write ran HGETALL to sweep expired fields: 150 ms at 100,000). */
+START_TEST(test_override_write_touches_one_field)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+	redisContext *mon;
+	char lines[8192];
+	int n;
+
+	fill_hash_with("adm:override:api", 50000, "f", "2 10000 0");
+	admin_start(&a, 0, true, REDIS_SLOW);
+	mon = monitor_start();
+	ck_assert_msg(put_api(&a, "vip", &r) == 200, "PUT: %ld %s", r.status,
+	    r.body);
+	admin_req(&a, &r, "DELETE", "/admin/overrides?rule=api&key=f7", NULL,
+	    auth_ok);
+	ck_assert_msg(r.status == 200 &&
+		json_is_true(h_json_get(&r, "deleted")),
+	    "DELETE: %ld %s", r.status, r.body);
+	n = monitor_end(mon, lines, sizeof(lines));
+	printf("the scripts of a PUT and a DELETE ran %d commands:\n%s", n,
+	    lines);
+	ck_assert_msg(n >= 2 && n <= 8, "%d commands:\n%s", n, lines);
+	ck_assert_msg(strcasestr(lines, "\"hgetall\"") == NULL &&
+		strcasestr(lines, "\"hscan\"") == NULL &&
+		strcasestr(lines, "\"hkeys\"") == NULL &&
+		strcasestr(lines, "\"hvals\"") == NULL,
+	    "a write read the whole hash:\n%s", lines);
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HLEN %s",
+			     "adm:override:api"),
+	    50000);
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
+/* With no write at all, the fields of a hash past their expiry go: the
+ * daemon's read, which sees them, asks Redis to drop them; a live one
+ * stays. */
+START_TEST(test_override_expired_dropped_by_read)
+{
+	struct admin_daemon a;
+	long long t0, n;
+
+	fill_hash_with("adm:override:api", 1000, "old", "2 10000 1");
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HSET %s %s %s",
+			     "adm:override:api", "live", "2 10000 0"),
+	    1);
+	admin_start(&a, 0, true, REDIS_SLOW);
+	ck_assert(wait_limit(&a, "live", 2, 2000) >= 0);
+	for (t0 = h_now_ms();; h_sleep_ms(50)) {
+		n = h_redis_int(&h_shared_redis, "HLEN %s", "adm:override:api");
+		if (n == 1 || h_now_ms() - t0 > 12000)
+			break;
+	}
+	ck_assert_msg(n == 1, "%lld fields left, want 1", n);
+	admin_stop(&a);
+}
+END_TEST
+
+/* Run override.lua's drop (from the source tree) on adm:override:d with
+ * the pairs of argv (field, value, ...): its integer answer. */
+static long long
+script_drop(const char *const *pairs, int npairs)
+{
+	const char *src = getenv("RATELIMITD_SRCDIR");
+	const char *argv[4 + 1 + 2 * 8];
+	char path[H_PATH_MAX], *script;
+	redisReply *rep;
+	long long n;
+	int argc = 0, i;
+
+	ck_assert(npairs <= 8);
+	snprintf(path, sizeof(path), "%s/lua/override.lua",
+	    src != NULL ? src : ".");
+	script = ops_slurp(path);
+	argv[argc++] = "EVAL";
+	argv[argc++] = script;
+	argv[argc++] = "1";
+	argv[argc++] = "adm:override:d";
+	argv[argc++] = "drop";
+	for (i = 0; i < 2 * npairs; i++)
+		argv[argc++] = pairs[i];
+	rep = redisCommandArgv(h_redis_ctx(&h_shared_redis), argc, argv, NULL);
+	free(script);
+	ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_INTEGER,
+	    "drop: %s", rep != NULL && rep->str != NULL ? rep->str : "?");
+	n = rep->integer;
+	freeReplyObject(rep);
+	return n;
+}
+
+/* override.lua's drop deletes a field only if it still holds the value
+ * the daemon read and is expired by Redis's clock: one set again between
+ * the read and the drop keeps its new value, and one a daemon with a
+ * clock ahead thinks expired stays. */
+START_TEST(test_override_drop_is_conditional)
+{
+	char later[64];
+	const char *pairs[] = { "gone", "2 10000 1", "reset", "2 10000 1",
+		"ahead", later, "absent", "2 10000 1" };
+
+	snprintf(later, sizeof(later), "2 10000 %lld",
+	    (long long)time(NULL) * 1000 + 3600000);
+	ck_assert_int_eq(h_redis_int(&h_shared_redis,
+			     "HSET %s %s %s %s %s %s %s", "adm:override:d",
+			     "gone", "2 10000 1", "reset", "5 10000 0", "ahead",
+			     later),
+	    3);
+	/* "reset" was read as "2 10000 1", then set again. */
+	ck_assert_int_eq(script_drop(pairs, 4), 1);
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HEXISTS %s %s",
+			     "adm:override:d", "gone"),
+	    0);
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HEXISTS %s %s",
+			     "adm:override:d", "reset"),
+	    1);
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HEXISTS %s %s",
+			     "adm:override:d", "ahead"),
+	    1);
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HLEN %s",
+			     "adm:override:d"),
+	    2);
+}
+END_TEST
+
+/* How many times Redis ran command name (lower case), from INFO
+ * commandstats (scripts' commands included). */
+static long long
+command_calls(const char *name)
+{
+	redisReply *rep = redisCommand(h_redis_ctx(&h_shared_redis),
+	    "INFO commandstats");
+	char needle[64];
+	const char *p;
+	long long n = 0;
+
+	ck_assert_msg(rep != NULL &&
+		(rep->type == REDIS_REPLY_STRING ||
+		    rep->type == REDIS_REPLY_STATUS),
+	    "INFO commandstats");
+	snprintf(needle, sizeof(needle), "cmdstat_%s:calls=", name);
+	if ((p = strstr(rep->str, needle)) != NULL)
+		n = strtoll(p + strlen(needle), NULL, 10);
+	freeReplyObject(rep);
+	return n;
+}
+
+/* A rule's hash is read in pages, each a call of its own under
+ * redis.timeout (one HGETALL of a big hash would not fit it): a daemon
+ * with 20,000 fields in api's hash applies the one it is asked about, by
+ * the sync and by GET /admin/overrides, and Redis saw HSCANs and no
+ * HGETALL. */
+START_TEST(test_override_read_in_pages)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+
+	fill_hash_with("adm:override:api", 20000, "f", "3 10000 0");
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HSET %s %s %s",
+			     "adm:override:api", "h", "2 10000 0"),
+	    1);
+	freeReplyObject(redisCommand(h_redis_ctx(&h_shared_redis),
+	    "CONFIG RESETSTAT"));
+	admin_start(&a, 0, true, REDIS_SLOW);
+	ck_assert(wait_limit(&a, "h", 2, 3000) >= 0);
+	ck_assert_int_eq(listed(&a, "api"), 20001);
+	printf("reads of 20,001 fields: %lld HSCAN, %lld HGETALL\n",
+	    command_calls("hscan"), command_calls("hgetall"));
+	ck_assert_int_eq(command_calls("hgetall"), 0);
+	ck_assert_msg(command_calls("hscan") >= 10, "%lld HSCAN",
+	    command_calls("hscan"));
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
+/* A read of a rule's overrides that fails is a warning (it was logged
+ * only for debugging), once per full read: tb's hash is a string. */
+START_TEST(test_override_read_failure_warned)
+{
+	struct admin_daemon a;
+	int n;
+
+	ck_assert_msg(redisCommand(h_redis_ctx(&h_shared_redis), "SET %s %s",
+			  "adm:override:tb", "not a hash") != NULL,
+	    "SET");
+	admin_start(&a, 0, true, NULL);
+	ck_assert(wait_limit(&a, "x", 3, 2000) >= 0);
+	h_sleep_ms(6000); /* the read at start, and one 5 s later */
+	admin_stop(&a);
+	n = ops_count_in_file(a.d.log,
+	    "level=warn msg=\"overrides of tb not read");
+	ck_assert_msg(n >= 1 && n <= 3, "warned %d times", n);
 }
 END_TEST
 
@@ -1333,6 +1595,18 @@ test_suite(void)
 
 	/* Ten daemons stopped under a flood of notices: a case of its own,
 	 * with more time. */
+	/* Hashes of many fields (docs/admin.md, "Where they live"). */
+	tc = tcase_create("redis_scale");
+	tcase_add_unchecked_fixture(tc, use_redis_store, h_reap_orphans);
+	tcase_add_checked_fixture(tc, flush_redis, h_test_teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_override_write_touches_one_field);
+	tcase_add_test(tc, test_override_expired_dropped_by_read);
+	tcase_add_test(tc, test_override_drop_is_conditional);
+	tcase_add_test(tc, test_override_read_in_pages);
+	tcase_add_test(tc, test_override_read_failure_warned);
+	suite_add_tcase(s, tc);
+
 	tc = tcase_create("stop");
 	tcase_add_unchecked_fixture(tc, use_redis_store, h_reap_orphans);
 	tcase_add_checked_fixture(tc, flush_redis, h_test_teardown);

@@ -62,7 +62,7 @@ static int
 load_fresh(struct overrides *o, const char *r, size_t len)
 {
 	return overrides_load_rule(o, "rl:", "api", r, len,
-	    overrides_writes(o));
+	    overrides_writes(o, "rl:", "api"));
 }
 
 START_TEST(test_load_replaces_the_rule)
@@ -101,7 +101,7 @@ START_TEST(test_load_overtaken_by_a_write)
 
 	ck_assert_ptr_nonnull(o);
 	/* A set: the reply from before it does not take it back. */
-	since = overrides_writes(o);
+	since = overrides_writes(o, "rl:", "api");
 	ck_assert_int_eq(overrides_set(o, "rl:", "api", "vip", 3, 5, 10000, 0,
 			     1000),
 	    0);
@@ -112,7 +112,7 @@ START_TEST(test_load_overtaken_by_a_write)
 	ck_assert_int_eq(limit_of(o, KEY_OTHER), 0);
 
 	/* A delete: the reply from before it does not bring it back. */
-	since = overrides_writes(o);
+	since = overrides_writes(o, "rl:", "api");
 	ck_assert(overrides_delete(o, "rl:", "api", "vip", 3, 1000));
 	r = reply_of(&len, "vip", "5 10000 0", NULL);
 	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len, since),
@@ -120,11 +120,139 @@ START_TEST(test_load_overtaken_by_a_write)
 	ck_assert_int_eq(limit_of(o, KEY_VIP), 0);
 
 	/* A read begun after the write is applied. */
-	since = overrides_writes(o);
+	since = overrides_writes(o, "rl:", "api");
 	r = reply_of(&len, "other", "7 10000 0", NULL);
 	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len, since),
 	    0);
 	ck_assert_int_eq(limit_of(o, KEY_OTHER), 7);
+	overrides_free(o);
+}
+END_TEST
+
+/* A read of one rule's hash is overtaken only by changes of that rule:
+ * writes to another rule while it was out (a read of a big hash takes a
+ * while, in pages) do not make it read again, and so never starve it. */
+START_TEST(test_load_not_overtaken_by_another_rule)
+{
+	struct overrides *o = overrides_new();
+	unsigned long since;
+	const char *r;
+	size_t len;
+	int i;
+
+	ck_assert_ptr_nonnull(o);
+	since = overrides_writes(o, "rl:", "api");
+	for (i = 0; i < 3; i++) {
+		ck_assert_int_eq(overrides_set(o, "rl:", "tb", "x", 1, 5, 10000,
+				     0, 1000),
+		    0);
+		ck_assert(overrides_delete(o, "rl:", "tb", "x", 1, 1000));
+	}
+	r = reply_of(&len, "vip", "5 10000 0", NULL);
+	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len, since),
+	    0);
+	ck_assert_int_eq(limit_of(o, KEY_VIP), 5);
+	/* A change of api's own still overtakes it. */
+	since = overrides_writes(o, "rl:", "api");
+	ck_assert(overrides_delete(o, "rl:", "api", "vip", 3, 1000));
+	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len, since),
+	    1);
+	ck_assert_int_eq(limit_of(o, KEY_VIP), 0);
+	/* A rule whose group was made and freed since the count was read
+	 * (api holds none now). */
+	since = overrides_writes(o, "rl:", "api");
+	ck_assert_int_eq(load_fresh(o, r, len), 0);
+	ck_assert(overrides_delete(o, "rl:", "api", "vip", 3, 1000));
+	ck_assert_int_eq(overrides_load_rule(o, "rl:", "api", r, len, since),
+	    1);
+	ck_assert_int_eq(limit_of(o, KEY_VIP), 0);
+	overrides_free(o);
+}
+END_TEST
+
+/* A reply of api's fields k<from>..k<to - 1>, each "<limit> 10000 0",
+ * then `extra` (a field again, as HSCAN may send it; NULL: none) with
+ * "<extra_limit> 10000 0".  New (free). */
+static char *
+big_reply(int from, int to, int limit, const char *extra, int extra_limit,
+    size_t *len)
+{
+	char *buf = malloc((size_t)(to - from + 1) * 48), *p = buf;
+	char f[32], v[32];
+	uint32_t n;
+	int i;
+
+	ck_assert_ptr_nonnull(buf);
+	for (i = from; i <= to; i++) {
+		if (i < to)
+			snprintf(f, sizeof(f), "k%d", i);
+		else if (extra != NULL)
+			snprintf(f, sizeof(f), "%s", extra);
+		else
+			break;
+		snprintf(v, sizeof(v), "%d 10000 0",
+		    i < to ? limit : extra_limit);
+		n = (uint32_t)strlen(f);
+		memcpy(p, &n, sizeof(n));
+		memcpy(p + sizeof(n), f, n);
+		p += sizeof(n) + n;
+		n = (uint32_t)strlen(v);
+		memcpy(p, &n, sizeof(n));
+		memcpy(p + sizeof(n), v, n);
+		p += sizeof(n) + n;
+	}
+	*len = (size_t)(p - buf);
+	return buf;
+}
+
+/* The limit of api's key k<i> (0: none). */
+static int64_t
+limit_of_k(struct overrides *o, int i)
+{
+	char key[48];
+
+	snprintf(key, sizeof(key), "rl:api:{k%d}", i);
+	return limit_of(o, key);
+}
+
+/* A reload of a big rule replaces it whole: of 5,000 entries, half are
+ * replaced with new limits, half removed, 2,500 added, a field sent twice
+ * keeps its last value, and another rule's entries are not touched; the
+ * entries stay findable as the chains grow past them. */
+START_TEST(test_load_big_rule_again)
+{
+	struct overrides *o = overrides_new();
+	char *r;
+	size_t len;
+	int i;
+
+	ck_assert_ptr_nonnull(o);
+	ck_assert_int_eq(overrides_set(o, "rl:", "tb", "x", 1, 4, 10000, 0,
+			     1000),
+	    0);
+	r = big_reply(0, 5000, 5, NULL, 0, &len);
+	ck_assert_int_eq(load_fresh(o, r, len), 0);
+	free(r);
+	ck_assert_uint_eq(overrides_count(o), 5001);
+	ck_assert_int_eq(limit_of_k(o, 0), 5);
+	ck_assert_int_eq(limit_of_k(o, 4999), 5);
+
+	r = big_reply(2500, 7500, 7, "k3000", 9, &len);
+	ck_assert_int_eq(load_fresh(o, r, len), 0);
+	free(r);
+	ck_assert_uint_eq(overrides_count(o), 5001);
+	for (i = 0; i < 2500; i++)
+		ck_assert_int_eq(limit_of_k(o, i), 0);
+	for (i = 2500; i < 7500; i++)
+		ck_assert_int_eq(limit_of_k(o, i), i == 3000 ? 9 : 7);
+	ck_assert_int_eq(limit_of_k(o, 7500), 0);
+	ck_assert_int_eq(limit_of(o, "rl:tb:{x}"), 4);
+
+	/* Emptied: the rule holds nothing, the other rule its own. */
+	ck_assert_int_eq(load_fresh(o, "", 0), 0);
+	ck_assert_uint_eq(overrides_count(o), 1);
+	ck_assert_int_eq(limit_of_k(o, 3000), 0);
+	ck_assert_int_eq(limit_of(o, "rl:tb:{x}"), 4);
 	overrides_free(o);
 }
 END_TEST
@@ -152,25 +280,28 @@ START_TEST(test_load_overtaken_by_a_load)
 
 	ck_assert_ptr_nonnull(o);
 	/* The newer reply is applied first; the older one comes last. */
-	old_since = overrides_writes(o);
-	new_since = overrides_writes(o);
+	old_since = overrides_writes(o, "rl:", "api");
+	new_since = overrides_writes(o, "rl:", "api");
 	ck_assert_int_eq(load_vip(o, "9 10000 0", new_since), 0);
 	ck_assert_int_eq(load_vip(o, "5 10000 0", old_since), 1);
 	ck_assert_int_eq(limit_of(o, KEY_VIP), 9);
 
 	/* The older reply is applied first; the newer one, begun before
 	 * that, is refused too, and read again it is applied. */
-	old_since = overrides_writes(o);
-	new_since = overrides_writes(o);
+	old_since = overrides_writes(o, "rl:", "api");
+	new_since = overrides_writes(o, "rl:", "api");
 	ck_assert_int_eq(load_vip(o, "5 10000 0", old_since), 0);
 	ck_assert_int_eq(load_vip(o, "9 10000 0", new_since), 1);
 	ck_assert_int_eq(limit_of(o, KEY_VIP), 5);
-	ck_assert_int_eq(load_vip(o, "9 10000 0", overrides_writes(o)), 0);
+	ck_assert_int_eq(load_vip(o, "9 10000 0",
+			     overrides_writes(o, "rl:", "api")),
+	    0);
 	ck_assert_int_eq(limit_of(o, KEY_VIP), 9);
 
 	/* A malformed reply changes nothing, so it overtakes nothing. */
-	new_since = overrides_writes(o);
-	ck_assert_int_eq(load_vip(o, "nine", overrides_writes(o)), -1);
+	new_since = overrides_writes(o, "rl:", "api");
+	ck_assert_int_eq(load_vip(o, "nine", overrides_writes(o, "rl:", "api")),
+	    -1);
 	ck_assert_int_eq(load_vip(o, "11 10000 0", new_since), 0);
 	ck_assert_int_eq(limit_of(o, KEY_VIP), 11);
 	overrides_free(o);
@@ -443,6 +574,8 @@ test_suite(void)
 	tcase_add_test(tc, test_load_replaces_the_rule);
 	tcase_add_test(tc, test_load_overtaken_by_a_write);
 	tcase_add_test(tc, test_load_overtaken_by_a_load);
+	tcase_add_test(tc, test_load_not_overtaken_by_another_rule);
+	tcase_add_test(tc, test_load_big_rule_again);
 	tcase_add_test(tc, test_expired_freed);
 	tcase_add_test(tc, test_bounded);
 	tcase_add_test(tc, test_rules_apart);
