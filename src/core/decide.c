@@ -913,8 +913,12 @@ collect(struct decide_job *job, const struct config *cfg,
 		rr = render_key(cfg, r, attrs, job->arena + off, need, &len);
 		if (rr == RENDER_MISSING)
 			continue;
+		/* A shadow rule never denies, not even by an error
+		 * (docs/http.md): one whose key is too long is left out. */
+		if (rr == RENDER_TOO_LONG && r->shadow)
+			continue;
 		if (rr == RENDER_TOO_LONG) {
-			job->out->failed_groups = bit;
+			job->out->failed_groups |= bit;
 			return fail(job->out, DECIDE_KEY_TOO_LONG,
 			    "rule \"%s\": the key is longer than 512 bytes",
 			    r->name);
@@ -942,7 +946,7 @@ collect(struct decide_job *job, const struct config *cfg,
 			continue;
 		if (cost > limit && !job->report) {
 			/* A key two groups share: their costs together. */
-			job->out->failed_groups = bit |
+			job->out->failed_groups |= bit |
 			    (j < n ? job->ap[j].groups : 0);
 			return fail(job->out, DECIDE_COST_EXCEEDS_LIMIT,
 			    "cost is larger than the limit of rule \"%s\"",
@@ -990,6 +994,7 @@ decide_prepare(const struct decider *d, const struct config *cfg,
 	struct decide_job *job;
 	size_t nrules, nmax, n = 0, i, g, ngroups, off = 0;
 	int rc;
+	bool failed = false;
 	const struct rule *forced = NULL;
 
 	*jobp = NULL;
@@ -1060,10 +1065,19 @@ decide_prepare(const struct decider *d, const struct config *cfg,
 			&n, &off);
 		if (rc == -2)
 			goto oom;
+		/* A group's key too long or cost over a limit: nothing is
+		 * decided, but every group it is true of is named (gRPC
+		 * answers each descriptor, docs/grpc.md). */
+		if (rc == -1 && ngroups > 0 &&
+		    (out->status == DECIDE_KEY_TOO_LONG ||
+			out->status == DECIDE_COST_EXCEEDS_LIMIT)) {
+			failed = true;
+			continue;
+		}
 		if (rc == -1)
 			goto settled;
 	}
-	if (n == 0)
+	if (failed || n == 0)
 		goto settled;
 	job->n = n;
 	for (i = 0; i < n; i++) {

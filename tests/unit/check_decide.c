@@ -362,6 +362,32 @@ START_TEST(test_validation_before_backend)
 }
 END_TEST
 
+/* Nor when its key is too long: it is left out, where a rule that denies
+ * would give key_too_long. */
+START_TEST(test_shadow_key_too_long)
+{
+	struct attrs a = { 0 };
+	struct decide_request rq = { .attrs = &a, .rule = NULL, .cost = -1 };
+	struct decision d;
+	char big[600];
+
+	memset(big, 'u', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	attrs_set(&a, "path", "/login");
+	attrs_set(&a, "ip", "10.0.0.1");
+	attrs_set(&a, "user", big); /* watch (shadow) keys on ${user} */
+	main_be.answer[0] = (struct rl_result){ true, 4, 1000, 0, 0, 0, 0, 0 };
+	main_be.answer[1] = (struct rl_result){ true, 99, 1000, 0, 0, 0, 0, 0 };
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert_int_eq(d.status, DECIDE_OK);
+	ck_assert(d.allowed);
+	ck_assert_uint_eq(main_be.n, 2);
+	ck_assert_str_eq(main_be.keys[0], "rl:login:{10.0.0.1}");
+	ck_assert_str_eq(main_be.keys[1], "rl:global:{}");
+	attrs_clear(&a);
+}
+END_TEST
+
 START_TEST(test_policy_allow_deny_local)
 {
 	struct attrs a = { 0 };
@@ -705,6 +731,17 @@ END_TEST
 /* Several attribute sets in one decision (gRPC descriptors): one call,
  * a rule and key shared by groups checked once with their costs added,
  * and each group told what its own rules did. */
+/* An attribute that makes a key longer than 512 bytes. */
+static const char *
+big_ip(void)
+{
+	static char big[600];
+
+	memset(big, 'a', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	return big;
+}
+
 START_TEST(test_groups)
 {
 	struct attrs a[3] = { { 0 }, { 0 }, { 0 } };
@@ -773,6 +810,16 @@ START_TEST(test_groups)
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), -1);
 	ck_assert_int_eq(d.status, DECIDE_COST_EXCEEDS_LIMIT);
 	ck_assert_int_eq(main_be.calls, 0);
+	ck_assert_uint_eq(d.failed_groups, 1u << 0 | 1u << 2);
+
+	/* Every group a failure is true of is named, not the first only:
+	 * group 0's cost over login's limit, group 2's key too long. */
+	attrs_set(&a[2], "ip", big_ip());
+	g[0].cost = 6;
+	g[2].cost = -1;
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), -1);
+	ck_assert_uint_eq(d.failed_groups, 1u << 0 | 1u << 2);
+	ck_assert_int_eq(main_be.calls, 0);
 	attrs_clear(&a[0]);
 	attrs_clear(&a[1]);
 	attrs_clear(&a[2]);
@@ -794,6 +841,7 @@ test_suite(void)
 	tcase_add_test(tc, test_shadow_cost_over_limit);
 	tcase_add_test(tc, test_forced_rule_and_cost);
 	tcase_add_test(tc, test_validation_before_backend);
+	tcase_add_test(tc, test_shadow_key_too_long);
 	tcase_add_test(tc, test_policy_allow_deny_local);
 	tcase_add_test(tc, test_caller_deadline_is_no_store_failure);
 	tcase_add_test(tc, test_many_rules_heap_path);
