@@ -123,6 +123,13 @@ redis_circuit_leave(struct redis_backend *rb, bool trial,
 			rb->circuit = REDIS_CIRCUIT_OPEN;
 			rb->open_until_us = 0;
 		}
+	} else if (outcome == REDIS_OUTCOME_GAVE_UP) {
+		/* The trial went to Redis and its caller stopped waiting:
+		 * no verdict, but the next trial waits the backoff again, or
+		 * callers with short deadlines would send one after another
+		 * to a Redis that does not answer. */
+		if (trial && rb->circuit == REDIS_CIRCUIT_HALF_OPEN)
+			redis_circuit_open(rb);
 	} else {
 		rb->failures++;
 		if (trial && rb->circuit == REDIS_CIRCUIT_HALF_OPEN) {

@@ -102,7 +102,7 @@ redis_flight_finish(struct redis_backend *rb, struct backend_call *call, int rc,
 	    q->split == NULL && rb->mode != REDIS_CLUSTER)
 		redis_circuit_leave(rb, q->trial,
 		    rc == 0			     ? REDIS_OUTCOME_OK :
-			kind == BACKEND_ERR_DEADLINE ? REDIS_OUTCOME_NEUTRAL :
+			kind == BACKEND_ERR_DEADLINE ? REDIS_OUTCOME_GAVE_UP :
 						       REDIS_OUTCOME_FAIL);
 	call->done(call);
 }

@@ -85,7 +85,10 @@ enum redis_circuit {
 enum redis_outcome {
 	REDIS_OUTCOME_OK,
 	REDIS_OUTCOME_FAIL,
-	REDIS_OUTCOME_NEUTRAL /* says nothing about Redis */
+	REDIS_OUTCOME_NEUTRAL, /* says nothing about Redis */
+	REDIS_OUTCOME_GAVE_UP  /* nothing either: the caller's own deadline
+				* passed first; a trial so ended waits the
+				* backoff again (not doubled) */
 };
 
 struct redis_node;
