@@ -707,6 +707,12 @@ ov_free_list(struct ov_entry *e)
 	}
 }
 
+static bool
+ov_build_expired(const struct ov_entry *e, int64_t now_ms)
+{
+	return e->expires_ms != 0 && e->expires_ms <= now_ms;
+}
+
 /*
  * The entries of a checked reply's live fields, as a list linked by
  * gnext, a field that comes twice (HSCAN may) once, with its last value;
@@ -718,7 +724,7 @@ ov_build(const char *prefix, const char *rule, const char *reply, size_t len,
 {
 	const char *p = reply, *end = reply + len, *f = NULL, *v = NULL;
 	size_t plen = strlen(prefix), rlen = strlen(rule), n = 0, size, i;
-	struct ov_entry *list = NULL, *e, **seen = NULL;
+	struct ov_entry *list = NULL, *e, **seen = NULL, **link;
 	char val[96];
 	uint32_t fl = 0, vl = 0;
 	long long lim, win, exp;
@@ -733,9 +739,6 @@ ov_build(const char *prefix, const char *rule, const char *reply, size_t len,
 		memcpy(val, v, vl);
 		val[vl] = '\0';
 		(void)sscanf(val, "%lld %lld %lld", &lim, &win, &exp);
-		if (exp != 0 && exp <= now_ms)
-			continue; /* expired: the sync asks Redis to drop it
-				     (sync_drop_expired()) */
 		if ((e = rl_malloc(sizeof(*e) + plen + rlen + 3 + fl)) ==
 		    NULL) {
 			ov_free_list(list);
@@ -758,17 +761,32 @@ ov_build(const char *prefix, const char *rule, const char *reply, size_t len,
 			    seen[i]->keylen == e->keylen &&
 			    memcmp(seen[i]->key, e->key, e->keylen) == 0)
 				break;
-		if (seen[i] != NULL) { /* twice: the later value */
+		if (seen[i] != NULL) { /* twice: the later value, expired
+					* or not (dropped below) */
 			seen[i]->limit = e->limit;
 			seen[i]->window_ms = e->window_ms;
 			seen[i]->expires_ms = e->expires_ms;
 			rl_free(e);
 			continue;
 		}
+		if (ov_build_expired(e, now_ms)) {
+			rl_free(e); /* the sync asks Redis to drop it
+				       (sync_drop_expired()) */
+			continue;
+		}
 		seen[i] = e;
 		e->gnext = list;
 		list = e;
 		n++;
+	}
+	/* A field whose later copy was expired is none. */
+	for (link = &list; (e = *link) != NULL;) {
+		if (ov_build_expired(e, now_ms)) {
+			*link = e->gnext;
+			rl_free(e);
+			n--;
+		} else
+			link = &e->gnext;
 	}
 	rl_free(seen);
 	*out = list;
