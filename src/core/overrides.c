@@ -54,7 +54,8 @@
  * before that change, and applied last it would take the change back until the
  * next read; the rule is marked to be read again instead.  So of two reads of
  * one hash that overlap, only the one applied first is applied, and the other
- * is read again.
+ * is read again.  A stop gives the round up between two calls to the
+ * store, so that it waits for the one call under way at most.
  */
 #include "core/overrides.h"
 
@@ -118,8 +119,10 @@ struct overrides {
 	pthread_mutex_t mu; /* guards what follows */
 	pthread_cond_t cond;
 	bool stop, all;
-	bool joined; /* the thread ended (main thread only) */
-	bool asked;  /* a notice or a reload since the last round */
+	atomic_bool stopping; /* stop, read without mu: the sync gives up
+			       * its round between two calls to the store */
+	bool joined;	      /* the thread ended (main thread only) */
+	bool asked;	      /* a notice or a reload since the last round */
 	char *dirty[OV_DIRTY];
 	size_t ndirty;
 	overrides_read_fn on_read; /* set before the sync starts */
@@ -187,6 +190,7 @@ overrides_new(void)
 	o->nchains = OV_CHAINS_MIN;
 	o->prune_at = OV_PRUNE_MIN;
 	atomic_init(&o->count, 0);
+	atomic_init(&o->stopping, false);
 	return o;
 }
 
@@ -707,6 +711,12 @@ ov_free_list(struct ov_entry *e)
 	}
 }
 
+static bool
+ov_build_expired(const struct ov_entry *e, int64_t now_ms)
+{
+	return e->expires_ms != 0 && e->expires_ms <= now_ms;
+}
+
 /*
  * The entries of a checked reply's live fields, as a list linked by
  * gnext, a field that comes twice (HSCAN may) once, with its last value;
@@ -718,7 +728,7 @@ ov_build(const char *prefix, const char *rule, const char *reply, size_t len,
 {
 	const char *p = reply, *end = reply + len, *f = NULL, *v = NULL;
 	size_t plen = strlen(prefix), rlen = strlen(rule), n = 0, size, i;
-	struct ov_entry *list = NULL, *e, **seen = NULL;
+	struct ov_entry *list = NULL, *e, **seen = NULL, **link;
 	char val[96];
 	uint32_t fl = 0, vl = 0;
 	long long lim, win, exp;
@@ -733,9 +743,6 @@ ov_build(const char *prefix, const char *rule, const char *reply, size_t len,
 		memcpy(val, v, vl);
 		val[vl] = '\0';
 		(void)sscanf(val, "%lld %lld %lld", &lim, &win, &exp);
-		if (exp != 0 && exp <= now_ms)
-			continue; /* expired: the sync asks Redis to drop it
-				     (sync_drop_expired()) */
 		if ((e = rl_malloc(sizeof(*e) + plen + rlen + 3 + fl)) ==
 		    NULL) {
 			ov_free_list(list);
@@ -758,17 +765,32 @@ ov_build(const char *prefix, const char *rule, const char *reply, size_t len,
 			    seen[i]->keylen == e->keylen &&
 			    memcmp(seen[i]->key, e->key, e->keylen) == 0)
 				break;
-		if (seen[i] != NULL) { /* twice: the later value */
+		if (seen[i] != NULL) { /* twice: the later value, expired
+					* or not (dropped below) */
 			seen[i]->limit = e->limit;
 			seen[i]->window_ms = e->window_ms;
 			seen[i]->expires_ms = e->expires_ms;
 			rl_free(e);
 			continue;
 		}
+		if (ov_build_expired(e, now_ms)) {
+			rl_free(e); /* the sync asks Redis to drop it
+				       (sync_drop_expired()) */
+			continue;
+		}
 		seen[i] = e;
 		e->gnext = list;
 		list = e;
 		n++;
+	}
+	/* A field whose later copy was expired is none. */
+	for (link = &list; (e = *link) != NULL;) {
+		if (ov_build_expired(e, now_ms)) {
+			*link = e->gnext;
+			rl_free(e);
+			n--;
+		} else
+			link = &e->gnext;
 	}
 	rl_free(seen);
 	*out = list;
@@ -977,19 +999,23 @@ sync_drop_expired(struct overrides *o, const char *hash, size_t hashlen,
 		memcpy(buf + at, pair, (size_t)(p - pair));
 		at += (size_t)(p - pair);
 		if (++npairs == BACKEND_OVERRIDE_DROP_MAX) {
+			if (atomic_load(&o->stopping))
+				break; /* the next full read drops them */
 			drop_batch(o, hash, hashlen, buf, at, npairs);
 			at = npairs = 0;
 		}
 	}
-	if (npairs > 0)
+	if (npairs > 0 && !atomic_load(&o->stopping))
 		drop_batch(o, hash, hashlen, buf, at, npairs);
 	rl_free(buf);
 }
 
-int
-overrides_read_hash(struct backend *b, const char *hash, size_t hashlen,
-    char **reply, size_t *len, enum backend_error_kind *kind, char *err,
-    size_t errlen)
+/* overrides_read_hash(), which gives up between two pages once *stop (if
+ * not NULL) is set: -1 with BACKEND_ERR_CONNECT. */
+static int
+read_hash(struct backend *b, const char *hash, size_t hashlen,
+    const atomic_bool *stop, char **reply, size_t *len,
+    enum backend_error_kind *kind, char *err, size_t errlen)
 {
 	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_READ };
 	char *all = NULL, *grown;
@@ -998,6 +1024,11 @@ overrides_read_hash(struct backend *b, const char *hash, size_t hashlen,
 	a.key = hash;
 	a.keylen = hashlen;
 	do {
+		if (stop != NULL && atomic_load(stop)) {
+			*kind = BACKEND_ERR_CONNECT;
+			snprintf(err, errlen, "the daemon stops");
+			goto fail;
+		}
 		if (backend_admin_call(b, &a, kind, err, errlen) < 0)
 			goto fail;
 		if (n + a.replylen + 1 > cap) {
@@ -1013,6 +1044,7 @@ overrides_read_hash(struct backend *b, const char *hash, size_t hashlen,
 			memcpy(all + n, a.reply, a.replylen);
 		n += a.replylen;
 		rl_free(a.reply);
+		a.reply = NULL;
 	} while (a.cursor != 0);
 	*reply = all;
 	*len = n;
@@ -1021,6 +1053,14 @@ fail:
 	rl_free(a.reply);
 	rl_free(all);
 	return -1;
+}
+
+int
+overrides_read_hash(struct backend *b, const char *hash, size_t hashlen,
+    char **reply, size_t *len, enum backend_error_kind *kind, char *err,
+    size_t errlen)
+{
+	return read_hash(b, hash, hashlen, NULL, reply, len, kind, err, errlen);
 }
 
 /* Read rule's hash into the table; a read that fails is logged as a
@@ -1040,9 +1080,11 @@ sync_rule(struct overrides *o, const struct config *cfg, const char *rule,
 	if ((hash = rl_malloc(n + 1)) == NULL)
 		return;
 	snprintf(hash, n + 1, "%soverride:%s", cfg->redis.key_prefix, rule);
-	if (overrides_read_hash(o->backend, hash, n, &a.reply, &a.replylen,
+	if (read_hash(o->backend, hash, n, &o->stopping, &a.reply, &a.replylen,
 		&kind, err, sizeof(err)) < 0) {
-		if (warn)
+		if (atomic_load(&o->stopping))
+			log_debug("overrides of %s: read given up", rule);
+		else if (warn)
 			log_warnx(
 			    "overrides of %s not read (hash %s), the "
 			    "ones held kept: %s",
@@ -1103,11 +1145,18 @@ sync_main(void *arg)
 		pthread_mutex_unlock(&o->mu);
 
 		cfg = config_slot_get(&o->cfg);
-		for (i = 0; i < cfg->nrules; i++)
+		/* A stop gives the round up between two calls to the store,
+		 * so that it waits for one call at most (redis.timeout). */
+		for (i = 0; i < cfg->nrules && !atomic_load(&o->stopping); i++)
 			if (all || marked(names, n, cfg->rules[i].name))
 				sync_rule(o, cfg, cfg->rules[i].name, all);
 		for (i = 0; i < n; i++)
 			rl_free(names[i]);
+		if (atomic_load(&o->stopping)) {
+			config_unref(cfg);
+			pthread_mutex_lock(&o->mu);
+			break;
+		}
 		if (all) {
 			/* The reads replace only the rules of cfg: a removed
 			 * rule's entries go here (its hash stays). */
@@ -1212,6 +1261,7 @@ overrides_sync_stop(struct overrides *o)
 {
 	if (o == NULL || o->backend == NULL || o->joined)
 		return;
+	atomic_store(&o->stopping, true);
 	pthread_mutex_lock(&o->mu);
 	o->stop = true;
 	pthread_cond_signal(&o->cond);

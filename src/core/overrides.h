@@ -195,10 +195,12 @@ void overrides_on_read(struct overrides *o, overrides_read_fn fn, void *arg);
  * are freed at once (overrides_drop_unconfigured()), and again after
  * each full read.  Main thread. */
 void overrides_sync_set_config(struct overrides *o, struct config *cfg);
-/* Stop the sync's thread and wait for it (it may be in a call to the
- * store: at most redis.timeout), so that the store can be freed; o stays
- * usable, overrides_notice() included, until overrides_free().  Nothing
- * when no sync runs, or once stopped.  Main thread. */
+/* Stop the sync's thread and wait for it, so that the store can be freed:
+ * the sync gives up its round between two calls to the store (a page of a
+ * hash, a batch of expired fields), so this waits for the one call under
+ * way at most, redis.timeout.  o stays usable, overrides_notice()
+ * included, until overrides_free().  Nothing when no sync runs, or once
+ * stopped.  Main thread. */
 void overrides_sync_stop(struct overrides *o);
 /* A notice heard on the release channel: "<prefix>override:<rule>" reads
  * that rule again; NULL (the subscription is back) reads every rule.  Any

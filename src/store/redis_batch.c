@@ -406,6 +406,7 @@ redis_batch_compact(struct redis_batch *b)
 		b->counts[n++] = b->counts[i];
 	}
 	b->ncalls = n;
+	b->deadlined = 0; /* every call left in it is waiting */
 }
 
 /* Batches a store keeps for its next ones.  A batch is over 1 KiB, and

@@ -86,6 +86,8 @@ redis_flight_finish(struct redis_backend *rb, struct backend_call *call, int rc,
 			if (b->calls[i] == call)
 				b->calls[i] = NULL;
 		b->live--;
+		if (rc != 0 && kind == BACKEND_ERR_DEADLINE)
+			b->deadlined++;
 		q->batch = NULL;
 	}
 	call->rc = rc;

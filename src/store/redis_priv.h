@@ -131,6 +131,8 @@ struct redis_batch {
 	struct redis_backend *rb;
 	struct redis_slot *slot; /* sent on; NULL before */
 	size_t ncalls, live;	 /* live: calls not answered yet */
+	size_t deadlined;	 /* calls that left by their caller's own
+				  * deadline (BACKEND_ERR_DEADLINE) */
 	int kind;		 /* REDIS_CALL_* of every call in it */
 	bool resent, counted;
 	int hslot;		       /* Cluster: its keys' slot; else -1 */

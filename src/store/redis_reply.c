@@ -74,8 +74,11 @@ reply_lost(struct redis_batch *b, const char *err)
 	 * (BACKEND_ERR_DEADLINE, which the circuit does not count): the
 	 * hang itself counts once, so that a Redis that stalls still opens
 	 * the circuit when every client's deadline is shorter than
-	 * redis.timeout. */
-	if (hung && b->live == 0 && rb->mode != REDIS_CLUSTER &&
+	 * redis.timeout.  A call that left at redis.timeout's own deadline
+	 * (from its arrival, before the hang check from the send closes
+	 * the connection) was counted already: none more then. */
+	if (hung && b->live == 0 && b->deadlined == b->ncalls &&
+	    rb->mode != REDIS_CLUSTER &&
 	    (b->kind == REDIS_CALL_REQUEST || b->kind == REDIS_CALL_LEASE))
 		redis_circuit_leave(rb, false, REDIS_OUTCOME_FAIL);
 	redis_flight_fail(b,

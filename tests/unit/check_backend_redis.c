@@ -1517,6 +1517,35 @@ START_TEST(test_timeout)
 }
 END_TEST
 
+/*
+ * A Redis that stops answering: each call fails at redis.timeout from its
+ * arrival, counted once by the circuit, and the connection is closed at
+ * redis.timeout from the send, after.  That close must not count the same
+ * hang a second time: the circuit opens at the fifth such call, not the
+ * third.
+ */
+START_TEST(test_hang_counts_once)
+{
+	struct backend *b;
+	char url[128], err[256];
+	int port, fd = silent_listener(&port);
+	struct rl_check c = mk(RL_ALG_SLIDING_LOG, 5, 1000, 1, false,
+	    "rl:t:{k}");
+	int i;
+
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+	b = new_backend_full(url, 1, 200, NULL);
+	for (i = 0; i < 5; i++)
+		ck_assert_msg(decide_fail(b, c, err, sizeof(err)) ==
+			BACKEND_ERR_TIMEOUT,
+		    "call %d: %s", i + 1, err);
+	ck_assert_int_eq(decide_fail(b, c, err, sizeof(err)),
+	    BACKEND_ERR_CIRCUIT_OPEN);
+	backend_free(b);
+	close(fd);
+}
+END_TEST
+
 START_TEST(test_connection_refused)
 {
 	struct backend *b;
@@ -2018,6 +2047,7 @@ test_suite(void)
 	tcase_add_test(tc, test_sliding_log_older_unit_on_top_of_many_runs);
 	tcase_add_test(tc, test_sliding_log_older_unit_at_the_newest_runs_time);
 	tcase_add_test(tc, test_timeout);
+	tcase_add_test(tc, test_hang_counts_once);
 	tcase_add_test(tc, test_connection_refused);
 	tcase_add_test(tc, test_circuit_breaker);
 	tcase_add_test(tc, test_circuit_refused_backoff_caps);

@@ -89,6 +89,32 @@ START_TEST(test_load_replaces_the_rule)
 }
 END_TEST
 
+/* A field that comes twice (HSCAN may send one again) keeps its last
+ * value, expired or not: an expired later copy leaves no override. */
+START_TEST(test_load_twice_last_expired)
+{
+	struct overrides *o = overrides_new();
+	const char *r;
+	size_t len;
+
+	ck_assert_ptr_nonnull(o);
+	r = reply_of(&len, "vip", "5 10000 0", "other", "7 10000 0", "vip",
+	    "9 10000 1000", NULL);
+	ck_assert_int_eq(load_fresh(o, r, len), 0);
+	ck_assert_int_eq(limit_of(o, KEY_VIP), 0);
+	ck_assert_int_eq(limit_of(o, KEY_OTHER), 7);
+	ck_assert_uint_eq(overrides_count(o), 1);
+	/* Expired, then live again: the last value. */
+	r = reply_of(&len, "vip", "5 10000 0", "vip", "9 10000 1000", "vip",
+	    "6 10000 0", NULL);
+	ck_assert_int_eq(load_fresh(o, r, len), 0);
+	ck_assert_int_eq(limit_of(o, KEY_VIP), 6);
+	ck_assert_int_eq(limit_of(o, KEY_OTHER), 0);
+	ck_assert_uint_eq(overrides_count(o), 1);
+	overrides_free(o);
+}
+END_TEST
+
 /* The race a daemon's sync can lose: its read of the hash begins, the
  * admin API then sets (or deletes) an override in Redis and in the table,
  * and the read's reply, from before that write, arrives last. */
@@ -576,6 +602,7 @@ test_suite(void)
 	tcase_add_test(tc, test_load_overtaken_by_a_load);
 	tcase_add_test(tc, test_load_not_overtaken_by_another_rule);
 	tcase_add_test(tc, test_load_big_rule_again);
+	tcase_add_test(tc, test_load_twice_last_expired);
 	tcase_add_test(tc, test_expired_freed);
 	tcase_add_test(tc, test_bounded);
 	tcase_add_test(tc, test_rules_apart);
