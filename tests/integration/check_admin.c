@@ -1366,11 +1366,13 @@ END_TEST
 START_TEST(test_override_read_failure_warned)
 {
 	struct admin_daemon a;
+	redisReply *rep;
 	int n;
 
-	ck_assert_msg(redisCommand(h_redis_ctx(&h_shared_redis), "SET %s %s",
-			  "adm:override:tb", "not a hash") != NULL,
-	    "SET");
+	rep = redisCommand(h_redis_ctx(&h_shared_redis), "SET %s %s",
+	    "adm:override:tb", "not a hash");
+	ck_assert_msg(rep != NULL, "SET");
+	freeReplyObject(rep);
 	admin_start(&a, 0, true, NULL);
 	ck_assert(wait_limit(&a, "x", 3, 2000) >= 0);
 	h_sleep_ms(6000); /* the read at start, and one 5 s later */
