@@ -264,6 +264,19 @@ ov_changed(struct overrides *o, const char *prefix, const char *rule)
 		o->freed[ov_freed_slot(prefix, rule)] = ++o->writes;
 }
 
+/* Put e at the head of g's list (the write lock held; its chain is the
+ * caller's). */
+static void
+ov_group_push(struct ov_group *g, struct ov_entry *e)
+{
+	e->group = g;
+	e->gnext = g->head;
+	if (g->head != NULL)
+		g->head->gprev = &e->gnext;
+	e->gprev = &g->head;
+	g->head = e;
+}
+
 /* Take e out of its chain, not out of its group's list, and count it
  * gone (the write lock held); the caller frees it. */
 static void
@@ -405,12 +418,7 @@ ov_put(struct overrides *o, struct ov_group *g, const char *key, size_t keylen,
 		e->hash = h;
 		e->keylen = keylen;
 		memcpy(e->key, key, keylen);
-		e->group = g;
-		e->gnext = g->head;
-		if (g->head != NULL)
-			g->head->gprev = &e->gnext;
-		e->gprev = &g->head;
-		g->head = e;
+		ov_group_push(g, e);
 		/* pp may lie in an entry the prune freed: look again. */
 		e->next = NULL;
 		*ov_find(o, key, keylen, h) = e;
@@ -858,12 +866,7 @@ overrides_load_rule(struct overrides *o, const char *prefix, const char *rule,
 			rc = -1;
 			break;
 		}
-		e->group = g;
-		e->gnext = g->head;
-		if (g->head != NULL)
-			g->head->gprev = &e->gnext;
-		e->gprev = &g->head;
-		g->head = e;
+		ov_group_push(g, e);
 		e->next = o->chains[e->hash & (o->nchains - 1)];
 		o->chains[e->hash & (o->nchains - 1)] = e;
 		atomic_fetch_add(&o->count, 1);
