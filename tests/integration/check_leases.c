@@ -938,6 +938,72 @@ START_TEST(test_wait_override_raise)
 }
 END_TEST
 
+/* An override's DELETE that gives a key its rule's higher limit back
+ * serves the key's waiter at once, as a PUT that raises it does: exports
+ * has limit 5, the override holds key "dl" at 1.  On Redis the waiter is
+ * on the other daemon, which first sees the override (its request is
+ * denied) and then hears of the DELETE from its notice. */
+START_TEST(test_wait_override_delete_raise)
+{
+	static const char put[] =
+	    "{\"rule\":\"exports\",\"key\":\"dl\",\"limit\":1}";
+	static const char body[] = "{\"t\":\"exports\",\"tenant\":\"dl\"}";
+	struct h_resp r = { 0 };
+	struct waiter w;
+	CURL *c;
+	char a[512], b[512];
+	int tries;
+
+	start_admin(_i);
+	c = h_curl_new();
+	ck_assert_int_eq(h_request(c, admin_ports[0], &r, "PUT",
+			     "/admin/overrides", put, strlen(put), NULL),
+	    0);
+	ck_assert_msg(r.status == 200, "PUT: %ld %s", r.status, r.body);
+	post(0, "/acquire", body, &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "exports", a, sizeof(a));
+	/* The waiter's daemon applies the override: a second lease is
+	 * denied there (one it still admits is given back, and it asks
+	 * again). */
+	for (tries = 0;; tries++) {
+		post(1, "/acquire", body, &r);
+		if (r.status == 429)
+			break;
+		ck_assert_msg(r.status == 200 && tries < 50,
+		    "daemon 1 never applied the override: %ld %s", r.status,
+		    r.body);
+		lease_of(&r, "exports", b, sizeof(b));
+		ck_assert_int_eq(lease_call(1, "/release", b, &r), 1);
+		h_sleep_ms(100);
+	}
+	ck_assert_msg(strstr(r.body, "\"limit\":1,") != NULL, "%s", r.body);
+	waiter_go(&w, 1,
+	    "{\"t\":\"exports\",\"tenant\":\"dl\",\"wait_ms\":4500}");
+	h_sleep_ms(500);
+	ck_assert_int_eq(__atomic_load_n(&w.status, __ATOMIC_SEQ_CST), 0);
+	h_resp_free(&r);
+	ck_assert_int_eq(h_request(c, admin_ports[0], &r, "DELETE",
+			     "/admin/overrides?rule=exports&key=dl", NULL, 0,
+			     NULL),
+	    0);
+	ck_assert_msg(r.status == 200 && strstr(r.body, "true") != NULL,
+	    "DELETE: %ld %s", r.status, r.body);
+	curl_easy_cleanup(c);
+	pthread_join(w.thread, NULL);
+	ck_assert_msg(w.status == 200 && w.lease[0] != '\0', "waiter: %ld %s",
+	    w.status, w.answer);
+	ck_assert_msg(strstr(w.answer, "\"limit\":5,") != NULL, "%s", w.answer);
+	ck_assert_msg(w.answered_ms - w.sent_ms < RAISE_WAIT_MS / 2,
+	    "the waiter waited %lld ms of its %d with room free: %s",
+	    w.answered_ms - w.sent_ms, RAISE_WAIT_MS, w.answer);
+	ck_assert_int_eq(lease_call(0, "/release", a, &r), 1);
+	ck_assert_int_eq(lease_call(1, "/release", w.lease, &r), 1);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
 /* --- the local fallback's leases -------------------------------------- */
 
 /* Redis on a port where nothing listens, on_backend_error: local: the
@@ -1440,6 +1506,7 @@ test_suite(void)
 	tc = h_shared_redis_tcase("limit_changes");
 	tcase_add_loop_test(tc, test_wait_reload_raise, 0, 2);
 	tcase_add_loop_test(tc, test_wait_override_raise, 0, 2);
+	tcase_add_loop_test(tc, test_wait_override_delete_raise, 0, 2);
 	suite_add_tcase(s, tc);
 	tc = h_shared_redis_tcase("local_fallback");
 	tcase_add_test(tc, test_local_fallback_leases);
