@@ -21,9 +21,10 @@
  * Quota taken in advance (prefetch.c; docs/algorithms.md, "Taking quota
  * in advance") is used in prepare, after the deny cache: a request whose
  * every check has a key the daemon holds enough units of is answered from
- * them, with no store call; any other request uses none, and its
- * prefetched checks ask the store for a chunk.  Completion holds the
- * chunks recorded, under the generation of the request's config.
+ * them, with no store call; any other request uses none, and those of
+ * its prefetched checks whose key holds fewer units than their cost ask
+ * the store for a chunk.  Completion holds the chunks recorded, under
+ * the generation of the request's config.
  *
  * The deny cache (deny_cache.c) is asked in prepare, for stores that do not
  * answer inline: if any non-shadow check's key was denied lately for a cost
@@ -587,15 +588,17 @@ prefetch_applies(const struct decide_job *job, size_t i)
 	    r->algorithm != RL_ALG_CONCURRENCY && !job->ap[i].overridden;
 }
 
-/* Check i asks the store for a chunk, when the daemon has room to hold
- * it (else a plain check: a chunk with no room would be lost). */
+/* Check i asks the store for a chunk when the daemon holds fewer than
+ * its cost of the key and has room to hold more (prefetch_wants_chunk);
+ * else it is a plain check. */
 static void
 prefetch_want_chunk(struct decide_job *job, size_t i, int64_t now)
 {
 	struct rl_check *c = &job->checks[i];
 	const struct rule *r = job->ap[i].rule;
 
-	if (!prefetch_room(job->d->prefetch, c->key, c->keylen, now))
+	if (!prefetch_wants_chunk(job->d->prefetch, job->cfg->serial, c->key,
+		c->keylen, c->cost, now))
 		return;
 	c->prefetch_want = r->prefetch_units > c->cost ? r->prefetch_units :
 							 c->cost;
@@ -619,9 +622,11 @@ swap_checks(struct decide_job *job, size_t a, size_t b)
  * of the request, they are taken and the request is answered in process
  * (every check moved past the ones for the store: returns 0).  Otherwise
  * nothing held is used, every check goes to the store, and each
- * prefetched one asks for a chunk: a request admitted only once the store
- * answers its other checks could use units whose hold ended meanwhile
- * (docs/algorithms.md).  Returns the number of checks for the store.
+ * prefetched one whose key holds fewer units than its cost asks for a
+ * chunk (the others are plain checks, their held units left for whole
+ * requests): a request admitted only once the store answers its other
+ * checks could use units whose hold ended meanwhile (docs/algorithms.md).
+ * Returns the number of checks for the store.
  */
 static size_t
 prefetch_plan(struct decide_job *job)

@@ -267,20 +267,28 @@ pf_sweep(struct prefetch *pf, struct pf_stripe *st, int64_t now)
 }
 
 bool
-prefetch_room(struct prefetch *pf, const char *key, size_t keylen, int64_t now)
+prefetch_wants_chunk(struct prefetch *pf, uint64_t gen, const char *key,
+    size_t keylen, int64_t cost, int64_t now)
 {
 	uint64_t h = pf_hash(key, keylen);
 	struct pf_stripe *st = pf_stripe_of(pf, h);
-	bool room;
+	struct pf_entry *e;
+	bool want;
 
 	pthread_mutex_lock(&st->mu);
-	room = pf_find(pf, st, h, key, keylen, now) != NULL || st->n < st->max;
-	if (!room) {
-		pf_sweep(pf, st, now);
-		room = st->n < st->max;
+	if (!pf_current(pf, gen)) {
+		want = false;
+		goto unlock;
 	}
+	e = pf_find(pf, st, h, key, keylen, now);
+	want = e != NULL ? e->units < cost : st->n < st->max;
+	if (e == NULL && !want) {
+		pf_sweep(pf, st, now);
+		want = st->n < st->max;
+	}
+unlock:
 	pthread_mutex_unlock(&st->mu);
-	return room;
+	return want;
 }
 
 void

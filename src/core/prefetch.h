@@ -67,12 +67,19 @@ bool prefetch_take(struct prefetch *pf, uint64_t gen, const char *key,
 void prefetch_put_back(struct prefetch *pf, uint64_t gen, const char *rule,
     const char *key, size_t keylen, int64_t cost, int64_t until, int64_t now);
 
-/* Could units of key be held now: it has a holding, or its stripe has
- * room (expired holdings swept)?  A request asks the store for a chunk
- * only then: a chunk with no room is lost, and its key would have no
- * quota left for the rest of the hold. */
-bool prefetch_room(struct prefetch *pf, const char *key, size_t keylen,
-    int64_t now);
+/*
+ * Should a check of cost units on key, of a request prepared under gen,
+ * ask the store for a chunk at now?  Only while the daemon holds fewer
+ * than cost units of key: units held answer only the requests they answer
+ * whole, and a chunk asked for beside them would be taken and left to
+ * expire on every call of a request that also needs the store.  And only
+ * when units of key could be held: it has a holding, or its stripe has
+ * room (expired holdings swept), since a chunk with no room is lost and
+ * its key would have no quota left for the rest of the hold.  A gen that
+ * is not the holdings': false (such a chunk is lost).
+ */
+bool prefetch_wants_chunk(struct prefetch *pf, uint64_t gen, const char *key,
+    size_t keylen, int64_t cost, int64_t now);
 
 /*
  * Hold units of key (rule: its rule's name, copied) until the monotonic

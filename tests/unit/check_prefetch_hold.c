@@ -4,8 +4,8 @@
  * units are taken only while enough are held and before their deadline;
  * units put back never outlive their own deadline; a second chunk keeps
  * the earlier deadline; what leaves unused is reported lost; memory is
- * bounded, and a key with no room asks for no chunk; after a reload
- * nothing taken under the old rules is held.
+ * bounded, and a key with no room, or holding the cost already, asks
+ * for no chunk; after a reload nothing taken under the old rules is held.
  */
 #include <check.h>
 #include <stdio.h>
@@ -94,16 +94,16 @@ START_TEST(test_bounded_and_clear)
 	ck_assert_int_le(held, 16);
 	ck_assert_int_eq(held + lost, 200);
 	/* A new key finds no room in its full stripe (no chunk is asked
-	 * for it); a held key does; and at the holdings' deadline the
-	 * stripe is swept. */
-	ck_assert(!prefetch_room(pf, K("new"), 1));
+	 * for it); a held key does, for a cost above what it holds; and
+	 * at the holdings' deadline the stripe is swept. */
+	ck_assert(!prefetch_wants_chunk(pf, G, K("new"), 1, 1));
 	for (i = 0; i < 200; i++) {
 		snprintf(key, sizeof(key), "k%d", i);
 		if (prefetch_held(pf, K(key), 1) > 0)
 			break;
 	}
-	ck_assert(prefetch_room(pf, K(key), 1));
-	ck_assert(prefetch_room(pf, K("new"), 1000));
+	ck_assert(prefetch_wants_chunk(pf, G, K(key), 2, 1));
+	ck_assert(prefetch_wants_chunk(pf, G, K("new"), 1, 1000));
 	prefetch_clear(pf, G);
 	ck_assert_int_eq(lost, 200);
 	/* expired entries make room */
@@ -111,6 +111,27 @@ START_TEST(test_bounded_and_clear)
 	ck_assert_int_eq(prefetch_held(pf, K("k0"), 2000), 1);
 	prefetch_free(pf);
 	ck_assert_int_eq(lost, 201);
+}
+END_TEST
+
+/* A chunk is asked for only while fewer units than the cost are held:
+ * the units held answer the requests they answer whole, and a chunk
+ * beside them would be left to expire.  Nor under another generation. */
+START_TEST(test_chunk_only_when_short)
+{
+	struct prefetch *pf = prefetch_new(8, G, on_lost, NULL);
+
+	lost = 0;
+	ck_assert(prefetch_wants_chunk(pf, G, K("k"), 1, 0));
+	prefetch_add(pf, G, "hot", K("k"), 3, 1000, 0, 80, 500, 100);
+	ck_assert(!prefetch_wants_chunk(pf, G, K("k"), 1, 10));
+	ck_assert(!prefetch_wants_chunk(pf, G, K("k"), 3, 10));
+	ck_assert(prefetch_wants_chunk(pf, G, K("k"), 4, 10));
+	ck_assert(!prefetch_wants_chunk(pf, G + 1, K("k"), 4, 10));
+	/* the holding ended: a chunk again */
+	ck_assert(prefetch_wants_chunk(pf, G, K("k"), 1, 1000));
+	ck_assert_int_eq(lost, 3);
+	prefetch_free(pf);
 }
 END_TEST
 
@@ -155,6 +176,7 @@ test_suite(void)
 	tcase_add_test(tc, test_generation);
 	tcase_add_test(tc, test_put_back_and_merge);
 	tcase_add_test(tc, test_bounded_and_clear);
+	tcase_add_test(tc, test_chunk_only_when_short);
 	suite_add_tcase(s, tc);
 	return s;
 }
