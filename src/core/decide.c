@@ -59,13 +59,15 @@ struct applying {
 	const struct rule *rule;
 	size_t keyoff; /* the key's offset in the key arena */
 	size_t keylen;
-	uint64_t groups;  /* bit g: group g's (with req->groups) */
-	size_t tokoff;	  /* concurrency: its lease token's offset in
-			   * the key arena; else SIZE_MAX */
-	int64_t pf_units; /* units taken from what the daemon holds (the
-			   * check is then answered in process); else 0 */
-	int64_t pf_until; /* their deadline (prefetch_put_back) */
-	bool overridden;  /* its limit and window are an override's */
+	uint64_t groups;   /* bit g: group g's (with req->groups) */
+	size_t tokoff;	   /* concurrency: its lease token's offset in
+			    * the key arena; else SIZE_MAX */
+	int64_t pf_units;  /* units taken from what the daemon holds (the
+			    * check is then answered in process); else 0 */
+	int64_t pf_until;  /* their deadline (prefetch_put_back) */
+	uint64_t pf_stamp; /* prefetch_stamp() before the take and the
+			    * call: a counter reset since drops a chunk */
+	bool overridden;   /* its limit and window are an override's */
 };
 
 struct decide_job {
@@ -640,8 +642,12 @@ prefetch_plan(struct decide_job *job)
 	for (i = 0; i < job->n; i++) {
 		job->ap[i].pf_units = 0;
 		job->ap[i].pf_until = 0;
+		job->ap[i].pf_stamp = 0;
 		if (!prefetch_applies(job, i))
 			all = false;
+		else
+			job->ap[i].pf_stamp = prefetch_stamp(job->d->prefetch,
+			    job->checks[i].key, job->checks[i].keylen);
 	}
 	for (i = 0; i < nstore;) {
 		struct rl_check *c = &job->checks[i];
@@ -684,7 +690,7 @@ prefetch_plan(struct decide_job *job)
 
 		prefetch_put_back(job->d->prefetch, gen, job->ap[i].rule->name,
 		    c->key, c->keylen, job->ap[i].pf_units, job->ap[i].pf_until,
-		    now);
+		    now, job->ap[i].pf_stamp);
 		job->ap[i].pf_units = 0;
 		job->ap[i].pf_until = 0;
 		job->res[i] = (struct rl_result){ 0 };
@@ -739,7 +745,7 @@ prefetch_settle(struct decide_job *job, bool admitted)
 		prefetch_add(d->prefetch, job->cfg->serial, r->name, c->key,
 		    c->keylen, res->taken - c->cost,
 		    job->submit_us + res->taken_us, now, res->remaining,
-		    res->reset_ms, res->effective_ms);
+		    res->reset_ms, res->effective_ms, job->ap[i].pf_stamp);
 		if (d->on_prefetch != NULL)
 			d->on_prefetch(r, false, res->taken - c->cost,
 			    d->hook_arg);

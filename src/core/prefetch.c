@@ -16,6 +16,12 @@
  * caller's under a stripe's lock: a chunk of the old rules that comes back
  * after a stripe was emptied, or a request prepared under them, finds the
  * new generation and holds nothing.
+ *
+ * A counter reset (prefetch_forget) works the same way for one key, with
+ * a stamp per stripe rather than per key: a chunk recorded before the
+ * reset may come back after it, and what was read before must not be
+ * held after it.  A stripe's other keys lose their chunks in flight too,
+ * rarely (resets are few) and on the side of denying.
  */
 #include "core/prefetch.h"
 
@@ -44,6 +50,9 @@ struct pf_stripe {
 	pthread_mutex_t mu;
 	struct pf_entry *chains[PF_BUCKETS];
 	size_t n, max;
+	/* prefetch_forget()s of its keys so far: a chunk or a put-back
+	 * whose stamp is older is lost (written under mu) */
+	atomic_uint_least64_t forgets;
 };
 
 struct prefetch {
@@ -131,6 +140,7 @@ prefetch_new(size_t max_keys, uint64_t gen, prefetch_lost_fn lost, void *arg)
 	pf->arg = arg;
 	for (i = 0; i < PF_STRIPES; i++) {
 		pthread_mutex_init(&pf->stripes[i].mu, NULL);
+		atomic_init(&pf->stripes[i].forgets, 0);
 		pf->stripes[i].max = (max_keys + PF_STRIPES - 1) / PF_STRIPES;
 	}
 	return pf;
@@ -187,6 +197,7 @@ prefetch_forget(struct prefetch *pf, const char *key, size_t keylen)
 	h = pf_hash(key, keylen);
 	st = pf_stripe_of(pf, h);
 	pthread_mutex_lock(&st->mu);
+	atomic_fetch_add(&st->forgets, 1);
 	for (pp = pf_chain(st, h); (e = *pp) != NULL; pp = &e->next)
 		if (e->hash == h && e->keylen == keylen &&
 		    memcmp(e->key, key, keylen) == 0) {
@@ -194,6 +205,19 @@ prefetch_forget(struct prefetch *pf, const char *key, size_t keylen)
 			break;
 		}
 	pthread_mutex_unlock(&st->mu);
+}
+
+uint64_t
+prefetch_stamp(struct prefetch *pf, const char *key, size_t keylen)
+{
+	return atomic_load(&pf_stripe_of(pf, pf_hash(key, keylen))->forgets);
+}
+
+/* Has no forget run in st since stamp was read?  Under st's lock. */
+static bool
+pf_unforgotten(struct pf_stripe *st, uint64_t stamp)
+{
+	return atomic_load(&st->forgets) == stamp;
 }
 
 bool
@@ -228,7 +252,8 @@ prefetch_take(struct prefetch *pf, uint64_t gen, const char *key, size_t keylen,
 
 void
 prefetch_put_back(struct prefetch *pf, uint64_t gen, const char *rule,
-    const char *key, size_t keylen, int64_t cost, int64_t until, int64_t now)
+    const char *key, size_t keylen, int64_t cost, int64_t until, int64_t now,
+    uint64_t stamp)
 {
 	uint64_t h = pf_hash(key, keylen);
 	struct pf_stripe *st = pf_stripe_of(pf, h);
@@ -236,7 +261,9 @@ prefetch_put_back(struct prefetch *pf, uint64_t gen, const char *rule,
 	bool kept = false;
 
 	pthread_mutex_lock(&st->mu);
-	e = pf_current(pf, gen) ? pf_find(pf, st, h, key, keylen, now) : NULL;
+	e = pf_current(pf, gen) && pf_unforgotten(st, stamp) ?
+	    pf_find(pf, st, h, key, keylen, now) :
+	    NULL;
 	if (e != NULL && until > now) {
 		e->units += cost;
 		if (until < e->until)
@@ -294,7 +321,7 @@ unlock:
 void
 prefetch_add(struct prefetch *pf, uint64_t gen, const char *rule,
     const char *key, size_t keylen, int64_t units, int64_t until, int64_t now,
-    int64_t remaining, int64_t reset_ms, int64_t effective_ms)
+    int64_t remaining, int64_t reset_ms, int64_t effective_ms, uint64_t stamp)
 {
 	uint64_t h = pf_hash(key, keylen);
 	struct pf_stripe *st = pf_stripe_of(pf, h);
@@ -304,7 +331,7 @@ prefetch_add(struct prefetch *pf, uint64_t gen, const char *rule,
 	if (units <= 0)
 		return;
 	pthread_mutex_lock(&st->mu);
-	if (until <= now || !pf_current(pf, gen))
+	if (until <= now || !pf_current(pf, gen) || !pf_unforgotten(st, stamp))
 		goto unlock;
 	e = pf_find(pf, st, h, key, keylen, now);
 	if (e == NULL) {

@@ -5,7 +5,8 @@
  * units put back never outlive their own deadline; a second chunk keeps
  * the earlier deadline; what leaves unused is reported lost; memory is
  * bounded, and a key with no room, or holding the cost already, asks
- * for no chunk; after a reload nothing taken under the old rules is held.
+ * for no chunk; after a reload nothing taken under the old rules is held,
+ * nor after a counter reset what a call that left before it brings.
  */
 #include <check.h>
 #include <stdio.h>
@@ -36,7 +37,7 @@ START_TEST(test_take_until_deadline)
 
 	lost = 0;
 	ck_assert(!prefetch_take(pf, G, K("k"), 1, 0, &v)); /* nothing held */
-	prefetch_add(pf, G, "hot", K("k"), 5, 1000, 0, 80, 500, 100);
+	prefetch_add(pf, G, "hot", K("k"), 5, 1000, 0, 80, 500, 100, 0);
 	ck_assert(prefetch_take(pf, G, K("k"), 2, 100, &v));
 	ck_assert_int_eq(v.remaining, 80 + 3);
 	ck_assert_int_eq(v.until, 1000);
@@ -44,7 +45,7 @@ START_TEST(test_take_until_deadline)
 	ck_assert(prefetch_take(pf, G, K("k"), 3, 999, &v));
 	ck_assert_int_eq(prefetch_held(pf, K("k"), 999), 0);
 	/* at the deadline, nothing more */
-	prefetch_add(pf, G, "hot", K("k"), 2, 1000, 999, 80, 500, 100);
+	prefetch_add(pf, G, "hot", K("k"), 2, 1000, 999, 80, 500, 100, 0);
 	ck_assert(!prefetch_take(pf, G, K("k"), 1, 1000, &v));
 	ck_assert_int_eq(lost, 2);
 	prefetch_free(pf);
@@ -57,19 +58,19 @@ START_TEST(test_put_back_and_merge)
 	struct prefetch_view v;
 
 	lost = 0;
-	prefetch_add(pf, G, "hot", K("k"), 5, 2000, 0, 50, 500, 100);
+	prefetch_add(pf, G, "hot", K("k"), 5, 2000, 0, 50, 500, 100, 0);
 	ck_assert(prefetch_take(pf, G, K("k"), 5, 10, &v));
 	/* put back: they join the holding */
-	prefetch_put_back(pf, G, "hot", K("k"), 5, v.until, 20);
+	prefetch_put_back(pf, G, "hot", K("k"), 5, v.until, 20, 0);
 	ck_assert_int_eq(prefetch_held(pf, K("k"), 20), 5);
 	/* a later chunk adds its units, keeping the earlier deadline */
-	prefetch_add(pf, G, "hot", K("k"), 4, 9000, 30, 40, 500, 100);
+	prefetch_add(pf, G, "hot", K("k"), 4, 9000, 30, 40, 500, 100, 0);
 	ck_assert_int_eq(prefetch_held(pf, K("k"), 30), 9);
 	ck_assert_int_eq(prefetch_held(pf, K("k"), 2000), 0);
 	ck_assert_int_eq(lost, 9);
 	/* units put back after their deadline, or to no holding: lost */
-	prefetch_put_back(pf, G, "hot", K("k"), 3, 2500, 2600);
-	prefetch_put_back(pf, G, "hot", K("other"), 2, 9999, 2600);
+	prefetch_put_back(pf, G, "hot", K("k"), 3, 2500, 2600, 0);
+	prefetch_put_back(pf, G, "hot", K("other"), 2, 9999, 2600, 0);
 	ck_assert_int_eq(lost, 14);
 	prefetch_free(pf);
 }
@@ -85,7 +86,7 @@ START_TEST(test_bounded_and_clear)
 	/* one key per stripe at most: some of these find no room */
 	for (i = 0; i < 200; i++) {
 		snprintf(key, sizeof(key), "k%d", i);
-		prefetch_add(pf, G, "hot", K(key), 1, 1000, 0, 0, 0, 0);
+		prefetch_add(pf, G, "hot", K(key), 1, 1000, 0, 0, 0, 0, 0);
 	}
 	for (i = 0; i < 200; i++) {
 		snprintf(key, sizeof(key), "k%d", i);
@@ -107,10 +108,42 @@ START_TEST(test_bounded_and_clear)
 	prefetch_clear(pf, G);
 	ck_assert_int_eq(lost, 200);
 	/* expired entries make room */
-	prefetch_add(pf, G, "hot", K("k0"), 1, 5000, 2000, 0, 0, 0);
+	prefetch_add(pf, G, "hot", K("k0"), 1, 5000, 2000, 0, 0, 0, 0);
 	ck_assert_int_eq(prefetch_held(pf, K("k0"), 2000), 1);
 	prefetch_free(pf);
 	ck_assert_int_eq(lost, 201);
+}
+END_TEST
+
+/* A counter reset (prefetch_forget) drops what is held for the key, and
+ * what a call that left before it brings back or puts back: the store
+ * may have recorded it in the counter dropped. */
+START_TEST(test_forget_drops_in_flight)
+{
+	struct prefetch *pf = prefetch_new(8, G, on_lost, NULL);
+	struct prefetch_view v;
+	uint64_t before, after;
+
+	lost = 0;
+	before = prefetch_stamp(pf, K("k"));
+	prefetch_add(pf, G, "hot", K("k"), 5, 1000, 0, 80, 500, 100, before);
+	ck_assert(prefetch_take(pf, G, K("k"), 2, 10, &v));
+	prefetch_forget(pf, K("k"));
+	ck_assert_int_eq(lost, 3);
+	/* a chunk of a call that left before the reset: lost */
+	prefetch_add(pf, G, "hot", K("k"), 5, 1000, 20, 80, 500, 100, before);
+	ck_assert_int_eq(prefetch_held(pf, K("k"), 20), 0);
+	ck_assert_int_eq(lost, 8);
+	/* one that left after it is held; units taken before it are not
+	 * put back into it */
+	after = prefetch_stamp(pf, K("k"));
+	prefetch_add(pf, G, "hot", K("k"), 4, 1000, 30, 80, 500, 100, after);
+	ck_assert_int_eq(prefetch_held(pf, K("k"), 30), 4);
+	prefetch_put_back(pf, G, "hot", K("k"), 2, v.until, 40, before);
+	ck_assert_int_eq(prefetch_held(pf, K("k"), 40), 4);
+	ck_assert_int_eq(lost, 10);
+	prefetch_free(pf);
+	ck_assert_int_eq(lost, 14);
 }
 END_TEST
 
@@ -123,7 +156,7 @@ START_TEST(test_chunk_only_when_short)
 
 	lost = 0;
 	ck_assert(prefetch_wants_chunk(pf, G, K("k"), 1, 0));
-	prefetch_add(pf, G, "hot", K("k"), 3, 1000, 0, 80, 500, 100);
+	prefetch_add(pf, G, "hot", K("k"), 3, 1000, 0, 80, 500, 100, 0);
 	ck_assert(!prefetch_wants_chunk(pf, G, K("k"), 1, 10));
 	ck_assert(!prefetch_wants_chunk(pf, G, K("k"), 3, 10));
 	ck_assert(prefetch_wants_chunk(pf, G, K("k"), 4, 10));
@@ -145,19 +178,19 @@ START_TEST(test_generation)
 	struct prefetch_view v;
 
 	lost = 0;
-	prefetch_add(pf, G, "hot", K("k"), 5, 1000, 0, 80, 500, 100);
+	prefetch_add(pf, G, "hot", K("k"), 5, 1000, 0, 80, 500, 100, 0);
 	ck_assert(prefetch_take(pf, G, K("k"), 1, 10, &v));
 	prefetch_clear(pf, G + 1);
 	ck_assert_int_eq(lost, 4);
 	/* the old rules' chunk, back after the reload */
-	prefetch_add(pf, G, "hot", K("k"), 5, 1000, 20, 80, 500, 100);
+	prefetch_add(pf, G, "hot", K("k"), 5, 1000, 20, 80, 500, 100, 0);
 	ck_assert_int_eq(lost, 9);
 	ck_assert_int_eq(prefetch_held(pf, K("k"), 20), 0);
 	/* the new rules' chunk is held, for the new rules only */
-	prefetch_add(pf, G + 1, "hot", K("k"), 5, 1000, 20, 80, 500, 100);
+	prefetch_add(pf, G + 1, "hot", K("k"), 5, 1000, 20, 80, 500, 100, 0);
 	ck_assert_int_eq(prefetch_held(pf, K("k"), 20), 5);
 	ck_assert(!prefetch_take(pf, G, K("k"), 1, 30, &v));
-	prefetch_put_back(pf, G, "hot", K("k"), 1, v.until, 30);
+	prefetch_put_back(pf, G, "hot", K("k"), 1, v.until, 30, 0);
 	ck_assert_int_eq(lost, 10);
 	ck_assert_int_eq(prefetch_held(pf, K("k"), 30), 5);
 	ck_assert(prefetch_take(pf, G + 1, K("k"), 5, 30, &v));
@@ -177,6 +210,7 @@ test_suite(void)
 	tcase_add_test(tc, test_put_back_and_merge);
 	tcase_add_test(tc, test_bounded_and_clear);
 	tcase_add_test(tc, test_chunk_only_when_short);
+	tcase_add_test(tc, test_forget_drops_in_flight);
 	suite_add_tcase(s, tc);
 	return s;
 }
