@@ -15,7 +15,11 @@
  * empties the stripes, and every other function compares it with the
  * caller's under a stripe's lock: a chunk of the old rules that comes back
  * after a stripe was emptied, or a request prepared under them, finds the
- * new generation and holds nothing.
+ * new generation and holds nothing.  Each entry keeps the generation it
+ * was held under too, and one of an older generation is dropped when met,
+ * like an expired one: the new config is published before the stripes
+ * are emptied, and a request under it must not take the old rules' units
+ * from a stripe not emptied yet.
  *
  * A counter reset (prefetch_forget) works the same way for one key, with
  * a stamp per stripe rather than per key: a chunk recorded before the
@@ -41,6 +45,7 @@ struct pf_entry {
 	int64_t until; /* monotonic: usable before this */
 	int64_t at;    /* when the last chunk's answer came */
 	int64_t remaining, reset_ms, effective_ms;
+	uint64_t gen; /* the holdings' generation when it was made */
 	char *rule;
 	size_t keylen;
 	char key[];
@@ -107,7 +112,15 @@ pf_drop(struct prefetch *pf, struct pf_stripe *st, struct pf_entry **pp)
 	rl_free(e);
 }
 
-/* The live entry of key, dropping expired entries met in its chain. */
+/* Is e past its deadline, or of a generation before the holdings'
+ * (prefetch_clear() has not reached its stripe yet)?  Lock held. */
+static bool
+pf_stale(struct prefetch *pf, const struct pf_entry *e, int64_t now)
+{
+	return e->until <= now || e->gen != atomic_load(&pf->gen);
+}
+
+/* The live entry of key, dropping stale entries met in its chain. */
 static struct pf_entry *
 pf_find(struct prefetch *pf, struct pf_stripe *st, uint64_t h, const char *key,
     size_t keylen, int64_t now)
@@ -115,7 +128,7 @@ pf_find(struct prefetch *pf, struct pf_stripe *st, uint64_t h, const char *key,
 	struct pf_entry **pp = pf_chain(st, h), *e;
 
 	while ((e = *pp) != NULL) {
-		if (e->until <= now) {
+		if (pf_stale(pf, e, now)) {
 			pf_drop(pf, st, pp);
 			continue;
 		}
@@ -275,7 +288,7 @@ prefetch_put_back(struct prefetch *pf, uint64_t gen, const char *rule,
 		pf_report(pf, rule, cost);
 }
 
-/* Make room in a full stripe: drop every expired entry (lock held). */
+/* Make room in a full stripe: drop every stale entry (lock held). */
 static void
 pf_sweep(struct prefetch *pf, struct pf_stripe *st, int64_t now)
 {
@@ -285,7 +298,7 @@ pf_sweep(struct prefetch *pf, struct pf_stripe *st, int64_t now)
 	for (j = 0; j < PF_BUCKETS; j++) {
 		pp = &st->chains[j];
 		while (*pp != NULL) {
-			if ((*pp)->until <= now)
+			if (pf_stale(pf, *pp, now))
 				pf_drop(pf, st, pp);
 			else
 				pp = &(*pp)->next;
@@ -346,6 +359,7 @@ prefetch_add(struct prefetch *pf, uint64_t gen, const char *rule,
 			goto unlock;
 		}
 		e->hash = h;
+		e->gen = gen;
 		e->keylen = keylen;
 		memcpy(e->key, key, keylen);
 		e->until = until;

@@ -9,6 +9,10 @@
  * nor after a counter reset what a call that left before it brings.
  */
 #include <check.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,6 +203,82 @@ START_TEST(test_generation)
 }
 END_TEST
 
+/*
+ * A reload publishes the new config before prefetch_clear() has emptied
+ * every stripe: a request under the new rules that reaches a stripe not
+ * emptied yet takes nothing of the old rules' units.  Keys "a" and "b"
+ * are in two stripes; the clear is held in the lost callback of the first
+ * it empties while the other is asked for under the new generation.
+ */
+static sem_t clear_at, clear_go;
+static atomic_bool clear_held;
+static char clear_first[8];
+static atomic_llong clear_lost;
+
+static void
+on_lost_clear(const char *rule, int64_t units, void *arg)
+{
+	bool no = false;
+
+	(void)arg;
+	atomic_fetch_add(&clear_lost, units);
+	if (!atomic_compare_exchange_strong(&clear_held, &no, true))
+		return;
+	snprintf(clear_first, sizeof(clear_first), "%s", rule);
+	sem_post(&clear_at);
+	sem_wait(&clear_go);
+}
+
+static void *
+clear_to_next(void *arg)
+{
+	prefetch_clear(arg, G + 1);
+	return NULL;
+}
+
+START_TEST(test_generation_per_entry)
+{
+	struct prefetch *pf, *one;
+	struct prefetch_view v;
+	const char *other;
+	char b[8];
+	pthread_t th;
+	bool took;
+	int i;
+
+	/* b: a key of another stripe than a's (one key per stripe) */
+	one = prefetch_new(1, G, NULL, NULL);
+	prefetch_add(one, G, "a", K("a"), 1, 1000, 0, 0, 0, 0, 0);
+	for (i = 0; i < 1000; i++) {
+		snprintf(b, sizeof(b), "b%d", i);
+		if (prefetch_wants_chunk(one, G, K(b), 1, 0))
+			break;
+	}
+	ck_assert_int_lt(i, 1000);
+	prefetch_free(one);
+
+	ck_assert_int_eq(sem_init(&clear_at, 0, 0), 0);
+	ck_assert_int_eq(sem_init(&clear_go, 0, 0), 0);
+	atomic_store(&clear_held, false);
+	atomic_store(&clear_lost, 0);
+	pf = prefetch_new(64, G, on_lost_clear, NULL);
+	prefetch_add(pf, G, "a", K("a"), 5, 1000, 0, 80, 500, 100, 0);
+	prefetch_add(pf, G, b, K(b), 5, 1000, 0, 80, 500, 100, 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, clear_to_next, pf), 0);
+	sem_wait(&clear_at); /* one stripe emptied, the other not yet */
+	other = strcmp(clear_first, "a") == 0 ? b : "a";
+	took = prefetch_take(pf, G + 1, K(other), 1, 10, &v);
+	sem_post(&clear_go);
+	pthread_join(th, NULL);
+	ck_assert_msg(!took, "took a unit of %s held under the old rules",
+	    other);
+	ck_assert_int_eq(atomic_load(&clear_lost), 10);
+	prefetch_free(pf);
+	sem_destroy(&clear_at);
+	sem_destroy(&clear_go);
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -211,6 +291,7 @@ test_suite(void)
 	tcase_add_test(tc, test_bounded_and_clear);
 	tcase_add_test(tc, test_chunk_only_when_short);
 	tcase_add_test(tc, test_forget_drops_in_flight);
+	tcase_add_test(tc, test_generation_per_entry);
 	suite_add_tcase(s, tc);
 	return s;
 }
