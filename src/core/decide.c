@@ -21,9 +21,10 @@
  * Quota taken in advance (prefetch.c; docs/algorithms.md, "Taking quota
  * in advance") is used in prepare, after the deny cache: a request whose
  * every check has a key the daemon holds enough units of is answered from
- * them, with no store call; any other request uses none, and its
- * prefetched checks ask the store for a chunk.  Completion holds the
- * chunks recorded, under the generation of the request's config.
+ * them, with no store call; any other request uses none, and those of
+ * its prefetched checks whose key holds fewer units than their cost ask
+ * the store for a chunk.  Completion holds the chunks recorded, under
+ * the generation of the request's config.
  *
  * The deny cache (deny_cache.c) is asked in prepare, for stores that do not
  * answer inline: if any non-shadow check's key was denied lately for a cost
@@ -58,13 +59,15 @@ struct applying {
 	const struct rule *rule;
 	size_t keyoff; /* the key's offset in the key arena */
 	size_t keylen;
-	uint64_t groups;  /* bit g: group g's (with req->groups) */
-	size_t tokoff;	  /* concurrency: its lease token's offset in
-			   * the key arena; else SIZE_MAX */
-	int64_t pf_units; /* units taken from what the daemon holds (the
-			   * check is then answered in process); else 0 */
-	int64_t pf_until; /* their deadline (prefetch_put_back) */
-	bool overridden;  /* its limit and window are an override's */
+	uint64_t groups;   /* bit g: group g's (with req->groups) */
+	size_t tokoff;	   /* concurrency: its lease token's offset in
+			    * the key arena; else SIZE_MAX */
+	int64_t pf_units;  /* units taken from what the daemon holds (the
+			    * check is then answered in process); else 0 */
+	int64_t pf_until;  /* their deadline (prefetch_put_back) */
+	uint64_t pf_stamp; /* prefetch_stamp() before the take and the
+			    * call: a counter reset since drops a chunk */
+	bool overridden;   /* its limit and window are an override's */
 };
 
 struct decide_job {
@@ -587,15 +590,17 @@ prefetch_applies(const struct decide_job *job, size_t i)
 	    r->algorithm != RL_ALG_CONCURRENCY && !job->ap[i].overridden;
 }
 
-/* Check i asks the store for a chunk, when the daemon has room to hold
- * it (else a plain check: a chunk with no room would be lost). */
+/* Check i asks the store for a chunk when the daemon holds fewer than
+ * its cost of the key and has room to hold more (prefetch_wants_chunk);
+ * else it is a plain check. */
 static void
 prefetch_want_chunk(struct decide_job *job, size_t i, int64_t now)
 {
 	struct rl_check *c = &job->checks[i];
 	const struct rule *r = job->ap[i].rule;
 
-	if (!prefetch_room(job->d->prefetch, c->key, c->keylen, now))
+	if (!prefetch_wants_chunk(job->d->prefetch, job->cfg->serial, c->key,
+		c->keylen, c->cost, now))
 		return;
 	c->prefetch_want = r->prefetch_units > c->cost ? r->prefetch_units :
 							 c->cost;
@@ -619,9 +624,11 @@ swap_checks(struct decide_job *job, size_t a, size_t b)
  * of the request, they are taken and the request is answered in process
  * (every check moved past the ones for the store: returns 0).  Otherwise
  * nothing held is used, every check goes to the store, and each
- * prefetched one asks for a chunk: a request admitted only once the store
- * answers its other checks could use units whose hold ended meanwhile
- * (docs/algorithms.md).  Returns the number of checks for the store.
+ * prefetched one whose key holds fewer units than its cost asks for a
+ * chunk (the others are plain checks, their held units left for whole
+ * requests): a request admitted only once the store answers its other
+ * checks could use units whose hold ended meanwhile (docs/algorithms.md).
+ * Returns the number of checks for the store.
  */
 static size_t
 prefetch_plan(struct decide_job *job)
@@ -635,8 +642,12 @@ prefetch_plan(struct decide_job *job)
 	for (i = 0; i < job->n; i++) {
 		job->ap[i].pf_units = 0;
 		job->ap[i].pf_until = 0;
+		job->ap[i].pf_stamp = 0;
 		if (!prefetch_applies(job, i))
 			all = false;
+		else
+			job->ap[i].pf_stamp = prefetch_stamp(job->d->prefetch,
+			    job->checks[i].key, job->checks[i].keylen);
 	}
 	for (i = 0; i < nstore;) {
 		struct rl_check *c = &job->checks[i];
@@ -679,7 +690,7 @@ prefetch_plan(struct decide_job *job)
 
 		prefetch_put_back(job->d->prefetch, gen, job->ap[i].rule->name,
 		    c->key, c->keylen, job->ap[i].pf_units, job->ap[i].pf_until,
-		    now);
+		    now, job->ap[i].pf_stamp);
 		job->ap[i].pf_units = 0;
 		job->ap[i].pf_until = 0;
 		job->res[i] = (struct rl_result){ 0 };
@@ -734,7 +745,7 @@ prefetch_settle(struct decide_job *job, bool admitted)
 		prefetch_add(d->prefetch, job->cfg->serial, r->name, c->key,
 		    c->keylen, res->taken - c->cost,
 		    job->submit_us + res->taken_us, now, res->remaining,
-		    res->reset_ms, res->effective_ms);
+		    res->reset_ms, res->effective_ms, job->ap[i].pf_stamp);
 		if (d->on_prefetch != NULL)
 			d->on_prefetch(r, false, res->taken - c->cost,
 			    d->hook_arg);

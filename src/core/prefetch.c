@@ -15,7 +15,17 @@
  * empties the stripes, and every other function compares it with the
  * caller's under a stripe's lock: a chunk of the old rules that comes back
  * after a stripe was emptied, or a request prepared under them, finds the
- * new generation and holds nothing.
+ * new generation and holds nothing.  Each entry keeps the generation it
+ * was held under too, and one of an older generation is dropped when met,
+ * like an expired one: the new config is published before the stripes
+ * are emptied, and a request under it must not take the old rules' units
+ * from a stripe not emptied yet.
+ *
+ * A counter reset (prefetch_forget) works the same way for one key, with
+ * a stamp per stripe rather than per key: a chunk recorded before the
+ * reset may come back after it, and what was read before must not be
+ * held after it.  A stripe's other keys lose their chunks in flight too,
+ * rarely (resets are few) and on the side of denying.
  */
 #include "core/prefetch.h"
 
@@ -35,6 +45,7 @@ struct pf_entry {
 	int64_t until; /* monotonic: usable before this */
 	int64_t at;    /* when the last chunk's answer came */
 	int64_t remaining, reset_ms, effective_ms;
+	uint64_t gen; /* the holdings' generation when it was made */
 	char *rule;
 	size_t keylen;
 	char key[];
@@ -44,6 +55,9 @@ struct pf_stripe {
 	pthread_mutex_t mu;
 	struct pf_entry *chains[PF_BUCKETS];
 	size_t n, max;
+	/* prefetch_forget()s of its keys so far: a chunk or a put-back
+	 * whose stamp is older is lost (written under mu) */
+	atomic_uint_least64_t forgets;
 };
 
 struct prefetch {
@@ -98,7 +112,15 @@ pf_drop(struct prefetch *pf, struct pf_stripe *st, struct pf_entry **pp)
 	rl_free(e);
 }
 
-/* The live entry of key, dropping expired entries met in its chain. */
+/* Is e past its deadline, or of a generation before the holdings'
+ * (prefetch_clear() has not reached its stripe yet)?  Lock held. */
+static bool
+pf_stale(struct prefetch *pf, const struct pf_entry *e, int64_t now)
+{
+	return e->until <= now || e->gen != atomic_load(&pf->gen);
+}
+
+/* The live entry of key, dropping stale entries met in its chain. */
 static struct pf_entry *
 pf_find(struct prefetch *pf, struct pf_stripe *st, uint64_t h, const char *key,
     size_t keylen, int64_t now)
@@ -106,7 +128,7 @@ pf_find(struct prefetch *pf, struct pf_stripe *st, uint64_t h, const char *key,
 	struct pf_entry **pp = pf_chain(st, h), *e;
 
 	while ((e = *pp) != NULL) {
-		if (e->until <= now) {
+		if (pf_stale(pf, e, now)) {
 			pf_drop(pf, st, pp);
 			continue;
 		}
@@ -131,6 +153,7 @@ prefetch_new(size_t max_keys, uint64_t gen, prefetch_lost_fn lost, void *arg)
 	pf->arg = arg;
 	for (i = 0; i < PF_STRIPES; i++) {
 		pthread_mutex_init(&pf->stripes[i].mu, NULL);
+		atomic_init(&pf->stripes[i].forgets, 0);
 		pf->stripes[i].max = (max_keys + PF_STRIPES - 1) / PF_STRIPES;
 	}
 	return pf;
@@ -187,6 +210,7 @@ prefetch_forget(struct prefetch *pf, const char *key, size_t keylen)
 	h = pf_hash(key, keylen);
 	st = pf_stripe_of(pf, h);
 	pthread_mutex_lock(&st->mu);
+	atomic_fetch_add(&st->forgets, 1);
 	for (pp = pf_chain(st, h); (e = *pp) != NULL; pp = &e->next)
 		if (e->hash == h && e->keylen == keylen &&
 		    memcmp(e->key, key, keylen) == 0) {
@@ -194,6 +218,19 @@ prefetch_forget(struct prefetch *pf, const char *key, size_t keylen)
 			break;
 		}
 	pthread_mutex_unlock(&st->mu);
+}
+
+uint64_t
+prefetch_stamp(struct prefetch *pf, const char *key, size_t keylen)
+{
+	return atomic_load(&pf_stripe_of(pf, pf_hash(key, keylen))->forgets);
+}
+
+/* Has no forget run in st since stamp was read?  Under st's lock. */
+static bool
+pf_unforgotten(struct pf_stripe *st, uint64_t stamp)
+{
+	return atomic_load(&st->forgets) == stamp;
 }
 
 bool
@@ -228,7 +265,8 @@ prefetch_take(struct prefetch *pf, uint64_t gen, const char *key, size_t keylen,
 
 void
 prefetch_put_back(struct prefetch *pf, uint64_t gen, const char *rule,
-    const char *key, size_t keylen, int64_t cost, int64_t until, int64_t now)
+    const char *key, size_t keylen, int64_t cost, int64_t until, int64_t now,
+    uint64_t stamp)
 {
 	uint64_t h = pf_hash(key, keylen);
 	struct pf_stripe *st = pf_stripe_of(pf, h);
@@ -236,7 +274,9 @@ prefetch_put_back(struct prefetch *pf, uint64_t gen, const char *rule,
 	bool kept = false;
 
 	pthread_mutex_lock(&st->mu);
-	e = pf_current(pf, gen) ? pf_find(pf, st, h, key, keylen, now) : NULL;
+	e = pf_current(pf, gen) && pf_unforgotten(st, stamp) ?
+	    pf_find(pf, st, h, key, keylen, now) :
+	    NULL;
 	if (e != NULL && until > now) {
 		e->units += cost;
 		if (until < e->until)
@@ -248,7 +288,7 @@ prefetch_put_back(struct prefetch *pf, uint64_t gen, const char *rule,
 		pf_report(pf, rule, cost);
 }
 
-/* Make room in a full stripe: drop every expired entry (lock held). */
+/* Make room in a full stripe: drop every stale entry (lock held). */
 static void
 pf_sweep(struct prefetch *pf, struct pf_stripe *st, int64_t now)
 {
@@ -258,7 +298,7 @@ pf_sweep(struct prefetch *pf, struct pf_stripe *st, int64_t now)
 	for (j = 0; j < PF_BUCKETS; j++) {
 		pp = &st->chains[j];
 		while (*pp != NULL) {
-			if ((*pp)->until <= now)
+			if (pf_stale(pf, *pp, now))
 				pf_drop(pf, st, pp);
 			else
 				pp = &(*pp)->next;
@@ -267,26 +307,34 @@ pf_sweep(struct prefetch *pf, struct pf_stripe *st, int64_t now)
 }
 
 bool
-prefetch_room(struct prefetch *pf, const char *key, size_t keylen, int64_t now)
+prefetch_wants_chunk(struct prefetch *pf, uint64_t gen, const char *key,
+    size_t keylen, int64_t cost, int64_t now)
 {
 	uint64_t h = pf_hash(key, keylen);
 	struct pf_stripe *st = pf_stripe_of(pf, h);
-	bool room;
+	struct pf_entry *e;
+	bool want;
 
 	pthread_mutex_lock(&st->mu);
-	room = pf_find(pf, st, h, key, keylen, now) != NULL || st->n < st->max;
-	if (!room) {
-		pf_sweep(pf, st, now);
-		room = st->n < st->max;
+	if (!pf_current(pf, gen)) {
+		want = false;
+		goto unlock;
 	}
+	e = pf_find(pf, st, h, key, keylen, now);
+	want = e != NULL ? e->units < cost : st->n < st->max;
+	if (e == NULL && !want) {
+		pf_sweep(pf, st, now);
+		want = st->n < st->max;
+	}
+unlock:
 	pthread_mutex_unlock(&st->mu);
-	return room;
+	return want;
 }
 
 void
 prefetch_add(struct prefetch *pf, uint64_t gen, const char *rule,
     const char *key, size_t keylen, int64_t units, int64_t until, int64_t now,
-    int64_t remaining, int64_t reset_ms, int64_t effective_ms)
+    int64_t remaining, int64_t reset_ms, int64_t effective_ms, uint64_t stamp)
 {
 	uint64_t h = pf_hash(key, keylen);
 	struct pf_stripe *st = pf_stripe_of(pf, h);
@@ -296,7 +344,7 @@ prefetch_add(struct prefetch *pf, uint64_t gen, const char *rule,
 	if (units <= 0)
 		return;
 	pthread_mutex_lock(&st->mu);
-	if (until <= now || !pf_current(pf, gen))
+	if (until <= now || !pf_current(pf, gen) || !pf_unforgotten(st, stamp))
 		goto unlock;
 	e = pf_find(pf, st, h, key, keylen, now);
 	if (e == NULL) {
@@ -311,6 +359,7 @@ prefetch_add(struct prefetch *pf, uint64_t gen, const char *rule,
 			goto unlock;
 		}
 		e->hash = h;
+		e->gen = gen;
 		e->keylen = keylen;
 		memcpy(e->key, key, keylen);
 		e->until = until;

@@ -60,30 +60,48 @@ void prefetch_free(struct prefetch *pf);
 bool prefetch_take(struct prefetch *pf, uint64_t gen, const char *key,
     size_t keylen, int64_t cost, int64_t now, struct prefetch_view *view);
 
+/*
+ * The forget stamp of key now: read before units of key are taken, and
+ * before a call that may bring a chunk of key leaves, and given back to
+ * prefetch_put_back() and prefetch_add(), which keep nothing if a
+ * prefetch_forget() that may concern key ran since (see there).
+ */
+uint64_t prefetch_stamp(struct prefetch *pf, const char *key, size_t keylen);
+
 /* Give back cost units prefetch_take() gave (with view->until) for a
  * request that was not admitted: they join the key's holding, whose
- * deadline becomes the earlier of the two, if until has not passed and
- * the key still has a holding; else they are reported lost (for rule). */
+ * deadline becomes the earlier of the two, if until has not passed, the
+ * key still has a holding and no forget ran since stamp (read before the
+ * take); else they are reported lost (for rule). */
 void prefetch_put_back(struct prefetch *pf, uint64_t gen, const char *rule,
-    const char *key, size_t keylen, int64_t cost, int64_t until, int64_t now);
+    const char *key, size_t keylen, int64_t cost, int64_t until, int64_t now,
+    uint64_t stamp);
 
-/* Could units of key be held now: it has a holding, or its stripe has
- * room (expired holdings swept)?  A request asks the store for a chunk
- * only then: a chunk with no room is lost, and its key would have no
- * quota left for the rest of the hold. */
-bool prefetch_room(struct prefetch *pf, const char *key, size_t keylen,
-    int64_t now);
+/*
+ * Should a check of cost units on key, of a request prepared under gen,
+ * ask the store for a chunk at now?  Only while the daemon holds fewer
+ * than cost units of key: units held answer only the requests they answer
+ * whole, and a chunk asked for beside them would be taken and left to
+ * expire on every call of a request that also needs the store.  And only
+ * when units of key could be held: it has a holding, or its stripe has
+ * room (expired holdings swept), since a chunk with no room is lost and
+ * its key would have no quota left for the rest of the hold.  A gen that
+ * is not the holdings': false (such a chunk is lost).
+ */
+bool prefetch_wants_chunk(struct prefetch *pf, uint64_t gen, const char *key,
+    size_t keylen, int64_t cost, int64_t now);
 
 /*
  * Hold units of key (rule: its rule's name, copied) until the monotonic
  * time `until`, from a chunk whose store answer had remaining, reset_ms and
- * effective_ms, received at now.  Units already held for the key stay,
- * with the earlier of the two deadlines.  No room: the units are reported
- * lost.
+ * effective_ms, received at now, of a call that left after stamp was
+ * read.  Units already held for the key stay, with the earlier of the two
+ * deadlines.  No room, or a forget that may concern key ran since stamp:
+ * the units are reported lost.
  */
 void prefetch_add(struct prefetch *pf, uint64_t gen, const char *rule,
     const char *key, size_t keylen, int64_t units, int64_t until, int64_t now,
-    int64_t remaining, int64_t reset_ms, int64_t effective_ms);
+    int64_t remaining, int64_t reset_ms, int64_t effective_ms, uint64_t stamp);
 
 /* Drop everything held (a reload: the rules may have changed), reporting
  * the units lost; from now on the holdings are of generation gen (the new
@@ -92,7 +110,10 @@ void prefetch_clear(struct prefetch *pf, uint64_t gen);
 
 /* Drop what is held for key, reporting it lost: its counter was reset
  * (docs/admin.md), so the units taken from it are no longer counted
- * there.  NULL pf: nothing. */
+ * there.  A chunk still in flight may have been recorded before the reset
+ * too: the forget stamp of key (and of the keys that share its stripe)
+ * moves on, so that what a call that left before brings back or puts back
+ * is lost, not held.  Call it once the reset is done.  NULL pf: nothing. */
 void prefetch_forget(struct prefetch *pf, const char *key, size_t keylen);
 
 /* Units held now for key (tests). */

@@ -10,17 +10,22 @@
  * bound on Redis); on Redis, a write that touches one field of a big hash,
  * expired fields dropped by the daemons' reads (only if unchanged since),
  * a hash read in pages and a failed read warned of;
- * a clean stop while notices of overrides keep coming.  Also
+ * a clean stop while notices of overrides keep coming; a counter reset
+ * drops the quota held in advance, a chunk in flight then too (replies
+ * delayed by a loopback proxy).  Also
  * `--check`, which like GET /admin/config reads the config without serving it:
  * the keys only it checks (redis.password_file, user) are placed FILE:LINE:COL.
  */
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -887,6 +892,262 @@ START_TEST(test_reset_drops_prefetched)
 }
 END_TEST
 
+/*
+ * A loopback proxy in front of Redis that holds each reply delay_ms
+ * before passing it on, except on a connection that sent SUBSCRIBE: the
+ * daemon behind it hears notices at once while its calls' replies come
+ * late.  Threads of the test's process; delay_proxy_stop() closes the
+ * listener (the connections end with the daemon's).
+ */
+struct delay_proxy {
+	int lfd, port, redis_port, delay_ms;
+	pthread_t th;
+};
+
+struct delay_conn {
+	int cfd, sfd, delay_ms;
+	atomic_bool subscriber;
+	atomic_int refs;
+};
+
+static void
+delay_conn_unref(struct delay_conn *c)
+{
+	shutdown(c->cfd, SHUT_RDWR);
+	shutdown(c->sfd, SHUT_RDWR);
+	if (atomic_fetch_sub(&c->refs, 1) == 1) {
+		close(c->cfd);
+		close(c->sfd);
+		free(c);
+	}
+}
+
+static bool
+write_all(int fd, const char *p, ssize_t n)
+{
+	ssize_t w;
+
+	for (; n > 0; p += w, n -= w)
+		if ((w = write(fd, p, (size_t)n)) <= 0)
+			return false;
+	return true;
+}
+
+static void *
+delay_up(void *arg)
+{
+	struct delay_conn *c = arg;
+	char buf[16384];
+	ssize_t n;
+
+	while ((n = read(c->cfd, buf, sizeof(buf))) > 0) {
+		if (memmem(buf, (size_t)n, "SUBSCRIBE", 9) != NULL)
+			atomic_store(&c->subscriber, true);
+		if (!write_all(c->sfd, buf, n))
+			break;
+	}
+	delay_conn_unref(c);
+	return NULL;
+}
+
+static void *
+delay_down(void *arg)
+{
+	struct delay_conn *c = arg;
+	char buf[16384];
+	ssize_t n;
+
+	while ((n = read(c->sfd, buf, sizeof(buf))) > 0) {
+		if (!atomic_load(&c->subscriber))
+			h_sleep_ms(c->delay_ms);
+		if (!write_all(c->cfd, buf, n))
+			break;
+	}
+	delay_conn_unref(c);
+	return NULL;
+}
+
+static void *
+delay_accept(void *arg)
+{
+	struct delay_proxy *p = arg;
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	struct delay_conn *c;
+	pthread_t th;
+	int cfd;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	sa.sin_port = htons((uint16_t)p->redis_port);
+	while ((cfd = accept(p->lfd, NULL, NULL)) >= 0) {
+		c = calloc(1, sizeof(*c));
+		ck_assert_ptr_nonnull(c);
+		c->cfd = cfd;
+		c->delay_ms = p->delay_ms;
+		c->sfd = socket(AF_INET, SOCK_STREAM, 0);
+		if (c->sfd < 0 ||
+		    connect(c->sfd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+			close(cfd);
+			if (c->sfd >= 0)
+				close(c->sfd);
+			free(c);
+			continue;
+		}
+		atomic_init(&c->subscriber, false);
+		atomic_init(&c->refs, 2);
+		ck_assert_int_eq(pthread_create(&th, NULL, delay_up, c), 0);
+		pthread_detach(th);
+		ck_assert_int_eq(pthread_create(&th, NULL, delay_down, c), 0);
+		pthread_detach(th);
+	}
+	return NULL;
+}
+
+static void
+delay_proxy_start(struct delay_proxy *p, int redis_port, int delay_ms)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sa);
+	int one = 1;
+
+	p->redis_port = redis_port;
+	p->delay_ms = delay_ms;
+	ck_assert_int_ge(p->lfd = socket(AF_INET, SOCK_STREAM, 0), 0);
+	setsockopt(p->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(bind(p->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(p->lfd, 16), 0);
+	ck_assert_int_eq(getsockname(p->lfd, (struct sockaddr *)&sa, &len), 0);
+	p->port = ntohs(sa.sin_port);
+	ck_assert_int_eq(pthread_create(&p->th, NULL, delay_accept, p), 0);
+}
+
+static void
+delay_proxy_stop(struct delay_proxy *p)
+{
+	shutdown(p->lfd, SHUT_RDWR);
+	pthread_join(p->th, NULL);
+	close(p->lfd);
+}
+
+struct pf_acquire {
+	int port;
+	long status;
+};
+
+static void *
+pf_acquire_one(void *arg)
+{
+	struct pf_acquire *q = arg;
+	struct h_resp r = { 0 };
+
+	h_post(q->port, "/acquire", "{\"t\":\"pfr\",\"user\":\"q\"}", &r);
+	q->status = r.status;
+	h_resp_free(&r);
+	return NULL;
+}
+
+/* Wait (at most 5 s) until n clients subscribe to adm:released. */
+static void
+wait_subscribers(long long n)
+{
+	redisReply *rep;
+	long long have = -1;
+	int i;
+
+	for (i = 0; i < 500 && have < n; i++) {
+		if (i > 0)
+			h_sleep_ms(10);
+		rep = redisCommand(h_redis_ctx(&h_shared_redis),
+		    "PUBSUB NUMSUB adm:released");
+		ck_assert(rep != NULL && rep->type == REDIS_REPLY_ARRAY &&
+		    rep->elements == 2);
+		have = rep->element[1]->integer;
+		freeReplyObject(rep);
+	}
+	ck_assert_msg(have >= n, "%lld subscribers, want %lld", have, n);
+}
+
+/* Requests of rule pfr admitted to user q on d, of n asked. */
+static int
+pfr_admitted(struct h_daemon *d, int n)
+{
+	struct h_resp r = { 0 };
+	int i, ok = 0;
+
+	for (i = 0; i < n; i++) {
+		h_post(d->port, "/acquire", "{\"t\":\"pfr\",\"user\":\"q\"}",
+		    &r);
+		ck_assert_msg(r.status == 200 || r.status == 429, "%ld %s",
+		    r.status, r.body);
+		ok += r.status == 200;
+		h_resp_free(&r);
+	}
+	return ok;
+}
+
+/*
+ * A reset while a chunk is in flight: b's replies come 400 ms late
+ * (delay_proxy), its notices at once.  b's request takes a chunk of
+ * 1 + min(49, 99 / 8) = 13 (limit 100, prefetch 50); the counter is reset
+ * on a before the reply reaches b, and b hears the notice first.  The
+ * chunk was recorded in the counter dropped: b must not hold its 12
+ * spare units, so after the reset a and b admit at most 100 in all.
+ * (b held them, and 112 were admitted.)
+ */
+START_TEST(test_reset_drops_chunk_in_flight)
+{
+	static const char rules[] =
+	    "  - name: pfr\n"
+	    "    match: { t: pfr }\n"
+	    "    key: \"${user}\"\n"
+	    "    algorithm: fixed_window\n"
+	    "    limit: 100\n"
+	    "    window: 1h\n"
+	    "    prefetch: { max_units: 50, hold: 30s }\n";
+	struct admin_daemon a, b;
+	struct delay_proxy px;
+	struct pf_acquire q;
+	struct h_resp r = { 0 };
+	char extra[512];
+	pthread_t th;
+	int ok_a, ok_b;
+
+	delay_proxy_start(&px, h_shared_redis.port, 400);
+	snprintf(extra, sizeof(extra),
+	    "backend: redis\n"
+	    "redis:\n"
+	    "  url: \"redis://127.0.0.1:%d/0\"\n"
+	    "  timeout: 3s\n"
+	    "  key_prefix: \"adm:\"\n"
+	    "on_backend_error: deny\n",
+	    px.port);
+	admin_start_rules(&a, 0, true, NULL, rules);
+	admin_start_rules(&b, 0, true, extra, rules);
+	wait_subscribers(2); /* b hears notices */
+	q.port = b.d.port;
+	ck_assert_int_eq(pthread_create(&th, NULL, pf_acquire_one, &q), 0);
+	h_sleep_ms(150); /* the chunk is recorded; its reply is delayed */
+	admin_req(&a, &r, "DELETE", "/admin/counters?rule=pfr&key=q", NULL,
+	    auth_ok);
+	ck_assert_msg(r.status == 200 && json_is_true(h_json_get(&r, "found")),
+	    "%ld %s", r.status, r.body);
+	h_resp_free(&r);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(q.status, 200);
+	ok_a = pfr_admitted(&a.d, 110);
+	ok_b = pfr_admitted(&b.d, 20);
+	printf(
+	    "reset during a chunk in flight: %d + %d admitted, limit "
+	    "100\n",
+	    ok_a, ok_b);
+	ck_assert_msg(ok_a + ok_b <= 100, "%d + %d admitted after the reset",
+	    ok_a, ok_b);
+	admin_stop(&a);
+	admin_stop(&b);
+	delay_proxy_stop(&px);
+}
+END_TEST
+
 /* A Redis user that may not PUBLISH on the release channel: an override
  * is set and deleted all the same (the notice is what is lost). */
 START_TEST(test_overrides_without_channel_acl)
@@ -1597,6 +1858,7 @@ test_suite(void)
 	tcase_add_test(tc, test_overrides_shared);
 	tcase_add_test(tc, test_overrides_without_channel_acl);
 	tcase_add_test(tc, test_reset_drops_prefetched);
+	tcase_add_test(tc, test_reset_drops_chunk_in_flight);
 	tcase_add_test(tc, test_resync_despite_notices);
 	tcase_add_test(tc, test_override_removed_rule_redis);
 	tcase_add_test(tc, test_override_follows_rule_window);

@@ -17,6 +17,8 @@
  *   script call per ten admitted requests (INFO commandstats).
  * - A reload: a chunk taken under the old rules that comes back after it
  *   answers nothing under the new ones.
+ * - A request with a rule that does not prefetch loses at most one
+ *   chunk's spare units per hold, not a chunk per call.
  */
 #include <check.h>
 #include <pthread.h>
@@ -430,6 +432,57 @@ START_TEST(test_reload_drops_chunk_in_flight)
 }
 END_TEST
 
+/*
+ * A request whose rules do not all prefetch (docs/algorithms.md, "Taking
+ * quota in advance"): peruser (fixed_window, 100 per minute, prefetch 50
+ * for 10 s) beside global (no prefetch).  Such a request never uses the
+ * units held, so its peruser check asks for a chunk only while fewer
+ * than its cost are held; 100 requests one after the other lose at most
+ * one chunk's spare units, fewer than max_units.  (A chunk on every call,
+ * each left to expire, admitted 24 of the 100.)
+ */
+static const char mixed_yaml[] =
+    "listen: \"127.0.0.1:%PORT%\"\n"
+    "threads: 2\n"
+    "backend: redis\n"
+    "redis:\n"
+    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+    "  timeout: 2s\n"
+    "on_backend_error: deny\n"
+    "rules:\n"
+    "  - name: peruser\n"
+    "    key: \"${user}\"\n"
+    "    algorithm: fixed_window\n"
+    "    limit: 100\n"
+    "    window: 1m\n"
+    "    prefetch: { max_units: 50, hold: 10s }\n"
+    "  - name: global\n"
+    "    key: \"all\"\n"
+    "    algorithm: fixed_window\n"
+    "    limit: 1000000\n"
+    "    window: 1m\n";
+
+START_TEST(test_mixed_request_keeps_quota)
+{
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	int i, admitted = 0;
+
+	d.redis_port = h_shared_redis.port;
+	h_daemon_start(&d, mixed_yaml);
+	for (i = 0; i < 100; i++) {
+		h_post(d.port, "/acquire", "{\"user\":\"u1\"}", &r);
+		ck_assert_msg(r.status == 200 || r.status == 429, "%ld %s",
+		    r.status, r.body);
+		admitted += r.status == 200;
+		h_resp_free(&r);
+	}
+	printf("mixed request: %d of 100 admitted\n", admitted);
+	ck_assert_msg(admitted > 100 - 50, "%d of 100 admitted", admitted);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 static void
 redis_up(void)
 {
@@ -489,6 +542,7 @@ test_suite(void)
 		TCase *tc = h_shared_redis_tcase("reload");
 
 		tcase_add_test(tc, test_reload_drops_chunk_in_flight);
+		tcase_add_test(tc, test_mixed_request_keeps_quota);
 		suite_add_tcase(s, tc);
 	}
 	suite_add_tcase(s, prefetch_tcase("cluster", cluster_up, cluster_down));

@@ -627,36 +627,58 @@ END_TEST
 
 /* Units held are used only by a request they answer whole.  One that
  * also needs the store would be admitted only when the store answers, and
- * a hold may end meanwhile: it uses none, and its prefetched check asks
- * for a chunk in the same call.  Nor does a report use them (/report
- * answers what was overdrawn: the store's to say). */
+ * a hold may end meanwhile: it uses none.  Its prefetched check asks for
+ * a chunk only when the key holds fewer units than its cost; else it is a
+ * plain one, and the units held stay for whole requests (a chunk on every
+ * such call was taken and left to expire).  Nor does a report use them
+ * (/report answers what was overdrawn: the store's to say). */
 START_TEST(test_prefetch_only_whole_requests)
 {
 	struct backend *mem = backend_memory_new(1000, NULL, NULL);
 	struct attrs a = { 0 };
 	struct decide_request rq = { .attrs = &a, .rule = NULL, .cost = -1 };
 	struct decision d;
+	int i;
 
 	prefetch_first_chunk(mem, &rq);
-	/* login and watch go to the store: so does global, for a chunk of
-	 * 1 + min(19, 87 / 8) = 11, of which 10 are held on top. */
+	/* login and watch go to the store, and so does global, plainly:
+	 * 12 are held, the store counts 13 + i + 1. */
+	attrs_set(&a, "path", "/login");
+	attrs_set(&a, "ip", "10.0.0.1");
+	for (i = 0; i < 3; i++) {
+		ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+		ck_assert(d.allowed);
+		ck_assert_int_eq(backend_calls, 2 + i);
+		ck_assert_int_eq(prefetch_held(dec.prefetch, "rl:global:{}", 12,
+				     util_monotonic_us()),
+		    12);
+	}
+	attrs_clear(&a);
+	/* global alone: the 12 held answer 12 requests */
+	for (i = 0; i < 12; i++) {
+		ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+		ck_assert(d.allowed);
+	}
+	ck_assert_int_eq(backend_calls, 4);
+	/* none held: a mixed request asks for a chunk of
+	 * 1 + min(19, (100 - 16 - 1) / 8) = 11, 10 held */
 	attrs_set(&a, "path", "/login");
 	attrs_set(&a, "ip", "10.0.0.1");
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
 	ck_assert(d.allowed);
-	ck_assert_int_eq(backend_calls, 2);
+	ck_assert_int_eq(backend_calls, 5);
 	ck_assert_int_eq(prefetch_held(dec.prefetch, "rl:global:{}", 12,
 			     util_monotonic_us()),
-	    12 + 10);
+	    10);
 	attrs_clear(&a);
 	/* A report of 3 on global alone: the store's. */
 	rq.report = true;
 	rq.cost = 3;
 	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
-	ck_assert_int_eq(backend_calls, 3);
+	ck_assert_int_eq(backend_calls, 6);
 	ck_assert_int_eq(prefetch_held(dec.prefetch, "rl:global:{}", 12,
 			     util_monotonic_us()),
-	    12 + 10);
+	    10);
 	decide_leases_free(&d);
 	prefetch_free(dec.prefetch);
 	backend_free(mem);
