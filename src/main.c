@@ -249,6 +249,32 @@ place_tls_error(const char *path, const struct tls_file *bad, const char *msg,
 		snprintf(buf, buflen, "%s: %s", path, msg);
 }
 
+/* Room for max_connections sockets on each front end (HTTP, and gRPC
+ * when grpc_listen is set: each allows max_connections) and the daemon's
+ * own: raise the soft limit on open files as far as the hard limit
+ * allows, and warn when it cannot hold them (docs/security.md).  At start
+ * and at a reload that raises max_connections; never lowers the limit. */
+static void
+raise_fd_limit(const struct config *c)
+{
+	struct rlimit rl;
+	rlim_t fronts = c->grpc_listen != NULL ? 2 : 1;
+	rlim_t want = fronts * (rlim_t)c->max_connections + 256;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
+		return;
+	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ?
+	    want :
+	    rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < want)
+		log_warnx(
+		    "open files limited to %llu: fewer than "
+		    "max_connections (%lld) can be served%s",
+		    (unsigned long long)rl.rlim_cur,
+		    (long long)c->max_connections,
+		    fronts == 2 ? " on each of HTTP and gRPC" : "");
+}
+
 /* Reload: the Redis store reads its TLS files again (a rotated client
  * certificate, a new CA) for its new connections.  0, or -1 with err. */
 static int
@@ -294,6 +320,11 @@ reload(struct daemon *d)
 		config_unref(c);
 		goto fail;
 	}
+	/* max_connections is reloadable: a raised one needs its room in
+	 * the open-files limit before the first connection past the old
+	 * one comes. */
+	if (c->max_connections > cur->max_connections)
+		raise_fd_limit(c);
 	config_unref(cur);
 	apply_logging(c);
 	http_server_set_config(d->http, c);
@@ -395,31 +426,6 @@ shut_down(struct daemon *d)
 	d->grpc = NULL;
 	http_server_stop(d->http);
 	d->http = NULL;
-}
-
-/* Room for max_connections sockets on each front end (HTTP, and gRPC
- * when grpc_listen is set: each allows max_connections) and the daemon's
- * own: raise the soft limit on open files as far as the hard limit
- * allows, and warn at start when it cannot hold them (docs/security.md). */
-static void
-raise_fd_limit(const struct config *c)
-{
-	struct rlimit rl;
-	rlim_t fronts = c->grpc_listen != NULL ? 2 : 1;
-	rlim_t want = fronts * (rlim_t)c->max_connections + 256;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
-		return;
-	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ?
-	    want :
-	    rl.rlim_max;
-	if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < want)
-		log_warnx(
-		    "open files limited to %llu: fewer than "
-		    "max_connections (%lld) can be served%s",
-		    (unsigned long long)rl.rlim_cur,
-		    (long long)c->max_connections,
-		    fronts == 2 ? " on each of HTTP and gRPC" : "");
 }
 
 /* Started as root: after binding, become `user` (and its groups), or warn

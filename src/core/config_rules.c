@@ -21,8 +21,6 @@
 #include "core/rules.h"
 #include "base/util.h"
 
-#define MAX_LIMIT 1000000000
-
 /*
  * Attribute names (in match and in key templates) use the rule-name
  * alphabet.  Header attributes are always lower-case (docs/http.md), so an
@@ -199,7 +197,7 @@ parse_algorithm(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 #define PU(f) offsetof(struct rule, f)
 /* clang-format off */
 static const struct field prefetch_fields[] = {
-	{ "max_units", F_INT64,    PU(prefetch_units), 1, MAX_LIMIT, NULL, 0,
+	{ "max_units", F_INT64,    PU(prefetch_units), 1, RL_MAX_LIMIT, NULL, 0,
 	    NULL },
 	{ "hold",      F_DURATION, PU(prefetch_hold_ms), 1, 60000, NULL, 0,
 	    NULL },
@@ -252,13 +250,13 @@ static const struct field rule_fields[] = {
 	    NULL },
 	[RF_KEY] =       { "key",       F_CUSTOM,   RU(key), 0, 0,
 	    cfg_parse_key, 0, NULL },
-	[RF_LIMIT] =     { "limit",     F_INT64,    RU(limit), 1, MAX_LIMIT,
+	[RF_LIMIT] =     { "limit",     F_INT64,    RU(limit), 1, RL_MAX_LIMIT,
 	    NULL, 0, NULL },
 	[RF_WINDOW] =    { "window",    F_DURATION, RU(window_ms), 1,
 	    366 * DAY_MS, NULL, 0, NULL },
 	[RF_ALGORITHM] = { "algorithm", F_CUSTOM,   RU(algorithm), 0, 0,
 	    parse_algorithm, 0, NULL },
-	[RF_COST] =      { "cost",      F_INT64,    RU(cost), 0, MAX_LIMIT,
+	[RF_COST] =      { "cost",      F_INT64,    RU(cost), 0, RL_MAX_LIMIT,
 	    NULL, 0, NULL },
 	[RF_SHADOW] =    { "shadow",    F_BOOL,     RU(shadow), 0, 0, NULL, 0,
 	    NULL },

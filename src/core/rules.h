@@ -21,6 +21,10 @@
 
 #define RL_MAX_KEY_BYTES  512 /* rendered key; longer => key_too_long */
 #define RL_MAX_NAME_BYTES 128 /* rule and stat names */
+/* A rule's limit, and an override's (docs/configuration.md, docs/admin.md):
+ * well inside the 15 digits of a Structured Fields integer (RFC 9651),
+ * which RateLimit-Policy carries. */
+#define RL_MAX_LIMIT 1000000000
 
 /* A map of string attributes, in insertion order.  Owns copies of names
  * and values.  Up to ATTRS_SCAN entries a lookup is a scan; past that an

@@ -22,6 +22,7 @@
 #include "core/lease.h"
 #include "core/overrides.h"
 #include "core/prefetch.h"
+#include "core/rules.h"
 #include "front/admin_priv.h"
 #include "front/lease_wait.h"
 
@@ -346,9 +347,10 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 	}
 	if (!json_is_integer(json_object_get(root, "limit")) ||
 	    (limit = json_integer_value(json_object_get(root, "limit"))) < 1 ||
-	    limit > INT64_C(1) << 53) {
+	    limit > RL_MAX_LIMIT) {
 		ret = admin_error(conn, 400, "invalid_limit",
-		    "\"limit\" is an integer from 1 to 2^53");
+		    "\"limit\" is an integer from 1 to %d, as a rule's",
+		    RL_MAX_LIMIT);
 		goto out;
 	}
 	window = 0; /* the rule's, whatever it is when a decision asks */

@@ -5,10 +5,16 @@
  * The thread polls the listening socket and an eventfd (the stop), and
  * accepts until the kernel's queue is empty.  libmicrohttpd's accept
  * policy (the connection limit) still runs, in the loop's
- * MHD_add_connection(), which closes a connection it refuses.  Out of
- * descriptors (EMFILE, ENFILE) the thread logs once a second and pauses 10 ms
- * before it tries again, so that a full table does not spin it: the connection
- * waits in the kernel's queue meanwhile.
+ * MHD_add_connection(), which closes a connection it refuses.
+ *
+ * Out of descriptors (EMFILE, ENFILE: the open-files limit is below what
+ * max_connections needs, docs/security.md) a connection must still be
+ * refused at once, not left in the kernel's queue where its client waits
+ * without an answer.  The thread keeps one descriptor in reserve (on
+ * /dev/null): it gives it up, accepts the connection into its place,
+ * closes the connection and takes the reserve back.  Without a reserve
+ * (ENOBUFS, ENOMEM, or another thread took the place) it logs once a
+ * second and pauses 10 ms before it tries again, so that it does not spin.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -35,10 +41,29 @@ struct http_acceptor {
 	void *arg;
 	int listen_fd; /* owned */
 	int stop_fd;   /* eventfd: stop */
+	int spare_fd;  /* /dev/null, given up to refuse a connection; -1 */
 	pthread_t thread;
 	bool started;
 	int64_t logged_us; /* the last "out of descriptors" line */
 };
+
+/* Out of descriptors: refuse one connection of the queue with the spare
+ * descriptor's place.  True when one was refused. */
+static bool
+refuse_one(struct http_acceptor *a)
+{
+	int fd;
+
+	if (a->spare_fd < 0 &&
+	    (a->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
+		return false; /* its place was taken: try again later */
+	close(a->spare_fd);
+	fd = accept4(a->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd >= 0)
+		close(fd);
+	a->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	return fd >= 0;
+}
 
 /* Accept until the queue is empty; false when the table is full. */
 static bool
@@ -68,10 +93,17 @@ accept_all(struct http_acceptor *a)
 		case ENOMEM:
 			now = util_monotonic_us();
 			if (now - a->logged_us >= ACCEPT_LOG_US) {
-				log_warnx("http: cannot accept: %s",
-				    strerror(errno));
+				log_warnx("http: cannot accept: %s%s",
+				    strerror(errno),
+				    errno == EMFILE || errno == ENFILE ?
+					" (connections refused; raise the "
+					"open-files limit)" :
+					"");
 				a->logged_us = now;
 			}
+			if ((errno == EMFILE || errno == ENFILE) &&
+			    refuse_one(a))
+				continue;
 			return false;
 		default: /* EAGAIN: the queue is empty */
 			return true;
@@ -119,10 +151,11 @@ http_accept_start(int listen_fd, http_accept_fn fn, void *arg, char *err,
 	}
 	a->fn = fn;
 	a->arg = arg;
-	a->listen_fd = a->stop_fd = -1;
+	a->listen_fd = a->stop_fd = a->spare_fd = -1;
 	if ((flags = fcntl(listen_fd, F_GETFL)) == -1 ||
 	    fcntl(listen_fd, F_SETFL, flags | O_NONBLOCK) == -1 ||
-	    (a->stop_fd = eventfd(0, EFD_CLOEXEC)) == -1) {
+	    (a->stop_fd = eventfd(0, EFD_CLOEXEC)) == -1 ||
+	    (a->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) == -1) {
 		snprintf(err, errlen, "http: acceptor: %s", strerror(errno));
 		goto fail;
 	}
@@ -140,6 +173,8 @@ http_accept_start(int listen_fd, http_accept_fn fn, void *arg, char *err,
 fail:
 	if (a->stop_fd >= 0)
 		close(a->stop_fd);
+	if (a->spare_fd >= 0)
+		close(a->spare_fd);
 	rl_free(a);
 	return NULL;
 }
@@ -167,5 +202,7 @@ http_accept_free(struct http_acceptor *a)
 		return;
 	http_accept_stop(a);
 	close(a->stop_fd);
+	if (a->spare_fd >= 0)
+		close(a->spare_fd);
 	rl_free(a);
 }

@@ -62,6 +62,22 @@ http_finish_decision(struct http_server *s, struct MHD_Connection *conn,
 	return ret;
 }
 
+/* The answer to http_auth_attrs()'s failure rc (http_priv.h). */
+static enum MHD_Result
+auth_attrs_error(struct http_server *s, struct MHD_Connection *conn,
+    const struct request *rq, int rc)
+{
+	if (rc == -2)
+		return http_respond_error(s, conn, 400, "too_many_attributes",
+		    "more than %d attributes (headers included)",
+		    rq->cfg->max_attributes);
+	if (rc == -3)
+		return http_respond_error(s, conn, 400, "invalid_path",
+		    "the path has an encoded NUL (%%00)");
+	return http_respond_error(s, conn, 500, "internal_error",
+	    "out of memory");
+}
+
 /*
  * The last call for /acquire or /auth: gather attributes, decide what can
  * be decided here, and hand the rest to the store.  Called again after the
@@ -102,13 +118,7 @@ http_handle_decision(struct http_server *s, struct MHD_Connection *conn,
 		rq->tried_us = util_monotonic_us();
 	} else if ((rc = http_auth_attrs(conn, rq->cfg, url, method,
 			&rq->attrs)) < 0)
-		return rc == -2 ?
-		    http_respond_error(s, conn, 400, "too_many_attributes",
-			"more than %d attributes (headers "
-			"included)",
-			rq->cfg->max_attributes) :
-		    http_respond_error(s, conn, 500, "internal_error",
-			"out of memory");
+		return auth_attrs_error(s, conn, rq, rc);
 	if (decide_prepare(s->decider, rq->cfg, &rq->dr, &rq->decision, &job) ==
 	    0)
 		return http_finish_decision(s, conn, rq);

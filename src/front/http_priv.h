@@ -242,8 +242,9 @@ bool http_answer_raw(struct http_server *s, int fd, const struct request *rq);
 
 /* --- http_request.c (the event loop) ------------------------------------ */
 /* The headers and peer of conn through http_request.h: 0, -1 (out of
- * memory) or -2 (more headers than max_attributes, less the four that
- * /auth derives).  The mapping itself is in http_request.h. */
+ * memory), -2 (more headers than max_attributes, less the four that
+ * /auth derives) or -3 (a path refused: an encoded NUL).  The mapping
+ * itself is in http_request.h. */
 int http_auth_attrs(struct MHD_Connection *conn, const struct config *cfg,
     const char *url, const char *method, struct attrs *a);
 

@@ -23,6 +23,7 @@
 #include "base/util.h"
 #include "core/client_ip.h"
 #include "core/request_json.h"
+#include "core/uri_path.h"
 #include "front/http_priv.h"
 #include "front/http_request.h"
 
@@ -137,24 +138,55 @@ first_of(const struct attrs *a, const char *h1, const char *h2,
 	return fallback;
 }
 
+/*
+ * The path attribute, normalized as the proxy routes it (core/uri_path.h):
+ * a header as the client wrote it, or the URL libmicrohttpd has already
+ * decoded once, which is not decoded again.  Returns 0, -1 when out of
+ * memory, -3 when the path is refused (an encoded NUL).
+ */
+static int
+derive_path(struct attrs *a, const char *url)
+{
+	const char *v;
+	char err[64], *path;
+	size_t len;
+	bool raw = true;
+	int rc = -1;
+
+	v = first_of(a, "header.x-original-uri", "header.x-forwarded-uri",
+	    NULL);
+	if (v == NULL) {
+		/* Envoy's ext_authz sends the original path behind
+		 * path_prefix: /auth/login is a check of /login. */
+		v = strncmp(url, "/auth/", 6) == 0 ? url + 5 : url;
+		raw = false;
+	}
+	len = strlen(v);
+	if ((path = rl_malloc(URI_PATH_ROOM(len))) == NULL)
+		return -1;
+	if (uri_path_normalize(v, len, raw, path, URI_PATH_ROOM(len), err,
+		sizeof(err)) < 0)
+		rc = -3;
+	else if (attrs_set(a, "path", path) == 0)
+		rc = 0;
+	rl_free(path);
+	return rc;
+}
+
 int
 http_auth_derive(const struct config *cfg, const char *url, const char *method,
     const char *peer, struct attrs *a)
 {
 	char ip[CLIENT_IP_MAX];
 	const char *v;
+	int rc;
 
 	v = first_of(a, "header.x-original-method", "header.x-forwarded-method",
 	    method);
 	if (attrs_set(a, "method", v) < 0)
 		return -1;
-	/* Envoy's ext_authz sends the original path behind path_prefix:
-	 * /auth/login is a check of /login. */
-	if (strncmp(url, "/auth/", 6) == 0)
-		url += 5;
-	v = first_of(a, "header.x-original-uri", "header.x-forwarded-uri", url);
-	if (attrs_setn(a, "path", v, strcspn(v, "?")) < 0)
-		return -1;
+	if ((rc = derive_path(a, url)) < 0)
+		return rc;
 	if ((v = first_of(a, "header.x-forwarded-host", "header.host", NULL)) !=
 		NULL &&
 	    attrs_set(a, "host", v) < 0)

@@ -64,9 +64,11 @@ int http_headers_add(struct http_headers *h, const char *name,
  * The attributes /auth derives from the headers already in *a: method
  * (X-Original-Method, X-Forwarded-Method, else the request's), path
  * (X-Original-URI, X-Forwarded-URI, else url without its /auth prefix;
- * no query), host (X-Forwarded-Host, else Host) and ip (cfg's auth_ip
- * from X-Real-IP, X-Forwarded-For and peer, which may be NULL).  Returns
- * 0, or -1 when out of memory.
+ * normalized by uri_path_normalize(): no query, escapes decoded, slashes
+ * merged, dot segments resolved), host (X-Forwarded-Host, else Host) and
+ * ip (cfg's auth_ip from X-Real-IP, X-Forwarded-For and peer, which may
+ * be NULL).  Returns 0, -1 when out of memory, -3 when the path is
+ * refused (an encoded NUL, docs/proxies.md).
  */
 int http_auth_derive(const struct config *cfg, const char *url,
     const char *method, const char *peer, struct attrs *a);

@@ -668,6 +668,41 @@ START_TEST(test_override_token_bucket)
 }
 END_TEST
 
+/* An override's limit has a rule's bound, 1 .. 1,000,000,000
+ * (docs/admin.md): past it 400, and a limit at it is a RateLimit-Policy
+ * a strict Structured Fields parser reads (before: up to 2^53, 16
+ * digits, past RFC 9651's 15). */
+START_TEST(test_override_limit_bound)
+{
+	static const char *const over[] = { "1000000001", "9007199254740992",
+		NULL };
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+	char body[128];
+	size_t i;
+
+	admin_start(&a, 0, true, NULL);
+	for (i = 0; over[i] != NULL; i++) {
+		snprintf(body, sizeof(body),
+		    "{\"rule\":\"api\",\"key\":\"big\",\"limit\":%s}", over[i]);
+		admin_req(&a, &r, "PUT", "/admin/overrides", body, auth_ok);
+		ck_assert_msg(r.status == 400, "limit %s: %ld %s", over[i],
+		    r.status, r.body);
+		ck_assert_str_eq(h_json_str(&r, "error"), "invalid_limit");
+	}
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"big\",\"limit\":1000000000}", auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	h_http(&r, "POST", "/acquire", "{\"t\":\"api\",\"user\":\"big\"}",
+	    NULL);
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_str_eq(h_resp_header(&r, "RateLimit-Policy"),
+	    "\"api\";q=1000000000;w=10");
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
 /* HEAD is GET without a body wherever GET is allowed (docs/admin.md):
  * the same status, headers, and no counter consumed. */
 START_TEST(test_head)
@@ -1841,6 +1876,7 @@ test_suite(void)
 	tcase_add_test(tc, test_overrides);
 	tcase_add_test(tc, test_override_renew);
 	tcase_add_test(tc, test_override_token_bucket);
+	tcase_add_test(tc, test_override_limit_bound);
 	tcase_add_test(tc, test_reset_serves_lease_waiters);
 	tcase_add_test(tc, test_override_removed_rule_memory);
 	tcase_add_test(tc, test_override_follows_rule_window);

@@ -516,6 +516,164 @@ START_TEST(test_ten_thousand_connections)
 }
 END_TEST
 
+/* The soft "Max open files" of pid, from /proc. */
+static long long
+soft_nofile(pid_t pid)
+{
+	char path[64], line[256];
+	long long soft = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/limits", (int)pid);
+	ck_assert_msg((f = fopen(path, "r")) != NULL, "%s: %s", path,
+	    strerror(errno));
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (strncmp(line, "Max open files", 14) == 0)
+			soft = strtoll(line + 14, NULL, 10);
+	fclose(f);
+	return soft;
+}
+
+/* Write max_connections n into d's file and reload it by SIGHUP. */
+static void
+reload_max_connections(struct h_daemon *d, int n, int reloads)
+{
+	char yaml[2048], extra[64];
+
+	snprintf(extra, sizeof(extra), "max_connections: %d\n", n);
+	snprintf(yaml, sizeof(yaml), "%s%s%s", head, extra, rules);
+	for (char *p; (p = strstr(yaml, "%PORT%")) != NULL;) {
+		char port[16];
+		int len = snprintf(port, sizeof(port), "%d", d->port);
+
+		memmove(p + len, p + 6, strlen(p + 6) + 1);
+		memcpy(p, port, (size_t)len);
+	}
+	ops_write_file(d->conf, yaml);
+	ck_assert(kill(d->pid, SIGHUP) == 0);
+	ck_assert_msg(ops_wait_metric("ratelimitd_config_reloads_total"
+				      "{result=\"success\"}",
+			  reloads, 3000) >= reloads,
+	    "no reload");
+}
+
+/* Open n connections, each sending GET /healthz; count those answered
+ * 200 and those closed unanswered within 5 s (all waited for together);
+ * the rest were kept waiting.  The connections stay open. */
+static void
+open_many(int port, int *fds, int n, int *answered, int *refused)
+{
+	static struct pollfd p[1024];
+	long long until;
+	char buf[256];
+	int i, left = n;
+	ssize_t got;
+
+	ck_assert_int_le(n, 1024);
+	*answered = *refused = 0;
+	for (i = 0; i < n; i++) {
+		fds[i] = raw_connect(port);
+		raw_send(fds[i], "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+		p[i].fd = fds[i];
+		p[i].events = POLLIN;
+	}
+	until = h_now_ms() + 5000;
+	while (left > 0 && h_now_ms() < until) {
+		if (poll(p, (nfds_t)n, (int)(until - h_now_ms())) <= 0)
+			break;
+		for (i = 0; i < n; i++) {
+			if (p[i].fd < 0 || p[i].revents == 0)
+				continue;
+			got = recv(fds[i], buf, sizeof(buf) - 1, 0);
+			if (got >= 12 && strncmp(buf, "HTTP/1.1 200", 12) == 0)
+				(*answered)++;
+			else
+				(*refused)++;
+			p[i].fd = -1; /* done with it */
+			left--;
+		}
+	}
+}
+
+/*
+ * max_connections is reloadable, and the open-files limit must follow it:
+ * started at 10 under a soft limit of 200 (raised to 266), reloaded to
+ * 600, the daemon raises its soft limit to 856 (docs/security.md) and
+ * serves 400 connections at once (before: the limit stayed 266, and the
+ * connections past it waited unanswered in the kernel's queue).
+ */
+START_TEST(test_max_connections_reload_raises_fd_limit)
+{
+	enum { N = 400 };
+	static int fds[N];
+	struct h_daemon d = { 0 };
+	struct rlimit rl, low;
+	int i, answered, refused;
+
+	ck_assert(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < 2048) {
+		fprintf(stderr, "skipped: hard open-files limit %llu\n",
+		    (unsigned long long)rl.rlim_max);
+		return;
+	}
+	low = rl;
+	low.rlim_cur = 200;
+	ck_assert(setrlimit(RLIMIT_NOFILE, &low) == 0);
+	start(&d, "max_connections: 10\n");
+	rl.rlim_cur = 2048;
+	ck_assert(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+	ck_assert_int_eq(soft_nofile(d.pid), 10 + 256);
+	reload_max_connections(&d, 600, 1);
+	ck_assert_msg(soft_nofile(d.pid) >= 600 + 256,
+	    "open-files limit %lld after max_connections 10 -> 600, "
+	    "expected %d",
+	    soft_nofile(d.pid), 600 + 256);
+	open_many(d.port, fds, N, &answered, &refused);
+	ck_assert_msg(answered == N,
+	    "%d of %d connections answered, %d refused, the rest kept "
+	    "waiting",
+	    answered, N, refused);
+	for (i = 0; i < N; i++)
+		close(fds[i]);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/*
+ * When the open-files limit cannot hold max_connections (its hard limit
+ * is lower), a connection past it is refused at once, as past
+ * max_connections, not kept waiting in the kernel's queue: the daemon's
+ * limit is cut to 150 while max_connections is 600, and of 300
+ * connections each is answered or closed (before: about half waited
+ * unanswered).
+ */
+START_TEST(test_out_of_descriptors_refused_at_once)
+{
+	enum { N = 300 };
+	static int fds[N];
+	struct h_daemon d = { 0 };
+	struct rlimit rl = { 150, 150 }, mine = { 2048, 2048 };
+	int i, answered, refused;
+
+	ck_assert(setrlimit(RLIMIT_NOFILE, &mine) == 0);
+	start(&d, "max_connections: 600\n");
+	ck_assert_msg(prlimit(d.pid, RLIMIT_NOFILE, &rl, NULL) == 0,
+	    "prlimit: %s", strerror(errno));
+	open_many(d.port, fds, N, &answered, &refused);
+	ck_assert_msg(answered > 0 && answered + refused == N,
+	    "%d of %d connections answered, %d refused, %d kept waiting",
+	    answered, N, refused, N - answered - refused);
+	/* Those held are still served, and a place freed is taken. */
+	for (i = 0; i < N; i++)
+		close(fds[i]);
+	h_sleep_ms(300);
+	open_many(d.port, fds, 1, &answered, &refused);
+	ck_assert_int_eq(answered, 1);
+	close(fds[0]);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 /* --- header and attribute limits ----------------------------------------- */
 
 START_TEST(test_header_and_attribute_limits)
@@ -1323,6 +1481,16 @@ test_suite(void)
 	tcase_add_test(tc, test_memory_full_said_and_counted);
 	tcase_add_test(tc, test_backend_error_text_not_leaked);
 	tcase_add_test(tc, test_half_close_on_redis);
+	suite_add_tcase(s, tc);
+
+	/* The open-files limit: raised with max_connections, and what
+	 * happens when it is too low. */
+	tc = tcase_create("fd_limit");
+	tcase_add_unchecked_fixture(tc, NULL, h_reap_orphans);
+	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_max_connections_reload_raises_fd_limit);
+	tcase_add_test(tc, test_out_of_descriptors_refused_at_once);
 	suite_add_tcase(s, tc);
 
 	/* listen: the sockets a start binds, and what is left at exit. */

@@ -299,10 +299,10 @@ on_header(char *data, size_t size, size_t nmemb, void *arg)
 }
 
 /*
- * One request to 127.0.0.1:port with exactly this method, path and these
- * headers ("Name: value", NULL-terminated) and no body: libcurl's own
- * Accept is removed, and the Host header is libcurl's unless headers name
- * one.  Aborts the test if the transfer fails.
+ * One request to 127.0.0.1:port with exactly this method, path (dot
+ * segments and all) and these headers ("Name: value", NULL-terminated) and no
+ * body: libcurl's own Accept is removed, and the Host header is libcurl's
+ * unless headers name one.  Aborts the test if the transfer fails.
  */
 static void
 raw_request(struct h_resp *out, int port, const char *method, const char *path,
@@ -322,6 +322,7 @@ raw_request(struct h_resp *out, int port, const char *method, const char *path,
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 5000L);
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, out->err);
 	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L); /* "/./x" as it is */
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, out);
 	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
@@ -670,6 +671,40 @@ START_TEST(test_nginx_auth_request)
 }
 END_TEST
 
+/*
+ * The path nginx routes on is $uri, decoded and normalized; the shipped
+ * file sends $request_uri, as the client wrote it.  The same path written
+ * another way must count against the same rule (docs/proxies.md).
+ */
+START_TEST(test_nginx_path_forms)
+{
+	static const char *const forms[] = { "/%61pi/b", "//api/c", "/./api/d",
+		"/x/../api/e", "/api/%2e/f", "/%2fapi/g", NULL };
+	struct h_daemon d = { 0 };
+	struct nginx n = { 0 };
+	struct h_resp r = { 0 };
+	char what[128];
+	size_t i;
+
+	h_daemon_start(&d, nginx_daemon_yaml);
+	nginx_start(&n, d.port);
+	for (i = 0; i < 3; i++) {
+		raw_request(&r, n.port, "GET", "/api/a", NULL);
+		ck_assert_msg(r.status == 200, "GET /api/a #%zu: status %ld",
+		    i + 1, r.status);
+	}
+	for (i = 0; forms[i] != NULL; i++) {
+		snprintf(what, sizeof(what), "GET %s after 3 of /api/a",
+		    forms[i]);
+		raw_request(&r, n.port, "GET", forms[i], NULL);
+		expect_limited(&r, what);
+	}
+	h_resp_free(&r);
+	nginx_stop(&n);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 /* --- Envoy ext_authz and Traefik ForwardAuth ---------------------------- */
 
 /*
@@ -869,6 +904,88 @@ START_TEST(test_traefik_forwardauth_xff)
 }
 END_TEST
 
+/*
+ * One rule on the path "/login", limit 1, its key the path itself: each
+ * source of the path (X-Original-URI, X-Forwarded-Uri, Envoy's URL), a
+ * client of its own, sends "/login" and then the same path written other
+ * ways; every one must count as "/login", for the match and for the key.
+ */
+static const char path_yaml[] =
+    "listen: \"127.0.0.1:%PORT%\"\n"
+    "threads: 1\n"
+    "shutdown_timeout: 2s\n"
+    "backend: memory\n"
+    "auth:\n"
+    "  client_ip: x-real-ip\n"
+    "rules:\n"
+    "  - name: login\n"
+    "    match:\n"
+    "      path: \"/login\"\n"
+    "    key: \"${ip}${path}\"\n"
+    "    limit: 1\n"
+    "    window: 1m\n";
+
+static void
+expect_path(int port, const char *header, const char *ip, const char *path,
+    long status)
+{
+	struct h_resp r = { 0 };
+	char h[256], xri[64], url[256];
+	const char *const hdr[] = { xri, header != NULL ? h : NULL, NULL };
+	const char *pol;
+
+	snprintf(xri, sizeof(xri), "X-Real-IP: %s", ip);
+	if (header != NULL) {
+		snprintf(h, sizeof(h), "%s: %s", header, path);
+		snprintf(url, sizeof(url), "/auth");
+	} else {
+		snprintf(url, sizeof(url), "/auth%s", path);
+	}
+	raw_request(&r, port, "GET", url, hdr);
+	pol = h_resp_header(&r, "RateLimit-Policy");
+	ck_assert_msg(r.status == status,
+	    "%s %s: status %ld, expected %ld (RateLimit-Policy %s, body %s)",
+	    header != NULL ? header : "URL", path, r.status, status,
+	    pol != NULL ? pol : "none", r.body);
+	if (status != 400)
+		ck_assert_msg(pol != NULL && strncmp(pol, "\"login\";", 8) == 0,
+		    "%s %s: RateLimit-Policy %s, expected the rule login",
+		    header != NULL ? header : "URL", path,
+		    pol != NULL ? pol : "none");
+	h_resp_free(&r);
+}
+
+START_TEST(test_path_forms)
+{
+	static const char *const forms[] = { "/%6cogin", "/%6Cogin?x=1",
+		"//login", "/./login", "/x/../login", "/%2e%2e/login",
+		"/%2flogin", "/login#frag", NULL };
+	static const char *const url_forms[] = { "/%6cogin", "//login",
+		"/./login", "/x/../login", "/%2e/login", NULL };
+	static const struct {
+		const char *header, *ip;
+	} src[] = { { "X-Original-URI", "192.0.2.1" },
+		{ "X-Forwarded-Uri", "192.0.2.2" }, { NULL, "192.0.2.3" } };
+	struct h_daemon d = { 0 };
+	size_t i, j;
+
+	h_daemon_start(&d, path_yaml);
+	for (i = 0; i < sizeof(src) / sizeof(src[0]); i++) {
+		const char *const *f = src[i].header != NULL ? forms :
+							       url_forms;
+
+		expect_path(d.port, src[i].header, src[i].ip, "/login", 200);
+		for (j = 0; f[j] != NULL; j++)
+			expect_path(d.port, src[i].header, src[i].ip, f[j],
+			    429);
+	}
+	/* An encoded NUL is refused, as nginx refuses it. */
+	expect_path(d.port, "X-Original-URI", "192.0.2.4", "/login%00.png",
+	    400);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 /* --- systemd's notify protocol --------------------------------------- */
 
 /* Does the datagram msg hold the line want? */
@@ -1036,6 +1153,10 @@ test_suite(void)
 
 	tc = new_tcase("nginx");
 	tcase_add_test(tc, test_nginx_auth_request);
+	tcase_add_test(tc, test_nginx_path_forms);
+	suite_add_tcase(s, tc);
+	tc = new_tcase("paths");
+	tcase_add_test(tc, test_path_forms);
 	suite_add_tcase(s, tc);
 	tc = new_tcase("envoy");
 	tcase_add_test(tc, test_envoy_ext_authz);

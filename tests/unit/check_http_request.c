@@ -276,6 +276,38 @@ START_TEST(test_auth_path_prefix)
 }
 END_TEST
 
+/* Every source of the path is normalized (core/uri_path.h): a header is
+ * decoded once, the URL (decoded by libmicrohttpd) is not decoded again;
+ * an encoded NUL is refused (-3). */
+START_TEST(test_auth_path_normalized)
+{
+	static const char *const xou[] = { "X-Original-URI",
+		"//x/%2e%2e/%6cogin?y=1", NULL };
+	static const char *const xfu[] = { "X-Forwarded-Uri", "/./login",
+		NULL };
+	static const char *const nul[] = { "X-Original-URI", "/login%00",
+		NULL };
+	struct attrs a = { 0 };
+
+	ck_assert_int_eq(headers(&a, xou), 0);
+	ck_assert_int_eq(http_auth_derive(cfg, "/auth", "GET", NULL, &a), 0);
+	ck_assert_str_eq(attrs_get(&a, "path"), "/login");
+	attrs_clear(&a);
+	ck_assert_int_eq(headers(&a, xfu), 0);
+	ck_assert_int_eq(http_auth_derive(cfg, "/auth", "GET", NULL, &a), 0);
+	ck_assert_str_eq(attrs_get(&a, "path"), "/login");
+	attrs_clear(&a);
+	ck_assert_int_eq(http_auth_derive(cfg, "/auth//x/../%6cogin", "GET",
+			     NULL, &a),
+	    0);
+	ck_assert_str_eq(attrs_get(&a, "path"), "/%6cogin");
+	attrs_clear(&a);
+	ck_assert_int_eq(headers(&a, nul), 0);
+	ck_assert_int_eq(http_auth_derive(cfg, "/auth", "GET", NULL, &a), -3);
+	attrs_clear(&a);
+}
+END_TEST
+
 /* A header sent twice is one list; names are lowercased. */
 START_TEST(test_auth_repeated_header)
 {
@@ -345,6 +377,7 @@ test_suite(void)
 	tcase_add_test(auth, test_auth_original);
 	tcase_add_test(auth, test_auth_forwarded);
 	tcase_add_test(auth, test_auth_path_prefix);
+	tcase_add_test(auth, test_auth_path_normalized);
 	tcase_add_test(auth, test_auth_repeated_header);
 	tcase_add_test(auth, test_auth_too_many_headers);
 	tcase_add_test(auth, test_auth_bogus_ip);
