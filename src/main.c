@@ -250,7 +250,9 @@ place_tls_error(const char *path, const struct tls_file *bad, const char *msg,
 }
 
 /* Reload: the Redis store reads its TLS files again (a rotated client
- * certificate, a new CA) for its new connections.  0, or -1 with err. */
+ * certificate, a new CA) for its new connections; not when c turns TLS
+ * on or off, which applies at the next start (config_keep_start_only()
+ * then gives c the running redis.tls).  0, or -1 with err. */
 static int
 reload_tls(struct daemon *d, const struct config *cur, const struct config *c,
     char *err, size_t errlen)
@@ -258,11 +260,10 @@ reload_tls(struct daemon *d, const struct config *cur, const struct config *c,
 	const struct tls_file *bad;
 	char msg[384];
 
-	if (cur->backend != RL_BACKEND_REDIS || c->backend != RL_BACKEND_REDIS)
+	if (cur->backend != RL_BACKEND_REDIS ||
+	    c->backend != RL_BACKEND_REDIS ||
+	    config_redis_tls_switches(&cur->redis, &c->redis))
 		return 0;
-	if (config_redis_tls_is_on(&cur->redis) !=
-	    config_redis_tls_is_on(&c->redis))
-		warn_start_only("redis.tls", NULL);
 	if (backend_redis_reload_tls(d->backend, &c->redis, &bad, msg,
 		sizeof(msg)) == -1) {
 		place_tls_error(c->path, bad, msg, err, errlen);

@@ -38,31 +38,42 @@ tls_dir(char *out, size_t outlen, const char *stem)
 	h_tls_make(out);
 }
 
-/* A daemon on the TLS Redis at port: limit 2 a minute on ${user}, policy
- * deny; tls holds the lines of redis.tls (4 spaces in). */
+/* The YAML of a daemon listening on listen ("127.0.0.1:%PORT%" for the
+ * harness) on the Redis at port, as scheme ("redis" or "rediss"): limit 2
+ * a minute on ${user}, policy deny; tls holds the lines of redis.tls (4
+ * spaces in), NULL for no tls: section. */
 static void
-start_daemon(struct h_daemon *d, int port, const char *tls)
+render(char *yaml, size_t len, const char *listen, const char *scheme, int port,
+    const char *tls)
 {
-	char yaml[4096];
-
-	snprintf(yaml, sizeof(yaml),
-	    "listen: \"127.0.0.1:%%PORT%%\"\n"
+	snprintf(yaml, len,
+	    "listen: \"%s\"\n"
 	    "threads: 2\n"
 	    "shutdown_timeout: 2s\n"
 	    "log_level: debug\n"
 	    "backend: redis\n"
 	    "redis:\n"
-	    "  url: \"rediss://127.0.0.1:%d/0\"\n"
+	    "  url: \"%s://127.0.0.1:%d/0\"\n"
 	    "  timeout: 500ms\n"
 	    "  pool_size: 2\n"
-	    "  tls:\n%s"
+	    "%s%s"
 	    "on_backend_error: deny\n"
 	    "rules:\n"
 	    "  - name: x\n"
 	    "    key: \"${user}\"\n"
 	    "    limit: 2\n"
 	    "    window: 1m\n",
-	    port, tls);
+	    listen, scheme, port, tls != NULL ? "  tls:\n" : "",
+	    tls != NULL ? tls : "");
+}
+
+/* A daemon on the TLS Redis at port (rediss://), as render(). */
+static void
+start_daemon(struct h_daemon *d, int port, const char *tls)
+{
+	char yaml[4096];
+
+	render(yaml, sizeof(yaml), "127.0.0.1:%PORT%", "rediss", port, tls);
 	d->redis_port = port;
 	h_daemon_start(d, yaml);
 }
@@ -612,6 +623,71 @@ START_TEST(test_sentinel_over_tls)
 }
 END_TEST
 
+/*
+ * Turning TLS off by reload applies at the next start: the running
+ * redis.tls is kept, files and all.  The daemon runs redis:// with a tls:
+ * section naming the CA; the new file drops the section (TLS off), or
+ * drops it and says rediss:// (TLS on, but with the system's CAs once the
+ * running redis:// is kept).  After SIGHUP every connection is dropped:
+ * the new ones still trust the CA, and the reload said redis.tls waits
+ * for a restart.
+ */
+START_TEST(test_reload_keeps_tls_switch)
+{
+	static const char *const schemes[] = { "redis", "rediss" };
+	struct h_redis red = { 0 };
+	struct h_daemon d;
+	char dir[H_PATH_MAX], tls[H_PATH_MAX + 64], yaml[4096], listen[32],
+	    user[16];
+	const char *out;
+	size_t i;
+	int j;
+
+	tls_dir(dir, sizeof(dir), "tls");
+	red.tls_dir = dir;
+	h_redis_start(&red);
+	snprintf(tls, sizeof(tls), "    ca_file: %s/ca.pem\n", dir);
+	for (i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++) {
+		memset(&d, 0, sizeof(d));
+		render(yaml, sizeof(yaml), "127.0.0.1:%PORT%", "redis",
+		    red.port, tls);
+		d.redis_port = red.port;
+		h_daemon_start(&d, yaml);
+		ck_assert_int_eq(acquire("alice"), 200);
+
+		snprintf(listen, sizeof(listen), "127.0.0.1:%d", d.port);
+		render(yaml, sizeof(yaml), listen, schemes[i], red.port, NULL);
+		ops_replace_file(d.conf, yaml);
+		ck_assert(kill(d.pid, SIGHUP) == 0);
+		ck_assert_msg(ops_wait_metric("ratelimitd_config_reloads_total"
+					      "{result=\"success\"}",
+				  1, 2000) >= 1,
+		    "SIGHUP did not reload");
+		ck_assert_msg(ops_count_in_file(d.log,
+				  "reload: redis.tls changed; it applies "
+				  "after a restart") >= 1,
+		    "%s: redis.tls not said to wait for a restart", schemes[i]);
+
+		out = h_redis_cli(&red,
+		    (const char *const[]){ "CLIENT", "KILL", "TYPE", "normal",
+			"SKIPME", "yes", NULL });
+		ck_assert_msg(atoi(out) >= 1, "CLIENT KILL: %s", out);
+		h_sleep_ms(200);
+		ck_assert_int_eq(ops_poll_status("/readyz", 200, 3000), 200);
+		for (j = 0; j < 3; j++) {
+			snprintf(user, sizeof(user), "u%zu-%d", i, j);
+			ck_assert_msg(acquire(user) == 200,
+			    "%s: /acquire refused after the reload",
+			    schemes[i]);
+		}
+		ck_assert_msg(ops_count_in_file(d.log, "unknown CA") == 0,
+		    "%s: the CA was dropped by the reload", schemes[i]);
+		h_daemon_stop(&d);
+	}
+	h_redis_stop(&red);
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -629,6 +705,12 @@ test_suite(void)
 	tcase_add_test(tc, test_handshake_timeout);
 	tcase_add_test(tc, test_check_bad_pem);
 	tcase_add_test(tc, test_rotate_under_load);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("reload");
+	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_reload_keeps_tls_switch);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("scale");
