@@ -111,6 +111,9 @@ assert_refused2(struct h_daemon *d, int port, const char *reason,
 	ck_assert_msg(ops_metric("ratelimitd_backend_errors_total"
 				 "{backend=\"redis\",kind=\"tls\"}") >= 3,
 	    "tls errors not counted");
+	ck_assert_msg(ops_metric("ratelimitd_redis_errors_total"
+				 "{kind=\"tls\"}") >= 3,
+	    "tls errors not counted as ratelimitd_redis_errors_total");
 	snprintf(line, sizeof(line), "msg=\"redis 127.0.0.1:%d: tls: %s", port,
 	    reason);
 	n = ops_count_in_file(d->log, line);
