@@ -691,6 +691,107 @@ START_TEST(test_reload_keeps_tls_switch)
 }
 END_TEST
 
+/* The YAML of a daemon on the TLS Cluster whose seed is port, trusting
+ * the CA of dir, limit 1 a minute on ${user}; listen as render(). */
+static void
+render_cluster(char *yaml, size_t len, const char *listen, int port,
+    const char *dir)
+{
+	snprintf(yaml, len,
+	    "listen: \"%s\"\n"
+	    "threads: 2\n"
+	    "shutdown_timeout: 2s\n"
+	    "backend: redis\n"
+	    "redis:\n"
+	    "  cluster: [\"127.0.0.1:%d\"]\n"
+	    "  timeout: 500ms\n"
+	    "  pool_size: 2\n"
+	    "  tls:\n"
+	    "    ca_file: %s/ca.pem\n"
+	    "on_backend_error: deny\n"
+	    "rules:\n"
+	    "  - name: x\n"
+	    "    key: \"${user}\"\n"
+	    "    limit: 1\n"
+	    "    window: 1m\n",
+	    listen, port, dir);
+}
+
+/*
+ * A reload that fails keeps the running TLS files.  The new file names
+ * another CA and, without redis.cluster, a key_prefix with "{}": fine
+ * alone, refused once the running cluster (a start key) is kept, after
+ * the CA file was read.  Every connection is then dropped: the new ones
+ * still trust the running CA.
+ */
+START_TEST(test_failed_reload_keeps_tls)
+{
+	struct h_cluster cl;
+	struct h_daemon d = { 0 };
+	char dir[H_PATH_MAX], other[H_PATH_MAX], yaml[2 * H_PATH_MAX + 1024],
+	    listen[32], user[16];
+	const char *out;
+	int i;
+
+	tls_dir(dir, sizeof(dir), "tls");
+	tls_dir(other, sizeof(other), "other");
+	h_cluster_start_tls(&cl, dir);
+	render_cluster(yaml, sizeof(yaml), "127.0.0.1:%PORT%", cl.node[0].port,
+	    dir);
+	d.redis_port = cl.node[0].port;
+	h_daemon_start(&d, yaml);
+	ck_assert_int_eq(ops_poll_status("/readyz", 200, 5000), 200);
+	ck_assert_int_eq(acquire("before"), 200);
+
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", d.port);
+	snprintf(yaml, sizeof(yaml),
+	    "listen: \"%s\"\n"
+	    "threads: 2\n"
+	    "shutdown_timeout: 2s\n"
+	    "backend: redis\n"
+	    "redis:\n"
+	    "  timeout: 500ms\n"
+	    "  pool_size: 2\n"
+	    "  key_prefix: \"app{}:\"\n"
+	    "  tls:\n"
+	    "    ca_file: %s/ca.pem\n"
+	    "on_backend_error: deny\n"
+	    "rules:\n"
+	    "  - name: x\n"
+	    "    key: \"${user}\"\n"
+	    "    limit: 1\n"
+	    "    window: 1m\n",
+	    listen, other);
+	ops_replace_file(d.conf, yaml);
+	ck_assert(kill(d.pid, SIGHUP) == 0);
+	ck_assert_msg(ops_wait_metric("ratelimitd_config_reloads_total"
+				      "{result=\"failure\"}",
+			  1, 2000) >= 1,
+	    "the reload did not fail");
+	ck_assert_msg(ops_count_in_file(d.log,
+			  "reload failed, keeping the old rules") >= 1,
+	    "no failed reload in the log");
+
+	for (i = 0; i < H_CLUSTER_NODES; i++) {
+		out = h_redis_cli(&cl.node[i],
+		    (const char *const[]){ "CLIENT", "KILL", "TYPE", "normal",
+			"SKIPME", "yes", NULL });
+		ck_assert_msg(atoi(out) >= 0, "CLIENT KILL: %s", out);
+	}
+	h_sleep_ms(200);
+	ck_assert_int_eq(ops_poll_status("/readyz", 200, 3000), 200);
+	for (i = 0; i < 6; i++) {
+		snprintf(user, sizeof(user), "after%d", i);
+		ck_assert_msg(acquire(user) == 200,
+		    "/acquire refused after the failed reload");
+	}
+	ck_assert_msg(ops_count_in_file(d.log, "unknown CA") == 0,
+	    "the failed reload swapped the CA");
+	h_daemon_stop(&d);
+	h_cluster_stop(&cl);
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -714,6 +815,7 @@ test_suite(void)
 	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_reload_keeps_tls_switch);
+	tcase_add_test(tc, test_failed_reload_keeps_tls);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("scale");
