@@ -5,15 +5,18 @@
  * command line (h_tls_make).
  *
  * What is shown: /acquire decided over TLS (allowed, then denied on the
- * same counter); a wrong CA, a wrong server name, an expired certificate,
- * a missing client certificate and a handshake that never comes are each
- * refused, on_backend_error answers (deny: 503), /readyz says 503, the
- * failure is counted as kind "tls" and logged once with its reason; with
- * tls-auth-clients yes the client certificate is what lets the daemon in;
+ * same counter); a wrong CA, a wrong server name, an IP address the
+ * certificate names only as a DNS name, an expired certificate, a missing
+ * client certificate and a handshake that never comes are each refused,
+ * on_backend_error answers (deny: 503), /readyz says 503, the failure is
+ * counted as kind "tls" and logged once with its reason; with tls-auth-clients
+ * yes the client certificate is what lets the daemon in;
  * --check places a bad PEM file at its key's line and column; a Cluster
  * whose nodes speak only TLS; and a client certificate rotated under load
  * with SIGHUP, no request failing, new connections using the new one;
- * and Sentinel with the sentinels over TLS (redis.sentinel.tls).
+ * a reload that would turn TLS off, or that fails, leaving the running
+ * files in use; and Sentinel with the sentinels over TLS
+ * (redis.sentinel.tls).
  */
 #include <check.h>
 #include <signal.h>
@@ -233,6 +236,75 @@ START_TEST(test_wrong_name)
 	    "    ca_file: %s/ca.pem\n    server_name: localhost\n", dir);
 	start_daemon(&d, red.port, tls);
 	ck_assert_int_eq(acquire("alice"), 200);
+	h_daemon_stop(&d);
+	h_redis_stop(&red);
+}
+END_TEST
+
+/* Run the openssl command line (output to dir/openssl.log). */
+static void
+openssl_in(const char *dir, const char *const argv[])
+{
+	char log[H_PATH_MAX + 16];
+
+	snprintf(log, sizeof(log), "%s/openssl.log", dir);
+	if (h_run((char *const *)argv, log) != 0) {
+		h_print_file("openssl", log);
+		ck_abort_msg("openssl %s failed", argv[1]);
+	}
+}
+
+/* dir/dnsip.pem and .key, of dir's CA, naming 127.0.0.1 only as a DNS
+ * name (subjectAltName DNS:127.0.0.1, no IP address). */
+static void
+dns_named_ip_cert(const char *dir)
+{
+	char key[H_PATH_MAX + 16], csr[H_PATH_MAX + 16], pem[H_PATH_MAX + 16],
+	    ca[H_PATH_MAX + 16], cakey[H_PATH_MAX + 16], ext[H_PATH_MAX + 16],
+	    serial[H_PATH_MAX + 16];
+
+	snprintf(key, sizeof(key), "%s/dnsip.key", dir);
+	snprintf(csr, sizeof(csr), "%s/dnsip.csr", dir);
+	snprintf(pem, sizeof(pem), "%s/dnsip.pem", dir);
+	snprintf(ca, sizeof(ca), "%s/ca.pem", dir);
+	snprintf(cakey, sizeof(cakey), "%s/ca.key", dir);
+	snprintf(ext, sizeof(ext), "%s/dnsip.cnf", dir);
+	snprintf(serial, sizeof(serial), "%s/ca.srl", dir);
+	openssl_in(dir,
+	    (const char *const[]){ "openssl", "req", "-new", "-newkey", "ec",
+		"-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", key,
+		"-out", csr, "-subj", "/CN=127.0.0.1", NULL });
+	ops_write_file(ext,
+	    "subjectAltName=DNS:127.0.0.1\n"
+	    "extendedKeyUsage=serverAuth\n");
+	openssl_in(dir,
+	    (const char *const[]){ "openssl", "x509", "-req", "-in", csr, "-CA",
+		ca, "-CAkey", cakey, "-CAserial", serial, "-CAcreateserial",
+		"-days", "2", "-extfile", ext, "-out", pem, NULL });
+}
+
+/* An IP address is checked against the certificate's IP addresses, never
+ * its DNS names: a certificate that names 127.0.0.1 only as a DNS name is
+ * refused for the address 127.0.0.1 (the good certificates of the other
+ * cases carry it as an IP address and pass). */
+START_TEST(test_ip_not_dns_name)
+{
+	struct h_redis red = { 0 };
+	struct h_daemon d = { 0 };
+	char dir[H_PATH_MAX], tls[H_PATH_MAX + 64], extra[2 * H_PATH_MAX + 64];
+
+	tls_dir(dir, sizeof(dir), "tls");
+	dns_named_ip_cert(dir);
+	snprintf(extra, sizeof(extra),
+	    "tls-cert-file %s/dnsip.pem\ntls-key-file %s/dnsip.key\n", dir,
+	    dir);
+	red.tls_dir = dir;
+	red.extra = extra;
+	h_redis_start(&red);
+	snprintf(tls, sizeof(tls), "    ca_file: %s/ca.pem\n", dir);
+	start_daemon(&d, red.port, tls);
+	assert_refused(&d, red.port,
+	    "the server's certificate does not match the name 127.0.0.1");
 	h_daemon_stop(&d);
 	h_redis_stop(&red);
 }
@@ -805,6 +877,7 @@ test_suite(void)
 	tcase_add_test(tc, test_wrong_ca);
 	tcase_add_test(tc, test_wrong_name);
 	tcase_add_test(tc, test_expired);
+	tcase_add_test(tc, test_ip_not_dns_name);
 	tcase_add_test(tc, test_client_certificate);
 	tcase_add_test(tc, test_handshake_timeout);
 	tcase_add_test(tc, test_check_bad_pem);
