@@ -276,19 +276,19 @@ raise_fd_limit(const struct config *c)
 }
 
 /* Reload: the Redis store reads its TLS files again (a rotated client
- * certificate, a new CA) for its new connections.  0, or -1 with err. */
+ * certificate, a new CA) for its new connections; not when the reload
+ * turns TLS on or off (kept: that applies at the next start, and
+ * config_keep_start_only() gave c the running redis.tls).  c has the
+ * running backend (a start key).  0, or -1 with err. */
 static int
-reload_tls(struct daemon *d, const struct config *cur, const struct config *c,
-    char *err, size_t errlen)
+reload_tls(struct daemon *d, const struct config *c, bool kept, char *err,
+    size_t errlen)
 {
 	const struct tls_file *bad;
 	char msg[384];
 
-	if (cur->backend != RL_BACKEND_REDIS || c->backend != RL_BACKEND_REDIS)
+	if (c->backend != RL_BACKEND_REDIS || kept)
 		return 0;
-	if (config_redis_tls_is_on(&cur->redis) !=
-	    config_redis_tls_is_on(&c->redis))
-		warn_start_only("redis.tls", NULL);
 	if (backend_redis_reload_tls(d->backend, &c->redis, &bad, msg,
 		sizeof(msg)) == -1) {
 		place_tls_error(c->path, bad, msg, err, errlen);
@@ -302,20 +302,21 @@ reload(struct daemon *d)
 {
 	struct config *c, *cur;
 	char err[512];
+	bool tls_kept;
 
 	notify_send("RELOADING=1");
 	if ((c = load(d->path, err, sizeof(err))) == NULL)
 		goto fail;
 	cur = http_server_get_config(d->http);
-	if (reload_tls(d, cur, c, err, sizeof(err)) == -1) {
-		config_unref(cur);
-		config_unref(c);
-		goto fail;
-	}
 	config_start_only_changes(cur, c, warn_start_only, NULL);
+	tls_kept = config_redis_tls_switches(&cur->redis, &c->redis);
 	/* What applies only at the next start keeps its running value, so
-	 * that no per-request reader sees the new one early. */
-	if (config_keep_start_only(c, cur, err, sizeof(err)) == -1) {
+	 * that no per-request reader sees the new one early.  The TLS
+	 * context is swapped last, once nothing else can refuse the
+	 * reload: a reload that fails leaves new connections on the
+	 * running files. */
+	if (config_keep_start_only(c, cur, err, sizeof(err)) == -1 ||
+	    reload_tls(d, c, tls_kept, err, sizeof(err)) == -1) {
 		config_unref(cur);
 		config_unref(c);
 		goto fail;

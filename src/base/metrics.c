@@ -878,6 +878,17 @@ render_backends(struct metrics_buf *b, struct metrics *m)
 			    metrics_store_error_names[j],
 			    atomic_load_explicit(&m->backend[i].errors[j],
 				memory_order_relaxed));
+	/* The same counters of the Redis store (backend[0]) under the name
+	 * docs/operations.md gives them too: one count, two names. */
+	buf_family(b, "ratelimitd_redis_errors_total", "counter",
+	    "Failed Redis store calls, by kind of error (the same as "
+	    "ratelimitd_backend_errors_total{backend=\"redis\"}).");
+	for (j = METRICS_STORE_OK + 1; j < METRICS_NKINDS; j++)
+		buf_printf(b,
+		    "ratelimitd_redis_errors_total{kind=\"%s\"} %llu\n",
+		    metrics_store_error_names[j],
+		    atomic_load_explicit(&m->backend[0].errors[j],
+			memory_order_relaxed));
 
 	buf_family(b, "ratelimitd_redis_pool_in_use", "gauge",
 	    "Connections to Redis with calls in flight now.");

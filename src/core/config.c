@@ -261,17 +261,27 @@ size_t
 config_start_only_changes(const struct config *old, const struct config *c,
     void (*fn)(const char *key, void *arg), void *arg)
 {
-	return cfg_start_changes(&top_schema, (const char *)old,
+	size_t n = cfg_start_changes(&top_schema, (const char *)old,
 	    (const char *)c, fn, arg);
+
+	/* redis.tls is reloadable but for turning TLS on or off. */
+	if (config_redis_tls_switches(&old->redis, &c->redis)) {
+		fn("redis.tls", arg);
+		n++;
+	}
+	return n;
 }
 
 int
 config_keep_start_only(struct config *c, const struct config *old, char *err,
     size_t errlen)
 {
-	bool nomem = false;
+	bool nomem = false, tls_kept;
 
-	if (cfg_keep_start(&top_schema, (char *)c, (const char *)old) == -1) {
+	tls_kept = config_redis_tls_switches(&old->redis, &c->redis);
+	if (cfg_keep_start(&top_schema, (char *)c, (const char *)old) == -1 ||
+	    (tls_kept &&
+		cfg_redis_tls_keep(&c->redis.tls, &old->redis.tls) == -1)) {
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}

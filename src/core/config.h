@@ -78,6 +78,16 @@ struct redis_config {
  * section (docs/configuration.md). */
 bool config_redis_tls_is_on(const struct redis_config *rc);
 
+/*
+ * Whether c would turn TLS to Redis on or off against old once a reload
+ * has given it old's redis.url (a start key): a rediss:// URL and a
+ * redis.tls section count alike.  That applies only at the next start:
+ * the reload keeps old's redis.tls whole and does not read its files
+ * again (docs/configuration.md).  Any thread.
+ */
+bool config_redis_tls_switches(const struct redis_config *old,
+    const struct redis_config *c);
+
 struct memory_config {
 	int64_t max_keys; /* default 1000000; full => backend error */
 };

@@ -56,6 +56,12 @@ int cfg_parse_redis(struct loader *ld, const char *what, yaml_node_t *v,
 int cfg_redis_check(const struct redis_config *rc, char *err, size_t errlen,
     bool *oom_out);
 
+/* Give dst a copy of src (a reload keeping the running redis.tls: TLS
+ * turned on or off applies at the next start).  0, or -1 out of memory
+ * (dst unchanged). */
+int cfg_redis_tls_keep(struct redis_tls_config *dst,
+    const struct redis_tls_config *src);
+
 /* memory: its keys.  dst: the struct memory_config. */
 int cfg_parse_memory(struct loader *ld, const char *what, yaml_node_t *v,
     void *dst);

@@ -168,6 +168,50 @@ config_redis_tls_is_on(const struct redis_config *rc)
 	return on;
 }
 
+bool
+config_redis_tls_switches(const struct redis_config *old,
+    const struct redis_config *c)
+{
+	struct redis_config kept = *c;
+
+	kept.url = old->url;
+	return config_redis_tls_is_on(old) != config_redis_tls_is_on(&kept);
+}
+
+/* A copy of src's path, or NULL; false when out of memory. */
+static bool
+tls_file_copy(struct tls_file *dst, const struct tls_file *src)
+{
+	*dst = *src;
+	dst->path = NULL;
+	return src->path == NULL || (dst->path = rl_strdup(src->path)) != NULL;
+}
+
+int
+cfg_redis_tls_keep(struct redis_tls_config *dst,
+    const struct redis_tls_config *src)
+{
+	struct redis_tls_config t = { .section = src->section };
+
+	if (!tls_file_copy(&t.ca_file, &src->ca_file) ||
+	    !tls_file_copy(&t.cert_file, &src->cert_file) ||
+	    !tls_file_copy(&t.key_file, &src->key_file) ||
+	    (src->server_name != NULL &&
+		(t.server_name = rl_strdup(src->server_name)) == NULL))
+		goto oom;
+	rl_free(dst->ca_file.path);
+	rl_free(dst->cert_file.path);
+	rl_free(dst->key_file.path);
+	rl_free(dst->server_name);
+	*dst = t;
+	return 0;
+oom:
+	rl_free(t.ca_file.path);
+	rl_free(t.cert_file.path);
+	rl_free(t.key_file.path);
+	return -1;
+}
+
 #define SO(f) offsetof(struct sentinel_config, f)
 /* clang-format off */
 static const struct field sentinel_fields[] = {

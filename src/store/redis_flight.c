@@ -178,16 +178,24 @@ redis_flight_unpark_all(struct redis_backend *rb)
 
 /* b never left: under Sentinel, park its calls for the next primary. */
 bool
-redis_flight_requeue(struct redis_batch *b, const char *why)
+redis_flight_requeue(struct redis_batch *b, struct redis_slot *s,
+    const char *why)
 {
 	struct redis_backend *rb = b->rb;
 	char msg[BACKEND_ERR_MAX];
+	const struct redis_conn *c;
 	size_t i;
 
+	if (rb->mode != REDIS_SENTINEL || rb->closing)
+		return false;
 	/* A server that refused the handshake (a wrong password, TLS)
-	 * will again: fail at once, as what it is. */
-	if (rb->mode != REDIS_SENTINEL || rb->closing ||
-	    redis_conn_refused(rb->nodes[0]->conns[0].conn))
+	 * will again: fail at once, as what it is.  Asked of the
+	 * connection b was on: another's flag may be of an older server
+	 * (a handshake timed out on the primary before a failover), kept
+	 * until that connection is made again.  Without one, of the
+	 * connection whose error the caller reports. */
+	c = s != NULL ? s->conn : rb->nodes[0]->conns[0].conn;
+	if (redis_conn_refused(c))
 		return false;
 	if (b->live == 0)
 		return true; /* every call has had its answer */

@@ -334,12 +334,15 @@ void redis_flight_park(struct redis_batch *b, int64_t unpark_us,
     bool redirected);
 /* Send every parked call again, at the next turn. */
 void redis_flight_unpark_all(struct redis_backend *rb);
-/* b's command never left (a connection closed before writing it, or none
- * could take it; why says which): under Sentinel its calls are parked for
- * the primary the sentinels name next, which they are asked for, and true
- * is returned; else false, and the caller fails them.  False too when the
- * primary refused the handshake (redis_conn_refused()): it would again. */
-bool redis_flight_requeue(struct redis_batch *b, const char *why);
+/* b's command never left (s, the slot it was on, closed before writing
+ * it; or none could take it, s NULL; why says which): under Sentinel its
+ * calls are parked for the primary the sentinels name next, which they
+ * are asked for, and true is returned; else false, and the caller fails
+ * them.  False too when s's connection (without s, the primary's first)
+ * was refused in its handshake (redis_conn_refused()): it would be
+ * again. */
+bool redis_flight_requeue(struct redis_batch *b, struct redis_slot *s,
+    const char *why);
 
 /* ---- redis_node.c: servers, their connections, where a call goes ------ */
 

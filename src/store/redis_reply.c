@@ -308,7 +308,7 @@ redis_reply_batch(void *arg, redisReply *r, const char *err)
 		/* Never written: Redis never saw it, it may go again. */
 		snprintf(why, sizeof(why), "connection lost: %s", err);
 		if (s == NULL || !redis_conn_unwritten(s->conn) ||
-		    !redis_flight_requeue(b, why))
+		    !redis_flight_requeue(b, s, why))
 			reply_lost(b, err);
 		goto out;
 	}

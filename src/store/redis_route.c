@@ -40,7 +40,7 @@ turn_send(struct redis_backend *rb, struct redis_turn *t, size_t i)
 		/* Nothing was sent: under Sentinel the calls wait for the
 		 * primary; else they fail, still waiting to reconnect after
 		 * a TLS failure counted as what it is (redis_tls.h). */
-		if (!redis_flight_requeue(b, err))
+		if (!redis_flight_requeue(b, b->slot, err))
 			redis_flight_fail(b,
 			    strstr(err, "(reconnecting: " REDIS_TLS_PREFIX) !=
 				    NULL ?

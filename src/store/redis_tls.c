@@ -6,8 +6,9 @@
  * act on (docs/configuration.md, "Redis over TLS").
  *
  * Verification is never optional: SSL_VERIFY_PEER with the CA file or the
- * system's CAs, and the host name (or IP address) checked by OpenSSL
- * against the certificate (SSL_set1_host).  The error texts name keys and
+ * system's CAs, and the host name (SSL_set1_host) or IP address
+ * (X509_VERIFY_PARAM_set1_ip_asc) checked by OpenSSL against the
+ * certificate's DNS names or IP addresses.  The error texts name keys and
  * files, never their content, and no password passes through here.
  */
 #include "store/redis_tls.h"
@@ -307,9 +308,16 @@ redis_tls_ssl_new(struct redis_tls *t, const char *host, int port,
 	name = t->server_name != NULL ? t->server_name : host;
 	if ((ssl = SSL_new(t->ctx)) == NULL)
 		goto fail;
-	/* SSL_set1_host() checks an IP address as one (SAN iPAddress). */
-	if (SSL_set1_host(ssl, name) != 1 ||
-	    (!is_ip_literal(name) && SSL_set_tlsext_host_name(ssl, name) != 1))
+	/* An IP address is checked as one (SAN iPAddress), and sent in no
+	 * SNI (RFC 6066).  Not by SSL_set1_host(): OpenSSL 1.1.1's takes
+	 * it for a DNS name (3.0's tells them apart); set1_ip_asc is the
+	 * same on both. */
+	if (is_ip_literal(name)) {
+		if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name) !=
+		    1)
+			goto fail;
+	} else if (SSL_set1_host(ssl, name) != 1 ||
+	    SSL_set_tlsext_host_name(ssl, name) != 1)
 		goto fail;
 	/* Resume only a session of this context, with this server. */
 	if (sess->sess != NULL &&

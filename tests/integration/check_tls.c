@@ -5,15 +5,18 @@
  * command line (h_tls_make).
  *
  * What is shown: /acquire decided over TLS (allowed, then denied on the
- * same counter); a wrong CA, a wrong server name, an expired certificate,
- * a missing client certificate and a handshake that never comes are each
- * refused, on_backend_error answers (deny: 503), /readyz says 503, the
- * failure is counted as kind "tls" and logged once with its reason; with
- * tls-auth-clients yes the client certificate is what lets the daemon in;
+ * same counter); a wrong CA, a wrong server name, an IP address the
+ * certificate names only as a DNS name, an expired certificate, a missing
+ * client certificate and a handshake that never comes are each refused,
+ * on_backend_error answers (deny: 503), /readyz says 503, the failure is
+ * counted as kind "tls" and logged once with its reason; with tls-auth-clients
+ * yes the client certificate is what lets the daemon in;
  * --check places a bad PEM file at its key's line and column; a Cluster
  * whose nodes speak only TLS; and a client certificate rotated under load
  * with SIGHUP, no request failing, new connections using the new one;
- * and Sentinel with the sentinels over TLS (redis.sentinel.tls).
+ * a reload that would turn TLS off, or that fails, leaving the running
+ * files in use; and Sentinel with the sentinels over TLS
+ * (redis.sentinel.tls).
  */
 #include <check.h>
 #include <signal.h>
@@ -38,31 +41,42 @@ tls_dir(char *out, size_t outlen, const char *stem)
 	h_tls_make(out);
 }
 
-/* A daemon on the TLS Redis at port: limit 2 a minute on ${user}, policy
- * deny; tls holds the lines of redis.tls (4 spaces in). */
+/* The YAML of a daemon listening on listen ("127.0.0.1:%PORT%" for the
+ * harness) on the Redis at port, as scheme ("redis" or "rediss"): limit 2
+ * a minute on ${user}, policy deny; tls holds the lines of redis.tls (4
+ * spaces in), NULL for no tls: section. */
 static void
-start_daemon(struct h_daemon *d, int port, const char *tls)
+render(char *yaml, size_t len, const char *listen, const char *scheme, int port,
+    const char *tls)
 {
-	char yaml[4096];
-
-	snprintf(yaml, sizeof(yaml),
-	    "listen: \"127.0.0.1:%%PORT%%\"\n"
+	snprintf(yaml, len,
+	    "listen: \"%s\"\n"
 	    "threads: 2\n"
 	    "shutdown_timeout: 2s\n"
 	    "log_level: debug\n"
 	    "backend: redis\n"
 	    "redis:\n"
-	    "  url: \"rediss://127.0.0.1:%d/0\"\n"
+	    "  url: \"%s://127.0.0.1:%d/0\"\n"
 	    "  timeout: 500ms\n"
 	    "  pool_size: 2\n"
-	    "  tls:\n%s"
+	    "%s%s"
 	    "on_backend_error: deny\n"
 	    "rules:\n"
 	    "  - name: x\n"
 	    "    key: \"${user}\"\n"
 	    "    limit: 2\n"
 	    "    window: 1m\n",
-	    port, tls);
+	    listen, scheme, port, tls != NULL ? "  tls:\n" : "",
+	    tls != NULL ? tls : "");
+}
+
+/* A daemon on the TLS Redis at port (rediss://), as render(). */
+static void
+start_daemon(struct h_daemon *d, int port, const char *tls)
+{
+	char yaml[4096];
+
+	render(yaml, sizeof(yaml), "127.0.0.1:%PORT%", "rediss", port, tls);
 	d->redis_port = port;
 	h_daemon_start(d, yaml);
 }
@@ -100,6 +114,9 @@ assert_refused2(struct h_daemon *d, int port, const char *reason,
 	ck_assert_msg(ops_metric("ratelimitd_backend_errors_total"
 				 "{backend=\"redis\",kind=\"tls\"}") >= 3,
 	    "tls errors not counted");
+	ck_assert_msg(ops_metric("ratelimitd_redis_errors_total"
+				 "{kind=\"tls\"}") >= 3,
+	    "tls errors not counted as ratelimitd_redis_errors_total");
 	snprintf(line, sizeof(line), "msg=\"redis 127.0.0.1:%d: tls: %s", port,
 	    reason);
 	n = ops_count_in_file(d->log, line);
@@ -219,6 +236,75 @@ START_TEST(test_wrong_name)
 	    "    ca_file: %s/ca.pem\n    server_name: localhost\n", dir);
 	start_daemon(&d, red.port, tls);
 	ck_assert_int_eq(acquire("alice"), 200);
+	h_daemon_stop(&d);
+	h_redis_stop(&red);
+}
+END_TEST
+
+/* Run the openssl command line (output to dir/openssl.log). */
+static void
+openssl_in(const char *dir, const char *const argv[])
+{
+	char log[H_PATH_MAX + 16];
+
+	snprintf(log, sizeof(log), "%s/openssl.log", dir);
+	if (h_run((char *const *)argv, log) != 0) {
+		h_print_file("openssl", log);
+		ck_abort_msg("openssl %s failed", argv[1]);
+	}
+}
+
+/* dir/dnsip.pem and .key, of dir's CA, naming 127.0.0.1 only as a DNS
+ * name (subjectAltName DNS:127.0.0.1, no IP address). */
+static void
+dns_named_ip_cert(const char *dir)
+{
+	char key[H_PATH_MAX + 16], csr[H_PATH_MAX + 16], pem[H_PATH_MAX + 16],
+	    ca[H_PATH_MAX + 16], cakey[H_PATH_MAX + 16], ext[H_PATH_MAX + 16],
+	    serial[H_PATH_MAX + 16];
+
+	snprintf(key, sizeof(key), "%s/dnsip.key", dir);
+	snprintf(csr, sizeof(csr), "%s/dnsip.csr", dir);
+	snprintf(pem, sizeof(pem), "%s/dnsip.pem", dir);
+	snprintf(ca, sizeof(ca), "%s/ca.pem", dir);
+	snprintf(cakey, sizeof(cakey), "%s/ca.key", dir);
+	snprintf(ext, sizeof(ext), "%s/dnsip.cnf", dir);
+	snprintf(serial, sizeof(serial), "%s/ca.srl", dir);
+	openssl_in(dir,
+	    (const char *const[]){ "openssl", "req", "-new", "-newkey", "ec",
+		"-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", key,
+		"-out", csr, "-subj", "/CN=127.0.0.1", NULL });
+	ops_write_file(ext,
+	    "subjectAltName=DNS:127.0.0.1\n"
+	    "extendedKeyUsage=serverAuth\n");
+	openssl_in(dir,
+	    (const char *const[]){ "openssl", "x509", "-req", "-in", csr, "-CA",
+		ca, "-CAkey", cakey, "-CAserial", serial, "-CAcreateserial",
+		"-days", "2", "-extfile", ext, "-out", pem, NULL });
+}
+
+/* An IP address is checked against the certificate's IP addresses, never
+ * its DNS names: a certificate that names 127.0.0.1 only as a DNS name is
+ * refused for the address 127.0.0.1 (the good certificates of the other
+ * cases carry it as an IP address and pass). */
+START_TEST(test_ip_not_dns_name)
+{
+	struct h_redis red = { 0 };
+	struct h_daemon d = { 0 };
+	char dir[H_PATH_MAX], tls[H_PATH_MAX + 64], extra[2 * H_PATH_MAX + 64];
+
+	tls_dir(dir, sizeof(dir), "tls");
+	dns_named_ip_cert(dir);
+	snprintf(extra, sizeof(extra),
+	    "tls-cert-file %s/dnsip.pem\ntls-key-file %s/dnsip.key\n", dir,
+	    dir);
+	red.tls_dir = dir;
+	red.extra = extra;
+	h_redis_start(&red);
+	snprintf(tls, sizeof(tls), "    ca_file: %s/ca.pem\n", dir);
+	start_daemon(&d, red.port, tls);
+	assert_refused(&d, red.port,
+	    "the server's certificate does not match the name 127.0.0.1");
 	h_daemon_stop(&d);
 	h_redis_stop(&red);
 }
@@ -612,6 +698,172 @@ START_TEST(test_sentinel_over_tls)
 }
 END_TEST
 
+/*
+ * Turning TLS off by reload applies at the next start: the running
+ * redis.tls is kept, files and all.  The daemon runs redis:// with a tls:
+ * section naming the CA; the new file drops the section (TLS off), or
+ * drops it and says rediss:// (TLS on, but with the system's CAs once the
+ * running redis:// is kept).  After SIGHUP every connection is dropped:
+ * the new ones still trust the CA, and the reload said redis.tls waits
+ * for a restart.
+ */
+START_TEST(test_reload_keeps_tls_switch)
+{
+	static const char *const schemes[] = { "redis", "rediss" };
+	struct h_redis red = { 0 };
+	struct h_daemon d;
+	char dir[H_PATH_MAX], tls[H_PATH_MAX + 64], yaml[4096], listen[32],
+	    user[16];
+	const char *out;
+	size_t i;
+	int j;
+
+	tls_dir(dir, sizeof(dir), "tls");
+	red.tls_dir = dir;
+	h_redis_start(&red);
+	snprintf(tls, sizeof(tls), "    ca_file: %s/ca.pem\n", dir);
+	for (i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++) {
+		memset(&d, 0, sizeof(d));
+		render(yaml, sizeof(yaml), "127.0.0.1:%PORT%", "redis",
+		    red.port, tls);
+		d.redis_port = red.port;
+		h_daemon_start(&d, yaml);
+		ck_assert_int_eq(acquire("alice"), 200);
+
+		snprintf(listen, sizeof(listen), "127.0.0.1:%d", d.port);
+		render(yaml, sizeof(yaml), listen, schemes[i], red.port, NULL);
+		ops_replace_file(d.conf, yaml);
+		ck_assert(kill(d.pid, SIGHUP) == 0);
+		ck_assert_msg(ops_wait_metric("ratelimitd_config_reloads_total"
+					      "{result=\"success\"}",
+				  1, 2000) >= 1,
+		    "SIGHUP did not reload");
+		ck_assert_msg(ops_count_in_file(d.log,
+				  "reload: redis.tls changed; it applies "
+				  "after a restart") >= 1,
+		    "%s: redis.tls not said to wait for a restart", schemes[i]);
+
+		out = h_redis_cli(&red,
+		    (const char *const[]){ "CLIENT", "KILL", "TYPE", "normal",
+			"SKIPME", "yes", NULL });
+		ck_assert_msg(atoi(out) >= 1, "CLIENT KILL: %s", out);
+		h_sleep_ms(200);
+		ck_assert_int_eq(ops_poll_status("/readyz", 200, 3000), 200);
+		for (j = 0; j < 3; j++) {
+			snprintf(user, sizeof(user), "u%zu-%d", i, j);
+			ck_assert_msg(acquire(user) == 200,
+			    "%s: /acquire refused after the reload",
+			    schemes[i]);
+		}
+		ck_assert_msg(ops_count_in_file(d.log, "unknown CA") == 0,
+		    "%s: the CA was dropped by the reload", schemes[i]);
+		h_daemon_stop(&d);
+	}
+	h_redis_stop(&red);
+}
+END_TEST
+
+/* The YAML of a daemon on the TLS Cluster whose seed is port, trusting
+ * the CA of dir, limit 1 a minute on ${user}; listen as render(). */
+static void
+render_cluster(char *yaml, size_t len, const char *listen, int port,
+    const char *dir)
+{
+	snprintf(yaml, len,
+	    "listen: \"%s\"\n"
+	    "threads: 2\n"
+	    "shutdown_timeout: 2s\n"
+	    "backend: redis\n"
+	    "redis:\n"
+	    "  cluster: [\"127.0.0.1:%d\"]\n"
+	    "  timeout: 500ms\n"
+	    "  pool_size: 2\n"
+	    "  tls:\n"
+	    "    ca_file: %s/ca.pem\n"
+	    "on_backend_error: deny\n"
+	    "rules:\n"
+	    "  - name: x\n"
+	    "    key: \"${user}\"\n"
+	    "    limit: 1\n"
+	    "    window: 1m\n",
+	    listen, port, dir);
+}
+
+/*
+ * A reload that fails keeps the running TLS files.  The new file names
+ * another CA and, without redis.cluster, a key_prefix with "{}": fine
+ * alone, refused once the running cluster (a start key) is kept, after
+ * the CA file was read.  Every connection is then dropped: the new ones
+ * still trust the running CA.
+ */
+START_TEST(test_failed_reload_keeps_tls)
+{
+	struct h_cluster cl;
+	struct h_daemon d = { 0 };
+	char dir[H_PATH_MAX], other[H_PATH_MAX], yaml[2 * H_PATH_MAX + 1024],
+	    listen[32], user[16];
+	const char *out;
+	int i;
+
+	tls_dir(dir, sizeof(dir), "tls");
+	tls_dir(other, sizeof(other), "other");
+	h_cluster_start_tls(&cl, dir);
+	render_cluster(yaml, sizeof(yaml), "127.0.0.1:%PORT%", cl.node[0].port,
+	    dir);
+	d.redis_port = cl.node[0].port;
+	h_daemon_start(&d, yaml);
+	ck_assert_int_eq(ops_poll_status("/readyz", 200, 5000), 200);
+	ck_assert_int_eq(acquire("before"), 200);
+
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", d.port);
+	snprintf(yaml, sizeof(yaml),
+	    "listen: \"%s\"\n"
+	    "threads: 2\n"
+	    "shutdown_timeout: 2s\n"
+	    "backend: redis\n"
+	    "redis:\n"
+	    "  timeout: 500ms\n"
+	    "  pool_size: 2\n"
+	    "  key_prefix: \"app{}:\"\n"
+	    "  tls:\n"
+	    "    ca_file: %s/ca.pem\n"
+	    "on_backend_error: deny\n"
+	    "rules:\n"
+	    "  - name: x\n"
+	    "    key: \"${user}\"\n"
+	    "    limit: 1\n"
+	    "    window: 1m\n",
+	    listen, other);
+	ops_replace_file(d.conf, yaml);
+	ck_assert(kill(d.pid, SIGHUP) == 0);
+	ck_assert_msg(ops_wait_metric("ratelimitd_config_reloads_total"
+				      "{result=\"failure\"}",
+			  1, 2000) >= 1,
+	    "the reload did not fail");
+	ck_assert_msg(ops_count_in_file(d.log,
+			  "reload failed, keeping the old rules") >= 1,
+	    "no failed reload in the log");
+
+	for (i = 0; i < H_CLUSTER_NODES; i++) {
+		out = h_redis_cli(&cl.node[i],
+		    (const char *const[]){ "CLIENT", "KILL", "TYPE", "normal",
+			"SKIPME", "yes", NULL });
+		ck_assert_msg(atoi(out) >= 0, "CLIENT KILL: %s", out);
+	}
+	h_sleep_ms(200);
+	ck_assert_int_eq(ops_poll_status("/readyz", 200, 3000), 200);
+	for (i = 0; i < 6; i++) {
+		snprintf(user, sizeof(user), "after%d", i);
+		ck_assert_msg(acquire(user) == 200,
+		    "/acquire refused after the failed reload");
+	}
+	ck_assert_msg(ops_count_in_file(d.log, "unknown CA") == 0,
+	    "the failed reload swapped the CA");
+	h_daemon_stop(&d);
+	h_cluster_stop(&cl);
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -625,10 +877,18 @@ test_suite(void)
 	tcase_add_test(tc, test_wrong_ca);
 	tcase_add_test(tc, test_wrong_name);
 	tcase_add_test(tc, test_expired);
+	tcase_add_test(tc, test_ip_not_dns_name);
 	tcase_add_test(tc, test_client_certificate);
 	tcase_add_test(tc, test_handshake_timeout);
 	tcase_add_test(tc, test_check_bad_pem);
 	tcase_add_test(tc, test_rotate_under_load);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("reload");
+	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_reload_keeps_tls_switch);
+	tcase_add_test(tc, test_failed_reload_keeps_tls);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("scale");

@@ -1466,16 +1466,93 @@ START_TEST(test_keep_start_only)
 	config_unref(a);
 	config_unref(b);
 
-	/* A kept unix:// URL and a new tls section (reloadable) no longer
-	 * agree: the reload is refused. */
+	/* A kept unix:// URL and a new tls section: TLS turned on, which
+	 * applies at the next start, so the running (absent) section is
+	 * kept and the two still agree. */
 	a = expect_ok("backend: redis\nredis:\n  url: \"unix:///r.sock\"\n");
 	b = expect_ok(
 	    "backend: redis\nredis:\n  url: \"redis://h:1/0\"\n"
 	    "  tls: {}\n");
-	ck_assert_int_eq(config_keep_start_only(b, a, err, sizeof(err)), -1);
-	ck_assert_msg(strstr(err, "TLS") != NULL, "%s", err);
+	ck_assert_int_eq(config_keep_start_only(b, a, err, sizeof(err)), 0);
+	ck_assert(!b->redis.tls.section);
+	ck_assert(!config_redis_tls_is_on(&b->redis));
 	config_unref(a);
 	config_unref(b);
+}
+END_TEST
+
+/* Turning TLS to Redis on or off is a start key however it is written (a
+ * tls: section, a rediss:// URL, the URL itself kept): a reload names
+ * redis.tls and keeps the running section, files and all; changing only
+ * the files, with TLS on before and after, is a reload's to apply. */
+START_TEST(test_keep_tls_switch)
+{
+	static const struct {
+		const char *old, *new;
+		bool switches;
+		const char *ca; /* redis.tls.ca_file after the keep */
+	} cases[] = {
+		/* The section removed: off. */
+		{ "  url: \"redis://h:1/0\"\n  tls:\n    ca_file: /a.pem\n",
+		    "  url: \"redis://h:1/0\"\n", true, "/a.pem" },
+		/* A section added: on. */
+		{ "  url: \"redis://h:1/0\"\n",
+		    "  url: \"redis://h:1/0\"\n  tls:\n    ca_file: /b.pem\n",
+		    true, NULL },
+		/* rediss:// in the file, but the running redis:// is kept and
+		 * the section is gone: off. */
+		{ "  url: \"redis://h:1/0\"\n  tls:\n    ca_file: /a.pem\n"
+		  "    server_name: n\n",
+		    "  url: \"rediss://h:1/0\"\n", true, "/a.pem" },
+		/* The running rediss:// is kept: on either way, and the new
+		 * files apply. */
+		{ "  url: \"rediss://h:1/0\"\n", "  url: \"redis://h:1/0\"\n",
+		    false, NULL },
+		{ "  url: \"rediss://h:1/0\"\n  tls:\n    ca_file: /a.pem\n",
+		    "  url: \"redis://h:1/0\"\n  tls:\n    ca_file: /b.pem\n",
+		    false, "/b.pem" },
+	};
+	struct config *a, *b;
+	char yaml[512], keys[512], err[256];
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(yaml, sizeof(yaml), "backend: redis\nredis:\n%s",
+		    cases[i].old);
+		a = expect_ok(yaml);
+		snprintf(yaml, sizeof(yaml), "backend: redis\nredis:\n%s",
+		    cases[i].new);
+		b = expect_ok(yaml);
+		ck_assert_msg(config_redis_tls_switches(&a->redis, &b->redis) ==
+			cases[i].switches,
+		    "case %zu", i);
+		keys[0] = '\0';
+		config_start_only_changes(a, b, collect_key, keys);
+		ck_assert_msg((strstr(keys, "redis.tls ") != NULL) ==
+			cases[i].switches,
+		    "case %zu: %s", i, keys);
+		ck_assert_int_eq(config_keep_start_only(b, a, err, sizeof(err)),
+		    0);
+		ck_assert(config_redis_tls_is_on(&a->redis) ==
+		    config_redis_tls_is_on(&b->redis));
+		ck_assert(!config_redis_tls_switches(&a->redis, &b->redis));
+		if (cases[i].ca == NULL)
+			ck_assert_ptr_null(b->redis.tls.ca_file.path);
+		else
+			ck_assert_str_eq(b->redis.tls.ca_file.path,
+			    cases[i].ca);
+		if (cases[i].switches) {
+			ck_assert(b->redis.tls.section == a->redis.tls.section);
+			ck_assert(b->redis.tls.ca_file.path == NULL ||
+			    b->redis.tls.ca_file.path !=
+				a->redis.tls.ca_file.path);
+			if (a->redis.tls.server_name != NULL)
+				ck_assert_str_eq(b->redis.tls.server_name,
+				    a->redis.tls.server_name);
+		}
+		config_unref(a);
+		config_unref(b);
+	}
 }
 END_TEST
 
@@ -1490,6 +1567,7 @@ test_suite(void)
 	tcase_add_test(tc, test_defaults);
 	tcase_add_test(tc, test_start_only_changes);
 	tcase_add_test(tc, test_keep_start_only);
+	tcase_add_test(tc, test_keep_tls_switch);
 	tcase_add_test(tc, test_key_prefix_braces);
 	tcase_add_test(tc, test_redis_tls);
 	tcase_add_test(tc, test_null_sections);

@@ -631,6 +631,26 @@ START_TEST(test_backend_errors)
 			      "ratelimitd_backend_errors_total"
 			      "{backend=\"redis\",kind=\"none\"}"),
 	    0);
+	/* The Redis store's under docs/operations.md's second name: the
+	 * same counts, kind by kind, the memory store's not among them. */
+	ck_assert_uint_eq(count_lines(text,
+			      "# TYPE ratelimitd_redis_errors_total counter"),
+	    1);
+	ck_assert_uint_eq(count_lines(text, "ratelimitd_redis_errors_total{"),
+	    6);
+	ck_assert_str_eq(sample(text,
+			     "ratelimitd_redis_errors_total{kind=\"tls\"}"),
+	    "1");
+	ck_assert_str_eq(sample(text,
+			     "ratelimitd_redis_errors_total{kind=\"timeout\"}"),
+	    "2");
+	ck_assert_str_eq(sample(text,
+			     "ratelimitd_redis_errors_total"
+			     "{kind=\"circuit_open\"}"),
+	    "1");
+	ck_assert_str_eq(sample(text,
+			     "ratelimitd_redis_errors_total{kind=\"full\"}"),
+	    "0");
 	/* Failed calls are timed too. */
 	ck_assert_uint_eq(sample_u64(text, HIST "_count{backend=\"redis\"}"),
 	    4);
