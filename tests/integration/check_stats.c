@@ -50,7 +50,12 @@ static const char stats_yaml[] =
     "  - name: slide\n"
     "    match: { kind: slide }\n"
     "    window: 2s\n"
-    "    resolution: 200ms\n";
+    "    resolution: 200ms\n"
+    "  - name: fine\n"
+    "    match: { kind: fine }\n"
+    "    window: 1m\n"
+    "    resolution: 200ms\n"
+    "    relative_accuracy: 0.0001\n";
 
 static bool use_redis;
 
@@ -515,6 +520,81 @@ START_TEST(test_same_answer_both_stores)
 }
 END_TEST
 
+/* Past the bound of 4096 buckets a sign: 4400 values each in a bucket of
+ * its own (at a = 0.0001 consecutive ones are 1.00031 apart, more than
+ * gamma), recorded through the daemon on the memory store (a read merges
+ * the sub-windows of 200 ms the calls fell in, folding in the merge), and
+ * straight into Redis by the script in its bulk mode (folding as each is
+ * added).  Both answer the same, byte for byte: the 4096 highest buckets,
+ * the lowest of them counting every lower value (docs/stats.md "Bounds"). */
+START_TEST(test_same_answer_folded)
+{
+	static const char q[] =
+	    "{\"kind\": \"fine\", "
+	    "\"quantiles\": [0.01, 0.05, 0.0697, 0.07, 0.5, 0.99]}";
+	const char *src = getenv("RATELIMITD_SRCDIR");
+	redisContext *ctx;
+	redisReply *rep;
+	struct conn mem, red;
+	char path[4096], sha[64], *script, *mem_body;
+	FILE *f;
+	long len;
+	int i;
+
+	ck_assert_ptr_nonnull(src);
+	snprintf(path, sizeof(path), "%s/lua/stats.lua", src);
+	ck_assert_ptr_nonnull(f = fopen(path, "r"));
+	fseek(f, 0, SEEK_END);
+	len = ftell(f);
+	rewind(f);
+	script = malloc((size_t)len + 1);
+	ck_assert_int_eq(fread(script, 1, (size_t)len, f), len);
+	script[len] = '\0';
+	fclose(f);
+	ctx = h_redis_ctx(&h_shared_redis);
+	rep = redisCommand(ctx, "SCRIPT LOAD %s", script);
+	ck_assert(rep != NULL && rep->type == REDIS_REPLY_STRING);
+	snprintf(sha, sizeof(sha), "%s", rep->str);
+	freeReplyObject(rep);
+	free(script);
+
+	use_redis = false;
+	conn_open(&mem);
+	use_redis = true;
+	conn_open(&red);
+	for (i = 0; i < 4400; i++) {
+		double v = round(1000 * exp(0.00031 * i) * 8) / 8;
+		char vs[64];
+
+		record(&mem, "\"kind\": \"fine\"", v);
+		snprintf(vs, sizeof(vs), "%.17g", v);
+		redisAppendCommand(ctx,
+		    "EVALSHA %s 1 st:stat:fine:{~} 60000 200 0.0001 2 %s", sha,
+		    vs);
+	}
+	for (i = 0; i < 4400; i++) {
+		ck_assert_int_eq(redisGetReply(ctx, (void **)&rep), REDIS_OK);
+		ck_assert_msg(rep->type == REDIS_REPLY_ARRAY, "reply %d: %s", i,
+		    rep->type == REDIS_REPLY_ERROR ? rep->str : "?");
+		freeReplyObject(rep);
+	}
+	ck_assert_int_eq(post(&mem, "/stats", q), 200);
+	ck_assert_int_eq(post(&red, "/stats", q), 200);
+	mem_body = strdup(mem.r.body);
+	ck_assert_str_eq(mem_body, red.r.body);
+	ck_assert_int_eq(json_integer_value(json_object_get(first_stat(&red),
+			     "count")),
+	    4400);
+	/* Rank 43 (p0.01) is among the 305 folded: answered as the lowest
+	 * bucket kept, above its true value. */
+	ck_assert(num(first_stat(&red), "p1") >
+	    1000 * exp(0.00031 * 43) * 1.0002);
+	free(mem_body);
+	conn_close(&mem);
+	conn_close(&red);
+}
+END_TEST
+
 /* Redis gone: /record and /stats answer 503 backend_unavailable within
  * redis.timeout (1 s) and a bit, and work again once it is back. */
 START_TEST(test_redis_down)
@@ -615,6 +695,7 @@ backend_tcase(const char *name, bool with_redis)
 		tcase_add_test(tc, test_two_daemons);
 		tcase_add_test(tc, test_redis_keys);
 		tcase_add_test(tc, test_same_answer_both_stores);
+		tcase_add_test(tc, test_same_answer_folded);
 		tcase_add_test(tc, test_redis_down);
 		tcase_add_test(tc, test_redis_error_not_in_body);
 	}
