@@ -16,6 +16,7 @@
 #include <check.h>
 #include <float.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +50,10 @@ static const char stats_yaml[] =
     "    resolution: 3s\n"
     "  - name: slide\n"
     "    match: { kind: slide }\n"
+    "    window: 2s\n"
+    "    resolution: 200ms\n"
+    "  - name: rw\n"
+    "    match: { kind: rw }\n"
     "    window: 2s\n"
     "    resolution: 200ms\n"
     "  - name: fine\n"
@@ -520,6 +525,76 @@ START_TEST(test_same_answer_both_stores)
 }
 END_TEST
 
+/* Copy into out (size n) the text of in with every "from" written "to". */
+static void
+replace_all(char *out, size_t n, const char *in, const char *from,
+    const char *to)
+{
+	size_t len = 0, flen = strlen(from);
+	const char *at;
+
+	while ((at = strstr(in, from)) != NULL) {
+		len += (size_t)snprintf(out + len, n - len, "%.*s%s",
+		    (int)(at - in), in, to);
+		ck_assert_uint_lt(len, n);
+		in = at + flen;
+	}
+	snprintf(out + len, n - len, "%s", in);
+}
+
+/* A reload of c's daemon with the stat rw's window now 4 s. */
+static void
+reload_rw_window_4s(struct conn *c)
+{
+	char a[4096], b[4096], port[16];
+	FILE *f;
+
+	snprintf(a, sizeof(a), "%s%s", use_redis ? redis_head : memory_head,
+	    stats_yaml);
+	replace_all(b, sizeof(b), a, "kind: rw }\n    window: 2s",
+	    "kind: rw }\n    window: 4s");
+	snprintf(port, sizeof(port), "%d", c->d.port);
+	replace_all(a, sizeof(a), b, "%PORT%", port);
+	snprintf(port, sizeof(port), "%d", h_shared_redis.port);
+	replace_all(b, sizeof(b), a, "%REDIS_PORT%", port);
+	ck_assert_ptr_nonnull(f = fopen(c->d.conf, "w"));
+	fputs(b, f);
+	fclose(f);
+	ck_assert_int_eq(kill(c->d.pid, SIGHUP), 0);
+	ck_assert_int_eq(
+	    h_metric_settles(
+		"ratelimitd_config_reloads_total{result=\"success\"}", 1),
+	    1);
+}
+
+/* A reload that makes the window longer (2 s to 4 s, resolution kept)
+ * keeps what was recorded, on both stores, and from the next read the
+ * events live by the new window: still there 3 s after they were
+ * recorded (the old window let them go after 2.2 s at most; Redis
+ * expired the sub-window then), gone 4.7 s after (docs/stats.md
+ * "Reloads and limits"). */
+START_TEST(test_reload_longer_window)
+{
+	static const char rw[] = "{\"kind\": \"rw\"}";
+	struct conn c;
+	long long t0;
+
+	conn_open(&c);
+	record(&c, "\"kind\": \"rw\"", 7);
+	record(&c, "\"kind\": \"rw\"", 9);
+	t0 = h_now_ms();
+	reload_rw_window_4s(&c);
+	ck_assert_int_eq(count_of(&c, rw), 2);
+	ck_assert_int_eq(num(first_stat(&c), "window_ms"), 4000);
+	h_sleep_ms(t0 + 3000 - h_now_ms());
+	ck_assert_int_eq(count_of(&c, rw), 2);
+	ck_assert(num(first_stat(&c), "sum") == 16);
+	h_sleep_ms(t0 + 4700 - h_now_ms());
+	ck_assert_int_eq(count_of(&c, rw), 0);
+	conn_close(&c);
+}
+END_TEST
+
 /* Past the bound of 4096 buckets a sign: 4400 values each in a bucket of
  * its own (at a = 0.0001 consecutive ones are 1.00031 apart, more than
  * gamma), recorded through the daemon on the memory store (a read merges
@@ -691,6 +766,7 @@ backend_tcase(const char *name, bool with_redis)
 	tcase_add_test(tc, test_bad_input);
 	tcase_add_test(tc, test_sum_saturates);
 	tcase_add_test(tc, test_metrics_and_forced);
+	tcase_add_test(tc, test_reload_longer_window);
 	if (with_redis) {
 		tcase_add_test(tc, test_two_daemons);
 		tcase_add_test(tc, test_redis_keys);
