@@ -567,6 +567,58 @@ reload_rw_window_4s(struct conn *c)
 	    1);
 }
 
+/* A /record into two stats of which one cannot record (the memory store
+ * full) answers 503 naming it; the other did record, is named as such,
+ * and is counted in /metrics (docs/stats.md "HTTP"). */
+START_TEST(test_partial_failure)
+{
+	static const char yaml[] =
+	    "listen: \"127.0.0.1:%PORT%\"\n"
+	    "backend: memory\n"
+	    "memory:\n"
+	    "  max_keys: 3\n"
+	    "stats:\n"
+	    "  - name: lat\n"
+	    "    match: { k: \"*\" }\n"
+	    "    key: \"${k}\"\n"
+	    "    window: 1m\n"
+	    "    resolution: 3s\n"
+	    "  - name: cmp\n"
+	    "    match: { c: \"*\" }\n"
+	    "    key: \"${c}\"\n"
+	    "    window: 1m\n"
+	    "    resolution: 3s\n";
+	static const char body[] =
+	    "{\"k\": \"new2\", \"c\": \"k1\", "
+	    "\"value\": 42}";
+	struct conn c;
+	const char *msg;
+	int i;
+
+	memset(&c, 0, sizeof(c));
+	h_daemon_start(&c.d, yaml);
+	c.curl = h_curl_new();
+	record(&c, "\"k\": \"k1\"", 1);
+	record(&c, "\"k\": \"k2\"", 1);
+	record(&c, "\"c\": \"k1\"", 1); /* 3 keys: full */
+	for (i = 0; i < 2; i++) {
+		ck_assert_int_eq(post(&c, "/record", body), 503);
+		msg = h_json_str(&c.r, "message");
+		ck_assert_str_eq(msg != NULL ? msg : "",
+		    "stat lat: the memory store failed (full); the value "
+		    "was recorded in cmp");
+		ck_assert_int_eq(h_metric("ratelimitd_stats_records_total"
+					  "{stat=\"cmp\"}"),
+		    2 + i);
+	}
+	ck_assert_int_eq(h_metric("ratelimitd_stats_records_total"
+				  "{stat=\"lat\"}"),
+	    2);
+	ck_assert_int_eq(count_of(&c, "{\"c\": \"k1\"}"), 3);
+	conn_close(&c);
+}
+END_TEST
+
 /* A reload that makes the window longer (2 s to 4 s, resolution kept)
  * keeps what was recorded, on both stores, and from the next read the
  * events live by the new window: still there 3 s after they were
@@ -767,6 +819,8 @@ backend_tcase(const char *name, bool with_redis)
 	tcase_add_test(tc, test_sum_saturates);
 	tcase_add_test(tc, test_metrics_and_forced);
 	tcase_add_test(tc, test_reload_longer_window);
+	if (!with_redis)
+		tcase_add_test(tc, test_partial_failure);
 	if (with_redis) {
 		tcase_add_test(tc, test_two_daemons);
 		tcase_add_test(tc, test_redis_keys);
