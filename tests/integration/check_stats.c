@@ -567,6 +567,44 @@ reload_rw_window_4s(struct conn *c)
 	    1);
 }
 
+/* An integer past 2^63, as JavaScript writes 1e19, is a value like any
+ * other (docs/stats.md "HTTP"); a number past a double is invalid_json;
+ * an attribute that large is not an integer attribute. */
+START_TEST(test_big_integer_value)
+{
+	struct conn c;
+	const char *code;
+
+	conn_open(&c);
+	ck_assert_int_eq(post(&c, "/record",
+			     "{\"kind\": \"lat\", \"route\": \"big\", "
+			     "\"value\": 10000000000000000000}"),
+	    200);
+	ck_assert(num(first_stat(&c), "max") == 1e19);
+	ck_assert_int_eq(post(&c, "/record",
+			     "{\"kind\": \"lat\", \"route\": \"big\", "
+			     "\"value\": -99999999999999999999}"),
+	    200);
+	ck_assert(num(first_stat(&c), "min") == -1e20);
+	ck_assert_int_eq(post(&c, "/record",
+			     "{\"kind\": \"lat\", \"route\": \"big\", "
+			     "\"value\": 1e400}"),
+	    400);
+	code = h_json_str(&c.r, "error");
+	ck_assert_str_eq(code != NULL ? code : "", "invalid_json");
+	ck_assert_int_eq(post(&c, "/record",
+			     "{\"kind\": \"lat\", \"route\": "
+			     "10000000000000000000, \"value\": 1}"),
+	    400);
+	code = h_json_str(&c.r, "error");
+	ck_assert_str_eq(code != NULL ? code : "", "invalid_attribute");
+	ck_assert_int_eq(count_of(&c,
+			     "{\"kind\": \"lat\", \"route\": \"big\"}"),
+	    2);
+	conn_close(&c);
+}
+END_TEST
+
 /* A /record into two stats of which one cannot record (the memory store
  * full) answers 503 naming it; the other did record, is named as such,
  * and is counted in /metrics (docs/stats.md "HTTP"). */
@@ -819,6 +857,7 @@ backend_tcase(const char *name, bool with_redis)
 	tcase_add_test(tc, test_sum_saturates);
 	tcase_add_test(tc, test_metrics_and_forced);
 	tcase_add_test(tc, test_reload_longer_window);
+	tcase_add_test(tc, test_big_integer_value);
 	if (!with_redis)
 		tcase_add_test(tc, test_partial_failure);
 	if (with_redis) {
