@@ -82,9 +82,10 @@ if record then
     if v < mn then mn = v end
     if v > mx then mx = v end
     redis.call('HSET', k, 'n', tonumber(cur[1]) + 1, 's', num(s),
-      'lo', num(mn), 'hi', num(mx))
+      'lo', num(mn), 'hi', num(mx), 'w', W)
   else
-    redis.call('HSET', k, 'n', 1, 's', num(v), 'lo', num(v), 'hi', num(v))
+    redis.call('HSET', k, 'n', 1, 's', num(v), 'lo', num(v), 'hi', num(v),
+      'w', W)
   end
   if v > 0 then
     local i = math.ceil(math.log(v) / lng)
@@ -108,15 +109,19 @@ if ARGV[4] == '2' then
   return {}
 end
 
--- Merge the live sub-windows, oldest first.  Bucket counts are summed by
+-- Merge the live sub-windows, oldest first.  One whose TTL was set under
+-- a shorter window (field w; a reload made the window longer) gets the
+-- TTL of this one, as the memory store keeps it (docs/stats.md "Reloads
+-- and limits").  Bucket counts are summed by
 -- field name first, and names turned into indices once at the end: a
 -- window holds far more fields than distinct buckets.
 local n, sum, mn, mx, zeros = 0, 0, nil, nil, 0
 local byname = {}
 for s = lo, hi do
   if s >= 0 then
-    local h = redis.call('HGETALL', KEYS[1] .. ':' .. string.format('%d', s))
-    local sn, ss, slo, shi
+    local k = KEYS[1] .. ':' .. string.format('%d', s)
+    local h = redis.call('HGETALL', k)
+    local sn, ss, slo, shi, sw
     for j = 1, #h, 2 do
       local name = h[j]
       local b = string.byte(name)
@@ -132,7 +137,13 @@ for s = lo, hi do
         shi = tonumber(h[j + 1])
       elseif name == 'z' then
         zeros = zeros + tonumber(h[j + 1])
+      elseif name == 'w' then
+        sw = tonumber(h[j + 1])
       end
+    end
+    if sn and (sw == nil or sw < W) then
+      redis.call('PEXPIRE', k, (s + 1) * R + W - now)
+      redis.call('HSET', k, 'w', W)
     end
     if sn then
       if n == 0 or slo < mn then mn = slo end

@@ -9,10 +9,14 @@
  */
 #include "core/request_json.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "base/util.h"
 
 int
 request_error_set(struct request_error *e, int status, const char *code,
@@ -72,9 +76,114 @@ attr_text(json_t *v, char *num, size_t numlen, const char **val, size_t *vlen,
 	}
 }
 
+/* True if the integer text t (n bytes: an optional '-' and digits) is
+ * outside the int64 range jansson reads integers into. */
+static bool
+int_overflows(const char *t, size_t n)
+{
+	char buf[24];
+	char *end;
+
+	if (n >= sizeof(buf))
+		return true; /* 23 characters or more: past 2^63 */
+	memcpy(buf, t, n);
+	buf[n] = '\0';
+	errno = 0;
+	(void)strtoll(buf, &end, 10);
+	return errno == ERANGE;
+}
+
+/*
+ * A copy of body (*outlen bytes, rl_free() it) in which every integer
+ * outside the int64 range, outside strings, is followed by ".0": jansson
+ * then reads it as a real (a double), and every other number as it was.
+ * *changed counts them.  NULL on out of memory.
+ */
+static char *
+big_ints_as_reals(const char *body, size_t len, size_t *outlen, size_t *changed)
+{
+	/* Each integer changed has 20 characters or more and gains 2. */
+	char *out = rl_malloc(len + 2 * (len / 20 + 1) + 1);
+	size_t i = 0, j, o = 0;
+	bool in_str = false;
+
+	if (out == NULL)
+		return NULL;
+	*changed = 0;
+	while (i < len) {
+		char c = body[i];
+
+		if (in_str || c == '"') {
+			out[o++] = body[i++];
+			if (c == '\\' && in_str && i < len)
+				out[o++] = body[i++];
+			else if (c == '"')
+				in_str = !in_str;
+			continue;
+		}
+		if (c != '-' && !(c >= '0' && c <= '9')) {
+			out[o++] = body[i++];
+			continue;
+		}
+		j = i + 1;
+		while (j < len && body[j] >= '0' && body[j] <= '9')
+			j++;
+		if (j < len &&
+		    (body[j] == '.' || body[j] == 'e' || body[j] == 'E')) {
+			/* A real: copied whole, as it is. */
+			while (j < len &&
+			    strchr("0123456789.eE+-", body[j]) != NULL)
+				j++;
+			memcpy(out + o, body + i, j - i);
+			o += j - i;
+		} else {
+			memcpy(out + o, body + i, j - i);
+			o += j - i;
+			if (int_overflows(body + i, j - i)) {
+				memcpy(out + o, ".0", 2);
+				o += 2;
+				(*changed)++;
+			}
+		}
+		i = j;
+	}
+	out[o] = '\0';
+	*outlen = o;
+	return out;
+}
+
+/* Parse body with jansson; with REQUEST_JSON_BIG_INT_REAL, a body refused
+ * for an integer past int64 is read again with such integers as reals. */
+static json_t *
+load(const char *body, size_t len, unsigned flags, json_error_t *jerr)
+{
+	json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, jerr);
+	size_t n, changed;
+	char *copy;
+
+	if (root != NULL || !(flags & REQUEST_JSON_BIG_INT_REAL) ||
+	    json_error_code(jerr) != json_error_numeric_overflow)
+		return root;
+	if ((copy = big_ints_as_reals(body, len, &n, &changed)) == NULL)
+		return NULL;
+	if (changed > 0)
+		root = json_loadb(copy, n, JSON_REJECT_DUPLICATES, jerr);
+	rl_free(copy);
+	return root;
+}
+
 int
 request_json_parse(const char *body, size_t len, const char *const *reserved,
     size_t max_attrs, struct attrs *a, json_t **fields, struct request_error *e)
+{
+	return request_json_parse_flags(body, len, reserved, max_attrs, a,
+	    fields, 0, e);
+}
+
+int
+request_json_parse_flags(const char *body, size_t len,
+    const char *const *reserved, size_t max_attrs, struct attrs *a,
+    json_t **fields, unsigned flags, struct request_error *e)
 {
 	json_t *root = NULL, *v;
 	json_error_t jerr;
@@ -86,7 +195,7 @@ request_json_parse(const char *body, size_t len, const char *const *reserved,
 		goto oom;
 	if (len == 0)
 		return 0; /* no body: no attributes */
-	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+	root = load(body, len, flags, &jerr);
 	if (root == NULL) {
 		request_error_set(e, 400, "invalid_json",
 		    "line %d column %d: %s", jerr.line, jerr.column, jerr.text);

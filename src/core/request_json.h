@@ -45,6 +45,17 @@ int request_json_parse(const char *body, size_t len,
     const char *const *reserved, size_t max_attrs, struct attrs *a,
     json_t **fields, struct request_error *e);
 
+/* With this flag, an integer outside the int64 range (JavaScript writes
+ * 1e19 as 10000000000000000000) is read as a real, a double, instead of
+ * refusing the body as invalid_json; every other number keeps its type.
+ * For /record and /stats, whose "value" is a double (docs/stats.md). */
+#define REQUEST_JSON_BIG_INT_REAL 1u
+
+/* request_json_parse() with flags (0 or REQUEST_JSON_BIG_INT_REAL). */
+int request_json_parse_flags(const char *body, size_t len,
+    const char *const *reserved, size_t max_attrs, struct attrs *a,
+    json_t **fields, unsigned flags, struct request_error *e);
+
 /*
  * Reserved-field readers: each reads `name` from fields (the object of
  * request_json_parse).  A missing field, or one that is null, leaves *out

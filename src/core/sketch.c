@@ -6,6 +6,13 @@
  * stay small (a few hundred buckets cover nine decades at a = 0.01), so
  * this beats a hash table in both memory and time, and it makes merging
  * and the quantile walk plain ordered scans.
+ *
+ * A merge is one such scan: the two sorted arrays are merged from the
+ * back into the target's own array, then folded once to the
+ * SKETCH_MAX_BUCKETS highest indices (as lua/stats.lua does).  Adding the
+ * buckets one by one would cost a memmove of the whole array for each
+ * bucket past the bound, and a read merges up to 1001 sub-windows of
+ * 4096 buckets a sign.
  */
 #include "core/sketch.h"
 
@@ -147,15 +154,67 @@ sketch_add(struct sketch *s, const struct sketch_params *p, double v,
 	return 0;
 }
 
+/* Room in d for n buckets; its buckets are kept.  0, or -1 (d unchanged). */
 static int
+side_reserve(struct sketch_side *d, uint32_t n)
+{
+	struct sketch_bucket *nb;
+	uint32_t cap;
+
+	if (n <= d->cap)
+		return 0;
+	cap = d->cap * 2 > n ? d->cap * 2 : n;
+	if ((nb = rl_realloc(d->b, (size_t)cap * sizeof(*nb))) == NULL)
+		return -1;
+	d->b = nb;
+	d->cap = cap;
+	return 0;
+}
+
+/*
+ * Add src's buckets to dst, whose array has room for dst->n + src->n.  The
+ * two sorted arrays are merged from the back, so that no bucket of dst is
+ * overwritten before it is read (the write position never falls below the
+ * read one), then the result is folded once: past SKETCH_MAX_BUCKETS, the
+ * counts of the lowest indices go to the lowest index kept (docs/stats.md,
+ * "Bounds"), which is what adding the buckets one by one gives.
+ */
+static void
 side_merge(struct sketch_side *dst, const struct sketch_side *src)
 {
-	uint32_t k;
+	struct sketch_bucket *b = dst->b;
+	uint32_t i = dst->n, j = src->n, end = dst->n + src->n, w = end;
+	uint32_t n, first, k;
 
-	for (k = 0; k < src->n; k++)
-		if (side_add(dst, src->b[k].index, src->b[k].count) < 0)
-			return -1;
-	return 0;
+	/* w - i = j + the indices found in both so far: never below j. */
+	while (j > 0) {
+		if (i > 0 && b[i - 1].index > src->b[j - 1].index)
+			b[--w] = b[--i];
+		else if (i > 0 && b[i - 1].index == src->b[j - 1].index) {
+			w--;
+			i--;
+			j--;
+			b[w].index = b[i].index;
+			b[w].count = b[i].count + src->b[j].count;
+		} else
+			b[--w] = src->b[--j];
+	}
+	/* What is left of dst, b[0 .. i), goes right below what is merged:
+	 * it is there already unless some indices were in both. */
+	if (w > i)
+		memmove(b + w - i, b, i * sizeof(*b));
+	w -= i;
+	n = end - w;
+	first = w;
+	if (n > SKETCH_MAX_BUCKETS) {
+		first = end - SKETCH_MAX_BUCKETS;
+		for (k = w; k < first; k++)
+			b[first].count += b[k].count;
+		n = SKETCH_MAX_BUCKETS;
+	}
+	if (first > 0)
+		memmove(b, b + first, n * sizeof(*b));
+	dst->n = n;
 }
 
 int
@@ -163,9 +222,11 @@ sketch_merge(struct sketch *dst, const struct sketch *src)
 {
 	if (src->count == 0)
 		return 0;
-	if (side_merge(&dst->pos, &src->pos) < 0 ||
-	    side_merge(&dst->neg, &src->neg) < 0)
+	if (side_reserve(&dst->pos, dst->pos.n + src->pos.n) < 0 ||
+	    side_reserve(&dst->neg, dst->neg.n + src->neg.n) < 0)
 		return -1;
+	side_merge(&dst->pos, &src->pos);
+	side_merge(&dst->neg, &src->neg);
 	if (dst->count == 0 || src->min < dst->min)
 		dst->min = src->min;
 	if (dst->count == 0 || src->max > dst->max)

@@ -71,9 +71,11 @@ void sketch_clear(struct sketch *s);
 int sketch_add(struct sketch *s, const struct sketch_params *p, double v,
     uint64_t n) __attribute__((warn_unused_result));
 
-/* Add every value of src (same params) to dst.  Returns 0, or -1 on out of
- * memory (dst then holds part of src: callers merge into a scratch
- * sketch). */
+/* Add every value of src (same params) to dst, in time linear in the
+ * buckets of both: the union of their buckets, folded to the
+ * SKETCH_MAX_BUCKETS highest indices of each sign (docs/stats.md,
+ * "Bounds"), the same whatever the order of adds and merges.  Returns 0,
+ * or -1 on out of memory (dst unchanged). */
 int sketch_merge(struct sketch *dst, const struct sketch *src)
     __attribute__((warn_unused_result));
 

@@ -170,8 +170,9 @@ stats_request_prepare(struct stats_request *sr, const struct config *cfg,
 
 	memset(sr, 0, sizeof(*sr));
 	sr->record = record;
-	if (request_json_parse(body, len, record_reserved,
-		(size_t)cfg->max_attributes, &sr->attrs, &fields, e) < 0)
+	if (request_json_parse_flags(body, len, record_reserved,
+		(size_t)cfg->max_attributes, &sr->attrs, &fields,
+		REQUEST_JSON_BIG_INT_REAL, e) < 0)
 		return -1;
 	if (parse_value(fields, record, &sr->value, e) < 0 ||
 	    parse_quantiles(fields, sr, e) < 0 ||

@@ -7,6 +7,11 @@
  * R) <= ceil(W / R)), so a slot is reused only once what it held is dead;
  * each slot remembers which sub-window it holds, and one found holding an
  * older one is emptied before it is written or ignored when read.
+ *
+ * A window whose stat changed only its window length (a reload) keeps its
+ * sub-windows: they move to a ring of the new size by their number, minus
+ * those the old window had already let go (docs/stats.md "Reloads and
+ * limits"); a change of resolution or accuracy starts it empty.
  */
 #include "core/stats_window.h"
 
@@ -76,16 +81,75 @@ stats_window_clear(struct stats_window *w)
 	stats_window_init(w);
 }
 
-/* Make w fit p, empty if it did not. */
+/* The time (ms) from which sub-window s is dead under window W. */
+static int64_t
+sub_expiry_ms(int64_t s, int64_t resolution_ms, int64_t window_ms)
+{
+	return (s + 1) * resolution_ms + window_ms;
+}
+
+/*
+ * Move w's sub-windows into a ring of p->nsub slots, slot s mod nsub as
+ * always, keeping those still live at now_ms under w's old window: the
+ * ones it had let go stay gone, as on Redis, where their TTL has fired.
+ * Two landing on one slot (a smaller ring) keep the newer: the older is
+ * dead under the new window (their numbers are nsub or more apart).
+ */
 static int
-fit(struct stats_window *w, const struct stats_window_params *p)
+refit(struct stats_window *w, const struct stats_window_params *p,
+    int64_t now_ms)
+{
+	struct sketch *sub = rl_calloc(p->nsub, sizeof(*sub));
+	int64_t *id = rl_malloc(p->nsub * sizeof(*id));
+	uint32_t k, slot;
+
+	if (sub == NULL || id == NULL) {
+		rl_free(sub);
+		rl_free(id);
+		return -1;
+	}
+	for (k = 0; k < p->nsub; k++)
+		id[k] = -1;
+	for (k = 0; k < w->nsub; k++) {
+		int64_t s = w->id[k];
+
+		if (s < 0 ||
+		    sub_expiry_ms(s, w->resolution_ms, w->window_ms) <=
+			now_ms) {
+			sketch_clear(&w->sub[k]);
+			continue;
+		}
+		slot = (uint32_t)(s % p->nsub);
+		if (id[slot] > s) {
+			sketch_clear(&w->sub[k]);
+			continue;
+		}
+		sketch_clear(&sub[slot]);
+		sub[slot] = w->sub[k]; /* its buckets move with it */
+		id[slot] = s;
+	}
+	rl_free(w->sub);
+	rl_free(w->id);
+	w->sub = sub;
+	w->id = id;
+	w->nsub = p->nsub;
+	w->window_ms = p->window_ms;
+	return 0;
+}
+
+/* Make w fit p at now_ms: the same, moved to a ring of another size, or
+ * empty (another resolution or accuracy, or never used). */
+static int
+fit(struct stats_window *w, const struct stats_window_params *p, int64_t now_ms)
 {
 	uint32_t k;
 
-	if (w->sub != NULL && w->nsub == p->nsub &&
-	    w->accuracy == p->sketch.accuracy &&
-	    w->resolution_ms == p->resolution_ms)
-		return 0;
+	if (w->sub != NULL && w->accuracy == p->sketch.accuracy &&
+	    w->resolution_ms == p->resolution_ms) {
+		if (w->nsub == p->nsub && w->window_ms == p->window_ms)
+			return 0;
+		return refit(w, p, now_ms);
+	}
 	stats_window_clear(w);
 	w->sub = rl_calloc(p->nsub, sizeof(*w->sub));
 	w->id = rl_malloc(p->nsub * sizeof(*w->id));
@@ -100,7 +164,17 @@ fit(struct stats_window *w, const struct stats_window_params *p)
 	w->nsub = p->nsub;
 	w->accuracy = p->sketch.accuracy;
 	w->resolution_ms = p->resolution_ms;
+	w->window_ms = p->window_ms;
 	return 0;
+}
+
+int
+stats_window_adapt(struct stats_window *w, const struct stats_window_params *p,
+    int64_t now_ms)
+{
+	if (w->sub == NULL)
+		return 0;
+	return fit(w, p, now_ms);
 }
 
 int
@@ -110,7 +184,7 @@ stats_window_record(struct stats_window *w, const struct stats_window_params *p,
 	int64_t s = floor_div(now_ms, p->resolution_ms);
 	uint32_t slot;
 
-	if (fit(w, p) < 0)
+	if (fit(w, p, now_ms) < 0)
 		return -1;
 	slot = (uint32_t)(s % p->nsub);
 	if (w->id[slot] != s) {
@@ -134,8 +208,9 @@ stats_window_read(const struct stats_window *w,
 
 	if (w->sub == NULL || w->nsub != p->nsub ||
 	    w->accuracy != p->sketch.accuracy ||
-	    w->resolution_ms != p->resolution_ms)
-		return 0;
+	    w->resolution_ms != p->resolution_ms ||
+	    w->window_ms != p->window_ms)
+		return 0; /* not adapted to p: as if empty */
 	/* Oldest first, as lua/stats.lua merges. */
 	for (k = 0; k < w->nsub; k++) {
 		int64_t s = lo + k;

@@ -36,6 +36,7 @@ struct stats_window {
 	uint32_t nsub;
 	double accuracy; /* the params it was built with */
 	int64_t resolution_ms;
+	int64_t window_ms;
 	int64_t last; /* newest sub-window recorded, -1 none */
 };
 
@@ -44,8 +45,9 @@ int stats_window_params_set(struct stats_window_params *p, int64_t window_ms,
     int64_t resolution_ms, double accuracy, char *err, size_t errlen);
 
 /* Zero it (or stats_window_init) before use; stats_window_clear() frees
- * it.  A window used with other params than it was built with starts
- * empty. */
+ * it.  A window recorded in with another resolution or accuracy than it
+ * was built with starts empty; with only another window length it keeps
+ * its sub-windows (stats_window_adapt). */
 void stats_window_init(struct stats_window *w);
 void stats_window_clear(struct stats_window *w);
 
@@ -55,8 +57,18 @@ int stats_window_record(struct stats_window *w,
     const struct stats_window_params *p, int64_t now_ms, double v)
     __attribute__((warn_unused_result));
 
+/* Make w fit p at now_ms, as stats_window_record() does first: after a
+ * change of window length only, the sub-windows still live under the old
+ * window move to a ring of the new size; after a change of resolution or
+ * accuracy w is emptied.  A window never recorded in is left as it is.
+ * Returns 0, or -1 on out of memory. */
+int stats_window_adapt(struct stats_window *w,
+    const struct stats_window_params *p, int64_t now_ms)
+    __attribute__((warn_unused_result));
+
 /* Merge the live sub-windows at now_ms into out (an empty sketch; the
- * caller clears it).  Returns 0, or -1 on out of memory. */
+ * caller clears it).  A window not adapted to p (stats_window_adapt)
+ * reads as empty.  Returns 0, or -1 on out of memory. */
 int stats_window_read(const struct stats_window *w,
     const struct stats_window_params *p, int64_t now_ms, struct sketch *out)
     __attribute__((warn_unused_result));

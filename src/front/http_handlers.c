@@ -151,32 +151,72 @@ http_handle_ready(struct http_server *s, struct MHD_Connection *conn,
 	    http_respond(s, conn, 503, "text/plain", "not ready\n", 10, NULL);
 }
 
-/* Every stat call is done: the answer, or the first store error. */
+/* Append to buf (size n, holding *len) the names of sr's stats whose call
+ * failed (failed true) or succeeded, ", " between them. */
+static void
+stat_names(const struct stats_request *sr, bool failed, char *buf, size_t n,
+    size_t *len)
+{
+	bool first = true;
+	size_t i;
+	int w;
+
+	for (i = 0; i < sr->n && *len < n; i++) {
+		if ((sr->calls[i].rc != 0) != failed)
+			continue;
+		w = snprintf(buf + *len, n - *len, "%s%s", first ? "" : ", ",
+		    sr->defs[i]->rule.name);
+		*len = w < 0 ? n : *len + (size_t)w;
+		first = false;
+	}
+}
+
+/*
+ * Every stat call is done: the answer, or a 503 naming the stats whose
+ * store call failed.  Each call is its own: on /record the others did
+ * record (docs/stats.md), so they are counted and named too.
+ */
 static enum MHD_Result
 finish_stats(struct http_server *s, struct MHD_Connection *conn,
     struct request *rq)
 {
 	struct stats_request *sr = &rq->sr;
+	enum backend_error_kind kind = BACKEND_ERR_PROTOCOL;
 	enum MHD_Result ret;
-	size_t i, len;
-	char *text;
+	size_t i, len, failed = 0;
+	char *text, msg[512];
 
 	/* The body names the kind of failure, never the server's reply
 	 * (docs/security.md); the store logs what it answered. */
-	for (i = 0; i < sr->n; i++)
-		if (sr->calls[i].rc != 0) {
-			log_debug("stat %s: %s", sr->defs[i]->rule.name,
-			    sr->calls[i].err);
-			return http_respond_error(s, conn, 503,
-			    "backend_unavailable",
-			    "stat %s: the %s store "
-			    "failed (%s)",
-			    sr->defs[i]->rule.name, s->decider->backend->name,
-			    backend_error_kind_name(sr->calls[i].kind));
+	for (i = 0; i < sr->n; i++) {
+		if (sr->calls[i].rc == 0) {
+			if (sr->record)
+				metrics_stat_record(s->metrics,
+				    sr->defs[i]->rule.name);
+			continue;
 		}
-	if (sr->record)
-		for (i = 0; i < sr->n; i++)
-			metrics_stat_record(s->metrics, sr->defs[i]->rule.name);
+		log_debug("stat %s: %s", sr->defs[i]->rule.name,
+		    sr->calls[i].err);
+		if (failed++ == 0)
+			kind = sr->calls[i].kind;
+	}
+	if (failed > 0) {
+		len = (size_t)snprintf(msg, sizeof(msg), "stat%s ",
+		    failed > 1 ? "s" : "");
+		stat_names(sr, true, msg, sizeof(msg), &len);
+		if (len < sizeof(msg))
+			len += (size_t)snprintf(msg + len, sizeof(msg) - len,
+			    ": the %s store failed (%s)",
+			    s->decider->backend->name,
+			    backend_error_kind_name(kind));
+		if (sr->record && failed < sr->n && len < sizeof(msg)) {
+			len += (size_t)snprintf(msg + len, sizeof(msg) - len,
+			    "; the value was recorded in ");
+			stat_names(sr, false, msg, sizeof(msg), &len);
+		}
+		return http_respond_error(s, conn, 503, "backend_unavailable",
+		    "%s", msg);
+	}
 	if ((text = stats_request_answer(sr, &len)) == NULL)
 		return http_respond_error(s, conn, 500, "internal_error",
 		    "out of memory");

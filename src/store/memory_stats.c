@@ -4,7 +4,8 @@
  * mutex.
  *
  * An entry expires when its last recorded sub-window is dead
- * (stats_window_expiry_ms, the Redis store's TTL).  Expired entries are
+ * (stats_window_expiry_ms, the Redis store's TTL), under the window of
+ * its last record or read.  Expired entries are
  * freed on lookup, by a sweep of two chains on every insert, and by a full
  * sweep when the table is at max_keys (at most once a second: until the
  * next, a new key is refused without one).  The hash is seeded per process, so
@@ -248,8 +249,12 @@ memory_stats_run(struct memory_stats *ms, const struct rl_stat_op *op,
 	if (op->record) {
 		if (stats_window_record(&e->w, &p, now_ms, op->value) != 0)
 			goto oom;
+	} else if (e != NULL && stats_window_adapt(&e->w, &p, now_ms) != 0)
+		goto oom;
+	/* The expiry of the stat's window now: a reload may have changed
+	 * it (docs/stats.md "Reloads and limits"). */
+	if (e != NULL)
 		e->expires_ms = stats_window_expiry_ms(&e->w, &p);
-	}
 	sketch_clear(&ms->scratch);
 	if (e != NULL &&
 	    stats_window_read(&e->w, &p, now_ms, &ms->scratch) != 0)

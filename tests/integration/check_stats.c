@@ -16,6 +16,7 @@
 #include <check.h>
 #include <float.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +51,16 @@ static const char stats_yaml[] =
     "  - name: slide\n"
     "    match: { kind: slide }\n"
     "    window: 2s\n"
-    "    resolution: 200ms\n";
+    "    resolution: 200ms\n"
+    "  - name: rw\n"
+    "    match: { kind: rw }\n"
+    "    window: 2s\n"
+    "    resolution: 200ms\n"
+    "  - name: fine\n"
+    "    match: { kind: fine }\n"
+    "    window: 1m\n"
+    "    resolution: 200ms\n"
+    "    relative_accuracy: 0.0001\n";
 
 static bool use_redis;
 
@@ -515,6 +525,241 @@ START_TEST(test_same_answer_both_stores)
 }
 END_TEST
 
+/* Copy into out (size n) the text of in with every "from" written "to". */
+static void
+replace_all(char *out, size_t n, const char *in, const char *from,
+    const char *to)
+{
+	size_t len = 0, flen = strlen(from);
+	const char *at;
+
+	while ((at = strstr(in, from)) != NULL) {
+		len += (size_t)snprintf(out + len, n - len, "%.*s%s",
+		    (int)(at - in), in, to);
+		ck_assert_uint_lt(len, n);
+		in = at + flen;
+	}
+	snprintf(out + len, n - len, "%s", in);
+}
+
+/* A reload of c's daemon with the stat rw's window now 4 s. */
+static void
+reload_rw_window_4s(struct conn *c)
+{
+	char a[4096], b[4096], port[16];
+	FILE *f;
+
+	snprintf(a, sizeof(a), "%s%s", use_redis ? redis_head : memory_head,
+	    stats_yaml);
+	replace_all(b, sizeof(b), a, "kind: rw }\n    window: 2s",
+	    "kind: rw }\n    window: 4s");
+	snprintf(port, sizeof(port), "%d", c->d.port);
+	replace_all(a, sizeof(a), b, "%PORT%", port);
+	snprintf(port, sizeof(port), "%d", h_shared_redis.port);
+	replace_all(b, sizeof(b), a, "%REDIS_PORT%", port);
+	ck_assert_ptr_nonnull(f = fopen(c->d.conf, "w"));
+	fputs(b, f);
+	fclose(f);
+	ck_assert_int_eq(kill(c->d.pid, SIGHUP), 0);
+	ck_assert_int_eq(
+	    h_metric_settles(
+		"ratelimitd_config_reloads_total{result=\"success\"}", 1),
+	    1);
+}
+
+/* An integer past 2^63, as JavaScript writes 1e19, is a value like any
+ * other (docs/stats.md "HTTP"); a number past a double is invalid_json;
+ * an attribute that large is not an integer attribute. */
+START_TEST(test_big_integer_value)
+{
+	struct conn c;
+	const char *code;
+
+	conn_open(&c);
+	ck_assert_int_eq(post(&c, "/record",
+			     "{\"kind\": \"lat\", \"route\": \"big\", "
+			     "\"value\": 10000000000000000000}"),
+	    200);
+	ck_assert(num(first_stat(&c), "max") == 1e19);
+	ck_assert_int_eq(post(&c, "/record",
+			     "{\"kind\": \"lat\", \"route\": \"big\", "
+			     "\"value\": -99999999999999999999}"),
+	    200);
+	ck_assert(num(first_stat(&c), "min") == -1e20);
+	ck_assert_int_eq(post(&c, "/record",
+			     "{\"kind\": \"lat\", \"route\": \"big\", "
+			     "\"value\": 1e400}"),
+	    400);
+	code = h_json_str(&c.r, "error");
+	ck_assert_str_eq(code != NULL ? code : "", "invalid_json");
+	ck_assert_int_eq(post(&c, "/record",
+			     "{\"kind\": \"lat\", \"route\": "
+			     "10000000000000000000, \"value\": 1}"),
+	    400);
+	code = h_json_str(&c.r, "error");
+	ck_assert_str_eq(code != NULL ? code : "", "invalid_attribute");
+	ck_assert_int_eq(count_of(&c,
+			     "{\"kind\": \"lat\", \"route\": \"big\"}"),
+	    2);
+	conn_close(&c);
+}
+END_TEST
+
+/* A /record into two stats of which one cannot record (the memory store
+ * full) answers 503 naming it; the other did record, is named as such,
+ * and is counted in /metrics (docs/stats.md "HTTP"). */
+START_TEST(test_partial_failure)
+{
+	static const char yaml[] =
+	    "listen: \"127.0.0.1:%PORT%\"\n"
+	    "backend: memory\n"
+	    "memory:\n"
+	    "  max_keys: 3\n"
+	    "stats:\n"
+	    "  - name: lat\n"
+	    "    match: { k: \"*\" }\n"
+	    "    key: \"${k}\"\n"
+	    "    window: 1m\n"
+	    "    resolution: 3s\n"
+	    "  - name: cmp\n"
+	    "    match: { c: \"*\" }\n"
+	    "    key: \"${c}\"\n"
+	    "    window: 1m\n"
+	    "    resolution: 3s\n";
+	static const char body[] =
+	    "{\"k\": \"new2\", \"c\": \"k1\", "
+	    "\"value\": 42}";
+	struct conn c;
+	const char *msg;
+	int i;
+
+	memset(&c, 0, sizeof(c));
+	h_daemon_start(&c.d, yaml);
+	c.curl = h_curl_new();
+	record(&c, "\"k\": \"k1\"", 1);
+	record(&c, "\"k\": \"k2\"", 1);
+	record(&c, "\"c\": \"k1\"", 1); /* 3 keys: full */
+	for (i = 0; i < 2; i++) {
+		ck_assert_int_eq(post(&c, "/record", body), 503);
+		msg = h_json_str(&c.r, "message");
+		ck_assert_str_eq(msg != NULL ? msg : "",
+		    "stat lat: the memory store failed (full); the value "
+		    "was recorded in cmp");
+		ck_assert_int_eq(h_metric("ratelimitd_stats_records_total"
+					  "{stat=\"cmp\"}"),
+		    2 + i);
+	}
+	ck_assert_int_eq(h_metric("ratelimitd_stats_records_total"
+				  "{stat=\"lat\"}"),
+	    2);
+	ck_assert_int_eq(count_of(&c, "{\"c\": \"k1\"}"), 3);
+	conn_close(&c);
+}
+END_TEST
+
+/* A reload that makes the window longer (2 s to 4 s, resolution kept)
+ * keeps what was recorded, on both stores, and from the next read the
+ * events live by the new window: still there 3 s after they were
+ * recorded (the old window let them go after 2.2 s at most; Redis
+ * expired the sub-window then), gone 4.7 s after (docs/stats.md
+ * "Reloads and limits"). */
+START_TEST(test_reload_longer_window)
+{
+	static const char rw[] = "{\"kind\": \"rw\"}";
+	struct conn c;
+	long long t0;
+
+	conn_open(&c);
+	record(&c, "\"kind\": \"rw\"", 7);
+	record(&c, "\"kind\": \"rw\"", 9);
+	t0 = h_now_ms();
+	reload_rw_window_4s(&c);
+	ck_assert_int_eq(count_of(&c, rw), 2);
+	ck_assert_int_eq(num(first_stat(&c), "window_ms"), 4000);
+	h_sleep_ms(t0 + 3000 - h_now_ms());
+	ck_assert_int_eq(count_of(&c, rw), 2);
+	ck_assert(num(first_stat(&c), "sum") == 16);
+	h_sleep_ms(t0 + 4700 - h_now_ms());
+	ck_assert_int_eq(count_of(&c, rw), 0);
+	conn_close(&c);
+}
+END_TEST
+
+/* Past the bound of 4096 buckets a sign: 4400 values each in a bucket of
+ * its own (at a = 0.0001 consecutive ones are 1.00031 apart, more than
+ * gamma), recorded through the daemon on the memory store (a read merges
+ * the sub-windows of 200 ms the calls fell in, folding in the merge), and
+ * straight into Redis by the script in its bulk mode (folding as each is
+ * added).  Both answer the same, byte for byte: the 4096 highest buckets,
+ * the lowest of them counting every lower value (docs/stats.md "Bounds"). */
+START_TEST(test_same_answer_folded)
+{
+	static const char q[] =
+	    "{\"kind\": \"fine\", "
+	    "\"quantiles\": [0.01, 0.05, 0.0697, 0.07, 0.5, 0.99]}";
+	const char *src = getenv("RATELIMITD_SRCDIR");
+	redisContext *ctx;
+	redisReply *rep;
+	struct conn mem, red;
+	char path[4096], sha[64], *script, *mem_body;
+	FILE *f;
+	long len;
+	int i;
+
+	ck_assert_ptr_nonnull(src);
+	snprintf(path, sizeof(path), "%s/lua/stats.lua", src);
+	ck_assert_ptr_nonnull(f = fopen(path, "r"));
+	fseek(f, 0, SEEK_END);
+	len = ftell(f);
+	rewind(f);
+	script = malloc((size_t)len + 1);
+	ck_assert_int_eq(fread(script, 1, (size_t)len, f), len);
+	script[len] = '\0';
+	fclose(f);
+	ctx = h_redis_ctx(&h_shared_redis);
+	rep = redisCommand(ctx, "SCRIPT LOAD %s", script);
+	ck_assert(rep != NULL && rep->type == REDIS_REPLY_STRING);
+	snprintf(sha, sizeof(sha), "%s", rep->str);
+	freeReplyObject(rep);
+	free(script);
+
+	use_redis = false;
+	conn_open(&mem);
+	use_redis = true;
+	conn_open(&red);
+	for (i = 0; i < 4400; i++) {
+		double v = round(1000 * exp(0.00031 * i) * 8) / 8;
+		char vs[64];
+
+		record(&mem, "\"kind\": \"fine\"", v);
+		snprintf(vs, sizeof(vs), "%.17g", v);
+		redisAppendCommand(ctx,
+		    "EVALSHA %s 1 st:stat:fine:{~} 60000 200 0.0001 2 %s", sha,
+		    vs);
+	}
+	for (i = 0; i < 4400; i++) {
+		ck_assert_int_eq(redisGetReply(ctx, (void **)&rep), REDIS_OK);
+		ck_assert_msg(rep->type == REDIS_REPLY_ARRAY, "reply %d: %s", i,
+		    rep->type == REDIS_REPLY_ERROR ? rep->str : "?");
+		freeReplyObject(rep);
+	}
+	ck_assert_int_eq(post(&mem, "/stats", q), 200);
+	ck_assert_int_eq(post(&red, "/stats", q), 200);
+	mem_body = strdup(mem.r.body);
+	ck_assert_str_eq(mem_body, red.r.body);
+	ck_assert_int_eq(json_integer_value(json_object_get(first_stat(&red),
+			     "count")),
+	    4400);
+	/* Rank 43 (p0.01) is among the 305 folded: answered as the lowest
+	 * bucket kept, above its true value. */
+	ck_assert(num(first_stat(&red), "p1") >
+	    1000 * exp(0.00031 * 43) * 1.0002);
+	free(mem_body);
+	conn_close(&mem);
+	conn_close(&red);
+}
+END_TEST
+
 /* Redis gone: /record and /stats answer 503 backend_unavailable within
  * redis.timeout (1 s) and a bit, and work again once it is back. */
 START_TEST(test_redis_down)
@@ -611,10 +856,15 @@ backend_tcase(const char *name, bool with_redis)
 	tcase_add_test(tc, test_bad_input);
 	tcase_add_test(tc, test_sum_saturates);
 	tcase_add_test(tc, test_metrics_and_forced);
+	tcase_add_test(tc, test_reload_longer_window);
+	tcase_add_test(tc, test_big_integer_value);
+	if (!with_redis)
+		tcase_add_test(tc, test_partial_failure);
 	if (with_redis) {
 		tcase_add_test(tc, test_two_daemons);
 		tcase_add_test(tc, test_redis_keys);
 		tcase_add_test(tc, test_same_answer_both_stores);
+		tcase_add_test(tc, test_same_answer_folded);
 		tcase_add_test(tc, test_redis_down);
 		tcase_add_test(tc, test_redis_error_not_in_body);
 	}

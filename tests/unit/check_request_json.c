@@ -203,6 +203,54 @@ START_TEST(test_oom)
 }
 END_TEST
 
+/* REQUEST_JSON_BIG_INT_REAL: an integer past int64 reads as a double;
+ * every other number, and digits in strings, as they were.  Without the
+ * flag (the decision endpoints) such a body stays invalid_json. */
+START_TEST(test_big_int_real)
+{
+	static const char body[] =
+	    "{\"value\":10000000000000000000,\"cost\":-99999999999999999999,"
+	    "\"rule\":\"\\\"12345678901234567890\",\"n\":7,"
+	    "\"q\":[1.123456789012345678901,2e5,9223372036854775807]}";
+	static const char *const res[] = { "value", "cost", "rule", "q", NULL };
+	struct attrs a = { 0 };
+	struct request_error e;
+	json_t *f, *q;
+
+	memset(&e, 0, sizeof(e));
+	ck_assert_int_eq(request_json_parse_flags(body, strlen(body), res, 0,
+			     &a, &f, REQUEST_JSON_BIG_INT_REAL, &e),
+	    0);
+	ck_assert(json_is_real(json_object_get(f, "value")));
+	ck_assert(json_real_value(json_object_get(f, "value")) == 1e19);
+	ck_assert(json_real_value(json_object_get(f, "cost")) == -1e20);
+	ck_assert_str_eq(json_string_value(json_object_get(f, "rule")),
+	    "\"12345678901234567890");
+	ck_assert_str_eq(attrs_get(&a, "n"), "7");
+	q = json_object_get(f, "q");
+	ck_assert(json_real_value(json_array_get(q, 0)) ==
+	    1.123456789012345678901);
+	ck_assert(json_real_value(json_array_get(q, 1)) == 2e5);
+	ck_assert(json_is_integer(json_array_get(q, 2)));
+	json_decref(f);
+	attrs_clear(&a);
+	/* Past a double: still invalid_json. */
+	ck_assert_int_eq(request_json_parse_flags("{\"value\":1e400}", 15, res,
+			     0, &a, &f, REQUEST_JSON_BIG_INT_REAL, &e),
+	    -1);
+	ck_assert_str_eq(e.code, "invalid_json");
+	json_decref(f);
+	attrs_clear(&a);
+	/* Without the flag: invalid_json, as before. */
+	ck_assert_int_eq(parse("{\"cost\":10000000000000000000}", 0, &a, &f,
+			     &e),
+	    -1);
+	ck_assert_str_eq(e.code, "invalid_json");
+	json_decref(f);
+	attrs_clear(&a);
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -216,6 +264,7 @@ test_suite(void)
 	tcase_add_test(tc, test_bound_counts_attributes_only);
 	tcase_add_test(tc, test_reserved_readers);
 	tcase_add_test(tc, test_oom);
+	tcase_add_test(tc, test_big_int_real);
 	suite_add_tcase(s, tc);
 	return s;
 }

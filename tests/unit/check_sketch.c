@@ -2,7 +2,9 @@
  * check_sketch.c - unit tests of sketch.c: the exact count, sum, min and
  * max, and the quantile guarantee of docs/stats.md checked against the
  * exact quantiles of the same data (sorted, rank floor(q * (n - 1))) on
- * skewed, bimodal, negative and zero-heavy data from a seeded generator.
+ * skewed, bimodal, negative and zero-heavy data from a seeded generator;
+ * and sketch_merge() against adding the buckets one at a time, folding
+ * past the bound at each add (the order docs/stats.md says is the same).
  */
 #include <check.h>
 #include <math.h>
@@ -243,6 +245,212 @@ START_TEST(test_bucket_bound)
 }
 END_TEST
 
+/* The reference merge: src's buckets added to dst one at a time, the
+ * lowest folded into the next whenever a set passes the bound. */
+static void
+ref_add(struct sketch_side *d, int32_t i, uint64_t n)
+{
+	uint32_t at = 0, hi = d->n;
+
+	while (at < hi) { /* the first index >= i */
+		uint32_t mid = at + (hi - at) / 2;
+
+		if (d->b[mid].index < i)
+			at = mid + 1;
+		else
+			hi = mid;
+	}
+	if (at < d->n && d->b[at].index == i) {
+		d->b[at].count += n;
+		return;
+	}
+	ck_assert_uint_lt(d->n, d->cap);
+	memmove(d->b + at + 1, d->b + at, (d->n - at) * sizeof(*d->b));
+	d->b[at].index = i;
+	d->b[at].count = n;
+	d->n++;
+	if (d->n > SKETCH_MAX_BUCKETS) {
+		d->b[1].count += d->b[0].count;
+		memmove(d->b, d->b + 1, (d->n - 1) * sizeof(*d->b));
+		d->n--;
+	}
+}
+
+/* A side of n distinct random indices in [lo, lo + span), sorted, each
+ * with a count of 1 to 1000. */
+static void
+random_side(struct sketch_side *d, uint32_t n, int32_t lo, uint32_t span)
+{
+	uint32_t k, m = 0;
+
+	d->b = malloc((SKETCH_MAX_BUCKETS + 1) * sizeof(*d->b));
+	d->cap = SKETCH_MAX_BUCKETS + 1;
+	/* Each index of the span in turn, taken with probability n / span. */
+	for (k = 0; k < span && m < n && m < SKETCH_MAX_BUCKETS; k++)
+		if (uniform() * (double)(span - k) < (double)(n - m)) {
+			d->b[m].index = lo + (int32_t)k;
+			d->b[m].count = 1 + (uint64_t)(uniform() * 1000);
+			m++;
+		}
+	d->n = m;
+}
+
+static void
+random_sketch(struct sketch *s)
+{
+	uint32_t span = 1 + (uint32_t)(uniform() * 9000);
+	uint32_t n = (uint32_t)(uniform() *
+	    (double)(span < 4096 ? span : 4096));
+	int32_t lo = (int32_t)(uniform() * 8000) - 4000;
+	uint32_t k;
+
+	sketch_init(s);
+	random_side(&s->pos, n, lo, span);
+	random_side(&s->neg, n / 3, -lo, span);
+	for (k = 0; k < s->pos.n; k++)
+		s->count += s->pos.b[k].count;
+	for (k = 0; k < s->neg.n; k++)
+		s->count += s->neg.b[k].count;
+	s->zeros = (uint64_t)(uniform() * 3);
+	s->count += s->zeros + 1;
+	s->min = -1;
+	s->max = 1;
+}
+
+static void
+same_side(const struct sketch_side *a, const struct sketch_side *b)
+{
+	uint32_t k;
+
+	ck_assert_uint_eq(a->n, b->n);
+	for (k = 0; k < a->n; k++) {
+		ck_assert_int_eq(a->b[k].index, b->b[k].index);
+		ck_assert_uint_eq(a->b[k].count, b->b[k].count);
+	}
+}
+
+/* Merging many random sketches (sometimes far past the bound, sometimes
+ * overlapping, sometimes disjoint bands) gives exactly the buckets of
+ * the one-at-a-time reference after every merge. */
+START_TEST(test_merge_matches_reference)
+{
+	struct sketch acc, src;
+	struct sketch_side rp, rn;
+	int round, k, folded = 0;
+	uint32_t j;
+
+	rng_state = 0xdecafbad;
+	for (round = 0; round < 10; round++) {
+		sketch_init(&acc);
+		memset(&rp, 0, sizeof(rp));
+		memset(&rn, 0, sizeof(rn));
+		rp.b = malloc((SKETCH_MAX_BUCKETS + 1) * sizeof(*rp.b));
+		rn.b = malloc((SKETCH_MAX_BUCKETS + 1) * sizeof(*rn.b));
+		rp.cap = rn.cap = SKETCH_MAX_BUCKETS + 1;
+		for (k = 0; k < 10; k++) {
+			random_sketch(&src);
+			for (j = 0; j < src.pos.n; j++)
+				ref_add(&rp, src.pos.b[j].index,
+				    src.pos.b[j].count);
+			for (j = 0; j < src.neg.n; j++)
+				ref_add(&rn, src.neg.b[j].index,
+				    src.neg.b[j].count);
+			ck_assert_int_eq(sketch_merge(&acc, &src), 0);
+			same_side(&acc.pos, &rp);
+			same_side(&acc.neg, &rn);
+			folded += acc.pos.n == SKETCH_MAX_BUCKETS;
+			sketch_clear(&src);
+		}
+		free(rp.b);
+		free(rn.b);
+		sketch_clear(&acc);
+	}
+	ck_assert_int_gt(folded, 10); /* the bound was reached, often */
+}
+END_TEST
+
+/* Two alternating bands of 4096 buckets each: the case that made a read
+ * cost a memmove of the whole set per bucket.  The result keeps the upper
+ * band, its lowest bucket holding every count of the lower one. */
+START_TEST(test_merge_bands)
+{
+	struct sketch_params p;
+	struct sketch lo, hi, acc;
+	int k;
+
+	ck_assert_int_eq(sketch_params_set(&p, 0.01), 0);
+	sketch_init(&lo);
+	sketch_init(&hi);
+	sketch_init(&acc);
+	for (k = 0; k < SKETCH_MAX_BUCKETS; k++) {
+		ck_assert_int_eq(sketch_add(&lo, &p,
+				     sketch_bucket_value(&p, k - 4096), 1),
+		    0);
+		ck_assert_int_eq(sketch_add(&hi, &p, sketch_bucket_value(&p, k),
+				     1),
+		    0);
+	}
+	ck_assert_uint_eq(lo.pos.n, SKETCH_MAX_BUCKETS);
+	ck_assert_uint_eq(hi.pos.n, SKETCH_MAX_BUCKETS);
+	for (k = 0; k < 101; k++)
+		ck_assert_int_eq(sketch_merge(&acc, k % 2 ? &lo : &hi), 0);
+	ck_assert_uint_eq(acc.count, 101 * SKETCH_MAX_BUCKETS);
+	ck_assert_uint_eq(acc.pos.n, SKETCH_MAX_BUCKETS);
+	ck_assert_int_eq(acc.pos.b[0].index, 0);
+	ck_assert_uint_eq(acc.pos.b[0].count, 51 + 50 * SKETCH_MAX_BUCKETS);
+	ck_assert_int_eq(acc.pos.b[SKETCH_MAX_BUCKETS - 1].index, 4095);
+	ck_assert_uint_eq(acc.pos.b[SKETCH_MAX_BUCKETS - 1].count, 51);
+	sketch_clear(&lo);
+	sketch_clear(&hi);
+	sketch_clear(&acc);
+}
+END_TEST
+
+/* Out of memory in a merge leaves the target as it was, both signs. */
+START_TEST(test_merge_oom)
+{
+	struct sketch_params p;
+	struct sketch dst, src;
+	int k;
+
+	ck_assert_int_eq(sketch_params_set(&p, 0.01), 0);
+	sketch_init(&dst);
+	sketch_init(&src);
+	/* dst: 8 buckets of each sign (both arrays full): the merge needs
+	 * an allocation for each. */
+	for (k = 0; k < 8; k++) {
+		ck_assert_int_eq(sketch_add(&dst, &p, 1 << k, 1), 0);
+		ck_assert_int_eq(sketch_add(&dst, &p, -(1 << k), 1), 0);
+	}
+	ck_assert_uint_eq(dst.pos.n, dst.pos.cap);
+	ck_assert_uint_eq(dst.neg.n, dst.neg.cap);
+	/* src: one bucket dst has, one it has not, in each sign. */
+	ck_assert_int_eq(sketch_add(&src, &p, 1, 1), 0);
+	ck_assert_int_eq(sketch_add(&src, &p, 1e6, 1), 0);
+	ck_assert_int_eq(sketch_add(&src, &p, -1, 1), 0);
+	ck_assert_int_eq(sketch_add(&src, &p, -1e6, 1), 0);
+	/* The first allocation fails, then the second. */
+	for (k = 0; k < 2; k++) {
+		rl_alloc_fail_after(k);
+		ck_assert_int_eq(sketch_merge(&dst, &src), -1);
+		rl_alloc_fail_after(-1);
+		ck_assert_uint_eq(dst.count, 16);
+		ck_assert_uint_eq(dst.pos.n, 8);
+		ck_assert_uint_eq(dst.pos.b[0].count, 1);
+		ck_assert_uint_eq(dst.neg.n, 8);
+		ck_assert_uint_eq(dst.neg.b[0].count, 1);
+	}
+	ck_assert_int_eq(sketch_merge(&dst, &src), 0);
+	ck_assert_uint_eq(dst.count, 20);
+	ck_assert_uint_eq(dst.pos.n, 9);
+	ck_assert_uint_eq(dst.pos.b[0].count, 2);
+	ck_assert_uint_eq(dst.neg.n, 9);
+	ck_assert_uint_eq(dst.neg.b[0].count, 2);
+	sketch_clear(&dst);
+	sketch_clear(&src);
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -255,6 +463,9 @@ test_suite(void)
 	tcase_add_test(tc, test_bimodal);
 	tcase_add_test(tc, test_negative_and_zero);
 	tcase_add_test(tc, test_bucket_bound);
+	tcase_add_test(tc, test_merge_matches_reference);
+	tcase_add_test(tc, test_merge_bands);
+	tcase_add_test(tc, test_merge_oom);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -127,6 +127,48 @@ START_TEST(test_params)
 }
 END_TEST
 
+/* Only the window changes (docs/stats.md "Reloads and limits"): the
+ * sub-windows the old window still held move to the new ring; those it
+ * had let go stay gone. */
+START_TEST(test_window_change)
+{
+	struct stats_window_params p = params(10000, 1000);
+	struct stats_window w;
+	double sum;
+
+	stats_window_init(&w);
+	ck_assert_int_eq(stats_window_record(&w, &p, T0, 1), 0);
+	ck_assert_int_eq(stats_window_record(&w, &p, T0 + 7000, 7), 0);
+	ck_assert_int_eq(stats_window_record(&w, &p, T0 + 9000, 9), 0);
+	/* At T0 + 11500 the window of 10 s has let the first go
+	 * ((T0/1000 + 1) * 1000 + 10000 <= now).  Now 20 s: 21 slots. */
+	p = params(20000, 1000);
+	ck_assert_int_eq(stats_window_adapt(&w, &p, T0 + 11500), 0);
+	ck_assert_uint_eq(w.nsub, 21);
+	ck_assert_uint_eq(count_at(&w, &p, T0 + 11500, &sum), 2);
+	ck_assert(sum == 16);
+	/* Live by the new window: 7 until T0 + 28000, 9 until T0 + 30000. */
+	ck_assert_uint_eq(count_at(&w, &p, T0 + 27999, NULL), 2);
+	ck_assert_uint_eq(count_at(&w, &p, T0 + 28000, &sum), 1);
+	ck_assert(sum == 9);
+	ck_assert(stats_window_expiry_ms(&w, &p) == T0 + 30000);
+	/* Back to 3 s at T0 + 11900: 7 was let go (dead at T0 + 11000
+	 * under 3 s, and the ring is smaller), 9 is live until 13000. */
+	ck_assert_int_eq(stats_window_record(&w, &p, T0 + 11900, 11), 0);
+	p = params(3000, 1000);
+	ck_assert_uint_eq(count_at(&w, &p, T0 + 11900, NULL), 0); /* before */
+	ck_assert_int_eq(stats_window_adapt(&w, &p, T0 + 11900), 0);
+	ck_assert_uint_eq(w.nsub, 4);
+	ck_assert_uint_eq(count_at(&w, &p, T0 + 11900, &sum), 2);
+	ck_assert(sum == 20);
+	/* Another resolution: empty. */
+	p = params(3000, 500);
+	ck_assert_int_eq(stats_window_adapt(&w, &p, T0 + 11900), 0);
+	ck_assert_uint_eq(count_at(&w, &p, T0 + 11900, NULL), 0);
+	stats_window_clear(&w);
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -136,6 +178,7 @@ test_suite(void)
 	tcase_add_test(tc, test_slides);
 	tcase_add_test(tc, test_ring_reuse);
 	tcase_add_test(tc, test_params);
+	tcase_add_test(tc, test_window_change);
 	suite_add_tcase(s, tc);
 	return s;
 }
