@@ -489,6 +489,17 @@ on_released(void *arg, const char *key, size_t keylen)
 	}
 }
 
+/* Redis Cluster took back the units a denied request had recorded on key
+ * in another slot (docs/algorithms.md): a denial of key the store decided
+ * while they were held no longer holds.  The store's I/O thread. */
+static void
+on_taken_back(void *arg, const char *key, size_t keylen)
+{
+	struct daemon *d = arg;
+
+	deny_cache_forget(d->deny, key, keylen);
+}
+
 /* The overrides sync read what another daemon set or deleted (or what a
  * reload brought back): a limit may have risen, so every request that
  * waits for a lease tries again (docs/admin.md).  The sync thread. */
@@ -516,6 +527,7 @@ make_backends(struct daemon *d, char *err, size_t errlen)
 		 * local works; it holds nothing until it is used. */
 		d->local = backend_memory_new(c->memory.max_keys, NULL, NULL);
 		d->deny = deny_cache_new(DENY_CACHE_SLOTS);
+		backend_redis_watch_takebacks(d->backend, on_taken_back, d);
 	} else
 		d->backend = backend_memory_new(c->memory.max_keys, NULL, NULL);
 	if (d->backend == NULL ||
