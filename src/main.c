@@ -470,7 +470,7 @@ drop_privileges(const struct config *c, char *err, size_t errlen)
  * The same channel carries the notices of lua/override.lua, the name of
  * an override hash, which never ends in '}' as a lease's key does: that
  * rule's overrides are read again (docs/admin.md).  NULL: both may have
- * gone unheard. */
+ * gone unheard, and so may a reset: everything held in advance goes. */
 static void
 on_released(void *arg, const char *key, size_t keylen)
 {
@@ -479,6 +479,7 @@ on_released(void *arg, const char *key, size_t keylen)
 	if (key == NULL) {
 		lease_wait_all(d->leases);
 		overrides_notice(d->overrides, NULL, 0);
+		prefetch_forget_all(d->prefetch);
 	} else if (keylen > 0 && key[keylen - 1] != '}')
 		overrides_notice(d->overrides, key, keylen);
 	else {
