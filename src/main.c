@@ -477,7 +477,7 @@ drop_privileges(const struct config *c, char *err, size_t errlen)
  * The same channel carries the notices of lua/override.lua, the name of
  * an override hash, which never ends in '}' as a lease's key does: that
  * rule's overrides are read again (docs/admin.md).  NULL: both may have
- * gone unheard. */
+ * gone unheard, and so may a reset: everything held in advance goes. */
 static void
 on_released(void *arg, const char *key, size_t keylen)
 {
@@ -486,6 +486,7 @@ on_released(void *arg, const char *key, size_t keylen)
 	if (key == NULL) {
 		lease_wait_all(d->leases);
 		overrides_notice(d->overrides, NULL, 0);
+		prefetch_forget_all(d->prefetch);
 	} else if (keylen > 0 && key[keylen - 1] != '}')
 		overrides_notice(d->overrides, key, keylen);
 	else {
@@ -494,6 +495,17 @@ on_released(void *arg, const char *key, size_t keylen)
 		 * advance for that key came from the counter dropped. */
 		prefetch_forget(d->prefetch, key, keylen);
 	}
+}
+
+/* Redis Cluster took back the units a denied request had recorded on key
+ * in another slot (docs/algorithms.md): a denial of key the store decided
+ * while they were held no longer holds.  The store's I/O thread. */
+static void
+on_taken_back(void *arg, const char *key, size_t keylen)
+{
+	struct daemon *d = arg;
+
+	deny_cache_forget(d->deny, key, keylen);
 }
 
 /* The overrides sync read what another daemon set or deleted (or what a
@@ -523,6 +535,7 @@ make_backends(struct daemon *d, char *err, size_t errlen)
 		 * local works; it holds nothing until it is used. */
 		d->local = backend_memory_new(c->memory.max_keys, NULL, NULL);
 		d->deny = deny_cache_new(DENY_CACHE_SLOTS);
+		backend_redis_watch_takebacks(d->backend, on_taken_back, d);
 	} else
 		d->backend = backend_memory_new(c->memory.max_keys, NULL, NULL);
 	if (d->backend == NULL ||

@@ -67,6 +67,9 @@ struct applying {
 	int64_t pf_until;  /* their deadline (prefetch_put_back) */
 	uint64_t pf_stamp; /* prefetch_stamp() before the take and the
 			    * call: a counter reset since drops a chunk */
+	uint64_t dc_stamp; /* deny_cache_stamp() when the store was
+			    * asked: units given back since (a reset,
+			    * a take-back) drop its denial */
 	bool overridden;   /* its limit and window are an override's */
 };
 
@@ -83,7 +86,6 @@ struct decide_job {
 	int64_t req_start_us;	 /* req->start_us */
 	int64_t req_deadline_us; /* req->deadline_us */
 	int64_t submit_us;	 /* monotonic: when the store was asked */
-	uint64_t deny_clears;	 /* deny_cache_clears() then */
 	int64_t wait_us;	 /* docs/waiting.md; 0: no waiting */
 	struct decide_group_result *group_out; /* ngroups, or NULL */
 	size_t ngroups;
@@ -356,33 +358,18 @@ us_to_ms(int64_t us)
 }
 
 /*
- * The deny cache's key for check i: the store key, and for a key under
- * an override (docs/admin.md) its limit and window too, so that a denial
- * learnt under one limit is never answered under another (one learnt
- * under the rule's own limit holds again once the override goes; one
- * learnt under another config is never answered: deny_cache.h).  NULL when it
- * does not fit buf: not cached.
+ * Does the deny cache answer for check c?  Not for a shadow check, one of
+ * cost 0, or a concurrency check (a release may free it at once).  Its
+ * entries name the check's limit and window, an override's for a key under
+ * one (docs/admin.md), so that a denial learnt under one limit is never
+ * answered under another; one learnt under another config is never
+ * answered either (deny_cache.h).
  */
-static const char *
-deny_key(const struct decide_job *job, size_t i, char *buf, size_t cap,
-    size_t *len)
+static bool
+deny_applies(const struct rl_check *c)
 {
-	const struct rl_check *c = &job->checks[i];
-	int n;
-
-	if (!job->ap[i].overridden) {
-		*len = c->keylen;
-		return c->key;
-	}
-	n = snprintf(buf, cap, "%.*s\x1f%lld/%lld", (int)c->keylen, c->key,
-	    (long long)c->limit, (long long)c->window_ms);
-	if (n < 0 || (size_t)n >= cap)
-		return NULL;
-	*len = (size_t)n;
-	return buf;
+	return !c->shadow && c->cost > 0 && c->algorithm != RL_ALG_CONCURRENCY;
 }
-
-#define DENY_KEY_MAX 1536
 
 /*
  * Deny from the deny cache: 1 with *out filled when a non-shadow check's
@@ -393,19 +380,15 @@ deny_cached(const struct decider *d, struct decide_job *job)
 {
 	int64_t now = util_monotonic_us();
 	struct deny_times t, best_t = { 0 };
-	size_t i, best = 0, klen = 0;
-	char kbuf[DENY_KEY_MAX];
-	const char *k;
+	size_t i, best = 0;
 	bool hit = false;
 
 	for (i = 0; i < job->n; i++) {
 		const struct rl_check *c = &job->checks[i];
 
-		if (c->shadow || c->cost == 0 ||
-		    c->algorithm == RL_ALG_CONCURRENCY ||
-		    (k = deny_key(job, i, kbuf, sizeof(kbuf), &klen)) == NULL ||
-		    !deny_cache_get(d->deny, job->cfg->serial, k, klen, c->cost,
-			now, &t))
+		if (!deny_applies(c) ||
+		    !deny_cache_get(d->deny, job->cfg->serial, c->key,
+			c->keylen, c->limit, c->window_ms, c->cost, now, &t))
 			continue;
 		if (!hit || t.until_us > best_t.until_us) {
 			best = i;
@@ -440,26 +423,21 @@ static void
 deny_learn(const struct decider *d, const struct decide_job *job)
 {
 	int64_t sent = job->submit_us;
-	char kbuf[DENY_KEY_MAX];
-	size_t i, klen = 0;
-	const char *k;
+	size_t i;
 
-	for (i = 0; i < job->n; i++) {
+	for (i = 0; i < job->nstore; i++) {
 		const struct rl_check *c = &job->checks[i];
 		const struct rl_result *r = &job->res[i];
 		struct deny_times t;
 
-		/* A concurrency key may free at once (a release). */
-		if (c->shadow || c->cost == 0 || r->allowed ||
-		    c->algorithm == RL_ALG_CONCURRENCY || r->retry_after_ms < 2)
+		if (!deny_applies(c) || r->allowed || r->retry_after_ms < 2)
 			continue;
 		t.until_us = sent + (r->retry_after_ms - 1) * 1000;
 		t.reset_us = sent + (r->reset_ms - 1) * 1000;
 		t.effective_us = sent + (r->effective_ms - 1) * 1000;
 		t.remaining = r->remaining;
-		if ((k = deny_key(job, i, kbuf, sizeof(kbuf), &klen)) != NULL)
-			deny_cache_put(d->deny, job->cfg->serial,
-			    job->deny_clears, k, klen, c->cost, &t);
+		deny_cache_put(d->deny, job->cfg->serial, job->ap[i].dc_stamp,
+		    c->key, c->keylen, c->limit, c->window_ms, c->cost, &t);
 	}
 }
 
@@ -765,6 +743,18 @@ job_finish(struct decide_job *job)
 
 static void job_call_done(struct backend_call *call);
 
+/* Read the deny cache's stamp of each check the store is asked about. */
+static void
+deny_stamps(struct decide_job *job)
+{
+	size_t i;
+
+	for (i = 0; i < job->nstore; i++)
+		if (deny_applies(&job->checks[i]))
+			job->ap[i].dc_stamp = deny_cache_stamp(job->d->deny,
+			    job->checks[i].key, job->checks[i].keylen);
+}
+
 static void
 job_submit(struct decide_job *job, struct backend *b)
 {
@@ -780,8 +770,8 @@ job_submit(struct decide_job *job, struct backend *b)
 	job->call.report = job->report;
 	job->call.overdrawn = job->report ? job->over : NULL;
 	job->submit_us = util_monotonic_us();
-	if (job->d->deny != NULL)
-		job->deny_clears = deny_cache_clears(job->d->deny);
+	if (job->d->deny != NULL && !job->on_local)
+		deny_stamps(job);
 	backend_submit(b, &job->call);
 }
 

@@ -4,11 +4,19 @@
  * DESIGN
  *
  * slots entries, each the key's 64-bit FNV-1a hash, a copy of the key, the
- * generation and cost it was denied for and its times.  A key lives only in the
- * slot its hash names; a put replaces the slot whatever it held (a cache, not a
- * store: losing an entry costs one store call).  DENY_STRIPES mutexes guard
- * the slots, slot i under mutex i % DENY_STRIPES.  Keys are compared in
- * full, so a hash collision is a miss, never a wrong answer.
+ * limit, window, generation and cost it was denied for and its times.  A
+ * key lives only in the slot its hash names; a put replaces the slot
+ * whatever it held (a cache, not a store: losing an entry costs one store
+ * call).  DENY_STRIPES mutexes guard the slots, slot i under mutex
+ * i % DENY_STRIPES.  Keys are compared in full, so a hash collision is a
+ * miss, never a wrong answer.
+ *
+ * The stamps are per slot, not per key (a slot outlives its entries) nor
+ * global: a forget drops only the denials in flight of its slot's keys,
+ * and a Cluster take-back per denied cross-slot request would otherwise
+ * keep the cache from learning any denial at all under load.  A stamp is
+ * moved on under its slot's mutex and compared there by a put, and read
+ * without it when the store is asked.
  */
 #include "core/deny_cache.h"
 
@@ -25,8 +33,10 @@ struct deny_entry {
 	char *key; /* NULL: empty */
 	size_t keylen;
 	uint64_t gen; /* the config serial it was learnt under */
+	int64_t limit, window_ms;
 	int64_t cost;
 	struct deny_times t;
+	atomic_uint_least64_t stamp; /* the slot's clears and forgets */
 };
 
 struct deny_cache {
@@ -34,7 +44,6 @@ struct deny_cache {
 	size_t mask;
 	pthread_mutex_t locks[DENY_STRIPES];
 	atomic_ullong hits;
-	atomic_ullong clears; /* deny_cache_clear() calls begun */
 };
 
 static uint64_t
@@ -58,10 +67,23 @@ deny_cache_new(size_t slots)
 		return NULL;
 	}
 	dc->mask = n - 1;
+	for (i = 0; i < n; i++)
+		atomic_init(&dc->slots[i].stamp, 0);
 	for (i = 0; i < DENY_STRIPES; i++)
 		pthread_mutex_init(&dc->locks[i], NULL);
 	atomic_init(&dc->hits, 0);
 	return dc;
+}
+
+/* Empty slot e (its lock held), moving its stamp on: a put of a denial
+ * asked before, which comes later, sees it and is dropped. */
+static void
+deny_slot_drop(struct deny_entry *e)
+{
+	rl_free(e->key);
+	e->key = NULL;
+	e->keylen = 0;
+	atomic_fetch_add(&e->stamp, 1);
 }
 
 void
@@ -69,15 +91,40 @@ deny_cache_clear(struct deny_cache *dc)
 {
 	size_t i;
 
-	/* First: a put of a denial asked before this clear, which may come
-	 * to a slot already cleared, sees it and is dropped. */
-	atomic_fetch_add(&dc->clears, 1);
 	for (i = 0; i <= dc->mask; i++) {
 		pthread_mutex_lock(&dc->locks[i % DENY_STRIPES]);
-		rl_free(dc->slots[i].key);
-		memset(&dc->slots[i], 0, sizeof(dc->slots[i]));
+		deny_slot_drop(&dc->slots[i]);
 		pthread_mutex_unlock(&dc->locks[i % DENY_STRIPES]);
 	}
+}
+
+/* Does e hold key (its lock held)? */
+static bool
+deny_slot_is(const struct deny_entry *e, uint64_t h, const char *key,
+    size_t keylen)
+{
+	return e->key != NULL && e->hash == h && e->keylen == keylen &&
+	    memcmp(e->key, key, keylen) == 0;
+}
+
+void
+deny_cache_forget(struct deny_cache *dc, const char *key, size_t keylen)
+{
+	uint64_t h;
+	size_t i;
+	struct deny_entry *e;
+
+	if (dc == NULL)
+		return;
+	h = deny_hash(key, keylen);
+	i = (size_t)h & dc->mask;
+	e = &dc->slots[i];
+	pthread_mutex_lock(&dc->locks[i % DENY_STRIPES]);
+	if (deny_slot_is(e, h, key, keylen))
+		deny_slot_drop(e);
+	else
+		atomic_fetch_add(&e->stamp, 1); /* its denials in flight */
+	pthread_mutex_unlock(&dc->locks[i % DENY_STRIPES]);
 }
 
 void
@@ -95,14 +142,17 @@ deny_cache_free(struct deny_cache *dc)
 }
 
 uint64_t
-deny_cache_clears(const struct deny_cache *dc)
+deny_cache_stamp(const struct deny_cache *dc, const char *key, size_t keylen)
 {
-	return atomic_load(&((struct deny_cache *)dc)->clears);
+	size_t i = (size_t)deny_hash(key, keylen) & dc->mask;
+
+	return atomic_load(&dc->slots[i].stamp);
 }
 
 void
-deny_cache_put(struct deny_cache *dc, uint64_t gen, uint64_t clears,
-    const char *key, size_t keylen, int64_t cost, const struct deny_times *t)
+deny_cache_put(struct deny_cache *dc, uint64_t gen, uint64_t stamp,
+    const char *key, size_t keylen, int64_t limit, int64_t window_ms,
+    int64_t cost, const struct deny_times *t)
 {
 	uint64_t h = deny_hash(key, keylen);
 	size_t i = (size_t)h & dc->mask;
@@ -110,10 +160,10 @@ deny_cache_put(struct deny_cache *dc, uint64_t gen, uint64_t clears,
 	char *copy = NULL;
 
 	pthread_mutex_lock(&dc->locks[i % DENY_STRIPES]);
-	if (atomic_load(&dc->clears) != clears)
-		goto out; /* asked before a clear: its state may be gone */
-	if (e->key == NULL || e->hash != h || e->keylen != keylen ||
-	    memcmp(e->key, key, keylen) != 0) {
+	if (atomic_load(&e->stamp) != stamp)
+		goto out; /* asked before a clear or a forget: its units
+			   * may be back */
+	if (!deny_slot_is(e, h, key, keylen)) {
 		if ((copy = rl_malloc(keylen + 1)) == NULL)
 			goto out; /* a cache: go without */
 		memcpy(copy, key, keylen);
@@ -122,12 +172,15 @@ deny_cache_put(struct deny_cache *dc, uint64_t gen, uint64_t clears,
 		e->key = copy;
 		e->keylen = keylen;
 		e->hash = h;
-	} else if (e->gen == gen && e->cost < cost &&
+	} else if (e->gen == gen && e->limit == limit &&
+	    e->window_ms == window_ms && e->cost < cost &&
 	    e->t.until_us >= t->until_us) {
 		/* A cheaper request is denied for longer already: keep. */
 		goto out;
 	}
 	e->gen = gen;
+	e->limit = limit;
+	e->window_ms = window_ms;
 	e->cost = cost;
 	e->t = *t;
 out:
@@ -136,7 +189,8 @@ out:
 
 bool
 deny_cache_get(struct deny_cache *dc, uint64_t gen, const char *key,
-    size_t keylen, int64_t cost, int64_t now_us, struct deny_times *t)
+    size_t keylen, int64_t limit, int64_t window_ms, int64_t cost,
+    int64_t now_us, struct deny_times *t)
 {
 	uint64_t h = deny_hash(key, keylen);
 	size_t i = (size_t)h & dc->mask;
@@ -144,9 +198,9 @@ deny_cache_get(struct deny_cache *dc, uint64_t gen, const char *key,
 	bool hit;
 
 	pthread_mutex_lock(&dc->locks[i % DENY_STRIPES]);
-	hit = e->key != NULL && e->hash == h && e->keylen == keylen &&
-	    now_us < e->t.until_us && cost == e->cost && gen == e->gen &&
-	    memcmp(e->key, key, keylen) == 0;
+	hit = deny_slot_is(e, h, key, keylen) && now_us < e->t.until_us &&
+	    cost == e->cost && gen == e->gen && limit == e->limit &&
+	    window_ms == e->window_ms;
 	if (hit)
 		*t = e->t;
 	pthread_mutex_unlock(&dc->locks[i % DENY_STRIPES]);

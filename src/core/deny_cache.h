@@ -14,10 +14,17 @@
  * said it; other traffic may have used some of it since, as it may right
  * after any answer.
  *
- * A fixed table of slots, direct-mapped by a hash of the key: a new key
- * replaces whatever held its slot, so memory is bounded by the number of
- * slots and the key length, whatever keys clients send.  Entries of shadow
- * rules are never put (decide.c).
+ * A fixed table of slots, direct-mapped by a hash of the store key: a new
+ * key replaces whatever held its slot, so memory is bounded by the number
+ * of slots and the key length, whatever keys clients send.  Entries of
+ * shadow rules are never put (decide.c).  An entry is for one limit and
+ * window too (an override's, docs/admin.md, or the rule's): a lookup
+ * under another misses, and a put under another replaces it.
+ *
+ * Each slot has a stamp, moved on by every clear and by a forget of a key
+ * of the slot.  A caller reads the stamp of a key when it asks the store,
+ * and gives it to deny_cache_put(), which drops a denial asked before
+ * (the key's units may have been freed after the store decided).
  *
  * Each entry carries the generation it was learnt under: the serial of the
  * config (config.h) whose rules the store applied.  A lookup of another
@@ -41,13 +48,20 @@ struct deny_cache;
 struct deny_cache *deny_cache_new(size_t slots);
 void deny_cache_free(struct deny_cache *dc);
 
-/* Forget every entry (a reload, an admin reset: docs/admin.md). */
+/* Forget every entry (a reload, an admin reset: docs/admin.md); every
+ * slot's stamp moves on. */
 void deny_cache_clear(struct deny_cache *dc);
 
-/* How many clears have begun: a caller takes it when it asks the store,
- * and gives it to deny_cache_put(), which drops a denial asked before a
- * clear (the reset key's state was dropped after the store decided). */
-uint64_t deny_cache_clears(const struct deny_cache *dc);
+/* Forget key's entry, whatever its limit and window, and move its slot's
+ * stamp on: units of key were given back (a Redis Cluster take-back,
+ * docs/algorithms.md), so a denial the store decided before may no longer
+ * hold.  Call it once they are back.  NULL dc: nothing. */
+void deny_cache_forget(struct deny_cache *dc, const char *key, size_t keylen);
+
+/* The stamp of key's slot: read it before the store is asked about key,
+ * and give it to deny_cache_put(). */
+uint64_t deny_cache_stamp(const struct deny_cache *dc, const char *key,
+    size_t keylen);
 
 /* The times of a denial, on the caller's clock. */
 struct deny_times {
@@ -57,20 +71,23 @@ struct deny_times {
 	int64_t remaining;    /* what the store said was left */
 };
 
-/* Remember that key, for cost, is denied with the times *t, under the
- * rules of generation gen (the serial of the request's config), asked of
- * the store when deny_cache_clears() said clears; nothing if a clear has
- * begun since. */
-void deny_cache_put(struct deny_cache *dc, uint64_t gen, uint64_t clears,
-    const char *key, size_t keylen, int64_t cost, const struct deny_times *t);
+/* Remember that key, under limit and window_ms, for cost, is denied with
+ * the times *t, under the rules of generation gen (the serial of the
+ * request's config), asked of the store when deny_cache_stamp() said
+ * stamp; nothing if a clear or a forget of its slot has begun since. */
+void deny_cache_put(struct deny_cache *dc, uint64_t gen, uint64_t stamp,
+    const char *key, size_t keylen, int64_t limit, int64_t window_ms,
+    int64_t cost, const struct deny_times *t);
 
 /*
- * Is key denied for cost at now_us, under the rules of generation gen?
- * True with the times of its entry in *t; false if there is no live entry,
- * or it is for another cost or was learnt under another generation.
+ * Is key, under limit and window_ms, denied for cost at now_us, under the
+ * rules of generation gen?  True with the times of its entry in *t; false
+ * if there is no live entry, or it is for another limit, window or cost or
+ * was learnt under another generation.
  */
 bool deny_cache_get(struct deny_cache *dc, uint64_t gen, const char *key,
-    size_t keylen, int64_t cost, int64_t now_us, struct deny_times *t);
+    size_t keylen, int64_t limit, int64_t window_ms, int64_t cost,
+    int64_t now_us, struct deny_times *t);
 
 /* Lookups that answered true, since the start. */
 uint64_t deny_cache_hits(const struct deny_cache *dc);

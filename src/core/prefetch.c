@@ -220,6 +220,25 @@ prefetch_forget(struct prefetch *pf, const char *key, size_t keylen)
 	pthread_mutex_unlock(&st->mu);
 }
 
+void
+prefetch_forget_all(struct prefetch *pf)
+{
+	size_t i, j;
+
+	if (pf == NULL)
+		return;
+	for (i = 0; i < PF_STRIPES; i++) {
+		struct pf_stripe *st = &pf->stripes[i];
+
+		pthread_mutex_lock(&st->mu);
+		atomic_fetch_add(&st->forgets, 1);
+		for (j = 0; j < PF_BUCKETS; j++)
+			while (st->chains[j] != NULL)
+				pf_drop(pf, st, &st->chains[j]);
+		pthread_mutex_unlock(&st->mu);
+	}
+}
+
 uint64_t
 prefetch_stamp(struct prefetch *pf, const char *key, size_t keylen)
 {

@@ -116,6 +116,12 @@ void prefetch_clear(struct prefetch *pf, uint64_t gen);
  * is lost, not held.  Call it once the reset is done.  NULL pf: nothing. */
 void prefetch_forget(struct prefetch *pf, const char *key, size_t keylen);
 
+/* prefetch_forget() of every key: drop everything held, reporting it
+ * lost, and move every stripe's forget stamp on.  For a reset that may
+ * have gone unheard (the notices' subscription was down and is back:
+ * docs/admin.md).  The generation stays.  NULL pf: nothing. */
+void prefetch_forget_all(struct prefetch *pf);
+
 /* Units held now for key (tests). */
 int64_t prefetch_held(struct prefetch *pf, const char *key, size_t keylen,
     int64_t now);

@@ -399,6 +399,18 @@ backend_redis_watch_releases(struct backend *b, backend_released_fn fn,
 }
 
 void
+backend_redis_watch_takebacks(struct backend *b, backend_released_fn fn,
+    void *arg)
+{
+	struct redis_backend *rb = (struct redis_backend *)b;
+
+	pthread_mutex_lock(&rb->qmu);
+	rb->tb_fn = fn;
+	rb->tb_arg = arg;
+	pthread_mutex_unlock(&rb->qmu);
+}
+
+void
 backend_redis_set_metrics(struct backend *b, struct metrics *m)
 {
 	atomic_store(&((struct redis_backend *)b)->metrics, m);

@@ -35,6 +35,18 @@ void backend_redis_watch_releases(struct backend *b, backend_released_fn fn,
     void *arg);
 
 /*
+ * Tell fn(arg, key, keylen) when units a request recorded on key (a full
+ * store key) were taken back: under Redis Cluster, a request split across
+ * slots that another slot denied (lua/takeback.lua, docs/algorithms.md).
+ * fn runs on the store's I/O thread once the take-back's reply came (or it
+ * failed: its units may be back all the same), possibly after the request
+ * was answered; it must be quick, and arg must outlive the store.
+ * Start-up, once, before the first call.
+ */
+void backend_redis_watch_takebacks(struct backend *b, backend_released_fn fn,
+    void *arg);
+
+/*
  * --check: read the files of rc->tls (docs/configuration.md) as the store
  * would, when rc asks for TLS.  Returns 0, or -1 with err and *bad at the
  * file that failed (its line and column), or NULL when none is to blame.

@@ -178,12 +178,15 @@ split_answer(struct redis_split *s)
 }
 
 /* A take-back finished; the last one answers the request, unless it was
- * answered already (its deadline had passed), and frees the split. */
+ * answered already (its deadline had passed), and frees the split.  Its
+ * keys have their units back (or may have, when it failed): the watcher
+ * hears each (backend_redis_watch_takebacks()). */
 static void
 split_takeback_done(struct backend_call *tb)
 {
 	struct redis_split *s = redis_call(tb)->split;
 	struct redis_backend *rb = redis_split_user(s);
+	size_t k;
 
 	if (tb->rc == 0)
 		metrics_redis_event(rb->metrics, METRICS_REDIS_TAKEBACK);
@@ -194,6 +197,8 @@ split_takeback_done(struct backend_call *tb)
 		    "taken back (%s); they count until they expire",
 		    rb->shown_url, tb->err);
 	}
+	for (k = 0; k < tb->n && rb->tb_fn != NULL; k++)
+		rb->tb_fn(rb->tb_arg, tb->checks[k].key, tb->checks[k].keylen);
 	if (!redis_split_one_done(s))
 		return;
 	if (!redis_split_answered(s))

@@ -203,6 +203,11 @@ struct redis_backend {
 	bool rel_refused; /* the last SUBSCRIBE was refused */
 	int64_t next_rel_us;
 
+	/* Take-backs done (backend_redis_watch_takebacks()): set once,
+	 * under qmu, before the first request; called on the I/O thread. */
+	backend_released_fn tb_fn;
+	void *tb_arg;
+
 	pthread_t thread;
 	bool thread_started; /* the store's own I/O thread runs; false
 			      * while an event loop hosts the I/O */

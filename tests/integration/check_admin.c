@@ -12,7 +12,8 @@
  * a hash read in pages and a failed read warned of;
  * a clean stop while notices of overrides keep coming; a counter reset
  * drops the quota held in advance, a chunk in flight then too (replies
- * delayed by a loopback proxy).  Also
+ * delayed by a loopback proxy), and a daemon that missed the reset's
+ * notice drops its quota when its subscription is back.  Also
  * `--check`, which like GET /admin/config reads the config without serving it:
  * the keys only it checks (redis.password_file, user) are placed FILE:LINE:COL.
  */
@@ -1081,23 +1082,33 @@ pf_acquire_one(void *arg)
 	return NULL;
 }
 
+/* Clients subscribed to adm:released now. */
+static long long
+subscribers(void)
+{
+	redisReply *rep;
+	long long have;
+
+	rep = redisCommand(h_redis_ctx(&h_shared_redis),
+	    "PUBSUB NUMSUB adm:released");
+	ck_assert(rep != NULL && rep->type == REDIS_REPLY_ARRAY &&
+	    rep->elements == 2);
+	have = rep->element[1]->integer;
+	freeReplyObject(rep);
+	return have;
+}
+
 /* Wait (at most 5 s) until n clients subscribe to adm:released. */
 static void
 wait_subscribers(long long n)
 {
-	redisReply *rep;
 	long long have = -1;
 	int i;
 
 	for (i = 0; i < 500 && have < n; i++) {
 		if (i > 0)
 			h_sleep_ms(10);
-		rep = redisCommand(h_redis_ctx(&h_shared_redis),
-		    "PUBSUB NUMSUB adm:released");
-		ck_assert(rep != NULL && rep->type == REDIS_REPLY_ARRAY &&
-		    rep->elements == 2);
-		have = rep->element[1]->integer;
-		freeReplyObject(rep);
+		have = subscribers();
 	}
 	ck_assert_msg(have >= n, "%lld subscribers, want %lld", have, n);
 }
@@ -1180,6 +1191,54 @@ START_TEST(test_reset_drops_chunk_in_flight)
 	admin_stop(&a);
 	admin_stop(&b);
 	delay_proxy_stop(&px);
+}
+END_TEST
+
+/*
+ * A reset whose notice went unheard: both daemons' subscriptions are cut
+ * (CLIENT KILL TYPE pubsub) and a resets the key before they are back, so
+ * b never hears reset.lua's notice.  b's request took a chunk of 13
+ * (limit 100, prefetch 50: test_reset_drops_chunk_in_flight) from the
+ * counter dropped; when its subscription is back, b must drop the 12 it
+ * holds (it may have missed a reset), so that after the reset a and b
+ * admit at most 100 in all.
+ */
+START_TEST(test_resubscribe_drops_prefetched)
+{
+	static const char rules[] =
+	    "  - name: pfr\n"
+	    "    match: { t: pfr }\n"
+	    "    key: \"${user}\"\n"
+	    "    algorithm: fixed_window\n"
+	    "    limit: 100\n"
+	    "    window: 1h\n"
+	    "    prefetch: { max_units: 50, hold: 30s }\n";
+	struct admin_daemon a, b;
+	struct h_resp r = { 0 };
+	int ok_a, ok_b;
+
+	admin_start_rules(&a, 0, true, NULL, rules);
+	admin_start_rules(&b, 0, true, NULL, rules);
+	wait_subscribers(2);
+	ck_assert_int_eq(pfr_admitted(&b.d, 1), 1);
+	ck_assert_int_eq(h_redis_int(&h_shared_redis,
+			     "CLIENT KILL TYPE pubsub"),
+	    2);
+	admin_req(&a, &r, "DELETE", "/admin/counters?rule=pfr&key=q", NULL,
+	    auth_ok);
+	ck_assert_msg(r.status == 200 && json_is_true(h_json_get(&r, "found")),
+	    "%ld %s", r.status, r.body);
+	h_resp_free(&r);
+	/* Nobody was subscribed when reset.lua published. */
+	ck_assert_int_eq(subscribers(), 0);
+	wait_subscribers(2);
+	h_sleep_ms(200); /* the SUBSCRIBE replies reach the daemons */
+	ok_a = pfr_admitted(&a.d, 110);
+	ok_b = pfr_admitted(&b.d, 20);
+	ck_assert_msg(ok_a + ok_b <= 100, "%d + %d admitted after the reset",
+	    ok_a, ok_b);
+	admin_stop(&a);
+	admin_stop(&b);
 }
 END_TEST
 
@@ -1894,6 +1953,7 @@ test_suite(void)
 	tcase_add_test(tc, test_overrides_shared);
 	tcase_add_test(tc, test_overrides_without_channel_acl);
 	tcase_add_test(tc, test_reset_drops_prefetched);
+	tcase_add_test(tc, test_resubscribe_drops_prefetched);
 	tcase_add_test(tc, test_reset_drops_chunk_in_flight);
 	tcase_add_test(tc, test_resync_despite_notices);
 	tcase_add_test(tc, test_override_removed_rule_redis);

@@ -896,6 +896,111 @@ START_TEST(test_across_slots_primary_hung)
 }
 END_TEST
 
+/*
+ * A denial decided while a take-back was pending is not repeated by the
+ * deny cache once the units are back (docs/algorithms.md: such a denial
+ * only for less than one round trip).  wide (fixed_window, 10) is at 9 and
+ * narrow (3) full, on another primary, paused: a pair request R1 records
+ * wide's tenth unit and waits for narrow; meanwhile a solo request R2 on
+ * wide alone is denied.  narrow then denies R1 and its unit on wide is
+ * taken back: a solo request is admitted (the deny cache must have
+ * dropped R2's denial), and wide holds 10.
+ */
+struct pending {
+	pthread_t thread;
+	int port;
+	const char *body;
+	long status;
+};
+
+static void *
+pending_acquire(void *arg)
+{
+	struct pending *p = arg;
+	struct h_resp r = { 0 };
+	CURL *c = h_curl_new();
+
+	if (h_request(c, p->port, &r, "POST", "/acquire", p->body,
+		strlen(p->body), NULL) == 0)
+		p->status = r.status;
+	h_resp_free(&r);
+	curl_easy_cleanup(c);
+	return NULL;
+}
+
+/* The count of fixed_window key on primary i (0 if none). */
+static long long
+fixed_count(int i, const char *key)
+{
+	redisReply *r = redisCommand(h_redis_ctx(&cluster.node[i]), "HGET %s n",
+	    key);
+	long long n = 0;
+
+	ck_assert_ptr_nonnull(r);
+	if (r->type == REDIS_REPLY_STRING)
+		n = atoll(r->str);
+	freeReplyObject(r);
+	return n;
+}
+
+START_TEST(test_takeback_frees_deny_cache)
+{
+	char user[32], key[64], nkey[64], pair[128], solo[128], yaml[2048];
+	struct pending r1 = { 0 };
+	struct h_daemon d;
+	redisReply *rp;
+	long long t0;
+	int i, xnode, ynode;
+
+	pick_user("dc", false, user, sizeof(user), key, nkey, sizeof(key));
+	xnode = owner_of(key);
+	ynode = owner_of(nkey);
+	snprintf(pair, sizeof(pair), "{\"t\":\"pair\",\"user\":\"%s\"}", user);
+	snprintf(solo, sizeof(solo), "{\"t\":\"solo\",\"user\":\"%s\"}", user);
+	memset(&d, 0, sizeof(d));
+	snprintf(yaml, sizeof(yaml), algo_fmt, cluster.node[0].port,
+	    "fixed_window");
+	h_daemon_start(&d, yaml);
+	for (i = 0; i < 3; i++)
+		ck_assert_int_eq(acquire(pair), 200);
+	for (i = 0; i < 6; i++)
+		ck_assert_int_eq(acquire(solo), 200);
+	ck_assert_int_eq(fixed_count(xnode, key), 9);
+
+	/* R1: wide records its tenth unit, narrow's primary is paused. */
+	rp = redisCommand(h_redis_ctx(&cluster.node[ynode]),
+	    "CLIENT PAUSE 1500");
+	ck_assert(rp != NULL && rp->type == REDIS_REPLY_STATUS);
+	freeReplyObject(rp);
+	r1.port = d.port;
+	r1.body = pair;
+	ck_assert(pthread_create(&r1.thread, NULL, pending_acquire, &r1) == 0);
+	t0 = h_now_ms();
+	while (fixed_count(xnode, key) < 10 && h_now_ms() - t0 < 1000)
+		h_sleep_ms(5);
+	ck_assert_int_eq(fixed_count(xnode, key), 10);
+	/* R2, while R1's unit is held: denied by Redis. */
+	ck_assert_int_eq(acquire(solo), 429);
+	pthread_join(r1.thread, NULL);
+	ck_assert_int_eq(r1.status, 429);
+	ck_assert_int_eq(
+	    h_metric_settles("ratelimitd_redis_takebacks_total{result=\"ok\"}",
+		1),
+	    1);
+	ck_assert_int_eq(fixed_count(xnode, key), 9);
+
+	/* The unit is back: admitted, not denied from the deny cache. */
+	ck_assert_int_eq(acquire(solo), 200);
+	ck_assert_int_eq(fixed_count(xnode, key), 10);
+	ck_assert_int_eq(h_metric("ratelimitd_deny_cache_hits_total"), 0);
+	/* A denial learnt after the take-back is kept as before. */
+	ck_assert_int_eq(acquire(solo), 429);
+	ck_assert_int_eq(acquire(solo), 429);
+	ck_assert_int_eq(h_metric("ratelimitd_deny_cache_hits_total"), 1);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_primary_killed_failover)
 {
 	const char *key = "cl:one:{k1}";
@@ -1003,6 +1108,7 @@ test_suite(void)
 	tcase_add_test(tc, test_two_daemons_exact);
 	tcase_add_test(tc, test_across_slots_all_or_nothing);
 	tcase_add_test(tc, test_takeback_each_algorithm);
+	tcase_add_test(tc, test_takeback_frees_deny_cache);
 	tcase_add_test(tc, test_lease_release_ask);
 	tcase_add_test(tc, test_lease_wait_across_nodes);
 	tcase_add_test(tc, test_takeback_ask);

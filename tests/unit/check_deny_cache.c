@@ -1,10 +1,11 @@
 /*
  * check_deny_cache.c - the deny cache (src/core/deny_cache.c): a denial
  * holds for the same cost until its time, never for another cost or after
- * it; keys are compared in full; a full table replaces
- * entries and stays bounded; clear forgets everything, and a denial asked
- * before a clear is not put after it; an entry answers only lookups of the
- * generation (config serial) it was learnt under.
+ * it, nor under another limit or window; keys are compared in full; a full
+ * table replaces entries and stays bounded; clear forgets everything, a
+ * forget one key under every limit, and a denial asked before either is
+ * not put after it; an entry answers only lookups of the generation
+ * (config serial) it was learnt under.
  */
 #include <check.h>
 #include <stdio.h>
@@ -15,7 +16,8 @@
 
 #include "core/deny_cache.h"
 
-#define K(s) (s), strlen(s)
+/* A key under limit 10 in 1000 ms. */
+#define K(s) (s), strlen(s), 10, 1000
 /* The times of a denial: until, reset, effective; and what was left. */
 #define T(u, r, e)	  (&(struct deny_times){ (u), (r), (e), 0 })
 #define TR(u, r, e, left) (&(struct deny_times){ (u), (r), (e), (left) })
@@ -44,7 +46,10 @@ START_TEST(test_cost_and_time)
 	ck_assert(!deny_cache_get(dc, 1, K("rl:a:{x}"), 1, 0, &t));
 	/* Another key, a prefix of it, or one byte longer: a miss. */
 	ck_assert(!deny_cache_get(dc, 1, K("rl:a:{y}"), 2, 0, &t));
-	ck_assert(!deny_cache_get(dc, 1, "rl:a:{x}", 7, 2, 0, &t));
+	ck_assert(!deny_cache_get(dc, 1, "rl:a:{x}", 7, 10, 1000, 2, 0, &t));
+	/* Under another limit or window (an override's): a miss. */
+	ck_assert(!deny_cache_get(dc, 1, "rl:a:{x}", 8, 11, 1000, 2, 0, &t));
+	ck_assert(!deny_cache_get(dc, 1, "rl:a:{x}", 8, 10, 999, 2, 0, &t));
 	ck_assert(!deny_cache_get(dc, 1, K("rl:a:{x}}"), 2, 0, &t));
 	ck_assert_uint_eq(deny_cache_hits(dc), 1);
 	deny_cache_free(dc);
@@ -92,6 +97,13 @@ START_TEST(test_generation)
 }
 END_TEST
 
+/* The stamp of a key: its slot's (the limit and window play no part). */
+static uint64_t
+stamp_of(struct deny_cache *dc, const char *key)
+{
+	return deny_cache_stamp(dc, key, strlen(key));
+}
+
 /* A denial the store decided before a clear (an admin reset of the key),
  * put after it, is dropped: the key's state may be gone.  One asked after
  * the clear is kept. */
@@ -99,14 +111,59 @@ START_TEST(test_put_after_clear)
 {
 	struct deny_cache *dc = deny_cache_new(64);
 	struct deny_times t;
-	uint64_t before = deny_cache_clears(dc);
+	uint64_t before = stamp_of(dc, "k");
 
 	deny_cache_clear(dc);
 	deny_cache_put(dc, 1, before, K("k"), 1, T(1000, 2000, 0));
 	ck_assert(!deny_cache_get(dc, 1, K("k"), 1, 0, &t));
-	deny_cache_put(dc, 1, deny_cache_clears(dc), K("k"), 1,
-	    T(1000, 2000, 0));
+	deny_cache_put(dc, 1, stamp_of(dc, "k"), K("k"), 1, T(1000, 2000, 0));
 	ck_assert(deny_cache_get(dc, 1, K("k"), 1, 0, &t));
+	deny_cache_free(dc);
+}
+END_TEST
+
+/*
+ * Units of a key given back (a Cluster take-back): a forget drops its
+ * entry whatever the limit it was learnt under (an override's), and a
+ * denial of it asked before, put after, is dropped too.  Another key in
+ * another slot keeps its entry and its denials in flight.
+ */
+START_TEST(test_forget)
+{
+	struct deny_cache *dc = deny_cache_new(64);
+	struct deny_times t;
+	uint64_t before, other_before;
+	char other[32];
+	int i;
+
+	/* A key in another slot than "k"'s: its stamp stays. */
+	for (i = 0;; i++) {
+		snprintf(other, sizeof(other), "o-%d", i);
+		other_before = stamp_of(dc, other);
+		deny_cache_forget(dc, "k", 1);
+		if (stamp_of(dc, other) == other_before)
+			break;
+		ck_assert_int_lt(i, 1000);
+	}
+	deny_cache_put(dc, 1, stamp_of(dc, "k"), "k", 1, 3, 500, 1,
+	    T(1000, 2000, 0));
+	ck_assert(deny_cache_get(dc, 1, "k", 1, 3, 500, 1, 0, &t));
+	deny_cache_put(dc, 1, other_before, K(other), 1, T(1000, 2000, 0));
+	before = stamp_of(dc, "k");
+	other_before = stamp_of(dc, other);
+	deny_cache_forget(dc, "k", 1);
+	ck_assert(!deny_cache_get(dc, 1, "k", 1, 3, 500, 1, 0, &t));
+	ck_assert(deny_cache_get(dc, 1, K(other), 1, 0, &t));
+	/* Asked before the forget, answered after: not learnt. */
+	deny_cache_put(dc, 1, before, K("k"), 1, T(1000, 2000, 0));
+	ck_assert(!deny_cache_get(dc, 1, K("k"), 1, 0, &t));
+	deny_cache_put(dc, 1, other_before, K(other), 2, T(1500, 2000, 0));
+	ck_assert(deny_cache_get(dc, 1, K(other), 2, 0, &t));
+	ck_assert_int_eq(t.until_us, 1500);
+	/* Asked after it: learnt. */
+	deny_cache_put(dc, 1, stamp_of(dc, "k"), K("k"), 1, T(1000, 2000, 0));
+	ck_assert(deny_cache_get(dc, 1, K("k"), 1, 0, &t));
+	deny_cache_forget(NULL, "k", 1);
 	deny_cache_free(dc);
 }
 END_TEST
@@ -147,6 +204,7 @@ test_suite(void)
 	tcase_add_test(tc, test_update);
 	tcase_add_test(tc, test_generation);
 	tcase_add_test(tc, test_put_after_clear);
+	tcase_add_test(tc, test_forget);
 	tcase_add_test(tc, test_bounded);
 	suite_add_tcase(s, tc);
 	return s;

@@ -6,7 +6,9 @@
  * the earlier deadline; what leaves unused is reported lost; memory is
  * bounded, and a key with no room, or holding the cost already, asks
  * for no chunk; after a reload nothing taken under the old rules is held,
- * nor after a counter reset what a call that left before it brings.
+ * nor after a counter reset what a call that left before it brings, nor
+ * after a forget of every key (a reset that may have gone unheard)
+ * anything held or in flight then.
  */
 #include <check.h>
 #include <pthread.h>
@@ -151,6 +153,49 @@ START_TEST(test_forget_drops_in_flight)
 }
 END_TEST
 
+/* A forget of every key (the notices' subscription is back: a reset may
+ * have gone unheard) drops every key's units, reported lost, and what
+ * any call that left before brings back or puts back; the generation
+ * stays. */
+START_TEST(test_forget_all)
+{
+	struct prefetch *pf = prefetch_new(64, G, on_lost, NULL);
+	struct prefetch_view v;
+	uint64_t before[8];
+	char key[16];
+	int i;
+
+	lost = 0;
+	for (i = 0; i < 8; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		before[i] = prefetch_stamp(pf, K(key));
+		prefetch_add(pf, G, "hot", K(key), 5, 1000, 0, 80, 500, 100,
+		    before[i]);
+	}
+	ck_assert(prefetch_take(pf, G, K("k0"), 2, 10, &v));
+	prefetch_forget_all(pf);
+	ck_assert_int_eq(lost, 8 * 5 - 2);
+	for (i = 0; i < 8; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		ck_assert_int_eq(prefetch_held(pf, K(key), 20), 0);
+		/* a chunk of a call that left before: lost */
+		prefetch_add(pf, G, "hot", K(key), 5, 1000, 20, 80, 500, 100,
+		    before[i]);
+		ck_assert_int_eq(prefetch_held(pf, K(key), 20), 0);
+	}
+	ck_assert_int_eq(lost, 8 * 5 - 2 + 8 * 5);
+	/* the units taken before: not put back */
+	prefetch_put_back(pf, G, "hot", K("k0"), 2, v.until, 30, before[0]);
+	ck_assert_int_eq(lost, 8 * 5 + 8 * 5);
+	/* a chunk of a call that left after it is held, same generation */
+	prefetch_add(pf, G, "hot", K("k0"), 4, 1000, 30, 80, 500, 100,
+	    prefetch_stamp(pf, K("k0")));
+	ck_assert_int_eq(prefetch_held(pf, K("k0"), 30), 4);
+	prefetch_forget_all(NULL);
+	prefetch_free(pf);
+}
+END_TEST
+
 /* A chunk is asked for only while fewer units than the cost are held:
  * the units held answer the requests they answer whole, and a chunk
  * beside them would be left to expire.  Nor under another generation. */
@@ -291,6 +336,7 @@ test_suite(void)
 	tcase_add_test(tc, test_bounded_and_clear);
 	tcase_add_test(tc, test_chunk_only_when_short);
 	tcase_add_test(tc, test_forget_drops_in_flight);
+	tcase_add_test(tc, test_forget_all);
 	tcase_add_test(tc, test_generation_per_entry);
 	suite_add_tcase(s, tc);
 	return s;
