@@ -148,7 +148,7 @@ static int
 derive_path(struct attrs *a, const char *url)
 {
 	const char *v;
-	char err[64], *path;
+	char err[64], buf[512], *path = buf;
 	size_t len;
 	bool raw = true;
 	int rc = -1;
@@ -161,15 +161,18 @@ derive_path(struct attrs *a, const char *url)
 		v = strncmp(url, "/auth/", 6) == 0 ? url + 5 : url;
 		raw = false;
 	}
+	/* A path that fits buf, the usual one, costs no allocation. */
 	len = strlen(v);
-	if ((path = rl_malloc(URI_PATH_ROOM(len))) == NULL)
+	if (URI_PATH_ROOM(len) > sizeof(buf) &&
+	    (path = rl_malloc(URI_PATH_ROOM(len))) == NULL)
 		return -1;
 	if (uri_path_normalize(v, len, raw, path, URI_PATH_ROOM(len), err,
 		sizeof(err)) < 0)
 		rc = -3;
 	else if (attrs_set(a, "path", path) == 0)
 		rc = 0;
-	rl_free(path);
+	if (path != buf)
+		rl_free(path);
 	return rc;
 }
 
