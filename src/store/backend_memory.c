@@ -916,3 +916,23 @@ backend_memory_key_count(struct backend *b)
 	n = atomic_load(&m->nkeys);
 	return n < 0 ? 0 : (size_t)n;
 }
+
+size_t
+backend_memory_held(struct backend *b, size_t *chains)
+{
+	struct memory_backend *m = (struct memory_backend *)b;
+	long long n = atomic_load(&m->nkeys);
+	struct memory_stripe *st;
+	unsigned i;
+
+	if (chains != NULL) {
+		*chains = 0;
+		for (i = 0; i < MEMORY_STRIPES; i++) {
+			st = &m->stripes[i].s;
+			pthread_mutex_lock(&st->lock);
+			*chains += st->nbuckets;
+			pthread_mutex_unlock(&st->lock);
+		}
+	}
+	return n < 0 ? 0 : (size_t)n;
+}
