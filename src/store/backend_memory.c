@@ -29,10 +29,20 @@
  * the stripe on every insert (so a stripe is swept in full every
  * nbuckets / 2 inserts and expired entries never outnumber live ones by
  * much), by deleting a state left empty at the end of a call (cost 0 on a
- * new key stores nothing), and by a full sweep when the store is at
- * max_keys (at most once a second) or when backend_memory_key_count() is
- * asked.  While a call uses
- * an entry its expiry is MEMORY_PINNED, so no sweep frees it under it.
+ * new key stores nothing), by a full sweep when the store is at max_keys
+ * (at most once a second) or when backend_memory_key_count() is asked,
+ * and by a sweep that moves with the traffic, whatever its keys: every
+ * call, once answered, sweeps the next MEMORY_STEP_CHAINS chains of one
+ * stripe, the next in turn for its thread, if that stripe's lock is free
+ * (a try-lock: the step never waits).  So after a burst of keys the
+ * memory comes back while later calls use keys the store already has
+ * (every stripe's table in full within about 2 * chains / 8 calls), not
+ * only when new keys arrive.  A stripe's table doubles when it holds more
+ * entries than chains and halves, one halving per sweep step, when it
+ * holds fewer than a quarter (never below MEMORY_INITIAL_BUCKETS): after a
+ * halving it is under half full, so growing and shrinking never chase each
+ * other.  While a call uses an entry its expiry is MEMORY_PINNED, so no
+ * sweep frees it under it.
  */
 #include "core/backend.h"
 
@@ -52,6 +62,7 @@
 #define MEMORY_STRIPES	       (1 << MEMORY_STRIPE_BITS) /* 64: a uint64_t */
 #define MEMORY_INITIAL_BUCKETS 16	 /* per stripe, a power of two */
 #define MEMORY_SWEEP_CHAINS    2	 /* chains swept per insert */
+#define MEMORY_STEP_CHAINS     8	 /* chains swept per call: one line */
 #define MEMORY_SMALL_CALL      16	 /* checks handled without malloc */
 #define MEMORY_PINNED	       INT64_MAX /* expiry of an entry in use */
 /* At most one full sweep a second when the store is full. */
@@ -232,17 +243,16 @@ memory_sweep_chain(struct memory_backend *m, struct memory_stripe *st, size_t b,
 	}
 }
 
-/* Double the table when it is fuller than one entry per chain.  Best
- * effort: without memory the chains just get longer. */
+/* Move st's entries to a table of n chains (a power of two).  Best effort:
+ * without memory the table stays as it is. */
 static void
-memory_maybe_grow(struct memory_stripe *st)
+memory_resize(struct memory_stripe *st, size_t n)
 {
 	struct memory_entry **nb, *e, *next;
-	size_t n = st->nbuckets * 2, b;
+	size_t b;
 
-	if (st->count <= st->nbuckets || n > SIZE_MAX / sizeof(*nb))
-		return;
-	if ((nb = rl_calloc(n, sizeof(*nb))) == NULL)
+	if (n > SIZE_MAX / sizeof(*nb) ||
+	    (nb = rl_calloc(n, sizeof(*nb))) == NULL)
 		return;
 	for (b = 0; b < st->nbuckets; b++) {
 		for (e = st->buckets[b]; e != NULL; e = next) {
@@ -255,6 +265,27 @@ memory_maybe_grow(struct memory_stripe *st)
 	st->buckets = nb;
 	st->nbuckets = n;
 	st->sweep = 0;
+}
+
+/* Double the table when it is fuller than one entry per chain. */
+static void
+memory_maybe_grow(struct memory_stripe *st)
+{
+	if (st->count > st->nbuckets)
+		memory_resize(st, st->nbuckets * 2);
+}
+
+/* Halve the table when it is less than a quarter full, down to
+ * MEMORY_INITIAL_BUCKETS; true if it did. */
+static bool
+memory_maybe_shrink(struct memory_stripe *st)
+{
+	size_t n = st->nbuckets;
+
+	if (n <= MEMORY_INITIAL_BUCKETS || st->count >= n / 4)
+		return false;
+	memory_resize(st, n / 2);
+	return st->nbuckets < n;
 }
 
 /*
@@ -336,8 +367,38 @@ memory_sweep_all(struct memory_backend *m)
 		now = m->clock(m->clock_arg);
 		for (b = 0; b < st->nbuckets; b++)
 			memory_sweep_chain(m, st, b, now);
+		while (memory_maybe_shrink(st))
+			;
 		pthread_mutex_unlock(&st->lock);
 	}
+}
+
+/* The next stripe this thread's sweep steps visit. */
+static _Thread_local unsigned memory_step_next;
+
+/*
+ * One step of the sweep that moves with the traffic (DESIGN): the next
+ * MEMORY_STEP_CHAINS chains of the thread's next stripe, and one halving of
+ * its table if it has become mostly empty.  Skipped when another thread
+ * holds that stripe.  Any thread, holding no stripe.
+ */
+static void
+memory_sweep_step(struct memory_backend *m)
+{
+	struct memory_stripe *st;
+	int64_t now;
+	size_t k;
+
+	st = &m->stripes[memory_step_next++ & (MEMORY_STRIPES - 1)].s;
+	if (pthread_mutex_trylock(&st->lock) != 0)
+		return;
+	now = m->clock(m->clock_arg);
+	for (k = 0; k < MEMORY_STEP_CHAINS && k < st->nbuckets; k++) {
+		memory_sweep_chain(m, st, st->sweep, now);
+		st->sweep = (st->sweep + 1) & (st->nbuckets - 1);
+	}
+	(void)memory_maybe_shrink(st);
+	pthread_mutex_unlock(&st->lock);
 }
 
 /*
@@ -791,6 +852,7 @@ memory_submit(struct backend *b, struct backend_call *call)
 			&call->all_allowed, call->wait_us, &call->waited_us,
 			call->report, call->overdrawn, &call->kind, call->err,
 			sizeof(call->err));
+	memory_sweep_step(m);
 	call->done(call);
 }
 
@@ -914,5 +976,25 @@ backend_memory_key_count(struct backend *b)
 
 	memory_sweep_all(m);
 	n = atomic_load(&m->nkeys);
+	return n < 0 ? 0 : (size_t)n;
+}
+
+size_t
+backend_memory_held(struct backend *b, size_t *chains)
+{
+	struct memory_backend *m = (struct memory_backend *)b;
+	long long n = atomic_load(&m->nkeys);
+	struct memory_stripe *st;
+	unsigned i;
+
+	if (chains != NULL) {
+		*chains = 0;
+		for (i = 0; i < MEMORY_STRIPES; i++) {
+			st = &m->stripes[i].s;
+			pthread_mutex_lock(&st->lock);
+			*chains += st->nbuckets;
+			pthread_mutex_unlock(&st->lock);
+		}
+	}
 	return n < 0 ? 0 : (size_t)n;
 }

@@ -42,7 +42,16 @@ void memory_clock_init(struct memory_clock *c, int64_t (*realtime)(void),
     int64_t (*monotonic)(void));
 int64_t memory_clock_read(void *arg);
 
-/* Live keys now (for tests and metrics).  Any thread. */
+/* Live keys now (for tests and metrics): sweeps every stripe first, so
+ * that only keys not yet expired are counted.  Any thread. */
 size_t backend_memory_key_count(struct backend *b);
+/*
+ * Entries the store holds now, expired ones not yet freed included, without
+ * sweeping anything (for tests and metrics: what the store costs in memory).
+ * When chains is not NULL, *chains is the number of hash chains of every
+ * stripe's table (each a pointer), read under each stripe's lock in turn.
+ * Any thread.
+ */
+size_t backend_memory_held(struct backend *b, size_t *chains);
 
 #endif

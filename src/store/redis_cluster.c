@@ -36,6 +36,56 @@ redis_cluster_sync_nodes(struct redis_backend *rb)
 
 /* ---- the slot map ------------------------------------------------------ */
 
+int
+redis_cluster_owner_from(struct redis_backend *rb, size_t from)
+{
+	size_t n = rb->map.nnodes, i, k;
+	int found = -1;
+	bool *owns;
+
+	if (n == 0 || (owns = rl_calloc(n, sizeof(*owns))) == NULL)
+		return -1;
+	for (i = 0; i < SLOT_MAP_SLOTS; i++)
+		if (rb->map.owner[i] >= 0 && (size_t)rb->map.owner[i] < n)
+			owns[rb->map.owner[i]] = true;
+	for (k = 0; k < n && found < 0; k++)
+		if (owns[(from + k) % n])
+			found = (int)((from + k) % n);
+	rl_free(owns);
+	return found;
+}
+
+/*
+ * The release subscription hears the cluster's PUBLISH messages only on a
+ * node of the cluster.  A node removed from it (redis-cli --cluster
+ * del-node resets it and leaves it running) keeps the connection up and
+ * hears nothing more: when the new map gives the subscribed node no slot,
+ * subscribe again on the next node that owns some, as after a lost
+ * connection (the watcher is told once the new SUBSCRIBE is accepted:
+ * releases meanwhile went unheard).
+ */
+static void
+releases_follow(struct redis_backend *rb)
+{
+	struct redis_node *was;
+	int owner;
+
+	if (!rb->rel_started || rb->rel_wanted || rb->rel_node >= rb->nnodes)
+		return;
+	if ((owner = redis_cluster_owner_from(rb, rb->rel_node)) < 0 ||
+	    (size_t)owner == rb->rel_node)
+		return;
+	was = rb->nodes[rb->rel_node];
+	log_info(
+	    "redis cluster: %s:%d owns no slot; subscribing to %s on "
+	    "%s:%d instead",
+	    was->host, was->url.port, rb->rel_channel, rb->nodes[owner]->host,
+	    rb->nodes[owner]->url.port);
+	rb->rel_node = (size_t)owner;
+	rb->rel_wanted = true;
+	rb->next_rel_us = 0;
+}
+
 static void
 refresh_reply(void *arg, redisReply *r, const char *err)
 {
@@ -82,6 +132,7 @@ refresh_reply(void *arg, redisReply *r, const char *err)
 		    "%s:%d",
 		    owners, node->host, node->url.port);
 	rb->nprimaries = owners;
+	releases_follow(rb);
 	if (slot_map_unowned(&rb->map) > 0) {
 		/* Part of the cluster is down: ask again, less often. */
 		rb->refresh_wanted = true;

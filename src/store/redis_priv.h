@@ -198,7 +198,8 @@ struct redis_backend {
 	char *rel_channel; /* "<key_prefix>released" */
 	struct redis_slot rel;
 	struct redis_conn_config rel_cfg;
-	size_t rel_node; /* the node subscribed to, or next */
+	size_t rel_node; /* the node subscribed to (Cluster: one that
+			  * owned slots when the map last said), or next */
 	bool rel_started, rel_wanted;
 	bool rel_refused; /* the last SUBSCRIBE was refused */
 	int64_t next_rel_us;
@@ -421,6 +422,10 @@ int redis_cluster_init(struct redis_backend *rb, const struct redis_config *rc,
 int redis_cluster_sync_nodes(struct redis_backend *rb);
 /* Ask the next node for the slot map. */
 void redis_cluster_refresh(struct redis_backend *rb);
+/* The first node from `from` on (in turn, wrapping round the nodes) that
+ * owns a slot in the map, or -1 when none does (no map yet) or out of
+ * memory. */
+int redis_cluster_owner_from(struct redis_backend *rb, size_t from);
 /* MOVED or ASK in reply to b: follow it.  1 when b was sent again (ASK),
  * 0 when its calls were parked (MOVED: b is done with), -1 when it is no
  * redirection or cannot be followed (msg says why; b fails). */

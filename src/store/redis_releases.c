@@ -2,7 +2,8 @@
  * redis_releases.c - hearing releases of leases made through any daemon on
  * the same Redis (docs/leases.md): lua/lease.lua PUBLISHes the key on
  * "<key_prefix>released", and the store keeps one subscription to it (on
- * the primary; under Cluster on any node, which hears every PUBLISH),
+ * the primary; under Cluster on a node that owns slots, which hears every
+ * PUBLISH, and moved when a new slot map gives it none: redis_cluster.c),
  * handing each key to backend_redis_watch_releases()'s function.
  *
  * Thread: the store's I/O thread.
@@ -83,6 +84,7 @@ redis_releases_subscribe(struct redis_backend *rb)
 	size_t lens[2] = { 9, strlen(rb->rel_channel) };
 	char err[BACKEND_ERR_MAX];
 	struct redis_node *node;
+	int owner;
 
 	rb->rel_wanted = false;
 	if (rb->rel.conn != NULL) {
@@ -97,8 +99,14 @@ redis_releases_subscribe(struct redis_backend *rb)
 		rb->next_rel_us = util_monotonic_us() + REDIS_TOPOLOGY_US;
 		return;
 	}
-	node = rb->nodes[rb->mode == REDIS_CLUSTER ? rb->rel_node % rb->nnodes :
-						     0];
+	if (rb->mode == REDIS_CLUSTER) {
+		/* A node that owns slots: one that owns none may have left
+		 * the cluster and hear nothing (redis_cluster.c). */
+		rb->rel_node %= rb->nnodes;
+		if ((owner = redis_cluster_owner_from(rb, rb->rel_node)) >= 0)
+			rb->rel_node = (size_t)owner;
+	}
+	node = rb->nodes[rb->mode == REDIS_CLUSTER ? rb->rel_node : 0];
 	rb->rel_cfg = node->ccfg;
 	rb->rel_cfg.script = NULL;
 	if ((rb->rel.conn = redis_conn_new(&rb->rel_cfg)) == NULL) {

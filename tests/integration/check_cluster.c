@@ -13,8 +13,10 @@
  * under the daemon is followed (ASK while it migrates, MOVED after); a
  * primary killed under load is replaced by its replica and decisions come
  * back by themselves, no request waiting past redis.timeout meanwhile.
- * The kill runs last: it changes the cluster.  A key_prefix holding "{}"
- * at its first '{' is refused (tcase "config", no cluster needed).
+ * The kill runs last: it changes the cluster.  A daemon whose only seed
+ * is a node later removed with `redis-cli --cluster del-node` still hears
+ * releases (tcase "del_node", on a cluster of its own).  A key_prefix holding
+ * "{}" at its first '{' is refused (tcase "config", no cluster needed).
  */
 #include <check.h>
 #include <pthread.h>
@@ -748,6 +750,136 @@ START_TEST(test_lease_wait_across_nodes)
 }
 END_TEST
 
+/* Subscribers of "cl:released" on node i of c (PUBSUB NUMSUB is per
+ * node under Cluster). */
+static long long
+release_subscribers(struct h_cluster *c, int i)
+{
+	redisReply *r = redisCommand(h_redis_ctx(&c->node[i]),
+	    "PUBSUB NUMSUB cl:released");
+	long long n;
+
+	ck_assert(r != NULL && r->type == REDIS_REPLY_ARRAY &&
+	    r->elements == 2 && r->element[1]->type == REDIS_REPLY_INTEGER);
+	n = r->element[1]->integer;
+	freeReplyObject(r);
+	return n;
+}
+
+/* Whether node i of c is a replica (ROLE). */
+static bool
+is_replica(struct h_cluster *c, int i)
+{
+	redisReply *r = redisCommand(h_redis_ctx(&c->node[i]), "ROLE");
+	bool replica;
+
+	ck_assert(r != NULL && r->type == REDIS_REPLY_ARRAY &&
+	    r->elements > 0 && r->element[0]->type == REDIS_REPLY_STRING);
+	replica = strcmp(r->element[0]->str, "slave") == 0;
+	freeReplyObject(r);
+	return replica;
+}
+
+/*
+ * A node removed from the cluster while the release subscription is on
+ * it: `redis-cli --cluster del-node` resets the node and leaves it
+ * running, so the connection stays up and hears no PUBLISH of the cluster
+ * any more.  Daemon B's only seed is a replica (it owns no slot), which is
+ * then deleted: B must hear the release made through daemon A all the
+ * same, and serve its waiter long before wait_ms.  Before, B stayed
+ * subscribed on the deleted node and its waiter waited the whole wait_ms.
+ * A cluster of its own: the deletion changes it.
+ */
+START_TEST(test_release_heard_after_del_node)
+{
+	struct h_cluster c;
+	struct h_daemon a, b;
+	struct h_resp r = { 0 };
+	struct lock_waiter w;
+	char body[256], id[64], log[H_PATH_MAX + 16], from[32];
+	char *argv[8];
+	redisReply *rep;
+	long long released, end, subs;
+	int i, rep_i = -1, prim_i = -1;
+
+	h_cluster_start(&c);
+	for (i = 0; i < H_CLUSTER_NODES; i++) {
+		if (is_replica(&c, i))
+			rep_i = rep_i < 0 ? i : rep_i;
+		else
+			prim_i = prim_i < 0 ? i : prim_i;
+	}
+	ck_assert(rep_i >= 0 && prim_i >= 0);
+	rep = redisCommand(h_redis_ctx(&c.node[rep_i]), "CLUSTER MYID");
+	ck_assert(rep != NULL && rep->type == REDIS_REPLY_STRING);
+	snprintf(id, sizeof(id), "%s", rep->str);
+	freeReplyObject(rep);
+
+	start(&a, c.node[prim_i].port, "2s", 3);
+	start(&b, c.node[rep_i].port, "2s", 3);
+	/* Both daemons subscribed, wherever. */
+	end = h_now_ms() + 5000;
+	do {
+		h_sleep_ms(100);
+		for (subs = 0, i = 0; i < H_CLUSTER_NODES; i++)
+			subs += release_subscribers(&c, i);
+	} while (subs < 2 && h_now_ms() < end);
+	ck_assert_int_eq(subs, 2);
+	printf("cluster: subscribers on the replica to delete: %lld\n",
+	    release_subscribers(&c, rep_i));
+
+	snprintf(from, sizeof(from), "127.0.0.1:%d", c.node[prim_i].port);
+	snprintf(log, sizeof(log), "%s/del-node.log", h_tmpdir());
+	argv[0] = (char *)"redis-cli";
+	argv[1] = (char *)"--cluster";
+	argv[2] = (char *)"del-node";
+	argv[3] = from;
+	argv[4] = id;
+	argv[5] = NULL;
+	if (h_run(argv, log) != 0) {
+		h_print_file("redis-cli --cluster del-node", log);
+		ck_abort_msg("redis-cli --cluster del-node failed");
+	}
+	/* It still runs, outside the cluster. */
+	rep = redisCommand(h_redis_ctx(&c.node[rep_i]), "CLUSTER INFO");
+	ck_assert(rep != NULL && rep->type == REDIS_REPLY_STRING &&
+	    strstr(rep->str, "cluster_known_nodes:1\r\n") != NULL);
+	freeReplyObject(rep);
+	h_sleep_ms(500);
+
+	h_post(a.port, "/acquire", "{\"t\":\"lock\",\"user\":\"dn\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	snprintf(body, sizeof(body), "{\"lease\":\"%s\"}",
+	    json_string_value(json_object_get(
+		json_array_get(h_json_get(&r, "leases"), 0), "lease")));
+	memset(&w, 0, sizeof(w));
+	w.port = b.port;
+	snprintf(w.body, sizeof(w.body),
+	    "{\"t\":\"lock\",\"user\":\"dn\",\"wait_ms\":3000}");
+	ck_assert_int_eq(pthread_create(&w.thread, NULL, lock_wait_run, &w), 0);
+	h_sleep_ms(300);
+	released = h_now_ms();
+	h_post(a.port, "/release", body, &r);
+	ck_assert_msg(strstr(r.body, "\"released\":true") != NULL, "%s",
+	    r.body);
+	pthread_join(w.thread, NULL);
+	ck_assert_msg(w.status == 200 && strstr(w.answer, "\"leases\"") != NULL,
+	    "waiter (wait_ms 3000): %ld after %lld ms: %s", w.status,
+	    w.answered_ms - released, w.answer);
+	ck_assert_msg(w.answered_ms - released < 1500,
+	    "waiter answered %lld ms after the release",
+	    w.answered_ms - released);
+	printf(
+	    "cluster: after del-node, waiter served %lld ms after the "
+	    "release through the other daemon\n",
+	    w.answered_ms - released);
+	h_resp_free(&r);
+	h_daemon_stop(&b);
+	h_daemon_stop(&a);
+	h_cluster_stop(&c);
+}
+END_TEST
+
 /*
  * A take-back whose slot migrates: the request's units went to the
  * destination by ASK, its other slot denied, and the take-back, sent to
@@ -1097,8 +1229,18 @@ Suite *
 test_suite(void)
 {
 	Suite *s = suite_create("cluster");
-	TCase *tc = tcase_create("cluster");
+	TCase *tc;
 
+	/* First, on a cluster of its own, stopped before the shared one
+	 * starts: two clusters at once may share a port freed by a node
+	 * killed in the first. */
+	tc = tcase_create("del_node");
+	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
+	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, test_release_heard_after_del_node);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("cluster");
 	tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
 	tcase_add_checked_fixture(tc, flush_all, h_test_teardown);
 	tcase_set_timeout(tc, 90);

@@ -934,7 +934,8 @@ static void
 cluster_start(struct h_cluster *c, const char *tls_dir)
 {
 	char extra[H_PATH_MAX + 128], addr[H_CLUSTER_NODES][32],
-	    log[H_PATH_MAX], ca[H_PATH_MAX], cert[H_PATH_MAX], key[H_PATH_MAX];
+	    log[H_PATH_MAX], ca[H_PATH_MAX], cert[H_PATH_MAX], key[H_PATH_MAX],
+	    nodes[H_PATH_MAX + 32];
 	char *argv[H_CLUSTER_NODES + 16];
 	long long end;
 	int i, n = 0;
@@ -942,6 +943,11 @@ cluster_start(struct h_cluster *c, const char *tls_dir)
 	memset(c, 0, sizeof(*c));
 	for (i = 0; i < H_CLUSTER_NODES; i++) {
 		c->node[i].port = h_free_port();
+		/* A node killed earlier in the run may have had this port
+		 * and left its nodes file: this one starts empty. */
+		snprintf(nodes, sizeof(nodes), "%s/nodes-%d.conf", h_tmpdir(),
+		    c->node[i].port);
+		(void)unlink(nodes);
 		/* The bus port would be port + 10000, past 65535 for most
 		 * free ports: give it one of its own. */
 		snprintf(extra, sizeof(extra),

@@ -436,6 +436,44 @@ START_TEST(test_many_keys)
 }
 END_TEST
 
+/*
+ * A burst of distinct keys, then traffic on one key the store already has:
+ * the expired keys are freed and the tables shrink back, with no new key
+ * and nothing asking for the key count (which sweeps everything).
+ */
+START_TEST(test_expired_freed_without_inserts)
+{
+	struct backend *b = new_backend(0);
+	struct rl_check c,
+	    old = mkcheck(RL_ALG_SLIDING_LOG, 1000000, 1000, 1, false,
+		"rl:old:{x}");
+	struct rl_result r;
+	size_t chains, start_chains;
+	char key[32];
+	int k;
+
+	ck_assert_uint_eq(backend_memory_held(b, &start_chains), 0);
+	ck_assert(decide_ok(b, &old, 1, &r));
+	for (k = 0; k < 20000; k++) {
+		snprintf(key, sizeof(key), "rl:burst:{%d}", k);
+		c = mkcheck(RL_ALG_SLIDING_LOG, 5, 1000, 1, false, key);
+		ck_assert(decide_ok(b, &c, 1, &r));
+	}
+	/* the sweeps on insert free nothing: every key is live */
+	ck_assert_uint_eq(backend_memory_held(b, &chains), 20001);
+	ck_assert_uint_ge(chains, 20001);
+	/* an hour later, only the old key is used */
+	fake_now += 3600 * SEC;
+	for (k = 0; k < 20000; k++) {
+		ck_assert(decide_ok(b, &old, 1, &r));
+		fake_now += MS;
+	}
+	ck_assert_uint_eq(backend_memory_held(b, &chains), 1);
+	ck_assert_uint_eq(chains, start_chains);
+	backend_free(b);
+}
+END_TEST
+
 /* More checks in one call than fit on the stack. */
 START_TEST(test_many_checks)
 {
@@ -782,6 +820,7 @@ test_suite(void)
 	tcase_add_test(tc, test_expiry_set_by_records);
 	tcase_add_test(tc, test_max_keys);
 	tcase_add_test(tc, test_many_keys);
+	tcase_add_test(tc, test_expired_freed_without_inserts);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("oom");
