@@ -1595,7 +1595,14 @@ local function make_general()
       if t ~= nil then
         for k = first, last do
           local s = checks[k]
-          s.allowed = not s.shadow or s.alg.earliest(s, t) == t
+          local ok = not s.shadow or s.alg.earliest(s, t) == t
+          if not ok and s.retry < 1 then
+            -- A shadow check that admits now but not at t: phase 1's
+            -- retry (0), at least 1 (docs/algorithms.md, "Waiting for a
+            -- turn").
+            s.retry = 1
+          end
+          s.allowed = ok
           if s.allowed and s.c > 0 then
             s.alg.record_at(s, t)
             s.recorded = true
