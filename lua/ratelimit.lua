@@ -610,7 +610,9 @@ end
 --                 (nil: the log was empty)
 --   fixed_window  the count n, the start of the window holding it (a
 --                 later one: units reserved there), whether the hash is
---                 stale (true) or holds that later window ('later')
+--                 stale (true), holds now's window under another W ('w':
+--                 a record renews its TTL) or holds that later window
+--                 ('later')
 --   token_bucket  -, base, new_tat
 -- (plain_A and the st_ arrays are made by the first such request.)
 local plain_L, plain_W, plain_c = {}, {}, {}
@@ -655,9 +657,9 @@ if #KEYS > 1 then
       elseif a == 2 then
         forget(key)
         -- first()'s read, written out (as in log_read)
-        local r = redis.pcall('HMGET', key, 's', 'n')
+        local r = redis.pcall('HMGET', key, 's', 'n', 'w')
         if r.err ~= nil then
-          r = first('HMGET', key, 's', 'n')
+          r = first('HMGET', key, 's', 'n', 'w')
         end
         local s_now = now - math.fmod(now, W)
         local st, n = tonumber(r[1]), tonumber(r[2]) or 0
@@ -678,6 +680,8 @@ if #KEYS > 1 then
           if st ~= s_now then
             n = 0
             stale = true
+          elseif tonumber(r[3]) ~= W then
+            stale = 'w'
           end
           st = s_now
           ok = n + c <= L
@@ -740,13 +744,17 @@ if #KEYS > 1 then
           st_y[k] = st_y[k] + c
         elseif c > 0 and a == 2 then
           local key = KEYS[k]
-          if st_z[k] then
+          if st_z[k] == true then
             redis.call('DEL', key)
-            redis.call('HSET', key, 's', int(st_y[k]), 'n', int(c))
+            redis.call('HSET', key, 's', int(st_y[k]), 'n', int(c), 'w',
+              int_arg(plain_W[k]))
             st_x[k] = c
           else
             redis.call('HINCRBY', key, 'n', int_arg(c))
             st_x[k] = st_x[k] + c
+            if st_z[k] == 'w' then
+              redis.call('HSET', key, 'w', int_arg(plain_W[k]))
+            end
           end
         end
       end
@@ -798,9 +806,10 @@ if #KEYS > 1 then
           end
         end
         if rec then
-          -- The window's end, set when its hash was made (st_z[k]): a
-          -- record in a window the hash holds would set the same time.
-          if st_z[k] == true then
+          -- The window's end, set when its hash was made or its W changed
+          -- (st_z[k]): a record in a window the hash holds under this W
+          -- would set the same time.
+          if st_z[k] == true or st_z[k] == 'w' then
             redis.call('PEXPIRE', key,
               int_arg(max(1, ceil_ms(st + W - now))))
           end
@@ -985,18 +994,24 @@ local function make_general()
   -- The other algorithms are made when a call first uses one.
   local fixed_window, token_bucket, sliding_window
 
-  -- fixed_window: a hash {s = window start, n = count}.  The state is the
-  -- newest window holding units; with waiting (docs/algorithms.md, "Waiting
-  -- for a turn") that window may lie after now's: units reserved there.
+  -- fixed_window: a hash {s = window start, n = count, w = the window W it
+  -- was counted under}.  The state is the newest window holding units; with
+  -- waiting (docs/algorithms.md, "Waiting for a turn") that window may lie
+  -- after now's: units reserved there.  The key's TTL is the window's end,
+  -- set when a record makes the hash or finds it under another W (a reload
+  -- changed the window; w absent: a hash an older version made), which
+  -- also writes w: a record in a window the hash holds under the same W
+  -- would set the same time.
   local function make_fixed_window()
     fixed_window = {}
 
     function fixed_window.check(s)
       forget(s.key)
-      local r = first('HMGET', s.key, 's', 'n')
+      local r = first('HMGET', s.key, 's', 'n', 'w')
       s.s_now = s.now - math.fmod(s.now, s.W)
       local st, n = tonumber(r[1]), tonumber(r[2]) or 0
       s.n = n
+      s.f_w = tonumber(r[3])
       s.stale = false
       if st ~= nil and n > 0 and st > s.s_now and math.fmod(st, s.W) == 0 then
         -- Reserved in a later window: those waiters come first.
@@ -1040,9 +1055,10 @@ local function make_general()
         -- A past window, another algorithm's hash, or a later window than
         -- the one held: start a clean one.
         redis.call('DEL', s.key)
-        redis.call('HSET', s.key, 's', int(st), 'n', int(s.c))
+        redis.call('HSET', s.key, 's', int(st), 'n', int(s.c), 'w',
+          int(s.W))
         s.f_start, s.f_n = st, s.c
-        s.made = true
+        s.renew = true
       else
         -- Never past MAX_UNITS (only a report gets there).
         local c = min(s.c, MAX_UNITS - s.f_n)
@@ -1050,7 +1066,13 @@ local function make_general()
           redis.call('HINCRBY', s.key, 'n', int(c))
         end
         s.f_n = s.f_n + c
+        if s.f_w ~= s.W then
+          -- Counted under another W: its TTL is that window's end.
+          redis.call('HSET', s.key, 'w', int(s.W))
+          s.renew = true
+        end
       end
+      s.f_w = s.W
       s.stale = false
       s.mark = int(st)
     end
@@ -1084,9 +1106,10 @@ local function make_general()
           s.reset = ceil_ms(s.s_now + s.W - s.now)
         end
       end
-      -- TTL: the end of the window, set when its hash was made (s.made);
-      -- a record in a window the hash already holds would set the same.
-      if s.recorded and s.made then
+      -- TTL: the end of the window, set when its hash was made or its W
+      -- changed (s.renew); a record in a window the hash already holds
+      -- under this W would set the same.
+      if s.recorded and s.renew then
         redis.call('PEXPIRE', s.key,
           int(max(1, ceil_ms(st + s.W - s.now))))
       end
@@ -1572,7 +1595,14 @@ local function make_general()
       if t ~= nil then
         for k = first, last do
           local s = checks[k]
-          s.allowed = not s.shadow or s.alg.earliest(s, t) == t
+          local ok = not s.shadow or s.alg.earliest(s, t) == t
+          if not ok and s.retry < 1 then
+            -- A shadow check that admits now but not at t: phase 1's
+            -- retry (0), at least 1 (docs/algorithms.md, "Waiting for a
+            -- turn").
+            s.retry = 1
+          end
+          s.allowed = ok
           if s.allowed and s.c > 0 then
             s.alg.record_at(s, t)
             s.recorded = true
@@ -1854,7 +1884,7 @@ for r = 1, same and 0 or #counts do
         token = token, want = want, hold = hold, allowed = false,
         used = nil, remaining = nil, reset = nil, over = nil, mark = nil,
         log = nil, v = nil, first = nil, first_t = nil, last_end = nil,
-        last_n = nil, last_t = nil, prev_t = nil, made = false}
+        last_n = nil, last_t = nil, prev_t = nil, renew = false}
     end
   end
 end

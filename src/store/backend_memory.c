@@ -117,6 +117,8 @@ struct memory_slot {
 			       * INT64_MIN: new or reset; MEMORY_PINNED:
 			       * an earlier slot of the call has it */
 	bool allowed;
+	bool admits_now; /* phase 1's allowed, when waiting moved allowed to
+			  * the reserved time */
 	bool recorded;
 };
 
@@ -465,6 +467,7 @@ memory_reserve(const struct rl_check *checks, struct memory_slot *slots,
 			&slots[i].params, err, errlen) == -1)
 			return -1;
 	for (i = 0; i < n; i++) {
+		slots[i].admits_now = slots[i].allowed;
 		slots[i].allowed = !checks[i].shadow ||
 		    limiter_earliest(&slots[i].entry->state, &slots[i].params,
 			now, t, checks[i].cost) == t;
@@ -587,12 +590,18 @@ memory_attempt(struct memory_backend *m, const struct rl_check *checks,
 			/* allowed: every non-shadow rule; a shadow rule only
 			 * if it admits at the reserved time
 			 * (docs/algorithms.md, "Waiting for a turn"), as
-			 * memory_reserve() found */
-			for (i = 0; i < n; i++)
+			 * memory_reserve() found; one that admits now but
+			 * not then gets phase 1's retry (0), at least 1 */
+			for (i = 0; i < n; i++) {
 				limiter_result(&slots[i].entry->state,
 				    &slots[i].params, now, checks[i].cost,
-				    slots[i].allowed, slots[i].recorded,
-				    &out[i]);
+				    slots[i].allowed || slots[i].admits_now,
+				    slots[i].recorded, &out[i]);
+				if (!slots[i].allowed && slots[i].admits_now) {
+					out[i].allowed = false;
+					out[i].retry_after_ms = 1;
+				}
+			}
 			goto unpin;
 		}
 	}

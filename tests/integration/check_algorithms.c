@@ -9,6 +9,9 @@
  *   - token_bucket gives back exactly one request per window / limit;
  *   - sliding_window under steady 2x overload admits within the bound
  *     docs/algorithms.md gives;
+ *   - fixed_window keeps a window's count across a reload that lengthens
+ *     the window when the window's start stays one, until the new
+ *     window's end (on Redis the key's TTL follows the new window);
  *   - on Redis, a sliding_log call of cost 1,000,000 is one member of the
  *     sorted set, not a million (one client used to block Redis for
  *     seconds and fill its memory with one request).
@@ -17,6 +20,7 @@
  * machine could not keep the schedule.
  */
 #include <check.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +28,7 @@
 
 #include "check_main.h"
 #include "harness.h"
+#include "ops.h"
 
 static const char memory_head[] =
     "listen: \"127.0.0.1:%PORT%\"\n"
@@ -211,6 +216,115 @@ START_TEST(test_fixed_vs_sliding_at_boundary)
 }
 END_TEST
 
+/* The head and one fixed_window rule "fr", limit 5, of this window. */
+static void
+fr_yaml(char *out, size_t len, const char *window)
+{
+	snprintf(out, len,
+	    "%srules:\n  - name: fr\n    match:\n      t: fr\n"
+	    "    limit: 5\n    window: %s\n    algorithm: fixed_window\n",
+	    use_redis ? redis_head : memory_head, window);
+}
+
+/* Reload d with fr_yaml(window), %PORT% and %REDIS_PORT% written out, by
+ * SIGHUP; waits for the reload's success (the reloads-th). */
+static void
+fr_reload(const struct h_daemon *d, const char *window, int reloads)
+{
+	char yaml[2048], out[2048], *p;
+	size_t at = 0;
+
+	fr_yaml(yaml, sizeof(yaml), window);
+	for (p = yaml; *p != '\0' && at + 16 < sizeof(out);) {
+		if (strncmp(p, "%PORT%", 6) == 0) {
+			at += (size_t)snprintf(out + at, sizeof(out) - at, "%d",
+			    d->port);
+			p += 6;
+		} else if (strncmp(p, "%REDIS_PORT%", 12) == 0) {
+			at += (size_t)snprintf(out + at, sizeof(out) - at, "%d",
+			    h_shared_redis.port);
+			p += 12;
+		} else
+			out[at++] = *p++;
+	}
+	out[at] = '\0';
+	ops_replace_file(d->conf, out);
+	ck_assert(kill(d->pid, SIGHUP) == 0);
+	ck_assert_msg(ops_wait_metric("ratelimitd_config_reloads_total"
+				      "{result=\"success\"}",
+			  reloads, 3000) >= reloads,
+	    "no reload");
+}
+
+/* POST /acquire {"t":"fr","cost":cost}: expects allowed and remaining. */
+static void
+expect_fr(struct conn *c, int cost, bool allowed, long long remaining,
+    const char *what)
+{
+	char body[64];
+
+	snprintf(body, sizeof(body), "{\"t\":\"fr\",\"cost\":%d}", cost);
+	ck_assert_msg(h_request(c->curl, c->d.port, &c->r, "POST", "/acquire",
+			  body, strlen(body), NULL) == 0,
+	    "%s: %s", what, c->r.err);
+	ck_assert_msg(c->r.status == (allowed ? 200 : 429),
+	    "%s: status %ld, expected %d (body %s)", what, c->r.status,
+	    allowed ? 200 : 429, c->r.body);
+	ck_assert_msg(h_json_int(&c->r, "remaining") == remaining,
+	    "%s: remaining %lld, expected %lld (body %s)", what,
+	    h_json_int(&c->r, "remaining"), remaining, c->r.body);
+}
+
+/*
+ * fixed_window, limit 5, window 3 s, reloaded to 6 s (docs/algorithms.md,
+ * fixed_window: a reload keeps a window's count while its start is one
+ * under the new W).  On the backend's clock, with B a multiple of 6 s
+ * (so a window start under both windows):
+ *	B+200 ms   cost 3: 200, 2 left (window [B, B+3 s), its end the TTL)
+ *	           reload to window 6 s
+ *	< B+2700   cost 1: 200, 1 left: the count of 3 is kept in [B, B+6 s)
+ *	B+3500     cost 1: 200, 0 left; cost 1: 429
+ * The key must not vanish at B+3 s, the old window's end: that would
+ * forget the 4 units and admit 5 more in the same window.
+ */
+START_TEST(test_fixed_window_reload_longer)
+{
+	struct conn c;
+	char yaml[2048];
+	long long b, start;
+
+	memset(&c, 0, sizeof(c));
+	fr_yaml(yaml, sizeof(yaml), "3s");
+	h_daemon_start(&c.d, yaml);
+	c.curl = h_curl_new();
+	/* B: a multiple of 6 s on the backend's clock whose +200 ms is at
+	 * least 20 ms from now, as a time on h_now_ms(). */
+	start = h_now_ms();
+	b = start - (backend_now_us() % 6000000) / 1000;
+	while (b + 200 < start + 20)
+		b += 6000;
+	sleep_until(b + 200);
+	expect_fr(&c, 3, true, 2, "cost 3 at +200 ms, window 3 s");
+
+	fr_reload(&c.d, "6s", 1);
+	expect_fr(&c, 1, true, 1, "cost 1 after the reload to 6 s (3 kept)");
+	ck_assert_msg(h_now_ms() < b + 2700,
+	    "too slow: the reload and the request after it took until "
+	    "+%lld ms, past +2700",
+	    h_now_ms() - b);
+
+	sleep_until(b + 3500);
+	expect_fr(&c, 1, true, 0,
+	    "cost 1 at +3500 ms (past the 3 s window's end, within 6 s)");
+	expect_fr(&c, 1, false, 0, "cost 1 at +3500 ms (window 6 s full)");
+	ck_assert_msg(h_now_ms() < b + 5800,
+	    "too slow: the requests at +3500 ms took until +%lld ms, past "
+	    "+5800",
+	    h_now_ms() - b);
+	conn_close(&c);
+}
+END_TEST
+
 /*
  * token_bucket, limit 5, window 1 s: one unit comes back every 200 ms.
  * Five back to back are admitted and the sixth is denied with
@@ -393,6 +507,7 @@ backend_tcase(const char *name, bool with_redis)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_fixed_vs_sliding_at_boundary);
 	tcase_add_test(tc, test_token_bucket_one_more);
+	tcase_add_test(tc, test_fixed_window_reload_longer);
 	tcase_add_test(tc, test_sliding_window_overload);
 	if (with_redis)
 		tcase_add_test(tc, test_log_large_cost);

@@ -31,6 +31,10 @@
  * request shares), until each of them denies, mixed with single checks,
  * shadow checks and a key that changes algorithm.
  *
+ * A fixed_window hash counted under another window (a reload) gets its
+ * TTL moved to the window's end alike on the fast path (lean_request) and
+ * on the general path.
+ *
  * And a batch whose requests have the same checks (one rule's single
  * sliding_log checks, or row (e)'s three), as the store sends it (the
  * checks' five values once, after 'same'), decides exactly as the same
@@ -461,6 +465,62 @@ END_TEST
  * algorithm, a shadow check, a cost past the limit, a missing value, a key
  * count that is no multiple of the checks' count, a key twice in one
  * request, sliding_window among several checks. */
+/*
+ * fixed_window after a reload changed its window (docs/algorithms.md,
+ * fixed_window): k1 holds now's window start under W = 600 s with 2 units,
+ * no `w` (as an older version writes it) and a 1 s TTL, the old window's.
+ * A request of row (e) (lean_request) on "m:l:" and the same request with
+ * a shadow check added (the general path) on "m:g:" each record 1 on k1:
+ * both keep the 2 units, write `w` and move k1's TTL to the window's end,
+ * 400 s after now, and answer alike.
+ */
+START_TEST(test_fixed_resized)
+{
+	static const struct m_req lean = ROW_E(6, 1, 8, 1, 10, 1);
+	static const struct m_req general = { 3,
+		{ CK(LOG, 0, 6, 1), CK(FIX, 1, 8, 1),
+		    { 2, 10, 1, true, 1 + TB } } };
+	const int64_t now = 1700000000000000, w_us = 600000000;
+	redisContext *c = h_redis_ctx(&h_shared_redis);
+	redisReply *r[2], *d[2];
+	long long ttl;
+	size_t j;
+	int s;
+
+	for (s = 0; s < 2; s++) {
+		const char *set = s == 0 ? "l" : "g";
+
+		h_redis_int(&h_shared_redis, "HSET m:%s:{k1} s %lld n 2", set,
+		    (long long)(now - now % w_us));
+		h_redis_int(&h_shared_redis, "PEXPIRE m:%s:{k1} 1000", set);
+		r[s] = m_eval(now, set, RL_ALG_SLIDING_LOG, w_us / 1000,
+		    s == 0 ? &lean : &general, 1);
+		ck_assert_uint_eq(r[s]->elements, 1 + 3 * 6);
+		ttl = h_redis_int(&h_shared_redis, "PTTL m:%s:{k1}", set);
+		ck_assert_msg(ttl > 390000 && ttl <= 400000,
+		    "%s: k1's TTL %lld ms, expected the window's end, 400 s",
+		    set, ttl);
+		d[s] = redisCommand(c, "HMGET m:%s:{k1} s n w", set);
+		ck_assert_ptr_nonnull(d[s]);
+		ck_assert_str_eq(d[s]->element[1]->str, "3");
+		ck_assert_ptr_nonnull(d[s]->element[2]->str);
+		ck_assert_str_eq(d[s]->element[2]->str, "600000000");
+	}
+	/* k1's fields of the reply: allowed, remaining 8 - 3, reset, retry,
+	 * effective, mark */
+	for (j = 7; j < 13; j++)
+		ck_assert_msg(same_field(r[0]->element[j], r[1]->element[j]),
+		    "field %zu: lean %lld, general %lld", j,
+		    r[0]->element[j]->integer, r[1]->element[j]->integer);
+	ck_assert_int_eq(r[0]->element[8]->integer, 5);
+	ck_assert_str_eq(d[0]->element[0]->str, d[1]->element[0]->str);
+	for (s = 0; s < 2; s++) {
+		freeReplyObject(r[s]);
+		freeReplyObject(d[s]);
+	}
+}
+END_TEST
+
 START_TEST(test_same_refused)
 {
 	static const char *const bad[][13] = {
@@ -528,6 +588,7 @@ test_suite(void)
 	tcase_add_test(tc, test_three);
 	tcase_add_test(tc, test_same_form);
 	tcase_add_test(tc, test_same_three);
+	tcase_add_test(tc, test_fixed_resized);
 	tcase_add_test(tc, test_same_refused);
 	suite_add_tcase(s, tc);
 	test_main_at_end(h_shared_redis_stop);
