@@ -567,6 +567,7 @@ void
 h_redis_start(struct h_redis *r)
 {
 	char conf[4 * H_PATH_MAX + 1024], tls[4 * H_PATH_MAX + 256];
+	char rdb[32], path[H_PATH_MAX + 32];
 	char *argv[3];
 	long long end;
 	int status, attempt;
@@ -586,11 +587,20 @@ h_redis_start(struct h_redis *r)
 			    "tls-ca-cert-file %s/ca.pem\n"
 			    "tls-auth-clients no\n",
 			    r->port, r->tls_dir, r->tls_dir, r->tls_dir);
+		/* Each server its own RDB file, removed first: a replica's
+		 * full sync writes one, which a later server on the shared
+		 * directory would load at start (a cluster node then is not
+		 * empty). */
+		snprintf(rdb, sizeof(rdb), "dump-%d.rdb", r->port);
+		snprintf(path, sizeof(path), "%s/%s", h_tmpdir(), rdb);
+		(void)unlink(path);
 		snprintf(conf, sizeof(conf),
-		    "port %d\nbind 127.0.0.1\n%sdaemonize no\ndir %s\n"
+		    "port %d\nbind 127.0.0.1\n%s%s%sdaemonize no\ndir %s\n"
 		    "logfile \"%s\"\n%s%s",
-		    r->port, r->sentinel ? "" : "save \"\"\nappendonly no\n",
-		    h_tmpdir(), r->log, tls, r->extra != NULL ? r->extra : "");
+		    r->port,
+		    r->sentinel ? "" : "save \"\"\nappendonly no\ndbfilename ",
+		    r->sentinel ? "" : rdb, r->sentinel ? "" : "\n", h_tmpdir(),
+		    r->log, tls, r->extra != NULL ? r->extra : "");
 		write_file(r->conf, conf);
 		argv[0] = r->sentinel ? (char *)"redis-sentinel" :
 					(char *)"redis-server";
