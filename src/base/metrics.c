@@ -67,7 +67,11 @@ struct metrics_rule {
 	atomic_ullong records; /* a stat's recorded values */
 	atomic_ullong prefetch[METRICS_PREFETCH_NEVENTS];
 	atomic_bool has_prefetch; /* counted by metrics_prefetch */
-	atomic_bool is_stat;	  /* counted by metrics_stat_record */
+	/* What the name has been seen as, each for its own family: a name
+	 * may be a stat in one config and a rule in the next (a reload),
+	 * and then has series in both. */
+	atomic_bool is_rule; /* counted by metrics_decision/_prefetch */
+	atomic_bool is_stat; /* counted by metrics_stat_record */
 	uint32_t hash;
 	char name[];
 };
@@ -364,6 +368,7 @@ metrics_decision(struct metrics *m, enum metrics_protocol p, const char *rule,
 	    (unsigned)p >= METRICS_NPROTOCOLS ||
 	    (e = rule_get(m, rule)) == NULL)
 		return;
+	atomic_store_explicit(&e->is_rule, true, memory_order_relaxed);
 	atomic_fetch_add_explicit(&e->n[p][o], 1, memory_order_relaxed);
 }
 
@@ -377,13 +382,15 @@ metrics_prefetch(struct metrics *m, const char *rule, enum metrics_prefetch ev,
 	    (unsigned)ev >= METRICS_PREFETCH_NEVENTS ||
 	    (e = rule_get(m, rule)) == NULL)
 		return;
+	atomic_store_explicit(&e->is_rule, true, memory_order_relaxed);
 	atomic_store_explicit(&e->has_prefetch, true, memory_order_relaxed);
 	atomic_fetch_add_explicit(&e->prefetch[ev], units,
 	    memory_order_relaxed);
 }
 
 /* Stats share the table of names with rules: a name is one or the
- * other in a config (config.c), and each renders in its own family. */
+ * other in a config (config.c), but may be each in turn across reloads;
+ * each renders in its own family by its own flag. */
 void
 metrics_stat_record(struct metrics *m, const char *stat)
 {
@@ -730,7 +737,7 @@ render_decisions(struct metrics_buf *b, struct metrics *m,
 	    "Outcomes of applying rules, by rule, result and protocol.");
 	for (p = 0; p < np; p++)
 		for (i = 0; i < nrules; i++)
-			for (j = 0; !atomic_load_explicit(&rules[i]->is_stat,
+			for (j = 0; atomic_load_explicit(&rules[i]->is_rule,
 					memory_order_relaxed) &&
 			     j < METRICS_NRESULTS;
 			     j++) {

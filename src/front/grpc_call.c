@@ -21,6 +21,7 @@
 #include "health.pb-c.h"
 #include "base/metrics.h"
 #include "base/util.h"
+#include "front/access_log.h"
 #include "front/grpc_priv.h"
 #include "front/rls.h"
 
@@ -228,6 +229,9 @@ grpc_call_answer(struct gcall *gc)
 	}
 	status = rls_encode(&gc->rls, GRPC_PREFIX, &out, &outlen, msg,
 	    sizeof(msg));
+	if (gc->cfg->access_log)
+		access_log_decision("grpc", &gc->rls.decision,
+		    rls_answer_code(&gc->rls, status));
 	if (status == GRPC_OK)
 		answer_message(st, out, outlen);
 	else

@@ -22,6 +22,7 @@
 #include "core/overrides.h"
 #include "core/request_json.h"
 #include "core/stats_request.h"
+#include "front/access_log.h"
 #include "front/http_guard.h"
 #include "front/http_priv.h"
 #include "front/http_request.h"
@@ -30,24 +31,8 @@
 void
 http_log_access(const struct request *rq)
 {
-	const struct decision *d = &rq->decision;
-	char lim[24], rem[24], retry[24];
-	const char *k[] = { "endpoint", "allowed", "rule", "limit", "remaining",
-		"retry_after_ms", "degraded" };
-	const char *v[] = { rq->ep == EP_ACQUIRE ? "acquire" : "auth",
-		d->status != DECIDE_OK ? decide_status_code(d->status) :
-		    d->allowed	       ? "true" :
-					 "false",
-		d->rule != NULL ? d->rule->name : "", lim, rem, retry,
-		d->degraded ? "true" : "false" };
-
-	lim[0] = rem[0] = '\0';
-	if (d->rule != NULL) {
-		snprintf(lim, sizeof(lim), "%lld", (long long)d->limit);
-		snprintf(rem, sizeof(rem), "%lld", (long long)d->remaining);
-	}
-	snprintf(retry, sizeof(retry), "%lld", (long long)d->retry_after_ms);
-	log_fields(LOG_LEVEL_INFO, "decision", k, v, 7);
+	access_log_decision(rq->ep == EP_ACQUIRE ? "acquire" : "auth",
+	    &rq->decision, NULL);
 }
 
 /* A decided request: answer it and log it. */

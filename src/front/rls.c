@@ -217,3 +217,29 @@ rls_encode(const struct rls_call *c, size_t headroom, uint8_t **out,
 	*outlen = headroom + size;
 	return GRPC_OK;
 }
+
+const char *
+rls_answer_code(const struct rls_call *c, enum grpc_status status)
+{
+	switch (status) {
+	case GRPC_OK:
+		return c->decision.status != DECIDE_OK || !c->decision.allowed ?
+		    "OVER_LIMIT" :
+		    "OK";
+	case GRPC_INVALID_ARGUMENT:
+		return "INVALID_ARGUMENT";
+	case GRPC_DEADLINE_EXCEEDED:
+		return "DEADLINE_EXCEEDED";
+	case GRPC_NOT_FOUND:
+		return "NOT_FOUND";
+	case GRPC_RESOURCE_EXHAUSTED:
+		return "RESOURCE_EXHAUSTED";
+	case GRPC_UNIMPLEMENTED:
+		return "UNIMPLEMENTED";
+	case GRPC_INTERNAL:
+		return "INTERNAL";
+	case GRPC_UNAVAILABLE:
+		return "UNAVAILABLE";
+	}
+	return "UNKNOWN";
+}

@@ -60,6 +60,13 @@ int rls_decode(struct rls_call *c, const uint8_t *msg, size_t len,
 enum grpc_status rls_encode(const struct rls_call *c, size_t headroom,
     uint8_t **out, size_t *outlen, char *msg, size_t msglen);
 
+/*
+ * The call's overall code as the access log names it: "OK" or
+ * "OVER_LIMIT" for an answer with a RateLimitResponse (status GRPC_OK),
+ * else the gRPC status's name ("UNAVAILABLE", ...).  A static string.
+ */
+const char *rls_answer_code(const struct rls_call *c, enum grpc_status status);
+
 /* Free what rls_decode stored in c. */
 void rls_call_clear(struct rls_call *c);
 

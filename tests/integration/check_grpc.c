@@ -1720,6 +1720,69 @@ START_TEST(test_reload)
 }
 END_TEST
 
+/* The daemon's JSON log lines of endpoint "grpc", in an array. */
+static json_t *
+grpc_access_lines(const char *path)
+{
+	char *log = ops_slurp(path), *line, *save = NULL;
+	json_t *all = json_array(), *o;
+
+	for (line = strtok_r(log, "\n", &save); line != NULL;
+	     line = strtok_r(NULL, "\n", &save)) {
+		o = json_loads(line, 0, NULL);
+		ck_assert_msg(o != NULL, "not JSON: %s", line);
+		if (json_object_get(o, "endpoint") != NULL &&
+		    strcmp(json_string_value(json_object_get(o, "endpoint")),
+			"grpc") == 0)
+			json_array_append(all, o);
+		json_decref(o);
+	}
+	free(log);
+	return all;
+}
+
+/* access_log: true logs each ShouldRateLimit call as /acquire's are
+ * (docs/operations.md, the log): one line per call, its overall code,
+ * the deciding rule, limit and remaining. */
+START_TEST(test_access_log)
+{
+	const char *spec =
+	    "{\"domain\": \"edge\", \"descriptors\": "
+	    "[[[\"user\", \"bob\"]]]}";
+	struct h_daemon d = { 0 };
+	json_t *j, *lines, *l;
+	int i;
+
+	start(&d, "backend: memory\naccess_log: true\nlog_format: json\n",
+	    rules_edge);
+	for (i = 0; i < 4; i++) {
+		j = call(spec);
+		ck_assert_str_eq(str(j, "overall"),
+		    i < 3 ? "OK" : "OVER_LIMIT");
+		json_decref(j);
+	}
+	lines = grpc_access_lines(d.log);
+	ck_assert_uint_eq(json_array_size(lines), 4);
+	l = json_array_get(lines, 0);
+	ck_assert_str_eq(str(l, "msg"), "decision");
+	ck_assert_str_eq(str(l, "level"), "info");
+	ck_assert_str_eq(str(l, "code"), "OK");
+	ck_assert_str_eq(str(l, "allowed"), "true");
+	ck_assert_str_eq(str(l, "rule"), "per-user");
+	ck_assert_str_eq(str(l, "limit"), "3");
+	ck_assert_str_eq(str(l, "remaining"), "2");
+	ck_assert_str_eq(str(l, "degraded"), "false");
+	l = json_array_get(lines, 3);
+	ck_assert_str_eq(str(l, "code"), "OVER_LIMIT");
+	ck_assert_str_eq(str(l, "allowed"), "false");
+	ck_assert_str_eq(str(l, "rule"), "per-user");
+	ck_assert_str_eq(str(l, "remaining"), "0");
+	ck_assert_int_gt(atoi(str(l, "retry_after_ms")), 0);
+	json_decref(lines);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -1742,6 +1805,7 @@ test_suite(void)
 	tcase_add_test(tc, test_sigterm_answers_calls_in_flight);
 	tcase_add_test(tc, test_unfinished_request_is_cut);
 	tcase_add_test(tc, test_reload);
+	tcase_add_test(tc, test_access_log);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("attacks");

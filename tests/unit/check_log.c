@@ -100,6 +100,116 @@ START_TEST(test_bad_sequences)
 }
 END_TEST
 
+/* A value of n copies of byte b and then tail, in a new string. */
+static char *
+repeat(unsigned char b, size_t n, const char *tail)
+{
+	char *s = malloc(n + strlen(tail) + 1);
+
+	ck_assert_ptr_nonnull(s);
+	memset(s, b, n);
+	strcpy(s + n, tail);
+	return s;
+}
+
+/*
+ * An admin's key of 400 control bytes escapes to 2,400 bytes, more than
+ * a line holds: the key is cut (ending "..."), and the fields after it
+ * are still whole and the object closed, so the line is one JSON record
+ * that keeps every field.
+ */
+START_TEST(test_json_long_value_keeps_fields)
+{
+	const char *k[] = { "rule", "key", "change", "after" };
+	const char *v[4];
+	char buf[8192], *key = repeat(0x01, 400, "victim");
+	const char *got;
+	json_error_t e;
+	json_t *o;
+
+	v[0] = "per-key";
+	v[1] = key;
+	v[2] = "{\"limit\":5}";
+	v[3] = "end";
+	capture(buf, sizeof(buf), true, k, v, 4);
+	ck_assert_msg(strlen(buf) <= 2048, "%zu bytes", strlen(buf));
+	ck_assert_msg(strchr(buf, '\n') == buf + strlen(buf) - 1, "%s", buf);
+	o = json_loads(buf, 0, &e);
+	ck_assert_msg(o != NULL, "not JSON (%s): %s", e.text, buf);
+	ck_assert_str_eq(json_string_value(json_object_get(o, "msg")),
+	    "counters reset");
+	ck_assert_str_eq(json_string_value(json_object_get(o, "rule")),
+	    "per-key");
+	ck_assert_str_eq(json_string_value(json_object_get(o, "change")),
+	    "{\"limit\":5}");
+	ck_assert_str_eq(json_string_value(json_object_get(o, "after")), "end");
+	got = json_string_value(json_object_get(o, "key"));
+	ck_assert_ptr_nonnull(got);
+	ck_assert_uint_gt(strlen(got), 100);
+	ck_assert_str_eq(got + strlen(got) - 3, "...");
+	ck_assert_int_eq(got[0], 0x01);
+	json_decref(o);
+	free(key);
+}
+END_TEST
+
+/* Several values too long for a line share it: each is cut, none lost. */
+START_TEST(test_json_many_long_values)
+{
+	const char *k[] = { "a", "b", "c", "d" };
+	const char *v[4];
+	char buf[8192], *big = repeat(0x7f, 3000, ""),
+			*mid = repeat('x', 500, "");
+	json_error_t e;
+	json_t *o;
+	size_t i;
+
+	v[0] = big;
+	v[1] = mid;
+	v[2] = big;
+	v[3] = "short";
+	capture(buf, sizeof(buf), true, k, v, 4);
+	o = json_loads(buf, 0, &e);
+	ck_assert_msg(o != NULL, "not JSON (%s): %s", e.text, buf);
+	for (i = 0; i < 3; i++) {
+		const char *got = json_string_value(json_object_get(o, k[i]));
+
+		ck_assert_ptr_nonnull(got);
+		ck_assert_uint_gt(strlen(got), 3);
+	}
+	ck_assert_str_eq(json_string_value(json_object_get(o, "b")), mid);
+	ck_assert_str_eq(json_string_value(json_object_get(o, "d")), "short");
+	json_decref(o);
+	free(big);
+	free(mid);
+}
+END_TEST
+
+/* The same in logfmt: the long value is cut inside its quotes, the
+ * fields after it are whole. */
+START_TEST(test_text_long_value_keeps_fields)
+{
+	const char *k[] = { "rule", "key", "change", "after" };
+	const char *v[4];
+	char buf[8192], *key = repeat(0x01, 400, "victim");
+
+	v[0] = "per-key";
+	v[1] = key;
+	v[2] = "{\"limit\":5}";
+	v[3] = "end";
+	capture(buf, sizeof(buf), false, k, v, 4);
+	ck_assert_msg(strlen(buf) <= 2048, "%zu bytes", strlen(buf));
+	ck_assert_msg(strchr(buf, '\n') == buf + strlen(buf) - 1, "%s", buf);
+	ck_assert_msg(strstr(buf, " rule=\"per-key\" key=\"\\u0001") != NULL,
+	    "%s", buf);
+	ck_assert_msg(strstr(buf,
+			  "\\u0001...\" change=\"{\\\"limit\\\":5}\" "
+			  "after=\"end\"\n") != NULL,
+	    "%s", buf);
+	free(key);
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -109,6 +219,11 @@ test_suite(void)
 	tcase_add_test(tc, test_json_line_is_json);
 	tcase_add_test(tc, test_text_line_escapes);
 	tcase_add_test(tc, test_bad_sequences);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("long");
+	tcase_add_test(tc, test_json_long_value_keeps_fields);
+	tcase_add_test(tc, test_json_many_long_values);
+	tcase_add_test(tc, test_text_long_value_keeps_fields);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -413,6 +413,56 @@ START_TEST(test_reload_keeps_counts_by_name)
 }
 END_TEST
 
+/*
+ * A name that was a stat and becomes a rule after a reload (or the other
+ * way round) has series in both families: its decisions are counted in
+ * ratelimitd_decisions_total and its records stay in
+ * ratelimitd_stats_records_total.
+ */
+START_TEST(test_stat_then_rule_by_name)
+{
+	struct metrics *m = metrics_new();
+	char *text;
+
+	/* "signups" is a stat, then a rule after a reload. */
+	metrics_stat_record(m, "signups");
+	metrics_stat_record(m, "signups");
+	metrics_decision(m, METRICS_HTTP, "signups", METRICS_ALLOWED);
+	/* "api" is a rule, then a stat after a reload. */
+	metrics_decision(m, METRICS_HTTP, "api", METRICS_DENIED);
+	metrics_stat_record(m, "api");
+	text = render(m);
+	ck_assert_str_eq(
+	    sample(text,
+		"ratelimitd_decisions_total"
+		"{rule=\"signups\",result=\"allowed\",protocol=\"http\"}"),
+	    "1");
+	ck_assert_str_eq(
+	    sample(text, "ratelimitd_stats_records_total{stat=\"signups\"}"),
+	    "2");
+	ck_assert_str_eq(
+	    sample(text,
+		"ratelimitd_decisions_total"
+		"{rule=\"api\",result=\"denied\",protocol=\"http\"}"),
+	    "1");
+	ck_assert_str_eq(sample(text,
+			     "ratelimitd_stats_records_total{stat=\"api\"}"),
+	    "1");
+	/* A name only ever a stat has no decisions, and the other way. */
+	metrics_stat_record(m, "only-stat");
+	metrics_decision(m, METRICS_HTTP, "only-rule", METRICS_ALLOWED);
+	rl_free(text);
+	text = render(m);
+	ck_assert_ptr_null(sample(text,
+	    "ratelimitd_decisions_total"
+	    "{rule=\"only-stat\",result=\"allowed\",protocol=\"http\"}"));
+	ck_assert_ptr_null(sample(text,
+	    "ratelimitd_stats_records_total{stat=\"only-rule\"}"));
+	rl_free(text);
+	metrics_free(m);
+}
+END_TEST
+
 START_TEST(test_label_escaping)
 {
 	struct metrics *m = metrics_new();
@@ -975,6 +1025,7 @@ test_suite(void)
 	tcase_add_test(tc, test_grpc_series);
 	tcase_add_test(tc, test_prefetch_units);
 	tcase_add_test(tc, test_reload_keeps_counts_by_name);
+	tcase_add_test(tc, test_stat_then_rule_by_name);
 	tcase_add_test(tc, test_label_escaping);
 	tcase_add_test(tc, test_rule_cap);
 	tcase_add_test(tc, test_http_responses);
