@@ -764,7 +764,10 @@ ov_build(const char *prefix, const char *rule, const char *reply, size_t len,
 		memcpy(e->key + plen + rlen + 2, f, fl);
 		e->key[e->keylen - 1] = '}';
 		e->hash = ov_hash(e->key, e->keylen);
-		e->limit = lim;
+		/* A rule's bound, as a PUT has (docs/admin.md): a larger
+		 * limit, written by an older daemon, reads as the bound, so
+		 * that RateLimit-Policy stays within 15 digits. */
+		e->limit = lim > RL_MAX_LIMIT ? RL_MAX_LIMIT : lim;
 		e->window_ms = win;
 		e->expires_ms = exp;
 		for (i = e->hash & (size - 1); seen[i] != NULL;

@@ -115,6 +115,24 @@ START_TEST(test_load_twice_last_expired)
 }
 END_TEST
 
+/* A limit past a rule's bound, as an older daemon could write (up to
+ * 2^53), is read as the bound. */
+START_TEST(test_load_limit_past_bound)
+{
+	struct overrides *o = overrides_new();
+	const char *r;
+	size_t len;
+
+	ck_assert_ptr_nonnull(o);
+	r = reply_of(&len, "vip", "9007199254740992 10000 0", "other",
+	    "1000000000 10000 0", NULL);
+	ck_assert_int_eq(load_fresh(o, r, len), 0);
+	ck_assert_int_eq(limit_of(o, KEY_VIP), 1000000000);
+	ck_assert_int_eq(limit_of(o, KEY_OTHER), 1000000000);
+	overrides_free(o);
+}
+END_TEST
+
 /* The race a daemon's sync can lose: its read of the hash begins, the
  * admin API then sets (or deletes) an override in Redis and in the table,
  * and the read's reply, from before that write, arrives last. */
@@ -598,6 +616,7 @@ test_suite(void)
 	TCase *tc = tcase_create("overrides");
 
 	tcase_add_test(tc, test_load_replaces_the_rule);
+	tcase_add_test(tc, test_load_limit_past_bound);
 	tcase_add_test(tc, test_load_overtaken_by_a_write);
 	tcase_add_test(tc, test_load_overtaken_by_a_load);
 	tcase_add_test(tc, test_load_not_overtaken_by_another_rule);
