@@ -6,9 +6,11 @@
  * An entry expires when its last recorded sub-window is dead
  * (stats_window_expiry_ms, the Redis store's TTL), under the window of
  * its last record or read.  Expired entries are
- * freed on lookup, by a sweep of two chains on every insert, and by a full
- * sweep when the table is at max_keys (at most once a second: until the
- * next, a new key is refused without one).  The hash is seeded per process, so
+ * freed on lookup, by a sweep of two chains on every call (a record or a
+ * read, of a new key or one already held: after a burst of keys the memory
+ * comes back while later calls use old keys), and by a full sweep when the
+ * table is at max_keys (at most once a second: until the next, a new key
+ * is refused without one).  The hash is seeded per process, so
  * clients cannot aim their keys at one chain from outside.
  */
 #include "store/memory_stats.h"
@@ -202,6 +204,7 @@ memory_stats_run(struct memory_stats *ms, const struct rl_stat_op *op,
 	struct stats_entry *e;
 	int64_t now_ms = now_us / 1000;
 	uint64_t h;
+	size_t k;
 	int rc = -1;
 
 	if (stats_window_params_set(&p, op->window_ms, op->resolution_ms,
@@ -211,14 +214,13 @@ memory_stats_run(struct memory_stats *ms, const struct rl_stat_op *op,
 	}
 	h = stats_hash(ms, op->key, op->keylen);
 	pthread_mutex_lock(&ms->mu);
+	/* Before the lookup, which then finds nothing the sweep freed. */
+	for (k = 0; k < STATS_SWEEP_CHAINS; k++) {
+		sweep_chain(ms, ms->sweep, now_ms);
+		ms->sweep = (ms->sweep + 1) & (ms->nbuckets - 1);
+	}
 	e = lookup(ms, op->key, op->keylen, h, now_ms);
 	if (e == NULL && op->record) {
-		size_t k;
-
-		for (k = 0; k < STATS_SWEEP_CHAINS; k++) {
-			sweep_chain(ms, ms->sweep, now_ms);
-			ms->sweep = (ms->sweep + 1) & (ms->nbuckets - 1);
-		}
 		if (ms->max_keys > 0 && ms->count >= (size_t)ms->max_keys &&
 		    (ms->last_full_sweep == INT64_MIN ||
 			now_ms < ms->last_full_sweep ||
@@ -288,6 +290,17 @@ memory_stats_key_count(struct memory_stats *ms, int64_t now_us)
 
 	pthread_mutex_lock(&ms->mu);
 	sweep_all(ms, now_us / 1000);
+	n = ms->count;
+	pthread_mutex_unlock(&ms->mu);
+	return n;
+}
+
+size_t
+memory_stats_held(struct memory_stats *ms)
+{
+	size_t n;
+
+	pthread_mutex_lock(&ms->mu);
 	n = ms->count;
 	pthread_mutex_unlock(&ms->mu);
 	return n;

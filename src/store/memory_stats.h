@@ -38,4 +38,7 @@ uint64_t memory_stats_full_sweeps(struct memory_stats *ms);
 /* Live stat keys now (sweeps the expired ones first). */
 size_t memory_stats_key_count(struct memory_stats *ms, int64_t now_us);
 
+/* The entries held now, expired ones included: nothing is swept (tests). */
+size_t memory_stats_held(struct memory_stats *ms);
+
 #endif

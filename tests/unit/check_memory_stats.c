@@ -205,6 +205,49 @@ START_TEST(test_table_alone)
 }
 END_TEST
 
+/* Expired keys are freed while later calls use a key already held, not
+ * only when new keys come: every call sweeps a little. */
+START_TEST(test_expired_freed_by_old_key)
+{
+	struct memory_stats *ms = memory_stats_new(0);
+	struct rl_stat_op op = {
+		.window_ms = 1000,
+		.resolution_ms = 100,
+		.accuracy = 0.01,
+		.record = true,
+		.value = 1,
+		.quantiles = qs,
+		.nquantiles = 2,
+	};
+	enum backend_error_kind kind;
+	struct rl_stat_result r;
+	char key[32], err[BACKEND_ERR_MAX];
+	int i;
+
+	for (i = 0; i < 3000; i++) {
+		snprintf(key, sizeof(key), "key%d", i);
+		op.key = key;
+		op.keylen = strlen(key);
+		ck_assert_int_eq(memory_stats_run(ms, &op, T0, &r, &kind, err,
+				     sizeof(err)),
+		    0);
+	}
+	ck_assert_uint_eq(memory_stats_held(ms), 3000);
+	/* An hour later, reads and records of key0 alone. */
+	op.key = "key0";
+	op.keylen = 4;
+	for (i = 0; i < 6000; i++) {
+		op.record = i % 2 == 0;
+		ck_assert_int_eq(memory_stats_run(ms, &op,
+				     T0 + 3600000 * MS + i * MS, &r, &kind, err,
+				     sizeof(err)),
+		    0);
+	}
+	ck_assert_uint_eq(memory_stats_held(ms), 1);
+	memory_stats_free(ms);
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -215,6 +258,7 @@ test_suite(void)
 	tcase_add_test(tc, test_full);
 	tcase_add_test(tc, test_full_sweep_limited);
 	tcase_add_test(tc, test_table_alone);
+	tcase_add_test(tc, test_expired_freed_by_old_key);
 	suite_add_tcase(s, tc);
 	return s;
 }
