@@ -791,16 +791,15 @@ render_cluster(char *yaml, size_t len, const char *listen, int port,
 
 /*
  * A reload that fails keeps the running TLS files.  The new file names
- * another CA and, without redis.cluster, a key_prefix with "{}": fine
- * alone, refused once the running cluster (a start key) is kept, after
- * the CA file was read.  Every connection is then dropped: the new ones
- * still trust the running CA.
+ * another CA, and a client certificate with the key of another: refused
+ * when the store reads them, after the CA file was read.  Every
+ * connection is then dropped: the new ones still trust the running CA.
  */
 START_TEST(test_failed_reload_keeps_tls)
 {
 	struct h_cluster cl;
 	struct h_daemon d = { 0 };
-	char dir[H_PATH_MAX], other[H_PATH_MAX], yaml[2 * H_PATH_MAX + 1024],
+	char dir[H_PATH_MAX], other[H_PATH_MAX], yaml[4 * H_PATH_MAX + 1024],
 	    listen[32], user[16];
 	const char *out;
 	int i;
@@ -824,16 +823,17 @@ START_TEST(test_failed_reload_keeps_tls)
 	    "redis:\n"
 	    "  timeout: 500ms\n"
 	    "  pool_size: 2\n"
-	    "  key_prefix: \"app{}:\"\n"
 	    "  tls:\n"
 	    "    ca_file: %s/ca.pem\n"
+	    "    cert_file: %s/client.pem\n"
+	    "    key_file: %s/client.key\n"
 	    "on_backend_error: deny\n"
 	    "rules:\n"
 	    "  - name: x\n"
 	    "    key: \"${user}\"\n"
 	    "    limit: 1\n"
 	    "    window: 1m\n",
-	    listen, other);
+	    listen, other, other, dir);
 	ops_replace_file(d.conf, yaml);
 	ck_assert(kill(d.pid, SIGHUP) == 0);
 	ck_assert_msg(ops_wait_metric("ratelimitd_config_reloads_total"
