@@ -554,16 +554,35 @@ make_backends(struct daemon *d, char *err, size_t errlen)
 	return 0;
 }
 
-/* --check: a file the key at `at` names (NULL: not set) must be
- * readable, as start-up reads it: 0, or -1 after FILE:LINE:COL. */
+/* --check: a file the key at `at` names (NULL: not set) must be read
+ * as start-up reads it (redis_read_password_file(): a readable regular
+ * file whose first line is neither empty nor too long), and what it
+ * holds is wiped at once: 0, or -1 after FILE:LINE:COL. */
 static int
 check_readable(const char *path, const char *key, const char *file,
     struct config_place at)
 {
-	if (file == NULL || access(file, R_OK) == 0)
+	static const char lead[] = "password_file ";
+	char *secret, sub[512];
+	size_t plen;
+
+	if (file == NULL)
 		return 0;
-	fprintf(stderr, "%s:%d:%d: %s: cannot read %s: %s\n", path, at.line,
-	    at.col, key, file, strerror(errno));
+	if (redis_read_password_file(file, &secret, sub, sizeof(sub)) == 0) {
+		explicit_bzero(secret, strlen(secret));
+		rl_free(secret);
+		return 0;
+	}
+	/* "password_file FILE: why" names the file, never its text. */
+	plen = strlen(lead) + strlen(file);
+	if (strncmp(sub, lead, strlen(lead)) == 0 &&
+	    strncmp(sub + strlen(lead), file, strlen(file)) == 0 &&
+	    sub[plen] == ':')
+		fprintf(stderr, "%s:%d:%d: %s: cannot read %s%s\n", path,
+		    at.line, at.col, key, file, sub + plen);
+	else
+		fprintf(stderr, "%s:%d:%d: %s: %s\n", path, at.line, at.col,
+		    key, sub);
 	return -1;
 }
 

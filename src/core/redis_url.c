@@ -371,7 +371,8 @@ redis_read_password_file(const char *path, char **out, char *err, size_t errlen)
 	}
 	n = fread(buf, 1, sizeof(buf) - 1, f);
 	if (ferror(f)) {
-		snprintf(err, errlen, "password_file %s: read error", path);
+		snprintf(err, errlen, "password_file %s: %s", path,
+		    strerror(errno));
 		goto out_close;
 	}
 	buf[n] = '\0';
