@@ -551,7 +551,8 @@ static const struct {
 	  "optional ones)" },
 	{ "rules:\n  - name: r\n    match: {path: \"~(a+)\\\\1\"}\n"
 	  "    limit: 1\n    window: 1s\n",
-	  "t.yaml:3:19: regex \"(a+)\\1\": back-references are not allowed" },
+	  "t.yaml:3:19: regex \"(a+)\\\\1\": back-references are not "
+	  "allowed" },
 	{ "listen: \"a\\0b\"\n",
 	  "t.yaml:1:9: listen: contains a NUL byte" },
 	{ "redis: 5\n",
@@ -973,6 +974,47 @@ START_TEST(test_long_value_in_message)
 	ck_assert(strlen(err) < 200);
 	ck_assert_ptr_nonnull(strstr(err, "...\""));
 	ck_assert_ptr_null(strchr(err, '\n'));
+}
+END_TEST
+
+/* A value holding a newline, quoted by the module that refuses it (an
+ * address, a pattern, a key template, a Redis URL): the message stays one
+ * line, the newline escaped, so that no value can forge a log line.
+ * (These messages used to print the value raw.) */
+START_TEST(test_newline_value_in_message)
+{
+	static const struct {
+		const char *yaml, *want;
+	} cases[] = {
+		{ "listen: \"x\\nlevel=error msg=injected\"\n",
+		    "t.yaml:1:9: listen: \"x\\x0alevel=error msg=injected\": "
+		    "expected host:port, [v6]:port or unix:/path" },
+		{ "listen: \"h:8\\nlevel=error\"\n",
+		    "t.yaml:1:9: listen: \"h:8\\x0alevel=error\": the port "
+		    "must be a number from 1 to 65535" },
+		{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+		  "    match:\n      path: \"~(\\nlevel=error\"\n",
+		    "t.yaml:6:13: bad regex \"(\\x0alevel=error\": " },
+		{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+		  "    key: \"${ip\\nlevel=error\"\n",
+		    "t.yaml:5:10: key template \"${ip\\x0alevel=error\": bad "
+		    "attribute name" },
+		{ "redis:\n  url: \"redis://h\\nlevel=error:x\"\n",
+		    "t.yaml:2:8: redis.url: redis URL "
+		    "redis://h\\x0alevel=error:***: bad port" },
+	};
+	char err[ERRLEN];
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ck_assert_msg(load(cases[i].yaml, err) == NULL, "case %zu", i);
+		ck_assert_msg(strchr(err, '\n') == NULL, "case %zu: %s", i,
+		    err);
+		ck_assert_msg(strncmp(err, cases[i].want,
+				  strlen(cases[i].want)) == 0,
+		    "case %zu: got \"%s\", wanted \"%s...\"", i, err,
+		    cases[i].want);
+	}
 }
 END_TEST
 
@@ -1586,6 +1628,7 @@ test_suite(void)
 	    (int)(sizeof(error_cases) / sizeof(error_cases[0])));
 	tcase_add_test(tc, test_error_prefixes);
 	tcase_add_test(tc, test_long_value_in_message);
+	tcase_add_test(tc, test_newline_value_in_message);
 	tcase_add_test(tc, test_small_error_buffer);
 	tcase_add_test(tc, test_text_not_terminated);
 	suite_add_tcase(s, tc);
