@@ -229,11 +229,34 @@ deny_hits(const void *arg)
 	return deny_cache_hits(arg);
 }
 
+/* The start keys a reload changed, each followed by '\0', noted before
+ * config_keep_start_only() makes them equal and logged only once the
+ * reload is accepted: a reload refused afterwards changes nothing. */
+struct start_keys {
+	char buf[1024];
+	size_t len;
+};
+
 static void
-warn_start_only(const char *key, void *arg)
+note_start_only(const char *key, void *arg)
 {
-	(void)arg;
-	log_warnx("reload: %s changed; it applies after a restart", key);
+	struct start_keys *k = arg;
+	size_t n = strlen(key) + 1;
+
+	if (n <= sizeof(k->buf) - k->len) {
+		memcpy(k->buf + k->len, key, n);
+		k->len += n;
+	}
+}
+
+static void
+warn_start_only(const struct start_keys *k)
+{
+	size_t at;
+
+	for (at = 0; at < k->len; at += strlen(k->buf + at) + 1)
+		log_warnx("reload: %s changed; it applies after a restart",
+		    k->buf + at);
 }
 
 /* "FILE:LINE:COL: msg" when bad names where the file was named, else
@@ -301,6 +324,7 @@ static void
 reload(struct daemon *d)
 {
 	struct config *c, *cur;
+	struct start_keys changed = { .len = 0 };
 	char err[512];
 	bool tls_kept;
 
@@ -308,7 +332,7 @@ reload(struct daemon *d)
 	if ((c = load(d->path, err, sizeof(err))) == NULL)
 		goto fail;
 	cur = http_server_get_config(d->http);
-	config_start_only_changes(cur, c, warn_start_only, NULL);
+	config_start_only_changes(cur, c, note_start_only, &changed);
 	tls_kept = config_redis_tls_switches(&cur->redis, &c->redis);
 	/* What applies only at the next start keeps its running value, so
 	 * that no per-request reader sees the new one early.  The TLS
@@ -327,6 +351,7 @@ reload(struct daemon *d)
 	if (c->max_connections > cur->max_connections)
 		raise_fd_limit(c);
 	config_unref(cur);
+	warn_start_only(&changed);
 	apply_logging(c);
 	http_server_set_config(d->http, c);
 	if (d->grpc != NULL)
@@ -554,16 +579,35 @@ make_backends(struct daemon *d, char *err, size_t errlen)
 	return 0;
 }
 
-/* --check: a file the key at `at` names (NULL: not set) must be
- * readable, as start-up reads it: 0, or -1 after FILE:LINE:COL. */
+/* --check: a file the key at `at` names (NULL: not set) must be read
+ * as start-up reads it (redis_read_password_file(): a readable regular
+ * file whose first line is neither empty nor too long), and what it
+ * holds is wiped at once: 0, or -1 after FILE:LINE:COL. */
 static int
 check_readable(const char *path, const char *key, const char *file,
     struct config_place at)
 {
-	if (file == NULL || access(file, R_OK) == 0)
+	static const char lead[] = "password_file ";
+	char *secret, sub[512];
+	size_t plen;
+
+	if (file == NULL)
 		return 0;
-	fprintf(stderr, "%s:%d:%d: %s: cannot read %s: %s\n", path, at.line,
-	    at.col, key, file, strerror(errno));
+	if (redis_read_password_file(file, &secret, sub, sizeof(sub)) == 0) {
+		explicit_bzero(secret, strlen(secret));
+		rl_free(secret);
+		return 0;
+	}
+	/* "password_file FILE: why" names the file, never its text. */
+	plen = strlen(lead) + strlen(file);
+	if (strncmp(sub, lead, strlen(lead)) == 0 &&
+	    strncmp(sub + strlen(lead), file, strlen(file)) == 0 &&
+	    sub[plen] == ':')
+		fprintf(stderr, "%s:%d:%d: %s: cannot read %s%s\n", path,
+		    at.line, at.col, key, file, sub + plen);
+	else
+		fprintf(stderr, "%s:%d:%d: %s: %s\n", path, at.line, at.col,
+		    key, sub);
 	return -1;
 }
 

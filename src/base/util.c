@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -262,6 +263,34 @@ util_utf8_valid(const char *s)
 		if ((n = util_utf8_len(p)) == 0)
 			return false;
 	return true;
+}
+
+const char *
+util_escape(char *buf, size_t buflen, const char *s)
+{
+	size_t o = 0;
+
+	for (; *s != '\0'; s++) {
+		unsigned char ch = (unsigned char)*s;
+		char esc[8];
+		size_t n;
+
+		if (ch == '"' || ch == '\\')
+			n = (size_t)snprintf(esc, sizeof(esc), "\\%c", ch);
+		else if (ch < 0x20 || ch == 0x7f)
+			n = (size_t)snprintf(esc, sizeof(esc), "\\x%02x", ch);
+		else
+			n = (size_t)snprintf(esc, sizeof(esc), "%c", ch);
+		if (o + n + 4 > buflen) { /* room for "..." and NUL */
+			memcpy(buf + o, "...", 3);
+			o += 3;
+			break;
+		}
+		memcpy(buf + o, esc, n);
+		o += n;
+	}
+	buf[o] = '\0';
+	return buf;
 }
 
 void

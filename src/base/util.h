@@ -70,6 +70,13 @@ bool util_utf8_valid(const char *s);
  * UTF-8: each byte that starts no valid sequence becomes U+FFFD. */
 void util_utf8_clean(char *dst, const char *src);
 
+/* s into buf (buflen >= 4 bytes) for a one-line message: '"', '\\' and
+ * control bytes escaped (\", \\, \xNN), and cut short with "..." where the
+ * rest would not fit; always NUL-terminated.  A value a config error
+ * quotes goes through it, so that every error stays one line.  Returns
+ * buf.  Any thread. */
+const char *util_escape(char *buf, size_t buflen, const char *s);
+
 /* CLOCK_MONOTONIC and CLOCK_REALTIME in microseconds.  Any thread. */
 int64_t util_monotonic_us(void);
 

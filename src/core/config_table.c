@@ -80,28 +80,11 @@ cfg_oom(struct loader *ld)
 const char *
 cfg_quote(char buf[QUOTE_MAX], const char *s)
 {
-	size_t o = 0;
+	size_t o;
 
-	buf[o++] = '"';
-	for (; *s != '\0'; s++) {
-		unsigned char ch = (unsigned char)*s;
-		char esc[8];
-		size_t n;
-
-		if (ch == '"' || ch == '\\')
-			n = (size_t)snprintf(esc, sizeof(esc), "\\%c", ch);
-		else if (ch < 0x20 || ch == 0x7f)
-			n = (size_t)snprintf(esc, sizeof(esc), "\\x%02x", ch);
-		else
-			n = (size_t)snprintf(esc, sizeof(esc), "%c", ch);
-		if (o + n + 5 > QUOTE_MAX) { /* room for `..."` and NUL */
-			memcpy(buf + o, "...", 3);
-			o += 3;
-			break;
-		}
-		memcpy(buf + o, esc, n);
-		o += n;
-	}
+	buf[0] = '"';
+	util_escape(buf + 1, QUOTE_MAX - 2, s);
+	o = 1 + strlen(buf + 1);
 	buf[o++] = '"';
 	buf[o] = '\0';
 	return buf;

@@ -8,13 +8,20 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/util.h"
+
+/* Room for the address quoted in a message (escaped, cut short). */
+#define ADDR_QUOTE_MAX 128
+
 static int
 bad(char *err, size_t errlen, const char *s)
 {
+	char q[ADDR_QUOTE_MAX];
+
 	snprintf(err, errlen,
 	    "\"%s\": expected host:port, [v6]:port or "
 	    "unix:/path",
-	    s);
+	    util_escape(q, sizeof(q), s));
 	return -1;
 }
 
@@ -71,10 +78,12 @@ listen_addr_parse(const char *s, struct listen_addr *out, char *err,
 		p = p * 10 + (*port - '0');
 	}
 	if (*port != '\0' || p < 1 || p > 65535) {
+		char q[ADDR_QUOTE_MAX];
+
 		snprintf(err, errlen,
 		    "\"%s\": the port must be a number from 1 "
 		    "to 65535",
-		    s);
+		    util_escape(q, sizeof(q), s));
 		return -1;
 	}
 	memcpy(out->host, host, hlen);

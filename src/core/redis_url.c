@@ -318,12 +318,15 @@ int
 redis_url_parse(const char *url, struct redis_url *out, char *err,
     size_t errlen)
 {
-	char shown[REDACTED_MAX];
+	char raw[REDACTED_MAX], shown[REDACTED_MAX];
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	shown[0] = '\0';
-	redact_for_error(url, shown, sizeof(shown));
+	raw[0] = '\0';
+	redact_for_error(url, raw, sizeof(raw));
+	/* Escaped, so that a message stays one line (a newline in the URL
+	 * must not start another log line). */
+	util_escape(shown, sizeof(shown), raw);
 	if (strncasecmp(url, "redis://", 8) == 0)
 		rc = parse_tcp(url + 8, out, shown, err, errlen);
 	else if (strncasecmp(url, "unix://", 7) == 0)
@@ -371,7 +374,8 @@ redis_read_password_file(const char *path, char **out, char *err, size_t errlen)
 	}
 	n = fread(buf, 1, sizeof(buf) - 1, f);
 	if (ferror(f)) {
-		snprintf(err, errlen, "password_file %s: read error", path);
+		snprintf(err, errlen, "password_file %s: %s", path,
+		    strerror(errno));
 		goto out_close;
 	}
 	buf[n] = '\0';

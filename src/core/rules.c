@@ -11,6 +11,10 @@
 
 #include "base/util.h"
 
+/* A pattern or template quoted in a message: its first 64 bytes (escaped,
+ * so that the message stays one line), then "...". */
+#define SRC_QUOTE_MAX 70
+
 /* --- attributes ------------------------------------------------------- */
 
 static uint32_t
@@ -309,6 +313,7 @@ atom:
 int
 pattern_compile(struct pattern *p, const char *src, char *err, size_t errlen)
 {
+	char q[SRC_QUOTE_MAX];
 	double cost;
 	int rc;
 
@@ -328,19 +333,18 @@ pattern_compile(struct pattern *p, const char *src, char *err, size_t errlen)
 		return 0;
 	if ((cost = regex_cost(src)) < 0) {
 		snprintf(err, errlen,
-		    "regex \"%.64s%s\": back-references are "
-		    "not allowed",
-		    src, strlen(src) > 64 ? "..." : "");
+		    "regex \"%s\": back-references are not allowed",
+		    util_escape(q, sizeof(q), src));
 		rl_free(p->text);
 		p->text = NULL;
 		return -1;
 	}
 	if (cost > REGEX_COST_MAX) {
 		snprintf(err, errlen,
-		    "regex \"%.64s%s\" is too large once its "
+		    "regex \"%s\" is too large once its "
 		    "repetitions are expanded (more than %d states, or "
 		    "%d optional ones)",
-		    src, strlen(src) > 64 ? "..." : "", REGEX_COST_MAX,
+		    util_escape(q, sizeof(q), src), REGEX_COST_MAX,
 		    REGEX_OPTIONAL_MAX);
 		rl_free(p->text);
 		p->text = NULL;
@@ -350,7 +354,8 @@ pattern_compile(struct pattern *p, const char *src, char *err, size_t errlen)
 		char msg[128];
 
 		regerror(rc, &p->re, msg, sizeof(msg));
-		snprintf(err, errlen, "bad regex \"%s\": %s", src, msg);
+		snprintf(err, errlen, "bad regex \"%s\": %s",
+		    util_escape(q, sizeof(q), src), msg);
 		rl_free(p->text);
 		p->text = NULL;
 		return -1;
@@ -412,6 +417,7 @@ template_compile(struct key_template *t, const char *src, char *err,
     size_t errlen)
 {
 	const char *p = src, *lit = src;
+	char q[SRC_QUOTE_MAX];
 
 	memset(t, 0, sizeof(*t));
 	if ((t->source = rl_strdup(src)) == NULL)
@@ -440,12 +446,13 @@ template_compile(struct key_template *t, const char *src, char *err,
 			    *end == '\0' ?
 				"key template \"%s\": unterminated \"${\"" :
 				"key template \"%s\": bad attribute name",
-			    src);
+			    util_escape(q, sizeof(q), src));
 			goto fail;
 		}
 		if (end == name) {
 			snprintf(err, errlen,
-			    "key template \"%s\": empty attribute name", src);
+			    "key template \"%s\": empty attribute name",
+			    util_escape(q, sizeof(q), src));
 			goto fail;
 		}
 		if (template_add(t, true, name, (size_t)(end - name)))

@@ -1397,6 +1397,42 @@ START_TEST(test_user_drops_root)
 }
 END_TEST
 
+/* Run --check on yaml (file i of the test): it must exit 1 and print
+ * the config's path and then said. */
+static void
+check_refuses(size_t i, const char *yaml, const char *said)
+{
+	char *text;
+	char conf[H_PATH_MAX], log[H_PATH_MAX];
+	pid_t pid;
+	FILE *f;
+	int st;
+
+	snprintf(conf, sizeof(conf), "%s/chk%zu.yaml", h_tmpdir(), i);
+	snprintf(log, sizeof(log), "%s/chk%zu.log", h_tmpdir(), i);
+	f = fopen(conf, "w");
+	ck_assert(f != NULL);
+	fputs(yaml, f);
+	fclose(f);
+	if ((pid = fork()) == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		dup2(fd, 1);
+		dup2(fd, 2);
+		execl(getenv("RATELIMITD_BIN"), "ratelimitd", "-c", conf,
+		    "--check", (char *)NULL);
+		_exit(127);
+	}
+	ck_assert(waitpid(pid, &st, 0) == pid);
+	text = ops_slurp(log);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1,
+	    "--check passed: %s: %s", yaml, text);
+	ck_assert_msg(strstr(text, conf) == text &&
+		strstr(text, said) == text + strlen(conf),
+	    "--check said \"%s\", expected \"%s%s\"", text, conf, said);
+	free(text);
+}
+
 /* --check refuses what start-up would, at the key's FILE:LINE:COL: a
  * password_file or token file that cannot be read, a user that does not
  * exist. */
@@ -1417,39 +1453,70 @@ START_TEST(test_check_what_start_reads)
 		":6:20: redis.sentinel.password_file: cannot read "
 		"/nonexistent/pass",
 	};
-	char *text;
-	char conf[H_PATH_MAX], log[H_PATH_MAX];
-	pid_t pid;
 	size_t i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		check_refuses(i, bad[i], said[i]);
+}
+END_TEST
+
+/* --check reads a token or password file as start-up does: a directory,
+ * an empty first line and a first line over 4096 bytes are refused there
+ * too, at the key.  (--check used to ask only whether the file could be
+ * opened, and said ok for files start-up then refused.) */
+START_TEST(test_check_reads_files_as_start)
+{
+	char dir[H_PATH_MAX], empty[H_PATH_MAX], lng[H_PATH_MAX];
+	char yaml[3 * H_PATH_MAX], said[2 * H_PATH_MAX];
 	FILE *f;
-	int st;
+	int k;
 
-	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		snprintf(conf, sizeof(conf), "%s/chk%zu.yaml", h_tmpdir(), i);
-		snprintf(log, sizeof(log), "%s/chk%zu.log", h_tmpdir(), i);
-		f = fopen(conf, "w");
-		ck_assert(f != NULL);
-		fputs(bad[i], f);
-		fclose(f);
-		if ((pid = fork()) == 0) {
-			int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	snprintf(dir, sizeof(dir), "%s/tokdir", h_tmpdir());
+	ck_assert(mkdir(dir, 0700) == 0);
+	snprintf(empty, sizeof(empty), "%s/empty.tok", h_tmpdir());
+	f = fopen(empty, "w");
+	ck_assert(f != NULL);
+	fputs("\nsecond\n", f);
+	fclose(f);
+	snprintf(lng, sizeof(lng), "%s/long.tok", h_tmpdir());
+	f = fopen(lng, "w");
+	ck_assert(f != NULL);
+	for (k = 0; k < 4097; k++)
+		fputc('t', f);
+	fputc('\n', f);
+	fclose(f);
 
-			dup2(fd, 1);
-			dup2(fd, 2);
-			execl(getenv("RATELIMITD_BIN"), "ratelimitd", "-c",
-			    conf, "--check", (char *)NULL);
-			_exit(127);
-		}
-		ck_assert(waitpid(pid, &st, 0) == pid);
-		text = ops_slurp(log);
-		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1,
-		    "--check passed: %s: %s", bad[i], text);
-		ck_assert_msg(strstr(text, conf) == text &&
-			strstr(text, said[i]) == text + strlen(conf),
-		    "--check said \"%s\", expected \"%s%s\"", text, conf,
-		    said[i]);
-		free(text);
-	}
+	snprintf(yaml, sizeof(yaml), "admin_token_file: %s\n", dir);
+	snprintf(said, sizeof(said),
+	    ":1:19: admin_token_file: cannot read %s: Is a directory\n", dir);
+	check_refuses(0, yaml, said);
+	snprintf(yaml, sizeof(yaml), "admin_token_file: %s\n", empty);
+	snprintf(said, sizeof(said),
+	    ":1:19: admin_token_file: cannot read %s: the first line is "
+	    "empty\n",
+	    empty);
+	check_refuses(1, yaml, said);
+	snprintf(yaml, sizeof(yaml), "admin_token_file: %s\n", lng);
+	snprintf(said, sizeof(said),
+	    ":1:19: admin_token_file: cannot read %s: first line longer "
+	    "than 4096 bytes\n",
+	    lng);
+	check_refuses(2, yaml, said);
+	snprintf(yaml, sizeof(yaml),
+	    "backend: redis\nredis:\n  password_file: %s\n", dir);
+	snprintf(said, sizeof(said),
+	    ":3:18: redis.password_file: cannot read %s: Is a directory\n",
+	    dir);
+	check_refuses(3, yaml, said);
+	snprintf(yaml, sizeof(yaml),
+	    "backend: redis\nredis:\n  sentinel:\n    master: m\n"
+	    "    nodes: [\"127.0.0.1:1\"]\n    password_file: %s\n",
+	    empty);
+	snprintf(said, sizeof(said),
+	    ":6:20: redis.sentinel.password_file: cannot read %s: the first "
+	    "line is empty\n",
+	    empty);
+	check_refuses(4, yaml, said);
 }
 END_TEST
 
@@ -1478,6 +1545,7 @@ test_suite(void)
 	tcase_add_test(tc, test_unix_socket_live_and_mode);
 	tcase_add_test(tc, test_user_drops_root);
 	tcase_add_test(tc, test_check_what_start_reads);
+	tcase_add_test(tc, test_check_reads_files_as_start);
 	tcase_add_test(tc, test_memory_full_said_and_counted);
 	tcase_add_test(tc, test_backend_error_text_not_leaked);
 	tcase_add_test(tc, test_half_close_on_redis);

@@ -855,6 +855,44 @@ START_TEST(test_reload_header_limit_start_only)
 END_TEST
 
 /*
+ * redis.key_prefix is start-only: it names a daemon's keys, its overrides
+ * and the channel of lease releases it subscribes to, built once at start.
+ * A reload from "a:" to "b:" is logged as applying after a restart, and a
+ * key first taken after it is still written under "a:".  (The reload used
+ * to move the keys to "b:" while the release channel stayed "a:released",
+ * so a waiter missed the releases of daemons started on "b:".)
+ */
+START_TEST(test_reload_key_prefix_start_only)
+{
+	struct h_redis red = { 0 };
+	struct h_daemon d = { 0 };
+	struct ops_conf c = { .limit = 5,
+		.redis_extra = "  key_prefix: \"a:\"\n" };
+	struct h_resp r = { 0 };
+	char *log;
+
+	h_redis_start(&red);
+	ops_start(&d, red.port, &c);
+	c.redis_extra = "  key_prefix: \"b:\"\n";
+	sighup_reload(&d, &c);
+	log = ops_slurp(d.log);
+	ck_assert_msg(strstr(log,
+			  "reload: redis.key_prefix changed; it applies "
+			  "after a restart") != NULL,
+	    "log: %s", log);
+	free(log);
+
+	h_post(d.port, "/acquire", "{\"user\":\"after\"}", &r);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	h_resp_free(&r);
+	ck_assert_int_eq(h_redis_int(&red, "EXISTS %s", "a:x:{after}"), 1);
+	ck_assert_int_eq(h_redis_int(&red, "EXISTS %s", "b:x:{after}"), 0);
+	h_daemon_stop(&d);
+	h_redis_stop(&red);
+}
+END_TEST
+
+/*
  * A reload to on_backend_error: local takes effect at once: with Redis
  * refusing, the in-process limiter decides (limit 2: 200, 200, 429), where
  * it used to answer every request as `allow` because the local store was
@@ -1954,6 +1992,7 @@ test_suite(void)
 	tcase_add_test(tc, test_reload_redis_timeout_start_only);
 	tcase_add_test(tc, test_reload_deny_in_flight);
 	tcase_add_test(tc, test_reload_header_limit_start_only);
+	tcase_add_test(tc, test_reload_key_prefix_start_only);
 	tcase_add_test(tc, test_reload_rename);
 	tcase_add_test(tc, test_reload_configmap);
 	tcase_add_test(tc, test_reload_symlink_other_dir);

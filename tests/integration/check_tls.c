@@ -791,16 +791,17 @@ render_cluster(char *yaml, size_t len, const char *listen, int port,
 
 /*
  * A reload that fails keeps the running TLS files.  The new file names
- * another CA and, without redis.cluster, a key_prefix with "{}": fine
- * alone, refused once the running cluster (a start key) is kept, after
- * the CA file was read.  Every connection is then dropped: the new ones
- * still trust the running CA.
+ * another CA, and a client certificate with the key of another: refused
+ * when the store reads them, after the CA file was read.  Every
+ * connection is then dropped: the new ones still trust the running CA.
+ * The start key it changes (redis.cluster, dropped) is not logged as
+ * applying after a restart: the reload was refused.
  */
 START_TEST(test_failed_reload_keeps_tls)
 {
 	struct h_cluster cl;
 	struct h_daemon d = { 0 };
-	char dir[H_PATH_MAX], other[H_PATH_MAX], yaml[2 * H_PATH_MAX + 1024],
+	char dir[H_PATH_MAX], other[H_PATH_MAX], yaml[4 * H_PATH_MAX + 1024],
 	    listen[32], user[16];
 	const char *out;
 	int i;
@@ -824,16 +825,17 @@ START_TEST(test_failed_reload_keeps_tls)
 	    "redis:\n"
 	    "  timeout: 500ms\n"
 	    "  pool_size: 2\n"
-	    "  key_prefix: \"app{}:\"\n"
 	    "  tls:\n"
 	    "    ca_file: %s/ca.pem\n"
+	    "    cert_file: %s/client.pem\n"
+	    "    key_file: %s/client.key\n"
 	    "on_backend_error: deny\n"
 	    "rules:\n"
 	    "  - name: x\n"
 	    "    key: \"${user}\"\n"
 	    "    limit: 1\n"
 	    "    window: 1m\n",
-	    listen, other);
+	    listen, other, other, dir);
 	ops_replace_file(d.conf, yaml);
 	ck_assert(kill(d.pid, SIGHUP) == 0);
 	ck_assert_msg(ops_wait_metric("ratelimitd_config_reloads_total"
@@ -843,6 +845,11 @@ START_TEST(test_failed_reload_keeps_tls)
 	ck_assert_msg(ops_count_in_file(d.log,
 			  "reload failed, keeping the old rules") >= 1,
 	    "no failed reload in the log");
+	/* Nothing of the refused file applies, not even after a restart:
+	 * its start keys (the cluster dropped) are not named.  (They used
+	 * to be, before the reload was refused.) */
+	ck_assert_msg(ops_count_in_file(d.log, "applies after a restart") == 0,
+	    "a refused reload named its start keys");
 
 	for (i = 0; i < H_CLUSTER_NODES; i++) {
 		out = h_redis_cli(&cl.node[i],

@@ -551,7 +551,8 @@ static const struct {
 	  "optional ones)" },
 	{ "rules:\n  - name: r\n    match: {path: \"~(a+)\\\\1\"}\n"
 	  "    limit: 1\n    window: 1s\n",
-	  "t.yaml:3:19: regex \"(a+)\\1\": back-references are not allowed" },
+	  "t.yaml:3:19: regex \"(a+)\\\\1\": back-references are not "
+	  "allowed" },
 	{ "listen: \"a\\0b\"\n",
 	  "t.yaml:1:9: listen: contains a NUL byte" },
 	{ "redis: 5\n",
@@ -976,6 +977,47 @@ START_TEST(test_long_value_in_message)
 }
 END_TEST
 
+/* A value holding a newline, quoted by the module that refuses it (an
+ * address, a pattern, a key template, a Redis URL): the message stays one
+ * line, the newline escaped, so that no value can forge a log line.
+ * (These messages used to print the value raw.) */
+START_TEST(test_newline_value_in_message)
+{
+	static const struct {
+		const char *yaml, *want;
+	} cases[] = {
+		{ "listen: \"x\\nlevel=error msg=injected\"\n",
+		    "t.yaml:1:9: listen: \"x\\x0alevel=error msg=injected\": "
+		    "expected host:port, [v6]:port or unix:/path" },
+		{ "listen: \"h:8\\nlevel=error\"\n",
+		    "t.yaml:1:9: listen: \"h:8\\x0alevel=error\": the port "
+		    "must be a number from 1 to 65535" },
+		{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+		  "    match:\n      path: \"~(\\nlevel=error\"\n",
+		    "t.yaml:6:13: bad regex \"(\\x0alevel=error\": " },
+		{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+		  "    key: \"${ip\\nlevel=error\"\n",
+		    "t.yaml:5:10: key template \"${ip\\x0alevel=error\": bad "
+		    "attribute name" },
+		{ "redis:\n  url: \"redis://h\\nlevel=error:x\"\n",
+		    "t.yaml:2:8: redis.url: redis URL "
+		    "redis://h\\x0alevel=error:***: bad port" },
+	};
+	char err[ERRLEN];
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ck_assert_msg(load(cases[i].yaml, err) == NULL, "case %zu", i);
+		ck_assert_msg(strchr(err, '\n') == NULL, "case %zu: %s", i,
+		    err);
+		ck_assert_msg(strncmp(err, cases[i].want,
+				  strlen(cases[i].want)) == 0,
+		    "case %zu: got \"%s\", wanted \"%s...\"", i, err,
+		    cases[i].want);
+	}
+}
+END_TEST
+
 START_TEST(test_small_error_buffer)
 {
 	char err[12];
@@ -1348,7 +1390,7 @@ START_TEST(test_start_only_changes)
 	    "listen: \"127.0.0.1:1\"\nthreads: 2\n"
 	    "backend: redis\nredis:\n  url: \"redis://h:1/0\"\n"
 	    "  cluster: [\"a:1\", \"b:2\"]\n  pool_size: 4\n"
-	    "  key_prefix: \"y:\"\n"
+	    "  key_prefix: \"x:\"\n"
 	    "on_backend_error: local\nmax_body_bytes: 200\n"
 	    "auth:\n  client_ip: peer\n");
 	keys[0] = '\0';
@@ -1361,20 +1403,20 @@ START_TEST(test_start_only_changes)
 	    "listen: \"127.0.0.1:2\"\nthreads: 3\n"
 	    "backend: memory\nredis:\n  url: \"redis://h:2/0\"\n"
 	    "  cluster: [\"a:1\", \"c:2\"]\n  pool_size: 5\n"
-	    "  timeout: 1s\n  password_file: /p\n"
+	    "  timeout: 1s\n  key_prefix: \"y:\"\n  password_file: /p\n"
 	    "memory:\n  max_keys: 7\n");
 	ck_assert_uint_eq(config_start_only_changes(a, b, collect_key, keys),
-	    9);
+	    10);
 	ck_assert_str_eq(keys,
 	    "listen threads backend redis.url "
-	    "redis.cluster redis.pool_size redis.timeout redis.password_file "
-	    "memory.max_keys ");
+	    "redis.cluster redis.pool_size redis.timeout redis.key_prefix "
+	    "redis.password_file memory.max_keys ");
 	config_unref(b);
 	/* A shorter cluster list is a change too. */
 	b = expect_ok(
 	    "listen: \"127.0.0.1:1\"\nthreads: 2\n"
 	    "backend: redis\nredis:\n  url: \"redis://h:1/0\"\n"
-	    "  cluster: [\"a:1\"]\n  pool_size: 4\n");
+	    "  cluster: [\"a:1\"]\n  pool_size: 4\n  key_prefix: \"x:\"\n");
 	keys[0] = '\0';
 	ck_assert_uint_eq(config_start_only_changes(a, b, collect_key, keys),
 	    1);
@@ -1447,22 +1489,24 @@ START_TEST(test_keep_start_only)
 	ck_assert_uint_eq(b->redis.ncluster, 2);
 	ck_assert_str_eq(b->redis.cluster[1], "b:2");
 	ck_assert_ptr_ne(b->redis.cluster[1], a->redis.cluster[1]);
+	/* key_prefix names the keys, the overrides and the release channel
+	 * alike: the running one is kept for all three. */
+	ck_assert_str_eq(b->redis.key_prefix, "x:");
+	ck_assert_ptr_ne(b->redis.key_prefix, a->redis.key_prefix);
 	/* Reloadable keys are the new file's. */
-	ck_assert_str_eq(b->redis.key_prefix, "y:");
 	ck_assert_int_eq(b->max_body_bytes, 200);
 	config_unref(a);
 	ck_assert_str_eq(b->redis.url, "redis://h:1/0");
 	config_unref(b);
 
-	/* A kept cluster and a new key_prefix holding "{}" (reloadable, and
-	 * fine without a cluster) no longer agree: refused. */
+	/* A new key_prefix holding "{}" (fine without a cluster) beside a
+	 * running cluster: the running prefix is kept with the cluster, and
+	 * the two still agree. */
 	a = expect_ok("redis:\n  cluster: [\"a:1\"]\n");
 	b = expect_ok("redis:\n  key_prefix: \"app{}:\"\n");
-	ck_assert_int_eq(config_keep_start_only(b, a, err, sizeof(err)), -1);
-	ck_assert_str_eq(err,
-	    "redis.key_prefix: must not hold \"{}\" at its first '{' with "
-	    "redis.cluster: Redis Cluster would hash each key's whole name "
-	    "instead of its tag");
+	ck_assert_int_eq(config_keep_start_only(b, a, err, sizeof(err)), 0);
+	ck_assert_str_eq(b->redis.key_prefix, "rl:");
+	ck_assert_uint_eq(b->redis.ncluster, 1);
 	config_unref(a);
 	config_unref(b);
 
@@ -1584,6 +1628,7 @@ test_suite(void)
 	    (int)(sizeof(error_cases) / sizeof(error_cases[0])));
 	tcase_add_test(tc, test_error_prefixes);
 	tcase_add_test(tc, test_long_value_in_message);
+	tcase_add_test(tc, test_newline_value_in_message);
 	tcase_add_test(tc, test_small_error_buffer);
 	tcase_add_test(tc, test_text_not_terminated);
 	suite_add_tcase(s, tc);
