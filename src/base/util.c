@@ -222,6 +222,18 @@ util_event_destroy(struct util_event *e)
 	pthread_mutex_destroy(&e->mu);
 }
 
+int
+util_hex_value(int ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	if (ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return -1;
+}
+
 size_t
 util_utf8_len(const unsigned char *s)
 {

@@ -58,6 +58,10 @@ size_t util_strlcpy(char *dst, const char *src, size_t dstlen);
 #define UTIL_INT64_DEC_MAX 20
 size_t util_fmt_int64(char *dst, int64_t v);
 
+/* The value of the hex digit ch (either case), or -1 when it is none.
+ * Any thread. */
+int util_hex_value(int ch);
+
 /* The length of the valid UTF-8 sequence at s (1-4), or 0 if there is
  * none (an overlong form, a surrogate or a code point past U+10FFFF is
  * none).  Reads no further than a NUL.  JSON holds nothing else, so what

@@ -16,18 +16,6 @@
 #define REDACTED_MAX 512 /* enough of a URL to recognise it */
 #define PASSWORD_MAX 4096
 
-static int
-hexval(int ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	if (ch >= 'A' && ch <= 'F')
-		return ch - 'A' + 10;
-	return -1;
-}
-
 /* Percent-decode s[0..n) into a new string.  NULL for a bad escape, an
  * encoded NUL or OOM (*oom tells which). */
 static char *
@@ -48,8 +36,8 @@ pct_decode(const char *s, size_t n, bool *oom)
 
 			if (i + 2 >= n)
 				goto bad;
-			hi = hexval((unsigned char)s[i + 1]);
-			lo = hexval((unsigned char)s[i + 2]);
+			hi = util_hex_value((unsigned char)s[i + 1]);
+			lo = util_hex_value((unsigned char)s[i + 2]);
 			if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
 				goto bad;
 			*o++ = (char)(hi << 4 | lo);

@@ -15,18 +15,6 @@
 
 #include "base/util.h"
 
-static int
-hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 static bool
 is_scheme_char(char c)
 {
@@ -71,8 +59,8 @@ copy_path(const char *in, size_t len, bool raw, char *out)
 		int hi, lo;
 
 		if (!raw || in[i] != '%' || len - i < 3 ||
-		    (hi = hex_value(in[i + 1])) < 0 ||
-		    (lo = hex_value(in[i + 2])) < 0) {
+		    (hi = util_hex_value((unsigned char)in[i + 1])) < 0 ||
+		    (lo = util_hex_value((unsigned char)in[i + 2])) < 0) {
 			out[n++] = in[i]; /* a malformed escape stays */
 			continue;
 		}
