@@ -713,7 +713,7 @@ START_TEST(test_reload_keeps_tls_switch)
 	struct h_redis red = { 0 };
 	struct h_daemon d;
 	char dir[H_PATH_MAX], tls[H_PATH_MAX + 64], yaml[4096], listen[32],
-	    user[16];
+	    user[48];
 	const char *out;
 	size_t i;
 	int j;
@@ -802,7 +802,7 @@ START_TEST(test_failed_reload_keeps_tls)
 	struct h_cluster cl;
 	struct h_daemon d = { 0 };
 	char dir[H_PATH_MAX], other[H_PATH_MAX], yaml[4 * H_PATH_MAX + 1024],
-	    listen[32], user[16];
+	    listen[32], user[48];
 	const char *out;
 	int i;
 

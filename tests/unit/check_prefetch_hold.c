@@ -286,7 +286,7 @@ START_TEST(test_generation_per_entry)
 	struct prefetch *pf, *one;
 	struct prefetch_view v;
 	const char *other;
-	char b[8];
+	char b[16];
 	pthread_t th;
 	bool took;
 	int i;
