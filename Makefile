@@ -336,11 +336,12 @@ FUZZ_FLAGS = -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
 	-fno-sanitize-recover=all
 FUZZ_SRC = $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BIN = $(patsubst tests/fuzz/%.c,build-fuzz/%,$(FUZZ_SRC))
-# No libmicrohttpd: of the front ends, the pure RLS mapping and the gRPC
-# server (nghttp2), whose grpc_fuzz_feed() drives one connection from a
-# buffer (tests/fuzz/fuzz_grpc_frames.c).
+# No libmicrohttpd: of the front ends, the pure RLS mapping, the access
+# log line both fronts write, and the gRPC server (nghttp2), whose
+# grpc_fuzz_feed() drives one connection from a buffer
+# (tests/fuzz/fuzz_grpc_frames.c).
 FUZZ_LIB_SRC = $(filter-out src/front/%,$(CORE_SRC)) src/front/rls.c \
-	$(wildcard src/front/grpc*.c)
+	src/front/access_log.c $(wildcard src/front/grpc*.c)
 FUZZ_LIB_OBJ = $(patsubst src/%.c,build-fuzz/obj/%.o,$(FUZZ_LIB_SRC)) \
 	build-fuzz/obj/lua_scripts.o \
 	$(patsubst $(BUILD)/proto/%.c,build-fuzz/obj/proto/%.o,$(PROTO_C))
