@@ -578,19 +578,14 @@ START_TEST(test_rotate_under_load)
 }
 END_TEST
 
-/* A Redis Cluster whose nodes speak only TLS: the seed and every node the
- * slot map names are reached over TLS. */
-START_TEST(test_cluster_over_tls)
+/* The YAML of a daemon on the TLS Cluster whose seed is port, trusting
+ * the CA of dir, limit 1 a minute on ${user}; listen as render(). */
+static void
+render_cluster(char *yaml, size_t len, const char *listen, int port,
+    const char *dir)
 {
-	struct h_cluster cl;
-	struct h_daemon d = { 0 };
-	char dir[H_PATH_MAX], yaml[2 * H_PATH_MAX + 1024], user[32];
-	int i, ok = 0, denied = 0;
-
-	tls_dir(dir, sizeof(dir), "tls");
-	h_cluster_start_tls(&cl, dir);
-	snprintf(yaml, sizeof(yaml),
-	    "listen: \"127.0.0.1:%%PORT%%\"\n"
+	snprintf(yaml, len,
+	    "listen: \"%s\"\n"
 	    "threads: 2\n"
 	    "shutdown_timeout: 2s\n"
 	    "backend: redis\n"
@@ -606,7 +601,22 @@ START_TEST(test_cluster_over_tls)
 	    "    key: \"${user}\"\n"
 	    "    limit: 1\n"
 	    "    window: 1m\n",
-	    cl.node[0].port, dir);
+	    listen, port, dir);
+}
+
+/* A Redis Cluster whose nodes speak only TLS: the seed and every node the
+ * slot map names are reached over TLS. */
+START_TEST(test_cluster_over_tls)
+{
+	struct h_cluster cl;
+	struct h_daemon d = { 0 };
+	char dir[H_PATH_MAX], yaml[2 * H_PATH_MAX + 1024], user[32];
+	int i, ok = 0, denied = 0;
+
+	tls_dir(dir, sizeof(dir), "tls");
+	h_cluster_start_tls(&cl, dir);
+	render_cluster(yaml, sizeof(yaml), "127.0.0.1:%PORT%", cl.node[0].port,
+	    dir);
 	d.redis_port = cl.node[0].port;
 	h_daemon_start(&d, yaml);
 	ck_assert_int_eq(ops_poll_status("/readyz", 200, 5000), 200);
@@ -762,32 +772,6 @@ START_TEST(test_reload_keeps_tls_switch)
 	h_redis_stop(&red);
 }
 END_TEST
-
-/* The YAML of a daemon on the TLS Cluster whose seed is port, trusting
- * the CA of dir, limit 1 a minute on ${user}; listen as render(). */
-static void
-render_cluster(char *yaml, size_t len, const char *listen, int port,
-    const char *dir)
-{
-	snprintf(yaml, len,
-	    "listen: \"%s\"\n"
-	    "threads: 2\n"
-	    "shutdown_timeout: 2s\n"
-	    "backend: redis\n"
-	    "redis:\n"
-	    "  cluster: [\"127.0.0.1:%d\"]\n"
-	    "  timeout: 500ms\n"
-	    "  pool_size: 2\n"
-	    "  tls:\n"
-	    "    ca_file: %s/ca.pem\n"
-	    "on_backend_error: deny\n"
-	    "rules:\n"
-	    "  - name: x\n"
-	    "    key: \"${user}\"\n"
-	    "    limit: 1\n"
-	    "    window: 1m\n",
-	    listen, port, dir);
-}
 
 /*
  * A reload that fails keeps the running TLS files.  The new file names
