@@ -32,14 +32,18 @@
  * new key stores nothing), by a full sweep when the store is at max_keys
  * (at most once a second) or when backend_memory_key_count() is asked,
  * and by a sweep that moves with the traffic, whatever its keys: every
- * call, once answered, sweeps the next MEMORY_STEP_CHAINS chains of one
+ * call, as it ends, sweeps the next MEMORY_STEP_CHAINS chains of one
  * stripe, the next in turn for its thread, if that stripe's lock is free
  * (a try-lock: the step never waits).  So after a burst of keys the
  * memory comes back while later calls use keys the store already has
  * (every stripe's table in full within about 2 * chains / 8 calls), not
- * only when new keys arrive.  A stripe's table doubles when it holds more
- * entries than chains and halves, one halving per sweep step, when it
- * holds fewer than a quarter (never below MEMORY_INITIAL_BUCKETS): after a
+ * only when new keys arrive.  A stripe knows a time before which none of
+ * its entries expires (soonest: the least expiry its last full round of
+ * sweeping saw, and any expiry given since), and until then its sweeps
+ * walk no chain: a store whose keys all live on costs each call no walk
+ * over entries that are not in its cache.  A stripe's table doubles when it
+ * holds more entries than chains and halves, one halving per sweep step, when
+ * it holds fewer than a quarter (never below MEMORY_INITIAL_BUCKETS): after a
  * halving it is under half full, so growing and shrinking never chase each
  * other.  While a call uses an entry its expiry is MEMORY_PINNED, so no
  * sweep frees it under it.
@@ -83,6 +87,8 @@ struct memory_stripe {
 	size_t nbuckets;	       /* a power of two */
 	size_t count;		       /* entries in this stripe */
 	size_t sweep;		       /* next chain to sweep */
+	int64_t soonest;	       /* no entry expires before it */
+	int64_t cycle_soonest;	       /* the same, of this sweep round */
 };
 
 /* A stripe on cache lines of its own, so locking one stripe does not slow
@@ -228,7 +234,18 @@ memory_remove(struct memory_backend *m, struct memory_stripe *st,
 	memory_entry_free(m, st, e);
 }
 
-/* Free the expired entries of chain `b`. */
+/* An entry of st was given the expiry t: soonest is at most t. */
+static void
+memory_note_expiry(struct memory_stripe *st, int64_t t)
+{
+	if (t < st->soonest)
+		st->soonest = t;
+	if (t < st->cycle_soonest)
+		st->cycle_soonest = t;
+}
+
+/* Free the expired entries of chain `b`; the others' expiries count
+ * towards the round's soonest. */
 static void
 memory_sweep_chain(struct memory_backend *m, struct memory_stripe *st, size_t b,
     int64_t now)
@@ -240,7 +257,33 @@ memory_sweep_chain(struct memory_backend *m, struct memory_stripe *st, size_t b,
 			*pp = e->next;
 			memory_entry_free(m, st, e);
 		} else {
+			if (e->expires < st->cycle_soonest)
+				st->cycle_soonest = e->expires;
 			pp = &e->next;
+		}
+	}
+}
+
+/*
+ * Sweep the next `chains` chains of st, unless none of its entries can
+ * have expired at now.  A round that comes back to chain 0 has seen every
+ * entry (a resize starts a new one), or been told of its new expiry by
+ * memory_note_expiry(): its least is the stripe's soonest from then on.
+ * An entry pinned when seen counts as never expiring; it is noted when
+ * its call ends.
+ */
+static void
+memory_sweep_some(struct memory_backend *m, struct memory_stripe *st,
+    size_t chains, int64_t now)
+{
+	size_t k;
+
+	for (k = 0; k < chains && k < st->nbuckets && now >= st->soonest; k++) {
+		memory_sweep_chain(m, st, st->sweep, now);
+		st->sweep = (st->sweep + 1) & (st->nbuckets - 1);
+		if (st->sweep == 0) {
+			st->soonest = st->cycle_soonest;
+			st->cycle_soonest = INT64_MAX;
 		}
 	}
 }
@@ -267,6 +310,7 @@ memory_resize(struct memory_stripe *st, size_t n)
 	st->buckets = nb;
 	st->nbuckets = n;
 	st->sweep = 0;
+	st->cycle_soonest = INT64_MAX;
 }
 
 /* Double the table when it is fuller than one entry per chain. */
@@ -300,12 +344,8 @@ memory_insert(struct memory_backend *m, struct memory_stripe *st,
     struct memory_entry **out, char *err, size_t errlen)
 {
 	struct memory_entry *e;
-	size_t k;
 
-	for (k = 0; k < MEMORY_SWEEP_CHAINS; k++) {
-		memory_sweep_chain(m, st, st->sweep, now);
-		st->sweep = (st->sweep + 1) & (st->nbuckets - 1);
-	}
+	memory_sweep_some(m, st, MEMORY_SWEEP_CHAINS, now);
 	if (atomic_fetch_add(&m->nkeys, 1) >= m->max_keys && m->max_keys > 0) {
 		atomic_fetch_sub(&m->nkeys, 1);
 		return MEMORY_FULL;
@@ -367,8 +407,12 @@ memory_sweep_all(struct memory_backend *m)
 		st = &m->stripes[i].s;
 		pthread_mutex_lock(&st->lock);
 		now = m->clock(m->clock_arg);
+		st->cycle_soonest = INT64_MAX;
 		for (b = 0; b < st->nbuckets; b++)
 			memory_sweep_chain(m, st, b, now);
+		st->soonest = st->cycle_soonest;
+		st->cycle_soonest = INT64_MAX;
+		st->sweep = 0;
 		while (memory_maybe_shrink(st))
 			;
 		pthread_mutex_unlock(&st->lock);
@@ -388,17 +432,11 @@ static void
 memory_sweep_step(struct memory_backend *m)
 {
 	struct memory_stripe *st;
-	int64_t now;
-	size_t k;
 
 	st = &m->stripes[memory_step_next++ & (MEMORY_STRIPES - 1)].s;
 	if (pthread_mutex_trylock(&st->lock) != 0)
 		return;
-	now = m->clock(m->clock_arg);
-	for (k = 0; k < MEMORY_STEP_CHAINS && k < st->nbuckets; k++) {
-		memory_sweep_chain(m, st, st->sweep, now);
-		st->sweep = (st->sweep + 1) & (st->nbuckets - 1);
-	}
+	memory_sweep_some(m, st, MEMORY_STEP_CHAINS, m->clock(m->clock_arg));
 	(void)memory_maybe_shrink(st);
 	pthread_mutex_unlock(&st->lock);
 }
@@ -655,6 +693,11 @@ unpin:
 				slots[j].entry = NULL;
 		memory_remove(m, &m->stripes[memory_stripe_of(e->hash)].s, e);
 	}
+	for (i = 0; i < n; i++)
+		if ((e = slots[i].entry) != NULL)
+			memory_note_expiry(
+			    &m->stripes[memory_stripe_of(e->hash)].s,
+			    e->expires);
 	memory_unlock_mask(m, mask);
 	return rc;
 }
@@ -784,6 +827,8 @@ memory_lease(struct memory_backend *m, const struct rl_check *c,
 			e->expires = limiter_expiry(&e->state, &params);
 		if (e->expires <= now || e->expires == INT64_MIN)
 			memory_remove(m, st, e);
+		else
+			memory_note_expiry(st, e->expires);
 	}
 	memory_unlock_mask(m, UINT64_C(1) << memory_stripe_of(hash));
 	out->allowed = held;
@@ -963,6 +1008,7 @@ backend_memory_new(int64_t max_keys, backend_clock_fn clock, void *clock_arg)
 			goto free_stripes;
 		}
 		st->nbuckets = MEMORY_INITIAL_BUCKETS;
+		st->soonest = st->cycle_soonest = INT64_MAX;
 	}
 	if ((m->stats = memory_stats_new(max_keys)) == NULL)
 		goto free_stripes;

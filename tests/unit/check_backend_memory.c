@@ -474,6 +474,43 @@ START_TEST(test_expired_freed_without_inserts)
 }
 END_TEST
 
+/*
+ * A stripe's sweeps walk nothing until its soonest expiry: keys of a short
+ * window made after keys of a long one bring that time forward, and are
+ * freed when they expire, by traffic on a long-lived key alone.
+ */
+START_TEST(test_short_keys_after_long_freed)
+{
+	struct backend *b = new_backend(0);
+	struct rl_check c,
+	    old = mkcheck(RL_ALG_SLIDING_LOG, 1000000, 3600 * 1000, 1, false,
+		"rl:old:{x}");
+	struct rl_result r;
+	char key[32];
+	int k;
+
+	for (k = 0; k < 5000; k++) {
+		snprintf(key, sizeof(key), "rl:long:{%d}", k);
+		c = mkcheck(RL_ALG_SLIDING_LOG, 5, 3600 * 1000, 1, false, key);
+		ck_assert(decide_ok(b, &c, 1, &r));
+	}
+	/* every stripe's soonest is now an hour on */
+	ck_assert(decide_ok(b, &old, 1, &r));
+	ck_assert_uint_eq(backend_memory_held(b, NULL), 5001);
+	for (k = 0; k < 1000; k++) {
+		snprintf(key, sizeof(key), "rl:short:{%d}", k);
+		c = mkcheck(RL_ALG_SLIDING_LOG, 5, 1000, 1, false, key);
+		ck_assert(decide_ok(b, &c, 1, &r));
+	}
+	ck_assert_uint_eq(backend_memory_held(b, NULL), 6001);
+	fake_now += 10 * SEC;
+	for (k = 0; k < 20000; k++)
+		ck_assert(decide_ok(b, &old, 1, &r));
+	ck_assert_uint_eq(backend_memory_held(b, NULL), 5001);
+	backend_free(b);
+}
+END_TEST
+
 /* More checks in one call than fit on the stack. */
 START_TEST(test_many_checks)
 {
@@ -821,6 +858,7 @@ test_suite(void)
 	tcase_add_test(tc, test_max_keys);
 	tcase_add_test(tc, test_many_keys);
 	tcase_add_test(tc, test_expired_freed_without_inserts);
+	tcase_add_test(tc, test_short_keys_after_long_freed);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("oom");
