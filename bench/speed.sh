@@ -24,8 +24,9 @@
 #   (a-tls) (a) over TLS: the same Redis also on a TLS port (a certificate
 #           made here with the openssl command line), rediss:// with
 #           ca_file: what TLS costs the decision path, against (a).
-#   repeat  Redis alone, (a) and (e) again, REPEAT rounds (4) of
-#           REPEAT_DURATION seconds (5): the spread of their ratios.
+#   repeat  Redis alone, (a), (e), nginx, (b) and (d) again, REPEAT
+#           rounds (4) of REPEAT_DURATION seconds (5): the spread of
+#           their ratios.
 # Like with like: the daemon runs `threads` event loops and nginx as many
 # worker processes (RL_THREADS, default the cores the load generator
 # leaves: the core count less THREADS, at least 1; on 2 cores, one each);
@@ -555,18 +556,32 @@ EOF
     wait "$hold" 2>/dev/null || true
   fi
 
-  # Redis alone, (a) and (e) again, REPEAT times (default 4) for
-  # REPEAT_DURATION seconds each (5), one after the other: one run's
-  # ratio moves with whatever else the machine does meanwhile, so the
-  # ratios of each round are printed, and their median.
+  # Redis alone, (a), (e), nginx, (b) and (d) again, REPEAT times
+  # (default 4) for REPEAT_DURATION seconds each (5), one after the
+  # other: one run's ratio moves with whatever else the machine does
+  # meanwhile (seen: nginx alone from 92k to 113k requests/s in runs a
+  # minute apart), so the ratios of each round are printed, and their
+  # median.  (d)'s daemon is a second one, on the memory store.
   if want repeat; then
+    rmport=$(free_port)
+    start_daemon "$rmport" memory
+    rmpid=$started
+    wait_port "$rmport"
     for i in $(seq "${REPEAT:-4}"); do
       dur=${REPEAT_DURATION:-5} redis_alone "redis-$i"
       dur=${REPEAT_DURATION:-5} srv=$dpid col=daemon \
         run "a-$i" "$dport" "$tmp/post.lua" one 10000
       dur=${REPEAT_DURATION:-5} srv=$dpid col=daemon \
         run "e-$i" "$dport" "$tmp/post.lua" three 10000
+      dur=${REPEAT_DURATION:-5} srv=$nworkers col=nginx \
+        run "nginx-$i" "$nport" "$tmp/post.lua"
+      dur=${REPEAT_DURATION:-5} srv=$dpid col=daemon \
+        run "b-$i" "$dport" "$tmp/post.lua" hot 1
+      dur=${REPEAT_DURATION:-5} srv=$rmpid col=daemon \
+        run "d-$i" "$rmport" "$tmp/post.lua" one 10000
     done
+    kill "$rmpid"
+    wait "$rmpid" 2>/dev/null || true
   fi
   kill "$dpid"
   wait "$dpid" 2>/dev/null || true
@@ -653,17 +668,23 @@ median() {
     echo
   fi
   if want repeat; then
-    ra= re= rr=
+    ra= re= rb= rd= rr= rn=
     for i in $(seq "${REPEAT:-4}"); do
       ra="$ra $(ratio "a-$i" "redis-$i")"
       re="$re $(ratio "e-$i" "a-$i")"
+      rb="$rb $(ratio "b-$i" "nginx-$i")"
+      rd="$rd $(ratio "d-$i" "nginx-$i")"
       rr="$rr${rr:+;} ${rate[redis-$i]}, ${rate[a-$i]}, ${rate[e-$i]}"
+      rn="$rn${rn:+;} ${rate[nginx-$i]}, ${rate[b-$i]} (p99"
+      rn="$rn ${p99[b-$i]} ms), ${rate[d-$i]} (p99 ${p99[d-$i]} ms;"
+      rn="$rn ${us_d[d-$i]} µs/req against nginx's ${us_n[nginx-$i]})"
     done
     echo "Again, ${REPEAT:-4} rounds of ${REPEAT_DURATION:-5} s each" \
-      "(Redis alone, (a), (e)): (a) against Redis alone:$ra" \
-      "(median $(median $ra)); (e) against (a):$re (median" \
-      "$(median $re)).  Requests/s of each round (Redis alone, (a)," \
-      "(e)):$rr."
+      "(Redis alone, (a), (e), nginx, (b), (d)): (a) against Redis" \
+      "alone:$ra (median $(median $ra)); (e) against (a):$re (median" \
+      "$(median $re)); (b) against nginx:$rb (median $(median $rb));" \
+      "(d) against nginx:$rd (median $(median $rd)).  Requests/s of" \
+      "each round (Redis alone, (a), (e)):$rr; (nginx, (b), (d)):$rn."
     echo
   fi
   if want rss; then
