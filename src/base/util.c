@@ -150,22 +150,37 @@ util_strlcpy(char *dst, const char *src, size_t dstlen)
 	return n;
 }
 
+/* "00" to "99": two digits per division (an answer formats a dozen
+ * numbers, most of them ten digits long at a limit of 1e9). */
+static const char util_digit_pairs[] =
+    "00010203040506070809101112131415161718192021222324252627282930313233"
+    "34353637383940414243444546474849505152535455565758596061626364656667"
+    "6869707172737475767778798081828384858687888990919293949596979899";
+
 size_t
 util_fmt_int64(char *dst, int64_t v)
 {
 	char tmp[UTIL_INT64_DEC_MAX];
 	uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-	size_t n = 0, i = 0;
+	size_t i = sizeof(tmp), n = 0, d;
 
-	do {
-		tmp[i++] = (char)('0' + u % 10);
-		u /= 10;
-	} while (u != 0);
+	while (u >= 100) {
+		d = (size_t)(u % 100) * 2;
+		u /= 100;
+		tmp[--i] = util_digit_pairs[d + 1];
+		tmp[--i] = util_digit_pairs[d];
+	}
+	if (u >= 10) {
+		d = (size_t)u * 2;
+		tmp[--i] = util_digit_pairs[d + 1];
+		tmp[--i] = util_digit_pairs[d];
+	} else {
+		tmp[--i] = (char)('0' + u);
+	}
 	if (v < 0)
 		dst[n++] = '-';
-	while (i > 0)
-		dst[n++] = tmp[--i];
-	return n;
+	memcpy(dst + n, tmp + i, sizeof(tmp) - i);
+	return n + sizeof(tmp) - i;
 }
 
 static int64_t
