@@ -22,8 +22,9 @@
  *   another rule denies for longer than its wait is answered at once,
  *   also when it comes while another waits (it only looks at the lease);
  *   SIGTERM answers a waiter 503 at once; a reload while a request waits
- *   applies to it, and one that raises the limit serves a waiter at once,
- *   as does an override that raises it (on Redis, set through the other
+ *   applies to it, and one that raises the limit or removes the rule
+ *   serves a waiter at once, as does an override that raises it (on
+ *   Redis, set through the other
  *   daemon); a free lease does not stop a request waiting for its turn on
  *   another rule;
  * - with Redis down and on_backend_error: local, the in-process store's
@@ -883,6 +884,63 @@ START_TEST(test_wait_reload_raise)
 }
 END_TEST
 
+/* A reload that takes the lock rule away (its match no longer holds for
+ * {"t": "lock"}) serves the request that waits for its lease at once:
+ * no rule applies to it any more, so it is allowed, with no lease, as a
+ * request without wait_ms is (docs/leases.md).  The waiter tries again
+ * because the reload succeeded, not because anything was released. */
+START_TEST(test_wait_reload_remove)
+{
+	char text[8192], probe[] = "{\"t\":\"lock\",\"job\":\"probe\"}";
+	struct h_resp r = { 0 };
+	struct waiter w;
+	char a[512], *p;
+	size_t n;
+	FILE *f;
+	int i, tries;
+
+	start(_i);
+	post(0, "/acquire", "{\"t\":\"lock\",\"job\":\"gone\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "lock", a, sizeof(a));
+	waiter_go(&w, ndaemons - 1,
+	    "{\"t\":\"lock\",\"job\":\"gone\",\"wait_ms\":4500}");
+	h_sleep_ms(500);
+	ck_assert_int_eq(__atomic_load_n(&w.status, __ATOMIC_SEQ_CST), 0);
+	for (i = 0; i < ndaemons; i++) {
+		ck_assert_ptr_nonnull(f = fopen(daemons[i].conf, "r"));
+		n = fread(text, 1, sizeof(text) - 1, f);
+		fclose(f);
+		text[n] = '\0';
+		ck_assert_ptr_nonnull(p = strstr(text, "      t: lock\n"));
+		memcpy(p, "      t: lokk\n", strlen("      t: lokk\n"));
+		ck_assert_ptr_nonnull(f = fopen(daemons[i].conf, "w"));
+		fputs(text, f);
+		fclose(f);
+		ck_assert_int_eq(kill(daemons[i].pid, SIGHUP), 0);
+	}
+	pthread_join(w.thread, NULL);
+	ck_assert_msg(w.status == 200 && w.lease[0] == '\0' &&
+		strstr(w.answer, "\"rule\":null") != NULL,
+	    "waiter: %ld %s", w.status, w.answer);
+	ck_assert_msg(w.answered_ms - w.sent_ms < RAISE_WAIT_MS / 2,
+	    "the waiter waited %lld ms of its %d with no rule left: %s",
+	    w.answered_ms - w.sent_ms, RAISE_WAIT_MS, w.answer);
+	/* and every daemon has the new rules */
+	for (i = 0; i < ndaemons; i++)
+		for (tries = 0;; tries++) {
+			post(i, "/acquire", probe, &r);
+			if (r.status == 200 && h_json_get(&r, "rule") != NULL &&
+			    json_is_null(h_json_get(&r, "rule")))
+				break;
+			ck_assert_msg(tries < 300, "daemon %d not reloaded", i);
+			h_sleep_ms(10);
+		}
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
 /* Each daemon with an admin listener of its own (admin_ports[k]). */
 static int admin_ports[2];
 
@@ -1505,6 +1563,7 @@ test_suite(void)
 	/* A change of limit while requests wait for a lease. */
 	tc = h_shared_redis_tcase("limit_changes");
 	tcase_add_loop_test(tc, test_wait_reload_raise, 0, 2);
+	tcase_add_loop_test(tc, test_wait_reload_remove, 0, 2);
 	tcase_add_loop_test(tc, test_wait_override_raise, 0, 2);
 	tcase_add_loop_test(tc, test_wait_override_delete_raise, 0, 2);
 	suite_add_tcase(s, tc);
