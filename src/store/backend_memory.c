@@ -688,7 +688,7 @@ unpin:
 			limiter_expiry(&e->state, &slots[i].params) !=
 			    INT64_MIN))
 			continue;
-		for (j = i; j < n; j++)
+		for (j = 0; j < n; j++) /* earlier slots too: e is freed */
 			if (slots[j].entry == e)
 				slots[j].entry = NULL;
 		memory_remove(m, &m->stripes[memory_stripe_of(e->hash)].s, e);
@@ -1032,6 +1032,29 @@ backend_memory_key_count(struct backend *b)
 	memory_sweep_all(m);
 	n = atomic_load(&m->nkeys);
 	return n < 0 ? 0 : (size_t)n;
+}
+
+size_t
+backend_memory_unswept(struct backend *b)
+{
+	struct memory_backend *m = (struct memory_backend *)b;
+	struct memory_stripe *st;
+	struct memory_entry *e;
+	size_t k, bad = 0;
+	unsigned i;
+
+	for (i = 0; i < MEMORY_STRIPES; i++) {
+		st = &m->stripes[i].s;
+		pthread_mutex_lock(&st->lock);
+		for (k = 0; k < st->nbuckets; k++)
+			for (e = st->buckets[k]; e != NULL; e = e->next)
+				if (e->expires < st->soonest ||
+				    (k < st->sweep &&
+					e->expires < st->cycle_soonest))
+					bad++;
+		pthread_mutex_unlock(&st->lock);
+	}
+	return bad;
 }
 
 size_t

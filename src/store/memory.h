@@ -53,5 +53,12 @@ size_t backend_memory_key_count(struct backend *b);
  * Any thread.
  */
 size_t backend_memory_held(struct backend *b, size_t *chains);
+/*
+ * Entries the sweeping could pass over (for tests): one that expires
+ * before its stripe's soonest time, or, in a chain the stripe's current
+ * round has swept, before that round's least expiry.  0 when every entry
+ * will be freed once expired, by traffic alone.  Any thread.
+ */
+size_t backend_memory_unswept(struct backend *b);
 
 #endif

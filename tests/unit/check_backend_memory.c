@@ -511,6 +511,76 @@ START_TEST(test_short_keys_after_long_freed)
 }
 END_TEST
 
+/*
+ * Random calls of one to four checks (a check repeated in its call
+ * included), keys of four algorithms, windows of 1 s to 1 h, cost 0 to 2, with
+ * the clock moving by up to 0.4 s and now and then by seconds: after every call
+ * no entry is one the sweeping could pass over (backend_memory_unswept), and at
+ * the end traffic on one key frees every other.
+ */
+START_TEST(test_sweep_bookkeeping_random)
+{
+	static const enum rl_algorithm algs[] = { RL_ALG_SLIDING_LOG,
+		RL_ALG_FIXED_WINDOW, RL_ALG_TOKEN_BUCKET,
+		RL_ALG_SLIDING_WINDOW };
+	static const int64_t windows[] = { 1000, 60000, 3600000 };
+	struct backend *b = new_backend(0);
+	enum backend_error_kind kind;
+	struct rl_check c[4],
+	    old = mkcheck(RL_ALG_SLIDING_LOG, 1000000, 1000, 1, false,
+		"rl:old:{x}");
+	struct rl_result r[4];
+	char keys[4][32], err[256];
+	uint64_t x = 42;
+	size_t n, i;
+	bool all;
+	int call;
+	/* few keys, then many: small tables whose rounds end within a
+	 * call's inserts, then tables that grow */
+	unsigned nkeys = _i == 0 ? 200 : 3000;
+
+	for (call = 0; call < 20000; call++) {
+		x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+		n = 1 + (size_t)(x >> 62);
+		for (i = 0; i < n; i++) {
+			x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+			/* the first check again, one time in eight (its
+			 * rule and key: a key has one rule's algorithm) */
+			if (i > 0 && (x >> 61) == 0) {
+				c[i] = c[0];
+				c[i].cost = (int64_t)((x >> 16) % 3);
+				continue;
+			}
+			/* a key's algorithm and window are its own */
+			snprintf(keys[i], sizeof(keys[i]), "rl:%c%u:{%u}",
+			    (char)('a' + (x >> 8) % 4),
+			    (unsigned)((x >> 12) % 3),
+			    (unsigned)((x >> 20) % nkeys));
+			c[i] = mkcheck(algs[(x >> 8) % 4], 5,
+			    windows[(x >> 12) % 3], (int64_t)((x >> 16) % 3),
+			    false, keys[i]);
+		}
+		kind = BACKEND_ERR_NONE;
+		ck_assert_int_eq(backend_decide(b, c, n, r, &all, &kind, err,
+				     sizeof(err)),
+		    0);
+		ck_assert_msg(backend_memory_unswept(b) == 0,
+		    "call %d: %zu entries the sweeping could miss", call,
+		    backend_memory_unswept(b));
+		fake_now += (int64_t)((x >> 32) % 400) * MS;
+		if ((x >> 40) % 500 == 0)
+			fake_now += 5 * SEC;
+	}
+	fake_now += 2 * 3600 * SEC;
+	for (call = 0; call < 20000; call++) {
+		ck_assert(decide_ok(b, &old, 1, r));
+		fake_now += MS;
+	}
+	ck_assert_uint_eq(backend_memory_held(b, NULL), 1);
+	backend_free(b);
+}
+END_TEST
+
 /* More checks in one call than fit on the stack. */
 START_TEST(test_many_checks)
 {
@@ -859,6 +929,7 @@ test_suite(void)
 	tcase_add_test(tc, test_many_keys);
 	tcase_add_test(tc, test_expired_freed_without_inserts);
 	tcase_add_test(tc, test_short_keys_after_long_freed);
+	tcase_add_loop_test(tc, test_sweep_bookkeeping_random, 0, 2);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("oom");

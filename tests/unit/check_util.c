@@ -46,9 +46,10 @@ START_TEST(test_fmt_int64_lengths)
 		same_as_printf(1 - p);
 		same_as_printf(p + 1);
 		same_as_printf(-p - 1);
-		if (k < 18)
+		if (k < 18) {
 			same_as_printf(p * 10 - 1);
-		p *= 10;
+			p *= 10;
+		}
 	}
 }
 END_TEST
