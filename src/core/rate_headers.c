@@ -6,6 +6,8 @@
  */
 #include "core/rate_headers.h"
 
+#include <string.h>
+
 #include "base/util.h"
 
 /* One header's value, built piece by piece: printf costs more than the
@@ -15,21 +17,38 @@ struct value {
 	size_t n;
 };
 
+/* Append the len bytes at s; a value that would not fit is cut, never
+ * overrun. */
+static void
+put_n(struct value *v, const char *s, size_t len)
+{
+	if (len > RATE_HEADER_VALUE_MAX - 1 - v->n)
+		len = RATE_HEADER_VALUE_MAX - 1 - v->n;
+	memcpy(v->p + v->n, s, len);
+	v->n += len;
+	v->p[v->n] = '\0';
+}
+
 static void
 put_s(struct value *v, const char *s)
 {
-	v->n += util_strlcpy(v->p + v->n, s, RATE_HEADER_VALUE_MAX - v->n);
-	if (v->n >= RATE_HEADER_VALUE_MAX)
-		v->n = RATE_HEADER_VALUE_MAX - 1; /* cut, never overrun */
+	put_n(v, s, strlen(s));
 }
+
+/* A string literal, its length known when compiled. */
+#define PUT_LIT(v, lit) put_n((v), (lit), sizeof(lit) - 1)
 
 static void
 put_i(struct value *v, long long i)
 {
-	char num[UTIL_INT64_DEC_MAX + 1];
+	char num[UTIL_INT64_DEC_MAX];
 
-	num[util_fmt_int64(num, (int64_t)i)] = '\0';
-	put_s(v, num);
+	if (RATE_HEADER_VALUE_MAX - 1 - v->n >= UTIL_INT64_DEC_MAX) {
+		v->n += util_fmt_int64(v->p + v->n, (int64_t)i);
+		v->p[v->n] = '\0';
+	} else {
+		put_n(v, num, util_fmt_int64(num, (int64_t)i));
+	}
 }
 
 /* Start header n named name: its value, empty. */
@@ -44,11 +63,11 @@ start(struct rate_header *h, int *n, const char *name)
 	return v;
 }
 
-/* "name";q=LIMIT */
+/* "name";q=LIMIT (key: the '";q=' between) */
 static void
 put_rule(struct value *v, const char *name, const char *key, long long i)
 {
-	put_s(v, "\"");
+	PUT_LIT(v, "\"");
 	put_s(v, name);
 	put_s(v, key);
 	put_i(v, i);
@@ -80,13 +99,13 @@ rate_headers(const struct decision *d, struct rate_header h[RATE_HEADERS_MAX])
 		 * the quota comes back (a release frees it). */
 		v = start(h, &n, "RateLimit-Policy");
 		put_rule(&v, d->rule->name, "\";q=", (long long)d->limit);
-		put_s(&v, ";qu=\"concurrent-requests\"");
+		PUT_LIT(&v, ";qu=\"concurrent-requests\"");
 		v = start(h, &n, "RateLimit");
 		put_rule(&v, d->rule->name, "\";r=", (long long)d->remaining);
 	} else {
 		v = start(h, &n, "RateLimit-Policy");
 		put_rule(&v, d->rule->name, "\";q=", (long long)d->limit);
-		put_s(&v, ";w=");
+		PUT_LIT(&v, ";w=");
 		put_i(&v,
 		    (long long)util_ceil_div(d->window_ms > 0 ?
 			    d->window_ms :
@@ -96,7 +115,7 @@ rate_headers(const struct decision *d, struct rate_header h[RATE_HEADERS_MAX])
 		 * a denial's Retry-After. */
 		v = start(h, &n, "RateLimit");
 		put_rule(&v, d->rule->name, "\";r=", (long long)d->remaining);
-		put_s(&v, ";t=");
+		PUT_LIT(&v, ";t=");
 		put_i(&v,
 		    (long long)util_ceil_div(from_now(d, d->effective_ms),
 			1000));

@@ -3,6 +3,7 @@
  * headers of a decision (docs/http.md), which HTTP and gRPC both send.
  */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,6 +112,43 @@ START_TEST(test_numbers_written_whole)
 }
 END_TEST
 
+/* The longest rule name with the longest numbers: every value whole
+ * (the buffers are sized for it), written straight into its buffer. */
+START_TEST(test_longest_values_whole)
+{
+	char name[RL_MAX_NAME_BYTES + 1], want[RATE_HEADER_VALUE_MAX + 64];
+	struct rule r = { .name = name,
+		.limit = INT64_MAX,
+		.window_ms = INT64_MAX,
+		.algorithm = RL_ALG_SLIDING_LOG };
+	struct decision d = { .rule = &r,
+		.allowed = false,
+		.limit = INT64_MAX,
+		.remaining = INT64_MIN,
+		.reset_ms = INT64_MAX,
+		.retry_after_ms = INT64_MAX,
+		.effective_ms = INT64_MAX };
+	struct rate_header h[RATE_HEADERS_MAX];
+	int n;
+
+	memset(name, 'r', RL_MAX_NAME_BYTES);
+	name[RL_MAX_NAME_BYTES] = '\0';
+	n = rate_headers(&d, h);
+	snprintf(want, sizeof(want),
+	    "\"%s\";q=9223372036854775807;w=9223372036854776", name);
+	ck_assert_str_eq(value_of(h, n, "RateLimit-Policy"), want);
+	snprintf(want, sizeof(want),
+	    "\"%s\";r=-9223372036854775808;t=9223372036854776", name);
+	ck_assert_str_eq(value_of(h, n, "RateLimit"), want);
+	ck_assert_str_eq(value_of(h, n, "Retry-After"), "9223372036854776");
+	r.algorithm = RL_ALG_CONCURRENCY;
+	n = rate_headers(&d, h);
+	snprintf(want, sizeof(want),
+	    "\"%s\";q=9223372036854775807;qu=\"concurrent-requests\"", name);
+	ck_assert_str_eq(value_of(h, n, "RateLimit-Policy"), want);
+}
+END_TEST
+
 /* A waited answer's times are from when it goes out, waited_ms after the
  * decision they were computed at, and never below 0 (docs/waiting.md). */
 START_TEST(test_waited_times_from_now)
@@ -157,6 +195,7 @@ test_suite(void)
 	tcase_add_test(tc, test_t_is_the_effective_window);
 	tcase_add_test(tc, test_concurrency_policy);
 	tcase_add_test(tc, test_numbers_written_whole);
+	tcase_add_test(tc, test_longest_values_whole);
 	tcase_add_test(tc, test_no_rule_no_headers);
 	tcase_add_test(tc, test_waited_times_from_now);
 	suite_add_tcase(s, tc);
