@@ -234,6 +234,44 @@ START_TEST(test_keepalive_still_works)
 }
 END_TEST
 
+/* Header names made of every character a token may hold (RFC 9110 5.1:
+ * letters, digits and !#$%&'*+-.^_`|~) are taken; one with a character
+ * past them, '@' or a byte past ASCII, is refused. */
+START_TEST(test_token_names)
+{
+	struct h_daemon d = { 0 };
+	char buf[8192];
+	bool closed;
+	int fd;
+
+	start(&d, "");
+	fd = raw_connect(d.port);
+	raw_send(fd,
+	    "POST /acquire HTTP/1.1\r\nHost: x\r\n"
+	    "azAZ09-!#$%&'*+.^_`|~: 1\r\nX-Y: 2\r\nContent-Length: 12"
+	    "\r\n\r\n{\"user\":\"a\"}");
+	raw_read(fd, buf, sizeof(buf), 1500, &closed);
+	ck_assert_msg(strncmp(buf, "HTTP/1.1 200", 12) == 0, "%s", buf);
+	ck_assert(!closed);
+	close(fd);
+	fd = raw_connect(d.port);
+	raw_send(fd,
+	    "POST /acquire HTTP/1.1\r\nHost: x\r\nX@Y: 1\r\n"
+	    "Content-Length: 12\r\n\r\n{\"user\":\"a\"}");
+	raw_read(fd, buf, sizeof(buf), 1500, &closed);
+	ck_assert_msg(strncmp(buf, "HTTP/1.1 400", 12) == 0, "%s", buf);
+	close(fd);
+	fd = raw_connect(d.port);
+	raw_send(fd,
+	    "POST /acquire HTTP/1.1\r\nHost: x\r\nX\xc3\xa9: 1\r\n"
+	    "Content-Length: 12\r\n\r\n{\"user\":\"a\"}");
+	raw_read(fd, buf, sizeof(buf), 1500, &closed);
+	ck_assert_msg(strncmp(buf, "HTTP/1.1 400", 12) == 0, "%s", buf);
+	close(fd);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 /* --- connections -------------------------------------------------------- */
 
 START_TEST(test_max_connections)
@@ -1532,6 +1570,7 @@ test_suite(void)
 	tcase_add_loop_test(tc, test_smuggling_shapes, 0,
 	    (int)(sizeof(shapes) / sizeof(shapes[0])));
 	tcase_add_test(tc, test_keepalive_still_works);
+	tcase_add_test(tc, test_token_names);
 	tcase_add_test(tc, test_max_connections);
 	tcase_add_test(tc, test_request_timeout_dribbler);
 	tcase_add_test(tc, test_request_timeout_after_keepalive);
