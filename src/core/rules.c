@@ -6,6 +6,7 @@
  */
 #include "core/rules.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -70,19 +71,37 @@ attrs_reindex(struct attrs *a, size_t want)
 	return 0;
 }
 
+/* name and value in one block, "name\0value\0": one allocation per
+ * attribute, freed through its name. */
+static char *
+attr_block(const char *name, size_t namelen, const char *value, size_t valuelen)
+{
+	char *b;
+
+	if (namelen > SIZE_MAX - 2 - valuelen ||
+	    (b = rl_malloc(namelen + valuelen + 2)) == NULL)
+		return NULL;
+	memcpy(b, name, namelen + 1);
+	memcpy(b + namelen + 1, value, valuelen);
+	b[namelen + 1 + valuelen] = '\0';
+	return b;
+}
+
 int
 attrs_setn(struct attrs *a, const char *name, const char *value,
     size_t valuelen)
 {
 	uint32_t h = attrs_hash(name);
-	size_t i, k;
-	char *v;
+	size_t namelen = strlen(name), i, k;
+	char *b;
 
-	if ((v = rl_strndup(value, valuelen)) == NULL)
+	/* Made first: value may point into the block it replaces. */
+	if ((b = attr_block(name, namelen, value, valuelen)) == NULL)
 		return -1;
 	if ((i = attrs_find(a, name, h)) < a->n) {
-		rl_free(a->v[i].value);
-		a->v[i].value = v;
+		rl_free(a->v[i].name);
+		a->v[i].name = b;
+		a->v[i].value = b + namelen + 1;
 		return 0;
 	}
 	if (a->n == a->cap) {
@@ -90,16 +109,15 @@ attrs_setn(struct attrs *a, const char *name, const char *value,
 		struct attr *nv = rl_realloc(a->v, cap * sizeof(*nv));
 
 		if (nv == NULL)
-			goto fail_value;
+			goto fail;
 		a->v = nv;
 		a->cap = cap;
 	}
 	if (a->n + 1 > ATTRS_SCAN && attrs_reindex(a, a->n + 1) == -1)
-		goto fail_value;
-	if ((a->v[a->n].name = rl_strdup(name)) == NULL)
-		goto fail_value;
+		goto fail;
+	a->v[a->n].name = b;
 	a->v[a->n].hash = h;
-	a->v[a->n].value = v;
+	a->v[a->n].value = b + namelen + 1;
 	if (a->idx != NULL) {
 		for (k = h & (a->idx_cap - 1); a->idx[k] != 0;
 		     k = (k + 1) & (a->idx_cap - 1))
@@ -109,8 +127,8 @@ attrs_setn(struct attrs *a, const char *name, const char *value,
 	a->n++;
 	return 0;
 
-fail_value:
-	rl_free(v);
+fail:
+	rl_free(b);
 	return -1;
 }
 
@@ -133,10 +151,8 @@ attrs_clear(struct attrs *a)
 {
 	size_t i;
 
-	for (i = 0; i < a->n; i++) {
-		rl_free(a->v[i].name);
-		rl_free(a->v[i].value);
-	}
+	for (i = 0; i < a->n; i++)
+		rl_free(a->v[i].name); /* and the value: one block */
 	rl_free(a->v);
 	rl_free(a->idx);
 	a->v = NULL;

@@ -27,7 +27,8 @@
 #define RL_MAX_LIMIT 1000000000
 
 /* A map of string attributes, in insertion order.  Owns copies of names
- * and values.  Up to ATTRS_SCAN entries a lookup is a scan; past that an
+ * and values (each name and its value in one allocation, freed through
+ * the name).  Up to ATTRS_SCAN entries a lookup is a scan; past that an
  * open-addressing index of positions makes it O(1), so a request of many
  * attributes costs linear time, not quadratic.  One thread. */
 #define ATTRS_SCAN 8

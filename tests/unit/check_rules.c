@@ -33,6 +33,14 @@ START_TEST(test_attrs_set_get_replace)
 	ck_assert_str_eq(attrs_get(&a, "k99"), "k99");
 	ck_assert_int_eq(attrs_setn(&a, "cut", "abcdef", 3), 0);
 	ck_assert_str_eq(attrs_get(&a, "cut"), "abc");
+	/* A value taken from the one it replaces (name and value share
+	 * one allocation, freed once the new one is made). */
+	ck_assert_int_eq(attrs_setn(&a, "cut", attrs_get(&a, "cut") + 1, 2), 0);
+	ck_assert_str_eq(attrs_get(&a, "cut"), "bc");
+	ck_assert_int_eq(attrs_set(&a, "cut", ""), 0);
+	ck_assert_str_eq(attrs_get(&a, "cut"), "");
+	ck_assert_int_eq(attrs_set(&a, "", "empty name"), 0);
+	ck_assert_str_eq(attrs_get(&a, ""), "empty name");
 	attrs_clear(&a);
 	ck_assert_uint_eq(a.n, 0);
 	ck_assert_ptr_null(attrs_get(&a, "ip"));
