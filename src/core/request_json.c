@@ -191,8 +191,7 @@ request_json_parse_flags(const char *body, size_t len,
 	char num[32];
 	size_t nattrs = 0;
 
-	if ((*fields = json_object()) == NULL)
-		goto oom;
+	*fields = NULL;
 	if (len == 0)
 		return 0; /* no body: no attributes */
 	root = load(body, len, flags, &jerr);
@@ -213,7 +212,10 @@ request_json_parse_flags(const char *body, size_t len,
 		bool skip;
 
 		if (is_reserved(reserved, name)) {
-			if (json_object_set(*fields, name, v) != 0)
+			/* made for the first: most bodies have none */
+			if ((*fields == NULL &&
+				(*fields = json_object()) == NULL) ||
+			    json_object_set(*fields, name, v) != 0)
 				goto oom;
 			continue;
 		}

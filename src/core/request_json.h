@@ -35,9 +35,10 @@ struct request_error {
  * *a, at most max_attrs of them (0: no bound; past it
  * `too_many_attributes`).  Fields whose names are in `reserved` (a
  * NULL-terminated list, may be NULL) are not attributes: they are moved,
- * unchecked, into a new object in *fields (never NULL on success; the
- * caller json_decref()s it) for the endpoint to read with the helpers
- * below.  Returns 0, or -1 with *e set (invalid_json,
+ * unchecked, into a new object in *fields for the endpoint to read with
+ * the helpers below (NULL when the body has none of them, which the
+ * helpers read as an object without the field; the caller json_decref()s
+ * it, which takes NULL).  Returns 0, or -1 with *e set (invalid_json,
  * invalid_attribute, too_many_attributes, or internal_error on OOM); *a
  * may then hold some attributes, which the caller clears as usual.
  */
@@ -58,8 +59,8 @@ int request_json_parse_flags(const char *body, size_t len,
 
 /*
  * Reserved-field readers: each reads `name` from fields (the object of
- * request_json_parse).  A missing field, or one that is null, leaves *out
- * as it is and returns 0; a field of the wrong type or range returns -1
+ * request_json_parse, or NULL).  A missing field, or one that is null, leaves
+ * *out as it is and returns 0; a field of the wrong type or range returns -1
  * with *e set to `code`.
  */
 /* An integer in [min, max]. */
