@@ -113,11 +113,12 @@ util_fnv1a(const void *p, size_t len)
 }
 int64_t util_realtime_us(void);
 
-/* Ceiling division for non-negative a and positive b. */
+/* Ceiling division for non-negative a and positive b (a <= 0 gives 0),
+ * without the overflow of a + b - 1 near INT64_MAX. */
 static inline int64_t
 util_ceil_div(int64_t a, int64_t b)
 {
-	return a <= 0 ? 0 : (a + b - 1) / b;
+	return a <= 0 ? 0 : a / b + (a % b != 0);
 }
 
 #endif

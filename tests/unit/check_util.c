@@ -1,7 +1,8 @@
 /*
- * check_util.c - unit tests of base/util.c's number formatting:
+ * check_util.c - unit tests of base/util's number helpers:
  * util_fmt_int64() writes every number of an answer (docs/http.md), so it
- * must give what printf's "%lld" gives, at every length and sign.
+ * must give what printf's "%lld" gives, at every length and sign; and
+ * util_ceil_div() rounds the answer's times up without overflowing.
  */
 #include <check.h>
 #include <inttypes.h>
@@ -73,6 +74,30 @@ START_TEST(test_fmt_int64_pairs)
 }
 END_TEST
 
+/* util_ceil_div: a / b rounded up, 0 for a <= 0, and no overflow at
+ * INT64_MAX (a + b - 1 would: the RateLimit headers divide times in ms
+ * that a long window can take near it). */
+START_TEST(test_ceil_div)
+{
+	static const int64_t bs[] = { 1, 2, 7, 1000, INT64_MAX };
+	static const int64_t as[] = { 0, 1, 2, 6, 7, 8, 999, 1000, 1001,
+		INT64_MAX - 1000, INT64_MAX - 1, INT64_MAX };
+	size_t i, k;
+
+	ck_assert_int_eq(util_ceil_div(-5, 1000), 0);
+	ck_assert_int_eq(util_ceil_div(INT64_MIN, 7), 0);
+	ck_assert_int_eq(util_ceil_div(INT64_MAX, 1000), 9223372036854776);
+	for (k = 0; k < sizeof(bs) / sizeof(bs[0]); k++)
+		for (i = 0; i < sizeof(as) / sizeof(as[0]); i++) {
+			int64_t a = as[i], b = bs[k], q = a / b;
+
+			if (q * b != a)
+				q++;
+			ck_assert_int_eq(util_ceil_div(a, b), q);
+		}
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -81,6 +106,7 @@ test_suite(void)
 
 	tcase_add_test(tc, test_fmt_int64_lengths);
 	tcase_add_test(tc, test_fmt_int64_pairs);
+	tcase_add_test(tc, test_ceil_div);
 	suite_add_tcase(s, tc);
 	return s;
 }
