@@ -157,11 +157,10 @@ render_key(const struct config *cfg, const struct rule *r,
 		if (rc != RENDER_OK)
 			return rc;
 	}
-	/* Copied, not formatted: this runs for every rule of every request.
-	 * The key ends at its first NUL, as "%s" would end it. */
+	/* Copied, not formatted: this runs for every rule of every request
+	 * (template_render's n bytes hold no NUL: it copies C strings). */
 	plen = strlen(cfg->redis.key_prefix);
 	nlen = strlen(r->name);
-	n = strnlen(rendered, n);
 	w = plen + nlen + 2 + n + 1;
 	if (w >= buflen)
 		return RENDER_TOO_LONG;

@@ -400,19 +400,15 @@ memory_sweep_all(struct memory_backend *m)
 {
 	struct memory_stripe *st;
 	unsigned i;
-	size_t b;
-	int64_t now;
 
 	for (i = 0; i < MEMORY_STRIPES; i++) {
 		st = &m->stripes[i].s;
 		pthread_mutex_lock(&st->lock);
-		now = m->clock(m->clock_arg);
-		st->cycle_soonest = INT64_MAX;
-		for (b = 0; b < st->nbuckets; b++)
-			memory_sweep_chain(m, st, b, now);
-		st->soonest = st->cycle_soonest;
-		st->cycle_soonest = INT64_MAX;
+		/* one whole round, from chain 0 (nothing when no entry can
+		 * have expired) */
 		st->sweep = 0;
+		st->cycle_soonest = INT64_MAX;
+		memory_sweep_some(m, st, st->nbuckets, m->clock(m->clock_arg));
 		while (memory_maybe_shrink(st))
 			;
 		pthread_mutex_unlock(&st->lock);
