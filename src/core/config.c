@@ -304,6 +304,7 @@ config_free(struct config *c)
 	for (i = 0; i < c->nrules; i++)
 		rule_free_contents(&c->rules[i]);
 	rl_free(c->rules);
+	rl_free(c->rule_slots);
 	for (i = 0; i < c->nstats; i++)
 		rule_free_contents(&c->stats[i].rule);
 	rl_free(c->stats);
@@ -630,13 +631,61 @@ config_unref(struct config *c)
 		config_free(c);
 }
 
+/* The slot of name in c's rule index: the one holding its rule (*found
+ * set), or the empty one where it would go (*found NULL). */
+static size_t
+rule_slot(const struct config *c, const char *name, const struct rule **found)
+{
+	size_t mask = c->rule_nslots - 1, i, v;
+
+	i = (size_t)util_fnv1a(name, strlen(name)) & mask;
+	while ((v = c->rule_slots[i]) != 0) {
+		if (strcmp(c->rules[v - 1].name, name) == 0) {
+			*found = &c->rules[v - 1];
+			return i;
+		}
+		i = (i + 1) & mask;
+	}
+	*found = NULL;
+	return i;
+}
+
+int
+cfg_rule_index_init(struct config *c, size_t n)
+{
+	size_t slots = 2;
+
+	while (slots < n && slots <= SIZE_MAX / 4)
+		slots <<= 1;
+	if ((c->rule_slots = rl_calloc(slots * 2, sizeof(size_t))) == NULL)
+		return -1;
+	c->rule_nslots = slots * 2;
+	return 0;
+}
+
+const struct rule *
+cfg_rule_index_put(struct config *c, const struct rule *r)
+{
+	const struct rule *found;
+	size_t i = rule_slot(c, r->name, &found);
+
+	if (found == NULL)
+		c->rule_slots[i] = (size_t)(r - c->rules) + 1;
+	return found;
+}
+
 const struct rule *
 config_find_rule(const struct config *c, const char *name)
 {
+	const struct rule *r;
 	size_t i;
 
 	if (c == NULL || name == NULL)
 		return NULL;
+	if (c->rule_slots != NULL) {
+		(void)rule_slot(c, name, &r);
+		return r;
+	}
 	for (i = 0; i < c->nrules; i++)
 		if (c->rules[i].name != NULL &&
 		    strcmp(c->rules[i].name, name) == 0)

@@ -137,6 +137,12 @@ struct config {
 
 	struct rule *rules; /* array of nrules, in file order */
 	size_t nrules;
+	/* The rules by name, for config_find_rule(): open addressing over
+	 * rule_nslots slots (a power of two, at least twice the rules), each
+	 * a rule's place in rules + 1, or 0 when empty.  The loader builds
+	 * it; a config made by hand has none and is searched in order. */
+	size_t *rule_slots;
+	size_t rule_nslots;
 	struct stat_def *stats; /* array of nstats, in file order */
 	size_t nstats;
 

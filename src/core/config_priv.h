@@ -82,6 +82,12 @@ bool cfg_redis_url_is_valid(const char *url, char *err, size_t errlen,
 int cfg_parse_rules(struct loader *ld, const char *what, yaml_node_t *v,
     void *dst);
 
+/* The rule index (config.c): room for n rules; 0, or -1 out of memory.
+ * Then each rule by its name: NULL once r is in, or the rule that already
+ * has that name (r is then not put in). */
+int cfg_rule_index_init(struct config *c, size_t n);
+const struct rule *cfg_rule_index_put(struct config *c, const struct rule *r);
+
 /* A rule's or a stat's name: the rule-name alphabet, at most
  * RL_MAX_NAME_BYTES.  dst: the char *name. */
 int cfg_parse_rule_name(struct loader *ld, const char *what, yaml_node_t *v,

@@ -274,12 +274,10 @@ static const struct schema rule_schema = { "rule", "", rule_fields,
 /* Parse rules[r->index] from node v into r, checking it against the rules
  * before it. */
 static int
-parse_rule(struct loader *ld, yaml_node_t *v, const struct config *c,
-    struct rule *r)
+parse_rule(struct loader *ld, yaml_node_t *v, struct config *c, struct rule *r)
 {
 	yaml_node_t *seen[MAX_FIELDS] = { NULL };
 	char q[QUOTE_MAX];
-	size_t i;
 
 	if (v->type != YAML_MAPPING_NODE) {
 		cfg_errf(ld, v, "rules: each rule must be a mapping");
@@ -327,12 +325,10 @@ parse_rule(struct loader *ld, yaml_node_t *v, const struct config *c,
 		    r->window_ms * 1000);
 		return -1;
 	}
-	for (i = 0; i < r->index; i++) {
-		if (strcmp(c->rules[i].name, r->name) == 0) {
-			cfg_errf(ld, seen[RF_NAME], "duplicate rule name %s",
-			    cfg_quote(q, r->name));
-			return -1;
-		}
+	if (cfg_rule_index_put(c, r) != NULL) {
+		cfg_errf(ld, seen[RF_NAME], "duplicate rule name %s",
+		    cfg_quote(q, r->name));
+		return -1;
 	}
 	if (config_find_stat(c, r->name) != NULL) {
 		cfg_errf(ld, seen[RF_NAME],
@@ -361,7 +357,8 @@ cfg_parse_rules(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 	n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
 	if (n == 0)
 		return 0;
-	if ((c->rules = rl_calloc(n, sizeof(*c->rules))) == NULL)
+	if ((c->rules = rl_calloc(n, sizeof(*c->rules))) == NULL ||
+	    cfg_rule_index_init(c, n) == -1)
 		return cfg_oom(ld);
 	for (it = v->data.sequence.items.start; it < v->data.sequence.items.top;
 	     it++) {

@@ -412,6 +412,44 @@ START_TEST(test_rule_defaults_and_matching)
 }
 END_TEST
 
+/* Rules are found by name through the loader's index, every one of many,
+ * and a name given twice is refused at its second place however far
+ * apart the two are. */
+START_TEST(test_find_many_rules)
+{
+	enum { N = 3000 };
+	size_t cap = N * 48 + 256, len = 0, i;
+	char *text = malloc(cap), name[32], want[64];
+	struct config *c;
+
+	ck_assert_ptr_nonnull(text);
+	len += (size_t)snprintf(text + len, cap - len, "rules:\n");
+	for (i = 0; i < N; i++)
+		len += (size_t)snprintf(text + len, cap - len,
+		    "  - {name: r%zu, limit: 3, window: 1s}\n", i);
+	c = expect_ok(text);
+	ck_assert_uint_eq(c->nrules, N);
+	ck_assert_ptr_nonnull(c->rule_slots);
+	ck_assert_uint_ge(c->rule_nslots, 2 * N);
+	for (i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "r%zu", i);
+		ck_assert_ptr_eq(config_find_rule(c, name), &c->rules[i]);
+	}
+	ck_assert_ptr_null(config_find_rule(c, "r3000"));
+	ck_assert_ptr_null(config_find_rule(c, "r"));
+	ck_assert_ptr_null(config_find_rule(c, ""));
+	config_unref(c);
+
+	/* The first rule again, as the last. */
+	snprintf(text + len, cap - len,
+	    "  - {name: r0, limit: 3, window: 1s}\n");
+	snprintf(want, sizeof(want), "t.yaml:%d:12: duplicate rule name \"r0\"",
+	    N + 2);
+	expect_error(text, want);
+	free(text);
+}
+END_TEST
+
 START_TEST(test_find_and_names)
 {
 	struct config *c = expect_ok(rich);
@@ -1619,6 +1657,7 @@ test_suite(void)
 	tcase_add_test(tc, test_every_key);
 	tcase_add_test(tc, test_rule_defaults_and_matching);
 	tcase_add_test(tc, test_find_and_names);
+	tcase_add_test(tc, test_find_many_rules);
 	tcase_add_test(tc, test_aliases);
 	tcase_add_test(tc, test_stats);
 	suite_add_tcase(s, tc);
