@@ -380,8 +380,11 @@ deny_applies(const struct rl_check *c)
 }
 
 /*
- * Deny from the deny cache: 1 with *out filled when a non-shadow check's
- * key is denied for this cost, else 0.
+ * Deny from the deny cache: 1 with *out filled when every non-shadow
+ * check's key is denied there for this cost, the answer the one denied
+ * longest; else 0.  A check the cache does not answer may deny for longer
+ * than the ones it does (only the store knows), so a request with one goes
+ * to the store.
  */
 static int
 deny_cached(const struct decider *d, struct decide_job *job)
@@ -394,10 +397,12 @@ deny_cached(const struct decider *d, struct decide_job *job)
 	for (i = 0; i < job->n; i++) {
 		const struct rl_check *c = &job->checks[i];
 
+		if (c->shadow)
+			continue;
 		if (!deny_applies(c) ||
 		    !deny_cache_get(d->deny, job->cfg->serial, c->key,
 			c->keylen, c->limit, c->window_ms, c->cost, now, &t))
-			continue;
+			return 0;
 		if (!hit || t.until_us > best_t.until_us) {
 			best = i;
 			best_t = t;
@@ -406,6 +411,7 @@ deny_cached(const struct decider *d, struct decide_job *job)
 	}
 	if (!hit)
 		return 0;
+	deny_cache_count_hit(d->deny);
 	job->out->allowed = false;
 	job->out->rule = job->ap[best].rule;
 	job->out->limit = job->checks[best].limit;
@@ -471,6 +477,14 @@ take_reported(struct decide_job *job)
 {
 	struct decision *out = job->out;
 	size_t i;
+
+	/* A key the report took past its limit denies until its usage
+	 * drains: what this daemon holds of it may not admit meanwhile
+	 * (docs/algorithms.md, "Usage reported after the fact"). */
+	for (i = 0; i < job->n; i++)
+		if (job->over[i] > 0)
+			prefetch_forget(job->d->prefetch, job->checks[i].key,
+			    job->checks[i].keylen);
 
 	out->reported = rl_calloc(job->n, sizeof(*out->reported));
 	if (out->reported == NULL) {

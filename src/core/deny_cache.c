@@ -204,9 +204,13 @@ deny_cache_get(struct deny_cache *dc, uint64_t gen, const char *key,
 	if (hit)
 		*t = e->t;
 	pthread_mutex_unlock(&dc->locks[i % DENY_STRIPES]);
-	if (hit)
-		atomic_fetch_add_explicit(&dc->hits, 1, memory_order_relaxed);
 	return hit;
+}
+
+void
+deny_cache_count_hit(struct deny_cache *dc)
+{
+	atomic_fetch_add_explicit(&dc->hits, 1, memory_order_relaxed);
 }
 
 uint64_t

@@ -89,7 +89,11 @@ bool deny_cache_get(struct deny_cache *dc, uint64_t gen, const char *key,
     size_t keylen, int64_t limit, int64_t window_ms, int64_t cost,
     int64_t now_us, struct deny_times *t);
 
-/* Lookups that answered true, since the start. */
+/* Count one request answered from the cache (deny_cache_get() may answer
+ * for a check of a request that then goes to the store). */
+void deny_cache_count_hit(struct deny_cache *dc);
+
+/* Requests counted by deny_cache_count_hit(), since the start. */
 uint64_t deny_cache_hits(const struct deny_cache *dc);
 
 #endif

@@ -129,6 +129,18 @@ static const char rules_yaml[] =
     "      vip: \"true\"\n"
     "    limit: 100\n"
     "    window: 1h\n"
+    "  - name: dshort\n"
+    "    match:\n"
+    "      ds: \"y\"\n"
+    "    key: \"${user}\"\n"
+    "    limit: 1\n"
+    "    window: 3s\n"
+    "  - name: dlong\n"
+    "    match:\n"
+    "      dl: \"y\"\n"
+    "    key: \"${user}\"\n"
+    "    limit: 3\n"
+    "    window: 1m\n"
     "  - name: ip\n"
     "    match:\n"
     "      t: ip\n"
@@ -198,6 +210,7 @@ static const struct {
 	{ "ip", 60000 }, { "pair", 60000 }, { "aon-wide", 60000 },
 	{ "aon-narrow", 60000 }, { "shadow", 60000 }, { "shadow2", 60000 },
 	{ "mixreal", 60000 }, { "keep", 60000 }, { "slide", 2000 },
+	{ "dshort", 3000 }, { "dlong", 60000 },
 };
 /* clang-format on */
 
@@ -262,6 +275,23 @@ static const struct http_case cases[] = {
 		    "'remaining':null}"),
 		ACQ("{'user':'u1','n':3,'b':false}", 200,
 		    "{'allowed':true,'rule':null}"),
+	} },
+	/* On Redis the 2nd request's denial goes to the deny cache; the
+	 * 5th has it there for dshort only, and dlong, which the cache
+	 * knows nothing of, denies it for longer: the answer is dlong's,
+	 * as the store (and the memory store) give it. */
+	{ "a denial remembered for one rule does not answer for another", {
+		ACQ("{'ds':'y','dl':'y','user':'d1'}", 200,
+		    "{'rule':'dshort','remaining':0}"),
+		ACQ("{'ds':'y','dl':'y','user':'d1'}", 429,
+		    "{'rule':'dshort','remaining':0}"),
+		ACQ("{'dl':'y','user':'d1'}", 200,
+		    "{'rule':'dlong','remaining':1}"),
+		ACQ("{'dl':'y','user':'d1'}", 200,
+		    "{'rule':'dlong','remaining':0}"),
+		{ .body = "{'ds':'y','dl':'y','user':'d1'}", .status = 429,
+		  .json = "{'allowed':false,'rule':'dlong','limit':3,"
+		  "'remaining':0}", .min_retry_ms = 50000 },
 	} },
 	{ "one counter for a rule without key", {
 		{ .body = "{'t':'nokey','user':'a'}", .status = 200,

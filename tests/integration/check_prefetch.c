@@ -485,6 +485,68 @@ START_TEST(test_mixed_request_keeps_quota)
 }
 END_TEST
 
+/*
+ * A report that takes a key past its limit (docs/algorithms.md, "Usage
+ * reported after the fact") denies what comes next until its usage
+ * drains, units held in advance included: the daemon drops what it holds
+ * of the key.  On Redis and on the memory store.
+ */
+static const char report_fmt[] =
+    "listen: \"127.0.0.1:%%PORT%%\"\n"
+    "threads: 2\n"
+    "backend: %s\n"
+    "redis:\n"
+    "  url: \"redis://127.0.0.1:%d/0\"\n"
+    "  timeout: 2s\n"
+    "on_backend_error: deny\n"
+    "rules:\n"
+    "  - name: p\n"
+    "    key: \"${user}\"\n"
+    "    limit: 1000\n"
+    "    window: 10s\n"
+    "    prefetch: { max_units: 100, hold: 5s }\n";
+
+START_TEST(test_report_over_drops_held)
+{
+	static const char *const backends[] = { "redis", "memory" };
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	char yaml[1024];
+	size_t b;
+	int i;
+
+	for (b = 0; b < 2; b++) {
+		memset(&d, 0, sizeof(d));
+		d.redis_port = h_shared_redis.port;
+		snprintf(yaml, sizeof(yaml), report_fmt, backends[b],
+		    h_shared_redis.port);
+		h_daemon_start(&d, yaml);
+		/* The first takes a chunk; the next are answered from it. */
+		for (i = 0; i < 3; i++) {
+			h_post(d.port, "/acquire", "{\"user\":\"u1\"}", &r);
+			ck_assert_msg(r.status == 200, "%s: %ld %s",
+			    backends[b], r.status, r.body);
+			h_resp_free(&r);
+		}
+		h_post(d.port, "/report", "{\"user\":\"u1\",\"cost\":5000}",
+		    &r);
+		ck_assert_msg(r.status == 200 &&
+			strstr(r.body, "\"recorded\":true") != NULL,
+		    "%s: %ld %s", backends[b], r.status, r.body);
+		ck_assert_msg(strstr(r.body, "\"overdrawn\":0") == NULL,
+		    "%s: not overdrawn: %s", backends[b], r.body);
+		h_resp_free(&r);
+		for (i = 0; i < 3; i++) {
+			h_post(d.port, "/acquire", "{\"user\":\"u1\"}", &r);
+			ck_assert_msg(r.status == 429, "%s: %ld %s",
+			    backends[b], r.status, r.body);
+			h_resp_free(&r);
+		}
+		h_daemon_stop(&d);
+	}
+}
+END_TEST
+
 static void
 redis_up(void)
 {
@@ -545,6 +607,7 @@ test_suite(void)
 
 		tcase_add_test(tc, test_reload_drops_chunk_in_flight);
 		tcase_add_test(tc, test_mixed_request_keeps_quota);
+		tcase_add_test(tc, test_report_over_drops_held);
 		suite_add_tcase(s, tc);
 	}
 	suite_add_tcase(s, prefetch_tcase("cluster", cluster_up, cluster_down));

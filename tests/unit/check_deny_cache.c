@@ -51,6 +51,9 @@ START_TEST(test_cost_and_time)
 	ck_assert(!deny_cache_get(dc, 1, "rl:a:{x}", 8, 11, 1000, 2, 0, &t));
 	ck_assert(!deny_cache_get(dc, 1, "rl:a:{x}", 8, 10, 999, 2, 0, &t));
 	ck_assert(!deny_cache_get(dc, 1, K("rl:a:{x}}"), 2, 0, &t));
+	/* Lookups count nothing; a request answered from the cache does. */
+	ck_assert_uint_eq(deny_cache_hits(dc), 0);
+	deny_cache_count_hit(dc);
 	ck_assert_uint_eq(deny_cache_hits(dc), 1);
 	deny_cache_free(dc);
 }
