@@ -277,15 +277,14 @@ ov_group_push(struct ov_group *g, struct ov_entry *e)
 	g->head = e;
 }
 
-/* Take e out of its chain, not out of its group's list, and count it
- * gone (the write lock held); the caller frees it. */
+/* Take e out of its chain, not out of its group's list, nor out of the
+ * count (the write lock held); the caller counts it gone and frees it. */
 static void
 ov_unlink_chain(struct overrides *o, struct ov_entry *e)
 {
 	struct ov_entry **pp = ov_find(o, e->key, e->keylen, e->hash);
 
 	*pp = e->next;
-	atomic_fetch_sub(&o->count, 1);
 }
 
 /* Unlink e, hanging at *pp of its chain, and free it (the write lock
@@ -820,7 +819,7 @@ overrides_load_rule(struct overrides *o, const char *prefix, const char *rule,
 	char val[96];
 	uint32_t fl = 0, vl = 0;
 	long long lim, win, exp;
-	size_t nfresh = 0;
+	size_t nfresh = 0, nold = 0, nnew = 0;
 	int rc = 0;
 
 	/* Check the whole reply first: a bad one changes nothing. */
@@ -855,15 +854,22 @@ overrides_load_rule(struct overrides *o, const char *prefix, const char *rule,
 		errno = ENOMEM;
 		return -1;
 	}
+	/* The count moves once, by the difference, when the new entries
+	 * are in: overrides_get() reads the table without the lock while
+	 * the count is 0, and must not find it 0 meanwhile, the old entries
+	 * out and the new not yet in (the rule may hold them all). */
 	old = g->head;
-	for (e = old; e != NULL; e = e->gnext)
+	for (e = old; e != NULL; e = e->gnext) {
 		ov_unlink_chain(o, e);
+		nold++;
+	}
 	g->head = NULL;
-	if ((size_t)atomic_load(&o->count) + nfresh > OVERRIDES_MAX)
+	if ((size_t)atomic_load(&o->count) - nold + nfresh > OVERRIDES_MAX)
 		ov_prune(o, now_ms, g);
 	for (e = fresh; e != NULL; e = next) {
 		next = e->gnext;
-		if (atomic_load(&o->count) >= OVERRIDES_MAX) {
+		if ((size_t)atomic_load(&o->count) - nold + nnew >=
+		    OVERRIDES_MAX) {
 			fresh = e; /* the rest, freed below */
 			errno = ENOSPC;
 			rc = -1;
@@ -872,8 +878,9 @@ overrides_load_rule(struct overrides *o, const char *prefix, const char *rule,
 		ov_group_push(g, e);
 		e->next = o->chains[e->hash & (o->nchains - 1)];
 		o->chains[e->hash & (o->nchains - 1)] = e;
-		atomic_fetch_add(&o->count, 1);
+		nnew++;
 	}
+	atomic_fetch_add(&o->count, (long)nnew - (long)nold);
 	if (rc == 0)
 		fresh = NULL;
 	while (ov_grow(o))

@@ -12,6 +12,7 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -91,6 +92,54 @@ END_TEST
 
 /* A field that comes twice (HSCAN may send one again) keeps its last
  * value, expired or not: an expired later copy leaves no override. */
+struct reloader {
+	struct overrides *o;
+	const char *reply;
+	size_t len;
+	volatile int stop;
+	long loads;
+};
+
+static void *
+reload_loop(void *arg)
+{
+	struct reloader *rl = arg;
+
+	while (!rl->stop) {
+		ck_assert_int_eq(load_fresh(rl->o, rl->reply, rl->len), 0);
+		rl->loads++;
+	}
+	return NULL;
+}
+
+/* A rule's overrides read again while decisions look them up: every
+ * lookup finds the override, never a table that seems empty while the
+ * old entries are out and the new not yet in (the rule holds every
+ * entry, so the count would pass through 0). */
+START_TEST(test_load_while_looked_up)
+{
+	struct reloader rl = { 0 };
+	pthread_t th;
+	long i, missed = 0;
+	size_t len;
+
+	rl.o = overrides_new();
+	ck_assert_ptr_nonnull(rl.o);
+	rl.reply = reply_of(&len, "vip", "5 10000 0", NULL);
+	rl.len = len;
+	ck_assert_int_eq(load_fresh(rl.o, rl.reply, rl.len), 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, reload_loop, &rl), 0);
+	for (i = 0; i < 3000000 && (i < 100000 || rl.loads < 20000); i++)
+		missed += limit_of(rl.o, KEY_VIP) != 5;
+	rl.stop = 1;
+	pthread_join(th, NULL);
+	ck_assert_msg(missed == 0, "%ld of %ld lookups missed, %ld loads",
+	    missed, i, rl.loads);
+	ck_assert_uint_eq(overrides_count(rl.o), 1);
+	overrides_free(rl.o);
+}
+END_TEST
+
 START_TEST(test_load_twice_last_expired)
 {
 	struct overrides *o = overrides_new();
@@ -622,6 +671,7 @@ test_suite(void)
 	tcase_add_test(tc, test_load_not_overtaken_by_another_rule);
 	tcase_add_test(tc, test_load_big_rule_again);
 	tcase_add_test(tc, test_load_twice_last_expired);
+	tcase_add_test(tc, test_load_while_looked_up);
 	tcase_add_test(tc, test_expired_freed);
 	tcase_add_test(tc, test_bounded);
 	tcase_add_test(tc, test_rules_apart);
