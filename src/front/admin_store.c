@@ -40,14 +40,30 @@ query_rule_key(struct MHD_Connection *conn, const struct config *cfg,
     struct overrides *held, const char **name, const struct rule **r,
     const char **key, int *ret)
 {
-	*name = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND,
-	    "rule");
-	*key = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "key");
+	size_t nlen = 0, klen = 0;
+
+	*name = *key = NULL;
+	(void)MHD_lookup_connection_value_n(conn, MHD_GET_ARGUMENT_KIND, "rule",
+	    4, name, &nlen);
+	(void)MHD_lookup_connection_value_n(conn, MHD_GET_ARGUMENT_KIND, "key",
+	    3, key, &klen);
 	if (*key == NULL)
 		*key = ""; /* a rule without a key: its one counter */
 	if (*name == NULL) {
 		*ret = admin_error(conn, 400, "unknown_rule",
 		    "the query needs rule=");
+		return -1;
+	}
+	/* An encoded NUL (%00) would cut the value short, and act on the
+	 * rule or key before it: no name nor rendered key holds one. */
+	if (strlen(*name) != nlen) {
+		*ret = admin_error(conn, 400, "unknown_rule",
+		    "rule= has an encoded NUL (%%00)");
+		return -1;
+	}
+	if (strlen(*key) != klen) {
+		*ret = admin_error(conn, 400, "invalid_key",
+		    "key= has an encoded NUL (%%00)");
 		return -1;
 	}
 	if (!util_utf8_valid(*name)) {

@@ -443,7 +443,9 @@ END_TEST
 
 /* A key that is not valid UTF-8 (a rendered key holds whatever bytes the
  * request had: /auth's ${header.x}) is refused with 400 invalid_key
- * before the store is asked: no 500, no reset done and logged anyway. */
+ * before the store is asked: no 500, no reset done and logged anyway.  So
+ * is one with an encoded NUL, which no rendered key holds: cut there, it
+ * would act on the key before it (and a rule name with one is no rule). */
 START_TEST(test_key_not_utf8)
 {
 	struct admin_daemon a;
@@ -453,7 +455,10 @@ START_TEST(test_key_not_utf8)
 		"DELETE /admin/counters?rule=api&key=%FF",
 		"DELETE /admin/counters?rule=api&key=a%C0%80",
 		"DELETE /admin/counters?rule=api&key=%ED%A0%80",
-		"DELETE /admin/overrides?rule=api&key=%FF", NULL
+		"DELETE /admin/overrides?rule=api&key=%FF",
+		"DELETE /admin/counters?rule=api&key=zed%00junk",
+		"DELETE /admin/overrides?rule=api&key=zed%00junk",
+		"GET /admin/counters?rule=api&key=%00", NULL
 	};
 	char method[16], path[128];
 	size_t i;
@@ -467,6 +472,10 @@ START_TEST(test_key_not_utf8)
 		ck_assert_str_eq(h_json_str(&r, "error"), "invalid_key");
 	}
 	admin_req(&a, &r, "GET", "/admin/counters?rule=%FF", NULL, auth_ok);
+	ck_assert_msg(r.status == 400, "%ld %s", r.status, r.body);
+	ck_assert_str_eq(h_json_str(&r, "error"), "unknown_rule");
+	admin_req(&a, &r, "DELETE", "/admin/counters?rule=api%00x&key=zed",
+	    NULL, auth_ok);
 	ck_assert_msg(r.status == 400, "%ld %s", r.status, r.body);
 	ck_assert_str_eq(h_json_str(&r, "error"), "unknown_rule");
 	/* UTF-8 beyond ASCII is a key like any other. */
