@@ -54,6 +54,9 @@
 /* After a second stop signal, how long the waiters it cut have for their
  * 503 to be written before the daemon exits (shut_down()). */
 #define CUT_ANSWER_MS 200
+/* At start, how long the first read of the overrides may hold the
+ * listeners back (start_fronts()). */
+#define OVERRIDES_START_WAIT_MS 2000
 
 #ifndef RL_VERSION
 #define RL_VERSION "unknown"
@@ -831,10 +834,19 @@ bind_and_watch(struct daemon *d, char *err, size_t errlen)
 	return 0;
 }
 
-/* Start the front ends on the bound sockets (each takes its socket). */
+/* Start the front ends on the bound sockets (each takes its socket).
+ * First the overrides' read at start, at most OVERRIDES_START_WAIT_MS:
+ * they survive restarts, so the first requests are decided under them
+ * (docs/admin.md); connections wait in the listen queue meanwhile. */
 static int
 start_fronts(struct daemon *d, char *err, size_t errlen)
 {
+	if (!overrides_sync_wait_read(d->overrides, OVERRIDES_START_WAIT_MS))
+		log_warnx(
+		    "overrides: the first read of the rules' hashes "
+		    "took more than %d s; serving meanwhile, keys not "
+		    "read yet under their rules' own limits",
+		    OVERRIDES_START_WAIT_MS / 1000);
 	if (d->grpc_fd >= 0) {
 		d->grpc = grpc_server_start(d->grpc_fd, d->cfg,
 		    &d->grpc_decider, d->metrics, err, errlen);

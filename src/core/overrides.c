@@ -118,6 +118,8 @@ struct overrides {
 	pthread_t thread;
 	pthread_mutex_t mu; /* guards what follows */
 	pthread_cond_t cond;
+	pthread_cond_t read_cond; /* signalled when read_once is set */
+	bool read_once;		  /* a full read (of every rule) ended */
 	bool stop, all;
 	atomic_bool stopping; /* stop, read without mu: the sync gives up
 			       * its round between two calls to the store */
@@ -1183,9 +1185,37 @@ sync_main(void *arg)
 		if (asked && o->on_read != NULL)
 			o->on_read(o->on_read_arg);
 		pthread_mutex_lock(&o->mu);
+		if (all && !o->read_once) {
+			o->read_once = true;
+			pthread_cond_broadcast(&o->read_cond);
+		}
 	}
 	pthread_mutex_unlock(&o->mu);
 	return NULL;
+}
+
+bool
+overrides_sync_wait_read(struct overrides *o, int64_t timeout_ms)
+{
+	struct timespec at;
+	bool done;
+
+	if (o == NULL || o->backend == NULL)
+		return true;
+	clock_gettime(CLOCK_MONOTONIC, &at);
+	at.tv_sec += (time_t)(timeout_ms / 1000);
+	at.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+	if (at.tv_nsec >= 1000000000) {
+		at.tv_sec++;
+		at.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&o->mu);
+	while (!o->read_once && !o->stop &&
+	    pthread_cond_timedwait(&o->read_cond, &o->mu, &at) != ETIMEDOUT)
+		;
+	done = o->read_once;
+	pthread_mutex_unlock(&o->mu);
+	return done;
 }
 
 void
@@ -1209,6 +1239,12 @@ overrides_sync_start(struct overrides *o, struct backend *b, struct config *cfg,
 	}
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	if (pthread_cond_init(&o->cond, &ca) != 0) {
+		pthread_condattr_destroy(&ca);
+		snprintf(err, errlen, "overrides: cannot make a condition");
+		return -1;
+	}
+	if (pthread_cond_init(&o->read_cond, &ca) != 0) {
+		pthread_cond_destroy(&o->cond);
 		pthread_condattr_destroy(&ca);
 		snprintf(err, errlen, "overrides: cannot make a condition");
 		return -1;
@@ -1297,6 +1333,7 @@ overrides_free(struct overrides *o)
 		for (i = 0; i < o->ndirty; i++)
 			rl_free(o->dirty[i]);
 		pthread_cond_destroy(&o->cond);
+		pthread_cond_destroy(&o->read_cond);
 		pthread_mutex_destroy(&o->mu);
 		config_slot_destroy(&o->cfg);
 	}

@@ -190,6 +190,11 @@ int overrides_sync_start(struct overrides *o, struct backend *b,
  * Main thread, before overrides_sync_start(). */
 typedef void (*overrides_read_fn)(void *arg);
 void overrides_on_read(struct overrides *o, overrides_read_fn fn, void *arg);
+/* Wait until the sync's first read of every rule's hash has ended (read
+ * or failed: docs/admin.md), at most timeout_ms: true when it has (or no
+ * sync runs).  Main thread, at start, so that the first requests are
+ * decided under the overrides the hashes hold. */
+bool overrides_sync_wait_read(struct overrides *o, int64_t timeout_ms);
 /* A reload: the rules and the prefix of cfg from now on (a reference
  * taken), every rule read again; the entries of a rule cfg does not have
  * are freed at once (overrides_drop_unconfigured()), and again after

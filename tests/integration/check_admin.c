@@ -1725,6 +1725,28 @@ START_TEST(test_override_read_in_pages)
 }
 END_TEST
 
+/* Overrides survive restarts: a daemon started on a big hash decides its
+ * first request under the override already (it reads the hashes before
+ * it serves), not under the rule's own limit while the read goes on. */
+START_TEST(test_overrides_at_start)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+
+	fill_hash_with("adm:override:api", 30000, "f", "3 10000 0");
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HSET %s %s %s",
+			     "adm:override:api", "h", "1 3600000 0"),
+	    1);
+	admin_start(&a, 0, true, NULL);
+	ck_assert_int_eq(acquire_on(&a, "h", &r), 200);
+	ck_assert_msg(h_json_int(&r, "limit") == 1, "%s", r.body);
+	h_resp_free(&r);
+	ck_assert_int_eq(acquire_on(&a, "h", &r), 429);
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
 /* A read of a rule's overrides that fails is a warning (it was logged
  * only for debugging), once per full read: tb's hash is a string. */
 START_TEST(test_override_read_failure_warned)
@@ -1978,6 +2000,7 @@ test_suite(void)
 	tcase_add_test(tc, test_override_expired_dropped_by_read);
 	tcase_add_test(tc, test_override_drop_is_conditional);
 	tcase_add_test(tc, test_override_read_in_pages);
+	tcase_add_test(tc, test_overrides_at_start);
 	tcase_add_test(tc, test_override_read_failure_warned);
 	suite_add_tcase(s, tc);
 
