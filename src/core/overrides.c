@@ -1210,7 +1210,7 @@ overrides_sync_wait_read(struct overrides *o, int64_t timeout_ms)
 		at.tv_nsec -= 1000000000;
 	}
 	pthread_mutex_lock(&o->mu);
-	while (!o->read_once && !o->stop &&
+	while (!o->read_once &&
 	    pthread_cond_timedwait(&o->read_cond, &o->mu, &at) != ETIMEDOUT)
 		;
 	done = o->read_once;

@@ -533,7 +533,8 @@ START_TEST(test_report_over_drops_held)
 		ck_assert_msg(r.status == 200 &&
 			strstr(r.body, "\"recorded\":true") != NULL,
 		    "%s: %ld %s", backends[b], r.status, r.body);
-		ck_assert_msg(strstr(r.body, "\"overdrawn\":0") == NULL,
+		/* The answer names overdrawn only when it is above 0. */
+		ck_assert_msg(strstr(r.body, "\"overdrawn\":") != NULL,
 		    "%s: not overdrawn: %s", backends[b], r.body);
 		h_resp_free(&r);
 		for (i = 0; i < 3; i++) {
