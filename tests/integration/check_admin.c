@@ -1426,6 +1426,17 @@ fill_hash(int n)
 	fill_hash_with("adm:override:gone", n, "f", "2 10000 0");
 }
 
+/* Fill adm:override:api with n fields of limit 3 and the override of
+ * key h, h_value ("<limit> <window_ms> <expires_ms>"). */
+static void
+fill_api_hash(int n, const char *h_value)
+{
+	fill_hash_with("adm:override:api", n, "f", "3 10000 0");
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HSET %s %s %s",
+			     "adm:override:api", "h", h_value),
+	    1);
+}
+
 /* Status of a PUT of a new override for api. */
 static long
 put_api(struct admin_daemon *a, const char *key, struct h_resp *r)
@@ -1706,10 +1717,7 @@ START_TEST(test_override_read_in_pages)
 	struct admin_daemon a;
 	struct h_resp r = { 0 };
 
-	fill_hash_with("adm:override:api", 20000, "f", "3 10000 0");
-	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HSET %s %s %s",
-			     "adm:override:api", "h", "2 10000 0"),
-	    1);
+	fill_api_hash(20000, "2 10000 0");
 	freeReplyObject(redisCommand(h_redis_ctx(&h_shared_redis),
 	    "CONFIG RESETSTAT"));
 	admin_start(&a, 0, true, REDIS_SLOW);
@@ -1733,10 +1741,7 @@ START_TEST(test_overrides_at_start)
 	struct admin_daemon a;
 	struct h_resp r = { 0 };
 
-	fill_hash_with("adm:override:api", 30000, "f", "3 10000 0");
-	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HSET %s %s %s",
-			     "adm:override:api", "h", "1 3600000 0"),
-	    1);
+	fill_api_hash(30000, "1 3600000 0");
 	admin_start(&a, 0, true, NULL);
 	ck_assert_int_eq(acquire_on(&a, "h", &r), 200);
 	ck_assert_msg(h_json_int(&r, "limit") == 1, "%s", r.body);
