@@ -480,9 +480,12 @@ take_reported(struct decide_job *job)
 
 	/* A key the report took past its limit denies until its usage
 	 * drains: what this daemon holds of it may not admit meanwhile
-	 * (docs/algorithms.md, "Usage reported after the fact"). */
+	 * (docs/algorithms.md, "Usage reported after the fact").  Only a
+	 * rule with prefetch holds any; a forget also drops the chunks in
+	 * flight of the keys that share the key's stripe, so none for the
+	 * others. */
 	for (i = 0; i < job->n; i++)
-		if (job->over[i] > 0)
+		if (job->over[i] > 0 && job->ap[i].rule->prefetch_units > 0)
 			prefetch_forget(job->d->prefetch, job->checks[i].key,
 			    job->checks[i].keylen);
 
