@@ -17,6 +17,13 @@
 --          release channel ("<key_prefix>released").
 -- Reply    the number of keys from which units were taken back (a key
 --          whose units expired meanwhile has nothing left to take).
+--
+-- With the channel, each key of another algorithm than concurrency is
+-- PUBLISHed on it too, followed by one NUL byte, so that every daemon
+-- forgets the denials of it that it learnt while our units were held
+-- (docs/algorithms.md, "Taking a request back").  No key and no override
+-- hash name ends in a NUL byte; a daemon that does not know the notice
+-- takes it for the name of an override hash of no rule, and ignores it.
 
 local function int(x)
   return string.format('%d', x)
@@ -163,6 +170,11 @@ for k = 1, #KEYS do
   local ok, r = pcall(alg, KEYS[k], L, wms * 1000, c, mark)
   if ok then
     done = done + r
+    if channel ~= nil and alg ~= concurrency then
+      -- Whether or not units were left to take: a denial learnt while
+      -- they were held may be stale either way.
+      pcall(redis.call, 'PUBLISH', channel, KEYS[k] .. '\0')
+    end
   else
     local msg = type(r) == 'table' and r.err or tostring(r)
     if string.find(msg, 'WRONGTYPE', 1, true) == nil then

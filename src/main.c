@@ -504,8 +504,12 @@ drop_privileges(const struct config *c, char *err, size_t errlen)
  * waiters try again, and what is held in advance for it goes.
  * The same channel carries the notices of lua/override.lua, the name of
  * an override hash, which never ends in '}' as a lease's key does: that
- * rule's overrides are read again (docs/admin.md).  NULL: both may have
- * gone unheard, and so may a reset: everything held in advance goes. */
+ * rule's overrides are read again (docs/admin.md); and those of
+ * lua/takeback.lua, a key followed by a NUL byte: units of it were taken
+ * back on Redis Cluster, so a denial of it learnt meanwhile goes
+ * (docs/algorithms.md, "Taking a request back").  NULL: any of them may
+ * have gone unheard: everything held in advance goes, and every denial
+ * remembered. */
 static void
 on_released(void *arg, const char *key, size_t keylen)
 {
@@ -515,7 +519,10 @@ on_released(void *arg, const char *key, size_t keylen)
 		lease_wait_all(d->leases);
 		overrides_notice(d->overrides, NULL, 0);
 		prefetch_forget_all(d->prefetch);
-	} else if (keylen > 0 && key[keylen - 1] != '}')
+		deny_cache_clear(d->deny);
+	} else if (keylen > 1 && key[keylen - 1] == '\0')
+		deny_cache_forget(d->deny, key, keylen - 1);
+	else if (keylen > 0 && key[keylen - 1] != '}')
 		overrides_notice(d->overrides, key, keylen);
 	else {
 		lease_wait_released(d->leases, lease_key_hash(key, keylen));
@@ -558,11 +565,12 @@ make_backends(struct daemon *d, char *err, size_t errlen)
 		if (d->backend == NULL)
 			return -1;
 		backend_redis_set_metrics(d->backend, d->metrics);
-		backend_redis_watch_releases(d->backend, on_released, d);
 		/* Always there, so that a reload to on_backend_error:
 		 * local works; it holds nothing until it is used. */
 		d->local = backend_memory_new(c->memory.max_keys, NULL, NULL);
+		/* Before the notices that forget its denials can come. */
 		d->deny = deny_cache_new(DENY_CACHE_SLOTS);
+		backend_redis_watch_releases(d->backend, on_released, d);
 		backend_redis_watch_takebacks(d->backend, on_taken_back, d);
 	} else
 		d->backend = backend_memory_new(c->memory.max_keys, NULL, NULL);

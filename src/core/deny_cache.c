@@ -91,6 +91,8 @@ deny_cache_clear(struct deny_cache *dc)
 {
 	size_t i;
 
+	if (dc == NULL)
+		return;
 	for (i = 0; i <= dc->mask; i++) {
 		pthread_mutex_lock(&dc->locks[i % DENY_STRIPES]);
 		deny_slot_drop(&dc->slots[i]);

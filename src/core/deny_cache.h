@@ -48,8 +48,9 @@ struct deny_cache;
 struct deny_cache *deny_cache_new(size_t slots);
 void deny_cache_free(struct deny_cache *dc);
 
-/* Forget every entry (a reload, an admin reset: docs/admin.md); every
- * slot's stamp moves on. */
+/* Forget every entry (a reload, an admin reset: docs/admin.md; notices
+ * of take-backs that may have gone unheard); every slot's stamp moves on.
+ * NULL dc: nothing. */
 void deny_cache_clear(struct deny_cache *dc);
 
 /* Forget key's entry, whatever its limit and window, and move its slot's

@@ -8,7 +8,9 @@
  * a request whose rules live in different slots is all-or-nothing (what
  * one slot recorded is taken back when another denies), also when a
  * primary hangs (a denial stands over the hung part's failure, a take-back
- * after the deadline still runs, parts that fail at once answer at once);
+ * after the deadline still runs, parts that fail at once answer at once;
+ * the denials learnt while units were held are forgotten, by the daemon
+ * that took them back and, through its notice, by another);
  * a slot migrated
  * under the daemon is followed (ASK while it migrates, MOVED after); a
  * primary killed under load is replaced by its replica and decisions come
@@ -1133,6 +1135,102 @@ START_TEST(test_takeback_frees_deny_cache)
 }
 END_TEST
 
+/*
+ * The same gap seen from another daemon: R1 goes through daemon A, R2 (a
+ * solo, denied while R1's unit is held) through daemon B.  A's take-back
+ * PUBLISHes wide's key, followed by a NUL byte, on the release channel,
+ * and B forgets the denial it learnt: its next solo is admitted, not
+ * answered from its deny cache.
+ */
+START_TEST(test_takeback_frees_other_daemons_deny_cache)
+{
+	char user[32], key[64], nkey[64], pair[128], solo[128], yaml[2048];
+	struct pending r1 = { 0 };
+	struct h_daemon a, b;
+	struct timeval tv = { 2, 0 };
+	redisContext *sub;
+	redisReply *rp;
+	void *reply = NULL;
+	long long t0;
+	int i, xnode, ynode, other;
+	bool heard = false;
+
+	pick_user("dd", false, user, sizeof(user), key, nkey, sizeof(key));
+	xnode = owner_of(key);
+	ynode = owner_of(nkey);
+	snprintf(pair, sizeof(pair), "{\"t\":\"pair\",\"user\":\"%s\"}", user);
+	snprintf(solo, sizeof(solo), "{\"t\":\"solo\",\"user\":\"%s\"}", user);
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	snprintf(yaml, sizeof(yaml), algo_fmt, cluster.node[0].port,
+	    "fixed_window");
+	h_daemon_start(&a, yaml);
+	h_daemon_start(&b, yaml); /* h_http()'s from here on */
+	for (i = 0; i < 3; i++)
+		ck_assert_int_eq(acquire(pair), 200);
+	for (i = 0; i < 6; i++)
+		ck_assert_int_eq(acquire(solo), 200);
+	ck_assert_int_eq(fixed_count(xnode, key), 9);
+
+	/* A listener of its own, on a node that owns neither key: Cluster
+	 * carries a PUBLISH to every node. */
+	for (other = 0; other == xnode || other == ynode; other++)
+		;
+	sub = redisConnectWithTimeout("127.0.0.1", cluster.node[other].port,
+	    tv);
+	ck_assert(sub != NULL && sub->err == 0);
+	ck_assert(redisSetTimeout(sub, tv) == REDIS_OK);
+	rp = redisCommand(sub, "SUBSCRIBE cl:released");
+	ck_assert(rp != NULL && rp->type == REDIS_REPLY_ARRAY);
+	freeReplyObject(rp);
+
+	/* R1 through A: wide records its tenth unit, narrow's primary is
+	 * paused. */
+	rp = redisCommand(h_redis_ctx(&cluster.node[ynode]),
+	    "CLIENT PAUSE 1500");
+	ck_assert(rp != NULL && rp->type == REDIS_REPLY_STATUS);
+	freeReplyObject(rp);
+	r1.port = a.port;
+	r1.body = pair;
+	ck_assert(pthread_create(&r1.thread, NULL, pending_acquire, &r1) == 0);
+	t0 = h_now_ms();
+	while (fixed_count(xnode, key) < 10 && h_now_ms() - t0 < 1000)
+		h_sleep_ms(5);
+	ck_assert_int_eq(fixed_count(xnode, key), 10);
+	/* R2 through B, while R1's unit is held: denied by Redis, and the
+	 * denial remembered by B. */
+	ck_assert_int_eq(acquire(solo), 429);
+	pthread_join(r1.thread, NULL);
+	ck_assert_int_eq(r1.status, 429);
+	ck_assert_int_eq(fixed_count(xnode, key), 9);
+
+	/* The notice: wide's key and one NUL byte. */
+	while (!heard && redisGetReply(sub, &reply) == REDIS_OK) {
+		rp = reply;
+		heard = rp->type == REDIS_REPLY_ARRAY && rp->elements == 3 &&
+		    rp->element[2]->type == REDIS_REPLY_STRING &&
+		    rp->element[2]->len == strlen(key) + 1 &&
+		    memcmp(rp->element[2]->str, key, strlen(key) + 1) == 0;
+		freeReplyObject(rp);
+	}
+	redisFree(sub);
+	ck_assert_msg(heard, "no take-back notice of %s", key);
+	/* B's own subscription hears it within moments of ours. */
+	h_sleep_ms(200);
+
+	/* The unit is back: B admits, not denied from its deny cache. */
+	ck_assert_int_eq(acquire(solo), 200);
+	ck_assert_int_eq(fixed_count(xnode, key), 10);
+	ck_assert_int_eq(h_metric("ratelimitd_deny_cache_hits_total"), 0);
+	/* A denial learnt after the take-back is kept as before. */
+	ck_assert_int_eq(acquire(solo), 429);
+	ck_assert_int_eq(acquire(solo), 429);
+	ck_assert_int_eq(h_metric("ratelimitd_deny_cache_hits_total"), 1);
+	h_daemon_stop(&b);
+	h_daemon_stop(&a);
+}
+END_TEST
+
 START_TEST(test_primary_killed_failover)
 {
 	const char *key = "cl:one:{k1}";
@@ -1251,6 +1349,7 @@ test_suite(void)
 	tcase_add_test(tc, test_across_slots_all_or_nothing);
 	tcase_add_test(tc, test_takeback_each_algorithm);
 	tcase_add_test(tc, test_takeback_frees_deny_cache);
+	tcase_add_test(tc, test_takeback_frees_other_daemons_deny_cache);
 	tcase_add_test(tc, test_lease_release_ask);
 	tcase_add_test(tc, test_lease_wait_across_nodes);
 	tcase_add_test(tc, test_takeback_ask);
