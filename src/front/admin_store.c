@@ -460,6 +460,7 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 		"window_from_rule", window == 0, "expires_ms",
 		ttl > 0 ? json_integer(ttl) : json_null()));
 out:
+	rl_free(a.reply);
 	rl_free(h);
 	json_decref(root);
 	return ret;

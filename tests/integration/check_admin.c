@@ -9,7 +9,8 @@
  * reload removed (kept and reachable on the memory store, out of the
  * bound on Redis); on Redis, a write that touches one field of a big hash,
  * expired fields dropped by the daemons' reads (only if unchanged since),
- * a hash read in pages and a failed read warned of;
+ * override.lua's undo putting back only a field that holds what its set
+ * wrote, a hash read in pages and a failed read warned of;
  * a clean stop while notices of overrides keep coming; a counter reset
  * drops the quota held in advance, a chunk in flight then too (replies
  * delayed by a loopback proxy), and a daemon that missed the reset's
@@ -1707,6 +1708,115 @@ command_calls(const char *name)
 	return n;
 }
 
+/* Run override.lua (from the source tree) on adm:override:d with args
+ * after the key (op first; the channel is added last): its reply. */
+static redisReply *
+script_override(const char *const *args, int nargs)
+{
+	const char *src = getenv("RATELIMITD_SRCDIR");
+	const char *argv[4 + 8];
+	char path[H_PATH_MAX], *script;
+	redisReply *rep;
+	int argc = 0, i;
+
+	ck_assert(nargs <= 7);
+	snprintf(path, sizeof(path), "%s/lua/override.lua",
+	    src != NULL ? src : ".");
+	script = ops_slurp(path);
+	argv[argc++] = "EVAL";
+	argv[argc++] = script;
+	argv[argc++] = "1";
+	argv[argc++] = "adm:override:d";
+	for (i = 0; i < nargs; i++)
+		argv[argc++] = args[i];
+	argv[argc++] = "adm:released";
+	rep = redisCommandArgv(h_redis_ctx(&h_shared_redis), argc, argv, NULL);
+	free(script);
+	ck_assert_msg(rep != NULL && rep->type != REDIS_REPLY_ERROR,
+	    "override.lua %s: %s", args[0],
+	    rep != NULL && rep->str != NULL ? rep->str : "?");
+	return rep;
+}
+
+/* override.lua's undo as the daemon sends it: 1 or 0. */
+static long long
+script_undo(const char *field, const char *previous, const char *written)
+{
+	const char *args[] = { "undo", field, previous, written };
+	redisReply *rep = script_override(args, 4);
+	long long n;
+
+	ck_assert_int_eq(rep->type, REDIS_REPLY_INTEGER);
+	n = rep->integer;
+	freeReplyObject(rep);
+	return n;
+}
+
+/* adm:override:d's field, or "(none)". */
+static void
+d_field(const char *field, char *buf, size_t len)
+{
+	redisReply *rep = redisCommand(h_redis_ctx(&h_shared_redis),
+	    "HGET %s %s", "adm:override:d", field);
+
+	ck_assert(rep != NULL &&
+	    (rep->type == REDIS_REPLY_STRING || rep->type == REDIS_REPLY_NIL));
+	snprintf(buf, len, "%s",
+	    rep->type == REDIS_REPLY_STRING ? rep->str : "(none)");
+	freeReplyObject(rep);
+}
+
+/* override.lua's set answers what the field held (nil: nothing) and what
+ * it wrote; its undo puts back only a field that still holds what the
+ * set wrote: the value held before, expiry and all, or nothing; a field
+ * written since keeps that write.  Only an undo that changed the field
+ * PUBLISHes. */
+START_TEST(test_override_undo_is_conditional)
+{
+	const char *set[] = { "set", "back", "2 0", "0" };
+	char later[64], v[64];
+	redisReply *rep;
+
+	snprintf(later, sizeof(later), "5 1000 %lld",
+	    (long long)time(NULL) * 1000 + 3600000);
+	rep = script_override(set, 4);
+	ck_assert_msg(rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+		rep->element[0]->type == REDIS_REPLY_NIL &&
+		rep->element[1]->type == REDIS_REPLY_STRING &&
+		strcmp(rep->element[1]->str, "2 0 0") == 0,
+	    "set of a new field");
+	freeReplyObject(rep);
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HSET %s %s %s",
+			     "adm:override:d", "back", later),
+	    0);
+	rep = script_override(set, 4);
+	ck_assert_msg(rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+		rep->element[0]->type == REDIS_REPLY_STRING &&
+		strcmp(rep->element[0]->str, later) == 0 &&
+		strcmp(rep->element[1]->str, "2 0 0") == 0,
+	    "set of a field held");
+	freeReplyObject(rep);
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HSET %s %s %s %s %s",
+			     "adm:override:d", "gone", "2 0 0", "kept",
+			     "9 0 0"),
+	    2);
+	freeReplyObject(redisCommand(h_redis_ctx(&h_shared_redis),
+	    "CONFIG RESETSTAT"));
+
+	ck_assert_int_eq(script_undo("back", later, "2 0 0"), 1);
+	d_field("back", v, sizeof(v));
+	ck_assert_str_eq(v, later);
+	ck_assert_int_eq(script_undo("gone", "", "2 0 0"), 1);
+	d_field("gone", v, sizeof(v));
+	ck_assert_str_eq(v, "(none)");
+	/* "kept" was set to "2 0 0", then to "9 0 0" by another write. */
+	ck_assert_int_eq(script_undo("kept", "", "2 0 0"), 0);
+	d_field("kept", v, sizeof(v));
+	ck_assert_str_eq(v, "9 0 0");
+	ck_assert_int_eq(command_calls("publish"), 2);
+}
+END_TEST
+
 /* A rule's hash is read in pages, each a call of its own under
  * redis.timeout (one HGETALL of a big hash would not fit it): a daemon
  * with 20,000 fields in api's hash applies the one it is asked about, by
@@ -2004,6 +2114,7 @@ test_suite(void)
 	tcase_add_test(tc, test_override_write_touches_one_field);
 	tcase_add_test(tc, test_override_expired_dropped_by_read);
 	tcase_add_test(tc, test_override_drop_is_conditional);
+	tcase_add_test(tc, test_override_undo_is_conditional);
 	tcase_add_test(tc, test_override_read_in_pages);
 	tcase_add_test(tc, test_overrides_at_start);
 	tcase_add_test(tc, test_override_read_failure_warned);
