@@ -10,7 +10,9 @@
  * bound on Redis); on Redis, a write that touches one field of a big hash,
  * expired fields dropped by the daemons' reads (only if unchanged since),
  * override.lua's undo putting back only a field that holds what its set
- * wrote, a hash read in pages and a failed read warned of;
+ * wrote, a hash read in pages and a failed read warned of, a PUT refused
+ * for want of room after its write taking back only that write (and
+ * saying the override may be set when that fails);
  * a clean stop while notices of overrides keep coming; a counter reset
  * drops the quota held in advance, a chunk in flight then too (replies
  * delayed by a loopback proxy), and a daemon that missed the reset's
@@ -1862,6 +1864,210 @@ START_TEST(test_overrides_at_start)
 }
 END_TEST
 
+/* The two PUTs the tests below race: each of api's key, limit 2, from a
+ * thread of its own (h_request(), on a handle made beforehand). */
+struct racing_put {
+	pthread_t thread;
+	CURL *curl;
+	int port;
+	const char *key;
+	struct h_resp r;
+};
+
+static void *
+racing_put_run(void *arg)
+{
+	struct racing_put *p = arg;
+	char body[128];
+
+	snprintf(body, sizeof(body),
+	    "{\"rule\":\"api\",\"key\":\"%s\",\"limit\":2}", p->key);
+	if (h_request(p->curl, p->port, &p->r, "PUT", "/admin/overrides", body,
+		strlen(body), auth_ok) < 0)
+		p->r.status = 0;
+	return NULL;
+}
+
+/* Another daemon's override, as that daemon wrote it. */
+#define OTHER_OVERRIDE "7 0 0"
+
+/*
+ * Start a, its table at its bound but one (gone's hash of 99,999 fields),
+ * and race a PUT of api's a and one of h, both set by another daemon
+ * that a never read: the two fields are written as Redis pauses (HSET
+ * and CLIENT PAUSE in one write, so that no read of the hash runs between
+ * them), and each PUT, sent during the pause, finds room at its look, so
+ * both write Redis when the pause ends: the table then has room for one
+ * only.  extra: the store's config, as for admin_yaml(), with a
+ * redis.timeout longer than pause_ms, how long Redis pauses.  On return
+ * the PUTs are started, not done; the connection that paused (no
+ * timeout) is returned.
+ */
+static redisContext *
+race_two_puts(struct admin_daemon *a, const char *extra, struct racing_put p[2],
+    int pause_ms)
+{
+	redisContext *c;
+	redisReply *rep;
+	int i;
+
+	fill_hash(99999);
+	admin_start_rules(a, 0, true, extra, RULE_GONE);
+	ck_assert_int_eq(listed(a, "gone"), 99999);
+	freeReplyObject(redisCommand(h_redis_ctx(&h_shared_redis),
+	    "CONFIG RESETSTAT"));
+	c = redisConnect("127.0.0.1", h_shared_redis.port);
+	ck_assert_msg(c != NULL && !c->err, "connect for CLIENT PAUSE");
+	redisAppendCommand(c, "HSET %s %s %s %s %s", "adm:override:api", "a",
+	    OTHER_OVERRIDE, "h", OTHER_OVERRIDE);
+	redisAppendCommand(c, "CLIENT PAUSE %d ALL", pause_ms);
+	for (i = 0; i < 2; i++) {
+		ck_assert_int_eq(redisGetReply(c, (void **)&rep), REDIS_OK);
+		ck_assert_msg(rep->type != REDIS_REPLY_ERROR, "%s", rep->str);
+		freeReplyObject(rep);
+	}
+	for (i = 0; i < 2; i++) {
+		memset(&p[i], 0, sizeof(p[i]));
+		p[i].curl = h_curl_new();
+		p[i].port = a->admin_port;
+		p[i].key = i == 0 ? "a" : "h";
+		ck_assert_int_eq(pthread_create(&p[i].thread, NULL,
+				     racing_put_run, &p[i]),
+		    0);
+	}
+	return c;
+}
+
+static void
+racing_puts_join(struct racing_put p[2])
+{
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		pthread_join(p[i].thread, NULL);
+		curl_easy_cleanup(p[i].curl);
+		printf("PUT of %s: %ld %s\n", p[i].key, p[i].r.status,
+		    p[i].r.body);
+	}
+}
+
+/* api's field in Redis, or "(none)". */
+static void
+api_field(const char *field, char *buf, size_t len)
+{
+	redisReply *rep = redisCommand(h_redis_ctx(&h_shared_redis),
+	    "HGET %s %s", "adm:override:api", field);
+
+	ck_assert_msg(rep != NULL &&
+		(rep->type == REDIS_REPLY_STRING ||
+		    rep->type == REDIS_REPLY_NIL),
+	    "HGET %s", field);
+	snprintf(buf, len, "%s",
+	    rep->type == REDIS_REPLY_STRING ? rep->str : "(none)");
+	freeReplyObject(rep);
+}
+
+/*
+ * A PUT refused for want of room after it wrote Redis (this daemon's
+ * table filled between its look and its own copy, here by the other PUT)
+ * takes back only its own write: the field it set holds the other
+ * daemon's override again.  (It was deleted: that override was lost.)
+ * Both PUTs wrote (three script calls: two sets and the one taken
+ * back), so the 507 came after the write.
+ */
+START_TEST(test_override_refused_keeps_other)
+{
+	struct admin_daemon a;
+	struct racing_put p[2];
+	redisContext *c;
+	char v[64];
+	int i, refused = 0;
+
+	c = race_two_puts(&a, REDIS_SLOW, p, 1500);
+	racing_puts_join(p);
+	redisFree(c);
+	ck_assert_msg(command_calls("eval") >= 3,
+	    "%lld script calls: the PUTs did not both write",
+	    command_calls("eval"));
+	for (i = 0; i < 2; i++) {
+		api_field(p[i].key, v, sizeof(v));
+		if (p[i].r.status == 507) {
+			refused++;
+			ck_assert_msg(strcmp(v, OTHER_OVERRIDE) == 0,
+			    "%s refused but holds %s, not the other daemon's "
+			    "%s",
+			    p[i].key, v, OTHER_OVERRIDE);
+		} else {
+			ck_assert_msg(p[i].r.status == 200, "PUT of %s: %ld %s",
+			    p[i].key, p[i].r.status, p[i].r.body);
+			ck_assert_str_eq(v, "2 0 0");
+		}
+		h_resp_free(&p[i].r);
+	}
+	ck_assert_int_eq(refused, 1);
+	admin_stop(&a);
+}
+END_TEST
+
+/*
+ * When taking the write back fails, the PUT is no 507 ("nothing
+ * written"): it answers that the store failed and that the override may
+ * be set, and logs it.  A second pause, queued behind the two writes,
+ * holds the take-back past redis.timeout (2 s).  (The client was told
+ * 507 while the field stayed.)
+ */
+START_TEST(test_override_undo_failed)
+{
+	static const char timeout_2s[] =
+	    "backend: redis\n"
+	    "redis:\n"
+	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+	    "  timeout: 2s\n"
+	    "  key_prefix: \"adm:\"\n";
+	struct admin_daemon a;
+	struct racing_put p[2];
+	redisContext *c, *c2;
+	redisReply *rep;
+	char v[64];
+	int i, failed = 0;
+
+	c = race_two_puts(&a, timeout_2s, p, 1000);
+	h_sleep_ms(500); /* both PUTs wait for Redis */
+	c2 = redisConnect("127.0.0.1", h_shared_redis.port);
+	ck_assert_msg(c2 != NULL && !c2->err, "connect for CLIENT PAUSE");
+	rep = redisCommand(c2, "CLIENT PAUSE %d ALL", 5000);
+	ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_STATUS,
+	    "CLIENT PAUSE");
+	freeReplyObject(rep);
+	racing_puts_join(p);
+	/* The end of the second pause. */
+	rep = redisCommand(c2, "PING");
+	ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_STATUS, "PING");
+	freeReplyObject(rep);
+	redisFree(c2);
+	redisFree(c);
+	for (i = 0; i < 2; i++) {
+		if (p[i].r.status == 503) {
+			failed++;
+			ck_assert_str_eq(h_json_str(&p[i].r, "error"),
+			    "backend_unavailable");
+			ck_assert_msg(strstr(h_json_str(&p[i].r, "message"),
+					  "may be set") != NULL,
+			    "PUT of %s: %s", p[i].key, p[i].r.body);
+		} else {
+			ck_assert_msg(p[i].r.status == 200, "PUT of %s: %ld %s",
+			    p[i].key, p[i].r.status, p[i].r.body);
+			api_field(p[i].key, v, sizeof(v));
+			ck_assert_str_eq(v, "2 0 0");
+		}
+		h_resp_free(&p[i].r);
+	}
+	ck_assert_int_eq(failed, 1);
+	ck_assert(log_has(&a.d, "may be set"));
+	admin_stop(&a);
+}
+END_TEST
+
 /* A read of a rule's overrides that fails is a warning (it was logged
  * only for debugging), once per full read: tb's hash is a string. */
 START_TEST(test_override_read_failure_warned)
@@ -2117,6 +2323,8 @@ test_suite(void)
 	tcase_add_test(tc, test_override_undo_is_conditional);
 	tcase_add_test(tc, test_override_read_in_pages);
 	tcase_add_test(tc, test_overrides_at_start);
+	tcase_add_test(tc, test_override_refused_keeps_other);
+	tcase_add_test(tc, test_override_undo_failed);
 	tcase_add_test(tc, test_override_read_failure_warned);
 	suite_add_tcase(s, tc);
 
