@@ -7,19 +7,29 @@
 --          clock.
 -- ARGV     'set', field, '<limit> <window_ms>', ttl_ms (0: none), channel
 --          'del', field, channel
+--          'undo', field, previous ('': none), value, channel
 --          'drop', field, value, field, value, ... (at most a batch)
--- Reply    set: 1; del: 1 if the field was there and not expired, else 0;
---          drop: how many fields were dropped.  A daemon reads the hash
---          in pages with HSCAN (no script) and skips expired fields.
+-- Reply    set: {previous, value}, what the field held before (nil:
+--          nothing) and the value it holds now; del: 1 if the field was
+--          there and not expired, else 0; undo: 1 if it put the field
+--          back, else 0; drop: how many fields were dropped.  A daemon
+--          reads the hash in pages with HSCAN (no script) and skips
+--          expired fields.
 --
--- set and del touch the one field they name, whatever the size of the
--- hash, and PUBLISH KEYS[1] on channel ("<key_prefix>released", which
+-- set, del and undo touch the one field they name, whatever the size of
+-- the hash, and PUBLISH KEYS[1] on channel ("<key_prefix>released", which
 -- every daemon hears: a name that ends in no '}' is no lease key), so
--- that every daemon reads the rule's overrides again.  Expired fields are
--- dropped by drop, which a daemon sends with the fields its read of the
--- hash found expired: each goes only if it still holds the value read
--- (a field set again since keeps its new value) and is expired by this
--- server's clock too.  A hash left empty is gone (Redis deletes it).
+-- that every daemon reads the rule's overrides again (undo only when it
+-- changed the field).  undo takes back a set whose daemon refused it
+-- after the write (its table filled in between, docs/admin.md): the
+-- field gets back what set answered it held before (its expiry with it,
+-- as it was), or goes when it held nothing, but only while it still
+-- holds the value that set wrote: a write since, of any daemon, stays.
+-- Expired fields are dropped by drop, which a daemon sends with the
+-- fields its read of the hash found expired: each goes only if it still
+-- holds the value read (a field set again since keeps its new value) and
+-- is expired by this server's clock too.  A hash left empty is gone
+-- (Redis deletes it).
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -30,7 +40,7 @@ local function expired(v)
   return e == nil or (e > 0 and e <= now)
 end
 
-local found = 0
+local reply = 0
 if op == 'set' then
   local ttl = tonumber(ARGV[4])
   if ttl == nil or string.match(ARGV[3], '^%d+ %d+$') == nil then
@@ -40,8 +50,9 @@ if op == 'set' then
   if ttl > 0 then
     e = now + ttl
   end
-  redis.call('HSET', key, ARGV[2], ARGV[3] .. ' ' .. string.format('%d', e))
-  found = 1
+  local v = ARGV[3] .. ' ' .. string.format('%d', e)
+  reply = { redis.call('HGET', key, ARGV[2]), v }
+  redis.call('HSET', key, ARGV[2], v)
 elseif op == 'del' then
   -- A field past its expiry is no override (docs/admin.md): dropped all
   -- the same, but not found, as on the memory store.
@@ -49,9 +60,20 @@ elseif op == 'del' then
   if v then
     redis.call('HDEL', key, ARGV[2])
     if not expired(v) then
-      found = 1
+      reply = 1
     end
   end
+elseif op == 'undo' then
+  local previous, written = ARGV[3], ARGV[4]
+  if redis.call('HGET', key, ARGV[2]) ~= written or previous == written then
+    return 0
+  end
+  if previous == '' then
+    redis.call('HDEL', key, ARGV[2])
+  else
+    redis.call('HSET', key, ARGV[2], previous)
+  end
+  reply = 1
 elseif op == 'drop' then
   local n = 0
   for i = 2, #ARGV - 1, 2 do
@@ -69,4 +91,4 @@ end
 -- skipped: the hash is written all the same, and other daemons read it
 -- again at their periodic read (docs/admin.md).
 pcall(redis.call, 'PUBLISH', ARGV[#ARGV], key)
-return found
+return reply

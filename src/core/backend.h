@@ -142,9 +142,12 @@ enum backend_admin_op {
 				      * expiring in ttl_ms (0: never) */
 	BACKEND_ADMIN_OVERRIDE_DEL,  /* drop field of the hash key */
 	BACKEND_ADMIN_OVERRIDE_READ, /* a page of the hash key into reply */
-	BACKEND_ADMIN_OVERRIDE_DROP  /* drop the fields of pairs that still
+	BACKEND_ADMIN_OVERRIDE_DROP, /* drop the fields of pairs that still
 				      * hold the value given and are expired
 				      * by the store's clock */
+	BACKEND_ADMIN_OVERRIDE_UNDO  /* take an OVERRIDE_SET of field back:
+				      * the field as it was, if it still
+				      * holds what the set wrote */
 };
 /* OVERRIDE_DROP: at most this many pairs in one call. */
 #define BACKEND_OVERRIDE_DROP_MAX 128
@@ -155,12 +158,14 @@ struct backend_admin {
 	enum backend_admin_op op;
 	const char *key; /* the store key, or the override hash */
 	size_t keylen;
-	const char *field; /* OVERRIDE_SET, _DEL: the rendered key */
+	const char *field; /* OVERRIDE_SET, _DEL, _UNDO: the rendered key */
 	size_t fieldlen;
 	const char *value; /* OVERRIDE_SET: "<limit> <window_ms>" */
 	int64_t ttl_ms;	   /* OVERRIDE_SET: 0 = no expiry */
 	/* OVERRIDE_DROP: npairs (1 to BACKEND_OVERRIDE_DROP_MAX) field and
-	 * value pairs, laid out as OVERRIDE_READ's reply (below). */
+	 * value pairs, laid out as OVERRIDE_READ's reply (below).
+	 * OVERRIDE_UNDO: the reply of the OVERRIDE_SET to take back, npairs
+	 * 1. */
 	const char *pairs;
 	size_t pairslen, npairs;
 	/* OVERRIDE_READ: where the scan of the hash is, 0 to begin; the
@@ -171,7 +176,10 @@ struct backend_admin {
 	 * ones included; a field may come in two pages) as pairs of
 	 * strings, each a uint32_t length (host order) and its bytes, the value
 	 * "<limit> <window_ms> <expires_at_ms>" (0: never; the store's
-	 * clock, epoch milliseconds). */
+	 * clock, epoch milliseconds).  OVERRIDE_SET: whether the field held
+	 * something, and in reply one pair so laid out: what it held ("":
+	 * nothing) and the value the set wrote.  OVERRIDE_UNDO: whether the
+	 * field was put back (false: a write since changed it). */
 	bool found;
 	char *reply;
 	size_t replylen;

@@ -316,6 +316,28 @@ overrides_full(struct admin_server *s, struct MHD_Connection *conn,
 	    OVERRIDES_MAX, names);
 }
 
+/* Take back the set of a (OVERRIDE_SET, done) that this daemon's table
+ * then had no room for: the field as it was, unless a write since
+ * changed it (lua/override.lua's undo).  0, or -1 with *kind and err:
+ * the field may still hold what the set wrote. */
+static int
+override_undo(struct admin_server *s, const struct backend_admin *a,
+    enum backend_error_kind *kind, char *err, size_t errlen)
+{
+	struct backend_admin u = {
+		.op = BACKEND_ADMIN_OVERRIDE_UNDO,
+		.key = a->key,
+		.keylen = a->keylen,
+		.field = a->field,
+		.fieldlen = a->fieldlen,
+		.pairs = a->reply,
+		.pairslen = a->replylen,
+		.npairs = 1,
+	};
+
+	return backend_admin_call(s->decider->backend, &u, kind, err, errlen);
+}
+
 /* An override set or deleted here may raise a key's limit: every request
  * of this daemon that waits for a lease tries again (docs/admin.md); the
  * other daemons' do when their sync has read the notice (main.c). */
@@ -402,7 +424,7 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 	}
 	/* Refused before Redis is written, so that a refusal changes
 	 * nothing anywhere (a table filled between this look and the set
-	 * below is undone there). */
+	 * below has the write taken back there). */
 	if (!overrides_has_room(s->overrides, cfg->redis.key_prefix, r->name,
 		key, strlen(key), now_ms)) {
 		ret = overrides_full(s, conn, cfg);
@@ -431,12 +453,24 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 			    "out of memory");
 			goto out;
 		}
-		/* Filled since the look above (another PUT, the sync): a
-		 * new key, so the field just written goes again. */
-		if (on_redis(s)) {
-			a.op = BACKEND_ADMIN_OVERRIDE_DEL;
-			(void)backend_admin_call(s->decider->backend, &a, &kind,
-			    err, sizeof(err));
+		/* Filled since the look above (another PUT, the sync): the
+		 * field gets back what it held, another daemon's override
+		 * maybe.  When that fails, the write may stand: no 507. */
+		if (on_redis(s) &&
+		    override_undo(s, &a, &kind, err, sizeof(err)) < 0) {
+			snprintf(what, sizeof(what),
+			    "no room here; taking it back failed (%s): it "
+			    "may be set",
+			    backend_error_kind_name(kind));
+			admin_log_write(conn, "override_set", r->name, key,
+			    what);
+			ret = admin_error(conn, 503, "backend_unavailable",
+			    "the %s store failed (%s) taking back the "
+			    "override this daemon had no room for: it may "
+			    "be set",
+			    s->decider->backend->name,
+			    backend_error_kind_name(kind));
+			goto out;
 		}
 		ret = overrides_full(s, conn, cfg);
 		goto out;
@@ -460,6 +494,7 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 		"window_from_rule", window == 0, "expires_ms",
 		ttl > 0 ? json_integer(ttl) : json_null()));
 out:
+	rl_free(a.reply);
 	rl_free(h);
 	json_decref(root);
 	return ret;

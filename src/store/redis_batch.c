@@ -172,19 +172,22 @@ lease_send(struct redis_backend *rb, struct redis_node *node,
 	return command_send(rb, node, conn, b, 9, argv, lens, err, errlen);
 }
 
-/* EVAL lua/override.lua's drop with the field and value pairs of b's
- * one call (a read found them expired).  No notice: what goes was no
- * override. */
+/* EVAL lua/override.lua with the pairs of b's one call: drop, the field
+ * and value pairs a read found expired (no notice: what goes was no
+ * override); undo, the field and the one pair of the set it takes back,
+ * then the channel of its notice. */
 static struct redis_slot *
-drop_send(struct redis_backend *rb, struct redis_node *node,
+pairs_send(struct redis_backend *rb, struct redis_node *node,
     struct redis_conn *conn, struct redis_batch *b, char *err, size_t errlen)
 {
 	const struct backend_admin *a = b->calls[0]->admin;
-	const char *argv[5 + 2 * BACKEND_OVERRIDE_DROP_MAX];
-	size_t lens[5 + 2 * BACKEND_OVERRIDE_DROP_MAX];
+	bool undo = a->op == BACKEND_ADMIN_OVERRIDE_UNDO;
+	size_t max = undo ? 1 : BACKEND_OVERRIDE_DROP_MAX;
+	const char *argv[7 + 2 * BACKEND_OVERRIDE_DROP_MAX];
+	size_t lens[7 + 2 * BACKEND_OVERRIDE_DROP_MAX];
 	const char *p = a->pairs, *end = a->pairs + a->pairslen;
 	uint32_t n;
-	int argc = 0;
+	int argc = 0, head;
 
 	argv[argc] = "EVAL";
 	lens[argc++] = 4;
@@ -194,11 +197,16 @@ drop_send(struct redis_backend *rb, struct redis_node *node,
 	lens[argc++] = 1;
 	argv[argc] = a->key;
 	lens[argc++] = a->keylen;
-	argv[argc] = "drop";
+	argv[argc] = undo ? "undo" : "drop";
 	lens[argc++] = 4;
-	if (a->npairs < 1 || a->npairs > BACKEND_OVERRIDE_DROP_MAX)
+	if (undo) {
+		argv[argc] = a->field;
+		lens[argc++] = a->fieldlen;
+	}
+	head = argc;
+	if (a->npairs < 1 || a->npairs > max)
 		goto malformed;
-	while (p < end && argc < 5 + 2 * (int)a->npairs) {
+	while (p < end && argc < head + 2 * (int)a->npairs) {
 		if ((size_t)(end - p) < sizeof(n))
 			goto malformed;
 		memcpy(&n, p, sizeof(n));
@@ -209,19 +217,25 @@ drop_send(struct redis_backend *rb, struct redis_node *node,
 		lens[argc++] = n;
 		p += n;
 	}
-	if (p != end || argc != 5 + 2 * (int)a->npairs)
+	if (p != end || argc != head + 2 * (int)a->npairs)
 		goto malformed;
+	if (undo) {
+		argv[argc] = rb->rel_channel;
+		lens[argc++] = strlen(rb->rel_channel);
+	}
 	return command_send(rb, node, conn, b, argc, argv, lens, err, errlen);
 malformed:
-	snprintf(err, errlen, "admin: malformed fields to drop");
+	snprintf(err, errlen, "admin: malformed %s",
+	    undo ? "set to take back" : "fields to drop");
 	return NULL;
 }
 
 /* docs/admin.md: DEL for a counter's reset, HSCAN to read a page of a
  * rule's overrides (every field: the daemon skips the expired ones), EVAL
- * lua/override.lua to set or delete one, or to drop those a read found
- * expired (drop_send()), for the one call of b.  Reading is no script
- * call: every daemon reads every rule's overrides every few seconds. */
+ * lua/override.lua to set or delete one, to take a set back, or to drop
+ * those a read found expired (pairs_send()), for the one call of b.
+ * Reading is no script call: every daemon reads every rule's overrides
+ * every few seconds. */
 static struct redis_slot *
 admin_send(struct redis_backend *rb, struct redis_node *node,
     struct redis_conn *conn, struct redis_batch *b, char *err, size_t errlen)
@@ -233,8 +247,9 @@ admin_send(struct redis_backend *rb, struct redis_node *node,
 	char ttl[32], cursor[32], count[16];
 	int argc = 0, i;
 
-	if (a->op == BACKEND_ADMIN_OVERRIDE_DROP)
-		return drop_send(rb, node, conn, b, err, errlen);
+	if (a->op == BACKEND_ADMIN_OVERRIDE_DROP ||
+	    a->op == BACKEND_ADMIN_OVERRIDE_UNDO)
+		return pairs_send(rb, node, conn, b, err, errlen);
 	if (a->op == BACKEND_ADMIN_RESET) {
 		argv[argc++] = "EVAL";
 		argv[argc++] = rl_lua_reset;

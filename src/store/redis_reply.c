@@ -228,41 +228,21 @@ reply_lease(struct redis_batch *b, const redisReply *r)
 	}
 }
 
-/* docs/admin.md: DEL and override.lua's set, del and drop answer an
- * integer; HSCAN the next cursor and a page of fields and values, copied
- * into admin->reply as length-prefixed strings (backend.h). */
+/* The strings of r (and its nils as "", when nil_ok) into a->reply as
+ * length-prefixed strings (backend.h), and finish the call; any other
+ * element fails it with msg. */
 static void
-reply_admin(struct redis_batch *b, const redisReply *r)
+admin_strings(struct redis_batch *b, struct backend_call *call,
+    const redisReply *r, bool nil_ok, const char *msg)
 {
-	struct backend_call *call = b->calls[0];
-	struct backend_admin *a;
-	char msg[BACKEND_ERR_MAX];
+	struct backend_admin *a = call->admin;
 	size_t i, need = 0;
 	uint32_t len;
 	char *p;
 
-	if (call == NULL)
-		return;
-	a = call->admin;
-	snprintf(msg, sizeof(msg), "admin: %s",
-	    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-	if (a->op != BACKEND_ADMIN_OVERRIDE_READ) {
-		a->found = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
-		redis_flight_finish(b->rb, call,
-		    r->type == REDIS_REPLY_INTEGER ? 0 : -1,
-		    BACKEND_ERR_PROTOCOL, msg);
-		return;
-	}
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-	    r->element[0]->type != REDIS_REPLY_STRING ||
-	    r->element[1]->type != REDIS_REPLY_ARRAY) {
-		redis_flight_finish(b->rb, call, -1, BACKEND_ERR_PROTOCOL, msg);
-		return;
-	}
-	a->cursor = strtoull(r->element[0]->str, NULL, 10);
-	r = r->element[1];
 	for (i = 0; i < r->elements; i++) {
-		if (r->element[i]->type != REDIS_REPLY_STRING) {
+		if (r->element[i]->type != REDIS_REPLY_STRING &&
+		    (!nil_ok || r->element[i]->type != REDIS_REPLY_NIL)) {
 			redis_flight_finish(b->rb, call, -1,
 			    BACKEND_ERR_PROTOCOL, msg);
 			return;
@@ -277,11 +257,57 @@ reply_admin(struct redis_batch *b, const redisReply *r)
 	for (i = 0, p = a->reply; i < r->elements; i++) {
 		len = (uint32_t)r->element[i]->len;
 		memcpy(p, &len, sizeof(len));
-		memcpy(p + sizeof(len), r->element[i]->str, len);
+		if (len > 0)
+			memcpy(p + sizeof(len), r->element[i]->str, len);
 		p += sizeof(len) + len;
 	}
 	a->replylen = need;
 	redis_flight_finish(b->rb, call, 0, BACKEND_ERR_PROTOCOL, "");
+}
+
+/* docs/admin.md: DEL and override.lua's del, undo and drop answer an
+ * integer; override.lua's set what the field held (nil: nothing) and
+ * what it wrote; HSCAN the next cursor and a page of fields and values.
+ * Strings are copied into admin->reply as length-prefixed strings
+ * (backend.h). */
+static void
+reply_admin(struct redis_batch *b, const redisReply *r)
+{
+	struct backend_call *call = b->calls[0];
+	struct backend_admin *a;
+	char msg[BACKEND_ERR_MAX];
+
+	if (call == NULL)
+		return;
+	a = call->admin;
+	snprintf(msg, sizeof(msg), "admin: %s",
+	    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+	if (a->op == BACKEND_ADMIN_OVERRIDE_SET) {
+		if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+		    r->element[1]->type != REDIS_REPLY_STRING) {
+			redis_flight_finish(b->rb, call, -1,
+			    BACKEND_ERR_PROTOCOL, msg);
+			return;
+		}
+		a->found = r->element[0]->type == REDIS_REPLY_STRING;
+		admin_strings(b, call, r, true, msg);
+		return;
+	}
+	if (a->op != BACKEND_ADMIN_OVERRIDE_READ) {
+		a->found = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+		redis_flight_finish(b->rb, call,
+		    r->type == REDIS_REPLY_INTEGER ? 0 : -1,
+		    BACKEND_ERR_PROTOCOL, msg);
+		return;
+	}
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+	    r->element[0]->type != REDIS_REPLY_STRING ||
+	    r->element[1]->type != REDIS_REPLY_ARRAY) {
+		redis_flight_finish(b->rb, call, -1, BACKEND_ERR_PROTOCOL, msg);
+		return;
+	}
+	a->cursor = strtoull(r->element[0]->str, NULL, 10);
+	admin_strings(b, call, r->element[1], false, msg);
 }
 
 /* lua/takeback.lua: an integer when it ran. */

@@ -9,7 +9,10 @@
  * reload removed (kept and reachable on the memory store, out of the
  * bound on Redis); on Redis, a write that touches one field of a big hash,
  * expired fields dropped by the daemons' reads (only if unchanged since),
- * a hash read in pages and a failed read warned of;
+ * override.lua's undo putting back only a field that holds what its set
+ * wrote, a hash read in pages and a failed read warned of, a PUT refused
+ * for want of room after its write taking back only that write (and
+ * saying the override may be set when that fails);
  * a clean stop while notices of overrides keep coming; a counter reset
  * drops the quota held in advance, a chunk in flight then too (replies
  * delayed by a loopback proxy), and a daemon that missed the reset's
@@ -1707,6 +1710,115 @@ command_calls(const char *name)
 	return n;
 }
 
+/* Run override.lua (from the source tree) on adm:override:d with args
+ * after the key (op first; the channel is added last): its reply. */
+static redisReply *
+script_override(const char *const *args, int nargs)
+{
+	const char *src = getenv("RATELIMITD_SRCDIR");
+	const char *argv[4 + 8];
+	char path[H_PATH_MAX], *script;
+	redisReply *rep;
+	int argc = 0, i;
+
+	ck_assert(nargs <= 7);
+	snprintf(path, sizeof(path), "%s/lua/override.lua",
+	    src != NULL ? src : ".");
+	script = ops_slurp(path);
+	argv[argc++] = "EVAL";
+	argv[argc++] = script;
+	argv[argc++] = "1";
+	argv[argc++] = "adm:override:d";
+	for (i = 0; i < nargs; i++)
+		argv[argc++] = args[i];
+	argv[argc++] = "adm:released";
+	rep = redisCommandArgv(h_redis_ctx(&h_shared_redis), argc, argv, NULL);
+	free(script);
+	ck_assert_msg(rep != NULL && rep->type != REDIS_REPLY_ERROR,
+	    "override.lua %s: %s", args[0],
+	    rep != NULL && rep->str != NULL ? rep->str : "?");
+	return rep;
+}
+
+/* override.lua's undo as the daemon sends it: 1 or 0. */
+static long long
+script_undo(const char *field, const char *previous, const char *written)
+{
+	const char *args[] = { "undo", field, previous, written };
+	redisReply *rep = script_override(args, 4);
+	long long n;
+
+	ck_assert_int_eq(rep->type, REDIS_REPLY_INTEGER);
+	n = rep->integer;
+	freeReplyObject(rep);
+	return n;
+}
+
+/* adm:override:d's field, or "(none)". */
+static void
+d_field(const char *field, char *buf, size_t len)
+{
+	redisReply *rep = redisCommand(h_redis_ctx(&h_shared_redis),
+	    "HGET %s %s", "adm:override:d", field);
+
+	ck_assert(rep != NULL &&
+	    (rep->type == REDIS_REPLY_STRING || rep->type == REDIS_REPLY_NIL));
+	snprintf(buf, len, "%s",
+	    rep->type == REDIS_REPLY_STRING ? rep->str : "(none)");
+	freeReplyObject(rep);
+}
+
+/* override.lua's set answers what the field held (nil: nothing) and what
+ * it wrote; its undo puts back only a field that still holds what the
+ * set wrote: the value held before, expiry and all, or nothing; a field
+ * written since keeps that write.  Only an undo that changed the field
+ * PUBLISHes. */
+START_TEST(test_override_undo_is_conditional)
+{
+	const char *set[] = { "set", "back", "2 0", "0" };
+	char later[64], v[64];
+	redisReply *rep;
+
+	snprintf(later, sizeof(later), "5 1000 %lld",
+	    (long long)time(NULL) * 1000 + 3600000);
+	rep = script_override(set, 4);
+	ck_assert_msg(rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+		rep->element[0]->type == REDIS_REPLY_NIL &&
+		rep->element[1]->type == REDIS_REPLY_STRING &&
+		strcmp(rep->element[1]->str, "2 0 0") == 0,
+	    "set of a new field");
+	freeReplyObject(rep);
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HSET %s %s %s",
+			     "adm:override:d", "back", later),
+	    0);
+	rep = script_override(set, 4);
+	ck_assert_msg(rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+		rep->element[0]->type == REDIS_REPLY_STRING &&
+		strcmp(rep->element[0]->str, later) == 0 &&
+		strcmp(rep->element[1]->str, "2 0 0") == 0,
+	    "set of a field held");
+	freeReplyObject(rep);
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HSET %s %s %s %s %s",
+			     "adm:override:d", "gone", "2 0 0", "kept",
+			     "9 0 0"),
+	    2);
+	freeReplyObject(redisCommand(h_redis_ctx(&h_shared_redis),
+	    "CONFIG RESETSTAT"));
+
+	ck_assert_int_eq(script_undo("back", later, "2 0 0"), 1);
+	d_field("back", v, sizeof(v));
+	ck_assert_str_eq(v, later);
+	ck_assert_int_eq(script_undo("gone", "", "2 0 0"), 1);
+	d_field("gone", v, sizeof(v));
+	ck_assert_str_eq(v, "(none)");
+	/* "kept" was set to "2 0 0", then to "9 0 0" by another write. */
+	ck_assert_int_eq(script_undo("kept", "", "2 0 0"), 0);
+	d_field("kept", v, sizeof(v));
+	ck_assert_str_eq(v, "9 0 0");
+	ck_assert_int_eq(command_calls("publish"), 2);
+}
+END_TEST
+
 /* A rule's hash is read in pages, each a call of its own under
  * redis.timeout (one HGETALL of a big hash would not fit it): a daemon
  * with 20,000 fields in api's hash applies the one it is asked about, by
@@ -1748,6 +1860,210 @@ START_TEST(test_overrides_at_start)
 	h_resp_free(&r);
 	ck_assert_int_eq(acquire_on(&a, "h", &r), 429);
 	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
+/* The two PUTs the tests below race: each of api's key, limit 2, from a
+ * thread of its own (h_request(), on a handle made beforehand). */
+struct racing_put {
+	pthread_t thread;
+	CURL *curl;
+	int port;
+	const char *key;
+	struct h_resp r;
+};
+
+static void *
+racing_put_run(void *arg)
+{
+	struct racing_put *p = arg;
+	char body[128];
+
+	snprintf(body, sizeof(body),
+	    "{\"rule\":\"api\",\"key\":\"%s\",\"limit\":2}", p->key);
+	if (h_request(p->curl, p->port, &p->r, "PUT", "/admin/overrides", body,
+		strlen(body), auth_ok) < 0)
+		p->r.status = 0;
+	return NULL;
+}
+
+/* Another daemon's override, as that daemon wrote it. */
+#define OTHER_OVERRIDE "7 0 0"
+
+/*
+ * Start a, its table at its bound but one (gone's hash of 99,999 fields),
+ * and race a PUT of api's a and one of h, both set by another daemon
+ * that a never read: the two fields are written as Redis pauses (HSET
+ * and CLIENT PAUSE in one write, so that no read of the hash runs between
+ * them), and each PUT, sent during the pause, finds room at its look, so
+ * both write Redis when the pause ends: the table then has room for one
+ * only.  extra: the store's config, as for admin_yaml(), with a
+ * redis.timeout longer than pause_ms, how long Redis pauses.  On return
+ * the PUTs are started, not done; the connection that paused (no
+ * timeout) is returned.
+ */
+static redisContext *
+race_two_puts(struct admin_daemon *a, const char *extra, struct racing_put p[2],
+    int pause_ms)
+{
+	redisContext *c;
+	redisReply *rep;
+	int i;
+
+	fill_hash(99999);
+	admin_start_rules(a, 0, true, extra, RULE_GONE);
+	ck_assert_int_eq(listed(a, "gone"), 99999);
+	freeReplyObject(redisCommand(h_redis_ctx(&h_shared_redis),
+	    "CONFIG RESETSTAT"));
+	c = redisConnect("127.0.0.1", h_shared_redis.port);
+	ck_assert_msg(c != NULL && !c->err, "connect for CLIENT PAUSE");
+	redisAppendCommand(c, "HSET %s %s %s %s %s", "adm:override:api", "a",
+	    OTHER_OVERRIDE, "h", OTHER_OVERRIDE);
+	redisAppendCommand(c, "CLIENT PAUSE %d ALL", pause_ms);
+	for (i = 0; i < 2; i++) {
+		ck_assert_int_eq(redisGetReply(c, (void **)&rep), REDIS_OK);
+		ck_assert_msg(rep->type != REDIS_REPLY_ERROR, "%s", rep->str);
+		freeReplyObject(rep);
+	}
+	for (i = 0; i < 2; i++) {
+		memset(&p[i], 0, sizeof(p[i]));
+		p[i].curl = h_curl_new();
+		p[i].port = a->admin_port;
+		p[i].key = i == 0 ? "a" : "h";
+		ck_assert_int_eq(pthread_create(&p[i].thread, NULL,
+				     racing_put_run, &p[i]),
+		    0);
+	}
+	return c;
+}
+
+static void
+racing_puts_join(struct racing_put p[2])
+{
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		pthread_join(p[i].thread, NULL);
+		curl_easy_cleanup(p[i].curl);
+		printf("PUT of %s: %ld %s\n", p[i].key, p[i].r.status,
+		    p[i].r.body);
+	}
+}
+
+/* api's field in Redis, or "(none)". */
+static void
+api_field(const char *field, char *buf, size_t len)
+{
+	redisReply *rep = redisCommand(h_redis_ctx(&h_shared_redis),
+	    "HGET %s %s", "adm:override:api", field);
+
+	ck_assert_msg(rep != NULL &&
+		(rep->type == REDIS_REPLY_STRING ||
+		    rep->type == REDIS_REPLY_NIL),
+	    "HGET %s", field);
+	snprintf(buf, len, "%s",
+	    rep->type == REDIS_REPLY_STRING ? rep->str : "(none)");
+	freeReplyObject(rep);
+}
+
+/*
+ * A PUT refused for want of room after it wrote Redis (this daemon's
+ * table filled between its look and its own copy, here by the other PUT)
+ * takes back only its own write: the field it set holds the other
+ * daemon's override again.  (It was deleted: that override was lost.)
+ * Both PUTs wrote (three script calls: two sets and the one taken
+ * back), so the 507 came after the write.
+ */
+START_TEST(test_override_refused_keeps_other)
+{
+	struct admin_daemon a;
+	struct racing_put p[2];
+	redisContext *c;
+	char v[64];
+	int i, refused = 0;
+
+	c = race_two_puts(&a, REDIS_SLOW, p, 1500);
+	racing_puts_join(p);
+	redisFree(c);
+	ck_assert_msg(command_calls("eval") >= 3,
+	    "%lld script calls: the PUTs did not both write",
+	    command_calls("eval"));
+	for (i = 0; i < 2; i++) {
+		api_field(p[i].key, v, sizeof(v));
+		if (p[i].r.status == 507) {
+			refused++;
+			ck_assert_msg(strcmp(v, OTHER_OVERRIDE) == 0,
+			    "%s refused but holds %s, not the other daemon's "
+			    "%s",
+			    p[i].key, v, OTHER_OVERRIDE);
+		} else {
+			ck_assert_msg(p[i].r.status == 200, "PUT of %s: %ld %s",
+			    p[i].key, p[i].r.status, p[i].r.body);
+			ck_assert_str_eq(v, "2 0 0");
+		}
+		h_resp_free(&p[i].r);
+	}
+	ck_assert_int_eq(refused, 1);
+	admin_stop(&a);
+}
+END_TEST
+
+/*
+ * When taking the write back fails, the PUT is no 507 ("nothing
+ * written"): it answers that the store failed and that the override may
+ * be set, and logs it.  A second pause, queued behind the two writes,
+ * holds the take-back past redis.timeout (2 s).  (The client was told
+ * 507 while the field stayed.)
+ */
+START_TEST(test_override_undo_failed)
+{
+	static const char timeout_2s[] =
+	    "backend: redis\n"
+	    "redis:\n"
+	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
+	    "  timeout: 2s\n"
+	    "  key_prefix: \"adm:\"\n";
+	struct admin_daemon a;
+	struct racing_put p[2];
+	redisContext *c, *c2;
+	redisReply *rep;
+	char v[64];
+	int i, failed = 0;
+
+	c = race_two_puts(&a, timeout_2s, p, 1000);
+	h_sleep_ms(500); /* both PUTs wait for Redis */
+	c2 = redisConnect("127.0.0.1", h_shared_redis.port);
+	ck_assert_msg(c2 != NULL && !c2->err, "connect for CLIENT PAUSE");
+	rep = redisCommand(c2, "CLIENT PAUSE %d ALL", 5000);
+	ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_STATUS,
+	    "CLIENT PAUSE");
+	freeReplyObject(rep);
+	racing_puts_join(p);
+	/* The end of the second pause. */
+	rep = redisCommand(c2, "PING");
+	ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_STATUS, "PING");
+	freeReplyObject(rep);
+	redisFree(c2);
+	redisFree(c);
+	for (i = 0; i < 2; i++) {
+		if (p[i].r.status == 503) {
+			failed++;
+			ck_assert_str_eq(h_json_str(&p[i].r, "error"),
+			    "backend_unavailable");
+			ck_assert_msg(strstr(h_json_str(&p[i].r, "message"),
+					  "may be set") != NULL,
+			    "PUT of %s: %s", p[i].key, p[i].r.body);
+		} else {
+			ck_assert_msg(p[i].r.status == 200, "PUT of %s: %ld %s",
+			    p[i].key, p[i].r.status, p[i].r.body);
+			api_field(p[i].key, v, sizeof(v));
+			ck_assert_str_eq(v, "2 0 0");
+		}
+		h_resp_free(&p[i].r);
+	}
+	ck_assert_int_eq(failed, 1);
+	ck_assert(log_has(&a.d, "may be set"));
 	admin_stop(&a);
 }
 END_TEST
@@ -2004,8 +2320,11 @@ test_suite(void)
 	tcase_add_test(tc, test_override_write_touches_one_field);
 	tcase_add_test(tc, test_override_expired_dropped_by_read);
 	tcase_add_test(tc, test_override_drop_is_conditional);
+	tcase_add_test(tc, test_override_undo_is_conditional);
 	tcase_add_test(tc, test_override_read_in_pages);
 	tcase_add_test(tc, test_overrides_at_start);
+	tcase_add_test(tc, test_override_refused_keeps_other);
+	tcase_add_test(tc, test_override_undo_failed);
 	tcase_add_test(tc, test_override_read_failure_warned);
 	suite_add_tcase(s, tc);
 
