@@ -1622,19 +1622,19 @@ START_TEST(test_override_expired_dropped_by_read)
 }
 END_TEST
 
-/* Run override.lua's drop (from the source tree) on adm:override:d with
- * the pairs of argv (field, value, ...): its integer answer. */
-static long long
-script_drop(const char *const *pairs, int npairs)
+/* Run override.lua (from the source tree) on adm:override:d with args
+ * after the key (op first; the channel is added last when channel is
+ * true): its reply, never an error. */
+static redisReply *
+script_eval(const char *const *args, int nargs, bool channel)
 {
 	const char *src = getenv("RATELIMITD_SRCDIR");
-	const char *argv[4 + 1 + 2 * 8];
+	const char *argv[4 + 1 + 2 * 8 + 1];
 	char path[H_PATH_MAX], *script;
 	redisReply *rep;
-	long long n;
 	int argc = 0, i;
 
-	ck_assert(npairs <= 8);
+	ck_assert(nargs <= 1 + 2 * 8);
 	snprintf(path, sizeof(path), "%s/lua/override.lua",
 	    src != NULL ? src : ".");
 	script = ops_slurp(path);
@@ -1642,13 +1642,41 @@ script_drop(const char *const *pairs, int npairs)
 	argv[argc++] = script;
 	argv[argc++] = "1";
 	argv[argc++] = "adm:override:d";
-	argv[argc++] = "drop";
-	for (i = 0; i < 2 * npairs; i++)
-		argv[argc++] = pairs[i];
+	for (i = 0; i < nargs; i++)
+		argv[argc++] = args[i];
+	if (channel)
+		argv[argc++] = "adm:released";
 	rep = redisCommandArgv(h_redis_ctx(&h_shared_redis), argc, argv, NULL);
 	free(script);
-	ck_assert_msg(rep != NULL && rep->type == REDIS_REPLY_INTEGER,
-	    "drop: %s", rep != NULL && rep->str != NULL ? rep->str : "?");
+	ck_assert_msg(rep != NULL && rep->type != REDIS_REPLY_ERROR,
+	    "override.lua %s: %s", args[0],
+	    rep != NULL && rep->str != NULL ? rep->str : "?");
+	return rep;
+}
+
+/* override.lua (op first) with the channel: its reply. */
+static redisReply *
+script_override(const char *const *args, int nargs)
+{
+	return script_eval(args, nargs, true);
+}
+
+/* Run override.lua's drop on adm:override:d with the pairs of argv
+ * (field, value, ...): its integer answer. */
+static long long
+script_drop(const char *const *pairs, int npairs)
+{
+	const char *args[1 + 2 * 8];
+	redisReply *rep;
+	long long n;
+	int i;
+
+	ck_assert(npairs <= 8);
+	args[0] = "drop";
+	for (i = 0; i < 2 * npairs; i++)
+		args[1 + i] = pairs[i];
+	rep = script_eval(args, 1 + 2 * npairs, false);
+	ck_assert_msg(rep->type == REDIS_REPLY_INTEGER, "drop: not an integer");
 	n = rep->integer;
 	freeReplyObject(rep);
 	return n;
@@ -1708,36 +1736,6 @@ command_calls(const char *name)
 		n = strtoll(p + strlen(needle), NULL, 10);
 	freeReplyObject(rep);
 	return n;
-}
-
-/* Run override.lua (from the source tree) on adm:override:d with args
- * after the key (op first; the channel is added last): its reply. */
-static redisReply *
-script_override(const char *const *args, int nargs)
-{
-	const char *src = getenv("RATELIMITD_SRCDIR");
-	const char *argv[4 + 8];
-	char path[H_PATH_MAX], *script;
-	redisReply *rep;
-	int argc = 0, i;
-
-	ck_assert(nargs <= 7);
-	snprintf(path, sizeof(path), "%s/lua/override.lua",
-	    src != NULL ? src : ".");
-	script = ops_slurp(path);
-	argv[argc++] = "EVAL";
-	argv[argc++] = script;
-	argv[argc++] = "1";
-	argv[argc++] = "adm:override:d";
-	for (i = 0; i < nargs; i++)
-		argv[argc++] = args[i];
-	argv[argc++] = "adm:released";
-	rep = redisCommandArgv(h_redis_ctx(&h_shared_redis), argc, argv, NULL);
-	free(script);
-	ck_assert_msg(rep != NULL && rep->type != REDIS_REPLY_ERROR,
-	    "override.lua %s: %s", args[0],
-	    rep != NULL && rep->str != NULL ? rep->str : "?");
-	return rep;
 }
 
 /* override.lua's undo as the daemon sends it: 1 or 0. */

@@ -1077,60 +1077,102 @@ fixed_count(int i, const char *key)
 	return n;
 }
 
-START_TEST(test_takeback_frees_deny_cache)
+/* The gap of one take-back: a user whose wide (fixed_window, 10) and
+ * narrow keys live on different primaries, and the pending request R1. */
+struct gap {
+	char user[32], key[64], nkey[64], pair[128], solo[128];
+	int xnode, ynode;
+	struct pending r1;
+};
+
+/* Pick g's user and, through h_daemon_current(), fill narrow (3 pairs)
+ * and bring wide to 9 (6 solos more). */
+static void
+gap_fill(struct gap *g, const char *prefix)
 {
-	char user[32], key[64], nkey[64], pair[128], solo[128], yaml[2048];
-	struct pending r1 = { 0 };
-	struct h_daemon d;
+	int i;
+
+	memset(g, 0, sizeof(*g));
+	pick_user(prefix, false, g->user, sizeof(g->user), g->key, g->nkey,
+	    sizeof(g->key));
+	g->xnode = owner_of(g->key);
+	g->ynode = owner_of(g->nkey);
+	snprintf(g->pair, sizeof(g->pair), "{\"t\":\"pair\",\"user\":\"%s\"}",
+	    g->user);
+	snprintf(g->solo, sizeof(g->solo), "{\"t\":\"solo\",\"user\":\"%s\"}",
+	    g->user);
+	for (i = 0; i < 3; i++)
+		ck_assert_int_eq(acquire(g->pair), 200);
+	for (i = 0; i < 6; i++)
+		ck_assert_int_eq(acquire(g->solo), 200);
+	ck_assert_int_eq(fixed_count(g->xnode, g->key), 9);
+}
+
+/* R1, a pair, through the daemon on port: wide records its tenth unit,
+ * narrow's primary is paused, so R1 waits (join it with gap_join()). */
+static void
+gap_hold(struct gap *g, int port)
+{
 	redisReply *rp;
 	long long t0;
-	int i, xnode, ynode;
 
-	pick_user("dc", false, user, sizeof(user), key, nkey, sizeof(key));
-	xnode = owner_of(key);
-	ynode = owner_of(nkey);
-	snprintf(pair, sizeof(pair), "{\"t\":\"pair\",\"user\":\"%s\"}", user);
-	snprintf(solo, sizeof(solo), "{\"t\":\"solo\",\"user\":\"%s\"}", user);
+	rp = redisCommand(h_redis_ctx(&cluster.node[g->ynode]),
+	    "CLIENT PAUSE 1500");
+	ck_assert(rp != NULL && rp->type == REDIS_REPLY_STATUS);
+	freeReplyObject(rp);
+	g->r1.port = port;
+	g->r1.body = g->pair;
+	ck_assert(pthread_create(&g->r1.thread, NULL, pending_acquire,
+		      &g->r1) == 0);
+	t0 = h_now_ms();
+	while (fixed_count(g->xnode, g->key) < 10 && h_now_ms() - t0 < 1000)
+		h_sleep_ms(5);
+	ck_assert_int_eq(fixed_count(g->xnode, g->key), 10);
+}
+
+/* R1 denied by narrow, and its unit on wide taken back. */
+static void
+gap_join(struct gap *g)
+{
+	pthread_join(g->r1.thread, NULL);
+	ck_assert_int_eq(g->r1.status, 429);
+	ck_assert_int_eq(fixed_count(g->xnode, g->key), 9);
+}
+
+/* Through h_daemon_current(), whose deny cache answered nothing yet: the
+ * unit is back, so a solo is admitted, not denied from the deny cache;
+ * a denial learnt after the take-back is kept as before. */
+static void
+gap_after(struct gap *g)
+{
+	ck_assert_int_eq(acquire(g->solo), 200);
+	ck_assert_int_eq(fixed_count(g->xnode, g->key), 10);
+	ck_assert_int_eq(h_metric("ratelimitd_deny_cache_hits_total"), 0);
+	ck_assert_int_eq(acquire(g->solo), 429);
+	ck_assert_int_eq(acquire(g->solo), 429);
+	ck_assert_int_eq(h_metric("ratelimitd_deny_cache_hits_total"), 1);
+}
+
+START_TEST(test_takeback_frees_deny_cache)
+{
+	char yaml[2048];
+	struct h_daemon d;
+	struct gap g;
+
 	memset(&d, 0, sizeof(d));
 	snprintf(yaml, sizeof(yaml), algo_fmt, cluster.node[0].port,
 	    "fixed_window");
 	h_daemon_start(&d, yaml);
-	for (i = 0; i < 3; i++)
-		ck_assert_int_eq(acquire(pair), 200);
-	for (i = 0; i < 6; i++)
-		ck_assert_int_eq(acquire(solo), 200);
-	ck_assert_int_eq(fixed_count(xnode, key), 9);
-
-	/* R1: wide records its tenth unit, narrow's primary is paused. */
-	rp = redisCommand(h_redis_ctx(&cluster.node[ynode]),
-	    "CLIENT PAUSE 1500");
-	ck_assert(rp != NULL && rp->type == REDIS_REPLY_STATUS);
-	freeReplyObject(rp);
-	r1.port = d.port;
-	r1.body = pair;
-	ck_assert(pthread_create(&r1.thread, NULL, pending_acquire, &r1) == 0);
-	t0 = h_now_ms();
-	while (fixed_count(xnode, key) < 10 && h_now_ms() - t0 < 1000)
-		h_sleep_ms(5);
-	ck_assert_int_eq(fixed_count(xnode, key), 10);
+	gap_fill(&g, "dc");
+	gap_hold(&g, d.port);
 	/* R2, while R1's unit is held: denied by Redis. */
-	ck_assert_int_eq(acquire(solo), 429);
-	pthread_join(r1.thread, NULL);
-	ck_assert_int_eq(r1.status, 429);
+	ck_assert_int_eq(acquire(g.solo), 429);
+	gap_join(&g);
 	ck_assert_int_eq(
 	    h_metric_settles("ratelimitd_redis_takebacks_total{result=\"ok\"}",
 		1),
 	    1);
-	ck_assert_int_eq(fixed_count(xnode, key), 9);
-
-	/* The unit is back: admitted, not denied from the deny cache. */
-	ck_assert_int_eq(acquire(solo), 200);
-	ck_assert_int_eq(fixed_count(xnode, key), 10);
-	ck_assert_int_eq(h_metric("ratelimitd_deny_cache_hits_total"), 0);
-	/* A denial learnt after the take-back is kept as before. */
-	ck_assert_int_eq(acquire(solo), 429);
-	ck_assert_int_eq(acquire(solo), 429);
-	ck_assert_int_eq(h_metric("ratelimitd_deny_cache_hits_total"), 1);
+	gap_after(&g);
 	h_daemon_stop(&d);
 }
 END_TEST
@@ -1144,37 +1186,27 @@ END_TEST
  */
 START_TEST(test_takeback_frees_other_daemons_deny_cache)
 {
-	char user[32], key[64], nkey[64], pair[128], solo[128], yaml[2048];
-	struct pending r1 = { 0 };
+	char yaml[2048];
 	struct h_daemon a, b;
 	struct timeval tv = { 2, 0 };
+	struct gap g;
 	redisContext *sub;
 	redisReply *rp;
 	void *reply = NULL;
-	long long t0;
-	int i, xnode, ynode, other;
+	int other;
 	bool heard = false;
 
-	pick_user("dd", false, user, sizeof(user), key, nkey, sizeof(key));
-	xnode = owner_of(key);
-	ynode = owner_of(nkey);
-	snprintf(pair, sizeof(pair), "{\"t\":\"pair\",\"user\":\"%s\"}", user);
-	snprintf(solo, sizeof(solo), "{\"t\":\"solo\",\"user\":\"%s\"}", user);
 	memset(&a, 0, sizeof(a));
 	memset(&b, 0, sizeof(b));
 	snprintf(yaml, sizeof(yaml), algo_fmt, cluster.node[0].port,
 	    "fixed_window");
 	h_daemon_start(&a, yaml);
 	h_daemon_start(&b, yaml); /* h_http()'s from here on */
-	for (i = 0; i < 3; i++)
-		ck_assert_int_eq(acquire(pair), 200);
-	for (i = 0; i < 6; i++)
-		ck_assert_int_eq(acquire(solo), 200);
-	ck_assert_int_eq(fixed_count(xnode, key), 9);
+	gap_fill(&g, "dd");
 
 	/* A listener of its own, on a node that owns neither key: Cluster
 	 * carries a PUBLISH to every node. */
-	for (other = 0; other == xnode || other == ynode; other++)
+	for (other = 0; other == g.xnode || other == g.ynode; other++)
 		;
 	sub = redisConnectWithTimeout("127.0.0.1", cluster.node[other].port,
 	    tv);
@@ -1184,48 +1216,26 @@ START_TEST(test_takeback_frees_other_daemons_deny_cache)
 	ck_assert(rp != NULL && rp->type == REDIS_REPLY_ARRAY);
 	freeReplyObject(rp);
 
-	/* R1 through A: wide records its tenth unit, narrow's primary is
-	 * paused. */
-	rp = redisCommand(h_redis_ctx(&cluster.node[ynode]),
-	    "CLIENT PAUSE 1500");
-	ck_assert(rp != NULL && rp->type == REDIS_REPLY_STATUS);
-	freeReplyObject(rp);
-	r1.port = a.port;
-	r1.body = pair;
-	ck_assert(pthread_create(&r1.thread, NULL, pending_acquire, &r1) == 0);
-	t0 = h_now_ms();
-	while (fixed_count(xnode, key) < 10 && h_now_ms() - t0 < 1000)
-		h_sleep_ms(5);
-	ck_assert_int_eq(fixed_count(xnode, key), 10);
+	gap_hold(&g, a.port);
 	/* R2 through B, while R1's unit is held: denied by Redis, and the
 	 * denial remembered by B. */
-	ck_assert_int_eq(acquire(solo), 429);
-	pthread_join(r1.thread, NULL);
-	ck_assert_int_eq(r1.status, 429);
-	ck_assert_int_eq(fixed_count(xnode, key), 9);
+	ck_assert_int_eq(acquire(g.solo), 429);
+	gap_join(&g);
 
 	/* The notice: wide's key and one NUL byte. */
 	while (!heard && redisGetReply(sub, &reply) == REDIS_OK) {
 		rp = reply;
 		heard = rp->type == REDIS_REPLY_ARRAY && rp->elements == 3 &&
 		    rp->element[2]->type == REDIS_REPLY_STRING &&
-		    rp->element[2]->len == strlen(key) + 1 &&
-		    memcmp(rp->element[2]->str, key, strlen(key) + 1) == 0;
+		    rp->element[2]->len == strlen(g.key) + 1 &&
+		    memcmp(rp->element[2]->str, g.key, strlen(g.key) + 1) == 0;
 		freeReplyObject(rp);
 	}
 	redisFree(sub);
-	ck_assert_msg(heard, "no take-back notice of %s", key);
+	ck_assert_msg(heard, "no take-back notice of %s", g.key);
 	/* B's own subscription hears it within moments of ours. */
 	h_sleep_ms(200);
-
-	/* The unit is back: B admits, not denied from its deny cache. */
-	ck_assert_int_eq(acquire(solo), 200);
-	ck_assert_int_eq(fixed_count(xnode, key), 10);
-	ck_assert_int_eq(h_metric("ratelimitd_deny_cache_hits_total"), 0);
-	/* A denial learnt after the take-back is kept as before. */
-	ck_assert_int_eq(acquire(solo), 429);
-	ck_assert_int_eq(acquire(solo), 429);
-	ck_assert_int_eq(h_metric("ratelimitd_deny_cache_hits_total"), 1);
+	gap_after(&g);
 	h_daemon_stop(&b);
 	h_daemon_stop(&a);
 }
