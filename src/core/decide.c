@@ -115,6 +115,8 @@ decide_status_code(enum decide_status s)
 		return "unknown_rule";
 	case DECIDE_COST_EXCEEDS_LIMIT:
 		return "cost_exceeds_limit";
+	case DECIDE_INVALID_COST:
+		return "invalid_cost";
 	case DECIDE_KEY_TOO_LONG:
 		return "key_too_long";
 	case DECIDE_BACKEND_UNAVAILABLE:
@@ -963,9 +965,12 @@ collect(struct decide_job *job, const struct config *cfg,
 			    window);
 		if (j < n)
 			cost += job->checks[j].cost;
+		/* One report's cost is at most 2^53 (http_request.c); two
+		 * groups that share a key may add up past it. */
 		if (job->report && cost > LIMITER_MAX_LIMIT)
-			return fail(job->out, DECIDE_COST_EXCEEDS_LIMIT,
-			    "cost is larger than 2^53");
+			return fail(job->out, DECIDE_INVALID_COST,
+			    "the costs of rule \"%s\"'s key add up past 2^53",
+			    r->name);
 		/* A shadow rule never denies, not even by an error: one that
 		 * the cost exceeds is left out of the call (docs/http.md). */
 		if (cost > limit && !job->report && r->shadow)

@@ -106,6 +106,8 @@ enum decide_status {
 	DECIDE_OK = 0,
 	DECIDE_UNKNOWN_RULE,	    /* 400 unknown_rule */
 	DECIDE_COST_EXCEEDS_LIMIT,  /* 400 cost_exceeds_limit */
+	DECIDE_INVALID_COST,	    /* 400 invalid_cost: a report's costs of
+				     * one key past 2^53 */
 	DECIDE_KEY_TOO_LONG,	    /* 400 key_too_long */
 	DECIDE_BACKEND_UNAVAILABLE, /* 503, on_backend_error: deny */
 	DECIDE_INTERNAL,	    /* 500, out of memory */

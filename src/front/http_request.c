@@ -22,6 +22,7 @@
 
 #include "base/util.h"
 #include "core/client_ip.h"
+#include "core/limiter.h"
 #include "core/request_json.h"
 #include "core/uri_path.h"
 #include "front/http_priv.h"
@@ -49,7 +50,10 @@ parse_body(const struct config *cfg, const char *body, size_t len,
 	if (request_json_parse(body, len, acquire_reserved,
 		(size_t)cfg->max_attributes, a, &fields, e) < 0)
 		return -1;
-	if (request_json_int(fields, "cost", 0, INT64_MAX, "invalid_cost",
+	/* A report's (the body without wait_ms) may pass a rule's limit,
+	 * never 2^53, as far as every count stays exact (docs/http.md). */
+	if (request_json_int(fields, "cost", 0,
+		wait ? INT64_MAX : LIMITER_MAX_LIMIT, "invalid_cost",
 		&out->cost, e) < 0 ||
 	    (wait &&
 		request_json_int(fields, "wait_ms", 0, cfg->max_wait_ms,

@@ -148,6 +148,7 @@ rls_encode(const struct rls_call *c, size_t headroom, uint8_t **out,
 	case DECIDE_OK:
 		break;
 	case DECIDE_COST_EXCEEDS_LIMIT:
+	case DECIDE_INVALID_COST: /* a report's only: never here */
 		/* hits_addend past a limit can never be admitted. */
 	case DECIDE_KEY_TOO_LONG:
 		/* Fail closed (docs/grpc.md): an error answer would let

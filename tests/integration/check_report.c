@@ -252,6 +252,18 @@ START_TEST(test_report_answer)
 	    &r);
 	ck_assert_int_eq(r.status, 400);
 	ck_assert_str_eq(h_json_str(&r, "error"), "invalid_cost");
+	/* Past any limit up to 2^53; past 2^53 the cost is invalid, with
+	 * that range in the message (cost_exceeds_limit is not a
+	 * report's). */
+	h_post(a.port, "/report",
+	    "{\"t\":\"sl\",\"user\":\"u3\",\"cost\":9007199254740992}", &r);
+	ck_assert_int_eq(r.status, 200);
+	h_post(a.port, "/report",
+	    "{\"t\":\"sl\",\"user\":\"u3\",\"cost\":9007199254740993}", &r);
+	ck_assert_int_eq(r.status, 400);
+	ck_assert_str_eq(h_json_str(&r, "error"), "invalid_cost");
+	ck_assert_ptr_nonnull(strstr(h_json_str(&r, "message"),
+	    "9007199254740992"));
 	h_post(a.port, "/report", "[1]", &r);
 	ck_assert_int_eq(r.status, 400);
 	h_http(&r, "GET", "/report", NULL, NULL);
@@ -262,7 +274,7 @@ START_TEST(test_report_answer)
 		    h_metric("ratelimitd_reports_total{result=\"within\"}"), 1);
 		ck_assert_int_eq(
 		    h_metric("ratelimitd_reports_total{result=\"overdrawn\"}"),
-		    1);
+		    2);
 	}
 	h_resp_free(&r);
 	stop_daemons(&a, &b);
