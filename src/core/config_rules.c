@@ -253,7 +253,7 @@ static const struct field rule_fields[] = {
 	[RF_LIMIT] =     { "limit",     F_INT64,    RU(limit), 1, RL_MAX_LIMIT,
 	    NULL, 0, NULL },
 	[RF_WINDOW] =    { "window",    F_DURATION, RU(window_ms), 1,
-	    366 * DAY_MS, NULL, 0, NULL },
+	    RL_MAX_WINDOW_MS, NULL, 0, NULL },
 	[RF_ALGORITHM] = { "algorithm", F_CUSTOM,   RU(algorithm), 0, 0,
 	    parse_algorithm, 0, NULL },
 	[RF_COST] =      { "cost",      F_INT64,    RU(cost), 0, RL_MAX_LIMIT,

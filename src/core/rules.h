@@ -25,6 +25,8 @@
  * well inside the 15 digits of a Structured Fields integer (RFC 9651),
  * which RateLimit-Policy carries. */
 #define RL_MAX_LIMIT 1000000000
+/* A rule's window, and an override's: 366 days. */
+#define RL_MAX_WINDOW_MS (INT64_C(366) * 86400000)
 
 /* A map of string attributes, in insertion order.  Owns copies of names
  * and values (each name and its value in one allocation, freed through

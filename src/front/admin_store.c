@@ -353,7 +353,10 @@ static int
 override_put(struct admin_server *s, struct MHD_Connection *conn,
     const struct config *cfg, const char *body, size_t len)
 {
-	json_t *root = json_loadb(body != NULL ? body : "", len, 0, NULL);
+	/* A name given twice is an error, as on the main listener. */
+	json_t *root = json_loadb(body != NULL ? body : "", len,
+	    JSON_REJECT_DUPLICATES, NULL);
+	json_t *window_v, *ttl_v;
 	const char *name, *key;
 	const struct rule *r;
 	int64_t limit, window, ttl = 0, now_ms = util_realtime_us() / 1000;
@@ -391,13 +394,16 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 		    RL_MAX_LIMIT);
 		goto out;
 	}
+	/* null is absent, as for the main listener's reserved fields. */
+	window_v = json_object_get(root, "window");
+	ttl_v = json_object_get(root, "ttl");
 	window = 0; /* the rule's, whatever it is when a decision asks */
-	if (json_object_get(root, "window") != NULL &&
-	    (parse_duration(json_object_get(root, "window"), &window) < 0 ||
-		window < 1 || window > INT64_C(1000000000000))) {
+	if (window_v != NULL && !json_is_null(window_v) &&
+	    (parse_duration(window_v, &window) < 0 || window < 1 ||
+		window > RL_MAX_WINDOW_MS)) {
 		ret = admin_error(conn, 400, "invalid_window",
 		    "\"window\" is a duration (\"10s\", or milliseconds) "
-		    "from 1ms");
+		    "from 1ms to 366d, as a rule's");
 		goto out;
 	}
 	if (!overrides_limit_ok(r->algorithm, limit,
@@ -406,9 +412,9 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 		    what);
 		goto out;
 	}
-	if (json_object_get(root, "ttl") != NULL &&
-	    (parse_duration(json_object_get(root, "ttl"), &ttl) < 0 ||
-		ttl < 1 || ttl > INT64_C(3153600000000))) {
+	if (ttl_v != NULL && !json_is_null(ttl_v) &&
+	    (parse_duration(ttl_v, &ttl) < 0 || ttl < 1 ||
+		ttl > INT64_C(3153600000000))) {
 		ret = admin_error(conn, 400, "invalid_ttl",
 		    "\"ttl\" is a duration (\"1h\", or milliseconds) from 1ms");
 		goto out;

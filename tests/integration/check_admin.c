@@ -636,8 +636,29 @@ START_TEST(test_overrides)
 	ck_assert_int_eq(r.status, 400);
 	admin_req(&a, &r, "PUT", "/admin/overrides", "[", auth_ok);
 	ck_assert_int_eq(r.status, 400);
+	/* A name twice, as on the main listener; a window past a rule's
+	 * bound (366 days). */
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"x\",\"limit\":2,\"limit\":3}",
+	    auth_ok);
+	ck_assert_int_eq(r.status, 400);
+	ck_assert_str_eq(h_json_str(&r, "error"), "invalid_json");
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"x\",\"limit\":2,"
+	    "\"window\":\"367d\"}",
+	    auth_ok);
+	ck_assert_int_eq(r.status, 400);
+	ck_assert_str_eq(h_json_str(&r, "error"), "invalid_window");
 	ck_assert_int_eq(
 	    h_metric("ratelimitd_admin_writes_total{op=\"override_set\"}"), 3);
+	/* null is no value: the rule's window, no expiry. */
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"x\",\"limit\":2,"
+	    "\"window\":null,\"ttl\":null}",
+	    auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	ck_assert(json_is_true(h_json_get(&r, "window_from_rule")));
+	ck_assert(json_is_null(h_json_get(&r, "expires_ms")));
 	h_resp_free(&r);
 	admin_stop(&a);
 	ck_assert(log_has(&a.d, "op=\"override_set\""));
