@@ -162,7 +162,8 @@ redis_json(const struct redis_config *r)
 		    set(s, "tls", json_boolean(r->sentinel.tls)) != 0 ||
 		    json_object_set(o, "sentinel", s) != 0)
 			goto fail;
-	}
+	} else if (json_object_set_new(o, "sentinel", json_null()) != 0)
+		goto fail;
 	json_decref(s);
 	return o;
 fail:

@@ -133,6 +133,8 @@ START_TEST(test_defaults)
 	ck_assert_int_eq(int_at(auth, "ipv6_prefix"), 64);
 	ck_assert_ptr_nonnull(redis = json_object_get(o, "redis"));
 	ck_assert(json_is_null(json_object_get(redis, "tls")));
+	/* Present, null: not set and without a default (docs/admin.md). */
+	ck_assert(json_is_null(json_object_get(redis, "sentinel")));
 	json_decref(o);
 }
 END_TEST
