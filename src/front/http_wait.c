@@ -213,7 +213,8 @@ wait_fire(void *arg, bool cut)
  * without waiting, and answered whatever that says: the answer carries
  * the numbers of then.  A newcomer that may wait for a key others already
  * wait for queues behind them without trying, so that it cannot take a
- * lease freed for the first of them.
+ * lease freed for the first of them; when its deadline passes before the
+ * store answers that look, it too is decided once more without waiting.
  */
 static bool
 lease_wait_needed(const struct request *rq)
@@ -339,12 +340,34 @@ http_lease_queue_behind(struct http_server *s, struct request *rq,
 	rq->queued = true;
 }
 
+/* A newcomer's look that would have queued it, but that came back after
+ * its deadline (a slow store): the look's denial is no answer, since it
+ * took no lease by design. */
+static bool
+look_ran_out(const struct request *rq)
+{
+	return rq->queued && rq->decision.status == DECIDE_OK &&
+	    !rq->decision.allowed && rq->decision.lease_wait &&
+	    !lease_wait_needed(rq);
+}
+
 /* A decided /acquire: wait for a lease, or for its reserved time, or
  * answer now. */
 enum MHD_Result
 http_answer_decision(struct http_server *s, struct MHD_Connection *conn,
     struct request *rq)
 {
+	if (look_ran_out(rq)) {
+		/* Decided once more without waiting, as a waiter whose
+		 * wait ran out (LEASE_WAIT_TIMEOUT), and answered that. */
+		rq->queued = false;
+		rq->lease_over = true;
+		if (http_request_enter(rq, RQ_WAITING_LEASE)) {
+			lease_try(rq);
+			return MHD_YES;
+		}
+		rq->cut = true;
+	}
 	if (lease_wait_needed(rq)) {
 		if (http_request_enter(rq, RQ_WAITING_LEASE)) {
 			/* Queued behind others, it learnt nothing of the

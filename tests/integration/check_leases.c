@@ -23,11 +23,12 @@
  *   also when it comes while another waits (it only looks at the lease);
  *   SIGTERM answers a waiter 503 at once, and one that holds a lease
  *   while it waits for its turn on another rule has the lease released
- *   first; a reload while a request waits applies to it, and one that
- *   raises the limit or removes the rule serves a waiter at once, as does
- *   an override that raises it (on Redis, set through the other daemon);
- *   a free lease does not stop a request waiting for its turn on another
- *   rule;
+ *   first; a newcomer whose wait runs out while its look at the lease is
+ *   still out is decided again without waiting; a reload while a request
+ *   waits applies to it, and one that raises the limit or removes the
+ *   rule serves a waiter at once, as does an override that raises it (on
+ *   Redis, set through the other daemon); a free lease does not stop a
+ *   request waiting for its turn on another rule;
  * - with Redis down and on_backend_error: local, the in-process store's
  *   leases are the client's: released, renewed, waited for;
  * - --check warns about a concurrency rule that could match /auth.
@@ -160,7 +161,7 @@ static const char rules_yaml[] =
     "    window: 1h\n";
 
 /* More of the same list: a lock whose holder may wait for its turn on a
- * token_bucket past shutdown_timeout. */
+ * token_bucket past shutdown_timeout, and a pool of two. */
 static const char cut_rules_yaml[] =
     "  - name: cut-lease\n"
     "    match:\n"
@@ -175,7 +176,14 @@ static const char cut_rules_yaml[] =
     "    key: \"${job}\"\n"
     "    algorithm: token_bucket\n"
     "    limit: 1\n"
-    "    window: 10s\n";
+    "    window: 10s\n"
+    "  - name: pool\n"
+    "    match:\n"
+    "      t: pool\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: concurrency\n"
+    "    limit: 2\n"
+    "    window: 1h\n";
 
 static struct h_daemon daemons[2];
 static int ndaemons;
@@ -1498,6 +1506,47 @@ START_TEST(test_wait_sigterm_turn_releases)
 END_TEST
 
 /*
+ * A request that comes while another waits for the key queues behind it,
+ * and its first store call only looks at the lease.  When its wait runs
+ * out before that call is answered (Redis stopped for 300 ms here, and
+ * wait_ms 5), it is decided once more without waiting, as a waiter whose
+ * wait ran out: a unit of the pool is free, so 200 with a lease.  (It was
+ * answered the look's denial: 429 with "remaining":1.)  Redis only: the
+ * memory store answers the look inside the request.
+ */
+START_TEST(test_wait_queued_look_late)
+{
+	struct h_resp r = { 0 };
+	struct waiter big, late;
+	char a[512];
+
+	start(1);
+	post(0, "/acquire", "{\"t\":\"pool\",\"job\":\"p\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "pool", a, sizeof(a));
+	waiter_go(&big, 0,
+	    "{\"t\":\"pool\",\"job\":\"p\",\"cost\":2,\"wait_ms\":4000}");
+	h_sleep_ms(200);
+	ck_assert_int_eq(__atomic_load_n(&big.status, __ATOMIC_SEQ_CST), 0);
+	ck_assert(kill(h_shared_redis.pid, SIGSTOP) == 0);
+	waiter_go(&late, 0, "{\"t\":\"pool\",\"job\":\"p\",\"wait_ms\":5}");
+	h_sleep_ms(300);
+	ck_assert(kill(h_shared_redis.pid, SIGCONT) == 0);
+	pthread_join(late.thread, NULL);
+	ck_assert_msg(late.status == 200 && late.lease[0] != '\0',
+	    "the late newcomer: %ld %s", late.status, late.answer);
+	/* the first waiter still gets both units once they are free */
+	ck_assert_int_eq(lease_call(0, "/release", a, &r), 1);
+	ck_assert_int_eq(lease_call(1, "/release", late.lease, &r), 1);
+	pthread_join(big.thread, NULL);
+	ck_assert_msg(big.status == 200 && big.lease[0] != '\0',
+	    "the first waiter: %ld %s", big.status, big.answer);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
+/*
  * A Redis user whose ACL has no channels: releases still work (lease.lua
  * PUBLISHes under pcall), the daemon says once that it cannot subscribe,
  * and a waiter on another daemon is served when the lease expires.
@@ -1653,9 +1702,11 @@ test_suite(void)
 	tcase_add_loop_test(tc, test_wait_override_raise, 0, 2);
 	tcase_add_loop_test(tc, test_wait_override_delete_raise, 0, 2);
 	suite_add_tcase(s, tc);
-	/* A wait that a shutdown ends with a lease at stake. */
+	/* A wait that a shutdown or the deadline ends with a lease at
+	 * stake. */
 	tc = h_shared_redis_tcase("wait_ends");
 	tcase_add_loop_test(tc, test_wait_sigterm_turn_releases, 0, 2);
+	tcase_add_test(tc, test_wait_queued_look_late);
 	suite_add_tcase(s, tc);
 	tc = h_shared_redis_tcase("local_fallback");
 	tcase_add_test(tc, test_local_fallback_leases);
