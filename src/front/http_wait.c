@@ -5,17 +5,21 @@
  * resumes it then) or for a lease of a concurrency rule (the daemon's
  * lease queues, lease_wait.c, tell it when to try again).  While it waits
  * its connection is suspended and the timer's or the queues' thread has
- * it.
+ * it.  A waiter a shutdown cuts while it holds leases has them released
+ * before its 503.
  */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <microhttpd.h>
 
+#include "base/log.h"
 #include "base/metrics.h"
 #include "base/util.h"
 #include "core/decide.h"
+#include "core/lease.h"
 #include "front/http_priv.h"
 #include "front/lease_wait.h"
 #include "front/wait_timer.h"
@@ -51,13 +55,149 @@ http_wait_take_slot(struct http_server *s, struct request *rq)
 	rq->wait_slot = true;
 }
 
-/* The timer's thread: the time has come (or a shutdown cut it). */
+/*
+ * A waiter for its turn holds the leases its decision took (a concurrency
+ * rule admitted it, another rule reserved a later time).  When a shutdown
+ * cuts its wait, its answer is 503 shutting_down, so nobody will release
+ * them: they are released first, as POST /release would (docs/waiting.md,
+ * docs/leases.md), one store call per lease on the store that holds it
+ * (the local one of a degraded answer), each under the store's own
+ * timeout.  The calls and their keys live in one block, freed by the last
+ * completion, which then resumes rq (NULL: nobody waits for them).
+ */
+struct lease_drop {
+	struct request *rq;	   /* resumed at the end, or NULL */
+	struct lease_wait *leases; /* the server's queues; borrowed */
+	int pending;		   /* atomic: calls out, and the starter */
+	struct lease_drop_call {
+		struct backend_call call;
+		struct rl_check check;
+		struct rl_result out;
+	} c[];
+	/* then, per call, its key: "<prefix><suffix>" NUL token NUL */
+};
+
+/* One call of a drop is done (the store's thread, or inside the submit);
+ * the last one frees the drop and resumes its request. */
+static void
+lease_drop_done(struct backend_call *call)
+{
+	struct lease_drop *drop = call->arg;
+	const struct rl_check *c = call->checks;
+	struct request *rq;
+
+	if (call->rc != 0)
+		log_debug(
+		    "shutdown: a lease of a cut waiter was not "
+		    "released: %s",
+		    call->err);
+	else if (call->out[0].allowed) /* its waiters may go on */
+		lease_wait_released(drop->leases,
+		    lease_key_hash(c->key, c->keylen));
+	if (__atomic_sub_fetch(&drop->pending, 1, __ATOMIC_ACQ_REL) > 0)
+		return;
+	rq = drop->rq;
+	rl_free(drop);
+	if (rq != NULL)
+		http_resume(rq);
+}
+
+/* Fill call i of drop (key at key) to release lease l; false when l is
+ * not a lease this daemon formats (it cannot happen). */
+static bool
+lease_drop_fill(struct lease_drop *drop, size_t i, char *key,
+    const char *prefix, const struct decide_lease *l)
+{
+	struct lease_drop_call *dc = &drop->c[i];
+	size_t plen = strlen(prefix);
+	struct lease_ref ref;
+
+	if (lease_parse(l->lease, strlen(l->lease), &ref) == -1)
+		return false;
+	memcpy(key, prefix, plen);
+	memcpy(key + plen, ref.suffix, ref.suffix_len);
+	key[plen + ref.suffix_len] = '\0';
+	memcpy(key + plen + ref.suffix_len + 1, ref.token, LEASE_TOKEN_LEN + 1);
+	dc->check = (struct rl_check){
+		.algorithm = RL_ALG_CONCURRENCY,
+		.limit = l->rule->limit > ref.cost ? l->rule->limit : ref.cost,
+		.window_ms = l->rule->window_ms,
+		.cost = ref.cost,
+		.key = key,
+		.keylen = plen + ref.suffix_len,
+		.token = key + plen + ref.suffix_len + 1,
+	};
+	dc->call.checks = &dc->check;
+	dc->call.n = 1;
+	dc->call.out = &dc->out;
+	dc->call.lease_op = BACKEND_LEASE_RELEASE;
+	dc->call.done = lease_drop_done;
+	dc->call.arg = drop;
+	return true;
+}
+
+/*
+ * Release rq's leases (above), and forget them.  With resume, true when
+ * the release is under way: its last completion resumes rq (maybe before
+ * this returns), and rq is no longer the caller's.  False when there was
+ * nothing to release, or no memory for it (the leases then expire after
+ * their window); the caller resumes or answers rq.  Without resume,
+ * nobody waits: the caller answers rq at once.  The thread that has rq.
+ */
+static bool
+lease_drop_start(struct request *rq, bool resume)
+{
+	const struct decider *d = rq->s->decider;
+	struct decision *dec = &rq->decision;
+	const char *prefix = rq->cfg->redis.key_prefix;
+	size_t keycap = strlen(prefix) + LEASE_SUFFIX_MAX + LEASE_TOKEN_LEN + 2;
+	struct backend *b = dec->degraded && d->local != NULL ? d->local :
+								d->backend;
+	struct lease_drop *drop;
+	char *keys;
+	size_t i, n = 0;
+
+	if (dec->nleases == 0)
+		return false;
+	drop = rl_calloc(1,
+	    sizeof(*drop) + dec->nleases * (sizeof(drop->c[0]) + keycap));
+	if (drop == NULL) {
+		decide_leases_free(dec);
+		return false;
+	}
+	keys = (char *)&drop->c[dec->nleases];
+	for (i = 0; i < dec->nleases; i++)
+		if (lease_drop_fill(drop, n, keys + n * keycap, prefix,
+			&dec->leases[i]))
+			n++;
+	decide_leases_free(dec);
+	if (n == 0) {
+		rl_free(drop);
+		return false;
+	}
+	drop->rq = resume ? rq : NULL;
+	drop->leases = rq->s->leases;
+	drop->pending = (int)n + 1; /* the starter's until all are out */
+	for (i = 0; i < n; i++)
+		backend_submit(b, &drop->c[i].call);
+	if (__atomic_sub_fetch(&drop->pending, 1, __ATOMIC_ACQ_REL) == 0) {
+		rl_free(drop);
+		if (resume)
+			http_resume(rq);
+	}
+	return resume;
+}
+
+/* The timer's thread: the time has come (or a shutdown cut it; a cut
+ * waiter's leases are released before it is resumed). */
 static void
 wait_fire(void *arg, bool cut)
 {
 	struct request *rq = arg;
 
 	rq->cut = cut;
+	if (cut && lease_drop_start(rq, true))
+		return;
 	http_resume(rq);
 }
 
@@ -73,7 +213,8 @@ wait_fire(void *arg, bool cut)
  * without waiting, and answered whatever that says: the answer carries
  * the numbers of then.  A newcomer that may wait for a key others already
  * wait for queues behind them without trying, so that it cannot take a
- * lease freed for the first of them.
+ * lease freed for the first of them; when its deadline passes before the
+ * store answers that look, it too is decided once more without waiting.
  */
 static bool
 lease_wait_needed(const struct request *rq)
@@ -199,12 +340,34 @@ http_lease_queue_behind(struct http_server *s, struct request *rq,
 	rq->queued = true;
 }
 
+/* A newcomer's look that would have queued it, but that came back after
+ * its deadline (a slow store): the look's denial is no answer, since it
+ * took no lease by design. */
+static bool
+look_ran_out(const struct request *rq)
+{
+	return rq->queued && rq->decision.status == DECIDE_OK &&
+	    !rq->decision.allowed && rq->decision.lease_wait &&
+	    !lease_wait_needed(rq);
+}
+
 /* A decided /acquire: wait for a lease, or for its reserved time, or
  * answer now. */
 enum MHD_Result
 http_answer_decision(struct http_server *s, struct MHD_Connection *conn,
     struct request *rq)
 {
+	if (look_ran_out(rq)) {
+		/* Decided once more without waiting, as a waiter whose
+		 * wait ran out (LEASE_WAIT_TIMEOUT), and answered that. */
+		rq->queued = false;
+		rq->lease_over = true;
+		if (http_request_enter(rq, RQ_WAITING_LEASE)) {
+			lease_try(rq);
+			return MHD_YES;
+		}
+		rq->cut = true;
+	}
 	if (lease_wait_needed(rq)) {
 		if (http_request_enter(rq, RQ_WAITING_LEASE)) {
 			/* Queued behind others, it learnt nothing of the
@@ -222,7 +385,10 @@ http_answer_decision(struct http_server *s, struct MHD_Connection *conn,
 	}
 	if (http_wait_needed(rq)) {
 		if (!http_request_enter(rq, RQ_WAITING_TURN)) {
+			/* The server stops: it suspends nothing more, so the
+			 * release goes out without waiting for it. */
 			rq->cut = true;
+			(void)lease_drop_start(rq, false);
 		} else if (wait_timer_add(s->timer,
 			       util_monotonic_us() +
 				   rq->decision.waited_ms * 1000,

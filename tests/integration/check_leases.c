@@ -21,12 +21,14 @@
  *   hand a lock on with wait_ms and never wait for an expiry; a request
  *   another rule denies for longer than its wait is answered at once,
  *   also when it comes while another waits (it only looks at the lease);
- *   SIGTERM answers a waiter 503 at once; a reload while a request waits
- *   applies to it, and one that raises the limit or removes the rule
- *   serves a waiter at once, as does an override that raises it (on
- *   Redis, set through the other
- *   daemon); a free lease does not stop a request waiting for its turn on
- *   another rule;
+ *   SIGTERM answers a waiter 503 at once, and one that holds a lease
+ *   while it waits for its turn on another rule has the lease released
+ *   first; a newcomer whose wait runs out while its look at the lease is
+ *   still out is decided again without waiting; a reload while a request
+ *   waits applies to it, and one that raises the limit or removes the
+ *   rule serves a waiter at once, as does an override that raises it (on
+ *   Redis, set through the other daemon); a free lease does not stop a
+ *   request waiting for its turn on another rule;
  * - with Redis down and on_backend_error: local, the in-process store's
  *   leases are the client's: released, renewed, waited for;
  * - --check warns about a concurrency rule that could match /auth.
@@ -158,6 +160,31 @@ static const char rules_yaml[] =
     "    limit: 1\n"
     "    window: 1h\n";
 
+/* More of the same list: a lock whose holder may wait for its turn on a
+ * token_bucket past shutdown_timeout, and a pool of two. */
+static const char cut_rules_yaml[] =
+    "  - name: cut-lease\n"
+    "    match:\n"
+    "      t: cut\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: concurrency\n"
+    "    limit: 1\n"
+    "    window: 1h\n"
+    "  - name: cut-gate\n"
+    "    match:\n"
+    "      t: cut\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: token_bucket\n"
+    "    limit: 1\n"
+    "    window: 10s\n"
+    "  - name: pool\n"
+    "    match:\n"
+    "      t: pool\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: concurrency\n"
+    "    limit: 2\n"
+    "    window: 1h\n";
+
 static struct h_daemon daemons[2];
 static int ndaemons;
 
@@ -170,8 +197,8 @@ start(int redis_mode)
 
 	memset(daemons, 0, sizeof(daemons));
 	ndaemons = redis_mode ? 2 : 1;
-	snprintf(yaml, sizeof(yaml), "%s%s",
-	    redis_mode ? redis_head : memory_head, rules_yaml);
+	snprintf(yaml, sizeof(yaml), "%s%s%s",
+	    redis_mode ? redis_head : memory_head, rules_yaml, cut_rules_yaml);
 	for (i = 0; i < ndaemons; i++)
 		h_daemon_start(&daemons[i], yaml);
 }
@@ -1412,6 +1439,114 @@ START_TEST(test_wait_sigterm)
 END_TEST
 
 /*
+ * SIGTERM cuts a request that holds the lock while it waits for its turn
+ * on another rule (cut-gate's next token is 10 s away, past
+ * shutdown_timeout): its lease is released before its 503, so the lock
+ * is free at once, on Redis for the other daemon too.  (It was held by
+ * nobody for the rule's whole window.)  The daemon that stops is asked
+ * on a connection it opened before, while a waiter due within
+ * shutdown_timeout keeps it draining: on the memory store it is the only
+ * one that knows.
+ */
+START_TEST(test_wait_sigterm_turn_releases)
+{
+	static const char lock[] =
+	    "{\"t\":\"cut\",\"job\":\"c\","
+	    "\"rule\":\"cut-lease\"}";
+	struct h_resp r = { 0 };
+	struct waiter w, keep;
+	CURL *probe = h_curl_new();
+	char a[512];
+	long long sig;
+	int k;
+
+	start(_i);
+	k = ndaemons - 1;
+	post(k, "/acquire", "{\"t\":\"cut\",\"job\":\"c\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "cut-lease", a, sizeof(a));
+	ck_assert_int_eq(lease_call(k, "/release", a, &r), 1);
+	/* turn-gate's token gone: the next turn comes in 1 s */
+	post(k, "/acquire", "{\"t\":\"turn\",\"job\":\"keep\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_int_eq(h_request(probe, port_of(k), &r, "GET", "/healthz",
+			     NULL, 0, NULL),
+	    0);
+	waiter_go(&w, k, "{\"t\":\"cut\",\"job\":\"c\",\"wait_ms\":15000}");
+	waiter_go(&keep, k,
+	    "{\"t\":\"turn\",\"job\":\"keep\",\"wait_ms\":3000}");
+	h_sleep_ms(300);
+	sig = h_now_ms();
+	ck_assert(kill(daemons[k].pid, SIGTERM) == 0);
+	pthread_join(w.thread, NULL);
+	ck_assert_msg(w.status == 503 &&
+		strstr(w.answer, "shutting_down") != NULL &&
+		w.answered_ms - sig < 1500,
+	    "%ld after %lld ms: %s", w.status, w.answered_ms - sig, w.answer);
+	if (_i) {
+		post(0, "/acquire", lock, &r);
+		ck_assert_msg(r.status == 200,
+		    "the other daemon finds the lock held: %ld %s", r.status,
+		    r.body);
+		lease_of(&r, "cut-lease", a, sizeof(a));
+		ck_assert_int_eq(lease_call(0, "/release", a, &r), 1);
+	}
+	ck_assert_msg(h_request(probe, port_of(k), &r, "POST", "/acquire", lock,
+			  strlen(lock), NULL) == 0 &&
+		r.status == 200,
+	    "the stopping daemon finds the lock held: %ld %s %s", r.status,
+	    r.body != NULL ? r.body : "", r.err);
+	pthread_join(keep.thread, NULL);
+	ck_assert_msg(keep.status == 200, "the waiter due in time: %ld %s",
+	    keep.status, keep.answer);
+	curl_easy_cleanup(probe);
+	h_resp_free(&r);
+	stop(); /* asserts exit status 0 */
+}
+END_TEST
+
+/*
+ * A request that comes while another waits for the key queues behind it,
+ * and its first store call only looks at the lease.  When its wait runs
+ * out before that call is answered (Redis stopped for 300 ms here, and
+ * wait_ms 5), it is decided once more without waiting, as a waiter whose
+ * wait ran out: a unit of the pool is free, so 200 with a lease.  (It was
+ * answered the look's denial: 429 with "remaining":1.)  Redis only: the
+ * memory store answers the look inside the request.
+ */
+START_TEST(test_wait_queued_look_late)
+{
+	struct h_resp r = { 0 };
+	struct waiter big, late;
+	char a[512];
+
+	start(1);
+	post(0, "/acquire", "{\"t\":\"pool\",\"job\":\"p\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "pool", a, sizeof(a));
+	waiter_go(&big, 0,
+	    "{\"t\":\"pool\",\"job\":\"p\",\"cost\":2,\"wait_ms\":4000}");
+	h_sleep_ms(200);
+	ck_assert_int_eq(__atomic_load_n(&big.status, __ATOMIC_SEQ_CST), 0);
+	ck_assert(kill(h_shared_redis.pid, SIGSTOP) == 0);
+	waiter_go(&late, 0, "{\"t\":\"pool\",\"job\":\"p\",\"wait_ms\":5}");
+	h_sleep_ms(300);
+	ck_assert(kill(h_shared_redis.pid, SIGCONT) == 0);
+	pthread_join(late.thread, NULL);
+	ck_assert_msg(late.status == 200 && late.lease[0] != '\0',
+	    "the late newcomer: %ld %s", late.status, late.answer);
+	/* the first waiter still gets both units once they are free */
+	ck_assert_int_eq(lease_call(0, "/release", a, &r), 1);
+	ck_assert_int_eq(lease_call(1, "/release", late.lease, &r), 1);
+	pthread_join(big.thread, NULL);
+	ck_assert_msg(big.status == 200 && big.lease[0] != '\0',
+	    "the first waiter: %ld %s", big.status, big.answer);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
+/*
  * A Redis user whose ACL has no channels: releases still work (lease.lua
  * PUBLISHes under pcall), the daemon says once that it cannot subscribe,
  * and a waiter on another daemon is served when the lease expires.
@@ -1566,6 +1701,12 @@ test_suite(void)
 	tcase_add_loop_test(tc, test_wait_reload_remove, 0, 2);
 	tcase_add_loop_test(tc, test_wait_override_raise, 0, 2);
 	tcase_add_loop_test(tc, test_wait_override_delete_raise, 0, 2);
+	suite_add_tcase(s, tc);
+	/* A wait that a shutdown or the deadline ends with a lease at
+	 * stake. */
+	tc = h_shared_redis_tcase("wait_ends");
+	tcase_add_loop_test(tc, test_wait_sigterm_turn_releases, 0, 2);
+	tcase_add_test(tc, test_wait_queued_look_late);
 	suite_add_tcase(s, tc);
 	tc = h_shared_redis_tcase("local_fallback");
 	tcase_add_test(tc, test_local_fallback_leases);
