@@ -131,3 +131,25 @@ lease_key_hash(const char *key, size_t len)
 	}
 	return h;
 }
+
+void
+lease_check_make(struct rl_check *c, char *buf, const char *prefix,
+    const struct lease_ref *ref, int64_t limit, int64_t window_ms)
+{
+	size_t plen = strlen(prefix);
+
+	memcpy(buf, prefix, plen);
+	memcpy(buf + plen, ref->suffix, ref->suffix_len);
+	buf[plen + ref->suffix_len] = '\0';
+	memcpy(buf + plen + ref->suffix_len + 1, ref->token,
+	    LEASE_TOKEN_LEN + 1);
+	*c = (struct rl_check){
+		.algorithm = RL_ALG_CONCURRENCY,
+		.limit = limit > ref->cost ? limit : ref->cost,
+		.window_ms = window_ms,
+		.cost = ref->cost,
+		.key = buf,
+		.keylen = plen + ref->suffix_len,
+		.token = buf + plen + ref->suffix_len + 1,
+	};
+}

@@ -58,4 +58,17 @@ struct lease_ref {
 /* Parse s (len bytes).  0, or -1 when it is not a well-formed lease. */
 int lease_parse(const char *s, size_t len, struct lease_ref *out);
 
+/* The bytes lease_check_make() needs in buf for a key_prefix of plen. */
+#define LEASE_KEY_CAP(plen) ((plen) + LEASE_SUFFIX_MAX + LEASE_TOKEN_LEN + 2)
+
+/*
+ * The check that releases or renews the lease ref (docs/leases.md), into
+ * *c: its store key "<prefix><rule>:{<key>}" and its token laid out in buf
+ * (LEASE_KEY_CAP(strlen(prefix)) bytes, kept by the caller while c is
+ * used), with the rule's limit and window (the limit at least the lease's
+ * cost: a reload may have lowered it).
+ */
+void lease_check_make(struct rl_check *c, char *buf, const char *prefix,
+    const struct lease_ref *ref, int64_t limit, int64_t window_ms);
+
 #endif

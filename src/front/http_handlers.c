@@ -332,33 +332,22 @@ http_handle_lease(struct http_server *s, struct MHD_Connection *conn,
 		return http_respond(s, conn, 200, JSON_TYPE,
 		    "{\"renewed\":false}", 17, NULL);
 	plen = strlen(rq->cfg->redis.key_prefix);
-	if ((rq->lease_key = rl_malloc(plen + ref.suffix_len + 1 +
-		 LEASE_TOKEN_LEN + 1)) == NULL)
+	if ((rq->lease_key = rl_malloc(LEASE_KEY_CAP(plen))) == NULL)
 		return http_respond_error(s, conn, 500, "internal_error",
 		    "out of memory");
-	memcpy(rq->lease_key, rq->cfg->redis.key_prefix, plen);
-	memcpy(rq->lease_key + plen, ref.suffix, ref.suffix_len);
-	rq->lease_key[plen + ref.suffix_len] = '\0';
-	memcpy(rq->lease_key + plen + ref.suffix_len + 1, ref.token,
-	    LEASE_TOKEN_LEN + 1);
-	limit = r != NULL ? r->limit : ref.cost;
-	window = r != NULL ? r->window_ms : 1;
+	lease_check_make(&rq->lease_check, rq->lease_key,
+	    rq->cfg->redis.key_prefix, &ref, r != NULL ? r->limit : ref.cost,
+	    r != NULL ? r->window_ms : 1);
 	/* The key's override, as every decision on it (docs/admin.md): a
 	 * renewal lasts the override's window. */
-	if (r != NULL)
-		(void)overrides_get(s->decider->overrides, rq->lease_key,
-		    plen + ref.suffix_len, 0, &limit, &window);
-	rq->lease_check = (struct rl_check){
-		.algorithm = RL_ALG_CONCURRENCY,
-		.limit = limit,
-		.window_ms = window,
-		.cost = ref.cost,
-		.key = rq->lease_key,
-		.keylen = plen + ref.suffix_len,
-		.token = rq->lease_key + plen + ref.suffix_len + 1,
-	};
-	if (rq->lease_check.limit < ref.cost)
-		rq->lease_check.limit = ref.cost; /* a reload lowered it */
+	if (r != NULL) {
+		limit = rq->lease_check.limit;
+		window = rq->lease_check.window_ms;
+		if (overrides_get(s->decider->overrides, rq->lease_key,
+			rq->lease_check.keylen, 0, &limit, &window))
+			lease_check_make(&rq->lease_check, rq->lease_key,
+			    rq->cfg->redis.key_prefix, &ref, limit, window);
+	}
 	memset(&rq->probe, 0, sizeof(rq->probe));
 	rq->probe.checks = &rq->lease_check;
 	rq->probe.n = 1;

@@ -109,24 +109,12 @@ lease_drop_fill(struct lease_drop *drop, size_t i, char *key,
     const char *prefix, const struct decide_lease *l)
 {
 	struct lease_drop_call *dc = &drop->c[i];
-	size_t plen = strlen(prefix);
 	struct lease_ref ref;
 
 	if (lease_parse(l->lease, strlen(l->lease), &ref) == -1)
 		return false;
-	memcpy(key, prefix, plen);
-	memcpy(key + plen, ref.suffix, ref.suffix_len);
-	key[plen + ref.suffix_len] = '\0';
-	memcpy(key + plen + ref.suffix_len + 1, ref.token, LEASE_TOKEN_LEN + 1);
-	dc->check = (struct rl_check){
-		.algorithm = RL_ALG_CONCURRENCY,
-		.limit = l->rule->limit > ref.cost ? l->rule->limit : ref.cost,
-		.window_ms = l->rule->window_ms,
-		.cost = ref.cost,
-		.key = key,
-		.keylen = plen + ref.suffix_len,
-		.token = key + plen + ref.suffix_len + 1,
-	};
+	lease_check_make(&dc->check, key, prefix, &ref, l->rule->limit,
+	    l->rule->window_ms);
 	dc->call.checks = &dc->check;
 	dc->call.n = 1;
 	dc->call.out = &dc->out;
@@ -150,7 +138,7 @@ lease_drop_start(struct request *rq, bool resume)
 	const struct decider *d = rq->s->decider;
 	struct decision *dec = &rq->decision;
 	const char *prefix = rq->cfg->redis.key_prefix;
-	size_t keycap = strlen(prefix) + LEASE_SUFFIX_MAX + LEASE_TOKEN_LEN + 2;
+	size_t keycap = LEASE_KEY_CAP(strlen(prefix));
 	struct backend *b = dec->degraded && d->local != NULL ? d->local :
 								d->backend;
 	struct lease_drop *drop;

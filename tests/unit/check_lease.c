@@ -82,6 +82,33 @@ END_TEST
 #define T1 "11111111111111111111111111111111"
 #define T2 "22222222222222222222222222222222"
 
+/* The check that releases a lease: its key and token laid out in one
+ * buffer, the limit at least the cost. */
+START_TEST(test_check_make)
+{
+	char tok[LEASE_TOKEN_LEN + 1], *l, buf[LEASE_KEY_CAP(3)];
+	struct lease_ref ref;
+	struct rl_check c;
+
+	ck_assert_int_eq(lease_token_new(tok), 0);
+	l = lease_format("jobs:{j1}", 9, 3, tok);
+	ck_assert_ptr_nonnull(l);
+	ck_assert_int_eq(lease_parse(l, strlen(l), &ref), 0);
+	lease_check_make(&c, buf, "rl:", &ref, 10, 60000);
+	ck_assert_int_eq(c.algorithm, RL_ALG_CONCURRENCY);
+	ck_assert_uint_eq(c.keylen, 12);
+	ck_assert(memcmp(c.key, "rl:jobs:{j1}", 12) == 0);
+	ck_assert_str_eq(c.token, tok);
+	ck_assert_int_eq(c.cost, 3);
+	ck_assert_int_eq(c.limit, 10);
+	ck_assert_int_eq(c.window_ms, 60000);
+	/* A reload lowered the limit below the lease's cost. */
+	lease_check_make(&c, buf, "rl:", &ref, 2, 1000);
+	ck_assert_int_eq(c.limit, 3);
+	rl_free(l);
+}
+END_TEST
+
 START_TEST(test_limiter_release_renew)
 {
 	struct limiter_params p;
@@ -218,6 +245,7 @@ test_suite(void)
 
 	tcase_add_test(tc, test_token);
 	tcase_add_test(tc, test_format_parse);
+	tcase_add_test(tc, test_check_make);
 	tcase_add_test(tc, test_limiter_release_renew);
 	tcase_add_test(tc, test_memory_store);
 	suite_add_tcase(s, tc);
