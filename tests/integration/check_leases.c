@@ -31,7 +31,8 @@
  *   request waiting for its turn on another rule, but a turn after the
  *   lease would expire is not taken (429 at once, no lease), and a waited
  *   lease's expires_ms is its window less waited_ms, as the store holds
- *   it;
+ *   it; a request that a sliding_window rule denies does not wait for a
+ *   lease;
  * - with Redis down and on_backend_error: local, the in-process store's
  *   leases are the client's: released, renewed, waited for;
  * - --check warns about a concurrency rule that could match /auth.
@@ -161,6 +162,20 @@ static const char rules_yaml[] =
     "      t: tl\n"
     "    key: \"${job}\"\n"
     "    algorithm: token_bucket\n"
+    "    limit: 1\n"
+    "    window: 1s\n"
+    "  - name: sw-lease\n"
+    "    match:\n"
+    "      t: sw\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: concurrency\n"
+    "    limit: 1\n"
+    "    window: 10s\n"
+    "  - name: sw-win\n"
+    "    match:\n"
+    "      t: sw\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: sliding_window\n"
     "    limit: 1\n"
     "    window: 1s\n"
     "  - name: q-lease\n"
@@ -1510,6 +1525,48 @@ START_TEST(test_wait_other_rule)
 END_TEST
 
 /*
+ * A sliding_window rule that denies never waits (docs/waiting.md), also
+ * beside a concurrency rule that denies: 429 at once, before the lease is
+ * released, although sw-win's retry (about 1 s) is within wait_ms.  (The
+ * request waited for the lease, then was answered 429 by sw-win once it
+ * was released.)
+ */
+START_TEST(test_wait_sliding_window)
+{
+	struct h_resp r = { 0 };
+	struct waiter w;
+	char a[512];
+	long long until;
+	bool answered;
+
+	start(_i);
+	/* Takes the lease and sw-win's one unit. */
+	post(0, "/acquire", "{\"t\":\"sw\",\"job\":\"s\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "sw-lease", a, sizeof(a));
+	waiter_go(&w, 1, "{\"t\":\"sw\",\"job\":\"s\",\"wait_ms\":5000}");
+	/* Released once it is answered, or after 1.5 s (well within its
+	 * wait). */
+	until = h_now_ms() + 1500;
+	while (__atomic_load_n(&w.status, __ATOMIC_SEQ_CST) == 0 &&
+	    h_now_ms() < until)
+		h_sleep_ms(10);
+	answered = __atomic_load_n(&w.status, __ATOMIC_SEQ_CST) != 0;
+	ck_assert_int_eq(lease_call(0, "/release", a, &r), 1);
+	pthread_join(w.thread, NULL);
+	ck_assert_msg(answered && w.status == 429,
+	    "%ld after %lld ms, %s the lease was released: %s", w.status,
+	    w.answered_ms - w.sent_ms, answered ? "before" : "after", w.answer);
+	/* As without wait_ms: the rule that denies longest decides. */
+	ck_assert_msg(strstr(w.answer, "\"rule\":\"sw-lease\"") != NULL &&
+		w.retry_ms > 9000 && w.lease[0] == '\0',
+	    "%s", w.answer);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
+/*
  * The same for a request that comes while another waits for the lease
  * (it queues behind it, so its store call only looks at the lease): 429
  * at once, and the waiter before it still gets the lease when it is
@@ -1825,6 +1882,7 @@ test_suite(void)
 	tcase_add_loop_test(tc, test_wait_order, 0, 2);
 	tcase_add_loop_test(tc, test_wait_lock_workers, 0, 2);
 	tcase_add_loop_test(tc, test_wait_other_rule, 0, 2);
+	tcase_add_loop_test(tc, test_wait_sliding_window, 0, 2);
 	tcase_add_loop_test(tc, test_wait_queued_other_rule, 0, 2);
 	tcase_add_loop_test(tc, test_wait_sigterm, 0, 2);
 	tcase_add_test(tc, test_wait_without_channel_acl);
