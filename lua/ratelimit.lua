@@ -1392,11 +1392,13 @@ local function make_general()
         redis.call('PEXPIRE', s.key, int(max(1, s.reset)))
       end
     end
-    -- The lease is taken when the request is decided (docs/leases.md):
-    -- one that fits now fits whenever another rule makes the request
-    -- wait; one that does not is waited for by the daemon, not here.
+    -- The lease is taken when the request is decided (docs/leases.md) and
+    -- expires at now + W: one that fits now fits at a turn another rule
+    -- gives it while the answer, sent ceil_ms(t - now) after the decision,
+    -- finds at least 1 ms of it left (t <= now + W - 1 ms); one that does
+    -- not fit is waited for by the daemon, not here.
     function concurrency.earliest(s, from)
-      if s.allowed then
+      if s.allowed and from <= s.now + s.W - 1000 then
         return from
       end
       return nil

@@ -549,7 +549,8 @@ oom:
 /*
  * Denied with wait_ms: may the request wait for a lease (decide.h)?  Only
  * when a concurrency rule denied and no other rule that denied needs
- * longer than the wait.
+ * longer than the wait, nor is a sliding_window rule, which never waits
+ * (docs/waiting.md: answered 429 at once).
  */
 static void
 lease_wait_check(struct decide_job *job)
@@ -563,6 +564,8 @@ lease_wait_check(struct decide_job *job)
 
 		if (c->shadow || r->allowed)
 			continue;
+		if (c->algorithm == RL_ALG_SLIDING_WINDOW)
+			return;
 		if (c->algorithm != RL_ALG_CONCURRENCY) {
 			if (r->retry_after_ms * 1000 > job->wait_us)
 				return;

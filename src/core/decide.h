@@ -99,7 +99,9 @@ struct decide_reported {
 struct decide_lease {
 	const struct rule *rule; /* borrowed from the config snapshot */
 	char *lease;		 /* the lease string (lease.h); owned */
-	int64_t expires_ms;	 /* the rule's window */
+	int64_t expires_ms;	 /* the key's window, as of the decision
+				  * (an answer that waited for its turn
+				  * takes waited_ms off) */
 };
 
 enum decide_status {

@@ -926,12 +926,15 @@ limiter_earliest(const struct limiter_state *s, const struct limiter_params *p,
 		return ok ? now : INT64_MAX;
 	case RL_ALG_CONCURRENCY:
 		/* The lease is taken when the request is decided
-		 * (docs/leases.md): one that fits now fits whenever another
-		 * rule makes the request wait.  One that does not is waited
-		 * for by the daemon, not here; nor a look (no token), which
-		 * never takes one. */
+		 * (docs/leases.md) and expires at now + W: one that fits now
+		 * fits at a turn another rule gives it while the answer,
+		 * sent ceil_ms(t - now) after the decision, finds at least
+		 * 1 ms of it left.  One that does not fit is waited for by
+		 * the daemon, not here; nor a look (no token), which never
+		 * takes one. */
 		return cost <= p->limit - s->u.conc.used &&
-			(p->token != NULL || cost == 0) ?
+			(p->token != NULL || cost == 0) &&
+			from <= now + p->window_us - LIMITER_LEASE_LEFT_US ?
 		    from :
 		    INT64_MAX;
 	}

@@ -47,6 +47,10 @@
 
 /* A lease token: LIMITER_TOKEN_LEN lower-case hex digits (128 bits). */
 #define LIMITER_TOKEN_LEN 32
+/* Waiting (docs/algorithms.md, "Waiting for a turn"): a concurrency check
+ * admits at a reserved time t only while the lease it takes at the
+ * decision has at least this long left (t <= now + W - 1 ms). */
+#define LIMITER_LEASE_LEFT_US INT64_C(1000)
 
 /* A rule's parameters as the algorithms see them.  Fill with
  * limiter_params_set(). */
@@ -205,7 +209,9 @@ bool limiter_lease_renew(struct limiter_state *s,
  * t >= max(from, now) at which the rule admits `cost`, counting the units
  * reserved after now, and never before the newest reservation (first come,
  * first served).  INT64_MAX when the rule never waits (sliding_window: now
- * if it admits now, else INT64_MAX).  Pure.
+ * if it admits now, else INT64_MAX).  concurrency: `from` if it admits now
+ * and from <= now + W - LIMITER_LEASE_LEFT_US (its lease, taken at now,
+ * is still held then), else INT64_MAX.  Pure.
  */
 int64_t limiter_earliest(const struct limiter_state *s,
     const struct limiter_params *p, int64_t now, int64_t from, int64_t cost);

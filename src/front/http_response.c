@@ -156,6 +156,18 @@ http_fmt_free(char *text, const char *stack)
 		rl_free(text);
 }
 
+/* A lease's expires_ms as of when the answer goes out: taken at the
+ * decision, it has its window less the time waited for the turn left
+ * (never below 0; docs/waiting.md).  A lease's wait came before the
+ * decision. */
+static int64_t
+lease_left(const struct decision *d, const struct decide_lease *l)
+{
+	if (d->waited_ms <= 0)
+		return l->expires_ms;
+	return l->expires_ms > d->waited_ms ? l->expires_ms - d->waited_ms : 0;
+}
+
 /*
  * ',"leases":[...]' for the leases a decision took (docs/leases.md), or "".
  * Rule names are [A-Za-z0-9_.-]+ and leases hex, digits and dots: nothing
@@ -181,7 +193,8 @@ leases_json(const struct decision *d)
 		    "%s{\"rule\":\"%s\","
 		    "\"lease\":\"%s\",\"expires_ms\":%lld}",
 		    i > 0 ? "," : "", d->leases[i].rule->name,
-		    d->leases[i].lease, (long long)d->leases[i].expires_ms);
+		    d->leases[i].lease,
+		    (long long)lease_left(d, &d->leases[i]));
 	snprintf(p + off, cap - off, "]");
 	return p;
 }

@@ -28,7 +28,11 @@
  *   waits applies to it, and one that raises the limit or removes the
  *   rule serves a waiter at once, as does an override that raises it (on
  *   Redis, set through the other daemon); a free lease does not stop a
- *   request waiting for its turn on another rule;
+ *   request waiting for its turn on another rule, but a turn after the
+ *   lease would expire is not taken (429 at once, no lease), and a waited
+ *   lease's expires_ms is its window less waited_ms, as the store holds
+ *   it; a request that a sliding_window rule denies does not wait for a
+ *   lease;
  * - with Redis down and on_backend_error: local, the in-process store's
  *   leases are the client's: released, renewed, waited for;
  * - --check warns about a concurrency rule that could match /auth.
@@ -130,6 +134,48 @@ static const char rules_yaml[] =
     "      t: turn\n"
     "    key: \"${job}\"\n"
     "    algorithm: token_bucket\n"
+    "    limit: 1\n"
+    "    window: 1s\n"
+    "  - name: sp-lease\n"
+    "    match:\n"
+    "      t: sp\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: concurrency\n"
+    "    limit: 1\n"
+    "    window: 1s\n"
+    "  - name: sp-tb\n"
+    "    match:\n"
+    "      t: sp\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: token_bucket\n"
+    "    limit: 1\n"
+    "    window: 2s\n"
+    "  - name: tl-lease\n"
+    "    match:\n"
+    "      t: tl\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: concurrency\n"
+    "    limit: 1\n"
+    "    window: 2s\n"
+    "  - name: tl-tb\n"
+    "    match:\n"
+    "      t: tl\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: token_bucket\n"
+    "    limit: 1\n"
+    "    window: 1s\n"
+    "  - name: sw-lease\n"
+    "    match:\n"
+    "      t: sw\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: concurrency\n"
+    "    limit: 1\n"
+    "    window: 10s\n"
+    "  - name: sw-win\n"
+    "    match:\n"
+    "      t: sw\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: sliding_window\n"
     "    limit: 1\n"
     "    window: 1s\n"
     "  - name: q-lease\n"
@@ -781,6 +827,108 @@ START_TEST(test_wait_turn_with_lease)
 }
 END_TEST
 
+/* The expires_ms of the single lease of an allowed /acquire answer. */
+static long long
+expires_of(struct h_resp *r)
+{
+	json_t *l = json_array_get(h_json_get(r, "leases"), 0);
+
+	ck_assert_msg(json_is_integer(json_object_get(l, "expires_ms")),
+	    "no expires_ms in %s", r->body);
+	return json_integer_value(json_object_get(l, "expires_ms"));
+}
+
+/*
+ * A turn that comes after the lease taken at the decision has expired is
+ * not taken (docs/algorithms.md, "Waiting for a turn"): sp-lease (limit 1,
+ * 1 s) admits now, sp-tb (1 per 2 s, its token spent) only in about 2 s:
+ * 429 at once, as when no turn fits within wait_ms, and no lease.  (It was
+ * answered 200 at its turn, 2 s later, with a lease that had expired at
+ * 1 s and "expires_ms":1000; meanwhile another request took the lock: two
+ * holders of a limit-1 lock.)
+ */
+START_TEST(test_wait_turn_past_lease)
+{
+	struct h_resp r = { 0 };
+	struct waiter w;
+	char a[512];
+
+	start(_i);
+	post(0, "/acquire", "{\"t\":\"sp\",\"job\":\"x\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "sp-lease", a, sizeof(a));
+	ck_assert_int_eq(lease_call(0, "/release", a, &r), 1);
+	/* The lock is free; sp-tb's one token is spent for 2 s. */
+	waiter_go(&w, 1, "{\"t\":\"sp\",\"job\":\"x\",\"wait_ms\":3000}");
+	pthread_join(w.thread, NULL);
+	/* The lock alone, through the other daemon. */
+	post(0, "/acquire",
+	    "{\"t\":\"sp\",\"job\":\"x\",\"rule\":\"sp-lease\"}", &r);
+	ck_assert_msg(w.status == 429 && w.lease[0] == '\0',
+	    "the waiter: %ld after %lld ms: %s; then the lock alone: %ld %s",
+	    w.status, w.answered_ms - w.sent_ms, w.answer, r.status, r.body);
+	ck_assert_msg(strstr(w.answer, "\"rule\":\"sp-tb\"") != NULL &&
+		w.retry_ms > 1000 && w.retry_ms <= 2000,
+	    "%s", w.answer);
+	ck_assert_msg(r.status == 200, "the lock alone: %ld %s", r.status,
+	    r.body);
+	lease_of(&r, "sp-lease", a, sizeof(a));
+	ck_assert_int_eq(lease_call(1, "/release", a, &r), 1);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
+/*
+ * A lease taken at the decision of a request that waited for its turn has
+ * its window less waited_ms left when the answer goes out, and the answer
+ * says so (docs/waiting.md): tl-lease (limit 1, 2 s) and tl-tb (1 per
+ * 1 s, its token spent), answered about 1 s later.  What the store holds
+ * agrees: the lock's retry_after_ms right after the answer (the lease's
+ * time left), and on Redis the key's PTTL.  (The answer said
+ * "expires_ms":2000 of a lease that expired about 1 s later.)
+ */
+START_TEST(test_wait_turn_lease_left)
+{
+	struct h_resp r = { 0 };
+	char a[512], b[512];
+	long long waited, expires, left, pttl = -1;
+
+	start(_i);
+	post(0, "/acquire", "{\"t\":\"tl\",\"job\":\"x\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "tl-lease", a, sizeof(a));
+	ck_assert_int_eq(lease_call(0, "/release", a, &r), 1);
+	post(1, "/acquire", "{\"t\":\"tl\",\"job\":\"x\",\"wait_ms\":1500}",
+	    &r);
+	ck_assert_msg(r.status == 200, "the waiter: %ld %s", r.status, r.body);
+	lease_of(&r, "tl-lease", b, sizeof(b));
+	waited = h_json_int(&r, "waited_ms");
+	expires = expires_of(&r);
+	if (_i == 1)
+		pttl = h_redis_int(&h_shared_redis, "PTTL %s",
+		    "ls:tl-lease:{x}");
+	/* The lock alone: denied until the lease expires. */
+	post(0, "/acquire",
+	    "{\"t\":\"tl\",\"job\":\"x\",\"rule\":\"tl-lease\"}", &r);
+	ck_assert_int_eq(r.status, 429);
+	left = h_json_int(&r, "retry_after_ms");
+	ck_assert_msg(left <= expires + 1 && left >= expires - 250,
+	    "the answer said expires_ms %lld (waited_ms %lld); the store holds "
+	    "the lease %lld ms more",
+	    expires, waited, left);
+	ck_assert_msg(waited >= 500 && waited <= 1500 &&
+		expires == 2000 - waited,
+	    "waited_ms %lld, expires_ms %lld", waited, expires);
+	if (_i == 1)
+		ck_assert_msg(pttl > 0 && pttl <= expires + 1,
+		    "PTTL %lld, expires_ms %lld", pttl, expires);
+	ck_assert_int_eq(lease_call(0, "/release", b, &r), 1);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
 /* Reload every daemon with rule's limit changed from one digit, from,
  * to another, to; a request {"t": t} then sees the new limit. */
 static void
@@ -1377,6 +1525,48 @@ START_TEST(test_wait_other_rule)
 END_TEST
 
 /*
+ * A sliding_window rule that denies never waits (docs/waiting.md), also
+ * beside a concurrency rule that denies: 429 at once, before the lease is
+ * released, although sw-win's retry (about 1 s) is within wait_ms.  (The
+ * request waited for the lease, then was answered 429 by sw-win once it
+ * was released.)
+ */
+START_TEST(test_wait_sliding_window)
+{
+	struct h_resp r = { 0 };
+	struct waiter w;
+	char a[512];
+	long long until;
+	bool answered;
+
+	start(_i);
+	/* Takes the lease and sw-win's one unit. */
+	post(0, "/acquire", "{\"t\":\"sw\",\"job\":\"s\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	lease_of(&r, "sw-lease", a, sizeof(a));
+	waiter_go(&w, 1, "{\"t\":\"sw\",\"job\":\"s\",\"wait_ms\":5000}");
+	/* Released once it is answered, or after 1.5 s (well within its
+	 * wait). */
+	until = h_now_ms() + 1500;
+	while (__atomic_load_n(&w.status, __ATOMIC_SEQ_CST) == 0 &&
+	    h_now_ms() < until)
+		h_sleep_ms(10);
+	answered = __atomic_load_n(&w.status, __ATOMIC_SEQ_CST) != 0;
+	ck_assert_int_eq(lease_call(0, "/release", a, &r), 1);
+	pthread_join(w.thread, NULL);
+	ck_assert_msg(answered && w.status == 429,
+	    "%ld after %lld ms, %s the lease was released: %s", w.status,
+	    w.answered_ms - w.sent_ms, answered ? "before" : "after", w.answer);
+	/* As without wait_ms: the rule that denies longest decides. */
+	ck_assert_msg(strstr(w.answer, "\"rule\":\"sw-lease\"") != NULL &&
+		w.retry_ms > 9000 && w.lease[0] == '\0',
+	    "%s", w.answer);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
+/*
  * The same for a request that comes while another waits for the lease
  * (it queues behind it, so its store call only looks at the lease): 429
  * at once, and the waiter before it still gets the lease when it is
@@ -1686,10 +1876,13 @@ test_suite(void)
 	tcase_add_loop_test(tc, test_wait_release, 0, 2);
 	tcase_add_loop_test(tc, test_wait_reload, 0, 2);
 	tcase_add_loop_test(tc, test_wait_turn_with_lease, 0, 2);
+	tcase_add_loop_test(tc, test_wait_turn_past_lease, 0, 2);
+	tcase_add_loop_test(tc, test_wait_turn_lease_left, 0, 2);
 	tcase_add_loop_test(tc, test_wait_expiry_timeout, 0, 2);
 	tcase_add_loop_test(tc, test_wait_order, 0, 2);
 	tcase_add_loop_test(tc, test_wait_lock_workers, 0, 2);
 	tcase_add_loop_test(tc, test_wait_other_rule, 0, 2);
+	tcase_add_loop_test(tc, test_wait_sliding_window, 0, 2);
 	tcase_add_loop_test(tc, test_wait_queued_other_rule, 0, 2);
 	tcase_add_loop_test(tc, test_wait_sigterm, 0, 2);
 	tcase_add_test(tc, test_wait_without_channel_acl);

@@ -1,6 +1,8 @@
 /*
  * check_limiter.c - unit tests of limiter.c, the four algorithms of
- * docs/algorithms.md on one key's state, with explicit times.
+ * docs/algorithms.md on one key's state, with explicit times, and the
+ * earliest time a concurrency check admits a request that waits for its
+ * turn.
  *
  * Every expected number is worked out by hand from docs/algorithms.md in
  * the comment next to it, never copied from the implementation's output.
@@ -682,6 +684,78 @@ START_TEST(test_sw_clock_back)
 }
 END_TEST
 
+/* --- concurrency: waiting for a turn ------------------------------------ */
+
+/* limiter_check() at now, then limiter_earliest() from `from`. */
+static int64_t
+earliest(struct limiter_state *s, const struct limiter_params *p, int64_t now,
+    int64_t from, int64_t cost)
+{
+	char err[128];
+	bool ok;
+
+	ck_assert_int_eq(limiter_check(s, p, now, cost, &ok, err, sizeof(err)),
+	    0);
+	return limiter_earliest(s, p, now, from, cost);
+}
+
+/*
+ * docs/algorithms.md, "Waiting for a turn": a lease taken at now expires at
+ * now + W, and the answer goes out ceil_ms(t - now) later, so concurrency
+ * admits at t only while t <= now + W - 1 ms; never past it (a turn there
+ * would hand out a lease expired, or expiring, as the answer goes out).
+ * L 2, W 1 s; lease a (1 unit) held.
+ */
+START_TEST(test_conc_earliest)
+{
+	struct limiter_params p = params(RL_ALG_CONCURRENCY, 2, 1000);
+	struct limiter_state s;
+	int64_t now = T0 + 100 * MS;
+
+	limiter_state_init(&s, RL_ALG_CONCURRENCY);
+	p.token = "0000000000000000000000000000000a";
+	ck_take(&s, &p, T0, 1, true, 1, 1000, 0);
+	p.token = "0000000000000000000000000000000b";
+	/* Fits now: e(from) = from up to now + W - 1 ms, then never. */
+	ck_assert_int_eq(earliest(&s, &p, now, now, 1), now);
+	ck_assert_int_eq(earliest(&s, &p, now, now + 500 * MS, 1),
+	    now + 500 * MS);
+	ck_assert_int_eq(earliest(&s, &p, now, now + SEC - MS, 1),
+	    now + SEC - MS);
+	ck_assert_int_eq(earliest(&s, &p, now, now + SEC - MS + 1, 1),
+	    INT64_MAX);
+	ck_assert_int_eq(earliest(&s, &p, now, now + SEC, 1), INT64_MAX);
+	ck_assert_int_eq(earliest(&s, &p, now, now + 5 * SEC, 1), INT64_MAX);
+	/* from before now counts from now. */
+	ck_assert_int_eq(earliest(&s, &p, now, now - SEC, 1), now);
+	/* The same bound for cost 0, which takes no lease. */
+	ck_assert_int_eq(earliest(&s, &p, now, now + SEC - MS, 0),
+	    now + SEC - MS);
+	ck_assert_int_eq(earliest(&s, &p, now, now + SEC, 0), INT64_MAX);
+	/* Does not fit now (2 units, 1 free): never, whatever from is: the
+	 * daemon waits for a release instead. */
+	ck_assert_int_eq(earliest(&s, &p, now, now, 2), INT64_MAX);
+	/* A look (no token) never takes a lease. */
+	p.token = NULL;
+	ck_assert_int_eq(earliest(&s, &p, now, now, 1), INT64_MAX);
+	limiter_state_clear(&s);
+}
+END_TEST
+
+/* The bound is the key's own window: W 1 ms leaves only t = now. */
+START_TEST(test_conc_earliest_short)
+{
+	struct limiter_params p = params(RL_ALG_CONCURRENCY, 1, 1);
+	struct limiter_state s;
+
+	limiter_state_init(&s, RL_ALG_CONCURRENCY);
+	p.token = "0000000000000000000000000000000c";
+	ck_assert_int_eq(earliest(&s, &p, T0, T0, 1), T0);
+	ck_assert_int_eq(earliest(&s, &p, T0, T0 + 1, 1), INT64_MAX);
+	limiter_state_clear(&s);
+}
+END_TEST
+
 /* --- common ------------------------------------------------------------ */
 
 START_TEST(test_params)
@@ -821,6 +895,11 @@ test_suite(void)
 	tcase_add_test(tc, test_sw_bound);
 	tcase_add_test(tc, test_sw_cost_zero_and_reload);
 	tcase_add_test(tc, test_sw_clock_back);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("concurrency_wait");
+	tcase_add_test(tc, test_conc_earliest);
+	tcase_add_test(tc, test_conc_earliest_short);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("common");
