@@ -568,9 +568,7 @@ make_backends(struct daemon *d, char *err, size_t errlen)
 		/* Always there, so that a reload to on_backend_error:
 		 * local works; it holds nothing until it is used. */
 		d->local = backend_memory_new(c->memory.max_keys, NULL, NULL);
-		/* Before the notices that forget its denials can come. */
 		d->deny = deny_cache_new(DENY_CACHE_SLOTS);
-		backend_redis_watch_releases(d->backend, on_released, d);
 		backend_redis_watch_takebacks(d->backend, on_taken_back, d);
 	} else
 		d->backend = backend_memory_new(c->memory.max_keys, NULL, NULL);
@@ -760,6 +758,12 @@ make_decider(struct daemon *d, char *err, size_t errlen)
 	    overrides_sync_start(d->overrides, d->backend, d->cfg, err,
 		errlen) < 0)
 		return -1;
+	/* Last: the store's thread hears the channel once this is set (its
+	 * lock orders everything made above before on_released() runs
+	 * there), and nothing is lost meanwhile: no waiter, no holding, no
+	 * denial yet, and the sync's first round reads every override. */
+	if (d->cfg->backend == RL_BACKEND_REDIS)
+		backend_redis_watch_releases(d->backend, on_released, d);
 	if (d->deny != NULL)
 		metrics_set_deny_hits(d->metrics, deny_hits, d->deny);
 	d->decider = (struct decider){

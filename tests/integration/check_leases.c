@@ -707,9 +707,10 @@ waiter_run(void *arg)
 	json_t *l;
 
 	w->sent_ms = h_now_ms();
+	/* status is polled by the test's thread while this one runs. */
 	if (h_request(c, port_of(w->k), &r, "POST", "/acquire", w->body,
 		strlen(w->body), NULL) == 0)
-		w->status = r.status;
+		__atomic_store_n(&w->status, r.status, __ATOMIC_SEQ_CST);
 	w->answered_ms = h_now_ms();
 	snprintf(w->answer, sizeof(w->answer), "%s",
 	    r.body != NULL ? r.body : r.err);
