@@ -1181,7 +1181,7 @@ START_TEST(test_reset_drops_chunk_in_flight)
 	    "    key: \"${user}\"\n"
 	    "    algorithm: fixed_window\n"
 	    "    limit: 100\n"
-	    "    window: 1h\n"
+	    "    window: 366d\n" /* no window starts during the test */
 	    "    prefetch: { max_units: 50, hold: 30s }\n";
 	struct admin_daemon a, b;
 	struct delay_proxy px;
@@ -1244,7 +1244,7 @@ START_TEST(test_resubscribe_drops_prefetched)
 	    "    key: \"${user}\"\n"
 	    "    algorithm: fixed_window\n"
 	    "    limit: 100\n"
-	    "    window: 1h\n"
+	    "    window: 366d\n" /* no window starts during the test */
 	    "    prefetch: { max_units: 50, hold: 30s }\n";
 	struct admin_daemon a, b;
 	struct h_resp r = { 0 };

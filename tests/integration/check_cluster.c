@@ -411,7 +411,9 @@ END_TEST
  * test) and "narrow" (limit 3) in different slots.  Three requests pass;
  * the fourth is denied by narrow after wide's slot recorded it, so wide
  * must get exactly that back: a request that only wide applies to then
- * sees 10 - 3 - 1 = 6 remaining (5 if the units stayed).
+ * sees 10 - 3 - 1 = 6 remaining (5 if the units stayed).  wide's window is
+ * 366 days: a fixed_window's starts on the clock's multiples of it, and
+ * one that began during a test would empty wide's count.
  */
 static const char algo_fmt[] =
     "listen: \"127.0.0.1:%%PORT%%\"\n"
@@ -427,7 +429,7 @@ static const char algo_fmt[] =
     "    key: \"${user}\"\n"
     "    algorithm: %s\n"
     "    limit: 10\n"
-    "    window: 1h\n"
+    "    window: 366d\n"
     "  - name: narrow\n"
     "    match: { t: pair }\n"
     "    key: \"${user}:n\"\n"

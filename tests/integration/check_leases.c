@@ -71,6 +71,9 @@ static const char redis_head[] =
     "  key_prefix: \"ls:\"\n"
     "on_backend_error: deny\n";
 
+/* The "gate" rules that admit one request an hour are sliding_log: a
+ * fixed_window's hour starts on the clock's, so a test that ran across
+ * one would find its gate open again. */
 static const char rules_yaml[] =
     "rules:\n"
     "  - name: exports\n"
@@ -105,7 +108,7 @@ static const char rules_yaml[] =
     "    match:\n"
     "      t: pair\n"
     "    key: \"${job}\"\n"
-    "    algorithm: fixed_window\n"
+    "    algorithm: sliding_log\n"
     "    limit: 1\n"
     "    window: 1h\n"
     "  - name: both-lease\n"
@@ -119,7 +122,7 @@ static const char rules_yaml[] =
     "    match:\n"
     "      t: both\n"
     "    key: \"${job}\"\n"
-    "    algorithm: fixed_window\n"
+    "    algorithm: sliding_log\n"
     "    limit: 1\n"
     "    window: 1h\n"
     "  - name: turn-lease\n"
@@ -189,7 +192,7 @@ static const char rules_yaml[] =
     "    match:\n"
     "      t: q\n"
     "    key: \"${user}\"\n"
-    "    algorithm: fixed_window\n"
+    "    algorithm: sliding_log\n"
     "    limit: 1\n"
     "    window: 1h\n"
     "  - name: duo\n"

@@ -352,7 +352,7 @@ START_TEST(test_few_calls)
 END_TEST
 
 /*
- * A chunk in flight across a reload: fixed_window, limit 1000 per minute,
+ * A chunk in flight across a reload: fixed_window, limit 1000 a window,
  * prefetch up to 1000.  Redis is paused while one request's call (a chunk
  * of 1 + min(999, 999 / 8) = 125) is out; the limit is reloaded to 10
  * meanwhile.  When Redis answers, the chunk's 124 spare units must not be
@@ -373,7 +373,7 @@ static const char reload_fmt[] =
     "    key: \"global\"\n"
     "    algorithm: fixed_window\n"
     "    limit: %d\n"
-    "    window: 60s\n"
+    "    window: 366d\n" /* no window starts during the test */
     "    prefetch: { max_units: 1000, hold: 30s }\n";
 
 static void *
