@@ -206,6 +206,13 @@ pick_deciding(const struct applying *ap, const struct rl_check *checks,
 	out->retry_after_ms = all_allowed ? 0 : res[best].retry_after_ms;
 	if (!all_allowed && out->retry_after_ms < 1)
 		out->retry_after_ms = 1;
+	/* A Retry-After is never earlier than t (docs/http.md).  t is when
+	 * one unit more than remaining fits; a denial past the limit (a
+	 * report, a lowered limit) of fewer units, cost 0 say, is retried
+	 * sooner, and within its retry no more than remaining can be used
+	 * all the same. */
+	if (!all_allowed && out->effective_ms > out->retry_after_ms)
+		out->effective_ms = out->retry_after_ms;
 	out->shadow = ap[best].rule->shadow;
 }
 

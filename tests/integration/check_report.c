@@ -51,6 +51,11 @@ static const char redis_head[] =
 static const char rules_yaml[] =
     "rules:\n" RULE("sl", "sliding_log") RULE("fw", "fixed_window")
 	RULE("tb", "token_bucket") RULE("sw", "sliding_window")
+	    "  - name: tw\n"
+	    "    match: { t: tw }\n"
+	    "    key: \"${user}\"\n"
+	    "    limit: 3\n"
+	    "    window: 10s\n"
 	    "  - name: shadowed\n"
 	    "    match: { t: sl }\n"
 	    "    limit: 1\n"
@@ -281,6 +286,51 @@ START_TEST(test_report_answer)
 }
 END_TEST
 
+/*
+ * A request of cost 0 on a key a report took past its limit (tw: 3 in
+ * 10 s; one unit, 1.1 s later two, then a report of one) is denied until
+ * the oldest unit leaves, about 8.9 s.  One unit more than its remaining
+ * (0) would fit only when the next leaves, at about 10 s: t must not say
+ * so, since a Retry-After is never earlier than t (docs/http.md).  (It
+ * said t=10 beside Retry-After: 9.)
+ */
+START_TEST(test_report_over_t_within_retry)
+{
+	struct h_daemon a, b;
+	struct h_resp r = { 0 };
+	const char *rl, *ra;
+	long long t, retry;
+
+	start_daemons(&a, &b);
+	h_post(a.port, "/acquire", "{\"t\":\"tw\",\"user\":\"o\"}", &r);
+	ck_assert_int_eq(r.status, 200);
+	h_sleep_ms(1100);
+	h_post(a.port, "/acquire", "{\"t\":\"tw\",\"user\":\"o\",\"cost\":2}",
+	    &r);
+	ck_assert_int_eq(r.status, 200);
+	h_post(a.port, "/report", "{\"t\":\"tw\",\"user\":\"o\",\"cost\":1}",
+	    &r);
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_int_eq(row_int(report_row(&r, "tw"), "overdrawn"), 1);
+	h_post(a.port, "/acquire", "{\"t\":\"tw\",\"user\":\"o\",\"cost\":0}",
+	    &r);
+	ck_assert_int_eq(r.status, 429);
+	rl = h_resp_header(&r, "RateLimit");
+	ra = h_resp_header(&r, "Retry-After");
+	ck_assert_ptr_nonnull(rl);
+	ck_assert_ptr_nonnull(ra);
+	ck_assert_ptr_nonnull(strstr(rl, ";t="));
+	t = atoll(strstr(rl, ";t=") + 3);
+	retry = atoll(ra);
+	ck_assert_int_eq(retry,
+	    (h_json_int(&r, "retry_after_ms") + 999) / 1000);
+	ck_assert_msg(retry >= 8 && t <= retry,
+	    "RateLimit: %s, Retry-After: %s", rl, ra);
+	h_resp_free(&r);
+	stop_daemons(&a, &b);
+}
+END_TEST
+
 /* wait_ms is no attribute of a report and is ignored, whatever its value
  * (docs/http.md): a report never waits, so none of these is a 400. */
 START_TEST(test_report_ignores_wait)
@@ -349,6 +399,7 @@ store_tcase(const char *name, void (*setup)(void))
 	    (int)(sizeof(algs) / sizeof(algs[0])));
 	tcase_add_test(tc, test_report_answer);
 	tcase_add_test(tc, test_report_ignores_wait);
+	tcase_add_test(tc, test_report_over_t_within_retry);
 	return tc;
 }
 
