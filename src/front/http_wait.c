@@ -329,14 +329,13 @@ http_lease_queue_behind(struct http_server *s, struct request *rq,
 }
 
 /* A newcomer's look that would have queued it, but that came back after
- * its deadline (a slow store): the look's denial is no answer, since it
- * took no lease by design. */
+ * its deadline (a slow store; wait: lease_wait_needed(), read once): the
+ * look's denial is no answer, since it took no lease by design. */
 static bool
-look_ran_out(const struct request *rq)
+look_ran_out(const struct request *rq, bool wait)
 {
 	return rq->queued && rq->decision.status == DECIDE_OK &&
-	    !rq->decision.allowed && rq->decision.lease_wait &&
-	    !lease_wait_needed(rq);
+	    !rq->decision.allowed && rq->decision.lease_wait && !wait;
 }
 
 /* A decided /acquire: wait for a lease, or for its reserved time, or
@@ -345,7 +344,11 @@ enum MHD_Result
 http_answer_decision(struct http_server *s, struct MHD_Connection *conn,
     struct request *rq)
 {
-	if (look_ran_out(rq)) {
+	/* One look at the clock for both: between two, the deadline could
+	 * pass and the look's denial be answered. */
+	bool wait = lease_wait_needed(rq);
+
+	if (look_ran_out(rq, wait)) {
 		/* Decided once more without waiting, as a waiter whose
 		 * wait ran out (LEASE_WAIT_TIMEOUT), and answered that. */
 		rq->queued = false;
@@ -356,7 +359,7 @@ http_answer_decision(struct http_server *s, struct MHD_Connection *conn,
 		}
 		rq->cut = true;
 	}
-	if (lease_wait_needed(rq)) {
+	if (wait) {
 		if (http_request_enter(rq, RQ_WAITING_LEASE)) {
 			/* Queued behind others, it learnt nothing of the
 			 * lease: the first of its key, it tries at once. */
