@@ -28,7 +28,8 @@ struct backend *backend_redis_new(const struct redis_config *rc, char *err,
  * node, which hears every PUBLISH).  key is NULL when releases may have
  * gone unheard (the subscription was down and is back).  fn runs on the
  * store's I/O thread and must be quick; arg must outlive the store.
- * Start-up, once, before the first call.
+ * Start-up, once, before any client's request (calls of the daemon's own,
+ * such as the overrides sync's reads, may come before).
  */
 typedef void (*backend_released_fn)(void *arg, const char *key, size_t keylen);
 void backend_redis_watch_releases(struct backend *b, backend_released_fn fn,

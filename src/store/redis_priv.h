@@ -192,7 +192,9 @@ struct redis_backend {
 
 	/* Releases of leases (backend_redis_watch_releases()): the I/O
 	 * thread's subscription to rel_channel on one node.  rel_fn and
-	 * rel_arg are set once, under qmu, before the first request. */
+	 * rel_arg are set once, under qmu, at start-up (before any client's
+	 * request; the overrides sync may have made calls already): the
+	 * subscription begins at the next turn that sees them. */
 	backend_released_fn rel_fn;
 	void *rel_arg;
 	char *rel_channel; /* "<key_prefix>released" */
