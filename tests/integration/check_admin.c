@@ -2032,16 +2032,18 @@ END_TEST
  * When taking the write back fails, the PUT is no 507 ("nothing
  * written"): it answers that the store failed and that the override may
  * be set, and logs it.  A second pause, queued behind the two writes,
- * holds the take-back past redis.timeout (2 s).  (The client was told
- * 507 while the field stayed.)
+ * holds the take-back past redis.timeout (2.5 s, longer than the first
+ * pause, 1.6 s, and short enough for the client's 5 s).  The writes have
+ * 0.8 s to reach Redis before it, and it 0.8 s to come before the first
+ * pause ends.  (The client was told 507 while the field stayed.)
  */
 START_TEST(test_override_undo_failed)
 {
-	static const char timeout_2s[] =
+	static const char timeout_2500ms[] =
 	    "backend: redis\n"
 	    "redis:\n"
 	    "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
-	    "  timeout: 2s\n"
+	    "  timeout: 2500ms\n"
 	    "  key_prefix: \"adm:\"\n";
 	struct admin_daemon a;
 	struct racing_put p[2];
@@ -2050,8 +2052,8 @@ START_TEST(test_override_undo_failed)
 	char v[64];
 	int i, failed = 0;
 
-	c = race_two_puts(&a, timeout_2s, p, 1000);
-	h_sleep_ms(500); /* both PUTs wait for Redis */
+	c = race_two_puts(&a, timeout_2500ms, p, 1600);
+	h_sleep_ms(800); /* both PUTs wait for Redis */
 	c2 = redisConnect("127.0.0.1", h_shared_redis.port);
 	ck_assert_msg(c2 != NULL && !c2->err, "connect for CLIENT PAUSE");
 	rep = redisCommand(c2, "CLIENT PAUSE %d ALL", 5000);
