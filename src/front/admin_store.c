@@ -454,31 +454,33 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 	if (overrides_set(s->overrides, cfg->redis.key_prefix, r->name, key,
 		strlen(key), limit, window, ttl > 0 ? now_ms + ttl : 0,
 		now_ms) < 0) {
-		if (errno != ENOSPC) {
-			ret = admin_error(conn, 500, "internal_error",
-			    "out of memory");
-			goto out;
-		}
-		/* Filled since the look above (another PUT, the sync): the
-		 * field gets back what it held, another daemon's override
-		 * maybe.  When that fails, the write may stand: no 507. */
+		bool full = errno == ENOSPC;
+
+		/* Filled since the look above (another PUT, the sync), or no
+		 * memory for this daemon's copy: the field gets back what it
+		 * held, another daemon's override maybe, so that the refusal
+		 * changes nothing.  When that fails, the write may stand: no
+		 * 507. */
 		if (on_redis(s) &&
 		    override_undo(s, &a, &kind, err, sizeof(err)) < 0) {
 			snprintf(what, sizeof(what),
-			    "no room here; taking it back failed (%s): it "
-			    "may be set",
+			    "%s here; taking it back failed (%s): it may be "
+			    "set",
+			    full ? "no room" : "out of memory",
 			    backend_error_kind_name(kind));
 			admin_log_write(conn, "override_set", r->name, key,
 			    what);
 			ret = admin_error(conn, 503, "backend_unavailable",
 			    "the %s store failed (%s) taking back the "
-			    "override this daemon had no room for: it may "
+			    "override this daemon could not hold: it may "
 			    "be set",
 			    s->decider->backend->name,
 			    backend_error_kind_name(kind));
 			goto out;
 		}
-		ret = overrides_full(s, conn, cfg);
+		ret = full ?
+		    overrides_full(s, conn, cfg) :
+		    admin_error(conn, 500, "internal_error", "out of memory");
 		goto out;
 	}
 	metrics_admin_write(s->metrics, METRICS_ADMIN_OVERRIDE_SET);
