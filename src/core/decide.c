@@ -516,7 +516,9 @@ take_reported(struct decide_job *job)
 int64_t
 decide_lease_left_ms(const struct decide_lease *l, int64_t at_us)
 {
-	return l->held_until_us > at_us ? (l->held_until_us - at_us) / 1000 : 0;
+	return l->held_until_us > at_us ?
+	    util_ceil_div(l->held_until_us - at_us, 1000) :
+	    0;
 }
 
 bool
@@ -526,7 +528,7 @@ decide_leases_held(const struct decision *out, int64_t at_us)
 
 	for (i = 0; i < out->nleases; i++)
 		if (!out->leases[i].rule->shadow &&
-		    decide_lease_left_ms(&out->leases[i], at_us) < 1)
+		    out->leases[i].held_until_us - at_us < 1000)
 			return false;
 	return true;
 }

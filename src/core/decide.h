@@ -181,14 +181,14 @@ void decide_leases_free(struct decision *out);
 
 /*
  * docs/leases.md: what an answer sent at at_us (monotonic) says of lease
- * l, its expires_ms: the whole milliseconds the store still holds it
- * then, rounded down, never below 0.  Pure; any thread.
+ * l, its expires_ms: the milliseconds the store still holds it then, a
+ * part of one counted whole, never below 0.  Pure; any thread.
  */
 int64_t decide_lease_left_ms(const struct decide_lease *l, int64_t at_us);
 
 /*
- * Does every lease of out have at least 1 ms left at at_us?  False when
- * one would be answered with nothing left: the store may have let it go,
+ * Does every lease of out have at least 1 ms (1000 us) left at at_us?  False
+ * when one would be answered with nothing left: the store may have let it go,
  * and another request taken its units.  A shadow rule's lease limits
  * nothing and is not looked at.  True without leases.  Pure; any thread.
  */

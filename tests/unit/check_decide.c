@@ -499,12 +499,19 @@ START_TEST(test_lease_counts_from_send)
 	until = sent + 60000 * 1000;
 	ck_assert_int_eq(d.leases[0].held_until_us, until);
 	ck_assert_int_eq(decide_lease_left_ms(&d.leases[0], sent), 60000);
+	/* A part of a millisecond counts whole: a reply within one gives
+	 * the whole window. */
+	ck_assert_int_eq(decide_lease_left_ms(&d.leases[0], sent + 999), 60000);
+	ck_assert_int_eq(decide_lease_left_ms(&d.leases[0], sent + 1000),
+	    59999);
 	ck_assert_int_eq(decide_lease_left_ms(&d.leases[0], sent + 300001),
-	    59699);
+	    59700);
 	ck_assert_int_eq(decide_lease_left_ms(&d.leases[0], until - 1000), 1);
 	ck_assert(decide_leases_held(&d, until - 1000));
-	ck_assert_int_eq(decide_lease_left_ms(&d.leases[0], until - 999), 0);
+	/* Held is exact: less than 1000 us left is nothing left. */
+	ck_assert_int_eq(decide_lease_left_ms(&d.leases[0], until - 999), 1);
 	ck_assert(!decide_leases_held(&d, until - 999));
+	ck_assert_int_eq(decide_lease_left_ms(&d.leases[0], until), 0);
 	ck_assert_int_eq(decide_lease_left_ms(&d.leases[0], until + 5000), 0);
 	decide_leases_free(&d);
 
