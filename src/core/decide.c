@@ -513,16 +513,42 @@ take_reported(struct decide_job *job)
 	out->nreported = job->n;
 }
 
+int64_t
+decide_lease_left_ms(const struct decide_lease *l, int64_t at_us)
+{
+	return l->held_until_us > at_us ?
+	    util_ceil_div(l->held_until_us - at_us, 1000) :
+	    0;
+}
+
+bool
+decide_leases_held(const struct decision *out, int64_t at_us)
+{
+	size_t i;
+
+	for (i = 0; i < out->nleases; i++)
+		if (!out->leases[i].rule->shadow &&
+		    out->leases[i].held_until_us - at_us < 1000)
+			return false;
+	return true;
+}
+
 /*
  * The leases the store recorded for an allowed request: one per
- * concurrency check that allowed with cost > 0.  Out of memory: the
- * decision becomes a 500, and the leases expire by themselves.
+ * concurrency check that allowed with cost > 0.  Each is held for the
+ * key's window from when the store took it, which was after the call
+ * left: counted from then, whatever kept the reply (docs/leases.md).
+ * Out of memory: the decision becomes a 500, and the leases expire by
+ * themselves.
  */
 static void
 take_leases(struct decide_job *job)
 {
 	struct decision *out = job->out;
 	size_t plen = strlen(job->cfg->redis.key_prefix), i, k = 0;
+	/* The memory store stamps no send: it decides inside the submit. */
+	int64_t sent = job->call.sent_us > 0 ? job->call.sent_us :
+					       job->submit_us;
 
 	for (i = 0; i < job->n; i++)
 		if (job->ap[i].tokoff != SIZE_MAX && job->res[i].allowed &&
@@ -540,7 +566,7 @@ take_leases(struct decide_job *job)
 		    c->cost == 0)
 			continue;
 		l->rule = job->ap[i].rule;
-		l->expires_ms = c->window_ms;
+		l->held_until_us = sent + c->window_ms * 1000;
 		l->lease = lease_format(c->key + plen, c->keylen - plen,
 		    c->cost, c->token);
 		if (l->lease == NULL)

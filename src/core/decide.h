@@ -99,9 +99,10 @@ struct decide_reported {
 struct decide_lease {
 	const struct rule *rule; /* borrowed from the config snapshot */
 	char *lease;		 /* the lease string (lease.h); owned */
-	int64_t expires_ms;	 /* the key's window, as of the decision
-				  * (an answer that waited for its turn
-				  * takes waited_ms off) */
+	int64_t held_until_us;	 /* monotonic: the store holds the lease
+				  * at least until then, the key's window
+				  * from when the call left for the store
+				  * (the store took it later) */
 };
 
 enum decide_status {
@@ -177,6 +178,21 @@ struct decision {
 /* Free out's leases and reported rows (safe on any decision, any number
  * of times). */
 void decide_leases_free(struct decision *out);
+
+/*
+ * docs/leases.md: what an answer sent at at_us (monotonic) says of lease
+ * l, its expires_ms: the milliseconds the store still holds it then, a
+ * part of one counted whole, never below 0.  Pure; any thread.
+ */
+int64_t decide_lease_left_ms(const struct decide_lease *l, int64_t at_us);
+
+/*
+ * Does every lease of out have at least 1 ms (1000 us) left at at_us?  False
+ * when one would be answered with nothing left: the store may have let it go,
+ * and another request taken its units.  A shadow rule's lease limits
+ * nothing and is not looked at.  True without leases.  Pure; any thread.
+ */
+bool decide_leases_held(const struct decision *out, int64_t at_us);
 
 /*
  * Called once per applying rule after the decision, e.g. to count it.

@@ -443,7 +443,8 @@ request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		    conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 
 		if (EP_DECIDES(rq->ep) && ci != NULL && !http_wait_needed(rq) &&
-		    !rq->cut && http_answer_raw(s, ci->connect_fd, rq) &&
+		    !rq->cut && http_wait_raw_ready(rq) &&
+		    http_answer_raw(s, ci->connect_fd, rq) &&
 		    rq->cfg->access_log && log_enabled(LOG_LEVEL_INFO))
 			http_log_access(rq);
 	}

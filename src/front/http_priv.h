@@ -166,12 +166,19 @@ struct request {
 	bool wait_slot;	   /* counted in s->waiting */
 	bool waited_turn;  /* entered WAITING_TURN; in its gauge */
 	bool waited_lease; /* entered WAITING_LEASE; in its gauge */
+	bool turn_came;	   /* the decision's reserved time came (it
+			    * entered WAITING_TURN for it): answer */
 	bool lease_over;   /* no more waiting for a lease */
+	bool lease_lost;   /* a lease ran out before its answer:
+			    * released, and decided again */
+	bool lease_look;   /* the next try only looks at the lease */
 	bool cut;	   /* a shutdown cut the wait: the answer
 			    * is 503 shutting_down */
 	struct lease_waiter lw;
 	int64_t wait_until_us;	 /* arrival + wait_ms */
 	int64_t lease_waited_ms; /* answered after this wait */
+	int64_t answer_us;	 /* the answer goes out then: its leases'
+				  * expires_ms count to it; 0: not set */
 	int64_t tried_us;	 /* the last decision was asked then */
 	bool queued;		 /* behind others that wait for queued_key:
 				  * the decision only looked at the lease */
@@ -284,6 +291,10 @@ void http_lease_queue_behind(struct http_server *s, struct request *rq,
 /* A decided request: wait for a lease or for its turn, or answer. */
 enum MHD_Result http_answer_decision(struct http_server *s,
     struct MHD_Connection *conn, struct request *rq);
+/* Before the raw answer of a resumed request (request_completed()): true
+ * when it may go out; false when a lease it took has nothing left, which
+ * is then released (the connection closes unanswered). */
+bool http_wait_raw_ready(struct request *rq);
 
 /* --- http_handlers.c (the event loop) ----------------------------------- */
 void http_log_access(const struct request *rq);

@@ -156,28 +156,24 @@ http_fmt_free(char *text, const char *stack)
 		rl_free(text);
 }
 
-/* A lease's expires_ms as of when the answer goes out: taken at the
- * decision, it has its window less the time waited for the turn left
- * (never below 0; docs/waiting.md).  A lease's wait came before the
- * decision. */
-static int64_t
-lease_left(const struct decision *d, const struct decide_lease *l)
-{
-	if (d->waited_ms <= 0)
-		return l->expires_ms;
-	return l->expires_ms > d->waited_ms ? l->expires_ms - d->waited_ms : 0;
-}
-
 /*
- * ',"leases":[...]' for the leases a decision took (docs/leases.md), or "".
- * Rule names are [A-Za-z0-9_.-]+ and leases hex, digits and dots: nothing
- * to escape.  A new string, or NULL when out of memory.
+ * ',"leases":[...]' for the leases rq's decision took (docs/leases.md), or
+ * "".  Each expires_ms is what the store still holds of the lease when
+ * the answer goes out (rq->answer_us, set by http_answer_decision()),
+ * counted from when the call left for the store.  Rule names are
+ * [A-Za-z0-9_.-]+ and leases hex, digits and dots: nothing to escape.  A
+ * new string, or NULL when out of memory.
  */
 static char *
-leases_json(const struct decision *d)
+leases_json(const struct request *rq)
 {
+	const struct decision *d = &rq->decision;
+	int64_t at = rq->answer_us;
 	size_t cap = 16, i, off;
 	char *p;
+
+	if (d->nleases > 0 && at == 0)
+		at = util_monotonic_us();
 
 	for (i = 0; i < d->nleases; i++)
 		cap += strlen(d->leases[i].rule->name) +
@@ -194,7 +190,7 @@ leases_json(const struct decision *d)
 		    "\"lease\":\"%s\",\"expires_ms\":%lld}",
 		    i > 0 ? "," : "", d->leases[i].rule->name,
 		    d->leases[i].lease,
-		    (long long)lease_left(d, &d->leases[i]));
+		    (long long)decide_lease_left_ms(&d->leases[i], at));
 	snprintf(p + off, cap - off, "]");
 	return p;
 }
@@ -302,7 +298,7 @@ decision_body(const struct request *rq, const struct decision *d, char *stack,
 	    cap >= DECISION_BODY_MAX)
 		return decision_body_plain(rq, d, stack, n);
 	if (rq->ep == EP_ACQUIRE && d->rule != NULL) {
-		if ((leases = leases_json(d)) == NULL)
+		if ((leases = leases_json(rq)) == NULL)
 			return NULL;
 		/* Rule names are [A-Za-z0-9_.-]+: nothing to escape. */
 		body = http_fmt_buf(stack, cap, n,

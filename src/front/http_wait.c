@@ -6,7 +6,10 @@
  * lease queues, lease_wait.c, tell it when to try again).  While it waits
  * its connection is suspended and the timer's or the queues' thread has
  * it.  A waiter a shutdown cuts while it holds leases has them released
- * before its 503.
+ * before its 503.  And a decision whose lease would be answered with
+ * nothing left (the store's reply came late, a turn on top) is not
+ * answered: the lease is released and the request decided again, as a
+ * waiter for a lease (lease_lost()).
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -29,7 +32,7 @@ bool
 http_wait_needed(const struct request *rq)
 {
 	return rq->decision.status == DECIDE_OK && rq->decision.allowed &&
-	    rq->decision.waited_ms > 0 && !rq->waited_turn;
+	    rq->decision.waited_ms > 0 && !rq->turn_came;
 }
 
 /*
@@ -62,11 +65,14 @@ http_wait_take_slot(struct http_server *s, struct request *rq)
  * them: they are released first, as POST /release would (docs/waiting.md,
  * docs/leases.md), one store call per lease on the store that holds it
  * (the local one of a degraded answer), each under the store's own
- * timeout.  The calls and their keys live in one block, freed by the last
- * completion, which then resumes rq (NULL: nobody waits for them).
+ * timeout.  So are the leases of a decision that would be answered with
+ * one that has nothing left (lease_lost()).  The calls and their keys
+ * live in one block, freed by the last completion, which then runs
+ * then(rq) (rq NULL: nobody waits for them).
  */
 struct lease_drop {
-	struct request *rq;	   /* resumed at the end, or NULL */
+	struct request *rq;	   /* then(rq) at the end, or NULL */
+	void (*then)(void *rq);	   /* http_resume, or lease_again */
 	struct lease_wait *leases; /* the server's queues; borrowed */
 	int pending;		   /* atomic: calls out, and the starter */
 	struct lease_drop_call {
@@ -78,17 +84,18 @@ struct lease_drop {
 };
 
 /* One call of a drop is done (the store's thread, or inside the submit);
- * the last one frees the drop and resumes its request. */
+ * the last one frees the drop and hands its request on. */
 static void
 lease_drop_done(struct backend_call *call)
 {
 	struct lease_drop *drop = call->arg;
 	const struct rl_check *c = call->checks;
+	void (*then)(void *rq);
 	struct request *rq;
 
 	if (call->rc != 0)
 		log_debug(
-		    "shutdown: a lease of a cut waiter was not "
+		    "a lease of a request not answered 200 was not "
 		    "released: %s",
 		    call->err);
 	else if (call->out[0].allowed) /* its waiters may go on */
@@ -97,9 +104,10 @@ lease_drop_done(struct backend_call *call)
 	if (__atomic_sub_fetch(&drop->pending, 1, __ATOMIC_ACQ_REL) > 0)
 		return;
 	rq = drop->rq;
+	then = drop->then;
 	rl_free(drop);
 	if (rq != NULL)
-		http_resume(rq);
+		then(rq);
 }
 
 /* Fill call i of drop (key at key) to release lease l; false when l is
@@ -125,15 +133,16 @@ lease_drop_fill(struct lease_drop *drop, size_t i, char *key,
 }
 
 /*
- * Release rq's leases (above), and forget them.  With resume, true when
- * the release is under way: its last completion resumes rq (maybe before
- * this returns), and rq is no longer the caller's.  False when there was
- * nothing to release, or no memory for it (the leases then expire after
- * their window); the caller resumes or answers rq.  Without resume,
- * nobody waits: the caller answers rq at once.  The thread that has rq.
+ * Release rq's leases (above), and forget them.  With then, true when
+ * the release is under way: its last completion runs then(rq) (maybe
+ * before this returns), and rq is no longer the caller's.  False when
+ * there was nothing to release, or no memory for it (the leases then
+ * expire after their window); the caller goes on with rq.  Without then
+ * (NULL), nobody waits: the caller answers rq at once.  The thread that
+ * has rq.
  */
 static bool
-lease_drop_start(struct request *rq, bool resume)
+lease_drop_start(struct request *rq, void (*then)(void *rq))
 {
 	const struct decider *d = rq->s->decider;
 	struct decision *dec = &rq->decision;
@@ -163,17 +172,18 @@ lease_drop_start(struct request *rq, bool resume)
 		rl_free(drop);
 		return false;
 	}
-	drop->rq = resume ? rq : NULL;
+	drop->rq = then != NULL ? rq : NULL;
+	drop->then = then;
 	drop->leases = rq->s->leases;
 	drop->pending = (int)n + 1; /* the starter's until all are out */
 	for (i = 0; i < n; i++)
 		backend_submit(b, &drop->c[i].call);
 	if (__atomic_sub_fetch(&drop->pending, 1, __ATOMIC_ACQ_REL) == 0) {
 		rl_free(drop);
-		if (resume)
-			http_resume(rq);
+		if (then != NULL)
+			then(rq);
 	}
-	return resume;
+	return then != NULL;
 }
 
 /* The timer's thread: the time has come (or a shutdown cut it; a cut
@@ -184,7 +194,7 @@ wait_fire(void *arg, bool cut)
 	struct request *rq = arg;
 
 	rq->cut = cut;
-	if (cut && lease_drop_start(rq, true))
+	if (cut && lease_drop_start(rq, http_resume))
 		return;
 	http_resume(rq);
 }
@@ -250,19 +260,22 @@ lease_tried(void *arg)
 	http_resume(rq);
 }
 
-/* Decide rq again with the wait it has left (none once lease_over),
- * under the rules in force now: a reload while it waits (up to max_wait)
- * applies to it, as to the requests that arrive meanwhile, so no more
- * leases are held than the new limit; and the reload (or an override)
- * makes it try at once (lease_wait_all()), so a raised limit serves it.  The
- * request is parked: nothing else reads rq->cfg meanwhile. */
+/* Decide rq again with the wait it has left (none once lease_over), its
+ * concurrency checks only looking when lease_again() says so, under the
+ * rules in force now: a reload while it waits (up to max_wait) applies
+ * to it, as to the requests that arrive meanwhile, so no more leases are
+ * held than the new limit; and the reload (or an override) makes it try
+ * at once (lease_wait_all()), so a raised limit serves it.  The request
+ * is parked: nothing else reads rq->cfg meanwhile. */
 static void
 lease_try(struct request *rq)
 {
 	int64_t now = util_monotonic_us();
 	struct config *cur = http_server_get_config(rq->s);
 	struct decide_job *job;
+	bool look = rq->lease_look; /* lease_again() */
 
+	rq->lease_look = false;
 	decide_leases_free(&rq->decision); /* it names the old rules */
 	if (cur != rq->cfg) {
 		config_unref(rq->cfg);
@@ -279,7 +292,61 @@ lease_try(struct request *rq)
 		lease_tried(rq);
 		return;
 	}
+	if (look)
+		decide_job_look_leases(job);
 	decide_run(job, lease_tried, rq);
+}
+
+/*
+ * A lease that would be answered with nothing left (docs/leases.md): the
+ * store took it when the call left, or later, and holds it for its
+ * window from then, so an answer that goes out a window after the call
+ * left (a reply held up on its way back, a turn on another rule on top)
+ * could hand out a lease the store has let go, while another request
+ * takes its units.  Such a decision is not answered 200: its leases are
+ * released, as POST /release would (this daemon's waiters, and on Redis
+ * every daemon's, try again), and then it is decided again
+ * (lease_again()).  rq waits in WAITING_LEASE meanwhile.  The event loop.
+ */
+static void lease_again(void *arg);
+
+static enum MHD_Result
+lease_lost(struct http_server *s, struct MHD_Connection *conn,
+    struct request *rq)
+{
+	log_debug(
+	    "a lease would be answered with nothing left: released, "
+	    "the request is decided again");
+	if (!http_request_enter(rq, RQ_WAITING_LEASE)) {
+		rq->cut = true;
+		(void)lease_drop_start(rq, NULL);
+		return http_respond_error(s, conn, 503, "shutting_down",
+		    "the server is shutting down");
+	}
+	if (!lease_drop_start(rq, lease_again))
+		lease_again(rq);
+	return MHD_YES;
+}
+
+/*
+ * The lost leases are released (the store's thread, or inline): decide
+ * rq again, once, with the wait it has left, as a waiter for a lease
+ * (it may take a lease now free, wait for one, or for its turn).  With
+ * none left, or lost a second time, its concurrency checks only look,
+ * and it is answered that, as a wait that ran out: the 429 of then.
+ */
+static void
+lease_again(void *arg)
+{
+	struct request *rq = arg;
+	bool again = !rq->lease_lost && rq->wait_slot &&
+	    util_monotonic_us() < rq->wait_until_us;
+
+	rq->lease_lost = true;
+	rq->turn_came = false; /* a new decision: maybe a new turn */
+	rq->lease_over = !again;
+	rq->lease_look = !again;
+	lease_try(rq);
 }
 
 /* The queue's thread: what became of rq's wait. */
@@ -346,7 +413,8 @@ http_answer_decision(struct http_server *s, struct MHD_Connection *conn,
 {
 	/* One look at the clock for both: between two, the deadline could
 	 * pass and the look's denial be answered. */
-	bool wait = lease_wait_needed(rq);
+	bool wait = lease_wait_needed(rq), turn;
+	int64_t now = 0;
 
 	if (look_ran_out(rq, wait)) {
 		/* Decided once more without waiting, as a waiter whose
@@ -374,24 +442,52 @@ http_answer_decision(struct http_server *s, struct MHD_Connection *conn,
 		}
 		rq->cut = true;
 	}
-	if (http_wait_needed(rq)) {
+	turn = http_wait_needed(rq);
+	if (rq->decision.nleases > 0 && !rq->cut) {
+		/* One look at the clock for the leases and the turn: the
+		 * answer goes out now, or at the turn. */
+		now = util_monotonic_us();
+		if (!decide_leases_held(&rq->decision,
+			turn ? now + rq->decision.waited_ms * 1000 : now))
+			return lease_lost(s, conn, rq);
+		rq->answer_us = now;
+	}
+	if (turn) {
 		if (!http_request_enter(rq, RQ_WAITING_TURN)) {
 			/* The server stops: it suspends nothing more, so the
 			 * release goes out without waiting for it. */
 			rq->cut = true;
-			(void)lease_drop_start(rq, false);
-		} else if (wait_timer_add(s->timer,
-			       util_monotonic_us() +
-				   rq->decision.waited_ms * 1000,
-			       wait_fire, rq) == -1) {
-			/* Out of memory: resume it at once, cut. */
-			wait_fire(rq, true);
+			(void)lease_drop_start(rq, NULL);
+		} else {
+			rq->turn_came = true; /* before the timer has it */
+			if (now == 0)
+				now = util_monotonic_us();
+			if (wait_timer_add(s->timer,
+				now + rq->decision.waited_ms * 1000, wait_fire,
+				rq) == -1)
+				/* Out of memory: resume it at once, cut. */
+				wait_fire(rq, true);
 			return MHD_YES;
-		} else
-			return MHD_YES;
+		}
 	}
 	if (rq->cut)
 		return http_respond_error(s, conn, 503, "shutting_down",
 		    "the server is shutting down");
 	return http_finish_decision(s, conn, rq);
+}
+
+bool
+http_wait_raw_ready(struct request *rq)
+{
+	int64_t now;
+
+	if (rq->decision.nleases == 0)
+		return true;
+	now = util_monotonic_us();
+	if (decide_leases_held(&rq->decision, now)) {
+		rq->answer_us = now;
+		return true;
+	}
+	(void)lease_drop_start(rq, NULL);
+	return false;
 }

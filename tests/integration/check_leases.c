@@ -30,9 +30,13 @@
  *   Redis, set through the other daemon); a free lease does not stop a
  *   request waiting for its turn on another rule, but a turn after the
  *   lease would expire is not taken (429 at once, no lease), and a waited
- *   lease's expires_ms is its window less waited_ms, as the store holds
- *   it; a request that a sliding_window rule denies does not wait for a
- *   lease;
+ *   lease's expires_ms is its window less waited_ms (and the time the
+ *   store's reply took), as the store holds it; a request that a
+ *   sliding_window rule denies does not wait for a lease;
+ * - Redis's reply held up on its way back (a relay): a lease's expires_ms
+ *   counts from when the call left, at once or after a turn; one that
+ *   would have nothing left at its answer is released, not handed out,
+ *   and the request decided again (a 429 with no wait left);
  * - with Redis down and on_backend_error: local, the in-process store's
  *   leases are the client's: released, renewed, waited for;
  * - --check warns about a concurrency rule that could match /auth.
@@ -234,6 +238,30 @@ static const char cut_rules_yaml[] =
     "    limit: 2\n"
     "    window: 1h\n";
 
+/* And the rules of the replies held up on their way back (Redis only). */
+static const char late_rules_yaml[] =
+    "  - name: ld-lock\n"
+    "    match:\n"
+    "      t: ld\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: concurrency\n"
+    "    limit: 1\n"
+    "    window: 1s\n"
+    "  - name: ld-tb\n"
+    "    match:\n"
+    "      t: ld\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: token_bucket\n"
+    "    limit: 1\n"
+    "    window: 600ms\n"
+    "  - name: ldb-lock\n"
+    "    match:\n"
+    "      t: ldb\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: concurrency\n"
+    "    limit: 1\n"
+    "    window: 300ms\n";
+
 static struct h_daemon daemons[2];
 static int ndaemons;
 
@@ -252,6 +280,27 @@ start(int redis_mode)
 		h_daemon_start(&daemons[i], yaml);
 }
 
+static struct h_relay *relay;
+
+/* Two daemons on the shared Redis: daemon 0 through a relay, which can
+ * hold Redis's replies up on their way back, daemon 1 straight. */
+static void
+start_relayed(void)
+{
+	char yaml[4096];
+	int i;
+
+	relay = h_relay_start(h_shared_redis.port);
+	memset(daemons, 0, sizeof(daemons));
+	ndaemons = 2;
+	snprintf(yaml, sizeof(yaml), "%s%s%s%s", redis_head, rules_yaml,
+	    cut_rules_yaml, late_rules_yaml);
+	daemons[0].redis_port = h_relay_port(relay);
+	daemons[1].redis_port = h_shared_redis.port;
+	for (i = 0; i < ndaemons; i++)
+		h_daemon_start(&daemons[i], yaml);
+}
+
 static void
 stop(void)
 {
@@ -259,6 +308,10 @@ stop(void)
 
 	for (i = 0; i < ndaemons; i++)
 		h_daemon_stop(&daemons[i]);
+	if (relay != NULL) {
+		h_relay_stop(relay);
+		relay = NULL;
+	}
 }
 
 /* Daemon k's port (k taken modulo the daemons running). */
@@ -885,12 +938,13 @@ END_TEST
 
 /*
  * A lease taken at the decision of a request that waited for its turn has
- * its window less waited_ms left when the answer goes out, and the answer
- * says so (docs/waiting.md): tl-lease (limit 1, 2 s) and tl-tb (1 per
- * 1 s, its token spent), answered about 1 s later.  What the store holds
- * agrees: the lock's retry_after_ms right after the answer (the lease's
- * time left), and on Redis the key's PTTL.  (The answer said
- * "expires_ms":2000 of a lease that expired about 1 s later.)
+ * its window less waited_ms left when the answer goes out, less the time
+ * from when the call left to the reply (docs/waiting.md), and the answer
+ * says so: tl-lease (limit 1, 2 s) and tl-tb (1 per 1 s, its token
+ * spent), answered about 1 s later.  What the store holds agrees: the
+ * lock's retry_after_ms right after the answer (the lease's time left),
+ * and on Redis the key's PTTL.  (The answer said "expires_ms":2000 of a
+ * lease that expired about 1 s later.)
  */
 START_TEST(test_wait_turn_lease_left)
 {
@@ -922,12 +976,133 @@ START_TEST(test_wait_turn_lease_left)
 	    "the lease %lld ms more",
 	    expires, waited, left);
 	ck_assert_msg(waited >= 500 && waited <= 1500 &&
-		expires == 2000 - waited,
+		expires <= 2000 - waited && expires >= 2000 - waited - 250,
 	    "waited_ms %lld, expires_ms %lld", waited, expires);
 	if (_i == 1)
 		ck_assert_msg(pttl > 0 && pttl <= expires + 1,
 		    "PTTL %lld, expires_ms %lld", pttl, expires);
 	ck_assert_int_eq(lease_call(0, "/release", b, &r), 1);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
+/* --- a reply held up on its way back (Redis) ---------------------------- */
+
+/*
+ * Redis ran the script, then its reply came 600 ms late (held by the
+ * relay): ld-lock (limit 1, 1 s) admitted, ld-tb (1 per 600 ms, its token
+ * spent) gave a turn about 600 ms on, so the answer would go out about
+ * 1.2 s after the lease was taken, past its window.  That lease is not
+ * handed out: it is released and the request decided again, and the
+ * lease of its answer is held by the store as long as its expires_ms
+ * says (the key's PTTL, and the lock alone through the other daemon
+ * right after: 429, until about then).  (It was answered 200 with
+ * "expires_ms":400 of a lease Redis had let go 200 ms before: the lock
+ * alone was 200 too, two holders of a lock of limit 1.)
+ */
+START_TEST(test_late_reply_turn)
+{
+	struct h_resp r = { 0 }, lock = { 0 };
+	char a[512];
+	long long expires, pttl, left;
+
+	start_relayed();
+	post(1, "/acquire", "{\"t\":\"ld\",\"job\":\"x\",\"rule\":\"ld-tb\"}",
+	    &r);
+	ck_assert_int_eq(r.status, 200);
+	h_relay_hold(relay, 600);
+	post(0, "/acquire", "{\"t\":\"ld\",\"job\":\"x\",\"wait_ms\":5000}",
+	    &r);
+	pttl = h_redis_int(&h_shared_redis, "PTTL %s", "ls:ld-lock:{x}");
+	post(1, "/acquire", "{\"t\":\"ld\",\"job\":\"x\",\"rule\":\"ld-lock\"}",
+	    &lock);
+	ck_assert_msg(r.status == 200, "the waiter: %ld %s", r.status, r.body);
+	lease_of(&r, "ld-lock", a, sizeof(a));
+	expires = expires_of(&r);
+	ck_assert_msg(expires >= 1 && pttl > 0 && lock.status == 429,
+	    "the answer said expires_ms %lld (%s); then the key's PTTL was "
+	    "%lld, and the lock alone %ld %s",
+	    expires, r.body, pttl, lock.status, lock.body);
+	left = h_json_int(&lock, "retry_after_ms");
+	ck_assert_msg(left >= expires - 250 && left <= expires + 100,
+	    "the answer said expires_ms %lld; the store holds the lease "
+	    "%lld ms more",
+	    expires, left);
+	h_relay_hold(relay, 0);
+	ck_assert_int_eq(lease_call(1, "/release", a, &r), 1);
+	h_resp_free(&lock);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
+/*
+ * An answer at once counts its lease from when the call left too: with
+ * the reply held 300 ms, ld-lock's lease (1 s) has at most 700 ms left
+ * when the answer goes out, and the store holds it that long.  (The
+ * answer said "expires_ms":1000.)
+ */
+START_TEST(test_late_reply_expires)
+{
+	struct h_resp r = { 0 };
+	char a[512];
+	long long expires, pttl;
+
+	start_relayed();
+	h_relay_hold(relay, 300);
+	post(0, "/acquire", "{\"t\":\"ld\",\"job\":\"y\",\"rule\":\"ld-lock\"}",
+	    &r);
+	pttl = h_redis_int(&h_shared_redis, "PTTL %s", "ls:ld-lock:{y}");
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	lease_of(&r, "ld-lock", a, sizeof(a));
+	expires = expires_of(&r);
+	ck_assert_msg(expires >= 1 && expires <= 1000 - 300 &&
+		pttl >= expires - 250,
+	    "the answer said expires_ms %lld; the key's PTTL was %lld", expires,
+	    pttl);
+	h_relay_hold(relay, 0);
+	ck_assert_int_eq(lease_call(1, "/release", a, &r), 1);
+	h_resp_free(&r);
+	stop();
+}
+END_TEST
+
+/*
+ * A reply that comes back after the whole window of the lease it carries
+ * (ldb-lock, 300 ms; the reply held 500 ms): no 200 with that lease.  It
+ * is released and, with no wait to spend (loop 0: no wait_ms; loop 1:
+ * wait_ms 1500, decided once more and lost again), the request is
+ * answered as a wait that ran out: 429 with the numbers of then.  The
+ * lock is free for the next.  (It was answered 200 with
+ * "expires_ms":300 of a lease Redis had let go 200 ms before.)
+ */
+START_TEST(test_late_reply_nothing_left)
+{
+	static const char *const body[] = {
+		"{\"t\":\"ldb\",\"job\":\"z\"}",
+		"{\"t\":\"ldb\",\"job\":\"z\",\"wait_ms\":1500}",
+	};
+	struct h_resp r = { 0 };
+	char a[512];
+	long long t0, took;
+
+	start_relayed();
+	h_relay_hold(relay, 500);
+	t0 = h_now_ms();
+	post(0, "/acquire", body[_i], &r);
+	took = h_now_ms() - t0;
+	ck_assert_msg(r.status == 429 && h_json_get(&r, "leases") == NULL,
+	    "%ld after %lld ms: %s", r.status, took, r.body);
+	ck_assert_str_eq(h_json_str(&r, "rule"), "ldb-lock");
+	ck_assert_msg(took < 5000, "answered after %lld ms", took);
+	h_relay_hold(relay, 0);
+	post(1, "/acquire",
+	    "{\"t\":\"ldb\",\"job\":\"z\",\"rule\":\"ldb-lock\"}", &r);
+	ck_assert_msg(r.status == 200, "the lock alone: %ld %s", r.status,
+	    r.body);
+	lease_of(&r, "ldb-lock", a, sizeof(a));
+	ck_assert_int_eq(lease_call(1, "/release", a, &r), 1);
 	h_resp_free(&r);
 	stop();
 }
@@ -1904,6 +2079,12 @@ test_suite(void)
 	tc = h_shared_redis_tcase("wait_ends");
 	tcase_add_loop_test(tc, test_wait_sigterm_turn_releases, 0, 2);
 	tcase_add_test(tc, test_wait_queued_look_late);
+	suite_add_tcase(s, tc);
+	/* Redis's reply held up on its way back (a relay). */
+	tc = h_shared_redis_tcase("late_reply");
+	tcase_add_test(tc, test_late_reply_turn);
+	tcase_add_test(tc, test_late_reply_expires);
+	tcase_add_loop_test(tc, test_late_reply_nothing_left, 0, 2);
 	suite_add_tcase(s, tc);
 	tc = h_shared_redis_tcase("local_fallback");
 	tcase_add_test(tc, test_local_fallback_leases);

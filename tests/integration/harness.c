@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -1308,6 +1309,163 @@ h_failover_measure(const char *what, const char *body, struct h_load *load,
 	    "ms with redis.timeout %lld ms",
 	    st.slowest_ms, timeout_ms);
 	return back;
+}
+
+/* --- a relay in front of a server ---------------------------------------- */
+
+#define RELAY_CONNS 32
+
+struct relay_conn {
+	struct h_relay *relay;
+	int cfd, sfd; /* the client's side, the server's */
+	pthread_t up, down;
+};
+
+struct h_relay {
+	int to_port, port, lfd;
+	atomic_llong hold_ms;
+	pthread_t accepter;
+	struct relay_conn conn[RELAY_CONNS]; /* the accepter's until the
+					      * stop joins it */
+	int nconn;
+};
+
+static bool
+relay_write(int fd, const char *p, ssize_t n)
+{
+	ssize_t w;
+
+	for (; n > 0; p += w, n -= w)
+		if ((w = send(fd, p, (size_t)n, MSG_NOSIGNAL)) <= 0)
+			return false;
+	return true;
+}
+
+/* Client to server, at once; at the end, the other way is shut too. */
+static void *
+relay_up(void *arg)
+{
+	struct relay_conn *c = arg;
+	char buf[16384];
+	ssize_t n;
+
+	while ((n = read(c->cfd, buf, sizeof(buf))) > 0 &&
+	    relay_write(c->sfd, buf, n))
+		;
+	shutdown(c->sfd, SHUT_RDWR);
+	return NULL;
+}
+
+/* Server to client, each piece held hold_ms from when it was read. */
+static void *
+relay_down(void *arg)
+{
+	struct relay_conn *c = arg;
+	char buf[16384];
+	ssize_t n;
+
+	while ((n = read(c->sfd, buf, sizeof(buf))) > 0) {
+		long long due = h_now_ms() + atomic_load(&c->relay->hold_ms);
+
+		h_sleep_ms(due - h_now_ms());
+		if (!relay_write(c->cfd, buf, n))
+			break;
+	}
+	shutdown(c->cfd, SHUT_RDWR);
+	return NULL;
+}
+
+static void *
+relay_accept(void *arg)
+{
+	struct h_relay *r = arg;
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	struct relay_conn *c;
+	int cfd;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	sa.sin_port = htons((uint16_t)r->to_port);
+	while ((cfd = accept(r->lfd, NULL, NULL)) >= 0) {
+		c = &r->conn[r->nconn];
+		if (r->nconn == RELAY_CONNS ||
+		    (c->sfd = socket(AF_INET, SOCK_STREAM, 0)) < 0) {
+			close(cfd);
+			continue;
+		}
+		if (connect(c->sfd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+			close(c->sfd);
+			close(cfd);
+			continue;
+		}
+		c->relay = r;
+		c->cfd = cfd;
+		if (pthread_create(&c->up, NULL, relay_up, c) != 0) {
+			close(c->sfd);
+			close(cfd);
+			continue;
+		}
+		if (pthread_create(&c->down, NULL, relay_down, c) != 0) {
+			shutdown(cfd, SHUT_RDWR);
+			pthread_join(c->up, NULL);
+			close(c->sfd);
+			close(cfd);
+			continue;
+		}
+		r->nconn++;
+	}
+	return NULL;
+}
+
+struct h_relay *
+h_relay_start(int to_port)
+{
+	struct h_relay *r = calloc(1, sizeof(*r));
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sa);
+
+	ck_assert_ptr_nonnull(r);
+	r->to_port = to_port;
+	atomic_init(&r->hold_ms, 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_ge(r->lfd = socket(AF_INET, SOCK_STREAM, 0), 0);
+	ck_assert_int_eq(bind(r->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(r->lfd, 64), 0);
+	ck_assert_int_eq(getsockname(r->lfd, (struct sockaddr *)&sa, &len), 0);
+	r->port = ntohs(sa.sin_port);
+	ck_assert_int_eq(pthread_create(&r->accepter, NULL, relay_accept, r),
+	    0);
+	return r;
+}
+
+int
+h_relay_port(const struct h_relay *r)
+{
+	return r->port;
+}
+
+void
+h_relay_hold(struct h_relay *r, long long ms)
+{
+	atomic_store(&r->hold_ms, ms);
+}
+
+void
+h_relay_stop(struct h_relay *r)
+{
+	int i;
+
+	shutdown(r->lfd, SHUT_RDWR);
+	pthread_join(r->accepter, NULL);
+	close(r->lfd);
+	for (i = 0; i < r->nconn; i++) {
+		shutdown(r->conn[i].cfd, SHUT_RDWR);
+		shutdown(r->conn[i].sfd, SHUT_RDWR);
+		pthread_join(r->conn[i].up, NULL);
+		pthread_join(r->conn[i].down, NULL);
+		close(r->conn[i].cfd);
+		close(r->conn[i].sfd);
+	}
+	free(r);
 }
 
 /* --- the daemon ----------------------------------------------------------- */

@@ -194,6 +194,24 @@ void h_load_stop(struct h_load *l, struct h_load_stats *out);
 long long h_failover_measure(const char *what, const char *body,
     struct h_load *load, long long max_ms, long long timeout_ms);
 
+/* --- a relay in front of a server ---------------------------------------- */
+
+/*
+ * A TCP relay on a free loopback port, run by threads of the calling
+ * process: each connection made to it is joined to a new one to
+ * 127.0.0.1:to_port, and bytes pass both ways.  h_relay_hold() makes it
+ * hold what comes back from to_port for ms before passing it on (a reply
+ * late after the server ran the command: a slow network, a busy I/O
+ * loop); 0 passes it at once again.  h_relay_stop() closes every
+ * connection, joins the threads and frees the relay.  Aborts the test
+ * when it cannot start.
+ */
+struct h_relay;
+struct h_relay *h_relay_start(int to_port);
+int h_relay_port(const struct h_relay *r);
+void h_relay_hold(struct h_relay *r, long long ms);
+void h_relay_stop(struct h_relay *r);
+
 /* --- the daemon ----------------------------------------------------------- */
 
 struct h_daemon {

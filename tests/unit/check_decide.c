@@ -1,8 +1,9 @@
 /*
  * check_decide.c - unit tests of decide.c with a scripted fake backend: the
  * pure decision logic (which rules apply, validation before any backend
- * call, the deciding rule, the failure policy, the hooks).  The real stores
- * are tested in check_backend_memory.c and check_backend_redis.c.
+ * call, the deciding rule, the failure policy, the hooks, how long a
+ * lease is held).  The real stores are tested in check_backend_memory.c
+ * and check_backend_redis.c.
  */
 #include <check.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@ struct fake {
 	char keys[4][600];
 	int64_t costs[4];
 	struct rl_result answer[4]; /* what to answer, by position */
+	int64_t sent_us;	    /* the call's stamp of its send */
 };
 
 static int
@@ -68,6 +70,7 @@ fake_submit(struct backend *b, struct backend_call *call)
 		call->rc = fake_decide(b, call->checks, call->n, call->out,
 		    &call->all_allowed, &call->kind, call->err,
 		    sizeof(call->err));
+	call->sent_us = ((struct fake *)b)->sent_us;
 	call->done(call);
 }
 
@@ -469,6 +472,69 @@ START_TEST(test_caller_deadline_is_no_store_failure)
 }
 END_TEST
 
+/*
+ * docs/leases.md: a lease is held for its key's window from when the call
+ * left for the store (the store's stamp of its send; without one, the
+ * submit), whatever kept the reply.  An answer at a time says the whole
+ * milliseconds left then, and a lease with less than 1 ms left is not
+ * held; a shadow rule's lease limits nothing and is not looked at.
+ */
+START_TEST(test_lease_counts_from_send)
+{
+	struct attrs a = { 0 };
+	struct decide_request rq = { .attrs = &a, .cost = -1, .leases = true };
+	struct decision d;
+	int64_t sent, until, before, after;
+
+	rules[0].algorithm = RL_ALG_CONCURRENCY;
+	cfg.nrules = 1;
+	attrs_set(&a, "path", "/login");
+	attrs_set(&a, "ip", "10.0.0.1");
+	main_be.answer[0] = (struct rl_result){ .allowed = true };
+	sent = util_monotonic_us() + 5000;
+	main_be.sent_us = sent;
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert(d.allowed);
+	ck_assert_uint_eq(d.nleases, 1);
+	until = sent + 60000 * 1000;
+	ck_assert_int_eq(d.leases[0].held_until_us, until);
+	ck_assert_int_eq(decide_lease_left_ms(&d.leases[0], sent), 60000);
+	/* A part of a millisecond counts whole: a reply within one gives
+	 * the whole window. */
+	ck_assert_int_eq(decide_lease_left_ms(&d.leases[0], sent + 999), 60000);
+	ck_assert_int_eq(decide_lease_left_ms(&d.leases[0], sent + 1000),
+	    59999);
+	ck_assert_int_eq(decide_lease_left_ms(&d.leases[0], sent + 300001),
+	    59700);
+	ck_assert_int_eq(decide_lease_left_ms(&d.leases[0], until - 1000), 1);
+	ck_assert(decide_leases_held(&d, until - 1000));
+	/* Held is exact: less than 1000 us left is nothing left. */
+	ck_assert_int_eq(decide_lease_left_ms(&d.leases[0], until - 999), 1);
+	ck_assert(!decide_leases_held(&d, until - 999));
+	ck_assert_int_eq(decide_lease_left_ms(&d.leases[0], until), 0);
+	ck_assert_int_eq(decide_lease_left_ms(&d.leases[0], until + 5000), 0);
+	decide_leases_free(&d);
+
+	rules[0].shadow = true;
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	ck_assert_uint_eq(d.nleases, 1);
+	ck_assert(decide_leases_held(&d, until + 5000));
+	decide_leases_free(&d);
+	rules[0].shadow = false;
+
+	/* No stamp: a store that decides inside the submit. */
+	main_be.sent_us = 0;
+	before = util_monotonic_us();
+	ck_assert_int_eq(decide(&dec, cfg_ptr(), &rq, &d), 0);
+	after = util_monotonic_us();
+	ck_assert_uint_eq(d.nleases, 1);
+	ck_assert_int_ge(d.leases[0].held_until_us, before + 60000 * 1000);
+	ck_assert_int_le(d.leases[0].held_until_us, after + 60000 * 1000);
+	decide_leases_free(&d);
+	attrs_clear(&a);
+}
+END_TEST
+
 /* The duration reported for each store call is the call's own, on a
  * store that answers inline too (it once was the machine's uptime on the
  * memory store: the start time was one only the Redis store set). */
@@ -866,6 +932,7 @@ test_suite(void)
 	tcase_add_test(tc, test_shadow_key_too_long);
 	tcase_add_test(tc, test_policy_allow_deny_local);
 	tcase_add_test(tc, test_caller_deadline_is_no_store_failure);
+	tcase_add_test(tc, test_lease_counts_from_send);
 	tcase_add_test(tc, test_many_rules_heap_path);
 	tcase_add_test(tc, test_groups);
 	tcase_add_test(tc, test_backend_duration_memory);
