@@ -1356,7 +1356,19 @@ relay_up(void *arg)
 	return NULL;
 }
 
-/* Server to client, each piece held hold_ms from when it was read. */
+/* Microseconds of CLOCK_MONOTONIC: a hold counted in whole ms could
+ * fall short by one. */
+static long long
+relay_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Server to client, each piece held hold_ms from when it was read (a
+ * piece read during another's hold waits for that one first). */
 static void *
 relay_down(void *arg)
 {
@@ -1365,9 +1377,12 @@ relay_down(void *arg)
 	ssize_t n;
 
 	while ((n = read(c->sfd, buf, sizeof(buf))) > 0) {
-		long long due = h_now_ms() + atomic_load(&c->relay->hold_ms);
+		long long due = relay_now_us() +
+		    atomic_load(&c->relay->hold_ms) * 1000;
+		long long left;
 
-		h_sleep_ms(due - h_now_ms());
+		while ((left = due - relay_now_us()) > 0)
+			usleep((useconds_t)(left > 100000 ? 100000 : left));
 		if (!relay_write(c->cfd, buf, n))
 			break;
 	}
