@@ -381,11 +381,18 @@ answer:
 		return http_respond(s, conn, 200, JSON_TYPE,
 		    "{\"renewed\":false}", 17, NULL);
 	{
+		/* Counted from when the call left, as an /acquire's lease
+		 * (docs/leases.md): a late reply shortens it.  The local
+		 * store stamps no send: it answers inside the submit. */
+		int64_t sent = rq->probe.sent_us > 0 ? rq->probe.sent_us :
+						       rq->probe.start_us;
+		int64_t left = sent + rq->lease_out.reset_ms * 1000 -
+		    util_monotonic_us();
 		char body[80];
 		int n = snprintf(body, sizeof(body),
 		    "{\"renewed\":true,"
 		    "\"expires_ms\":%lld}",
-		    (long long)rq->lease_out.reset_ms);
+		    (long long)(left > 0 ? util_ceil_div(left, 1000) : 0));
 
 		return http_respond(s, conn, 200, JSON_TYPE, body, (size_t)n,
 		    NULL);

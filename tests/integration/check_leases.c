@@ -1059,7 +1059,9 @@ END_TEST
  * An answer at once counts its lease from when the call left too: with
  * the reply held 300 ms, ld-lock's lease (1 s) has at most 700 ms left
  * when the answer goes out, and the store holds it that long.  (The
- * answer said "expires_ms":1000.)
+ * answer said "expires_ms":1000.)  So does a renewal's: the lease renewed
+ * through the same relay, its reply held 300 ms, has at most 700 ms left
+ * too.  (It said 1000.)
  */
 START_TEST(test_late_reply_expires)
 {
@@ -1079,7 +1081,16 @@ START_TEST(test_late_reply_expires)
 		pttl >= expires - 250,
 	    "the answer said expires_ms %lld; the key's PTTL was %lld", expires,
 	    pttl);
+	h_resp_free(&r);
+	ck_assert_int_eq(lease_call(0, "/renew", a, &r), 1);
+	pttl = h_redis_int(&h_shared_redis, "PTTL %s", "ls:ld-lock:{y}");
+	expires = h_json_int(&r, "expires_ms");
+	ck_assert_msg(expires >= 1 && expires <= 1000 - 300 &&
+		pttl >= expires - 250,
+	    "the renewal said expires_ms %lld; the key's PTTL was %lld",
+	    expires, pttl);
 	h_relay_hold(relay, 0);
+	h_resp_free(&r);
 	ck_assert_int_eq(lease_call(1, "/release", a, &r), 1);
 	h_resp_free(&r);
 	stop();
