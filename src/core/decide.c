@@ -674,11 +674,11 @@ swap_checks(struct decide_job *job, size_t a, size_t b)
 static size_t
 prefetch_plan(struct decide_job *job)
 {
-	int64_t now = util_monotonic_us();
+	int64_t now;
 	uint64_t gen = job->cfg->serial;
 	struct prefetch_view v;
 	size_t i, nstore = job->n;
-	bool all = true;
+	bool all = true, any = false;
 
 	for (i = 0; i < job->n; i++) {
 		job->ap[i].pf_units = 0;
@@ -686,10 +686,15 @@ prefetch_plan(struct decide_job *job)
 		job->ap[i].pf_stamp = 0;
 		if (!prefetch_applies(job, i))
 			all = false;
-		else
+		else {
+			any = true;
 			job->ap[i].pf_stamp = prefetch_stamp(job->d->prefetch,
 			    job->checks[i].key, job->checks[i].keylen);
+		}
 	}
+	if (!any)
+		return job->n; /* no clock read for a request without */
+	now = util_monotonic_us();
 	for (i = 0; i < nstore;) {
 		struct rl_check *c = &job->checks[i];
 
@@ -760,12 +765,11 @@ static void
 prefetch_settle(struct decide_job *job, bool admitted)
 {
 	const struct decider *d = job->d;
-	int64_t now;
+	int64_t now = 0; /* read at the first chunk held */
 	size_t i;
 
 	if (d->prefetch == NULL)
 		return;
-	now = util_monotonic_us();
 	for (i = 0; i < job->n; i++) {
 		const struct rl_check *c = &job->checks[i];
 		const struct rule *r = job->ap[i].rule;
@@ -783,6 +787,8 @@ prefetch_settle(struct decide_job *job, bool admitted)
 		    res->taken <= c->cost)
 			continue;
 		/* Held from when the call left: the store's now was later. */
+		if (now == 0)
+			now = util_monotonic_us();
 		prefetch_add(d->prefetch, job->cfg->serial, r->name, c->key,
 		    c->keylen, res->taken - c->cost,
 		    job->submit_us + res->taken_us, now, res->remaining,
