@@ -12,7 +12,11 @@
  *   at most L + (t + LAG) * L / W + 1 in every interval of length t.
  * - Bounded under-admission: with demand far above the limit, at least
  *   90 % of the limit per window is admitted (hold = W / 50); 70 % under
- *   AddressSanitizer (below).
+ *   AddressSanitizer (below).  Units held and not used within the hold
+ *   are lost by design, so the share depends on how soon the daemons,
+ *   their load and Redis get the CPU: a run that falls short is run
+ *   again, up to three in all (a daemon that loses units falls short
+ *   every time).
  * - Few store calls: with the limit far away, Redis runs at most one
  *   script call per ten admitted requests (INFO commandstats).
  * - A reload: a chunk taken under the old rules that comes back after it
@@ -181,6 +185,8 @@ run_three(const char *alg, int limit, int units, int hold_ms, struct run *r)
 		r->load.ok += st.ok;
 		r->load.denied += st.denied;
 		r->load.other += st.other + st.unavailable;
+		if (st.slowest_ms > r->load.slowest_ms)
+			r->load.slowest_ms = st.slowest_ms;
 	}
 	r->calls = script_calls() - calls0;
 	for (i = 0; i < NDAEMONS; i++) {
@@ -190,9 +196,12 @@ run_three(const char *alg, int limit, int units, int hold_ms, struct run *r)
 	qsort(r->ts, r->n, sizeof(*r->ts), cmp_ll);
 	printf(
 	    "prefetch %s%s L=%d max_units=%d hold=%dms: %lld requests, "
-	    "%lld admitted, %lld denied, %lld script calls\n",
+	    "%lld admitted, %lld denied, %lld script calls, slowest request "
+	    "%lld ms\n",
 	    alg, on_cluster ? " (cluster)" : "", limit, units, hold_ms,
-	    r->load.requests, r->load.ok, r->load.denied, r->calls);
+	    r->load.requests, r->load.ok, r->load.denied, r->calls,
+	    r->load.slowest_ms);
+	fflush(stdout); /* a failed assertion exits without flushing */
 	ck_assert_int_eq(r->load.other, 0);
 	ck_assert_int_eq((long long)r->n, r->load.ok);
 }
@@ -213,11 +222,13 @@ most_in(const struct run *r, long long len)
 	return best;
 }
 
-/* At least SHARE_MIN of the limit per window in the steady part of the run:
- * from a window after the first admission to LAG before the last; for
- * fixed_window (aligned), the whole windows in that part. */
-static void
-check_share(const struct run *r, int limit, bool aligned)
+/* Whether the steady part of the run admitted at least SHARE_MIN of the
+ * limit per window: from a window after the first admission to LAG before
+ * the last; for fixed_window (aligned), the whole windows in that part.
+ * The figures go to what (len bytes). */
+static bool
+share_is_met(const struct run *r, int limit, bool aligned, char *what,
+    size_t len)
 {
 	long long from, to, n = 0;
 	size_t i;
@@ -241,39 +252,39 @@ check_share(const struct run *r, int limit, bool aligned)
 		if (r->ts[i] >= from && r->ts[i] < to)
 			n++;
 	want = SHARE_MIN * limit * ((double)(to - from) / W_MS);
-	printf("  steady: %lld admitted in %lld ms, %.0f%% of the limit\n", n,
-	    to - from, 100.0 * n / (limit * (double)(to - from) / W_MS));
-	ck_assert_msg(n >= want, "%lld admitted in %lld ms, want >= %.0f", n,
-	    to - from, want);
+	snprintf(what, len,
+	    "%lld admitted in %lld ms, %.0f%% of the limit, want >= %.0f "
+	    "(slowest request %lld ms)",
+	    n, to - from, 100.0 * n / (limit * (double)(to - from) / W_MS),
+	    want, r->load.slowest_ms);
+	printf("  steady: %s\n", what);
+	fflush(stdout); /* a failed assertion exits without flushing */
+	return n >= want;
 }
 
+/* Never over the limit: sliding_log holds at most L in any W - LAG. */
 static void
-check_sliding_log(void)
+sliding_log_bound(const struct run *r)
 {
-	struct run r;
-	long long most;
+	long long most = most_in(r, W_MS - LAG_MS);
 
-	run_three("sliding_log", HOT_LIMIT, HOT_UNITS, HOT_HOLD_MS, &r);
-	most = most_in(&r, W_MS - LAG_MS);
 	printf("  most in %d ms: %lld\n", W_MS - LAG_MS, most);
 	ck_assert_msg(most <= HOT_LIMIT, "%lld admitted within %d ms", most,
 	    W_MS - LAG_MS);
-	check_share(&r, HOT_LIMIT, false);
-	free(r.ts);
 }
 
+/* Never over the limit: fixed_window holds at most L in each window after
+ * its first LAG. */
 static void
-check_fixed_window(void)
+fixed_window_bound(const struct run *r)
 {
-	struct run r;
 	long long most = 0, k, n;
 	size_t i = 0, j;
 
-	run_three("fixed_window", HOT_LIMIT, HOT_UNITS, HOT_HOLD_MS, &r);
-	while (i < r.n) {
-		k = r.ts[i] / W_MS;
-		for (j = i, n = 0; j < r.n && r.ts[j] / W_MS == k; j++)
-			if (r.ts[j] - k * W_MS >= LAG_MS)
+	while (i < r->n) {
+		k = r->ts[i] / W_MS;
+		for (j = i, n = 0; j < r->n && r->ts[j] / W_MS == k; j++)
+			if (r->ts[j] - k * W_MS >= LAG_MS)
 				n++;
 		if (n > most)
 			most = n;
@@ -282,23 +293,21 @@ check_fixed_window(void)
 	printf("  most in one window (after its first %d ms): %lld\n", LAG_MS,
 	    most);
 	ck_assert_msg(most <= HOT_LIMIT, "%lld admitted in one window", most);
-	check_share(&r, HOT_LIMIT, true);
-	free(r.ts);
 }
 
+/* Never over the rate: token_bucket (GCRA) with LAG of slack. */
 static void
-check_token_bucket(void)
+token_bucket_bound(const struct run *r)
 {
-	struct run r;
 	double g, gmin = 0, worst = -1e18, bound;
 	size_t j;
 
-	run_three("token_bucket", HOT_LIMIT, HOT_UNITS, HOT_HOLD_MS, &r);
 	/* GCRA: for i <= j, (j - i + 1) <= L + (t_j - t_i + LAG) * L / W +
 	 * 1, i.e. g(j) - min over i <= j of g(i) + 1 <= L + LAG * L / W + 1
 	 * with g(k) = k - t_k * L / W. */
-	for (j = 0; j < r.n; j++) {
-		g = (double)j - (double)(r.ts[j] - r.ts[0]) * HOT_LIMIT / W_MS;
+	for (j = 0; j < r->n; j++) {
+		g = (double)j -
+		    (double)(r->ts[j] - r->ts[0]) * HOT_LIMIT / W_MS;
 		if (j == 0 || g < gmin)
 			gmin = g;
 		if (g - gmin + 1 > worst)
@@ -309,8 +318,56 @@ check_token_bucket(void)
 	    bound);
 	ck_assert_msg(worst <= bound, "%.1f units over the rate, bound %.1f",
 	    worst, bound);
-	check_share(&r, HOT_LIMIT, false);
-	free(r.ts);
+}
+
+/*
+ * The hot key under alg: every run must stay within bound (never run
+ * again for that), and admit at least SHARE_MIN of the limit.  Units held
+ * and not used within the hold are lost (docs/algorithms.md), and the
+ * hold counts from when the chunk's call left, so how much is lost
+ * depends on how soon three daemons, their load and Redis get two cores,
+ * which the test does not control: a run that falls short is run again,
+ * up to three in all.  A daemon that loses units it should not falls
+ * short on every run.
+ */
+static void
+check_hot(const char *alg, void (*bound)(const struct run *), bool aligned)
+{
+	struct run r;
+	char what[256];
+	bool met;
+	int go;
+
+	for (go = 1;; go++) {
+		run_three(alg, HOT_LIMIT, HOT_UNITS, HOT_HOLD_MS, &r);
+		bound(&r);
+		met = share_is_met(&r, HOT_LIMIT, aligned, what, sizeof(what));
+		free(r.ts);
+		if (met)
+			return;
+		ck_assert_msg(go < 3,
+		    "below %.0f%% of the limit in %d runs: %s", 100 * SHARE_MIN,
+		    go, what);
+		printf("  short: run again\n");
+	}
+}
+
+static void
+check_sliding_log(void)
+{
+	check_hot("sliding_log", sliding_log_bound, false);
+}
+
+static void
+check_fixed_window(void)
+{
+	check_hot("fixed_window", fixed_window_bound, true);
+}
+
+static void
+check_token_bucket(void)
+{
+	check_hot("token_bucket", token_bucket_bound, false);
 }
 
 /* With the limit far away, chunks of max_units: at most one script call
