@@ -377,22 +377,25 @@ answer:
 			17, NULL) :
 		    http_respond(s, conn, 200, JSON_TYPE,
 			"{\"released\":false}", 18, NULL);
-	if (!rq->lease_out.allowed)
-		return http_respond(s, conn, 200, JSON_TYPE,
-		    "{\"renewed\":false}", 17, NULL);
 	{
 		/* Counted from when the call left, as an /acquire's lease
-		 * (docs/leases.md): a late reply shortens it.  The local
-		 * store stamps no send: it answers inside the submit. */
-		int64_t sent = rq->probe.sent_us > 0 ? rq->probe.sent_us :
-						       rq->probe.start_us;
-		int64_t left = sent + rq->lease_out.reset_ms * 1000 -
-		    util_monotonic_us();
+		 * (docs/leases.md): a late reply shortens it, and one with
+		 * less than 1 ms left is no renewal the client can rely on.
+		 * A store that stamps no send answered inside the submit,
+		 * just now: the whole window. */
+		int64_t left = rq->lease_out.reset_ms * 1000;
 		char body[80];
-		int n = snprintf(body, sizeof(body),
+		int n;
+
+		if (rq->probe.sent_us > 0)
+			left += rq->probe.sent_us - util_monotonic_us();
+		if (!rq->lease_out.allowed || left < 1000)
+			return http_respond(s, conn, 200, JSON_TYPE,
+			    "{\"renewed\":false}", 17, NULL);
+		n = snprintf(body, sizeof(body),
 		    "{\"renewed\":true,"
 		    "\"expires_ms\":%lld}",
-		    (long long)(left > 0 ? util_ceil_div(left, 1000) : 0));
+		    (long long)util_ceil_div(left, 1000));
 
 		return http_respond(s, conn, 200, JSON_TYPE, body, (size_t)n,
 		    NULL);

@@ -1493,11 +1493,11 @@ START_TEST(test_timeout)
 	char url[128], err[256];
 	int port, fd = silent_listener(&port);
 	int64_t t0, dt;
-	int i;
+	int i, tries;
 
 	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
 	b = new_backend_full(url, 1, 200, NULL);
-	for (i = 0; i < 2; i++) {
+	for (i = 0, tries = 0; i < 2; i++) {
 		t0 = now_us();
 		ck_assert_int_eq(decide_fail(b,
 				     mk(RL_ALG_SLIDING_LOG, 5, 1000, 1, false,
@@ -1505,12 +1505,20 @@ START_TEST(test_timeout)
 				     err, sizeof(err)),
 		    BACKEND_ERR_TIMEOUT);
 		dt = now_us() - t0;
-		ck_assert_msg(dt >= 190000 && dt <= 300000, "took %lld us",
-		    (long long)dt);
 		/* The connection is closed at the timeout from the send,
 		 * a moment after the call failed at the timeout from its
 		 * arrival (test_hang_counts_once): a call sent in between
-		 * fails with it, early.  The next starts afresh. */
+		 * fails with it, early, as hung.  The test waits 50 ms for
+		 * the close; a call that still came too soon (a slow
+		 * machine) goes again. */
+		if (dt < 190000 && strstr(err, "no reply within") != NULL &&
+		    ++tries < 3) {
+			i--;
+			usleep(50000);
+			continue;
+		}
+		ck_assert_msg(dt >= 190000 && dt <= 300000, "took %lld us: %s",
+		    (long long)dt, err);
 		usleep(50000);
 	}
 	t0 = now_us();
