@@ -961,143 +961,6 @@ START_TEST(test_reset_drops_prefetched)
 }
 END_TEST
 
-/*
- * A loopback proxy in front of Redis that holds each reply delay_ms
- * before passing it on, except on a connection that sent SUBSCRIBE: the
- * daemon behind it hears notices at once while its calls' replies come
- * late.  Threads of the test's process; delay_proxy_stop() closes the
- * listener (the connections end with the daemon's).
- */
-struct delay_proxy {
-	int lfd, port, redis_port, delay_ms;
-	pthread_t th;
-};
-
-struct delay_conn {
-	int cfd, sfd, delay_ms;
-	atomic_bool subscriber;
-	atomic_int refs;
-};
-
-static void
-delay_conn_unref(struct delay_conn *c)
-{
-	shutdown(c->cfd, SHUT_RDWR);
-	shutdown(c->sfd, SHUT_RDWR);
-	if (atomic_fetch_sub(&c->refs, 1) == 1) {
-		close(c->cfd);
-		close(c->sfd);
-		free(c);
-	}
-}
-
-static bool
-write_all(int fd, const char *p, ssize_t n)
-{
-	ssize_t w;
-
-	for (; n > 0; p += w, n -= w)
-		if ((w = write(fd, p, (size_t)n)) <= 0)
-			return false;
-	return true;
-}
-
-static void *
-delay_up(void *arg)
-{
-	struct delay_conn *c = arg;
-	char buf[16384];
-	ssize_t n;
-
-	while ((n = read(c->cfd, buf, sizeof(buf))) > 0) {
-		if (memmem(buf, (size_t)n, "SUBSCRIBE", 9) != NULL)
-			atomic_store(&c->subscriber, true);
-		if (!write_all(c->sfd, buf, n))
-			break;
-	}
-	delay_conn_unref(c);
-	return NULL;
-}
-
-static void *
-delay_down(void *arg)
-{
-	struct delay_conn *c = arg;
-	char buf[16384];
-	ssize_t n;
-
-	while ((n = read(c->sfd, buf, sizeof(buf))) > 0) {
-		if (!atomic_load(&c->subscriber))
-			h_sleep_ms(c->delay_ms);
-		if (!write_all(c->cfd, buf, n))
-			break;
-	}
-	delay_conn_unref(c);
-	return NULL;
-}
-
-static void *
-delay_accept(void *arg)
-{
-	struct delay_proxy *p = arg;
-	struct sockaddr_in sa = { .sin_family = AF_INET };
-	struct delay_conn *c;
-	pthread_t th;
-	int cfd;
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	sa.sin_port = htons((uint16_t)p->redis_port);
-	while ((cfd = accept(p->lfd, NULL, NULL)) >= 0) {
-		c = calloc(1, sizeof(*c));
-		ck_assert_ptr_nonnull(c);
-		c->cfd = cfd;
-		c->delay_ms = p->delay_ms;
-		c->sfd = socket(AF_INET, SOCK_STREAM, 0);
-		if (c->sfd < 0 ||
-		    connect(c->sfd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-			close(cfd);
-			if (c->sfd >= 0)
-				close(c->sfd);
-			free(c);
-			continue;
-		}
-		atomic_init(&c->subscriber, false);
-		atomic_init(&c->refs, 2);
-		ck_assert_int_eq(pthread_create(&th, NULL, delay_up, c), 0);
-		pthread_detach(th);
-		ck_assert_int_eq(pthread_create(&th, NULL, delay_down, c), 0);
-		pthread_detach(th);
-	}
-	return NULL;
-}
-
-static void
-delay_proxy_start(struct delay_proxy *p, int redis_port, int delay_ms)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET };
-	socklen_t len = sizeof(sa);
-	int one = 1;
-
-	p->redis_port = redis_port;
-	p->delay_ms = delay_ms;
-	ck_assert_int_ge(p->lfd = socket(AF_INET, SOCK_STREAM, 0), 0);
-	setsockopt(p->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ck_assert_int_eq(bind(p->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	ck_assert_int_eq(listen(p->lfd, 16), 0);
-	ck_assert_int_eq(getsockname(p->lfd, (struct sockaddr *)&sa, &len), 0);
-	p->port = ntohs(sa.sin_port);
-	ck_assert_int_eq(pthread_create(&p->th, NULL, delay_accept, p), 0);
-}
-
-static void
-delay_proxy_stop(struct delay_proxy *p)
-{
-	shutdown(p->lfd, SHUT_RDWR);
-	pthread_join(p->th, NULL);
-	close(p->lfd);
-}
-
 struct pf_acquire {
 	int port;
 	long status;
@@ -1166,7 +1029,7 @@ pfr_admitted(struct h_daemon *d, int n)
 
 /*
  * A reset while a chunk is in flight: b's replies come 400 ms late
- * (delay_proxy), its notices at once.  b's request takes a chunk of
+ * (h_relay), its notices at once.  b's request takes a chunk of
  * 1 + min(49, 99 / 8) = 13 (limit 100, prefetch 50); the counter is reset
  * on a before the reply reaches b, and b hears the notice first.  The
  * chunk was recorded in the counter dropped: b must not hold its 12
@@ -1184,14 +1047,15 @@ START_TEST(test_reset_drops_chunk_in_flight)
 	    "    window: 366d\n" /* no window starts during the test */
 	    "    prefetch: { max_units: 50, hold: 30s }\n";
 	struct admin_daemon a, b;
-	struct delay_proxy px;
+	struct h_relay *px;
 	struct pf_acquire q;
 	struct h_resp r = { 0 };
 	char extra[512];
 	pthread_t th;
 	int ok_a, ok_b;
 
-	delay_proxy_start(&px, h_shared_redis.port, 400);
+	px = h_relay_start(h_shared_redis.port);
+	h_relay_hold(px, 400);
 	snprintf(extra, sizeof(extra),
 	    "backend: redis\n"
 	    "redis:\n"
@@ -1199,7 +1063,7 @@ START_TEST(test_reset_drops_chunk_in_flight)
 	    "  timeout: 3s\n"
 	    "  key_prefix: \"adm:\"\n"
 	    "on_backend_error: deny\n",
-	    px.port);
+	    h_relay_port(px));
 	admin_start_rules(&a, 0, true, NULL, rules);
 	admin_start_rules(&b, 0, true, extra, rules);
 	wait_subscribers(2); /* b hears notices */
@@ -1223,7 +1087,7 @@ START_TEST(test_reset_drops_chunk_in_flight)
 	    ok_a, ok_b);
 	admin_stop(&a);
 	admin_stop(&b);
-	delay_proxy_stop(&px);
+	h_relay_stop(px);
 }
 END_TEST
 

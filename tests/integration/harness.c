@@ -1317,7 +1317,8 @@ h_failover_measure(const char *what, const char *body, struct h_load *load,
 
 struct relay_conn {
 	struct h_relay *relay;
-	int cfd, sfd; /* the client's side, the server's */
+	int cfd, sfd;		/* the client's side, the server's */
+	atomic_bool subscriber; /* sent SUBSCRIBE: never held */
 	pthread_t up, down;
 };
 
@@ -1349,9 +1350,12 @@ relay_up(void *arg)
 	char buf[16384];
 	ssize_t n;
 
-	while ((n = read(c->cfd, buf, sizeof(buf))) > 0 &&
-	    relay_write(c->sfd, buf, n))
-		;
+	while ((n = read(c->cfd, buf, sizeof(buf))) > 0) {
+		if (memmem(buf, (size_t)n, "SUBSCRIBE", 9) != NULL)
+			atomic_store(&c->subscriber, true);
+		if (!relay_write(c->sfd, buf, n))
+			break;
+	}
 	shutdown(c->sfd, SHUT_RDWR);
 	return NULL;
 }
@@ -1378,7 +1382,9 @@ relay_down(void *arg)
 
 	while ((n = read(c->sfd, buf, sizeof(buf))) > 0) {
 		long long due = relay_now_us() +
-		    atomic_load(&c->relay->hold_ms) * 1000;
+		    (atomic_load(&c->subscriber) ?
+			    0 :
+			    atomic_load(&c->relay->hold_ms) * 1000);
 		long long left;
 
 		while ((left = due - relay_now_us()) > 0)
@@ -1414,6 +1420,7 @@ relay_accept(void *arg)
 		}
 		c->relay = r;
 		c->cfd = cfd;
+		atomic_init(&c->subscriber, false);
 		if (pthread_create(&c->up, NULL, relay_up, c) != 0) {
 			close(c->sfd);
 			close(cfd);

@@ -202,7 +202,9 @@ long long h_failover_measure(const char *what, const char *body,
  * 127.0.0.1:to_port, and bytes pass both ways.  h_relay_hold() makes it
  * hold what comes back from to_port for ms before passing it on (a reply
  * late after the server ran the command: a slow network, a busy I/O
- * loop); 0 passes it at once again.  What is read during a hold waits
+ * loop); 0 passes it at once again.  A connection that sent SUBSCRIBE
+ * is never held (a daemon behind the relay hears its notices at once
+ * while its calls' replies come late).  What is read during a hold waits
  * for it, then is held its own ms: two replies on one connection within
  * a hold come back up to twice as late.  h_relay_stop() closes every
  * connection, joins the threads and frees the relay.  Aborts the test
