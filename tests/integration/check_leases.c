@@ -1857,20 +1857,26 @@ START_TEST(test_wait_queued_other_rule)
 }
 END_TEST
 
-/* SIGTERM: a request waiting for a lease is answered 503 at once. */
+/* SIGTERM: a request waiting for a lease is answered 503 at once.  The
+ * signal goes once the daemon counts the waiter (the last one started,
+ * which h_metric() asks). */
 START_TEST(test_wait_sigterm)
 {
 	struct h_resp r = { 0 };
 	struct waiter w;
 	long long sig;
+	int k;
 
 	start(_i);
-	post(0, "/acquire", "{\"t\":\"lock\",\"job\":\"s\"}", &r);
+	k = ndaemons - 1;
+	post(k, "/acquire", "{\"t\":\"lock\",\"job\":\"s\"}", &r);
 	ck_assert_int_eq(r.status, 200);
-	waiter_go(&w, 0, "{\"t\":\"lock\",\"job\":\"s\",\"wait_ms\":20000}");
-	h_sleep_ms(300);
+	waiter_go(&w, k, "{\"t\":\"lock\",\"job\":\"s\",\"wait_ms\":20000}");
+	ck_assert_int_eq(
+	    h_metric_settles("ratelimitd_waiting_requests{for=\"lease\"}", 1),
+	    1);
 	sig = h_now_ms();
-	ck_assert(kill(daemons[0].pid, SIGTERM) == 0);
+	ck_assert(kill(daemons[k].pid, SIGTERM) == 0);
 	pthread_join(w.thread, NULL);
 	ck_assert_msg(w.status == 503 &&
 		strstr(w.answer, "shutting_down") != NULL &&

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,8 +97,8 @@ struct reloader {
 	struct overrides *o;
 	const char *reply;
 	size_t len;
-	volatile int stop;
-	long loads;
+	atomic_int stop;
+	atomic_long loads;
 };
 
 static void *
@@ -105,9 +106,9 @@ reload_loop(void *arg)
 {
 	struct reloader *rl = arg;
 
-	while (!rl->stop) {
+	while (!atomic_load(&rl->stop)) {
 		ck_assert_int_eq(load_fresh(rl->o, rl->reply, rl->len), 0);
-		rl->loads++;
+		atomic_fetch_add(&rl->loads, 1);
 	}
 	return NULL;
 }
@@ -129,12 +130,14 @@ START_TEST(test_load_while_looked_up)
 	rl.len = len;
 	ck_assert_int_eq(load_fresh(rl.o, rl.reply, rl.len), 0);
 	ck_assert_int_eq(pthread_create(&th, NULL, reload_loop, &rl), 0);
-	for (i = 0; i < 3000000 && (i < 100000 || rl.loads < 20000); i++)
+	for (i = 0; i < 3000000 &&
+	     (i < 100000 || atomic_load(&rl.loads) < 20000);
+	     i++)
 		missed += limit_of(rl.o, KEY_VIP) != 5;
-	rl.stop = 1;
+	atomic_store(&rl.stop, 1);
 	pthread_join(th, NULL);
 	ck_assert_msg(missed == 0, "%ld of %ld lookups missed, %ld loads",
-	    missed, i, rl.loads);
+	    missed, i, atomic_load(&rl.loads));
 	ck_assert_uint_eq(overrides_count(rl.o), 1);
 	overrides_free(rl.o);
 }
