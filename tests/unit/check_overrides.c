@@ -130,9 +130,8 @@ START_TEST(test_load_while_looked_up)
 	rl.len = len;
 	ck_assert_int_eq(load_fresh(rl.o, rl.reply, rl.len), 0);
 	ck_assert_int_eq(pthread_create(&th, NULL, reload_loop, &rl), 0);
-	for (i = 0; i < 3000000 &&
-	     (i < 100000 || atomic_load(&rl.loads) < 20000);
-	     i++)
+	for (i = 0;
+	     i < 3000000 && (i < 100000 || atomic_load(&rl.loads) < 20000); i++)
 		missed += limit_of(rl.o, KEY_VIP) != 5;
 	atomic_store(&rl.stop, 1);
 	pthread_join(th, NULL);
