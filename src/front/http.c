@@ -261,12 +261,15 @@ http_submit(struct request *rq, struct decide_job *job,
  * The first call for a request, its headers in: make the request (owned
  * by *con_cls until request_completed), refuse a request whose framing
  * cannot be trusted (http_framing.c), and note its Content-Length: a body
- * declared larger than max_body_bytes is refused without being read.
+ * declared larger than max_body_bytes is refused without being read.  A
+ * path with an encoded NUL (*con_cls is http_framing.c's mark) is routed
+ * nowhere: its body is read and dropped, and the last call answers 400.
  */
 static enum MHD_Result
 request_begin(struct http_server *s, struct MHD_Connection *conn,
     const char *url, const char *method, void **con_cls)
 {
+	bool path_nul = http_framing_path_nul(*con_cls);
 	struct request *rq;
 	const char *cl;
 	enum MHD_Result fr;
@@ -275,7 +278,7 @@ request_begin(struct http_server *s, struct MHD_Connection *conn,
 	http_framing_headers_done(conn);
 	if ((rq = http_loop_record_get(sizeof(*rq))) == NULL)
 		return MHD_NO;
-	rq->ep = http_route(url, method);
+	rq->ep = path_nul ? EP_NUL_PATH : http_route(url, method);
 	rq->s = s;
 	rq->loop = http_loop_current();
 	rq->conn = conn;
@@ -384,7 +387,7 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 	struct request *rq = *con_cls;
 
 	(void)version;
-	if (rq == NULL)
+	if (rq == NULL || http_framing_path_nul(rq))
 		return request_begin(s, conn, url, method, con_cls);
 	if (*upload_data_size > 0)
 		return request_gather(rq, upload_data, upload_data_size);
@@ -416,6 +419,11 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 		return http_handle_simple(s, conn, url);
 	case EP_BAD_METHOD:
 		return respond_bad_method(s, conn, url, method);
+	case EP_NUL_PATH:
+		/* url is cut at the NUL: any route it named would be one
+		 * the client did not ask for (docs/http.md, Errors). */
+		return http_respond_error(s, conn, 400, "invalid_path",
+		    "the path has an encoded NUL (%%00)");
 	case EP_NOT_FOUND:
 		break;
 	}
@@ -432,8 +440,11 @@ request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 	(void)toe;
 	http_guard_request_done(http_conn_ctx(conn));
-	if (rq == NULL)
+	if (rq == NULL || http_framing_path_nul(rq)) {
+		/* No request made (ended before its headers were in). */
+		*con_cls = NULL;
 		return;
+	}
 	if (rq->state == RQ_RESUMED) {
 		/* Resumed, then closed by libmicrohttpd before the handler
 		 * ran: the client shut down its sending side while its

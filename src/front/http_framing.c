@@ -23,6 +23,15 @@
  * the socket is shut so that libmicrohttpd's copies are never sent.  With
  * more than one candidate nothing is done (libmicrohttpd answers as it
  * does).
+ *
+ * The request line is also where an encoded NUL in the path is seen
+ * (docs/http.md, Errors): libmicrohttpd decodes the URL before the
+ * access handler, which gets it as a C string cut at the NUL
+ * ("/acquire%00junk" would be served as "/acquire").  The raw target comes
+ * only to the request-line callback, whose return value is the access
+ * handler's first *con_cls: a mark there tells the handler to refuse the
+ * request.  libmicrohttpd calls the callback again for every request of
+ * a keep-alive connection, so the mark is never inherited.
  */
 #include <ctype.h>
 #include <stdbool.h>
@@ -163,18 +172,43 @@ static _Thread_local struct MHD_Connection *heads[HEADS_MAX];
 static _Thread_local size_t nheads;
 static _Thread_local bool heads_lost; /* more than HEADS_MAX at once */
 
+/* The first *con_cls of a request whose path has an encoded NUL: an
+ * address no struct request has.  Never written. */
+static char path_nul_mark;
+
+/* Does the path of the raw request target (up to the first '?', where
+ * libmicrohttpd cuts the query off) hold "%00"?  libmicrohttpd decodes
+ * in one pass from the left and no escape ends in a '%', so every "%00"
+ * in it, and only those, becomes a NUL ("%2500" is "%00", which stays). */
+static bool
+target_path_has_nul(const char *uri)
+{
+	const char *p;
+
+	for (p = uri; *p != '\0' && *p != '?'; p++)
+		if (p[0] == '%' && p[1] == '0' && p[2] == '0')
+			return true;
+	return false;
+}
+
 void *
 http_framing_request_line(void *cls, const char *uri,
     struct MHD_Connection *conn)
 {
 	(void)cls;
-	(void)uri;
 	http_guard_request_started(http_conn_ctx(conn));
 	if (nheads < HEADS_MAX)
 		heads[nheads++] = conn;
 	else
 		heads_lost = true;
-	return NULL; /* the access handler's first *con_cls */
+	/* the access handler's first *con_cls */
+	return uri != NULL && target_path_has_nul(uri) ? &path_nul_mark : NULL;
+}
+
+bool
+http_framing_path_nul(const void *con_cls)
+{
+	return con_cls == &path_nul_mark;
 }
 
 void

@@ -50,8 +50,9 @@ enum endpoint {
 	EP_RECORD,
 	EP_STATS, /* docs/stats.md */
 	EP_RELEASE,
-	EP_RENEW, /* docs/leases.md */
-	EP_REPORT /* docs/http.md, POST /report */
+	EP_RENEW,   /* docs/leases.md */
+	EP_REPORT,  /* docs/http.md, POST /report */
+	EP_NUL_PATH /* any: the path has an encoded NUL (400) */
 };
 
 /* The endpoints whose JSON body is read, and which are answered with a
@@ -265,9 +266,13 @@ enum MHD_Result http_check_framing(struct http_server *s,
     struct MHD_Connection *conn, const struct config *cfg, const char *url,
     bool *answered);
 /* libmicrohttpd's request-line callback (MHD_OPTION_URI_LOG_CALLBACK):
- * conn's headers are being read.  Returns NULL, the first *con_cls. */
+ * conn's headers are being read.  Returns the access handler's first
+ * *con_cls: NULL, or a mark (http_framing_path_nul()) when the path of
+ * the raw target uri has an encoded NUL, which the decoded url hides. */
 void *http_framing_request_line(void *cls, const char *uri,
     struct MHD_Connection *conn);
+/* Is con_cls the mark of a path with an encoded NUL (no struct request)? */
+bool http_framing_path_nul(const void *con_cls);
 /* conn's headers reached the access handler, or conn closed. */
 void http_framing_headers_done(struct MHD_Connection *conn);
 /* libmicrohttpd logged msg: when it refused a Content-Length by itself,

@@ -23,8 +23,8 @@
  *     sliding log of docs/algorithms.md) of the expected size whose TTL is
  *     positive and at most the window.
  * The rest are tests that do not fit a table: keep-alive, the sliding
- * (not fixed) window across a window boundary, and /readyz following Redis
- * going away and coming back.
+ * (not fixed) window across a window boundary, /readyz following Redis
+ * going away and coming back, and a path with an encoded NUL.
  *
  * In bodies and expected JSON a ' stands for a " (so the table reads), and
  * #N# stands for N letters 'a' (long values).
@@ -1215,6 +1215,82 @@ START_TEST(test_bad_method_allow)
 }
 END_TEST
 
+/*
+ * A path with an encoded NUL is refused on every endpoint, 400
+ * invalid_path, before it is routed (docs/http.md, Errors): the daemon
+ * is handed the path decoded, and "/acquire%00junk" cut at the NUL would
+ * be "/acquire".  The connection stays, its body read and dropped, and
+ * its next request is served (and the refused one counted nowhere).
+ * "%2500" (an encoded '%', then "00") is no NUL, nor is a %00 in the
+ * query, which no endpoint reads.
+ */
+START_TEST(test_path_nul)
+{
+	static const char keep[] = "{\"t\":\"keep\",\"user\":\"nul\"}";
+	static const struct {
+		const char *method, *path, *body;
+		long status;
+		const char *error;   /* NULL: a decision */
+		long long remaining; /* of a decision */
+	} seq[] = {
+		{ "POST", "/acquire%00junk", keep, 400, "invalid_path", 0 },
+		{ "POST", "/acquire", keep, 200, NULL, 1 },
+		{ "GET", "/auth/login%00xyz", NULL, 400, "invalid_path", 0 },
+		{ "GET", "/healthz%00", NULL, 400, "invalid_path", 0 },
+		{ "GET", "/readyz%00x", NULL, 400, "invalid_path", 0 },
+		{ "GET", "/metrics%00", NULL, 400, "invalid_path", 0 },
+		{ "POST", "/report%00", keep, 400, "invalid_path", 0 },
+		{ "POST", "/record%00", keep, 400, "invalid_path", 0 },
+		{ "POST", "/stats%00", keep, 400, "invalid_path", 0 },
+		{ "POST", "/release%00", "{}", 400, "invalid_path", 0 },
+		{ "POST", "/renew%00", "{}", 400, "invalid_path", 0 },
+		{ "GET", "/acquire%00", NULL, 400, "invalid_path", 0 },
+		{ "GET", "/nowhere%00", NULL, 400, "invalid_path", 0 },
+		{ "POST", "/acquire%2500", keep, 404, "not_found", 0 },
+		{ "POST", "/acquire?x=%00", keep, 200, NULL, 0 },
+		{ "POST", "/acquire", keep, 429, NULL, 0 },
+	};
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	CURL *c;
+	size_t i;
+
+	start_daemon(&d);
+	c = h_curl_new();
+	for (i = 0; i < sizeof(seq) / sizeof(seq[0]); i++) {
+		ck_assert_msg(h_request(c, d.port, &r, seq[i].method,
+				  seq[i].path, seq[i].body,
+				  seq[i].body ? strlen(seq[i].body) : 0,
+				  NULL) == 0,
+		    "%s %s: %s", seq[i].method, seq[i].path, r.err);
+		ck_assert_msg(r.status == seq[i].status,
+		    "%s %s: status %ld, expected %ld (body %s)", seq[i].method,
+		    seq[i].path, r.status, seq[i].status, r.body);
+		ck_assert_msg(r.num_connects == (i == 0 ? 1 : 0),
+		    "%s %s: %ld new connections, expected %d: the connection "
+		    "was not kept",
+		    seq[i].method, seq[i].path, r.num_connects, i == 0 ? 1 : 0);
+		if (seq[i].error != NULL) {
+			ck_assert_str_eq(or_none(h_json_str(&r, "error")),
+			    seq[i].error);
+			if (seq[i].status == 400)
+				ck_assert_str_eq(or_none(h_json_str(&r,
+						     "message")),
+				    "the path has an encoded NUL (%00)");
+		} else if (seq[i].status == 200) {
+			ck_assert_msg(h_json_int(&r, "remaining") ==
+				seq[i].remaining,
+			    "%s %s: remaining %lld, expected %lld",
+			    seq[i].method, seq[i].path,
+			    h_json_int(&r, "remaining"), seq[i].remaining);
+		}
+	}
+	h_resp_free(&r);
+	curl_easy_cleanup(c);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 static long
 poll_status(const char *path, long want, long long ms)
 {
@@ -1542,6 +1618,7 @@ test_suite(void)
 	tcase_add_test(red, test_redis_io_on_first_loop);
 	tcase_add_test(mem, test_long_rule_name);
 	tcase_add_test(mem, test_bad_method_allow);
+	tcase_add_test(mem, test_path_nul);
 	tcase_add_test(mem, test_connections_spread);
 	suite_add_tcase(s, mem);
 	suite_add_tcase(s, red);

@@ -979,9 +979,13 @@ START_TEST(test_path_forms)
 			expect_path(d.port, src[i].header, src[i].ip, f[j],
 			    429);
 	}
-	/* An encoded NUL is refused, as nginx refuses it. */
+	/* An encoded NUL is refused, as nginx refuses it, in a header and
+	 * in the /auth request's own path (which the daemon gets decoded,
+	 * cut at the NUL), and the refused request counts nowhere. */
 	expect_path(d.port, "X-Original-URI", "192.0.2.4", "/login%00.png",
 	    400);
+	expect_path(d.port, NULL, "192.0.2.5", "/login%00xyz", 400);
+	expect_path(d.port, NULL, "192.0.2.5", "/login", 200);
 	h_daemon_stop(&d);
 }
 END_TEST
