@@ -27,6 +27,13 @@
 
 #define ERRLEN 512
 
+/* Why a reserved field of the body is never a rule's attribute (without
+ * gRPC), or a stat's. */
+#define NO_GRPC(f) \
+	f " is a reserved field of /acquire and /report, and no gRPC " \
+	  "descriptor gives it without grpc_listen"
+#define ON_RECORD(f) f " is a reserved field of /record and /stats"
+
 static struct config *
 load(const char *text, char *err)
 {
@@ -558,6 +565,7 @@ static const struct {
 	  "number from 1 to 65535" },
 	{ "grpc_listen: \"\"\n",
 	  "t.yaml:1:14: grpc_listen: must not be empty" },
+
 	{ "listen_mode: \"0999\"\n",
 	  "t.yaml:1:14: listen_mode: expected an octal file mode such as "
 	  "\"0660\"" },
@@ -875,6 +883,48 @@ static const struct {
 	  "    match:\n      header.User-Agent: \"curl*\"\n",
 	  "t.yaml:6:7: match: attribute \"header.User-Agent\" is never "
 	  "present: header names are lower-case" },
+	/* the reserved fields of a body are never attributes */
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    match:\n      path: /a\n      cost: \"*\"\n",
+	  "t.yaml:7:7: match: attribute \"cost\" is never present: " NO_GRPC("cost") },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    match: { rule: a }\n",
+	  "t.yaml:5:14: match: attribute \"rule\" is never present: " NO_GRPC("rule") },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    match:\n      wait_ms: \"~.\"\n",
+	  "t.yaml:6:7: match: attribute \"wait_ms\" is never present: "
+	  NO_GRPC("wait_ms") },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    key: \"${cost}\"\n",
+	  "t.yaml:5:10: key: attribute \"cost\" is never present: " NO_GRPC("cost") },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    key: \"${ip}:${rule}\"\n",
+	  "t.yaml:5:10: key: attribute \"rule\" is never present: " NO_GRPC("rule") },
+	{ "rules:\n  - name: a\n    key: \"w$$${wait_ms}\"\n    limit: 5\n"
+	  "    window: 1s\n",
+	  "t.yaml:3:10: key: attribute \"wait_ms\" is never present: "
+	  NO_GRPC("wait_ms") },
+	{ "stats:\n  - name: s\n    window: 1s\n"
+	  "    match:\n      value: \"*\"\n",
+	  "t.yaml:5:7: match: attribute \"value\" is never present: "
+	  ON_RECORD("value") },
+	{ "stats:\n  - name: s\n    window: 1s\n    match: { stat: s }\n",
+	  "t.yaml:4:14: match: attribute \"stat\" is never present: "
+	  ON_RECORD("stat") },
+	/* gRPC brings no attribute to a stat */
+	{ "grpc_listen: \"127.0.0.1:8081\"\nstats:\n  - name: s\n"
+	  "    window: 1s\n    match: { quantiles: \"*\" }\n",
+	  "t.yaml:5:14: match: attribute \"quantiles\" is never present: "
+	  ON_RECORD("quantiles") },
+	{ "stats:\n  - name: s\n    window: 1s\n    key: \"${value}\"\n",
+	  "t.yaml:4:10: key: attribute \"value\" is never present: "
+	  ON_RECORD("value") },
+	{ "stats:\n  - name: s\n    window: 1s\n    key: \"${upstream}${stat}\"\n",
+	  "t.yaml:4:10: key: attribute \"stat\" is never present: "
+	  ON_RECORD("stat") },
+	{ "stats:\n  - name: s\n    window: 1s\n    key: \"q:${quantiles}\"\n",
+	  "t.yaml:4:10: key: attribute \"quantiles\" is never present: "
+	  ON_RECORD("quantiles") },
 	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
 	  "    match:\n      \"a b\": x\n",
 	  "t.yaml:6:7: match: bad attribute name \"a b\"" },
@@ -943,6 +993,54 @@ START_TEST(test_stats)
 	ck_assert_ptr_null(sd->rule.key);
 	ck_assert_ptr_null(config_find_stat(c, "nope"));
 	ck_assert_ptr_null(config_find_rule(c, "sizes"));
+	config_unref(c);
+}
+END_TEST
+
+/* Names near the reserved ones are attributes; each endpoint's reserved
+ * fields are the other's attributes; and with grpc_listen, given after the
+ * rules or before, a descriptor entry may be named as /acquire's reserved
+ * fields are (docs/grpc.md), so a rule may match and key on them. */
+START_TEST(test_reserved_near_names)
+{
+	struct config *c = expect_ok(
+	    "rules:\n"
+	    "  - name: near\n"
+	    "    match: { costs: \"*\", rule_id: \"*\", wait: \"*\",\n"
+	    "             value: \"*\", stat: \"*\", quantiles: \"*\" }\n"
+	    "    key: \"${costs}:${rule_id}:${wait_ms_max}:${header.cost}\"\n"
+	    "    limit: 5\n"
+	    "    window: 1s\n"
+	    "stats:\n"
+	    "  - name: s\n"
+	    "    match: { values: \"*\", stat_id: \"*\", quantile: \"*\",\n"
+	    "             cost: \"*\", rule: \"*\", wait_ms: \"*\" }\n"
+	    "    key: \"${cost}:${rule}:${wait_ms}:${values}\"\n"
+	    "    window: 1s\n");
+
+	ck_assert_uint_eq(c->nrules, 1);
+	ck_assert_uint_eq(c->rules[0].nmatch, 6);
+	ck_assert_uint_eq(c->nstats, 1);
+	ck_assert_uint_eq(c->stats[0].rule.nmatch, 6);
+	config_unref(c);
+
+	c = expect_ok(
+	    "rules:\n"
+	    "  - name: g\n"
+	    "    match: { cost: \"*\", rule: \"*\" }\n"
+	    "    key: \"${wait_ms}\"\n"
+	    "    limit: 5\n"
+	    "    window: 1s\n"
+	    "grpc_listen: \"127.0.0.1:8081\"\n");
+	ck_assert_uint_eq(c->rules[0].nmatch, 2);
+	config_unref(c);
+	c = expect_ok(
+	    "grpc_listen: \"unix:/run/g.sock\"\n"
+	    "rules:\n"
+	    "  - name: g\n"
+	    "    match: { wait_ms: \"*\" }\n"
+	    "    limit: 5\n"
+	    "    window: 1s\n");
 	config_unref(c);
 }
 END_TEST
@@ -1660,6 +1758,7 @@ test_suite(void)
 	tcase_add_test(tc, test_find_many_rules);
 	tcase_add_test(tc, test_aliases);
 	tcase_add_test(tc, test_stats);
+	tcase_add_test(tc, test_reserved_near_names);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("errors");
