@@ -566,6 +566,31 @@ static const struct {
 	{ "grpc_listen: \"\"\n",
 	  "t.yaml:1:14: grpc_listen: must not be empty" },
 
+	/* two listeners on one address: start-up could not bind both */
+	{ "listen: \"127.0.0.1:8090\"\nadmin_listen: \"127.0.0.1:8090\"\n",
+	  "t.yaml:2:15: admin_listen: \"127.0.0.1:8090\" shares its address "
+	  "with listen \"127.0.0.1:8090\"; each needs an address of its own" },
+	{ "admin_listen: \"127.0.0.1:8080\"\n",
+	  "t.yaml:1:15: admin_listen: \"127.0.0.1:8080\" shares its address "
+	  "with listen \"127.0.0.1:8080\" (its default); each needs an "
+	  "address of its own" },
+	{ "grpc_listen: \"127.0.0.1:8090\"\nlisten: \"127.0.0.1:8090\"\n",
+	  "t.yaml:2:9: listen: \"127.0.0.1:8090\" shares its address with "
+	  "grpc_listen \"127.0.0.1:8090\"; each needs an address of its own" },
+	{ "listen: \"unix:/run/rl.sock\"\ngrpc_listen: \"unix:/run/g.sock\"\n"
+	  "admin_listen: \"unix:/run/g.sock\"\n",
+	  "t.yaml:3:15: admin_listen: \"unix:/run/g.sock\" shares its address "
+	  "with grpc_listen \"unix:/run/g.sock\"; each needs an address of "
+	  "its own" },
+	{ "listen: \"0.0.0.0:8090\"\ngrpc_listen: \"127.0.0.1:8090\"\n",
+	  "t.yaml:2:14: grpc_listen: \"127.0.0.1:8090\" shares its address "
+	  "with listen \"0.0.0.0:8090\"; each needs an address of its own" },
+	{ "listen: \"[::1]:8090\"\nadmin_listen: \"[0:0::1]:8090\"\n",
+	  "t.yaml:2:15: admin_listen: \"[0:0::1]:8090\" shares its address "
+	  "with listen \"[::1]:8090\"; each needs an address of its own" },
+	{ "listen: \"Localhost:8090\"\nadmin_listen: \"localhost:8090\"\n",
+	  "t.yaml:2:15: admin_listen: \"localhost:8090\" shares its address "
+	  "with listen \"Localhost:8090\"; each needs an address of its own" },
 	{ "listen_mode: \"0999\"\n",
 	  "t.yaml:1:14: listen_mode: expected an octal file mode such as "
 	  "\"0660\"" },
@@ -1045,6 +1070,25 @@ START_TEST(test_reserved_near_names)
 }
 END_TEST
 
+/* Listeners apart: another port, another family (an IPv6 socket takes
+ * IPv6 only), another unix path. */
+START_TEST(test_listeners_apart)
+{
+	config_unref(
+	    expect_ok("listen: \"127.0.0.1:8080\"\n"
+		      "grpc_listen: \"127.0.0.1:8081\"\n"
+		      "admin_listen: \"127.0.0.2:8080\"\n"));
+	config_unref(
+	    expect_ok("listen: \"0.0.0.0:8080\"\n"
+		      "grpc_listen: \"[::]:8080\"\n"
+		      "admin_listen: \"[::1]:8081\"\n"));
+	config_unref(
+	    expect_ok("listen: \"unix:/run/a.sock\"\n"
+		      "grpc_listen: \"unix:/run/b.sock\"\n"
+		      "admin_listen: \"127.0.0.1:8080\"\n"));
+}
+END_TEST
+
 START_TEST(test_errors)
 {
 	expect_error(error_cases[_i].text, error_cases[_i].want);
@@ -1341,6 +1385,37 @@ START_TEST(test_env_errors)
 	ck_assert_msg(strstr(err, "hunter2") == NULL, "leak: %s", err);
 	unsetenv("RATELIMITD_REDIS_URL");
 	ck_assert_str_eq(c->redis.url, "redis://127.0.0.1:6379/0");
+	config_unref(c);
+}
+END_TEST
+
+/* RATELIMITD_LISTEN must not take grpc_listen's or admin_listen's address
+ * either; a refusal changes nothing. */
+START_TEST(test_env_listen_shared)
+{
+	struct config *c = expect_ok(
+	    "listen: \"127.0.0.1:1\"\n"
+	    "grpc_listen: \"unix:/run/g.sock\"\n"
+	    "admin_listen: \"127.0.0.1:2\"\n");
+	char err[ERRLEN];
+
+	unsetenv("RATELIMITD_REDIS_URL");
+	unsetenv("RATELIMITD_LOG_LEVEL");
+	setenv("RATELIMITD_LISTEN", "127.0.0.1:2", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), -1);
+	ck_assert_str_eq(err,
+	    "RATELIMITD_LISTEN: \"127.0.0.1:2\" shares its address with "
+	    "admin_listen \"127.0.0.1:2\"; each needs an address of its own");
+	setenv("RATELIMITD_LISTEN", "unix:/run/g.sock", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), -1);
+	ck_assert_str_eq(err,
+	    "RATELIMITD_LISTEN: \"unix:/run/g.sock\" shares its address with "
+	    "grpc_listen \"unix:/run/g.sock\"; each needs an address of its "
+	    "own");
+	ck_assert_str_eq(c->listen, "127.0.0.1:1");
+	setenv("RATELIMITD_LISTEN", "127.0.0.1:3", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), 0);
+	ck_assert_str_eq(c->listen, "127.0.0.1:3");
 	config_unref(c);
 }
 END_TEST
@@ -1759,6 +1834,7 @@ test_suite(void)
 	tcase_add_test(tc, test_aliases);
 	tcase_add_test(tc, test_stats);
 	tcase_add_test(tc, test_reserved_near_names);
+	tcase_add_test(tc, test_listeners_apart);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("errors");
@@ -1782,6 +1858,7 @@ test_suite(void)
 	tcase_add_test(tc, test_env_overrides);
 	tcase_add_test(tc, test_env_errors);
 	tcase_add_test(tc, test_env_redis_url_cross_checks);
+	tcase_add_test(tc, test_env_listen_shared);
 	tcase_add_test(tc, test_env_oom);
 	suite_add_tcase(s, tc);
 
