@@ -423,6 +423,84 @@ cfg_place_of(const struct schema *s, yaml_node_t *const seen[MAX_FIELDS],
 	return at;
 }
 
+/* The listeners of a config, by key, for the check that each has an
+ * address of its own. */
+struct listener {
+	const char *key;
+	const char *addr; /* NULL: off */
+};
+
+/* The first two of the n listeners l that share an address
+ * (listen_addr_is_shared()): 0 with *i < *j their indexes, or -1 when each
+ * has its own.  Each address parses (its key's parser checked it). */
+static int
+listeners_shared(const struct listener *l, size_t n, size_t *i, size_t *j)
+{
+	struct listen_addr a, b;
+	char lerr[256];
+
+	for (*i = 0; *i < n; (*i)++) {
+		if (l[*i].addr == NULL ||
+		    listen_addr_parse(l[*i].addr, &a, lerr, sizeof(lerr)) != 0)
+			continue;
+		for (*j = *i + 1; *j < n; (*j)++)
+			if (l[*j].addr != NULL &&
+			    listen_addr_parse(l[*j].addr, &b, lerr,
+				sizeof(lerr)) == 0 &&
+			    listen_addr_is_shared(&a, &b))
+				return 0;
+	}
+	return -1;
+}
+
+/* Where n is in the file, -1 for none (a key left at its default). */
+static long
+node_index(const yaml_node_t *n)
+{
+	return n != NULL ? (long)n->start_mark.index : -1;
+}
+
+/*
+ * listen, grpc_listen and admin_listen each need an address of their own
+ * (docs/configuration.md): start-up would fail to bind the second.  The
+ * error is at the later of the two in the file, and names both.  0 or -1.
+ */
+static int
+check_listeners(struct loader *ld, const struct config *c,
+    yaml_node_t *const seen[MAX_FIELDS])
+{
+	const struct listener l[] = { { "listen", c->listen },
+		{ "grpc_listen", c->grpc_listen },
+		{ "admin_listen", c->admin_listen } };
+	yaml_node_t *ni = NULL, *nj = NULL, *n;
+	char qa[QUOTE_MAX], qb[QUOTE_MAX];
+	size_t i, j, k;
+
+	if (listeners_shared(l, NELEM(l), &i, &j) != 0)
+		return 0;
+	for (k = 0; k < NELEM(top_fields); k++) {
+		if (strcmp(top_fields[k].name, l[i].key) == 0)
+			ni = seen[k];
+		if (strcmp(top_fields[k].name, l[j].key) == 0)
+			nj = seen[k];
+	}
+	if (node_index(ni) > node_index(nj)) { /* j: the later one */
+		k = i;
+		i = j;
+		j = k;
+		n = ni;
+		ni = nj;
+		nj = n;
+	}
+	/* Only listen has a default: nj, the later, is in the file. */
+	cfg_errf(ld, nj,
+	    "%s: %s shares its address with %s %s%s; each needs an "
+	    "address of its own",
+	    l[j].key, cfg_quote(qa, l[j].addr), l[i].key,
+	    cfg_quote(qb, l[i].addr), ni == NULL ? " (its default)" : "");
+	return -1;
+}
+
 /* Fill c from the top-level mapping of ld->doc (none: the defaults).
  * Returns 0 or -1. */
 static int
@@ -440,6 +518,8 @@ load_top_level(struct loader *ld, struct config *c)
 		return -1;
 	}
 	if (cfg_walk_mapping(ld, "top level", root, &top_schema, c, seen) != 0)
+		return -1;
+	if (check_listeners(ld, c, seen) != 0)
 		return -1;
 	c->user_at = cfg_place_of(&top_schema, seen, "user");
 	c->admin_token_file_at = cfg_place_of(&top_schema, seen,
@@ -552,6 +632,27 @@ env_error(char *err, size_t errlen, const char *var, const char *msg)
 	return -1;
 }
 
+/* Does listen, replacing c's, share its address with grpc_listen or
+ * admin_listen (which the load found apart)?  If so, say so in msg. */
+static bool
+env_listen_shared(const struct config *c, const char *listen, char *msg,
+    size_t msglen)
+{
+	const struct listener l[] = { { "RATELIMITD_LISTEN", listen },
+		{ "grpc_listen", c->grpc_listen },
+		{ "admin_listen", c->admin_listen } };
+	char qa[QUOTE_MAX], qb[QUOTE_MAX];
+	size_t i, j;
+
+	if (listeners_shared(l, NELEM(l), &i, &j) != 0 || i != 0)
+		return false;
+	snprintf(msg, msglen,
+	    "%s shares its address with %s %s; each needs an address of "
+	    "its own",
+	    cfg_quote(qa, l[i].addr), l[j].key, cfg_quote(qb, l[j].addr));
+	return true;
+}
+
 int
 config_apply_env(struct config *c, char *err, size_t errlen)
 {
@@ -570,6 +671,8 @@ config_apply_env(struct config *c, char *err, size_t errlen)
 		    "must not be empty");
 	if (listen != NULL &&
 	    listen_addr_parse(listen, &la, uerr, sizeof(uerr)) == -1)
+		return env_error(err, errlen, "RATELIMITD_LISTEN", uerr);
+	if (listen != NULL && env_listen_shared(c, listen, uerr, sizeof(uerr)))
 		return env_error(err, errlen, "RATELIMITD_LISTEN", uerr);
 	if (url != NULL && *url == '\0')
 		return env_error(err, errlen, "RATELIMITD_REDIS_URL",

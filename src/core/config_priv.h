@@ -103,6 +103,17 @@ int cfg_parse_match(struct loader *ld, const char *what, yaml_node_t *v,
 int cfg_parse_key(struct loader *ld, const char *what, yaml_node_t *v,
     void *dst);
 
+/*
+ * A reserved field of the request body (reserved, NULL-terminated: one
+ * that is never an attribute) named by r's match, whose node is match, or
+ * by its key template, whose node is key (either NULL: not given): the
+ * error "WHAT: attribute "NAME" is never present: NAME is a reserved field
+ * of WHY" at that key of match, or at key, and -1; else 0.
+ */
+int cfg_check_reserved(struct loader *ld, const struct rule *r,
+    yaml_node_t *match, yaml_node_t *key, const char *const *reserved,
+    const char *why);
+
 /* --- config_stats.c ---------------------------------------------------- */
 
 /* stats: a sequence of stat mappings, each checked against the stats before

@@ -3,14 +3,16 @@
  * (docs/configuration.md): a sequence of rules, each a key table for the
  * engine in config_table.c (name, match, key, limit, window, algorithm,
  * cost, shadow), then the checks that span keys and rules: required keys,
- * cost within the limit, a token bucket's limit within what its window can
+ * no reserved field of /acquire as an attribute unless gRPC is on, cost
+ * within the limit, a token bucket's limit within what its window can
  * space out, and names unique among rules and stats.
  *
  * Match patterns and key templates are compiled here (core/rules.h), so
  * that a bad regex or template is an error at its line and column, and an
- * attribute that could never be present (an upper-case header name) is
- * refused rather than left to never match.  The name, match and key
- * parsers are shared with the stats (config_stats.c).
+ * attribute that could never be present (an upper-case header name, a
+ * reserved field of the request body) is refused rather than left to never
+ * match.  The name, match and key parsers, and the reserved-field check,
+ * are shared with the stats (config_stats.c).
  */
 #include "core/config_priv.h"
 
@@ -18,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/request_json.h"
 #include "core/rules.h"
 #include "base/util.h"
 
@@ -175,6 +178,58 @@ cfg_parse_key(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 	return 0;
 }
 
+/* "WHAT: attribute "NAME" is never present: NAME is a reserved field of
+ * WHY" at node at when name is in reserved; else 0. */
+static int
+check_reserved(struct loader *ld, const char *what, yaml_node_t *at,
+    const char *name, const char *const *reserved, const char *why)
+{
+	char q[QUOTE_MAX];
+
+	if (!request_json_is_reserved(reserved, name))
+		return 0;
+	cfg_errf(ld, at,
+	    "%s: attribute %s is never present: %s is a reserved field of "
+	    "%s",
+	    what, cfg_quote(q, name), name, why);
+	return -1;
+}
+
+int
+cfg_check_reserved(struct loader *ld, const struct rule *r, yaml_node_t *match,
+    yaml_node_t *key, const char *const *reserved, const char *why)
+{
+	yaml_node_pair_t *p;
+	char name[128];
+	size_t i;
+
+	/* The match keys from the document, for their places (the walk
+	 * parsed them: each is a scalar). */
+	if (match != NULL && match->type == YAML_MAPPING_NODE) {
+		for (p = match->data.mapping.pairs.start;
+		     p < match->data.mapping.pairs.top; p++) {
+			yaml_node_t *k = yaml_document_get_node(ld->doc,
+			    p->key);
+
+			if (k != NULL && k->type == YAML_SCALAR_NODE &&
+			    check_reserved(ld, "match", k,
+				(const char *)k->data.scalar.value, reserved,
+				why) != 0)
+				return -1;
+		}
+	}
+	for (i = 0; key != NULL && r->key != NULL && i < r->key->nparts; i++) {
+		const struct template_part *tp = &r->key->parts[i];
+
+		if (!tp->is_attr)
+			continue;
+		snprintf(name, sizeof(name), "%.*s", (int)tp->len, tp->text);
+		if (check_reserved(ld, "key", key, name, reserved, why) != 0)
+			return -1;
+	}
+	return 0;
+}
+
 static int
 parse_algorithm(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 {
@@ -271,10 +326,36 @@ _Static_assert(NELEM(rule_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
 static const struct schema rule_schema = { "rule", "", rule_fields,
 	NELEM(rule_fields) };
 
+/*
+ * Is grpc_listen given?  A gRPC descriptor's entries are attributes of any
+ * name (docs/grpc.md), the reserved fields of /acquire too; without gRPC
+ * those never are.  Looked up in the document, since grpc_listen may come
+ * after the rules; a bad value is refused by its own parser.
+ */
+static bool
+grpc_is_on(struct loader *ld)
+{
+	yaml_node_t *root = yaml_document_get_root_node(ld->doc), *k;
+	yaml_node_pair_t *p;
+
+	if (root == NULL || root->type != YAML_MAPPING_NODE)
+		return false;
+	for (p = root->data.mapping.pairs.start;
+	     p < root->data.mapping.pairs.top; p++) {
+		k = yaml_document_get_node(ld->doc, p->key);
+		if (k != NULL && k->type == YAML_SCALAR_NODE &&
+		    strcmp((const char *)k->data.scalar.value, "grpc_listen") ==
+			0)
+			return true;
+	}
+	return false;
+}
+
 /* Parse rules[r->index] from node v into r, checking it against the rules
- * before it. */
+ * before it; grpc: grpc_listen is given. */
 static int
-parse_rule(struct loader *ld, yaml_node_t *v, struct config *c, struct rule *r)
+parse_rule(struct loader *ld, yaml_node_t *v, struct config *c, struct rule *r,
+    bool grpc)
 {
 	yaml_node_t *seen[MAX_FIELDS] = { NULL };
 	char q[QUOTE_MAX];
@@ -298,6 +379,12 @@ parse_rule(struct loader *ld, yaml_node_t *v, struct config *c, struct rule *r)
 		    seen[RF_LIMIT] == NULL ? "limit" : "window");
 		return -1;
 	}
+	if (!grpc &&
+	    cfg_check_reserved(ld, r, seen[RF_MATCH], seen[RF_KEY],
+		request_json_acquire_reserved,
+		"/acquire and /report, and no gRPC descriptor gives it "
+		"without grpc_listen") != 0)
+		return -1;
 	if (r->cost > r->limit) {
 		cfg_errf(ld, seen[RF_COST],
 		    "cost: %" PRId64
@@ -346,6 +433,7 @@ cfg_parse_rules(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 {
 	struct config *c = dst;
 	yaml_node_item_t *it;
+	bool grpc = grpc_is_on(ld);
 	size_t n;
 
 	if (cfg_is_null(v))
@@ -367,8 +455,8 @@ cfg_parse_rules(struct loader *ld, const char *what, yaml_node_t *v, void *dst)
 		/* Counted before parsing, so that a half-built rule is freed
 		 * with the config (rule_free_contents takes zeroed fields). */
 		r->index = c->nrules++;
-		if (parse_rule(ld, yaml_document_get_node(ld->doc, *it), c,
-			r) != 0)
+		if (parse_rule(ld, yaml_document_get_node(ld->doc, *it), c, r,
+			grpc) != 0)
 			return -1;
 	}
 	return 0;

@@ -4,8 +4,10 @@
  * keyed as a rule is (with the rule parsers of config_rules.c) and given a
  * window, a resolution and a relative accuracy instead of a limit.  Each
  * is a key table for the engine in config_table.c, then the checks that
- * span keys: required keys, a window the sketch can divide
- * (stats_window_params_set()), and names unique among stats and rules.
+ * span keys: required keys, no reserved field of /record as an attribute
+ * (value, stat, quantiles: they never are one), a window the sketch can
+ * divide (stats_window_params_set()), and names unique among stats and
+ * rules.
  */
 #include "core/config_priv.h"
 
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/stats_request.h"
 #include "core/stats_window.h"
 #include "base/util.h"
 
@@ -93,6 +96,10 @@ parse_stat(struct loader *ld, yaml_node_t *v, const struct config *c,
 		    cfg_quote(q, sd->rule.name));
 		return -1;
 	}
+	/* Every stat attribute comes from a /record or /stats body. */
+	if (cfg_check_reserved(ld, &sd->rule, seen[SF_MATCH], seen[SF_KEY],
+		stats_request_reserved, "/record and /stats") != 0)
+		return -1;
 	if (seen[SF_RESOLUTION] == NULL)
 		sd->resolution_ms = sd->rule.window_ms / 20 > 0 ?
 		    sd->rule.window_ms / 20 :

@@ -1,12 +1,14 @@
 /*
- * listen_addr.c - the `listen` address, parsed and bounded (see
+ * listen_addr.c - the `listen` address, parsed, bounded and compared (see
  * listen_addr.h).  http.c binds what this parses; config.c refuses what it
- * refuses, with the line and column.
+ * refuses, and two listeners on one address, with the line and column.
  */
 #include "core/listen_addr.h"
 
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/util.h"
 
@@ -90,4 +92,40 @@ listen_addr_parse(const char *s, struct listen_addr *out, char *err,
 	out->host[hlen] = '\0';
 	out->port = (int)p;
 	return 0;
+}
+
+/* host as an IP address of either family into buf (16 bytes): AF_INET,
+ * AF_INET6, or 0 for a name (or ""). */
+static int
+ip_of(const char *host, unsigned char buf[16])
+{
+	if (inet_pton(AF_INET, host, buf) == 1)
+		return AF_INET;
+	if (inet_pton(AF_INET6, host, buf) == 1)
+		return AF_INET6;
+	return 0;
+}
+
+bool
+listen_addr_is_shared(const struct listen_addr *a, const struct listen_addr *b)
+{
+	static const unsigned char any[16] = { 0 };
+	unsigned char ia[16], ib[16];
+	int fa, fb;
+	size_t n;
+
+	if (a->is_unix || b->is_unix)
+		return a->is_unix && b->is_unix &&
+		    strcmp(a->path, b->path) == 0;
+	if (a->port != b->port)
+		return false;
+	if (strcasecmp(a->host, b->host) == 0)
+		return true;
+	fa = ip_of(a->host, ia);
+	fb = ip_of(b->host, ib);
+	if (fa == 0 || fa != fb)
+		return false;
+	n = fa == AF_INET ? 4 : 16;
+	return memcmp(ia, ib, n) == 0 || memcmp(ia, any, n) == 0 ||
+	    memcmp(ib, any, n) == 0;
 }

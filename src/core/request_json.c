@@ -32,8 +32,11 @@ request_error_set(struct request_error *e, int status, const char *code,
 	return -1;
 }
 
-static bool
-is_reserved(const char *const *reserved, const char *name)
+const char *const request_json_acquire_reserved[] = { "cost", "rule", "wait_ms",
+	NULL };
+
+bool
+request_json_is_reserved(const char *const *reserved, const char *name)
 {
 	if (reserved == NULL)
 		return false;
@@ -211,7 +214,7 @@ request_json_parse_flags(const char *body, size_t len,
 		size_t vlen = 0;
 		bool skip;
 
-		if (is_reserved(reserved, name)) {
+		if (request_json_is_reserved(reserved, name)) {
 			/* made for the first: most bodies have none */
 			if ((*fields == NULL &&
 				(*fields = json_object()) == NULL) ||

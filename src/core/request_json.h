@@ -13,6 +13,7 @@
 #ifndef RL_REQUEST_JSON_H
 #define RL_REQUEST_JSON_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -69,6 +70,17 @@ int request_json_int(const json_t *fields, const char *name, int64_t min,
 /* A string without NUL bytes; *out is borrowed from fields. */
 int request_json_string(const json_t *fields, const char *name,
     const char *code, const char **out, struct request_error *e);
+
+/*
+ * The fields of an /acquire or /report body that are not attributes
+ * (docs/http.md): cost, rule and wait_ms, NULL-terminated.  The front end
+ * parses bodies with it; the config refuses these names as a rule's
+ * attributes (config_rules.c), so the two cannot disagree.
+ */
+extern const char *const request_json_acquire_reserved[];
+
+/* True if name is in reserved (NULL-terminated; NULL holds none). */
+bool request_json_is_reserved(const char *const *reserved, const char *name);
 
 /* Set *e (printf-style message).  Returns -1, for `return` chains. */
 int request_error_set(struct request_error *e, int status, const char *code,

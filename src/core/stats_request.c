@@ -15,7 +15,7 @@
 /* The quantiles answered when the request names none: p50, p90, p99. */
 static const double default_quantiles[] = { 0.5, 0.9, 0.99 };
 
-static const char *const record_reserved[] = { "value", "stat", "quantiles",
+const char *const stats_request_reserved[] = { "value", "stat", "quantiles",
 	NULL };
 
 /* "value": a finite JSON number. */
@@ -170,7 +170,7 @@ stats_request_prepare(struct stats_request *sr, const struct config *cfg,
 
 	memset(sr, 0, sizeof(*sr));
 	sr->record = record;
-	if (request_json_parse_flags(body, len, record_reserved,
+	if (request_json_parse_flags(body, len, stats_request_reserved,
 		(size_t)cfg->max_attributes, &sr->attrs, &fields,
 		REQUEST_JSON_BIG_INT_REAL, e) < 0)
 		return -1;

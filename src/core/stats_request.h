@@ -36,6 +36,13 @@ struct stats_request {
 };
 
 /*
+ * The fields of a /record or /stats body that are not attributes
+ * (docs/stats.md): value, stat and quantiles, NULL-terminated.  The config
+ * refuses these names as a stat's attributes (config_stats.c).
+ */
+extern const char *const stats_request_reserved[];
+
+/*
  * Parse body (len bytes) for /record (record) or /stats under cfg
  * (borrowed until sr is freed), and prepare one op per applying stat.
  * Returns 0 (sr->n may be 0), or -1 with *e set: invalid_json,

@@ -28,10 +28,6 @@
 #include "front/http_priv.h"
 #include "front/http_request.h"
 
-/* The fields of /acquire that are not attributes (docs/http.md). */
-static const char *const acquire_reserved[] = { "cost", "rule", "wait_ms",
-	NULL };
-
 /* The body of /acquire, or of /report when !wait: there wait_ms is
  * reserved all the same (not an attribute) but ignored, whatever its
  * value (docs/http.md). */
@@ -47,7 +43,7 @@ parse_body(const struct config *cfg, const char *body, size_t len,
 	out->cost = -1;
 	out->rule = NULL;
 	out->wait_ms = 0;
-	if (request_json_parse(body, len, acquire_reserved,
+	if (request_json_parse(body, len, request_json_acquire_reserved,
 		(size_t)cfg->max_attributes, a, &fields, e) < 0)
 		return -1;
 	/* A report's (the body without wait_ms) may pass a rule's limit,

@@ -27,6 +27,13 @@
 
 #define ERRLEN 512
 
+/* Why a reserved field of the body is never a rule's attribute (without
+ * gRPC), or a stat's. */
+#define NO_GRPC(f) \
+	f " is a reserved field of /acquire and /report, and no gRPC " \
+	  "descriptor gives it without grpc_listen"
+#define ON_RECORD(f) f " is a reserved field of /record and /stats"
+
 static struct config *
 load(const char *text, char *err)
 {
@@ -558,6 +565,32 @@ static const struct {
 	  "number from 1 to 65535" },
 	{ "grpc_listen: \"\"\n",
 	  "t.yaml:1:14: grpc_listen: must not be empty" },
+
+	/* two listeners on one address: start-up could not bind both */
+	{ "listen: \"127.0.0.1:8090\"\nadmin_listen: \"127.0.0.1:8090\"\n",
+	  "t.yaml:2:15: admin_listen: \"127.0.0.1:8090\" shares its address "
+	  "with listen \"127.0.0.1:8090\"; each needs an address of its own" },
+	{ "admin_listen: \"127.0.0.1:8080\"\n",
+	  "t.yaml:1:15: admin_listen: \"127.0.0.1:8080\" shares its address "
+	  "with listen \"127.0.0.1:8080\" (its default); each needs an "
+	  "address of its own" },
+	{ "grpc_listen: \"127.0.0.1:8090\"\nlisten: \"127.0.0.1:8090\"\n",
+	  "t.yaml:2:9: listen: \"127.0.0.1:8090\" shares its address with "
+	  "grpc_listen \"127.0.0.1:8090\"; each needs an address of its own" },
+	{ "listen: \"unix:/run/rl.sock\"\ngrpc_listen: \"unix:/run/g.sock\"\n"
+	  "admin_listen: \"unix:/run/g.sock\"\n",
+	  "t.yaml:3:15: admin_listen: \"unix:/run/g.sock\" shares its address "
+	  "with grpc_listen \"unix:/run/g.sock\"; each needs an address of "
+	  "its own" },
+	{ "listen: \"0.0.0.0:8090\"\ngrpc_listen: \"127.0.0.1:8090\"\n",
+	  "t.yaml:2:14: grpc_listen: \"127.0.0.1:8090\" shares its address "
+	  "with listen \"0.0.0.0:8090\"; each needs an address of its own" },
+	{ "listen: \"[::1]:8090\"\nadmin_listen: \"[0:0::1]:8090\"\n",
+	  "t.yaml:2:15: admin_listen: \"[0:0::1]:8090\" shares its address "
+	  "with listen \"[::1]:8090\"; each needs an address of its own" },
+	{ "listen: \"Localhost:8090\"\nadmin_listen: \"localhost:8090\"\n",
+	  "t.yaml:2:15: admin_listen: \"localhost:8090\" shares its address "
+	  "with listen \"Localhost:8090\"; each needs an address of its own" },
 	{ "listen_mode: \"0999\"\n",
 	  "t.yaml:1:14: listen_mode: expected an octal file mode such as "
 	  "\"0660\"" },
@@ -875,6 +908,48 @@ static const struct {
 	  "    match:\n      header.User-Agent: \"curl*\"\n",
 	  "t.yaml:6:7: match: attribute \"header.User-Agent\" is never "
 	  "present: header names are lower-case" },
+	/* the reserved fields of a body are never attributes */
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    match:\n      path: /a\n      cost: \"*\"\n",
+	  "t.yaml:7:7: match: attribute \"cost\" is never present: " NO_GRPC("cost") },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    match: { rule: a }\n",
+	  "t.yaml:5:14: match: attribute \"rule\" is never present: " NO_GRPC("rule") },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    match:\n      wait_ms: \"~.\"\n",
+	  "t.yaml:6:7: match: attribute \"wait_ms\" is never present: "
+	  NO_GRPC("wait_ms") },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    key: \"${cost}\"\n",
+	  "t.yaml:5:10: key: attribute \"cost\" is never present: " NO_GRPC("cost") },
+	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
+	  "    key: \"${ip}:${rule}\"\n",
+	  "t.yaml:5:10: key: attribute \"rule\" is never present: " NO_GRPC("rule") },
+	{ "rules:\n  - name: a\n    key: \"w$$${wait_ms}\"\n    limit: 5\n"
+	  "    window: 1s\n",
+	  "t.yaml:3:10: key: attribute \"wait_ms\" is never present: "
+	  NO_GRPC("wait_ms") },
+	{ "stats:\n  - name: s\n    window: 1s\n"
+	  "    match:\n      value: \"*\"\n",
+	  "t.yaml:5:7: match: attribute \"value\" is never present: "
+	  ON_RECORD("value") },
+	{ "stats:\n  - name: s\n    window: 1s\n    match: { stat: s }\n",
+	  "t.yaml:4:14: match: attribute \"stat\" is never present: "
+	  ON_RECORD("stat") },
+	/* gRPC brings no attribute to a stat */
+	{ "grpc_listen: \"127.0.0.1:8081\"\nstats:\n  - name: s\n"
+	  "    window: 1s\n    match: { quantiles: \"*\" }\n",
+	  "t.yaml:5:14: match: attribute \"quantiles\" is never present: "
+	  ON_RECORD("quantiles") },
+	{ "stats:\n  - name: s\n    window: 1s\n    key: \"${value}\"\n",
+	  "t.yaml:4:10: key: attribute \"value\" is never present: "
+	  ON_RECORD("value") },
+	{ "stats:\n  - name: s\n    window: 1s\n    key: \"${upstream}${stat}\"\n",
+	  "t.yaml:4:10: key: attribute \"stat\" is never present: "
+	  ON_RECORD("stat") },
+	{ "stats:\n  - name: s\n    window: 1s\n    key: \"q:${quantiles}\"\n",
+	  "t.yaml:4:10: key: attribute \"quantiles\" is never present: "
+	  ON_RECORD("quantiles") },
 	{ "rules:\n  - name: a\n    limit: 5\n    window: 1s\n"
 	  "    match:\n      \"a b\": x\n",
 	  "t.yaml:6:7: match: bad attribute name \"a b\"" },
@@ -944,6 +1019,73 @@ START_TEST(test_stats)
 	ck_assert_ptr_null(config_find_stat(c, "nope"));
 	ck_assert_ptr_null(config_find_rule(c, "sizes"));
 	config_unref(c);
+}
+END_TEST
+
+/* Names near the reserved ones are attributes; each endpoint's reserved
+ * fields are the other's attributes; and with grpc_listen, given after the
+ * rules or before, a descriptor entry may be named as /acquire's reserved
+ * fields are (docs/grpc.md), so a rule may match and key on them. */
+START_TEST(test_reserved_near_names)
+{
+	struct config *c = expect_ok(
+	    "rules:\n"
+	    "  - name: near\n"
+	    "    match: { costs: \"*\", rule_id: \"*\", wait: \"*\",\n"
+	    "             value: \"*\", stat: \"*\", quantiles: \"*\" }\n"
+	    "    key: \"${costs}:${rule_id}:${wait_ms_max}:${header.cost}\"\n"
+	    "    limit: 5\n"
+	    "    window: 1s\n"
+	    "stats:\n"
+	    "  - name: s\n"
+	    "    match: { values: \"*\", stat_id: \"*\", quantile: \"*\",\n"
+	    "             cost: \"*\", rule: \"*\", wait_ms: \"*\" }\n"
+	    "    key: \"${cost}:${rule}:${wait_ms}:${values}\"\n"
+	    "    window: 1s\n");
+
+	ck_assert_uint_eq(c->nrules, 1);
+	ck_assert_uint_eq(c->rules[0].nmatch, 6);
+	ck_assert_uint_eq(c->nstats, 1);
+	ck_assert_uint_eq(c->stats[0].rule.nmatch, 6);
+	config_unref(c);
+
+	c = expect_ok(
+	    "rules:\n"
+	    "  - name: g\n"
+	    "    match: { cost: \"*\", rule: \"*\" }\n"
+	    "    key: \"${wait_ms}\"\n"
+	    "    limit: 5\n"
+	    "    window: 1s\n"
+	    "grpc_listen: \"127.0.0.1:8081\"\n");
+	ck_assert_uint_eq(c->rules[0].nmatch, 2);
+	config_unref(c);
+	c = expect_ok(
+	    "grpc_listen: \"unix:/run/g.sock\"\n"
+	    "rules:\n"
+	    "  - name: g\n"
+	    "    match: { wait_ms: \"*\" }\n"
+	    "    limit: 5\n"
+	    "    window: 1s\n");
+	config_unref(c);
+}
+END_TEST
+
+/* Listeners apart: another port, another family (an IPv6 socket takes
+ * IPv6 only), another unix path. */
+START_TEST(test_listeners_apart)
+{
+	config_unref(
+	    expect_ok("listen: \"127.0.0.1:8080\"\n"
+		      "grpc_listen: \"127.0.0.1:8081\"\n"
+		      "admin_listen: \"127.0.0.2:8080\"\n"));
+	config_unref(
+	    expect_ok("listen: \"0.0.0.0:8080\"\n"
+		      "grpc_listen: \"[::]:8080\"\n"
+		      "admin_listen: \"[::1]:8081\"\n"));
+	config_unref(
+	    expect_ok("listen: \"unix:/run/a.sock\"\n"
+		      "grpc_listen: \"unix:/run/b.sock\"\n"
+		      "admin_listen: \"127.0.0.1:8080\"\n"));
 }
 END_TEST
 
@@ -1243,6 +1385,37 @@ START_TEST(test_env_errors)
 	ck_assert_msg(strstr(err, "hunter2") == NULL, "leak: %s", err);
 	unsetenv("RATELIMITD_REDIS_URL");
 	ck_assert_str_eq(c->redis.url, "redis://127.0.0.1:6379/0");
+	config_unref(c);
+}
+END_TEST
+
+/* RATELIMITD_LISTEN must not take grpc_listen's or admin_listen's address
+ * either; a refusal changes nothing. */
+START_TEST(test_env_listen_shared)
+{
+	struct config *c = expect_ok(
+	    "listen: \"127.0.0.1:1\"\n"
+	    "grpc_listen: \"unix:/run/g.sock\"\n"
+	    "admin_listen: \"127.0.0.1:2\"\n");
+	char err[ERRLEN];
+
+	unsetenv("RATELIMITD_REDIS_URL");
+	unsetenv("RATELIMITD_LOG_LEVEL");
+	setenv("RATELIMITD_LISTEN", "127.0.0.1:2", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), -1);
+	ck_assert_str_eq(err,
+	    "RATELIMITD_LISTEN: \"127.0.0.1:2\" shares its address with "
+	    "admin_listen \"127.0.0.1:2\"; each needs an address of its own");
+	setenv("RATELIMITD_LISTEN", "unix:/run/g.sock", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), -1);
+	ck_assert_str_eq(err,
+	    "RATELIMITD_LISTEN: \"unix:/run/g.sock\" shares its address with "
+	    "grpc_listen \"unix:/run/g.sock\"; each needs an address of its "
+	    "own");
+	ck_assert_str_eq(c->listen, "127.0.0.1:1");
+	setenv("RATELIMITD_LISTEN", "127.0.0.1:3", 1);
+	ck_assert_int_eq(config_apply_env(c, err, sizeof(err)), 0);
+	ck_assert_str_eq(c->listen, "127.0.0.1:3");
 	config_unref(c);
 }
 END_TEST
@@ -1660,6 +1833,8 @@ test_suite(void)
 	tcase_add_test(tc, test_find_many_rules);
 	tcase_add_test(tc, test_aliases);
 	tcase_add_test(tc, test_stats);
+	tcase_add_test(tc, test_reserved_near_names);
+	tcase_add_test(tc, test_listeners_apart);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("errors");
@@ -1683,6 +1858,7 @@ test_suite(void)
 	tcase_add_test(tc, test_env_overrides);
 	tcase_add_test(tc, test_env_errors);
 	tcase_add_test(tc, test_env_redis_url_cross_checks);
+	tcase_add_test(tc, test_env_listen_shared);
 	tcase_add_test(tc, test_env_oom);
 	suite_add_tcase(s, tc);
 

@@ -79,6 +79,28 @@ START_TEST(test_entries_become_attributes)
 END_TEST
 
 /*
+ * An entry may be named as a reserved field of /acquire is (cost, rule,
+ * wait_ms): over gRPC those are attributes like any other, which is why
+ * the config lets a rule match or key on them only with grpc_listen.
+ */
+START_TEST(test_reserved_names_are_attributes)
+{
+	static const char *const k[] = { "cost", "rule", "wait_ms" };
+	static const char *const v[] = { "7", "login", "100" };
+	struct rls_call c;
+	char err[128];
+
+	ck_assert_int_eq(decode_one(&c, "edge", k, v, 3, 16, err, sizeof(err)),
+	    0);
+	ck_assert_str_eq(attrs_get(&c.attrs[0], "cost"), "7");
+	ck_assert_str_eq(attrs_get(&c.attrs[0], "rule"), "login");
+	ck_assert_str_eq(attrs_get(&c.attrs[0], "wait_ms"), "100");
+	ck_assert_int_eq(c.groups[0].cost, 1);
+	rls_call_clear(&c);
+}
+END_TEST
+
+/*
  * An entry named `domain` does not replace the call's domain: a call for
  * "other" must not match rules written for domain "edge" (docs/grpc.md).
  */
@@ -198,6 +220,7 @@ test_suite(void)
 
 	tcase_add_test(tc, test_entries_become_attributes);
 	tcase_add_test(tc, test_call_domain_wins_over_entry);
+	tcase_add_test(tc, test_reserved_names_are_attributes);
 	tcase_add_test(tc, test_too_many_entries);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("encode");
