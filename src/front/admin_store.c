@@ -22,6 +22,7 @@
 #include "core/lease.h"
 #include "core/overrides.h"
 #include "core/prefetch.h"
+#include "core/request_json.h"
 #include "core/rules.h"
 #include "front/admin_priv.h"
 #include "front/lease_wait.h"
@@ -348,15 +349,78 @@ wake_waiters(struct admin_server *s)
 		lease_wait_all(s->leases);
 }
 
+/* The change a set makes, for its log line: "limit 5, window 20000 ms,
+ * ttl 700 ms"; the rule's window without one, no expiry without a TTL. */
+static void
+override_what(char *buf, size_t len, int64_t limit, int64_t window, int64_t ttl)
+{
+	char w[48], t[48];
+
+	if (window > 0)
+		snprintf(w, sizeof(w), "window %" PRId64 " ms", window);
+	else
+		snprintf(w, sizeof(w), "the rule's window");
+	if (ttl > 0)
+		snprintf(t, sizeof(t), "ttl %" PRId64 " ms", ttl);
+	else
+		snprintf(t, sizeof(t), "no expiry");
+	snprintf(buf, len, "limit %" PRId64 ", %s, %s", limit, w, t);
+}
+
+/* The fields of a PUT's body (docs/admin.md); any other is refused, so
+ * that a misspelt "tll" does not set an override without its TTL. */
+static const char *const put_fields[] = { "rule", "key", "limit", "window",
+	"ttl", NULL };
+
+/* The PUT's body as an object whose fields are all put_fields: root (the
+ * caller json_decref()s it), or NULL answered (400 invalid_json) in
+ * *ret. */
+static json_t *
+put_body(struct MHD_Connection *conn, const char *body, size_t len, int *ret)
+{
+	struct request_error e;
+	const char *name;
+	char quoted[72];
+	json_t *root, *v;
+	size_t i;
+
+	/* A name given twice is an error, as on the main listener, and
+	 * said as it is said there. */
+	if ((root = request_json_load(body != NULL ? body : "", len, 0, &e)) ==
+	    NULL) {
+		*ret = admin_error(conn, (unsigned)e.status, e.code, "%s",
+		    e.message);
+		return NULL;
+	}
+	if (!json_is_object(root)) {
+		json_decref(root);
+		*ret = admin_error(conn, 400, "invalid_json",
+		    "the body is not a JSON object");
+		return NULL;
+	}
+	json_object_foreach(root, name, v)
+	{
+		for (i = 0; put_fields[i] != NULL; i++)
+			if (strcmp(name, put_fields[i]) == 0)
+				break;
+		if (put_fields[i] == NULL) {
+			*ret = admin_error(conn, 400, "invalid_json",
+			    "unknown field \"%s\": the body takes rule, key, "
+			    "limit, window and ttl",
+			    util_escape(quoted, sizeof(quoted), name));
+			json_decref(root);
+			return NULL;
+		}
+	}
+	return root;
+}
+
 /* PUT {"rule", "key", "limit", "window"?, "ttl"?} */
 static int
 override_put(struct admin_server *s, struct MHD_Connection *conn,
     const struct config *cfg, const char *body, size_t len)
 {
-	/* A name given twice is an error, as on the main listener. */
-	json_t *root = json_loadb(body != NULL ? body : "", len,
-	    JSON_REJECT_DUPLICATES, NULL);
-	json_t *window_v, *ttl_v;
+	json_t *root, *window_v, *ttl_v;
 	const char *name, *key;
 	const struct rule *r;
 	int64_t limit, window, ttl = 0, now_ms = util_realtime_us() / 1000;
@@ -366,11 +430,8 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 	size_t hlen = 0;
 	int ret;
 
-	if (root == NULL || !json_is_object(root)) {
-		json_decref(root);
-		return admin_error(conn, 400, "invalid_json",
-		    "the body is not a JSON object");
-	}
+	if ((root = put_body(conn, body, len, &ret)) == NULL)
+		return ret;
 	name = json_string_value(json_object_get(root, "rule"));
 	key = json_string_value(json_object_get(root, "key"));
 	if (key == NULL && json_object_get(root, "key") == NULL)
@@ -416,7 +477,8 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 	    (parse_duration(ttl_v, &ttl) < 0 || ttl < 1 ||
 		ttl > INT64_C(3153600000000))) {
 		ret = admin_error(conn, 400, "invalid_ttl",
-		    "\"ttl\" is a duration (\"1h\", or milliseconds) from 1ms");
+		    "\"ttl\" is a duration (\"1h\", or milliseconds) from 1ms "
+		    "to 36500d");
 		goto out;
 	}
 	if ((h = hash_key(cfg, r->name, &hlen)) == NULL) {
@@ -485,15 +547,7 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 	}
 	metrics_admin_write(s->metrics, METRICS_ADMIN_OVERRIDE_SET);
 	wake_waiters(s);
-	if (window > 0)
-		snprintf(what, sizeof(what),
-		    "limit %" PRId64 ", window %" PRId64 " ms, ttl %" PRId64
-		    " ms",
-		    limit, window, ttl);
-	else
-		snprintf(what, sizeof(what),
-		    "limit %" PRId64 ", the rule's window, ttl %" PRId64 " ms",
-		    limit, ttl);
+	override_what(what, sizeof(what), limit, window, ttl);
 	admin_log_write(conn, "override_set", r->name, key, what);
 	ret = admin_respond_json(conn, 200,
 	    json_pack("{s:s, s:s, s:I, s:I, s:b, s:o}", "rule", r->name, "key",
