@@ -39,7 +39,7 @@
 static int
 query_rule_key(struct MHD_Connection *conn, const struct config *cfg,
     struct overrides *held, const char **name, const struct rule **r,
-    const char **key, int *ret)
+    const char **key, bool *given, int *ret)
 {
 	size_t nlen = 0, klen = 0;
 
@@ -48,6 +48,7 @@ query_rule_key(struct MHD_Connection *conn, const struct config *cfg,
 	    4, name, &nlen);
 	(void)MHD_lookup_connection_value_n(conn, MHD_GET_ARGUMENT_KIND, "key",
 	    3, key, &klen);
+	*given = *key != NULL;
 	if (*key == NULL)
 		*key = ""; /* a rule without a key: its one counter */
 	if (*name == NULL) {
@@ -87,6 +88,43 @@ query_rule_key(struct MHD_Connection *conn, const struct config *cfg,
 		*ret = admin_error(conn, 400, "invalid_key",
 		    "key= is not valid UTF-8 (percent-encode the key's UTF-8 "
 		    "bytes)");
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Does key name a counter of rule r (docs/admin.md)?  A rule without a key
+ * template has one counter, named by no key or "": any other is refused,
+ * unless any_keyless (a DELETE of overrides, which must reach whatever GET
+ * lists: one set by an older daemon, or while the rule had a template).  A
+ * rule with a template needs the key named (given: the request names
+ * one), "" included (a template renders it from empty attributes).
+ * field: how the request names it ("key=", "\"key\"").  r NULL (a rule
+ * the config no longer has): any key.  0, or -1 answered (400
+ * invalid_key) in *ret.
+ */
+static int
+key_fits_rule(struct MHD_Connection *conn, const struct rule *r,
+    const char *key, bool given, bool any_keyless, const char *field, int *ret)
+{
+	char tmpl[96];
+
+	if (r == NULL)
+		return 0;
+	if (r->key == NULL && key[0] != '\0' && !any_keyless) {
+		*ret = admin_error(conn, 400, "invalid_key",
+		    "rule \"%s\" has no key template: its one counter takes "
+		    "no %s, or an empty one",
+		    r->name, field);
+		return -1;
+	}
+	if (r->key != NULL && !given) {
+		*ret = admin_error(conn, 400, "invalid_key",
+		    "rule \"%s\" has a key template (\"%s\"): name the key "
+		    "it rendered with %s",
+		    r->name, util_escape(tmpl, sizeof(tmpl), r->key->source),
+		    field);
 		return -1;
 	}
 	return 0;
@@ -218,6 +256,7 @@ admin_handle_counters(struct admin_server *s, struct MHD_Connection *conn,
 {
 	const struct rule *r;
 	const char *name, *key;
+	bool given;
 	int ret;
 	/* HEAD is GET, its body left out by libmicrohttpd (docs/admin.md). */
 	bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
@@ -225,7 +264,9 @@ admin_handle_counters(struct admin_server *s, struct MHD_Connection *conn,
 	if (!get && strcmp(method, "DELETE") != 0)
 		return admin_not_allowed(conn, method, "/admin/counters",
 		    "GET, HEAD, DELETE");
-	if (query_rule_key(conn, cfg, NULL, &name, &r, &key, &ret) < 0)
+	if (query_rule_key(conn, cfg, NULL, &name, &r, &key, &given, &ret) < 0)
+		return ret;
+	if (key_fits_rule(conn, r, key, given, false, "key=", &ret) < 0)
 		return ret;
 	return get ? counter_read(s, conn, cfg, r, key) :
 		     counter_reset(s, conn, cfg, r, key);
@@ -420,7 +461,7 @@ static int
 override_put(struct admin_server *s, struct MHD_Connection *conn,
     const struct config *cfg, const char *body, size_t len)
 {
-	json_t *root, *window_v, *ttl_v;
+	json_t *root, *key_v, *window_v, *ttl_v;
 	const char *name, *key;
 	const struct rule *r;
 	int64_t limit, window, ttl = 0, now_ms = util_realtime_us() / 1000;
@@ -433,9 +474,11 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 	if ((root = put_body(conn, body, len, &ret)) == NULL)
 		return ret;
 	name = json_string_value(json_object_get(root, "rule"));
-	key = json_string_value(json_object_get(root, "key"));
-	if (key == NULL && json_object_get(root, "key") == NULL)
-		key = "";
+	/* null is absent, as for "window" and "ttl". */
+	key_v = json_object_get(root, "key");
+	if (json_is_null(key_v))
+		key_v = NULL;
+	key = key_v != NULL ? json_string_value(key_v) : "";
 	if (name == NULL || (r = config_find_rule(cfg, name)) == NULL) {
 		ret = admin_error(conn, 400, "unknown_rule",
 		    "\"rule\" names no rule of the running config");
@@ -447,6 +490,9 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 		    RL_MAX_KEY_BYTES);
 		goto out;
 	}
+	if (key_fits_rule(conn, r, key, key_v != NULL, false, "\"key\"", &ret) <
+	    0)
+		goto out;
 	if (!json_is_integer(json_object_get(root, "limit")) ||
 	    (limit = json_integer_value(json_object_get(root, "limit"))) < 1 ||
 	    limit > RL_MAX_LIMIT) {
@@ -694,6 +740,7 @@ admin_handle_overrides(struct admin_server *s, struct MHD_Connection *conn,
 {
 	const struct rule *r;
 	const char *name, *key;
+	bool given;
 	int ret;
 	bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 
@@ -706,8 +753,11 @@ admin_handle_overrides(struct admin_server *s, struct MHD_Connection *conn,
 	 * which still count toward the bound: they can be listed and
 	 * deleted (on Redis the copy went at the reload; the hash stays). */
 	if (query_rule_key(conn, cfg, on_redis(s) ? NULL : s->overrides, &name,
-		&r, &key, &ret) < 0)
+		&r, &key, &given, &ret) < 0)
 		return ret;
-	return get ? override_list(s, conn, cfg, name) :
-		     override_delete(s, conn, cfg, name, key);
+	if (get) /* every override of the rule: no key */
+		return override_list(s, conn, cfg, name);
+	if (key_fits_rule(conn, r, key, given, true, "key=", &ret) < 0)
+		return ret;
+	return override_delete(s, conn, cfg, name, key);
 }

@@ -784,6 +784,96 @@ START_TEST(test_override_unknown_field)
 }
 END_TEST
 
+/* A rule without a key template (sl3) has one counter: its override and
+ * its counter take no key, or "", and any other is refused, since
+ * nothing could ever reach it.  A rule with one (api) needs the key
+ * named: a missing one is not taken for "" (docs/admin.md).  A DELETE of
+ * overrides takes any key of a keyless rule: what GET lists, it can
+ * delete. */
+START_TEST(test_key_fits_rule)
+{
+	static const char sl3[] =
+	    "  - name: sl3\n"
+	    "    match: { t: sl3 }\n"
+	    "    limit: 3\n"
+	    "    window: 10s\n";
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+
+	admin_start_rules(&a, 0, true, NULL, sl3);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"sl3\",\"key\":\"whatever\",\"limit\":50}", auth_ok);
+	refused_with(&r, "invalid_key", "no key template");
+	admin_req(&a, &r, "GET", "/admin/counters?rule=sl3&key=x", NULL,
+	    auth_ok);
+	refused_with(&r, "invalid_key", "no key template");
+	admin_req(&a, &r, "DELETE", "/admin/counters?rule=sl3&key=x", NULL,
+	    auth_ok);
+	refused_with(&r, "invalid_key", "no key template");
+	admin_req(&a, &r, "GET", "/admin/overrides?rule=sl3", NULL, auth_ok);
+	ck_assert_int_eq(json_array_size(h_json_get(&r, "overrides")), 0);
+
+	/* A keyed rule: no key, or a null one, is refused. */
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"limit\":50}", auth_ok);
+	refused_with(&r, "invalid_key", "${user}");
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":null,\"limit\":50}", auth_ok);
+	refused_with(&r, "invalid_key", "${user}");
+	admin_req(&a, &r, "GET", "/admin/counters?rule=api", NULL, auth_ok);
+	refused_with(&r, "invalid_key", "${user}");
+	admin_req(&a, &r, "DELETE", "/admin/counters?rule=api", NULL, auth_ok);
+	refused_with(&r, "invalid_key", "${user}");
+	admin_req(&a, &r, "DELETE", "/admin/overrides?rule=api", NULL, auth_ok);
+	refused_with(&r, "invalid_key", "${user}");
+	admin_req(&a, &r, "GET", "/admin/overrides?rule=api", NULL, auth_ok);
+	ck_assert_int_eq(json_array_size(h_json_get(&r, "overrides")), 0);
+	ck_assert(
+	    h_metric("ratelimitd_admin_writes_total{op=\"override_set\"}") <=
+	    0);
+
+	/* What is taken: the keyless rule's one counter, without a key or
+	 * with "", and the override applies to it; a keyed rule's key
+	 * rendered empty, named. */
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"sl3\",\"limit\":50}", auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"sl3\",\"key\":\"\",\"limit\":40}", auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	h_http(&r, "POST", "/acquire", "{\"t\":\"sl3\"}", NULL);
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_int_eq(h_json_int(&r, "limit"), 40);
+	admin_req(&a, &r, "GET", "/admin/counters?rule=sl3", NULL, auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), 39);
+	admin_req(&a, &r, "GET", "/admin/counters?rule=sl3&key=", NULL,
+	    auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"\",\"limit\":2}", auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	h_http(&r, "POST", "/acquire", "{\"t\":\"api\",\"user\":\"\"}", NULL);
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_int_eq(h_json_int(&r, "limit"), 2);
+	admin_req(&a, &r, "GET", "/admin/counters?rule=api&key=", NULL,
+	    auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), 1);
+	admin_req(&a, &r, "DELETE", "/admin/overrides?rule=api&key=", NULL,
+	    auth_ok);
+	ck_assert(json_is_true(h_json_get(&r, "deleted")));
+	admin_req(&a, &r, "DELETE", "/admin/overrides?rule=sl3&key=whatever",
+	    NULL, auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	ck_assert(json_is_false(h_json_get(&r, "deleted")));
+	admin_req(&a, &r, "DELETE", "/admin/overrides?rule=sl3", NULL, auth_ok);
+	ck_assert(json_is_true(h_json_get(&r, "deleted")));
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
 /* A field named twice is said to be one, named (jansson names only a
  * short one itself), not "the body is not a JSON object". */
 START_TEST(test_override_field_twice)
@@ -2334,6 +2424,7 @@ test_suite(void)
 	tcase_add_test(tc, test_override_token_bucket);
 	tcase_add_test(tc, test_override_limit_bound);
 	tcase_add_test(tc, test_override_unknown_field);
+	tcase_add_test(tc, test_key_fits_rule);
 	tcase_add_test(tc, test_override_field_twice);
 	tcase_add_test(tc, test_override_ttl_bounds);
 	tcase_add_test(tc, test_override_logged_expiry);
