@@ -5,7 +5,9 @@
  * here) with JSON_REJECT_DUPLICATES, so a name given twice is an error
  * rather than a choice between two values.  Without JSON_ALLOW_NUL jansson
  * refuses "\u0000" in strings; values are checked for NUL bytes all the
- * same, since one would cut a key short.
+ * same, since one would cut a key short.  What jansson says of those two
+ * refusals names its own flags or cuts the name short, so they are told in
+ * the daemon's words (refusal()); any other keeps jansson's.
  */
 #include "core/request_json.h"
 
@@ -155,22 +157,109 @@ big_ints_as_reals(const char *body, size_t len, size_t *outlen, size_t *changed)
 	return out;
 }
 
-/* Parse body with jansson; with REQUEST_JSON_BIG_INT_REAL, a body refused
- * for an integer past int64 is read again with such integers as reals. */
-static json_t *
-load(const char *body, size_t len, unsigned flags, json_error_t *jerr)
+/*
+ * The name jansson refused as given twice in text (len bytes), quoted for
+ * a message into buf: jansson stops at the closing quote of the second
+ * one, at byte pos, and names it itself only when it is short.  NULL when
+ * the text there is not a name.
+ */
+static const char *
+duplicate_name(const char *text, size_t len, size_t pos, char *buf,
+    size_t buflen)
 {
-	json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, jerr);
+	size_t end = pos, start, bs;
+	json_t *name;
+
+	if (end > len || end < 2 || text[end - 1] != '"')
+		return NULL;
+	/* The opening quote: the first one back that no odd run of
+	 * backslashes escapes (a name holds no other). */
+	for (start = end - 1; start > 0; start--) {
+		if (text[start - 1] != '"')
+			continue;
+		for (bs = 0; start - 1 > bs && text[start - 2 - bs] == '\\';)
+			bs++;
+		if (bs % 2 == 0)
+			break;
+	}
+	if (start == 0)
+		return NULL;
+	name = json_loadb(text + start - 1, end - start + 1, JSON_DECODE_ANY,
+	    NULL);
+	if (!json_is_string(name)) {
+		json_decref(name);
+		return NULL;
+	}
+	util_escape(buf, buflen, json_string_value(name));
+	json_decref(name);
+	return buf;
+}
+
+/* jansson's refusal of text (len bytes, what it parsed) into *e: 400
+ * invalid_json, in the daemon's words for a name given twice and for a
+ * NUL (docs/http.md).  Returns -1. */
+static int
+refusal(const char *text, size_t len, const json_error_t *jerr,
+    struct request_error *e)
+{
+	char name[72];
+
+	switch (json_error_code(jerr)) {
+	case json_error_duplicate_key:
+		if (duplicate_name(text, len, (size_t)jerr->position, name,
+			sizeof(name)) != NULL)
+			return request_error_set(e, 400, "invalid_json",
+			    "line %d column %d: the field \"%s\" is named "
+			    "twice",
+			    jerr->line, jerr->column, name);
+		return request_error_set(e, 400, "invalid_json",
+		    "line %d column %d: a field is named twice", jerr->line,
+		    jerr->column);
+	case json_error_null_character:
+		return request_error_set(e, 400, "invalid_json",
+		    "line %d column %d: a string holds \\u0000 (NUL), which "
+		    "no value may",
+		    jerr->line, jerr->column);
+	case json_error_null_byte_in_key:
+		return request_error_set(e, 400, "invalid_json",
+		    "line %d column %d: a field name holds \\u0000 (NUL), "
+		    "which no name may",
+		    jerr->line, jerr->column);
+	default:
+		return request_error_set(e, 400, "invalid_json",
+		    "line %d column %d: %s", jerr->line, jerr->column,
+		    jerr->text);
+	}
+}
+
+json_t *
+request_json_load(const char *body, size_t len, unsigned flags,
+    struct request_error *e)
+{
+	json_t *root;
+	json_error_t jerr;
 	size_t n, changed;
 	char *copy;
 
-	if (root != NULL || !(flags & REQUEST_JSON_BIG_INT_REAL) ||
-	    json_error_code(jerr) != json_error_numeric_overflow)
+	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (root != NULL)
 		return root;
-	if ((copy = big_ints_as_reals(body, len, &n, &changed)) == NULL)
+	/* With REQUEST_JSON_BIG_INT_REAL, a body refused for an integer
+	 * past int64 is read again with such integers as reals. */
+	if (!(flags & REQUEST_JSON_BIG_INT_REAL) ||
+	    json_error_code(&jerr) != json_error_numeric_overflow) {
+		refusal(body, len, &jerr, e);
 		return NULL;
-	if (changed > 0)
-		root = json_loadb(copy, n, JSON_REJECT_DUPLICATES, jerr);
+	}
+	if ((copy = big_ints_as_reals(body, len, &n, &changed)) == NULL) {
+		request_error_set(e, 500, "internal_error", "out of memory");
+		return NULL;
+	}
+	if (changed == 0)
+		refusal(body, len, &jerr, e);
+	else if ((root = json_loadb(copy, n, JSON_REJECT_DUPLICATES, &jerr)) ==
+	    NULL)
+		refusal(copy, n, &jerr, e); /* where it is in the copy */
 	rl_free(copy);
 	return root;
 }
@@ -189,7 +278,6 @@ request_json_parse_flags(const char *body, size_t len,
     json_t **fields, unsigned flags, struct request_error *e)
 {
 	json_t *root = NULL, *v;
-	json_error_t jerr;
 	const char *name;
 	char num[32];
 	size_t nattrs = 0;
@@ -197,12 +285,8 @@ request_json_parse_flags(const char *body, size_t len,
 	*fields = NULL;
 	if (len == 0)
 		return 0; /* no body: no attributes */
-	root = load(body, len, flags, &jerr);
-	if (root == NULL) {
-		request_error_set(e, 400, "invalid_json",
-		    "line %d column %d: %s", jerr.line, jerr.column, jerr.text);
+	if ((root = request_json_load(body, len, flags, e)) == NULL)
 		goto fail;
-	}
 	if (!json_is_object(root)) {
 		request_error_set(e, 400, "invalid_json",
 		    "the body must be a JSON object");

@@ -59,6 +59,18 @@ int request_json_parse_flags(const char *body, size_t len,
     json_t **fields, unsigned flags, struct request_error *e);
 
 /*
+ * Parse body (len bytes) as JSON, a name given twice refused: a new value
+ * (the caller json_decref()s it), or NULL with *e set: 400 invalid_json
+ * whose message says where (line and column) and what, in the daemon's
+ * words for a name given twice (naming it) and for a \u0000 (docs/http.md),
+ * else in jansson's; 500 internal_error on out of memory.  flags: 0 or
+ * REQUEST_JSON_BIG_INT_REAL.  The value may be of any JSON type: the caller
+ * checks for the object it wants.
+ */
+json_t *request_json_load(const char *body, size_t len, unsigned flags,
+    struct request_error *e);
+
+/*
  * Reserved-field readers: each reads `name` from fields (the object of
  * request_json_parse, or NULL).  A missing field, or one that is null, leaves
  * *out as it is and returns 0; a field of the wrong type or range returns -1

@@ -22,6 +22,7 @@
 #include "core/lease.h"
 #include "core/overrides.h"
 #include "core/prefetch.h"
+#include "core/request_json.h"
 #include "core/rules.h"
 #include "front/admin_priv.h"
 #include "front/lease_wait.h"
@@ -38,7 +39,7 @@
 static int
 query_rule_key(struct MHD_Connection *conn, const struct config *cfg,
     struct overrides *held, const char **name, const struct rule **r,
-    const char **key, int *ret)
+    const char **key, bool *given, int *ret)
 {
 	size_t nlen = 0, klen = 0;
 
@@ -47,6 +48,7 @@ query_rule_key(struct MHD_Connection *conn, const struct config *cfg,
 	    4, name, &nlen);
 	(void)MHD_lookup_connection_value_n(conn, MHD_GET_ARGUMENT_KIND, "key",
 	    3, key, &klen);
+	*given = *key != NULL;
 	if (*key == NULL)
 		*key = ""; /* a rule without a key: its one counter */
 	if (*name == NULL) {
@@ -86,6 +88,43 @@ query_rule_key(struct MHD_Connection *conn, const struct config *cfg,
 		*ret = admin_error(conn, 400, "invalid_key",
 		    "key= is not valid UTF-8 (percent-encode the key's UTF-8 "
 		    "bytes)");
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Does key name a counter of rule r (docs/admin.md)?  A rule without a key
+ * template has one counter, named by no key or "": any other is refused,
+ * unless any_keyless (a DELETE of overrides, which must reach whatever GET
+ * lists: one set by an older daemon, or while the rule had a template).  A
+ * rule with a template needs the key named (given: the request names
+ * one), "" included (a template renders it from empty attributes).
+ * field: how the request names it ("key=", "\"key\"").  r NULL (a rule
+ * the config no longer has): any key.  0, or -1 answered (400
+ * invalid_key) in *ret.
+ */
+static int
+key_fits_rule(struct MHD_Connection *conn, const struct rule *r,
+    const char *key, bool given, bool any_keyless, const char *field, int *ret)
+{
+	char tmpl[96];
+
+	if (r == NULL)
+		return 0;
+	if (r->key == NULL && key[0] != '\0' && !any_keyless) {
+		*ret = admin_error(conn, 400, "invalid_key",
+		    "rule \"%s\" has no key template: its one counter takes "
+		    "no %s, or an empty one",
+		    r->name, field);
+		return -1;
+	}
+	if (r->key != NULL && !given) {
+		*ret = admin_error(conn, 400, "invalid_key",
+		    "rule \"%s\" has a key template (\"%s\"): name the key "
+		    "it rendered with %s",
+		    r->name, util_escape(tmpl, sizeof(tmpl), r->key->source),
+		    field);
 		return -1;
 	}
 	return 0;
@@ -217,6 +256,7 @@ admin_handle_counters(struct admin_server *s, struct MHD_Connection *conn,
 {
 	const struct rule *r;
 	const char *name, *key;
+	bool given;
 	int ret;
 	/* HEAD is GET, its body left out by libmicrohttpd (docs/admin.md). */
 	bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
@@ -224,7 +264,9 @@ admin_handle_counters(struct admin_server *s, struct MHD_Connection *conn,
 	if (!get && strcmp(method, "DELETE") != 0)
 		return admin_not_allowed(conn, method, "/admin/counters",
 		    "GET, HEAD, DELETE");
-	if (query_rule_key(conn, cfg, NULL, &name, &r, &key, &ret) < 0)
+	if (query_rule_key(conn, cfg, NULL, &name, &r, &key, &given, &ret) < 0)
+		return ret;
+	if (key_fits_rule(conn, r, key, given, false, "key=", &ret) < 0)
 		return ret;
 	return get ? counter_read(s, conn, cfg, r, key) :
 		     counter_reset(s, conn, cfg, r, key);
@@ -348,15 +390,78 @@ wake_waiters(struct admin_server *s)
 		lease_wait_all(s->leases);
 }
 
+/* The change a set makes, for its log line: "limit 5, window 20000 ms,
+ * ttl 700 ms"; the rule's window without one, no expiry without a TTL. */
+static void
+override_what(char *buf, size_t len, int64_t limit, int64_t window, int64_t ttl)
+{
+	char w[48], t[48];
+
+	if (window > 0)
+		snprintf(w, sizeof(w), "window %" PRId64 " ms", window);
+	else
+		snprintf(w, sizeof(w), "the rule's window");
+	if (ttl > 0)
+		snprintf(t, sizeof(t), "ttl %" PRId64 " ms", ttl);
+	else
+		snprintf(t, sizeof(t), "no expiry");
+	snprintf(buf, len, "limit %" PRId64 ", %s, %s", limit, w, t);
+}
+
+/* The fields of a PUT's body (docs/admin.md); any other is refused, so
+ * that a misspelt "tll" does not set an override without its TTL. */
+static const char *const put_fields[] = { "rule", "key", "limit", "window",
+	"ttl", NULL };
+
+/* The PUT's body as an object whose fields are all put_fields: root (the
+ * caller json_decref()s it), or NULL answered (400 invalid_json) in
+ * *ret. */
+static json_t *
+put_body(struct MHD_Connection *conn, const char *body, size_t len, int *ret)
+{
+	struct request_error e;
+	const char *name;
+	char quoted[72];
+	json_t *root, *v;
+	size_t i;
+
+	/* A name given twice is an error, as on the main listener, and
+	 * said as it is said there. */
+	if ((root = request_json_load(body != NULL ? body : "", len, 0, &e)) ==
+	    NULL) {
+		*ret = admin_error(conn, (unsigned)e.status, e.code, "%s",
+		    e.message);
+		return NULL;
+	}
+	if (!json_is_object(root)) {
+		json_decref(root);
+		*ret = admin_error(conn, 400, "invalid_json",
+		    "the body is not a JSON object");
+		return NULL;
+	}
+	json_object_foreach(root, name, v)
+	{
+		for (i = 0; put_fields[i] != NULL; i++)
+			if (strcmp(name, put_fields[i]) == 0)
+				break;
+		if (put_fields[i] == NULL) {
+			*ret = admin_error(conn, 400, "invalid_json",
+			    "unknown field \"%s\": the body takes rule, key, "
+			    "limit, window and ttl",
+			    util_escape(quoted, sizeof(quoted), name));
+			json_decref(root);
+			return NULL;
+		}
+	}
+	return root;
+}
+
 /* PUT {"rule", "key", "limit", "window"?, "ttl"?} */
 static int
 override_put(struct admin_server *s, struct MHD_Connection *conn,
     const struct config *cfg, const char *body, size_t len)
 {
-	/* A name given twice is an error, as on the main listener. */
-	json_t *root = json_loadb(body != NULL ? body : "", len,
-	    JSON_REJECT_DUPLICATES, NULL);
-	json_t *window_v, *ttl_v;
+	json_t *root, *key_v, *window_v, *ttl_v;
 	const char *name, *key;
 	const struct rule *r;
 	int64_t limit, window, ttl = 0, now_ms = util_realtime_us() / 1000;
@@ -366,15 +471,14 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 	size_t hlen = 0;
 	int ret;
 
-	if (root == NULL || !json_is_object(root)) {
-		json_decref(root);
-		return admin_error(conn, 400, "invalid_json",
-		    "the body is not a JSON object");
-	}
+	if ((root = put_body(conn, body, len, &ret)) == NULL)
+		return ret;
 	name = json_string_value(json_object_get(root, "rule"));
-	key = json_string_value(json_object_get(root, "key"));
-	if (key == NULL && json_object_get(root, "key") == NULL)
-		key = "";
+	/* null is absent, as for "window" and "ttl". */
+	key_v = json_object_get(root, "key");
+	if (json_is_null(key_v))
+		key_v = NULL;
+	key = key_v != NULL ? json_string_value(key_v) : "";
 	if (name == NULL || (r = config_find_rule(cfg, name)) == NULL) {
 		ret = admin_error(conn, 400, "unknown_rule",
 		    "\"rule\" names no rule of the running config");
@@ -386,6 +490,9 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 		    RL_MAX_KEY_BYTES);
 		goto out;
 	}
+	if (key_fits_rule(conn, r, key, key_v != NULL, false, "\"key\"", &ret) <
+	    0)
+		goto out;
 	if (!json_is_integer(json_object_get(root, "limit")) ||
 	    (limit = json_integer_value(json_object_get(root, "limit"))) < 1 ||
 	    limit > RL_MAX_LIMIT) {
@@ -416,7 +523,8 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 	    (parse_duration(ttl_v, &ttl) < 0 || ttl < 1 ||
 		ttl > INT64_C(3153600000000))) {
 		ret = admin_error(conn, 400, "invalid_ttl",
-		    "\"ttl\" is a duration (\"1h\", or milliseconds) from 1ms");
+		    "\"ttl\" is a duration (\"1h\", or milliseconds) from 1ms "
+		    "to 36500d");
 		goto out;
 	}
 	if ((h = hash_key(cfg, r->name, &hlen)) == NULL) {
@@ -485,15 +593,7 @@ override_put(struct admin_server *s, struct MHD_Connection *conn,
 	}
 	metrics_admin_write(s->metrics, METRICS_ADMIN_OVERRIDE_SET);
 	wake_waiters(s);
-	if (window > 0)
-		snprintf(what, sizeof(what),
-		    "limit %" PRId64 ", window %" PRId64 " ms, ttl %" PRId64
-		    " ms",
-		    limit, window, ttl);
-	else
-		snprintf(what, sizeof(what),
-		    "limit %" PRId64 ", the rule's window, ttl %" PRId64 " ms",
-		    limit, ttl);
+	override_what(what, sizeof(what), limit, window, ttl);
 	admin_log_write(conn, "override_set", r->name, key, what);
 	ret = admin_respond_json(conn, 200,
 	    json_pack("{s:s, s:s, s:I, s:I, s:b, s:o}", "rule", r->name, "key",
@@ -640,6 +740,7 @@ admin_handle_overrides(struct admin_server *s, struct MHD_Connection *conn,
 {
 	const struct rule *r;
 	const char *name, *key;
+	bool given;
 	int ret;
 	bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 
@@ -652,8 +753,11 @@ admin_handle_overrides(struct admin_server *s, struct MHD_Connection *conn,
 	 * which still count toward the bound: they can be listed and
 	 * deleted (on Redis the copy went at the reload; the hash stays). */
 	if (query_rule_key(conn, cfg, on_redis(s) ? NULL : s->overrides, &name,
-		&r, &key, &ret) < 0)
+		&r, &key, &given, &ret) < 0)
 		return ret;
-	return get ? override_list(s, conn, cfg, name) :
-		     override_delete(s, conn, cfg, name, key);
+	if (get) /* every override of the rule: no key */
+		return override_list(s, conn, cfg, name);
+	if (key_fits_rule(conn, r, key, given, true, "key=", &ret) < 0)
+		return ret;
+	return override_delete(s, conn, cfg, name, key);
 }

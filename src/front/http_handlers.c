@@ -294,6 +294,7 @@ http_handle_lease(struct http_server *s, struct MHD_Connection *conn,
     struct request *rq)
 {
 	bool renew = rq->ep == EP_RENEW;
+	struct request_error e;
 	const struct rule *r;
 	struct lease_ref ref;
 	json_t *root, *v;
@@ -308,14 +309,16 @@ http_handle_lease(struct http_server *s, struct MHD_Connection *conn,
 		    "the body is larger than %lld bytes",
 		    (long long)rq->cfg->max_body_bytes);
 	/* An empty body is {}, with no lease; a name given twice is an
-	 * error, as in every body (docs/http.md). */
-	root = rq->len > 0 ?
-	    json_loadb(rq->body, rq->len, JSON_REJECT_DUPLICATES, NULL) :
-	    NULL;
-	if (rq->len > 0 && (root == NULL || !json_is_object(root))) {
+	 * error, as in every body, and so is a \u0000 (docs/http.md). */
+	root = NULL;
+	if (rq->len > 0 &&
+	    (root = request_json_load(rq->body, rq->len, 0, &e)) == NULL)
+		return http_respond_error(s, conn, e.status, e.code, "%s",
+		    e.message);
+	if (rq->len > 0 && !json_is_object(root)) {
 		json_decref(root);
 		return http_respond_error(s, conn, 400, "invalid_json",
-		    "the body is not a JSON object, or names a field twice");
+		    "the body must be a JSON object");
 	}
 	v = root != NULL ? json_object_get(root, "lease") : NULL;
 	rc = v != NULL && json_is_string(v) ?

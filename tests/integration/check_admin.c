@@ -737,6 +737,222 @@ START_TEST(test_override_limit_bound)
 }
 END_TEST
 
+/* Expect a's answer r to be 400 with error code and a message holding
+ * needle. */
+static void
+refused_with(struct h_resp *r, const char *code, const char *needle)
+{
+	const char *msg;
+
+	ck_assert_msg(r->status == 400, "%ld %s", r->status, r->body);
+	ck_assert_str_eq(h_json_str(r, "error"), code);
+	msg = h_json_str(r, "message");
+	ck_assert_msg(msg != NULL && strstr(msg, needle) != NULL,
+	    "message %s, not naming %s", r->body, needle);
+}
+
+/* A PUT's body takes rule, key, limit, window and ttl (docs/admin.md):
+ * any other field is 400 invalid_json naming it, and nothing is set (a
+ * misspelt "tll" would have set an override that never expires). */
+START_TEST(test_override_unknown_field)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+
+	admin_start(&a, 0, true, NULL);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"a\",\"limit\":5,\"foo\":1}", auth_ok);
+	refused_with(&r, "invalid_json", "\"foo\"");
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"a\",\"limit\":5,\"tll\":\"1h\"}",
+	    auth_ok);
+	refused_with(&r, "invalid_json", "\"tll\"");
+	admin_req(&a, &r, "GET", "/admin/overrides?rule=api", NULL, auth_ok);
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_int_eq(json_array_size(h_json_get(&r, "overrides")), 0);
+	ck_assert(
+	    h_metric("ratelimitd_admin_writes_total{op=\"override_set\"}") <=
+	    0);
+	/* Each of the five is taken. */
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"a\",\"limit\":5,\"window\":\"1m\","
+	    "\"ttl\":\"1h\"}",
+	    auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
+/* A rule without a key template (sl3) has one counter: its override and
+ * its counter take no key, or "", and any other is refused, since
+ * nothing could ever reach it.  A rule with one (api) needs the key
+ * named: a missing one is not taken for "" (docs/admin.md).  A DELETE of
+ * overrides takes any key of a keyless rule: what GET lists, it can
+ * delete. */
+START_TEST(test_key_fits_rule)
+{
+	static const char sl3[] =
+	    "  - name: sl3\n"
+	    "    match: { t: sl3 }\n"
+	    "    limit: 3\n"
+	    "    window: 10s\n";
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+
+	admin_start_rules(&a, 0, true, NULL, sl3);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"sl3\",\"key\":\"whatever\",\"limit\":50}", auth_ok);
+	refused_with(&r, "invalid_key", "no key template");
+	admin_req(&a, &r, "GET", "/admin/counters?rule=sl3&key=x", NULL,
+	    auth_ok);
+	refused_with(&r, "invalid_key", "no key template");
+	admin_req(&a, &r, "DELETE", "/admin/counters?rule=sl3&key=x", NULL,
+	    auth_ok);
+	refused_with(&r, "invalid_key", "no key template");
+	admin_req(&a, &r, "GET", "/admin/overrides?rule=sl3", NULL, auth_ok);
+	ck_assert_int_eq(json_array_size(h_json_get(&r, "overrides")), 0);
+
+	/* A keyed rule: no key, or a null one, is refused. */
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"limit\":50}", auth_ok);
+	refused_with(&r, "invalid_key", "${user}");
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":null,\"limit\":50}", auth_ok);
+	refused_with(&r, "invalid_key", "${user}");
+	admin_req(&a, &r, "GET", "/admin/counters?rule=api", NULL, auth_ok);
+	refused_with(&r, "invalid_key", "${user}");
+	admin_req(&a, &r, "DELETE", "/admin/counters?rule=api", NULL, auth_ok);
+	refused_with(&r, "invalid_key", "${user}");
+	admin_req(&a, &r, "DELETE", "/admin/overrides?rule=api", NULL, auth_ok);
+	refused_with(&r, "invalid_key", "${user}");
+	admin_req(&a, &r, "GET", "/admin/overrides?rule=api", NULL, auth_ok);
+	ck_assert_int_eq(json_array_size(h_json_get(&r, "overrides")), 0);
+	ck_assert(
+	    h_metric("ratelimitd_admin_writes_total{op=\"override_set\"}") <=
+	    0);
+
+	/* What is taken: the keyless rule's one counter, without a key or
+	 * with "", and the override applies to it; a keyed rule's key
+	 * rendered empty, named. */
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"sl3\",\"limit\":50}", auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"sl3\",\"key\":\"\",\"limit\":40}", auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	h_http(&r, "POST", "/acquire", "{\"t\":\"sl3\"}", NULL);
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_int_eq(h_json_int(&r, "limit"), 40);
+	admin_req(&a, &r, "GET", "/admin/counters?rule=sl3", NULL, auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), 39);
+	admin_req(&a, &r, "GET", "/admin/counters?rule=sl3&key=", NULL,
+	    auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"\",\"limit\":2}", auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	h_http(&r, "POST", "/acquire", "{\"t\":\"api\",\"user\":\"\"}", NULL);
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_int_eq(h_json_int(&r, "limit"), 2);
+	admin_req(&a, &r, "GET", "/admin/counters?rule=api&key=", NULL,
+	    auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	ck_assert_int_eq(h_json_int(&r, "remaining"), 1);
+	admin_req(&a, &r, "DELETE", "/admin/overrides?rule=api&key=", NULL,
+	    auth_ok);
+	ck_assert(json_is_true(h_json_get(&r, "deleted")));
+	admin_req(&a, &r, "DELETE", "/admin/overrides?rule=sl3&key=whatever",
+	    NULL, auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	ck_assert(json_is_false(h_json_get(&r, "deleted")));
+	admin_req(&a, &r, "DELETE", "/admin/overrides?rule=sl3", NULL, auth_ok);
+	ck_assert(json_is_true(h_json_get(&r, "deleted")));
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
+/* A field named twice is said to be one, named (jansson names only a
+ * short one itself), not "the body is not a JSON object". */
+START_TEST(test_override_field_twice)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+
+	admin_start(&a, 0, true, NULL);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"x\",\"limit\":2,\"limit\":3}",
+	    auth_ok);
+	refused_with(&r, "invalid_json", "the field \"limit\" is named twice");
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"x\",\"limit\":2,"
+	    "\"a_name_of_more_than_twenty\\\"\":1,"
+	    "\"a_name_of_more_than_twenty\\\"\":2}",
+	    auth_ok);
+	refused_with(&r, "invalid_json",
+	    "the field \"a_name_of_more_than_twenty\\\"\" is named twice");
+	admin_req(&a, &r, "GET", "/admin/overrides?rule=api", NULL, auth_ok);
+	ck_assert_int_eq(json_array_size(h_json_get(&r, "overrides")), 0);
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
+/* invalid_ttl names both bounds, 1ms and 36500d, and the upper one
+ * holds. */
+START_TEST(test_override_ttl_bounds)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+
+	admin_start(&a, 0, true, NULL);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"x\",\"limit\":2,\"ttl\":\"36501d\"}",
+	    auth_ok);
+	refused_with(&r, "invalid_ttl", "from 1ms to 36500d");
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"x\",\"limit\":2,\"ttl\":0}", auth_ok);
+	refused_with(&r, "invalid_ttl", "from 1ms to 36500d");
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"x\",\"limit\":2,\"ttl\":\"36500d\"}",
+	    auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	ck_assert_int_eq(h_json_int(&r, "expires_ms"), 3153600000000LL);
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
+/* An override set without a TTL is logged as having no expiry, not as
+ * "ttl 0 ms"; one with a TTL, with it. */
+START_TEST(test_override_logged_expiry)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+
+	admin_start(&a, 0, true, NULL);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"forever\",\"limit\":2}", auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	admin_req(&a, &r, "PUT", "/admin/overrides",
+	    "{\"rule\":\"api\",\"key\":\"brief\",\"limit\":2,\"window\":\"20s\","
+	    "\"ttl\":\"1h\"}",
+	    auth_ok);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	h_resp_free(&r);
+	admin_stop(&a);
+	ck_assert(log_has(&a.d,
+	    "key=\"forever\" change=\"limit 2, the rule's window, no "
+	    "expiry\""));
+	ck_assert(log_has(&a.d,
+	    "key=\"brief\" change=\"limit 2, window 20000 ms, ttl 3600000 "
+	    "ms\""));
+	ck_assert(!log_has(&a.d, "ttl 0 ms"));
+}
+END_TEST
+
 /* HEAD is GET without a body wherever GET is allowed (docs/admin.md):
  * the same status, headers, and no counter consumed. */
 START_TEST(test_head)
@@ -2207,6 +2423,11 @@ test_suite(void)
 	tcase_add_test(tc, test_override_renew);
 	tcase_add_test(tc, test_override_token_bucket);
 	tcase_add_test(tc, test_override_limit_bound);
+	tcase_add_test(tc, test_override_unknown_field);
+	tcase_add_test(tc, test_key_fits_rule);
+	tcase_add_test(tc, test_override_field_twice);
+	tcase_add_test(tc, test_override_ttl_bounds);
+	tcase_add_test(tc, test_override_logged_expiry);
 	tcase_add_test(tc, test_reset_serves_lease_waiters);
 	tcase_add_test(tc, test_override_removed_rule_memory);
 	tcase_add_test(tc, test_override_follows_rule_window);

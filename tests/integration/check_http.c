@@ -1291,6 +1291,53 @@ START_TEST(test_path_nul)
 }
 END_TEST
 
+/* A \u0000 in a body is 400 invalid_json in the daemon's words (no
+ * attribute holds a NUL), never in the JSON parser's, which names its own
+ * flags; a field named twice is named, however long (docs/http.md).  The
+ * same on /release, which reads its body apart. */
+START_TEST(test_json_refusals_worded)
+{
+	static const struct {
+		const char *path, *body, *says;
+	} want[] = {
+		{ "/acquire", "{\"t\":\"basic\",\"user\":\"x\\u0000y\"}",
+		    "a string holds \\u0000" },
+		{ "/acquire", "{\"t\":\"basic\",\"a\\u0000b\":1}",
+		    "a field name holds \\u0000" },
+		{ "/report", "{\"t\":\"basic\",\"user\":\"\\u0000\"}",
+		    "a string holds \\u0000" },
+		{ "/release", "{\"lease\":\"x\\u0000\"}",
+		    "a string holds \\u0000" },
+		{ "/acquire",
+		    "{\"t\":\"basic\",\"a_name_longer_than_twenty\":1,"
+		    "\"a_name_longer_than_twenty\":2}",
+		    "the field \"a_name_longer_than_twenty\" is named twice" },
+		{ "/release", "{\"lease\":\"a\",\"lease\":\"b\"}",
+		    "the field \"lease\" is named twice" },
+	};
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	const char *msg;
+	size_t i;
+
+	start_daemon(&d);
+	for (i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		h_http(&r, "POST", want[i].path, want[i].body, NULL);
+		ck_assert_msg(r.status == 400, "%s %s: %ld %s", want[i].path,
+		    want[i].body, r.status, r.body);
+		ck_assert_str_eq(h_json_str(&r, "error"), "invalid_json");
+		msg = h_json_str(&r, "message");
+		ck_assert_msg(msg != NULL &&
+			strstr(msg, want[i].says) != NULL &&
+			strstr(msg, "JSON_ALLOW_NUL") == NULL,
+		    "%s %s: %s, expected \"%s\"", want[i].path, want[i].body,
+		    r.body, want[i].says);
+		h_resp_free(&r);
+	}
+	h_daemon_stop(&d);
+}
+END_TEST
+
 static long
 poll_status(const char *path, long want, long long ms)
 {
@@ -1619,6 +1666,7 @@ test_suite(void)
 	tcase_add_test(mem, test_long_rule_name);
 	tcase_add_test(mem, test_bad_method_allow);
 	tcase_add_test(mem, test_path_nul);
+	tcase_add_test(mem, test_json_refusals_worded);
 	tcase_add_test(mem, test_connections_spread);
 	suite_add_tcase(s, mem);
 	suite_add_tcase(s, red);

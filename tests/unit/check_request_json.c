@@ -251,6 +251,59 @@ START_TEST(test_big_int_real)
 }
 END_TEST
 
+/* jansson's refusals of a name given twice and of a NUL, in the daemon's
+ * words (docs/http.md): the name quoted whole (jansson names one of up to
+ * 20 bytes only), with what a quote in it is escaped by, and found where
+ * jansson stopped in the body it read (after a big integer read as a
+ * real, a copy longer than the body). */
+START_TEST(test_refusals_worded)
+{
+	static const struct {
+		unsigned flags;
+		const char *body, *says;
+	} want[] = {
+		{ 0, "{\"a\":1,\"a\":2}",
+		    "line 1 column 10: the field \"a\" is named twice" },
+		{ 0, "{\"\":1, \"\" :2}", "the field \"\" is named twice" },
+		{ 0,
+		    "{\"a_name_of_more_than_twenty\":1,\n"
+		    "\"a_name_of_more_than_twenty\":2}",
+		    "line 2 column 28: the field "
+		    "\"a_name_of_more_than_twenty\" is named twice" },
+		{ 0, "{\"q\\\"\\\\\":1,\"q\\\"\\\\\":2}",
+		    "the field \"q\\\"\\\\\" is named twice" },
+		{ 0, "{\"\\u00e9\\\\\":1,\"\\u00e9\\\\\":2}",
+		    "the field \"\xc3\xa9\\\\\" is named twice" },
+		{ REQUEST_JSON_BIG_INT_REAL,
+		    "{\"v\":99999999999999999999,\"b\":1,\"b\":2}",
+		    "the field \"b\" is named twice" },
+		{ 0, "{\"a\":{\"in\":1,\"in\":2}}",
+		    "the field \"in\" is named twice" },
+		{ 0, "{\"a\":\"x\\u0000y\"}", "a string holds \\u0000" },
+		{ 0, "{\"a\\u0000\":1}", "a field name holds \\u0000" },
+	};
+	static const char *const res[] = { "v", NULL };
+	size_t i;
+
+	for (i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		struct attrs a = { 0 };
+		struct request_error e;
+		json_t *f = NULL;
+
+		memset(&e, 0, sizeof(e));
+		ck_assert_int_eq(request_json_parse_flags(want[i].body,
+				     strlen(want[i].body), res, 0, &a, &f,
+				     want[i].flags, &e),
+		    -1);
+		ck_assert_str_eq(e.code, "invalid_json");
+		ck_assert_msg(strstr(e.message, want[i].says) != NULL,
+		    "%s: \"%s\", expected \"%s\"", want[i].body, e.message,
+		    want[i].says);
+		attrs_clear(&a);
+	}
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -265,6 +318,7 @@ test_suite(void)
 	tcase_add_test(tc, test_reserved_readers);
 	tcase_add_test(tc, test_oom);
 	tcase_add_test(tc, test_big_int_real);
+	tcase_add_test(tc, test_refusals_worded);
 	suite_add_tcase(s, tc);
 	return s;
 }
