@@ -125,3 +125,14 @@ uri_path_normalize(const char *in, size_t len, bool raw, char *out,
 	out[resolve_segments(out, (size_t)n)] = '\0';
 	return 0;
 }
+
+bool
+uri_path_target_has_nul(const char *target)
+{
+	const char *p;
+
+	for (p = target; *p != '\0' && *p != '?'; p++)
+		if (p[0] == '%' && p[1] == '0' && p[2] == '0')
+			return true;
+	return false;
+}

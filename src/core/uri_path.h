@@ -39,4 +39,13 @@ int uri_path_normalize(const char *in, size_t len, bool raw, char *out,
     size_t outlen, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
+/*
+ * Does the path of target, a request target as the client sent it (up to
+ * the first '?', where libmicrohttpd cuts the query off), hold an encoded
+ * NUL?  libmicrohttpd decodes in one pass from the left and no escape ends
+ * in a '%', so every "%00" in it, and only those, becomes a NUL ("%2500"
+ * is "%00", which stays); the URL it hands on is then cut there.
+ */
+bool uri_path_target_has_nul(const char *target);
+
 #endif

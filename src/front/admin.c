@@ -7,6 +7,10 @@
  * The token is compared in constant time (admin_token_ok): the time an
  * answer takes says nothing about how much of a guess was right.  A
  * request without the right token is refused before its body is read.
+ * A path with an encoded NUL is refused (400 invalid_path), as on the main
+ * listener: libmicrohttpd hands on the URL cut at the NUL, so
+ * "/admin/overrides%00x" would be served as "/admin/overrides"; only the
+ * request-line callback (path_seen) sees the target as sent.
  */
 #include "front/admin.h"
 
@@ -26,6 +30,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "core/config_slot.h"
+#include "core/uri_path.h"
 #include "front/admin_priv.h"
 
 /* One request: its body, gathered up to max_body_bytes. */
@@ -33,8 +38,24 @@ struct admin_req {
 	char *body;
 	size_t len, cap;
 	bool too_large;
-	bool refused; /* answered on its first call (401) */
+	bool refused;  /* answered on its first call (401) */
+	bool path_nul; /* the target's path has an encoded NUL */
 };
+
+/* The first *con_cls of a request whose path has an encoded NUL: an
+ * address no struct admin_req has.  Never written. */
+static char path_nul_mark;
+
+/* libmicrohttpd's request-line callback: the target as sent.  Returns the
+ * access handler's first *con_cls: NULL, or path_nul_mark. */
+static void *
+path_seen(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+	(void)cls;
+	(void)conn;
+	return uri != NULL && uri_path_target_has_nul(uri) ? &path_nul_mark :
+							     NULL;
+}
 
 /* --- answers ------------------------------------------------------------ */
 
@@ -223,6 +244,9 @@ route(struct admin_server *s, struct MHD_Connection *conn, struct config *cfg,
 {
 	bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 
+	if (rq->path_nul)
+		return admin_error(conn, 400, "invalid_path",
+		    "the path has an encoded NUL (%%00)");
 	if (strcmp(url, "/admin/config") == 0) {
 		if (!get)
 			return admin_not_allowed(conn, method, url,
@@ -249,9 +273,10 @@ access_handler(void *cls, struct MHD_Connection *conn, const char *url,
 	int ret;
 
 	(void)version;
-	if (rq == NULL) {
+	if (rq == NULL || (void *)rq == &path_nul_mark) {
 		if ((rq = rl_calloc(1, sizeof(*rq))) == NULL)
 			return MHD_NO;
+		rq->path_nul = *con_cls == &path_nul_mark;
 		*con_cls = rq;
 		if (!authorized(s, conn)) {
 			rq->refused = true;
@@ -307,8 +332,10 @@ request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	(void)cls;
 	(void)conn;
 	(void)toe;
-	if (rq == NULL)
+	if (rq == NULL || (void *)rq == &path_nul_mark) {
+		*con_cls = NULL; /* ended before its headers were in */
 		return;
+	}
 	rl_free(rq->body);
 	rl_free(rq);
 	*con_cls = NULL;
@@ -358,6 +385,7 @@ admin_server_start(int listen_fd, struct config *cfg,
 	    0, NULL, NULL, access_handler, s, MHD_OPTION_EXTERNAL_LOGGER,
 	    mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, listen_fd,
 	    MHD_OPTION_NOTIFY_COMPLETED, request_completed, s,
+	    MHD_OPTION_URI_LOG_CALLBACK, path_seen, NULL,
 	    MHD_OPTION_CONNECTION_LIMIT, (unsigned int)ADMIN_MAX_CONNECTIONS,
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)30, MHD_OPTION_END);
 	if (s->mhd == NULL) {

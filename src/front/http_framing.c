@@ -41,6 +41,7 @@
 
 #include <microhttpd.h>
 
+#include "core/uri_path.h"
 #include "front/http_guard.h"
 #include "front/http_priv.h"
 
@@ -176,21 +177,6 @@ static _Thread_local bool heads_lost; /* more than HEADS_MAX at once */
  * address no struct request has.  Never written. */
 static char path_nul_mark;
 
-/* Does the path of the raw request target (up to the first '?', where
- * libmicrohttpd cuts the query off) hold "%00"?  libmicrohttpd decodes
- * in one pass from the left and no escape ends in a '%', so every "%00"
- * in it, and only those, becomes a NUL ("%2500" is "%00", which stays). */
-static bool
-target_path_has_nul(const char *uri)
-{
-	const char *p;
-
-	for (p = uri; *p != '\0' && *p != '?'; p++)
-		if (p[0] == '%' && p[1] == '0' && p[2] == '0')
-			return true;
-	return false;
-}
-
 void *
 http_framing_request_line(void *cls, const char *uri,
     struct MHD_Connection *conn)
@@ -202,7 +188,8 @@ http_framing_request_line(void *cls, const char *uri,
 	else
 		heads_lost = true;
 	/* the access handler's first *con_cls */
-	return uri != NULL && target_path_has_nul(uri) ? &path_nul_mark : NULL;
+	return uri != NULL && uri_path_target_has_nul(uri) ? &path_nul_mark :
+							     NULL;
 }
 
 bool

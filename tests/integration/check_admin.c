@@ -984,6 +984,40 @@ START_TEST(test_head)
 }
 END_TEST
 
+/* An encoded NUL in an admin path is refused, 400 invalid_path, and writes
+ * nothing: libmicrohttpd hands on the URL cut at the NUL, so
+ * "/admin/overrides%00x" was served as "/admin/overrides". */
+START_TEST(test_path_nul)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+
+	admin_start(&a, 0, true, NULL);
+	admin_req(&a, &r, "GET", "/admin/config%00x", NULL, auth_ok);
+	ck_assert_msg(r.status == 400, "GET config%%00: %ld %s", r.status,
+	    r.body);
+	ck_assert_str_eq(h_json_str(&r, "error"), "invalid_path");
+	admin_req(&a, &r, "PUT", "/admin/overrides%00x",
+	    "{\"rule\":\"api\",\"key\":\"nul\",\"limit\":1}", auth_ok);
+	ck_assert_msg(r.status == 400, "PUT overrides%%00: %ld %s", r.status,
+	    r.body);
+	ck_assert_str_eq(h_json_str(&r, "error"), "invalid_path");
+	admin_req(&a, &r, "GET", "/admin/overrides?rule=api", NULL, auth_ok);
+	ck_assert_int_eq(r.status, 200);
+	ck_assert_int_eq(json_array_size(h_json_get(&r, "overrides")), 0);
+	/* Unauthorized first, whatever the path. */
+	admin_req(&a, &r, "GET", "/admin/config%00x", NULL, NULL);
+	ck_assert_int_eq(r.status, 401);
+	/* "%2500" decodes to "%00", which is no NUL. */
+	admin_req(&a, &r, "GET", "/admin/config%2500", NULL, auth_ok);
+	ck_assert_int_eq(r.status, 404);
+	admin_req(&a, &r, "GET", "/admin/config", NULL, auth_ok);
+	ck_assert_int_eq(r.status, 200);
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
 /* A lease renewed on a key with an override lasts the override's window,
  * as the lease it renews did (it lasted the rule's 2 s before). */
 START_TEST(test_override_renew)
@@ -2410,6 +2444,7 @@ test_suite(void)
 	tcase_add_test(tc, test_config_secrets);
 	tcase_add_test(tc, test_no_token);
 	tcase_add_test(tc, test_head);
+	tcase_add_test(tc, test_path_nul);
 	tcase_add_test(tc, test_check_errors_placed);
 	suite_add_tcase(s, tc);
 

@@ -125,6 +125,22 @@ START_TEST(test_bounds)
 }
 END_TEST
 
+/* A raw target's path with an encoded NUL, as libmicrohttpd would cut it;
+ * the query and an escaped '%' do not count. */
+START_TEST(test_target_has_nul)
+{
+	ck_assert(uri_path_target_has_nul("/acquire%00junk"));
+	ck_assert(uri_path_target_has_nul("/a%00"));
+	ck_assert(uri_path_target_has_nul("%00"));
+	ck_assert(!uri_path_target_has_nul("/acquire"));
+	ck_assert(!uri_path_target_has_nul("/a%2500"));
+	ck_assert(!uri_path_target_has_nul("/a%0"));
+	ck_assert(!uri_path_target_has_nul("/a%01"));
+	ck_assert(!uri_path_target_has_nul("/a?x=%00"));
+	ck_assert(!uri_path_target_has_nul(""));
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -134,6 +150,7 @@ test_suite(void)
 	tcase_add_loop_test(tc, test_normalize, 0,
 	    (int)(sizeof(norm_cases) / sizeof(norm_cases[0])));
 	tcase_add_test(tc, test_bounds);
+	tcase_add_test(tc, test_target_has_nul);
 	suite_add_tcase(s, tc);
 	return s;
 }
