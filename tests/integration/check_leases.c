@@ -23,9 +23,10 @@
  *   also when it comes while another waits (it only looks at the lease);
  *   SIGTERM answers a waiter 503 at once, and one that holds a lease
  *   while it waits for its turn on another rule has the lease released
- *   first; a newcomer whose wait runs out while its look at the lease is
- *   still out is decided again without waiting; a reload while a request
- *   waits applies to it, and one that raises the limit or removes the
+ *   first, as has one whose turn was due within shutdown_timeout when a
+ *   second SIGTERM cuts it; a newcomer whose wait runs out while its look at
+ * the lease is still out is decided again without waiting; a reload while a
+ * request waits applies to it, and one that raises the limit or removes the
  *   rule serves a waiter at once, as does an override that raises it (on
  *   Redis, set through the other daemon); a free lease does not stop a
  *   request waiting for its turn on another rule, but a turn after the
@@ -38,16 +39,22 @@
  *   would have nothing left at its answer is released, not handed out,
  *   and the request decided again (a 429 with no wait left);
  * - with Redis down and on_backend_error: local, the in-process store's
- *   leases are the client's: released, renewed, waited for;
+ *   leases are the client's: released, renewed, waited for, and released
+ *   there when SIGTERM cuts the turn their holder waits for;
  * - --check warns about a concurrency rule that could match /auth.
  */
+#include <arpa/inet.h>
 #include <check.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -58,16 +65,15 @@
 #define PER_THREAD 20
 #define LIMIT	   5
 
+/* The heads say no shutdown_timeout: each start says it. */
 static const char memory_head[] =
     "listen: \"127.0.0.1:%PORT%\"\n"
     "threads: 4\n"
-    "shutdown_timeout: 2s\n"
     "backend: memory\n";
 
 static const char redis_head[] =
     "listen: \"127.0.0.1:%PORT%\"\n"
     "threads: 4\n"
-    "shutdown_timeout: 2s\n"
     "backend: redis\n"
     "redis:\n"
     "  url: \"redis://127.0.0.1:%REDIS_PORT%/0\"\n"
@@ -214,7 +220,8 @@ static const char rules_yaml[] =
     "    window: 1h\n";
 
 /* More of the same list: a lock whose holder may wait for its turn on a
- * token_bucket past shutdown_timeout, and a pool of two. */
+ * token_bucket past shutdown_timeout, another whose holder's turn comes
+ * 3 s after the one taken before it, and a pool of two. */
 static const char cut_rules_yaml[] =
     "  - name: cut-lease\n"
     "    match:\n"
@@ -230,6 +237,20 @@ static const char cut_rules_yaml[] =
     "    algorithm: token_bucket\n"
     "    limit: 1\n"
     "    window: 10s\n"
+    "  - name: due-lease\n"
+    "    match:\n"
+    "      t: due\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: concurrency\n"
+    "    limit: 1\n"
+    "    window: 1h\n"
+    "  - name: due-gate\n"
+    "    match:\n"
+    "      t: due\n"
+    "    key: \"${job}\"\n"
+    "    algorithm: token_bucket\n"
+    "    limit: 1\n"
+    "    window: 3s\n"
     "  - name: pool\n"
     "    match:\n"
     "      t: pool\n"
@@ -265,19 +286,26 @@ static const char late_rules_yaml[] =
 static struct h_daemon daemons[2];
 static int ndaemons;
 
-/* Loop index 0: one daemon on the memory store; 1: two on one Redis. */
+/* Loop index 0: one daemon on the memory store; 1: two on one Redis;
+ * shutdown_timeout is shutdown (a duration, "2s"). */
 static void
-start(int redis_mode)
+start_shutdown(int redis_mode, const char *shutdown)
 {
-	char yaml[4096];
+	char yaml[8192];
 	int i;
 
 	memset(daemons, 0, sizeof(daemons));
 	ndaemons = redis_mode ? 2 : 1;
-	snprintf(yaml, sizeof(yaml), "%s%s%s",
+	snprintf(yaml, sizeof(yaml), "shutdown_timeout: %s\n%s%s%s", shutdown,
 	    redis_mode ? redis_head : memory_head, rules_yaml, cut_rules_yaml);
 	for (i = 0; i < ndaemons; i++)
 		h_daemon_start(&daemons[i], yaml);
+}
+
+static void
+start(int redis_mode)
+{
+	start_shutdown(redis_mode, "2s");
 }
 
 static struct h_relay *relay;
@@ -287,14 +315,14 @@ static struct h_relay *relay;
 static void
 start_relayed(void)
 {
-	char yaml[4096];
+	char yaml[8192];
 	int i;
 
 	relay = h_relay_start(h_shared_redis.port);
 	memset(daemons, 0, sizeof(daemons));
 	ndaemons = 2;
-	snprintf(yaml, sizeof(yaml), "%s%s%s%s", redis_head, rules_yaml,
-	    cut_rules_yaml, late_rules_yaml);
+	snprintf(yaml, sizeof(yaml), "shutdown_timeout: 2s\n%s%s%s%s",
+	    redis_head, rules_yaml, cut_rules_yaml, late_rules_yaml);
 	daemons[0].redis_port = h_relay_port(relay);
 	daemons[1].redis_port = h_shared_redis.port;
 	for (i = 0; i < ndaemons; i++)
@@ -1383,8 +1411,10 @@ start_admin(int redis_mode)
 	for (i = 0; i < ndaemons; i++) {
 		admin_ports[i] = h_free_port();
 		snprintf(yaml, sizeof(yaml),
-		    "admin_listen: \"127.0.0.1:%d\"\n%s%s", admin_ports[i],
-		    redis_mode ? redis_head : memory_head, rules_yaml);
+		    "admin_listen: \"127.0.0.1:%d\"\n"
+		    "shutdown_timeout: 2s\n%s%s",
+		    admin_ports[i], redis_mode ? redis_head : memory_head,
+		    rules_yaml);
 		h_daemon_start(&daemons[i], yaml);
 	}
 }
@@ -1999,6 +2029,336 @@ START_TEST(test_wait_sigterm_turn_releases)
 }
 END_TEST
 
+/* --- a request held open; the daemon's log ------------------------------ */
+
+/*
+ * POST /acquire of body to daemon k on a connection of its own, its
+ * headers sent with "Expect: 100-continue" and its body kept back.  Once
+ * the "100 Continue" comes, the daemon has begun the request and counts
+ * it in flight, so a drain waits for it (until shutdown_timeout, or for
+ * 200 ms after a second signal).  held_finish() sends the body: the
+ * request is decided then, on a connection the daemon took before it
+ * began to stop.
+ */
+struct held {
+	int fd;
+	char body[256];
+};
+
+static void
+held_begin(struct held *h, int k, const char *body)
+{
+	struct sockaddr_in sin;
+	struct pollfd p;
+	char head[512], got[128];
+	size_t have = 0;
+	long long end = h_now_ms() + 2000;
+	ssize_t n;
+	int len;
+
+	snprintf(h->body, sizeof(h->body), "%s", body);
+	len = snprintf(head, sizeof(head),
+	    "POST /acquire HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+	    "Content-Type: application/json\r\nContent-Length: %zu\r\n"
+	    "Expect: 100-continue\r\n\r\n",
+	    strlen(body));
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons((unsigned short)port_of(k));
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_ge(h->fd = socket(AF_INET, SOCK_STREAM, 0), 0);
+	ck_assert_msg(connect(h->fd, (struct sockaddr *)&sin, sizeof(sin)) == 0,
+	    "connect: %s", strerror(errno));
+	ck_assert_int_eq(send(h->fd, head, (size_t)len, MSG_NOSIGNAL), len);
+	got[0] = '\0';
+	p = (struct pollfd){ .fd = h->fd, .events = POLLIN };
+	while (strstr(got, "\r\n\r\n") == NULL && have + 1 < sizeof(got) &&
+	    h_now_ms() < end && poll(&p, 1, (int)(end - h_now_ms())) > 0 &&
+	    (n = recv(h->fd, got + have, sizeof(got) - 1 - have, 0)) > 0) {
+		have += (size_t)n;
+		got[have] = '\0';
+	}
+	ck_assert_msg(strcmp(got, "HTTP/1.1 100 Continue\r\n\r\n") == 0,
+	    "the held request was not begun: \"%s\"", got);
+}
+
+/* Send h's body and read the answer (at most 2 s); close the connection.
+ * Its status, or 0 when none came (the daemon left); the answer's body
+ * in out (or what came, when that is not an answer). */
+static long
+held_finish(struct held *h, char *out, size_t outlen)
+{
+	struct pollfd p = { .fd = h->fd, .events = POLLIN };
+	long long end = h_now_ms() + 2000;
+	size_t have = 0, len = strlen(h->body);
+	const char *at, *cl;
+	long status = 0;
+	ssize_t n;
+
+	out[0] = '\0';
+	if (send(h->fd, h->body, len, MSG_NOSIGNAL) == (ssize_t)len)
+		/* until the headers and the Content-Length they name */
+		while (have + 1 < outlen && h_now_ms() < end &&
+		    poll(&p, 1, (int)(end - h_now_ms())) > 0 &&
+		    (n = recv(h->fd, out + have, outlen - 1 - have, 0)) > 0) {
+			have += (size_t)n;
+			out[have] = '\0';
+			if ((at = strstr(out, "\r\n\r\n")) != NULL &&
+			    (cl = strcasestr(out, "\r\nContent-Length:")) !=
+				NULL &&
+			    cl < at &&
+			    have >= (size_t)(at + 4 - out) +
+				    strtoul(cl + 17, NULL, 10))
+				break;
+		}
+	close(h->fd);
+	h->fd = -1;
+	if (sscanf(out, "HTTP/1.1 %ld ", &status) != 1 ||
+	    (at = strstr(out, "\r\n\r\n")) == NULL)
+		return 0;
+	memmove(out, at + 4, strlen(at + 4) + 1);
+	return status;
+}
+
+/* How many lines of daemon d's log hold what. */
+static int
+log_count(const struct h_daemon *d, const char *what)
+{
+	char line[1024];
+	FILE *f = fopen(d->log, "r");
+	int n = 0;
+
+	ck_assert_msg(f != NULL, "%s: %s", d->log, strerror(errno));
+	while (fgets(line, sizeof(line), f) != NULL)
+		n += strstr(line, what) != NULL;
+	fclose(f);
+	return n;
+}
+
+/* Whether a line of daemon d's log holds what, read again every 10 ms
+ * for at most ms. */
+static bool
+log_shows(const struct h_daemon *d, const char *what, long long ms)
+{
+	long long end = h_now_ms() + ms;
+
+	while (log_count(d, what) == 0) {
+		if (h_now_ms() >= end)
+			return false;
+		h_sleep_ms(10);
+	}
+	return true;
+}
+
+/* The N of daemon d's one log line "second signal (Terminated): drain
+ * cut short, N requests still in flight"; -1 without one such line. */
+static int
+cut_in_flight(const struct h_daemon *d)
+{
+	static const char said[] =
+	    "second signal (Terminated): drain cut short, ";
+	char line[1024];
+	const char *at;
+	FILE *f = fopen(d->log, "r");
+	int n = -1, lines = 0, got, end = 0;
+
+	ck_assert_msg(f != NULL, "%s: %s", d->log, strerror(errno));
+	while (fgets(line, sizeof(line), f) != NULL) {
+		if ((at = strstr(line, said)) == NULL)
+			continue;
+		lines++;
+		at += strlen(said);
+		if (sscanf(at, "%d%n", &got, &end) == 1 &&
+		    strncmp(at + end, " requests still in flight", 25) == 0)
+			n = got;
+	}
+	fclose(f);
+	return lines == 1 ? n : -1;
+}
+
+/*
+ * A second SIGTERM cuts a request that holds the lock while it waits for
+ * its turn on another rule, a turn within shutdown_timeout (due-gate's
+ * next token 3 s away, shutdown_timeout 5 s), which the first SIGTERM
+ * left waiting: it is answered 503 at once, well before its turn, and its
+ * lease is released first (docs/operations.md, "Shutdown").  On Redis the
+ * other daemon finds the lock free; on the memory store the stopping
+ * daemon does, asked on a request it began before the first signal (held
+ * open, it keeps the daemon draining, for 200 ms after the second
+ * signal).  A go whose question got no answer (asked too late, the
+ * machine slow: the daemon left without it) is run again on other keys,
+ * up to three in all; a 429 never is.  The daemon exits 0 and logs the
+ * cut with the requests then in flight: the waiter, and on the memory
+ * store the held request (at least: one answered a moment before may
+ * not be counted out yet).
+ */
+START_TEST(test_wait_second_signal_releases)
+{
+	struct h_resp r = { 0 };
+	struct waiter w;
+	struct held probe;
+	char a[512], lock[128], body[128], answer[2048];
+	long long taken, sig, asked = 0;
+	long status = 0;
+	int k, go, in_flight;
+
+	for (go = 1;; go++) {
+		start_shutdown(_i, "5s");
+		k = ndaemons - 1;
+		snprintf(lock, sizeof(lock),
+		    "{\"t\":\"due\",\"job\":\"d%d\",\"rule\":\"due-lease\"}",
+		    go);
+		snprintf(body, sizeof(body), "{\"t\":\"due\",\"job\":\"d%d\"}",
+		    go);
+		/* due-gate's token gone: the next turn comes in 3 s */
+		taken = h_now_ms();
+		post(k, "/acquire", body, &r);
+		ck_assert_int_eq(r.status, 200);
+		lease_of(&r, "due-lease", a, sizeof(a));
+		ck_assert_int_eq(lease_call(k, "/release", a, &r), 1);
+		if (!_i)
+			held_begin(&probe, k, lock);
+		snprintf(body, sizeof(body),
+		    "{\"t\":\"due\",\"job\":\"d%d\",\"wait_ms\":10000}", go);
+		waiter_go(&w, k, body);
+		ck_assert_int_eq(h_metric_settles("ratelimitd_waiting_requests"
+						  "{for=\"turn\"}",
+				     1),
+		    1);
+		ck_assert(kill(daemons[k].pid, SIGTERM) == 0);
+		/* A second signal counts once the first was taken. */
+		ck_assert_msg(log_shows(&daemons[k],
+				  "Terminated: shutting down", 2000),
+		    "no shutdown logged 2 s after SIGTERM");
+		ck_assert_msg(__atomic_load_n(&w.status, __ATOMIC_SEQ_CST) == 0,
+		    "the first SIGTERM answered a waiter due within "
+		    "shutdown_timeout: %ld",
+		    __atomic_load_n(&w.status, __ATOMIC_SEQ_CST));
+		sig = h_now_ms();
+		ck_assert(kill(daemons[k].pid, SIGTERM) == 0);
+		pthread_join(w.thread, NULL);
+		ck_assert_msg(w.status == 503 &&
+			strstr(w.answer, "shutting_down") != NULL &&
+			w.answered_ms >= sig && w.answered_ms - sig < 1000 &&
+			w.answered_ms < taken + 3000,
+		    "%ld %lld ms after the second signal, %lld ms after its "
+		    "turn was taken: %s",
+		    w.status, w.answered_ms - sig, w.answered_ms - taken,
+		    w.answer);
+		if (_i) {
+			post(0, "/acquire", lock, &r);
+			ck_assert_msg(r.status == 200,
+			    "the other daemon finds the lock held: %ld %s",
+			    r.status, r.body);
+			lease_of(&r, "due-lease", a, sizeof(a));
+			ck_assert_int_eq(lease_call(0, "/release", a, &r), 1);
+			break;
+		}
+		asked = h_now_ms();
+		status = held_finish(&probe, answer, sizeof(answer));
+		if (status != 0 || go == 3)
+			break;
+		printf(
+		    "second_signal_releases: no answer to a question %lld ms "
+		    "after the second signal: run again\n",
+		    asked - sig);
+		stop();
+	}
+	if (!_i)
+		ck_assert_msg(status == 200,
+		    "the stopping daemon finds the lock held: %ld \"%s\" "
+		    "(asked %lld ms after the second signal)",
+		    status, answer, asked - sig);
+	stop(); /* asserts exit status 0 */
+	in_flight = cut_in_flight(&daemons[k]);
+	if (in_flight < (_i ? 1 : 2))
+		h_print_file("ratelimitd log", daemons[k].log);
+	ck_assert_msg(in_flight >= (_i ? 1 : 2),
+	    "no one line \"second signal (Terminated): drain cut short, N "
+	    "requests still in flight\" with N >= %d (N: %d)",
+	    _i ? 1 : 2, in_flight);
+	h_resp_free(&r);
+}
+END_TEST
+
+/*
+ * With Redis unreachable and on_backend_error: local, a request that the
+ * in-process store admits to a lock and makes wait for its turn on
+ * another rule (gate's next token 10 s away, past shutdown_timeout) holds
+ * a lease of that store: SIGTERM answers it 503 and releases the lease
+ * there first, as one of Redis would be.  Before the signal the lock is
+ * held (429: limit 1); after it, the stopping daemon admits it, degraded,
+ * to a request it began before the signal (held open, which keeps the
+ * daemon draining).
+ */
+START_TEST(test_wait_sigterm_local_releases)
+{
+	static const char lock[] = "{\"job\":\"g\",\"rule\":\"lock\"}";
+	char yaml[1024], a[512], answer[2048];
+	struct h_resp r = { 0 };
+	struct waiter w;
+	struct held probe;
+	long long sig;
+	long status;
+
+	snprintf(yaml, sizeof(yaml),
+	    "listen: \"127.0.0.1:%%PORT%%\"\n"
+	    "threads: 2\n"
+	    "shutdown_timeout: 2s\n"
+	    "backend: redis\n"
+	    "redis:\n"
+	    "  url: \"redis://127.0.0.1:%d/0\"\n"
+	    "  timeout: 200ms\n"
+	    "on_backend_error: local\n"
+	    "rules:\n"
+	    "  - name: lock\n"
+	    "    key: \"${job}\"\n"
+	    "    algorithm: concurrency\n"
+	    "    limit: 1\n"
+	    "    window: 1h\n"
+	    "  - name: gate\n"
+	    "    key: \"${job}\"\n"
+	    "    algorithm: token_bucket\n"
+	    "    limit: 1\n"
+	    "    window: 10s\n",
+	    h_free_port());
+	memset(daemons, 0, sizeof(daemons));
+	ndaemons = 1;
+	h_daemon_start(&daemons[0], yaml);
+
+	/* gate's token gone: the next turn comes in 10 s */
+	post(0, "/acquire", "{\"job\":\"g\"}", &r);
+	ck_assert_msg(r.status == 200 &&
+		json_is_true(h_json_get(&r, "degraded")),
+	    "first: %ld %s", r.status, r.body);
+	lease_of(&r, "lock", a, sizeof(a));
+	ck_assert_int_eq(lease_call(0, "/release", a, &r), 1);
+	waiter_go(&w, 0, "{\"job\":\"g\",\"wait_ms\":15000}");
+	ck_assert_int_eq(
+	    h_metric_settles("ratelimitd_waiting_requests{for=\"turn\"}", 1),
+	    1);
+	/* It holds the lock: unreleased, the lock stays held. */
+	post(0, "/acquire", lock, &r);
+	ck_assert_msg(r.status == 429 && h_json_str(&r, "rule") != NULL &&
+		strcmp(h_json_str(&r, "rule"), "lock") == 0,
+	    "the lock while the waiter holds it: %ld %s", r.status, r.body);
+	held_begin(&probe, 0, lock);
+	sig = h_now_ms();
+	ck_assert(kill(daemons[0].pid, SIGTERM) == 0);
+	pthread_join(w.thread, NULL);
+	ck_assert_msg(w.status == 503 &&
+		strstr(w.answer, "shutting_down") != NULL &&
+		w.answered_ms - sig < 1500,
+	    "%ld after %lld ms: %s", w.status, w.answered_ms - sig, w.answer);
+	status = held_finish(&probe, answer, sizeof(answer));
+	ck_assert_msg(status == 200 && strstr(answer, "\"degraded\":true"),
+	    "the stopping daemon finds the lock held: %ld \"%s\"", status,
+	    answer);
+	h_resp_free(&r);
+	stop(); /* asserts exit status 0 */
+}
+END_TEST
+
 /*
  * A request that comes while another waits for the key queues behind it,
  * and its first store call only looks at the lease.  When its wait runs
@@ -2203,6 +2563,8 @@ test_suite(void)
 	 * stake. */
 	tc = h_shared_redis_tcase("wait_ends");
 	tcase_add_loop_test(tc, test_wait_sigterm_turn_releases, 0, 2);
+	tcase_add_loop_test(tc, test_wait_second_signal_releases, 0, 2);
+	tcase_add_test(tc, test_wait_sigterm_local_releases);
 	tcase_add_test(tc, test_wait_queued_look_late);
 	suite_add_tcase(s, tc);
 	/* Redis's reply held up on its way back (a relay). */
