@@ -187,20 +187,6 @@ admin_req(struct admin_daemon *a, struct h_resp *r, const char *method,
 	curl_easy_cleanup(c);
 }
 
-static bool
-log_has(const struct h_daemon *d, const char *needle)
-{
-	char buf[65536];
-	size_t n;
-	FILE *f = fopen(d->log, "r");
-
-	ck_assert_ptr_nonnull(f);
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = '\0';
-	fclose(f);
-	return strstr(buf, needle) != NULL;
-}
-
 START_TEST(test_who_may)
 {
 	struct admin_daemon a;
@@ -254,7 +240,7 @@ START_TEST(test_who_may)
 	ck_assert_int_eq(r.status, 200);
 	h_resp_free(&r);
 	admin_stop(&a);
-	ck_assert(!log_has(&a.d, TOKEN));
+	ck_assert(h_file_count(a.d.log, TOKEN) == 0);
 }
 END_TEST
 
@@ -439,8 +425,8 @@ START_TEST(test_counters)
 	    h_metric("ratelimitd_admin_writes_total{op=\"counter_reset\"}"), 2);
 	h_resp_free(&r);
 	admin_stop(&a);
-	ck_assert(log_has(&a.d, "op=\"counter_reset\""));
-	ck_assert(log_has(&a.d, "peer=\"127.0.0.1:"));
+	ck_assert(h_file_count(a.d.log, "op=\"counter_reset\"") > 0);
+	ck_assert(h_file_count(a.d.log, "peer=\"127.0.0.1:") > 0);
 }
 END_TEST
 
@@ -491,8 +477,8 @@ START_TEST(test_key_not_utf8)
 	    0);
 	h_resp_free(&r);
 	admin_stop(&a);
-	ck_assert(!log_has(&a.d, "op=\"counter_reset\""));
-	ck_assert(!log_has(&a.d, "op=\"override_delete\""));
+	ck_assert(h_file_count(a.d.log, "op=\"counter_reset\"") == 0);
+	ck_assert(h_file_count(a.d.log, "op=\"override_delete\"") == 0);
 }
 END_TEST
 
@@ -661,8 +647,9 @@ START_TEST(test_overrides)
 	ck_assert(json_is_null(h_json_get(&r, "expires_ms")));
 	h_resp_free(&r);
 	admin_stop(&a);
-	ck_assert(log_has(&a.d, "op=\"override_set\""));
-	ck_assert(log_has(&a.d, "key=\"brief\" change=\"none to delete\""));
+	ck_assert(h_file_count(a.d.log, "op=\"override_set\"") > 0);
+	ck_assert(h_file_count(a.d.log,
+		      "key=\"brief\" change=\"none to delete\"") > 0);
 }
 END_TEST
 
@@ -943,13 +930,14 @@ START_TEST(test_override_logged_expiry)
 	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
 	h_resp_free(&r);
 	admin_stop(&a);
-	ck_assert(log_has(&a.d,
-	    "key=\"forever\" change=\"limit 2, the rule's window, no "
-	    "expiry\""));
-	ck_assert(log_has(&a.d,
-	    "key=\"brief\" change=\"limit 2, window 20000 ms, ttl 3600000 "
-	    "ms\""));
-	ck_assert(!log_has(&a.d, "ttl 0 ms"));
+	ck_assert(h_file_count(a.d.log,
+		      "key=\"forever\" change=\"limit 2, the rule's window, no "
+		      "expiry\"") > 0);
+	ck_assert(
+	    h_file_count(a.d.log,
+		"key=\"brief\" change=\"limit 2, window 20000 ms, ttl 3600000 "
+		"ms\"") > 0);
+	ck_assert(h_file_count(a.d.log, "ttl 0 ms") == 0);
 }
 END_TEST
 
@@ -2232,7 +2220,7 @@ START_TEST(test_override_undo_failed)
 		h_resp_free(&p[i].r);
 	}
 	ck_assert_int_eq(failed, 1);
-	ck_assert(log_has(&a.d, "may be set"));
+	ck_assert(h_file_count(a.d.log, "may be set") > 0);
 	admin_stop(&a);
 }
 END_TEST

@@ -2119,21 +2119,6 @@ held_finish(struct held *h, char *out, size_t outlen)
 	return status;
 }
 
-/* How many lines of daemon d's log hold what. */
-static int
-log_count(const struct h_daemon *d, const char *what)
-{
-	char line[1024];
-	FILE *f = fopen(d->log, "r");
-	int n = 0;
-
-	ck_assert_msg(f != NULL, "%s: %s", d->log, strerror(errno));
-	while (fgets(line, sizeof(line), f) != NULL)
-		n += strstr(line, what) != NULL;
-	fclose(f);
-	return n;
-}
-
 /* Whether a line of daemon d's log holds what, read again every 10 ms
  * for at most ms. */
 static bool
@@ -2141,7 +2126,7 @@ log_shows(const struct h_daemon *d, const char *what, long long ms)
 {
 	long long end = h_now_ms() + ms;
 
-	while (log_count(d, what) == 0) {
+	while (h_file_count(d->log, what) == 0) {
 		if (h_now_ms() >= end)
 			return false;
 		h_sleep_ms(10);

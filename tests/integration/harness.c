@@ -1867,6 +1867,33 @@ h_metric_settles(const char *name, long long want)
 	return v;
 }
 
+int
+h_file_count(const char *path, const char *what)
+{
+	FILE *f = fopen(path, "r");
+	size_t cap = 65536, len = 0, n;
+	char *buf = malloc(cap), *nb;
+	const char *at;
+	int count = 0;
+
+	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+	ck_assert_ptr_nonnull(buf);
+	while ((n = fread(buf + len, 1, cap - 1 - len, f)) > 0) {
+		len += n;
+		if (len + 1 == cap) {
+			ck_assert_ptr_nonnull(nb = realloc(buf, cap * 2));
+			buf = nb;
+			cap *= 2;
+		}
+	}
+	fclose(f);
+	buf[len] = '\0';
+	for (at = buf; (at = strstr(at, what)) != NULL; at += strlen(what))
+		count++;
+	free(buf);
+	return count;
+}
+
 void
 h_post(int port, const char *path, const char *body, struct h_resp *out)
 {

@@ -300,6 +300,10 @@ long long h_metric(const char *name);
  * lags an answer by the request's completion), at most 1 s: the last. */
 long long h_metric_settles(const char *name, long long want);
 
+/* How many times what occurs in the file at path (a daemon's log): the
+ * whole file, read now.  Aborts the test when the file cannot be read. */
+int h_file_count(const char *path, const char *what);
+
 /* Value of the first header called name (any case), or NULL. */
 const char *h_resp_header(const struct h_resp *r, const char *name);
 /* How many headers are called name (any case). */
