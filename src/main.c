@@ -84,7 +84,7 @@ struct daemon {
 	/* The unix socket files bound (listen, grpc_listen, admin_listen),
 	 * removed at exit (docs/configuration.md). */
 	struct listen_unix made[3];
-	int signal_fd; /* SIGHUP, SIGTERM, SIGINT */
+	int signal_fd; /* SIGHUP, SIGTERM, SIGINT, SIGUSR1, SIGUSR2 */
 	int change_fd; /* eventfd: the file changed */
 };
 
@@ -385,7 +385,7 @@ fail:
 
 /* During the drain: wait up to ms for a signal.  True for a second
  * SIGTERM or SIGINT, with its number in *sig; SIGHUP is dropped (no
- * reload while stopping). */
+ * reload while stopping), and so are SIGUSR1 and SIGUSR2. */
 static bool
 drain_signal(struct daemon *d, int ms, int *sig)
 {
@@ -709,7 +709,10 @@ parse_args(int argc, char **argv, struct daemon *d, bool *check_only)
 
 /* Signals are read from a signalfd, never taken by handlers; every thread
  * started from here on inherits the mask.  (A plain read, unlike
- * sigwait(), which ThreadSanitizer's interception delays by seconds.) */
+ * sigwait(), which ThreadSanitizer's interception delays by seconds.)
+ * SIGUSR1 and SIGUSR2 are taken only to be logged and ignored: log
+ * rotation sends them by habit, and their default action would end the
+ * daemon with no drain (docs/operations.md, "Signals"). */
 static int
 take_signals(struct daemon *d, char *err, size_t errlen)
 {
@@ -720,6 +723,8 @@ take_signals(struct daemon *d, char *err, size_t errlen)
 	sigaddset(&sigs, SIGHUP);
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGUSR1);
+	sigaddset(&sigs, SIGUSR2);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	if ((d->signal_fd = signalfd(-1, &sigs, SFD_CLOEXEC)) < 0) {
 		snprintf(err, errlen, "signalfd: %s", strerror(errno));
@@ -918,7 +923,11 @@ serve(struct daemon *d)
 		else if (sig == SIGTERM || sig == SIGINT) {
 			log_info("%s: shutting down", strsignal(sig));
 			return;
-		}
+		} else
+			log_info(
+			    "%s ignored: the daemon logs to standard "
+			    "error and has no file to reopen",
+			    sig == SIGUSR1 ? "SIGUSR1" : "SIGUSR2");
 	}
 }
 

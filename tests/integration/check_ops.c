@@ -1742,6 +1742,33 @@ START_TEST(test_access_log)
 }
 END_TEST
 
+/* SIGUSR1 and SIGUSR2 (sent by log rotation out of habit) are logged and
+ * ignored: the daemon goes on answering, and stops cleanly later.  Their
+ * default action would end it at once, with no drain. */
+START_TEST(test_sigusr_ignored)
+{
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	long long end;
+	int n;
+
+	ops_start(&d, 0, &(struct ops_conf){ .memory = true });
+	ck_assert(kill(d.pid, SIGUSR1) == 0);
+	ck_assert(kill(d.pid, SIGUSR2) == 0);
+	end = h_now_ms() + 2000;
+	while ((n = ops_count_in_file(d.log, "ignored: the daemon logs")) < 2 &&
+	    h_now_ms() < end)
+		h_sleep_ms(20);
+	ck_assert_msg(n == 2, "%d log lines for SIGUSR1 and SIGUSR2", n);
+	ck_assert_int_eq(ops_count_in_file(d.log, "SIGUSR1 ignored"), 1);
+	ck_assert_int_eq(ops_count_in_file(d.log, "SIGUSR2 ignored"), 1);
+	ops_acquire(&r, "usr");
+	ck_assert_int_eq(r.status, 200);
+	h_resp_free(&r);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 /* The Redis password is never logged: not on connect errors, not on
  * reloads, not in a config error about the URL. */
 START_TEST(test_log_hides_password)
@@ -2012,6 +2039,7 @@ test_suite(void)
 	tcase_add_test(tc, test_log_json);
 	tcase_add_test(tc, test_log_level_warn);
 	tcase_add_test(tc, test_access_log);
+	tcase_add_test(tc, test_sigusr_ignored);
 	tcase_add_test(tc, test_log_hides_password);
 
 	tc = tcase(s, "redis_auth");
