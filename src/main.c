@@ -294,11 +294,13 @@ raise_fd_limit(const struct config *c)
 	    rl.rlim_max;
 	if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < want)
 		log_warnx(
-		    "open files limited to %llu: fewer than "
-		    "max_connections (%lld) can be served%s",
+		    "open files limited to %llu, where max_connections "
+		    "(%lld)%s needs %llu: raise the hard limit "
+		    "(LimitNOFILE, ulimit -Hn) or lower max_connections",
 		    (unsigned long long)rl.rlim_cur,
 		    (long long)c->max_connections,
-		    fronts == 2 ? " on each of HTTP and gRPC" : "");
+		    fronts == 2 ? " on each of HTTP and gRPC" : "",
+		    (unsigned long long)want);
 }
 
 /* Reload: the Redis store reads its TLS files again (a rotated client
