@@ -7,8 +7,9 @@
  * when they touch keys of one stripe (a hot key's requests do, whatever the
  * layout: its holding is one counter).  Expired holdings are dropped when
  * their chain is walked, and a stripe that is full is swept whole before a
- * new key is refused.  Units that leave unused are reported as they
- * leave, under the stripe's lock.
+ * new key is refused; prefetch_sweep() sweeps every stripe, when the
+ * counts of units lost are read.  Units that leave unused are reported
+ * as they leave, under the stripe's lock.
  *
  * The generation is the config's (config.h, serial) whose rules the
  * holdings were taken under.  prefetch_clear() sets the new one before it
@@ -432,6 +433,20 @@ prefetch_refresh(struct prefetch *pf, uint64_t gen, const char *key,
 unlock:
 	pthread_mutex_unlock(&st->mu);
 	return held;
+}
+
+void
+prefetch_sweep(struct prefetch *pf, int64_t now)
+{
+	size_t i;
+
+	if (pf == NULL)
+		return;
+	for (i = 0; i < PF_STRIPES; i++) {
+		pthread_mutex_lock(&pf->stripes[i].mu);
+		pf_sweep(pf, &pf->stripes[i], now);
+		pthread_mutex_unlock(&pf->stripes[i].mu);
+	}
 }
 
 int64_t

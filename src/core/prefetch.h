@@ -117,6 +117,15 @@ int64_t prefetch_refresh(struct prefetch *pf, uint64_t gen, const char *key,
     size_t keylen, int64_t now, int64_t remaining, int64_t reset_ms,
     int64_t effective_ms, uint64_t stamp);
 
+/*
+ * Drop every holding whose deadline has passed (or of an older
+ * generation), reporting its units lost: so that the lost count is up to
+ * date when it is read (GET /metrics), not only at the key's next use.
+ * Walks every holding (at most the max_keys of prefetch_new()), one
+ * stripe's lock at a time.  NULL pf: nothing.
+ */
+void prefetch_sweep(struct prefetch *pf, int64_t now);
+
 /* Drop everything held (a reload: the rules may have changed), reporting
  * the units lost; from now on the holdings are of generation gen (the new
  * config's serial). */
