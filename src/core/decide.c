@@ -757,45 +757,73 @@ prefetch_no_chunks(struct decide_job *job)
 }
 
 /*
- * The decision is known: the units answered in process are used (such a
- * request is admitted), and when admitted, the chunks the store recorded
- * are held.
+ * An admitted check i that went to the store: the chunk it recorded is
+ * held, and its answer is given on the terms of one from held units
+ * (docs/algorithms.md): the store's remaining, which counts every unit
+ * taken, plus the units the daemon holds of the key now, so that the
+ * next request, answered from them, does not report more.  A plain check
+ * of a key with units held counts them too, and its newer answer is the
+ * one theirs start from.
  */
 static void
-prefetch_settle(struct decide_job *job, bool admitted)
+prefetch_hold(struct decide_job *job, size_t i, int64_t now)
 {
 	const struct decider *d = job->d;
-	int64_t now = 0; /* read at the first chunk held */
-	size_t i;
+	const struct rl_check *c = &job->checks[i];
+	const struct rule *r = job->ap[i].rule;
+	struct rl_result *res = &job->res[i];
+	int64_t held;
 
-	if (d->prefetch == NULL)
-		return;
-	for (i = 0; i < job->n; i++) {
-		const struct rl_check *c = &job->checks[i];
-		const struct rule *r = job->ap[i].rule;
-		const struct rl_result *res = &job->res[i];
-
-		if (job->ap[i].pf_units > 0) {
-			/* Only a request answered whole in process took any
-			 * (prefetch_plan): they are used. */
-			if (d->on_prefetch != NULL)
-				d->on_prefetch(r, true, job->ap[i].pf_units,
-				    d->hook_arg);
-			continue;
-		}
-		if (i >= job->nstore || !admitted || c->prefetch_want == 0 ||
-		    res->taken <= c->cost)
-			continue;
-		/* Held from when the call left: the store's now was later. */
-		if (now == 0)
-			now = util_monotonic_us();
-		prefetch_add(d->prefetch, job->cfg->serial, r->name, c->key,
-		    c->keylen, res->taken - c->cost,
+	if (c->prefetch_want > 0 && res->taken > c->cost) {
+		/* Held from when the call left: the store's now was
+		 * later. */
+		held = prefetch_add(d->prefetch, job->cfg->serial, r->name,
+		    c->key, c->keylen, res->taken - c->cost,
 		    job->submit_us + res->taken_us, now, res->remaining,
 		    res->reset_ms, res->effective_ms, job->ap[i].pf_stamp);
 		if (d->on_prefetch != NULL)
 			d->on_prefetch(r, false, res->taken - c->cost,
 			    d->hook_arg);
+	} else
+		held = prefetch_refresh(d->prefetch, job->cfg->serial, c->key,
+		    c->keylen, now, res->remaining, res->reset_ms,
+		    res->effective_ms, job->ap[i].pf_stamp);
+	if (held > 0)
+		res->remaining = res->remaining < c->limit - held ?
+		    res->remaining + held :
+		    c->limit;
+}
+
+/*
+ * The decision is known: the units answered in process are used (such a
+ * request is admitted), and when admitted, the chunks the store recorded
+ * are held (prefetch_hold).
+ */
+static void
+prefetch_settle(struct decide_job *job, bool admitted)
+{
+	const struct decider *d = job->d;
+	int64_t now = 0; /* read at the first check that needs it */
+	size_t i;
+
+	if (d->prefetch == NULL)
+		return;
+	for (i = 0; i < job->n; i++) {
+		if (job->ap[i].pf_units > 0) {
+			/* Only a request answered whole in process took any
+			 * (prefetch_plan): they are used. */
+			if (d->on_prefetch != NULL)
+				d->on_prefetch(job->ap[i].rule, true,
+				    job->ap[i].pf_units, d->hook_arg);
+			continue;
+		}
+		if (i >= job->nstore || !admitted ||
+		    !prefetch_applies(job, i) || job->on_local ||
+		    !job->res[i].allowed)
+			continue;
+		if (now == 0)
+			now = util_monotonic_us();
+		prefetch_hold(job, i, now);
 	}
 }
 

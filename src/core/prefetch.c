@@ -7,8 +7,9 @@
  * when they touch keys of one stripe (a hot key's requests do, whatever the
  * layout: its holding is one counter).  Expired holdings are dropped when
  * their chain is walked, and a stripe that is full is swept whole before a
- * new key is refused.  Units that leave unused are reported as they
- * leave, under the stripe's lock.
+ * new key is refused; prefetch_sweep() sweeps every stripe, when the
+ * counts of units lost are read.  Units that leave unused are reported
+ * as they leave, under the stripe's lock.
  *
  * The generation is the config's (config.h, serial) whose rules the
  * holdings were taken under.  prefetch_clear() sets the new one before it
@@ -350,7 +351,19 @@ unlock:
 	return want;
 }
 
-void
+/* A store answer received at now: the one a holding's answers start
+ * from (lock held). */
+static void
+pf_note(struct pf_entry *e, int64_t now, int64_t remaining, int64_t reset_ms,
+    int64_t effective_ms)
+{
+	e->at = now;
+	e->remaining = remaining;
+	e->reset_ms = reset_ms;
+	e->effective_ms = effective_ms;
+}
+
+int64_t
 prefetch_add(struct prefetch *pf, uint64_t gen, const char *rule,
     const char *key, size_t keylen, int64_t units, int64_t until, int64_t now,
     int64_t remaining, int64_t reset_ms, int64_t effective_ms, uint64_t stamp)
@@ -358,10 +371,10 @@ prefetch_add(struct prefetch *pf, uint64_t gen, const char *rule,
 	uint64_t h = pf_hash(key, keylen);
 	struct pf_stripe *st = pf_stripe_of(pf, h);
 	struct pf_entry *e, **chain;
-	bool kept = false;
+	int64_t held = 0;
 
 	if (units <= 0)
-		return;
+		return 0;
 	pthread_mutex_lock(&st->mu);
 	if (until <= now || !pf_current(pf, gen) || !pf_unforgotten(st, stamp))
 		goto unlock;
@@ -390,15 +403,50 @@ prefetch_add(struct prefetch *pf, uint64_t gen, const char *rule,
 	e->units += units;
 	if (until < e->until)
 		e->until = until;
-	e->at = now;
-	e->remaining = remaining;
-	e->reset_ms = reset_ms;
-	e->effective_ms = effective_ms;
-	kept = true;
+	pf_note(e, now, remaining, reset_ms, effective_ms);
+	held = e->units;
 unlock:
 	pthread_mutex_unlock(&st->mu);
-	if (!kept)
+	if (held == 0)
 		pf_report(pf, rule, units);
+	return held;
+}
+
+int64_t
+prefetch_refresh(struct prefetch *pf, uint64_t gen, const char *key,
+    size_t keylen, int64_t now, int64_t remaining, int64_t reset_ms,
+    int64_t effective_ms, uint64_t stamp)
+{
+	uint64_t h = pf_hash(key, keylen);
+	struct pf_stripe *st = pf_stripe_of(pf, h);
+	struct pf_entry *e;
+	int64_t held = 0;
+
+	pthread_mutex_lock(&st->mu);
+	if (!pf_current(pf, gen) || !pf_unforgotten(st, stamp))
+		goto unlock;
+	e = pf_find(pf, st, h, key, keylen, now);
+	if (e == NULL)
+		goto unlock;
+	pf_note(e, now, remaining, reset_ms, effective_ms);
+	held = e->units;
+unlock:
+	pthread_mutex_unlock(&st->mu);
+	return held;
+}
+
+void
+prefetch_sweep(struct prefetch *pf, int64_t now)
+{
+	size_t i;
+
+	if (pf == NULL)
+		return;
+	for (i = 0; i < PF_STRIPES; i++) {
+		pthread_mutex_lock(&pf->stripes[i].mu);
+		pf_sweep(pf, &pf->stripes[i], now);
+		pthread_mutex_unlock(&pf->stripes[i].mu);
+	}
 }
 
 int64_t

@@ -97,11 +97,34 @@ bool prefetch_wants_chunk(struct prefetch *pf, uint64_t gen, const char *key,
  * effective_ms, received at now, of a call that left after stamp was
  * read.  Units already held for the key stay, with the earlier of the two
  * deadlines.  No room, or a forget that may concern key ran since stamp:
- * the units are reported lost.
+ * the units are reported lost.  Returns the units held for key now (0
+ * when they were lost): what the request that took the chunk adds to the
+ * store's remaining in its answer, as prefetch_take()'s view does.
  */
-void prefetch_add(struct prefetch *pf, uint64_t gen, const char *rule,
+int64_t prefetch_add(struct prefetch *pf, uint64_t gen, const char *rule,
     const char *key, size_t keylen, int64_t units, int64_t until, int64_t now,
     int64_t remaining, int64_t reset_ms, int64_t effective_ms, uint64_t stamp);
+
+/*
+ * A plain check of key (no chunk) was admitted by the store with
+ * remaining, reset_ms and effective_ms, received at now, of a call that
+ * left after stamp was read: if the daemon holds units of key, their
+ * answers start from this newer one (the store's remaining already
+ * counts them).  Returns the units held for key now, 0 if none: what the
+ * request adds to the store's remaining in its answer.
+ */
+int64_t prefetch_refresh(struct prefetch *pf, uint64_t gen, const char *key,
+    size_t keylen, int64_t now, int64_t remaining, int64_t reset_ms,
+    int64_t effective_ms, uint64_t stamp);
+
+/*
+ * Drop every holding whose deadline has passed (or of an older
+ * generation), reporting its units lost: so that the lost count is up to
+ * date when it is read (GET /metrics), not only at the key's next use.
+ * Walks every holding (at most the max_keys of prefetch_new()), one
+ * stripe's lock at a time.  NULL pf: nothing.
+ */
+void prefetch_sweep(struct prefetch *pf, int64_t now);
 
 /* Drop everything held (a reload: the rules may have changed), reporting
  * the units lost; from now on the holdings are of generation gen (the new

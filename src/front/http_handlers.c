@@ -20,6 +20,7 @@
 #include "base/util.h"
 #include "core/lease.h"
 #include "core/overrides.h"
+#include "core/prefetch.h"
 #include "core/request_json.h"
 #include "core/stats_request.h"
 #include "front/access_log.h"
@@ -523,7 +524,10 @@ http_handle_simple(struct http_server *s, struct MHD_Connection *conn,
 	if (strcmp(url, "/healthz") == 0)
 		return http_respond(s, conn, 200, "text/plain", "ok\n", 3,
 		    NULL);
-	/* /metrics: the shared families, then the connection guard's. */
+	/* /metrics: the shared families, then the connection guard's.
+	 * Units held in advance whose hold ended count as lost by now
+	 * (docs/operations.md), not only at their key's next use. */
+	prefetch_sweep(s->decider->prefetch, util_monotonic_us());
 	if (metrics_render(s->metrics, &text, &len) < 0 ||
 	    (guard = http_fmt_buf(stack, sizeof(stack), &glen,
 		 "# HELP ratelimitd_http_connections_open Client connections open "

@@ -23,6 +23,8 @@
  *   answers nothing under the new ones.
  * - A request with a rule that does not prefetch loses at most one
  *   chunk's spare units per hold, not a chunk per call.
+ * - Sequential requests on one key never see remaining rise; units whose
+ *   hold ended count as lost by the next GET /metrics.
  */
 #include <check.h>
 #include <pthread.h>
@@ -608,6 +610,185 @@ START_TEST(test_report_over_drops_held)
 }
 END_TEST
 
+/*
+ * Sequential requests on one key never see remaining rise
+ * (docs/algorithms.md, "Taking quota in advance"): limit 50 in a window
+ * nothing expires from, prefetch up to 20, one daemon.  The request that
+ * takes a chunk answers the store's remaining plus the units the daemon
+ * then holds, as the requests answered from them do; a plain check of a
+ * mixed request (a rule without prefetch beside) answers the store's
+ * remaining plus the units held too.  Every algorithm that takes chunks,
+ * a shadow rule of each, pure and mixed requests interleaved, on Redis
+ * and on the memory store; the body's remaining and the RateLimit
+ * header's r alike.  (The chunk's request answered without the units held:
+ * 43, then 48 from them.)
+ */
+static const char steady_fmt[] =
+    "listen: \"127.0.0.1:%%PORT%%\"\n"
+    "threads: 2\n"
+    "backend: %s\n"
+    "redis:\n"
+    "  url: \"redis://127.0.0.1:%d/0\"\n"
+    "  timeout: 2s\n"
+    "on_backend_error: deny\n"
+    "rules:\n"
+    "  - name: other\n"
+    "    key: \"${region}\"\n"
+    "    limit: 1000000\n"
+    "    window: 366d\n";
+
+static const char steady_rule_fmt[] =
+    "  - name: %s%s\n"
+    "    key: \"${%s%s}\"\n"
+    "    algorithm: %s\n"
+    "    limit: 50\n"
+    "    window: 366d\n" /* nothing expires or refills during the test */
+    "    shadow: %s\n"
+    "    prefetch: { max_units: 20, hold: 30s }\n";
+
+/* The r of a RateLimit header "\"name\";r=N;t=T", or -1. */
+static long long
+header_r(const struct h_resp *r)
+{
+	const char *v = h_resp_header(r, "RateLimit"), *p;
+
+	if (v == NULL || (p = strstr(v, ";r=")) == NULL)
+		return -1;
+	return atoll(p + 3);
+}
+
+START_TEST(test_remaining_never_rises)
+{
+	static const char *const backends[] = { "redis", "memory" };
+	static const char *const algs[] = { "sliding_log", "fixed_window",
+		"token_bucket", "sliding_window" };
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	char yaml[4096], body[128];
+	size_t b, a, sh;
+	int i, len;
+	long long rem, hr, last;
+
+	for (b = 0; b < 2; b++) {
+		memset(&d, 0, sizeof(d));
+		d.redis_port = h_shared_redis.port;
+		len = snprintf(yaml, sizeof(yaml), steady_fmt, backends[b],
+		    h_shared_redis.port);
+		for (a = 0; a < 4; a++)
+			for (sh = 0; sh < 2; sh++)
+				len += snprintf(yaml + len, sizeof(yaml) - len,
+				    steady_rule_fmt, algs[a], sh ? "_s" : "",
+				    algs[a], sh ? "_s" : "", algs[a],
+				    sh ? "true" : "false");
+		ck_assert((size_t)len < sizeof(yaml));
+		h_daemon_start(&d, yaml);
+		for (a = 0; a < 4; a++)
+			for (sh = 0; sh < 2; sh++) {
+				printf("%s %s%s:", backends[b], algs[a],
+				    sh ? " (shadow)" : "");
+				last = 50;
+				for (i = 0; i < 40; i++) {
+					/* every third a mixed request */
+					snprintf(body, sizeof(body),
+					    "{\"%s%s\":\"u\"%s}", algs[a],
+					    sh ? "_s" : "",
+					    i % 3 == 2 ? ",\"region\":\"r\"" :
+							 "");
+					h_post(d.port, "/acquire", body, &r);
+					ck_assert_msg(r.status == 200,
+					    "%s %s: %ld %s", backends[b], body,
+					    r.status, r.body);
+					rem = h_json_int(&r, "remaining");
+					hr = header_r(&r);
+					printf(" %lld", rem);
+					fflush(stdout);
+					ck_assert_msg(hr == rem,
+					    "%s %s: RateLimit r=%lld, "
+					    "remaining %lld",
+					    backends[b], body, hr, rem);
+					ck_assert_msg(rem <= last,
+					    "%s %s: request %d: remaining "
+					    "%lld after %lld",
+					    backends[b], body, i + 1, rem,
+					    last);
+					last = rem;
+					h_resp_free(&r);
+				}
+				printf("\n");
+			}
+		h_daemon_stop(&d);
+	}
+}
+END_TEST
+
+/*
+ * Units held whose hold ends count as lost by the next GET /metrics
+ * (docs/operations.md), without another request on their key: one
+ * request takes a chunk of 1 + 99, three more use 3, and once the
+ * 300 ms hold has passed the key is idle: taken = used + lost.  On Redis
+ * and on the memory store.  (Lost stayed 0 until the key's next use.)
+ */
+static const char idle_fmt[] =
+    "listen: \"127.0.0.1:%%PORT%%\"\n"
+    "threads: 2\n"
+    "backend: %s\n"
+    "redis:\n"
+    "  url: \"redis://127.0.0.1:%d/0\"\n"
+    "  timeout: 2s\n"
+    "on_backend_error: deny\n"
+    "rules:\n"
+    "  - name: idle\n"
+    "    key: \"${user}\"\n"
+    "    algorithm: sliding_log\n"
+    "    limit: 1000\n"
+    "    window: 1h\n"
+    "    prefetch: { max_units: 100, hold: 300ms }\n";
+
+START_TEST(test_lost_counted_when_idle)
+{
+	static const char *const backends[] = { "redis", "memory" };
+	struct h_daemon d = { 0 };
+	struct h_resp r = { 0 };
+	char yaml[1024];
+	long long taken, used, lost;
+	size_t b;
+	int i;
+
+	for (b = 0; b < 2; b++) {
+		memset(&d, 0, sizeof(d));
+		d.redis_port = h_shared_redis.port;
+		snprintf(yaml, sizeof(yaml), idle_fmt, backends[b],
+		    h_shared_redis.port);
+		h_daemon_start(&d, yaml);
+		for (i = 0; i < 4; i++) {
+			h_post(d.port, "/acquire", "{\"user\":\"u1\"}", &r);
+			ck_assert_msg(r.status == 200, "%s: %ld %s",
+			    backends[b], r.status, r.body);
+			h_resp_free(&r);
+		}
+		taken = h_metric(
+		    "ratelimitd_prefetch_units_total{rule=\"idle\","
+		    "event=\"taken\"}");
+		used = h_metric_settles(
+		    "ratelimitd_prefetch_units_total{rule=\"idle\","
+		    "event=\"used\"}",
+		    3);
+		ck_assert_msg(taken == 99 && used == 3,
+		    "%s: taken %lld used %lld", backends[b], taken, used);
+		h_sleep_ms(600); /* the hold ends; no request meanwhile */
+		lost = h_metric(
+		    "ratelimitd_prefetch_units_total{rule=\"idle\","
+		    "event=\"lost\"}");
+		printf("%s: idle key: taken %lld, used %lld, lost %lld\n",
+		    backends[b], taken, used, lost);
+		ck_assert_msg(lost == taken - used,
+		    "%s: taken %lld, used %lld, lost %lld", backends[b], taken,
+		    used, lost);
+		h_daemon_stop(&d);
+	}
+}
+END_TEST
+
 static void
 redis_up(void)
 {
@@ -669,6 +850,8 @@ test_suite(void)
 		tcase_add_test(tc, test_reload_drops_chunk_in_flight);
 		tcase_add_test(tc, test_mixed_request_keeps_quota);
 		tcase_add_test(tc, test_report_over_drops_held);
+		tcase_add_test(tc, test_remaining_never_rises);
+		tcase_add_test(tc, test_lost_counted_when_idle);
 		suite_add_tcase(s, tc);
 	}
 	suite_add_tcase(s, prefetch_tcase("cluster", cluster_up, cluster_down));
