@@ -181,9 +181,7 @@ stats_request_prepare(struct stats_request *sr, const struct config *cfg,
 	if (name != NULL) {
 		if ((forced = config_find_stat(cfg, name)) == NULL) {
 			request_error_set(e, 400, "unknown_stat",
-			    "no stat "
-			    "named %s",
-			    name);
+			    "no stat named \"%s\"", name);
 			goto done;
 		}
 		max = 1;

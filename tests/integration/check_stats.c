@@ -366,6 +366,13 @@ START_TEST(test_bad_input)
 		ck_assert_msg(code != NULL && strcmp(code, codes[i]) == 0,
 		    "%s: %s, expected %s", bad[i][1], code ? code : "none",
 		    codes[i]);
+		/* The name quoted, as unknown_rule quotes a rule's. */
+		if (strcmp(codes[i], "unknown_stat") == 0) {
+			const char *m = h_json_str(&c.r, "message");
+
+			ck_assert_str_eq(m != NULL ? m : "",
+			    "no stat named \"nope\"");
+		}
 	}
 	ck_assert_int_eq(count_of(&c,
 			     "{\"kind\": \"lat\", \"route\": "
