@@ -181,9 +181,7 @@ stats_request_prepare(struct stats_request *sr, const struct config *cfg,
 	if (name != NULL) {
 		if ((forced = config_find_stat(cfg, name)) == NULL) {
 			request_error_set(e, 400, "unknown_stat",
-			    "no stat "
-			    "named %s",
-			    name);
+			    "no stat named \"%s\"", name);
 			goto done;
 		}
 		max = 1;
@@ -213,16 +211,6 @@ stats_request_prepare(struct stats_request *sr, const struct config *cfg,
 done:
 	json_decref(fields);
 	return rc;
-}
-
-/* A double as JSON: a real, or an integer when it is one exactly (so
- * that 912 reads 912, not 912.0). */
-static json_t *
-number(double x)
-{
-	if (x == floor(x) && fabs(x) < 9007199254740992.0)
-		return json_integer((json_int_t)x);
-	return json_real(x);
 }
 
 /*
@@ -276,54 +264,158 @@ stats_quantile_name(char *buf, size_t len, double q)
 	snprintf(buf, len, "%s", out);
 }
 
+/*
+ * The text of a stat value (docs/stats.md "HTTP"): its shortest form, as
+ * JavaScript and Python print numbers, within what printf offers.  jansson
+ * writes every real of a dump with one precision, and 17 digits turn 41.7
+ * into 41.700000000000003, so the answer is written here (answer_put*)
+ * rather than dumped.
+ */
+size_t
+stats_number_text(char *buf, double x)
+{
+	char *ep, *from;
+	size_t n = 0;
+	int prec;
+
+	if (!isfinite(x)) /* none comes from a store: JSON has no such number */
+		return (size_t)snprintf(buf, STATS_NUMBER_MAX, "null");
+	if (x == floor(x) && fabs(x) < 9007199254740992.0) { /* 2^53 */
+		n = util_fmt_int64(buf, (int64_t)x);	     /* -0.0 is 0 */
+		buf[n] = '\0';
+		return n;
+	}
+	for (prec = 15; prec <= 17; prec++) {
+		n = (size_t)snprintf(buf, STATS_NUMBER_MAX, "%.*g", prec, x);
+		if (strtod(buf, NULL) == x)
+			break;
+	}
+	/* As jansson writes a real: "1e19" and "1e-7", not "1e+19" nor
+	 * "1e-07"; a point when there is no exponent, so that the number
+	 * still reads back as a real ("9007199254740994.0"). */
+	if ((ep = strchr(buf, 'e')) != NULL) {
+		ep += 1 + (ep[1] == '-');
+		from = ep + (ep[0] == '+');
+		while (from[0] == '0' && from[1] != '\0')
+			from++;
+		memmove(ep, from, strlen(from) + 1);
+		n = strlen(buf);
+	} else if (strchr(buf, '.') == NULL) {
+		memcpy(buf + n, ".0", 3);
+		n += 2;
+	}
+	return n;
+}
+
+/* The answer's text as it is written: grows by doubling; failed once an
+ * allocation failed (every later put then does nothing). */
+struct answer_buf {
+	char *p;
+	size_t len, cap;
+	bool failed;
+};
+
+static void
+answer_put(struct answer_buf *b, const char *s, size_t n)
+{
+	char *p;
+	size_t cap;
+
+	if (b->failed)
+		return;
+	if (b->len + n + 1 > b->cap) {
+		for (cap = b->cap > 0 ? b->cap : 512; cap < b->len + n + 1;)
+			cap *= 2;
+		if ((p = rl_realloc(b->p, cap)) == NULL) {
+			b->failed = true;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+}
+
+static void
+answer_puts(struct answer_buf *b, const char *s)
+{
+	answer_put(b, s, strlen(s));
+}
+
+/* s as a JSON string, escaped by jansson as in the daemon's other
+ * answers.  s is valid UTF-8 (a stat's name, or a key rendered from
+ * attributes jansson read); should jansson refuse it, the answer fails. */
+static void
+answer_put_string(struct answer_buf *b, const char *s)
+{
+	json_t *j = json_string(s);
+	char *text = j != NULL ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+
+	if (text != NULL)
+		answer_puts(b, text);
+	else
+		b->failed = true;
+	free(text);
+	json_decref(j);
+}
+
+/* ,"<name>": and x, or null when the window is empty.  name is a field
+ * of ours or a quantile's name ("p99.9"): nothing to escape. */
+static void
+answer_put_number(struct answer_buf *b, const char *name, bool empty, double x)
+{
+	char num[STATS_NUMBER_MAX];
+
+	answer_puts(b, ",\"");
+	answer_puts(b, name);
+	answer_puts(b, "\":");
+	if (empty)
+		answer_puts(b, "null");
+	else
+		answer_put(b, num, stats_number_text(num, x));
+}
+
 char *
 stats_request_answer(const struct stats_request *sr, size_t *len)
 {
-	json_t *root, *list, *o;
-	char *text = NULL, qn[STATS_QUANTILE_NAME_MAX];
+	struct answer_buf b = { 0 };
+	char qn[STATS_QUANTILE_NAME_MAX], num[UTIL_INT64_DEC_MAX];
 	size_t i, j;
 
-	if ((root = json_object()) == NULL || (list = json_array()) == NULL ||
-	    json_object_set_new(root, "stats", list) != 0)
-		goto out;
+	answer_puts(&b, "{\"stats\":[");
 	for (i = 0; i < sr->n; i++) {
 		const struct rl_stat_result *r = &sr->results[i];
 		bool empty = r->count == 0;
 
-		o = json_object();
-		if (o == NULL || json_array_append_new(list, o) != 0)
-			goto out;
-		if (json_object_set_new(o, "name",
-			json_string(sr->defs[i]->rule.name)) != 0 ||
-		    json_object_set_new(o, "key", json_string(sr->keys[i])) !=
-			0 ||
-		    json_object_set_new(o, "window_ms",
-			json_integer(sr->defs[i]->rule.window_ms)) != 0 ||
-		    json_object_set_new(o, "count",
-			json_integer((json_int_t)r->count)) != 0 ||
-		    json_object_set_new(o, "sum",
-			empty ? json_null() : number(r->sum)) != 0 ||
-		    json_object_set_new(o, "avg",
-			empty ? json_null() :
-				number(r->sum / (double)r->count)) != 0 ||
-		    json_object_set_new(o, "min",
-			empty ? json_null() : number(r->min)) != 0 ||
-		    json_object_set_new(o, "max",
-			empty ? json_null() : number(r->max)) != 0)
-			goto out;
+		answer_puts(&b, i > 0 ? ",{\"name\":" : "{\"name\":");
+		answer_put_string(&b, sr->defs[i]->rule.name);
+		answer_puts(&b, ",\"key\":");
+		answer_put_string(&b, sr->keys[i]);
+		answer_puts(&b, ",\"window_ms\":");
+		answer_put(&b, num,
+		    util_fmt_int64(num, sr->defs[i]->rule.window_ms));
+		answer_puts(&b, ",\"count\":");
+		answer_put(&b, num, util_fmt_int64(num, (int64_t)r->count));
+		answer_put_number(&b, "sum", empty, r->sum);
+		answer_put_number(&b, "avg", empty,
+		    empty ? 0 : r->sum / (double)r->count);
+		answer_put_number(&b, "min", empty, r->min);
+		answer_put_number(&b, "max", empty, r->max);
 		for (j = 0; j < sr->nquantiles; j++) {
 			stats_quantile_name(qn, sizeof(qn), sr->quantiles[j]);
-			if (json_object_set_new(o, qn,
-				empty ? json_null() : number(r->q[j])) != 0)
-				goto out;
+			answer_put_number(&b, qn, empty, r->q[j]);
 		}
+		answer_puts(&b, "}");
 	}
-	text = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17));
-	if (text != NULL)
-		*len = strlen(text);
-out:
-	json_decref(root);
-	return text;
+	answer_puts(&b, "]}");
+	if (b.failed) {
+		rl_free(b.p);
+		return NULL;
+	}
+	*len = b.len;
+	return b.p;
 }
 
 void

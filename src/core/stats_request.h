@@ -64,6 +64,20 @@ int stats_request_prepare(struct stats_request *sr, const struct config *cfg,
 void stats_quantile_name(char *buf, size_t len, double q);
 
 /*
+ * A stat value x as the answer writes it (docs/stats.md "HTTP"), into buf
+ * (STATS_NUMBER_MAX bytes, NUL-terminated); returns the length.  A whole
+ * number below 2^53 in magnitude is an integer ("912"; -0.0 is "0").  Any
+ * other is the shortest of %.15g, %.16g and %.17g that strtod reads back
+ * as x bit for bit ("41.7", where %.17g says 41.700000000000003), as
+ * jansson writes a real: the exponent without '+' or leading zeros
+ * ("1e300", "5e-324"), ".0" after a number with neither point nor
+ * exponent ("9007199254740994.0").  A NaN or an infinity, which no store
+ * answers, is "null".  Any thread.
+ */
+#define STATS_NUMBER_MAX 32
+size_t stats_number_text(char *buf, double x);
+
+/*
  * The answer once every op has its result: {"stats": [...]} as docs/stats.md
  * says, in a new NUL-terminated buffer (free()) of *len bytes, or NULL
  * (OOM).

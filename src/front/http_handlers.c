@@ -298,6 +298,7 @@ http_handle_lease(struct http_server *s, struct MHD_Connection *conn,
 	struct request_error e;
 	const struct rule *r;
 	struct lease_ref ref;
+	const char *what;
 	json_t *root, *v;
 	int64_t limit, window;
 	size_t plen;
@@ -321,14 +322,22 @@ http_handle_lease(struct http_server *s, struct MHD_Connection *conn,
 		return http_respond_error(s, conn, 400, "invalid_json",
 		    "the body must be a JSON object");
 	}
+	/* Every way of not naming a lease is invalid_lease (docs/http.md);
+	 * the message says which. */
 	v = root != NULL ? json_object_get(root, "lease") : NULL;
-	rc = v != NULL && json_is_string(v) ?
-	    lease_parse(json_string_value(v), json_string_length(v), &ref) :
-	    -1;
+	if (v == NULL || json_is_null(v))
+		what = "\"lease\" is missing: send a lease /acquire answered";
+	else if (!json_is_string(v))
+		what = "\"lease\" must be a string: a lease /acquire answered";
+	else if (lease_parse(json_string_value(v), json_string_length(v),
+		     &ref) < 0)
+		what = "\"lease\" is not a lease this service handed out";
+	else
+		what = NULL;
 	json_decref(root);
-	if (rc == -1)
-		return http_respond_error(s, conn, 400, "invalid_lease",
-		    "\"lease\" is not a lease this service handed out");
+	if (what != NULL)
+		return http_respond_error(s, conn, 400, "invalid_lease", "%s",
+		    what);
 	r = config_find_rule(rq->cfg, ref.rule);
 	if (r != NULL && r->algorithm != RL_ALG_CONCURRENCY)
 		r = NULL;

@@ -3,12 +3,14 @@
  * (src/core/stats_request.c) under a config with keyed, matched and
  * catch-all stats, then the answer built from made-up results.  Any input
  * must give ops or a 400/500 error, never a crash, a leak or undefined
- * behaviour; every op must be in bounds.
+ * behaviour; every op must be in bounds, and the answer JSON.
  */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "core/config.h"
 #include "core/stats_request.h"
@@ -33,6 +35,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct stats_request sr;
 	struct request_error e;
 	char err[256], *text;
+	json_t *doc;
 	size_t i, j, len;
 	int pass;
 
@@ -59,9 +62,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				for (j = 0; j < op->nquantiles; j++)
 					sr.results[i].q[j] = op->quantiles[j];
 			}
+			/* The answer is written by hand: it must be JSON. */
 			if ((text = stats_request_answer(&sr, &len)) != NULL) {
-				if (strlen(text) != len)
+				if (strlen(text) != len ||
+				    (doc = json_loads(text, 0, NULL)) == NULL)
 					__builtin_trap();
+				json_decref(doc);
 				free(text);
 			}
 		} else if (e.status != 400 && e.status != 500)

@@ -586,19 +586,32 @@ START_TEST(test_release_by_token_only)
 	    strchr(lease, '.'));
 	ck_assert_int_eq(lease_call(1, "/release", other, &r), 0);
 
-	/* Malformed: 400 invalid_lease, nothing freed. */
+	/* Malformed: 400 invalid_lease, nothing freed; the message says
+	 * what is wrong (it said "not a lease this service handed out" of
+	 * a body with no lease at all). */
 	post(1, "/release", "{\"lease\":\"not-a-lease\"}", &r);
 	ck_assert_int_eq(r.status, 400);
 	ck_assert_str_eq(h_json_str(&r, "error"), "invalid_lease");
+	ck_assert_str_eq(h_json_str(&r, "message"),
+	    "\"lease\" is not a lease this service handed out");
 	post(1, "/renew", "{\"lease\":42}", &r);
 	ck_assert_int_eq(r.status, 400);
 	ck_assert_str_eq(h_json_str(&r, "error"), "invalid_lease");
+	ck_assert_str_eq(h_json_str(&r, "message"),
+	    "\"lease\" must be a string: a lease /acquire answered");
 	snprintf(other, sizeof(other), "{\"lease\":\"%.*s\"}",
 	    (int)strlen(lease) - 1, lease); /* a digit short */
 	post(1, "/release", other, &r);
 	ck_assert_int_eq(r.status, 400);
 	post(1, "/release", "{}", &r);
 	ck_assert_int_eq(r.status, 400);
+	ck_assert_str_eq(h_json_str(&r, "error"), "invalid_lease");
+	ck_assert_str_eq(h_json_str(&r, "message"),
+	    "\"lease\" is missing: send a lease /acquire answered");
+	post(1, "/renew", "{\"job\":\"j1\"}", &r);
+	ck_assert_int_eq(r.status, 400);
+	ck_assert_str_eq(h_json_str(&r, "message"),
+	    "\"lease\" is missing: send a lease /acquire answered");
 
 	/* Still held: the lock is taken. */
 	post(1, "/acquire", "{\"t\":\"lock\",\"job\":\"j1\"}", &r);

@@ -9,6 +9,7 @@
  *     window + resolution;
  *   - two daemons recording into one key on one Redis;
  *   - bad input answered 400 with nothing recorded;
+ *   - values written in their shortest form (41.7 reads 41.7);
  *   - /metrics counting the records;
  *   - on Redis, the sub-window keys in the stat key's hash tag, each with
  *     a TTL of at most window + resolution.
@@ -365,6 +366,13 @@ START_TEST(test_bad_input)
 		ck_assert_msg(code != NULL && strcmp(code, codes[i]) == 0,
 		    "%s: %s, expected %s", bad[i][1], code ? code : "none",
 		    codes[i]);
+		/* The name quoted, as unknown_rule quotes a rule's. */
+		if (strcmp(codes[i], "unknown_stat") == 0) {
+			const char *m = h_json_str(&c.r, "message");
+
+			ck_assert_str_eq(m != NULL ? m : "",
+			    "no stat named \"nope\"");
+		}
 	}
 	ck_assert_int_eq(count_of(&c,
 			     "{\"kind\": \"lat\", \"route\": "
@@ -424,6 +432,31 @@ START_TEST(test_metrics_and_forced)
 	ck_assert_int_eq(h_metric("ratelimitd_stats_records_total"
 				  "{stat=\"lat\"}"),
 	    5);
+	conn_close(&c);
+}
+END_TEST
+
+/* A value reads as it was sent: 41.7, not 41.700000000000003, the
+ * shortest decimal that reads back as the same double (docs/stats.md
+ * "HTTP"), in the answer of /record and of /stats. */
+START_TEST(test_shortest_numbers)
+{
+	static const char want[] =
+	    "\"count\":1,\"sum\":41.7,\"avg\":41.7,"
+	    "\"min\":41.7,\"max\":41.7,";
+	struct conn c;
+
+	conn_open(&c);
+	ck_assert_int_eq(post(&c, "/record",
+			     "{\"kind\": \"lat\", \"route\": \"short\", "
+			     "\"value\": 41.7}"),
+	    200);
+	ck_assert_msg(strstr(c.r.body, want) != NULL, "%s", c.r.body);
+	ck_assert_int_eq(post(&c, "/stats",
+			     "{\"kind\": \"lat\", \"route\": \"short\"}"),
+	    200);
+	ck_assert_msg(strstr(c.r.body, want) != NULL, "%s", c.r.body);
+	ck_assert(num(first_stat(&c), "avg") == 41.7);
 	conn_close(&c);
 }
 END_TEST
@@ -858,6 +891,7 @@ backend_tcase(const char *name, bool with_redis)
 	tcase_add_test(tc, test_metrics_and_forced);
 	tcase_add_test(tc, test_reload_longer_window);
 	tcase_add_test(tc, test_big_integer_value);
+	tcase_add_test(tc, test_shortest_numbers);
 	if (!with_redis)
 		tcase_add_test(tc, test_partial_failure);
 	if (with_redis) {
