@@ -70,7 +70,7 @@ void stats_quantile_name(char *buf, size_t len, double q);
  * other is the shortest of %.15g, %.16g and %.17g that strtod reads back
  * as x bit for bit ("41.7", where %.17g says 41.700000000000003), as
  * jansson writes a real: the exponent without '+' or leading zeros
- * ("1e300", "5e-324"), ".0" after a number with neither point nor
+ * ("1e300", "1e-7"), ".0" after a number with neither point nor
  * exponent ("9007199254740994.0").  A NaN or an infinity, which no store
  * answers, is "null".  Any thread.
  */
