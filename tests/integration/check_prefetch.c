@@ -568,28 +568,45 @@ static const char report_fmt[] =
     "    window: 10s\n"
     "    prefetch: { max_units: 100, hold: 5s }\n";
 
+/* Start d on backend (redis or memory) with yaml made of fmt, which
+ * takes the backend's name and the shared Redis's port. */
+static void
+start_on(struct h_daemon *d, const char *fmt, const char *backend)
+{
+	char yaml[1024];
+
+	memset(d, 0, sizeof(*d));
+	d->redis_port = h_shared_redis.port;
+	snprintf(yaml, sizeof(yaml), fmt, backend, h_shared_redis.port);
+	h_daemon_start(d, yaml);
+}
+
+/* n requests for user u1, one after the other, each answered status. */
+static void
+acquire_n(const struct h_daemon *d, int n, long status, const char *backend)
+{
+	struct h_resp r = { 0 };
+	int i;
+
+	for (i = 0; i < n; i++) {
+		h_post(d->port, "/acquire", "{\"user\":\"u1\"}", &r);
+		ck_assert_msg(r.status == status, "%s: request %d: %ld %s",
+		    backend, i, r.status, r.body);
+		h_resp_free(&r);
+	}
+}
+
 START_TEST(test_report_over_drops_held)
 {
 	static const char *const backends[] = { "redis", "memory" };
 	struct h_daemon d = { 0 };
 	struct h_resp r = { 0 };
-	char yaml[1024];
 	size_t b;
-	int i;
 
 	for (b = 0; b < 2; b++) {
-		memset(&d, 0, sizeof(d));
-		d.redis_port = h_shared_redis.port;
-		snprintf(yaml, sizeof(yaml), report_fmt, backends[b],
-		    h_shared_redis.port);
-		h_daemon_start(&d, yaml);
+		start_on(&d, report_fmt, backends[b]);
 		/* The first takes a chunk; the next are answered from it. */
-		for (i = 0; i < 3; i++) {
-			h_post(d.port, "/acquire", "{\"user\":\"u1\"}", &r);
-			ck_assert_msg(r.status == 200, "%s: %ld %s",
-			    backends[b], r.status, r.body);
-			h_resp_free(&r);
-		}
+		acquire_n(&d, 3, 200, backends[b]);
 		h_post(d.port, "/report", "{\"user\":\"u1\",\"cost\":5000}",
 		    &r);
 		ck_assert_msg(r.status == 200 &&
@@ -599,12 +616,7 @@ START_TEST(test_report_over_drops_held)
 		ck_assert_msg(strstr(r.body, "\"overdrawn\":") != NULL,
 		    "%s: not overdrawn: %s", backends[b], r.body);
 		h_resp_free(&r);
-		for (i = 0; i < 3; i++) {
-			h_post(d.port, "/acquire", "{\"user\":\"u1\"}", &r);
-			ck_assert_msg(r.status == 429, "%s: %ld %s",
-			    backends[b], r.status, r.body);
-			h_resp_free(&r);
-		}
+		acquire_n(&d, 3, 429, backends[b]);
 		h_daemon_stop(&d);
 	}
 }
@@ -748,24 +760,12 @@ START_TEST(test_lost_counted_when_idle)
 {
 	static const char *const backends[] = { "redis", "memory" };
 	struct h_daemon d = { 0 };
-	struct h_resp r = { 0 };
-	char yaml[1024];
 	long long taken, used, lost;
 	size_t b;
-	int i;
 
 	for (b = 0; b < 2; b++) {
-		memset(&d, 0, sizeof(d));
-		d.redis_port = h_shared_redis.port;
-		snprintf(yaml, sizeof(yaml), idle_fmt, backends[b],
-		    h_shared_redis.port);
-		h_daemon_start(&d, yaml);
-		for (i = 0; i < 4; i++) {
-			h_post(d.port, "/acquire", "{\"user\":\"u1\"}", &r);
-			ck_assert_msg(r.status == 200, "%s: %ld %s",
-			    backends[b], r.status, r.body);
-			h_resp_free(&r);
-		}
+		start_on(&d, idle_fmt, backends[b]);
+		acquire_n(&d, 4, 200, backends[b]);
 		taken = h_metric(
 		    "ratelimitd_prefetch_units_total{rule=\"idle\","
 		    "event=\"taken\"}");
