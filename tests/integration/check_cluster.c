@@ -12,9 +12,12 @@
  * the denials learnt while units were held are forgotten, by the daemon
  * that took them back and, through its notice, by another);
  * a slot migrated
- * under the daemon is followed (ASK while it migrates, MOVED after); a
+ * under the daemon is followed (ASK while it migrates, MOVED after), and
+ * while its keys are split between the two nodes (TRYAGAIN) the requests
+ * of a batch are decided one by one, each where its keys are; a
  * primary killed under load is replaced by its replica and decisions come
- * back by themselves, no request waiting past redis.timeout meanwhile.
+ * back by themselves, no request waiting past redis.timeout meanwhile,
+ * and the log names the node each failure is about.
  * The kill runs last: it changes the cluster.  A daemon whose only seed
  * is a node later removed with `redis-cli --cluster del-node` still hears
  * releases (tcase "del_node", on a cluster of its own).  A key_prefix holding
