@@ -32,10 +32,12 @@
  * request whose keys fall in several slots is split into one call per slot
  * and made all-or-nothing again by redis_split.c.  MOVED updates the map
  * (and asks for a new one) and sends the calls again to the new owner; ASK
- * sends the batch once to the node named, after ASKING; TRYAGAIN and
- * CLUSTERDOWN send it again 50 ms later.  None of these ran the script, so
- * sending again never counts twice.  A call that cannot be routed now (no
- * map yet, a slot without owner, no primary known) is parked in the
+ * sends the batch once to the node named, after ASKING; CLUSTERDOWN sends
+ * it again 50 ms later.  TRYAGAIN (the slot's keys split by a migration)
+ * sends each call of a batch again in a batch of its own, at once, and a
+ * call alone 50 ms later (redis_flight_tryagain()).  None of these ran the
+ * script, so sending again never counts twice.  A call that cannot be routed
+ * now (no map yet, a slot without owner, no primary known) is parked in the
  * in-flight list and sent when the topology is known, or fails at its
  * deadline.
  *
@@ -72,7 +74,9 @@
  * /readyz reports Redis as it is.
  *
  * Failures are logged with log_warnx at most once a second per kind, with a
- * count of the lines held back; the URL appears only redacted.
+ * count of the lines held back; the URL appears only redacted.  Under
+ * Cluster a line about one node names it (host:port), and one about the
+ * cluster as a whole the first seed.
  *
  * Files.  This file is the store itself (submit, new, free); the rest is
  * one concern a file, sharing store/redis_priv.h:
@@ -122,7 +126,9 @@ redis_submit(struct backend *b, struct backend_call *call)
 	q->next = q->prev = NULL;
 	q->batch = NULL;
 	q->split = NULL;
-	q->unwritten = false;
+	q->parked = REDIS_PARK_NO_PRIMARY;
+	q->at = 0;
+	q->alone = false;
 	q->kind = call->n > 0 ?
 	    (call->lease_op != BACKEND_LEASE_NONE ? REDIS_CALL_LEASE :
 						    REDIS_CALL_REQUEST) :

@@ -327,12 +327,16 @@ redis_batch_send(struct redis_backend *rb, struct redis_batch *b, char *err,
 	struct redis_conn *conn = NULL;
 	struct redis_node *node;
 	struct redis_slot *s;
+	size_t i;
 	int n;
 
 	n = b->ask_node >= 0 ? b->ask_node : redis_node_for(rb, b->hslot);
 	if (n < 0 || (size_t)n >= rb->nnodes)
 		return 1;
 	node = rb->nodes[n];
+	for (i = 0; i < b->ncalls; i++)
+		if (b->calls[i] != NULL)
+			redis_call(b->calls[i])->at = (unsigned short)(n + 1);
 	if (b->ask_node >= 0) {
 		/* The command must follow ASKING on the same connection. */
 		if ((s = redis_node_send(rb, node, 1, asking, asking_len,

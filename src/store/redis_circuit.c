@@ -17,6 +17,8 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "base/log.h"
 #include "base/util.h"
@@ -27,8 +29,19 @@ void
 redis_log_failure(struct redis_backend *rb, enum backend_error_kind kind,
     const char *msg)
 {
+	redis_log_node_failure(rb, NULL, kind, msg);
+}
+
+/* The same, naming node (host:port, [v6]:port) when one is given and its
+ * host is known, else the store. */
+void
+redis_log_node_failure(struct redis_backend *rb, const struct redis_node *node,
+    enum backend_error_kind kind, const char *msg)
+{
 	int64_t now = util_monotonic_us();
 	int64_t last = atomic_load(&rb->last_log_us[kind]);
+	char host[SLOT_MAP_HOST_MAX + 16];
+	const char *who = rb->shown_url;
 	long held;
 
 	if ((last != INT64_MIN && now - last < REDIS_LOG_INTERVAL_US) ||
@@ -37,14 +50,20 @@ redis_log_failure(struct redis_backend *rb, enum backend_error_kind kind,
 		atomic_fetch_add(&rb->suppressed[kind], 1);
 		return;
 	}
+	if (node != NULL && node->host[0] != '\0') {
+		snprintf(host, sizeof(host),
+		    strchr(node->host, ':') != NULL ? "[%s]:%d" : "%s:%d",
+		    node->host, node->url.port);
+		who = host;
+	}
 	held = atomic_exchange(&rb->suppressed[kind], 0);
 	if (held > 0)
 		log_warnx(
 		    "redis %s: %s (kind=%s; %ld similar lines "
 		    "suppressed)",
-		    rb->shown_url, msg, backend_error_kind_name(kind), held);
+		    who, msg, backend_error_kind_name(kind), held);
 	else
-		log_warnx("redis %s: %s (kind=%s)", rb->shown_url, msg,
+		log_warnx("redis %s: %s (kind=%s)", who, msg,
 		    backend_error_kind_name(kind));
 }
 

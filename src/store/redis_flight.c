@@ -5,10 +5,13 @@
  * the one place a call leaves the store.
  *
  * A call that cannot be routed now (no slot map yet, a slot without owner,
- * no primary known, TRYAGAIN) is parked: it stays in the deadline list
- * without a batch and is routed again when the topology is known, or fails
- * at its deadline (redis_loop.c).  Under Sentinel so is a call whose
- * command never reached a socket (a connect that failed or was given up,
+ * no primary known, TRYAGAIN, CLUSTERDOWN) is parked: it stays in the
+ * deadline list without a batch and is routed again when the topology is
+ * known (or 50 ms later), or fails at its deadline (redis_loop.c), saying
+ * why it waited.  A batch of several requests that meets TRYAGAIN is not
+ * parked whole: its requests go again one by one
+ * (redis_flight_tryagain()).  Under Sentinel so is a call whose command
+ * never reached a socket (a connect that failed or was given up,
  * the primary moved while connecting, a server the sentinels named whose
  * ROLE said replica): Redis never saw it, so it is sent again to the
  * primary the sentinels name next, within its deadline.  A
@@ -18,6 +21,7 @@
  */
 #include <stdio.h>
 
+#include "base/util.h"
 #include "store/redis_priv.h"
 
 /* Keep the call in the deadline-sorted list (nearly always at the end). */
@@ -78,6 +82,7 @@ redis_flight_finish(struct redis_backend *rb, struct backend_call *call, int rc,
 {
 	struct redis_call_priv *q = redis_call(call);
 	struct redis_batch *b = q->batch;
+	const struct redis_node *node = redis_flight_node(rb, call);
 	size_t i;
 
 	redis_flight_remove(rb, call);
@@ -95,7 +100,7 @@ redis_flight_finish(struct redis_backend *rb, struct backend_call *call, int rc,
 	if (rc != 0) {
 		snprintf(call->err, sizeof(call->err), "redis: %s", err);
 		if (kind != BACKEND_ERR_DEADLINE)
-			redis_log_failure(rb, kind, err);
+			redis_log_node_failure(rb, node, kind, err);
 	}
 	/* A part of a split request counts once, with its request.  A
 	 * call whose caller gave up first says nothing about Redis: any
@@ -132,11 +137,38 @@ redis_flight_fail(struct redis_batch *b, enum backend_error_kind kind,
 			redis_flight_finish(b->rb, b->calls[i], -1, kind, err);
 }
 
-/* Take the calls still waiting out of b and park them: they stay in the
- * deadline list and are routed again at unpark time (0: when the
- * topology is next known).  A call redirected too often fails. */
+/* The node a call's line is about: Cluster only, where one seed names
+ * the whole store but each key has its node.  The node of the connection
+ * its batch is on; else the one it was last sent to. */
+const struct redis_node *
+redis_flight_node(const struct redis_backend *rb,
+    const struct backend_call *call)
+{
+	const struct redis_call_priv *q =
+	    (const struct redis_call_priv *)(const void *)call->store.opaque;
+
+	if (rb->mode != REDIS_CLUSTER)
+		return NULL;
+	if (q->batch != NULL && q->batch->slot != NULL)
+		return q->batch->slot->node;
+	if (q->at == 0 || q->at > rb->nnodes)
+		return NULL;
+	return rb->nodes[q->at - 1];
+}
+
 void
 redis_flight_park(struct redis_batch *b, int64_t unpark_us, bool redirected)
+{
+	redis_flight_park_for(b, unpark_us, redirected, REDIS_PARK_NO_PRIMARY);
+}
+
+/* Take the calls still waiting out of b and park them: they stay in the
+ * deadline list and are routed again at unpark time (0: when the
+ * topology is next known), or expire there, told why.  A call redirected
+ * too often fails. */
+void
+redis_flight_park_for(struct redis_batch *b, int64_t unpark_us, bool redirected,
+    enum redis_park why)
 {
 	struct redis_backend *rb = b->rb;
 	size_t i;
@@ -155,9 +187,48 @@ redis_flight_park(struct redis_batch *b, int64_t unpark_us, bool redirected)
 		b->calls[i] = NULL;
 		b->live--;
 		redis_call(call)->batch = NULL;
+		redis_call(call)->parked = (unsigned char)why;
+		if (why == REDIS_PARK_NO_PRIMARY)
+			redis_call(call)->at = 0; /* no node's doing */
 	}
 	if (unpark_us != 0 && (rb->unpark_us == 0 || unpark_us < rb->unpark_us))
 		rb->unpark_us = unpark_us;
+}
+
+/*
+ * TRYAGAIN: the slot of b's keys is being migrated and some of them are
+ * on the source, some on the target; the script did not run.  A batch of
+ * several requests would meet it again for as long as the migration of
+ * the slot lasts, though each request's own keys may all be on one side:
+ * each goes again alone, at the next turn, and gets its own answer (or
+ * ASK, or TRYAGAIN for it alone).  A batch of one is parked, and sent
+ * again REDIS_RETRY_US later, alone too: its keys are split.
+ */
+void
+redis_flight_tryagain(struct redis_batch *b)
+{
+	struct redis_backend *rb = b->rb;
+	size_t i;
+
+	for (i = 0; i < b->ncalls; i++)
+		if (b->calls[i] != NULL)
+			redis_call(b->calls[i])->alone = true;
+	if (b->ncalls < 2) {
+		redis_flight_park_for(b, util_monotonic_us() + REDIS_RETRY_US,
+		    false, REDIS_PARK_TRYAGAIN);
+		return;
+	}
+	for (i = 0; i < b->ncalls; i++) {
+		struct backend_call *call = b->calls[i];
+
+		if (call == NULL)
+			continue;
+		b->calls[i] = NULL;
+		b->live--;
+		redis_call(call)->batch = NULL;
+		redis_flight_remove(rb, call);
+		redis_flight_soon(rb, call);
+	}
 }
 
 /* Send every parked call again now: to the soon list. */
@@ -184,7 +255,6 @@ redis_flight_requeue(struct redis_batch *b, struct redis_slot *s,
 	struct redis_backend *rb = b->rb;
 	char msg[BACKEND_ERR_MAX];
 	const struct redis_conn *c;
-	size_t i;
 
 	if (rb->mode != REDIS_SENTINEL || rb->closing)
 		return false;
@@ -204,10 +274,7 @@ redis_flight_requeue(struct redis_batch *b, struct redis_slot *s,
 	    "name",
 	    why);
 	redis_log_failure(rb, BACKEND_ERR_CONNECT, msg);
-	for (i = 0; i < b->ncalls; i++)
-		if (b->calls[i] != NULL)
-			redis_call(b->calls[i])->unwritten = true;
-	redis_flight_park(b, 0, false);
+	redis_flight_park_for(b, 0, false, REDIS_PARK_UNWRITTEN);
 	redis_node_want_topology(rb);
 	return true;
 }

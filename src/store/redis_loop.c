@@ -171,6 +171,30 @@ expire_held(struct redis_backend *rb, int64_t now)
 	rb->htail = tail;
 }
 
+/* Why a call waited with no batch (enum redis_park), for its expiry. */
+static const char *
+parked_why(unsigned char parked)
+{
+	switch (parked) {
+	case REDIS_PARK_UNWRITTEN:
+		return " (never sent: no connection to the primary)";
+	case REDIS_PARK_TRYAGAIN:
+		return " (TRYAGAIN: its slot was being migrated, its keys "
+		       "split between two nodes)";
+	case REDIS_PARK_CLUSTERDOWN:
+		return " (the cluster said CLUSTERDOWN)";
+	case REDIS_PARK_LOADING:
+		return " (the node said LOADING: loading its data)";
+	case REDIS_PARK_MASTERDOWN:
+		return " (the node said MASTERDOWN)";
+	case REDIS_PARK_READONLY:
+		return " (the node said READONLY: a replica now; waiting for "
+		       "the new primary)";
+	default:
+		return " (no primary known for its keys)";
+	}
+}
+
 /* Fail calls past their deadline and close connections that hang; return
  * how long the loop may sleep (ms, -1 for ever). */
 static int
@@ -181,14 +205,10 @@ expire(struct redis_backend *rb, int64_t next)
 
 	while (rb->fhead != NULL && rb->fhead->deadline_us <= now) {
 		const struct redis_call_priv *q = redis_call(rb->fhead);
-		const char *why = q->batch != NULL ?
-		    "" :
-		    q->unwritten ?
-		    " (never sent: no connection to the primary)" :
-		    " (no primary known for its keys)";
 
 		snprintf(msg, sizeof(msg), "no answer within %" PRId64 " ms%s",
-		    rb->timeout_us / 1000, why);
+		    rb->timeout_us / 1000,
+		    q->batch != NULL ? "" : parked_why(q->parked));
 		redis_flight_expire(rb, rb->fhead, msg);
 	}
 	if (rb->hhead != NULL && rb->hmin_us <= now)

@@ -255,6 +255,20 @@ struct redis_backend {
 	atomic_long suppressed[REDIS_NKINDS];
 };
 
+/* Why a call waits in the deadline list with no batch (parked), told
+ * when it expires so: the first (0) is the default. */
+enum redis_park {
+	REDIS_PARK_NO_PRIMARY,	/* no primary known for its keys */
+	REDIS_PARK_UNWRITTEN,	/* Sentinel: never sent, waits for the
+				 * primary the sentinels name */
+	REDIS_PARK_TRYAGAIN,	/* its slot is being migrated and its keys
+				 * are split between two nodes */
+	REDIS_PARK_CLUSTERDOWN, /* the cluster said CLUSTERDOWN */
+	REDIS_PARK_LOADING,	/* the node is loading its data */
+	REDIS_PARK_MASTERDOWN,	/* the node said MASTERDOWN */
+	REDIS_PARK_READONLY	/* the node became a replica */
+};
+
 /*
  * What the store keeps about a call while it is in its hands, in the
  * call's own store area (core/backend.h: struct backend_call_store), so a
@@ -266,11 +280,18 @@ struct redis_call_priv {
 	struct redis_batch *batch;	  /* sent or about to be; NULL: none */
 	struct redis_split *split;	  /* Cluster: a part's or take-back's */
 	bool trial;			  /* the half-open circuit's trial */
-	bool unwritten;			  /* Sentinel: parked, never sent */
 	bool caller_deadline;		  /* deadline_us is the caller's,
 					   * earlier than redis.timeout's */
+	bool alone;			  /* Cluster: in a batch of its own
+					   * (a batch it was in met
+					   * TRYAGAIN) */
 	unsigned char kind;		  /* enum redis_call_kind */
 	unsigned char redirects;	  /* Cluster: MOVED / ASK followed */
+	unsigned char parked;		  /* enum redis_park: why it waits
+					   * with no batch */
+	unsigned short at;		  /* Cluster: 1 + the index of the
+					   * node it was last sent to (0:
+					   * none), named by the log */
 };
 
 _Static_assert(sizeof(struct redis_call_priv) <=
@@ -294,8 +315,14 @@ struct redis_turn;
 
 /* ---- redis_circuit.c: the breakers and the failure log ---------------- */
 
-/* Log msg at most once a second per kind.  Any thread, lock-free. */
+/* Log msg at most once a second per kind.  Any thread, lock-free.  The
+ * line names the store (a single Redis, the master of Sentinel, the first
+ * seed of Cluster); redis_log_node_failure()'s names node (host:port) when
+ * not NULL, for a line about that node alone. */
 void redis_log_failure(struct redis_backend *rb, enum backend_error_kind kind,
+    const char *msg);
+void redis_log_node_failure(struct redis_backend *rb,
+    const struct redis_node *node, enum backend_error_kind kind,
     const char *msg);
 /* May this call go to Redis?  Sets *trial when it is the half-open trial.
  * Returns 0, or -1 when the circuit is open.  Any thread. */
@@ -337,9 +364,21 @@ void redis_flight_expire(struct redis_backend *rb, struct backend_call *call,
 void redis_flight_fail(struct redis_batch *b, enum backend_error_kind kind,
     const char *err);
 /* Take the calls still waiting out of b and park them until unpark_us (0:
- * until the topology is next known); a call redirected too often fails. */
+ * until the topology is next known); a call redirected too often fails.
+ * redis_flight_park_for() says why (enum redis_park; redis_flight_park()
+ * parks for want of a primary). */
 void redis_flight_park(struct redis_batch *b, int64_t unpark_us,
     bool redirected);
+void redis_flight_park_for(struct redis_batch *b, int64_t unpark_us,
+    bool redirected, enum redis_park why);
+/* b met TRYAGAIN: its calls go alone from now on; when it held several,
+ * each is routed again at the next turn, else the one is parked for
+ * REDIS_RETRY_US.  b keeps none (the caller frees it). */
+void redis_flight_tryagain(struct redis_batch *b);
+/* The node a line about call is about (Cluster: the one it was on, or
+ * last sent to), or NULL: the line is about the store as a whole. */
+const struct redis_node *redis_flight_node(const struct redis_backend *rb,
+    const struct backend_call *call);
 /* Send every parked call again, at the next turn. */
 void redis_flight_unpark_all(struct redis_backend *rb);
 /* b's command never left (s, the slot it was on, closed before writing

@@ -116,7 +116,9 @@ redis_releases_subscribe(struct redis_backend *rb)
 	redis_conn_set_push(rb->rel.conn, rel_push, rb);
 	if (redis_conn_send(rb->rel.conn, 2, argv, lens, rel_sub_reply, rb, err,
 		sizeof(err)) == -1) {
-		redis_log_failure(rb, BACKEND_ERR_CONNECT, err);
+		redis_log_node_failure(rb,
+		    rb->mode == REDIS_CLUSTER ? node : NULL,
+		    BACKEND_ERR_CONNECT, err);
 		rel_later(rb);
 	}
 }

@@ -112,13 +112,23 @@ reply_error(struct redis_batch *b, struct redis_slot *s, const redisReply *r)
 	case 0:
 		return REPLY_DONE; /* MOVED: parked */
 	}
-	if (is_error(r, "TRYAGAIN") || is_error(r, "CLUSTERDOWN") ||
-	    is_error(r, "LOADING") || is_error(r, "MASTERDOWN")) {
+	if (is_error(r, "TRYAGAIN")) {
+		/* A slot being migrated, its keys split between the two
+		 * nodes: the requests of a batch go again one by one at
+		 * once (each may have all its keys on one side); one alone
+		 * again a little later. */
+		redis_flight_tryagain(b);
+		return REPLY_DONE;
+	}
+	if (is_error(r, "CLUSTERDOWN") || is_error(r, "LOADING") ||
+	    is_error(r, "MASTERDOWN")) {
 		/* Again a little later. */
-		if (!is_error(r, "TRYAGAIN"))
-			redis_node_want_topology(rb);
-		redis_flight_park(b, util_monotonic_us() + REDIS_RETRY_US,
-		    false);
+		redis_node_want_topology(rb);
+		redis_flight_park_for(b, util_monotonic_us() + REDIS_RETRY_US,
+		    false,
+		    is_error(r, "CLUSTERDOWN") ? REDIS_PARK_CLUSTERDOWN :
+			is_error(r, "LOADING") ? REDIS_PARK_LOADING :
+						 REDIS_PARK_MASTERDOWN);
 		return REPLY_DONE;
 	}
 	if (is_error(r, "READONLY") && rb->mode != REDIS_SINGLE) {
@@ -129,7 +139,7 @@ reply_error(struct redis_batch *b, struct redis_slot *s, const redisReply *r)
 		 * nothing was recorded.  Again once the new primary is
 		 * known. */
 		redis_node_want_topology(rb);
-		redis_flight_park(b, 0, false);
+		redis_flight_park_for(b, 0, false, REDIS_PARK_READONLY);
 		return REPLY_DONE;
 	}
 	/* Only the kinds sent by EVALSHA meet NOSCRIPT (take-backs and

@@ -2,8 +2,9 @@
  * redis_route.c - the calls of one turn of the loop into batches: each
  * call goes to the batch of its kind and slot (up to REDIS_BATCH_CALLS
  * requests in one EVALSHA), which leaves when full or at the end of the
- * turn; take-backs, stats and leases go alone.  A call with no node known
- * now is parked (redis_flight.c).
+ * turn; take-backs, stats and leases go alone, and so does a request
+ * whose batch met TRYAGAIN (redis_flight_tryagain()).  A call with no node
+ * known now is parked (redis_flight.c).
  *
  * Thread: the store's I/O thread.
  */
@@ -104,18 +105,22 @@ redis_route_call(struct redis_backend *rb, struct redis_turn *t,
 	}
 	if ((n = redis_node_for(rb, hslot)) < 0) {
 		redis_node_want_topology(rb);
+		q->parked = REDIS_PARK_NO_PRIMARY;
+		q->at = 0;
 		return; /* parked */
 	}
+	q->at = (unsigned short)(n + 1);
 	if (redis_circuit_node_is_down(rb->nodes[n], util_monotonic_us())) {
 		redis_flight_finish(rb, call, -1, BACKEND_ERR_CIRCUIT_OPEN,
 		    "the primary of this key is down");
 		return;
 	}
 	/* A batch of the same kind and slot with room, but a take-back
-	 * always alone. */
+	 * always alone, and a request that met TRYAGAIN in a batch of
+	 * several (redis_flight_tryagain()). */
 	for (k = 0; q->kind != REDIS_CALL_TAKEBACK &&
 	     q->kind != REDIS_CALL_STATS && q->kind != REDIS_CALL_LEASE &&
-	     q->kind != REDIS_CALL_ADMIN && k < t->nopen;
+	     q->kind != REDIS_CALL_ADMIN && !q->alone && k < t->nopen;
 	     k++) {
 		struct redis_batch *o = t->open[k];
 
@@ -147,7 +152,8 @@ redis_route_call(struct redis_backend *rb, struct redis_turn *t,
 	q->batch = b;
 	t->keys[k] += call->n;
 	if (q->kind == REDIS_CALL_TAKEBACK || q->kind == REDIS_CALL_STATS ||
-	    q->kind == REDIS_CALL_LEASE || q->kind == REDIS_CALL_ADMIN)
+	    q->kind == REDIS_CALL_LEASE || q->kind == REDIS_CALL_ADMIN ||
+	    q->alone)
 		turn_send(rb, t, k);
 }
 

@@ -12,9 +12,12 @@
  * the denials learnt while units were held are forgotten, by the daemon
  * that took them back and, through its notice, by another);
  * a slot migrated
- * under the daemon is followed (ASK while it migrates, MOVED after); a
+ * under the daemon is followed (ASK while it migrates, MOVED after), and
+ * while its keys are split between the two nodes (TRYAGAIN) the requests
+ * of a batch are decided one by one, each where its keys are; a
  * primary killed under load is replaced by its replica and decisions come
- * back by themselves, no request waiting past redis.timeout meanwhile.
+ * back by themselves, no request waiting past redis.timeout meanwhile,
+ * and the log names the node each failure is about.
  * The kill runs last: it changes the cluster.  A daemon whose only seed
  * is a node later removed with `redis-cli --cluster del-node` still hears
  * releases (tcase "del_node", on a cluster of its own).  A key_prefix holding
@@ -507,25 +510,33 @@ struct migration {
 	int src, dst;
 };
 
+/* A primary (it owns some slot) other than node i. */
+static int
+other_primary(int i)
+{
+	int n, k;
+
+	for (n = 0; n < H_CLUSTER_NODES; n++) {
+		int o = -1;
+
+		for (k = 0; k < 16384 && o != n; k += 97)
+			o = h_cluster_owner(&cluster, (unsigned)k);
+		if (o == n && n != i)
+			return n;
+	}
+	ck_abort_msg("no primary but node %d", i);
+	return -1;
+}
+
 static void
 migration_start(struct migration *m, const char *key)
 {
 	char src_id[64], port[16];
 	redisReply *r;
-	int k;
 
 	m->src = owner_of(key);
 	ck_assert_int_ge(m->src, 0);
-	for (m->dst = 0; m->dst < H_CLUSTER_NODES; m->dst++) {
-		int o = -1;
-
-		/* Another primary: it owns some slot. */
-		for (k = 0; k < 16384 && o != m->dst; k += 97)
-			o = h_cluster_owner(&cluster, (unsigned)k);
-		if (o == m->dst && m->dst != m->src)
-			break;
-	}
-	ck_assert_int_lt(m->dst, H_CLUSTER_NODES);
+	m->dst = other_primary(m->src);
 	node_id(m->src, src_id, sizeof(src_id));
 	node_id(m->dst, m->dst_id, sizeof(m->dst_id));
 	snprintf(m->slot, sizeof(m->slot), "%u",
@@ -616,6 +627,224 @@ START_TEST(test_slot_migration_ask_noscript)
 	    0);
 	migration_end(&m);
 	ck_assert(h_cluster_wait_ok(&cluster, 20000));
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/* --- TRYAGAIN: a slot whose keys are split between two nodes ------------ */
+
+/* Rules "big" and "big2" on one user's key: one slot ({<user>}); a request
+ * with t "big" or "big2" checks one of them, t "both" both at once. */
+static const char split_fmt[] =
+    "listen: \"127.0.0.1:%%PORT%%\"\n"
+    "threads: 4\n"
+    "shutdown_timeout: 2s\n"
+    "backend: redis\n"
+    "redis:\n"
+    "  cluster: [\"127.0.0.1:%d\"]\n"
+    "  timeout: 1s\n"
+    "  pool_size: 2\n"
+    "  key_prefix: \"cl:\"\n"
+    "on_backend_error: deny\n"
+    "rules:\n"
+    "  - name: big\n"
+    "    match: { t: \"~^(big|both)$\" }\n"
+    "    key: \"${user}\"\n"
+    "    limit: 1000000\n"
+    "    window: 1h\n"
+    "  - name: big2\n"
+    "    match: { t: \"~^(big2|both)$\" }\n"
+    "    key: \"${user}\"\n"
+    "    limit: 1000000\n"
+    "    window: 1h\n";
+
+static void
+start_split(struct h_daemon *d, int seed)
+{
+	char yaml[2048];
+
+	memset(d, 0, sizeof(*d));
+	snprintf(yaml, sizeof(yaml), split_fmt, seed);
+	d->redis_port = seed;
+	h_daemon_start(d, yaml);
+}
+
+/* TRYAGAIN errors node i has answered (INFO errorstats). */
+static long long
+tryagains_on(int i)
+{
+	redisReply *r = redisCommand(h_redis_ctx(&cluster.node[i]),
+	    "INFO errorstats");
+	const char *at;
+	long long n = 0;
+
+	ck_assert(r != NULL && r->type == REDIS_REPLY_STRING);
+	if ((at = strstr(r->str, "errorstat_TRYAGAIN:count=")) != NULL)
+		n = atoll(at + strlen("errorstat_TRYAGAIN:count="));
+	freeReplyObject(r);
+	return n;
+}
+
+/* Units of a key on the destination of a migration (ASKING first). */
+static long long
+units_importing(const struct migration *m, const char *key)
+{
+	freeReplyObject(redisCommand(h_redis_ctx(&cluster.node[m->dst]),
+	    "ASKING"));
+	return units_on(m->dst, key);
+}
+
+/* The migration of m's slot completed: key, left on the source, moved
+ * too, then the slot the destination's. */
+static void
+migration_finish(const struct migration *m, const char *key)
+{
+	char port[16];
+	redisReply *r;
+
+	snprintf(port, sizeof(port), "%d", cluster.node[m->dst].port);
+	r = redisCommand(h_redis_ctx(&cluster.node[m->src]),
+	    "MIGRATE 127.0.0.1 %s %s 0 5000 KEYS %s", port, "", key);
+	ck_assert_msg(r != NULL && r->type != REDIS_REPLY_ERROR, "MIGRATE: %s",
+	    r != NULL ? r->str : "no reply");
+	freeReplyObject(r);
+	migration_end(m);
+	ck_assert(h_cluster_wait_ok(&cluster, 20000));
+}
+
+#define STREAMS	   8
+#define PER_STREAM 40
+
+/* One client sending body PER_STREAM times, one request after another. */
+struct stream {
+	pthread_t thread;
+	int port;
+	const char *body;
+	int ok, other;
+	long long slowest_ms;
+};
+
+static void *
+stream_run(void *arg)
+{
+	struct stream *w = arg;
+	struct h_resp r = { 0 };
+	CURL *c = h_curl_new();
+	long long t0;
+	int k;
+
+	for (k = 0; k < PER_STREAM; k++) {
+		t0 = h_now_ms();
+		if (h_request(c, w->port, &r, "POST", "/acquire", w->body,
+			strlen(w->body), NULL) == 0 &&
+		    r.status == 200 && h_json_get(&r, "degraded") == NULL)
+			w->ok++;
+		else
+			w->other++;
+		if (h_now_ms() - t0 > w->slowest_ms)
+			w->slowest_ms = h_now_ms() - t0;
+	}
+	h_resp_free(&r);
+	curl_easy_cleanup(c);
+	return NULL;
+}
+
+/*
+ * Two streams of requests, rules "big" and "big2", keys in one slot; the
+ * slot is being migrated and only big's key has moved.  The daemon
+ * batches requests of one slot into one script call, and a call with
+ * both keys is answered TRYAGAIN for as long as the migration lasts:
+ * resent whole, the batch met it until the deadline, and both requests
+ * got the failure policy's answer (503 here) after redis.timeout.  Each
+ * request goes again alone instead: big's is ASKed to the destination,
+ * big2's runs on the source, and each is counted once, where its key is.
+ */
+START_TEST(test_tryagain_batch_split)
+{
+	const char *big = "cl:big:{k5}", *big2 = "cl:big2:{k5}";
+	struct stream w[STREAMS];
+	long long before, slowest = 0;
+	int i, ok[2] = { 0, 0 }, other = 0;
+	struct migration m;
+	struct h_daemon d;
+
+	ck_assert_uint_eq(slot_map_keyslot(big, strlen(big)),
+	    slot_map_keyslot(big2, strlen(big2)));
+	start_split(&d, cluster.node[0].port);
+	ck_assert_int_eq(acquire("{\"t\":\"big\",\"user\":\"k5\"}"), 200);
+	ck_assert_int_eq(acquire("{\"t\":\"big2\",\"user\":\"k5\"}"), 200);
+	migration_start(&m, big);
+	before = tryagains_on(m.src);
+	memset(w, 0, sizeof(w));
+	for (i = 0; i < STREAMS; i++) {
+		w[i].port = d.port;
+		w[i].body = i % 2 == 0 ? "{\"t\":\"big\",\"user\":\"k5\"}" :
+					 "{\"t\":\"big2\",\"user\":\"k5\"}";
+		ck_assert(pthread_create(&w[i].thread, NULL, stream_run,
+			      &w[i]) == 0);
+	}
+	for (i = 0; i < STREAMS; i++) {
+		pthread_join(w[i].thread, NULL);
+		ok[i % 2] += w[i].ok;
+		other += w[i].other;
+		if (w[i].slowest_ms > slowest)
+			slowest = w[i].slowest_ms;
+	}
+	/* The scenario happened: the source refused a call whose keys
+	 * were split (two requests of both rules in one batch). */
+	fprintf(stderr,
+	    "cluster TRYAGAIN: %lld on the source, %d of %d requests decided "
+	    "by Redis, slowest %lld ms\n",
+	    tryagains_on(m.src) - before, ok[0] + ok[1], STREAMS * PER_STREAM,
+	    slowest);
+	ck_assert_int_ge(tryagains_on(m.src) - before, 1);
+	ck_assert_msg(other == 0,
+	    "%d of %d requests not decided by Redis (slowest %lld ms)", other,
+	    STREAMS * PER_STREAM, slowest);
+	ck_assert_int_eq(ok[0], STREAMS / 2 * PER_STREAM);
+	ck_assert_int_eq(ok[1], STREAMS / 2 * PER_STREAM);
+	/* Counted once each, where its key is. */
+	ck_assert_int_eq(units_importing(&m, big), 1 + ok[0]);
+	ck_assert_int_eq(units_on(m.src, big2), 1 + ok[1]);
+	migration_finish(&m, big2);
+	ck_assert_int_eq(units_on(m.dst, big), 1 + ok[0]);
+	ck_assert_int_eq(units_on(m.dst, big2), 1 + ok[1]);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/*
+ * One request whose own keys are split by the migration (both rules, big's
+ * key moved) meets TRYAGAIN alone, again and again: it gets the failure
+ * policy's answer at redis.timeout, and the log says why, naming the
+ * source (not the seed, when the seed is another node): the slot was being
+ * migrated, not "no primary known".  Nothing is recorded for it.
+ */
+START_TEST(test_tryagain_alone_logged)
+{
+	const char *big = "cl:big:{k7}", *big2 = "cl:big2:{k7}";
+	char what[128];
+	struct migration m;
+	struct h_daemon d;
+	int seed;
+
+	ck_assert_int_ge(owner_of(big), 0);
+	seed = other_primary(owner_of(big));
+	start_split(&d, cluster.node[seed].port);
+	ck_assert_int_eq(acquire("{\"t\":\"both\",\"user\":\"k7\"}"), 200);
+	migration_start(&m, big);
+	ck_assert_int_eq(acquire("{\"t\":\"both\",\"user\":\"k7\"}"), 503);
+	snprintf(what, sizeof(what), "redis 127.0.0.1:%d: no answer within",
+	    cluster.node[m.src].port);
+	ck_assert_msg(h_file_count(d.log, what) == 1, "no line \"%s\"", what);
+	ck_assert_int_eq(h_file_count(d.log,
+			     "(TRYAGAIN: its slot was being "
+			     "migrated"),
+	    1);
+	ck_assert_int_eq(h_file_count(d.log, "no primary known"), 0);
+	ck_assert_int_eq(units_importing(&m, big), 1);
+	ck_assert_int_eq(units_on(m.src, big2), 1);
+	migration_finish(&m, big2);
 	h_daemon_stop(&d);
 }
 END_TEST
@@ -1243,17 +1472,28 @@ START_TEST(test_takeback_frees_other_daemons_deny_cache)
 }
 END_TEST
 
+/*
+ * The log names the node each failure is about: the seed is another
+ * primary than the victim, and the lines about the victim's lost
+ * connections and calls say its host:port, not the seed's.
+ */
 START_TEST(test_primary_killed_failover)
 {
 	const char *key = "cl:one:{k1}";
+	char victim_is[64], seed_lost[64];
 	struct h_daemon d;
 	struct h_load *load;
-	int victim;
+	int victim, seed;
 
-	start(&d, cluster.node[0].port, "500ms", 1000000);
-	ck_assert_int_eq(acquire("{\"t\":\"one\",\"user\":\"k1\"}"), 200);
 	victim = owner_of(key);
 	ck_assert_int_ge(victim, 0);
+	seed = other_primary(victim);
+	start(&d, cluster.node[seed].port, "500ms", 1000000);
+	ck_assert_int_eq(acquire("{\"t\":\"one\",\"user\":\"k1\"}"), 200);
+	snprintf(victim_is, sizeof(victim_is),
+	    "redis 127.0.0.1:%d: ", cluster.node[victim].port);
+	snprintf(seed_lost, sizeof(seed_lost),
+	    "redis 127.0.0.1:%d: connection lost", cluster.node[seed].port);
 	/* Load on keys of every primary while one of them dies. */
 	load = h_load_start(d.port, 4, "{\"t\":\"one\",\"user\":\"l%d\"}");
 	h_sleep_ms(300);
@@ -1265,6 +1505,9 @@ START_TEST(test_primary_killed_failover)
 	ck_assert_int_ge(h_metric("ratelimitd_redis_topology_refreshes_total"),
 	    2);
 	ck_assert_int_eq(get_status("/readyz"), 200);
+	ck_assert_msg(h_file_count(d.log, victim_is) >= 1,
+	    "no log line names the killed primary (\"%s\")", victim_is);
+	ck_assert_int_eq(h_file_count(d.log, seed_lost), 0);
 	h_daemon_stop(&d);
 }
 END_TEST
@@ -1368,6 +1611,8 @@ test_suite(void)
 	tcase_add_test(tc, test_across_slots_primary_hung);
 	tcase_add_test(tc, test_slot_migration_ask_then_moved);
 	tcase_add_test(tc, test_slot_migration_ask_noscript);
+	tcase_add_test(tc, test_tryagain_batch_split);
+	tcase_add_test(tc, test_tryagain_alone_logged);
 	tcase_add_test(tc, test_primary_killed_failover);
 	suite_add_tcase(s, tc);
 
