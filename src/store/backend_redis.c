@@ -70,8 +70,12 @@
  * submit, without queueing.  After a backoff (100 ms, doubling on every
  * failed trial up to 5 s) it half-opens: exactly one call goes through as
  * a trial while the others still fail fast.  Success anywhere closes the
- * circuit and resets the backoff.  Readiness probes bypass the circuit:
- * /readyz reports Redis as it is.
+ * circuit and resets the backoff.  Under Cluster each primary has a
+ * breaker of its own as well, and the store's counts a failure only while
+ * no node of the cluster has answered for redis.timeout (a cluster that
+ * cannot be reached, or hangs, as a whole).  Readiness probes bypass the
+ * circuit: /readyz reports Redis as it is (under Cluster, every primary:
+ * redis_cluster_ready()).
  *
  * Failures are logged with log_warnx at most once a second per kind, with a
  * count of the lines held back; the URL appears only redacted.  Under
@@ -145,10 +149,10 @@ redis_submit(struct backend *b, struct backend_call *call)
 	q->caller_deadline = call->deadline_us != 0 && call->deadline_us < own;
 	if (!q->caller_deadline)
 		call->deadline_us = own;
-	/* Cluster: a breaker per primary, in the I/O thread
-	 * (redis_circuit_node_is_down). */
-	if (call->n > 0 && rb->mode != REDIS_CLUSTER &&
-	    redis_circuit_enter(rb, &q->trial) == -1) {
+	/* Cluster: a breaker per primary too, in the I/O thread
+	 * (redis_circuit_node_is_down); this one opens only while the
+	 * cluster is silent as a whole (redis_circuit_outcome). */
+	if (call->n > 0 && redis_circuit_enter(rb, &q->trial) == -1) {
 		call->rc = -1;
 		call->kind = BACKEND_ERR_CIRCUIT_OPEN;
 		snprintf(call->err, sizeof(call->err),
@@ -163,7 +167,7 @@ redis_submit(struct backend *b, struct backend_call *call)
 		call->rc = -1;
 		call->kind = BACKEND_ERR_CONNECT;
 		snprintf(call->err, sizeof(call->err), "redis: shutting down");
-		if (call->n > 0 && rb->mode != REDIS_CLUSTER)
+		if (call->n > 0)
 			redis_circuit_leave(rb, q->trial,
 			    REDIS_OUTCOME_NEUTRAL);
 		call->done(call);

@@ -8,8 +8,12 @@
  * fail at once inside submit (backend_redis.c), without queueing.  After a
  * backoff (100 ms, doubling on every failed trial up to 5 s) it half-opens:
  * exactly one call goes through as a trial.  Success anywhere closes it.
- * Under Cluster each primary has its own breaker instead (the others keep
- * deciding while one is down), driven by its lost connections.
+ * Under Cluster each primary has its own breaker as well (the others keep
+ * deciding while one is down), driven by its lost connections; the store's
+ * circuit then counts only the failures of a cluster that is silent as a
+ * whole (no node has answered anything for redis.timeout: no node can be
+ * reached, or every one hangs), so that such a cluster costs nothing per
+ * request either.
  *
  * Thread: the whole-store breaker and the log run on any thread (mu,
  * atomics); the per-node breaker on the I/O thread.
@@ -175,6 +179,26 @@ redis_circuit_leave(struct redis_backend *rb, bool trial,
 		    rb->shown_url);
 }
 
+/* What a call's end tells the circuit (redis_priv.h). */
+enum redis_outcome
+redis_circuit_outcome(const struct redis_backend *rb, int rc,
+    enum backend_error_kind kind)
+{
+	if (rc == 0)
+		return REDIS_OUTCOME_OK;
+	if (kind == BACKEND_ERR_DEADLINE)
+		return REDIS_OUTCOME_GAVE_UP;
+	if (rb->mode != REDIS_CLUSTER)
+		return REDIS_OUTCOME_FAIL;
+	/* A node that answered within redis.timeout: the cluster answers,
+	 * as after a success (a trial closes the circuit); what failed is
+	 * one primary, which its own breaker takes care of. */
+	if (rb->answered_us != 0 &&
+	    util_monotonic_us() - rb->answered_us < rb->timeout_us)
+		return REDIS_OUTCOME_OK;
+	return REDIS_OUTCOME_FAIL;
+}
+
 /* ---- Cluster: the breaker of one primary ------------------------------- */
 
 /* Cluster: a connection to node was lost, or it answered. */
@@ -206,7 +230,19 @@ redis_circuit_node_answered(struct redis_backend *rb, struct redis_node *node)
 	node->failures = 0;
 	node->down_until_us = 0;
 	node->backoff_us = 0;
-	(void)rb;
+	rb->answered_us = util_monotonic_us();
+}
+
+/* A node the new slot map gives no slot (a failed primary replaced by its
+ * replica, a node removed): nothing is sent to it any more, so nothing
+ * would ever close its breaker, and the topology would be watched for
+ * ever.  Should it own slots again, it starts afresh. */
+void
+redis_circuit_node_forget(struct redis_node *node)
+{
+	node->failures = 0;
+	node->down_until_us = 0;
+	node->backoff_us = 0;
 }
 
 /* Whether a call for node fails at once: it is down, and its backoff has
@@ -217,14 +253,15 @@ redis_circuit_node_is_down(const struct redis_node *node, int64_t now)
 	return node->down_until_us != 0 && now < node->down_until_us;
 }
 
-/* Whether some node is marked down (the topology is then watched). */
+/* Whether some primary is marked down (the topology is then watched, for
+ * its replica's promotion).  A node that owns no slot is not waited for. */
 bool
 redis_circuit_any_node_down(const struct redis_backend *rb)
 {
 	size_t i;
 
 	for (i = 0; i < rb->nnodes; i++)
-		if (rb->nodes[i]->down_until_us != 0)
+		if (rb->nodes[i]->primary && rb->nodes[i]->down_until_us != 0)
 			return true;
 	return false;
 }

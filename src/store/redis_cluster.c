@@ -36,6 +36,88 @@ redis_cluster_sync_nodes(struct redis_backend *rb)
 
 /* ---- the slot map ------------------------------------------------------ */
 
+size_t
+redis_cluster_mark_primaries(struct redis_backend *rb)
+{
+	size_t i, n = 0;
+	int o;
+
+	for (i = 0; i < rb->nnodes; i++)
+		rb->nodes[i]->primary = false;
+	for (i = 0; i < SLOT_MAP_SLOTS; i++)
+		if ((o = rb->map.owner[i]) >= 0 && (size_t)o < rb->nnodes &&
+		    !rb->nodes[o]->primary) {
+			rb->nodes[o]->primary = true;
+			n++;
+		}
+	for (i = 0; i < rb->nnodes; i++)
+		if (!rb->nodes[i]->primary)
+			redis_circuit_node_forget(rb->nodes[i]);
+	return n;
+}
+
+/*
+ * /readyz under Cluster (docs/scale.md): every slot has a primary in the
+ * map, and no primary is marked down by its breaker.  A failed primary
+ * stays in CLUSTER SLOTS until its replica is promoted: its breaker is
+ * what says it is down meanwhile.
+ */
+bool
+redis_cluster_ready(const struct redis_backend *rb, char *msg, size_t msglen)
+{
+	size_t i;
+
+	if (slot_map_unowned(&rb->map) > 0) {
+		snprintf(msg, msglen, "%zu cluster slots have no primary",
+		    slot_map_unowned(&rb->map));
+		return false;
+	}
+	for (i = 0; i < rb->nnodes; i++)
+		if (rb->nodes[i]->primary && rb->nodes[i]->down_until_us != 0) {
+			snprintf(msg, msglen, "the primary %.64s:%d is down",
+			    rb->nodes[i]->host, rb->nodes[i]->url.port);
+			return false;
+		}
+	return true;
+}
+
+/* The PING of a probe to one primary: what it tells that node's breaker. */
+static void
+ping_reply(void *arg, redisReply *r, const char *err)
+{
+	struct redis_node *node = arg;
+	struct redis_backend *rb = node->rb;
+
+	(void)err;
+	if (rb->closing)
+		return;
+	if (r == NULL)
+		redis_circuit_node_failed(rb, node);
+	else if (r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0)
+		redis_circuit_node_answered(rb, node);
+}
+
+/*
+ * A probe's PING goes to the owner of slot 0 (redis_route.c); every other
+ * primary gets one too, answered to its breaker, so that a primary that
+ * died while no request went its way is marked down after
+ * REDIS_NODE_THRESHOLD probes, and one that answers again is not any
+ * more.  A primary none of whose connections may take a command now is
+ * left for the next probe.
+ */
+void
+redis_cluster_ping_primaries(struct redis_backend *rb, int skip)
+{
+	const char *argv[1] = { "PING" };
+	size_t lens[1] = { 4 }, i;
+	char err[BACKEND_ERR_MAX];
+
+	for (i = 0; i < rb->nnodes; i++)
+		if (rb->nodes[i]->primary && (int)i != skip)
+			(void)redis_node_send(rb, rb->nodes[i], 1, argv, lens,
+			    ping_reply, rb->nodes[i], err, sizeof(err));
+}
+
 int
 redis_cluster_owner_from(struct redis_backend *rb, size_t from)
 {
@@ -92,9 +174,8 @@ refresh_reply(void *arg, redisReply *r, const char *err)
 	struct redis_node *node = arg;
 	struct redis_backend *rb = node->rb;
 	struct slot_range *ranges = NULL;
-	size_t n = 0, i, owners;
+	size_t n = 0, owners;
 	char msg[BACKEND_ERR_MAX];
-	bool *owns;
 
 	rb->refreshing = false;
 	if (r == NULL) {
@@ -113,15 +194,8 @@ refresh_reply(void *arg, redisReply *r, const char *err)
 	}
 	rl_free(ranges);
 	metrics_redis_event(rb->metrics, METRICS_REDIS_TOPOLOGY_REFRESH);
-	owners = 0;
-	if ((owns = rl_calloc(rb->map.nnodes, sizeof(*owns))) != NULL) {
-		for (i = 0; i < SLOT_MAP_SLOTS; i++)
-			if (rb->map.owner[i] >= 0 && !owns[rb->map.owner[i]]) {
-				owns[rb->map.owner[i]] = true;
-				owners++;
-			}
-		rl_free(owns);
-	}
+	redis_circuit_node_answered(rb, node);
+	owners = redis_cluster_mark_primaries(rb);
 	if (memcmp(rb->last_owner, rb->map.owner, sizeof(rb->last_owner)) !=
 		0 &&
 	    redis_circuit_kick(rb))
@@ -197,6 +271,7 @@ redis_cluster_redirect(struct redis_batch *b, const redisReply *r, char *msg,
 			-1 ||
 		    redis_cluster_sync_nodes(rb) == -1)
 			return -1;
+		(void)redis_cluster_mark_primaries(rb);
 		rb->refresh_wanted = true;
 		redis_flight_park(b, util_monotonic_us(), true);
 		return 0;
@@ -219,12 +294,17 @@ redis_cluster_redirect(struct redis_batch *b, const redisReply *r, char *msg,
 
 /* ---- requests across cluster slots ------------------------------------- */
 
+/* Answer a split request, and tell the store's circuit how it ended (its
+ * parts are not counted): the request may be the circuit's trial. */
 static void
 split_answer(struct redis_split *s)
 {
 	struct backend_call *parent = redis_split_parent(s);
+	struct redis_backend *rb = redis_split_user(s);
 
 	redis_split_answer(s);
+	redis_circuit_leave(rb, redis_call(parent)->trial,
+	    redis_circuit_outcome(rb, parent->rc, parent->kind));
 	parent->done(parent);
 }
 

@@ -102,15 +102,15 @@ redis_flight_finish(struct redis_backend *rb, struct backend_call *call, int rc,
 		if (kind != BACKEND_ERR_DEADLINE)
 			redis_log_node_failure(rb, node, kind, err);
 	}
-	/* A part of a split request counts once, with its request.  A
-	 * call whose caller gave up first says nothing about Redis: any
-	 * client could open the circuit for all with a tiny grpc-timeout. */
+	/* A part of a split request counts once, with its request
+	 * (redis_cluster.c).  A call whose caller gave up first says nothing
+	 * about Redis: any client could open the circuit for all with a tiny
+	 * grpc-timeout.  Under Cluster only a silent cluster's failures count
+	 * (redis_circuit_outcome). */
 	if ((q->kind == REDIS_CALL_REQUEST || q->kind == REDIS_CALL_LEASE) &&
-	    q->split == NULL && rb->mode != REDIS_CLUSTER)
+	    q->split == NULL)
 		redis_circuit_leave(rb, q->trial,
-		    rc == 0			     ? REDIS_OUTCOME_OK :
-			kind == BACKEND_ERR_DEADLINE ? REDIS_OUTCOME_GAVE_UP :
-						       REDIS_OUTCOME_FAIL);
+		    redis_circuit_outcome(rb, rc, kind));
 	call->done(call);
 }
 

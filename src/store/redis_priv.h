@@ -119,6 +119,7 @@ struct redis_node {
 
 	/* Cluster: the breaker of this primary alone (the others keep
 	 * deciding while it is down; redis_circuit.c). */
+	bool primary;	       /* owns a slot in the map now */
 	int failures;	       /* consecutive lost connections */
 	int64_t down_until_us; /* calls fail at once until then */
 	int64_t backoff_us;
@@ -183,6 +184,7 @@ struct redis_backend {
 	struct slot_map map;
 	int16_t last_owner[SLOT_MAP_SLOTS]; /* the map before */
 	size_t nprimaries;		    /* nodes that own slots */
+	int64_t answered_us; /* a node last answered (0: never) */
 	bool refresh_wanted, refreshing;
 	int64_t next_watch_us; /* topology while the circuit is open */
 	size_t refresh_next;   /* node asked next */
@@ -334,13 +336,22 @@ bool redis_circuit_kick(struct redis_backend *rb);
  * Any thread. */
 void redis_circuit_leave(struct redis_backend *rb, bool trial,
     enum redis_outcome outcome);
+/* What a call's end (rc, kind) tells the store's circuit.  Under Cluster
+ * a failure counts only while no node has answered for redis.timeout
+ * (the cluster as a whole is silent); while one has, the cluster
+ * answers, and a primary that does not is its own breaker's business.
+ * The I/O thread. */
+enum redis_outcome redis_circuit_outcome(const struct redis_backend *rb, int rc,
+    enum backend_error_kind kind);
 /* Cluster, one primary's breaker: a connection to node was lost; node
- * answered; whether a call for node fails at once now; whether some node
- * is marked down (the topology is then watched). */
+ * answered (anything: the cluster is heard); node owns no slot any more
+ * (its breaker is forgotten); whether a call for node fails at once now;
+ * whether some primary is marked down (the topology is then watched). */
 void redis_circuit_node_failed(struct redis_backend *rb,
     struct redis_node *node);
 void redis_circuit_node_answered(struct redis_backend *rb,
     struct redis_node *node);
+void redis_circuit_node_forget(struct redis_node *node);
 bool redis_circuit_node_is_down(const struct redis_node *node, int64_t now);
 bool redis_circuit_any_node_down(const struct redis_backend *rb);
 
@@ -463,6 +474,16 @@ int redis_cluster_init(struct redis_backend *rb, const struct redis_config *rc,
 int redis_cluster_sync_nodes(struct redis_backend *rb);
 /* Ask the next node for the slot map. */
 void redis_cluster_refresh(struct redis_backend *rb);
+/* Mark the nodes that own a slot in the map now as primaries (a node that
+ * no longer does forgets its breaker); returns how many do. */
+size_t redis_cluster_mark_primaries(struct redis_backend *rb);
+/* Readiness: every slot has a primary and none is marked down.  false
+ * with msg saying why. */
+bool redis_cluster_ready(const struct redis_backend *rb, char *msg,
+    size_t msglen);
+/* A probe: PING every primary but node skip, so that one that died while
+ * idle is marked down by its breaker (docs/scale.md). */
+void redis_cluster_ping_primaries(struct redis_backend *rb, int skip);
 /* The first node from `from` on (in turn, wrapping round the nodes) that
  * owns a slot in the map, or -1 when none does (no map yet) or out of
  * memory. */

@@ -78,9 +78,9 @@ reply_lost(struct redis_batch *b, const char *err)
 	 * (from its arrival, before the hang check from the send closes
 	 * the connection) was counted already: none more then. */
 	if (hung && b->live == 0 && b->deadlined == b->ncalls &&
-	    rb->mode != REDIS_CLUSTER &&
 	    (b->kind == REDIS_CALL_REQUEST || b->kind == REDIS_CALL_LEASE))
-		redis_circuit_leave(rb, false, REDIS_OUTCOME_FAIL);
+		redis_circuit_leave(rb, false,
+		    redis_circuit_outcome(rb, -1, BACKEND_ERR_TIMEOUT));
 	redis_flight_fail(b,
 	    tls	     ? BACKEND_ERR_TLS :
 		hung ? BACKEND_ERR_TIMEOUT :
@@ -154,7 +154,8 @@ reply_error(struct redis_batch *b, struct redis_slot *s, const redisReply *r)
 	return REPLY_READ;
 }
 
-/* PING: PONG, and under Cluster every slot with a primary. */
+/* PING: PONG, and under Cluster every slot with a primary not marked
+ * down (redis_cluster_ready()). */
 static void
 reply_probe(struct redis_batch *b, const redisReply *r)
 {
@@ -164,11 +165,8 @@ reply_probe(struct redis_batch *b, const redisReply *r)
 
 	snprintf(msg, sizeof(msg), "PING: %s",
 	    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-	if (ok && rb->mode == REDIS_CLUSTER && slot_map_unowned(&rb->map) > 0) {
-		ok = false;
-		snprintf(msg, sizeof(msg), "%zu cluster slots have no primary",
-		    slot_map_unowned(&rb->map));
-	}
+	if (ok && rb->mode == REDIS_CLUSTER)
+		ok = redis_cluster_ready(rb, msg, sizeof(msg));
 	finish_all(b, ok, msg);
 }
 

@@ -110,6 +110,10 @@ redis_route_call(struct redis_backend *rb, struct redis_turn *t,
 		return; /* parked */
 	}
 	q->at = (unsigned short)(n + 1);
+	/* Readiness under Cluster is every primary's: the probe's PING goes
+	 * to slot 0's, the others get one each (redis_cluster.c). */
+	if (rb->mode == REDIS_CLUSTER && q->kind == REDIS_CALL_PROBE)
+		redis_cluster_ping_primaries(rb, n);
 	if (redis_circuit_node_is_down(rb->nodes[n], util_monotonic_us())) {
 		redis_flight_finish(rb, call, -1, BACKEND_ERR_CIRCUIT_OPEN,
 		    "the primary of this key is down");

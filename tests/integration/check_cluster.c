@@ -20,8 +20,14 @@
  * and the log names the node each failure is about.
  * The kill runs last: it changes the cluster.  A daemon whose only seed
  * is a node later removed with `redis-cli --cluster del-node` still hears
- * releases (tcase "del_node", on a cluster of its own).  A key_prefix holding
- * "{}" at its first '{' is refused (tcase "config", no cluster needed).
+ * releases (tcase "del_node", on a cluster of its own).  /readyz answers 503
+ * while a primary that does not own slot 0 is down and 200 after the
+ * failover, which leaves the topology unwatched while idle (tcase "readyz",
+ * on a cluster of its own); a cluster that cannot be reached, or whose
+ * every node hangs, opens the store's circuit, which closes once it
+ * answers (tcase "unreachable").
+ * A key_prefix holding "{}" at its first '{' is refused (tcase "config",
+ * no cluster needed).
  */
 #include <check.h>
 #include <pthread.h>
@@ -1512,6 +1518,246 @@ START_TEST(test_primary_killed_failover)
 }
 END_TEST
 
+/* GET /readyz of the daemon on port: its status. */
+static long
+readyz_on(int port)
+{
+	struct h_resp r = { 0 };
+	CURL *c = h_curl_new();
+	long status;
+
+	ck_assert_msg(h_request(c, port, &r, "GET", "/readyz", NULL, 0, NULL) ==
+		0,
+	    "/readyz: %s", r.err);
+	status = r.status;
+	h_resp_free(&r);
+	curl_easy_cleanup(c);
+	return status;
+}
+
+/* Every 20 ms, GET /readyz of idle and of busy, and POST body to busy's
+ * /acquire, until both have answered want once, at most ms: in idle_ms
+ * and busy_ms when each first did, or -1. */
+static void
+readyz_until(const struct h_daemon *idle, const struct h_daemon *busy,
+    long want, const char *body, long long ms, long long *idle_ms,
+    long long *busy_ms)
+{
+	long long start = h_now_ms();
+	struct h_resp r = { 0 };
+
+	*idle_ms = *busy_ms = -1;
+	do {
+		if (*idle_ms < 0 && readyz_on(idle->port) == want)
+			*idle_ms = h_now_ms() - start;
+		if (*busy_ms < 0 && readyz_on(busy->port) == want)
+			*busy_ms = h_now_ms() - start;
+		h_post(busy->port, "/acquire", body, &r);
+		h_sleep_ms(20);
+	} while ((*idle_ms < 0 || *busy_ms < 0) && h_now_ms() - start < ms);
+	h_resp_free(&r);
+}
+
+/*
+ * /readyz while a primary that does not own slot 0 is down
+ * (docs/scale.md): 503 while its slots have no answering primary, 200
+ * again once the failover's map names its replica; on daemon idle, which
+ * gets no request, as on busy, which gets requests for the dead
+ * primary's slots meanwhile (its breaker opens).  Then, with the old
+ * primary still dead, busy no longer reads the slot map twice a second.
+ * Before, the probe PINGed slot 0's primary only and /readyz answered 200
+ * throughout, and the dead node's breaker, open for good (it owned no
+ * slot any more, so nothing tried it again), kept the topology watched:
+ * about 2 refreshes a second for as long as it stayed dead.  A cluster of
+ * its own: the kill changes it.
+ */
+START_TEST(test_readyz_primary_down_then_failover)
+{
+	struct h_cluster c;
+	struct h_daemon idle, busy;
+	char body[128], key[64];
+	long long idle_down, busy_down, idle_up, busy_up, r0, r1;
+	int i, victim, seed, user = -1;
+
+	h_cluster_start(&c);
+	seed = h_cluster_owner(&c, 0);
+	victim = h_cluster_owner(&c, SLOT_MAP_SLOTS - 1);
+	ck_assert(seed >= 0 && victim >= 0 && seed != victim);
+	for (i = 0; i < 1000 && user < 0; i++) {
+		snprintf(key, sizeof(key), "cl:one:{rz%d}", i);
+		if (h_cluster_owner(&c, slot_map_keyslot(key, strlen(key))) ==
+		    victim)
+			user = i;
+	}
+	ck_assert(user >= 0);
+	snprintf(body, sizeof(body), "{\"t\":\"one\",\"user\":\"rz%d\"}", user);
+	start(&idle, c.node[seed].port, "500ms", 1000000);
+	start(&busy, c.node[seed].port, "500ms", 1000000);
+	readyz_until(&idle, &busy, 200, body, 5000, &idle_up, &busy_up);
+	ck_assert_msg(idle_up >= 0 && busy_up >= 0,
+	    "/readyz not 200 before the kill");
+	ck_assert_int_eq(acquire(body), 200);
+
+	kill(c.node[victim].pid, SIGKILL);
+	h_redis_stop(&c.node[victim]); /* reaps it */
+	readyz_until(&idle, &busy, 503, body, 10000, &idle_down, &busy_down);
+	readyz_until(&idle, &busy, 200, body, 30000, &idle_up, &busy_up);
+	h_sleep_ms(1000);
+	r0 = h_metric("ratelimitd_redis_topology_refreshes_total");
+	h_sleep_ms(3000);
+	r1 = h_metric("ratelimitd_redis_topology_refreshes_total");
+	printf(
+	    "cluster: primary of slots past 0 killed: /readyz 503 after "
+	    "%lld ms (idle daemon) and %lld ms (busy), 200 again %lld and "
+	    "%lld ms later; slot maps read in 3 s idle after: %lld\n",
+	    idle_down, busy_down, idle_up, busy_up, r1 - r0);
+	fflush(stdout); /* a failed check ends the test without it */
+	ck_assert_msg(idle_down >= 0 && busy_down >= 0,
+	    "/readyz stayed 200 for 10 s with a primary down");
+	ck_assert_msg(idle_up >= 0 && busy_up >= 0,
+	    "/readyz not 200 again after the failover");
+	ck_assert_int_eq(acquire(body), 200);
+	ck_assert_msg(r1 - r0 <= 2,
+	    "%lld slot maps read in 3 s idle after the failover", r1 - r0);
+	h_daemon_stop(&busy);
+	h_daemon_stop(&idle);
+	h_cluster_stop(&c);
+}
+END_TEST
+
+/* POST body to /acquire; its status, and in *ms how long it took. */
+static long
+acquire_timed(const char *body, long long *ms)
+{
+	long long t0 = h_now_ms();
+	long status = acquire(body);
+
+	*ms = h_now_ms() - t0;
+	return status;
+}
+
+/*
+ * A cluster that cannot be reached: the only seed refuses connections
+ * (docs/operations.md, "When Redis fails").  Each request waits
+ * redis.timeout (500 ms) for a slot map that never comes; after 5 in a
+ * row the store's circuit opens and the next ones are answered by the
+ * policy at once.  Once a cluster runs on that port, the daemon decides by
+ * Redis again, without a restart.  Before, no circuit opened under
+ * Cluster: every request waited the whole 500 ms.
+ */
+START_TEST(test_unreachable_cluster_circuit)
+{
+	static const char body[] = "{\"t\":\"one\",\"user\":\"ur\"}";
+	struct h_redis r;
+	struct h_daemon d;
+	char extra[256];
+	redisReply *rep;
+	long long ms, end;
+	long status = 0;
+	int i, fast = 0;
+
+	memset(&r, 0, sizeof(r));
+	r.port = h_free_port();
+	start(&d, r.port, "500ms", 1000000);
+	for (i = 0; i < 5; i++) {
+		ck_assert_int_eq(acquire_timed(body, &ms), 503);
+		printf("cluster: unreachable, request %d: 503 in %lld ms\n",
+		    i + 1, ms);
+	}
+	for (i = 0; i < 5; i++) {
+		ck_assert_int_eq(acquire_timed(body, &ms), 503);
+		printf("cluster: unreachable, request %d: 503 in %lld ms\n",
+		    i + 6, ms);
+		fast += ms < 250;
+	}
+	fflush(stdout);
+	ck_assert_msg(fast >= 3,
+	    "%d of the 5 requests after 5 timeouts answered under 250 ms",
+	    fast);
+	ck_assert_int_gt(h_metric("ratelimitd_redis_errors_total{kind="
+				  "\"circuit_open\"}"),
+	    0);
+
+	/* A one-node cluster on the seed's port. */
+	snprintf(extra, sizeof(extra),
+	    "cluster-enabled yes\ncluster-config-file nodes-%d.conf\n"
+	    "cluster-port %d\n",
+	    r.port, h_free_port());
+	r.extra = extra;
+	h_redis_start(&r);
+	rep = redisCommand(h_redis_ctx(&r), "CLUSTER ADDSLOTSRANGE 0 16383");
+	ck_assert(rep != NULL && rep->type == REDIS_REPLY_STATUS);
+	freeReplyObject(rep);
+	end = h_now_ms() + 20000;
+	while (h_now_ms() < end && (status = acquire(body)) != 200)
+		h_sleep_ms(100);
+	ck_assert_msg(status == 200,
+	    "not decided by Redis within 20 s of the cluster's start");
+	ck_assert_int_eq(acquire_timed(body, &ms), 200);
+	h_daemon_stop(&d);
+	h_redis_stop(&r);
+}
+END_TEST
+
+/*
+ * A cluster every node of which hangs (SIGSTOP): after 5 requests that
+ * waited redis.timeout (500 ms), on keys of every primary, the store's
+ * circuit opens and the next ones are answered by the policy at once;
+ * once the nodes run again the daemon decides by Redis again.  Before,
+ * only the breaker of each primary opened, after 3 lost connections to
+ * it: about 9 requests waited, and a try of each primary after its
+ * backoff made one more wait the whole timeout.  A cluster of its own:
+ * the stop unsettles it.
+ */
+START_TEST(test_hung_cluster_circuit)
+{
+	struct h_cluster c;
+	struct h_daemon d;
+	char body[64];
+	long long ms, end;
+	long status = 0;
+	int i, fast = 0;
+
+	h_cluster_start(&c);
+	start(&d, c.node[0].port, "500ms", 1000000);
+	for (i = 0; i < 30; i++) {
+		snprintf(body, sizeof(body), "{\"t\":\"one\",\"user\":\"h%d\"}",
+		    i);
+		ck_assert_int_eq(acquire(body), 200);
+	}
+	for (i = 0; i < H_CLUSTER_NODES; i++)
+		kill(c.node[i].pid, SIGSTOP);
+	for (i = 0; i < 5; i++) {
+		snprintf(body, sizeof(body), "{\"t\":\"one\",\"user\":\"h%d\"}",
+		    i);
+		ck_assert_int_eq(acquire_timed(body, &ms), 503);
+		printf("cluster: hung, request %d: 503 in %lld ms\n", i + 1,
+		    ms);
+	}
+	for (i = 5; i < 15; i++) {
+		snprintf(body, sizeof(body), "{\"t\":\"one\",\"user\":\"h%d\"}",
+		    i);
+		ck_assert_int_eq(acquire_timed(body, &ms), 503);
+		printf("cluster: hung, request %d: 503 in %lld ms\n", i + 1,
+		    ms);
+		fast += ms < 250;
+	}
+	fflush(stdout);
+	for (i = 0; i < H_CLUSTER_NODES; i++)
+		kill(c.node[i].pid, SIGCONT);
+	ck_assert_msg(fast >= 8,
+	    "%d of the 10 requests after 5 timeouts answered under 250 ms",
+	    fast);
+	end = h_now_ms() + 20000;
+	while (h_now_ms() < end && (status = acquire(body)) != 200)
+		h_sleep_ms(100);
+	ck_assert_msg(status == 200,
+	    "not decided by Redis within 20 s of the nodes' return");
+	h_daemon_stop(&d);
+	h_cluster_stop(&c);
+}
+END_TEST
+
 /* Write yaml_fmt to conf with listen port 1 (never bound: --check) and
  * key_prefix prefix. */
 static void
@@ -1591,6 +1837,19 @@ test_suite(void)
 	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, test_release_heard_after_del_node);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("readyz");
+	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_readyz_primary_down_then_failover);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("unreachable");
+	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
+	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, test_unreachable_cluster_circuit);
+	tcase_add_test(tc, test_hung_cluster_circuit);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("cluster");

@@ -6,7 +6,9 @@
  * and doubles the backoff on its failure; a call whose caller gave up
  * first (a gRPC deadline shorter than redis.timeout) counts for nothing,
  * and a trial so ended waits the backoff again rather than letting the
- * next caller try at once.
+ * next caller try at once.  Under Cluster a failure counts only while no
+ * node has answered for redis.timeout, and the topology is watched only
+ * for a primary marked down, not for a node that owns no slot.
  */
 #include <check.h>
 #include <pthread.h>
@@ -127,6 +129,61 @@ START_TEST(test_neutral_trial_given_back)
 }
 END_TEST
 
+/* Cluster: a failure counts while the cluster is silent as a whole; one
+ * while a node answered within redis.timeout is the cluster answering. */
+START_TEST(test_cluster_outcome)
+{
+	rb.timeout_us = 500000;
+	ck_assert_int_eq(redis_circuit_outcome(&rb, -1, BACKEND_ERR_TIMEOUT),
+	    REDIS_OUTCOME_FAIL);
+	rb.mode = REDIS_CLUSTER;
+	ck_assert_int_eq(redis_circuit_outcome(&rb, 0, BACKEND_ERR_NONE),
+	    REDIS_OUTCOME_OK);
+	ck_assert_int_eq(redis_circuit_outcome(&rb, -1, BACKEND_ERR_DEADLINE),
+	    REDIS_OUTCOME_GAVE_UP);
+	/* Never answered: the seeds refuse. */
+	ck_assert_int_eq(redis_circuit_outcome(&rb, -1, BACKEND_ERR_TIMEOUT),
+	    REDIS_OUTCOME_FAIL);
+	rb.answered_us = util_monotonic_us();
+	ck_assert_int_eq(redis_circuit_outcome(&rb, -1, BACKEND_ERR_TIMEOUT),
+	    REDIS_OUTCOME_OK);
+	ck_assert_int_eq(redis_circuit_outcome(&rb, -1,
+			     BACKEND_ERR_CIRCUIT_OPEN),
+	    REDIS_OUTCOME_OK);
+	rb.answered_us = util_monotonic_us() - rb.timeout_us;
+	ck_assert_int_eq(redis_circuit_outcome(&rb, -1, BACKEND_ERR_CONNECT),
+	    REDIS_OUTCOME_FAIL);
+}
+END_TEST
+
+/* A primary marked down keeps the topology watched; once the map gives it
+ * no slot its breaker is forgotten, and nothing is watched for. */
+START_TEST(test_node_down_watch)
+{
+	struct redis_node node, *nodes[1] = { &node };
+	int i;
+
+	memset(&node, 0, sizeof(node));
+	node.rb = &rb;
+	node.primary = true;
+	rb.mode = REDIS_CLUSTER;
+	rb.nodes = nodes;
+	rb.nnodes = 1;
+	for (i = 0; i < REDIS_NODE_THRESHOLD; i++)
+		redis_circuit_node_failed(&rb, &node);
+	ck_assert(node.down_until_us != 0);
+	ck_assert(redis_circuit_any_node_down(&rb));
+	node.primary = false;
+	ck_assert(!redis_circuit_any_node_down(&rb));
+	redis_circuit_node_forget(&node);
+	ck_assert(node.down_until_us == 0 && node.failures == 0);
+	node.primary = true;
+	ck_assert(!redis_circuit_any_node_down(&rb));
+	rb.nodes = NULL;
+	rb.nnodes = 0;
+}
+END_TEST
+
 Suite *
 test_suite(void)
 {
@@ -138,6 +195,8 @@ test_suite(void)
 	tcase_add_test(tc, test_gave_up_opens_nothing);
 	tcase_add_test(tc, test_gave_up_trial_waits_the_backoff);
 	tcase_add_test(tc, test_neutral_trial_given_back);
+	tcase_add_test(tc, test_cluster_outcome);
+	tcase_add_test(tc, test_node_down_watch);
 	suite_add_tcase(s, tc);
 	return s;
 }
