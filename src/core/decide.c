@@ -763,7 +763,8 @@ prefetch_no_chunks(struct decide_job *job)
  * taken, plus the units the daemon holds of the key now, so that the
  * next request, answered from them, does not report more.  A plain check
  * of a key with units held counts them too, and its newer answer is the
- * one theirs start from.
+ * one theirs start from.  Of two answers that settle out of order, the
+ * one of the call that left later stands (prefetch_add()).
  */
 static void
 prefetch_hold(struct decide_job *job, size_t i, int64_t now)
@@ -772,26 +773,25 @@ prefetch_hold(struct decide_job *job, size_t i, int64_t now)
 	const struct rl_check *c = &job->checks[i];
 	const struct rule *r = job->ap[i].rule;
 	struct rl_result *res = &job->res[i];
-	int64_t held;
+	int64_t answer;
 
 	if (c->prefetch_want > 0 && res->taken > c->cost) {
 		/* Held from when the call left: the store's now was
 		 * later. */
-		held = prefetch_add(d->prefetch, job->cfg->serial, r->name,
+		answer = prefetch_add(d->prefetch, job->cfg->serial, r->name,
 		    c->key, c->keylen, res->taken - c->cost,
-		    job->submit_us + res->taken_us, now, res->remaining,
-		    res->reset_ms, res->effective_ms, job->ap[i].pf_stamp);
+		    job->submit_us + res->taken_us, job->submit_us, now,
+		    res->remaining, res->reset_ms, res->effective_ms,
+		    job->ap[i].pf_stamp);
 		if (d->on_prefetch != NULL)
 			d->on_prefetch(r, false, res->taken - c->cost,
 			    d->hook_arg);
 	} else
-		held = prefetch_refresh(d->prefetch, job->cfg->serial, c->key,
-		    c->keylen, now, res->remaining, res->reset_ms,
-		    res->effective_ms, job->ap[i].pf_stamp);
-	if (held > 0)
-		res->remaining = res->remaining < c->limit - held ?
-		    res->remaining + held :
-		    c->limit;
+		answer = prefetch_refresh(d->prefetch, job->cfg->serial, c->key,
+		    c->keylen, job->submit_us, now, res->remaining,
+		    res->reset_ms, res->effective_ms, job->ap[i].pf_stamp);
+	if (answer >= 0)
+		res->remaining = answer < c->limit ? answer : c->limit;
 }
 
 /*

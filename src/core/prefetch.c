@@ -44,7 +44,8 @@ struct pf_entry {
 	uint64_t hash;
 	int64_t units; /* held, >= 0 */
 	int64_t until; /* monotonic: usable before this */
-	int64_t at;    /* when the last chunk's answer came */
+	int64_t at;    /* when the answer below came */
+	int64_t sent;  /* when the call of that answer left */
 	int64_t remaining, reset_ms, effective_ms;
 	uint64_t gen; /* the holdings' generation when it was made */
 	char *rule;
@@ -351,30 +352,40 @@ unlock:
 	return want;
 }
 
-/* A store answer received at now: the one a holding's answers start
- * from (lock held). */
-static void
-pf_note(struct pf_entry *e, int64_t now, int64_t remaining, int64_t reset_ms,
-    int64_t effective_ms)
+/*
+ * A store answer, of a call that left at sent, received at now: the one
+ * the holding's answers start from, unless it has one of a call that
+ * left later (two answers of one key may settle out of order, and the
+ * later call's counts the earlier's units).  Returns the remaining to
+ * answer: the newer answer's plus the units held.  Lock held.
+ */
+static int64_t
+pf_note(struct pf_entry *e, int64_t sent, int64_t now, int64_t remaining,
+    int64_t reset_ms, int64_t effective_ms)
 {
-	e->at = now;
-	e->remaining = remaining;
-	e->reset_ms = reset_ms;
-	e->effective_ms = effective_ms;
+	if (e->at == 0 || sent >= e->sent) {
+		e->sent = sent;
+		e->at = now;
+		e->remaining = remaining;
+		e->reset_ms = reset_ms;
+		e->effective_ms = effective_ms;
+	}
+	return e->remaining + e->units;
 }
 
 int64_t
 prefetch_add(struct prefetch *pf, uint64_t gen, const char *rule,
-    const char *key, size_t keylen, int64_t units, int64_t until, int64_t now,
-    int64_t remaining, int64_t reset_ms, int64_t effective_ms, uint64_t stamp)
+    const char *key, size_t keylen, int64_t units, int64_t until, int64_t sent,
+    int64_t now, int64_t remaining, int64_t reset_ms, int64_t effective_ms,
+    uint64_t stamp)
 {
 	uint64_t h = pf_hash(key, keylen);
 	struct pf_stripe *st = pf_stripe_of(pf, h);
 	struct pf_entry *e, **chain;
-	int64_t held = 0;
+	int64_t answer = -1;
 
 	if (units <= 0)
-		return 0;
+		return -1;
 	pthread_mutex_lock(&st->mu);
 	if (until <= now || !pf_current(pf, gen) || !pf_unforgotten(st, stamp))
 		goto unlock;
@@ -403,24 +414,23 @@ prefetch_add(struct prefetch *pf, uint64_t gen, const char *rule,
 	e->units += units;
 	if (until < e->until)
 		e->until = until;
-	pf_note(e, now, remaining, reset_ms, effective_ms);
-	held = e->units;
+	answer = pf_note(e, sent, now, remaining, reset_ms, effective_ms);
 unlock:
 	pthread_mutex_unlock(&st->mu);
-	if (held == 0)
+	if (answer < 0)
 		pf_report(pf, rule, units);
-	return held;
+	return answer;
 }
 
 int64_t
 prefetch_refresh(struct prefetch *pf, uint64_t gen, const char *key,
-    size_t keylen, int64_t now, int64_t remaining, int64_t reset_ms,
-    int64_t effective_ms, uint64_t stamp)
+    size_t keylen, int64_t sent, int64_t now, int64_t remaining,
+    int64_t reset_ms, int64_t effective_ms, uint64_t stamp)
 {
 	uint64_t h = pf_hash(key, keylen);
 	struct pf_stripe *st = pf_stripe_of(pf, h);
 	struct pf_entry *e;
-	int64_t held = 0;
+	int64_t answer = -1;
 
 	pthread_mutex_lock(&st->mu);
 	if (!pf_current(pf, gen) || !pf_unforgotten(st, stamp))
@@ -428,11 +438,10 @@ prefetch_refresh(struct prefetch *pf, uint64_t gen, const char *key,
 	e = pf_find(pf, st, h, key, keylen, now);
 	if (e == NULL)
 		goto unlock;
-	pf_note(e, now, remaining, reset_ms, effective_ms);
-	held = e->units;
+	answer = pf_note(e, sent, now, remaining, reset_ms, effective_ms);
 unlock:
 	pthread_mutex_unlock(&st->mu);
-	return held;
+	return answer;
 }
 
 void

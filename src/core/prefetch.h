@@ -94,28 +94,32 @@ bool prefetch_wants_chunk(struct prefetch *pf, uint64_t gen, const char *key,
 /*
  * Hold units of key (rule: its rule's name, copied) until the monotonic
  * time `until`, from a chunk whose store answer had remaining, reset_ms and
- * effective_ms, received at now, of a call that left after stamp was
- * read.  Units already held for the key stay, with the earlier of the two
- * deadlines.  No room, or a forget that may concern key ran since stamp:
- * the units are reported lost.  Returns the units held for key now (0
- * when they were lost): what the request that took the chunk adds to the
- * store's remaining in its answer, as prefetch_take()'s view does.
+ * effective_ms, received at now, of a call that left at sent, after stamp
+ * was read.  Units already held for the key stay, with the earlier of the
+ * two deadlines.  No room, or a forget that may concern key ran since
+ * stamp: the units are reported lost, and -1 returned.  Else the
+ * remaining the request that took the chunk answers, on the terms of
+ * prefetch_take()'s view: the store answer's remaining plus the units held
+ * now, or, when the holding has the answer of a call that left later
+ * (answers may settle out of order), that one's (which is then kept).
  */
 int64_t prefetch_add(struct prefetch *pf, uint64_t gen, const char *rule,
-    const char *key, size_t keylen, int64_t units, int64_t until, int64_t now,
-    int64_t remaining, int64_t reset_ms, int64_t effective_ms, uint64_t stamp);
+    const char *key, size_t keylen, int64_t units, int64_t until, int64_t sent,
+    int64_t now, int64_t remaining, int64_t reset_ms, int64_t effective_ms,
+    uint64_t stamp);
 
 /*
  * A plain check of key (no chunk) was admitted by the store with
  * remaining, reset_ms and effective_ms, received at now, of a call that
- * left after stamp was read: if the daemon holds units of key, their
- * answers start from this newer one (the store's remaining already
- * counts them).  Returns the units held for key now, 0 if none: what the
- * request adds to the store's remaining in its answer.
+ * left at sent, after stamp was read: if the daemon holds units of key,
+ * their answers start from this one (the store's remaining already counts
+ * them) unless the holding has the answer of a call that left later.
+ * Returns the remaining the request answers, as prefetch_add() does, or
+ * -1 when nothing of key is held (the store's remaining stands).
  */
 int64_t prefetch_refresh(struct prefetch *pf, uint64_t gen, const char *key,
-    size_t keylen, int64_t now, int64_t remaining, int64_t reset_ms,
-    int64_t effective_ms, uint64_t stamp);
+    size_t keylen, int64_t sent, int64_t now, int64_t remaining,
+    int64_t reset_ms, int64_t effective_ms, uint64_t stamp);
 
 /*
  * Drop every holding whose deadline has passed (or of an older

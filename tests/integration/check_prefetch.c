@@ -737,7 +737,7 @@ END_TEST
  * Units held whose hold ends count as lost by the next GET /metrics
  * (docs/operations.md), without another request on their key: one
  * request takes a chunk of 1 + 99, three more use 3, and once the
- * 300 ms hold has passed the key is idle: taken = used + lost.  On Redis
+ * 1.5 s hold has passed the key is idle: taken = used + lost.  On Redis
  * and on the memory store.  (Lost stayed 0 until the key's next use.)
  */
 static const char idle_fmt[] =
@@ -754,7 +754,7 @@ static const char idle_fmt[] =
     "    algorithm: sliding_log\n"
     "    limit: 1000\n"
     "    window: 1h\n"
-    "    prefetch: { max_units: 100, hold: 300ms }\n";
+    "    prefetch: { max_units: 100, hold: 1500ms }\n";
 
 START_TEST(test_lost_counted_when_idle)
 {
@@ -775,7 +775,7 @@ START_TEST(test_lost_counted_when_idle)
 		    3);
 		ck_assert_msg(taken == 99 && used == 3,
 		    "%s: taken %lld used %lld", backends[b], taken, used);
-		h_sleep_ms(600); /* the hold ends; no request meanwhile */
+		h_sleep_ms(2000); /* the hold ends; no request meanwhile */
 		lost = h_metric(
 		    "ratelimitd_prefetch_units_total{rule=\"idle\","
 		    "event=\"lost\"}");

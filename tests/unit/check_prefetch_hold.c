@@ -43,7 +43,7 @@ START_TEST(test_take_until_deadline)
 
 	lost = 0;
 	ck_assert(!prefetch_take(pf, G, K("k"), 1, 0, &v)); /* nothing held */
-	prefetch_add(pf, G, "hot", K("k"), 5, 1000, 0, 80, 500, 100, 0);
+	prefetch_add(pf, G, "hot", K("k"), 5, 1000, 0, 0, 80, 500, 100, 0);
 	ck_assert(prefetch_take(pf, G, K("k"), 2, 100, &v));
 	ck_assert_int_eq(v.remaining, 80 + 3);
 	ck_assert_int_eq(v.until, 1000);
@@ -51,7 +51,7 @@ START_TEST(test_take_until_deadline)
 	ck_assert(prefetch_take(pf, G, K("k"), 3, 999, &v));
 	ck_assert_int_eq(prefetch_held(pf, K("k"), 999), 0);
 	/* at the deadline, nothing more */
-	prefetch_add(pf, G, "hot", K("k"), 2, 1000, 999, 80, 500, 100, 0);
+	prefetch_add(pf, G, "hot", K("k"), 2, 1000, 999, 999, 80, 500, 100, 0);
 	ck_assert(!prefetch_take(pf, G, K("k"), 1, 1000, &v));
 	ck_assert_int_eq(lost, 2);
 	prefetch_free(pf);
@@ -64,13 +64,13 @@ START_TEST(test_put_back_and_merge)
 	struct prefetch_view v;
 
 	lost = 0;
-	prefetch_add(pf, G, "hot", K("k"), 5, 2000, 0, 50, 500, 100, 0);
+	prefetch_add(pf, G, "hot", K("k"), 5, 2000, 0, 0, 50, 500, 100, 0);
 	ck_assert(prefetch_take(pf, G, K("k"), 5, 10, &v));
 	/* put back: they join the holding */
 	prefetch_put_back(pf, G, "hot", K("k"), 5, v.until, 20, 0);
 	ck_assert_int_eq(prefetch_held(pf, K("k"), 20), 5);
 	/* a later chunk adds its units, keeping the earlier deadline */
-	prefetch_add(pf, G, "hot", K("k"), 4, 9000, 30, 40, 500, 100, 0);
+	prefetch_add(pf, G, "hot", K("k"), 4, 9000, 30, 30, 40, 500, 100, 0);
 	ck_assert_int_eq(prefetch_held(pf, K("k"), 30), 9);
 	ck_assert_int_eq(prefetch_held(pf, K("k"), 2000), 0);
 	ck_assert_int_eq(lost, 9);
@@ -92,7 +92,7 @@ START_TEST(test_bounded_and_clear)
 	/* one key per stripe at most: some of these find no room */
 	for (i = 0; i < 200; i++) {
 		snprintf(key, sizeof(key), "k%d", i);
-		prefetch_add(pf, G, "hot", K(key), 1, 1000, 0, 0, 0, 0, 0);
+		prefetch_add(pf, G, "hot", K(key), 1, 1000, 0, 0, 0, 0, 0, 0);
 	}
 	for (i = 0; i < 200; i++) {
 		snprintf(key, sizeof(key), "k%d", i);
@@ -114,7 +114,7 @@ START_TEST(test_bounded_and_clear)
 	prefetch_clear(pf, G);
 	ck_assert_int_eq(lost, 200);
 	/* expired entries make room */
-	prefetch_add(pf, G, "hot", K("k0"), 1, 5000, 2000, 0, 0, 0, 0);
+	prefetch_add(pf, G, "hot", K("k0"), 1, 5000, 2000, 2000, 0, 0, 0, 0);
 	ck_assert_int_eq(prefetch_held(pf, K("k0"), 2000), 1);
 	prefetch_free(pf);
 	ck_assert_int_eq(lost, 201);
@@ -132,18 +132,20 @@ START_TEST(test_forget_drops_in_flight)
 
 	lost = 0;
 	before = prefetch_stamp(pf, K("k"));
-	prefetch_add(pf, G, "hot", K("k"), 5, 1000, 0, 80, 500, 100, before);
+	prefetch_add(pf, G, "hot", K("k"), 5, 1000, 0, 0, 80, 500, 100, before);
 	ck_assert(prefetch_take(pf, G, K("k"), 2, 10, &v));
 	prefetch_forget(pf, K("k"));
 	ck_assert_int_eq(lost, 3);
 	/* a chunk of a call that left before the reset: lost */
-	prefetch_add(pf, G, "hot", K("k"), 5, 1000, 20, 80, 500, 100, before);
+	prefetch_add(pf, G, "hot", K("k"), 5, 1000, 20, 20, 80, 500, 100,
+	    before);
 	ck_assert_int_eq(prefetch_held(pf, K("k"), 20), 0);
 	ck_assert_int_eq(lost, 8);
 	/* one that left after it is held; units taken before it are not
 	 * put back into it */
 	after = prefetch_stamp(pf, K("k"));
-	prefetch_add(pf, G, "hot", K("k"), 4, 1000, 30, 80, 500, 100, after);
+	prefetch_add(pf, G, "hot", K("k"), 4, 1000, 30, 30, 80, 500, 100,
+	    after);
 	ck_assert_int_eq(prefetch_held(pf, K("k"), 30), 4);
 	prefetch_put_back(pf, G, "hot", K("k"), 2, v.until, 40, before);
 	ck_assert_int_eq(prefetch_held(pf, K("k"), 40), 4);
@@ -169,7 +171,7 @@ START_TEST(test_forget_all)
 	for (i = 0; i < 8; i++) {
 		snprintf(key, sizeof(key), "k%d", i);
 		before[i] = prefetch_stamp(pf, K(key));
-		prefetch_add(pf, G, "hot", K(key), 5, 1000, 0, 80, 500, 100,
+		prefetch_add(pf, G, "hot", K(key), 5, 1000, 0, 0, 80, 500, 100,
 		    before[i]);
 	}
 	ck_assert(prefetch_take(pf, G, K("k0"), 2, 10, &v));
@@ -179,8 +181,8 @@ START_TEST(test_forget_all)
 		snprintf(key, sizeof(key), "k%d", i);
 		ck_assert_int_eq(prefetch_held(pf, K(key), 20), 0);
 		/* a chunk of a call that left before: lost */
-		prefetch_add(pf, G, "hot", K(key), 5, 1000, 20, 80, 500, 100,
-		    before[i]);
+		prefetch_add(pf, G, "hot", K(key), 5, 1000, 20, 20, 80, 500,
+		    100, before[i]);
 		ck_assert_int_eq(prefetch_held(pf, K(key), 20), 0);
 	}
 	ck_assert_int_eq(lost, 8 * 5 - 2 + 8 * 5);
@@ -188,7 +190,7 @@ START_TEST(test_forget_all)
 	prefetch_put_back(pf, G, "hot", K("k0"), 2, v.until, 30, before[0]);
 	ck_assert_int_eq(lost, 8 * 5 + 8 * 5);
 	/* a chunk of a call that left after it is held, same generation */
-	prefetch_add(pf, G, "hot", K("k0"), 4, 1000, 30, 80, 500, 100,
+	prefetch_add(pf, G, "hot", K("k0"), 4, 1000, 30, 30, 80, 500, 100,
 	    prefetch_stamp(pf, K("k0")));
 	ck_assert_int_eq(prefetch_held(pf, K("k0"), 30), 4);
 	prefetch_forget_all(NULL);
@@ -205,7 +207,7 @@ START_TEST(test_chunk_only_when_short)
 
 	lost = 0;
 	ck_assert(prefetch_wants_chunk(pf, G, K("k"), 1, 0));
-	prefetch_add(pf, G, "hot", K("k"), 3, 1000, 0, 80, 500, 100, 0);
+	prefetch_add(pf, G, "hot", K("k"), 3, 1000, 0, 0, 80, 500, 100, 0);
 	ck_assert(!prefetch_wants_chunk(pf, G, K("k"), 1, 10));
 	ck_assert(!prefetch_wants_chunk(pf, G, K("k"), 3, 10));
 	ck_assert(prefetch_wants_chunk(pf, G, K("k"), 4, 10));
@@ -213,6 +215,44 @@ START_TEST(test_chunk_only_when_short)
 	/* the holding ended: a chunk again */
 	ck_assert(prefetch_wants_chunk(pf, G, K("k"), 1, 1000));
 	ck_assert_int_eq(lost, 3);
+	prefetch_free(pf);
+}
+END_TEST
+
+/* Two answers of one key that settle out of order: the one of the call
+ * that left later stands (it counted the earlier call's units), and the
+ * earlier call's request answers from it, as later requests do.  A plain
+ * check's answer (prefetch_refresh) likewise; -1 when nothing is held. */
+START_TEST(test_answers_out_of_order)
+{
+	struct prefetch *pf = prefetch_new(8, G, on_lost, NULL);
+	struct prefetch_view v;
+
+	lost = 0;
+	ck_assert_int_eq(prefetch_refresh(pf, G, K("k"), 5, 10, 90, 500, 100,
+			     0),
+	    -1);
+	/* the later call (left at 20) settles first: 40 left, 5 held */
+	ck_assert_int_eq(prefetch_add(pf, G, "hot", K("k"), 5, 1000, 20, 30, 40,
+			     500, 100, 0),
+	    45);
+	/* the earlier one (left at 10) answered 46 before it: 8 held */
+	ck_assert_int_eq(prefetch_add(pf, G, "hot", K("k"), 3, 1000, 10, 31, 46,
+			     500, 100, 0),
+	    48);
+	ck_assert(prefetch_take(pf, G, K("k"), 1, 32, &v));
+	ck_assert_int_eq(v.remaining, 47);
+	/* a plain check that left at 5: older, the holding's answer stands */
+	ck_assert_int_eq(prefetch_refresh(pf, G, K("k"), 5, 33, 49, 500, 100,
+			     0),
+	    47);
+	/* one that left at 40, later than all: its answer is the new base */
+	ck_assert_int_eq(prefetch_refresh(pf, G, K("k"), 40, 41, 30, 500, 100,
+			     0),
+	    37);
+	ck_assert(prefetch_take(pf, G, K("k"), 1, 42, &v));
+	ck_assert_int_eq(v.remaining, 36);
+	ck_assert_int_eq(lost, 0);
 	prefetch_free(pf);
 }
 END_TEST
@@ -227,16 +267,17 @@ START_TEST(test_generation)
 	struct prefetch_view v;
 
 	lost = 0;
-	prefetch_add(pf, G, "hot", K("k"), 5, 1000, 0, 80, 500, 100, 0);
+	prefetch_add(pf, G, "hot", K("k"), 5, 1000, 0, 0, 80, 500, 100, 0);
 	ck_assert(prefetch_take(pf, G, K("k"), 1, 10, &v));
 	prefetch_clear(pf, G + 1);
 	ck_assert_int_eq(lost, 4);
 	/* the old rules' chunk, back after the reload */
-	prefetch_add(pf, G, "hot", K("k"), 5, 1000, 20, 80, 500, 100, 0);
+	prefetch_add(pf, G, "hot", K("k"), 5, 1000, 20, 20, 80, 500, 100, 0);
 	ck_assert_int_eq(lost, 9);
 	ck_assert_int_eq(prefetch_held(pf, K("k"), 20), 0);
 	/* the new rules' chunk is held, for the new rules only */
-	prefetch_add(pf, G + 1, "hot", K("k"), 5, 1000, 20, 80, 500, 100, 0);
+	prefetch_add(pf, G + 1, "hot", K("k"), 5, 1000, 20, 20, 80, 500, 100,
+	    0);
 	ck_assert_int_eq(prefetch_held(pf, K("k"), 20), 5);
 	ck_assert(!prefetch_take(pf, G, K("k"), 1, 30, &v));
 	prefetch_put_back(pf, G, "hot", K("k"), 1, v.until, 30, 0);
@@ -293,7 +334,7 @@ START_TEST(test_generation_per_entry)
 
 	/* b: a key of another stripe than a's (one key per stripe) */
 	one = prefetch_new(1, G, NULL, NULL);
-	prefetch_add(one, G, "a", K("a"), 1, 1000, 0, 0, 0, 0, 0);
+	prefetch_add(one, G, "a", K("a"), 1, 1000, 0, 0, 0, 0, 0, 0);
 	for (i = 0; i < 1000; i++) {
 		snprintf(b, sizeof(b), "b%d", i);
 		if (prefetch_wants_chunk(one, G, K(b), 1, 0))
@@ -307,8 +348,8 @@ START_TEST(test_generation_per_entry)
 	atomic_store(&clear_held, false);
 	atomic_store(&clear_lost, 0);
 	pf = prefetch_new(64, G, on_lost_clear, NULL);
-	prefetch_add(pf, G, "a", K("a"), 5, 1000, 0, 80, 500, 100, 0);
-	prefetch_add(pf, G, b, K(b), 5, 1000, 0, 80, 500, 100, 0);
+	prefetch_add(pf, G, "a", K("a"), 5, 1000, 0, 0, 80, 500, 100, 0);
+	prefetch_add(pf, G, b, K(b), 5, 1000, 0, 0, 80, 500, 100, 0);
 	ck_assert_int_eq(pthread_create(&th, NULL, clear_to_next, pf), 0);
 	sem_wait(&clear_at); /* one stripe emptied, the other not yet */
 	other = strcmp(clear_first, "a") == 0 ? b : "a";
@@ -335,6 +376,7 @@ test_suite(void)
 	tcase_add_test(tc, test_put_back_and_merge);
 	tcase_add_test(tc, test_bounded_and_clear);
 	tcase_add_test(tc, test_chunk_only_when_short);
+	tcase_add_test(tc, test_answers_out_of_order);
 	tcase_add_test(tc, test_forget_drops_in_flight);
 	tcase_add_test(tc, test_forget_all);
 	tcase_add_test(tc, test_generation_per_entry);
