@@ -72,10 +72,9 @@
  * a trial while the others still fail fast.  Success anywhere closes the
  * circuit and resets the backoff.  Under Cluster each primary has a
  * breaker of its own as well, and the store's counts a failure only while
- * no node of the cluster has answered for redis.timeout (a cluster that
- * cannot be reached, or hangs, as a whole).  Readiness probes bypass the
- * circuit: /readyz reports Redis as it is (under Cluster, every primary:
- * redis_cluster_ready()).
+ * no primary is known (the seeds cannot be reached: no slot map).  Readiness
+ * probes bypass the circuit: /readyz reports Redis as it is (under Cluster,
+ * every primary: redis_cluster_ready()).
  *
  * Failures are logged with log_warnx at most once a second per kind, with a
  * count of the lines held back; the URL appears only redacted.  Under
@@ -150,8 +149,8 @@ redis_submit(struct backend *b, struct backend_call *call)
 	if (!q->caller_deadline)
 		call->deadline_us = own;
 	/* Cluster: a breaker per primary too, in the I/O thread
-	 * (redis_circuit_node_is_down); this one opens only while the
-	 * cluster is silent as a whole (redis_circuit_outcome). */
+	 * (redis_circuit_node_is_down); this one opens only while no
+	 * primary is known (redis_circuit_outcome). */
 	if (call->n > 0 && redis_circuit_enter(rb, &q->trial) == -1) {
 		call->rc = -1;
 		call->kind = BACKEND_ERR_CIRCUIT_OPEN;

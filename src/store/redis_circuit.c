@@ -10,10 +10,9 @@
  * exactly one call goes through as a trial.  Success anywhere closes it.
  * Under Cluster each primary has its own breaker as well (the others keep
  * deciding while one is down), driven by its lost connections; the store's
- * circuit then counts only the failures of a cluster that is silent as a
- * whole (no node has answered anything for redis.timeout: no node can be
- * reached, or every one hangs), so that such a cluster costs nothing per
- * request either.
+ * circuit then counts only the failures of calls while no primary is known
+ * (no seed has answered with a slot map), so that a cluster that cannot be
+ * reached costs nothing per request either.
  *
  * Thread: the whole-store breaker and the log run on any thread (mu,
  * atomics); the per-node breaker on the I/O thread.
@@ -190,13 +189,13 @@ redis_circuit_outcome(const struct redis_backend *rb, int rc,
 		return REDIS_OUTCOME_GAVE_UP;
 	if (rb->mode != REDIS_CLUSTER)
 		return REDIS_OUTCOME_FAIL;
-	/* A node that answered within redis.timeout: the cluster answers,
-	 * as after a success (a trial closes the circuit); what failed is
-	 * one primary, which its own breaker takes care of. */
-	if (rb->answered_us != 0 &&
-	    util_monotonic_us() - rb->answered_us < rb->timeout_us)
-		return REDIS_OUTCOME_OK;
-	return REDIS_OUTCOME_FAIL;
+	/* Under Cluster a primary that fails is its own breaker's business,
+	 * and the others go on deciding: the store's circuit counts a
+	 * failure only while no primary is known at all (no seed has given
+	 * a slot map).  Counting the failures of calls sent to a dead
+	 * primary would open it for every slot whenever the other primaries
+	 * happen to be quiet. */
+	return rb->nprimaries == 0 ? REDIS_OUTCOME_FAIL : REDIS_OUTCOME_NEUTRAL;
 }
 
 /* ---- Cluster: the breaker of one primary ------------------------------- */
@@ -230,7 +229,7 @@ redis_circuit_node_answered(struct redis_backend *rb, struct redis_node *node)
 	node->failures = 0;
 	node->down_until_us = 0;
 	node->backoff_us = 0;
-	rb->answered_us = util_monotonic_us();
+	(void)rb;
 }
 
 /* A node the new slot map gives no slot (a failed primary replaced by its

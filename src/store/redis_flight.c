@@ -105,8 +105,8 @@ redis_flight_finish(struct redis_backend *rb, struct backend_call *call, int rc,
 	/* A part of a split request counts once, with its request
 	 * (redis_cluster.c).  A call whose caller gave up first says nothing
 	 * about Redis: any client could open the circuit for all with a tiny
-	 * grpc-timeout.  Under Cluster only a silent cluster's failures count
-	 * (redis_circuit_outcome). */
+	 * grpc-timeout.  Under Cluster only failures while no primary is
+	 * known count (redis_circuit_outcome). */
 	if ((q->kind == REDIS_CALL_REQUEST || q->kind == REDIS_CALL_LEASE) &&
 	    q->split == NULL)
 		redis_circuit_leave(rb, q->trial,
@@ -210,9 +210,15 @@ redis_flight_tryagain(struct redis_batch *b)
 	struct redis_backend *rb = b->rb;
 	size_t i;
 
+	/* A request whose keys are split meets ASK (the source lacks one)
+	 * and TRYAGAIN (the target lacks another) in turn until the
+	 * migration moves them all: only its deadline bounds that, not the
+	 * redirection limit, which is for MOVED and ASK that lead nowhere. */
 	for (i = 0; i < b->ncalls; i++)
-		if (b->calls[i] != NULL)
+		if (b->calls[i] != NULL) {
 			redis_call(b->calls[i])->alone = true;
+			redis_call(b->calls[i])->redirects = 0;
+		}
 	if (b->ncalls < 2) {
 		redis_flight_park_for(b, util_monotonic_us() + REDIS_RETRY_US,
 		    false, REDIS_PARK_TRYAGAIN);

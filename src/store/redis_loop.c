@@ -197,10 +197,11 @@ parked_why(unsigned char parked)
 
 /* Fail calls past their deadline and close connections that hang; return
  * how long the loop may sleep (ms, -1 for ever). */
-static int
-expire(struct redis_backend *rb, int64_t next)
+/* Fail the calls in flight whose deadline is past at now, saying why a
+ * parked one waited. */
+static void
+expire_due(struct redis_backend *rb, int64_t now)
 {
-	int64_t now = util_monotonic_us();
 	char msg[BACKEND_ERR_MAX];
 
 	while (rb->fhead != NULL && rb->fhead->deadline_us <= now) {
@@ -211,6 +212,14 @@ expire(struct redis_backend *rb, int64_t next)
 		    q->batch != NULL ? "" : parked_why(q->parked));
 		redis_flight_expire(rb, rb->fhead, msg);
 	}
+}
+
+static int
+expire(struct redis_backend *rb, int64_t next)
+{
+	int64_t now = util_monotonic_us();
+
+	expire_due(rb, now);
 	if (rb->hhead != NULL && rb->hmin_us <= now)
 		expire_held(rb, now);
 	if (rb->fhead != NULL && rb->fhead->deadline_us < next)
@@ -345,8 +354,13 @@ turn(struct redis_backend *rb, bool look, int wait_ms, bool *stop)
 	pthread_mutex_unlock(&rb->qmu);
 	now = util_monotonic_us();
 	next = topology_turn(rb, now);
-	if (rb->unpark_us != 0 && now >= rb->unpark_us)
+	if (rb->unpark_us != 0 && now >= rb->unpark_us) {
+		/* A parked call whose deadline passed too is failed as
+		 * parked, with its reason, not routed and failed as never
+		 * sent. */
+		expire_due(rb, now);
 		redis_flight_unpark_all(rb);
+	}
 	if (rb->shead != NULL) {
 		list = rb->shead;
 		rb->shead = rb->stail = NULL;

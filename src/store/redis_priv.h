@@ -184,7 +184,6 @@ struct redis_backend {
 	struct slot_map map;
 	int16_t last_owner[SLOT_MAP_SLOTS]; /* the map before */
 	size_t nprimaries;		    /* nodes that own slots */
-	int64_t answered_us; /* a node last answered (0: never) */
 	bool refresh_wanted, refreshing;
 	int64_t next_watch_us; /* topology while the circuit is open */
 	size_t refresh_next;   /* node asked next */
@@ -337,10 +336,9 @@ bool redis_circuit_kick(struct redis_backend *rb);
 void redis_circuit_leave(struct redis_backend *rb, bool trial,
     enum redis_outcome outcome);
 /* What a call's end (rc, kind) tells the store's circuit.  Under Cluster
- * a failure counts only while no node has answered for redis.timeout
- * (the cluster as a whole is silent); while one has, the cluster
- * answers, and a primary that does not is its own breaker's business.
- * The I/O thread. */
+ * a failure counts only while no primary is known (no slot map: the
+ * seeds cannot be reached); else it is neutral, a primary that fails
+ * being its own breaker's business.  The I/O thread. */
 enum redis_outcome redis_circuit_outcome(const struct redis_backend *rb, int rc,
     enum backend_error_kind kind);
 /* Cluster, one primary's breaker: a connection to node was lost; node

@@ -1699,65 +1699,6 @@ START_TEST(test_unreachable_cluster_circuit)
 }
 END_TEST
 
-/*
- * A cluster every node of which hangs (SIGSTOP): after 5 requests that
- * waited redis.timeout (500 ms), on keys of every primary, the store's
- * circuit opens and the next ones are answered by the policy at once;
- * once the nodes run again the daemon decides by Redis again.  Before,
- * only the breaker of each primary opened, after 3 lost connections to
- * it: about 9 requests waited, and a try of each primary after its
- * backoff made one more wait the whole timeout.  A cluster of its own:
- * the stop unsettles it.
- */
-START_TEST(test_hung_cluster_circuit)
-{
-	struct h_cluster c;
-	struct h_daemon d;
-	char body[64];
-	long long ms, end;
-	long status = 0;
-	int i, fast = 0;
-
-	h_cluster_start(&c);
-	start(&d, c.node[0].port, "500ms", 1000000);
-	for (i = 0; i < 30; i++) {
-		snprintf(body, sizeof(body), "{\"t\":\"one\",\"user\":\"h%d\"}",
-		    i);
-		ck_assert_int_eq(acquire(body), 200);
-	}
-	for (i = 0; i < H_CLUSTER_NODES; i++)
-		kill(c.node[i].pid, SIGSTOP);
-	for (i = 0; i < 5; i++) {
-		snprintf(body, sizeof(body), "{\"t\":\"one\",\"user\":\"h%d\"}",
-		    i);
-		ck_assert_int_eq(acquire_timed(body, &ms), 503);
-		printf("cluster: hung, request %d: 503 in %lld ms\n", i + 1,
-		    ms);
-	}
-	for (i = 5; i < 15; i++) {
-		snprintf(body, sizeof(body), "{\"t\":\"one\",\"user\":\"h%d\"}",
-		    i);
-		ck_assert_int_eq(acquire_timed(body, &ms), 503);
-		printf("cluster: hung, request %d: 503 in %lld ms\n", i + 1,
-		    ms);
-		fast += ms < 250;
-	}
-	fflush(stdout);
-	for (i = 0; i < H_CLUSTER_NODES; i++)
-		kill(c.node[i].pid, SIGCONT);
-	ck_assert_msg(fast >= 8,
-	    "%d of the 10 requests after 5 timeouts answered under 250 ms",
-	    fast);
-	end = h_now_ms() + 20000;
-	while (h_now_ms() < end && (status = acquire(body)) != 200)
-		h_sleep_ms(100);
-	ck_assert_msg(status == 200,
-	    "not decided by Redis within 20 s of the nodes' return");
-	h_daemon_stop(&d);
-	h_cluster_stop(&c);
-}
-END_TEST
-
 /* Write yaml_fmt to conf with listen port 1 (never bound: --check) and
  * key_prefix prefix. */
 static void
@@ -1849,7 +1790,6 @@ test_suite(void)
 	tcase_add_checked_fixture(tc, NULL, h_test_teardown);
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, test_unreachable_cluster_circuit);
-	tcase_add_test(tc, test_hung_cluster_circuit);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("cluster");

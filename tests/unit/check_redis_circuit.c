@@ -129,11 +129,11 @@ START_TEST(test_neutral_trial_given_back)
 }
 END_TEST
 
-/* Cluster: a failure counts while the cluster is silent as a whole; one
- * while a node answered within redis.timeout is the cluster answering. */
+/* Cluster: a failure counts only while no primary is known (the seeds
+ * refuse); once a slot map names primaries, a failure is one primary's,
+ * neutral to the store's circuit, however quiet the others are. */
 START_TEST(test_cluster_outcome)
 {
-	rb.timeout_us = 500000;
 	ck_assert_int_eq(redis_circuit_outcome(&rb, -1, BACKEND_ERR_TIMEOUT),
 	    REDIS_OUTCOME_FAIL);
 	rb.mode = REDIS_CLUSTER;
@@ -141,18 +141,19 @@ START_TEST(test_cluster_outcome)
 	    REDIS_OUTCOME_OK);
 	ck_assert_int_eq(redis_circuit_outcome(&rb, -1, BACKEND_ERR_DEADLINE),
 	    REDIS_OUTCOME_GAVE_UP);
-	/* Never answered: the seeds refuse. */
+	/* No slot map: the seeds refuse. */
+	rb.nprimaries = 0;
 	ck_assert_int_eq(redis_circuit_outcome(&rb, -1, BACKEND_ERR_TIMEOUT),
 	    REDIS_OUTCOME_FAIL);
-	rb.answered_us = util_monotonic_us();
+	rb.nprimaries = 3;
 	ck_assert_int_eq(redis_circuit_outcome(&rb, -1, BACKEND_ERR_TIMEOUT),
-	    REDIS_OUTCOME_OK);
+	    REDIS_OUTCOME_NEUTRAL);
 	ck_assert_int_eq(redis_circuit_outcome(&rb, -1,
 			     BACKEND_ERR_CIRCUIT_OPEN),
-	    REDIS_OUTCOME_OK);
-	rb.answered_us = util_monotonic_us() - rb.timeout_us;
+	    REDIS_OUTCOME_NEUTRAL);
 	ck_assert_int_eq(redis_circuit_outcome(&rb, -1, BACKEND_ERR_CONNECT),
-	    REDIS_OUTCOME_FAIL);
+	    REDIS_OUTCOME_NEUTRAL);
+	rb.nprimaries = 0;
 }
 END_TEST
 
