@@ -534,11 +534,25 @@ other_primary(int i)
 	return -1;
 }
 
+/* Move key from m's source to its destination (MIGRATE). */
+static void
+migrate_key(const struct migration *m, const char *key)
+{
+	char port[16];
+	redisReply *r;
+
+	snprintf(port, sizeof(port), "%d", cluster.node[m->dst].port);
+	r = redisCommand(h_redis_ctx(&cluster.node[m->src]),
+	    "MIGRATE 127.0.0.1 %s %s 0 5000 KEYS %s", port, "", key);
+	ck_assert_msg(r != NULL && r->type != REDIS_REPLY_ERROR, "MIGRATE: %s",
+	    r != NULL ? r->str : "no reply");
+	freeReplyObject(r);
+}
+
 static void
 migration_start(struct migration *m, const char *key)
 {
-	char src_id[64], port[16];
-	redisReply *r;
+	char src_id[64];
 
 	m->src = owner_of(key);
 	ck_assert_int_ge(m->src, 0);
@@ -549,12 +563,7 @@ migration_start(struct migration *m, const char *key)
 	    slot_map_keyslot(key, strlen(key)));
 	cmd_ok(m->dst, "CLUSTER SETSLOT %s IMPORTING %s", m->slot, src_id);
 	cmd_ok(m->src, "CLUSTER SETSLOT %s MIGRATING %s", m->slot, m->dst_id);
-	snprintf(port, sizeof(port), "%d", cluster.node[m->dst].port);
-	r = redisCommand(h_redis_ctx(&cluster.node[m->src]),
-	    "MIGRATE 127.0.0.1 %s %s 0 5000 KEYS %s", port, "", key);
-	ck_assert_msg(r != NULL && r->type != REDIS_REPLY_ERROR, "MIGRATE: %s",
-	    r != NULL ? r->str : "no reply");
-	freeReplyObject(r);
+	migrate_key(m, key);
 }
 
 static void
@@ -705,15 +714,7 @@ units_importing(const struct migration *m, const char *key)
 static void
 migration_finish(const struct migration *m, const char *key)
 {
-	char port[16];
-	redisReply *r;
-
-	snprintf(port, sizeof(port), "%d", cluster.node[m->dst].port);
-	r = redisCommand(h_redis_ctx(&cluster.node[m->src]),
-	    "MIGRATE 127.0.0.1 %s %s 0 5000 KEYS %s", port, "", key);
-	ck_assert_msg(r != NULL && r->type != REDIS_REPLY_ERROR, "MIGRATE: %s",
-	    r != NULL ? r->str : "no reply");
-	freeReplyObject(r);
+	migrate_key(m, key);
 	migration_end(m);
 	ck_assert(h_cluster_wait_ok(&cluster, 20000));
 }
