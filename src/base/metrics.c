@@ -532,133 +532,61 @@ metrics_reload(struct metrics *m, bool ok)
 
 /* ---- rendering ------------------------------------------------------ */
 
-/* A growing output buffer; after the first OOM every append is a no-op. */
-struct metrics_buf {
-	char *p;
-	size_t len, cap;
-	bool oom;
-};
-
-/* Room for `more` bytes plus the NUL.  false on OOM. */
-static bool
-buf_reserve(struct metrics_buf *b, size_t more)
-{
-	size_t cap;
-	char *p;
-
-	if (b->oom)
-		return false;
-	if (more < b->cap - b->len)
-		return true;
-	cap = b->cap == 0 ? 4096 : b->cap;
-	while (more >= cap - b->len) {
-		if (cap > SIZE_MAX / 2)
-			goto oom;
-		cap *= 2;
-	}
-	if ((p = rl_realloc(b->p, cap)) == NULL)
-		goto oom;
-	b->p = p;
-	b->cap = cap;
-	return true;
-
-oom:
-	b->oom = true;
-	return false;
-}
-
-static void
-buf_add(struct metrics_buf *b, const char *s, size_t n)
-{
-	if (!buf_reserve(b, n))
-		return;
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-}
-
-static void
-buf_puts(struct metrics_buf *b, const char *s)
-{
-	buf_add(b, s, strlen(s));
-}
-
-static void __attribute__((format(printf, 2, 3)))
-buf_printf(struct metrics_buf *b, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	if (!buf_reserve(b, 64))
-		return;
-	va_start(ap, fmt);
-	n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		return; /* not for our formats; drop the piece */
-	if ((size_t)n >= b->cap - b->len) {
-		if (!buf_reserve(b, (size_t)n))
-			return;
-		va_start(ap, fmt);
-		vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-		va_end(ap);
-	}
-	b->len += (size_t)n;
-}
-
 /* A label value between double quotes, escaped. */
 static void
-buf_label_value(struct metrics_buf *b, const char *s)
+buf_label_value(struct util_buf *b, const char *s)
 {
 	const unsigned char *p = (const unsigned char *)s;
 	size_t n;
 
-	buf_add(b, "\"", 1);
+	util_buf_add(b, "\"", 1);
 	while (*p != '\0') {
 		if (*p == '\\')
-			buf_add(b, "\\\\", 2);
+			util_buf_add(b, "\\\\", 2);
 		else if (*p == '"')
-			buf_add(b, "\\\"", 2);
+			util_buf_add(b, "\\\"", 2);
 		else if (*p == '\n')
-			buf_add(b, "\\n", 2);
+			util_buf_add(b, "\\n", 2);
 		else if ((n = util_utf8_len(p)) == 0)
-			buf_add(b, "\xef\xbf\xbd", 3); /* U+FFFD */
+			util_buf_add(b, "\xef\xbf\xbd", 3); /* U+FFFD */
 		else {
-			buf_add(b, (const char *)p, n);
+			util_buf_add(b, (const char *)p, n);
 			p += n;
 			continue;
 		}
 		p++;
 	}
-	buf_add(b, "\"", 1);
+	util_buf_add(b, "\"", 1);
 }
 
 static void
-buf_family(struct metrics_buf *b, const char *name, const char *type,
+buf_family(struct util_buf *b, const char *name, const char *type,
     const char *help)
 {
-	buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+	util_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name,
+	    type);
 }
 
 /* Microseconds as exact decimal seconds: 1234567 => "1.234567". */
 static void
-buf_seconds(struct metrics_buf *b, uint64_t us)
+buf_seconds(struct util_buf *b, uint64_t us)
 {
-	buf_printf(b, "%" PRIu64 ".%06" PRIu64, us / 1000000, us % 1000000);
+	util_buf_printf(b, "%" PRIu64 ".%06" PRIu64, us / 1000000,
+	    us % 1000000);
 }
 
 static void
-render_build_info(struct metrics_buf *b)
+render_build_info(struct util_buf *b)
 {
 	buf_family(b, "ratelimitd_build_info", "gauge",
 	    "Build information; the value is always 1.");
-	buf_puts(b, "ratelimitd_build_info{version=");
+	util_buf_puts(b, "ratelimitd_build_info{version=");
 	buf_label_value(b, RL_VERSION);
-	buf_puts(b, "} 1\n");
+	util_buf_puts(b, "} 1\n");
 }
 
 static void
-render_http(struct metrics_buf *b, struct metrics *m)
+render_http(struct util_buf *b, struct metrics *m)
 {
 	unsigned long long n;
 	size_t i;
@@ -668,34 +596,36 @@ render_http(struct metrics_buf *b, struct metrics *m)
 	for (i = 0; i <= METRICS_HTTP_MAX - METRICS_HTTP_MIN; i++) {
 		n = atomic_load_explicit(&m->http[i], memory_order_relaxed);
 		if (n != 0)
-			buf_printf(b,
+			util_buf_printf(b,
 			    "ratelimitd_http_responses_total"
 			    "{code=\"%zu\"} %llu\n",
 			    i + METRICS_HTTP_MIN, n);
 	}
 	buf_family(b, "ratelimitd_waiting_requests", "gauge",
 	    "Requests with wait_ms held now: for their turn, or for a lease.");
-	buf_printf(b, "ratelimitd_waiting_requests{for=\"turn\"} %lld\n",
+	util_buf_printf(b, "ratelimitd_waiting_requests{for=\"turn\"} %lld\n",
 	    atomic_load_explicit(&m->waiting[METRICS_WAIT_TURN],
 		memory_order_relaxed));
-	buf_printf(b, "ratelimitd_waiting_requests{for=\"lease\"} %lld\n",
+	util_buf_printf(b, "ratelimitd_waiting_requests{for=\"lease\"} %lld\n",
 	    atomic_load_explicit(&m->waiting[METRICS_WAIT_LEASE],
 		memory_order_relaxed));
 	buf_family(b, "ratelimitd_wait_full_total", "counter",
 	    "Requests with wait_ms decided at once: max_waiting were "
 	    "waiting.");
-	buf_printf(b, "ratelimitd_wait_full_total %llu\n",
+	util_buf_printf(b, "ratelimitd_wait_full_total %llu\n",
 	    atomic_load_explicit(&m->wait_full, memory_order_relaxed));
 	buf_family(b, "ratelimitd_reports_total", "counter",
 	    "Usage reports (POST /report), by what they did.");
 	for (i = 0; i < METRICS_NREPORTS; i++)
-		buf_printf(b, "ratelimitd_reports_total{result=\"%s\"} %llu\n",
+		util_buf_printf(b,
+		    "ratelimitd_reports_total{result=\"%s\"} %llu\n",
 		    metrics_report_names[i],
 		    atomic_load_explicit(&m->reports[i], memory_order_relaxed));
 	buf_family(b, "ratelimitd_admin_writes_total", "counter",
 	    "Writes of the admin API (docs/admin.md), by operation.");
 	for (i = 0; i < METRICS_ADMIN_NOPS; i++)
-		buf_printf(b, "ratelimitd_admin_writes_total{op=\"%s\"} %llu\n",
+		util_buf_printf(b,
+		    "ratelimitd_admin_writes_total{op=\"%s\"} %llu\n",
 		    metrics_admin_op_names[i],
 		    atomic_load_explicit(&m->admin_writes[i],
 			memory_order_relaxed));
@@ -728,7 +658,7 @@ rules_snapshot(struct metrics *m, struct metrics_rule ***out, size_t *n)
 /* gRPC's series only once its front end is on: a daemon without it
  * shows no protocol it does not speak. */
 static void
-render_decisions(struct metrics_buf *b, struct metrics *m,
+render_decisions(struct util_buf *b, struct metrics *m,
     struct metrics_rule **rules, size_t nrules)
 {
 	size_t i, j, p, np = atomic_load(&m->grpc_on) ? 2 : 1;
@@ -741,9 +671,10 @@ render_decisions(struct metrics_buf *b, struct metrics *m,
 					memory_order_relaxed) &&
 			     j < METRICS_NRESULTS;
 			     j++) {
-				buf_puts(b, "ratelimitd_decisions_total{rule=");
+				util_buf_puts(b,
+				    "ratelimitd_decisions_total{rule=");
 				buf_label_value(b, rules[i]->name);
-				buf_printf(b,
+				util_buf_printf(b,
 				    ",result=\"%s\",protocol=\"%s\"} "
 				    "%llu\n",
 				    metrics_result_names[j],
@@ -755,8 +686,7 @@ render_decisions(struct metrics_buf *b, struct metrics *m,
 
 /* Only the rules that took quota in advance. */
 static void
-render_prefetch(struct metrics_buf *b, struct metrics_rule **rules,
-    size_t nrules)
+render_prefetch(struct util_buf *b, struct metrics_rule **rules, size_t nrules)
 {
 	static const char *const names[METRICS_PREFETCH_NEVENTS] = {
 		[METRICS_PREFETCH_TAKEN] = "taken",
@@ -773,16 +703,17 @@ render_prefetch(struct metrics_buf *b, struct metrics_rule **rules,
 				memory_order_relaxed) &&
 		     j < METRICS_PREFETCH_NEVENTS;
 		     j++) {
-			buf_puts(b, "ratelimitd_prefetch_units_total{rule=");
+			util_buf_puts(b,
+			    "ratelimitd_prefetch_units_total{rule=");
 			buf_label_value(b, rules[i]->name);
-			buf_printf(b, ",event=\"%s\"} %llu\n", names[j],
+			util_buf_printf(b, ",event=\"%s\"} %llu\n", names[j],
 			    atomic_load_explicit(&rules[i]->prefetch[j],
 				memory_order_relaxed));
 		}
 }
 
 static void
-render_stats(struct metrics_buf *b, struct metrics_rule **rules, size_t nrules)
+render_stats(struct util_buf *b, struct metrics_rule **rules, size_t nrules)
 {
 	size_t i;
 
@@ -792,16 +723,16 @@ render_stats(struct metrics_buf *b, struct metrics_rule **rules, size_t nrules)
 		if (!atomic_load_explicit(&rules[i]->is_stat,
 			memory_order_relaxed))
 			continue;
-		buf_puts(b, "ratelimitd_stats_records_total{stat=");
+		util_buf_puts(b, "ratelimitd_stats_records_total{stat=");
 		buf_label_value(b, rules[i]->name);
-		buf_printf(b, "} %llu\n",
+		util_buf_printf(b, "} %llu\n",
 		    atomic_load_explicit(&rules[i]->records,
 			memory_order_relaxed));
 	}
 }
 
 static void
-render_grpc(struct metrics_buf *b, struct metrics *m)
+render_grpc(struct util_buf *b, struct metrics *m)
 {
 	unsigned long long n;
 	size_t i;
@@ -813,7 +744,7 @@ render_grpc(struct metrics_buf *b, struct metrics *m)
 	for (i = 0; i < METRICS_GRPC_CODES; i++) {
 		n = atomic_load_explicit(&m->grpc[i], memory_order_relaxed);
 		if (n != 0 || i == 0)
-			buf_printf(b,
+			util_buf_printf(b,
 			    "ratelimitd_grpc_responses_total"
 			    "{code=\"%s\"} %llu\n",
 			    metrics_grpc_code_names[i], n);
@@ -830,7 +761,7 @@ redis_event(struct metrics *m, enum metrics_redis_event ev)
  * the last above every bound in le[]), sum and count, labelled
  * label="value". */
 static void
-render_series(struct metrics_buf *b, const char *name, const char *label,
+render_series(struct util_buf *b, const char *name, const char *label,
     const char *value, const atomic_ullong *bucket, size_t nb,
     const char *const *le, const atomic_ullong *sum_us)
 {
@@ -839,16 +770,17 @@ render_series(struct metrics_buf *b, const char *name, const char *label,
 
 	for (j = 0; j < nb; j++) {
 		cum += atomic_load_explicit(&bucket[j], memory_order_relaxed);
-		buf_printf(b, "%s_bucket{%s=\"%s\",le=\"%s\"} %llu\n", name,
-		    label, value, j + 1 < nb ? le[j] : "+Inf", cum);
+		util_buf_printf(b, "%s_bucket{%s=\"%s\",le=\"%s\"} %llu\n",
+		    name, label, value, j + 1 < nb ? le[j] : "+Inf", cum);
 	}
-	buf_printf(b, "%s_sum{%s=\"%s\"} ", name, label, value);
+	util_buf_printf(b, "%s_sum{%s=\"%s\"} ", name, label, value);
 	buf_seconds(b, atomic_load_explicit(sum_us, memory_order_relaxed));
-	buf_printf(b, "\n%s_count{%s=\"%s\"} %llu\n", name, label, value, cum);
+	util_buf_printf(b, "\n%s_count{%s=\"%s\"} %llu\n", name, label, value,
+	    cum);
 }
 
 static void
-render_phases(struct metrics_buf *b, struct metrics *m)
+render_phases(struct util_buf *b, struct metrics *m)
 {
 	const char *name = "ratelimitd_request_phase_seconds";
 	size_t i;
@@ -863,7 +795,7 @@ render_phases(struct metrics_buf *b, struct metrics *m)
 }
 
 static void
-render_backends(struct metrics_buf *b, struct metrics *m)
+render_backends(struct util_buf *b, struct metrics *m)
 {
 	const char *hname = "ratelimitd_backend_request_duration_seconds";
 	const char *ename = "ratelimitd_backend_errors_total";
@@ -880,8 +812,9 @@ render_backends(struct metrics_buf *b, struct metrics *m)
 	    "Failed backend calls, by backend and kind of error.");
 	for (i = 0; i < 2; i++)
 		for (j = METRICS_STORE_OK + 1; j < METRICS_NKINDS; j++)
-			buf_printf(b, "%s{backend=\"%s\",kind=\"%s\"} %llu\n",
-			    ename, metrics_backend_names[i],
+			util_buf_printf(b,
+			    "%s{backend=\"%s\",kind=\"%s\"} %llu\n", ename,
+			    metrics_backend_names[i],
 			    metrics_store_error_names[j],
 			    atomic_load_explicit(&m->backend[i].errors[j],
 				memory_order_relaxed));
@@ -891,7 +824,7 @@ render_backends(struct metrics_buf *b, struct metrics *m)
 	    "Failed Redis store calls, by kind of error (the same as "
 	    "ratelimitd_backend_errors_total{backend=\"redis\"}).");
 	for (j = METRICS_STORE_OK + 1; j < METRICS_NKINDS; j++)
-		buf_printf(b,
+		util_buf_printf(b,
 		    "ratelimitd_redis_errors_total{kind=\"%s\"} %llu\n",
 		    metrics_store_error_names[j],
 		    atomic_load_explicit(&m->backend[0].errors[j],
@@ -899,63 +832,63 @@ render_backends(struct metrics_buf *b, struct metrics *m)
 
 	buf_family(b, "ratelimitd_redis_pool_in_use", "gauge",
 	    "Connections to Redis with calls in flight now.");
-	buf_printf(b, "ratelimitd_redis_pool_in_use %lld\n",
+	util_buf_printf(b, "ratelimitd_redis_pool_in_use %lld\n",
 	    atomic_load_explicit(&m->pool_in_use, memory_order_relaxed));
 
 	buf_family(b, "ratelimitd_redis_redirects_total", "counter",
 	    "Redis Cluster redirections followed, by kind.");
-	buf_printf(b,
+	util_buf_printf(b,
 	    "ratelimitd_redis_redirects_total{kind=\"moved\"} "
 	    "%llu\n",
 	    redis_event(m, METRICS_REDIS_MOVED));
-	buf_printf(b,
+	util_buf_printf(b,
 	    "ratelimitd_redis_redirects_total{kind=\"ask\"} "
 	    "%llu\n",
 	    redis_event(m, METRICS_REDIS_ASK));
 	buf_family(b, "ratelimitd_redis_topology_refreshes_total", "counter",
 	    "Redis Cluster slot maps read (CLUSTER SLOTS).");
-	buf_printf(b, "ratelimitd_redis_topology_refreshes_total %llu\n",
+	util_buf_printf(b, "ratelimitd_redis_topology_refreshes_total %llu\n",
 	    redis_event(m, METRICS_REDIS_TOPOLOGY_REFRESH));
 	buf_family(b, "ratelimitd_redis_failovers_total", "counter",
 	    "Primaries changed under Sentinel.");
-	buf_printf(b, "ratelimitd_redis_failovers_total %llu\n",
+	util_buf_printf(b, "ratelimitd_redis_failovers_total %llu\n",
 	    redis_event(m, METRICS_REDIS_FAILOVER));
 	buf_family(b, "ratelimitd_redis_takebacks_total", "counter",
 	    "Requests denied across Redis Cluster slots whose recorded units "
 	    "were taken back, by result.");
-	buf_printf(b,
+	util_buf_printf(b,
 	    "ratelimitd_redis_takebacks_total{result=\"ok\"} "
 	    "%llu\n",
 	    redis_event(m, METRICS_REDIS_TAKEBACK));
-	buf_printf(b,
+	util_buf_printf(b,
 	    "ratelimitd_redis_takebacks_total{result=\"failed\"} "
 	    "%llu\n",
 	    redis_event(m, METRICS_REDIS_TAKEBACK_FAILED));
 
 	buf_family(b, "ratelimitd_deny_cache_hits_total", "counter",
 	    "Requests denied from the deny cache, without a store call.");
-	buf_printf(b, "ratelimitd_deny_cache_hits_total %llu\n",
+	util_buf_printf(b, "ratelimitd_deny_cache_hits_total %llu\n",
 	    m->deny_hits != NULL ?
 		(unsigned long long)m->deny_hits(m->deny_arg) :
 		0ULL);
 }
 
 static void
-render_reloads(struct metrics_buf *b, struct metrics *m)
+render_reloads(struct util_buf *b, struct metrics *m)
 {
 	buf_family(b, "ratelimitd_config_reloads_total", "counter",
 	    "Config reloads, by result.");
-	buf_printf(b,
+	util_buf_printf(b,
 	    "ratelimitd_config_reloads_total{result=\"success\"} "
 	    "%llu\n",
 	    atomic_load_explicit(&m->reloads[1], memory_order_relaxed));
-	buf_printf(b,
+	util_buf_printf(b,
 	    "ratelimitd_config_reloads_total{result=\"failure\"} "
 	    "%llu\n",
 	    atomic_load_explicit(&m->reloads[0], memory_order_relaxed));
 	buf_family(b, "ratelimitd_config_last_reload_success", "gauge",
 	    "1 if the last config reload succeeded or none was tried, else 0.");
-	buf_printf(b, "ratelimitd_config_last_reload_success %d\n",
+	util_buf_printf(b, "ratelimitd_config_last_reload_success %d\n",
 	    atomic_load_explicit(&m->last_reload_ok, memory_order_relaxed));
 }
 
@@ -971,7 +904,7 @@ render_reloads(struct metrics_buf *b, struct metrics *m)
 int
 metrics_render(struct metrics *m, char **out, size_t *len)
 {
-	struct metrics_buf b = { 0 };
+	struct util_buf b = { 0 };
 	struct metrics_rule **rules = NULL;
 	size_t nrules = 0;
 
@@ -980,7 +913,7 @@ metrics_render(struct metrics *m, char **out, size_t *len)
 	*out = NULL;
 	if (len != NULL)
 		*len = 0;
-	if (!buf_reserve(&b, 0))
+	if (!util_buf_reserve(&b, 0))
 		goto oom;
 	render_build_info(&b);
 	if (m != NULL) {
@@ -988,9 +921,9 @@ metrics_render(struct metrics *m, char **out, size_t *len)
 			goto oom;
 		buf_family(&b, "ratelimitd_start_time_seconds", "gauge",
 		    "Start time of the process in seconds since the epoch.");
-		buf_puts(&b, "ratelimitd_start_time_seconds ");
+		util_buf_puts(&b, "ratelimitd_start_time_seconds ");
 		buf_seconds(&b, m->start_us < 0 ? 0 : (uint64_t)m->start_us);
-		buf_puts(&b, "\n");
+		util_buf_puts(&b, "\n");
 		render_http(&b, m);
 		render_grpc(&b, m);
 		render_decisions(&b, m, rules, nrules);

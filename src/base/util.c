@@ -9,6 +9,7 @@
 #include "base/util.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -338,4 +339,72 @@ util_utf8_clean(char *dst, const char *src)
 		p += n;
 	}
 	dst[o] = '\0';
+}
+
+/* ---- a growing buffer (util.h) ---- */
+
+bool
+util_buf_reserve(struct util_buf *b, size_t more)
+{
+	size_t cap;
+	char *p;
+
+	if (b->oom)
+		return false;
+	if (more < b->cap - b->len)
+		return true;
+	cap = b->cap == 0 ? 4096 : b->cap;
+	while (more >= cap - b->len) {
+		if (cap > SIZE_MAX / 2)
+			goto oom;
+		cap *= 2;
+	}
+	if ((p = rl_realloc(b->p, cap)) == NULL)
+		goto oom;
+	b->p = p;
+	b->cap = cap;
+	return true;
+
+oom:
+	b->oom = true;
+	return false;
+}
+
+void
+util_buf_add(struct util_buf *b, const char *s, size_t n)
+{
+	if (!util_buf_reserve(b, n))
+		return;
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+}
+
+void
+util_buf_puts(struct util_buf *b, const char *s)
+{
+	util_buf_add(b, s, strlen(s));
+}
+
+void
+util_buf_printf(struct util_buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (!util_buf_reserve(b, 64))
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return; /* not for our formats; drop the piece */
+	if ((size_t)n >= b->cap - b->len) {
+		if (!util_buf_reserve(b, (size_t)n))
+			return;
+		va_start(ap, fmt);
+		vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+		va_end(ap);
+	}
+	b->len += (size_t)n;
 }

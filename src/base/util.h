@@ -121,4 +121,24 @@ util_ceil_div(int64_t a, int64_t b)
 	return a <= 0 ? 0 : a / b + (a % b != 0);
 }
 
+/*
+ * A growing text buffer: p holds len bytes and a NUL (p is NULL while
+ * nothing was added); after an allocation fails, oom is set and every
+ * later append does nothing, so a writer checks once, at the end.  The
+ * owner frees p with rl_free().  Zero-initialise it.  One thread at a
+ * time.
+ */
+struct util_buf {
+	char *p;
+	size_t len, cap;
+	bool oom;
+};
+
+/* Room for `more` bytes plus the NUL; false on OOM. */
+bool util_buf_reserve(struct util_buf *b, size_t more);
+void util_buf_add(struct util_buf *b, const char *s, size_t n);
+void util_buf_puts(struct util_buf *b, const char *s);
+void util_buf_printf(struct util_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 #endif

@@ -268,7 +268,7 @@ stats_quantile_name(char *buf, size_t len, double q)
  * The text of a stat value (docs/stats.md "HTTP"): its shortest form, as
  * JavaScript and Python print numbers, within what printf offers.  jansson
  * writes every real of a dump with one precision, and 17 digits turn 41.7
- * into 41.700000000000003, so the answer is written here (answer_put*)
+ * into 41.700000000000003, so the answer is written here (answer_put_*)
  * rather than dumped.
  */
 size_t
@@ -307,56 +307,19 @@ stats_number_text(char *buf, double x)
 	return n;
 }
 
-/* The answer's text as it is written: grows by doubling; failed once an
- * allocation failed (every later put then does nothing). */
-struct answer_buf {
-	char *p;
-	size_t len, cap;
-	bool failed;
-};
-
-static void
-answer_put(struct answer_buf *b, const char *s, size_t n)
-{
-	char *p;
-	size_t cap;
-
-	if (b->failed)
-		return;
-	if (b->len + n + 1 > b->cap) {
-		for (cap = b->cap > 0 ? b->cap : 512; cap < b->len + n + 1;)
-			cap *= 2;
-		if ((p = rl_realloc(b->p, cap)) == NULL) {
-			b->failed = true;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-}
-
-static void
-answer_puts(struct answer_buf *b, const char *s)
-{
-	answer_put(b, s, strlen(s));
-}
-
 /* s as a JSON string, escaped by jansson as in the daemon's other
  * answers.  s is valid UTF-8 (a stat's name, or a key rendered from
  * attributes jansson read); should jansson refuse it, the answer fails. */
 static void
-answer_put_string(struct answer_buf *b, const char *s)
+answer_put_string(struct util_buf *b, const char *s)
 {
 	json_t *j = json_string(s);
 	char *text = j != NULL ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
 
 	if (text != NULL)
-		answer_puts(b, text);
+		util_buf_puts(b, text);
 	else
-		b->failed = true;
+		b->oom = true;
 	free(text);
 	json_decref(j);
 }
@@ -364,40 +327,40 @@ answer_put_string(struct answer_buf *b, const char *s)
 /* ,"<name>": and x, or null when the window is empty.  name is a field
  * of ours or a quantile's name ("p99.9"): nothing to escape. */
 static void
-answer_put_number(struct answer_buf *b, const char *name, bool empty, double x)
+answer_put_number(struct util_buf *b, const char *name, bool empty, double x)
 {
 	char num[STATS_NUMBER_MAX];
 
-	answer_puts(b, ",\"");
-	answer_puts(b, name);
-	answer_puts(b, "\":");
+	util_buf_puts(b, ",\"");
+	util_buf_puts(b, name);
+	util_buf_puts(b, "\":");
 	if (empty)
-		answer_puts(b, "null");
+		util_buf_puts(b, "null");
 	else
-		answer_put(b, num, stats_number_text(num, x));
+		util_buf_add(b, num, stats_number_text(num, x));
 }
 
 char *
 stats_request_answer(const struct stats_request *sr, size_t *len)
 {
-	struct answer_buf b = { 0 };
+	struct util_buf b = { 0 };
 	char qn[STATS_QUANTILE_NAME_MAX], num[UTIL_INT64_DEC_MAX];
 	size_t i, j;
 
-	answer_puts(&b, "{\"stats\":[");
+	util_buf_puts(&b, "{\"stats\":[");
 	for (i = 0; i < sr->n; i++) {
 		const struct rl_stat_result *r = &sr->results[i];
 		bool empty = r->count == 0;
 
-		answer_puts(&b, i > 0 ? ",{\"name\":" : "{\"name\":");
+		util_buf_puts(&b, i > 0 ? ",{\"name\":" : "{\"name\":");
 		answer_put_string(&b, sr->defs[i]->rule.name);
-		answer_puts(&b, ",\"key\":");
+		util_buf_puts(&b, ",\"key\":");
 		answer_put_string(&b, sr->keys[i]);
-		answer_puts(&b, ",\"window_ms\":");
-		answer_put(&b, num,
+		util_buf_puts(&b, ",\"window_ms\":");
+		util_buf_add(&b, num,
 		    util_fmt_int64(num, sr->defs[i]->rule.window_ms));
-		answer_puts(&b, ",\"count\":");
-		answer_put(&b, num, util_fmt_int64(num, (int64_t)r->count));
+		util_buf_puts(&b, ",\"count\":");
+		util_buf_add(&b, num, util_fmt_int64(num, (int64_t)r->count));
 		answer_put_number(&b, "sum", empty, r->sum);
 		answer_put_number(&b, "avg", empty,
 		    empty ? 0 : r->sum / (double)r->count);
@@ -407,10 +370,10 @@ stats_request_answer(const struct stats_request *sr, size_t *len)
 			stats_quantile_name(qn, sizeof(qn), sr->quantiles[j]);
 			answer_put_number(&b, qn, empty, r->q[j]);
 		}
-		answer_puts(&b, "}");
+		util_buf_puts(&b, "}");
 	}
-	answer_puts(&b, "]}");
-	if (b.failed) {
+	util_buf_puts(&b, "]}");
+	if (b.oom) {
 		rl_free(b.p);
 		return NULL;
 	}
