@@ -547,21 +547,25 @@ START_TEST(test_mixed_request_keeps_quota)
 }
 END_TEST
 
+/* The head of a config for start_on(): the backend's name, then the
+ * shared Redis's port, fill it; the rules follow. */
+#define BOTH_STORES_HEAD \
+	"listen: \"127.0.0.1:%%PORT%%\"\n" \
+	"threads: 2\n" \
+	"backend: %s\n" \
+	"redis:\n" \
+	"  url: \"redis://127.0.0.1:%d/0\"\n" \
+	"  timeout: 2s\n" \
+	"on_backend_error: deny\n" \
+	"rules:\n"
+
 /*
  * A report that takes a key past its limit (docs/algorithms.md, "Usage
  * reported after the fact") denies what comes next until its usage
  * drains, units held in advance included: the daemon drops what it holds
  * of the key.  On Redis and on the memory store.
  */
-static const char report_fmt[] =
-    "listen: \"127.0.0.1:%%PORT%%\"\n"
-    "threads: 2\n"
-    "backend: %s\n"
-    "redis:\n"
-    "  url: \"redis://127.0.0.1:%d/0\"\n"
-    "  timeout: 2s\n"
-    "on_backend_error: deny\n"
-    "rules:\n"
+static const char report_fmt[] = BOTH_STORES_HEAD
     "  - name: p\n"
     "    key: \"${user}\"\n"
     "    limit: 1000\n"
@@ -635,15 +639,7 @@ END_TEST
  * header's r alike.  (The chunk's request answered without the units held:
  * 43, then 48 from them.)
  */
-static const char steady_fmt[] =
-    "listen: \"127.0.0.1:%%PORT%%\"\n"
-    "threads: 2\n"
-    "backend: %s\n"
-    "redis:\n"
-    "  url: \"redis://127.0.0.1:%d/0\"\n"
-    "  timeout: 2s\n"
-    "on_backend_error: deny\n"
-    "rules:\n"
+static const char steady_fmt[] = BOTH_STORES_HEAD
     "  - name: other\n"
     "    key: \"${region}\"\n"
     "    limit: 1000000\n"
@@ -740,15 +736,7 @@ END_TEST
  * 1.5 s hold has passed the key is idle: taken = used + lost.  On Redis
  * and on the memory store.  (Lost stayed 0 until the key's next use.)
  */
-static const char idle_fmt[] =
-    "listen: \"127.0.0.1:%%PORT%%\"\n"
-    "threads: 2\n"
-    "backend: %s\n"
-    "redis:\n"
-    "  url: \"redis://127.0.0.1:%d/0\"\n"
-    "  timeout: 2s\n"
-    "on_backend_error: deny\n"
-    "rules:\n"
+static const char idle_fmt[] = BOTH_STORES_HEAD
     "  - name: idle\n"
     "    key: \"${user}\"\n"
     "    algorithm: sliding_log\n"
