@@ -1,6 +1,6 @@
 /*
- * overrides.c - the table of limits per key and its sync with Redis (see
- * overrides.h; docs/admin.md).
+ * overrides.c - the table of limits per key (see overrides.h; docs/admin.md);
+ * its sync with Redis is overrides_sync.c.
  *
  * DESIGN
  *
@@ -31,31 +31,6 @@
  * the reload and after every full read), the hash keeping them; the
  * memory store keeps them, the only copy, and the admin API can still
  * list and delete them (docs/admin.md).
- *
- * The sync thread sleeps on a condition variable until a notice marks a
- * rule (or every rule) to be read again, or the full read falls due (an
- * absolute deadline, moved OVERRIDES_RESYNC_MS on only when a full read
- * is done, so notices arriving more often than that never put it off);
- * it then reads each marked rule's hash through the store, in pages
- * (HSCAN), one blocking admin call each (bounded by redis.timeout, which
- * a whole hash of 100,000 fields would not fit), and replaces that rule's
- * entries with the whole of what it read.  A read that fails is a warning
- * when it was part of a full read (so once per rule per period at most).  The
- * fields it found expired it asks Redis to drop, in batches, each only if it
- * still holds the value read (lua/override.lua's drop): the script's set and
- * del touch only their own field, so that a write costs Redis the same however
- * big the hash is, and the reads, which see every field anyway, keep the hash
- * clean.  A read that fails keeps what the table had.  So does a read that
- * another change of the rule's overrides overtook (the rule's count of
- * changes, its group's `writes`, moved while it was out; a change of another
- * rule does not move it, so that writes elsewhere never starve the long read
- * of a big hash): a write of this daemon's, or another read of the hash applied
- * first (the admin API's, or the sync's own). The reply may hold the hash from
- * before that change, and applied last it would take the change back until the
- * next read; the rule is marked to be read again instead.  So of two reads of
- * one hash that overlap, only the one applied first is applied, and the other
- * is read again.  A stop gives the round up between two calls to the
- * store, so that it waits for the one call under way at most.
  */
 #include "core/overrides.h"
 
@@ -70,66 +45,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
-#include "core/config_slot.h"
-
-#define OV_CHAINS_MIN  256   /* a power of two */
-#define OV_CHAINS_MAX  65536 /* past it, chains only grow longer */
-#define OV_PRUNE_MIN   1024  /* entries before the first prune */
-#define OV_DIRTY       64    /* rules marked one by one; past it, all */
-#define OV_FREED_SLOTS 64    /* a power of two */
-
-struct ov_group;
-
-struct ov_entry {
-	struct ov_entry *next;		 /* its chain */
-	struct ov_entry *gnext, **gprev; /* its group's list */
-	struct ov_group *group;
-	uint64_t hash;
-	int64_t limit, window_ms, expires_ms;
-	size_t keylen;
-	char key[]; /* the store key, not NUL-terminated */
-};
-
-/* One rule's entries: store keys "<name>:{...}", name "<prefix><rule>"
- * (NUL-terminated). */
-struct ov_group {
-	struct ov_group *next;
-	struct ov_entry *head;
-	unsigned long writes; /* o->writes at its last change */
-	size_t namelen;
-	char name[];
-};
-
-struct overrides {
-	pthread_rwlock_t lock;
-	struct ov_entry **chains;
-	size_t nchains;		 /* a power of two; lock */
-	struct ov_group *groups; /* lock */
-	atomic_long count;
-	long prune_at;	      /* prune when a new entry finds this many; lock */
-	unsigned long writes; /* changes so far: set, delete, load; lock */
-	/* writes when a rule without a group last changed (its group freed,
-	 * or a delete found none), per slot of the rule's name; lock */
-	unsigned long freed[OV_FREED_SLOTS];
-
-	/* The sync (NULL backend: none started). */
-	struct backend *backend;
-	struct config_slot cfg;
-	pthread_t thread;
-	pthread_mutex_t mu; /* guards what follows */
-	pthread_cond_t cond;
-	pthread_cond_t read_cond; /* signalled when read_once is set */
-	bool read_once;		  /* a full read (of every rule) ended */
-	bool stop, all;
-	atomic_bool stopping; /* stop, read without mu: the sync gives up
-			       * its round between two calls to the store */
-	bool joined;	      /* the thread ended (main thread only) */
-	bool asked;	      /* a notice or a reload since the last round */
-	char *dirty[OV_DIRTY];
-	size_t ndirty;
-	overrides_read_fn on_read; /* set before the sync starts */
-	void *on_read_arg;
-};
+#include "core/overrides_priv.h"
 
 /* FNV-1a of s after h: keys here come from operators, not from
  * clients. */
@@ -692,9 +608,8 @@ overrides_drop_unconfigured(struct overrides *o, const struct config *cfg)
 	pthread_rwlock_unlock(&o->lock);
 }
 
-/* The next length-prefixed string of a reply: 0, or -1 past its end. */
-static int
-next_str(const char **p, const char *end, const char **s, uint32_t *n)
+int
+ov_next_str(const char **p, const char *end, const char **s, uint32_t *n)
 {
 	if ((size_t)(end - *p) < sizeof(*n))
 		return -1;
@@ -747,8 +662,8 @@ ov_build(const char *prefix, const char *rule, const char *reply, size_t len,
 	if ((seen = rl_calloc(size, sizeof(seen[0]))) == NULL)
 		return -1;
 	while (p < end) {
-		(void)next_str(&p, end, &f, &fl);
-		(void)next_str(&p, end, &v, &vl);
+		(void)ov_next_str(&p, end, &f, &fl);
+		(void)ov_next_str(&p, end, &v, &vl);
 		memcpy(val, v, vl);
 		val[vl] = '\0';
 		(void)sscanf(val, "%lld %lld %lld", &lim, &win, &exp);
@@ -826,8 +741,8 @@ overrides_load_rule(struct overrides *o, const char *prefix, const char *rule,
 
 	/* Check the whole reply first: a bad one changes nothing. */
 	while (p < end) {
-		if (next_str(&p, end, &f, &fl) < 0 ||
-		    next_str(&p, end, &v, &vl) < 0 || vl >= sizeof(val) ||
+		if (ov_next_str(&p, end, &f, &fl) < 0 ||
+		    ov_next_str(&p, end, &v, &vl) < 0 || vl >= sizeof(val) ||
 		    fl > RL_MAX_KEY_BYTES)
 			goto malformed;
 		memcpy(val, v, vl);
@@ -898,425 +813,15 @@ malformed:
 	return -1;
 }
 
-/* Free every expired entry now, and every entry of a rule cfg does not
- * have (a read of the admin API under an older config may have brought
- * one back since the reload).  The sync thread, after a full read. */
-static void
+/* A read of the admin API under an older config may have brought back
+ * an entry of a rule cfg no longer has since the reload. */
+void
 ov_prune_now(struct overrides *o, const struct config *cfg)
 {
 	pthread_rwlock_wrlock(&o->lock);
 	ov_prune(o, util_realtime_us() / 1000, NULL);
 	ov_drop_unconfigured(o, cfg);
 	pthread_rwlock_unlock(&o->lock);
-}
-
-/* --- the sync ------------------------------------------------------------ */
-
-static bool
-marked(char *const *names, size_t n, const char *rule)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		if (strcmp(names[i], rule) == 0)
-			return true;
-	return false;
-}
-
-/* Mark the rule named by len bytes of name to be read again (every rule
- * when too many are marked).  Takes o->mu: never called under it. */
-static void
-mark_rule(struct overrides *o, const char *name, size_t len)
-{
-	char *copy;
-
-	if ((copy = rl_malloc(len + 1)) == NULL)
-		return;
-	memcpy(copy, name, len);
-	copy[len] = '\0';
-	pthread_mutex_lock(&o->mu);
-	o->asked = true;
-	if (o->ndirty < OV_DIRTY && !marked(o->dirty, o->ndirty, copy)) {
-		o->dirty[o->ndirty++] = copy;
-		copy = NULL;
-	} else if (o->ndirty == OV_DIRTY)
-		o->all = true;
-	pthread_cond_signal(&o->cond);
-	pthread_mutex_unlock(&o->mu);
-	rl_free(copy);
-}
-
-/* Is the value of a hash field (vl bytes) past its expiry at now_ms? */
-static bool
-value_expired(const char *v, uint32_t vl, int64_t now_ms)
-{
-	char val[96];
-	long long lim, win, exp;
-
-	if (vl >= sizeof(val))
-		return false;
-	memcpy(val, v, vl);
-	val[vl] = '\0';
-	return sscanf(val, "%lld %lld %lld", &lim, &win, &exp) == 3 &&
-	    exp > 0 && exp <= now_ms;
-}
-
-/* Send one OVERRIDE_DROP of the npairs pairs of buf for hash. */
-static void
-drop_batch(struct overrides *o, const char *hash, size_t hashlen,
-    const char *buf, size_t len, size_t npairs)
-{
-	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_DROP };
-	enum backend_error_kind kind;
-	char err[BACKEND_ERR_MAX];
-
-	a.key = hash;
-	a.keylen = hashlen;
-	a.pairs = buf;
-	a.pairslen = len;
-	a.npairs = npairs;
-	if (backend_admin_call(o->backend, &a, &kind, err, sizeof(err)) < 0)
-		log_debug("expired overrides of %s not dropped: %s", hash, err);
-	rl_free(a.reply);
-}
-
-/*
- * Ask Redis to drop the fields of a read of hash (reply, len: as for
- * overrides_load_rule()) that were expired at now_ms, in batches of
- * BACKEND_OVERRIDE_DROP_MAX: the writes no longer sweep the hash, so that
- * a write costs the same whatever its size (lua/override.lua).  Each
- * field goes only if it still holds the value read, so one set again
- * since stays.  The sync thread.
- */
-static void
-sync_drop_expired(struct overrides *o, const char *hash, size_t hashlen,
-    const char *reply, size_t len, int64_t now_ms)
-{
-	const char *p = reply, *end = reply + len, *f, *v, *pair;
-	char *buf = NULL;
-	size_t at = 0, npairs = 0;
-	uint32_t fl, vl;
-
-	while (p < end) {
-		pair = p;
-		if (next_str(&p, end, &f, &fl) < 0 ||
-		    next_str(&p, end, &v, &vl) < 0)
-			break;
-		if (!value_expired(v, vl, now_ms))
-			continue;
-		if (buf == NULL &&
-		    (buf = rl_malloc(BACKEND_OVERRIDE_DROP_MAX *
-			 (2 * sizeof(uint32_t) + RL_MAX_KEY_BYTES + 96))) ==
-			NULL)
-			return;
-		if (fl > RL_MAX_KEY_BYTES || vl >= 96)
-			continue;
-		memcpy(buf + at, pair, (size_t)(p - pair));
-		at += (size_t)(p - pair);
-		if (++npairs == BACKEND_OVERRIDE_DROP_MAX) {
-			if (atomic_load(&o->stopping))
-				break; /* the next full read drops them */
-			drop_batch(o, hash, hashlen, buf, at, npairs);
-			at = npairs = 0;
-		}
-	}
-	if (npairs > 0 && !atomic_load(&o->stopping))
-		drop_batch(o, hash, hashlen, buf, at, npairs);
-	rl_free(buf);
-}
-
-/* overrides_read_hash(), which gives up between two pages once *stop (if
- * not NULL) is set: -1 with BACKEND_ERR_CONNECT. */
-static int
-read_hash(struct backend *b, const char *hash, size_t hashlen,
-    const atomic_bool *stop, char **reply, size_t *len,
-    enum backend_error_kind *kind, char *err, size_t errlen)
-{
-	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_READ };
-	char *all = NULL, *grown;
-	size_t n = 0, cap = 0;
-
-	a.key = hash;
-	a.keylen = hashlen;
-	do {
-		if (stop != NULL && atomic_load(stop)) {
-			*kind = BACKEND_ERR_CONNECT;
-			snprintf(err, errlen, "the daemon stops");
-			goto fail;
-		}
-		if (backend_admin_call(b, &a, kind, err, errlen) < 0)
-			goto fail;
-		if (n + a.replylen + 1 > cap) {
-			cap = 2 * (n + a.replylen) + 1;
-			if ((grown = rl_realloc(all, cap)) == NULL) {
-				*kind = BACKEND_ERR_PROTOCOL;
-				snprintf(err, errlen, "out of memory");
-				goto fail;
-			}
-			all = grown;
-		}
-		if (a.replylen > 0)
-			memcpy(all + n, a.reply, a.replylen);
-		n += a.replylen;
-		rl_free(a.reply);
-		a.reply = NULL;
-	} while (a.cursor != 0);
-	*reply = all;
-	*len = n;
-	return 0;
-fail:
-	rl_free(a.reply);
-	rl_free(all);
-	return -1;
-}
-
-int
-overrides_read_hash(struct backend *b, const char *hash, size_t hashlen,
-    char **reply, size_t *len, enum backend_error_kind *kind, char *err,
-    size_t errlen)
-{
-	return read_hash(b, hash, hashlen, NULL, reply, len, kind, err, errlen);
-}
-
-/* Read rule's hash into the table; a read that fails is logged as a
- * warning when warn (once per rule per full read), else for debugging.
- * The sync thread. */
-static void
-sync_rule(struct overrides *o, const struct config *cfg, const char *rule,
-    bool warn)
-{
-	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_READ };
-	enum backend_error_kind kind;
-	char err[BACKEND_ERR_MAX], *hash;
-	size_t n = strlen(cfg->redis.key_prefix) + 9 + strlen(rule);
-	unsigned long since = overrides_writes(o, cfg->redis.key_prefix, rule);
-	int rc;
-
-	if ((hash = rl_malloc(n + 1)) == NULL)
-		return;
-	snprintf(hash, n + 1, "%soverride:%s", cfg->redis.key_prefix, rule);
-	if (read_hash(o->backend, hash, n, &o->stopping, &a.reply, &a.replylen,
-		&kind, err, sizeof(err)) < 0) {
-		if (atomic_load(&o->stopping))
-			log_debug("overrides of %s: read given up", rule);
-		else if (warn)
-			log_warnx(
-			    "overrides of %s not read (hash %s), the "
-			    "ones held kept: %s",
-			    rule, hash, err);
-		else
-			log_debug("overrides of %s not read: %s", rule, err);
-	} else if ((rc = overrides_load_rule(o, cfg->redis.key_prefix, rule,
-			a.reply, a.replylen, since)) < 0 &&
-	    errno == EINVAL)
-		log_warnx("overrides of %s: a malformed hash %s, ignored", rule,
-		    hash);
-	else if (rc < 0 && errno == ENOSPC)
-		log_warnx(
-		    "overrides of %s: more than %d overrides in all, "
-		    "the rest of hash %s left out",
-		    rule, OVERRIDES_MAX, hash);
-	else if (rc < 0)
-		log_warnx("overrides of %s: out of memory", rule);
-	else if (rc == 1)
-		mark_rule(o, rule, strlen(rule));
-	if (a.reply != NULL)
-		sync_drop_expired(o, hash, n, a.reply, a.replylen,
-		    util_realtime_us() / 1000);
-	rl_free(a.reply);
-	rl_free(hash);
-}
-
-static void *
-sync_main(void *arg)
-{
-	struct overrides *o = arg;
-	char *names[OV_DIRTY];
-	struct timespec at, now; /* at: when the next full read is due */
-	struct config *cfg;
-	size_t n, i;
-	bool all, asked;
-
-	clock_gettime(CLOCK_MONOTONIC, &at);
-	pthread_mutex_lock(&o->mu);
-	while (!o->stop) {
-		while (!o->stop && !o->all && o->ndirty == 0)
-			if (pthread_cond_timedwait(&o->cond, &o->mu, &at) ==
-			    ETIMEDOUT)
-				o->all = true;
-		if (o->stop)
-			break;
-		/* Due, even if notices kept it from waiting at all. */
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		if (now.tv_sec > at.tv_sec ||
-		    (now.tv_sec == at.tv_sec && now.tv_nsec >= at.tv_nsec))
-			o->all = true;
-		all = o->all;
-		asked = o->asked;
-		n = o->ndirty;
-		memcpy(names, o->dirty, n * sizeof(names[0]));
-		o->all = o->asked = false;
-		o->ndirty = 0;
-		pthread_mutex_unlock(&o->mu);
-
-		cfg = config_slot_get(&o->cfg);
-		/* A stop gives the round up between two calls to the store,
-		 * so that it waits for one call at most (redis.timeout). */
-		for (i = 0; i < cfg->nrules && !atomic_load(&o->stopping); i++)
-			if (all || marked(names, n, cfg->rules[i].name))
-				sync_rule(o, cfg, cfg->rules[i].name, all);
-		for (i = 0; i < n; i++)
-			rl_free(names[i]);
-		if (atomic_load(&o->stopping)) {
-			config_unref(cfg);
-			pthread_mutex_lock(&o->mu);
-			break;
-		}
-		if (all) {
-			/* The reads replace only the rules of cfg: a removed
-			 * rule's entries go here (its hash stays). */
-			ov_prune_now(o, cfg);
-			clock_gettime(CLOCK_MONOTONIC, &at);
-			at.tv_sec += OVERRIDES_RESYNC_MS / 1000;
-		}
-		config_unref(cfg);
-		/* What another daemon (or a reload) changed is in the table
-		 * now: whoever waits on a limit may look again. */
-		if (asked && o->on_read != NULL)
-			o->on_read(o->on_read_arg);
-		pthread_mutex_lock(&o->mu);
-		if (all && !o->read_once) {
-			o->read_once = true;
-			pthread_cond_broadcast(&o->read_cond);
-		}
-	}
-	pthread_mutex_unlock(&o->mu);
-	return NULL;
-}
-
-bool
-overrides_sync_wait_read(struct overrides *o, int64_t timeout_ms)
-{
-	struct timespec at;
-	bool done;
-
-	if (o == NULL || o->backend == NULL)
-		return true;
-	clock_gettime(CLOCK_MONOTONIC, &at);
-	at.tv_sec += (time_t)(timeout_ms / 1000);
-	at.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-	if (at.tv_nsec >= 1000000000) {
-		at.tv_sec++;
-		at.tv_nsec -= 1000000000;
-	}
-	pthread_mutex_lock(&o->mu);
-	while (!o->read_once &&
-	    pthread_cond_timedwait(&o->read_cond, &o->mu, &at) != ETIMEDOUT)
-		;
-	done = o->read_once;
-	pthread_mutex_unlock(&o->mu);
-	return done;
-}
-
-void
-overrides_on_read(struct overrides *o, overrides_read_fn fn, void *arg)
-{
-	o->on_read = fn;
-	o->on_read_arg = arg;
-}
-
-int
-overrides_sync_start(struct overrides *o, struct backend *b, struct config *cfg,
-    char *err, size_t errlen)
-{
-	pthread_condattr_t ca;
-
-	config_slot_init(&o->cfg, cfg);
-	if (pthread_mutex_init(&o->mu, NULL) != 0 ||
-	    pthread_condattr_init(&ca) != 0) {
-		snprintf(err, errlen, "overrides: cannot make a lock");
-		return -1;
-	}
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	if (pthread_cond_init(&o->cond, &ca) != 0) {
-		pthread_condattr_destroy(&ca);
-		snprintf(err, errlen, "overrides: cannot make a condition");
-		return -1;
-	}
-	if (pthread_cond_init(&o->read_cond, &ca) != 0) {
-		pthread_cond_destroy(&o->cond);
-		pthread_condattr_destroy(&ca);
-		snprintf(err, errlen, "overrides: cannot make a condition");
-		return -1;
-	}
-	pthread_condattr_destroy(&ca);
-	o->backend = b;
-	o->all = true; /* read every rule at start: they survive restarts */
-	if (pthread_create(&o->thread, NULL, sync_main, o) != 0) {
-		o->backend = NULL;
-		snprintf(err, errlen, "overrides: cannot start a thread");
-		return -1;
-	}
-	return 0;
-}
-
-void
-overrides_sync_set_config(struct overrides *o, struct config *cfg)
-{
-	if (o == NULL || o->backend == NULL)
-		return;
-	/* A rule no longer configured: its copy goes at once, so that it
-	 * counts no more toward OVERRIDES_MAX; its hash stays in Redis and
-	 * is read again (below, and at every full read) if the rule comes
-	 * back. */
-	overrides_drop_unconfigured(o, cfg);
-	config_slot_set(&o->cfg, cfg);
-	pthread_mutex_lock(&o->mu);
-	o->all = o->asked = true;
-	pthread_cond_signal(&o->cond);
-	pthread_mutex_unlock(&o->mu);
-}
-
-void
-overrides_notice(struct overrides *o, const char *msg, size_t len)
-{
-	struct config *cfg;
-	const char *rule;
-	size_t plen;
-
-	if (o == NULL || o->backend == NULL)
-		return;
-	if (msg == NULL) {
-		pthread_mutex_lock(&o->mu);
-		o->all = o->asked = true;
-		pthread_cond_signal(&o->cond);
-		pthread_mutex_unlock(&o->mu);
-		return;
-	}
-	cfg = config_slot_get(&o->cfg);
-	plen = strlen(cfg->redis.key_prefix);
-	if (len <= plen + 9 || memcmp(msg, cfg->redis.key_prefix, plen) != 0 ||
-	    memcmp(msg + plen, "override:", 9) != 0) {
-		config_unref(cfg);
-		return;
-	}
-	config_unref(cfg);
-	rule = msg + plen + 9;
-	mark_rule(o, rule, len - plen - 9);
-}
-
-void
-overrides_sync_stop(struct overrides *o)
-{
-	if (o == NULL || o->backend == NULL || o->joined)
-		return;
-	atomic_store(&o->stopping, true);
-	pthread_mutex_lock(&o->mu);
-	o->stop = true;
-	pthread_cond_signal(&o->cond);
-	pthread_mutex_unlock(&o->mu);
-	pthread_join(o->thread, NULL);
-	o->joined = true;
 }
 
 void
