@@ -18,13 +18,8 @@
  * merges every small block freed since (a request frees dozens: its
  * JSON, the answer's headers); and the arena grew by a realloc per rule.
  *
- * Quota taken in advance (prefetch.c; docs/algorithms.md, "Taking quota
- * in advance") is used in prepare, after the deny cache: a request whose
- * every check has a key the daemon holds enough units of is answered from
- * them, with no store call; any other request uses none, and those of
- * its prefetched checks whose key holds fewer units than their cost ask
- * the store for a chunk.  Completion holds the chunks recorded, under
- * the generation of the request's config.
+ * Quota taken in advance (prefetch.c) is decide_prefetch.c's, and the
+ * leases a decision holds decide_lease.c's.
  *
  * The deny cache (deny_cache.c) is asked in prepare, for stores that do not
  * answer inline: if any non-shadow check's key was denied lately for a cost
@@ -42,6 +37,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/decide_priv.h"
 #include "core/deny_cache.h"
 #include "core/lease.h"
 #include "core/limiter.h"
@@ -49,61 +45,8 @@
 #include "core/prefetch.h"
 #include "base/util.h"
 
-/* Requests with few applying rules (nearly all) use the stack. */
-#define DECIDE_STACK_RULES 8
-
 /* Jobs kept per thread. */
 static const size_t cached_jobs_max = UTIL_KEEP(64);
-
-struct applying {
-	const struct rule *rule;
-	size_t keyoff; /* the key's offset in the key arena */
-	size_t keylen;
-	uint64_t groups;   /* bit g: group g's (with req->groups) */
-	size_t tokoff;	   /* concurrency: its lease token's offset in
-			    * the key arena; else SIZE_MAX */
-	int64_t pf_units;  /* units taken from what the daemon holds (the
-			    * check is then answered in process); else 0 */
-	int64_t pf_until;  /* their deadline (prefetch_put_back) */
-	uint64_t pf_stamp; /* prefetch_stamp() before the take and the
-			    * call: a counter reset since drops a chunk */
-	uint64_t dc_stamp; /* deny_cache_stamp() when the store was
-			    * asked: units given back since (a reset,
-			    * a take-back) drop its denial */
-	bool overridden;   /* its limit and window are an override's */
-};
-
-struct decide_job {
-	const struct decider *d;
-	const struct config *cfg;
-	struct decision *out;
-	decide_done_fn done;
-	void *arg;
-	struct backend_call call;
-	bool on_local;		 /* the call went to the local store */
-	bool leases;		 /* req->leases */
-	bool report;		 /* req->report */
-	int64_t req_start_us;	 /* req->start_us */
-	int64_t req_deadline_us; /* req->deadline_us */
-	int64_t submit_us;	 /* monotonic: when the store was asked */
-	int64_t wait_us;	 /* docs/waiting.md; 0: no waiting */
-	struct decide_group_result *group_out; /* ngroups, or NULL */
-	size_t ngroups;
-	size_t n;
-	size_t nstore; /* checks[0..nstore) go to the store; the others
-			* were answered from units held in advance */
-	struct applying *ap;
-	struct rl_check *checks;
-	struct rl_result *res;
-	int64_t *over; /* a report's overdrawn, n */
-	char *arena;
-	size_t arena_cap;
-	struct decide_job *next_free; /* in its thread's cache */
-	struct applying ap_small[DECIDE_STACK_RULES];
-	struct rl_check ck_small[DECIDE_STACK_RULES];
-	struct rl_result rs_small[DECIDE_STACK_RULES];
-	int64_t ov_small[DECIDE_STACK_RULES];
-};
 
 const char *
 decide_status_code(enum decide_status s)
@@ -129,8 +72,8 @@ decide_status_code(enum decide_status s)
 	return "internal_error";
 }
 
-static int __attribute__((format(printf, 3, 4)))
-fail(struct decision *out, enum decide_status s, const char *fmt, ...)
+int
+decide_fail(struct decision *out, enum decide_status s, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -464,21 +407,6 @@ deny_learn(const struct decider *d, const struct decide_job *job)
 	}
 }
 
-void
-decide_leases_free(struct decision *out)
-{
-	size_t i;
-
-	for (i = 0; i < out->nleases; i++)
-		rl_free(out->leases[i].lease);
-	rl_free(out->leases);
-	out->leases = NULL;
-	out->nleases = 0;
-	rl_free(out->reported);
-	out->reported = NULL;
-	out->nreported = 0;
-}
-
 /* A report's rows: what each rule it recorded in has left.  Out of
  * memory: a 500 (the units are recorded all the same). */
 static void
@@ -500,7 +428,7 @@ take_reported(struct decide_job *job)
 
 	out->reported = rl_calloc(job->n, sizeof(*out->reported));
 	if (out->reported == NULL) {
-		fail(out, DECIDE_INTERNAL, "out of memory");
+		decide_fail(out, DECIDE_INTERNAL, "out of memory");
 		return;
 	}
 	for (i = 0; i < job->n; i++)
@@ -511,320 +439,6 @@ take_reported(struct decide_job *job)
 			.overdrawn = job->over[i],
 		};
 	out->nreported = job->n;
-}
-
-int64_t
-decide_lease_left_ms(const struct decide_lease *l, int64_t at_us)
-{
-	return l->held_until_us > at_us ?
-	    util_ceil_div(l->held_until_us - at_us, 1000) :
-	    0;
-}
-
-bool
-decide_leases_held(const struct decision *out, int64_t at_us)
-{
-	size_t i;
-
-	for (i = 0; i < out->nleases; i++)
-		if (!out->leases[i].rule->shadow &&
-		    out->leases[i].held_until_us - at_us < 1000)
-			return false;
-	return true;
-}
-
-/*
- * The leases the store recorded for an allowed request: one per
- * concurrency check that allowed with cost > 0.  Each is held for the
- * key's window from when the store took it, which was after the call
- * left: counted from then, whatever kept the reply (docs/leases.md).
- * Out of memory: the decision becomes a 500, and the leases expire by
- * themselves.
- */
-static void
-take_leases(struct decide_job *job)
-{
-	struct decision *out = job->out;
-	size_t plen = strlen(job->cfg->redis.key_prefix), i, k = 0;
-	/* The memory store stamps no send: it decides inside the submit. */
-	int64_t sent = job->call.sent_us > 0 ? job->call.sent_us :
-					       job->submit_us;
-
-	for (i = 0; i < job->n; i++)
-		if (job->ap[i].tokoff != SIZE_MAX && job->res[i].allowed &&
-		    job->checks[i].cost > 0)
-			k++;
-	if (k == 0)
-		return;
-	if ((out->leases = rl_calloc(k, sizeof(*out->leases))) == NULL)
-		goto oom;
-	for (i = 0; i < job->n; i++) {
-		const struct rl_check *c = &job->checks[i];
-		struct decide_lease *l = &out->leases[out->nleases];
-
-		if (job->ap[i].tokoff == SIZE_MAX || !job->res[i].allowed ||
-		    c->cost == 0)
-			continue;
-		l->rule = job->ap[i].rule;
-		l->held_until_us = sent + c->window_ms * 1000;
-		l->lease = lease_format(c->key + plen, c->keylen - plen,
-		    c->cost, c->token);
-		if (l->lease == NULL)
-			goto oom;
-		out->nleases++;
-	}
-	return;
-oom:
-	decide_leases_free(out);
-	fail(out, DECIDE_INTERNAL, "out of memory");
-}
-
-/*
- * Denied with wait_ms: may the request wait for a lease (decide.h)?  Only
- * when a concurrency rule denied and no other rule that denied needs
- * longer than the wait, nor is a sliding_window rule, which never waits
- * (docs/waiting.md: answered 429 at once).
- */
-static void
-lease_wait_check(struct decide_job *job)
-{
-	struct decision *out = job->out;
-	size_t i, best = SIZE_MAX;
-
-	for (i = 0; i < job->n; i++) {
-		const struct rl_check *c = &job->checks[i];
-		const struct rl_result *r = &job->res[i];
-
-		if (c->shadow || r->allowed)
-			continue;
-		if (c->algorithm == RL_ALG_SLIDING_WINDOW)
-			return;
-		if (c->algorithm != RL_ALG_CONCURRENCY) {
-			if (r->retry_after_ms * 1000 > job->wait_us)
-				return;
-		} else if (best == SIZE_MAX ||
-		    r->retry_after_ms > job->res[best].retry_after_ms)
-			best = i;
-	}
-	if (best == SIZE_MAX)
-		return;
-	out->lease_wait = true;
-	out->lease_key = lease_key_hash(job->checks[best].key,
-	    job->checks[best].keylen);
-	out->lease_retry_ms = job->res[best].retry_after_ms;
-}
-
-/* --- quota taken in advance (docs/algorithms.md) ----------------------- */
-
-/* Does check i of the job take part in prefetch?  Not under an
- * override (docs/admin.md): units held were taken under the rule's own
- * limit, so a key whose limit an override changed goes to the store.  Nor
- * in a report (/report records past the limit and answers what was
- * overdrawn: the store's to say). */
-static bool
-prefetch_applies(const struct decide_job *job, size_t i)
-{
-	const struct rule *r = job->ap[i].rule;
-
-	return job->d->prefetch != NULL && r->prefetch_units > 0 &&
-	    job->checks[i].cost > 0 && job->wait_us == 0 && !job->report &&
-	    r->algorithm != RL_ALG_CONCURRENCY && !job->ap[i].overridden;
-}
-
-/* Check i asks the store for a chunk when the daemon holds fewer than
- * its cost of the key and has room to hold more (prefetch_wants_chunk);
- * else it is a plain check. */
-static void
-prefetch_want_chunk(struct decide_job *job, size_t i, int64_t now)
-{
-	struct rl_check *c = &job->checks[i];
-	const struct rule *r = job->ap[i].rule;
-
-	if (!prefetch_wants_chunk(job->d->prefetch, job->cfg->serial, c->key,
-		c->keylen, c->cost, now))
-		return;
-	c->prefetch_want = r->prefetch_units > c->cost ? r->prefetch_units :
-							 c->cost;
-	c->prefetch_hold_us = r->prefetch_hold_ms * 1000;
-}
-
-static void
-swap_checks(struct decide_job *job, size_t a, size_t b)
-{
-	struct applying ap = job->ap[a];
-	struct rl_check ck = job->checks[a];
-
-	job->ap[a] = job->ap[b];
-	job->checks[a] = job->checks[b];
-	job->ap[b] = ap;
-	job->checks[b] = ck;
-}
-
-/*
- * Before the store: when this daemon holds enough units for every check
- * of the request, they are taken and the request is answered in process
- * (every check moved past the ones for the store: returns 0).  Otherwise
- * nothing held is used, every check goes to the store, and each
- * prefetched one whose key holds fewer units than its cost asks for a
- * chunk (the others are plain checks, their held units left for whole
- * requests): a request admitted only once the store answers its other
- * checks could use units whose hold ended meanwhile (docs/algorithms.md).
- * Returns the number of checks for the store.
- */
-static size_t
-prefetch_plan(struct decide_job *job)
-{
-	int64_t now;
-	uint64_t gen = job->cfg->serial;
-	struct prefetch_view v;
-	size_t i, nstore = job->n;
-	bool all = true, any = false;
-
-	for (i = 0; i < job->n; i++) {
-		job->ap[i].pf_units = 0;
-		job->ap[i].pf_until = 0;
-		job->ap[i].pf_stamp = 0;
-		if (!prefetch_applies(job, i))
-			all = false;
-		else {
-			any = true;
-			job->ap[i].pf_stamp = prefetch_stamp(job->d->prefetch,
-			    job->checks[i].key, job->checks[i].keylen);
-		}
-	}
-	if (!any)
-		return job->n; /* no clock read for a request without */
-	now = util_monotonic_us();
-	for (i = 0; i < nstore;) {
-		struct rl_check *c = &job->checks[i];
-
-		if (!prefetch_applies(job, i)) {
-			i++;
-			continue;
-		}
-		if (!all ||
-		    !prefetch_take(job->d->prefetch, gen, c->key, c->keylen,
-			c->cost, now, &v)) {
-			prefetch_want_chunk(job, i, now);
-			all = false;
-			i++;
-			continue;
-		}
-		job->ap[i].pf_units = c->cost;
-		job->ap[i].pf_until = v.until;
-		job->res[i] = (struct rl_result){
-			.allowed = true,
-			.remaining = v.remaining < c->limit ? v.remaining :
-							      c->limit,
-			.reset_ms = v.reset_ms,
-			.effective_ms = v.effective_ms,
-		};
-		nstore--;
-		if (i != nstore) {
-			struct rl_result rs = job->res[i];
-
-			swap_checks(job, i, nstore);
-			job->res[nstore] = rs;
-		}
-	}
-	if (nstore == 0)
-		return 0;
-	/* A check found too little held after others were taken: those
-	 * go back, and ask for a chunk too. */
-	for (i = nstore; i < job->n; i++) {
-		const struct rl_check *c = &job->checks[i];
-
-		prefetch_put_back(job->d->prefetch, gen, job->ap[i].rule->name,
-		    c->key, c->keylen, job->ap[i].pf_units, job->ap[i].pf_until,
-		    now, job->ap[i].pf_stamp);
-		job->ap[i].pf_units = 0;
-		job->ap[i].pf_until = 0;
-		job->res[i] = (struct rl_result){ 0 };
-		prefetch_want_chunk(job, i, now);
-	}
-	return job->n;
-}
-
-/* The local store decides instead: plain checks, no chunk. */
-static void
-prefetch_no_chunks(struct decide_job *job)
-{
-	size_t i;
-
-	for (i = 0; i < job->nstore; i++)
-		job->checks[i].prefetch_want = job->checks[i]
-						   .prefetch_hold_us = 0;
-}
-
-/*
- * An admitted check i that went to the store: the chunk it recorded is
- * held, and its answer is given on the terms of one from held units
- * (docs/algorithms.md): the store's remaining, which counts every unit
- * taken, plus the units the daemon holds of the key now, so that the
- * next request, answered from them, does not report more.  A plain check
- * of a key with units held counts them too, and its newer answer is the
- * one theirs start from.  Of two answers that settle out of order, the
- * one of the call that left later stands (prefetch_add()).
- */
-static void
-prefetch_hold(struct decide_job *job, size_t i, int64_t now)
-{
-	const struct decider *d = job->d;
-	const struct rl_check *c = &job->checks[i];
-	const struct rule *r = job->ap[i].rule;
-	struct rl_result *res = &job->res[i];
-	int64_t answer;
-
-	if (c->prefetch_want > 0 && res->taken > c->cost) {
-		/* Held from when the call left: the store's now was
-		 * later. */
-		answer = prefetch_add(d->prefetch, job->cfg->serial, r->name,
-		    c->key, c->keylen, res->taken - c->cost,
-		    job->submit_us + res->taken_us, job->submit_us, now,
-		    res->remaining, res->reset_ms, res->effective_ms,
-		    job->ap[i].pf_stamp);
-		if (d->on_prefetch != NULL)
-			d->on_prefetch(r, false, res->taken - c->cost,
-			    d->hook_arg);
-	} else
-		answer = prefetch_refresh(d->prefetch, job->cfg->serial, c->key,
-		    c->keylen, job->submit_us, now, res->remaining,
-		    res->reset_ms, res->effective_ms, job->ap[i].pf_stamp);
-	if (answer >= 0)
-		res->remaining = answer < c->limit ? answer : c->limit;
-}
-
-/*
- * The decision is known: the units answered in process are used (such a
- * request is admitted), and when admitted, the chunks the store recorded
- * are held (prefetch_hold).
- */
-static void
-prefetch_settle(struct decide_job *job, bool admitted)
-{
-	const struct decider *d = job->d;
-	int64_t now = 0; /* read at the first check that needs it */
-	size_t i;
-
-	if (d->prefetch == NULL)
-		return;
-	for (i = 0; i < job->n; i++) {
-		if (job->ap[i].pf_units > 0) {
-			/* Only a request answered whole in process took any
-			 * (prefetch_plan): they are used. */
-			if (d->on_prefetch != NULL)
-				d->on_prefetch(job->ap[i].rule, true,
-				    job->ap[i].pf_units, d->hook_arg);
-			continue;
-		}
-		if (i >= job->nstore || !admitted ||
-		    !prefetch_applies(job, i) || job->on_local ||
-		    !job->res[i].allowed)
-			continue;
-		if (now == 0)
-			now = util_monotonic_us();
-		prefetch_hold(job, i, now);
-	}
 }
 
 /* Finish: the decision is final; free the job, then tell the caller. */
@@ -888,7 +502,7 @@ job_call_done(struct backend_call *call)
 			-1,
 		    call->rc == 0 ? BACKEND_ERR_NONE : call->kind, d->hook_arg);
 	if (call->rc == 0) {
-		prefetch_settle(job, call->all_allowed);
+		decide_prefetch_settle(job, call->all_allowed);
 		pick_deciding(job->ap, job->checks, job->res, job->n,
 		    call->all_allowed, out);
 		out->waited_ms = call->all_allowed && call->waited_us > 0 ?
@@ -899,14 +513,14 @@ job_call_done(struct backend_call *call)
 		/* The local store's leases too: POST /release and /renew
 		 * find them there (docs/leases.md). */
 		if (call->all_allowed)
-			take_leases(job);
+			decide_take_leases(job);
 		if (job->report) {
 			take_reported(job);
 			job_finish(job);
 			return;
 		}
 		if (!call->all_allowed && job->wait_us > 0)
-			lease_wait_check(job);
+			decide_lease_wait_check(job);
 		report(d, job->ap, job->checks, job->res, job->n,
 		    call->all_allowed,
 		    job->on_local ? DECIDE_RULE_DEGRADED : DECIDE_RULE_ALLOWED);
@@ -919,8 +533,8 @@ job_call_done(struct backend_call *call)
 	if (call->kind == BACKEND_ERR_DEADLINE) {
 		/* The caller gave up before the store answered: no decision
 		 * to make for it, and no sign that the store failed. */
-		prefetch_settle(job, false);
-		fail(out, DECIDE_DEADLINE_EXCEEDED,
+		decide_prefetch_settle(job, false);
+		decide_fail(out, DECIDE_DEADLINE_EXCEEDED,
 		    "the deadline passed before the %s store answered",
 		    b->name);
 		job_finish(job);
@@ -930,13 +544,13 @@ job_call_done(struct backend_call *call)
 		out->backend_error = call->kind;
 		switch (job->cfg->on_backend_error) {
 		case RL_ON_ERROR_DENY:
-			prefetch_settle(job, false);
+			decide_prefetch_settle(job, false);
 			if (!job->report)
 				report(d, job->ap, job->checks, NULL, job->n,
 				    false, DECIDE_RULE_ERROR);
 			/* The kind only: the store's own text (its replies,
 			 * addresses) goes to the log, not to clients. */
-			fail(out, DECIDE_BACKEND_UNAVAILABLE,
+			decide_fail(out, DECIDE_BACKEND_UNAVAILABLE,
 			    "the %s store "
 			    "failed (%s)",
 			    b->name, backend_error_kind_name(call->kind));
@@ -947,7 +561,7 @@ job_call_done(struct backend_call *call)
 				/* The local store's units are not the
 				 * key's: no chunk from there. */
 				job->on_local = true;
-				prefetch_no_chunks(job);
+				decide_prefetch_no_chunks(job);
 				job_submit(job, d->local);
 				return;
 			}
@@ -956,7 +570,7 @@ job_call_done(struct backend_call *call)
 			break;
 		}
 	}
-	prefetch_settle(job, false);
+	decide_prefetch_settle(job, false);
 	/* Policy allow, or the local store failed too: allow. */
 	out->degraded = true;
 	allow_groups(job);
@@ -1017,7 +631,7 @@ collect(struct decide_job *job, const struct config *cfg,
 			continue;
 		if (rr == RENDER_TOO_LONG) {
 			job->out->failed_groups |= bit;
-			return fail(job->out, DECIDE_KEY_TOO_LONG,
+			return decide_fail(job->out, DECIDE_KEY_TOO_LONG,
 			    "rule \"%s\": the key is longer than 512 bytes",
 			    r->name);
 		}
@@ -1038,7 +652,7 @@ collect(struct decide_job *job, const struct config *cfg,
 		/* One report's cost is at most 2^53 (http_request.c); two
 		 * groups that share a key may add up past it. */
 		if (job->report && cost > LIMITER_MAX_LIMIT)
-			return fail(job->out, DECIDE_INVALID_COST,
+			return decide_fail(job->out, DECIDE_INVALID_COST,
 			    "the costs of rule \"%s\"'s key add up past 2^53",
 			    r->name);
 		/* A shadow rule never denies, not even by an error: one that
@@ -1049,7 +663,7 @@ collect(struct decide_job *job, const struct config *cfg,
 			/* A key two groups share: their costs together. */
 			job->out->failed_groups |= bit |
 			    (j < n ? job->ap[j].groups : 0);
-			return fail(job->out, DECIDE_COST_EXCEEDS_LIMIT,
+			return decide_fail(job->out, DECIDE_COST_EXCEEDS_LIMIT,
 			    "cost is larger than the limit of rule \"%s\"",
 			    r->name);
 		}
@@ -1075,7 +689,7 @@ collect(struct decide_job *job, const struct config *cfg,
 		off += len + 1;
 		if (r->algorithm == RL_ALG_CONCURRENCY) {
 			if (lease_token_new(job->arena + off) == -1)
-				return fail(job->out, DECIDE_INTERNAL,
+				return decide_fail(job->out, DECIDE_INTERNAL,
 				    "no randomness for a lease token");
 			job->ap[n].tokoff = off;
 			off += LEASE_TOKEN_LEN + 1;
@@ -1107,14 +721,14 @@ decide_prepare(const struct decider *d, const struct config *cfg,
 			.allowed = true
 		};
 	if (ngroups > DECIDE_MAX_GROUPS)
-		return fail(out, DECIDE_INTERNAL,
+		return decide_fail(out, DECIDE_INTERNAL,
 			   "more than %d attribute "
 			   "sets in one request",
 			   DECIDE_MAX_GROUPS),
 		       0;
 	if (ngroups == 0 && req->rule != NULL) {
 		if ((forced = config_find_rule(cfg, req->rule)) == NULL)
-			return fail(out, DECIDE_UNKNOWN_RULE,
+			return decide_fail(out, DECIDE_UNKNOWN_RULE,
 				   "no rule named \"%s\"", req->rule),
 			       0;
 		nrules = 1;
@@ -1193,10 +807,10 @@ decide_prepare(const struct decider *d, const struct config *cfg,
 	    d->deny != NULL && !d->backend->completes_inline &&
 	    deny_cached(d, job))
 		goto settled;
-	job->nstore = prefetch_plan(job);
+	job->nstore = decide_prefetch_plan(job);
 	if (job->nstore == 0) {
 		/* Every check answered from units held in advance. */
-		prefetch_settle(job, true);
+		decide_prefetch_settle(job, true);
 		pick_deciding(job->ap, job->checks, job->res, job->n, true,
 		    out);
 		pick_groups(job);
@@ -1208,7 +822,7 @@ decide_prepare(const struct decider *d, const struct config *cfg,
 	return 1;
 
 oom:
-	fail(out, DECIDE_INTERNAL, "out of memory");
+	decide_fail(out, DECIDE_INTERNAL, "out of memory");
 settled:
 	job_free(job);
 	return 0;
