@@ -133,21 +133,6 @@ int64_t redis_conn_connect_deadline_us(const struct redis_conn *c);
 void redis_conn_connect_expired(struct redis_conn *c);
 
 /*
- * A hiredis reply reader that refuses an array of more than
- * REDIS_REPLY_ELEMENTS_MAX elements (an error, "Out of memory"): hiredis
- * 0.14 allocates the element table as soon as it reads "*N", so one line
- * from a server could make it ask for gigabytes.  Free with
- * redisReaderFree().  NULL on OOM.  Any thread.
- */
-#define REDIS_REPLY_ELEMENTS_MAX (1 << 20)
-redisReader *redis_reader_new(void);
-/* Free a reply that such a reader read, keeping its integers and its
- * element tables for the thread's next replies (a script call's reply is
- * five integers per check).  freeReplyObject() frees it too, keeping
- * nothing. */
-void redis_reply_free(redisReply *r);
-
-/*
  * Inside a reply function run with r NULL (the connection closed): true
  * when none of that command's bytes reached the socket (it was queued
  * while connecting, or behind what the socket had not taken yet), so the

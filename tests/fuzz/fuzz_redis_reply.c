@@ -12,6 +12,7 @@
 #include <hiredis/hiredis.h>
 
 #include "store/redis_conn.h"
+#include "store/redis_reader.h"
 #include "store/redis_script.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

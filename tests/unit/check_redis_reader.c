@@ -1,6 +1,6 @@
 /*
  * check_redis_reader.c - the Redis store's reply reader (redis_reader_new
- * in src/store/redis_conn.c): the script's replies read as hiredis reads
+ * in src/store/redis_reader.c): the script's replies read as hiredis reads
  * them, and an array header past REDIS_REPLY_ELEMENTS_MAX refused at once
  * (found by fuzzing: "*1333333333" made hiredis allocate 10 GB); the
  * integers and element tables redis_reply_free() keeps come back whole in
@@ -13,7 +13,7 @@
 
 #include "check_main.h"
 
-#include "store/redis_conn.h"
+#include "store/redis_reader.h"
 
 static int
 read_one(const char *bytes, size_t len, redisReply **out)
