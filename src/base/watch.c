@@ -24,6 +24,15 @@
  * directories of a step's path (other than "..data") is followed by the
  * watch but not itself watched (docs/operations.md).
  *
+ * A watch follows a directory, not its name.  So every walk first watches
+ * the directory the path names again (the same watch while it is the same
+ * directory): one moved away (mv conf conf.old; mv conf.new conf) or
+ * deleted and made again is then watched anew, and the walk that finds the
+ * file in it is a change.  While that directory is missing, or a walk has
+ * failed, no event may ever come (nothing watches the parent), so the walk
+ * is also tried every WATCH_RETRY_MS; the log says when the directory goes
+ * and when it is back.
+ *
  * A change sets a deadline debounce_ms later, and each further event of
  * the file moves it (a file written in several steps is read once, whole);
  * at the deadline the thread calls back once.  Events of anything else in
@@ -48,7 +57,12 @@
 #include "base/watch.h"
 
 #define WATCH_MASK \
-	(IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_ATTRIB)
+	(IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_ATTRIB | \
+	    IN_DELETE_SELF | IN_MOVE_SELF)
+
+/* A walk that failed, or the path's directory not there, is tried again
+ * this often: no event may ever come (its parent is not watched). */
+#define WATCH_RETRY_MS 1000
 
 /* Symlinks followed link by link (docs/operations.md). */
 #define WATCH_LINKS 8
@@ -75,7 +89,7 @@ struct watch {
 	int debounce_ms;
 	char *path; /* as given */
 	char *base; /* the file's name within its directory */
-	int wd_dir; /* the directory the path names: watched throughout */
+	int wd_dir; /* the directory the path names; -1 while it is gone */
 	struct watch_chain chain; /* the last walk that succeeded */
 	watch_fn fn;
 	void *arg;
@@ -213,6 +227,31 @@ chain_same(const struct watch_chain *a, const struct watch_chain *b)
 	return true;
 }
 
+/* Watch the directory the path names, again: another watch when another
+ * directory has taken the name, none while there is none (logged). */
+static void
+watch_dir(struct watch *w)
+{
+	char dir[PATH_MAX];
+	int wd, old = w->wd_dir;
+
+	(void)split(w->path, dir, sizeof(dir));
+	wd = inotify_add_watch(w->ifd, dir, WATCH_MASK);
+	if (wd == old)
+		return;
+	if (wd < 0)
+		log_warnx(
+		    "watch: %s: %s; changes of %s are not seen until it is "
+		    "back (looked for every %d ms; SIGHUP still reloads)",
+		    dir, strerror(errno), w->path, WATCH_RETRY_MS);
+	else if (old < 0)
+		log_info("watch: %s is back; watching %s again", dir, w->path);
+	/* The old one, unless the chain uses it (its drop removes it). */
+	if (old >= 0 && !chain_uses(&w->chain, old))
+		(void)inotify_rm_watch(w->ifd, old);
+	w->wd_dir = wd;
+}
+
 /* Walk the path again and watch the directories it leads through.  True
  * if it leads somewhere else than before (a change).  A walk that fails
  * (a file being replaced, a link to a file not there yet, a loop) keeps
@@ -226,6 +265,7 @@ resolve(struct watch *w)
 {
 	struct watch_chain c;
 
+	watch_dir(w);
 	memset(&c, 0, sizeof(c));
 	if (chain_walk(w, &c) < 0) {
 		rl_free(c.real);
@@ -309,12 +349,23 @@ watch_main(void *arg)
 		{ .fd = w->stop[0], .events = POLLIN },
 	};
 	int64_t deadline = 0, left; /* 0: no change pending */
+	int64_t retry = 0;	    /* the next walk when one failed */
 	int rc, timeout;
 
 	for (;;) {
 		timeout = -1;
-		if (deadline != 0) {
-			left = deadline - util_monotonic_us();
+		if (w->wd_dir < 0 || w->chain.real == NULL) {
+			if (retry == 0)
+				retry = util_monotonic_us() +
+				    (int64_t)WATCH_RETRY_MS * 1000;
+		} else
+			retry = 0;
+		if (deadline != 0 || retry != 0) {
+			left = (deadline != 0 &&
+					   (retry == 0 || deadline < retry) ?
+				       deadline :
+				       retry) -
+			    util_monotonic_us();
 			timeout = left <= 0 ? 0 : (int)((left + 999) / 1000);
 		}
 		rc = poll(pfd, 2, timeout);
@@ -328,6 +379,12 @@ watch_main(void *arg)
 		if (rc > 0 && (pfd[0].revents & POLLIN) && drain(w))
 			deadline = util_monotonic_us() +
 			    (int64_t)w->debounce_ms * 1000;
+		if (retry != 0 && util_monotonic_us() >= retry) {
+			retry = 0;
+			if (resolve(w))
+				deadline = util_monotonic_us() +
+				    (int64_t)w->debounce_ms * 1000;
+		}
 		if (deadline != 0 && util_monotonic_us() >= deadline) {
 			deadline = 0;
 			w->fn(w->arg);

@@ -6,7 +6,8 @@
  * a chain of symlinks is seen (a ConfigMap's "..data" swap behind a
  * user's own symlink too), and a chain longer than the walk follows still
  * sees its file replaced; other files changing all the time in the
- * directory do not hold a pending change back.
+ * directory do not hold a pending change back; the config's directory
+ * deleted and made again, or swapped for another by rename, is followed.
  */
 #include <check.h>
 #include <errno.h>
@@ -389,6 +390,65 @@ START_TEST(test_link_to_missing_file)
 END_TEST
 
 /*
+ * The config's directory deleted and made again, the file written in the
+ * new one: a change, and so is a later edit there.  (The watch was on the
+ * deleted directory and nothing watched its parent: no change was ever
+ * seen again, and the running config stayed.)
+ */
+START_TEST(test_dir_recreated)
+{
+	char p[PATH_MAX], d[PATH_MAX], cmd[PATH_MAX + 16];
+	struct watch *w;
+
+	make_dir("c");
+	write_file(at(p, "c/r.yaml"), "a\n");
+	w = start(p);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", at(d, "c"));
+	ck_assert_int_eq(system(cmd), 0);
+	(void)changes_within(pfd[0], 2 * DEBOUNCE_MS + 100); /* the delete */
+	make_dir("c");
+	write_file(p, "b\n");
+	ck_assert_msg(first_change_ms(pfd[0], 3000) >= 0,
+	    "the file in the directory made again was not seen");
+	replace_file(p, "c\n");
+	ck_assert_msg(first_change_ms(pfd[0], 2000) >= 0,
+	    "an edit in the directory made again was not seen");
+	watch_stop(w);
+}
+END_TEST
+
+/*
+ * mv c c.old; mv c.new c: the path now names another directory, whose
+ * file is a change, as is a later edit there; an edit in c.old, which
+ * the path no longer names, is none.  (The watch followed the directory
+ * to c.old.)
+ */
+START_TEST(test_dir_swapped)
+{
+	char p[PATH_MAX], a[PATH_MAX], b[PATH_MAX];
+	struct watch *w;
+
+	make_dir("c");
+	make_dir("c.new");
+	write_file(at(p, "c/r.yaml"), "a\n");
+	write_file(at(a, "c.new/r.yaml"), "b\n");
+	w = start(p);
+	ck_assert_int_eq(rename(at(a, "c"), at(b, "c.old")), 0);
+	ck_assert_int_eq(rename(at(a, "c.new"), at(b, "c")), 0);
+	ck_assert_msg(first_change_ms(pfd[0], 3000) >= 0,
+	    "the directory swapped in was not seen");
+	(void)changes_within(pfd[0], 2 * DEBOUNCE_MS + 100);
+	replace_file(p, "c\n");
+	ck_assert_msg(first_change_ms(pfd[0], 2000) >= 0,
+	    "an edit in the directory swapped in was not seen");
+	(void)changes_within(pfd[0], 2 * DEBOUNCE_MS + 100);
+	replace_file(at(a, "c.old/r.yaml"), "d\n");
+	ck_assert_int_eq(changes_within(pfd[0], 1500), 0);
+	watch_stop(w);
+}
+END_TEST
+
+/*
  * A change, then another file in the directory written every 100 ms (less
  * than the debounce) for 1.5 s: the change is still called back about
  * DEBOUNCE_MS after it, not once the directory falls quiet.  (Every event
@@ -437,6 +497,8 @@ test_suite(void)
 	tcase_add_test(tc, test_symlink_chain_too_long);
 	tcase_add_test(tc, test_link_to_missing_file);
 	tcase_add_test(tc, test_busy_directory);
+	tcase_add_test(tc, test_dir_recreated);
+	tcase_add_test(tc, test_dir_swapped);
 	suite_add_tcase(s, tc);
 	return s;
 }
