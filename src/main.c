@@ -332,6 +332,7 @@ reload(struct daemon *d)
 	struct start_keys changed = { .len = 0 };
 	char err[512];
 	bool tls_kept;
+	size_t unread;
 
 	notify_send("RELOADING=1");
 	if ((c = load(d->path, err, sizeof(err))) == NULL)
@@ -355,14 +356,23 @@ reload(struct daemon *d)
 	 * one comes. */
 	if (c->max_connections > cur->max_connections)
 		raise_fd_limit(c);
-	config_unref(cur);
 	warn_start_only(&changed);
 	apply_logging(c);
+	/* The overrides of a rule added (or back) are read before any
+	 * request is decided under it, as at start. */
+	if ((unread = overrides_sync_set_config(d->overrides, c, cur,
+		 OVERRIDES_START_WAIT_MS)) > 0)
+		log_warnx(
+		    "reload: the overrides of %zu added rule%s not read "
+		    "within %d s; applying meanwhile, their keys under "
+		    "the rules' own limits until read",
+		    unread, unread == 1 ? "" : "s",
+		    OVERRIDES_START_WAIT_MS / 1000);
+	config_unref(cur);
 	http_server_set_config(d->http, c);
 	if (d->grpc != NULL)
 		grpc_server_set_config(d->grpc, c);
 	admin_server_set_config(d->admin, c);
-	overrides_sync_set_config(d->overrides, c);
 	/* Limits may have changed: forget what the old rules denied (a
 	 * denial of theirs learnt later is of the old serial, never
 	 * answered: core/deny_cache.h), and drop the quota held in advance

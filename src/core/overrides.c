@@ -814,14 +814,20 @@ malformed:
 }
 
 /* A read of the admin API under an older config may have brought back
- * an entry of a rule cfg no longer has since the reload. */
+ * an entry of a rule the config no longer has since the reload.  The
+ * config is the newest, read under the lock: a reload sets it before it
+ * loads an added rule's entries (under this lock), so they stay. */
 void
-ov_prune_now(struct overrides *o, const struct config *cfg)
+ov_prune_now(struct overrides *o)
 {
+	struct config *cfg;
+
 	pthread_rwlock_wrlock(&o->lock);
+	cfg = config_slot_get(&o->cfg);
 	ov_prune(o, util_realtime_us() / 1000, NULL);
 	ov_drop_unconfigured(o, cfg);
 	pthread_rwlock_unlock(&o->lock);
+	config_unref(cfg);
 }
 
 void

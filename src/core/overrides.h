@@ -195,11 +195,19 @@ void overrides_on_read(struct overrides *o, overrides_read_fn fn, void *arg);
  * sync runs).  Main thread, at start, so that the first requests are
  * decided under the overrides the hashes hold. */
 bool overrides_sync_wait_read(struct overrides *o, int64_t timeout_ms);
-/* A reload: the rules and the prefix of cfg from now on (a reference
- * taken), every rule read again; the entries of a rule cfg does not have
- * are freed at once (overrides_drop_unconfigured()), and again after
- * each full read.  Main thread. */
-void overrides_sync_set_config(struct overrides *o, struct config *cfg);
+/*
+ * A reload: the rules and the prefix of cfg from now on (a reference
+ * taken), every rule read again by the sync; the entries of a rule cfg
+ * does not have are freed at once (overrides_drop_unconfigured()), and
+ * again after each full read.  The rules cfg has and old (the running
+ * config) has not, added or brought back, have their hashes read before
+ * it returns, within wait_ms in all, so that their first requests are
+ * decided under their overrides, as at start.  Returns how many of those
+ * were not read (a read failed, or the time ran out; logged): the sync
+ * reads them.  Main thread, before the fronts get cfg.
+ */
+size_t overrides_sync_set_config(struct overrides *o, struct config *cfg,
+    const struct config *old, int64_t wait_ms);
 /* Stop the sync's thread and wait for it, so that the store can be freed:
  * the sync gives up its round between two calls to the store (a page of a
  * hash, a batch of expired fields), so this waits for the one call under

@@ -82,8 +82,9 @@ struct overrides {
  * reads it): 0, or -1 past its end. */
 int ov_next_str(const char **p, const char *end, const char **s, uint32_t *n);
 
-/* Free every expired entry now, and every entry of a rule cfg does not
- * have.  Takes the write lock.  The sync thread, after a full read. */
-void ov_prune_now(struct overrides *o, const struct config *cfg);
+/* Free every expired entry now, and every entry of a rule the sync's
+ * config does not have.  Takes the write lock.  The sync thread, after a
+ * full read. */
+void ov_prune_now(struct overrides *o);
 
 #endif

@@ -159,10 +159,11 @@ sync_drop_expired(struct overrides *o, const char *hash, size_t hashlen,
 }
 
 /* overrides_read_hash(), which gives up between two pages once *stop (if
- * not NULL) is set: -1 with BACKEND_ERR_CONNECT. */
+ * not NULL) is set, or deadline_us (if not 0) has passed: -1 with
+ * BACKEND_ERR_CONNECT, or BACKEND_ERR_TIMEOUT. */
 static int
 read_hash(struct backend *b, const char *hash, size_t hashlen,
-    const atomic_bool *stop, char **reply, size_t *len,
+    const atomic_bool *stop, int64_t deadline_us, char **reply, size_t *len,
     enum backend_error_kind *kind, char *err, size_t errlen)
 {
 	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_READ };
@@ -175,6 +176,11 @@ read_hash(struct backend *b, const char *hash, size_t hashlen,
 		if (stop != NULL && atomic_load(stop)) {
 			*kind = BACKEND_ERR_CONNECT;
 			snprintf(err, errlen, "the daemon stops");
+			goto fail;
+		}
+		if (deadline_us != 0 && util_monotonic_us() >= deadline_us) {
+			*kind = BACKEND_ERR_TIMEOUT;
+			snprintf(err, errlen, "the reload's wait ran out");
 			goto fail;
 		}
 		if (backend_admin_call(b, &a, kind, err, errlen) < 0)
@@ -208,28 +214,30 @@ overrides_read_hash(struct backend *b, const char *hash, size_t hashlen,
     char **reply, size_t *len, enum backend_error_kind *kind, char *err,
     size_t errlen)
 {
-	return read_hash(b, hash, hashlen, NULL, reply, len, kind, err, errlen);
+	return read_hash(b, hash, hashlen, NULL, 0, reply, len, kind, err,
+	    errlen);
 }
 
-/* Read rule's hash into the table; a read that fails is logged as a
- * warning when warn (once per rule per full read), else for debugging.
- * The sync thread. */
-static void
+/* Read rule's hash into the table, giving up at deadline_us (0: none);
+ * a read that fails is logged as a warning when warn (once per rule per
+ * full read), else for debugging.  0, or -1 when nothing was read.  The
+ * sync thread, or the main thread at a reload. */
+static int
 sync_rule(struct overrides *o, const struct config *cfg, const char *rule,
-    bool warn)
+    bool warn, int64_t deadline_us)
 {
 	struct backend_admin a = { .op = BACKEND_ADMIN_OVERRIDE_READ };
 	enum backend_error_kind kind;
 	char err[BACKEND_ERR_MAX], *hash;
 	size_t n = strlen(cfg->redis.key_prefix) + 9 + strlen(rule);
 	unsigned long since = overrides_writes(o, cfg->redis.key_prefix, rule);
-	int rc;
+	int rc, read = -1;
 
 	if ((hash = rl_malloc(n + 1)) == NULL)
-		return;
+		return -1;
 	snprintf(hash, n + 1, "%soverride:%s", cfg->redis.key_prefix, rule);
-	if (read_hash(o->backend, hash, n, &o->stopping, &a.reply, &a.replylen,
-		&kind, err, sizeof(err)) < 0) {
+	if (read_hash(o->backend, hash, n, &o->stopping, deadline_us, &a.reply,
+		&a.replylen, &kind, err, sizeof(err)) < 0) {
 		if (atomic_load(&o->stopping))
 			log_debug("overrides of %s: read given up", rule);
 		else if (warn)
@@ -251,13 +259,17 @@ sync_rule(struct overrides *o, const struct config *cfg, const char *rule,
 		    rule, OVERRIDES_MAX, hash);
 	else if (rc < 0)
 		log_warnx("overrides of %s: out of memory", rule);
-	else if (rc == 1)
-		mark_rule(o, rule, strlen(rule));
+	else {
+		read = 0;
+		if (rc == 1)
+			mark_rule(o, rule, strlen(rule));
+	}
 	if (a.reply != NULL)
 		sync_drop_expired(o, hash, n, a.reply, a.replylen,
 		    util_realtime_us() / 1000);
 	rl_free(a.reply);
 	rl_free(hash);
+	return read;
 }
 
 static void *
@@ -297,7 +309,8 @@ sync_main(void *arg)
 		 * so that it waits for one call at most (redis.timeout). */
 		for (i = 0; i < cfg->nrules && !atomic_load(&o->stopping); i++)
 			if (all || marked(names, n, cfg->rules[i].name))
-				sync_rule(o, cfg, cfg->rules[i].name, all);
+				(void)sync_rule(o, cfg, cfg->rules[i].name, all,
+				    0);
 		for (i = 0; i < n; i++)
 			rl_free(names[i]);
 		if (atomic_load(&o->stopping)) {
@@ -308,7 +321,7 @@ sync_main(void *arg)
 		if (all) {
 			/* The reads replace only the rules of cfg: a removed
 			 * rule's entries go here (its hash stays). */
-			ov_prune_now(o, cfg);
+			ov_prune_now(o);
 			clock_gettime(CLOCK_MONOTONIC, &at);
 			at.tv_sec += OVERRIDES_RESYNC_MS / 1000;
 		}
@@ -393,21 +406,51 @@ overrides_sync_start(struct overrides *o, struct backend *b, struct config *cfg,
 	return 0;
 }
 
-void
-overrides_sync_set_config(struct overrides *o, struct config *cfg)
+/* Does cfg have a rule named name? */
+static bool
+has_rule(const struct config *cfg, const char *name)
 {
+	size_t i;
+
+	for (i = 0; i < cfg->nrules; i++)
+		if (strcmp(cfg->rules[i].name, name) == 0)
+			return true;
+	return false;
+}
+
+size_t
+overrides_sync_set_config(struct overrides *o, struct config *cfg,
+    const struct config *old, int64_t wait_ms)
+{
+	int64_t deadline = util_monotonic_us() + wait_ms * 1000;
+	size_t i, unread = 0;
+
 	if (o == NULL || o->backend == NULL)
-		return;
+		return 0;
+	/* First the config, so that a prune of the sync's from now on keeps
+	 * the new rules' entries (ov_prune_now() reads it under the lock
+	 * that a load takes). */
+	config_slot_set(&o->cfg, cfg);
 	/* A rule no longer configured: its copy goes at once, so that it
 	 * counts no more toward OVERRIDES_MAX; its hash stays in Redis and
 	 * is read again (below, and at every full read) if the rule comes
 	 * back. */
 	overrides_drop_unconfigured(o, cfg);
-	config_slot_set(&o->cfg, cfg);
+	/* A rule added, or back: nothing of its hash is held, so read it
+	 * before the fronts decide under it, as at start (else its first
+	 * requests would be decided under the rule's own limit). */
+	for (i = 0; i < cfg->nrules; i++) {
+		if (old != NULL && has_rule(old, cfg->rules[i].name))
+			continue;
+		if (unread > 0 || util_monotonic_us() >= deadline ||
+		    sync_rule(o, cfg, cfg->rules[i].name, true, deadline) < 0)
+			unread++;
+	}
 	pthread_mutex_lock(&o->mu);
 	o->all = o->asked = true;
 	pthread_cond_signal(&o->cond);
 	pthread_mutex_unlock(&o->mu);
+	return unread;
 }
 
 void

@@ -1632,6 +1632,38 @@ START_TEST(test_override_removed_rule_redis)
 }
 END_TEST
 
+/*
+ * Redis: a reload that brings a rule back (or adds one) reads its hash
+ * before any request is decided under it, as at start: the first request
+ * of a key with an override of limit 1 is answered under that limit, and
+ * the second denied.  (The rule used to reach the front ends first and
+ * its hash to be read after: with 20,000 fields, its first requests were
+ * decided under the rule's own limit of 5.)
+ */
+START_TEST(test_override_rule_back_read_first)
+{
+	struct admin_daemon a;
+	struct h_resp r = { 0 };
+	int i;
+
+	fill_hash_with("adm:override:gone", 20000, "f", "2 10000 0");
+	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HSET %s %s %s",
+			     "adm:override:gone", "k", "1 10000 0"),
+	    1);
+	admin_start_rules(&a, 0, true, REDIS_SLOW, NULL);
+	admin_reload(&a, REDIS_SLOW, RULE_GONE, 0);
+	for (i = 0; i < 2; i++) {
+		h_post(a.d.port, "/acquire", "{\"t\":\"gone\",\"user\":\"k\"}",
+		    &r);
+		ck_assert_msg(h_json_int(&r, "limit") == 1,
+		    "request %d after the reload: %ld %s", i, r.status, r.body);
+		ck_assert_int_eq(r.status, i == 0 ? 200 : 429);
+	}
+	h_resp_free(&r);
+	admin_stop(&a);
+}
+END_TEST
+
 /* The commands the Lua scripts ran, as MONITOR shows them, from when
  * monitor_start() returned until monitor_end(): each line "[0 lua]". */
 static redisContext *
@@ -2489,6 +2521,7 @@ test_suite(void)
 	tcase_add_test(tc, test_override_refused_keeps_other);
 	tcase_add_test(tc, test_override_undo_failed);
 	tcase_add_test(tc, test_override_read_failure_warned);
+	tcase_add_test(tc, test_override_rule_back_read_first);
 	suite_add_tcase(s, tc);
 
 	/* Daemons stopped under a flood of notices: a case of its own, with
