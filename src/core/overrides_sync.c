@@ -431,11 +431,6 @@ overrides_sync_set_config(struct overrides *o, struct config *cfg,
 	 * the new rules' entries (ov_prune_now() reads it under the lock
 	 * that a load takes). */
 	config_slot_set(&o->cfg, cfg);
-	/* A rule no longer configured: its copy goes at once, so that it
-	 * counts no more toward OVERRIDES_MAX; its hash stays in Redis and
-	 * is read again (below, and at every full read) if the rule comes
-	 * back. */
-	overrides_drop_unconfigured(o, cfg);
 	/* A rule added, or back: nothing of its hash is held, so read it
 	 * before the fronts decide under it, as at start (else its first
 	 * requests would be decided under the rule's own limit). */
@@ -446,6 +441,12 @@ overrides_sync_set_config(struct overrides *o, struct config *cfg,
 		    sync_rule(o, cfg, cfg->rules[i].name, true, deadline) < 0)
 			unread++;
 	}
+	/* A rule no longer configured: its copy goes now, as the fronts
+	 * are about to take the new rules (its requests until then are
+	 * still decided under its overrides), so that it counts no more
+	 * toward OVERRIDES_MAX; its hash stays in Redis and is read again
+	 * (above, and at every full read) if the rule comes back. */
+	overrides_drop_unconfigured(o, cfg);
 	pthread_mutex_lock(&o->mu);
 	o->all = o->asked = true;
 	pthread_cond_signal(&o->cond);
