@@ -687,6 +687,7 @@ static int
 tls_wait_or_close(struct redis_conn *c, int ret)
 {
 	const struct redis_url *u = c->cfg->url;
+	enum redis_tls_reason r;
 	char why[256];
 	bool handshake;
 
@@ -701,9 +702,11 @@ tls_wait_or_close(struct redis_conn *c, int ret)
 		 * after our side of the handshake is over: a refusal comes
 		 * with (or instead of) the first reply. */
 		handshake = c->handshaking || c->tls_fresh;
-		if (redis_tls_fail(c->cfg->tls, c->ssl, ret, handshake, u->host,
-			u->port, why, sizeof(why)) != REDIS_TLS_CLOSED ||
-		    handshake)
+		r = redis_tls_fail(c->cfg->tls, c->ssl, ret, handshake, u->host,
+		    u->port, why, sizeof(why));
+		if (r == REDIS_TLS_SHUTDOWN)
+			handshake = false; /* closed on purpose: no refusal */
+		else if (r != REDIS_TLS_CLOSED || handshake)
 			redis_tls_session_clear(&c->session); /* failed */
 		c->refused = handshake;
 		redis_conn_close(c, why);

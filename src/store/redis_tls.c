@@ -423,7 +423,9 @@ redis_tls_fail(struct redis_tls *t, SSL *ssl, int ret, bool handshake,
 	} else if (se == SSL_ERROR_SSL && e != 0) {
 		r = queue_reason(e);
 		(void)ssl_error_text(detail, sizeof(detail));
-	} else
+	} else if (se == SSL_ERROR_ZERO_RETURN)
+		r = REDIS_TLS_SHUTDOWN;
+	else
 		r = REDIS_TLS_CLOSED;
 	ERR_clear_error();
 	pthread_mutex_lock(&t->mu);
@@ -475,18 +477,25 @@ redis_tls_fail(struct redis_tls *t, SSL *ssl, int ret, bool handshake,
 		    "port (%s)",
 		    detail);
 		break;
+	case REDIS_TLS_SHUTDOWN:
+		/* The server ended the session on purpose: no refusal of
+		 * TLS's, whenever it came. */
+		snprintf(why, whylen, "connection closed by the server");
+		return r;
 	case REDIS_TLS_CLOSED:
 		if (!handshake) { /* an ordinary close: not TLS's doing */
 			snprintf(why, whylen,
 			    "connection closed by the server");
 			return r;
 		}
+		/* No alert to say why: a refused client certificate whose
+		 * alert was lost to a reset looks the same as a server
+		 * that takes no more connections. */
 		snprintf(why, whylen,
 		    REDIS_TLS_PREFIX
 		    "the server closed the connection during "
-		    "the handshake (a client certificate "
-		    "missing or refused? see "
-		    "redis.tls.cert_file)");
+		    "the handshake with no alert (a client certificate "
+		    "refused? see redis.tls.cert_file; or maxclients)");
 		break;
 	default:
 		snprintf(why, whylen, REDIS_TLS_PREFIX "handshake failed: %s",

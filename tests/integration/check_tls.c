@@ -8,6 +8,7 @@
  * same counter); a wrong CA, a wrong server name, an IP address the
  * certificate names only as a DNS name, an expired certificate, a missing
  * client certificate and a handshake that never comes are each refused,
+ * while a session the server ends with close_notify is no TLS failure,
  * on_backend_error answers (deny: 503), /readyz says 503, the failure is
  * counted as kind "tls" and logged once with its reason; with tls-auth-clients
  * yes the client certificate is what lets the daemon in;
@@ -19,12 +20,19 @@
  * (redis.sentinel.tls).
  */
 #include <check.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
+
+#include <openssl/ssl.h>
 
 #include "check_main.h"
 #include "harness.h"
@@ -389,6 +397,97 @@ START_TEST(test_handshake_timeout)
 	    "no handshake timeout in the log");
 	h_daemon_stop(&d);
 	close(fd);
+}
+END_TEST
+
+/* A TLS server on a thread of the test's: each connection it accepts
+ * gets the whole handshake, then at once close_notify (as CLIENT KILL
+ * sends), and is read to its end before it is closed, so that no reset
+ * follows. */
+struct shut_server {
+	int fd;
+	SSL_CTX *ctx;
+	pthread_t thread;
+	atomic_bool stop;
+	atomic_int shut; /* connections that got close_notify */
+};
+
+static void *
+shut_main(void *arg)
+{
+	struct shut_server *s = arg;
+	struct pollfd p = { .fd = s->fd, .events = POLLIN };
+	struct timeval tv = { .tv_sec = 1 };
+	char buf[4096];
+	SSL *ssl;
+	int c;
+
+	while (!atomic_load(&s->stop)) {
+		if (poll(&p, 1, 100) <= 0 ||
+		    (c = accept(s->fd, NULL, NULL)) < 0)
+			continue;
+		(void)setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		if ((ssl = SSL_new(s->ctx)) != NULL &&
+		    SSL_set_fd(ssl, c) == 1 && SSL_accept(ssl) == 1) {
+			(void)SSL_shutdown(ssl);
+			atomic_fetch_add(&s->shut, 1);
+			(void)shutdown(c, SHUT_WR);
+			while (read(c, buf, sizeof(buf)) > 0)
+				;
+		}
+		SSL_free(ssl);
+		close(c);
+	}
+	return NULL;
+}
+
+/*
+ * A server that ends each session with close_notify right after the
+ * handshake, before any reply: a close on purpose (CLIENT KILL, an idle
+ * timeout), counted as kind "connect" and logged as a closed connection.
+ * (It used to be taken for a refused client certificate: kind "tls", and
+ * "the server closed the connection during the handshake".)
+ */
+START_TEST(test_close_notify_no_tls_failure)
+{
+	struct shut_server s = { .fd = -1 };
+	struct h_daemon d = { 0 };
+	char dir[H_PATH_MAX], path[H_PATH_MAX + 16], tls[H_PATH_MAX + 64];
+	int port, i;
+
+	tls_dir(dir, sizeof(dir), "tls");
+	ck_assert_ptr_nonnull(s.ctx = SSL_CTX_new(TLS_server_method()));
+	snprintf(path, sizeof(path), "%s/server.pem", dir);
+	ck_assert_int_eq(SSL_CTX_use_certificate_chain_file(s.ctx, path), 1);
+	snprintf(path, sizeof(path), "%s/server.key", dir);
+	ck_assert_int_eq(SSL_CTX_use_PrivateKey_file(s.ctx, path,
+			     SSL_FILETYPE_PEM),
+	    1);
+	s.fd = ops_silent_listener(&port);
+	ck_assert_int_eq(pthread_create(&s.thread, NULL, shut_main, &s), 0);
+
+	snprintf(tls, sizeof(tls), "    ca_file: %s/ca.pem\n", dir);
+	start_daemon(&d, port, tls);
+	for (i = 0; i < 5; i++)
+		ck_assert_int_eq(acquire("alice"), 503);
+	ck_assert_msg(atomic_load(&s.shut) >= 1, "no session was shut");
+	ck_assert_msg(ops_wait_metric("ratelimitd_backend_errors_total"
+				      "{backend=\"redis\",kind=\"connect\"}",
+			  1, 2000) >= 1,
+	    "the closes were not counted as connect");
+	ck_assert_msg(ops_metric("ratelimitd_backend_errors_total"
+				 "{backend=\"redis\",kind=\"tls\"}") <= 0,
+	    "a close on purpose counted as a TLS failure");
+	ck_assert_int_eq(ops_count_in_file(d.log, "tls: the server closed"), 0);
+	ck_assert_msg(ops_count_in_file(d.log,
+			  "connection closed by the "
+			  "server") >= 1,
+	    "no closed connection in the log");
+	h_daemon_stop(&d);
+	atomic_store(&s.stop, true);
+	pthread_join(s.thread, NULL);
+	close(s.fd);
+	SSL_CTX_free(s.ctx);
 }
 END_TEST
 
@@ -871,6 +970,7 @@ test_suite(void)
 	tcase_add_test(tc, test_ip_not_dns_name);
 	tcase_add_test(tc, test_client_certificate);
 	tcase_add_test(tc, test_handshake_timeout);
+	tcase_add_test(tc, test_close_notify_no_tls_failure);
 	tcase_add_test(tc, test_check_bad_pem);
 	tcase_add_test(tc, test_rotate_under_load);
 	suite_add_tcase(s, tc);
