@@ -118,11 +118,12 @@ ctx_new(const struct redis_tls_config *tc, const struct tls_file **bad,
 		return NULL;
 	}
 	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
-#ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
-	/* A connection cut without close_notify (Redis killed, a reset
-	 * on the way) is a close, not a TLS failure. */
-	SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
-#endif
+	/* A connection cut without close_notify (Redis killed, a reset on
+	 * the way) is a close, not a TLS failure, but not one the server
+	 * announced: OpenSSL 3 reports it as UNEXPECTED_EOF_WHILE_READING
+	 * (queue_reason(): REDIS_TLS_CLOSED), 1.1 as a SYSCALL error, so
+	 * SSL_OP_IGNORE_UNEXPECTED_EOF is not set (it would make it look
+	 * like close_notify, REDIS_TLS_SHUTDOWN). */
 	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
 	SSL_CTX_set_default_passwd_cb(ctx, no_passphrase);
 	/* The output buffer may grow (and move) between a write that
@@ -383,6 +384,10 @@ queue_reason(unsigned long e)
 	case SSL_R_UNKNOWN_PROTOCOL:
 	case SSL_R_PACKET_LENGTH_TOO_LONG:
 		return REDIS_TLS_NOT_TLS;
+#ifdef SSL_R_UNEXPECTED_EOF_WHILE_READING
+	case SSL_R_UNEXPECTED_EOF_WHILE_READING:
+		return REDIS_TLS_CLOSED; /* no close_notify */
+#endif
 	default:
 		return REDIS_TLS_OTHER;
 	}

@@ -35,7 +35,7 @@ enum redis_tls_reason {
 	REDIS_TLS_CLIENT_CERT,	 /* the server refused ours (or none) */
 	REDIS_TLS_NOT_TLS,	 /* the server answered, not in TLS */
 	REDIS_TLS_TIMEOUT,	 /* no handshake within the timeout */
-	REDIS_TLS_CLOSED,	 /* closed during the handshake, no reason */
+	REDIS_TLS_CLOSED,	 /* closed, no close_notify nor alert */
 	REDIS_TLS_SHUTDOWN,	 /* closed with close_notify: on purpose */
 	REDIS_TLS_OTHER,	 /* any other handshake failure */
 	REDIS_TLS_NREASONS
@@ -99,8 +99,7 @@ void redis_tls_session_clear(struct redis_tls_session *s);
  * close (REDIS_TLS_CLOSED) is no TLS failure: why says so without the
  * prefix, and nothing is logged; nor, at any time, is a close the server
  * announced with close_notify (REDIS_TLS_SHUTDOWN: CLIENT KILL, an idle
- * timeout, maxclients), which refuses nothing.  Clears OpenSSL's error
- * queue.
+ * timeout), which refuses nothing.  Clears OpenSSL's error queue.
  */
 enum redis_tls_reason redis_tls_fail(struct redis_tls *t, SSL *ssl, int ret,
     bool handshake, const char *host, int port, char *why, size_t whylen);

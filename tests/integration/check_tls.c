@@ -402,14 +402,15 @@ END_TEST
 
 /* A TLS server on a thread of the test's: each connection it accepts
  * gets the whole handshake, then at once close_notify (as CLIENT KILL
- * sends), and is read to its end before it is closed, so that no reset
- * follows. */
+ * sends) when notify, else a bare close (FIN), and is read to its end
+ * before it is closed, so that no reset follows. */
 struct shut_server {
 	int fd;
 	SSL_CTX *ctx;
+	bool notify;
 	pthread_t thread;
 	atomic_bool stop;
-	atomic_int shut; /* connections that got close_notify */
+	atomic_int shut; /* connections closed after the handshake */
 };
 
 static void *
@@ -429,7 +430,8 @@ shut_main(void *arg)
 		(void)setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 		if ((ssl = SSL_new(s->ctx)) != NULL &&
 		    SSL_set_fd(ssl, c) == 1 && SSL_accept(ssl) == 1) {
-			(void)SSL_shutdown(ssl);
+			if (s->notify)
+				(void)SSL_shutdown(ssl);
 			atomic_fetch_add(&s->shut, 1);
 			(void)shutdown(c, SHUT_WR);
 			while (read(c, buf, sizeof(buf)) > 0)
@@ -441,17 +443,13 @@ shut_main(void *arg)
 	return NULL;
 }
 
-/*
- * A server that ends each session with close_notify right after the
- * handshake, before any reply: a close on purpose (CLIENT KILL, an idle
- * timeout), counted as kind "connect" and logged as a closed connection.
- * (It used to be taken for a refused client certificate: kind "tls", and
- * "the server closed the connection during the handshake".)
- */
-START_TEST(test_close_notify_no_tls_failure)
+/* The daemon d on a shut_server that notifies or not: 503 (policy
+ * deny), and the server did close sessions after their handshake; the
+ * server stopped, the daemon left running. */
+static void
+shut_run(struct h_daemon *d, bool notify)
 {
-	struct shut_server s = { .fd = -1 };
-	struct h_daemon d = { 0 };
+	struct shut_server s = { .fd = -1, .notify = notify };
 	char dir[H_PATH_MAX], path[H_PATH_MAX + 16], tls[H_PATH_MAX + 64];
 	int port, i;
 
@@ -467,10 +465,30 @@ START_TEST(test_close_notify_no_tls_failure)
 	ck_assert_int_eq(pthread_create(&s.thread, NULL, shut_main, &s), 0);
 
 	snprintf(tls, sizeof(tls), "    ca_file: %s/ca.pem\n", dir);
-	start_daemon(&d, port, tls);
+	start_daemon(d, port, tls);
 	for (i = 0; i < 5; i++)
 		ck_assert_int_eq(acquire("alice"), 503);
-	ck_assert_msg(atomic_load(&s.shut) >= 1, "no session was shut");
+	ck_assert_msg(atomic_load(&s.shut) >= 1, "no session was closed");
+	atomic_store(&s.stop, true);
+	pthread_join(s.thread, NULL);
+	close(s.fd);
+	SSL_CTX_free(s.ctx);
+}
+
+/*
+ * A server that ends each session right after the handshake, before any
+ * reply.  With close_notify it is a close on purpose (CLIENT KILL, an
+ * idle timeout): kind "connect", logged as a closed connection.  (It used
+ * to be taken for a refused client certificate: kind "tls", "the server
+ * closed the connection during the handshake".)  With a bare close it
+ * may be a refused certificate whose alert was lost: kind "tls", the
+ * warning naming both.
+ */
+START_TEST(test_close_notify_no_tls_failure)
+{
+	struct h_daemon d = { 0 };
+
+	shut_run(&d, true);
 	ck_assert_msg(ops_wait_metric("ratelimitd_backend_errors_total"
 				      "{backend=\"redis\",kind=\"connect\"}",
 			  1, 2000) >= 1,
@@ -484,10 +502,18 @@ START_TEST(test_close_notify_no_tls_failure)
 			  "server") >= 1,
 	    "no closed connection in the log");
 	h_daemon_stop(&d);
-	atomic_store(&s.stop, true);
-	pthread_join(s.thread, NULL);
-	close(s.fd);
-	SSL_CTX_free(s.ctx);
+
+	memset(&d, 0, sizeof(d));
+	shut_run(&d, false);
+	ck_assert_msg(ops_wait_metric("ratelimitd_backend_errors_total"
+				      "{backend=\"redis\",kind=\"tls\"}",
+			  1, 2000) >= 1,
+	    "a bare close in the handshake not counted as tls");
+	ck_assert_msg(ops_count_in_file(d.log,
+			  "tls: the server closed the connection during the "
+			  "handshake with no alert") >= 1,
+	    "no warning of a close with no alert");
+	h_daemon_stop(&d);
 }
 END_TEST
 
