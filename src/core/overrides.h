@@ -201,10 +201,12 @@ bool overrides_sync_wait_read(struct overrides *o, int64_t timeout_ms);
  * does not have are freed at once (overrides_drop_unconfigured()), and
  * again after each full read.  The rules cfg has and old (the running
  * config) has not, added or brought back, have their hashes read before
- * it returns, within wait_ms in all, so that their first requests are
- * decided under their overrides, as at start.  Returns how many of those
- * were not read (a read failed, or the time ran out; logged): the sync
- * reads them.  Main thread, before the fronts get cfg.
+ * it returns, so that their first requests are decided under their
+ * overrides, as at start: no page of a hash is asked for past wait_ms,
+ * so it returns within wait_ms plus one page's redis.timeout (and the
+ * parsing of what was read).  Returns how many of those were not read (a
+ * read failed, or the time ran out; logged): the sync reads them.  Main
+ * thread, before the fronts get cfg.
  */
 size_t overrides_sync_set_config(struct overrides *o, struct config *cfg,
     const struct config *old, int64_t wait_ms);

@@ -29,8 +29,13 @@
  * is read again.  A stop gives the round up between two calls to the
  * store, so that it waits for the one call under way at most.
  *
- * Thread: sync_main() and what it calls run on the sync thread; the
- * functions of overrides.h on the threads it names for each.
+ * A reload reads the hashes of the rules it adds on the main thread,
+ * with the same sync_rule(), before the front ends take the new rules
+ * (overrides_sync_set_config()).
+ *
+ * Thread: sync_main() and what it calls run on the sync thread, but
+ * sync_rule() also on the main thread at a reload; the functions of
+ * overrides.h on the threads it names for each.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -220,8 +225,12 @@ overrides_read_hash(struct backend *b, const char *hash, size_t hashlen,
 
 /* Read rule's hash into the table, giving up at deadline_us (0: none);
  * a read that fails is logged as a warning when warn (once per rule per
- * full read), else for debugging.  0, or -1 when nothing was read.  The
- * sync thread, or the main thread at a reload. */
+ * full read), else for debugging.  The fields it finds expired are
+ * dropped in Redis, but not by a read with a deadline (a reload's, on
+ * the main thread: the sync's next full read drops them).  0, or -1 when
+ * the store gave nothing (what it gave and the table refused, malformed
+ * or past the bound, is logged, and 0).  The sync thread, or the main
+ * thread at a reload. */
 static int
 sync_rule(struct overrides *o, const struct config *cfg, const char *rule,
     bool warn, int64_t deadline_us)
@@ -259,12 +268,11 @@ sync_rule(struct overrides *o, const struct config *cfg, const char *rule,
 		    rule, OVERRIDES_MAX, hash);
 	else if (rc < 0)
 		log_warnx("overrides of %s: out of memory", rule);
-	else {
-		read = 0;
-		if (rc == 1)
-			mark_rule(o, rule, strlen(rule));
-	}
+	else if (rc == 1)
+		mark_rule(o, rule, strlen(rule));
 	if (a.reply != NULL)
+		read = 0;
+	if (a.reply != NULL && deadline_us == 0)
 		sync_drop_expired(o, hash, n, a.reply, a.replylen,
 		    util_realtime_us() / 1000);
 	rl_free(a.reply);
@@ -431,9 +439,17 @@ overrides_sync_set_config(struct overrides *o, struct config *cfg,
 	 * the new rules' entries (ov_prune_now() reads it under the lock
 	 * that a load takes). */
 	config_slot_set(&o->cfg, cfg);
+	/* A rule no longer configured: its copy goes at once, so that it
+	 * counts no more toward OVERRIDES_MAX (room for the reads below);
+	 * its hash stays in Redis and is read again (below, and at every
+	 * full read) if the rule comes back.  Its requests until the fronts
+	 * take cfg are decided without its overrides: it is going. */
+	overrides_drop_unconfigured(o, cfg);
 	/* A rule added, or back: nothing of its hash is held, so read it
 	 * before the fronts decide under it, as at start (else its first
-	 * requests would be decided under the rule's own limit). */
+	 * requests would be decided under the rule's own limit).  Once one
+	 * read fails (Redis down, the time out), the others are left to
+	 * the sync. */
 	for (i = 0; i < cfg->nrules; i++) {
 		if (old != NULL && has_rule(old, cfg->rules[i].name))
 			continue;
@@ -441,12 +457,6 @@ overrides_sync_set_config(struct overrides *o, struct config *cfg,
 		    sync_rule(o, cfg, cfg->rules[i].name, true, deadline) < 0)
 			unread++;
 	}
-	/* A rule no longer configured: its copy goes now, as the fronts
-	 * are about to take the new rules (its requests until then are
-	 * still decided under its overrides), so that it counts no more
-	 * toward OVERRIDES_MAX; its hash stays in Redis and is read again
-	 * (above, and at every full read) if the rule comes back. */
-	overrides_drop_unconfigured(o, cfg);
 	pthread_mutex_lock(&o->mu);
 	o->all = o->asked = true;
 	pthread_cond_signal(&o->cond);
