@@ -20,6 +20,7 @@
 #include <getopt.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,11 @@ struct daemon {
 	struct listen_unix made[3];
 	int signal_fd; /* SIGHUP, SIGTERM, SIGINT, SIGUSR1, SIGUSR2 */
 	int change_fd; /* eventfd: the file changed */
+	/* The file's bytes as last loaded (file_digest(); 0: unknown), and
+	 * whether the last reload failed: a change on disk that leaves the
+	 * bytes as they were reloads nothing. */
+	uint64_t digest;
+	bool reload_failed;
 };
 
 /* The file changed on disk: wake the main loop, which reloads as for
@@ -110,6 +116,27 @@ usage(FILE *f)
 	    "environment: RATELIMITD_LISTEN, RATELIMITD_REDIS_URL, "
 	    "RATELIMITD_LOG_LEVEL\n",
 	    RL_DEFAULT_CONFIG_PATH);
+}
+
+/* FNV-1a of the bytes of the file at path, or 0 when it cannot be read
+ * (nor then is any reload skipped). */
+static uint64_t
+file_digest(const char *path)
+{
+	uint64_t h = UINT64_C(0xcbf29ce484222325);
+	unsigned char buf[4096];
+	size_t n, i;
+	FILE *f;
+
+	if ((f = fopen(path, "rb")) == NULL)
+		return 0;
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+		for (i = 0; i < n; i++)
+			h = (h ^ buf[i]) * UINT64_C(0x100000001b3);
+	if (ferror(f))
+		h = 0;
+	fclose(f);
+	return h;
 }
 
 /* Load path and apply the environment.  NULL with err on failure. */
@@ -325,15 +352,27 @@ reload_tls(struct daemon *d, const struct config *c, bool kept, char *err,
 	return 0;
 }
 
+/* Reload the file: on SIGHUP, always (it also reads the files the
+ * config names again: TLS, passwords); for a change the watch saw
+ * (watched), only when the file's bytes differ from those last loaded,
+ * so that a touch, a rewrite of the same text, or the watch's own event
+ * after a SIGHUP that already loaded it changes nothing. */
 static void
-reload(struct daemon *d)
+reload(struct daemon *d, bool watched)
 {
 	struct config *c, *cur;
 	struct start_keys changed = { .len = 0 };
+	uint64_t digest = file_digest(d->path);
 	char err[512];
 	bool tls_kept;
 	size_t unread;
 
+	if (watched && digest != 0 && digest == d->digest &&
+	    !d->reload_failed) {
+		log_debug("%s changed on disk but reads as loaded: no reload",
+		    d->path);
+		return;
+	}
 	notify_send("RELOADING=1");
 	if ((c = load(d->path, err, sizeof(err))) == NULL)
 		goto fail;
@@ -364,8 +403,9 @@ reload(struct daemon *d)
 		 OVERRIDES_START_WAIT_MS)) > 0)
 		log_warnx(
 		    "reload: the overrides of %zu added rule%s not read "
-		    "within %d s; applying meanwhile, their keys under "
-		    "the rules' own limits until read",
+		    "(failed, or past %d s); applying meanwhile, their "
+		    "keys under the rules' own limits until the sync "
+		    "reads them",
 		    unread, unread == 1 ? "" : "s",
 		    OVERRIDES_START_WAIT_MS / 1000);
 	config_unref(cur);
@@ -386,10 +426,13 @@ reload(struct daemon *d)
 	lease_wait_all(d->leases);
 	log_info("reloaded %s: %zu rules", d->path, c->nrules);
 	config_unref(c);
+	d->digest = digest;
+	d->reload_failed = false;
 	metrics_reload(d->metrics, true);
 	notify_send("READY=1\nSTATUS=serving");
 	return;
 fail:
+	d->reload_failed = true;
 	log_error("reload failed, keeping the old rules: %s", err);
 	metrics_reload(d->metrics, false);
 	notify_send("READY=1\nSTATUS=reload failed");
@@ -924,14 +967,14 @@ serve(struct daemon *d)
 			continue;
 		if (pfd[1].revents & POLLIN) {
 			(void)!read(d->change_fd, &count, sizeof(count));
-			reload(d);
+			reload(d, true);
 		}
 		if (!(pfd[0].revents & POLLIN) ||
 		    read(d->signal_fd, &si, sizeof(si)) != (ssize_t)sizeof(si))
 			continue;
 		sig = (int)si.ssi_signo;
 		if (sig == SIGHUP)
-			reload(d);
+			reload(d, false);
 		else if (sig == SIGTERM || sig == SIGINT) {
 			log_info("%s: shutting down", strsignal(sig));
 			return;
@@ -1000,6 +1043,7 @@ main(int argc, char **argv)
 
 	if ((rc = parse_args(argc, argv, &d, &check_only)) >= 0)
 		return rc;
+	d.digest = file_digest(d.path);
 	if ((d.cfg = load(d.path, err, sizeof(err))) == NULL) {
 		fprintf(stderr, "%s\n", err);
 		return 1;

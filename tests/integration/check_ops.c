@@ -31,6 +31,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "check_main.h"
@@ -1009,6 +1010,48 @@ START_TEST(test_reload_rename)
 	ops_render_for(&d, &c, yaml, sizeof(yaml));
 	ops_replace_file(d.conf, yaml);
 	ck_assert_int_eq(ops_wait_limit(5, 2000), 5);
+	h_daemon_stop(&d);
+}
+END_TEST
+
+/*
+ * A change on disk that leaves the text as it was reloads nothing (a
+ * touch, the same text renamed over the file, the watch's own event after
+ * a SIGHUP that loaded the new text already); SIGHUP always reloads; a
+ * change of the text reloads.  (Each used to be a reload: warnings of
+ * start-only keys logged again, quota held in advance dropped.)
+ */
+START_TEST(test_reload_same_text)
+{
+	const char *ok = "ratelimitd_config_reloads_total{result=\"success\"}";
+	struct h_daemon d = { 0 };
+	struct ops_conf c = reload_conf;
+	char yaml[4096];
+
+	ops_start(&d, 0, &c);
+	ops_render_for(&d, &c, yaml, sizeof(yaml));
+	ops_replace_file(d.conf, yaml);
+	ck_assert_int_eq(utimes(d.conf, NULL), 0);
+	h_sleep_ms(800); /* the watch waits 200 ms for quiet */
+	ck_assert_msg(ops_metric(ok) <= 0, "the same text was reloaded");
+	ck_assert(kill(d.pid, SIGHUP) == 0);
+	ck_assert_msg(ops_wait_metric(ok, 1, 2000) == 1, "SIGHUP: no reload");
+
+	/* A new text, then SIGHUP at once: one reload, not two. */
+	c.limit = 3;
+	ops_render_for(&d, &c, yaml, sizeof(yaml));
+	ops_replace_file(d.conf, yaml);
+	ck_assert(kill(d.pid, SIGHUP) == 0);
+	ck_assert_int_eq(ops_wait_limit(3, 2000), 3);
+	h_sleep_ms(800);
+	ck_assert_int_eq(ops_metric(ok), 2);
+
+	/* A new text alone: reloaded by the watch. */
+	c.limit = 4;
+	ops_render_for(&d, &c, yaml, sizeof(yaml));
+	ops_replace_file(d.conf, yaml);
+	ck_assert_int_eq(ops_wait_limit(4, 2000), 4);
+	ck_assert_int_eq(ops_metric(ok), 3);
 	h_daemon_stop(&d);
 }
 END_TEST
@@ -2021,6 +2064,7 @@ test_suite(void)
 	tcase_add_test(tc, test_reload_header_limit_start_only);
 	tcase_add_test(tc, test_reload_key_prefix_start_only);
 	tcase_add_test(tc, test_reload_rename);
+	tcase_add_test(tc, test_reload_same_text);
 	tcase_add_test(tc, test_reload_configmap);
 	tcase_add_test(tc, test_reload_symlink_other_dir);
 	tcase_add_test(tc, test_reload_symlink_chain);
