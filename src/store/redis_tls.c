@@ -102,6 +102,30 @@ file_readable(const struct tls_file *f, const char *key, char *err,
 	return 0;
 }
 
+/* A client certificate past its dates is loaded all the same (this
+ * machine's clock may be the wrong one), but said: a server that asks
+ * for one refuses it, and its alert is often lost to the close, so the
+ * failure at run time cannot name the cause. */
+static void
+warn_cert_dates(SSL_CTX *ctx, const char *path)
+{
+	X509 *x = SSL_CTX_get0_certificate(ctx);
+
+	if (x == NULL)
+		return;
+	if (X509_cmp_current_time(X509_get0_notAfter(x)) < 0)
+		log_warnx(
+		    "redis.tls.cert_file %s: the client certificate has "
+		    "expired; a server that asks for one will refuse it",
+		    path);
+	else if (X509_cmp_current_time(X509_get0_notBefore(x)) > 0)
+		log_warnx(
+		    "redis.tls.cert_file %s: the client certificate is not "
+		    "valid yet (check the clocks); a server that asks for "
+		    "one will refuse it",
+		    path);
+}
+
 static SSL_CTX *
 ctx_new(const struct redis_tls_config *tc, const struct tls_file **bad,
     char *err, size_t errlen)
@@ -163,6 +187,7 @@ ctx_new(const struct redis_tls_config *tc, const struct tls_file **bad,
 			    ssl_error_text(why, sizeof(why)));
 			goto fail;
 		}
+		warn_cert_dates(ctx, tc->cert_file.path);
 	}
 	if (tc->key_file.path != NULL) {
 		*bad = &tc->key_file;

@@ -323,7 +323,8 @@ START_TEST(test_expired)
 {
 	struct h_redis red = { 0 };
 	struct h_daemon d = { 0 };
-	char dir[H_PATH_MAX], tls[H_PATH_MAX + 64], extra[2 * H_PATH_MAX + 64];
+	char dir[H_PATH_MAX], tls[3 * H_PATH_MAX + 128],
+	    extra[2 * H_PATH_MAX + 64];
 
 	tls_dir(dir, sizeof(dir), "tls");
 	h_tls_cert(dir, "expired", 0); /* notAfter: now */
@@ -334,9 +335,17 @@ START_TEST(test_expired)
 	red.tls_dir = dir;
 	red.extra = extra;
 	h_redis_start(&red);
-	snprintf(tls, sizeof(tls), "    ca_file: %s/ca.pem\n", dir);
+	/* The client's expired too: said when the files are loaded, since
+	 * a server's refusal of it often comes with no alert. */
+	snprintf(tls, sizeof(tls),
+	    "    ca_file: %s/ca.pem\n    cert_file: %s/expired.pem\n"
+	    "    key_file: %s/expired.key\n",
+	    dir, dir, dir);
 	start_daemon(&d, red.port, tls);
 	assert_refused(&d, red.port, "the server's certificate has expired");
+	ck_assert_msg(ops_count_in_file(d.log,
+			  "the client certificate has expired") == 1,
+	    "the expired client certificate was not warned about at start");
 	h_daemon_stop(&d);
 	h_redis_stop(&red);
 }
