@@ -518,6 +518,22 @@ overrides_each(struct overrides *o, const char *prefix, const char *rule,
 	pthread_rwlock_unlock(&o->lock);
 }
 
+/* Without a sync, true; with one, whether its config (the newest: a
+ * reload sets it first) has rule.  Under the table's lock. */
+static bool
+ov_sync_has_rule(struct overrides *o, const char *rule)
+{
+	struct config *cfg;
+	bool found;
+
+	if (o->backend == NULL)
+		return true;
+	cfg = config_slot_get(&o->cfg);
+	found = config_find_rule(cfg, rule) != NULL;
+	config_unref(cfg);
+	return found;
+}
+
 /* Is g the group of a rule of cfg (under cfg's key_prefix)? */
 static bool
 ov_configured(const struct ov_group *g, const struct config *cfg)
@@ -763,6 +779,14 @@ overrides_load_rule(struct overrides *o, const char *prefix, const char *rule,
 		pthread_rwlock_unlock(&o->lock);
 		ov_free_list(fresh);
 		return 1;
+	}
+	if (!ov_sync_has_rule(o, rule)) {
+		/* A reload removed the rule while its hash was read: its
+		 * entries would only take room from those of the rules it
+		 * added, which it is reading now. */
+		pthread_rwlock_unlock(&o->lock);
+		ov_free_list(fresh);
+		return 0;
 	}
 	if ((g = ov_group(o, prefix, rule, true)) == NULL) {
 		pthread_rwlock_unlock(&o->lock);

@@ -430,7 +430,7 @@ size_t
 overrides_sync_set_config(struct overrides *o, struct config *cfg,
     const struct config *old, int64_t wait_ms)
 {
-	int64_t deadline = util_monotonic_us() + wait_ms * 1000;
+	int64_t deadline;
 	size_t i, unread = 0;
 
 	if (o == NULL || o->backend == NULL)
@@ -445,6 +445,9 @@ overrides_sync_set_config(struct overrides *o, struct config *cfg,
 	 * full read) if the rule comes back.  Its requests until the fronts
 	 * take cfg are decided without its overrides: it is going. */
 	overrides_drop_unconfigured(o, cfg);
+	/* The wait is the reads' (the drop above frees what it frees, up
+	 * to 100,000 entries, whatever the time). */
+	deadline = util_monotonic_us() + wait_ms * 1000;
 	/* A rule added, or back: nothing of its hash is held, so read it
 	 * before the fronts decide under it, as at start (else its first
 	 * requests would be decided under the rule's own limit).  Once one

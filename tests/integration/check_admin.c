@@ -1632,6 +1632,26 @@ START_TEST(test_override_removed_rule_redis)
 }
 END_TEST
 
+/* Key k of the rule matched by {"t": t}, right after a reload: the first
+ * request allowed and the second denied, both under its override's limit
+ * of 1 (the rule's own is 5). */
+static void
+assert_override_of_one(struct admin_daemon *a, const char *t)
+{
+	struct h_resp r = { 0 };
+	char body[64];
+	int i;
+
+	snprintf(body, sizeof(body), "{\"t\":\"%s\",\"user\":\"k\"}", t);
+	for (i = 0; i < 2; i++) {
+		h_post(a->d.port, "/acquire", body, &r);
+		ck_assert_msg(h_json_int(&r, "limit") == 1,
+		    "request %d after the reload: %ld %s", i, r.status, r.body);
+		ck_assert_int_eq(r.status, i == 0 ? 200 : 429);
+	}
+	h_resp_free(&r);
+}
+
 /*
  * Redis: a reload that brings a rule back (or adds one) reads its hash
  * before any request is decided under it, as at start: the first request
@@ -1643,8 +1663,6 @@ END_TEST
 START_TEST(test_override_rule_back_read_first)
 {
 	struct admin_daemon a;
-	struct h_resp r = { 0 };
-	int i;
 
 	fill_hash_with("adm:override:gone", 20000, "f", "2 10000 0");
 	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HSET %s %s %s",
@@ -1652,14 +1670,7 @@ START_TEST(test_override_rule_back_read_first)
 	    1);
 	admin_start_rules(&a, 0, true, REDIS_SLOW, NULL);
 	admin_reload(&a, REDIS_SLOW, RULE_GONE, 0);
-	for (i = 0; i < 2; i++) {
-		h_post(a.d.port, "/acquire", "{\"t\":\"gone\",\"user\":\"k\"}",
-		    &r);
-		ck_assert_msg(h_json_int(&r, "limit") == 1,
-		    "request %d after the reload: %ld %s", i, r.status, r.body);
-		ck_assert_int_eq(r.status, i == 0 ? 200 : 429);
-	}
-	h_resp_free(&r);
+	assert_override_of_one(&a, "gone");
 	admin_stop(&a);
 }
 END_TEST
@@ -1675,7 +1686,6 @@ START_TEST(test_override_rule_swap_full_table)
 {
 	struct admin_daemon a;
 	struct h_resp r = { 0 };
-	int i;
 
 	fill_hash(100000);
 	ck_assert_int_eq(h_redis_int(&h_shared_redis, "HSET %s %s %s",
@@ -1691,13 +1701,7 @@ START_TEST(test_override_rule_swap_full_table)
 	    "    limit: 5\n"
 	    "    window: 10s\n",
 	    0);
-	for (i = 0; i < 2; i++) {
-		h_post(a.d.port, "/acquire", "{\"t\":\"fresh\",\"user\":\"k\"}",
-		    &r);
-		ck_assert_msg(h_json_int(&r, "limit") == 1,
-		    "request %d after the reload: %ld %s", i, r.status, r.body);
-		ck_assert_int_eq(r.status, i == 0 ? 200 : 429);
-	}
+	assert_override_of_one(&a, "fresh");
 	h_resp_free(&r);
 	admin_stop(&a);
 }
