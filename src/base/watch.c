@@ -350,22 +350,21 @@ watch_main(void *arg)
 	};
 	int64_t deadline = 0, left; /* 0: no change pending */
 	int64_t retry = 0;	    /* the next walk when one failed */
+	int64_t next;		    /* the sooner of the two */
 	int rc, timeout;
 
 	for (;;) {
-		timeout = -1;
-		if (w->wd_dir < 0 || w->chain.real == NULL) {
-			if (retry == 0)
-				retry = util_monotonic_us() +
-				    (int64_t)WATCH_RETRY_MS * 1000;
-		} else
+		if (w->wd_dir >= 0 && w->chain.real != NULL)
 			retry = 0;
-		if (deadline != 0 || retry != 0) {
-			left = (deadline != 0 &&
-					   (retry == 0 || deadline < retry) ?
-				       deadline :
-				       retry) -
-			    util_monotonic_us();
+		else if (retry == 0)
+			retry = util_monotonic_us() +
+			    (int64_t)WATCH_RETRY_MS * 1000;
+		next = deadline;
+		if (retry != 0 && (next == 0 || retry < next))
+			next = retry;
+		timeout = -1;
+		if (next != 0) {
+			left = next - util_monotonic_us();
 			timeout = left <= 0 ? 0 : (int)((left + 999) / 1000);
 		}
 		rc = poll(pfd, 2, timeout);
