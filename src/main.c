@@ -479,8 +479,12 @@ shut_down(struct daemon *d)
 	d->admin = NULL;
 	http_server_quiesce(d->http);
 	grpc_server_quiesce(d->grpc);
-	while ((left = http_server_inflight(d->http) +
-		       grpc_server_inflight(d->grpc)) > 0 &&
+	/* Until every request is answered, and every gRPC client has had
+	 * its GOAWAY and its connection closed the graceful way (an
+	 * Envoy whose calls are cut may let them through). */
+	while (((left = http_server_inflight(d->http) +
+			grpc_server_inflight(d->grpc)) > 0 ||
+		   !grpc_server_drained(d->grpc)) &&
 	    util_monotonic_us() < deadline) {
 		if (!drain_signal(d, 10, &sig) || cut)
 			continue;

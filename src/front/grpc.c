@@ -114,6 +114,7 @@ loop_main(void *arg)
 			break;
 		if (atomic_load(&s->quiesce) && !l->quiesced) {
 			l->quiesced = true;
+			atomic_fetch_add(&s->nquiesced, 1);
 			if (l->listening)
 				epoll_ctl(l->epfd, EPOLL_CTL_DEL, s->lfd, NULL);
 			l->listening = false;
@@ -250,6 +251,14 @@ int
 grpc_server_inflight(struct grpc_server *s)
 {
 	return s == NULL ? 0 : atomic_load(&s->inflight);
+}
+
+bool
+grpc_server_drained(struct grpc_server *s)
+{
+	return s == NULL ||
+	    (atomic_load(&s->nquiesced) == s->nloops &&
+		atomic_load(&s->nconns) == 0);
 }
 
 void

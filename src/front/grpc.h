@@ -14,6 +14,7 @@
 #ifndef RL_GRPC_H
 #define RL_GRPC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,6 +44,12 @@ void grpc_server_quiesce(struct grpc_server *s);
 
 /* Calls in progress (received, not yet answered).  Any thread. */
 int grpc_server_inflight(struct grpc_server *s);
+
+/* After grpc_server_quiesce(): has every loop sent its GOAWAYs and every
+ * connection closed (each once its calls are answered and the client has
+ * closed too, or a second after the server's close)?  True for NULL.
+ * Any thread. */
+bool grpc_server_drained(struct grpc_server *s);
 
 /* Wait for the calls in the store's hands (each ends by its deadline),
  * close every connection, stop the thread, free.  NULL does nothing. */

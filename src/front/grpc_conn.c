@@ -74,6 +74,9 @@ grpc_conn_flush(struct gconn *c)
 	struct epoll_event ev = { .data.ptr = c };
 	bool want;
 
+	if (c->closing)
+		return true; /* nothing more is written */
+
 	if (nghttp2_session_send(c->h2) != 0) {
 		grpc_conn_close(c);
 		return false;
@@ -100,6 +103,21 @@ grpc_conn_read(struct gconn *c)
 {
 	uint8_t buf[GRPC_READ_CHUNK];
 	ssize_t n;
+
+	if (c->closing) {
+		/* Dropped unread, until the client's close. */
+		for (;;) {
+			n = recv(c->fd, buf, sizeof(buf), 0);
+			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+				return;
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0) {
+				grpc_conn_close(c);
+				return;
+			}
+		}
+	}
 
 	while (grpc_conn_reading(c)) {
 		n = recv(c->fd, buf, sizeof(buf), 0);
@@ -128,6 +146,35 @@ conn_goaway(struct gconn *c)
 	nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
 	    nghttp2_session_get_last_proc_stream_id(c->h2), NGHTTP2_NO_ERROR,
 	    NULL, 0);
+}
+
+/*
+ * Close c, which has no stream left, the graceful way: its GOAWAY and all
+ * nghttp2 has to write sent, then our side shut (FIN), and what the
+ * client still sends read and dropped until it closes too, or
+ * GRPC_LINGER_MS pass (grpc_loop_sweep).  Closed at once with input
+ * unread, the socket would send a reset, on which the client's side may
+ * drop the GOAWAY and the last answers before they are read.  At once
+ * all the same when the socket cannot take what is left to write.
+ */
+static void
+conn_linger(struct gconn *c, int64_t now)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
+
+	conn_goaway(c);
+	if (c->fd < 0 || nghttp2_session_send(c->h2) != 0 ||
+	    nghttp2_session_want_write(c->h2) ||
+	    shutdown(c->fd, SHUT_WR) != 0) {
+		grpc_conn_close(c);
+		return;
+	}
+	c->closing = true;
+	c->close_at = now + (int64_t)GRPC_LINGER_MS * 1000;
+	if (c->events != EPOLLIN) {
+		epoll_ctl(c->l->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+		c->events = EPOLLIN;
+	}
 }
 
 /* Start the waiting requests of c while there are places. */
@@ -331,6 +378,11 @@ grpc_loop_sweep(struct gloop *l)
 
 	for (c = l->conns; c != NULL; c = cn) {
 		cn = c->next;
+		if (c->closing) {
+			if (now >= c->close_at)
+				grpc_conn_close(c);
+			continue;
+		}
 		/* A client that reads nothing at all: what it was sent has
 		 * stayed in a full socket for idle_timeout (every loop turn
 		 * writes what it submits, so only a full socket leaves
@@ -345,9 +397,7 @@ grpc_loop_sweep(struct gloop *l)
 			conn_goaway(c);
 		if (c->nstreams == 0 &&
 		    (l->quiesced || now - c->last_us > idle_us)) {
-			conn_goaway(c);
-			nghttp2_session_send(c->h2);
-			grpc_conn_close(c);
+			conn_linger(c, now);
 			continue;
 		}
 		grpc_conn_flush(c);

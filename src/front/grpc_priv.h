@@ -66,8 +66,11 @@
 #define GRPC_MAX_STREAMS 128 /* concurrent calls per connection */
 #define GRPC_READ_CHUNK	 16384
 /* Request bytes held per connection. */
-#define GRPC_CONN_BUFFERED   (256 * 1024)
-#define GRPC_TICK_MS	     250  /* timeouts are checked this often */
+#define GRPC_CONN_BUFFERED (256 * 1024)
+#define GRPC_TICK_MS	   250 /* timeouts are checked this often */
+#define GRPC_LINGER_MS \
+	1000			  /* a closing connection's wait for the \
+				   * client's own close */
 #define GRPC_ACCEPT_PAUSE_MS 100  /* out of descriptors: accept later */
 #define GRPC_ACCEPT_BATCH    16	  /* accepted per wake, so loops share */
 #define GRPC_MAX_PENDING     1024 /* calls in the store, whole server */
@@ -137,6 +140,10 @@ struct gconn {
 			  * abused the server; sent even after
 			  * the graceful one */
 	bool dead;	 /* closed; freed when ncalls is 0 */
+	bool closing;	 /* GOAWAY sent and our side shut: what
+			  * comes is dropped until the client
+			  * closes too or close_at */
+	int64_t close_at;
 	struct gconn *next, *prev;
 };
 
@@ -177,10 +184,11 @@ struct grpc_server {
 	struct config_slot cfg; /* the snapshot served */
 
 	atomic_bool quiesce, stop;
-	atomic_int inflight; /* calls received, not answered */
-	atomic_int pending;  /* places in the store taken: gcalls
-			      * not yet back (grpc_call_take_place) */
-	atomic_int nconns;   /* open connections, every loop */
+	atomic_int inflight;  /* calls received, not answered */
+	atomic_int pending;   /* places in the store taken: gcalls
+			       * not yet back (grpc_call_take_place) */
+	atomic_int nconns;    /* open connections, every loop */
+	atomic_int nquiesced; /* loops that acted on quiesce */
 	nghttp2_session_callbacks *cbs;
 	nghttp2_option *opt;
 	struct gloop *loops;

@@ -1184,6 +1184,82 @@ START_TEST(test_abandon_after_quiesce_goaway)
 }
 END_TEST
 
+/*
+ * SIGTERM while a client keeps calls coming on one connection: it is
+ * told GOAWAY (NO_ERROR), every call up to the GOAWAY's last stream is
+ * answered, and the connection then ends in an orderly close, not a
+ * reset.  (The drain used to end as soon as no call was in the store, and
+ * the connection was closed with the client's input unread: no GOAWAY in
+ * most runs, a reset, and up to ~100 calls never answered, which an Envoy
+ * that fails open lets through.)
+ */
+START_TEST(test_sigterm_goaway_then_orderly_close)
+{
+	enum { BATCH = 8, MAXID = 4000 };
+	static uint8_t buf[BATCH * 256];
+	static bool answered[MAXID + 1];
+	struct h_daemon d = { 0 };
+	struct h2raw c;
+	struct h2raw_frame f = { 0 };
+	long long code = -1, t0, end;
+	uint32_t id = 1, last = 0, i;
+	size_t len;
+	int r, b;
+
+	memset(answered, 0, sizeof(answered));
+	start(&d, "backend: memory\n",
+	    "  - name: wide\n"
+	    "    key: \"${k}\"\n"
+	    "    limit: 1000000\n"
+	    "    window: 1h\n");
+	h2raw_connect(&c, grpc_port, NULL, 0);
+	t0 = h_now_ms();
+	end = t0 + 8000;
+	for (b = 0; h_now_ms() < end; b++) {
+		if (b == 20)
+			ck_assert_int_eq(kill(d.pid, SIGTERM), 0);
+		/* Calls keep coming until the server closes: those past its
+		 * GOAWAY's last stream are the client's to send again. */
+		for (len = 0, i = 0; i < BATCH && id + 2 * i <= MAXID; i++) {
+			h2raw_call_headers(buf, &len, id + 2 * i,
+			    H2RAW_RLS_PATH, false);
+			h2raw_call_data(buf, &len, id + 2 * i, "x", "k", "v");
+		}
+		id += 2 * i;
+		(void)h2raw_send(&c, buf, len, 200);
+		while ((r = h2raw_read(&c, &f, b < 20 ? 5 : 20)) > 0) {
+			if (f.type == H2_GOAWAY && f.len >= 8 && code < 0) {
+				last = ((uint32_t)f.payload[0] << 24 |
+					   (uint32_t)f.payload[1] << 16 |
+					   (uint32_t)f.payload[2] << 8 |
+					   f.payload[3]) &
+				    0x7fffffff;
+				code = (long long)f.payload[4] << 24 |
+				    f.payload[5] << 16 | f.payload[6] << 8 |
+				    f.payload[7];
+			}
+			if (f.type == H2_HEADERS && (f.flags & H2_END_STREAM) &&
+			    f.stream <= MAXID)
+				answered[f.stream] = true;
+		}
+		if (r < 0)
+			break;
+	}
+	ck_assert_msg(r < 0, "the connection was not closed");
+	ck_assert_msg(code == 0, "no graceful GOAWAY before the close: %lld",
+	    code);
+	ck_assert_msg(c.closed_errno == 0, "closed by a reset: %s",
+	    strerror(c.closed_errno));
+	ck_assert_msg(last >= 1, "the GOAWAY's last stream: %u", last);
+	for (i = 1; i <= last && i <= MAXID; i += 2)
+		ck_assert_msg(answered[i], "call %u (<= %u) not answered", i,
+		    last);
+	h2raw_close(&c);
+	ck_assert_int_ge(ops_exit_time_ms(d.pid, 5000), 0);
+	h_daemon_stop(&d);
+}
+END_TEST
+
 /* A line of /proc/PID/status ("VmRSS"), in kB. */
 static long long
 proc_status_kb(pid_t pid, const char *field)
@@ -1806,6 +1882,7 @@ test_suite(void)
 	tcase_add_test(tc, test_grpc_timeout_zero_is_expired);
 	tcase_add_test(tc, test_first_calls_without_http);
 	tcase_add_test(tc, test_sigterm_answers_calls_in_flight);
+	tcase_add_test(tc, test_sigterm_goaway_then_orderly_close);
 	tcase_add_test(tc, test_unfinished_request_is_cut);
 	tcase_add_test(tc, test_reload);
 	tcase_add_test(tc, test_access_log);

@@ -297,8 +297,10 @@ h2raw_read(struct h2raw *c, struct h2raw_frame *f, int ms)
 		if (poll(&pf, 1, (int)(end - now_ms())) <= 0)
 			continue;
 		n = recv(c->fd, c->in + c->inlen, c->incap - c->inlen, 0);
-		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+			c->closed_errno = n == 0 ? 0 : errno;
 			return -1;
+		}
 		if (n > 0)
 			c->inlen += (size_t)n;
 	}

@@ -38,6 +38,8 @@ struct h2raw {
 	void *inflater; /* nghttp2_hd_inflater */
 	uint8_t *in;	/* read, not yet a whole frame */
 	size_t inlen, incap;
+	int closed_errno; /* once h2raw_read() saw the close: 0 for an
+			   * orderly one (EOF), else recv's errno */
 };
 
 /* One frame from the server.  payload is valid until the next read. */
