@@ -637,6 +637,30 @@ ov_next_str(const char **p, const char *end, const char **s, uint32_t *n)
 	return 0;
 }
 
+/* fresh, a list linked by gnext, with the entries whose key the table
+ * holds now first and the others after, each in its order.  Under the
+ * write lock, before the rule's entries are unlinked. */
+static struct ov_entry *
+ov_held_first(struct overrides *o, struct ov_entry *fresh)
+{
+	struct ov_entry *held = NULL, **ht = &held, *rest = NULL, **rt = &rest;
+	struct ov_entry *e, *next;
+
+	for (e = fresh; e != NULL; e = next) {
+		next = e->gnext;
+		e->gnext = NULL;
+		if (*ov_find(o, e->key, e->keylen, e->hash) != NULL) {
+			*ht = e;
+			ht = &e->gnext;
+		} else {
+			*rt = e;
+			rt = &e->gnext;
+		}
+	}
+	*ht = rest;
+	return held;
+}
+
 /* Free a list of entries linked by gnext (no lock: they are in no
  * table). */
 static void
@@ -794,6 +818,12 @@ overrides_load_rule(struct overrides *o, const char *prefix, const char *rule,
 		errno = ENOMEM;
 		return -1;
 	}
+	/* Past the bound, the keys the table holds now go in first, so
+	 * that overrides in use stay and new ones are left out (two
+	 * daemons that each took a few more than the bound allows cannot
+	 * then throw out others at random). */
+	if ((size_t)atomic_load(&o->count) + nfresh > OVERRIDES_MAX)
+		fresh = ov_held_first(o, fresh);
 	/* The count moves once, by the difference, when the new entries
 	 * are in: overrides_get() reads the table without the lock while
 	 * the count is 0, and must not find it 0 meanwhile, the old entries

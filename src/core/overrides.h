@@ -158,10 +158,10 @@ unsigned long overrides_writes(struct overrides *o, const char *prefix,
  * table is left as it was, and the caller reads again); or -1 with errno:
  * EINVAL, a malformed reply, or ENOMEM (the table is left as it was both
  * times); ENOSPC, the table full (OVERRIDES_MAX: the rule then holds part
- * of the reply until the next read).  With the sync started, a rule its
- * config no longer has (a reload removed it during the read) loads
- * nothing: 0.  The new entries are made, and the old freed, outside the
- * table's lock, which is held only to swap them.
+ * of the reply until the next read, the keys it held before first).  With the
+ * sync started, a rule its config no longer has (a reload removed it during the
+ * read) loads nothing: 0.  The new entries are made, and the old freed, outside
+ * the table's lock, which is held only to swap them.
  */
 int overrides_load_rule(struct overrides *o, const char *prefix,
     const char *rule, const char *reply, size_t len, unsigned long since);

@@ -479,6 +479,53 @@ START_TEST(test_bounded)
 }
 END_TEST
 
+/*
+ * A load past the bound keeps the keys the table holds: the rule holds
+ * k0..k99, another rule fills the rest, and a reply of k0..k99 and
+ * k100..k109 (110 fields, 10 more than there is room for) leaves k0..k99 in
+ * use and k100..k109 out, whatever the order of the reply.  (The reply's
+ * order decided: ten keys in use were thrown out for the new ones.)
+ */
+START_TEST(test_load_past_bound_keeps_held)
+{
+	struct overrides *o = overrides_new();
+	char *r, *a, *b;
+	size_t len, la, lb;
+	int i;
+
+	ck_assert_ptr_nonnull(o);
+	r = big_reply(0, 100, 5, NULL, 0, &len);
+	ck_assert_int_eq(load_fresh(o, r, len), 0);
+	free(r);
+	for (i = 0; overrides_count(o) < OVERRIDES_MAX; i++) {
+		char key[32];
+
+		snprintf(key, sizeof(key), "f%d", i);
+		ck_assert_int_eq(overrides_set(o, "rl:", "tb", key, strlen(key),
+				     4, 10000, 0, 1000),
+		    0);
+	}
+	/* Both orders: which fields of a reply come first is HSCAN's. */
+	a = big_reply(0, 100, 6, NULL, 0, &la);
+	b = big_reply(100, 110, 7, NULL, 0, &lb);
+	ck_assert_ptr_nonnull(r = malloc(la + lb));
+	memcpy(r, a, la);
+	memcpy(r + la, b, lb);
+	errno = 0;
+	ck_assert_int_eq(load_fresh(o, r, la + lb), -1);
+	ck_assert_int_eq(errno, ENOSPC);
+	free(a);
+	free(b);
+	free(r);
+	ck_assert_uint_eq(overrides_count(o), OVERRIDES_MAX);
+	for (i = 0; i < 100; i++)
+		ck_assert_int_eq(limit_of_k(o, i), 6);
+	for (i = 100; i < 110; i++)
+		ck_assert_int_eq(limit_of_k(o, i), 0);
+	overrides_free(o);
+}
+END_TEST
+
 static void
 count_one(const struct override_view *v, void *arg)
 {
@@ -676,6 +723,7 @@ test_suite(void)
 	tcase_add_test(tc, test_load_while_looked_up);
 	tcase_add_test(tc, test_expired_freed);
 	tcase_add_test(tc, test_bounded);
+	tcase_add_test(tc, test_load_past_bound_keeps_held);
 	tcase_add_test(tc, test_rules_apart);
 	tcase_add_test(tc, test_removed_rule_kept);
 	tcase_add_test(tc, test_removed_rule_dropped);
