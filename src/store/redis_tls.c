@@ -55,18 +55,24 @@ no_passphrase(char *buf, int size, int rwflag, void *u)
 	return 0;
 }
 
-/* A new session for the connection whose slot the SSL carries. */
+/* A new session for the connection whose slot the SSL carries: a copy
+ * of it is kept, never shared with an SSL (redis_tls_ssl_new() offers a
+ * copy too).  OpenSSL marks the session an SSL uses not resumable when
+ * its connection ends in an error, a close without close_notify
+ * included (Redis killed, a proxy's idle close): a shared one would cost
+ * the next connection a full handshake. */
 static int
 new_session(SSL *ssl, SSL_SESSION *sess)
 {
 	struct redis_tls_session *s = SSL_get_app_data(ssl);
+	SSL_SESSION *copy;
 
-	if (s == NULL)
+	if (s == NULL || (copy = SSL_SESSION_dup(sess)) == NULL)
 		return 0;
 	if (s->sess != NULL)
 		SSL_SESSION_free(s->sess);
-	s->sess = sess;
-	return 1; /* we keep the reference */
+	s->sess = copy;
+	return 0; /* sess stays OpenSSL's */
 }
 
 /* The first error OpenSSL queued, as text; the queue is cleared. */
@@ -327,6 +333,7 @@ redis_tls_ssl_new(struct redis_tls *t, const char *host, int port,
 {
 	const char *name;
 	char why[160];
+	SSL_SESSION *offer;
 	SSL *ssl;
 
 	ERR_clear_error();
@@ -350,8 +357,11 @@ redis_tls_ssl_new(struct redis_tls *t, const char *host, int port,
 	    (sess->gen != t->gen || sess->port != port ||
 		strcmp(sess->host, host) != 0))
 		redis_tls_session_clear(sess);
-	if (sess->sess != NULL)
-		(void)SSL_set_session(ssl, sess->sess);
+	if (sess->sess != NULL &&
+	    (offer = SSL_SESSION_dup(sess->sess)) != NULL) {
+		(void)SSL_set_session(ssl, offer);
+		SSL_SESSION_free(offer); /* the SSL holds it */
+	}
 	sess->gen = t->gen;
 	sess->port = port;
 	util_strlcpy(sess->host, host, sizeof(sess->host));
