@@ -87,9 +87,10 @@ struct daemon {
 	struct listen_unix made[3];
 	int signal_fd; /* SIGHUP, SIGTERM, SIGINT, SIGUSR1, SIGUSR2 */
 	int change_fd; /* eventfd: the file changed */
-	/* The file's bytes as last loaded (file_digest(); 0: unknown), and
-	 * whether the last reload failed: a change on disk that leaves the
-	 * bytes as they were reloads nothing. */
+	/* What the last load read (reload_digest(); 0: unknown, as when
+	 * the file changed while it was loaded), and whether the last
+	 * reload failed: a change on disk that leaves all of it as it was
+	 * reloads nothing. */
 	uint64_t digest;
 	bool reload_failed;
 };
@@ -118,16 +119,20 @@ usage(FILE *f)
 	    RL_DEFAULT_CONFIG_PATH);
 }
 
-/* FNV-1a of the bytes of the file at path, or 0 when it cannot be read
- * (nor then is any reload skipped). */
+#define DIGEST_BASIS UINT64_C(0xcbf29ce484222325)
+
+/* FNV-1a of the bytes of the file at path, on from h (DIGEST_BASIS to
+ * start); h itself for a NULL path; 0 when it cannot be read (nor then
+ * is any reload skipped). */
 static uint64_t
-file_digest(const char *path)
+file_digest(uint64_t h, const char *path)
 {
-	uint64_t h = UINT64_C(0xcbf29ce484222325);
 	unsigned char buf[4096];
 	size_t n, i;
 	FILE *f;
 
+	if (path == NULL || h == 0)
+		return h;
 	if ((f = fopen(path, "rb")) == NULL)
 		return 0;
 	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
@@ -136,7 +141,25 @@ file_digest(const char *path)
 	if (ferror(f))
 		h = 0;
 	fclose(f);
-	return h;
+	/* A file's end, so that bytes moved between two files count. */
+	return h != 0 ? (h ^ 0xff) * UINT64_C(0x100000001b3) : 0;
+}
+
+/* What a reload reads: the config file, and the files config c names
+ * (redis.tls, the password files, the admin token), so that a rotated
+ * certificate beside an unchanged config is a change.  0: one could not
+ * be read. */
+static uint64_t
+reload_digest(const char *path, const struct config *c)
+{
+	uint64_t h = file_digest(DIGEST_BASIS, path);
+
+	h = file_digest(h, c->redis.tls.ca_file.path);
+	h = file_digest(h, c->redis.tls.cert_file.path);
+	h = file_digest(h, c->redis.tls.key_file.path);
+	h = file_digest(h, c->redis.password_file);
+	h = file_digest(h, c->redis.sentinel.password_file);
+	return file_digest(h, c->admin_token_file);
 }
 
 /* Load path and apply the environment.  NULL with err on failure. */
@@ -352,27 +375,31 @@ reload_tls(struct daemon *d, const struct config *c, bool kept, char *err,
 	return 0;
 }
 
-/* Reload the file: on SIGHUP, always (it also reads the files the
- * config names again: TLS, passwords); for a change the watch saw
- * (watched), only when the file's bytes differ from those last loaded,
- * so that a touch, a rewrite of the same text, or the watch's own event
- * after a SIGHUP that already loaded it changes nothing. */
+/* Reload the file: on SIGHUP, always; for a change the watch saw
+ * (watched), only when the file or one the running config names reads
+ * otherwise than at the last load, so that a touch, a rewrite of the
+ * same text, or the watch's own event after a SIGHUP that already loaded
+ * it changes nothing. */
 static void
 reload(struct daemon *d, bool watched)
 {
 	struct config *c, *cur;
 	struct start_keys changed = { .len = 0 };
-	uint64_t digest = file_digest(d->path);
+	uint64_t digest, before;
 	char err[512];
 	bool tls_kept;
 	size_t unread;
 
+	cur = http_server_get_config(d->http);
+	digest = reload_digest(d->path, cur);
+	config_unref(cur);
 	if (watched && digest != 0 && digest == d->digest &&
 	    !d->reload_failed) {
 		log_debug("%s changed on disk but reads as loaded: no reload",
 		    d->path);
 		return;
 	}
+	before = file_digest(DIGEST_BASIS, d->path);
 	notify_send("RELOADING=1");
 	if ((c = load(d->path, err, sizeof(err))) == NULL)
 		goto fail;
@@ -425,8 +452,12 @@ reload(struct daemon *d, bool watched)
 	 * unless told to try again under the new rules (docs/leases.md). */
 	lease_wait_all(d->leases);
 	log_info("reloaded %s: %zu rules", d->path, c->nrules);
+	/* What was loaded, unless the file changed meanwhile (then the
+	 * next change reloads whatever it reads). */
+	d->digest = file_digest(DIGEST_BASIS, d->path) == before ?
+	    reload_digest(d->path, c) :
+	    0;
 	config_unref(c);
-	d->digest = digest;
 	d->reload_failed = false;
 	metrics_reload(d->metrics, true);
 	notify_send("READY=1\nSTATUS=serving");
@@ -1047,11 +1078,14 @@ main(int argc, char **argv)
 
 	if ((rc = parse_args(argc, argv, &d, &check_only)) >= 0)
 		return rc;
-	d.digest = file_digest(d.path);
+	d.digest = file_digest(DIGEST_BASIS, d.path);
 	if ((d.cfg = load(d.path, err, sizeof(err))) == NULL) {
 		fprintf(stderr, "%s\n", err);
 		return 1;
 	}
+	d.digest = file_digest(DIGEST_BASIS, d.path) == d.digest ?
+	    reload_digest(d.path, d.cfg) :
+	    0;
 	if (check_only) {
 		rc = check_config(d.cfg, d.path);
 		config_unref(d.cfg);
