@@ -491,7 +491,7 @@ START_TEST(test_load_past_bound_keeps_held)
 	struct overrides *o = overrides_new();
 	char *r, *a, *b;
 	size_t len, la, lb;
-	int i;
+	int i, order;
 
 	ck_assert_ptr_nonnull(o);
 	r = big_reply(0, 100, 5, NULL, 0, &len);
@@ -509,19 +509,22 @@ START_TEST(test_load_past_bound_keeps_held)
 	a = big_reply(0, 100, 6, NULL, 0, &la);
 	b = big_reply(100, 110, 7, NULL, 0, &lb);
 	ck_assert_ptr_nonnull(r = malloc(la + lb));
-	memcpy(r, a, la);
-	memcpy(r + la, b, lb);
-	errno = 0;
-	ck_assert_int_eq(load_fresh(o, r, la + lb), -1);
-	ck_assert_int_eq(errno, ENOSPC);
+	for (order = 0; order < 2; order++) {
+		memcpy(r, order == 0 ? a : b, order == 0 ? la : lb);
+		memcpy(r + (order == 0 ? la : lb), order == 0 ? b : a,
+		    order == 0 ? lb : la);
+		errno = 0;
+		ck_assert_int_eq(load_fresh(o, r, la + lb), -1);
+		ck_assert_int_eq(errno, ENOSPC);
+		ck_assert_uint_eq(overrides_count(o), OVERRIDES_MAX);
+		for (i = 0; i < 100; i++)
+			ck_assert_int_eq(limit_of_k(o, i), 6);
+		for (i = 100; i < 110; i++)
+			ck_assert_int_eq(limit_of_k(o, i), 0);
+	}
 	free(a);
 	free(b);
 	free(r);
-	ck_assert_uint_eq(overrides_count(o), OVERRIDES_MAX);
-	for (i = 0; i < 100; i++)
-		ck_assert_int_eq(limit_of_k(o, i), 6);
-	for (i = 100; i < 110; i++)
-		ck_assert_int_eq(limit_of_k(o, i), 0);
 	overrides_free(o);
 }
 END_TEST
