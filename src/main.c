@@ -88,11 +88,10 @@ struct daemon {
 	int signal_fd; /* SIGHUP, SIGTERM, SIGINT, SIGUSR1, SIGUSR2 */
 	int change_fd; /* eventfd: the file changed */
 	/* What the last load read (reload_digest(); 0: unknown, as when
-	 * the file changed while it was loaded), and whether the last
-	 * reload failed: a change on disk that leaves all of it as it was
+	 * the file changed while it was loaded, or the last reload
+	 * failed): a change on disk that leaves all of it as it was
 	 * reloads nothing. */
 	uint64_t digest;
-	bool reload_failed;
 };
 
 /* The file changed on disk: wake the main loop, which reloads as for
@@ -160,6 +159,17 @@ reload_digest(const char *path, const struct config *c)
 	h = file_digest(h, c->redis.password_file);
 	h = file_digest(h, c->redis.sentinel.password_file);
 	return file_digest(h, c->admin_token_file);
+}
+
+/* reload_digest() of what a load of path made c, whose file read as
+ * `before` (file_digest()) just before: 0 when it reads otherwise now,
+ * as it changed during the load, so that the next change reloads. */
+static uint64_t
+loaded_digest(const char *path, uint64_t before, const struct config *c)
+{
+	return file_digest(DIGEST_BASIS, path) == before ?
+	    reload_digest(path, c) :
+	    0;
 }
 
 /* Load path and apply the environment.  NULL with err on failure. */
@@ -385,19 +395,24 @@ reload(struct daemon *d, bool watched)
 {
 	struct config *c, *cur;
 	struct start_keys changed = { .len = 0 };
-	uint64_t digest, before;
+	uint64_t before;
 	char err[512];
 	bool tls_kept;
 	size_t unread;
 
-	cur = http_server_get_config(d->http);
-	digest = reload_digest(d->path, cur);
-	config_unref(cur);
-	if (watched && digest != 0 && digest == d->digest &&
-	    !d->reload_failed) {
-		log_debug("%s changed on disk but reads as loaded: no reload",
-		    d->path);
-		return;
+	if (watched && d->digest != 0) {
+		uint64_t now;
+
+		cur = http_server_get_config(d->http);
+		now = reload_digest(d->path, cur);
+		config_unref(cur);
+		if (now == d->digest) {
+			log_debug(
+			    "%s changed on disk but reads as loaded: "
+			    "no reload",
+			    d->path);
+			return;
+		}
 	}
 	before = file_digest(DIGEST_BASIS, d->path);
 	notify_send("RELOADING=1");
@@ -452,18 +467,13 @@ reload(struct daemon *d, bool watched)
 	 * unless told to try again under the new rules (docs/leases.md). */
 	lease_wait_all(d->leases);
 	log_info("reloaded %s: %zu rules", d->path, c->nrules);
-	/* What was loaded, unless the file changed meanwhile (then the
-	 * next change reloads whatever it reads). */
-	d->digest = file_digest(DIGEST_BASIS, d->path) == before ?
-	    reload_digest(d->path, c) :
-	    0;
+	d->digest = loaded_digest(d->path, before, c);
 	config_unref(c);
-	d->reload_failed = false;
 	metrics_reload(d->metrics, true);
 	notify_send("READY=1\nSTATUS=serving");
 	return;
 fail:
-	d->reload_failed = true;
+	d->digest = 0; /* the next change reloads */
 	log_error("reload failed, keeping the old rules: %s", err);
 	metrics_reload(d->metrics, false);
 	notify_send("READY=1\nSTATUS=reload failed");
@@ -1083,9 +1093,7 @@ main(int argc, char **argv)
 		fprintf(stderr, "%s\n", err);
 		return 1;
 	}
-	d.digest = file_digest(DIGEST_BASIS, d.path) == d.digest ?
-	    reload_digest(d.path, d.cfg) :
-	    0;
+	d.digest = loaded_digest(d.path, d.digest, d.cfg);
 	if (check_only) {
 		rc = check_config(d.cfg, d.path);
 		config_unref(d.cfg);

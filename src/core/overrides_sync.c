@@ -414,18 +414,6 @@ overrides_sync_start(struct overrides *o, struct backend *b, struct config *cfg,
 	return 0;
 }
 
-/* Does cfg have a rule named name? */
-static bool
-has_rule(const struct config *cfg, const char *name)
-{
-	size_t i;
-
-	for (i = 0; i < cfg->nrules; i++)
-		if (strcmp(cfg->rules[i].name, name) == 0)
-			return true;
-	return false;
-}
-
 size_t
 overrides_sync_set_config(struct overrides *o, struct config *cfg,
     const struct config *old, int64_t wait_ms)
@@ -454,7 +442,8 @@ overrides_sync_set_config(struct overrides *o, struct config *cfg,
 	 * read fails (Redis down, the time out), the others are left to
 	 * the sync. */
 	for (i = 0; i < cfg->nrules; i++) {
-		if (old != NULL && has_rule(old, cfg->rules[i].name))
+		if (old != NULL &&
+		    config_find_rule(old, cfg->rules[i].name) != NULL)
 			continue;
 		if (unread > 0 || util_monotonic_us() >= deadline ||
 		    sync_rule(o, cfg, cfg->rules[i].name, true, deadline) < 0)
